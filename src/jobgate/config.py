@@ -1,0 +1,395 @@
+"""The configuration file (``jobgate.yaml``): what names mean on this host.
+
+A definition names a runner, a target engine, a policy or a profile; this file says what
+those names mean here (binary paths, URLs, delays, profile values), so definitions stay
+portable and a request can never smuggle a path or a URL in (seed 004 "Runners", seed 000
+§55-56). Loading is strict: an unknown key is refused, and every refusal is a
+``ConfigurationError`` naming the file and the key path (``runners.etl.args[1]``), because a
+silently ignored typo in a governance configuration is a policy that quietly does not apply.
+
+Relative paths (``data_dir``, ``definitions``, ``events.jsonl_path``, a relative
+``sqlite:///`` database file) are resolved against the folder that holds the file, so
+``jobgate serve`` finds the same database whatever the working directory is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from jobgate.core.errors import ConfigurationError, ValidationError
+from jobgate.core.policies import (
+    BUILTIN_RETRY_POLICIES,
+    BUILTIN_TIMEOUT_POLICIES,
+    RetryPolicy,
+    SlaPolicy,
+    TimeoutPolicy,
+)
+from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
+from jobgate.registry import (
+    DEFAULT_NON_RETRYABLE_EXIT_CODES,
+    HttpTargetSpec,
+    Registries,
+    RunnerSpec,
+    TargetSpec,
+)
+
+CONFIG_FILENAME = "jobgate.yaml"
+DEFAULT_PROFILE = "default"
+DATABASE_ENV = "JOBGATE_DATABASE_URL"
+
+_TOP_KEYS = (
+    "database", "data_dir", "definitions", "runners", "default_runner", "targets", "profiles",
+    "retry_policies", "timeout_policies", "sla_policies", "queues", "worker", "events", "sqlite",
+)
+_RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
+_TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
+_WORKER_KEYS = ("concurrency", "lease_seconds", "poll_interval_ms", "shutdown_grace_seconds", "batch_size")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """A queue's rate limit (GCRA, see ``core.ratelimit``); a queue not configured is unlimited."""
+
+    name: str
+    rate_per_second: float | None = None
+    burst: int = 1
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    concurrency: int = 8
+    lease: timedelta = timedelta(seconds=30)
+    poll_interval: timedelta = timedelta(milliseconds=50)
+    shutdown_grace: timedelta = timedelta(seconds=30)
+    batch_size: int = 100
+
+
+@dataclass(frozen=True)
+class EventSettings:
+    """Where outbox events are mirrored: a JSON-lines file (``None``: off) and the log."""
+
+    jsonl_path: Path | None
+    log: bool = True
+
+
+@dataclass(frozen=True)
+class SqliteSettings:
+    """``FULL`` survives power loss after every commit; ``NORMAL`` may lose the last commits."""
+
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+
+
+@dataclass(frozen=True)
+class JobgateConfig:
+    """The loaded configuration. Treat the dicts as read-only: snapshots are digested from them."""
+
+    path: Path | None
+    base_dir: Path
+    database: str
+    data_dir: Path
+    definitions: tuple[Path, ...]
+    runners: dict[str, RunnerSpec]
+    targets: dict[str, TargetSpec]
+    profiles: dict[str, dict[str, Any]]
+    retry_policies: dict[str, RetryPolicy]
+    timeout_policies: dict[str, TimeoutPolicy]
+    sla_policies: dict[str, SlaPolicy]
+    queues: dict[str, QueueSettings] = field(default_factory=dict)
+    worker: WorkerSettings = WorkerSettings()
+    events: EventSettings = EventSettings(None)
+    sqlite: SqliteSettings = SqliteSettings()
+    default_runner: str | None = None
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path is not None else str(self.base_dir / CONFIG_FILENAME)
+
+    @property
+    def registries(self) -> Registries:
+        return Registries(runners=dict(self.runners), targets=dict(self.targets))
+
+
+def load_config(path: str | Path) -> JobgateConfig:
+    """Load ``path`` (a file, or a folder holding ``jobgate.yaml``) or raise ``ConfigurationError``."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / CONFIG_FILENAME
+    text = read_text(file, error=ConfigurationError)
+    document = parse_yaml(text, source=str(file), error=ConfigurationError)
+    return build_config({} if document is None else document, base_dir=file.parent.resolve(), path=file)
+
+
+def default_config(base_dir: str | Path) -> JobgateConfig:
+    """The configuration an empty file in ``base_dir`` would give: used when no file exists."""
+    return build_config({}, base_dir=Path(base_dir).resolve(), path=None)
+
+
+def resolve_database_url(
+    config: JobgateConfig, cli_value: str | None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The database to use: the CLI's ``--database`` beats ``JOBGATE_DATABASE_URL`` beats the file.
+
+    An empty value counts as unset, so ``JOBGATE_DATABASE_URL=`` in a shell does not select
+    an empty URL. CLI and environment values are taken as given (relative to the working
+    directory), since the person typing them is in that directory, not the config's.
+    """
+    env = os.environ if environ is None else environ
+    for value in (cli_value, env.get(DATABASE_ENV)):
+        if value:
+            return value
+    return config.database
+
+
+def build_config(document: Any, *, base_dir: Path, path: Path | None) -> JobgateConfig:
+    """Validate a parsed document; ``base_dir`` anchors relative paths. Pure but for ``Path`` joins."""
+    r = Reader(str(path) if path is not None else str(base_dir / CONFIG_FILENAME), ConfigurationError)
+    doc = r.mapping(document, "")
+    r.only_keys(doc, "", _TOP_KEYS)
+
+    def opt(key: str) -> Any:
+        return doc.get(key)
+
+    database = _database(r, opt("database"), base_dir)
+    data_dir = base_dir / "data"
+    if opt("data_dir") is not None:
+        data_dir = base_dir / r.string(opt("data_dir"), "data_dir")
+    folders = r.strings(opt("definitions"), "definitions") if "definitions" in doc else ["definitions"]
+    definitions = tuple(base_dir / folder for folder in folders)
+    runners = {
+        name: _runner(r, name, spec)
+        for name, spec in _named_entries(r, opt("runners"), "runners").items()
+    }
+    default_runner = None
+    if opt("default_runner") is not None:
+        default_runner = r.known(opt("default_runner"), "default_runner", "runner", runners)
+    targets = {
+        meid: _target(r, meid, spec, runners)
+        for meid, spec in _named_entries(r, opt("targets"), "targets").items()
+    }
+    profiles: dict[str, dict[str, Any]] = {DEFAULT_PROFILE: {}}
+    for name, values in _named_entries(r, opt("profiles"), "profiles").items():
+        profiles[name] = {} if values is None else r.mapping(values, join("profiles", name))
+    queues = {
+        name: _queue(r, name, spec)
+        for name, spec in _named_entries(r, opt("queues"), "queues").items()
+    }
+    events_doc = r.mapping(_or_empty(opt("events")), "events")
+    r.only_keys(events_doc, "events", ("jsonl_path", "log"))
+    jsonl: Path | None = data_dir / "events.jsonl"
+    if "jsonl_path" in events_doc:
+        raw = events_doc["jsonl_path"]
+        jsonl = None if raw is None else base_dir / r.string(raw, "events.jsonl_path")
+    log = r.boolean(events_doc["log"], "events.log") if "log" in events_doc else True
+    sqlite_doc = r.mapping(_or_empty(opt("sqlite")), "sqlite")
+    r.only_keys(sqlite_doc, "sqlite", ("synchronous",))
+    synchronous = str(sqlite_doc.get("synchronous", "FULL")).upper()
+    if synchronous not in ("FULL", "NORMAL"):
+        r.fail("sqlite.synchronous", "must be one of: FULL, NORMAL")
+    return JobgateConfig(
+        path=path,
+        base_dir=base_dir,
+        database=database,
+        data_dir=data_dir,
+        definitions=definitions,
+        runners=runners,
+        targets=targets,
+        profiles=profiles,
+        retry_policies=_policies(r, opt("retry_policies"), "retry_policies", BUILTIN_RETRY_POLICIES),
+        timeout_policies=_policies(r, opt("timeout_policies"), "timeout_policies", BUILTIN_TIMEOUT_POLICIES),
+        sla_policies=_policies(r, opt("sla_policies"), "sla_policies", {}),
+        queues=queues,
+        worker=_worker(r, opt("worker")),
+        events=EventSettings(jsonl, log),
+        sqlite=SqliteSettings("FULL" if synchronous == "FULL" else "NORMAL"),
+        default_runner=default_runner,
+    )
+
+
+def _or_empty(value: Any) -> Any:
+    """An absent or ``null`` section is an empty one; any other value is checked by the caller."""
+    return {} if value is None else value
+
+
+def _named_entries(r: Reader, value: Any, key: str) -> dict[str, Any]:
+    """A mapping of name -> entry whose names are identifiers (they appear in field paths)."""
+    entries = r.mapping(value if value is not None else {}, key)
+    for name in entries:
+        r.name(name, join(key, name))
+    return entries
+
+
+def _database(r: Reader, value: Any, base_dir: Path) -> str:
+    if value is None:
+        return f"sqlite:///{(base_dir / 'jobgate.db').as_posix()}"
+    url = r.string(value, "database")
+    scheme = url.split(":", 1)[0]
+    if scheme.startswith("postgresql"):
+        return url
+    if not scheme.startswith("sqlite") or not url.startswith(f"{scheme}://"):
+        r.fail("database", "must be a sqlite:///<file> or postgresql://... URL")
+    rest = url[len(scheme) + 4:] if url.startswith(f"{scheme}:///") else None
+    if rest and not rest.startswith(("/", ":memory:")):
+        file, sep, query = rest.partition("?")
+        return f"{scheme}:///{(base_dir / file).as_posix()}{sep}{query}"
+    return url
+
+
+def _runner(r: Reader, name: str, value: Any) -> RunnerSpec:
+    at = join("runners", name)
+    spec = r.mapping(value, at)
+    r.only_keys(spec, at, _RUNNER_KEYS)
+    binary = r.string(spec.get("binary"), join(at, "binary"))
+    raw_args = r.sequence(spec.get("args", []), join(at, "args"))
+    args = tuple(r.text(arg, join(join(at, "args"), i)) for i, arg in enumerate(raw_args))
+    codes = DEFAULT_NON_RETRYABLE_EXIT_CODES
+    if "non_retryable_exit_codes" in spec:
+        where = join(at, "non_retryable_exit_codes")
+        items = r.sequence(spec["non_retryable_exit_codes"], where)
+        codes = frozenset(r.integer(c, join(where, i), minimum=1, maximum=255) for i, c in enumerate(items))
+    grace = timedelta(seconds=10)
+    if spec.get("stop_grace_seconds") is not None:
+        grace = timedelta(seconds=r.number(spec["stop_grace_seconds"], join(at, "stop_grace_seconds")))
+    artifact = None
+    if spec.get("artifact") is not None:
+        artifact = r.string(spec["artifact"], join(at, "artifact"))
+        if artifact.startswith("/") or ".." in Path(artifact).parts:
+            r.fail(join(at, "artifact"), "must be a path inside the run's work directory (relative, no '..')")
+    env_doc = r.mapping(_or_empty(spec.get("env")), join(at, "env"))
+    env = tuple(
+        sorted(
+            (r.string(k, join(at, "env"), pattern=_ENV_NAME, rule="variable names are letters, digits and _"),
+             r.text(v, join(join(at, "env"), k)))
+            for k, v in env_doc.items()
+        )
+    )
+    return RunnerSpec(name, binary, args, codes, grace, artifact, env)
+
+
+def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec]) -> TargetSpec:
+    at = join("targets", meid)
+    spec = r.mapping(value, at)
+    r.only_keys(spec, at, _TARGET_KEYS)
+    raw_cmi = spec.get("cmi")
+    if raw_cmi is None:
+        r.fail(join(at, "cmi"), "required: the CMI version(s) this target is compatible with")
+    cmis = (r.string(raw_cmi, join(at, "cmi")),) if isinstance(raw_cmi, str) else tuple(
+        r.strings(raw_cmi, join(at, "cmi"), unique=True)
+    )
+    if not cmis:
+        r.fail(join(at, "cmi"), "must name at least one CMI")
+    ways = [key for key in ("handler", "runner", "http") if spec.get(key) is not None]
+    if len(ways) != 1:
+        found = ", ".join(ways) if ways else "none"
+        r.fail(at, f"needs exactly one of handler, runner, http (found: {found})")
+    handler = runner = None
+    http = None
+    if ways[0] == "handler":
+        handler = r.string(spec["handler"], join(at, "handler"), pattern=HANDLER_PATTERN, rule=HANDLER_RULE)
+    elif ways[0] == "runner":
+        runner = r.known(spec["runner"], join(at, "runner"), "runner", runners)
+    else:
+        http = _http(r, spec["http"], join(at, "http"))
+    description = r.text(spec.get("description", ""), join(at, "description"))
+    return TargetSpec(meid, cmis, handler, runner, http, description)
+
+
+def _http(r: Reader, value: Any, at: str) -> HttpTargetSpec:
+    spec = r.mapping(value, at)
+    r.only_keys(spec, at, ("url", "timeout_seconds", "headers"))
+    url = r.string(spec.get("url"), join(at, "url"), pattern=re.compile(r"https?://\S+"),
+                   rule="must be an http:// or https:// URL")
+    timeout = timedelta(seconds=30)
+    if spec.get("timeout_seconds") is not None:
+        timeout = timedelta(seconds=r.number(spec["timeout_seconds"], join(at, "timeout_seconds")))
+    headers_doc = r.mapping(_or_empty(spec.get("headers")), join(at, "headers"))
+    headers = tuple(sorted((str(k), r.text(v, join(join(at, "headers"), k))) for k, v in headers_doc.items()))
+    return HttpTargetSpec(url, timeout, headers)
+
+
+def _queue(r: Reader, name: str, value: Any) -> QueueSettings:
+    at = join("queues", name)
+    spec = r.mapping(value if value is not None else {}, at)
+    r.only_keys(spec, at, ("rate_per_second", "burst"))
+    rate = None
+    if spec.get("rate_per_second") is not None:
+        rate = r.number(spec["rate_per_second"], join(at, "rate_per_second"))
+    burst = 1
+    if spec.get("burst") is not None:
+        if rate is None:
+            r.fail(join(at, "burst"), "only meaningful with rate_per_second")
+        burst = r.integer(spec["burst"], join(at, "burst"), minimum=1)
+    return QueueSettings(name, rate, burst)
+
+
+def _worker(r: Reader, value: Any) -> WorkerSettings:
+    spec = r.mapping(value if value is not None else {}, "worker")
+    r.only_keys(spec, "worker", _WORKER_KEYS)
+    d = WorkerSettings()
+
+    def seconds(key: str, default: timedelta, unit: float = 1.0, positive: bool = True) -> timedelta:
+        if spec.get(key) is None:
+            return default
+        return timedelta(seconds=r.number(spec[key], join("worker", key), positive=positive) * unit)
+
+    def count(key: str, default: int) -> int:
+        return default if spec.get(key) is None else r.integer(spec[key], join("worker", key), minimum=1)
+
+    return WorkerSettings(
+        concurrency=count("concurrency", d.concurrency),
+        lease=seconds("lease_seconds", d.lease),
+        poll_interval=seconds("poll_interval_ms", d.poll_interval, unit=0.001),
+        shutdown_grace=seconds("shutdown_grace_seconds", d.shutdown_grace, positive=False),
+        batch_size=count("batch_size", d.batch_size),
+    )
+
+
+_SLA_KEYS = ("sla_policy_id", "deadline_seconds", "severity", "requires_escalation", "description")
+
+
+def _policies(r: Reader, value: Any, key: str, builtin: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse a list of seed §21-shaped policies and lay them over the built-in ones of that kind.
+
+    A configured policy with a built-in id replaces it (the operator owns this host's rules);
+    the same id twice in the file is refused, since one of them would be silently lost.
+    """
+    items = r.sequence(value if value is not None else [], key)
+    out = dict(builtin)
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        at = join(key, index)
+        data = r.mapping(item, at)
+        try:
+            if key == "retry_policies":
+                policy: Any = RetryPolicy.from_dict(data, source=r.source)
+                policy_id = policy.retry_policy_id
+            elif key == "timeout_policies":
+                policy = TimeoutPolicy.from_dict(data, source=r.source)
+                policy_id = policy.timeout_policy_id
+            else:
+                r.only_keys(data, at, _SLA_KEYS)
+                policy = SlaPolicy.from_dict(data, source=r.source)
+                policy_id = policy.sla_policy_id
+        except ConfigurationError:
+            raise
+        except ValidationError as exc:
+            field_path = join(at, exc.field) if exc.field else at
+            raise ConfigurationError(exc.message, field=field_path, source=r.source) from None
+        if policy_id in seen:
+            first = join(key, seen[policy_id])
+            r.fail(join(at, _policy_id_key(key)), f"duplicate id {policy_id!r} (first defined at {first})")
+        seen[policy_id] = index
+        out[policy_id] = policy
+    return out
+
+
+def _policy_id_key(key: str) -> str:
+    return {"retry_policies": "retry_policy_id", "timeout_policies": "timeout_policy_id"}.get(
+        key, "sla_policy_id"
+    )

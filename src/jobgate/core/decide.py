@@ -1,0 +1,98 @@
+"""What happens to a run after an attempt ends: a pure function of the outcome, the policy,
+the run's attempt count and the time.
+
+A worker reports one of a closed set of outcomes; it never picks the next status itself.
+The same function decides for a live worker, for the rescuer that finds an expired lease
+and for a replay, so all three agree by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from jobgate.core.models import DeadLetterReason
+from jobgate.core.policies import RetryPolicy, RetryStrategy
+from jobgate.core.retry import retry_delay
+from jobgate.core.states import RunStatus, TransitionReason
+
+
+class OutcomeKind(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRYABLE_FAILURE = "retryable_failure"
+    NON_RETRYABLE_FAILURE = "non_retryable_failure"
+    EXECUTION_TIMEOUT = "execution_timeout"
+    LEASE_EXPIRED = "lease_expired"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    to_status: RunStatus
+    reason: TransitionReason
+    next_retry_at: datetime | None = None
+    dead_letter_reason: DeadLetterReason | None = None
+    requires_manual_review: bool = False
+
+
+def decide(
+    outcome: Outcome,
+    policy: RetryPolicy,
+    *,
+    idempotency_key: str,
+    attempt: int,
+    max_attempts: int,
+    now: datetime,
+) -> Decision:
+    """Map the outcome of attempt ``attempt`` to the run's next status.
+
+    ``max_attempts`` is the run's own (bound when it was created, so changing a policy does
+    not change runs already made); ``policy`` supplies the strategy and the delays.
+    """
+    kind = outcome.kind
+    if kind is OutcomeKind.SUCCEEDED:
+        return Decision(RunStatus.COMPLETED, TransitionReason.SUCCEEDED)
+    if kind is OutcomeKind.STOPPED:
+        return Decision(RunStatus.CANCELLED, TransitionReason.STOPPED_BY_USER)
+    if kind is OutcomeKind.NON_RETRYABLE_FAILURE:
+        if policy.dead_letter_non_retryable:
+            return Decision(
+                RunStatus.DEAD_LETTERED,
+                TransitionReason.FAILED_NON_RETRYABLE,
+                dead_letter_reason=DeadLetterReason.NON_RETRYABLE_VALIDATION_FAILURE,
+                requires_manual_review=policy.escalate_on_final_failure,
+            )
+        return Decision(RunStatus.FAILED, TransitionReason.FAILED_NON_RETRYABLE)
+
+    # Retryable: a failure, an execution timeout, or a worker that vanished mid-attempt.
+    if attempt < max_attempts and policy.strategy is not RetryStrategy.NONE:
+        reason = {
+            OutcomeKind.EXECUTION_TIMEOUT: TransitionReason.EXECUTION_TIMEOUT,
+            OutcomeKind.LEASE_EXPIRED: TransitionReason.LEASE_EXPIRED,
+        }.get(kind, TransitionReason.RETRY_SCHEDULED)
+        return Decision(
+            RunStatus.RETRY_WAIT, reason, next_retry_at=now + retry_delay(policy, idempotency_key, attempt)
+        )
+    return exhausted(policy)
+
+
+def exhausted(policy: RetryPolicy) -> Decision:
+    """The final failure: escalate for review, dead-letter, or fail, as the policy says."""
+    if policy.strategy is RetryStrategy.MANUAL_REVIEW_AFTER_N:
+        return Decision(RunStatus.ESCALATED, TransitionReason.ESCALATED_FOR_REVIEW, requires_manual_review=True)
+    if policy.strategy is RetryStrategy.DEAD_LETTER_AFTER_N or policy.dead_letter_after_max_attempts:
+        return Decision(
+            RunStatus.DEAD_LETTERED,
+            TransitionReason.RETRIES_EXHAUSTED,
+            dead_letter_reason=DeadLetterReason.MAXIMUM_RETRIES_EXCEEDED,
+            requires_manual_review=policy.escalate_on_final_failure,
+        )
+    return Decision(RunStatus.FAILED, TransitionReason.RETRIES_EXHAUSTED)

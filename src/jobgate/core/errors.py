@@ -1,0 +1,69 @@
+"""The error hierarchy. Every refusal names the thing that was refused and the rule.
+
+Faces (CLI, API) turn these into one clear line or one JSON error shape; they never need to
+parse messages, because the code, field and source are attributes.
+"""
+
+from __future__ import annotations
+
+
+class JobgateError(Exception):
+    """Base class: ``code`` is stable and machine-readable, the message is for people."""
+
+    code = "jobgate_error"
+
+    def __init__(self, message: str, *, field: str | None = None, source: str | None = None) -> None:
+        self.message = message
+        self.field = field
+        self.source = source
+        parts = [p for p in (source, field) if p]
+        super().__init__(f"{': '.join(parts)}: {message}" if parts else message)
+
+
+class ValidationError(JobgateError):
+    """Bad input: a definition, a parameter, a configuration key."""
+
+    code = "validation_error"
+
+
+class ConfigurationError(ValidationError):
+    code = "configuration_error"
+
+
+class NotFoundError(JobgateError):
+    code = "not_found"
+
+
+class ConflictError(JobgateError):
+    """The request is valid but the current state forbids it (wrong state, key reuse)."""
+
+    code = "conflict"
+
+
+class IllegalTransitionError(ConflictError):
+    code = "illegal_transition"
+
+
+class LeaseLostError(ConflictError):
+    """A worker wrote with a fencing token that is no longer current: its lease was taken over."""
+
+    code = "lease_lost"
+
+
+class NonRetryableError(Exception):
+    """Raised by a job handler to say: retrying cannot help (bad input, refused by the target).
+
+    ``error_code`` is recorded on the run and in the dead letter.
+    """
+
+    def __init__(self, message: str, *, error_code: str = "NON_RETRYABLE") -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class RetryableError(Exception):
+    """Raised by a job handler to name the error code of a failure worth retrying."""
+
+    def __init__(self, message: str, *, error_code: str = "RETRYABLE") -> None:
+        super().__init__(message)
+        self.error_code = error_code

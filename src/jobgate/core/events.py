@@ -1,0 +1,137 @@
+"""Every event jobgate emits, built here and nowhere else (seed 000 §23, §27, §45-47).
+
+Builders are pure: they take the run and the instant and return the payload that goes into
+the transactional outbox with the transition that caused it. The outbox delivers them at
+least once, in order per run; consumers de-duplicate by ``event_id``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.models import DeadLetter, JobRun
+
+ENGINE_CMI = "vera.TG-SCHED.ENGINE.ORCHESTRATOR.1_0_0"
+EVENT_PREFIX = "trustgate.scheduler."
+
+
+class EventType(StrEnum):
+    JOB_STARTED = "job_started"
+    JOB_COMPLETED = "job_completed"
+    JOB_FAILED = "job_failed"
+    JOB_RETRIED = "job_retried"
+    JOB_DEAD_LETTERED = "job_dead_lettered"
+    JOB_CANCELLED = "job_cancelled"
+    JOB_ESCALATED = "job_escalated"
+    JOB_REQUEUED = "job_requeued"
+    JOB_STOP_REQUESTED = "job_stop_requested"
+
+    @property
+    def qualified(self) -> str:
+        """The seed's dotted name; dead letters keep the seed's spelling ``dead_lettered``."""
+        if self is EventType.JOB_DEAD_LETTERED:
+            return EVENT_PREFIX + "dead_lettered"
+        return EVENT_PREFIX + self.value
+
+
+Event = tuple[EventType, dict[str, Any]]
+
+
+def _base(kind: EventType, run: JobRun) -> dict[str, Any]:
+    return {
+        "event_type": kind.qualified,
+        "job_run_id": run.job_run_id,
+        "job_class": run.job_class.value,
+        "job_definition_id": run.job_definition_id,
+        "tenant_id": run.tenant_id,
+        "idempotency_key": run.idempotency_key,
+    }
+
+
+def job_started(run: JobRun, attempt: int, now: datetime) -> Event:
+    body = _base(EventType.JOB_STARTED, run)
+    body.update(
+        engine_cmi=ENGINE_CMI,
+        config_snapshot_id=run.config_snapshot_id,
+        attempt=attempt,
+        started_at=isoformat_utc(now),
+    )
+    return EventType.JOB_STARTED, body
+
+
+def job_completed(run: JobRun, result: dict[str, Any] | None, started_at: datetime, now: datetime) -> Event:
+    body = _base(EventType.JOB_COMPLETED, run)
+    body.update(
+        result=result or {},
+        attempt=run.attempt,
+        duration_ms=int((now - started_at).total_seconds() * 1000),
+        completed_at=isoformat_utc(now),
+    )
+    return EventType.JOB_COMPLETED, body
+
+
+def job_failed(
+    run: JobRun, *, error_code: str | None, retryable: bool, next_retry_at: datetime | None, now: datetime
+) -> Event:
+    body = _base(EventType.JOB_FAILED, run)
+    body.update(
+        error_code=error_code,
+        retryable=retryable,
+        attempt=run.attempt,
+        next_retry_at=None if next_retry_at is None else isoformat_utc(next_retry_at),
+        failed_at=isoformat_utc(now),
+    )
+    return EventType.JOB_FAILED, body
+
+
+def job_retried(run: JobRun, *, next_retry_at: datetime, reason: str, now: datetime) -> Event:
+    body = _base(EventType.JOB_RETRIED, run)
+    body.update(
+        attempt=run.attempt,
+        next_attempt=run.attempt + 1,
+        reason=reason,
+        next_retry_at=isoformat_utc(next_retry_at),
+        retried_at=isoformat_utc(now),
+    )
+    return EventType.JOB_RETRIED, body
+
+
+def job_dead_lettered(run: JobRun, dead_letter: DeadLetter) -> Event:
+    body = _base(EventType.JOB_DEAD_LETTERED, run)
+    body.update(
+        dead_letter_id=dead_letter.dead_letter_id,
+        reason=dead_letter.reason.value,
+        last_error_code=dead_letter.last_error_code,
+        attempts=dead_letter.attempts,
+        requires_manual_review=dead_letter.requires_manual_review,
+        created_at=isoformat_utc(dead_letter.created_at),
+    )
+    return EventType.JOB_DEAD_LETTERED, body
+
+
+def job_cancelled(run: JobRun, *, actor: str, reason: str | None, now: datetime) -> Event:
+    body = _base(EventType.JOB_CANCELLED, run)
+    body.update(requested_by=actor, reason=reason, cancelled_at=isoformat_utc(now))
+    return EventType.JOB_CANCELLED, body
+
+
+def job_escalated(run: JobRun, *, error_code: str | None, now: datetime) -> Event:
+    body = _base(EventType.JOB_ESCALATED, run)
+    body.update(error_code=error_code, attempts=run.attempt, requires_manual_review=True,
+                escalated_at=isoformat_utc(now))
+    return EventType.JOB_ESCALATED, body
+
+
+def job_requeued(run: JobRun, *, actor: str, now: datetime) -> Event:
+    body = _base(EventType.JOB_REQUEUED, run)
+    body.update(requested_by=actor, attempt=run.attempt, requeued_at=isoformat_utc(now))
+    return EventType.JOB_REQUEUED, body
+
+
+def job_stop_requested(run: JobRun, *, actor: str, reason: str | None, now: datetime) -> Event:
+    body = _base(EventType.JOB_STOP_REQUESTED, run)
+    body.update(requested_by=actor, reason=reason, attempt=run.attempt, requested_at=isoformat_utc(now))
+    return EventType.JOB_STOP_REQUESTED, body

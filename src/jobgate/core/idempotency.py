@@ -1,0 +1,50 @@
+"""Idempotency keys and the run ids derived from them (seed 000 §24).
+
+``IdempotencyKey = SHA256(JobDefinitionId || TriggerId || Scope || ConfigDigest || ExecutionWindow)``
+over a canonical encoding. What "trigger id" means depends on the trigger: the source event
+id for events (a redelivered event finds the same run), the authorised request id for manual
+runs, the window for batch and scheduled fires. The run id is derived from the key, so "one
+run per key" is a primary-key fact in the database, not a promise of the code.
+"""
+
+from __future__ import annotations
+
+from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.core.models import JsonObject, Trigger, TriggerType
+
+RUN_ID_PREFIX = "TGJOBRUN-"
+
+
+def trigger_identity(trigger: Trigger) -> str:
+    """The part of the trigger that makes two deliveries "the same request"."""
+    if trigger.trigger_type in (TriggerType.EVENT, TriggerType.QUEUE) and trigger.source_event_id:
+        return f"event:{trigger.source_event_id}"
+    if trigger.trigger_type is TriggerType.MANUAL and trigger.request_id:
+        return f"request:{trigger.request_id}"
+    return f"trigger:{trigger.trigger_id}"
+
+
+def idempotency_key(
+    *,
+    job_definition_id: str,
+    trigger: Trigger,
+    scope: JsonObject,
+    config_digest: str,
+) -> str:
+    window = None
+    if trigger.window is not None:
+        window = [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)]
+    return digest(
+        {
+            "job_definition_id": job_definition_id,
+            "trigger": trigger_identity(trigger),
+            "scope": scope,
+            "config_digest": config_digest,
+            "execution_window": window,
+        }
+    )
+
+
+def run_id_for(key: str) -> str:
+    """``TGJOBRUN-`` and the first 128 bits of the key: unique in practice, short in a table."""
+    return RUN_ID_PREFIX + key.removeprefix("sha256:")[:32]

@@ -1,0 +1,325 @@
+"""The nouns of jobgate, each named once and frozen where identity must not change.
+
+Field names follow the seed (seed 000 §12-§13, §17-§18, §26) so records read the same in
+the database, the events and the documents auditors already hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from jobgate.core.states import RunStatus
+
+JsonObject = dict[str, Any]
+
+DEFAULT_TENANT = "default"
+DEFAULT_QUEUE = "default"
+
+
+class Priority(StrEnum):
+    """Execution order (seed 000 §19). Priority never bypasses safety, tenancy or config rules."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+    BACKGROUND = "background"
+
+    @property
+    def rank(self) -> int:
+        """Lower rank is claimed first; stored on the run so the claim index can order by it."""
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {p: i for i, p in enumerate(Priority)}
+
+
+class JobClass(StrEnum):
+    """The canonical job classes (seed 000 §7)."""
+
+    REPLAY_JOB = "REPLAY_JOB"
+    DAL_ANCHOR_JOB = "DAL_ANCHOR_JOB"
+    FEDERATION_SYNC_JOB = "FEDERATION_SYNC_JOB"
+    QUARANTINE_SLA_JOB = "QUARANTINE_SLA_JOB"
+    AI_FEEDBACK_JOB = "AI_FEEDBACK_JOB"
+    AII_TELEMETRY_JOB = "AII_TELEMETRY_JOB"
+    AUDIT_INTEGRITY_JOB = "AUDIT_INTEGRITY_JOB"
+    CONFIG_REFRESH_JOB = "CONFIG_REFRESH_JOB"
+    POLICY_REFRESH_JOB = "POLICY_REFRESH_JOB"
+    OBSERVABILITY_JOB = "OBSERVABILITY_JOB"
+    MAINTENANCE_JOB = "MAINTENANCE_JOB"
+    SAFE_MODE_JOB = "SAFE_MODE_JOB"
+
+
+class TriggerType(StrEnum):
+    """What asks for a run (seed 000 §6, §17)."""
+
+    CRON = "cron"
+    INTERVAL = "interval"
+    EVENT = "event"
+    QUEUE = "queue"
+    MANUAL = "manual"
+    POLICY = "policy"
+    ALERT = "alert"
+    CONFIGURATION = "configuration"
+    SAFE_MODE = "safe_mode"
+    BACKFILL = "backfill"
+    BATCH_WINDOW = "batch_window"
+    ADAPTIVE = "adaptive"
+
+
+class DefinitionStatus(StrEnum):
+    """Lifecycle of a definition. Kept out of the digest: suspending is not a content change."""
+
+    DRAFT = "draft"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    RETIRED = "retired"
+
+
+class DeadLetterReason(StrEnum):
+    """Why a run could not safely complete (seed 000 §26, plus the queue timeout of §22)."""
+
+    MAXIMUM_RETRIES_EXCEEDED = "maximum_retries_exceeded"
+    INVALID_CONFIGURATION = "invalid_configuration"
+    MISSING_DEPENDENCY = "missing_dependency"
+    NON_RETRYABLE_VALIDATION_FAILURE = "non_retryable_validation_failure"
+    REPEATED_DAL_SUBMISSION_FAILURE = "repeated_dal_submission_failure"
+    SIGNATURE_VERIFICATION_FAILURE = "signature_verification_failure"
+    IMPOSSIBLE_FEDERATION_TARGET = "impossible_federation_target"
+    AUDIT_WRITE_FAILURE = "audit_write_failure"
+    UNSAFE_STATE_TRANSITION = "unsafe_state_transition"
+    OPERATOR_CANCELLATION = "operator_cancellation"
+    QUEUE_TIMEOUT_EXCEEDED = "queue_timeout_exceeded"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """A declared parameter (seed 004 ``params``): values are checked before anything runs."""
+
+    name: str
+    required: bool = False
+    pattern: str | None = None
+    default: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How a definition executes, resolved from its target, handler or runner.
+
+    ``kind`` is ``python`` (``handler`` = ``module:function``), ``command`` (``runner`` names an
+    entry of the runners registry) or ``http`` (``target`` names an entry of the target registry
+    whose URL lives in configuration, never in a request).
+    """
+
+    kind: str
+    handler: str | None = None
+    runner: str | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class JobDefinition:
+    """One immutable version of what can run (seed 000 §12).
+
+    ``content`` is the canonical document the digest is computed over; the typed fields are
+    read from it. ``status`` is lifecycle and lives outside the digest.
+    """
+
+    job_definition_id: str
+    version: int
+    digest: str
+    content: JsonObject
+    job_code: str
+    job_class: JobClass
+    canonical_name: str
+    trigger_type: TriggerType
+    priority: Priority
+    retry_policy: str
+    timeout_policy: str | None
+    sla_policy: str | None
+    config_profile: str
+    executor: ExecutorSpec
+    params: tuple[ParamSpec, ...] = ()
+    queue: str = DEFAULT_QUEUE
+    tenant_id: str = DEFAULT_TENANT
+    status: DefinitionStatus = DefinitionStatus.ACTIVE
+    concurrency_limit: int | None = None
+    rate_limit_per_second: float | None = None
+    audit_required: bool = False
+    dal_anchor_required: bool = False
+    target_engine_meid: str | None = None
+    target_engine_cmi: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Tenant, environment, region and domain keys (e.g. ``eco_number``) a run is scoped to."""
+
+    tenant_id: str = DEFAULT_TENANT
+    environment: str | None = None
+    region: str | None = None
+    keys: tuple[tuple[str, str], ...] = ()
+
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {"tenant_id": self.tenant_id}
+        if self.environment is not None:
+            out["environment"] = self.environment
+        if self.region is not None:
+            out["region"] = self.region
+        out.update(dict(self.keys))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: JsonObject | None) -> Scope:
+        data = dict(data or {})
+        tenant = str(data.pop("tenant_id", DEFAULT_TENANT))
+        environment = data.pop("environment", None)
+        region = data.pop("region", None)
+        keys = tuple(sorted((str(k), str(v)) for k, v in data.items()))
+        return cls(tenant, environment and str(environment), region and str(region), keys)
+
+
+@dataclass(frozen=True)
+class ExecutionWindow:
+    """A half-open interval ``[start, end)`` a batch run covers (seed 000 §30-31)."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What asked for a run (seed 000 §17-18): type, source identity, policy context, payload.
+
+    ``trigger_id`` identifies this request; ``source_event_id`` (events) and ``request_id``
+    (manual) enter the idempotency key so a duplicate delivery finds the same run.
+    """
+
+    trigger_id: str
+    trigger_type: TriggerType
+    requested_by: str | None = None
+    reason: str | None = None
+    source_event_id: str | None = None
+    request_id: str | None = None
+    event_type: str | None = None
+    source_engine_meid: str | None = None
+    source_engine_cmi: str | None = None
+    window: ExecutionWindow | None = None
+    policy_context: JsonObject = field(default_factory=dict)
+    payload: JsonObject = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ConfigSnapshot:
+    """An immutable, digested copy of the configuration a run is bound to (seed 000 §4)."""
+
+    config_snapshot_id: str
+    config_digest: str
+    profile: str
+    content: JsonObject
+    tenant_id: str = DEFAULT_TENANT
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One concrete execution (seed 000 §13). Retries are further attempts of the same run."""
+
+    job_run_id: str
+    tenant_id: str
+    job_definition_id: str
+    definition_version: int
+    definition_digest: str
+    job_class: JobClass
+    trigger_id: str
+    trigger_type: TriggerType
+    idempotency_key: str
+    config_snapshot_id: str
+    config_digest: str
+    status: RunStatus
+    attempt: int
+    max_attempts: int
+    priority: Priority
+    queue: str
+    retry_policy: str
+    params: JsonObject
+    scope: JsonObject
+    created_at: datetime
+    due_at: datetime
+    workflow_run_id: str | None = None
+    requested_by: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    next_retry_at: datetime | None = None
+    queue_deadline_at: datetime | None = None
+    execution_timeout: timedelta | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    result: JsonObject | None = None
+    result_ref: str | None = None
+    lease_owner: str | None = None
+    lease_token: int = 0
+    lease_expires_at: datetime | None = None
+    stop_requested: bool = False
+    artifact_path: str | None = None
+    artifact_sha256: str | None = None
+    artifact_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One persisted state change of a run, with who caused it and why."""
+
+    job_run_id: str
+    from_status: RunStatus | None
+    to_status: RunStatus
+    attempt: int
+    reason: str
+    actor: str
+    at: datetime
+    detail: JsonObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    job_run_id: str
+    attempt: int
+    worker_id: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A run that cannot safely complete and what review it needs (seed 000 §26-27)."""
+
+    dead_letter_id: str
+    job_run_id: str
+    tenant_id: str
+    job_class: JobClass
+    reason: DeadLetterReason
+    last_error_code: str | None
+    attempts: int
+    requires_manual_review: bool
+    created_at: datetime
+    resolved_at: datetime | None = None
+    resolution: str | None = None
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    event_id: int
+    job_run_id: str | None
+    tenant_id: str
+    event_type: str
+    payload: JsonObject
+    created_at: datetime

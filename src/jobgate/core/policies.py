@@ -1,0 +1,173 @@
+"""Named, versioned retry, timeout and SLA policies (seed 000 §20-§22).
+
+A definition refers to a policy by id (``standard_exponential_backoff_v1``). Policies are
+values: the run records the id, and a replay resolves the same id to the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+from jobgate.core.errors import ValidationError
+
+
+class RetryStrategy(StrEnum):
+    NONE = "none"
+    FIXED_DELAY = "fixed_delay"
+    EXPONENTIAL_BACKOFF = "exponential_backoff"
+    EXPONENTIAL_BACKOFF_JITTER = "exponential_backoff_jitter"
+    DEAD_LETTER_AFTER_N = "dead_letter_after_n"
+    MANUAL_REVIEW_AFTER_N = "manual_review_after_n"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Seed 000 §21. ``max_attempts`` counts every attempt, the first included."""
+
+    retry_policy_id: str
+    strategy: RetryStrategy
+    max_attempts: int
+    initial_delay: timedelta = timedelta(seconds=30)
+    max_delay: timedelta = timedelta(minutes=30)
+    jitter: bool = False
+    dead_letter_after_max_attempts: bool = True
+    escalate_on_final_failure: bool = False
+    dead_letter_non_retryable: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"retry policy {self.retry_policy_id}"
+        if self.max_attempts < 1:
+            raise ValidationError("must be at least 1", field="max_attempts", source=where)
+        if self.strategy is RetryStrategy.NONE and self.max_attempts != 1:
+            raise ValidationError("strategy 'none' allows exactly 1 attempt", field="max_attempts", source=where)
+        if self.initial_delay < timedelta(0):
+            raise ValidationError("must not be negative", field="initial_delay_seconds", source=where)
+        if self.max_delay < self.initial_delay:
+            raise ValidationError("must be >= initial_delay_seconds", field="max_delay_seconds", source=where)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "retry policy") -> RetryPolicy:
+        """Build from the seed §21 JSON shape, naming the field on any error."""
+        known = {
+            "retry_policy_id", "strategy", "max_attempts", "initial_delay_seconds", "max_delay_seconds",
+            "jitter", "dead_letter_after_max_attempts", "escalate_on_final_failure",
+            "dead_letter_non_retryable", "description",
+        }
+        for key in data:
+            if key not in known:
+                raise ValidationError("unknown field", field=key, source=source)
+        policy_id = data.get("retry_policy_id")
+        if not isinstance(policy_id, str) or not policy_id:
+            raise ValidationError("required, a non-empty string", field="retry_policy_id", source=source)
+        try:
+            strategy = RetryStrategy(data.get("strategy"))
+        except ValueError:
+            allowed = ", ".join(s.value for s in RetryStrategy)
+            raise ValidationError(f"must be one of: {allowed}", field="strategy", source=source) from None
+        def number(name: str, default: float) -> float:
+            value = data.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValidationError("must be a non-negative number", field=name, source=source)
+            return float(value)
+        def flag(name: str, default: bool) -> bool:
+            value = data.get(name, default)
+            if not isinstance(value, bool):
+                raise ValidationError("must be true or false", field=name, source=source)
+            return value
+        max_attempts = data.get("max_attempts", 1 if strategy is RetryStrategy.NONE else 3)
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+            raise ValidationError("must be an integer", field="max_attempts", source=source)
+        return cls(
+            retry_policy_id=policy_id,
+            strategy=strategy,
+            max_attempts=max_attempts,
+            initial_delay=timedelta(seconds=number("initial_delay_seconds", 30)),
+            max_delay=timedelta(seconds=number("max_delay_seconds", 1800)),
+            jitter=flag("jitter", strategy is RetryStrategy.EXPONENTIAL_BACKOFF_JITTER),
+            dead_letter_after_max_attempts=flag("dead_letter_after_max_attempts", True),
+            escalate_on_final_failure=flag("escalate_on_final_failure", False),
+            dead_letter_non_retryable=flag("dead_letter_non_retryable", True),
+        )
+
+
+@dataclass(frozen=True)
+class TimeoutPolicy:
+    """Execution timeout (how long one attempt may run) and queue timeout (how long a run may
+    wait for a worker before it is dead-lettered)."""
+
+    timeout_policy_id: str
+    execution_timeout: timedelta | None = None
+    queue_timeout: timedelta | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "timeout policy") -> TimeoutPolicy:
+        policy_id = data.get("timeout_policy_id")
+        if not isinstance(policy_id, str) or not policy_id:
+            raise ValidationError("required, a non-empty string", field="timeout_policy_id", source=source)
+        def seconds(name: str) -> timedelta | None:
+            value = data.get(name)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValidationError("must be a positive number of seconds", field=name, source=source)
+            return timedelta(seconds=float(value))
+        for key in data:
+            if key not in {"timeout_policy_id", "execution_timeout_seconds", "queue_timeout_seconds", "description"}:
+                raise ValidationError("unknown field", field=key, source=source)
+        return cls(policy_id, seconds("execution_timeout_seconds"), seconds("queue_timeout_seconds"))
+
+
+@dataclass(frozen=True)
+class SlaPolicy:
+    """A business deadline for a run; monitored by the SLA monitor."""
+
+    sla_policy_id: str
+    deadline: timedelta
+    severity: str = "warning"
+    requires_escalation: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "sla policy") -> SlaPolicy:
+        policy_id = data.get("sla_policy_id")
+        if not isinstance(policy_id, str) or not policy_id:
+            raise ValidationError("required, a non-empty string", field="sla_policy_id", source=source)
+        deadline = data.get("deadline_seconds")
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
+            raise ValidationError("must be a positive number of seconds", field="deadline_seconds", source=source)
+        severity = data.get("severity", "warning")
+        if severity not in {"info", "warning", "critical"}:
+            raise ValidationError("must be info, warning or critical", field="severity", source=source)
+        escalation = data.get("requires_escalation", False)
+        if not isinstance(escalation, bool):
+            raise ValidationError("must be true or false", field="requires_escalation", source=source)
+        return cls(policy_id, timedelta(seconds=float(deadline)), severity, escalation)
+
+
+BUILTIN_RETRY_POLICIES: dict[str, RetryPolicy] = {
+    p.retry_policy_id: p
+    for p in (
+        RetryPolicy("no_retry_v1", RetryStrategy.NONE, 1, timedelta(0), timedelta(0)),
+        RetryPolicy("fixed_delay_v1", RetryStrategy.FIXED_DELAY, 3, timedelta(seconds=10), timedelta(seconds=10)),
+        # The seed §21 example, verbatim.
+        RetryPolicy(
+            "standard_exponential_backoff_v1",
+            RetryStrategy.EXPONENTIAL_BACKOFF_JITTER,
+            5,
+            timedelta(seconds=30),
+            timedelta(seconds=1800),
+            jitter=True,
+            dead_letter_after_max_attempts=True,
+            escalate_on_final_failure=True,
+        ),
+        RetryPolicy(
+            "manual_review_v1", RetryStrategy.MANUAL_REVIEW_AFTER_N, 3, timedelta(seconds=60), timedelta(seconds=600)
+        ),
+    )
+}
+
+BUILTIN_TIMEOUT_POLICIES: dict[str, TimeoutPolicy] = {
+    "default_timeout_v1": TimeoutPolicy("default_timeout_v1", timedelta(hours=1), None),
+}

@@ -1,0 +1,25 @@
+"""Rate limits as a generic cell rate algorithm (GCRA): one timestamp of state per key.
+
+A limit of ``rate`` runs per second with a burst of ``burst`` admits a run when the key's
+theoretical arrival time (TAT) is at most ``burst / rate`` ahead of now. Admitting ``n`` runs
+advances the TAT by ``n / rate``. The state is one row per key, updated in the claim
+transaction, so the limit holds for every worker that shares the database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+
+def admit(tat: datetime | None, now: datetime, *, rate: float, burst: int, wanted: int) -> tuple[int, datetime]:
+    """How many of ``wanted`` runs may start now, and the key's new TAT."""
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    interval = timedelta(seconds=1 / rate)
+    tat = max(tat or now, now)
+    allowance = now + interval * max(burst, 1)
+    admitted = 0
+    while admitted < wanted and tat + interval <= allowance:
+        tat += interval
+        admitted += 1
+    return admitted, tat

@@ -1,0 +1,71 @@
+"""Building a new run from a resolved definition, trigger, scope and snapshot (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from jobgate.core.idempotency import idempotency_key, run_id_for
+from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun, JsonObject, Transition, Trigger
+from jobgate.core.policies import RetryPolicy, TimeoutPolicy
+from jobgate.core.states import RunStatus, TransitionReason
+
+
+def new_run(
+    definition: JobDefinition,
+    trigger: Trigger,
+    scope: JsonObject,
+    snapshot: ConfigSnapshot,
+    params: dict[str, str],
+    retry: RetryPolicy,
+    timeout: TimeoutPolicy | None,
+    *,
+    now: datetime,
+    due_at: datetime | None = None,
+    actor: str,
+) -> tuple[JobRun, tuple[Transition, ...]]:
+    """The run a trigger maps to, admitted straight to SCHEDULED, and its two first transitions.
+
+    The run id is a function of the idempotency key, so building the same run twice gives the
+    same id and the store's primary key turns the second insert into a no-op.
+    """
+    key = idempotency_key(
+        job_definition_id=definition.job_definition_id, trigger=trigger, scope=scope,
+        config_digest=snapshot.config_digest,
+    )
+    run_id = run_id_for(key)
+    due = due_at or now
+    queue_deadline = None
+    if timeout is not None and timeout.queue_timeout is not None:
+        queue_deadline = due + timeout.queue_timeout
+    run = JobRun(
+        job_run_id=run_id,
+        tenant_id=str(scope.get("tenant_id", definition.tenant_id)),
+        job_definition_id=definition.job_definition_id,
+        definition_version=definition.version,
+        definition_digest=definition.digest,
+        job_class=definition.job_class,
+        trigger_id=trigger.trigger_id,
+        trigger_type=trigger.trigger_type,
+        idempotency_key=key,
+        config_snapshot_id=snapshot.config_snapshot_id,
+        config_digest=snapshot.config_digest,
+        status=RunStatus.SCHEDULED,
+        attempt=0,
+        max_attempts=retry.max_attempts,
+        priority=definition.priority,
+        queue=definition.queue,
+        retry_policy=retry.retry_policy_id,
+        params=dict(params),
+        scope=dict(scope),
+        created_at=now,
+        due_at=due,
+        requested_by=trigger.requested_by,
+        queue_deadline_at=queue_deadline,
+        execution_timeout=None if timeout is None else timeout.execution_timeout,
+    )
+    transitions = (
+        Transition(run_id, None, RunStatus.CREATED, 0, TransitionReason.CREATED.value, actor, now,
+                   {"trigger_type": trigger.trigger_type.value}),
+        Transition(run_id, RunStatus.CREATED, RunStatus.SCHEDULED, 0, TransitionReason.ADMITTED.value, actor, now),
+    )
+    return run, transitions

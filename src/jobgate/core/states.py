@@ -1,0 +1,94 @@
+"""The one run state machine (seed 000 §14).
+
+One enum, one table of allowed transitions, one function that checks them. Every transition
+carries a named reason, so "retry after failure" and "recovered after lease expiry" stay
+distinct in the record. The database mirrors the status set with a CHECK constraint, and the
+store applies every change as a compare-and-set on the expected status.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from jobgate.core.errors import IllegalTransitionError
+
+
+class RunStatus(StrEnum):
+    CREATED = "CREATED"
+    SCHEDULED = "SCHEDULED"
+    DISPATCHED = "DISPATCHED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    RETRY_WAIT = "RETRY_WAIT"
+    FAILED = "FAILED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    CANCELLED = "CANCELLED"
+    ESCALATED = "ESCALATED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def is_pending(self) -> bool:
+        """Waiting for a worker: may be cancelled, may not be stopped."""
+        return self in PENDING
+
+
+class TransitionReason(StrEnum):
+    CREATED = "created"
+    ADMITTED = "admitted"
+    CLAIMED = "claimed"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    RETRY_SCHEDULED = "retry_scheduled"
+    FAILED_NON_RETRYABLE = "failed_non_retryable"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    ESCALATED_FOR_REVIEW = "escalated_for_review"
+    EXECUTION_TIMEOUT = "execution_timeout"
+    QUEUE_TIMEOUT = "queue_timeout"
+    LEASE_EXPIRED = "lease_expired"
+    RELEASED_ON_SHUTDOWN = "released_on_shutdown"
+    CANCELLED_BY_USER = "cancelled_by_user"
+    STOPPED_BY_USER = "stopped_by_user"
+    REQUEUED = "requeued"
+
+
+PENDING = frozenset({RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RETRY_WAIT})
+TERMINAL = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DEAD_LETTERED, RunStatus.CANCELLED, RunStatus.ESCALATED}
+)
+CLAIMABLE = frozenset({RunStatus.SCHEDULED, RunStatus.RETRY_WAIT})
+LEASED = frozenset({RunStatus.DISPATCHED, RunStatus.RUNNING})
+
+S = RunStatus
+ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
+    S.CREATED: frozenset({S.SCHEDULED, S.CANCELLED}),
+    S.SCHEDULED: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED}),
+    # DISPATCHED -> SCHEDULED: claimed but never started (graceful shutdown, lease expiry).
+    S.DISPATCHED: frozenset({S.RUNNING, S.SCHEDULED, S.CANCELLED, S.DEAD_LETTERED}),
+    S.RUNNING: frozenset({S.COMPLETED, S.RETRY_WAIT, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED}),
+    S.RETRY_WAIT: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED}),
+    # Requeue of a dead letter or an escalated run after review: a new attempt, same key.
+    S.DEAD_LETTERED: frozenset({S.SCHEDULED}),
+    S.ESCALATED: frozenset({S.SCHEDULED}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+def is_allowed(source: RunStatus, target: RunStatus) -> bool:
+    return target in ALLOWED[source]
+
+
+def check_transition(source: RunStatus, target: RunStatus, *, job_run_id: str = "") -> None:
+    """Raise ``IllegalTransitionError`` unless ``source -> target`` is in the table."""
+    if not is_allowed(source, target):
+        where = f"run {job_run_id}: " if job_run_id else ""
+        raise IllegalTransitionError(f"{where}illegal transition {source.value} -> {target.value}", field="status")
+
+
+def sources_of(target: RunStatus) -> frozenset[RunStatus]:
+    """Every status a run may be in to move to ``target``: the store's compare-and-set set."""
+    return frozenset(s for s, targets in ALLOWED.items() if target in targets)

@@ -1,0 +1,31 @@
+"""Job definitions: reading, validating and digesting the files that say what can run."""
+
+from jobgate.definitions.loader import (
+    DEFINITION_SUFFIXES,
+    definition_files,
+    load_definition_file,
+    load_definitions,
+    parse_definition_text,
+)
+from jobgate.definitions.scenario import parse_scenario
+from jobgate.definitions.schema import (
+    DEFINITION_FIELDS,
+    LoadedDefinition,
+    interval_seconds,
+    is_cron_shaped,
+    parse_definition,
+)
+
+__all__ = [
+    "DEFINITION_FIELDS",
+    "DEFINITION_SUFFIXES",
+    "LoadedDefinition",
+    "definition_files",
+    "interval_seconds",
+    "is_cron_shaped",
+    "load_definition_file",
+    "load_definitions",
+    "parse_definition",
+    "parse_definition_text",
+    "parse_scenario",
+]

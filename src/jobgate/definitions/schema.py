@@ -1,0 +1,335 @@
+"""The job definition document (seed 000 §12 plus jobgate's executor fields) and its rules.
+
+``parse_definition`` turns one parsed document into a ``LoadedDefinition`` or raises a
+``ValidationError`` naming the file, the dotted field and the rule. It is pure: the only
+inputs are the document, its source name and the configuration the names are resolved in.
+
+The digest is computed over the document *as written* (canonical JSON, ``status`` removed),
+not over a copy with defaults filled in: what an admin approves is exactly what the author
+wrote, and a later change of a default in code cannot silently change the digest of every
+definition on disk. ``status`` is lifecycle (suspending is not a content change), so it is
+kept outside the digest. What names mean on this host (which command a runner is, what a
+policy's delays are) lives in configuration and is resolved here, not copied into content.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jobgate.core.canonical import canonical_json, digest
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import (
+    DEFAULT_QUEUE,
+    DEFAULT_TENANT,
+    DefinitionStatus,
+    ExecutorSpec,
+    JobClass,
+    JobDefinition,
+    ParamSpec,
+    Priority,
+    TriggerType,
+)
+from jobgate.core.params import DEFAULT_PARAM_PATTERN, RESERVED, check_pattern, placeholders
+from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, check_json_value, join
+from jobgate.registry import RunnerSpec
+
+if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
+    from jobgate.config import JobgateConfig
+
+SEED_FIELDS = (
+    "job_definition_id", "job_code", "job_class", "canonical_name", "description", "trigger_type",
+    "schedule_expression", "target_engine_meid", "target_engine_cmi", "workflow_steps", "priority",
+    "retry_policy", "timeout_policy", "sla_policy", "config_profile", "idempotency_policy",
+    "dal_anchor_required", "audit_required", "status",
+)
+JOBGATE_FIELDS = (
+    "handler", "runner", "body", "params", "permissions", "queue", "tenant_id", "concurrency_limit",
+    "rate_limit_per_second", "version_note",
+)
+DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
+EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner")
+PARAM_FIELDS = ("name", "required", "pattern", "default", "description")
+
+DEFAULT_RETRY_POLICY = "no_retry_v1"
+DEFAULT_CONFIG_PROFILE = "default"
+SCHEDULED_TRIGGERS = frozenset({TriggerType.CRON, TriggerType.INTERVAL, TriggerType.BATCH_WINDOW})
+
+PARAM_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?#-]+")
+_INTERVAL = re.compile(r"([1-9][0-9]*)\s*([smhd]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_RESERVED_LIST = ", ".join(sorted(RESERVED))
+_INTERVAL_RULE = "must be a whole number of seconds, optionally with unit s, m, h or d (e.g. 900 or 15m)"
+_CRON_RULE = "must be a 5-field cron expression (minute hour day-of-month month day-of-week)"
+
+
+@dataclass(frozen=True)
+class LoadedDefinition:
+    """A validated definition read from ``source``, not yet stored.
+
+    ``definition.version`` is 0 ("not stored yet"): the store assigns versions, since the same
+    digest loaded twice is the same version. ``definition.content`` is the canonical document
+    the digest covers (the body template included, under ``body``).
+    """
+
+    definition: JobDefinition
+    body_template: str | None
+    status: DefinitionStatus
+    source: str
+
+    @property
+    def job_definition_id(self) -> str:
+        return self.definition.job_definition_id
+
+    @property
+    def digest(self) -> str:
+        return self.definition.digest
+
+    @property
+    def permissions(self) -> tuple[str, ...]:
+        """Capabilities a trust gate must grant before a run (seed 004 ``permissions``)."""
+        return tuple(self.definition.content.get("permissions") or ())
+
+    @property
+    def workflow_steps(self) -> tuple[str, ...]:
+        return tuple(self.definition.content.get("workflow_steps") or ())
+
+    @property
+    def schedule_expression(self) -> str | None:
+        value = self.definition.content.get("schedule_expression")
+        return value if isinstance(value, str) else None
+
+
+def interval_seconds(expression: str) -> int | None:
+    """Seconds of an ``interval`` schedule (``900``, ``15m``, ``1h``, ``2d``), ``None`` if malformed.
+
+    Kept here, beside the rule that accepts it, so the planner cannot read the format differently.
+    """
+    match = _INTERVAL.fullmatch(expression.strip())
+    if match is None:
+        return None
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def is_cron_shaped(expression: str) -> bool:
+    """Five fields of cron characters; the cron evaluator gives the final word on ranges."""
+    fields = expression.split()
+    return len(fields) == 5 and all(_CRON_FIELD.fullmatch(f) for f in fields)
+
+
+def parse_definition(document: Any, source: str, config: JobgateConfig) -> LoadedDefinition:
+    """Validate one definition document against ``config`` and build its ``LoadedDefinition``."""
+    r = Reader(source)
+    if not isinstance(document, dict):
+        r.fail(None, f"a definition must be a mapping of fields, not {type(document).__name__}")
+    if "orchestrator" in document:
+        r.fail("orchestrator", "a scenario header is only read from a scenario file's text (its digest)")
+    r.only_keys(document, "", DEFINITION_FIELDS)
+    check_json_value(document, field="", source=source, error=ValidationError)
+    doc: dict[str, Any] = {k: v for k, v in document.items() if v is not None}
+
+    if "job_definition_id" not in doc:
+        r.fail("job_definition_id", "required: a stable id (e.g. TGJOBDEF-REPLAY-SAMPLING-001)")
+    job_id = r.name(doc["job_definition_id"], "job_definition_id")
+    job_code = r.string(doc["job_code"], "job_code") if "job_code" in doc else job_id
+    canonical_name = job_code
+    if "canonical_name" in doc:
+        canonical_name = r.string(doc["canonical_name"], "canonical_name")
+    if "job_class" not in doc:
+        r.fail("job_class", "required: " + ", ".join(c.value for c in JobClass))
+    job_class = r.choice(doc["job_class"], "job_class", JobClass)
+    trigger_type = r.choice(doc.get("trigger_type", TriggerType.MANUAL.value), "trigger_type", TriggerType)
+    _check_schedule(r, doc, trigger_type)
+    priority = r.choice(doc.get("priority", Priority.NORMAL.value), "priority", Priority)
+    status = r.choice(doc.get("status", DefinitionStatus.ACTIVE.value), "status", DefinitionStatus)
+    retry_policy = r.known(doc.get("retry_policy", DEFAULT_RETRY_POLICY), "retry_policy", "retry policy",
+                           config.retry_policies)
+    timeout_policy = None
+    if "timeout_policy" in doc:
+        timeout_policy = r.known(
+            doc["timeout_policy"], "timeout_policy", "timeout policy", config.timeout_policies
+        )
+    sla_policy = None
+    if "sla_policy" in doc:
+        sla_policy = r.known(doc["sla_policy"], "sla_policy", "SLA policy", config.sla_policies)
+    profile = r.known(
+        doc.get("config_profile", DEFAULT_CONFIG_PROFILE), "config_profile", "config profile", config.profiles
+    )
+    for key in ("description", "version_note"):
+        if key in doc:
+            r.text(doc[key], key)
+    if "idempotency_policy" in doc:
+        r.string(doc["idempotency_policy"], "idempotency_policy")
+    if "workflow_steps" in doc:
+        r.strings(doc["workflow_steps"], "workflow_steps")
+    if "permissions" in doc:
+        r.strings(doc["permissions"], "permissions", unique=True)
+    flags = {key: r.boolean(doc.get(key, False), key) for key in ("audit_required", "dal_anchor_required")}
+    queue = r.name(doc.get("queue", DEFAULT_QUEUE), "queue")
+    tenant_id = r.name(doc.get("tenant_id", DEFAULT_TENANT), "tenant_id")
+    concurrency_limit = None
+    if "concurrency_limit" in doc:
+        concurrency_limit = r.integer(doc["concurrency_limit"], "concurrency_limit", minimum=1)
+    rate_limit = None
+    if "rate_limit_per_second" in doc:
+        rate_limit = r.number(doc["rate_limit_per_second"], "rate_limit_per_second")
+
+    params = _params(r, doc.get("params", []))
+    executor, runner, meid, cmi = _executor(r, doc, config)
+    body = r.text(doc["body"], "body") if "body" in doc else None
+    _check_templates(r, params, body, executor, runner)
+
+    content: dict[str, Any] = json.loads(canonical_json({k: v for k, v in document.items() if k != "status"}))
+    definition = JobDefinition(
+        job_definition_id=job_id,
+        version=0,
+        digest=digest(content),
+        content=content,
+        job_code=job_code,
+        job_class=job_class,
+        canonical_name=canonical_name,
+        trigger_type=trigger_type,
+        priority=priority,
+        retry_policy=retry_policy,
+        timeout_policy=timeout_policy,
+        sla_policy=sla_policy,
+        config_profile=profile,
+        executor=executor,
+        params=params,
+        queue=queue,
+        tenant_id=tenant_id,
+        status=status,
+        concurrency_limit=concurrency_limit,
+        rate_limit_per_second=rate_limit,
+        audit_required=flags["audit_required"],
+        dal_anchor_required=flags["dal_anchor_required"],
+        target_engine_meid=meid,
+        target_engine_cmi=cmi,
+        source=source,
+    )
+    return LoadedDefinition(definition, body, status, source)
+
+
+def _check_schedule(r: Reader, doc: Mapping[str, Any], trigger: TriggerType) -> None:
+    if "schedule_expression" not in doc:
+        if trigger in (TriggerType.CRON, TriggerType.INTERVAL):
+            r.fail("schedule_expression", f"required when trigger_type is {trigger.value}")
+        return
+    expression = r.string(doc["schedule_expression"], "schedule_expression")
+    if trigger not in SCHEDULED_TRIGGERS:
+        r.fail("schedule_expression", f"only used by cron, interval and batch_window triggers, not {trigger}")
+    if trigger is TriggerType.INTERVAL:
+        if interval_seconds(expression) is None:
+            r.fail("schedule_expression", _INTERVAL_RULE)
+    elif not is_cron_shaped(expression):
+        r.fail("schedule_expression", _CRON_RULE)
+
+
+def _params(r: Reader, value: Any) -> tuple[ParamSpec, ...]:
+    """Declared parameters: names usable as placeholders, patterns that compile, defaults that pass."""
+    out: list[ParamSpec] = []
+    for index, item in enumerate(r.sequence(value, "params")):
+        at = join("params", index)
+        data = r.mapping(item, at)
+        r.only_keys(data, at, PARAM_FIELDS)
+        name = r.string(data.get("name"), join(at, "name"), pattern=PARAM_NAME_PATTERN,
+                        rule="must be an identifier (letters, digits and _, not starting with a digit)")
+        if name in RESERVED:
+            r.fail(join(at, "name"), f"{name!r} is a reserved name ({_RESERVED_LIST})")
+        if any(spec.name == name for spec in out):
+            r.fail(join(at, "name"), f"parameter {name!r} is declared twice")
+        required = r.boolean(data.get("required", False), join(at, "required"))
+        pattern = None
+        if data.get("pattern") is not None:
+            pattern = r.string(data["pattern"], join(at, "pattern"))
+            check_pattern(pattern, field=join(at, "pattern"), source=r.source)
+        default = None
+        if data.get("default") is not None:
+            raw = data["default"]
+            if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+                r.fail(join(at, "default"), "must be a string or a number")
+            default = str(raw)
+            if _CONTROL.search(default):
+                r.fail(join(at, "default"), "control characters (newline, NUL, ...) are not allowed")
+            effective = pattern or DEFAULT_PARAM_PATTERN
+            if re.fullmatch(effective, default) is None:
+                r.fail(join(at, "default"), f"does not match the pattern {effective!r}")
+        description = r.text(data.get("description") or "", join(at, "description"))
+        out.append(ParamSpec(name, required, pattern, default, description))
+    return tuple(out)
+
+
+def _executor(
+    r: Reader, doc: Mapping[str, Any], config: JobgateConfig
+) -> tuple[ExecutorSpec, RunnerSpec | None, str | None, str | None]:
+    """Resolve the one executor source to an ``ExecutorSpec`` (and the runner, for template checks)."""
+    sources = [key for key in EXECUTOR_FIELDS if key in doc]
+    rule = "a definition has exactly one executor source: target_engine_meid, handler or runner"
+    if not sources:
+        r.fail("target_engine_meid", f"required: {rule}")
+    if len(sources) > 1:
+        r.fail(sources[1], f"conflicts with {sources[0]}: {rule}")
+    if "target_engine_cmi" in doc and "target_engine_meid" not in doc:
+        r.fail("target_engine_cmi", "only meaningful with target_engine_meid")
+    if "handler" in doc:
+        handler = r.string(doc["handler"], "handler", pattern=HANDLER_PATTERN, rule=HANDLER_RULE)
+        return ExecutorSpec("python", handler=handler), None, None, None
+    if "runner" in doc:
+        name = r.known(doc["runner"], "runner", "runner", config.runners)
+        return ExecutorSpec("command", runner=name), config.runners[name], None, None
+    meid = r.known(doc["target_engine_meid"], "target_engine_meid", "target engine MEID", config.targets)
+    target = config.targets[meid]
+    cmi = None
+    if "target_engine_cmi" in doc:
+        cmi = r.string(doc["target_engine_cmi"], "target_engine_cmi")
+        if cmi not in target.cmis:
+            accepted = ", ".join(target.cmis)
+            r.fail("target_engine_cmi", f"target engine CMI not compatible with {meid} (accepts: {accepted})")
+    if target.handler is not None:
+        return ExecutorSpec("python", handler=target.handler, target=meid), None, meid, cmi
+    if target.runner is not None:
+        runner = config.runners[target.runner]
+        return ExecutorSpec("command", runner=runner.name, target=meid), runner, meid, cmi
+    return ExecutorSpec("http", target=meid), None, meid, cmi
+
+
+def _check_templates(
+    r: Reader,
+    params: tuple[ParamSpec, ...],
+    body: str | None,
+    executor: ExecutorSpec,
+    runner: RunnerSpec | None,
+) -> None:
+    """Every placeholder must be a declared param or reserved, so a run never fails on a typo.
+
+    The body is only rendered for command runners (into ``{{tmpfile}}``); a body on another
+    executor would be approved but never used, so it is refused.
+    """
+    allowed = {spec.name for spec in params} | RESERVED
+    declared = ", ".join(sorted(spec.name for spec in params)) or "none"
+    hint = f"(declared params: {declared}; reserved: {_RESERVED_LIST})"
+    if body is not None:
+        if executor.kind != "command":
+            r.fail("body", f"a body template is only used by command runners, not {executor.kind} executors")
+        for lineno, line in enumerate(body.splitlines(), start=1):
+            for name in sorted(placeholders(line) - allowed):
+                r.fail("body", f"line {lineno}: {{{{{name}}}}} is not a declared param {hint}")
+        for name in sorted(placeholders(body) - allowed):
+            r.fail("body", f"{{{{{name}}}}} is not a declared param {hint}")
+    if runner is not None:
+        field = "runner" if executor.target is None else "target_engine_meid"
+        templates = [(f"args[{i}]", arg) for i, arg in enumerate(runner.args)]
+        if runner.artifact is not None:
+            templates.append(("artifact", runner.artifact))
+        for where, template in templates:
+            used = placeholders(template)
+            prefix = f"runner {runner.name!r} {where} uses"
+            if body is None and "tmpfile" in used:
+                r.fail(field, f"{prefix} {{{{tmpfile}}}}, but the definition has no body to write to it")
+            for name in sorted(used - allowed):
+                r.fail(field, f"{prefix} {{{{{name}}}}}, which is not a declared param {hint}")

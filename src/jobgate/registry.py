@@ -1,0 +1,61 @@
+"""Registries from configuration: runners (commands) and targets (engines by MEID).
+
+Binary paths, argument shapes and URLs live here, in the operator's configuration, never in
+a definition or a request: a definition names a runner or a target, configuration says what
+that name means on this host (seed 004 "Runners"; seed 000 §55 "verify target compatibility").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+# sysexits.h codes that say "this input will never work": EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_CONFIG.
+DEFAULT_NON_RETRYABLE_EXIT_CODES = frozenset({64, 65, 66, 78})
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """A named command: ``binary`` plus ``args`` templates (``{{param}}``, ``{{tmpfile}}``, ``{{workdir}}``).
+
+    Exit code 0 is success; a code in ``non_retryable_exit_codes`` fails the run for good;
+    any other code, or death by a signal, is a retryable failure. ``artifact`` (a template,
+    relative to the run's work directory) names the output file whose path, SHA-256 and size
+    are recorded after a successful attempt.
+    """
+
+    name: str
+    binary: str
+    args: tuple[str, ...] = ()
+    non_retryable_exit_codes: frozenset[int] = DEFAULT_NON_RETRYABLE_EXIT_CODES
+    stop_grace: timedelta = timedelta(seconds=10)
+    artifact: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class HttpTargetSpec:
+    """An HTTP endpoint a run's dispatch payload is POSTed to; 2xx success, 4xx final, 5xx retried."""
+
+    url: str
+    timeout: timedelta = timedelta(seconds=30)
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target engine by MEID with the CMI versions it is compatible with, and how to reach it:
+    exactly one of ``handler`` (``module:function``), ``runner`` (a runners-registry name) or ``http``."""
+
+    meid: str
+    cmis: tuple[str, ...] = ()
+    handler: str | None = None
+    runner: str | None = None
+    http: HttpTargetSpec | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Registries:
+    runners: dict[str, RunnerSpec] = field(default_factory=dict)
+    targets: dict[str, TargetSpec] = field(default_factory=dict)

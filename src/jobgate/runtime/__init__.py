@@ -1,0 +1,1 @@
+"""Long-running loops (worker, outbox publisher, rescuer) and the executors they drive."""

@@ -1,0 +1,98 @@
+"""From a claimed run to an executor and the context it runs in (seed 000 §56).
+
+The context carries only the run's own snapshot and payload. Definitions and snapshots are
+immutable per version and id, so they are cached for the life of the worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun
+from jobgate.runtime.executors.base import DispatchPayload, ExecutionContext, Executor
+from jobgate.runtime.executors.command import CommandExecutor
+from jobgate.runtime.executors.http import HttpExecutor
+from jobgate.runtime.executors.python import PythonExecutor
+from jobgate.service.engine import Engine
+
+
+class Dispatcher:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._definitions: dict[tuple[str, str, int], JobDefinition] = {}
+        self._snapshots: dict[str, ConfigSnapshot] = {}
+        self._python: dict[str, PythonExecutor] = {}
+        self._lock = threading.Lock()
+
+    def prepare(self, runs: list[JobRun]) -> None:
+        """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
+        missing_defs = {(r.tenant_id, r.job_definition_id, r.definition_version) for r in runs} - set(self._definitions)
+        missing_snaps = {r.config_snapshot_id for r in runs} - set(self._snapshots)
+        if not missing_defs and not missing_snaps:
+            return
+        with self.engine.store.read() as tx:
+            for tenant, def_id, version in missing_defs:
+                self._definitions[(tenant, def_id, version)] = self.engine.definition(tx, tenant, def_id, version)
+            for snap_id in missing_snaps:
+                snap = tx.snapshot_get(snap_id)
+                if snap is None:
+                    raise ValidationError(f"config snapshot {snap_id} is missing", field="config_snapshot_id")
+                self._snapshots[snap_id] = snap
+
+    def definition(self, run: JobRun) -> JobDefinition:
+        return self._definitions[(run.tenant_id, run.job_definition_id, run.definition_version)]
+
+    def context(self, run: JobRun, attempt: int) -> ExecutionContext:
+        definition = self.definition(run)
+        snapshot = self._snapshots[run.config_snapshot_id]
+        run_dir = Path(self.engine.config.data_dir) / "runs" / run.job_run_id
+        payload = DispatchPayload(
+            job_run_id=run.job_run_id,
+            idempotency_key=run.idempotency_key,
+            attempt=attempt,
+            job_definition_id=run.job_definition_id,
+            job_class=run.job_class.value,
+            config_snapshot_id=snapshot.config_snapshot_id,
+            config_digest=snapshot.config_digest,
+            config=snapshot.content,
+            params=dict(run.params),
+            scope=dict(run.scope),
+            target_engine_meid=definition.target_engine_meid,
+            target_engine_cmi=definition.target_engine_cmi,
+            authorization_context={"requested_by": run.requested_by, "tenant_id": run.tenant_id,
+                                   "definition_digest": run.definition_digest},
+            trace_context={"job_run_id": run.job_run_id, "attempt": str(attempt)},
+            execution_timeout=run.execution_timeout,
+            max_attempts=run.max_attempts,
+        )
+        return ExecutionContext(payload=payload, workdir=run_dir / f"attempt-{attempt}", log_path=run_dir / "run.log")
+
+    def executor(self, run: JobRun) -> Executor:
+        definition = self.definition(run)
+        spec = definition.executor
+        registries = self.engine.config.registries
+        if spec.kind == "python" and spec.handler:
+            with self._lock:
+                if spec.handler not in self._python:
+                    self._python[spec.handler] = PythonExecutor(spec.handler)
+                return self._python[spec.handler]
+        if spec.kind == "command" and spec.runner:
+            runner = registries.runners.get(spec.runner)
+            if runner is None:
+                raise ValidationError(f"runner {spec.runner!r} is not registered", field="runner")
+            body = definition.content.get("body")
+            return CommandExecutor(runner, body if isinstance(body, str) else None, dict(run.params))
+        if spec.kind == "http" and spec.target:
+            target = registries.targets.get(spec.target)
+            if target is None or target.http is None:
+                raise ValidationError(f"HTTP target {spec.target!r} is not registered", field="target_engine_meid")
+            return HttpExecutor(target.http)
+        raise ValidationError(f"definition has no usable executor ({spec.kind})", field="executor")
+
+
+def grace_for(executor: Executor, default: timedelta) -> timedelta:
+    runner = getattr(executor, "runner", None)
+    return getattr(runner, "stop_grace", default)

@@ -1,0 +1,131 @@
+"""The executor seam: one small protocol, three implementations (python, command, http).
+
+A worker hands an executor one ``ExecutionContext`` and gets back one ``Outcome``-bearing
+``ExecutionResult``; it never inspects exceptions or exit codes itself. An executor receives
+only its run's snapshot and payload (seed 000 §56), nothing broader.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from jobgate.core.decide import Outcome
+
+ProgressReporter = Callable[[float | None, str | None], None]
+
+
+@dataclass(frozen=True)
+class DispatchPayload:
+    """The seed 000 §56 dispatch payload: everything a worker may know about a run."""
+
+    job_run_id: str
+    idempotency_key: str
+    attempt: int
+    job_definition_id: str
+    job_class: str
+    config_snapshot_id: str
+    config_digest: str
+    config: dict[str, Any]
+    params: dict[str, str]
+    scope: dict[str, Any]
+    target_engine_meid: str | None
+    target_engine_cmi: str | None
+    authorization_context: dict[str, Any]
+    trace_context: dict[str, str]
+    execution_timeout: timedelta | None
+    max_attempts: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_run_id": self.job_run_id,
+            "idempotency_key": self.idempotency_key,
+            "attempt": self.attempt,
+            "job_definition_id": self.job_definition_id,
+            "job_class": self.job_class,
+            "config_snapshot_id": self.config_snapshot_id,
+            "config_digest": self.config_digest,
+            "config": self.config,
+            "params": self.params,
+            "scoped_input_references": self.scope,
+            "target_engine_meid": self.target_engine_meid,
+            "target_engine_cmi": self.target_engine_cmi,
+            "authorization_context": self.authorization_context,
+            "trace_context": self.trace_context,
+            "timeout_seconds": None if self.execution_timeout is None else self.execution_timeout.total_seconds(),
+            "max_attempts": self.max_attempts,
+        }
+
+
+@dataclass
+class ExecutionContext:
+    """What one attempt gets: its payload, a cancellation flag, a progress reporter, a work dir.
+
+    ``cancelled`` is set when the run is stopped or its execution timeout passes; a handler
+    that runs long should check ``is_cancelled()`` and return early.
+    """
+
+    payload: DispatchPayload
+    workdir: Path
+    log_path: Path
+    report_progress: ProgressReporter = lambda fraction, message: None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    # Conveniences for handlers, named as in the seed.
+    @property
+    def job_run_id(self) -> str:
+        return self.payload.job_run_id
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.payload.idempotency_key
+
+    @property
+    def attempt(self) -> int:
+        return self.payload.attempt
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.payload.config
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.payload.params
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
+
+    def progress(self, fraction: float | None = None, message: str | None = None) -> None:
+        self.report_progress(fraction, message)
+
+    def log(self, line: str) -> None:
+        with self.log_path.open("a", encoding="utf-8") as fh:
+            fh.write(line.rstrip("\n") + "\n")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    outcome: Outcome
+    result: dict[str, Any] | None = None
+    artifact: Artifact | None = None
+
+
+class Executor(Protocol):
+    """Runs one attempt to its end. ``execute`` blocks; ``stop`` may be called from another
+    thread and must make ``execute`` return soon (for commands: SIGTERM, then SIGKILL after the
+    grace period)."""
+
+    def execute(self, ctx: ExecutionContext) -> ExecutionResult: ...
+
+    def stop(self, ctx: ExecutionContext, grace: timedelta) -> None: ...

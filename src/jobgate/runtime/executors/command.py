@@ -1,0 +1,375 @@
+"""Command executor: run a configured runner as a subprocess, never through a shell (seed 004 "Runners").
+
+Why it is shaped this way:
+
+* The binary and the argument shape come from configuration (``RunnerSpec``); a run contributes
+  only validated parameter values, each substituted inside one argv element. Argv goes straight
+  to ``execve`` (``shell=False``), so a value can at worst be a strange but inert argument.
+* Everything that can be refused is refused before a process exists: a template value that is
+  missing, an artifact path that leaves the work directory, a binary that is not there. A
+  refusal is ``NON_RETRYABLE_FAILURE``: retrying the same input cannot help.
+* Each attempt is a session leader with its own process group, so stopping reaches whatever it
+  spawned: SIGTERM to the group, SIGKILL after the grace period (seed 004 "Stop"). Stopping works
+  from any thread, via ``stop()`` or by the caller setting ``ctx.cancelled`` (execution timeout);
+  a process that was signalled ends the attempt as ``STOPPED`` whatever its exit code.
+* The child sees a minimal environment, not the scheduler's (which may hold database URLs and
+  tokens): PATH, LANG, HOME, the runner's configured ``env``, and the run's identity.
+* A relative binary path with a slash is resolved against the scheduler's working directory,
+  never the run's, so a run cannot plant the program it will be executed with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.errors import ValidationError
+from jobgate.core.params import RESERVED, placeholders, render
+from jobgate.registry import RunnerSpec
+from jobgate.runtime.executors.base import Artifact, ExecutionContext, ExecutionResult
+
+INHERITED_ENV = ("PATH", "LANG", "HOME")
+_POLL_SECONDS = 0.05
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything an attempt needs, computed before any side effect."""
+
+    workdir: Path  # resolved
+    argv: list[str]
+    env: dict[str, str]
+    body: str | None
+    tmpfile: Path
+    artifact: Path | None  # absolute, lexically and (as far as it exists) physically inside workdir
+
+
+class _Refused(Exception):
+    def __init__(self, kind: OutcomeKind, code: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = Outcome(kind, error_code=code, error_message=message)
+
+
+class _Running:
+    """A started process, shared by ``execute`` (which reaps it) and ``stop`` (from another thread).
+
+    ``kill_at`` is the monotonic deadline for SIGKILL once termination began; a later ``stop``
+    with a shorter grace may bring it forward, never push it back.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.lock = threading.Lock()
+        self.kill_at: float | None = None
+
+    @property
+    def signalled(self) -> bool:
+        with self.lock:
+            return self.kill_at is not None
+
+    def terminate(self, grace: timedelta) -> None:
+        """SIGTERM the group now (once), SIGKILL it at the deadline, return when the leader is gone."""
+        deadline = time.monotonic() + max(grace.total_seconds(), 0.0)
+        with self.lock:
+            first = self.kill_at is None
+            self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
+        if first:
+            self._signal(signal.SIGTERM)
+        while True:
+            with self.lock:
+                remaining = (self.kill_at or deadline) - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                self.process.wait(timeout=min(remaining, _POLL_SECONDS))
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        self._signal(signal.SIGKILL)
+        self.process.wait()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        # Never signal a reaped leader: its number (the group id) may already belong to someone else.
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                # The leader left its group (setpgid): signal it directly so SIGKILL still ends the wait.
+                self.process.send_signal(sig)
+
+
+class CommandExecutor:
+    """Runs one ``RunnerSpec`` with one run's validated parameters; safe to share between threads.
+
+    ``param_values`` must already have passed ``jobgate.core.params.validate_params``; this class
+    renders them, it does not judge them. Static mismatches between the runner and the definition
+    (a reserved name used as a parameter, ``{{tmpfile}}`` without a body) raise ``ValidationError``
+    here, when the executor is built, rather than failing each attempt. The work directory
+    (0700) and the log's directory are created if missing, since the process must start in one.
+    """
+
+    def __init__(self, runner: RunnerSpec, body_template: str | None, param_values: dict[str, str]) -> None:
+        clash = sorted(RESERVED & param_values.keys())
+        if clash:
+            raise ValidationError(
+                "is a reserved template name", field=f"params.{clash[0]}", source=runner.name
+            )
+        if body_template is None:
+            for i, arg in enumerate(runner.args):
+                if "tmpfile" in placeholders(arg):
+                    raise ValidationError(
+                        "references {{tmpfile}} but the definition has no body to write to it",
+                        field=f"args[{i}]",
+                        source=f"runner {runner.name}",
+                    )
+        self.runner = runner
+        self.body_template = body_template
+        self.param_values = dict(param_values)
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[ExecutionContext, _Running]] = {}
+
+    def execute(self, ctx: ExecutionContext) -> ExecutionResult:
+        if ctx.is_cancelled():
+            return _stopped("stopped before the runner started")
+        try:
+            plan = self._plan(ctx)
+        except _Refused as refused:
+            _log(ctx, f"[jobgate] runner {self.runner.name} refused: {refused}")
+            return ExecutionResult(refused.outcome)
+        try:
+            return self._run(ctx, plan)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                plan.tmpfile.unlink()
+
+    def stop(self, ctx: ExecutionContext, grace: timedelta) -> None:
+        """Mark the attempt cancelled, SIGTERM its process group, SIGKILL it after ``grace``.
+
+        Blocks until the process is gone (at most about ``grace``). If the process has not
+        started yet, ``execute`` sees the flag and either does not start it or terminates it
+        right after starting it, with the runner's ``stop_grace``.
+        """
+        ctx.cancelled.set()
+        with self._lock:
+            entry = self._running.get(id(ctx))
+        if entry is not None and entry[0] is ctx:
+            entry[1].terminate(grace)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _plan(self, ctx: ExecutionContext) -> _Plan:
+        runner = self.runner
+        workdir = ctx.workdir.resolve()  # may not exist yet: _run creates it
+        tmpfile = workdir / f".jobgate-body-{secrets.token_hex(8)}"
+        values = {
+            **self.param_values,
+            "tmpfile": str(tmpfile),
+            "workdir": str(workdir),
+            "run_id": ctx.job_run_id,
+            "attempt": str(ctx.attempt),
+        }
+        if self.body_template is None:
+            del values["tmpfile"]
+        try:
+            body = None if self.body_template is None else render(self.body_template, values, source="body")
+            args = [
+                render(arg, values, source=f"runner {runner.name} args[{i}]")
+                for i, arg in enumerate(runner.args)
+            ]
+            artifact = None if runner.artifact is None else render(runner.artifact, values, source="artifact")
+        except ValidationError as exc:
+            raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PARAMS", str(exc)) from None
+        env = _child_env(runner, ctx)
+        binary = _resolve_binary(runner.binary, env.get("PATH"))
+        artifact_path = None if artifact is None else _inside(workdir, artifact)
+        return _Plan(workdir, [binary, *args], env, body, tmpfile, artifact_path)
+
+    def _run(self, ctx: ExecutionContext, plan: _Plan) -> ExecutionResult:
+        try:
+            plan.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+            if plan.body is not None:
+                _write_private(plan.tmpfile, plan.body)
+            log = ctx.log_path.open("ab")
+        except OSError as exc:
+            return _failure(
+                OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}"
+            )
+        if ctx.is_cancelled():
+            log.close()
+            return _stopped("stopped before the runner started")
+        _log(
+            ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})"
+        )
+        try:
+            with log:
+                process = subprocess.Popen(
+                    plan.argv,
+                    shell=False,
+                    start_new_session=False,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=plan.workdir,
+                    env=plan.env,
+                )
+        except FileNotFoundError:
+            return _failure(
+                OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found"
+            )
+        except PermissionError as exc:
+            return _failure(
+                OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_NOT_EXECUTABLE", f"{plan.argv[0]}: {exc}"
+            )
+        except OSError as exc:  # fork/exec resource limits: worth another try later
+            return _failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
+        running = _Running(process)
+        with self._lock:
+            self._running[id(ctx)] = (ctx, running)
+        try:
+            code = self._wait(ctx, running)
+        finally:
+            with self._lock:
+                self._running.pop(id(ctx), None)
+        _log(ctx, f"[jobgate] runner {self.runner.name} exited with {_describe(code)}")
+        if running.signalled:
+            return _stopped(f"stopped; runner {self.runner.name} exited with {_describe(code)}")
+        outcome = _exit_outcome(self.runner, code)
+        if outcome.kind is not OutcomeKind.SUCCEEDED:
+            return ExecutionResult(outcome)
+        try:
+            artifact = None if plan.artifact is None else _record_artifact(plan.workdir, plan.artifact)
+        except _Refused as refused:
+            _log(ctx, f"[jobgate] artifact refused: {refused}")
+            return ExecutionResult(refused.outcome)
+        return ExecutionResult(
+            outcome, result={"exit_code": 0, "runner": self.runner.name}, artifact=artifact
+        )
+
+    def _wait(self, ctx: ExecutionContext, running: _Running) -> int:
+        """Reap the process; if the attempt gets cancelled meanwhile (by ``stop`` or by the caller
+        setting ``ctx.cancelled``), terminate it with the runner's configured grace."""
+        while True:
+            try:
+                return running.process.wait(timeout=_POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                if ctx.is_cancelled():
+                    running.terminate(self.runner.stop_grace)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _child_env(runner: RunnerSpec, ctx: ExecutionContext) -> dict[str, str]:
+    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+    env.update(runner.env)
+    env.update(
+        JOBGATE_RUN_ID=ctx.job_run_id,
+        JOBGATE_ATTEMPT=str(ctx.attempt),
+        JOBGATE_IDEMPOTENCY_KEY=ctx.idempotency_key,
+    )
+    return env
+
+
+def _resolve_binary(binary: str, path: str | None) -> str:
+    """A bare name is looked up on the child's PATH; a path is made absolute against our own cwd."""
+    if "/" not in binary:
+        found = shutil.which(binary, path=path)
+        if found is None:
+            raise _Refused(
+                OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{binary!r} is not on PATH"
+            )
+        return found
+    resolved = Path(binary).absolute()
+    if not resolved.is_file():
+        raise _Refused(
+            OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{resolved} does not exist"
+        )
+    return str(resolved)
+
+
+def _inside(workdir: Path, relative: str) -> Path:
+    """``relative`` resolved under ``workdir``; refused if it, or a symlink on the way, leaves it."""
+    resolved = (workdir / relative).resolve()
+    if not resolved.is_relative_to(workdir):
+        raise _Refused(
+            OutcomeKind.NON_RETRYABLE_FAILURE,
+            "ARTIFACT_OUTSIDE_WORKDIR",
+            f"artifact {relative!r} resolves to {resolved}, outside the work directory",
+        )
+    return resolved
+
+
+def _record_artifact(workdir: Path, planned: Path) -> Artifact | None:
+    """Hash the artifact the process left; resolved again because the process may have made it a symlink."""
+    path = _inside(workdir, str(planned))
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return Artifact(path=str(path), sha256="sha256:" + digest.hexdigest(), size=size)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create the body file 0600 and exclusively: it may hold rendered secrets, and must be ours."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _exit_outcome(runner: RunnerSpec, code: int) -> Outcome:
+    if code == 0:
+        return Outcome(OutcomeKind.SUCCEEDED)
+    if code < 0:
+        name = _signal_name(-code)
+        return Outcome(
+            OutcomeKind.RETRYABLE_FAILURE, f"SIGNAL_{name}", f"runner {runner.name} was killed by {name}"
+        )
+    kind = (
+        OutcomeKind.NON_RETRYABLE_FAILURE
+        if code in runner.non_retryable_exit_codes
+        else OutcomeKind.RETRYABLE_FAILURE
+    )
+    return Outcome(kind, f"EXIT_{code}", f"runner {runner.name} exited with code {code}")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _describe(code: int) -> str:
+    return f"signal {_signal_name(-code)}" if code < 0 else f"code {code}"
+
+
+def _failure(kind: OutcomeKind, code: str, message: str) -> ExecutionResult:
+    return ExecutionResult(Outcome(kind, error_code=code, error_message=message))
+
+
+def _stopped(message: str) -> ExecutionResult:
+    return ExecutionResult(Outcome(OutcomeKind.STOPPED, error_message=message))
+
+
+def _log(ctx: ExecutionContext, text: str) -> None:
+    """Best effort: a run log that cannot be written must not turn into a different outcome."""
+    with contextlib.suppress(OSError):
+        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ctx.log(text)

@@ -1,0 +1,145 @@
+"""Python executor: call an installed handler ``module:function`` in-process with the attempt's context.
+
+Why in-process: a handler is code the operator installed next to jobgate, so importing it is as
+trusted as jobgate itself; what is not trusted is the run's input, which reaches the handler only
+as the validated payload inside ``ExecutionContext``.
+
+Why stopping is cooperative: a Python thread cannot be killed. ``stop`` sets ``ctx.cancelled``;
+a handler that runs for long must poll ``ctx.is_cancelled()`` (or wait on ``ctx.cancelled``) and
+return early. Whatever the handler does after a stop (return or raise), the attempt is
+``STOPPED``: the operator's intent decides the run's fate, not how the handler bailed out.
+
+A handler's failures are classified here once, so the worker never inspects exceptions:
+``NonRetryableError`` and ``RetryableError`` carry their own error code; any other exception is
+retryable and named by its class. Tracebacks go to the run log, never into the recorded outcome,
+which is shown to people who may not be allowed to read the handler's internals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import json
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
+from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult
+
+MAX_ERROR_MESSAGE = 2000
+
+Handler = Callable[[ExecutionContext], object]
+
+
+def resolve_handler(handler: str) -> Handler:
+    """Import ``module:attr[.attr...]`` and return the callable, or raise ``ValidationError``.
+
+    Resolution happens when the executor is built, so a typo in a definition is reported as a
+    refused definition rather than as a failed attempt that retries forever.
+    """
+    module_name, sep, attr_path = handler.partition(":")
+    attrs = attr_path.split(".")
+    if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
+        raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # an import can fail in any way the module's top level can
+        raise ValidationError(
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", field="handler"
+        ) from None
+    for attr in attrs:
+        try:
+            target = getattr(target, attr)
+        except AttributeError:
+            raise ValidationError(
+                f"{handler!r}: {module_name!r} has no attribute {attr_path!r}", field="handler"
+            ) from None
+    if not callable(target):
+        raise ValidationError(f"{handler!r} is not callable", field="handler")
+    if inspect.iscoroutinefunction(target):
+        raise ValidationError(
+            f"{handler!r} is a coroutine function; handlers are synchronous", field="handler"
+        )
+    fn: Handler = target
+    return fn
+
+
+def truncate(message: str, limit: int = MAX_ERROR_MESSAGE) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+class PythonExecutor:
+    """Runs ``fn(ctx)`` in the calling (worker pool) thread and maps what happens to an ``Outcome``."""
+
+    def __init__(self, handler: str) -> None:
+        self.handler = handler
+        self._fn = resolve_handler(handler)
+
+    def execute(self, ctx: ExecutionContext) -> ExecutionResult:
+        if ctx.is_cancelled():
+            return _stopped("stopped before the handler started")
+        result = self._call(ctx)
+        if ctx.is_cancelled():
+            return _stopped("stopped while the handler was running")
+        return result
+
+    def stop(self, ctx: ExecutionContext, grace: timedelta) -> None:
+        """Ask the handler to return; ``grace`` is unused because there is nothing to force."""
+        ctx.cancelled.set()
+
+    def _call(self, ctx: ExecutionContext) -> ExecutionResult:
+        try:
+            value = self._fn(ctx)
+        except NonRetryableError as exc:
+            _log(ctx, f"[jobgate] handler {self.handler} failed (non-retryable, {exc.error_code}): {exc}")
+            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, exc.error_code, str(exc))
+        except RetryableError as exc:
+            _log(ctx, f"[jobgate] handler {self.handler} failed (retryable, {exc.error_code}): {exc}")
+            return _failure(OutcomeKind.RETRYABLE_FAILURE, exc.error_code, str(exc))
+        except (Exception, SystemExit) as exc:  # a handler calling sys.exit must not end the worker
+            _log(
+                ctx, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc))
+            )
+            return _failure(OutcomeKind.RETRYABLE_FAILURE, type(exc).__name__, str(exc) or type(exc).__name__)
+        return _as_result(value)
+
+
+def _as_result(value: object) -> ExecutionResult:
+    """Accept ``None`` or a JSON object; the recorded result is the JSON round trip, i.e. exactly
+    what the store will hold, detached from any object the handler keeps mutating."""
+    if value is None:
+        return ExecutionResult(Outcome(OutcomeKind.SUCCEEDED))
+    if not isinstance(value, dict):
+        return _failure(
+            OutcomeKind.NON_RETRYABLE_FAILURE,
+            "INVALID_RESULT",
+            f"handler returned {type(value).__name__}; expected a dict or None",
+        )
+    try:
+        normalised = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _failure(
+            OutcomeKind.NON_RETRYABLE_FAILURE,
+            "INVALID_RESULT",
+            f"handler result is not JSON-serialisable: {exc}",
+        )
+    return ExecutionResult(Outcome(OutcomeKind.SUCCEEDED), result=normalised)
+
+
+def _failure(kind: OutcomeKind, code: str, message: str) -> ExecutionResult:
+    return ExecutionResult(Outcome(kind, error_code=code, error_message=truncate(message)))
+
+
+def _stopped(message: str) -> ExecutionResult:
+    return ExecutionResult(Outcome(OutcomeKind.STOPPED, error_message=message))
+
+
+def _log(ctx: ExecutionContext, text: str) -> None:
+    """Best effort: a run log that cannot be written must not turn into a different outcome."""
+    with contextlib.suppress(OSError):
+        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ctx.log(text)

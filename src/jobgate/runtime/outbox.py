@@ -1,0 +1,122 @@
+"""The outbox publisher: delivers committed events to sinks, at least once, in order.
+
+Events are written in the transaction that caused them; this loop reads them in id order,
+hands each batch to every sink, and marks the batch delivered. It holds the database's
+write lock while it does so (a PostgreSQL advisory lock, or SQLite's own), so two
+publishers never interleave and per-run order holds. A sink that fails leaves the batch
+undelivered; it is retried on the next turn, so a consumer may see an event twice and
+de-duplicates by ``event_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import text
+
+from jobgate.clock import Clock
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.models import OutboxEvent
+from jobgate.store.sqlstore import Store
+
+log = logging.getLogger("jobgate.events")
+_PUBLISHER_LOCK = 0x6A6F6268
+
+
+class EventSink(Protocol):
+    def publish(self, events: Sequence[OutboxEvent]) -> None: ...
+
+
+def envelope(e: OutboxEvent) -> dict[str, object]:
+    return {"event_id": e.event_id, "recorded_at": isoformat_utc(e.created_at), **e.payload}
+
+
+class JsonLinesSink:
+    """Appends one JSON object per line and fsyncs once per batch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def publish(self, events: Sequence[OutboxEvent]) -> None:
+        data = "".join(json.dumps(envelope(e), sort_keys=True, separators=(",", ":")) + "\n" for e in events)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+class LogSink:
+    """Structured log lines with a stable ``action`` key: the event type."""
+
+    def publish(self, events: Sequence[OutboxEvent]) -> None:
+        for e in events:
+            log.info("%s %s", e.payload.get("event_type"), e.job_run_id or "",
+                     extra={"action": e.event_type, "job_run_id": e.job_run_id, "event_id": e.event_id})
+
+
+class RecordingSink:
+    """Keeps what it was given, for tests and embedding applications."""
+
+    def __init__(self) -> None:
+        self.events: list[OutboxEvent] = []
+        self._lock = threading.Lock()
+
+    def publish(self, events: Sequence[OutboxEvent]) -> None:
+        with self._lock:
+            self.events.extend(events)
+
+
+def publish_once(store: Store, sinks: Sequence[EventSink], clock: Clock, *, batch: int = 500) -> int:
+    """Deliver one batch; returns how many events were delivered (0 when the outbox is empty)."""
+    with store.read() as tx:
+        if not tx.outbox_pending(1):
+            return 0
+    with store.write() as tx:
+        if store.dialect == "postgresql":
+            tx.conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PUBLISHER_LOCK})
+        pending = tx.outbox_pending(batch)
+        if not pending:
+            return 0
+        for sink in sinks:
+            sink.publish(pending)
+        tx.outbox_mark_delivered([e.event_id for e in pending], clock.now())
+    return len(pending)
+
+
+class OutboxPublisher:
+    def __init__(self, store: Store, sinks: Sequence[EventSink], clock: Clock,
+                 interval: timedelta = timedelta(milliseconds=200)) -> None:
+        self.store = store
+        self.sinks = list(sinks)
+        self.clock = clock
+        self.interval = interval
+        self._stop = threading.Event()
+        self.delivered = 0
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                n = publish_once(self.store, self.sinks, self.clock)
+                self.delivered += n
+                if n:
+                    continue
+            except Exception:
+                log.warning("outbox delivery failed; will retry", exc_info=True)
+            self._stop.wait(self.interval.total_seconds())
+        # Drain what is left so a clean shutdown leaves nothing undelivered.
+        try:
+            while publish_once(self.store, self.sinks, self.clock):
+                pass
+        except Exception:
+            log.warning("outbox drain at shutdown failed; events stay queued", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()

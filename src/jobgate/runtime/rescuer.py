@@ -1,0 +1,84 @@
+"""The rescuer: runs whose worker vanished, and runs that waited in the queue too long.
+
+A RUNNING run whose lease expired had a worker that died or hung: the attempt counts, and
+the run's retry policy decides (retry later, dead-letter, escalate), exactly as if the
+attempt had failed. A DISPATCHED run whose lease expired was never started: it goes back to
+SCHEDULED without using an attempt. Either way the lease is revoked (the fencing token
+moves), so the vanished worker's late write is refused. A run that waited past its queue
+timeout is dead-lettered with ``queue_timeout_exceeded``.
+
+Sweeps are idempotent compare-and-sets, so any number of workers may run them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.settle import queue_timeout_decision, settle_attempt, settle_without_attempt
+from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.runtime.changes import release_change, settlement_change
+from jobgate.service.engine import Engine, retry_policy
+from jobgate.store.base import RunChange
+
+log = logging.getLogger("jobgate.rescuer")
+RESCUER = "rescuer"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    lease_expired: int
+    released: int
+    queue_expired: int
+
+
+def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
+    """One pass; returns how many runs it moved. Cheap when there is nothing to do (two reads)."""
+    with engine.store.read() as tx:
+        expired = tx.runs_lease_expired(now, limit)
+        queued = tx.runs_queue_expired(now, limit)
+    if not expired and not queued:
+        return SweepResult(0, 0, 0)
+    changes: list[RunChange] = []
+    released = 0
+    for run in expired:
+        if run.status is RunStatus.DISPATCHED:
+            change = release_change(run, actor=RESCUER, now=now, reason=TransitionReason.LEASE_EXPIRED, fenced=False)
+            changes.append(_expired_only(change, run.lease_token, now))
+            released += 1
+            continue
+        try:
+            policy = retry_policy(engine.config, run.retry_policy)
+        except Exception:  # a run whose policy vanished still must not hold its lease forever
+            log.exception("run %s: retry policy %s unknown; dead-lettering", run.job_run_id, run.retry_policy)
+            from jobgate.core.policies import BUILTIN_RETRY_POLICIES
+
+            policy = BUILTIN_RETRY_POLICIES["no_retry_v1"]
+        s = settle_attempt(run, Outcome(OutcomeKind.LEASE_EXPIRED, "LEASE_EXPIRED", "worker lease expired"),
+                           policy, now=now, actor=RESCUER, started_at=run.started_at or now)
+        changes.append(_expired_only(settlement_change(s, run, worker_id=run.lease_owner or RESCUER, now=now,
+                                                       revoke=True), run.lease_token, now))
+    for run in queued:
+        s = settle_without_attempt(run, queue_timeout_decision(), now=now, actor=RESCUER,
+                                   error_code="QUEUE_TIMEOUT_EXCEEDED")
+        changes.append(settlement_change(s, run, worker_id=RESCUER, now=now))
+    with engine.store.write() as tx:
+        done = tx.runs_apply(changes)
+    moved = {c.job_run_id for c in done}
+    for run in expired:
+        if run.job_run_id in moved:
+            log.warning("run %s: lease of %s expired (attempt %d); recovered", run.job_run_id, run.lease_owner,
+                        run.attempt, extra={"action": "lease_expired", "job_run_id": run.job_run_id})
+    return SweepResult(
+        lease_expired=sum(1 for r in expired if r.job_run_id in moved and r.status is RunStatus.RUNNING),
+        released=sum(1 for r in expired if r.job_run_id in moved and r.status is RunStatus.DISPATCHED),
+        queue_expired=sum(1 for r in queued if r.job_run_id in moved),
+    )
+
+
+def _expired_only(change: RunChange, token: int, now: datetime) -> RunChange:
+    from dataclasses import replace
+
+    return replace(change, expected_token=token, revoke_lease=True, lease_expired_before=now)

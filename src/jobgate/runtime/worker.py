@@ -1,0 +1,392 @@
+"""The worker: claim due runs under a lease, execute them, settle them, in batches.
+
+One loop thread owns every database write of the worker; executor threads only execute and
+hand back results. Each turn of the loop is one write transaction that, together:
+settles finished attempts, renews leases, claims new runs and starts them. Batching the
+three steps of the queue cycle is what lets a durable SQLite file (``synchronous=FULL``)
+run thousands of jobs a second on two cores.
+
+Invariants:
+- every write on a run the worker holds is fenced by the run's lease token, so after the
+  rescuer revoked a lease the worker's late write changes nothing (and is logged);
+- a claimed run that never started is released on shutdown without using an attempt;
+- in-memory state changes only after the transaction that records it has committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.errors import JobgateError
+from jobgate.core.models import JobRun
+from jobgate.core.policies import RetryPolicy
+from jobgate.core.settle import Settlement, settle_attempt
+from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.runtime import rescuer
+from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
+from jobgate.runtime.dispatch import Dispatcher, grace_for
+from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
+from jobgate.service.engine import Engine, retry_policy
+from jobgate.store.base import LeaseRenew, RunChange, RunsClaim, WorkerBeat
+
+log = logging.getLogger("jobgate.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 8
+    lease: timedelta = timedelta(seconds=30)
+    poll_interval: timedelta = timedelta(milliseconds=50)
+    batch_size: int = 100
+    prefetch: int = 0  # runs claimed beyond the free threads, started as threads free up
+    shutdown_grace: timedelta = timedelta(seconds=30)
+    stop_grace: timedelta = timedelta(seconds=10)
+    rescue_interval: timedelta = timedelta(seconds=1)
+    stop_check_interval: timedelta = timedelta(milliseconds=250)
+    heartbeat_interval: timedelta = timedelta(seconds=5)
+    queue_rates: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+
+@dataclass
+class _InFlight:
+    run: JobRun  # as started: RUNNING, attempt incremented, our lease token
+    ctx: ExecutionContext
+    executor: Executor
+    started_at: datetime
+    interrupt: OutcomeKind | None = None  # why we stopped it: STOPPED, EXECUTION_TIMEOUT, or shutdown
+    interrupted_at: datetime | None = None
+    abandoned: bool = False
+
+
+class Worker:
+    def __init__(self, engine: Engine, settings: WorkerSettings | None = None, *, worker_id: str | None = None) -> None:
+        self.engine = engine
+        self.settings = settings or WorkerSettings()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.dispatcher = Dispatcher(engine)
+        self._results: queue.Queue[tuple[str, ExecutionResult]] = queue.Queue()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
+        self._running: dict[str, _InFlight] = {}
+        self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
+        self._busy_threads = 0
+        self._pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="jobgate-exec")
+        self._watcher = engine.store.change_watcher()
+        self.idle = threading.Event()  # set when nothing is running, buffered or pending
+        self.stale_writes_refused = 0
+        self.settled = 0
+
+    # ------------------------------------------------------------------ control
+    def stop(self) -> None:
+        """Graceful stop: no new claims, release unstarted runs, let running ones finish."""
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> None:
+        s = self.settings
+        clock = self.engine.clock
+        next_renew = next_rescue = next_stop_check = next_beat = clock.now()
+        shutdown_deadline: datetime | None = None
+        self._heartbeat(clock.now())
+        try:
+            while True:
+                now = clock.now()
+                if self._stopping.is_set() and shutdown_deadline is None:
+                    shutdown_deadline = now + s.shutdown_grace
+                    self._release_buffer(now)
+                self._collect_results(now)
+                self._enforce_deadlines(now, shutdown_deadline)
+                if now >= next_stop_check and self._running:
+                    self._check_stop_requests()
+                    next_stop_check = now + s.stop_check_interval
+                if now >= next_rescue:
+                    self._rescue(now)
+                    next_rescue = now + s.rescue_interval
+                if now >= next_beat:
+                    self._heartbeat(now)
+                    next_beat = now + s.heartbeat_interval
+                renew = now >= next_renew and bool(self._running or self._buffer)
+                claim = 0 if self._stopping.is_set() else self._claim_room()
+                want_claim = bool(claim) and (self._watcher.changed() or self._poll_due(now))
+                if want_claim and not (self._pending or renew or self._startable()):
+                    want_claim = self._claimable(now)  # a read first: don't take the write lock for nothing
+                if self._pending or renew or want_claim or self._startable():
+                    self._cycle(now, renew=renew, claim=claim if want_claim else 0)
+                    if renew:
+                        next_renew = now + s.lease / 3
+                if self._stopping.is_set() and not self._running and not self._pending:
+                    break
+                self.idle.set() if not (self._running or self._buffer or self._pending) else self.idle.clear()
+                self._wait_for_work(claim)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            try:
+                with self.engine.store.write() as tx:
+                    tx.worker_stopped(self.worker_id, clock.now())
+            except Exception:
+                log.exception("could not record worker stop")
+            self._watcher.close()
+            self._stopped.set()
+
+    _last_poll: datetime | None = None
+
+    def _poll_due(self, now: datetime) -> bool:
+        if self._last_poll is None or now - self._last_poll >= self.settings.poll_interval:
+            self._last_poll = now
+            return True
+        return False
+
+    def _claimable(self, now: datetime) -> bool:
+        with self.engine.store.read() as tx:
+            return tx.runs_claimable_exists(self.settings.queues, now)
+
+    def _claim_room(self) -> int:
+        room = self.settings.concurrency + self.settings.prefetch - self._busy_threads - len(self._buffer)
+        return max(0, min(room, self.settings.batch_size))
+
+    def _startable(self) -> bool:
+        return bool(self._buffer) and self._busy_threads < self.settings.concurrency
+
+    def _wait_for_work(self, claim_room: int) -> None:
+        if not self._results.empty() or self._pending:
+            return
+        # Poll fast for new commits when there is room; the watcher makes that cheap.
+        timeout = 0.002 if claim_room and self._watcher.cheap else self.settings.poll_interval.total_seconds()
+        if self._wake.wait(timeout):
+            self._wake.clear()
+            self._last_poll = None
+
+    # ------------------------------------------------------------------ the cycle
+    def _cycle(self, now: datetime, *, renew: bool, claim: int) -> None:
+        """One transaction: settle, renew, claim, then start what there are threads for.
+
+        Claimed runs are recorded DISPATCHED and, when a thread is free, RUNNING in the same
+        transaction (two transitions, same instant); only runs claimed beyond the free
+        threads wait in DISPATCHED and are released on shutdown without using an attempt.
+        """
+        pending = list(self._pending)
+        free = max(0, self.settings.concurrency - self._busy_threads)
+        try:
+            with self.engine.store.write() as tx:
+                done = tx.runs_apply([c for c, _ in pending]) if pending else []
+                held: set[str] | None = None
+                if renew:
+                    leases = tuple((r.job_run_id, r.lease_token) for r in
+                                   [f.run for f in self._running.values() if not f.abandoned] + self._buffer)
+                    held = tx.leases_renew(LeaseRenew(self.worker_id, leases, now + self.settings.lease))
+                buffered = [r for r in self._buffer if held is None or r.job_run_id in held]
+                claimed: list[JobRun] = []
+                if claim:
+                    claimed = tx.runs_claim(RunsClaim(self.worker_id, self.settings.queues, claim, now,
+                                                      now + self.settings.lease, self.settings.queue_rates))
+                to_start = (buffered + claimed)[:free]
+                starts = [start_change(r, worker_id=self.worker_id, now=now) if r.attempt < r.max_attempts
+                          else exhausted_change(r, actor=self.worker_id, now=now) for r in to_start]
+                started = tx.runs_apply(starts) if starts else []
+        except Exception:
+            log.exception("worker cycle failed; will retry", extra={"action": "cycle_failed"})
+            self._isolate_poison(pending)
+            return
+        # Committed: now update memory.
+        accepted = {c.job_run_id for c in done}
+        for change, run_id in pending:
+            if run_id not in accepted:
+                self.stale_writes_refused += 1
+                log.warning("run %s: settlement refused (lease lost to another holder)", run_id,
+                            extra={"action": "stale_write_refused", "job_run_id": run_id})
+        self.settled += len(accepted)
+        self._pending = []
+        if held is not None:
+            for run_id, flight in list(self._running.items()):
+                if run_id not in held and not flight.abandoned:
+                    log.warning("run %s: lease lost while running; stopping it", run_id,
+                                extra={"action": "lease_lost", "job_run_id": run_id})
+                    self._interrupt(flight, OutcomeKind.LEASE_EXPIRED, now)
+        started_ids = {c.job_run_id for c in started if c.to_status is RunStatus.RUNNING}
+        taken = {r.job_run_id for r in to_start}
+        for run in to_start:
+            if run.job_run_id in started_ids:
+                self._launch(replace(run, status=RunStatus.RUNNING, attempt=run.attempt + 1,
+                                     started_at=run.started_at or now), now)
+        self._buffer = [r for r in buffered + claimed if r.job_run_id not in taken]
+
+    def _isolate_poison(self, pending: list[tuple[RunChange, str]]) -> None:
+        """Apply settlements one by one so a single bad row cannot stall the others forever."""
+        if len(pending) <= 1:
+            if pending:
+                log.error("run %s: settlement cannot be written; leaving it to the rescuer", pending[0][1])
+                self._running.pop(pending[0][1], None)
+            self._pending = []
+            return
+        keep: list[tuple[RunChange, str]] = []
+        for item in pending:
+            try:
+                with self.engine.store.write() as tx:
+                    tx.runs_apply([item[0]])
+                self._running.pop(item[1], None)
+            except Exception:
+                log.exception("run %s: settlement cannot be written; leaving it to the rescuer", item[1])
+                self._running.pop(item[1], None)
+        self._pending = keep
+
+    # ------------------------------------------------------------------ execution
+    def _launch(self, run: JobRun, now: datetime) -> None:
+        try:
+            self.dispatcher.prepare([run])
+            executor = self.dispatcher.executor(run)
+            ctx = self.dispatcher.context(run, run.attempt)
+        except JobgateError as exc:
+            # The run cannot be executed as defined (definition or runner vanished): that is final.
+            flight = _InFlight(run, None, None, now)  # type: ignore[arg-type]
+            self._settle(flight, ExecutionResult(Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, exc.code, str(exc))), now)
+            return
+        ctx.report_progress = lambda fraction, message, rid=run.job_run_id, tok=run.lease_token: \
+            self._progress(rid, tok, fraction, message)
+        flight = _InFlight(run, ctx, executor, now)
+        self._running[run.job_run_id] = flight
+        self._busy_threads += 1
+        self._pool.submit(self._execute, flight)
+
+    def _execute(self, flight: _InFlight) -> None:
+        try:
+            result = flight.executor.execute(flight.ctx)
+        except Exception as exc:  # an executor bug must not kill the worker
+            log.exception("executor failed for run %s", flight.run.job_run_id)
+            result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
+        self._results.put((flight.run.job_run_id, result))
+        self._wake.set()
+
+    def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
+        try:
+            with self.engine.store.write() as tx:
+                tx.run_progress(run_id, token, fraction, message)
+        except Exception:
+            log.warning("run %s: progress not recorded", run_id, exc_info=True)
+
+    def _collect_results(self, now: datetime) -> None:
+        while True:
+            try:
+                run_id, result = self._results.get_nowait()
+            except queue.Empty:
+                return
+            self._busy_threads -= 1
+            flight = self._running.get(run_id)
+            if flight is None or flight.abandoned:
+                self._running.pop(run_id, None) if flight is not None else None
+                continue
+            self._settle(flight, result, now)
+
+    def _settle(self, flight: _InFlight, result: ExecutionResult, now: datetime) -> None:
+        run = flight.run
+        outcome = result.outcome
+        if flight.interrupt is OutcomeKind.EXECUTION_TIMEOUT and outcome.kind is not OutcomeKind.SUCCEEDED:
+            outcome = Outcome(OutcomeKind.EXECUTION_TIMEOUT, "EXECUTION_TIMEOUT",
+                              f"attempt exceeded its execution timeout of {run.execution_timeout}")
+        elif flight.interrupt is OutcomeKind.RETRYABLE_FAILURE and outcome.kind is not OutcomeKind.SUCCEEDED:
+            outcome = Outcome(OutcomeKind.RETRYABLE_FAILURE, "WORKER_SHUTDOWN", "worker shut down mid-attempt")
+        elif flight.interrupt is OutcomeKind.LEASE_EXPIRED:
+            self._running.pop(run.job_run_id, None)
+            return  # someone else owns the run now; our result is void
+        artifact = None
+        if result.artifact is not None:
+            artifact = (result.artifact.path, result.artifact.sha256, result.artifact.size)
+        settlement = settle_attempt(run, outcome, self._policy(run), now=now, actor=self.worker_id,
+                                    started_at=flight.started_at, result=result.result, artifact=artifact)
+        self._queue_settlement(settlement, run, now)
+
+    def _queue_settlement(self, settlement: Settlement, run: JobRun, now: datetime) -> None:
+        change = settlement_change(settlement, run, worker_id=self.worker_id, now=now)
+        self._pending.append((change, run.job_run_id))
+        self._running.pop(run.job_run_id, None)
+
+    def _policy(self, run: JobRun) -> RetryPolicy:
+        try:
+            return retry_policy(self.engine.config, run.retry_policy)
+        except JobgateError:
+            from jobgate.core.policies import BUILTIN_RETRY_POLICIES
+
+            return BUILTIN_RETRY_POLICIES["no_retry_v1"]
+
+    # ------------------------------------------------------------------ stops, timeouts, shutdown
+    def _interrupt(self, flight: _InFlight, why: OutcomeKind, now: datetime) -> None:
+        if flight.interrupt is not None:
+            return
+        flight.interrupt = why
+        flight.interrupted_at = now
+        grace = grace_for(flight.executor, self.settings.stop_grace)
+        threading.Thread(target=flight.executor.stop, args=(flight.ctx, grace), daemon=True,
+                         name=f"jobgate-stop-{flight.run.job_run_id}").start()
+
+    def _enforce_deadlines(self, now: datetime, shutdown_deadline: datetime | None) -> None:
+        for flight in list(self._running.values()):
+            if flight.abandoned:
+                continue
+            timeout = flight.run.execution_timeout
+            if timeout is not None and now - flight.started_at >= timeout:
+                self._interrupt(flight, OutcomeKind.EXECUTION_TIMEOUT, now)
+            if shutdown_deadline is not None and now >= shutdown_deadline:
+                self._interrupt(flight, OutcomeKind.RETRYABLE_FAILURE, now)
+            # A handler that ignores its cancellation flag is abandoned after the grace period:
+            # the attempt is settled now; the thread's eventual result is discarded.
+            if flight.interrupted_at is not None and flight.interrupt is not OutcomeKind.LEASE_EXPIRED:
+                grace = grace_for(flight.executor, self.settings.stop_grace)
+                if now - flight.interrupted_at > grace + timedelta(seconds=1):
+                    flight.abandoned = True
+                    log.error("run %s: executor ignored stop for %s; abandoning its thread", flight.run.job_run_id,
+                              grace)
+                    self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
+                    self._running[flight.run.job_run_id] = flight  # keep the slot counted until it returns
+
+    def _check_stop_requests(self) -> None:
+        ids = [rid for rid, f in self._running.items() if f.interrupt is None]
+        if not ids:
+            return
+        with self.engine.store.read() as tx:
+            wanted = tx.runs_stop_requested(ids)
+        now = self.engine.clock.now()
+        for rid in wanted:
+            self._interrupt(self._running[rid], OutcomeKind.STOPPED, now)
+
+    def _release_buffer(self, now: datetime) -> None:
+        if not self._buffer:
+            return
+        changes = [release_change(r, actor=self.worker_id, now=now, reason=TransitionReason.RELEASED_ON_SHUTDOWN)
+                   for r in self._buffer]
+        with self.engine.store.write() as tx:
+            tx.runs_apply(changes)
+        log.info("released %d claimed runs on shutdown", len(changes), extra={"action": "released_on_shutdown"})
+        self._buffer = []
+
+    def _rescue(self, now: datetime) -> None:
+        try:
+            rescuer.sweep(self.engine, now)
+        except Exception:
+            log.exception("rescuer sweep failed")
+
+    def _heartbeat(self, now: datetime) -> None:
+        s = self.settings
+        try:
+            with self.engine.store.write() as tx:
+                tx.worker_heartbeat(WorkerBeat(self.worker_id, socket.gethostname(), os.getpid(), s.concurrency,
+                                               s.queues, now))
+        except Exception:
+            log.warning("heartbeat not recorded", exc_info=True)

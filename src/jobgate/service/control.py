@@ -1,0 +1,117 @@
+"""Operator use cases on existing runs: cancel, stop, requeue, and the reads behind ``runs show``.
+
+Cancel applies to pending runs only and stop to running ones only; the wrong one for the
+run's state is a ``ConflictError`` (409 at the API), never a silent no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobgate.core import events
+from jobgate.core.errors import ConflictError, NotFoundError
+from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.core.settle import cancel_decision, settle_without_attempt
+from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.service.engine import Engine
+from jobgate.store.base import RunChange
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: JobRun
+    transitions: list[Transition]
+    attempts: list[Attempt]
+    dead_letter: DeadLetter | None
+
+
+def run_detail(engine: Engine, job_run_id: str, tenant_id: str | None = None) -> RunDetail:
+    with engine.store.read() as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+        if run is None:
+            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        return RunDetail(run, tx.run_transitions(job_run_id), tx.run_attempts(job_run_id),
+                         tx.dead_letter_open_for(job_run_id))
+
+
+def cancel_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None,
+               tenant_id: str | None = None) -> JobRun:
+    """Cancel a run that has not started. A claimed-but-unstarted run loses its lease too."""
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+        if run is None:
+            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        if not run.status.is_pending:
+            hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
+            raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}",
+                                field="status")
+        s = settle_without_attempt(run, cancel_decision(), now=now, actor=actor,
+                                   detail={"reason": reason} if reason else None)
+        change = RunChange(
+            job_run_id=run.job_run_id, tenant_id=run.tenant_id, from_status=run.status, to_status=s.to_status,
+            transition=s.transition, revoke_lease=run.status is RunStatus.DISPATCHED,
+            values={"ended_at": now}, events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
+        )
+        if not tx.runs_apply([change]):
+            raise ConflictError("run changed state while being cancelled; try again", field="status")
+        updated = tx.run_get(job_run_id)
+    assert updated is not None
+    return updated
+
+
+def stop_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None,
+             tenant_id: str | None = None) -> JobRun:
+    """Ask the worker running this run to stop it (SIGTERM, then kill after the grace period).
+
+    Asynchronous like seed 004's Stop: this records the request; the run lands in CANCELLED
+    when its worker observes the exit.
+    """
+    with engine.store.write() as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+        if run is None:
+            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        if run.status is not RunStatus.RUNNING:
+            hint = " (use cancel for a pending run)" if run.status.is_pending else ""
+            raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
+        tx.run_request_stop(job_run_id)
+        now = engine.clock.now()
+        tx.outbox_append([(run.job_run_id, run.tenant_id,
+                           events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now)
+        updated = tx.run_get(job_run_id)
+    assert updated is not None
+    return updated
+
+
+def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:
+    """Give a dead-lettered or escalated run one more attempt, same idempotency key.
+
+    ``max_attempts`` grows by one so the new attempt is within bounds; the dead letter is
+    marked resolved with who requeued it.
+    """
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+        if run is None:
+            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        if run.status not in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
+            raise ConflictError(f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued",
+                                field="status")
+        transition = Transition(run.job_run_id, run.status, RunStatus.SCHEDULED, run.attempt,
+                                TransitionReason.REQUEUED.value, actor, now)
+        change = RunChange(
+            job_run_id=run.job_run_id, tenant_id=run.tenant_id, from_status=run.status,
+            to_status=RunStatus.SCHEDULED, transition=transition,
+            values={"max_attempts": max(run.max_attempts, run.attempt + 1), "due_at": now, "ended_at": None,
+                    "next_retry_at": None, "queue_deadline_at": None},
+            events=[events.job_requeued(run, actor=actor, now=now)],
+        )
+        if not tx.runs_apply([change]):
+            raise ConflictError("run changed state while being requeued; try again", field="status")
+        letter = tx.dead_letter_open_for(job_run_id)
+        if letter is not None:
+            tx.dead_letter_resolve(letter.dead_letter_id, f"requeued by {actor}", now)
+        updated = tx.run_get(job_run_id)
+    assert updated is not None
+    return updated
+

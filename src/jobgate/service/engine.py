@@ -1,0 +1,246 @@
+"""The trigger pipeline of seed 000 §10-11, one named step per stage.
+
+``submit`` runs: resolve definition -> resolve config -> validate preconditions ->
+idempotency key -> existing result? -> acquire the execution lock and create the run. The
+run then waits in SCHEDULED for a worker (dispatch, track, settle: ``jobgate.runtime.worker``),
+and its events leave through the outbox. A refused trigger stores nothing.
+
+The execution lock is the run row itself: its id is derived from the idempotency key and is
+inserted with ON CONFLICT DO NOTHING inside a write transaction, so of any number of
+concurrent identical triggers exactly one creates the run and the others find it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobgate.clock import Clock, SystemClock
+from jobgate.config import JobgateConfig
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.models import (
+    ConfigSnapshot,
+    DefinitionStatus,
+    JobDefinition,
+    JobRun,
+    Scope,
+    Trigger,
+    TriggerType,
+)
+from jobgate.core.params import validate_params
+from jobgate.core.policies import RetryPolicy, TimeoutPolicy
+from jobgate.core.runs import new_run
+from jobgate.definitions.schema import LoadedDefinition, parse_definition
+from jobgate.snapshots import resolve_snapshot
+from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
+from jobgate.store.sqlstore import Store, StoreTx
+
+SYSTEM_ACTOR = "system"
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One trigger for one definition. ``request_id`` makes a manual submission idempotent."""
+
+    job_definition_id: str
+    trigger_type: TriggerType = TriggerType.MANUAL
+    params: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = field(default_factory=Scope)
+    requested_by: str | None = None
+    reason: str | None = None
+    request_id: str | None = None
+    trigger_id: str | None = None
+    source_event_id: str | None = None
+    event_type: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    policy_context: dict[str, Any] = field(default_factory=dict)
+    due_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    run: JobRun
+    created: bool
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    job_definition_id: str
+    version: int
+    digest: str
+    created: bool
+    source: str | None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    create: RunCreate
+    snapshot: ConfigSnapshot
+
+
+class Engine:
+    """The service layer over one store and one configuration."""
+
+    def __init__(self, store: Store, config: JobgateConfig, clock: Clock | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock or SystemClock()
+
+    # ------------------------------------------------------------------ definitions
+    def apply_definitions(
+        self, loaded: Sequence[LoadedDefinition], *, tenant_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[ApplyResult]:
+        """Store every definition or none: one transaction for the whole load."""
+        now = self.clock.now()
+        out: list[ApplyResult] = []
+        with self.store.write() as tx:
+            for item in loaded:
+                d = item.definition
+                result = tx.definition_put(
+                    DefinitionPut(
+                        tenant_id=tenant_id or d.tenant_id,
+                        job_definition_id=d.job_definition_id,
+                        digest=d.digest,
+                        content=d.content,
+                        job_code=d.job_code,
+                        job_class=d.job_class.value,
+                        status=item.status,
+                        source=item.source,
+                        now=now,
+                    )
+                )
+                out.append(ApplyResult(d.job_definition_id, result.definition.version, d.digest, result.created,
+                                       item.source))
+                if progress:
+                    progress(1)
+        return out
+
+    def definition(self, tx: StoreTx, tenant_id: str, job_definition_id: str, version: int | None = None) -> JobDefinition:
+        stored = tx.definition_get(tenant_id, job_definition_id, version)
+        if stored is None:
+            raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
+        return self.build_definition(stored)
+
+    def build_definition(self, stored: StoredDefinition) -> JobDefinition:
+        """Re-read stored content through today's registries (a target that vanished is refused)."""
+        source = stored.source or f"stored:{stored.job_definition_id}"
+        loaded = parse_definition(stored.content, source, self.config)
+        if loaded.definition.digest != stored.digest:
+            raise ValidationError(
+                f"stored content of version {stored.version} no longer matches its digest {stored.digest}",
+                field="digest", source=source,
+            )
+        return _with_version(loaded.definition, stored)
+
+    # ------------------------------------------------------------------ the pipeline
+    def submit(self, request: SubmitRequest, *, actor: str | None = None) -> SubmitResult:
+        return self.submit_many([request], actor=actor)[0]
+
+    def submit_many(self, requests: Sequence[SubmitRequest], *, actor: str | None = None) -> list[SubmitResult]:
+        """Submit a batch in one transaction: all are validated before anything is stored."""
+        now = self.clock.now()
+        with self.store.write() as tx:
+            cache: dict[tuple[str, str], JobDefinition] = {}
+            prepared = [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
+            for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
+                tx.snapshot_put(snapshot, now)
+            created = tx.runs_create([p.create for p in prepared])
+        return [SubmitResult(run, made) for run, made in created]
+
+    def _prepare(
+        self, tx: StoreTx, request: SubmitRequest, *, now: datetime, actor: str | None,
+        cache: dict[tuple[str, str], JobDefinition],
+    ) -> _Prepared:
+        definition = self.resolve_definition(tx, request, cache)
+        snapshot = self.resolve_config(definition, request.scope)
+        params = self.validate_preconditions(definition, request)
+        trigger = self.build_trigger(request, now)
+        retry, timeout = self.policies_for(definition)
+        run, transitions = new_run(
+            definition, trigger, request.scope.as_dict(), snapshot, params, retry, timeout,
+            now=now, due_at=request.due_at, actor=actor or request.requested_by or SYSTEM_ACTOR,
+        )
+        trigger_doc = {
+            "trigger_id": trigger.trigger_id,
+            "trigger_type": trigger.trigger_type.value,
+            "requested_by": trigger.requested_by,
+            "reason": trigger.reason,
+            "request_id": trigger.request_id,
+            "source_event_id": trigger.source_event_id,
+            "event_type": trigger.event_type,
+            "policy_context": trigger.policy_context,
+            "payload": trigger.payload,
+        }
+        return _Prepared(
+            RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
+            snapshot,
+        )
+
+    def resolve_definition(
+        self, tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str], JobDefinition]
+    ) -> JobDefinition:
+        key = (request.scope.tenant_id, request.job_definition_id)
+        if key not in cache:
+            cache[key] = self.definition(tx, request.scope.tenant_id, request.job_definition_id)
+        return cache[key]
+
+    def resolve_config(self, definition: JobDefinition, scope: Scope) -> ConfigSnapshot:
+        return resolve_snapshot(self.config, definition.config_profile, scope.tenant_id)
+
+    def validate_preconditions(self, definition: JobDefinition, request: SubmitRequest) -> dict[str, str]:
+        """Refuse what must never run: an inactive definition, bad params (seed 000 §58)."""
+        if definition.status is not DefinitionStatus.ACTIVE:
+            raise ValidationError(
+                f"definition is {definition.status.value}; only active definitions run", field="status",
+                source=definition.job_definition_id,
+            )
+        return validate_params(definition.params, request.params, source=definition.job_definition_id)
+
+    def build_trigger(self, request: SubmitRequest, now: datetime) -> Trigger:
+        request_id = request.request_id
+        if request.trigger_type is TriggerType.MANUAL and request_id is None:
+            request_id = f"REQ-{uuid.uuid4().hex}"
+        trigger_id = request.trigger_id or (f"TGTRIG-{request_id}" if request_id else f"TGTRIG-{uuid.uuid4().hex}")
+        if request.trigger_type in (TriggerType.EVENT, TriggerType.QUEUE) and not request.source_event_id:
+            raise ValidationError("event triggers need the source event id", field="source_event_id")
+        return Trigger(
+            trigger_id=trigger_id,
+            trigger_type=request.trigger_type,
+            requested_by=request.requested_by,
+            reason=request.reason,
+            source_event_id=request.source_event_id,
+            request_id=request_id,
+            event_type=request.event_type,
+            policy_context=dict(request.policy_context),
+            payload=dict(request.payload),
+            created_at=now,
+        )
+
+    def policies_for(self, definition: JobDefinition) -> tuple[RetryPolicy, TimeoutPolicy | None]:
+        return retry_policy(self.config, definition.retry_policy), timeout_policy(self.config, definition.timeout_policy)
+
+
+def retry_policy(config: JobgateConfig, policy_id: str) -> RetryPolicy:
+    try:
+        return config.retry_policies[policy_id]
+    except KeyError:
+        raise ValidationError(f"unknown retry policy {policy_id!r}", field="retry_policy") from None
+
+
+def timeout_policy(config: JobgateConfig, policy_id: str | None) -> TimeoutPolicy | None:
+    if policy_id is None:
+        return None
+    try:
+        return config.timeout_policies[policy_id]
+    except KeyError:
+        raise ValidationError(f"unknown timeout policy {policy_id!r}", field="timeout_policy") from None
+
+
+def _with_version(d: JobDefinition, stored: StoredDefinition) -> JobDefinition:
+    from dataclasses import replace
+
+    return replace(d, version=stored.version, status=stored.status, tenant_id=stored.tenant_id)

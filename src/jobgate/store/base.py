@@ -1,0 +1,173 @@
+"""The storage seam: what the engine asks of a database, as entity-first operations.
+
+Each write operation takes one params object and is called on a transaction (``StoreTx``)
+opened by ``Store.write()``; reads use ``Store.read()``. Operations return core models, never
+rows. Every status change is a compare-and-set on the expected status (and, for a worker's
+writes, on its fencing token); the operation reports which changes matched so the caller
+never assumes a write it did not make.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobgate.core.events import Event
+from jobgate.core.models import (
+    Attempt,
+    ConfigSnapshot,
+    DeadLetter,
+    DefinitionStatus,
+    JobRun,
+    JsonObject,
+    Transition,
+)
+from jobgate.core.states import RunStatus
+
+
+@dataclass(frozen=True)
+class StoredDefinition:
+    """One stored definition version and the definition's lifecycle status."""
+
+    tenant_id: str
+    job_definition_id: str
+    version: int
+    digest: str
+    content: JsonObject
+    job_code: str
+    job_class: str
+    status: DefinitionStatus
+    is_current: bool
+    source: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class DefinitionPut:
+    tenant_id: str
+    job_definition_id: str
+    digest: str
+    content: JsonObject
+    job_code: str
+    job_class: str
+    status: DefinitionStatus
+    source: str | None
+    now: datetime
+
+
+@dataclass(frozen=True)
+class DefinitionPutResult:
+    definition: StoredDefinition
+    created: bool  # False: identical content was already stored (same digest)
+
+
+@dataclass(frozen=True)
+class RunCreate:
+    """A new run, inserted in SCHEDULED with its CREATED and SCHEDULED transitions.
+
+    Insertion is keyed by ``job_run_id`` (derived from the idempotency key) and the unique
+    idempotency key: a second create with the same key inserts nothing and returns the
+    existing run.
+    """
+
+    run: JobRun
+    trigger: JsonObject
+    transitions: tuple[Transition, ...]
+    concurrency_limit: int | None = None
+    rate_limit_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class RunsClaim:
+    worker_id: str
+    queues: tuple[str, ...]
+    limit: int
+    now: datetime
+    lease_expires_at: datetime
+    queue_rates: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunChange:
+    """One compare-and-set status change and everything written with it if it matches.
+
+    ``expected_token`` (a worker's write) fences the change to the lease holder;
+    ``revoke_lease`` bumps the token so a holder who is not the writer (a rescued or cancelled
+    run) can no longer write. ``values`` are further columns set on the run.
+    """
+
+    job_run_id: str
+    tenant_id: str
+    from_status: RunStatus
+    to_status: RunStatus
+    transition: Transition
+    expected_token: int | None = None
+    revoke_lease: bool = False
+    start_attempt: bool = False
+    values: dict[str, Any] = field(default_factory=dict)
+    events: Sequence[Event] = ()
+    dead_letter: DeadLetter | None = None
+    attempt_started: Attempt | None = None
+    attempt_ended: Attempt | None = None
+    lease_token: int | None = None  # the attempt row's token when ``attempt_started``
+    lease_expired_before: datetime | None = None  # rescue only: the lease must still be expired
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    tenant_id: str | None = None
+    statuses: tuple[RunStatus, ...] = ()
+    job_definition_id: str | None = None
+    job_class: str | None = None
+    trigger_type: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    limit: int = 100
+    before: tuple[datetime, str] | None = None  # cursor: (created_at, job_run_id) of the last row seen
+
+
+@dataclass(frozen=True)
+class LeaseRenew:
+    worker_id: str
+    leases: tuple[tuple[str, int], ...]
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    worker_id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: tuple[str, ...]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: tuple[str, ...]
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+
+
+__all__ = [
+    "Attempt",
+    "ConfigSnapshot",
+    "DefinitionPut",
+    "DefinitionPutResult",
+    "LeaseRenew",
+    "RunChange",
+    "RunCreate",
+    "RunFilter",
+    "RunsClaim",
+    "StoredDefinition",
+    "WorkerBeat",
+    "WorkerInfo",
+]

@@ -1,0 +1,51 @@
+"""Schema migrations: one linear Alembic history for both backends, applied on start.
+
+Starting processes race to migrate; PostgreSQL serialises them with an advisory lock and
+SQLite with its write lock, so they converge on one schema. When the database is already at
+``HEAD`` the check is one small query and Alembic is not loaded at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Connection, text
+
+# The newest revision in migrations/versions; a test checks this equals Alembic's head.
+HEAD = "0001"
+MIGRATIONS = Path(__file__).parent / "migrations"
+_ADVISORY_KEY = 0x6A6F6267  # "jobg"
+
+
+def current_revision(conn: Connection) -> str | None:
+    try:
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception:
+        conn.rollback()
+        return None
+
+
+def alembic_config(conn: Connection) -> object:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = conn
+    return cfg
+
+
+def upgrade(conn: Connection, revision: str = "head") -> None:
+    if revision == "head" and current_revision(conn) == HEAD:
+        conn.rollback()
+        return
+    from alembic import command
+
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
+    try:
+        command.upgrade(alembic_config(conn), revision)  # type: ignore[arg-type]
+        conn.commit()
+    finally:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+            conn.commit()

@@ -1,0 +1,360 @@
+"""The worker's hot path: claim, apply status changes, renew leases, find expired leases.
+
+Everything here runs inside the caller's write transaction and is batched: one claim
+statement for a batch of runs, one compare-and-set per (from, to) group, one executemany per
+kind of row. A change that does not match its expected status and fencing token writes
+nothing at all, not even its transition or events.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, func, literal, or_, select, text, tuple_, update
+
+from jobgate.core import ratelimit
+from jobgate.core.events import Event
+from jobgate.core.models import JobRun
+from jobgate.core.states import CLAIMABLE, LEASED, RunStatus
+from jobgate.store import codec
+from jobgate.store.base import LeaseRenew, RunChange, RunsClaim
+from jobgate.store.tables import (
+    CLAIMABLE_SQL,
+    LEASED_SQL,
+    dead_letters,
+    job_runs,
+    outbox,
+    rate_limits,
+    run_attempts,
+    run_transitions,
+)
+
+_CHUNK = 400
+_CLAIMABLE = [s.value for s in CLAIMABLE]
+_LEASED = [s.value for s in LEASED]
+# Literal predicates, identical to the partial indexes' WHERE clauses: with bound parameters
+# SQLite cannot prove a query implies the index condition and scans the whole table instead.
+IS_CLAIMABLE = text(CLAIMABLE_SQL)
+IS_LEASED = text(LEASED_SQL)
+C = job_runs.c
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _claim_statements() -> tuple[Any, Any, Any]:
+    """Built once: constructing SQLAlchemy expressions per call costs more than running them."""
+    active = job_runs.alias("active")
+    at_limit = (
+        select(func.count())
+        .where(active.c.job_definition_id == C.job_definition_id, active.c.status.in_(_LEASED))
+        .scalar_subquery()
+    )
+    rate_blocked = (
+        select(rate_limits.c.key)
+        .where(rate_limits.c.key == literal("definition:") + C.job_definition_id, rate_limits.c.tat > bindparam("now"))
+        .exists()
+    )
+    # Runs of a definition at its concurrency limit, or whose rate limit has no room now, are
+    # skipped in SQL so they cannot block the runs queued behind them (no head-of-line blocking).
+    candidates = (
+        select(C.job_run_id, C.status, C.job_definition_id, C.queue, C.concurrency_limit, C.rate_limit_per_second)
+        .where(IS_CLAIMABLE, C.queue.in_(bindparam("queues", expanding=True)), C.due_at <= bindparam("now"))
+        .where((C.queue_deadline_at.is_(None)) | (C.queue_deadline_at > bindparam("now")))
+        .where(or_(C.concurrency_limit.is_(None), C.concurrency_limit > at_limit))
+        .where(or_(C.rate_limit_per_second.is_(None), ~rate_blocked))
+        .order_by(C.priority_rank, C.due_at)
+        .limit(bindparam("limit"))
+    )
+    locked = candidates.with_for_update(skip_locked=True, of=job_runs)
+    claim = (
+        update(job_runs)
+        .where(C.job_run_id.in_(bindparam("ids", expanding=True)), C.status.in_(_CLAIMABLE))
+        .values(status=RunStatus.DISPATCHED.value, lease_owner=bindparam("owner"), lease_token=C.lease_token + 1,
+                lease_expires_at=bindparam("exp"))
+        .returning(*job_runs.c)
+    )
+    return candidates, locked, claim
+
+
+_CANDIDATES, _CANDIDATES_LOCKED, _CLAIM = _claim_statements()
+_INSERT_TRANSITIONS = run_transitions.insert()
+
+
+def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:
+    """Claim up to ``p.limit`` due runs by priority, then due time, honouring per-definition
+    concurrency limits and per-definition and per-queue rate limits across every worker."""
+    now = codec.to_us(p.now)
+    q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
+    candidates = conn.execute(q, {"queues": list(p.queues), "now": now, "limit": p.limit * 2}).all()
+    if not candidates:
+        return []
+    chosen = _apply_limits(conn, candidates, p, now)
+    if not chosen:
+        return []
+    previous = {row.job_run_id: row.status for row in candidates}
+    claimed: list[JobRun] = []
+    exp = codec.to_us(p.lease_expires_at)
+    for chunk in _chunks(chosen):
+        rows = conn.execute(_CLAIM, {"ids": list(chunk), "owner": p.worker_id, "exp": exp}).mappings()
+        claimed.extend(codec.run_from_row(r) for r in rows)
+    if claimed:
+        conn.execute(
+            _INSERT_TRANSITIONS,
+            [
+                {
+                    "job_run_id": r.job_run_id, "tenant_id": r.tenant_id, "from_status": previous[r.job_run_id],
+                    "to_status": RunStatus.DISPATCHED.value, "attempt": r.attempt, "reason": "claimed",
+                    "actor": p.worker_id, "at": now, "detail": None,
+                }
+                for r in claimed
+            ],
+        )
+    claimed.sort(key=lambda r: (r.priority.rank, r.due_at))
+    return claimed
+
+
+def _apply_limits(conn: Connection, candidates: Sequence[Any], p: RunsClaim, now: int) -> list[str]:
+    limited_defs = {r.job_definition_id for r in candidates if r.concurrency_limit is not None}
+    active: dict[str, int] = {}
+    if limited_defs:
+        rows = conn.execute(
+            select(C.job_definition_id, func.count())
+            .where(C.status.in_(_LEASED), C.job_definition_id.in_(limited_defs))
+            .group_by(C.job_definition_id)
+        ).all()
+        active = {r[0]: r[1] for r in rows}
+    # Rate-limit keys in play and their current theoretical arrival times.
+    rated: dict[str, tuple[float, int]] = {}
+    for r in candidates:
+        if r.rate_limit_per_second:
+            rated[f"definition:{r.job_definition_id}"] = (r.rate_limit_per_second, 1)
+        if r.queue in p.queue_rates:
+            rated[f"queue:{r.queue}"] = p.queue_rates[r.queue]
+    tats: dict[str, datetime | None] = dict.fromkeys(rated)
+    if rated:
+        for key, tat in conn.execute(select(rate_limits.c.key, rate_limits.c.tat).where(rate_limits.c.key.in_(rated))):
+            tats[key] = codec.from_us(tat)
+    now_dt = codec.from_us(now)
+    chosen: list[str] = []
+    for r in candidates:
+        if len(chosen) >= p.limit:
+            break
+        if r.concurrency_limit is not None and active.get(r.job_definition_id, 0) >= r.concurrency_limit:
+            continue
+        keys = [k for k in (f"definition:{r.job_definition_id}", f"queue:{r.queue}") if k in rated]
+        admitted = True
+        new_tats: dict[str, datetime] = {}
+        for key in keys:
+            rate, burst = rated[key]
+            n, tat = ratelimit.admit(tats[key], now_dt, rate=rate, burst=burst, wanted=1)
+            if n == 0:
+                admitted = False
+                break
+            new_tats[key] = tat
+        if not admitted:
+            continue
+        tats.update(new_tats)
+        active[r.job_definition_id] = active.get(r.job_definition_id, 0) + 1
+        chosen.append(r.job_run_id)
+    touched = {k: v for k, v in tats.items() if v is not None}
+    if touched:
+        _upsert_tats(conn, {k: codec.to_us(v) for k, v in touched.items()})
+    return chosen
+
+
+def _upsert_tats(conn: Connection, tats: dict[str, int]) -> None:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    stmt = insert(rate_limits)
+    stmt = stmt.on_conflict_do_update(index_elements=[rate_limits.c.key], set_={"tat": stmt.excluded.tat})
+    conn.execute(stmt, [{"key": k, "tat": v} for k, v in tats.items()])
+
+
+_GroupKey = tuple[RunStatus, RunStatus, bool, bool, bool, bool]
+_cas_cache: dict[_GroupKey, Any] = {}
+_values_cache: dict[tuple[str, ...], Any] = {}
+
+
+def _cas_statement(key: _GroupKey) -> Any:
+    """The compare-and-set for one kind of change, built once per kind."""
+    stmt = _cas_cache.get(key)
+    if stmt is not None:
+        return stmt
+    src, dst, fenced, revoke, start, expiry = key
+    values: dict[str, Any] = {"status": dst.value}
+    if dst not in LEASED:
+        values.update(lease_owner=None, lease_expires_at=None, stop_requested=False)
+    if revoke:
+        values["lease_token"] = C.lease_token + 1
+    if start:
+        values["attempt"] = C.attempt + 1
+    # The plain id list lets SQLite search by primary key; a row-value IN alone makes it scan.
+    match = C.job_run_id.in_(bindparam("ids", expanding=True))
+    if fenced:
+        match = and_(match, tuple_(C.job_run_id, C.lease_token).in_(bindparam("refs", expanding=True)))
+    cond = and_(C.status == src.value, match)
+    if expiry:
+        cond = and_(cond, C.lease_expires_at < bindparam("expired_before"))
+    stmt = update(job_runs).where(cond).values(**values).returning(C.job_run_id)
+    _cas_cache[key] = stmt
+    return stmt
+
+
+def _values_statement(keys: tuple[str, ...]) -> Any:
+    stmt = _values_cache.get(keys)
+    if stmt is None:
+        stmt = update(job_runs).where(C.job_run_id == bindparam("_id")).values(
+            {k: bindparam(f"v_{k}") for k in keys}
+        )
+        _values_cache[keys] = stmt
+    return stmt
+
+
+def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange]:
+    """Apply compare-and-set status changes; return those that matched, in input order."""
+    groups: dict[tuple[_GroupKey, datetime | None], list[RunChange]] = defaultdict(list)
+    for ch in changes:
+        key = (ch.from_status, ch.to_status, ch.expected_token is not None, ch.revoke_lease, ch.start_attempt,
+               ch.lease_expired_before is not None)
+        groups[(key, ch.lease_expired_before)].append(ch)
+    accepted: set[str] = set()
+    for (key, expired_before), items in groups.items():
+        stmt = _cas_statement(key)
+        for chunk in _chunks(items):
+            params: dict[str, Any] = {"ids": [c.job_run_id for c in chunk]}
+            if key[2]:
+                params["refs"] = [(c.job_run_id, c.expected_token) for c in chunk]
+            if expired_before is not None:
+                params["expired_before"] = codec.to_us(expired_before)
+            accepted.update(r[0] for r in conn.execute(stmt, params))
+    done = [ch for ch in changes if ch.job_run_id in accepted]
+    if done:
+        _write_consequences(conn, done)
+    return done
+
+
+_INSERT_ATTEMPTS = run_attempts.insert()
+_END_ATTEMPT = (
+    update(run_attempts)
+    .where(run_attempts.c.job_run_id == bindparam("_id"), run_attempts.c.attempt == bindparam("_attempt"))
+    .values(ended_at=bindparam("_ended"), outcome=bindparam("_outcome"), error_code=bindparam("_code"),
+            error_message=bindparam("_message"))
+)
+_INSERT_DEAD_LETTERS = dead_letters.insert()
+_INSERT_OUTBOX = outbox.insert()
+
+
+def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for ch in done:
+        if ch.values:
+            keys = tuple(sorted(ch.values))
+            by_columns[keys].append({"_id": ch.job_run_id, **{f"v_{k}": codec.column(ch.values[k]) for k in keys}})
+    for keys, rows in by_columns.items():
+        conn.execute(_values_statement(keys), rows)
+    conn.execute(_INSERT_TRANSITIONS, [codec.transition_row(ch.transition, ch.tenant_id) for ch in done])
+    started = [(ch, ch.attempt_started) for ch in done if ch.attempt_started is not None]
+    if started:
+        conn.execute(
+            _INSERT_ATTEMPTS,
+            [
+                {
+                    "job_run_id": a.job_run_id, "attempt": a.attempt, "tenant_id": ch.tenant_id,
+                    "worker_id": a.worker_id, "lease_token": ch.lease_token or 0,
+                    "started_at": codec.to_us(a.started_at),
+                }
+                for ch, a in started
+                if a is not None
+            ],
+        )
+    ended = [ch.attempt_ended for ch in done if ch.attempt_ended is not None]
+    if ended:
+        conn.execute(
+            _END_ATTEMPT,
+            [
+                {"_id": a.job_run_id, "_attempt": a.attempt, "_ended": codec.opt_us(a.ended_at), "_outcome": a.outcome,
+                 "_code": a.error_code, "_message": a.error_message}
+                for a in ended
+            ],
+        )
+    letters = [ch.dead_letter for ch in done if ch.dead_letter is not None]
+    if letters:
+        conn.execute(_INSERT_DEAD_LETTERS, [codec.dead_letter_row(d) for d in letters])
+    evts = [(ch.job_run_id, ch.tenant_id, e) for ch in done for e in ch.events]
+    if evts:
+        outbox_append(conn, evts, codec.to_us(done[0].transition.at))
+
+
+def outbox_append(conn: Connection, items: Sequence[tuple[str | None, str, Event]], now: int) -> None:
+    conn.execute(
+        _INSERT_OUTBOX,
+        [
+            {"job_run_id": run_id, "tenant_id": tenant, "event_type": kind.value, "payload": codec.dumps(body),
+             "created_at": now}
+            for run_id, tenant, (kind, body) in items
+        ],
+    )
+
+
+def leases_renew(conn: Connection, p: LeaseRenew) -> set[str]:
+    """Extend the holder's leases; return the run ids it still holds (the others were taken)."""
+    held: set[str] = set()
+    exp = codec.to_us(p.lease_expires_at)
+    for chunk in _chunks(list(p.leases)):
+        stmt = (
+            update(job_runs)
+            .where(C.status.in_(_LEASED), C.lease_owner == p.worker_id, C.job_run_id.in_([r[0] for r in chunk]),
+                   tuple_(C.job_run_id, C.lease_token).in_(chunk))
+            .values(lease_expires_at=exp)
+            .returning(C.job_run_id)
+        )
+        held.update(r[0] for r in conn.execute(stmt))
+    return held
+
+
+def runs_claimable_exists(conn: Connection, queues: Sequence[str], now: datetime) -> bool:
+    q = select(C.job_run_id).where(IS_CLAIMABLE, C.queue.in_(queues), C.due_at <= codec.to_us(now)).limit(1)
+    return conn.execute(q).first() is not None
+
+
+def runs_lease_expired(conn: Connection, now: datetime, limit: int) -> list[JobRun]:
+    q = (
+        select(job_runs)
+        .where(IS_LEASED, C.lease_expires_at < codec.to_us(now))
+        .order_by(C.lease_expires_at)
+        .limit(limit)
+    )
+    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def runs_queue_expired(conn: Connection, now: datetime, limit: int) -> list[JobRun]:
+    q = (
+        select(job_runs)
+        .where(IS_CLAIMABLE, C.queue_deadline_at.is_not(None), C.queue_deadline_at <= codec.to_us(now))
+        .limit(limit)
+    )
+    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def runs_stop_requested(conn: Connection, ids: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        q = select(C.job_run_id).where(C.job_run_id.in_(chunk), C.stop_requested.is_(True))
+        out.update(r[0] for r in conn.execute(q))
+    return out
+
+
+def run_progress(conn: Connection, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
+    stmt = (
+        update(job_runs)
+        .where(C.job_run_id == job_run_id, C.lease_token == token, C.status == RunStatus.RUNNING.value)
+        .values(progress=fraction, progress_message=message)
+    )
+    return conn.execute(stmt).rowcount == 1

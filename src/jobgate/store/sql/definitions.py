@@ -1,0 +1,163 @@
+"""Definition versions, their lifecycle heads, and configuration snapshots."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, func, select, update
+
+from jobgate.core.models import ConfigSnapshot, DefinitionStatus
+from jobgate.store import codec
+from jobgate.store.base import DefinitionPut, DefinitionPutResult, StoredDefinition
+from jobgate.store.tables import config_snapshots, definition_heads, definitions
+
+D = definitions.c
+H = definition_heads.c
+
+
+def _stored(row: object, head_version: int, status: str) -> StoredDefinition:
+    r = row._mapping  # type: ignore[attr-defined]
+    return StoredDefinition(
+        tenant_id=r["tenant_id"],
+        job_definition_id=r["job_definition_id"],
+        version=r["version"],
+        digest=r["digest"],
+        content=codec.loads(r["content"]),
+        job_code=r["job_code"],
+        job_class=r["job_class"],
+        status=DefinitionStatus(status),
+        is_current=r["version"] == head_version,
+        source=r["source"],
+        created_at=codec.from_us(r["created_at"]),
+    )
+
+
+def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
+    """Store ``p`` as a new version unless the current version has the same digest.
+
+    Re-applying an older digest makes a new version too (history is append-only); the status
+    from the file becomes the definition's lifecycle status.
+    """
+    head = conn.execute(
+        select(H.current_version, H.status).where(H.tenant_id == p.tenant_id, H.job_definition_id == p.job_definition_id)
+    ).first()
+    now = codec.to_us(p.now)
+    if head is not None:
+        current = conn.execute(
+            select(definitions).where(D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id,
+                                      D.version == head.current_version)
+        ).first()
+        if current is not None and current.digest == p.digest:
+            if head.status != p.status.value:
+                conn.execute(
+                    update(definition_heads)
+                    .where(H.tenant_id == p.tenant_id, H.job_definition_id == p.job_definition_id)
+                    .values(status=p.status.value, updated_at=now)
+                )
+            return DefinitionPutResult(_stored(current, head.current_version, p.status.value), created=False)
+    version = 1 + (
+        conn.execute(
+            select(func.coalesce(func.max(D.version), 0)).where(
+                D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id
+            )
+        ).scalar_one()
+    )
+    same_digest = conn.execute(
+        select(D.version).where(D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id,
+                                D.digest == p.digest)
+    ).first()
+    if same_digest is not None:
+        # Reverting to content stored before: point the head back at that version.
+        version = same_digest.version
+    else:
+        conn.execute(
+            definitions.insert().values(
+                tenant_id=p.tenant_id, job_definition_id=p.job_definition_id, version=version, digest=p.digest,
+                job_code=p.job_code, job_class=p.job_class, content=codec.dumps(p.content), source=p.source,
+                created_at=now,
+            )
+        )
+    if head is None:
+        conn.execute(
+            definition_heads.insert().values(
+                tenant_id=p.tenant_id, job_definition_id=p.job_definition_id, current_version=version,
+                status=p.status.value, updated_at=now,
+            )
+        )
+    else:
+        conn.execute(
+            update(definition_heads)
+            .where(H.tenant_id == p.tenant_id, H.job_definition_id == p.job_definition_id)
+            .values(current_version=version, status=p.status.value, updated_at=now)
+        )
+    stored = definition_get(conn, p.tenant_id, p.job_definition_id, version)
+    assert stored is not None
+    return DefinitionPutResult(stored, created=same_digest is None)
+
+
+def definition_get(
+    conn: Connection, tenant_id: str, job_definition_id: str, version: int | None = None
+) -> StoredDefinition | None:
+    head = conn.execute(
+        select(H.current_version, H.status).where(H.tenant_id == tenant_id, H.job_definition_id == job_definition_id)
+    ).first()
+    if head is None:
+        return None
+    row = conn.execute(
+        select(definitions).where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id,
+                                  D.version == (version if version is not None else head.current_version))
+    ).first()
+    return None if row is None else _stored(row, head.current_version, head.status)
+
+
+def definitions_list(conn: Connection, tenant_id: str) -> list[StoredDefinition]:
+    q = (
+        select(definitions, H.status, H.current_version)
+        .join(definition_heads, (H.tenant_id == D.tenant_id) & (H.job_definition_id == D.job_definition_id)
+              & (H.current_version == D.version))
+        .where(D.tenant_id == tenant_id)
+        .order_by(D.job_definition_id)
+    )
+    return [_stored(r, r.current_version, r.status) for r in conn.execute(q)]
+
+
+def definition_versions(conn: Connection, tenant_id: str, job_definition_id: str) -> list[StoredDefinition]:
+    head = conn.execute(
+        select(H.current_version, H.status).where(H.tenant_id == tenant_id, H.job_definition_id == job_definition_id)
+    ).first()
+    if head is None:
+        return []
+    q = select(definitions).where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id).order_by(D.version)
+    return [_stored(r, head.current_version, head.status) for r in conn.execute(q)]
+
+
+def definition_set_status(
+    conn: Connection, tenant_id: str, job_definition_id: str, status: DefinitionStatus, now_us: int
+) -> bool:
+    stmt = (
+        update(definition_heads)
+        .where(H.tenant_id == tenant_id, H.job_definition_id == job_definition_id)
+        .values(status=status.value, updated_at=now_us)
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> None:
+    exists = conn.execute(
+        select(config_snapshots.c.config_snapshot_id).where(config_snapshots.c.config_snapshot_id == s.config_snapshot_id)
+    ).first()
+    if exists is None:
+        conn.execute(
+            config_snapshots.insert().values(
+                config_snapshot_id=s.config_snapshot_id, tenant_id=s.tenant_id, profile=s.profile,
+                config_digest=s.config_digest, content=codec.dumps(s.content), created_at=now_us,
+            )
+        )
+
+
+def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | None:
+    row = conn.execute(
+        select(config_snapshots).where(config_snapshots.c.config_snapshot_id == config_snapshot_id)
+    ).first()
+    if row is None:
+        return None
+    return ConfigSnapshot(row.config_snapshot_id, row.config_digest, row.profile, codec.loads(row.content),
+                          row.tenant_id)

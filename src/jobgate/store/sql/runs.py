@@ -1,0 +1,149 @@
+"""Runs: creation keyed by idempotency key, reads, lists. (Worker writes live in ``claims``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.store import codec
+from jobgate.store.base import RunCreate, RunFilter
+from jobgate.store.tables import dead_letters, job_runs, run_attempts, run_transitions
+
+
+def run_row(c: RunCreate) -> dict[str, object]:
+    r = c.run
+    return {
+        "job_run_id": r.job_run_id,
+        "tenant_id": r.tenant_id,
+        "idempotency_key": r.idempotency_key,
+        "job_definition_id": r.job_definition_id,
+        "definition_version": r.definition_version,
+        "definition_digest": r.definition_digest,
+        "job_class": r.job_class.value,
+        "trigger_id": r.trigger_id,
+        "trigger_type": r.trigger_type.value,
+        "trigger": codec.dumps(c.trigger),
+        "scope": codec.dumps(r.scope),
+        "params": codec.dumps(r.params),
+        "workflow_run_id": r.workflow_run_id,
+        "config_snapshot_id": r.config_snapshot_id,
+        "config_digest": r.config_digest,
+        "status": r.status.value,
+        "attempt": r.attempt,
+        "max_attempts": r.max_attempts,
+        "priority": r.priority.value,
+        "priority_rank": r.priority.rank,
+        "queue": r.queue,
+        "retry_policy": r.retry_policy,
+        "concurrency_limit": c.concurrency_limit,
+        "rate_limit_per_second": c.rate_limit_per_second,
+        "execution_timeout_us": None if r.execution_timeout is None else int(r.execution_timeout.total_seconds() * 1e6),
+        "requested_by": r.requested_by,
+        "created_at": codec.to_us(r.created_at),
+        "due_at": codec.to_us(r.due_at),
+        "queue_deadline_at": codec.opt_us(r.queue_deadline_at),
+        "lease_token": 0,
+        "stop_requested": False,
+    }
+
+
+def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, object]]) -> set[str]:
+    """INSERT ... ON CONFLICT DO NOTHING RETURNING: the database decides who was first, and
+    tells us which rows this statement made (a concurrent creator's rows are not ours)."""
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(job_runs).on_conflict_do_nothing().returning(job_runs.c.job_run_id)
+    return {r[0] for r in conn.execute(stmt, rows)}
+
+
+def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
+    """Insert the runs that do not exist yet; return every run with whether this call made it."""
+    if not creates:
+        return []
+    fresh: dict[str, RunCreate] = {}
+    for c in creates:
+        fresh.setdefault(c.run.job_run_id, c)
+    made = _insert_ignoring_duplicates(conn, [run_row(c) for c in fresh.values()])
+    rows = [codec.transition_row(t, c.run.tenant_id) for rid, c in fresh.items() if rid in made for t in c.transitions]
+    if rows:
+        conn.execute(run_transitions.insert(), rows)
+    if len(made) == len(fresh):
+        stored = {c.run.job_run_id: c.run for c in fresh.values()}
+    else:
+        stored = {r.job_run_id: r for r in runs_by_ids(conn, list(fresh))}
+    out: list[tuple[JobRun, bool]] = []
+    for c in creates:
+        rid = c.run.job_run_id
+        out.append((stored[rid], rid in made))
+        made.discard(rid)  # a key repeated inside one call is created once
+    return out
+
+
+def runs_by_ids(conn: Connection, ids: Sequence[str]) -> list[JobRun]:
+    out: list[JobRun] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows = conn.execute(select(job_runs).where(job_runs.c.job_run_id.in_(chunk))).mappings()
+        out.extend(codec.run_from_row(r) for r in rows)
+    return out
+
+
+def run_get(conn: Connection, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
+    q = select(job_runs).where(job_runs.c.job_run_id == job_run_id)
+    if tenant_id is not None:
+        q = q.where(job_runs.c.tenant_id == tenant_id)
+    row = conn.execute(q).mappings().first()
+    return None if row is None else codec.run_from_row(row)
+
+
+def runs_list(conn: Connection, f: RunFilter) -> list[JobRun]:
+    c = job_runs.c
+    q = select(job_runs)
+    if f.tenant_id is not None:
+        q = q.where(c.tenant_id == f.tenant_id)
+    if f.statuses:
+        q = q.where(c.status.in_([s.value for s in f.statuses]))
+    if f.job_definition_id:
+        q = q.where(c.job_definition_id == f.job_definition_id)
+    if f.job_class:
+        q = q.where(c.job_class == f.job_class)
+    if f.trigger_type:
+        q = q.where(c.trigger_type == f.trigger_type)
+    if f.created_from:
+        q = q.where(c.created_at >= codec.to_us(f.created_from))
+    if f.created_to:
+        q = q.where(c.created_at < codec.to_us(f.created_to))
+    if f.before:
+        at, rid = codec.to_us(f.before[0]), f.before[1]
+        q = q.where(or_(c.created_at < at, and_(c.created_at == at, c.job_run_id < rid)))
+    q = q.order_by(c.created_at.desc(), c.job_run_id.desc()).limit(f.limit)
+    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def run_transitions_list(conn: Connection, job_run_id: str) -> list[Transition]:
+    q = select(run_transitions).where(run_transitions.c.job_run_id == job_run_id).order_by(run_transitions.c.id)
+    return [codec.transition_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def run_attempts_list(conn: Connection, job_run_id: str) -> list[Attempt]:
+    q = select(run_attempts).where(run_attempts.c.job_run_id == job_run_id).order_by(run_attempts.c.attempt)
+    return [codec.attempt_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def dead_letters_list(conn: Connection, tenant_id: str | None, *, open_only: bool, limit: int = 100) -> list[DeadLetter]:
+    q = select(dead_letters)
+    if tenant_id is not None:
+        q = q.where(dead_letters.c.tenant_id == tenant_id)
+    if open_only:
+        q = q.where(dead_letters.c.resolved_at.is_(None))
+    q = q.order_by(dead_letters.c.created_at.desc()).limit(limit)
+    return [codec.dead_letter_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def dead_letter_open_for(conn: Connection, job_run_id: str) -> DeadLetter | None:
+    q = select(dead_letters).where(dead_letters.c.job_run_id == job_run_id, dead_letters.c.resolved_at.is_(None))
+    row = conn.execute(q).mappings().first()
+    return None if row is None else codec.dead_letter_from_row(row)
+

@@ -1,0 +1,283 @@
+"""The store: connections, transactions and migrations around the SQL modules in ``sql/``.
+
+One implementation serves SQLite and PostgreSQL; dialect differences are named capability
+flags (``skip_locked``) and the connection set-up below, not ``if dialect`` branches spread
+through the queries.
+
+SQLite: WAL, ``synchronous=FULL`` by default (a committed run survives power loss), a busy
+timeout, and every write transaction opened with ``BEGIN IMMEDIATE`` so two writers queue
+for the lock at the start instead of failing with "database is locked" half-way through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from jobgate.core.events import Event
+from jobgate.core.models import (
+    Attempt,
+    ConfigSnapshot,
+    DeadLetter,
+    DefinitionStatus,
+    JobRun,
+    OutboxEvent,
+    Transition,
+)
+from jobgate.store import codec
+from jobgate.store.base import (
+    DefinitionPut,
+    DefinitionPutResult,
+    LeaseRenew,
+    RunChange,
+    RunCreate,
+    RunFilter,
+    RunsClaim,
+    StoredDefinition,
+    WorkerBeat,
+    WorkerInfo,
+)
+from jobgate.store.migrate import upgrade
+from jobgate.store.sql import claims, definitions, outbox, runs
+
+
+class StoreTx:
+    """Operations inside one open transaction. Obtained from ``Store.write()`` / ``Store.read()``."""
+
+    def __init__(self, conn: Connection, *, skip_locked: bool) -> None:
+        self.conn = conn
+        self._skip_locked = skip_locked
+
+    # definitions and snapshots
+    def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
+        return definitions.definition_put(self.conn, p)
+
+    def definition_get(self, tenant_id: str, job_definition_id: str, version: int | None = None) -> StoredDefinition | None:
+        return definitions.definition_get(self.conn, tenant_id, job_definition_id, version)
+
+    def definitions_list(self, tenant_id: str) -> list[StoredDefinition]:
+        return definitions.definitions_list(self.conn, tenant_id)
+
+    def definition_versions(self, tenant_id: str, job_definition_id: str) -> list[StoredDefinition]:
+        return definitions.definition_versions(self.conn, tenant_id, job_definition_id)
+
+    def definition_set_status(self, tenant_id: str, job_definition_id: str, status: DefinitionStatus,
+                              now: datetime) -> bool:
+        return definitions.definition_set_status(self.conn, tenant_id, job_definition_id, status, codec.to_us(now))
+
+    def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
+        definitions.snapshot_put(self.conn, snapshot, codec.to_us(now))
+
+    def snapshot_get(self, config_snapshot_id: str) -> ConfigSnapshot | None:
+        return definitions.snapshot_get(self.conn, config_snapshot_id)
+
+    # runs
+    def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
+        return runs.runs_create(self.conn, creates)
+
+    def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
+        return runs.run_get(self.conn, job_run_id, tenant_id)
+
+    def runs_get(self, job_run_ids: Sequence[str]) -> list[JobRun]:
+        return runs.runs_by_ids(self.conn, job_run_ids)
+
+    def runs_list(self, f: RunFilter) -> list[JobRun]:
+        return runs.runs_list(self.conn, f)
+
+    def run_transitions(self, job_run_id: str) -> list[Transition]:
+        return runs.run_transitions_list(self.conn, job_run_id)
+
+    def run_attempts(self, job_run_id: str) -> list[Attempt]:
+        return runs.run_attempts_list(self.conn, job_run_id)
+
+    def runs_claim(self, p: RunsClaim) -> list[JobRun]:
+        return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
+
+    def runs_apply(self, changes: Sequence[RunChange]) -> list[RunChange]:
+        return claims.runs_apply(self.conn, changes)
+
+    def leases_renew(self, p: LeaseRenew) -> set[str]:
+        return claims.leases_renew(self.conn, p)
+
+    def runs_claimable_exists(self, queues: Sequence[str], now: datetime) -> bool:
+        return claims.runs_claimable_exists(self.conn, queues, now)
+
+    def runs_lease_expired(self, now: datetime, limit: int) -> list[JobRun]:
+        return claims.runs_lease_expired(self.conn, now, limit)
+
+    def runs_queue_expired(self, now: datetime, limit: int) -> list[JobRun]:
+        return claims.runs_queue_expired(self.conn, now, limit)
+
+    def runs_stop_requested(self, job_run_ids: Sequence[str]) -> set[str]:
+        return claims.runs_stop_requested(self.conn, job_run_ids)
+
+    def run_request_stop(self, job_run_id: str) -> bool:
+        from sqlalchemy import update
+
+        from jobgate.store.tables import job_runs
+
+        stmt = update(job_runs).where(job_runs.c.job_run_id == job_run_id, job_runs.c.status == "RUNNING").values(
+            stop_requested=True
+        )
+        return self.conn.execute(stmt).rowcount == 1
+
+    def run_progress(self, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
+        return claims.run_progress(self.conn, job_run_id, token, fraction, message)
+
+    def dead_letters_list(self, tenant_id: str | None, *, open_only: bool = True, limit: int = 100) -> list[DeadLetter]:
+        return runs.dead_letters_list(self.conn, tenant_id, open_only=open_only, limit=limit)
+
+    def dead_letter_open_for(self, job_run_id: str) -> DeadLetter | None:
+        return runs.dead_letter_open_for(self.conn, job_run_id)
+
+    def dead_letter_resolve(self, dead_letter_id: str, resolution: str, now: datetime) -> None:
+        from sqlalchemy import update
+
+        from jobgate.store.tables import dead_letters
+
+        self.conn.execute(
+            update(dead_letters)
+            .where(dead_letters.c.dead_letter_id == dead_letter_id)
+            .values(resolved_at=codec.to_us(now), resolution=resolution)
+        )
+
+    # outbox and workers
+    def outbox_append(self, items: Sequence[tuple[str | None, str, Event]], now: datetime) -> None:
+        claims.outbox_append(self.conn, items, codec.to_us(now))
+
+    def outbox_pending(self, limit: int) -> list[OutboxEvent]:
+        return outbox.outbox_pending(self.conn, limit)
+
+    def outbox_mark_delivered(self, ids: Sequence[int], now: datetime) -> None:
+        outbox.outbox_mark_delivered(self.conn, ids, codec.to_us(now))
+
+    def outbox_backlog(self) -> int:
+        return outbox.outbox_backlog(self.conn)
+
+    def worker_heartbeat(self, b: WorkerBeat) -> None:
+        outbox.worker_heartbeat(self.conn, b)
+
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        outbox.worker_stopped(self.conn, worker_id, codec.to_us(now))
+
+    def workers_list(self) -> list[WorkerInfo]:
+        return outbox.workers_list(self.conn)
+
+
+def _sqlite_engine(url: str, *, synchronous: str, immediate: bool) -> Engine:
+    engine = create_engine(url, poolclass=NullPool if ":memory:" in url else None)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class SqliteChangeWatcher:
+    """Tells cheaply whether any connection committed since the last look (``PRAGMA data_version``).
+
+    An idle worker asks every couple of milliseconds; the pragma reads a counter in shared
+    memory, so a new run is noticed within milliseconds without a query against the runs table.
+    """
+
+    cheap = True
+
+    def __init__(self, path: str) -> None:
+        import sqlite3
+
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._last = -1
+
+    def changed(self) -> bool:
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._last:
+            self._last = version
+            return True
+        return False
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PollingChangeWatcher:
+    """No cheap change signal: the worker falls back to its poll interval."""
+
+    cheap = False
+
+    def changed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class Store:
+    """A database jobgate runs on. Thread-safe: each transaction takes its own pooled connection."""
+
+    def __init__(self, url: str, *, synchronous: str = "FULL", migrate: bool = True) -> None:
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
+                raise ValueError("sqlite synchronous must be FULL, NORMAL or EXTRA")
+            self._writer = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True)
+            self._reader = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False)
+            self.skip_locked = False
+        elif self.dialect == "postgresql":
+            if parsed.drivername == "postgresql":
+                url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+            self._writer = create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+            self._reader = self._writer
+            self.skip_locked = True
+        else:
+            raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:/// or postgresql://")
+        self._lock = threading.Lock()
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        with self._writer.connect() as conn:
+            upgrade(conn)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[StoreTx]:
+        """One write transaction; committed on normal exit, rolled back on an exception."""
+        with self._writer.begin() as conn:
+            yield StoreTx(conn, skip_locked=self.skip_locked)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[StoreTx]:
+        with self._reader.begin() as conn:
+            yield StoreTx(conn, skip_locked=self.skip_locked)
+
+    def change_watcher(self) -> SqliteChangeWatcher | PollingChangeWatcher:
+        parsed = make_url(self.url)
+        if self.dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
+            return SqliteChangeWatcher(parsed.database)
+        return PollingChangeWatcher()
+
+    def dispose(self) -> None:
+        self._writer.dispose()
+        self._reader.dispose()

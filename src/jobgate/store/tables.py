@@ -1,0 +1,230 @@
+"""The schema, declared once in SQLAlchemy Core for both backends.
+
+Instants are stored as integer microseconds since the Unix epoch (UTC): exact, cheap to
+compare in the claim index, and identical on SQLite and PostgreSQL. JSON documents are
+stored as canonical JSON text so a digest computed from a stored document equals the digest
+computed when it was written. Every tenant-owned table carries ``tenant_id``.
+
+The migration history in ``migrations/`` must build exactly this schema; a test diffs them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from jobgate.core.states import RunStatus
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+_STATUSES = ", ".join(f"'{s.value}'" for s in RunStatus)
+CLAIMABLE_SQL = "status IN ('SCHEDULED', 'RETRY_WAIT')"
+LEASED_SQL = "status IN ('DISPATCHED', 'RUNNING')"
+
+definitions = Table(
+    "definitions",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("job_definition_id", String(200), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("digest", String(80), nullable=False),
+    Column("job_code", String(200), nullable=False),
+    Column("job_class", String(64), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("source", Text),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("tenant_id", "job_definition_id", "digest"),
+)
+
+definition_heads = Table(
+    "definition_heads",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("job_definition_id", String(200), primary_key=True),
+    Column("current_version", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    CheckConstraint("status IN ('draft', 'active', 'suspended', 'retired')", name="status"),
+)
+
+config_snapshots = Table(
+    "config_snapshots",
+    metadata,
+    Column("config_snapshot_id", String(80), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("profile", String(200), nullable=False),
+    Column("config_digest", String(80), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+job_runs = Table(
+    "job_runs",
+    metadata,
+    Column("job_run_id", String(64), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("idempotency_key", String(80), nullable=False, unique=True),
+    Column("job_definition_id", String(200), nullable=False),
+    Column("definition_version", Integer, nullable=False),
+    Column("definition_digest", String(80), nullable=False),
+    Column("job_class", String(64), nullable=False),
+    Column("trigger_id", String(200), nullable=False),
+    Column("trigger_type", String(32), nullable=False),
+    Column("trigger", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("params", Text, nullable=False),
+    Column("workflow_run_id", String(64)),
+    Column("config_snapshot_id", String(80), nullable=False),
+    Column("config_digest", String(80), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False),
+    Column("priority", String(16), nullable=False),
+    Column("priority_rank", Integer, nullable=False),
+    Column("queue", String(100), nullable=False),
+    Column("retry_policy", String(200), nullable=False),
+    Column("concurrency_limit", Integer),
+    Column("rate_limit_per_second", Float),
+    Column("execution_timeout_us", BigInteger),
+    Column("requested_by", String(200)),
+    Column("created_at", BigInteger, nullable=False),
+    Column("due_at", BigInteger, nullable=False),
+    Column("queue_deadline_at", BigInteger),
+    Column("started_at", BigInteger),
+    Column("ended_at", BigInteger),
+    Column("next_retry_at", BigInteger),
+    Column("error_code", String(200)),
+    Column("error_message", Text),
+    Column("result", Text),
+    Column("result_ref", Text),
+    Column("lease_owner", String(200)),
+    Column("lease_token", BigInteger, nullable=False, server_default="0"),
+    Column("lease_expires_at", BigInteger),
+    Column("stop_requested", Boolean, nullable=False, server_default="0"),
+    Column("progress", Float),
+    Column("progress_message", Text),
+    Column("artifact_path", Text),
+    Column("artifact_sha256", String(80)),
+    Column("artifact_size", BigInteger),
+    CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+    CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="attempt_bounds"),
+    CheckConstraint(f"({LEASED_SQL}) = (lease_owner IS NOT NULL)", name="lease_iff_leased"),
+    # The claim index: only claimable rows, in claim order. Terminal runs never touch it.
+    Index(
+        "ix_job_runs_claim",
+        "queue",
+        "priority_rank",
+        "due_at",
+        sqlite_where=text(CLAIMABLE_SQL),
+        postgresql_where=text(CLAIMABLE_SQL),
+    ),
+    Index(
+        "ix_job_runs_leased",
+        "lease_expires_at",
+        sqlite_where=text(LEASED_SQL),
+        postgresql_where=text(LEASED_SQL),
+    ),
+    Index("ix_job_runs_tenant_created", "tenant_id", "created_at"),
+    Index("ix_job_runs_definition_status", "job_definition_id", "status"),
+)
+
+run_transitions = Table(
+    "run_transitions",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_run_id", String(64), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("from_status", String(16)),
+    Column("to_status", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("at", BigInteger, nullable=False),
+    Column("detail", Text),
+    Index("ix_run_transitions_run", "job_run_id", "id"),
+)
+
+run_attempts = Table(
+    "run_attempts",
+    metadata,
+    Column("job_run_id", String(64), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("worker_id", String(200), nullable=False),
+    Column("lease_token", BigInteger, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger),
+    Column("outcome", String(32)),
+    Column("error_code", String(200)),
+    Column("error_message", Text),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("dead_letter_id", String(80), primary_key=True),
+    Column("job_run_id", String(64), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("job_class", String(64), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("last_error_code", String(200)),
+    Column("attempts", Integer, nullable=False),
+    Column("requires_manual_review", Boolean, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("resolved_at", BigInteger),
+    Column("resolution", Text),
+    Index("ix_dead_letters_tenant_open", "tenant_id", "resolved_at"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_run_id", String(64)),
+    Column("tenant_id", String(64), nullable=False),
+    Column("event_type", String(100), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("delivered_at", BigInteger),
+    Index("ix_outbox_pending", "id", sqlite_where=text("delivered_at IS NULL"),
+          postgresql_where=text("delivered_at IS NULL")),
+)
+
+rate_limits = Table(
+    "rate_limits",
+    metadata,
+    Column("key", String(300), primary_key=True),
+    Column("tat", BigInteger, nullable=False),
+)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("worker_id", String(200), primary_key=True),
+    Column("host", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("queues", Text, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("heartbeat_at", BigInteger, nullable=False),
+    Column("stopped_at", BigInteger),
+)
