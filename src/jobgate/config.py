@@ -153,41 +153,32 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
     doc = r.mapping(document, "")
     r.only_keys(doc, "", _TOP_KEYS)
 
-    def opt(key: str) -> Any:
-        return doc.get(key)
-
-    database = _database(r, opt("database"), base_dir)
+    database = _database(r, doc.get("database"), base_dir)
     data_dir = base_dir / "data"
-    if opt("data_dir") is not None:
-        data_dir = base_dir / r.string(opt("data_dir"), "data_dir")
-    folders = r.strings(opt("definitions"), "definitions") if "definitions" in doc else ["definitions"]
+    if doc.get("data_dir") is not None:
+        data_dir = base_dir / r.string(doc.get("data_dir"), "data_dir")
+    folders = r.strings(doc.get("definitions"), "definitions") if "definitions" in doc else ["definitions"]
     definitions = tuple(base_dir / folder for folder in folders)
-    runners = {
-        name: _runner(r, name, spec)
-        for name, spec in _named_entries(r, opt("runners"), "runners").items()
-    }
+    runners = {name: _runner(r, name, spec) for name, spec in _named_entries(r, doc, "runners").items()}
     default_runner = None
-    if opt("default_runner") is not None:
-        default_runner = r.known(opt("default_runner"), "default_runner", "runner", runners)
+    if doc.get("default_runner") is not None:
+        default_runner = r.known(doc.get("default_runner"), "default_runner", "runner", runners)
     targets = {
         meid: _target(r, meid, spec, runners)
-        for meid, spec in _named_entries(r, opt("targets"), "targets").items()
+        for meid, spec in _named_entries(r, doc, "targets").items()
     }
     profiles: dict[str, dict[str, Any]] = {DEFAULT_PROFILE: {}}
-    for name, values in _named_entries(r, opt("profiles"), "profiles").items():
+    for name, values in _named_entries(r, doc, "profiles").items():
         profiles[name] = {} if values is None else r.mapping(values, join("profiles", name))
-    queues = {
-        name: _queue(r, name, spec)
-        for name, spec in _named_entries(r, opt("queues"), "queues").items()
-    }
-    events_doc = r.mapping(_or_empty(opt("events")), "events")
+    queues = {name: _queue(r, name, spec) for name, spec in _named_entries(r, doc, "queues").items()}
+    events_doc = r.mapping(_or_empty(doc.get("events")), "events")
     r.only_keys(events_doc, "events", ("jsonl_path", "log"))
     jsonl: Path | None = data_dir / "events.jsonl"
     if "jsonl_path" in events_doc:
         raw = events_doc["jsonl_path"]
         jsonl = None if raw is None else base_dir / r.string(raw, "events.jsonl_path")
     log = r.boolean(events_doc["log"], "events.log") if "log" in events_doc else True
-    sqlite_doc = r.mapping(_or_empty(opt("sqlite")), "sqlite")
+    sqlite_doc = r.mapping(_or_empty(doc.get("sqlite")), "sqlite")
     r.only_keys(sqlite_doc, "sqlite", ("synchronous",))
     synchronous = str(sqlite_doc.get("synchronous", "FULL")).upper()
     if synchronous not in ("FULL", "NORMAL"):
@@ -201,11 +192,11 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         runners=runners,
         targets=targets,
         profiles=profiles,
-        retry_policies=_policies(r, opt("retry_policies"), "retry_policies", BUILTIN_RETRY_POLICIES),
-        timeout_policies=_policies(r, opt("timeout_policies"), "timeout_policies", BUILTIN_TIMEOUT_POLICIES),
-        sla_policies=_policies(r, opt("sla_policies"), "sla_policies", {}),
+        retry_policies=_policies(r, doc, "retry_policies", BUILTIN_RETRY_POLICIES),
+        timeout_policies=_policies(r, doc, "timeout_policies", BUILTIN_TIMEOUT_POLICIES),
+        sla_policies=_policies(r, doc, "sla_policies", {}),
         queues=queues,
-        worker=_worker(r, opt("worker")),
+        worker=_worker(r, doc.get("worker")),
         events=EventSettings(jsonl, log),
         sqlite=SqliteSettings("FULL" if synchronous == "FULL" else "NORMAL"),
         default_runner=default_runner,
@@ -217,9 +208,9 @@ def _or_empty(value: Any) -> Any:
     return {} if value is None else value
 
 
-def _named_entries(r: Reader, value: Any, key: str) -> dict[str, Any]:
-    """A mapping of name -> entry whose names are identifiers (they appear in field paths)."""
-    entries = r.mapping(value if value is not None else {}, key)
+def _named_entries(r: Reader, doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """Section ``key``: a mapping of name -> entry whose names are identifiers (they appear in paths)."""
+    entries = r.mapping(_or_empty(doc.get(key)), key)
     for name in entries:
         r.name(name, join(key, name))
     return entries
@@ -255,7 +246,7 @@ def _runner(r: Reader, name: str, value: Any) -> RunnerSpec:
         codes = frozenset(r.integer(c, join(where, i), minimum=1, maximum=255) for i, c in enumerate(items))
     grace = timedelta(seconds=10)
     if spec.get("stop_grace_seconds") is not None:
-        grace = timedelta(seconds=r.number(spec["stop_grace_seconds"], join(at, "stop_grace_seconds")))
+        grace = r.duration(spec["stop_grace_seconds"], join(at, "stop_grace_seconds"))
     artifact = None
     if spec.get("artifact") is not None:
         artifact = r.string(spec["artifact"], join(at, "artifact"))
@@ -307,7 +298,7 @@ def _http(r: Reader, value: Any, at: str) -> HttpTargetSpec:
                    rule="must be an http:// or https:// URL")
     timeout = timedelta(seconds=30)
     if spec.get("timeout_seconds") is not None:
-        timeout = timedelta(seconds=r.number(spec["timeout_seconds"], join(at, "timeout_seconds")))
+        timeout = r.duration(spec["timeout_seconds"], join(at, "timeout_seconds"))
     headers_doc = r.mapping(_or_empty(spec.get("headers")), join(at, "headers"))
     headers = tuple(sorted((str(k), r.text(v, join(join(at, "headers"), k))) for k, v in headers_doc.items()))
     return HttpTargetSpec(url, timeout, headers)
@@ -324,7 +315,7 @@ def _queue(r: Reader, name: str, value: Any) -> QueueSettings:
     if spec.get("burst") is not None:
         if rate is None:
             r.fail(join(at, "burst"), "only meaningful with rate_per_second")
-        burst = r.integer(spec["burst"], join(at, "burst"), minimum=1)
+        burst = r.integer(spec["burst"], join(at, "burst"), minimum=1, maximum=1_000_000)
     return QueueSettings(name, rate, burst)
 
 
@@ -336,35 +327,45 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
     def seconds(key: str, default: timedelta, unit: float = 1.0, positive: bool = True) -> timedelta:
         if spec.get(key) is None:
             return default
-        return timedelta(seconds=r.number(spec[key], join("worker", key), positive=positive) * unit)
+        return r.duration(spec[key], join("worker", key), unit=unit, allow_zero=not positive)
 
-    def count(key: str, default: int) -> int:
-        return default if spec.get(key) is None else r.integer(spec[key], join("worker", key), minimum=1)
+    def count(key: str, default: int, maximum: int) -> int:
+        if spec.get(key) is None:
+            return default
+        return r.integer(spec[key], join("worker", key), minimum=1, maximum=maximum)
 
     return WorkerSettings(
-        concurrency=count("concurrency", d.concurrency),
+        concurrency=count("concurrency", d.concurrency, 4096),
         lease=seconds("lease_seconds", d.lease),
         poll_interval=seconds("poll_interval_ms", d.poll_interval, unit=0.001),
         shutdown_grace=seconds("shutdown_grace_seconds", d.shutdown_grace, positive=False),
-        batch_size=count("batch_size", d.batch_size),
+        batch_size=count("batch_size", d.batch_size, 100_000),
     )
 
 
+_POLICY_ID_KEYS = {
+    "retry_policies": "retry_policy_id",
+    "timeout_policies": "timeout_policy_id",
+    "sla_policies": "sla_policy_id",
+}
 _SLA_KEYS = ("sla_policy_id", "deadline_seconds", "severity", "requires_escalation", "description")
 
 
-def _policies(r: Reader, value: Any, key: str, builtin: Mapping[str, Any]) -> dict[str, Any]:
+def _policies(r: Reader, doc: Mapping[str, Any], key: str, builtin: Mapping[str, Any]) -> dict[str, Any]:
     """Parse a list of seed §21-shaped policies and lay them over the built-in ones of that kind.
 
     A configured policy with a built-in id replaces it (the operator owns this host's rules);
     the same id twice in the file is refused, since one of them would be silently lost.
     """
-    items = r.sequence(value if value is not None else [], key)
+    items = r.sequence([] if doc.get(key) is None else doc[key], key)
     out = dict(builtin)
     seen: dict[str, int] = {}
     for index, item in enumerate(items):
         at = join(key, index)
         data = r.mapping(item, at)
+        for name, number in data.items():  # bounded here: the policies turn them into timedelta
+            if name.endswith("_seconds") and isinstance(number, int | float) and not isinstance(number, bool):
+                r.duration(number, join(at, name), allow_zero=True)
         try:
             if key == "retry_policies":
                 policy: Any = RetryPolicy.from_dict(data, source=r.source)
@@ -383,13 +384,8 @@ def _policies(r: Reader, value: Any, key: str, builtin: Mapping[str, Any]) -> di
             raise ConfigurationError(exc.message, field=field_path, source=r.source) from None
         if policy_id in seen:
             first = join(key, seen[policy_id])
-            r.fail(join(at, _policy_id_key(key)), f"duplicate id {policy_id!r} (first defined at {first})")
+            r.fail(join(at, _POLICY_ID_KEYS[key]), f"duplicate id {policy_id!r} (first defined at {first})")
         seen[policy_id] = index
         out[policy_id] = policy
     return out
 
-
-def _policy_id_key(key: str) -> str:
-    return {"retry_policies": "retry_policy_id", "timeout_policies": "timeout_policy_id"}.get(
-        key, "sla_policy_id"
-    )

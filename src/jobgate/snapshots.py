@@ -24,18 +24,19 @@ SNAPSHOT_ID_HEX_CHARS = 24
 def resolve_snapshot(config: JobgateConfig, profile: str, tenant_id: str) -> ConfigSnapshot:
     """Bind ``profile`` of ``config`` into a snapshot for ``tenant_id``.
 
-    ``content`` is ``{"profile": name, "values": values}``; ``config_digest`` is its canonical
-    digest and the id is ``TGCFGSNAP-`` plus the first 24 hex digits of that digest (96 bits:
-    collisions are not a practical concern, and the id stays readable in logs). The tenant is
-    recorded on the snapshot but is not part of the digest, so two tenants bound to the same
-    values share a digest (and an id): the store must key snapshot rows by tenant as well.
-    The values are deep-copied so a snapshot never aliases the live configuration.
+    ``content`` is ``{"profile": name, "tenant_id": tenant, "values": values}``; ``config_digest``
+    is its canonical digest and the id is ``TGCFGSNAP-`` plus the first 24 hex digits of that
+    digest (96 bits: collisions are not a practical concern, and the id stays readable in logs).
+    The tenant is part of what is bound, so two tenants never share a snapshot row (and
+    tenant-scoped reads of snapshots always find their own). The values are deep-copied so a
+    snapshot never aliases the live configuration.
     """
     if profile not in config.profiles:
         known = ", ".join(sorted(config.profiles))
         message = f"unknown configuration profile {profile!r} (known: {known})"
         raise ValidationError(message, field="config_profile")
-    content: dict[str, Any] = {"profile": profile, "values": _frozen_copy(config.profiles[profile])}
+    content: dict[str, Any] = {"profile": profile, "tenant_id": tenant_id,
+                               "values": _frozen_copy(config.profiles[profile])}
     config_digest = digest(content)
     hex_part = config_digest.split(":", 1)[1][:SNAPSHOT_ID_HEX_CHARS]
     return ConfigSnapshot(

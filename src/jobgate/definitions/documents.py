@@ -23,10 +23,11 @@ import json
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
+from datetime import timedelta
 from difflib import get_close_matches
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import yaml
 
@@ -34,6 +35,9 @@ from jobgate.core.errors import ValidationError
 
 MAX_DOCUMENT_BYTES = 1 << 20
 """Definitions and configuration are small; a larger file is almost surely a mistake."""
+
+MAX_DURATION_SECONDS = 100 * 365 * 86400
+"""Longer durations are typos (and ``1e300`` seconds overflows ``timedelta``)."""
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")
 """Identifiers (definition ids, runner and profile names, MEIDs, queues, tenants)."""
@@ -43,12 +47,15 @@ HANDLER_RULE = "must be 'module:function' (e.g. jobgate.standins:hello)"
 
 E = TypeVar("E", bound=StrEnum)
 
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    _BaseLoader = yaml.SafeLoader
+else:  # the libyaml parser when available: same behaviour, several times faster
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+class _StrictLoader(_BaseLoader):
     """Safe loader without implicit timestamps that refuses duplicate mapping keys."""
 
     yaml_implicit_resolvers = {
@@ -64,9 +71,7 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 mark = key_node.start_mark
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", mark
-                )
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
             seen.add(key)
         result: dict[Any, Any] = super().construct_mapping(node, deep=deep)
         return result
@@ -93,14 +98,24 @@ def parse_yaml(text: str, *, source: str, error: type[ValidationError] = Validat
     try:
         value = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = exc.problem or exc.context or "syntax error"
-        raise error(f"invalid YAML{where}: {problem}", source=source) from None
+        raise error("invalid YAML" + _describe_yaml_error(exc), source=source) from None
     except yaml.YAMLError as exc:
         raise error(f"invalid YAML: {exc}", source=source) from None
     check_json_value(value, field="", source=source, error=error)
     return value
+
+
+def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
+    """`` at line 3, column 9: did not find expected ',' (while parsing ... started at line 2, ...)``."""
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    mark = exc.problem_mark or exc.context_mark
+    text = f" at {at(mark)}" if mark is not None else ""
+    text += f": {exc.problem or exc.context or 'syntax error'}"
+    if exc.problem and exc.context and exc.context_mark is not None:
+        text += f" ({exc.context} started at {at(exc.context_mark)})"
+    return text
 
 
 def parse_json(text: str, *, source: str, error: type[ValidationError] = ValidationError) -> Any:
@@ -173,7 +188,7 @@ class Reader:
 
     def mapping(self, value: Any, field: str) -> dict[str, Any]:
         if not isinstance(value, dict):
-            self.fail(field, f"must be a mapping, not {_kind(value)}")
+            self.fail(field, f"must be a mapping, not {kind_of(value)}")
         return value
 
     def only_keys(self, data: Mapping[str, Any], field: str, known: Collection[str]) -> None:
@@ -196,7 +211,7 @@ class Reader:
     def text(self, value: Any, field: str) -> str:
         """A string that may be empty (descriptions, templates)."""
         if not isinstance(value, str):
-            self.fail(field, f"must be a string, not {_kind(value)}")
+            self.fail(field, f"must be a string, not {kind_of(value)}")
         return value
 
     def name(self, value: Any, field: str) -> str:
@@ -216,14 +231,14 @@ class Reader:
 
     def sequence(self, value: Any, field: str) -> list[Any]:
         if not isinstance(value, list):
-            self.fail(field, f"must be a list, not {_kind(value)}")
+            self.fail(field, f"must be a list, not {kind_of(value)}")
         return value
 
     def integer(
         self, value: Any, field: str, *, minimum: int | None = None, maximum: int | None = None
     ) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(field, f"must be an integer, not {_kind(value)}")
+            self.fail(field, f"must be an integer, not {kind_of(value)}")
         if minimum is not None and value < minimum:
             self.fail(field, f"must be >= {minimum}")
         if maximum is not None and value > maximum:
@@ -232,16 +247,23 @@ class Reader:
 
     def number(self, value: Any, field: str, *, positive: bool = True) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            self.fail(field, f"must be a number, not {_kind(value)}")
+            self.fail(field, f"must be a number, not {kind_of(value)}")
         if positive and value <= 0:
             self.fail(field, "must be greater than 0")
         if not positive and value < 0:
             self.fail(field, "must not be negative")
         return float(value)
 
+    def duration(self, value: Any, field: str, *, unit: float = 1.0, allow_zero: bool = False) -> timedelta:
+        """A number of ``unit``-second steps as a ``timedelta``, bounded so it cannot overflow."""
+        seconds = self.number(value, field, positive=not allow_zero) * unit
+        if seconds > MAX_DURATION_SECONDS:
+            self.fail(field, f"must be at most {MAX_DURATION_SECONDS / unit:.0f} (100 years)")
+        return timedelta(seconds=seconds)
+
     def boolean(self, value: Any, field: str) -> bool:
         if not isinstance(value, bool):
-            self.fail(field, f"must be true or false, not {_kind(value)}")
+            self.fail(field, f"must be true or false, not {kind_of(value)}")
         return value
 
     def choice(self, value: Any, field: str, enum: type[E]) -> E:
@@ -260,7 +282,8 @@ class Reader:
         return text
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """``a mapping``, ``a list``, ``null``...: how a refusal names what it found instead."""
     if value is None:
         return "null"
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(

@@ -34,7 +34,14 @@ from jobgate.core.models import (
     TriggerType,
 )
 from jobgate.core.params import DEFAULT_PARAM_PATTERN, RESERVED, check_pattern, placeholders
-from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, check_json_value, join
+from jobgate.definitions.documents import (
+    HANDLER_PATTERN,
+    HANDLER_RULE,
+    Reader,
+    check_json_value,
+    join,
+    kind_of,
+)
 from jobgate.registry import RunnerSpec
 
 if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
@@ -126,7 +133,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     """Validate one definition document against ``config`` and build its ``LoadedDefinition``."""
     r = Reader(source)
     if not isinstance(document, dict):
-        r.fail(None, f"a definition must be a mapping of fields, not {type(document).__name__}")
+        r.fail(None, f"a definition must be a mapping of fields, not {kind_of(document)}")
     if "orchestrator" in document:
         r.fail("orchestrator", "a scenario header is only read from a scenario file's text (its digest)")
     r.only_keys(document, "", DEFINITION_FIELDS)
@@ -141,7 +148,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     if "canonical_name" in doc:
         canonical_name = r.string(doc["canonical_name"], "canonical_name")
     if "job_class" not in doc:
-        r.fail("job_class", "required: " + ", ".join(c.value for c in JobClass))
+        r.fail("job_class", "required, one of: " + ", ".join(c.value for c in JobClass))
     job_class = r.choice(doc["job_class"], "job_class", JobClass)
     trigger_type = r.choice(doc.get("trigger_type", TriggerType.MANUAL.value), "trigger_type", TriggerType)
     _check_schedule(r, doc, trigger_type)
@@ -174,7 +181,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     tenant_id = r.name(doc.get("tenant_id", DEFAULT_TENANT), "tenant_id")
     concurrency_limit = None
     if "concurrency_limit" in doc:
-        concurrency_limit = r.integer(doc["concurrency_limit"], "concurrency_limit", minimum=1)
+        concurrency_limit = r.integer(doc["concurrency_limit"], "concurrency_limit", minimum=1, maximum=10**6)
     rate_limit = None
     if "rate_limit_per_second" in doc:
         rate_limit = r.number(doc["rate_limit_per_second"], "rate_limit_per_second")

@@ -26,6 +26,7 @@ class Dispatcher:
         self._snapshots: dict[str, ConfigSnapshot] = {}
         self._python: dict[str, PythonExecutor] = {}
         self._lock = threading.Lock()
+        self._runs_dir = str(Path(engine.config.data_dir) / "runs")
 
     def prepare(self, runs: list[JobRun]) -> None:
         """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
@@ -48,7 +49,7 @@ class Dispatcher:
     def context(self, run: JobRun, attempt: int) -> ExecutionContext:
         definition = self.definition(run)
         snapshot = self._snapshots[run.config_snapshot_id]
-        run_dir = Path(self.engine.config.data_dir) / "runs" / run.job_run_id
+        run_dir = f"{self._runs_dir}/{run.job_run_id}"
         payload = DispatchPayload(
             job_run_id=run.job_run_id,
             idempotency_key=run.idempotency_key,
@@ -68,7 +69,7 @@ class Dispatcher:
             execution_timeout=run.execution_timeout,
             max_attempts=run.max_attempts,
         )
-        return ExecutionContext(payload=payload, workdir=run_dir / f"attempt-{attempt}", log_path=run_dir / "run.log")
+        return ExecutionContext(payload=payload, workdir=f"{run_dir}/attempt-{attempt}", log_path=f"{run_dir}/run.log")
 
     def executor(self, run: JobRun) -> Executor:
         definition = self.definition(run)

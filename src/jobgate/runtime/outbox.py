@@ -19,15 +19,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
-from sqlalchemy import text
-
 from jobgate.clock import Clock
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
 from jobgate.store.sqlstore import Store
 
 log = logging.getLogger("jobgate.events")
-_PUBLISHER_LOCK = 0x6A6F6268
 
 
 class EventSink(Protocol):
@@ -74,47 +71,77 @@ class RecordingSink:
             self.events.extend(events)
 
 
-def publish_once(store: Store, sinks: Sequence[EventSink], clock: Clock, *, batch: int = 500) -> int:
-    """Deliver one batch; returns how many events were delivered (0 when the outbox is empty)."""
+PUBLISHER_LOCK = "outbox-publisher"
+
+
+def publish_once(store: Store, sinks: Sequence[EventSink], clock: Clock, *, batch: int = 500,
+                 lock: tuple[str, int] | None = None) -> int:
+    """Deliver one batch; returns how many events were delivered (0 when the outbox is empty).
+
+    Sinks are called outside any write transaction, so slow sink I/O never holds up workers.
+    ``lock`` is the (owner, token) of the publisher lock: marking delivered is fenced by it, so
+    a publisher that lost its lock cannot mark a batch another one is delivering.
+    """
     with store.read() as tx:
-        if not tx.outbox_pending(1):
-            return 0
-    with store.write() as tx:
-        if store.dialect == "postgresql":
-            tx.conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PUBLISHER_LOCK})
         pending = tx.outbox_pending(batch)
-        if not pending:
+    if not pending:
+        return 0
+    for sink in sinks:
+        sink.publish(pending)
+    with store.write() as tx:
+        if lock is not None and not tx.lock_holds(PUBLISHER_LOCK, lock[0], lock[1], clock.now()):
             return 0
-        for sink in sinks:
-            sink.publish(pending)
         tx.outbox_mark_delivered([e.event_id for e in pending], clock.now())
     return len(pending)
 
 
 class OutboxPublisher:
+    """Delivers the outbox while it holds the publisher lock; other publishers wait as standby."""
+
     def __init__(self, store: Store, sinks: Sequence[EventSink], clock: Clock,
-                 interval: timedelta = timedelta(milliseconds=200)) -> None:
+                 interval: timedelta = timedelta(milliseconds=200), lock_ttl: timedelta = timedelta(seconds=10),
+                 owner: str | None = None) -> None:
+        import uuid
+
         self.store = store
         self.sinks = list(sinks)
         self.clock = clock
         self.interval = interval
+        self.lock_ttl = lock_ttl
+        self.owner = owner or f"publisher-{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
         self.delivered = 0
+        self._token: int | None = None
+        self._renew_at = clock.now()
+
+    def _hold_lock(self) -> int | None:
+        now = self.clock.now()
+        if self._token is None or now >= self._renew_at:
+            with self.store.write() as tx:
+                self._token = tx.lock_acquire(PUBLISHER_LOCK, self.owner, now, self.lock_ttl)
+            self._renew_at = now + self.lock_ttl / 3
+        return self._token
 
     def run(self) -> None:
         while not self._stop.is_set():
             try:
-                n = publish_once(self.store, self.sinks, self.clock)
-                self.delivered += n
-                if n:
-                    continue
+                token = self._hold_lock()
+                if token is not None:
+                    n = publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token))
+                    self.delivered += n
+                    if n:
+                        continue
             except Exception:
                 log.warning("outbox delivery failed; will retry", exc_info=True)
             self._stop.wait(self.interval.total_seconds())
-        # Drain what is left so a clean shutdown leaves nothing undelivered.
+        # Drain what is left so a clean shutdown leaves nothing undelivered, then hand over.
         try:
-            while publish_once(self.store, self.sinks, self.clock):
+            token = self._hold_lock()
+            while token is not None and publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token)):
                 pass
+            if token is not None:
+                with self.store.write() as tx:
+                    tx.lock_release(PUBLISHER_LOCK, self.owner, token)
         except Exception:
             log.warning("outbox drain at shutdown failed; events stay queued", exc_info=True)
 

@@ -20,6 +20,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,15 @@ class WorkerSettings:
 
 
 @dataclass
+class WorkerStats:
+    """Counters for the worker's own log line at shutdown and for benchmarks."""
+
+    cycles: int = 0
+    cycle_seconds: float = 0.0
+    started: int = 0
+
+
+@dataclass
 class _InFlight:
     run: JobRun  # as started: RUNNING, attempt incremented, our lease token
     ctx: ExecutionContext
@@ -87,6 +97,7 @@ class Worker:
         self.idle = threading.Event()  # set when nothing is running, buffered or pending
         self.stale_writes_refused = 0
         self.settled = 0
+        self.stats = WorkerStats()
 
     # ------------------------------------------------------------------ control
     def stop(self) -> None:
@@ -138,6 +149,10 @@ class Worker:
                 self.idle.set() if not (self._running or self._buffer or self._pending) else self.idle.clear()
                 self._wait_for_work(claim)
         finally:
+            st = self.stats
+            log.info("worker %s stopped: %d cycles (%.1f ms each), %d started, %d settled, %d stale writes refused",
+                     self.worker_id, st.cycles, 1000 * st.cycle_seconds / max(st.cycles, 1), st.started, self.settled,
+                     self.stale_writes_refused, extra={"action": "worker_stopped"})
             self._pool.shutdown(wait=False, cancel_futures=True)
             try:
                 with self.engine.store.write() as tx:
@@ -185,6 +200,7 @@ class Worker:
         """
         pending = list(self._pending)
         free = max(0, self.settings.concurrency - self._busy_threads)
+        t0 = time.perf_counter()
         try:
             with self.engine.store.write() as tx:
                 done = tx.runs_apply([c for c, _ in pending]) if pending else []
@@ -206,6 +222,9 @@ class Worker:
             log.exception("worker cycle failed; will retry", extra={"action": "cycle_failed"})
             self._isolate_poison(pending)
             return
+        self.stats.cycles += 1
+        self.stats.cycle_seconds += time.perf_counter() - t0
+        self.stats.started += len(started)
         # Committed: now update memory.
         accepted = {c.job_run_id for c in done}
         for change, run_id in pending:

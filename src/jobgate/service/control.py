@@ -115,3 +115,32 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     assert updated is not None
     return updated
 
+
+
+def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> tuple[JobRun, bool]:
+    """A new run for a terminal run, at most once per source run (seed 001 retry contract).
+
+    The retry's trigger id is derived from the source run, so asking twice returns the same
+    retry run (``created`` False the second time). The source run is left as it was.
+    """
+    from jobgate.core.models import Scope, TriggerType
+    from jobgate.service.engine import SubmitRequest
+
+    with engine.store.read() as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+    if run is None:
+        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+    if not run.status.is_terminal:
+        raise ConflictError(f"run is {run.status.value}; only a terminal run can be retried", field="status")
+    request = SubmitRequest(
+        job_definition_id=run.job_definition_id,
+        trigger_type=TriggerType.MANUAL,
+        params=dict(run.params),
+        scope=Scope.from_dict(run.scope),
+        requested_by=actor,
+        reason=f"retry of {run.job_run_id}",
+        request_id=f"retry-of:{run.job_run_id}",
+        payload={"retry_of": run.job_run_id},
+    )
+    result = engine.submit(request, actor=actor)
+    return result.run, result.created

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,15 @@ class StoreTx:
 
     def outbox_backlog(self) -> int:
         return outbox.outbox_backlog(self.conn)
+
+    def lock_acquire(self, name: str, owner: str, now: datetime, ttl: timedelta) -> int | None:
+        return outbox.lock_acquire(self.conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))
+
+    def lock_holds(self, name: str, owner: str, token: int, now: datetime) -> bool:
+        return outbox.lock_holds(self.conn, name, owner, token, codec.to_us(now))
+
+    def lock_release(self, name: str, owner: str, token: int) -> None:
+        outbox.lock_release(self.conn, name, owner, token)
 
     def worker_heartbeat(self, b: WorkerBeat) -> None:
         outbox.worker_heartbeat(self.conn, b)

@@ -228,3 +228,15 @@ workers = Table(
     Column("heartbeat_at", BigInteger, nullable=False),
     Column("stopped_at", BigInteger),
 )
+
+# Named, fenced, expiring locks (seed 000 §25): the outbox publisher's, and later the
+# scheduler leader's and the workflow locks. ``token`` grows with every new holder.
+locks = Table(
+    "locks",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("acquired_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+)

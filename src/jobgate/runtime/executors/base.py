@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,19 +61,46 @@ class DispatchPayload:
         }
 
 
-@dataclass
 class ExecutionContext:
     """What one attempt gets: its payload, a cancellation flag, a progress reporter, a work dir.
 
     ``cancelled`` is set when the run is stopped or its execution timeout passes; a handler
-    that runs long should check ``is_cancelled()`` and return early.
+    that runs long should check ``is_cancelled()`` and return early. The work directory and
+    the log's folder are created on first use, so a job that never touches the filesystem
+    costs no directory operations.
     """
 
-    payload: DispatchPayload
-    workdir: Path
-    log_path: Path
-    report_progress: ProgressReporter = lambda fraction, message: None
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    def __init__(
+        self,
+        payload: DispatchPayload,
+        workdir: Path | str,
+        log_path: Path | str,
+        report_progress: ProgressReporter | None = None,
+        cancelled: threading.Event | None = None,
+    ) -> None:
+        self.payload = payload
+        self._workdir = workdir
+        self._log_path = log_path
+        self._workdir_ready = False
+        self._log_ready = False
+        self.report_progress: ProgressReporter = report_progress or (lambda fraction, message: None)
+        self.cancelled = cancelled or threading.Event()
+
+    @property
+    def workdir(self) -> Path:
+        if not self._workdir_ready:
+            self._workdir = Path(self._workdir)
+            self._workdir.mkdir(parents=True, exist_ok=True)
+            self._workdir_ready = True
+        return Path(self._workdir)
+
+    @property
+    def log_path(self) -> Path:
+        if not self._log_ready:
+            self._log_path = Path(self._log_path)
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_ready = True
+        return Path(self._log_path)
 
     # Conveniences for handlers, named as in the seed.
     @property

@@ -116,8 +116,8 @@ class CommandExecutor:
     ``param_values`` must already have passed ``jobgate.core.params.validate_params``; this class
     renders them, it does not judge them. Static mismatches between the runner and the definition
     (a reserved name used as a parameter, ``{{tmpfile}}`` without a body) raise ``ValidationError``
-    here, when the executor is built, rather than failing each attempt. The work directory
-    (0700) and the log's directory are created if missing, since the process must start in one.
+    here, when the executor is built, rather than failing each attempt. The work directory and
+    the log's directory are created if missing, since the process must start in one.
     """
 
     def __init__(self, runner: RunnerSpec, body_template: str | None, param_values: dict[str, str]) -> None:
@@ -218,7 +218,7 @@ class CommandExecutor:
                 process = subprocess.Popen(
                     plan.argv,
                     shell=False,
-                    start_new_session=False,
+                    start_new_session=True,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -20,6 +20,7 @@ from jobgate.core.events import Event
 from jobgate.core.models import JobRun
 from jobgate.core.states import CLAIMABLE, LEASED, RunStatus
 from jobgate.store import codec
+from jobgate.store.sql import fast
 from jobgate.store.base import LeaseRenew, RunChange, RunsClaim
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
@@ -82,7 +83,9 @@ def _claim_statements() -> tuple[Any, Any, Any]:
 
 
 _CANDIDATES, _CANDIDATES_LOCKED, _CLAIM = _claim_statements()
-_INSERT_TRANSITIONS = run_transitions.insert()
+_TRANSITION_COLUMNS = ("job_run_id", "tenant_id", "from_status", "to_status", "attempt", "reason", "actor", "at",
+                       "detail")
+_INSERT_TRANSITIONS = fast.insert_of(run_transitions, _TRANSITION_COLUMNS)
 
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:
@@ -103,7 +106,8 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
         rows = conn.execute(_CLAIM, {"ids": list(chunk), "owner": p.worker_id, "exp": exp}).mappings()
         claimed.extend(codec.run_from_row(r) for r in rows)
     if claimed:
-        conn.execute(
+        fast.executemany(
+            conn,
             _INSERT_TRANSITIONS,
             [
                 {
@@ -240,7 +244,9 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange
     return done
 
 
-_INSERT_ATTEMPTS = run_attempts.insert()
+_INSERT_ATTEMPTS = fast.insert_of(
+    run_attempts, ("job_run_id", "attempt", "tenant_id", "worker_id", "lease_token", "started_at")
+)
 _END_ATTEMPT = (
     update(run_attempts)
     .where(run_attempts.c.job_run_id == bindparam("_id"), run_attempts.c.attempt == bindparam("_attempt"))
@@ -248,7 +254,7 @@ _END_ATTEMPT = (
             error_message=bindparam("_message"))
 )
 _INSERT_DEAD_LETTERS = dead_letters.insert()
-_INSERT_OUTBOX = outbox.insert()
+_INSERT_OUTBOX = fast.insert_of(outbox, ("job_run_id", "tenant_id", "event_type", "payload", "created_at"))
 
 
 def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
@@ -258,11 +264,12 @@ def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
             keys = tuple(sorted(ch.values))
             by_columns[keys].append({"_id": ch.job_run_id, **{f"v_{k}": codec.column(ch.values[k]) for k in keys}})
     for keys, rows in by_columns.items():
-        conn.execute(_values_statement(keys), rows)
-    conn.execute(_INSERT_TRANSITIONS, [codec.transition_row(ch.transition, ch.tenant_id) for ch in done])
+        fast.executemany(conn, _values_statement(keys), rows)
+    fast.executemany(conn, _INSERT_TRANSITIONS, [codec.transition_row(ch.transition, ch.tenant_id) for ch in done])
     started = [(ch, ch.attempt_started) for ch in done if ch.attempt_started is not None]
     if started:
-        conn.execute(
+        fast.executemany(
+            conn,
             _INSERT_ATTEMPTS,
             [
                 {
@@ -276,7 +283,8 @@ def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
         )
     ended = [ch.attempt_ended for ch in done if ch.attempt_ended is not None]
     if ended:
-        conn.execute(
+        fast.executemany(
+            conn,
             _END_ATTEMPT,
             [
                 {"_id": a.job_run_id, "_attempt": a.attempt, "_ended": codec.opt_us(a.ended_at), "_outcome": a.outcome,
@@ -293,7 +301,8 @@ def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
 
 
 def outbox_append(conn: Connection, items: Sequence[tuple[str | None, str, Event]], now: int) -> None:
-    conn.execute(
+    fast.executemany(
+        conn,
         _INSERT_OUTBOX,
         [
             {"job_run_id": run_id, "tenant_id": tenant, "event_type": kind.value, "payload": codec.dumps(body),

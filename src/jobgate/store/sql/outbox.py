@@ -9,7 +9,7 @@ from sqlalchemy import Connection, select, update
 from jobgate.core.models import OutboxEvent
 from jobgate.store import codec
 from jobgate.store.base import WorkerBeat, WorkerInfo
-from jobgate.store.tables import outbox, workers
+from jobgate.store.tables import locks, outbox, workers
 
 
 def outbox_pending(conn: Connection, limit: int) -> list[OutboxEvent]:
@@ -55,3 +55,36 @@ def workers_list(conn: Connection) -> list[WorkerInfo]:
                    codec.from_us(r["started_at"]), codec.from_us(r["heartbeat_at"]), codec.opt_dt(r["stopped_at"]))
         for r in rows
     ]
+
+
+def lock_acquire(conn: Connection, name: str, owner: str, now_us: int, ttl_us: int) -> int | None:
+    """Take or renew ``name`` for ``owner``; returns the fencing token, or None if another holds it.
+
+    A new holder gets a larger token than every holder before it, so a former holder that
+    wakes up late can be told apart from the current one.
+    """
+    row = conn.execute(select(locks).where(locks.c.name == name)).first()
+    if row is None:
+        conn.execute(locks.insert().values(name=name, owner=owner, token=1, acquired_at=now_us,
+                                           expires_at=now_us + ttl_us))
+        return 1
+    if row.owner == owner and row.expires_at > now_us:
+        conn.execute(update(locks).where(locks.c.name == name, locks.c.token == row.token)
+                     .values(expires_at=now_us + ttl_us))
+        return int(row.token)
+    if row.expires_at <= now_us:
+        token = int(row.token) + 1
+        done = conn.execute(update(locks).where(locks.c.name == name, locks.c.token == row.token)
+                            .values(owner=owner, token=token, acquired_at=now_us, expires_at=now_us + ttl_us)).rowcount
+        return token if done == 1 else None
+    return None
+
+
+def lock_holds(conn: Connection, name: str, owner: str, token: int, now_us: int) -> bool:
+    row = conn.execute(select(locks.c.owner, locks.c.token, locks.c.expires_at).where(locks.c.name == name)).first()
+    return row is not None and row.owner == owner and row.token == token and row.expires_at > now_us
+
+
+def lock_release(conn: Connection, name: str, owner: str, token: int) -> None:
+    conn.execute(update(locks).where(locks.c.name == name, locks.c.owner == owner, locks.c.token == token)
+                 .values(expires_at=0))

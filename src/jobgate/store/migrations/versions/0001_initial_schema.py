@@ -156,6 +156,15 @@ def upgrade() -> None:
         batch_op.create_index("ix_job_runs_tenant_created", ["tenant_id", "created_at"], unique=False)
 
     op.create_table(
+        "locks",
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("owner", sa.String(length=200), nullable=False),
+        sa.Column("token", sa.BigInteger(), nullable=False),
+        sa.Column("acquired_at", sa.BigInteger(), nullable=False),
+        sa.Column("expires_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_locks")),
+    )
+    op.create_table(
         "outbox",
         sa.Column(
             "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
@@ -248,6 +257,7 @@ def downgrade() -> None:
         )
 
     op.drop_table("outbox")
+    op.drop_table("locks")
     with op.batch_alter_table("job_runs", schema=None) as batch_op:
         batch_op.drop_index("ix_job_runs_tenant_created")
         batch_op.drop_index(

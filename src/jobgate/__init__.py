@@ -1,0 +1,31 @@
+"""jobgate: a governed job scheduler and workflow orchestrator.
+
+The public surface for embedding applications and job handlers; everything else is internal.
+"""
+
+from jobgate.core.errors import (
+    ConflictError,
+    JobgateError,
+    NonRetryableError,
+    NotFoundError,
+    RetryableError,
+    ValidationError,
+)
+from jobgate.core.models import JobRun, Priority, Scope, TriggerType
+from jobgate.core.states import RunStatus
+from jobgate.runtime.executors.base import ExecutionContext
+
+__all__ = [
+    "ConflictError",
+    "ExecutionContext",
+    "JobRun",
+    "JobgateError",
+    "NonRetryableError",
+    "NotFoundError",
+    "Priority",
+    "RetryableError",
+    "RunStatus",
+    "Scope",
+    "TriggerType",
+    "ValidationError",
+]

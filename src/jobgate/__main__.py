@@ -1,0 +1,5 @@
+"""``python -m jobgate`` runs the command line."""
+
+from jobgate.cli.main import main
+
+main()

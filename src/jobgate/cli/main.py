@@ -1,0 +1,400 @@
+"""Commands. Each parses its arguments, calls one service function and renders the answer."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.progress import Progress
+
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.config import CONFIG_FILENAME
+from jobgate.core.errors import JobgateError, ValidationError
+from jobgate.core.models import Scope
+from jobgate.core.states import RunStatus
+from jobgate.definitions import load_definitions
+from jobgate.runtime.process import WorkerProcess, worker_settings
+from jobgate.service import control
+from jobgate.service.engine import SubmitRequest
+from jobgate.store.base import RunFilter
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_params(values: tuple[str, ...]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValidationError(f"{item!r} is not of the form key=value", field="--param")
+        params[key] = value
+    return params
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", metavar="PATH", help="jobgate.yaml (default: ./jobgate.yaml or $JOBGATE_CONFIG)")
+@click.option("--db", "database", metavar="URL", help="database URL (overrides $JOBGATE_DATABASE_URL and the config)")
+@click.option("--json", "json_output", is_flag=True, help="machine-readable JSON output")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, database: str | None, json_output: bool) -> None:
+    """jobgate: a governed job scheduler. Every run explainable, every transition recorded."""
+    app = AppContext(config_path, database, json_output)
+    ctx.obj = app
+    ctx.call_on_close(app.close)
+
+
+# ---------------------------------------------------------------------------- set-up
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="overwrite an existing jobgate.yaml and demo definitions")
+@click.pass_context
+def init(ctx: click.Context, directory: Path, force: bool) -> None:
+    """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied."""
+    app: AppContext = ctx.obj
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / CONFIG_FILENAME
+    if target.exists() and not force:
+        raise ValidationError(f"{target} exists; use --force to overwrite", field="directory")
+    demo = resources.files("jobgate") / "demo"
+    with resources.as_file(demo) as src:
+        shutil.copy(src / CONFIG_FILENAME, target)
+        shutil.copy(src / "demo-runs.yaml", directory / "demo-runs.yaml")
+        shutil.copytree(src / "definitions", directory / "definitions", dirs_exist_ok=True)
+    app.config_path = str(target)
+    applied = _apply(app, [directory / "definitions"])
+    engine = app.engine()
+    if app.json_output:
+        render.emit_json({"directory": str(directory.resolve()), "database": engine.store.url, "applied": applied})
+        return
+    render.out.print(f"initialised {directory.resolve()}")
+    render.out.print(f"  database   {engine.store.url}")
+    render.out.print(f"  applied    {len(applied)} definitions")
+    render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
+
+
+def _apply(app: AppContext, paths: list[Path]) -> list[dict[str, Any]]:
+    engine = app.engine()
+    loaded = load_definitions(paths, engine.config)
+    if len(loaded) > 20 and not app.json_output:
+        with Progress(transient=True) as bar:
+            task = bar.add_task("applying definitions", total=len(loaded))
+            results = engine.apply_definitions(loaded, progress=lambda n: bar.advance(task, n))
+    else:
+        results = engine.apply_definitions(loaded)
+    return [{"job_definition_id": r.job_definition_id, "version": r.version, "digest": r.digest,
+             "created": r.created, "source": r.source} for r in results]
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@pass_app
+def apply(app: AppContext, paths: tuple[Path, ...]) -> None:
+    """Load definition files or folders; all are stored, or none if one is invalid."""
+    applied = _apply(app, list(paths))
+    if app.json_output:
+        render.emit_json(applied)
+        return
+    render.table("applied", ["definition", "version", "digest", "change", "source"],
+                 [(a["job_definition_id"], a["version"], a["digest"][:23] + "…", "new version" if a["created"]
+                   else "unchanged", a["source"]) for a in applied])
+
+
+@cli.group()
+def definitions() -> None:
+    """Stored job definitions."""
+
+
+@definitions.command("list")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def definitions_list(app: AppContext, tenant: str) -> None:
+    with app.engine().store.read() as tx:
+        items = tx.definitions_list(tenant)
+    if app.json_output:
+        render.emit_json([{"job_definition_id": d.job_definition_id, "version": d.version, "digest": d.digest,
+                           "job_class": d.job_class, "status": d.status} for d in items])
+        return
+    render.table("definitions", ["definition", "version", "class", "status", "digest"],
+                 [(d.job_definition_id, d.version, d.job_class, d.status.value, d.digest) for d in items])
+
+
+@definitions.command("show")
+@click.argument("job")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def definitions_show(app: AppContext, job: str, tenant: str) -> None:
+    with app.engine().store.read() as tx:
+        versions = tx.definition_versions(tenant, job)
+    if not versions:
+        raise ValidationError(f"no job definition {job!r}", field="job_definition_id")
+    current = next(v for v in versions if v.is_current)
+    if app.json_output:
+        render.emit_json({"current": current.content, "version": current.version, "digest": current.digest,
+                          "status": current.status, "versions": [{"version": v.version, "digest": v.digest,
+                                                                  "created_at": v.created_at} for v in versions]})
+        return
+    render.out.print_json(data=current.content)
+    render.table(f"{job} versions", ["version", "digest", "created", "current"],
+                 [(v.version, v.digest, render.when(v.created_at), "*" if v.is_current else "") for v in versions])
+
+
+# ---------------------------------------------------------------------------- runs
+@cli.command()
+@click.argument("job")
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="a declared parameter")
+@click.option("--request-id", help="idempotency: the same request id always maps to the same run")
+@click.option("--reason", help="why this run is requested (recorded with the trigger)")
+@click.option("--by", "requested_by", default=None, help="who requests it (default: $USER)")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="submit this many runs (distinct request ids), in batches")
+@pass_app
+def submit(app: AppContext, job: str, params: tuple[str, ...], request_id: str | None, reason: str | None,
+           requested_by: str | None, tenant: str, count: int) -> None:
+    """Submit a manual trigger for JOB; prints the run id."""
+    import getpass
+
+    engine = app.engine()
+    who = requested_by or getpass.getuser()
+    values = parse_params(params)
+    if count == 1:
+        result = engine.submit(SubmitRequest(job, params=values, scope=Scope(tenant), requested_by=who,
+                                             reason=reason, request_id=request_id), actor=who)
+        if app.json_output:
+            render.emit_json({"job_run_id": result.run.job_run_id, "created": result.created,
+                              "status": result.run.status, "idempotency_key": result.run.idempotency_key})
+        else:
+            print(result.run.job_run_id)
+            if not result.created:
+                render.err.print("(already submitted: existing run returned)")
+        return
+    ids: list[str] = []
+    with Progress(transient=True, disable=app.json_output) as bar:
+        task = bar.add_task(f"submitting {count} runs", total=count)
+        for start in range(0, count, 1000):
+            n = min(1000, count - start)
+            batch = [SubmitRequest(job, params=values, scope=Scope(tenant), requested_by=who, reason=reason,
+                                   request_id=f"{request_id}-{start + i}" if request_id else None) for i in range(n)]
+            ids.extend(r.run.job_run_id for r in engine.submit_many(batch, actor=who))
+            bar.advance(task, n)
+    if app.json_output:
+        render.emit_json(ids)
+    else:
+        print("\n".join(ids))
+
+
+@cli.group()
+def runs() -> None:
+    """Job runs: list, show, cancel, stop, retry."""
+
+
+@runs.command("list")
+@click.option("--status", multiple=True, type=click.Choice([s.value for s in RunStatus], case_sensitive=False))
+@click.option("--job", help="only runs of this definition")
+@click.option("--class", "job_class", help="only runs of this job class")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def runs_list(app: AppContext, status: tuple[str, ...], job: str | None, job_class: str | None, limit: int,
+              tenant: str) -> None:
+    with app.engine().store.read() as tx:
+        items = tx.runs_list(RunFilter(tenant_id=tenant, statuses=tuple(RunStatus(s.upper()) for s in status),
+                                       job_definition_id=job, job_class=job_class, limit=limit))
+    if app.json_output:
+        render.emit_json([render.run_dict(r) for r in items])
+    else:
+        render.runs_table(items)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@pass_app
+def runs_show(app: AppContext, run_id: str) -> None:
+    detail = control.run_detail(app.engine(), run_id)
+    if app.json_output:
+        from dataclasses import asdict
+
+        render.emit_json({"run": render.run_dict(detail.run),
+                          "transitions": [asdict(t) for t in detail.transitions],
+                          "attempts": [asdict(a) for a in detail.attempts],
+                          "dead_letter": asdict(detail.dead_letter) if detail.dead_letter else None})
+        return
+    r = detail.run
+    render.table(f"run {r.job_run_id}", ["field", "value"], [
+        ("definition", f"{r.job_definition_id} v{r.definition_version} ({r.definition_digest})"),
+        ("status", r.status.value), ("attempt", f"{r.attempt}/{r.max_attempts}"), ("priority", r.priority.value),
+        ("trigger", f"{r.trigger_type.value} {r.trigger_id}"), ("requested by", r.requested_by),
+        ("idempotency key", r.idempotency_key), ("config snapshot", f"{r.config_snapshot_id} ({r.config_digest})"),
+        ("params", r.params), ("created", render.when(r.created_at)), ("started", render.when(r.started_at)),
+        ("ended", render.when(r.ended_at)), ("next retry", render.when(r.next_retry_at)),
+        ("error", f"{r.error_code}: {r.error_message}" if r.error_code else ""), ("result", r.result),
+        ("artifact", f"{r.artifact_path} {r.artifact_sha256} {r.artifact_size} bytes" if r.artifact_path else ""),
+    ])
+    render.table("transitions", ["at", "from", "to", "attempt", "reason", "actor"], [
+        (render.when(t.at), t.from_status.value if t.from_status else "", t.to_status.value, t.attempt, t.reason,
+         t.actor) for t in detail.transitions])
+    if detail.attempts:
+        render.table("attempts", ["attempt", "worker", "started", "ended", "outcome", "error"], [
+            (a.attempt, a.worker_id, render.when(a.started_at), render.when(a.ended_at), a.outcome, a.error_code)
+            for a in detail.attempts])
+
+
+def _actor(requested_by: str | None) -> str:
+    import getpass
+
+    return requested_by or getpass.getuser()
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--reason")
+@click.option("--by", "requested_by")
+@pass_app
+def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
+    """Cancel a pending run (not yet started)."""
+    run = control.cancel_run(app.engine(), run_id, actor=_actor(requested_by), reason=reason)
+    _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status.value}")
+
+
+@runs.command("stop")
+@click.argument("run_id")
+@click.option("--reason")
+@click.option("--by", "requested_by")
+@pass_app
+def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
+    """Stop a running run: SIGTERM, then kill after the runner's grace period."""
+    run = control.stop_run(app.engine(), run_id, actor=_actor(requested_by), reason=reason)
+    _say(app, {"job_run_id": run.job_run_id, "status": run.status, "stop_requested": True},
+         f"{run.job_run_id} stop requested")
+
+
+@runs.command("retry")
+@click.argument("run_id")
+@click.option("--by", "requested_by")
+@pass_app
+def runs_retry(app: AppContext, run_id: str, requested_by: str | None) -> None:
+    """A new run for a terminal run (at most one per source run; asking again returns it)."""
+    run, created = control.retry_run(app.engine(), run_id, actor=_actor(requested_by))
+    _say(app, {"job_run_id": run.job_run_id, "retry_of": run_id, "created": created},
+         f"{run.job_run_id}{'' if created else ' (existing retry)'}")
+
+
+def _say(app: AppContext, data: dict[str, Any], text: str) -> None:
+    if app.json_output:
+        render.emit_json(data)
+    else:
+        print(text)
+
+
+@cli.group()
+def dlq() -> None:
+    """Dead letters: runs that could not safely complete."""
+
+
+@dlq.command("list")
+@click.option("--all", "show_all", is_flag=True, help="include resolved dead letters")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def dlq_list(app: AppContext, show_all: bool, tenant: str) -> None:
+    with app.engine().store.read() as tx:
+        letters = tx.dead_letters_list(tenant, open_only=not show_all)
+    if app.json_output:
+        from dataclasses import asdict
+
+        render.emit_json([asdict(d) for d in letters])
+    else:
+        render.dead_letters_table(letters)
+
+
+@dlq.command("requeue")
+@click.argument("run_id")
+@click.option("--by", "requested_by")
+@pass_app
+def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
+    """One more attempt for a dead-lettered or escalated run (same idempotency key)."""
+    run = control.requeue_run(app.engine(), run_id, actor=_actor(requested_by))
+    _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status.value}")
+
+
+# ---------------------------------------------------------------------------- processes
+@cli.command()
+@click.option("--concurrency", type=click.IntRange(1, 1024), help="executor threads (default: config)")
+@click.option("--queues", default="default", show_default=True, help="comma-separated queues to claim from")
+@click.option("--batch-size", type=click.IntRange(1, 5000), help="most runs claimed per transaction")
+@click.option("--prefetch", type=click.IntRange(0, 5000), default=0, show_default=True,
+              help="runs claimed beyond free threads")
+@click.option("--lease-seconds", type=click.FloatRange(1, 3600), help="lease length (renewed every third)")
+@click.option("--poll-ms", type=click.IntRange(1, 60_000), help="poll interval when idle")
+@click.option("--no-publisher", is_flag=True, help="do not deliver outbox events from this process")
+@click.option("--exit-when-idle", is_flag=True, help="stop once nothing is running or due")
+@pass_app
+def worker(app: AppContext, concurrency: int | None, queues: str, batch_size: int | None, prefetch: int,
+           lease_seconds: float | None, poll_ms: int | None, no_publisher: bool, exit_when_idle: bool) -> None:
+    """Claim and execute due runs until SIGTERM (graceful) or SIGINT."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    engine = app.engine()
+    settings = worker_settings(
+        engine, concurrency=concurrency, queues=tuple(q.strip() for q in queues.split(",") if q.strip()),
+        batch_size=batch_size, prefetch=prefetch,
+        lease=None if lease_seconds is None else timedelta(seconds=lease_seconds),
+        poll_interval=None if poll_ms is None else timedelta(milliseconds=poll_ms),
+    )
+    proc = WorkerProcess(engine, settings, publish=not no_publisher)
+    proc.install_signal_handlers()
+    proc.start()
+    render.err.print(f"worker {proc.worker.worker_id} on {engine.store.url} "
+                     f"(queues {','.join(settings.queues)}, concurrency {settings.concurrency})")
+    if exit_when_idle:
+        _stop_when_idle(proc)
+    proc.join()
+
+
+def _stop_when_idle(proc: WorkerProcess) -> None:
+    import threading
+    import time
+
+    def watch() -> None:
+        engine = proc.worker.engine
+        while True:
+            time.sleep(0.2)
+            if proc.worker.idle.is_set():
+                with engine.store.read() as tx:
+                    if not tx.runs_list(RunFilter(statuses=(RunStatus.SCHEDULED, RunStatus.RETRY_WAIT,
+                                                            RunStatus.DISPATCHED, RunStatus.RUNNING), limit=1)):
+                        proc.stop()
+                        return
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command)
+
+cli.add_command(_demo.demo)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        render.err.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except JobgateError as exc:
+        render.err.print(f"error: {exc.code}: {exc}", markup=False)
+        sys.exit(1)
+    except Exception as exc:  # no stack trace for users; the type and message are enough to report
+        render.err.print(f"error: internal: {type(exc).__name__}: {exc}", markup=False)
+        sys.exit(70)
+
+

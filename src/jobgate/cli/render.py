@@ -1,0 +1,82 @@
+"""Output: rich tables for people, ``--json`` for scripts, one clear line for errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.models import DeadLetter, JobRun
+
+# Piped output is not cut to 80 columns: tables stay one line per row for grep and less.
+_WIDTH = None if sys.stdout.isatty() else 200
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return isoformat_utc(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), str):
+        return value.value
+    if hasattr(value, "total_seconds"):
+        return value.total_seconds()
+    return value
+
+
+def emit_json(value: Any) -> None:
+    print(json.dumps(jsonable(value), indent=2, sort_keys=True))
+
+
+def run_dict(run: JobRun) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    data = asdict(run)
+    return jsonable(data)  # type: ignore[no-any-return]
+
+
+def when(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for row in rows:
+        t.add_row(*["" if v is None else str(v) for v in row])
+    out.print(t)
+
+
+def runs_table(runs: Sequence[JobRun], title: str | None = None) -> None:
+    table(
+        title,
+        ["run id", "definition", "class", "status", "attempt", "priority", "trigger", "created", "error"],
+        [
+            (r.job_run_id, r.job_definition_id, r.job_class.value, r.status.value, f"{r.attempt}/{r.max_attempts}",
+             r.priority.value, r.trigger_type.value, when(r.created_at), r.error_code)
+            for r in runs
+        ],
+    )
+
+
+def dead_letters_table(letters: Sequence[DeadLetter]) -> None:
+    table(
+        "dead letters",
+        ["dead letter", "run id", "class", "reason", "last error", "attempts", "review", "created"],
+        [
+            (d.dead_letter_id, d.job_run_id, d.job_class.value, d.reason.value, d.last_error_code, d.attempts,
+             "yes" if d.requires_manual_review else "no", when(d.created_at))
+            for d in letters
+        ],
+    )

@@ -1,0 +1,81 @@
+"""Running the loops as a process: signals, the outbox publisher thread, clean shutdown."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from jobgate.runtime.outbox import EventSink, JsonLinesSink, LogSink, OutboxPublisher
+from jobgate.runtime.worker import Worker, WorkerSettings
+from jobgate.service.engine import Engine
+
+log = logging.getLogger("jobgate.process")
+
+
+def worker_settings(engine: Engine, **overrides: object) -> WorkerSettings:
+    """Worker settings from configuration, with command-line overrides (None means "not given")."""
+    w = engine.config.worker
+    base: dict[str, object] = {
+        "concurrency": w.concurrency,
+        "lease": w.lease,
+        "poll_interval": w.poll_interval,
+        "shutdown_grace": w.shutdown_grace,
+        "batch_size": w.batch_size,
+        "queue_rates": {
+            name: (q.rate_per_second, q.burst) for name, q in engine.config.queues.items() if q.rate_per_second
+        },
+    }
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return WorkerSettings(**base)  # type: ignore[arg-type]
+
+
+def default_sinks(engine: Engine) -> list[EventSink]:
+    sinks: list[EventSink] = []
+    if engine.config.events.jsonl_path is not None:
+        sinks.append(JsonLinesSink(engine.config.events.jsonl_path))
+    if engine.config.events.log:
+        sinks.append(LogSink())
+    return sinks
+
+
+class WorkerProcess:
+    """A worker plus an outbox publisher; SIGTERM/SIGINT stop both gracefully."""
+
+    def __init__(self, engine: Engine, settings: WorkerSettings, *, publish: bool = True,
+                 sinks: Sequence[EventSink] | None = None) -> None:
+        self.worker = Worker(engine, settings)
+        self.publisher = OutboxPublisher(engine.store, sinks if sinks is not None else default_sinks(engine),
+                                         engine.clock) if publish else None
+        self._threads: list[threading.Thread] = []
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            log.info("signal %s: stopping gracefully", signal.Signals(signum).name, extra={"action": "shutdown"})
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def start(self) -> None:
+        if self.publisher is not None:
+            t = threading.Thread(target=self.publisher.run, name="jobgate-outbox", daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self.worker.run, name="jobgate-worker", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def join(self) -> None:
+        """Wait for the worker to finish, then let the publisher drain and stop."""
+        while not self.worker.wait_stopped(0.2):
+            pass
+        if self.publisher is not None:
+            self.publisher.stop()
+        for t in self._threads:
+            t.join(timeout=30)

@@ -1,0 +1,158 @@
+"""Event builders: names, the shared base, each payload, and UTC spelling of instants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta, timezone
+from typing import Any
+
+import pytest
+
+from jobgate.core import events
+from jobgate.core.canonical import canonical_json
+from jobgate.core.events import ENGINE_CMI, EVENT_PREFIX, Event, EventType
+from jobgate.core.models import DeadLetter, DeadLetterReason, JobClass
+
+from .support import KEY, NOW, RUN_ID, STARTED, make_run
+
+Z_NOW = "2026-03-01T12:00:00Z"
+RUN = make_run()
+BASE = {
+    "job_run_id": RUN_ID,
+    "job_class": "MAINTENANCE_JOB",
+    "job_definition_id": "payroll.close",
+    "tenant_id": "acme",
+    "idempotency_key": KEY,
+}
+LETTER = DeadLetter(
+    "TGDLQ-x-3",
+    RUN_ID,
+    "acme",
+    JobClass.MAINTENANCE_JOB,
+    DeadLetterReason.AUDIT_WRITE_FAILURE,
+    "E1",
+    3,
+    True,
+    NOW,
+)
+
+
+@pytest.mark.parametrize("kind", list(EventType))
+def test_qualified_names(kind: EventType) -> None:
+    expected = "dead_lettered" if kind is EventType.JOB_DEAD_LETTERED else kind.value
+    assert kind.qualified == EVENT_PREFIX + expected
+    assert kind.qualified.startswith("trustgate.scheduler.")
+
+
+BUILDERS: list[tuple[Callable[[], Event], EventType, dict[str, Any]]] = [
+    (
+        lambda: events.job_started(RUN, 4, NOW),
+        EventType.JOB_STARTED,
+        {"engine_cmi": ENGINE_CMI, "config_snapshot_id": "snap-1", "attempt": 4, "started_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_completed(RUN, {"n": 1}, STARTED, NOW),
+        EventType.JOB_COMPLETED,
+        {"result": {"n": 1}, "attempt": 3, "duration_ms": 42_500, "completed_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_completed(RUN, None, NOW, NOW),
+        EventType.JOB_COMPLETED,
+        {"result": {}, "attempt": 3, "duration_ms": 0, "completed_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_failed(
+            RUN, error_code="E1", retryable=True, next_retry_at=NOW + timedelta(seconds=90), now=NOW
+        ),
+        EventType.JOB_FAILED,
+        {
+            "error_code": "E1",
+            "retryable": True,
+            "attempt": 3,
+            "next_retry_at": "2026-03-01T12:01:30Z",
+            "failed_at": Z_NOW,
+        },
+    ),
+    (
+        lambda: events.job_failed(RUN, error_code=None, retryable=False, next_retry_at=None, now=NOW),
+        EventType.JOB_FAILED,
+        {"error_code": None, "retryable": False, "attempt": 3, "next_retry_at": None, "failed_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_retried(
+            RUN, next_retry_at=NOW + timedelta(seconds=90), reason="lease_expired", now=NOW
+        ),
+        EventType.JOB_RETRIED,
+        {
+            "attempt": 3,
+            "next_attempt": 4,
+            "reason": "lease_expired",
+            "next_retry_at": "2026-03-01T12:01:30Z",
+            "retried_at": Z_NOW,
+        },
+    ),
+    (
+        lambda: events.job_dead_lettered(RUN, LETTER),
+        EventType.JOB_DEAD_LETTERED,
+        {
+            "dead_letter_id": "TGDLQ-x-3",
+            "reason": "audit_write_failure",
+            "last_error_code": "E1",
+            "attempts": 3,
+            "requires_manual_review": True,
+            "created_at": Z_NOW,
+        },
+    ),
+    (
+        lambda: events.job_cancelled(RUN, actor="alice", reason=None, now=NOW),
+        EventType.JOB_CANCELLED,
+        {"requested_by": "alice", "reason": None, "cancelled_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_escalated(RUN, error_code="E2", now=NOW),
+        EventType.JOB_ESCALATED,
+        {"error_code": "E2", "attempts": 3, "requires_manual_review": True, "escalated_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_requeued(RUN, actor="bob", now=NOW),
+        EventType.JOB_REQUEUED,
+        {"requested_by": "bob", "attempt": 3, "requeued_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_stop_requested(RUN, actor="carol", reason="wrong period", now=NOW),
+        EventType.JOB_STOP_REQUESTED,
+        {"requested_by": "carol", "reason": "wrong period", "attempt": 3, "requested_at": Z_NOW},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "kind", "fields"), BUILDERS, ids=[f"{k.value}-{i}" for i, (_, k, _) in enumerate(BUILDERS)]
+)
+def test_builder_payload(build: Callable[[], Event], kind: EventType, fields: dict[str, Any]) -> None:
+    built_kind, body = build()
+    assert built_kind is kind
+    assert body == {"event_type": kind.qualified, **BASE, **fields}
+    canonical_json(body)  # goes into the outbox as canonical JSON
+
+
+def test_every_event_type_has_a_builder_under_test() -> None:
+    assert {kind for _, kind, _ in BUILDERS} == set(EventType)
+
+
+def test_non_utc_instants_are_written_in_utc() -> None:
+    tokyo = NOW.astimezone(timezone(timedelta(hours=9)))
+    _, body = events.job_cancelled(RUN, actor="a", reason=None, now=tokyo)
+    assert body["cancelled_at"] == Z_NOW
+
+
+def test_naive_instants_are_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        events.job_requeued(RUN, actor="a", now=NOW.replace(tzinfo=None))
+
+
+def test_completed_result_is_not_aliased_when_empty() -> None:
+    _, first = events.job_completed(RUN, None, NOW, NOW)
+    _, second = events.job_completed(RUN, None, NOW, NOW)
+    first["result"]["x"] = 1
+    assert second["result"] == {}

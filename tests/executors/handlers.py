@@ -1,0 +1,75 @@
+"""Handlers for the Python executor tests, importable as ``<this module>:<name>``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from jobgate.core.errors import NonRetryableError, RetryableError
+from jobgate.runtime.executors import ExecutionContext
+
+NOT_CALLABLE = 42
+
+
+def succeed(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"run": ctx.job_run_id, "attempt": ctx.attempt, "params": ctx.params, "count": 3}
+
+
+def succeed_with_int_keys(ctx: ExecutionContext) -> dict[Any, Any]:
+    return {1: "one"}
+
+
+def return_nothing(ctx: ExecutionContext) -> None:
+    ctx.log("did nothing, successfully")
+
+
+def return_list(ctx: ExecutionContext) -> list[int]:
+    return [1, 2]
+
+
+def return_unserialisable(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"when": object()}
+
+
+def return_nan(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"ratio": float("nan")}
+
+
+def refuse(ctx: ExecutionContext) -> None:
+    raise NonRetryableError("period 2026-13 does not exist", error_code="BAD_PERIOD")
+
+
+def busy(ctx: ExecutionContext) -> None:
+    raise RetryableError("target is busy", error_code="TARGET_BUSY")
+
+
+def crash(ctx: ExecutionContext) -> None:
+    raise ValueError("boom " * 1000)
+
+
+def call_exit(ctx: ExecutionContext) -> None:
+    sys.exit(3)
+
+
+def wait_for_stop(ctx: ExecutionContext) -> dict[str, Any]:
+    """A well-behaved long handler: announces itself, then waits for cancellation."""
+    ctx.progress(0.0, "started")
+    if not ctx.cancelled.wait(timeout=10):
+        raise AssertionError("never stopped")
+    return {"partial": True}
+
+
+def fail_after_stop(ctx: ExecutionContext) -> None:
+    ctx.progress(0.0, "started")
+    ctx.cancelled.wait(timeout=10)
+    raise RetryableError("interrupted", error_code="INTERRUPTED")
+
+
+async def coroutine(ctx: ExecutionContext) -> None:
+    return None
+
+
+class Nested:
+    @staticmethod
+    def handle(ctx: ExecutionContext) -> dict[str, Any]:
+        return {"nested": True}
