@@ -188,11 +188,6 @@ def test_a_steady_caller_gets_the_burst_then_the_rate(
 # --- microsecond rounding of the interval (known bugs) ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: admit rounds the emission interval 1/rate to the nearest microsecond; for rate=3 that is "
-    "333333 µs (< 1/3 s), so 4 runs fit in 0.999999 s > 3*T + 1",
-)
 def test_non_exact_interval_does_not_exceed_the_bound() -> None:
     # A greedy caller asks again at the very instant its TAT allows, for a few seconds.
     tat: datetime | None = None
@@ -205,11 +200,6 @@ def test_non_exact_interval_does_not_exceed_the_bound() -> None:
     assert_bound(3, 1, admitted)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: for rate > 2e6/s timedelta(seconds=1/rate) rounds to 0, so admit lets every request "
-    "through at once, ignoring the burst",
-)
 def test_very_high_rate_still_honours_the_burst() -> None:
     n, _ = admit(None, NOW, rate=3_000_000, burst=1, wanted=100)
     assert n <= 1

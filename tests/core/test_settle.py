@@ -138,11 +138,6 @@ def test_retry_at_uses_the_jittered_delay_of_the_runs_key() -> None:
     assert payload(s, EventType.JOB_RETRIED)["next_retry_at"] == "2026-03-01T12:00:17.888339Z"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): settle writes transition.detail['next_retry_at'] with datetime.isoformat() "
-    "('+00:00') while every event writes the same instant with isoformat_utc ('Z')",
-)
 def test_transition_detail_spells_next_retry_at_like_the_events() -> None:
     s = settle(K.RETRYABLE_FAILURE)
     assert s.transition.detail["next_retry_at"] == payload(s, EventType.JOB_RETRIED)["next_retry_at"]

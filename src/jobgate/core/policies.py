@@ -6,12 +6,23 @@ values: the run records the id, and a replay resolves the same id to the same ru
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
 from jobgate.core.errors import ValidationError
+
+# Durations beyond a century are configuration mistakes, and would overflow ``timedelta``.
+MAX_SECONDS = 100 * 365 * 86_400
+
+
+def seconds_ok(value: object, *, positive: bool) -> bool:
+    """A finite number of seconds within bounds (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return (value > 0 if positive else value >= 0) and value <= MAX_SECONDS
 
 
 class RetryStrategy(StrEnum):
@@ -63,14 +74,15 @@ class RetryPolicy:
         if not isinstance(policy_id, str) or not policy_id:
             raise ValidationError("required, a non-empty string", field="retry_policy_id", source=source)
         try:
-            strategy = RetryStrategy(data.get("strategy"))
+            strategy = RetryStrategy(str(data.get("strategy")))
         except ValueError:
             allowed = ", ".join(s.value for s in RetryStrategy)
             raise ValidationError(f"must be one of: {allowed}", field="strategy", source=source) from None
         def number(name: str, default: float) -> float:
             value = data.get(name, default)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValidationError("must be a non-negative number", field=name, source=source)
+            if not seconds_ok(value, positive=False):
+                raise ValidationError(f"must be a number of seconds from 0 to {MAX_SECONDS}", field=name,
+                                      source=source)
             return float(value)
         def flag(name: str, default: bool) -> bool:
             value = data.get(name, default)
@@ -111,8 +123,9 @@ class TimeoutPolicy:
             value = data.get(name)
             if value is None:
                 return None
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValidationError("must be a positive number of seconds", field=name, source=source)
+            if not seconds_ok(value, positive=True):
+                raise ValidationError(f"must be a positive number of seconds up to {MAX_SECONDS}", field=name,
+                                      source=source)
             return timedelta(seconds=float(value))
         for key in data:
             if key not in {"timeout_policy_id", "execution_timeout_seconds", "queue_timeout_seconds", "description"}:
@@ -135,8 +148,9 @@ class SlaPolicy:
         if not isinstance(policy_id, str) or not policy_id:
             raise ValidationError("required, a non-empty string", field="sla_policy_id", source=source)
         deadline = data.get("deadline_seconds")
-        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
-            raise ValidationError("must be a positive number of seconds", field="deadline_seconds", source=source)
+        if not seconds_ok(deadline, positive=True):
+            raise ValidationError(f"must be a positive number of seconds up to {MAX_SECONDS}",
+                                  field="deadline_seconds", source=source)
         severity = data.get("severity", "warning")
         if severity not in {"info", "warning", "critical"}:
             raise ValidationError("must be info, warning or critical", field="severity", source=source)

@@ -8,6 +8,7 @@ transaction, so the limit holds for every worker that shares the database.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 
@@ -15,7 +16,8 @@ def admit(tat: datetime | None, now: datetime, *, rate: float, burst: int, wante
     """How many of ``wanted`` runs may start now, and the key's new TAT."""
     if rate <= 0:
         raise ValueError("rate must be positive")
-    interval = timedelta(seconds=1 / rate)
+    # Round the interval up to whole microseconds: rounding down would admit slightly too much.
+    interval = timedelta(microseconds=math.ceil(1_000_000 / rate))
     tat = max(tat or now, now)
     allowance = now + interval * max(burst, 1)
     admitted = 0

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core import events
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.decide import Decision, Outcome, OutcomeKind, decide
 from jobgate.core.models import DeadLetter, DeadLetterReason, JobRun, Transition
 from jobgate.core.policies import RetryPolicy
@@ -113,7 +114,7 @@ def _settlement(
     if error_code:
         transition_detail["error_code"] = error_code
     if decision.next_retry_at is not None:
-        transition_detail["next_retry_at"] = decision.next_retry_at.isoformat()
+        transition_detail["next_retry_at"] = isoformat_utc(decision.next_retry_at)
     transition = Transition(run.job_run_id, run.status, to, run.attempt, decision.reason.value, actor, now,
                             transition_detail)
     dead_letter = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import Connection, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from jobgate.core.models import ConfigSnapshot, DefinitionStatus
 from jobgate.store import codec
@@ -141,16 +142,17 @@ def definition_set_status(
 
 
 def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> None:
-    exists = conn.execute(
-        select(config_snapshots.c.config_snapshot_id).where(config_snapshots.c.config_snapshot_id == s.config_snapshot_id)
-    ).first()
-    if exists is None:
-        conn.execute(
-            config_snapshots.insert().values(
-                config_snapshot_id=s.config_snapshot_id, tenant_id=s.tenant_id, profile=s.profile,
-                config_digest=s.config_digest, content=codec.dumps(s.content), created_at=now_us,
-            )
+    """Insert the snapshot unless it exists: snapshots are immutable and keyed by their digest,
+    so two concurrent submissions binding the same one both succeed and store it once."""
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    conn.execute(
+        insert(config_snapshots)
+        .values(
+            config_snapshot_id=s.config_snapshot_id, tenant_id=s.tenant_id, profile=s.profile,
+            config_digest=s.config_digest, content=codec.dumps(s.content), created_at=now_us,
         )
+        .on_conflict_do_nothing()
+    )
 
 
 def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | None:

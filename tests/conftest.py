@@ -1,0 +1,95 @@
+"""Shared fixtures: the same engine tests run on a real SQLite file and on the real PostgreSQL.
+
+PostgreSQL: ``JOBGATE_TEST_POSTGRES_URL`` (default: the local test server). Locally a missing
+server skips those tests; in CI (``CI=true``) it fails them, so a green CI always means both
+backends were exercised.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import make_config  # noqa: E402
+
+from jobgate.config import JobgateConfig  # noqa: E402
+from jobgate.service.engine import Engine  # noqa: E402
+from jobgate.store.sqlstore import Store  # noqa: E402
+from jobgate.store.tables import metadata  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+PG_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def _pg_available() -> str | None:
+    try:
+        eng = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+        with eng.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        eng.dispose()
+        return None
+    except Exception as exc:  # the reason is shown in the skip or failure
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.fixture(scope="session")
+def pg_schema_url() -> Iterator[str]:
+    """A private schema for this test session, migrated once; dropped at the end."""
+    problem = _pg_available()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI and is not reachable at {PG_URL}: {problem}")
+        pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {problem}")
+    schema = f"jobgate_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in PG_URL else "?"
+    url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    Store(url).dispose()  # migrate once
+    try:
+        yield url
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def _truncate_pg(url: str) -> None:
+    eng = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with eng.begin() as conn:
+        names = ", ".join(t.name for t in metadata.sorted_tables)
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY"))
+    eng.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/jobgate.db"
+    url: str = request.getfixturevalue("pg_schema_url")
+    _truncate_pg(url)
+    return url
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> JobgateConfig:
+    return make_config(tmp_path)
+
+
+@pytest.fixture
+def engine(database_url: str, config: JobgateConfig) -> Iterator[Engine]:
+    store = Store(database_url)
+    eng = Engine(store, config)
+    yield eng
+    store.dispose()

@@ -1,0 +1,58 @@
+"""Job handlers used by the engine tests (importable by worker subprocesses via PYTHONPATH)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from jobgate import ExecutionContext, NonRetryableError, RetryableError
+
+
+def succeed(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"attempt": ctx.attempt, "params": dict(ctx.params)}
+
+
+def fail_retryable(ctx: ExecutionContext) -> None:
+    raise RetryableError("target unavailable", error_code="TARGET_UNAVAILABLE")
+
+
+def fail_final(ctx: ExecutionContext) -> None:
+    raise NonRetryableError("bad input", error_code="BAD_INPUT")
+
+
+def fail_until(ctx: ExecutionContext) -> dict[str, Any]:
+    """Fails until attempt ``params.ok_on`` (default 2)."""
+    if ctx.attempt < int(ctx.params.get("ok_on", "2")):
+        raise RetryableError(f"attempt {ctx.attempt} fails", error_code="FLAKY")
+    return {"attempt": ctx.attempt}
+
+
+def sleep(ctx: ExecutionContext) -> dict[str, Any]:
+    """Sleeps ``params.seconds`` unless cancelled; records progress."""
+    seconds = float(ctx.params.get("seconds", "1"))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.cancelled.wait(0.02):
+            return {"interrupted": True}
+    return {"slept": seconds}
+
+
+def marker(ctx: ExecutionContext) -> dict[str, Any]:
+    """Writes one line per execution to ``$JOBGATE_TEST_MARKER`` (counts real executions)."""
+    path = Path(os.environ["JOBGATE_TEST_MARKER"])
+    with path.open("a") as fh:
+        fh.write(f"{ctx.job_run_id} {ctx.attempt} {os.getpid()}\n")
+    return {}
+
+
+def slow_marker(ctx: ExecutionContext) -> dict[str, Any]:
+    """Marks its start, then sleeps ``params.seconds`` ignoring cancellation (to be killed)."""
+    path = Path(os.environ["JOBGATE_TEST_MARKER"])
+    with path.open("a") as fh:
+        fh.write(f"start {ctx.job_run_id} {ctx.attempt} {os.getpid()}\n")
+    time.sleep(float(ctx.params.get("seconds", "5")))
+    with path.open("a") as fh:
+        fh.write(f"done {ctx.job_run_id} {ctx.attempt} {os.getpid()}\n")
+    return {}

@@ -1,0 +1,143 @@
+"""The trigger pipeline: one run per trigger, refusals store nothing."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pytest
+from helpers import count, define, make_config
+
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.models import TriggerType
+from jobgate.core.states import RunStatus
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sqlstore import Store
+
+
+def test_submit_creates_one_scheduled_run_with_two_transitions(engine: Engine) -> None:
+    job = define(engine, params=[{"name": "n", "pattern": "[0-9]+"}])
+    result = engine.submit(SubmitRequest(job, params={"n": "7"}, request_id="r1", requested_by="alice"))
+    assert result.created
+    run = result.run
+    assert run.status is RunStatus.SCHEDULED
+    assert run.params == {"n": "7"}
+    assert run.config_digest.startswith("sha256:")
+    with engine.store.read() as tx:
+        transitions = tx.run_transitions(run.job_run_id)
+        snapshot = tx.snapshot_get(run.config_snapshot_id)
+    assert [(t.from_status, t.to_status) for t in transitions] == [
+        (None, RunStatus.CREATED), (RunStatus.CREATED, RunStatus.SCHEDULED)]
+    assert snapshot is not None and snapshot.config_digest == run.config_digest
+
+
+def test_same_trigger_twice_is_one_run(engine: Engine) -> None:
+    job = define(engine)
+    first = engine.submit(SubmitRequest(job, request_id="same"))
+    second = engine.submit(SubmitRequest(job, request_id="same"))
+    assert first.created and not second.created
+    assert first.run.job_run_id == second.run.job_run_id
+    assert count(engine, "job_runs") == 1
+    assert count(engine, "run_transitions") == 2
+
+
+def test_duplicate_event_is_one_run(engine: Engine) -> None:
+    job = define(engine, trigger_type="event")
+    a = engine.submit(SubmitRequest(job, trigger_type=TriggerType.EVENT, source_event_id="evt-1", trigger_id="t-a"))
+    b = engine.submit(SubmitRequest(job, trigger_type=TriggerType.EVENT, source_event_id="evt-1", trigger_id="t-b"))
+    c = engine.submit(SubmitRequest(job, trigger_type=TriggerType.EVENT, source_event_id="evt-2"))
+    assert a.run.job_run_id == b.run.job_run_id != c.run.job_run_id
+    assert count(engine, "job_runs") == 2
+
+
+def test_fifty_concurrent_threads_make_one_run(engine: Engine) -> None:
+    job = define(engine)
+    barrier = threading.Barrier(50)
+    results = []
+    lock = threading.Lock()
+
+    def go() -> None:
+        barrier.wait()
+        r = engine.submit(SubmitRequest(job, request_id="storm"))
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=go) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 50
+    assert len({r.run.job_run_id for r in results}) == 1
+    assert sum(r.created for r in results) == 1
+    assert count(engine, "job_runs") == 1
+    assert count(engine, "run_transitions") == 2
+
+
+def _submit_in_process(url: str, base: str, job: str, barrier: object, out: object) -> None:
+    engine = Engine(Store(url, migrate=False), make_config(Path(base)))
+    barrier.wait()  # type: ignore[attr-defined]
+    r = engine.submit(SubmitRequest(job, request_id="process-storm"))
+    out.put((r.run.job_run_id, r.created))  # type: ignore[attr-defined]
+
+
+def test_fifty_concurrent_processes_make_one_run(engine: Engine, database_url: str, tmp_path: Path) -> None:
+    job = define(engine)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(50)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_submit_in_process, args=(database_url, str(tmp_path), job, barrier, out))
+             for _ in range(50)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len({rid for rid, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+    assert count(engine, "job_runs") == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"n": "1; rm -rf /"}, "params.n"),
+        ({"n": "$(touch /tmp/x)"}, "params.n"),
+        ({"n": "../../etc"}, "params.n"),
+        ({"n": "1\n2"}, "params.n"),
+        ({"other": "1"}, "params.other"),
+        ({}, "params.n"),
+    ],
+)
+def test_refused_submission_stores_nothing(engine: Engine, params: dict[str, str], field: str) -> None:
+    job = define(engine, params=[{"name": "n", "required": True, "pattern": "[0-9]+"}])
+    with pytest.raises(ValidationError) as err:
+        engine.submit(SubmitRequest(job, params=params))
+    assert err.value.field == field
+    assert count(engine, "job_runs") == 0
+    assert count(engine, "run_transitions") == 0
+    assert count(engine, "config_snapshots") == 0
+
+
+def test_a_bad_request_in_a_batch_stores_none_of_the_batch(engine: Engine) -> None:
+    job = define(engine, params=[{"name": "n", "pattern": "[0-9]+"}])
+    good = [SubmitRequest(job, params={"n": str(i)}) for i in range(5)]
+    with pytest.raises(ValidationError):
+        engine.submit_many([*good, SubmitRequest(job, params={"n": "x"})])
+    assert count(engine, "job_runs") == 0
+
+
+def test_unknown_definition_is_refused(engine: Engine) -> None:
+    with pytest.raises(NotFoundError):
+        engine.submit(SubmitRequest("nope"))
+    assert count(engine, "job_runs") == 0
+
+
+def test_inactive_definition_is_refused(engine: Engine) -> None:
+    job = define(engine, status="suspended")
+    with pytest.raises(ValidationError) as err:
+        engine.submit(SubmitRequest(job))
+    assert err.value.field == "status"
+    assert count(engine, "job_runs") == 0

@@ -1,0 +1,55 @@
+"""Helpers shared by the engine, runtime and CLI tests."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from jobgate.config import JobgateConfig, build_config
+from jobgate.definitions import parse_definition
+from jobgate.service.engine import Engine
+
+
+def make_config(base: Path, **overrides: Any) -> JobgateConfig:
+    doc: dict[str, Any] = {
+        "data_dir": str(base / "data"),
+        "events": {"jsonl_path": str(base / "data" / "events.jsonl"), "log": False},
+        "retry_policies": [
+            {"retry_policy_id": "test_fixed_v1", "strategy": "fixed_delay", "max_attempts": 3,
+             "initial_delay_seconds": 0, "max_delay_seconds": 0},
+            {"retry_policy_id": "test_review_v1", "strategy": "manual_review_after_n", "max_attempts": 2,
+             "initial_delay_seconds": 0, "max_delay_seconds": 0},
+        ],
+        "timeout_policies": [
+            {"timeout_policy_id": "test_exec_timeout_v1", "execution_timeout_seconds": 0.5},
+            {"timeout_policy_id": "test_queue_timeout_v1", "queue_timeout_seconds": 0.2},
+        ],
+        "runners": {
+            "py": {"binary": "python3", "args": ["{{tmpfile}}"], "stop_grace_seconds": 0.5},
+        },
+    }
+    doc.update(overrides)
+    return build_config(doc, base_dir=base, path=None)
+
+
+def define(engine: Engine, **fields: Any) -> str:
+    """Store one definition given as seed fields; returns its id. Defaults make a tiny handler job."""
+    doc: dict[str, Any] = {
+        "job_definition_id": f"job-{uuid.uuid4().hex[:8]}",
+        "job_class": "MAINTENANCE_JOB",
+        "trigger_type": "manual",
+        "handler": "engine_handlers:succeed",
+    }
+    doc.update(fields)
+    loaded = parse_definition(doc, "test", engine.config)
+    engine.apply_definitions([loaded])
+    return str(doc["job_definition_id"])
+
+
+def count(engine: Engine, table: str, where: str = "") -> int:
+    with engine.store.read() as tx:
+        sql = f"SELECT count(*) FROM {table}" + (f" WHERE {where}" if where else "")
+        return int(tx.conn.execute(text(sql)).scalar_one())
