@@ -72,8 +72,10 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
-            f"SQLite {sqlite3.sqlite_version}, {platform.system()} {platform.release()}")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}, {platform.system()} {platform.release()}"
+    )
 
 
 class Bench:
@@ -83,35 +85,58 @@ class Bench:
         (root / "definitions").mkdir(parents=True)
         (root / "definitions" / "bench.yaml").write_text(DEFINITION)
         db = args.db or f"sqlite:///{root}/jobgate.db"
-        (root / "jobgate.yaml").write_text(json.dumps({
-            "database": db, "data_dir": str(root / "data"), "definitions": ["definitions"],
-            "events": {"jsonl_path": str(root / "data" / "events.jsonl"), "log": False},
-            "sqlite": {"synchronous": args.synchronous},
-        }))
+        (root / "jobgate.yaml").write_text(
+            json.dumps(
+                {
+                    "database": db,
+                    "data_dir": str(root / "data"),
+                    "definitions": ["definitions"],
+                    "events": {"jsonl_path": str(root / "data" / "events.jsonl"), "log": False},
+                    "sqlite": {"synchronous": args.synchronous},
+                }
+            )
+        )
         self.config_path = root / "jobgate.yaml"
         config = load_config(self.config_path)
         self.engine = Engine(Store(config.database, synchronous=config.sqlite.synchronous), config)
         if args.db and self.engine.store.dialect == "postgresql":
             with self.engine.store.write() as tx:  # a clean slate in the benchmark database
-                tx.conn.exec_driver_sql("TRUNCATE job_runs, run_transitions, run_attempts, outbox, dead_letters, "
-                                        "config_snapshots, definitions, definition_heads, rate_limits, workers")
+                tx.conn.exec_driver_sql(
+                    "TRUNCATE job_runs, run_transitions, run_attempts, outbox, dead_letters, "
+                    "config_snapshots, definitions, definition_heads, rate_limits, workers"
+                )
         self.engine.apply_definitions(load_definitions([root / "definitions"], config))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.seq = 0
 
     # workers ---------------------------------------------------------------
     def start_workers(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(PEERS_DIR)]),
-                   JOBGATE_PEERS_DIR=str(PEERS_DIR))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(PEERS_DIR)]), JOBGATE_PEERS_DIR=str(PEERS_DIR)
+        )
         log = open(Path(tempfile.gettempdir()) / "jobgate-bench-workers.log", "ab")  # noqa: SIM115
         for n in range(self.args.workers):
-            cmd = [sys.executable, "-m", "jobgate.cli.entry", "--config", str(self.config_path), "worker",
-                   "--concurrency", str(self.args.concurrency), "--batch-size", str(self.args.batch_size),
-                   "--prefetch", str(self.args.prefetch), "--poll-ms", "50"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "jobgate.cli.entry",
+                "--config",
+                str(self.config_path),
+                "worker",
+                "--concurrency",
+                str(self.args.concurrency),
+                "--batch-size",
+                str(self.args.batch_size),
+                "--prefetch",
+                str(self.args.prefetch),
+                "--poll-ms",
+                "50",
+            ]
             if n > 0:
                 cmd.append("--no-publisher")
-            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            )
 
     def stop_workers(self) -> None:
         common.stop(self.procs, grace=30)
@@ -121,14 +146,21 @@ class Bench:
     def requests(self, n: int, *, t_enq: float = 0.0) -> list[SubmitRequest]:
         out = []
         for i in range(n):
-            out.append(SubmitRequest("bench-record", params={"i": str(i), "t": f"{t_enq:.6f}" if t_enq else "0"},
-                                     scope=Scope(), requested_by="bench", request_id=f"b{self.seq}-{i}"))
+            out.append(
+                SubmitRequest(
+                    "bench-record",
+                    params={"i": str(i), "t": f"{t_enq:.6f}" if t_enq else "0"},
+                    scope=Scope(),
+                    requested_by="bench",
+                    request_id=f"b{self.seq}-{i}",
+                )
+            )
         self.seq += 1
         return out
 
     def submit_bulk(self, reqs: list[SubmitRequest], batch: int = 1000) -> None:
         for start in range(0, len(reqs), batch):
-            self.engine.submit_many(reqs[start:start + batch], actor="bench")
+            self.engine.submit_many(reqs[start : start + batch], actor="bench")
 
     def check_completed(self, expected_total: int) -> None:
         with self.engine.store.read() as tx:
@@ -182,8 +214,12 @@ class Bench:
                 if delay > 0:
                     time.sleep(delay)
                 req = self.requests(1, t_enq=time.time())[0]
-                req = SubmitRequest(req.job_definition_id, params={**req.params, "i": str(i)},
-                                    request_id=req.request_id, requested_by="bench")
+                req = SubmitRequest(
+                    req.job_definition_id,
+                    params={**req.params, "i": str(i)},
+                    request_id=req.request_id,
+                    requested_by="bench",
+                )
                 t1 = time.perf_counter()
                 self.engine.submit(req, actor="bench")
                 created.append((time.perf_counter() - t1) * 1000)
@@ -201,9 +237,16 @@ class Bench:
 
         later = self.engine.clock.now() + timedelta(hours=1)
         reqs = self.requests(200)
-        pending = [r.run.job_run_id for r in self.engine.submit_many(
-            [SubmitRequest(r.job_definition_id, params=r.params, request_id=r.request_id, due_at=later)
-             for r in reqs], actor="bench")]
+        pending = [
+            r.run.job_run_id
+            for r in self.engine.submit_many(
+                [
+                    SubmitRequest(r.job_definition_id, params=r.params, request_id=r.request_id, due_at=later)
+                    for r in reqs
+                ],
+                actor="bench",
+            )
+        ]
         trans = []
         for run_id in pending:
             t1 = time.perf_counter()
@@ -246,33 +289,46 @@ def main() -> None:
     if args.backend == "postgres" and not args.db:
         args.db = os.environ.get("JOBGATE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_bench")
     print(f"machine: {machine()}")
-    print(f"jobgate: backend={args.backend} jobs={args.jobs} workers={args.workers} concurrency={args.concurrency} "
-          f"batch={args.batch_size} prefetch={args.prefetch} synchronous={args.synchronous}", flush=True)
+    print(
+        f"jobgate: backend={args.backend} jobs={args.jobs} workers={args.workers} concurrency={args.concurrency} "
+        f"batch={args.batch_size} prefetch={args.prefetch} synchronous={args.synchronous}",
+        flush=True,
+    )
     runs = []
     for rep in range(args.reps):
         with tempfile.TemporaryDirectory(prefix="jobgate-bench-") as tmp:
             bench = Bench(args, Path(tmp))
             r = bench.run_once()
             bench.engine.store.dispose()
-        print(f"rep {rep + 1}: " + " ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in r.items()),
-              flush=True)
+        print(
+            f"rep {rep + 1}: " + " ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in r.items()),
+            flush=True,
+        )
         runs.append(r)
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], float)}
     exactly_once = all(r["exactly_once"] for r in runs)
     extra = ""
     if args.peers:
-        names = (["huey-sqlite"] if args.backend == "sqlite" else ["huey-postgres", "procrastinate"]) \
-            if args.peers == "default" else args.peers.split(",")
+        names = (
+            (["huey-sqlite"] if args.backend == "sqlite" else ["huey-postgres", "procrastinate"])
+            if args.peers == "default"
+            else args.peers.split(",")
+        )
         peers = run_peers(names, args.jobs)
         print("\n| system | backend | process/s | latency p50 ms | latency p99 ms | jobgate process/s ÷ peer |")
         print("|---|---|---|---|---|---|")
-        print(f"| jobgate | {args.backend} | {med['process_per_s']:.0f} | {med['p50_ms']:.1f} | {med['p99_ms']:.1f} | 1.00 |")
+        print(
+            f"| jobgate | {args.backend} | {med['process_per_s']:.0f} | {med['p50_ms']:.1f} "
+            f"| {med['p99_ms']:.1f} | 1.00 |"
+        )
         best = 0.0
         for pr in peers:
             rate = statistics.median([x for x in (pr.get("process_per_s"), pr.get("process_bulk_per_s")) if x])
             best = max(best, rate)
-            print(f"| {pr['system']} | {pr['backend']} | {rate:.0f} | {pr['lat_p50_ms']:.1f} | {pr['lat_p99_ms']:.1f} "
-                  f"| {med['process_per_s'] / rate:.2f} |")
+            print(
+                f"| {pr['system']} | {pr['backend']} | {rate:.0f} | {pr['lat_p50_ms']:.1f} | {pr['lat_p99_ms']:.1f} "
+                f"| {med['process_per_s'] / rate:.2f} |"
+            )
             extra += f" ratio_vs_{pr['system']}_{pr['backend']}={med['process_per_s'] / rate:.2f}"
         if best:
             extra += f" best_peer_process_per_s={best:.0f}"

@@ -8,6 +8,7 @@ backends were exercised.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,16 +16,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-import sys
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import make_config  # noqa: E402
-
-from jobgate.config import JobgateConfig  # noqa: E402
-from jobgate.service.engine import Engine  # noqa: E402
-from jobgate.store.sqlstore import Store  # noqa: E402
-from jobgate.store.tables import metadata  # noqa: E402
+from helpers import make_config
+from jobgate.config import JobgateConfig
+from jobgate.service.engine import Engine
+from jobgate.store.sqlstore import Store
+from jobgate.store.tables import metadata
 
 TESTS = Path(__file__).resolve().parent
 PG_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")

@@ -18,10 +18,20 @@ def make_config(base: Path, **overrides: Any) -> JobgateConfig:
         "data_dir": str(base / "data"),
         "events": {"jsonl_path": str(base / "data" / "events.jsonl"), "log": False},
         "retry_policies": [
-            {"retry_policy_id": "test_fixed_v1", "strategy": "fixed_delay", "max_attempts": 3,
-             "initial_delay_seconds": 0, "max_delay_seconds": 0},
-            {"retry_policy_id": "test_review_v1", "strategy": "manual_review_after_n", "max_attempts": 2,
-             "initial_delay_seconds": 0, "max_delay_seconds": 0},
+            {
+                "retry_policy_id": "test_fixed_v1",
+                "strategy": "fixed_delay",
+                "max_attempts": 3,
+                "initial_delay_seconds": 0,
+                "max_delay_seconds": 0,
+            },
+            {
+                "retry_policy_id": "test_review_v1",
+                "strategy": "manual_review_after_n",
+                "max_attempts": 2,
+                "initial_delay_seconds": 0,
+                "max_delay_seconds": 0,
+            },
         ],
         "timeout_policies": [
             {"timeout_policy_id": "test_exec_timeout_v1", "execution_timeout_seconds": 0.5},

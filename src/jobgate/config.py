@@ -44,8 +44,20 @@ DEFAULT_PROFILE = "default"
 DATABASE_ENV = "JOBGATE_DATABASE_URL"
 
 _TOP_KEYS = (
-    "database", "data_dir", "definitions", "runners", "default_runner", "targets", "profiles",
-    "retry_policies", "timeout_policies", "sla_policies", "queues", "worker", "events", "sqlite",
+    "database",
+    "data_dir",
+    "definitions",
+    "runners",
+    "default_runner",
+    "targets",
+    "profiles",
+    "retry_policies",
+    "timeout_policies",
+    "sla_policies",
+    "queues",
+    "worker",
+    "events",
+    "sqlite",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -131,9 +143,7 @@ def default_config(base_dir: str | Path) -> JobgateConfig:
     return build_config({}, base_dir=Path(base_dir).resolve(), path=None)
 
 
-def resolve_database_url(
-    config: JobgateConfig, cli_value: str | None, environ: Mapping[str, str] | None = None
-) -> str:
+def resolve_database_url(config: JobgateConfig, cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The database to use: the CLI's ``--database`` beats ``JOBGATE_DATABASE_URL`` beats the file.
 
     An empty value counts as unset, so ``JOBGATE_DATABASE_URL=`` in a shell does not select
@@ -163,10 +173,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
     default_runner = None
     if doc.get("default_runner") is not None:
         default_runner = r.known(doc.get("default_runner"), "default_runner", "runner", runners)
-    targets = {
-        meid: _target(r, meid, spec, runners)
-        for meid, spec in _named_entries(r, doc, "targets").items()
-    }
+    targets = {meid: _target(r, meid, spec, runners) for meid, spec in _named_entries(r, doc, "targets").items()}
     profiles: dict[str, dict[str, Any]] = {DEFAULT_PROFILE: {}}
     for name, values in _named_entries(r, doc, "profiles").items():
         profiles[name] = {} if values is None else r.mapping(values, join("profiles", name))
@@ -225,7 +232,7 @@ def _database(r: Reader, value: Any, base_dir: Path) -> str:
         return url
     if not scheme.startswith("sqlite") or not url.startswith(f"{scheme}://"):
         r.fail("database", "must be a sqlite:///<file> or postgresql://... URL")
-    rest = url[len(scheme) + 4:] if url.startswith(f"{scheme}:///") else None
+    rest = url[len(scheme) + 4 :] if url.startswith(f"{scheme}:///") else None
     if rest and not rest.startswith(("/", ":memory:")):
         file, sep, query = rest.partition("?")
         return f"{scheme}:///{(base_dir / file).as_posix()}{sep}{query}"
@@ -255,8 +262,10 @@ def _runner(r: Reader, name: str, value: Any) -> RunnerSpec:
     env_doc = r.mapping(_or_empty(spec.get("env")), join(at, "env"))
     env = tuple(
         sorted(
-            (r.string(k, join(at, "env"), pattern=_ENV_NAME, rule="variable names are letters, digits and _"),
-             r.text(v, join(join(at, "env"), k)))
+            (
+                r.string(k, join(at, "env"), pattern=_ENV_NAME, rule="variable names are letters, digits and _"),
+                r.text(v, join(join(at, "env"), k)),
+            )
             for k, v in env_doc.items()
         )
     )
@@ -270,8 +279,10 @@ def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec])
     raw_cmi = spec.get("cmi")
     if raw_cmi is None:
         r.fail(join(at, "cmi"), "required: the CMI version(s) this target is compatible with")
-    cmis = (r.string(raw_cmi, join(at, "cmi")),) if isinstance(raw_cmi, str) else tuple(
-        r.strings(raw_cmi, join(at, "cmi"), unique=True)
+    cmis = (
+        (r.string(raw_cmi, join(at, "cmi")),)
+        if isinstance(raw_cmi, str)
+        else tuple(r.strings(raw_cmi, join(at, "cmi"), unique=True))
     )
     if not cmis:
         r.fail(join(at, "cmi"), "must name at least one CMI")
@@ -294,8 +305,9 @@ def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec])
 def _http(r: Reader, value: Any, at: str) -> HttpTargetSpec:
     spec = r.mapping(value, at)
     r.only_keys(spec, at, ("url", "timeout_seconds", "headers"))
-    url = r.string(spec.get("url"), join(at, "url"), pattern=re.compile(r"https?://\S+"),
-                   rule="must be an http:// or https:// URL")
+    url = r.string(
+        spec.get("url"), join(at, "url"), pattern=re.compile(r"https?://\S+"), rule="must be an http:// or https:// URL"
+    )
     timeout = timedelta(seconds=30)
     if spec.get("timeout_seconds") is not None:
         timeout = r.duration(spec["timeout_seconds"], join(at, "timeout_seconds"))
@@ -388,4 +400,3 @@ def _policies(r: Reader, doc: Mapping[str, Any], key: str, builtin: Mapping[str,
         seen[policy_id] = index
         out[policy_id] = policy
     return out
-

@@ -35,8 +35,11 @@ def resolve_snapshot(config: JobgateConfig, profile: str, tenant_id: str) -> Con
         known = ", ".join(sorted(config.profiles))
         message = f"unknown configuration profile {profile!r} (known: {known})"
         raise ValidationError(message, field="config_profile")
-    content: dict[str, Any] = {"profile": profile, "tenant_id": tenant_id,
-                               "values": _frozen_copy(config.profiles[profile])}
+    content: dict[str, Any] = {
+        "profile": profile,
+        "tenant_id": tenant_id,
+        "values": _frozen_copy(config.profiles[profile]),
+    }
     config_digest = digest(content)
     hex_part = config_digest.split(":", 1)[1][:SNAPSHOT_ID_HEX_CHARS]
     return ConfigSnapshot(

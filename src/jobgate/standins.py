@@ -104,8 +104,9 @@ def replay_coordinator(ctx: ExecutionContext) -> dict[str, Any]:
         stored = json.loads(path.read_text(encoding="utf-8"))
         recorded = stored.pop("input_hash")
         replayed = "sha256:" + _sha256(canonical_json(stored))
-        results.append({"signal_id": signal_id, "original_hash": recorded, "replay_hash": replayed,
-                        "match": replayed == recorded})
+        results.append(
+            {"signal_id": signal_id, "original_hash": recorded, "replay_hash": replayed, "match": replayed == recorded}
+        )
     step(REPLAY_STEPS[2], dispatched=len(results))
 
     _check_cancelled(ctx, REPLAY_STEPS[3])
@@ -114,8 +115,12 @@ def replay_coordinator(ctx: ExecutionContext) -> dict[str, Any]:
     step(REPLAY_STEPS[3], matches=len(results) - mismatches, mismatches=mismatches)
 
     _check_cancelled(ctx, REPLAY_STEPS[4])
-    telemetry = {"event": "replay_sampling_completed", "job_run_id": ctx.job_run_id,
-                 "replays": len(results), "mismatches": mismatches}
+    telemetry = {
+        "event": "replay_sampling_completed",
+        "job_run_id": ctx.job_run_id,
+        "replays": len(results),
+        "mismatches": mismatches,
+    }
     _append_line(root / "telemetry.jsonl", telemetry)
     step(REPLAY_STEPS[4], events=1)
 
@@ -198,10 +203,12 @@ def federation_gateway(ctx: ExecutionContext) -> dict[str, Any]:
     signature = hmac.new(signing_key, canonical_json(package), hashlib.sha256).hexdigest()
     package["signature"] = "hmac-sha256:" + signature
     _check_cancelled(ctx, "export")
-    exported = _write_bytes(ctx.workdir / "federation" / "outbox" / f"{package['package_id']}.json",
-                            canonical_json(package))
-    delivered = _write_bytes(ctx.workdir / "federation" / "delivered" / target_eco / exported.name,
-                             exported.read_bytes())
+    exported = _write_bytes(
+        ctx.workdir / "federation" / "outbox" / f"{package['package_id']}.json", canonical_json(package)
+    )
+    delivered = _write_bytes(
+        ctx.workdir / "federation" / "delivered" / target_eco / exported.name, exported.read_bytes()
+    )
     package_sha = _sha256(exported.read_bytes())
     if _sha256(delivered.read_bytes()) != package_sha:
         raise RetryableError("delivered copy differs from the export", error_code="DELIVERY_MISMATCH")

@@ -45,9 +45,7 @@ def policy(
     """A retry policy with the seed's delays (30 s doubling, capped at 1800 s) unless told otherwise."""
     if strategy is RetryStrategy.NONE:
         max_attempts = 1
-    return RetryPolicy(
-        f"test_{strategy.value}", strategy, max_attempts, seconds(initial), seconds(maximum), **flags
-    )
+    return RetryPolicy(f"test_{strategy.value}", strategy, max_attempts, seconds(initial), seconds(maximum), **flags)
 
 
 def make_run(**overrides: Any) -> JobRun:
@@ -81,9 +79,7 @@ def make_run(**overrides: Any) -> JobRun:
     return JobRun(**values)
 
 
-def make_trigger(
-    trigger_type: TriggerType = TriggerType.CRON, trigger_id: str = "trg-1", **overrides: Any
-) -> Trigger:
+def make_trigger(trigger_type: TriggerType = TriggerType.CRON, trigger_id: str = "trg-1", **overrides: Any) -> Trigger:
     return Trigger(trigger_id=trigger_id, trigger_type=trigger_type, **overrides)
 
 

@@ -117,14 +117,8 @@ def test_naive_datetimes_are_refused() -> None:
 # --- properties -----------------------------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
-    ),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
     max_leaves=20,
 )
 
@@ -160,9 +154,7 @@ def test_canonical_json_round_trips(value: Any) -> None:
     instant=st.datetimes(
         min_value=datetime(1970, 1, 2),
         max_value=datetime(9999, 12, 30),
-        timezones=st.sampled_from(
-            [UTC, timezone(timedelta(hours=5, minutes=45)), timezone(timedelta(hours=-11))]
-        ),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=45)), timezone(timedelta(hours=-11))]),
     )
 )
 def test_isoformat_utc_round_trips(instant: datetime) -> None:

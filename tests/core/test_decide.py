@@ -77,9 +77,7 @@ def test_fixed_delay_retry_time() -> None:
 
 def test_next_retry_keeps_the_callers_timezone() -> None:
     cet = NOW.astimezone(timezone(timedelta(hours=1)))
-    d = decide(
-        Outcome(K.RETRYABLE_FAILURE), policy(), idempotency_key=KEY, attempt=1, max_attempts=5, now=cet
-    )
+    d = decide(Outcome(K.RETRYABLE_FAILURE), policy(), idempotency_key=KEY, attempt=1, max_attempts=5, now=cet)
     assert d.next_retry_at == NOW + seconds(30)
 
 
@@ -124,9 +122,7 @@ def test_dead_letter_after_n_always_dead_letters(kind: OutcomeKind, dead_letter:
 @pytest.mark.parametrize("kind", RETRYABLE)
 @pytest.mark.parametrize("dead_letter", [False, True])
 def test_manual_review_after_n_escalates(kind: OutcomeKind, dead_letter: bool) -> None:
-    p = policy(
-        RetryStrategy.MANUAL_REVIEW_AFTER_N, max_attempts=3, dead_letter_after_max_attempts=dead_letter
-    )
+    p = policy(RetryStrategy.MANUAL_REVIEW_AFTER_N, max_attempts=3, dead_letter_after_max_attempts=dead_letter)
     assert run_decide(kind, p, 3) == Decision(
         RunStatus.ESCALATED, TransitionReason.ESCALATED_FOR_REVIEW, requires_manual_review=True
     )
@@ -147,9 +143,7 @@ def test_the_runs_own_max_attempts_wins_over_the_policys() -> None:
     assert run_decide(K.RETRYABLE_FAILURE, p, 2, max_attempts=2).to_status is RunStatus.DEAD_LETTERED
 
 
-@pytest.mark.parametrize(
-    "strategy", [s for s in RetryStrategy if s is not RetryStrategy.MANUAL_REVIEW_AFTER_N]
-)
+@pytest.mark.parametrize("strategy", [s for s in RetryStrategy if s is not RetryStrategy.MANUAL_REVIEW_AFTER_N])
 @pytest.mark.parametrize("attempt", [1, 5])
 @pytest.mark.parametrize("escalate", [False, True])
 def test_non_retryable_dead_letters_at_once(strategy: RetryStrategy, attempt: int, escalate: bool) -> None:
@@ -244,9 +238,7 @@ def test_every_decision_is_a_legal_exit_from_running(
 ) -> None:
     d = decide(Outcome(kind), p, idempotency_key=key, attempt=attempt, max_attempts=max_attempts, now=NOW)
     check_transition(RunStatus.RUNNING, d.to_status)
-    assert d == decide(
-        Outcome(kind), p, idempotency_key=key, attempt=attempt, max_attempts=max_attempts, now=NOW
-    )
+    assert d == decide(Outcome(kind), p, idempotency_key=key, attempt=attempt, max_attempts=max_attempts, now=NOW)
     assert (d.next_retry_at is not None) == (d.to_status is RunStatus.RETRY_WAIT)
     assert (d.dead_letter_reason is not None) == (d.to_status is RunStatus.DEAD_LETTERED)
     if d.to_status is RunStatus.RETRY_WAIT:

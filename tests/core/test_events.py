@@ -79,9 +79,7 @@ BUILDERS: list[tuple[Callable[[], Event], EventType, dict[str, Any]]] = [
         {"error_code": None, "retryable": False, "attempt": 3, "next_retry_at": None, "failed_at": Z_NOW},
     ),
     (
-        lambda: events.job_retried(
-            RUN, next_retry_at=NOW + timedelta(seconds=90), reason="lease_expired", now=NOW
-        ),
+        lambda: events.job_retried(RUN, next_retry_at=NOW + timedelta(seconds=90), reason="lease_expired", now=NOW),
         EventType.JOB_RETRIED,
         {
             "attempt": 3,

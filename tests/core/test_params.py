@@ -57,9 +57,7 @@ def test_injection_attempts_are_refused_by_the_default_pattern(value: str) -> No
     refused([PERIOD], {"period": value}, "period")
 
 
-@pytest.mark.parametrize(
-    "value", ["; rm -rf /", "$(touch x)", "`id`", "../etc/passwd", "12 ", "1e3", "-1", ""]
-)
+@pytest.mark.parametrize("value", ["; rm -rf /", "$(touch x)", "`id`", "../etc/passwd", "12 ", "1e3", "-1", ""])
 def test_declared_pattern_must_match_fully(value: str) -> None:
     error = refused([COUNT], {"count": value}, "count")
     assert "does not match" in error.message
@@ -73,9 +71,7 @@ def test_newline_cannot_sneak_past_dollar(value: str) -> None:
     assert "control characters" in error.message
 
 
-@pytest.mark.parametrize(
-    "value", ["a\nb", "a\x00b", "a\rb", "\x1b]0;title\x07", "tab\there", "del\x7f"], ids=repr
-)
+@pytest.mark.parametrize("value", ["a\nb", "a\x00b", "a\rb", "\x1b]0;title\x07", "tab\there", "del\x7f"], ids=repr)
 def test_control_characters_are_refused_even_by_a_permissive_pattern(value: str) -> None:
     refused([ANYTHING], {"note": value}, "note")
 
@@ -178,9 +174,7 @@ def test_render_substitutes_both_spellings(template: str, expected: str) -> None
     assert render(template, {"period": "2026-02", "mode": "full"}) == expected
 
 
-@pytest.mark.parametrize(
-    "template", ["{{missing}}", "{{.missing}}", "a {{ missing }} b", "{{period}}{{missing}}"]
-)
+@pytest.mark.parametrize("template", ["{{missing}}", "{{.missing}}", "a {{ missing }} b", "{{period}}{{missing}}"])
 def test_render_refuses_a_missing_value_and_never_renders_blank(template: str) -> None:
     with pytest.raises(ValidationError) as caught:
         render(template, {"period": "2026-02"}, source="runner r args[1]")

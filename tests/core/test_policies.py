@@ -153,9 +153,7 @@ def _patched(patch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not _DROP}
 
 
-@pytest.mark.parametrize(
-    ("patch", "field"), BAD_RETRY, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD_RETRY)]
-)
+@pytest.mark.parametrize(("patch", "field"), BAD_RETRY, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD_RETRY)])
 def test_bad_retry_field_is_named(patch: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         RetryPolicy.from_dict(_patched(patch), source="config.yaml")

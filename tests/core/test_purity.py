@@ -90,11 +90,5 @@ def test_no_clock_or_randomness_calls(path: Path) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
-            name = (
-                func.attr
-                if isinstance(func, ast.Attribute)
-                else func.id
-                if isinstance(func, ast.Name)
-                else ""
-            )
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             assert name not in FORBIDDEN_CALLS, f"{path.name}:{node.lineno} calls {name}()"

@@ -48,9 +48,7 @@ def test_none_never_waits(attempt: int) -> None:
 @pytest.mark.parametrize("attempt", [1, 2, 3, 4, 100, 10_000])
 def test_fixed_delay_is_constant(attempt: int) -> None:
     assert retry_delay(BUILTIN_RETRY_POLICIES["fixed_delay_v1"], KNOWN_KEY, attempt) == seconds(10)
-    assert retry_delay(
-        policy(RetryStrategy.FIXED_DELAY, initial=45, maximum=600), KNOWN_KEY, attempt
-    ) == seconds(45)
+    assert retry_delay(policy(RetryStrategy.FIXED_DELAY, initial=45, maximum=600), KNOWN_KEY, attempt) == seconds(45)
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 3, 7, 10_000])
@@ -70,9 +68,7 @@ def test_exponential_backoff_doubles_then_caps(attempt: int, expected: int) -> N
     assert retry_delay(p, KNOWN_KEY, attempt) == seconds(expected)
 
 
-@pytest.mark.parametrize(
-    ("attempt", "expected"), list(enumerate([60, 120, 240, 480, 600, 600, 600], start=1))
-)
+@pytest.mark.parametrize(("attempt", "expected"), list(enumerate([60, 120, 240, 480, 600, 600, 600], start=1)))
 def test_manual_review_after_n_backs_off_exponentially(attempt: int, expected: int) -> None:
     p = BUILTIN_RETRY_POLICIES["manual_review_v1"]
     assert retry_delay(p, KNOWN_KEY, attempt) == seconds(expected)
@@ -80,9 +76,7 @@ def test_manual_review_after_n_backs_off_exponentially(attempt: int, expected: i
 
 def test_exponential_cap_that_is_exactly_a_power_of_two_is_reached_exactly() -> None:
     p = policy(RetryStrategy.EXPONENTIAL_BACKOFF, initial=30, maximum=240)
-    assert [retry_delay(p, KNOWN_KEY, a) for a in range(1, 7)] == [
-        seconds(s) for s in (30, 60, 120, 240, 240, 240)
-    ]
+    assert [retry_delay(p, KNOWN_KEY, a) for a in range(1, 7)] == [seconds(s) for s in (30, 60, 120, 240, 240, 240)]
 
 
 def test_exponential_with_fractional_seconds() -> None:
@@ -96,9 +90,7 @@ def test_exponential_with_fractional_seconds() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    "strategy", [RetryStrategy.EXPONENTIAL_BACKOFF, RetryStrategy.EXPONENTIAL_BACKOFF_JITTER]
-)
+@pytest.mark.parametrize("strategy", [RetryStrategy.EXPONENTIAL_BACKOFF, RetryStrategy.EXPONENTIAL_BACKOFF_JITTER])
 def test_zero_initial_delay_means_no_wait(strategy: RetryStrategy) -> None:
     p = policy(strategy, initial=0, maximum=1800, jitter=True)
     assert [retry_delay(p, KNOWN_KEY, a) for a in (1, 2, 50, 10_000)] == [timedelta(0)] * 4
@@ -163,9 +155,7 @@ def test_jitter_fraction_depends_on_the_separator() -> None:
     ],
 )
 def test_large_attempts_do_not_overflow(strategy: RetryStrategy, attempt: int) -> None:
-    p = policy(
-        strategy, initial=30, maximum=1800, jitter=strategy is RetryStrategy.EXPONENTIAL_BACKOFF_JITTER
-    )
+    p = policy(strategy, initial=30, maximum=1800, jitter=strategy is RetryStrategy.EXPONENTIAL_BACKOFF_JITTER)
     assert envelope(p, attempt) == seconds(1800)
     delay = retry_delay(p, KNOWN_KEY, attempt)
     assert seconds(900) <= delay <= seconds(1800)
@@ -176,9 +166,7 @@ def test_exponent_boundary_with_the_largest_cap() -> None:
     assert envelope(p, 63) == timedelta(microseconds=2**62)  # exponent 62: still computed
     assert envelope(p, 64) == timedelta.max  # exponent 63: the cap, without shifting
     assert envelope(p, 10_000) == timedelta.max
-    jittered = RetryPolicy(
-        "huge_j", RetryStrategy.EXPONENTIAL_BACKOFF_JITTER, 10, US, timedelta.max, jitter=True
-    )
+    jittered = RetryPolicy("huge_j", RetryStrategy.EXPONENTIAL_BACKOFF_JITTER, 10, US, timedelta.max, jitter=True)
     assert timedelta.max / 2 <= retry_delay(jittered, KNOWN_KEY, 10_000) <= timedelta.max
 
 
@@ -232,9 +220,7 @@ def test_jittered_delay_lies_in_half_envelope_to_envelope(p: RetryPolicy, key: s
 @settings(max_examples=150, deadline=None)
 @given(p=policies(jitter=True), key=keys, attempt=attempts)
 def test_jitter_is_reproducible(p: RetryPolicy, key: str, attempt: int) -> None:
-    twin = RetryPolicy(
-        p.retry_policy_id, p.strategy, p.max_attempts, p.initial_delay, p.max_delay, jitter=True
-    )
+    twin = RetryPolicy(p.retry_policy_id, p.strategy, p.max_attempts, p.initial_delay, p.max_delay, jitter=True)
     assert retry_delay(p, key, attempt) == retry_delay(twin, key, attempt)
     assert jitter_fraction(key, attempt) == jitter_fraction(key, attempt)
 

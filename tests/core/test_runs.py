@@ -88,10 +88,7 @@ def test_building_twice_gives_the_same_run() -> None:
 def test_different_request_gives_a_different_run() -> None:
     other = make_trigger(TriggerType.BATCH_WINDOW, "trg-1", window=window(6, 12))
     assert build()[0].job_run_id != build(trigger=other)[0].job_run_id
-    assert (
-        build()[0].job_run_id
-        != build(snapshot=make_snapshot(config_digest="sha256:" + "00" * 32))[0].job_run_id
-    )
+    assert build()[0].job_run_id != build(snapshot=make_snapshot(config_digest="sha256:" + "00" * 32))[0].job_run_id
 
 
 def test_due_at_and_queue_deadline() -> None:

@@ -397,9 +397,7 @@ def test_ended_runs_cannot_be_cancelled_or_timed_out(status: RunStatus) -> None:
 
 def test_created_run_cannot_be_queue_timed_out() -> None:
     with pytest.raises(IllegalTransitionError):
-        settle_without_attempt(
-            make_run(status=RunStatus.CREATED), queue_timeout_decision(), now=NOW, actor="s"
-        )
+        settle_without_attempt(make_run(status=RunStatus.CREATED), queue_timeout_decision(), now=NOW, actor="s")
 
 
 # --- properties ---------------------------------------------------------------------------------

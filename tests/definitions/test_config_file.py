@@ -151,10 +151,7 @@ def test_database_url_precedence(tmp_path: Path) -> None:
     assert resolve_database_url(config, None, {}) == config.database
     assert resolve_database_url(config, None, {DATABASE_ENV: ""}) == config.database
     assert resolve_database_url(config, None, {DATABASE_ENV: "sqlite:///env.db"}) == "sqlite:///env.db"
-    assert (
-        resolve_database_url(config, "sqlite:///cli.db", {DATABASE_ENV: "sqlite:///env.db"})
-        == "sqlite:///cli.db"
-    )
+    assert resolve_database_url(config, "sqlite:///cli.db", {DATABASE_ENV: "sqlite:///env.db"}) == "sqlite:///cli.db"
 
 
 def test_database_url_reads_the_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

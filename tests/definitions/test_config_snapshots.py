@@ -42,9 +42,7 @@ def test_default_profile_always_exists(tmp_path: Path) -> None:
 
 def test_profile_name_is_part_of_the_digest(tmp_path: Path) -> None:
     config = build_config({"profiles": {"a": {"x": 1}, "b": {"x": 1}}}, base_dir=tmp_path, path=None)
-    assert (
-        resolve_snapshot(config, "a", "t").config_digest != resolve_snapshot(config, "b", "t").config_digest
-    )
+    assert resolve_snapshot(config, "a", "t").config_digest != resolve_snapshot(config, "b", "t").config_digest
 
 
 def test_unknown_profile(demo_config: JobgateConfig) -> None:

@@ -379,15 +379,11 @@ def test_runner_args_placeholders_must_be_declared(write: Callable[[str, str], P
         base_dir=tmp_path,
         path=None,
     )
-    direct = write(
-        "direct.yaml", "job_definition_id: a\njob_class: MAINTENANCE_JOB\nrunner: python-etl\nbody: x\n"
-    )
+    direct = write("direct.yaml", "job_definition_id: a\njob_class: MAINTENANCE_JOB\nrunner: python-etl\nbody: x\n")
     with pytest.raises(ValidationError) as caught:
         load_definition_file(direct, config)
     assert caught.value.field == "runner"
-    assert (
-        "runner 'python-etl' args[4] uses {{period}}, which is not a declared param" in caught.value.message
-    )
+    assert "runner 'python-etl' args[4] uses {{period}}, which is not a declared param" in caught.value.message
 
     via_target = write(
         "target.yaml",

@@ -40,9 +40,7 @@ def test_demo_definitions_all_load(demo_config: JobgateConfig) -> None:
     assert [Path(item.source).name for item in loaded] == sorted(Path(item.source).name for item in loaded)
 
 
-def test_folder_is_read_sorted_and_non_recursive(
-    write: Write, tmp_path: Path, demo_config: JobgateConfig
-) -> None:
+def test_folder_is_read_sorted_and_non_recursive(write: Write, tmp_path: Path, demo_config: JobgateConfig) -> None:
     write("defs/b.yaml", "job_definition_id: b\njob_class: MAINTENANCE_JOB\nhandler: m:f\n")
     write("defs/a.json", definition("a"))
     write("defs/c.yml", "job_definition_id: c\njob_class: MAINTENANCE_JOB\nhandler: m:f\n")
@@ -76,9 +74,7 @@ def test_duplicate_ids_name_both_files(write: Write, tmp_path: Path, demo_config
     assert "duplicate id 'same'" in caught.value.message
 
 
-def test_same_id_in_two_tenants_is_two_definitions(
-    write: Write, tmp_path: Path, demo_config: JobgateConfig
-) -> None:
+def test_same_id_in_two_tenants_is_two_definitions(write: Write, tmp_path: Path, demo_config: JobgateConfig) -> None:
     write("defs/a.json", definition("same", tenant_id="acme"))
     write("defs/b.json", definition("same", tenant_id="globex"))
     loaded = load_definitions([tmp_path / "defs"], demo_config)
@@ -91,9 +87,7 @@ def test_a_file_named_twice_is_read_once(write: Write, tmp_path: Path, demo_conf
     assert len(load_definitions([path, tmp_path / "defs"], demo_config)) == 1
 
 
-def test_missing_path_and_wrong_suffix_are_refused(
-    write: Write, tmp_path: Path, demo_config: JobgateConfig
-) -> None:
+def test_missing_path_and_wrong_suffix_are_refused(write: Write, tmp_path: Path, demo_config: JobgateConfig) -> None:
     with pytest.raises(ValidationError) as caught:
         load_definitions([tmp_path / "nope"], demo_config)
     assert (caught.value.source, caught.value.message) == (str(tmp_path / "nope"), "no such file or folder")
@@ -103,9 +97,7 @@ def test_missing_path_and_wrong_suffix_are_refused(
     assert "unsupported file type" in caught.value.message
 
 
-def test_oversized_and_binary_files_are_refused(
-    write: Write, tmp_path: Path, demo_config: JobgateConfig
-) -> None:
+def test_oversized_and_binary_files_are_refused(write: Write, tmp_path: Path, demo_config: JobgateConfig) -> None:
     big = write("big.yaml", "#" * (1 << 20) + "\n")
     with pytest.raises(ValidationError, match="larger than"):
         load_definitions([big], demo_config)

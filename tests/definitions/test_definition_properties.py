@@ -28,9 +28,7 @@ SEED_EXAMPLE: dict[str, Any] = {
     "audit_required": True,
     "dal_anchor_required": False,
     "status": "active",
-    "params": [
-        {"name": "sample", "required": False, "pattern": "[0-9]+", "default": "5", "description": "n"}
-    ],
+    "params": [{"name": "sample", "required": False, "pattern": "[0-9]+", "default": "5", "description": "n"}],
 }
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
@@ -61,9 +59,7 @@ def reordered(value: Any, order: st.DataObject) -> Any:
 
 
 @given(extra=optional, order=st.data())
-def test_digest_is_independent_of_key_order(
-    demo_config: JobgateConfig, extra: dict[str, Any], order: Any
-) -> None:
+def test_digest_is_independent_of_key_order(demo_config: JobgateConfig, extra: dict[str, Any], order: Any) -> None:
     document = {**SEED_EXAMPLE, **extra}
     shuffled = reordered(document, order)
     first = parse_definition(document, "a.json", demo_config)
@@ -89,9 +85,7 @@ def test_digest_is_independent_of_syntax(demo_config: JobgateConfig, extra: dict
 
 
 @given(status=st.sampled_from(["draft", "active", "suspended", "retired"]), extra=optional)
-def test_status_never_enters_the_digest(
-    demo_config: JobgateConfig, status: str, extra: dict[str, Any]
-) -> None:
+def test_status_never_enters_the_digest(demo_config: JobgateConfig, status: str, extra: dict[str, Any]) -> None:
     document = {**SEED_EXAMPLE, **extra}
     base = parse_definition({k: v for k, v in document.items() if k != "status"}, "a", demo_config)
     assert parse_definition({**document, "status": status}, "a", demo_config).digest == base.digest

@@ -156,9 +156,7 @@ def test_federation_gateway_exports_and_verifies(demo_config: JobgateConfig, tmp
         ("2026-06-27T12:30:00Z", "escalate", True),  # the seed §23 breach
     ],
 )
-def test_quarantine_manager(
-    demo_config: JobgateConfig, tmp_path: Path, as_of: str, action: str, overdue: bool
-) -> None:
+def test_quarantine_manager(demo_config: JobgateConfig, tmp_path: Path, as_of: str, action: str, overdue: bool) -> None:
     params = {"quarantine_id": "TGQ-2026-00001472", "opened_at": "2026-06-25T12:22:44Z", "as_of": as_of}
     result = quarantine_manager(context(demo_config, tmp_path / "w", params))
     assert (result["action_taken"], result["overdue"]) == (action, overdue)

@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import count, define, make_config
 
+from helpers import count, define, make_config
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.models import TriggerType
 from jobgate.core.states import RunStatus
@@ -28,7 +28,9 @@ def test_submit_creates_one_scheduled_run_with_two_transitions(engine: Engine) -
         transitions = tx.run_transitions(run.job_run_id)
         snapshot = tx.snapshot_get(run.config_snapshot_id)
     assert [(t.from_status, t.to_status) for t in transitions] == [
-        (None, RunStatus.CREATED), (RunStatus.CREATED, RunStatus.SCHEDULED)]
+        (None, RunStatus.CREATED),
+        (RunStatus.CREATED, RunStatus.SCHEDULED),
+    ]
     assert snapshot is not None and snapshot.config_digest == run.config_digest
 
 
@@ -87,8 +89,9 @@ def test_fifty_concurrent_processes_make_one_run(engine: Engine, database_url: s
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(50)
     out = ctx.Queue()
-    procs = [ctx.Process(target=_submit_in_process, args=(database_url, str(tmp_path), job, barrier, out))
-             for _ in range(50)]
+    procs = [
+        ctx.Process(target=_submit_in_process, args=(database_url, str(tmp_path), job, barrier, out)) for _ in range(50)
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=120) for _ in procs]

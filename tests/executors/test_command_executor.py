@@ -86,9 +86,7 @@ def test_exit_zero_succeeds_with_runner_result(tmp_path: Path) -> None:
 def test_exit_code_mapping(
     tmp_path: Path, code: str, non_retryable: frozenset[int] | None, kind: OutcomeKind, error_code: str
 ) -> None:
-    runner = (
-        py_runner(code) if non_retryable is None else py_runner(code, non_retryable_exit_codes=non_retryable)
-    )
+    runner = py_runner(code) if non_retryable is None else py_runner(code, non_retryable_exit_codes=non_retryable)
     outcome = run(runner, make_context(tmp_path)).outcome
     assert (outcome.kind, outcome.error_code) == (kind, error_code)
 
@@ -103,9 +101,7 @@ def test_missing_binary(tmp_path: Path, binary: str) -> None:
     assert outcome.error_code == "RUNNER_BINARY_NOT_FOUND"
 
 
-def test_relative_binary_is_not_looked_up_in_the_run_workdir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_relative_binary_is_not_looked_up_in_the_run_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that can write its work directory must not be able to supply the program it runs."""
     ctx = make_context(tmp_path)
     planted = ctx.workdir / "tool"
@@ -141,17 +137,13 @@ def test_injection_attempt_is_refused_before_any_process_starts(
     marker = tmp_path / "marker"
     runner = py_runner(WRITE_MARKER, str(marker), "{{.period}}")
     with pytest.raises(ValidationError) as info:
-        validate_then_execute(
-            [ParamSpec("period", required=True, pattern=pattern)], {"period": value}, runner, ctx
-        )
+        validate_then_execute([ParamSpec("period", required=True, pattern=pattern)], {"period": value}, runner, ctx)
     assert info.value.field == "params.period"
     assert not marker.exists()
 
 
 @pytest.mark.parametrize("pattern", [None, SEED_PERIOD_PATTERN], ids=["default-pattern", "seed-pattern"])
-def test_valid_value_runs_which_proves_the_marker_would_catch_a_start(
-    tmp_path: Path, pattern: str | None
-) -> None:
+def test_valid_value_runs_which_proves_the_marker_would_catch_a_start(tmp_path: Path, pattern: str | None) -> None:
     ctx = make_context(tmp_path)
     marker = tmp_path / "marker"
     runner = py_runner(WRITE_MARKER, str(marker), "{{.period}}")
@@ -160,9 +152,7 @@ def test_valid_value_runs_which_proves_the_marker_would_catch_a_start(
     assert marker.read_text() == "2026-06"
 
 
-@pytest.mark.parametrize(
-    "value", ["hello world; touch pwned", "$(touch pwned)", "`touch pwned`", "a | b > pwned"]
-)
+@pytest.mark.parametrize("value", ["hello world; touch pwned", "$(touch pwned)", "`touch pwned`", "a | b > pwned"])
 def test_argv_is_passed_literally_without_a_shell(tmp_path: Path, value: str) -> None:
     permissive = ParamSpec("note", pattern=r"[A-Za-z ;$()`|>]{1,64}")
     ctx = make_context(tmp_path)
@@ -212,9 +202,7 @@ sources:
 def test_body_is_rendered_into_a_private_tmpfile_inside_the_workdir(tmp_path: Path) -> None:
     ctx = make_context(tmp_path)
     runner = py_runner(READ_BODY, "{{.tmpfile}}", "{{.period}}")
-    params = validate_params(
-        [ParamSpec("period", required=True, pattern=SEED_PERIOD_PATTERN)], {"period": "2026-06"}
-    )
+    params = validate_params([ParamSpec("period", required=True, pattern=SEED_PERIOD_PATTERN)], {"period": "2026-06"})
     result = run(runner, ctx, params, body=SEED_004_BODY)
     assert result.outcome.kind is OutcomeKind.SUCCEEDED
     seen = json.loads((ctx.workdir / "seen.json").read_text())
@@ -235,9 +223,7 @@ def test_tmpfile_without_a_body_is_refused() -> None:
 def test_body_with_missing_value_fails_before_any_process_starts(tmp_path: Path) -> None:
     ctx = make_context(tmp_path)
     marker = tmp_path / "marker"
-    outcome = run(
-        py_runner(WRITE_MARKER, str(marker), "{{tmpfile}}"), ctx, {}, body="period {{.period}}"
-    ).outcome
+    outcome = run(py_runner(WRITE_MARKER, str(marker), "{{tmpfile}}"), ctx, {}, body="period {{.period}}").outcome
     assert outcome.error_code == "INVALID_PARAMS"
     assert not marker.exists()
     assert list(ctx.workdir.iterdir()) == []
@@ -269,12 +255,8 @@ def test_missing_artifact_after_success_is_not_an_error(tmp_path: Path) -> None:
     assert result.artifact is None
 
 
-@pytest.mark.parametrize(
-    "artifact", ["../escape.csv", "out/../../escape.csv", "/etc/passwd", "{{workdir}}/../x"]
-)
-def test_artifact_path_outside_workdir_is_refused_before_any_process_starts(
-    tmp_path: Path, artifact: str
-) -> None:
+@pytest.mark.parametrize("artifact", ["../escape.csv", "out/../../escape.csv", "/etc/passwd", "{{workdir}}/../x"])
+def test_artifact_path_outside_workdir_is_refused_before_any_process_starts(tmp_path: Path, artifact: str) -> None:
     ctx = make_context(tmp_path)
     marker = tmp_path / "marker"
     outcome = run(py_runner(WRITE_MARKER, str(marker), "ran", artifact=artifact), ctx).outcome

@@ -145,9 +145,7 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path, launcher: Launcher) 
             os.kill(grandchild, signal.SIGKILL)
 
 
-def test_cancel_flag_set_by_the_caller_stops_with_the_runner_grace(
-    tmp_path: Path, launcher: Launcher
-) -> None:
+def test_cancel_flag_set_by_the_caller_stops_with_the_runner_grace(tmp_path: Path, launcher: Launcher) -> None:
     """The worker's execution timeout sets ``ctx.cancelled`` without calling ``stop``."""
     ctx = make_context(tmp_path)
     executor = CommandExecutor(runner(IGNORES_TERM, stop_grace=timedelta(seconds=0.3)), None, {})

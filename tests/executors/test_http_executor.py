@@ -171,9 +171,7 @@ def test_status_mapping(target: TargetServer, tmp_path: Path, status: int, kind:
 
 
 def test_timeout_is_retryable(target: TargetServer, tmp_path: Path) -> None:
-    outcome = (
-        HttpExecutor(spec(target.base_url + "/hang", timeout=0.2)).execute(make_context(tmp_path)).outcome
-    )
+    outcome = HttpExecutor(spec(target.base_url + "/hang", timeout=0.2)).execute(make_context(tmp_path)).outcome
     assert outcome.kind is OutcomeKind.RETRYABLE_FAILURE
     assert outcome.error_code == "HTTP_TIMEOUT"
 

@@ -82,9 +82,7 @@ def test_unexpected_exception_is_retryable_truncated_and_traceback_only_in_log(t
 
 def test_traceback_reaches_a_log_whose_directory_does_not_exist_yet(tmp_path: Path) -> None:
     base = make_context(tmp_path)
-    ctx = ExecutionContext(
-        payload=base.payload, workdir=base.workdir, log_path=tmp_path / "not-yet" / "run.log"
-    )
+    ctx = ExecutionContext(payload=base.payload, workdir=base.workdir, log_path=tmp_path / "not-yet" / "run.log")
     assert PythonExecutor(f"{H}:crash").execute(ctx).outcome.error_code == "ValueError"
     assert "Traceback (most recent call last)" in read_log(ctx)
 

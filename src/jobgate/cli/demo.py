@@ -25,8 +25,14 @@ from jobgate.service.engine import SubmitRequest
 
 
 @click.command()
-@click.option("--dir", "directory", default="jobgate-demo", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path), help="folder to create (or reuse)")
+@click.option(
+    "--dir",
+    "directory",
+    default="jobgate-demo",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="folder to create (or reuse)",
+)
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait for the runs to finish")
 @click.pass_context
 def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
@@ -46,8 +52,13 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
     plan = yaml.safe_load((directory / "demo-runs.yaml").read_text(encoding="utf-8"))["runs"]
     stamp = time.strftime("%Y%m%dT%H%M%S")
     requests = [
-        SubmitRequest(item["job"], params={k: str(v) for k, v in (item.get("params") or {}).items()},
-                      requested_by="demo", reason="jobgate demo", request_id=f"demo-{stamp}-{i}")
+        SubmitRequest(
+            item["job"],
+            params={k: str(v) for k, v in (item.get("params") or {}).items()},
+            requested_by="demo",
+            reason="jobgate demo",
+            request_id=f"demo-{stamp}-{i}",
+        )
         for i, item in enumerate(plan)
     ]
     submitted = [r.run for r in engine.submit_many(requests, actor="demo")]
@@ -91,7 +102,9 @@ def _report(events_path: Path | None, runs: list[JobRun], directory: Path) -> No
         for line in events_path.read_text(encoding="utf-8").splitlines():
             kind: Any = json.loads(line).get("event_type")
             counts[kind] = counts.get(kind, 0) + 1
-        render.out.print(f"events delivered to {events_path}: " +
-                         ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in sorted(counts.items())))
+        render.out.print(
+            f"events delivered to {events_path}: "
+            + ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in sorted(counts.items()))
+        )
     first = runs[0].job_run_id if runs else "RUN_ID"
     render.out.print(f"inspect a run: cd {directory} && jobgate runs show {first}")

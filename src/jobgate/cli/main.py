@@ -39,7 +39,9 @@ def parse_params(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", metavar="PATH", help="jobgate.yaml (default: ./jobgate.yaml or $JOBGATE_CONFIG)")
+@click.option(
+    "--config", "config_path", metavar="PATH", help="jobgate.yaml (default: ./jobgate.yaml or $JOBGATE_CONFIG)"
+)
 @click.option("--db", "database", metavar="URL", help="database URL (overrides $JOBGATE_DATABASE_URL and the config)")
 @click.option("--json", "json_output", is_flag=True, help="machine-readable JSON output")
 @click.pass_context
@@ -88,8 +90,16 @@ def _apply(app: AppContext, paths: list[Path]) -> list[dict[str, Any]]:
             results = engine.apply_definitions(loaded, progress=lambda n: bar.advance(task, n))
     else:
         results = engine.apply_definitions(loaded)
-    return [{"job_definition_id": r.job_definition_id, "version": r.version, "digest": r.digest,
-             "created": r.created, "source": r.source} for r in results]
+    return [
+        {
+            "job_definition_id": r.job_definition_id,
+            "version": r.version,
+            "digest": r.digest,
+            "created": r.created,
+            "source": r.source,
+        }
+        for r in results
+    ]
 
 
 @cli.command()
@@ -101,9 +111,20 @@ def apply(app: AppContext, paths: tuple[Path, ...]) -> None:
     if app.json_output:
         render.emit_json(applied)
         return
-    render.table("applied", ["definition", "version", "digest", "change", "source"],
-                 [(a["job_definition_id"], a["version"], a["digest"][:23] + "…", "new version" if a["created"]
-                   else "unchanged", a["source"]) for a in applied])
+    render.table(
+        "applied",
+        ["definition", "version", "digest", "change", "source"],
+        [
+            (
+                a["job_definition_id"],
+                a["version"],
+                a["digest"][:23] + "…",
+                "new version" if a["created"] else "unchanged",
+                a["source"],
+            )
+            for a in applied
+        ],
+    )
 
 
 @cli.group()
@@ -118,11 +139,24 @@ def definitions_list(app: AppContext, tenant: str) -> None:
     with app.engine().store.read() as tx:
         items = tx.definitions_list(tenant)
     if app.json_output:
-        render.emit_json([{"job_definition_id": d.job_definition_id, "version": d.version, "digest": d.digest,
-                           "job_class": d.job_class, "status": d.status} for d in items])
+        render.emit_json(
+            [
+                {
+                    "job_definition_id": d.job_definition_id,
+                    "version": d.version,
+                    "digest": d.digest,
+                    "job_class": d.job_class,
+                    "status": d.status,
+                }
+                for d in items
+            ]
+        )
         return
-    render.table("definitions", ["definition", "version", "class", "status", "digest"],
-                 [(d.job_definition_id, d.version, d.job_class, d.status.value, d.digest) for d in items])
+    render.table(
+        "definitions",
+        ["definition", "version", "class", "status", "digest"],
+        [(d.job_definition_id, d.version, d.job_class, d.status.value, d.digest) for d in items],
+    )
 
 
 @definitions.command("show")
@@ -136,13 +170,22 @@ def definitions_show(app: AppContext, job: str, tenant: str) -> None:
         raise ValidationError(f"no job definition {job!r}", field="job_definition_id")
     current = next(v for v in versions if v.is_current)
     if app.json_output:
-        render.emit_json({"current": current.content, "version": current.version, "digest": current.digest,
-                          "status": current.status, "versions": [{"version": v.version, "digest": v.digest,
-                                                                  "created_at": v.created_at} for v in versions]})
+        render.emit_json(
+            {
+                "current": current.content,
+                "version": current.version,
+                "digest": current.digest,
+                "status": current.status,
+                "versions": [{"version": v.version, "digest": v.digest, "created_at": v.created_at} for v in versions],
+            }
+        )
         return
     render.out.print_json(data=current.content)
-    render.table(f"{job} versions", ["version", "digest", "created", "current"],
-                 [(v.version, v.digest, render.when(v.created_at), "*" if v.is_current else "") for v in versions])
+    render.table(
+        f"{job} versions",
+        ["version", "digest", "created", "current"],
+        [(v.version, v.digest, render.when(v.created_at), "*" if v.is_current else "") for v in versions],
+    )
 
 
 # ---------------------------------------------------------------------------- runs
@@ -153,11 +196,24 @@ def definitions_show(app: AppContext, job: str, tenant: str) -> None:
 @click.option("--reason", help="why this run is requested (recorded with the trigger)")
 @click.option("--by", "requested_by", default=None, help="who requests it (default: $USER)")
 @click.option("--tenant", default="default", show_default=True)
-@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 1_000_000),
-              help="submit this many runs (distinct request ids), in batches")
+@click.option(
+    "--count",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="submit this many runs (distinct request ids), in batches",
+)
 @pass_app
-def submit(app: AppContext, job: str, params: tuple[str, ...], request_id: str | None, reason: str | None,
-           requested_by: str | None, tenant: str, count: int) -> None:
+def submit(
+    app: AppContext,
+    job: str,
+    params: tuple[str, ...],
+    request_id: str | None,
+    reason: str | None,
+    requested_by: str | None,
+    tenant: str,
+    count: int,
+) -> None:
     """Submit a manual trigger for JOB; prints the run id."""
     import getpass
 
@@ -165,11 +221,21 @@ def submit(app: AppContext, job: str, params: tuple[str, ...], request_id: str |
     who = requested_by or getpass.getuser()
     values = parse_params(params)
     if count == 1:
-        result = engine.submit(SubmitRequest(job, params=values, scope=Scope(tenant), requested_by=who,
-                                             reason=reason, request_id=request_id), actor=who)
+        result = engine.submit(
+            SubmitRequest(
+                job, params=values, scope=Scope(tenant), requested_by=who, reason=reason, request_id=request_id
+            ),
+            actor=who,
+        )
         if app.json_output:
-            render.emit_json({"job_run_id": result.run.job_run_id, "created": result.created,
-                              "status": result.run.status, "idempotency_key": result.run.idempotency_key})
+            render.emit_json(
+                {
+                    "job_run_id": result.run.job_run_id,
+                    "created": result.created,
+                    "status": result.run.status,
+                    "idempotency_key": result.run.idempotency_key,
+                }
+            )
         else:
             print(result.run.job_run_id)
             if not result.created:
@@ -180,8 +246,17 @@ def submit(app: AppContext, job: str, params: tuple[str, ...], request_id: str |
         task = bar.add_task(f"submitting {count} runs", total=count)
         for start in range(0, count, 1000):
             n = min(1000, count - start)
-            batch = [SubmitRequest(job, params=values, scope=Scope(tenant), requested_by=who, reason=reason,
-                                   request_id=f"{request_id}-{start + i}" if request_id else None) for i in range(n)]
+            batch = [
+                SubmitRequest(
+                    job,
+                    params=values,
+                    scope=Scope(tenant),
+                    requested_by=who,
+                    reason=reason,
+                    request_id=f"{request_id}-{start + i}" if request_id else None,
+                )
+                for i in range(n)
+            ]
             ids.extend(r.run.job_run_id for r in engine.submit_many(batch, actor=who))
             bar.advance(task, n)
     if app.json_output:
@@ -202,11 +277,19 @@ def runs() -> None:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
-def runs_list(app: AppContext, status: tuple[str, ...], job: str | None, job_class: str | None, limit: int,
-              tenant: str) -> None:
+def runs_list(
+    app: AppContext, status: tuple[str, ...], job: str | None, job_class: str | None, limit: int, tenant: str
+) -> None:
     with app.engine().store.read() as tx:
-        items = tx.runs_list(RunFilter(tenant_id=tenant, statuses=tuple(RunStatus(s.upper()) for s in status),
-                                       job_definition_id=job, job_class=job_class, limit=limit))
+        items = tx.runs_list(
+            RunFilter(
+                tenant_id=tenant,
+                statuses=tuple(RunStatus(s.upper()) for s in status),
+                job_definition_id=job,
+                job_class=job_class,
+                limit=limit,
+            )
+        )
     if app.json_output:
         render.emit_json([render.run_dict(r) for r in items])
     else:
@@ -221,29 +304,62 @@ def runs_show(app: AppContext, run_id: str) -> None:
     if app.json_output:
         from dataclasses import asdict
 
-        render.emit_json({"run": render.run_dict(detail.run),
-                          "transitions": [asdict(t) for t in detail.transitions],
-                          "attempts": [asdict(a) for a in detail.attempts],
-                          "dead_letter": asdict(detail.dead_letter) if detail.dead_letter else None})
+        render.emit_json(
+            {
+                "run": render.run_dict(detail.run),
+                "transitions": [asdict(t) for t in detail.transitions],
+                "attempts": [asdict(a) for a in detail.attempts],
+                "dead_letter": asdict(detail.dead_letter) if detail.dead_letter else None,
+            }
+        )
         return
     r = detail.run
-    render.table(f"run {r.job_run_id}", ["field", "value"], [
-        ("definition", f"{r.job_definition_id} v{r.definition_version} ({r.definition_digest})"),
-        ("status", r.status.value), ("attempt", f"{r.attempt}/{r.max_attempts}"), ("priority", r.priority.value),
-        ("trigger", f"{r.trigger_type.value} {r.trigger_id}"), ("requested by", r.requested_by),
-        ("idempotency key", r.idempotency_key), ("config snapshot", f"{r.config_snapshot_id} ({r.config_digest})"),
-        ("params", r.params), ("created", render.when(r.created_at)), ("started", render.when(r.started_at)),
-        ("ended", render.when(r.ended_at)), ("next retry", render.when(r.next_retry_at)),
-        ("error", f"{r.error_code}: {r.error_message}" if r.error_code else ""), ("result", r.result),
-        ("artifact", f"{r.artifact_path} {r.artifact_sha256} {r.artifact_size} bytes" if r.artifact_path else ""),
-    ])
-    render.table("transitions", ["at", "from", "to", "attempt", "reason", "actor"], [
-        (render.when(t.at), t.from_status.value if t.from_status else "", t.to_status.value, t.attempt, t.reason,
-         t.actor) for t in detail.transitions])
+    render.table(
+        f"run {r.job_run_id}",
+        ["field", "value"],
+        [
+            ("definition", f"{r.job_definition_id} v{r.definition_version} ({r.definition_digest})"),
+            ("status", r.status.value),
+            ("attempt", f"{r.attempt}/{r.max_attempts}"),
+            ("priority", r.priority.value),
+            ("trigger", f"{r.trigger_type.value} {r.trigger_id}"),
+            ("requested by", r.requested_by),
+            ("idempotency key", r.idempotency_key),
+            ("config snapshot", f"{r.config_snapshot_id} ({r.config_digest})"),
+            ("params", r.params),
+            ("created", render.when(r.created_at)),
+            ("started", render.when(r.started_at)),
+            ("ended", render.when(r.ended_at)),
+            ("next retry", render.when(r.next_retry_at)),
+            ("error", f"{r.error_code}: {r.error_message}" if r.error_code else ""),
+            ("result", r.result),
+            ("artifact", f"{r.artifact_path} {r.artifact_sha256} {r.artifact_size} bytes" if r.artifact_path else ""),
+        ],
+    )
+    render.table(
+        "transitions",
+        ["at", "from", "to", "attempt", "reason", "actor"],
+        [
+            (
+                render.when(t.at),
+                t.from_status.value if t.from_status else "",
+                t.to_status.value,
+                t.attempt,
+                t.reason,
+                t.actor,
+            )
+            for t in detail.transitions
+        ],
+    )
     if detail.attempts:
-        render.table("attempts", ["attempt", "worker", "started", "ended", "outcome", "error"], [
-            (a.attempt, a.worker_id, render.when(a.started_at), render.when(a.ended_at), a.outcome, a.error_code)
-            for a in detail.attempts])
+        render.table(
+            "attempts",
+            ["attempt", "worker", "started", "ended", "outcome", "error"],
+            [
+                (a.attempt, a.worker_id, render.when(a.started_at), render.when(a.ended_at), a.outcome, a.error_code)
+                for a in detail.attempts
+            ],
+        )
 
 
 def _actor(requested_by: str | None) -> str:
@@ -271,8 +387,11 @@ def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: 
 def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Stop a running run: SIGTERM, then kill after the runner's grace period."""
     run = control.stop_run(app.engine(), run_id, actor=_actor(requested_by), reason=reason)
-    _say(app, {"job_run_id": run.job_run_id, "status": run.status, "stop_requested": True},
-         f"{run.job_run_id} stop requested")
+    _say(
+        app,
+        {"job_run_id": run.job_run_id, "status": run.status, "stop_requested": True},
+        f"{run.job_run_id} stop requested",
+    )
 
 
 @runs.command("retry")
@@ -282,8 +401,11 @@ def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: st
 def runs_retry(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """A new run for a terminal run (at most one per source run; asking again returns it)."""
     run, created = control.retry_run(app.engine(), run_id, actor=_actor(requested_by))
-    _say(app, {"job_run_id": run.job_run_id, "retry_of": run_id, "created": created},
-         f"{run.job_run_id}{'' if created else ' (existing retry)'}")
+    _say(
+        app,
+        {"job_run_id": run.job_run_id, "retry_of": run_id, "created": created},
+        f"{run.job_run_id}{'' if created else ' (existing retry)'}",
+    )
 
 
 def _say(app: AppContext, data: dict[str, Any], text: str) -> None:
@@ -328,31 +450,46 @@ def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="executor threads (default: config)")
 @click.option("--queues", default="default", show_default=True, help="comma-separated queues to claim from")
 @click.option("--batch-size", type=click.IntRange(1, 5000), help="most runs claimed per transaction")
-@click.option("--prefetch", type=click.IntRange(0, 5000), default=0, show_default=True,
-              help="runs claimed beyond free threads")
+@click.option(
+    "--prefetch", type=click.IntRange(0, 5000), default=0, show_default=True, help="runs claimed beyond free threads"
+)
 @click.option("--lease-seconds", type=click.FloatRange(1, 3600), help="lease length (renewed every third)")
 @click.option("--poll-ms", type=click.IntRange(1, 60_000), help="poll interval when idle")
 @click.option("--no-publisher", is_flag=True, help="do not deliver outbox events from this process")
 @click.option("--exit-when-idle", is_flag=True, help="stop once nothing is running or due")
 @pass_app
-def worker(app: AppContext, concurrency: int | None, queues: str, batch_size: int | None, prefetch: int,
-           lease_seconds: float | None, poll_ms: int | None, no_publisher: bool, exit_when_idle: bool) -> None:
+def worker(
+    app: AppContext,
+    concurrency: int | None,
+    queues: str,
+    batch_size: int | None,
+    prefetch: int,
+    lease_seconds: float | None,
+    poll_ms: int | None,
+    no_publisher: bool,
+    exit_when_idle: bool,
+) -> None:
     """Claim and execute due runs until SIGTERM (graceful) or SIGINT."""
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = app.engine()
     settings = worker_settings(
-        engine, concurrency=concurrency, queues=tuple(q.strip() for q in queues.split(",") if q.strip()),
-        batch_size=batch_size, prefetch=prefetch,
+        engine,
+        concurrency=concurrency,
+        queues=tuple(q.strip() for q in queues.split(",") if q.strip()),
+        batch_size=batch_size,
+        prefetch=prefetch,
         lease=None if lease_seconds is None else timedelta(seconds=lease_seconds),
         poll_interval=None if poll_ms is None else timedelta(milliseconds=poll_ms),
     )
     proc = WorkerProcess(engine, settings, publish=not no_publisher)
     proc.install_signal_handlers()
     proc.start()
-    render.err.print(f"worker {proc.worker.worker_id} on {engine.store.url} "
-                     f"(queues {','.join(settings.queues)}, concurrency {settings.concurrency})")
+    render.err.print(
+        f"worker {proc.worker.worker_id} on {engine.store.url} "
+        f"(queues {','.join(settings.queues)}, concurrency {settings.concurrency})"
+    )
     if exit_when_idle:
         _stop_when_idle(proc)
     proc.join()
@@ -368,8 +505,17 @@ def _stop_when_idle(proc: WorkerProcess) -> None:
             time.sleep(0.2)
             if proc.worker.idle.is_set():
                 with engine.store.read() as tx:
-                    if not tx.runs_list(RunFilter(statuses=(RunStatus.SCHEDULED, RunStatus.RETRY_WAIT,
-                                                            RunStatus.DISPATCHED, RunStatus.RUNNING), limit=1)):
+                    if not tx.runs_list(
+                        RunFilter(
+                            statuses=(
+                                RunStatus.SCHEDULED,
+                                RunStatus.RETRY_WAIT,
+                                RunStatus.DISPATCHED,
+                                RunStatus.RUNNING,
+                            ),
+                            limit=1,
+                        )
+                    ):
                         proc.stop()
                         return
 
@@ -396,5 +542,3 @@ def main() -> None:
     except Exception as exc:  # no stack trace for users; the type and message are enough to report
         render.err.print(f"error: internal: {type(exc).__name__}: {exc}", markup=False)
         sys.exit(70)
-
-

@@ -27,7 +27,7 @@ def jsonable(value: Any) -> Any:
         return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), str):
+    if hasattr(value, "value") and isinstance(value.value, str):
         return value.value
     if hasattr(value, "total_seconds"):
         return value.total_seconds()
@@ -63,8 +63,17 @@ def runs_table(runs: Sequence[JobRun], title: str | None = None) -> None:
         title,
         ["run id", "definition", "class", "status", "attempt", "priority", "trigger", "created", "error"],
         [
-            (r.job_run_id, r.job_definition_id, r.job_class.value, r.status.value, f"{r.attempt}/{r.max_attempts}",
-             r.priority.value, r.trigger_type.value, when(r.created_at), r.error_code)
+            (
+                r.job_run_id,
+                r.job_definition_id,
+                r.job_class.value,
+                r.status.value,
+                f"{r.attempt}/{r.max_attempts}",
+                r.priority.value,
+                r.trigger_type.value,
+                when(r.created_at),
+                r.error_code,
+            )
             for r in runs
         ],
     )
@@ -75,8 +84,16 @@ def dead_letters_table(letters: Sequence[DeadLetter]) -> None:
         "dead letters",
         ["dead letter", "run id", "class", "reason", "last error", "attempts", "review", "created"],
         [
-            (d.dead_letter_id, d.job_run_id, d.job_class.value, d.reason.value, d.last_error_code, d.attempts,
-             "yes" if d.requires_manual_review else "no", when(d.created_at))
+            (
+                d.dead_letter_id,
+                d.job_run_id,
+                d.job_class.value,
+                d.reason.value,
+                d.last_error_code,
+                d.attempts,
+                "yes" if d.requires_manual_review else "no",
+                when(d.created_at),
+            )
             for d in letters
         ],
     )

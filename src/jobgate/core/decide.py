@@ -78,9 +78,7 @@ def decide(
             OutcomeKind.EXECUTION_TIMEOUT: TransitionReason.EXECUTION_TIMEOUT,
             OutcomeKind.LEASE_EXPIRED: TransitionReason.LEASE_EXPIRED,
         }.get(kind, TransitionReason.RETRY_SCHEDULED)
-        return Decision(
-            RunStatus.RETRY_WAIT, reason, next_retry_at=now + retry_delay(policy, idempotency_key, attempt)
-        )
+        return Decision(RunStatus.RETRY_WAIT, reason, next_retry_at=now + retry_delay(policy, idempotency_key, attempt))
     return exhausted(policy)
 
 

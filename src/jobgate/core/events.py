@@ -120,8 +120,9 @@ def job_cancelled(run: JobRun, *, actor: str, reason: str | None, now: datetime)
 
 def job_escalated(run: JobRun, *, error_code: str | None, now: datetime) -> Event:
     body = _base(EventType.JOB_ESCALATED, run)
-    body.update(error_code=error_code, attempts=run.attempt, requires_manual_review=True,
-                escalated_at=isoformat_utc(now))
+    body.update(
+        error_code=error_code, attempts=run.attempt, requires_manual_review=True, escalated_at=isoformat_utc(now)
+    )
     return EventType.JOB_ESCALATED, body
 
 

@@ -63,9 +63,16 @@ class RetryPolicy:
     def from_dict(cls, data: dict[str, Any], *, source: str = "retry policy") -> RetryPolicy:
         """Build from the seed §21 JSON shape, naming the field on any error."""
         known = {
-            "retry_policy_id", "strategy", "max_attempts", "initial_delay_seconds", "max_delay_seconds",
-            "jitter", "dead_letter_after_max_attempts", "escalate_on_final_failure",
-            "dead_letter_non_retryable", "description",
+            "retry_policy_id",
+            "strategy",
+            "max_attempts",
+            "initial_delay_seconds",
+            "max_delay_seconds",
+            "jitter",
+            "dead_letter_after_max_attempts",
+            "escalate_on_final_failure",
+            "dead_letter_non_retryable",
+            "description",
         }
         for key in data:
             if key not in known:
@@ -78,17 +85,19 @@ class RetryPolicy:
         except ValueError:
             allowed = ", ".join(s.value for s in RetryStrategy)
             raise ValidationError(f"must be one of: {allowed}", field="strategy", source=source) from None
+
         def number(name: str, default: float) -> float:
             value = data.get(name, default)
             if not seconds_ok(value, positive=False):
-                raise ValidationError(f"must be a number of seconds from 0 to {MAX_SECONDS}", field=name,
-                                      source=source)
+                raise ValidationError(f"must be a number of seconds from 0 to {MAX_SECONDS}", field=name, source=source)
             return float(value)
+
         def flag(name: str, default: bool) -> bool:
             value = data.get(name, default)
             if not isinstance(value, bool):
                 raise ValidationError("must be true or false", field=name, source=source)
             return value
+
         max_attempts = data.get("max_attempts", 1 if strategy is RetryStrategy.NONE else 3)
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
             raise ValidationError("must be an integer", field="max_attempts", source=source)
@@ -119,14 +128,17 @@ class TimeoutPolicy:
         policy_id = data.get("timeout_policy_id")
         if not isinstance(policy_id, str) or not policy_id:
             raise ValidationError("required, a non-empty string", field="timeout_policy_id", source=source)
+
         def seconds(name: str) -> timedelta | None:
             value = data.get(name)
             if value is None:
                 return None
             if not seconds_ok(value, positive=True):
-                raise ValidationError(f"must be a positive number of seconds up to {MAX_SECONDS}", field=name,
-                                      source=source)
+                raise ValidationError(
+                    f"must be a positive number of seconds up to {MAX_SECONDS}", field=name, source=source
+                )
             return timedelta(seconds=float(value))
+
         for key in data:
             if key not in {"timeout_policy_id", "execution_timeout_seconds", "queue_timeout_seconds", "description"}:
                 raise ValidationError("unknown field", field=key, source=source)
@@ -149,14 +161,16 @@ class SlaPolicy:
             raise ValidationError("required, a non-empty string", field="sla_policy_id", source=source)
         deadline = data.get("deadline_seconds")
         if not seconds_ok(deadline, positive=True):
-            raise ValidationError(f"must be a positive number of seconds up to {MAX_SECONDS}",
-                                  field="deadline_seconds", source=source)
+            raise ValidationError(
+                f"must be a positive number of seconds up to {MAX_SECONDS}", field="deadline_seconds", source=source
+            )
         severity = data.get("severity", "warning")
         if severity not in {"info", "warning", "critical"}:
             raise ValidationError("must be info, warning or critical", field="severity", source=source)
         escalation = data.get("requires_escalation", False)
         if not isinstance(escalation, bool):
             raise ValidationError("must be true or false", field="requires_escalation", source=source)
+        assert isinstance(deadline, int | float)
         return cls(policy_id, timedelta(seconds=float(deadline)), severity, escalation)
 
 

@@ -29,7 +29,9 @@ def new_run(
     same id and the store's primary key turns the second insert into a no-op.
     """
     key = idempotency_key(
-        job_definition_id=definition.job_definition_id, trigger=trigger, scope=scope,
+        job_definition_id=definition.job_definition_id,
+        trigger=trigger,
+        scope=scope,
         config_digest=snapshot.config_digest,
     )
     run_id = run_id_for(key)
@@ -64,8 +66,16 @@ def new_run(
         execution_timeout=None if timeout is None else timeout.execution_timeout,
     )
     transitions = (
-        Transition(run_id, None, RunStatus.CREATED, 0, TransitionReason.CREATED.value, actor, now,
-                   {"trigger_type": trigger.trigger_type.value}),
+        Transition(
+            run_id,
+            None,
+            RunStatus.CREATED,
+            0,
+            TransitionReason.CREATED.value,
+            actor,
+            now,
+            {"trigger_type": trigger.trigger_type.value},
+        ),
         Transition(run_id, RunStatus.CREATED, RunStatus.SCHEDULED, 0, TransitionReason.ADMITTED.value, actor, now),
     )
     return run, transitions

@@ -79,18 +79,43 @@ def settle_attempt(
         max_attempts=run.max_attempts,
         now=now,
     )
-    return _settlement(run, decision, outcome, now=now, actor=actor, started_at=started_at,
-                       result=result, artifact=artifact, token=run.lease_token)
+    return _settlement(
+        run,
+        decision,
+        outcome,
+        now=now,
+        actor=actor,
+        started_at=started_at,
+        result=result,
+        artifact=artifact,
+        token=run.lease_token,
+    )
 
 
 def settle_without_attempt(
-    run: JobRun, decision: Decision, *, now: datetime, actor: str, error_code: str | None = None,
+    run: JobRun,
+    decision: Decision,
+    *,
+    now: datetime,
+    actor: str,
+    error_code: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> Settlement:
     """Settle a run that is not running: queue timeout, cancellation of a pending run."""
     outcome = Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, error_code) if error_code else Outcome(OutcomeKind.STOPPED)
-    return _settlement(run, decision, outcome, now=now, actor=actor, started_at=None, result=None,
-                       artifact=None, token=None, detail=detail, record_attempt=False)
+    return _settlement(
+        run,
+        decision,
+        outcome,
+        now=now,
+        actor=actor,
+        started_at=None,
+        result=None,
+        artifact=None,
+        token=None,
+        detail=detail,
+        record_attempt=False,
+    )
 
 
 def _settlement(
@@ -115,24 +140,30 @@ def _settlement(
         transition_detail["error_code"] = error_code
     if decision.next_retry_at is not None:
         transition_detail["next_retry_at"] = isoformat_utc(decision.next_retry_at)
-    transition = Transition(run.job_run_id, run.status, to, run.attempt, decision.reason.value, actor, now,
-                            transition_detail)
+    transition = Transition(
+        run.job_run_id, run.status, to, run.attempt, decision.reason.value, actor, now, transition_detail
+    )
     dead_letter = None
     out: list[events.Event] = []
     if to is RunStatus.COMPLETED:
         out.append(events.job_completed(run, result, started_at or now, now))
     elif to is RunStatus.RETRY_WAIT:
         assert decision.next_retry_at is not None
-        out.append(events.job_failed(run, error_code=error_code, retryable=True,
-                                     next_retry_at=decision.next_retry_at, now=now))
-        out.append(events.job_retried(run, next_retry_at=decision.next_retry_at, reason=decision.reason.value,
-                                      now=now))
+        out.append(
+            events.job_failed(run, error_code=error_code, retryable=True, next_retry_at=decision.next_retry_at, now=now)
+        )
+        out.append(events.job_retried(run, next_retry_at=decision.next_retry_at, reason=decision.reason.value, now=now))
     elif to is RunStatus.FAILED:
         out.append(events.job_failed(run, error_code=error_code, retryable=False, next_retry_at=None, now=now))
     elif to is RunStatus.DEAD_LETTERED:
         assert decision.dead_letter_reason is not None
-        dead_letter = dead_letter_for(run, decision.dead_letter_reason, error_code=error_code,
-                                      requires_review=decision.requires_manual_review, now=now)
+        dead_letter = dead_letter_for(
+            run,
+            decision.dead_letter_reason,
+            error_code=error_code,
+            requires_review=decision.requires_manual_review,
+            now=now,
+        )
         if record_attempt:
             out.append(events.job_failed(run, error_code=error_code, retryable=False, next_retry_at=None, now=now))
         out.append(events.job_dead_lettered(run, dead_letter))
@@ -159,8 +190,12 @@ def _settlement(
 
 
 def queue_timeout_decision() -> Decision:
-    return Decision(RunStatus.DEAD_LETTERED, TransitionReason.QUEUE_TIMEOUT,
-                    dead_letter_reason=DeadLetterReason.QUEUE_TIMEOUT_EXCEEDED, requires_manual_review=False)
+    return Decision(
+        RunStatus.DEAD_LETTERED,
+        TransitionReason.QUEUE_TIMEOUT,
+        dead_letter_reason=DeadLetterReason.QUEUE_TIMEOUT_EXCEEDED,
+        requires_manual_review=False,
+    )
 
 
 def cancel_decision() -> Decision:

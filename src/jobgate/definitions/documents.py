@@ -107,6 +107,7 @@ def parse_yaml(text: str, *, source: str, error: type[ValidationError] = Validat
 
 def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
     """`` at line 3, column 9: did not find expected ',' (while parsing ... started at line 2, ...)``."""
+
     def at(mark: Any) -> str:
         return f"line {mark.line + 1}, column {mark.column + 1}"
 
@@ -199,9 +200,7 @@ class Reader:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 self.fail(join(field, key), f"unknown field{hint}")
 
-    def string(
-        self, value: Any, field: str, *, pattern: re.Pattern[str] | None = None, rule: str = ""
-    ) -> str:
+    def string(self, value: Any, field: str, *, pattern: re.Pattern[str] | None = None, rule: str = "") -> str:
         if not isinstance(value, str) or not value.strip():
             self.fail(field, "must be a non-empty string")
         if pattern is not None and pattern.fullmatch(value) is None:
@@ -216,7 +215,9 @@ class Reader:
 
     def name(self, value: Any, field: str) -> str:
         return self.string(
-            value, field, pattern=NAME_PATTERN,
+            value,
+            field,
+            pattern=NAME_PATTERN,
             rule="must be 1-200 characters: letters, digits and _ . : - (starting with a letter or digit)",
         )
 
@@ -234,9 +235,7 @@ class Reader:
             self.fail(field, f"must be a list, not {kind_of(value)}")
         return value
 
-    def integer(
-        self, value: Any, field: str, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int:
+    def integer(self, value: Any, field: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(field, f"must be an integer, not {kind_of(value)}")
         if minimum is not None and value < minimum:

@@ -54,7 +54,8 @@ def definition_files(paths: Iterable[str | Path]) -> list[Path]:
         path = Path(raw)
         if path.is_dir():
             candidates = sorted(
-                child for child in path.iterdir()
+                child
+                for child in path.iterdir()
                 if child.is_file() and child.suffix in DEFINITION_SUFFIXES and not child.name.startswith(".")
             )
         elif path.is_file():

@@ -40,9 +40,24 @@ if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's
 
 HEADER_KEY = "orchestrator"
 HEADER_FIELDS = (
-    "name", "description", "runner", "permissions", "params", "job_class", "priority", "retry_policy",
-    "timeout_policy", "sla_policy", "config_profile", "queue", "tenant_id", "concurrency_limit",
-    "rate_limit_per_second", "audit_required", "dal_anchor_required", "version_note",
+    "name",
+    "description",
+    "runner",
+    "permissions",
+    "params",
+    "job_class",
+    "priority",
+    "retry_policy",
+    "timeout_policy",
+    "sla_policy",
+    "config_profile",
+    "queue",
+    "tenant_id",
+    "concurrency_limit",
+    "rate_limit_per_second",
+    "audit_required",
+    "dal_anchor_required",
+    "version_note",
 )
 DEFAULT_SCENARIO_CLASS = JobClass.MAINTENANCE_JOB
 _FROM_NAME = ("job_definition_id", "job_code", "canonical_name")

@@ -48,14 +48,37 @@ if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's
     from jobgate.config import JobgateConfig
 
 SEED_FIELDS = (
-    "job_definition_id", "job_code", "job_class", "canonical_name", "description", "trigger_type",
-    "schedule_expression", "target_engine_meid", "target_engine_cmi", "workflow_steps", "priority",
-    "retry_policy", "timeout_policy", "sla_policy", "config_profile", "idempotency_policy",
-    "dal_anchor_required", "audit_required", "status",
+    "job_definition_id",
+    "job_code",
+    "job_class",
+    "canonical_name",
+    "description",
+    "trigger_type",
+    "schedule_expression",
+    "target_engine_meid",
+    "target_engine_cmi",
+    "workflow_steps",
+    "priority",
+    "retry_policy",
+    "timeout_policy",
+    "sla_policy",
+    "config_profile",
+    "idempotency_policy",
+    "dal_anchor_required",
+    "audit_required",
+    "status",
 )
 JOBGATE_FIELDS = (
-    "handler", "runner", "body", "params", "permissions", "queue", "tenant_id", "concurrency_limit",
-    "rate_limit_per_second", "version_note",
+    "handler",
+    "runner",
+    "body",
+    "params",
+    "permissions",
+    "queue",
+    "tenant_id",
+    "concurrency_limit",
+    "rate_limit_per_second",
+    "version_note",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner")
@@ -154,13 +177,12 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     _check_schedule(r, doc, trigger_type)
     priority = r.choice(doc.get("priority", Priority.NORMAL.value), "priority", Priority)
     status = r.choice(doc.get("status", DefinitionStatus.ACTIVE.value), "status", DefinitionStatus)
-    retry_policy = r.known(doc.get("retry_policy", DEFAULT_RETRY_POLICY), "retry_policy", "retry policy",
-                           config.retry_policies)
+    retry_policy = r.known(
+        doc.get("retry_policy", DEFAULT_RETRY_POLICY), "retry_policy", "retry policy", config.retry_policies
+    )
     timeout_policy = None
     if "timeout_policy" in doc:
-        timeout_policy = r.known(
-            doc["timeout_policy"], "timeout_policy", "timeout policy", config.timeout_policies
-        )
+        timeout_policy = r.known(doc["timeout_policy"], "timeout_policy", "timeout policy", config.timeout_policies)
     sla_policy = None
     if "sla_policy" in doc:
         sla_policy = r.known(doc["sla_policy"], "sla_policy", "SLA policy", config.sla_policies)
@@ -244,8 +266,12 @@ def _params(r: Reader, value: Any) -> tuple[ParamSpec, ...]:
         at = join("params", index)
         data = r.mapping(item, at)
         r.only_keys(data, at, PARAM_FIELDS)
-        name = r.string(data.get("name"), join(at, "name"), pattern=PARAM_NAME_PATTERN,
-                        rule="must be an identifier (letters, digits and _, not starting with a digit)")
+        name = r.string(
+            data.get("name"),
+            join(at, "name"),
+            pattern=PARAM_NAME_PATTERN,
+            rule="must be an identifier (letters, digits and _, not starting with a digit)",
+        )
         if name in RESERVED:
             r.fail(join(at, "name"), f"{name!r} is a reserved name ({_RESERVED_LIST})")
         if any(spec.name == name for spec in out):

@@ -7,9 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core import events
-from jobgate.core.models import Attempt, JobRun, Transition
 from jobgate.core.decide import Decision
-from jobgate.core.models import DeadLetterReason
+from jobgate.core.models import Attempt, DeadLetterReason, JobRun, Transition
 from jobgate.core.settle import Settlement, settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.store.base import RunChange
@@ -24,12 +23,24 @@ def settlement_change(s: Settlement, run: JobRun, *, worker_id: str, now: dateti
     if s.to_status is RunStatus.COMPLETED:
         values.update(result=s.result or {}, progress=1.0)
         if s.artifact is not None:
-            values.update(artifact_path=s.artifact[0], artifact_sha256=s.artifact[1], artifact_size=s.artifact[2],
-                          result_ref=s.artifact[0])
+            values.update(
+                artifact_path=s.artifact[0],
+                artifact_sha256=s.artifact[1],
+                artifact_size=s.artifact[2],
+                result_ref=s.artifact[0],
+            )
     ended = None
     if s.attempt_outcome is not None and run.attempt > 0:
-        ended = Attempt(run.job_run_id, run.attempt, worker_id, run.started_at or now, now, s.attempt_outcome,
-                        s.error_code, (s.error_message or None))
+        ended = Attempt(
+            run.job_run_id,
+            run.attempt,
+            worker_id,
+            run.started_at or now,
+            now,
+            s.attempt_outcome,
+            s.error_code,
+            (s.error_message or None),
+        )
     return RunChange(
         job_run_id=run.job_run_id,
         tenant_id=run.tenant_id,
@@ -56,8 +67,15 @@ def start_change(run: JobRun, *, worker_id: str, now: datetime) -> RunChange:
         tenant_id=run.tenant_id,
         from_status=RunStatus.DISPATCHED,
         to_status=RunStatus.RUNNING,
-        transition=Transition(run.job_run_id, RunStatus.DISPATCHED, RunStatus.RUNNING, attempt,
-                              TransitionReason.STARTED.value, worker_id, now),
+        transition=Transition(
+            run.job_run_id,
+            RunStatus.DISPATCHED,
+            RunStatus.RUNNING,
+            attempt,
+            TransitionReason.STARTED.value,
+            worker_id,
+            now,
+        ),
         expected_token=run.lease_token,
         start_attempt=True,
         values=values,
@@ -67,16 +85,18 @@ def start_change(run: JobRun, *, worker_id: str, now: datetime) -> RunChange:
     )
 
 
-def release_change(run: JobRun, *, actor: str, now: datetime, reason: TransitionReason,
-                   fenced: bool = True) -> RunChange:
+def release_change(
+    run: JobRun, *, actor: str, now: datetime, reason: TransitionReason, fenced: bool = True
+) -> RunChange:
     """DISPATCHED -> SCHEDULED without using an attempt (shutdown, or a claim whose lease lapsed)."""
     return RunChange(
         job_run_id=run.job_run_id,
         tenant_id=run.tenant_id,
         from_status=RunStatus.DISPATCHED,
         to_status=RunStatus.SCHEDULED,
-        transition=Transition(run.job_run_id, RunStatus.DISPATCHED, RunStatus.SCHEDULED, run.attempt,
-                              reason.value, actor, now),
+        transition=Transition(
+            run.job_run_id, RunStatus.DISPATCHED, RunStatus.SCHEDULED, run.attempt, reason.value, actor, now
+        ),
         expected_token=run.lease_token if fenced else None,
         revoke_lease=not fenced,
         values={"due_at": now},
@@ -85,7 +105,10 @@ def release_change(run: JobRun, *, actor: str, now: datetime, reason: Transition
 
 def exhausted_change(run: JobRun, *, actor: str, now: datetime) -> RunChange:
     """A claimed run with no attempt left (its bound was lowered by hand): dead-letter, never run."""
-    decision = Decision(RunStatus.DEAD_LETTERED, TransitionReason.RETRIES_EXHAUSTED,
-                        dead_letter_reason=DeadLetterReason.MAXIMUM_RETRIES_EXCEEDED)
+    decision = Decision(
+        RunStatus.DEAD_LETTERED,
+        TransitionReason.RETRIES_EXHAUSTED,
+        dead_letter_reason=DeadLetterReason.MAXIMUM_RETRIES_EXCEEDED,
+    )
     s = settle_without_attempt(run, decision, now=now, actor=actor, error_code="MAX_ATTEMPTS_REACHED")
     return replace(settlement_change(s, run, worker_id=actor, now=now), expected_token=run.lease_token)

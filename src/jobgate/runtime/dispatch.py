@@ -63,8 +63,11 @@ class Dispatcher:
             scope=dict(run.scope),
             target_engine_meid=definition.target_engine_meid,
             target_engine_cmi=definition.target_engine_cmi,
-            authorization_context={"requested_by": run.requested_by, "tenant_id": run.tenant_id,
-                                   "definition_digest": run.definition_digest},
+            authorization_context={
+                "requested_by": run.requested_by,
+                "tenant_id": run.tenant_id,
+                "definition_digest": run.definition_digest,
+            },
             trace_context={"job_run_id": run.job_run_id, "attempt": str(attempt)},
             execution_timeout=run.execution_timeout,
             max_attempts=run.max_attempts,

@@ -55,8 +55,12 @@ class LogSink:
 
     def publish(self, events: Sequence[OutboxEvent]) -> None:
         for e in events:
-            log.info("%s %s", e.payload.get("event_type"), e.job_run_id or "",
-                     extra={"action": e.event_type, "job_run_id": e.job_run_id, "event_id": e.event_id})
+            log.info(
+                "%s %s",
+                e.payload.get("event_type"),
+                e.job_run_id or "",
+                extra={"action": e.event_type, "job_run_id": e.job_run_id, "event_id": e.event_id},
+            )
 
 
 class RecordingSink:
@@ -74,8 +78,9 @@ class RecordingSink:
 PUBLISHER_LOCK = "outbox-publisher"
 
 
-def publish_once(store: Store, sinks: Sequence[EventSink], clock: Clock, *, batch: int = 500,
-                 lock: tuple[str, int] | None = None) -> int:
+def publish_once(
+    store: Store, sinks: Sequence[EventSink], clock: Clock, *, batch: int = 500, lock: tuple[str, int] | None = None
+) -> int:
     """Deliver one batch; returns how many events were delivered (0 when the outbox is empty).
 
     Sinks are called outside any write transaction, so slow sink I/O never holds up workers.
@@ -98,9 +103,15 @@ def publish_once(store: Store, sinks: Sequence[EventSink], clock: Clock, *, batc
 class OutboxPublisher:
     """Delivers the outbox while it holds the publisher lock; other publishers wait as standby."""
 
-    def __init__(self, store: Store, sinks: Sequence[EventSink], clock: Clock,
-                 interval: timedelta = timedelta(milliseconds=200), lock_ttl: timedelta = timedelta(seconds=10),
-                 owner: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        sinks: Sequence[EventSink],
+        clock: Clock,
+        interval: timedelta = timedelta(milliseconds=200),
+        lock_ttl: timedelta = timedelta(seconds=10),
+        owner: str | None = None,
+    ) -> None:
         import uuid
 
         self.store = store

@@ -44,11 +44,20 @@ def default_sinks(engine: Engine) -> list[EventSink]:
 class WorkerProcess:
     """A worker plus an outbox publisher; SIGTERM/SIGINT stop both gracefully."""
 
-    def __init__(self, engine: Engine, settings: WorkerSettings, *, publish: bool = True,
-                 sinks: Sequence[EventSink] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: WorkerSettings,
+        *,
+        publish: bool = True,
+        sinks: Sequence[EventSink] | None = None,
+    ) -> None:
         self.worker = Worker(engine, settings)
-        self.publisher = OutboxPublisher(engine.store, sinks if sinks is not None else default_sinks(engine),
-                                         engine.clock) if publish else None
+        self.publisher = (
+            OutboxPublisher(engine.store, sinks if sinks is not None else default_sinks(engine), engine.clock)
+            if publish
+            else None
+        )
         self._threads: list[threading.Thread] = []
 
     def install_signal_handlers(self) -> None:

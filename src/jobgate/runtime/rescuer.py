@@ -56,21 +56,38 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
             from jobgate.core.policies import BUILTIN_RETRY_POLICIES
 
             policy = BUILTIN_RETRY_POLICIES["no_retry_v1"]
-        s = settle_attempt(run, Outcome(OutcomeKind.LEASE_EXPIRED, "LEASE_EXPIRED", "worker lease expired"),
-                           policy, now=now, actor=RESCUER, started_at=run.started_at or now)
-        changes.append(_expired_only(settlement_change(s, run, worker_id=run.lease_owner or RESCUER, now=now,
-                                                       revoke=True), run.lease_token, now))
+        s = settle_attempt(
+            run,
+            Outcome(OutcomeKind.LEASE_EXPIRED, "LEASE_EXPIRED", "worker lease expired"),
+            policy,
+            now=now,
+            actor=RESCUER,
+            started_at=run.started_at or now,
+        )
+        changes.append(
+            _expired_only(
+                settlement_change(s, run, worker_id=run.lease_owner or RESCUER, now=now, revoke=True),
+                run.lease_token,
+                now,
+            )
+        )
     for run in queued:
-        s = settle_without_attempt(run, queue_timeout_decision(), now=now, actor=RESCUER,
-                                   error_code="QUEUE_TIMEOUT_EXCEEDED")
+        s = settle_without_attempt(
+            run, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
+        )
         changes.append(settlement_change(s, run, worker_id=RESCUER, now=now))
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
     moved = {c.job_run_id for c in done}
     for run in expired:
         if run.job_run_id in moved:
-            log.warning("run %s: lease of %s expired (attempt %d); recovered", run.job_run_id, run.lease_owner,
-                        run.attempt, extra={"action": "lease_expired", "job_run_id": run.job_run_id})
+            log.warning(
+                "run %s: lease of %s expired (attempt %d); recovered",
+                run.job_run_id,
+                run.lease_owner,
+                run.attempt,
+                extra={"action": "lease_expired", "job_run_id": run.job_run_id},
+            )
     return SweepResult(
         lease_expired=sum(1 for r in expired if r.job_run_id in moved and r.status is RunStatus.RUNNING),
         released=sum(1 for r in expired if r.job_run_id in moved and r.status is RunStatus.DISPATCHED),

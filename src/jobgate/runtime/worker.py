@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -150,9 +151,16 @@ class Worker:
                 self._wait_for_work(claim)
         finally:
             st = self.stats
-            log.info("worker %s stopped: %d cycles (%.1f ms each), %d started, %d settled, %d stale writes refused",
-                     self.worker_id, st.cycles, 1000 * st.cycle_seconds / max(st.cycles, 1), st.started, self.settled,
-                     self.stale_writes_refused, extra={"action": "worker_stopped"})
+            log.info(
+                "worker %s stopped: %d cycles (%.1f ms each), %d started, %d settled, %d stale writes refused",
+                self.worker_id,
+                st.cycles,
+                1000 * st.cycle_seconds / max(st.cycles, 1),
+                st.started,
+                self.settled,
+                self.stale_writes_refused,
+                extra={"action": "worker_stopped"},
+            )
             self._pool.shutdown(wait=False, cancel_futures=True)
             try:
                 with self.engine.store.write() as tx:
@@ -206,17 +214,31 @@ class Worker:
                 done = tx.runs_apply([c for c, _ in pending]) if pending else []
                 held: set[str] | None = None
                 if renew:
-                    leases = tuple((r.job_run_id, r.lease_token) for r in
-                                   [f.run for f in self._running.values() if not f.abandoned] + self._buffer)
+                    leases = tuple(
+                        (r.job_run_id, r.lease_token)
+                        for r in [f.run for f in self._running.values() if not f.abandoned] + self._buffer
+                    )
                     held = tx.leases_renew(LeaseRenew(self.worker_id, leases, now + self.settings.lease))
                 buffered = [r for r in self._buffer if held is None or r.job_run_id in held]
                 claimed: list[JobRun] = []
                 if claim:
-                    claimed = tx.runs_claim(RunsClaim(self.worker_id, self.settings.queues, claim, now,
-                                                      now + self.settings.lease, self.settings.queue_rates))
+                    claimed = tx.runs_claim(
+                        RunsClaim(
+                            self.worker_id,
+                            self.settings.queues,
+                            claim,
+                            now,
+                            now + self.settings.lease,
+                            self.settings.queue_rates,
+                        )
+                    )
                 to_start = (buffered + claimed)[:free]
-                starts = [start_change(r, worker_id=self.worker_id, now=now) if r.attempt < r.max_attempts
-                          else exhausted_change(r, actor=self.worker_id, now=now) for r in to_start]
+                starts = [
+                    start_change(r, worker_id=self.worker_id, now=now)
+                    if r.attempt < r.max_attempts
+                    else exhausted_change(r, actor=self.worker_id, now=now)
+                    for r in to_start
+                ]
                 started = tx.runs_apply(starts) if starts else []
         except Exception:
             log.exception("worker cycle failed; will retry", extra={"action": "cycle_failed"})
@@ -227,25 +249,33 @@ class Worker:
         self.stats.started += len(started)
         # Committed: now update memory.
         accepted = {c.job_run_id for c in done}
-        for change, run_id in pending:
+        for _change, run_id in pending:
             if run_id not in accepted:
                 self.stale_writes_refused += 1
-                log.warning("run %s: settlement refused (lease lost to another holder)", run_id,
-                            extra={"action": "stale_write_refused", "job_run_id": run_id})
+                log.warning(
+                    "run %s: settlement refused (lease lost to another holder)",
+                    run_id,
+                    extra={"action": "stale_write_refused", "job_run_id": run_id},
+                )
         self.settled += len(accepted)
         self._pending = []
         if held is not None:
             for run_id, flight in list(self._running.items()):
                 if run_id not in held and not flight.abandoned:
-                    log.warning("run %s: lease lost while running; stopping it", run_id,
-                                extra={"action": "lease_lost", "job_run_id": run_id})
+                    log.warning(
+                        "run %s: lease lost while running; stopping it",
+                        run_id,
+                        extra={"action": "lease_lost", "job_run_id": run_id},
+                    )
                     self._interrupt(flight, OutcomeKind.LEASE_EXPIRED, now)
         started_ids = {c.job_run_id for c in started if c.to_status is RunStatus.RUNNING}
         taken = {r.job_run_id for r in to_start}
         for run in to_start:
             if run.job_run_id in started_ids:
-                self._launch(replace(run, status=RunStatus.RUNNING, attempt=run.attempt + 1,
-                                     started_at=run.started_at or now), now)
+                self._launch(
+                    replace(run, status=RunStatus.RUNNING, attempt=run.attempt + 1, started_at=run.started_at or now),
+                    now,
+                )
         self._buffer = [r for r in buffered + claimed if r.job_run_id not in taken]
 
     def _isolate_poison(self, pending: list[tuple[RunChange, str]]) -> None:
@@ -278,8 +308,7 @@ class Worker:
             flight = _InFlight(run, None, None, now)  # type: ignore[arg-type]
             self._settle(flight, ExecutionResult(Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, exc.code, str(exc))), now)
             return
-        ctx.report_progress = lambda fraction, message, rid=run.job_run_id, tok=run.lease_token: \
-            self._progress(rid, tok, fraction, message)
+        ctx.report_progress = functools.partial(self._progress, run.job_run_id, run.lease_token)
         flight = _InFlight(run, ctx, executor, now)
         self._running[run.job_run_id] = flight
         self._busy_threads += 1
@@ -318,8 +347,11 @@ class Worker:
         run = flight.run
         outcome = result.outcome
         if flight.interrupt is OutcomeKind.EXECUTION_TIMEOUT and outcome.kind is not OutcomeKind.SUCCEEDED:
-            outcome = Outcome(OutcomeKind.EXECUTION_TIMEOUT, "EXECUTION_TIMEOUT",
-                              f"attempt exceeded its execution timeout of {run.execution_timeout}")
+            outcome = Outcome(
+                OutcomeKind.EXECUTION_TIMEOUT,
+                "EXECUTION_TIMEOUT",
+                f"attempt exceeded its execution timeout of {run.execution_timeout}",
+            )
         elif flight.interrupt is OutcomeKind.RETRYABLE_FAILURE and outcome.kind is not OutcomeKind.SUCCEEDED:
             outcome = Outcome(OutcomeKind.RETRYABLE_FAILURE, "WORKER_SHUTDOWN", "worker shut down mid-attempt")
         elif flight.interrupt is OutcomeKind.LEASE_EXPIRED:
@@ -328,8 +360,16 @@ class Worker:
         artifact = None
         if result.artifact is not None:
             artifact = (result.artifact.path, result.artifact.sha256, result.artifact.size)
-        settlement = settle_attempt(run, outcome, self._policy(run), now=now, actor=self.worker_id,
-                                    started_at=flight.started_at, result=result.result, artifact=artifact)
+        settlement = settle_attempt(
+            run,
+            outcome,
+            self._policy(run),
+            now=now,
+            actor=self.worker_id,
+            started_at=flight.started_at,
+            result=result.result,
+            artifact=artifact,
+        )
         self._queue_settlement(settlement, run, now)
 
     def _queue_settlement(self, settlement: Settlement, run: JobRun, now: datetime) -> None:
@@ -352,8 +392,12 @@ class Worker:
         flight.interrupt = why
         flight.interrupted_at = now
         grace = grace_for(flight.executor, self.settings.stop_grace)
-        threading.Thread(target=flight.executor.stop, args=(flight.ctx, grace), daemon=True,
-                         name=f"jobgate-stop-{flight.run.job_run_id}").start()
+        threading.Thread(
+            target=flight.executor.stop,
+            args=(flight.ctx, grace),
+            daemon=True,
+            name=f"jobgate-stop-{flight.run.job_run_id}",
+        ).start()
 
     def _enforce_deadlines(self, now: datetime, shutdown_deadline: datetime | None) -> None:
         for flight in list(self._running.values()):
@@ -370,8 +414,9 @@ class Worker:
                 grace = grace_for(flight.executor, self.settings.stop_grace)
                 if now - flight.interrupted_at > grace + timedelta(seconds=1):
                     flight.abandoned = True
-                    log.error("run %s: executor ignored stop for %s; abandoning its thread", flight.run.job_run_id,
-                              grace)
+                    log.error(
+                        "run %s: executor ignored stop for %s; abandoning its thread", flight.run.job_run_id, grace
+                    )
                     self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
                     self._running[flight.run.job_run_id] = flight  # keep the slot counted until it returns
 
@@ -388,8 +433,10 @@ class Worker:
     def _release_buffer(self, now: datetime) -> None:
         if not self._buffer:
             return
-        changes = [release_change(r, actor=self.worker_id, now=now, reason=TransitionReason.RELEASED_ON_SHUTDOWN)
-                   for r in self._buffer]
+        changes = [
+            release_change(r, actor=self.worker_id, now=now, reason=TransitionReason.RELEASED_ON_SHUTDOWN)
+            for r in self._buffer
+        ]
         with self.engine.store.write() as tx:
             tx.runs_apply(changes)
         log.info("released %d claimed runs on shutdown", len(changes), extra={"action": "released_on_shutdown"})
@@ -405,7 +452,8 @@ class Worker:
         s = self.settings
         try:
             with self.engine.store.write() as tx:
-                tx.worker_heartbeat(WorkerBeat(self.worker_id, socket.gethostname(), os.getpid(), s.concurrency,
-                                               s.queues, now))
+                tx.worker_heartbeat(
+                    WorkerBeat(self.worker_id, socket.gethostname(), os.getpid(), s.concurrency, s.queues, now)
+                )
         except Exception:
             log.warning("heartbeat not recorded", exc_info=True)

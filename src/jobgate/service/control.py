@@ -30,12 +30,14 @@ def run_detail(engine: Engine, job_run_id: str, tenant_id: str | None = None) ->
         run = tx.run_get(job_run_id, tenant_id)
         if run is None:
             raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
-        return RunDetail(run, tx.run_transitions(job_run_id), tx.run_attempts(job_run_id),
-                         tx.dead_letter_open_for(job_run_id))
+        return RunDetail(
+            run, tx.run_transitions(job_run_id), tx.run_attempts(job_run_id), tx.dead_letter_open_for(job_run_id)
+        )
 
 
-def cancel_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None,
-               tenant_id: str | None = None) -> JobRun:
+def cancel_run(
+    engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None, tenant_id: str | None = None
+) -> JobRun:
     """Cancel a run that has not started. A claimed-but-unstarted run loses its lease too."""
     now = engine.clock.now()
     with engine.store.write() as tx:
@@ -44,14 +46,19 @@ def cancel_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | Non
             raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
         if not run.status.is_pending:
             hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
-            raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}",
-                                field="status")
-        s = settle_without_attempt(run, cancel_decision(), now=now, actor=actor,
-                                   detail={"reason": reason} if reason else None)
+            raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
+        s = settle_without_attempt(
+            run, cancel_decision(), now=now, actor=actor, detail={"reason": reason} if reason else None
+        )
         change = RunChange(
-            job_run_id=run.job_run_id, tenant_id=run.tenant_id, from_status=run.status, to_status=s.to_status,
-            transition=s.transition, revoke_lease=run.status is RunStatus.DISPATCHED,
-            values={"ended_at": now}, events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
+            job_run_id=run.job_run_id,
+            tenant_id=run.tenant_id,
+            from_status=run.status,
+            to_status=s.to_status,
+            transition=s.transition,
+            revoke_lease=run.status is RunStatus.DISPATCHED,
+            values={"ended_at": now},
+            events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
         )
         if not tx.runs_apply([change]):
             raise ConflictError("run changed state while being cancelled; try again", field="status")
@@ -60,8 +67,9 @@ def cancel_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | Non
     return updated
 
 
-def stop_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None,
-             tenant_id: str | None = None) -> JobRun:
+def stop_run(
+    engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None, tenant_id: str | None = None
+) -> JobRun:
     """Ask the worker running this run to stop it (SIGTERM, then kill after the grace period).
 
     Asynchronous like seed 004's Stop: this records the request; the run lands in CANCELLED
@@ -76,8 +84,9 @@ def stop_run(engine: Engine, job_run_id: str, *, actor: str, reason: str | None 
             raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
         tx.run_request_stop(job_run_id)
         now = engine.clock.now()
-        tx.outbox_append([(run.job_run_id, run.tenant_id,
-                           events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now)
+        tx.outbox_append(
+            [(run.job_run_id, run.tenant_id, events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now
+        )
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
@@ -95,15 +104,25 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
         if run is None:
             raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
         if run.status not in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
-            raise ConflictError(f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued",
-                                field="status")
-        transition = Transition(run.job_run_id, run.status, RunStatus.SCHEDULED, run.attempt,
-                                TransitionReason.REQUEUED.value, actor, now)
+            raise ConflictError(
+                f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued", field="status"
+            )
+        transition = Transition(
+            run.job_run_id, run.status, RunStatus.SCHEDULED, run.attempt, TransitionReason.REQUEUED.value, actor, now
+        )
         change = RunChange(
-            job_run_id=run.job_run_id, tenant_id=run.tenant_id, from_status=run.status,
-            to_status=RunStatus.SCHEDULED, transition=transition,
-            values={"max_attempts": max(run.max_attempts, run.attempt + 1), "due_at": now, "ended_at": None,
-                    "next_retry_at": None, "queue_deadline_at": None},
+            job_run_id=run.job_run_id,
+            tenant_id=run.tenant_id,
+            from_status=run.status,
+            to_status=RunStatus.SCHEDULED,
+            transition=transition,
+            values={
+                "max_attempts": max(run.max_attempts, run.attempt + 1),
+                "due_at": now,
+                "ended_at": None,
+                "next_retry_at": None,
+                "queue_deadline_at": None,
+            },
             events=[events.job_requeued(run, actor=actor, now=now)],
         )
         if not tx.runs_apply([change]):
@@ -114,7 +133,6 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
-
 
 
 def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> tuple[JobRun, bool]:

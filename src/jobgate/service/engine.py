@@ -91,7 +91,10 @@ class Engine:
 
     # ------------------------------------------------------------------ definitions
     def apply_definitions(
-        self, loaded: Sequence[LoadedDefinition], *, tenant_id: str | None = None,
+        self,
+        loaded: Sequence[LoadedDefinition],
+        *,
+        tenant_id: str | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> list[ApplyResult]:
         """Store every definition or none: one transaction for the whole load."""
@@ -113,13 +116,16 @@ class Engine:
                         now=now,
                     )
                 )
-                out.append(ApplyResult(d.job_definition_id, result.definition.version, d.digest, result.created,
-                                       item.source))
+                out.append(
+                    ApplyResult(d.job_definition_id, result.definition.version, d.digest, result.created, item.source)
+                )
                 if progress:
                     progress(1)
         return out
 
-    def definition(self, tx: StoreTx, tenant_id: str, job_definition_id: str, version: int | None = None) -> JobDefinition:
+    def definition(
+        self, tx: StoreTx, tenant_id: str, job_definition_id: str, version: int | None = None
+    ) -> JobDefinition:
         stored = tx.definition_get(tenant_id, job_definition_id, version)
         if stored is None:
             raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
@@ -132,7 +138,8 @@ class Engine:
         if loaded.definition.digest != stored.digest:
             raise ValidationError(
                 f"stored content of version {stored.version} no longer matches its digest {stored.digest}",
-                field="digest", source=source,
+                field="digest",
+                source=source,
             )
         return _with_version(loaded.definition, stored)
 
@@ -152,7 +159,12 @@ class Engine:
         return [SubmitResult(run, made) for run, made in created]
 
     def _prepare(
-        self, tx: StoreTx, request: SubmitRequest, *, now: datetime, actor: str | None,
+        self,
+        tx: StoreTx,
+        request: SubmitRequest,
+        *,
+        now: datetime,
+        actor: str | None,
         cache: dict[tuple[str, str], JobDefinition],
     ) -> _Prepared:
         definition = self.resolve_definition(tx, request, cache)
@@ -161,8 +173,16 @@ class Engine:
         trigger = self.build_trigger(request, now)
         retry, timeout = self.policies_for(definition)
         run, transitions = new_run(
-            definition, trigger, request.scope.as_dict(), snapshot, params, retry, timeout,
-            now=now, due_at=request.due_at, actor=actor or request.requested_by or SYSTEM_ACTOR,
+            definition,
+            trigger,
+            request.scope.as_dict(),
+            snapshot,
+            params,
+            retry,
+            timeout,
+            now=now,
+            due_at=request.due_at,
+            actor=actor or request.requested_by or SYSTEM_ACTOR,
         )
         trigger_doc = {
             "trigger_id": trigger.trigger_id,
@@ -195,7 +215,8 @@ class Engine:
         """Refuse what must never run: an inactive definition, bad params (seed 000 §58)."""
         if definition.status is not DefinitionStatus.ACTIVE:
             raise ValidationError(
-                f"definition is {definition.status.value}; only active definitions run", field="status",
+                f"definition is {definition.status.value}; only active definitions run",
+                field="status",
                 source=definition.job_definition_id,
             )
         return validate_params(definition.params, request.params, source=definition.job_definition_id)
@@ -221,7 +242,9 @@ class Engine:
         )
 
     def policies_for(self, definition: JobDefinition) -> tuple[RetryPolicy, TimeoutPolicy | None]:
-        return retry_policy(self.config, definition.retry_policy), timeout_policy(self.config, definition.timeout_policy)
+        return retry_policy(self.config, definition.retry_policy), timeout_policy(
+            self.config, definition.timeout_policy
+        )
 
 
 def retry_policy(config: JobgateConfig, policy_id: str) -> RetryPolicy:

@@ -60,7 +60,7 @@ def column(value: Any) -> Any:
     return value
 
 
-def run_from_row(r: Mapping[str, Any]) -> JobRun:
+def run_from_row(r: Mapping[Any, Any]) -> JobRun:
     timeout = r["execution_timeout_us"]
     return JobRun(
         job_run_id=r["job_run_id"],
@@ -105,7 +105,7 @@ def run_from_row(r: Mapping[str, Any]) -> JobRun:
     )
 
 
-def transition_from_row(r: Mapping[str, Any]) -> Transition:
+def transition_from_row(r: Mapping[Any, Any]) -> Transition:
     return Transition(
         job_run_id=r["job_run_id"],
         from_status=None if r["from_status"] is None else RunStatus(r["from_status"]),
@@ -132,7 +132,7 @@ def transition_row(t: Transition, tenant_id: str) -> dict[str, Any]:
     }
 
 
-def attempt_from_row(r: Mapping[str, Any]) -> Attempt:
+def attempt_from_row(r: Mapping[Any, Any]) -> Attempt:
     return Attempt(
         job_run_id=r["job_run_id"],
         attempt=r["attempt"],
@@ -145,7 +145,7 @@ def attempt_from_row(r: Mapping[str, Any]) -> Attempt:
     )
 
 
-def dead_letter_from_row(r: Mapping[str, Any]) -> DeadLetter:
+def dead_letter_from_row(r: Mapping[Any, Any]) -> DeadLetter:
     return DeadLetter(
         dead_letter_id=r["dead_letter_id"],
         job_run_id=r["job_run_id"],
@@ -177,7 +177,7 @@ def dead_letter_row(d: DeadLetter) -> dict[str, Any]:
     }
 
 
-def outbox_from_row(r: Mapping[str, Any]) -> OutboxEvent:
+def outbox_from_row(r: Mapping[Any, Any]) -> OutboxEvent:
     return OutboxEvent(
         event_id=r["id"],
         job_run_id=r["job_run_id"],

@@ -205,8 +205,12 @@ outbox = Table(
     Column("payload", Text, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("delivered_at", BigInteger),
-    Index("ix_outbox_pending", "id", sqlite_where=text("delivered_at IS NULL"),
-          postgresql_where=text("delivered_at IS NULL")),
+    Index(
+        "ix_outbox_pending",
+        "id",
+        sqlite_where=text("delivered_at IS NULL"),
+        postgresql_where=text("delivered_at IS NULL"),
+    ),
 )
 
 rate_limits = Table(

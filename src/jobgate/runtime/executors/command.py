@@ -123,9 +123,7 @@ class CommandExecutor:
     def __init__(self, runner: RunnerSpec, body_template: str | None, param_values: dict[str, str]) -> None:
         clash = sorted(RESERVED & param_values.keys())
         if clash:
-            raise ValidationError(
-                "is a reserved template name", field=f"params.{clash[0]}", source=runner.name
-            )
+            raise ValidationError("is a reserved template name", field=f"params.{clash[0]}", source=runner.name)
         if body_template is None:
             for i, arg in enumerate(runner.args):
                 if "tmpfile" in placeholders(arg):
@@ -184,10 +182,7 @@ class CommandExecutor:
             del values["tmpfile"]
         try:
             body = None if self.body_template is None else render(self.body_template, values, source="body")
-            args = [
-                render(arg, values, source=f"runner {runner.name} args[{i}]")
-                for i, arg in enumerate(runner.args)
-            ]
+            args = [render(arg, values, source=f"runner {runner.name} args[{i}]") for i, arg in enumerate(runner.args)]
             artifact = None if runner.artifact is None else render(runner.artifact, values, source="artifact")
         except ValidationError as exc:
             raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PARAMS", str(exc)) from None
@@ -204,15 +199,11 @@ class CommandExecutor:
                 _write_private(plan.tmpfile, plan.body)
             log = ctx.log_path.open("ab")
         except OSError as exc:
-            return _failure(
-                OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}"
-            )
+            return _failure(OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}")
         if ctx.is_cancelled():
             log.close()
             return _stopped("stopped before the runner started")
-        _log(
-            ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})"
-        )
+        _log(ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})")
         try:
             with log:
                 process = subprocess.Popen(
@@ -226,13 +217,9 @@ class CommandExecutor:
                     env=plan.env,
                 )
         except FileNotFoundError:
-            return _failure(
-                OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found"
-            )
+            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found")
         except PermissionError as exc:
-            return _failure(
-                OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_NOT_EXECUTABLE", f"{plan.argv[0]}: {exc}"
-            )
+            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_NOT_EXECUTABLE", f"{plan.argv[0]}: {exc}")
         except OSError as exc:  # fork/exec resource limits: worth another try later
             return _failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
         running = _Running(process)
@@ -254,9 +241,7 @@ class CommandExecutor:
         except _Refused as refused:
             _log(ctx, f"[jobgate] artifact refused: {refused}")
             return ExecutionResult(refused.outcome)
-        return ExecutionResult(
-            outcome, result={"exit_code": 0, "runner": self.runner.name}, artifact=artifact
-        )
+        return ExecutionResult(outcome, result={"exit_code": 0, "runner": self.runner.name}, artifact=artifact)
 
     def _wait(self, ctx: ExecutionContext, running: _Running) -> int:
         """Reap the process; if the attempt gets cancelled meanwhile (by ``stop`` or by the caller
@@ -288,15 +273,11 @@ def _resolve_binary(binary: str, path: str | None) -> str:
     if "/" not in binary:
         found = shutil.which(binary, path=path)
         if found is None:
-            raise _Refused(
-                OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{binary!r} is not on PATH"
-            )
+            raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{binary!r} is not on PATH")
         return found
     resolved = Path(binary).absolute()
     if not resolved.is_file():
-        raise _Refused(
-            OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{resolved} does not exist"
-        )
+        raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{resolved} does not exist")
     return str(resolved)
 
 
@@ -338,13 +319,9 @@ def _exit_outcome(runner: RunnerSpec, code: int) -> Outcome:
         return Outcome(OutcomeKind.SUCCEEDED)
     if code < 0:
         name = _signal_name(-code)
-        return Outcome(
-            OutcomeKind.RETRYABLE_FAILURE, f"SIGNAL_{name}", f"runner {runner.name} was killed by {name}"
-        )
+        return Outcome(OutcomeKind.RETRYABLE_FAILURE, f"SIGNAL_{name}", f"runner {runner.name} was killed by {name}")
     kind = (
-        OutcomeKind.NON_RETRYABLE_FAILURE
-        if code in runner.non_retryable_exit_codes
-        else OutcomeKind.RETRYABLE_FAILURE
+        OutcomeKind.NON_RETRYABLE_FAILURE if code in runner.non_retryable_exit_codes else OutcomeKind.RETRYABLE_FAILURE
     )
     return Outcome(kind, f"EXIT_{code}", f"runner {runner.name} exited with code {code}")
 

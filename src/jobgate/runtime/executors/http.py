@@ -58,9 +58,7 @@ class HttpExecutor:
         try:
             body = json.dumps(ctx.payload.as_json(), allow_nan=False).encode()
         except (TypeError, ValueError) as exc:
-            return _failure(
-                OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PAYLOAD", f"payload is not JSON: {exc}"
-            )
+            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PAYLOAD", f"payload is not JSON: {exc}")
         headers = {
             **dict(self.spec.headers),
             "Content-Type": "application/json",
@@ -77,20 +75,14 @@ class HttpExecutor:
         except httpx.TimeoutException as exc:
             return self._after(ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TIMEOUT", _describe(exc)))
         except httpx.ConnectError as exc:
-            return self._after(
-                ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_UNREACHABLE", _describe(exc))
-            )
+            return self._after(ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_UNREACHABLE", _describe(exc)))
         except httpx.UnsupportedProtocol as exc:
             return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "HTTP_INVALID_URL", _describe(exc))
         except httpx.TransportError as exc:  # connection dropped mid-exchange, protocol errors
-            return self._after(
-                ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TRANSPORT_ERROR", _describe(exc))
-            )
+            return self._after(ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TRANSPORT_ERROR", _describe(exc)))
         _log(ctx, f"[jobgate] POST {self.spec.url} -> HTTP {response.status_code}")
         if ctx.is_cancelled():
-            return _stopped(
-                f"stopped while the request was in flight; the target answered HTTP {response.status_code}"
-            )
+            return _stopped(f"stopped while the request was in flight; the target answered HTTP {response.status_code}")
         return _map_response(response)
 
     def stop(self, ctx: ExecutionContext, grace: timedelta) -> None:
@@ -100,9 +92,7 @@ class HttpExecutor:
     def _post(
         self, client: httpx.Client, body: bytes, headers: dict[str, str], timeout: httpx.Timeout
     ) -> httpx.Response:
-        return client.post(
-            self.spec.url, content=body, headers=headers, timeout=timeout, follow_redirects=False
-        )
+        return client.post(self.spec.url, content=body, headers=headers, timeout=timeout, follow_redirects=False)
 
     def _after(self, ctx: ExecutionContext, failure: ExecutionResult) -> ExecutionResult:
         """A failure after a stop is the stop's consequence, not the target's fault."""
@@ -116,9 +106,7 @@ def _map_response(response: httpx.Response) -> ExecutionResult:
     status = response.status_code
     if 200 <= status < 300:
         body = _json_object(response)
-        return ExecutionResult(
-            Outcome(OutcomeKind.SUCCEEDED), result={"status_code": status} if body is None else body
-        )
+        return ExecutionResult(Outcome(OutcomeKind.SUCCEEDED), result={"status_code": status} if body is None else body)
     retryable = status >= 500 or status in RETRYABLE_CLIENT_ERRORS
     kind = OutcomeKind.RETRYABLE_FAILURE if retryable else OutcomeKind.NON_RETRYABLE_FAILURE
     excerpt = response.text[:_BODY_EXCERPT].strip()

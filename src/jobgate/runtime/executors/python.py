@@ -61,9 +61,7 @@ def resolve_handler(handler: str) -> Handler:
     if not callable(target):
         raise ValidationError(f"{handler!r} is not callable", field="handler")
     if inspect.iscoroutinefunction(target):
-        raise ValidationError(
-            f"{handler!r} is a coroutine function; handlers are synchronous", field="handler"
-        )
+        raise ValidationError(f"{handler!r} is a coroutine function; handlers are synchronous", field="handler")
     fn: Handler = target
     return fn
 
@@ -101,9 +99,7 @@ class PythonExecutor:
             _log(ctx, f"[jobgate] handler {self.handler} failed (retryable, {exc.error_code}): {exc}")
             return _failure(OutcomeKind.RETRYABLE_FAILURE, exc.error_code, str(exc))
         except (Exception, SystemExit) as exc:  # a handler calling sys.exit must not end the worker
-            _log(
-                ctx, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc))
-            )
+            _log(ctx, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc)))
             return _failure(OutcomeKind.RETRYABLE_FAILURE, type(exc).__name__, str(exc) or type(exc).__name__)
         return _as_result(value)
 

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, literal, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, literal, or_, select, text, tuple_, update
 
 from jobgate.core import ratelimit
 from jobgate.core.events import Event
 from jobgate.core.models import JobRun
 from jobgate.core.states import CLAIMABLE, LEASED, RunStatus
 from jobgate.store import codec
-from jobgate.store.sql import fast
 from jobgate.store.base import LeaseRenew, RunChange, RunsClaim
+from jobgate.store.sql import fast
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
     LEASED_SQL,
@@ -75,16 +75,29 @@ def _claim_statements() -> tuple[Any, Any, Any]:
     claim = (
         update(job_runs)
         .where(C.job_run_id.in_(bindparam("ids", expanding=True)), C.status.in_(_CLAIMABLE))
-        .values(status=RunStatus.DISPATCHED.value, lease_owner=bindparam("owner"), lease_token=C.lease_token + 1,
-                lease_expires_at=bindparam("exp"))
+        .values(
+            status=RunStatus.DISPATCHED.value,
+            lease_owner=bindparam("owner"),
+            lease_token=C.lease_token + 1,
+            lease_expires_at=bindparam("exp"),
+        )
         .returning(*job_runs.c)
     )
     return candidates, locked, claim
 
 
 _CANDIDATES, _CANDIDATES_LOCKED, _CLAIM = _claim_statements()
-_TRANSITION_COLUMNS = ("job_run_id", "tenant_id", "from_status", "to_status", "attempt", "reason", "actor", "at",
-                       "detail")
+_TRANSITION_COLUMNS = (
+    "job_run_id",
+    "tenant_id",
+    "from_status",
+    "to_status",
+    "attempt",
+    "reason",
+    "actor",
+    "at",
+    "detail",
+)
 _INSERT_TRANSITIONS = fast.insert_of(run_transitions, _TRANSITION_COLUMNS)
 
 
@@ -111,9 +124,15 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
             _INSERT_TRANSITIONS,
             [
                 {
-                    "job_run_id": r.job_run_id, "tenant_id": r.tenant_id, "from_status": previous[r.job_run_id],
-                    "to_status": RunStatus.DISPATCHED.value, "attempt": r.attempt, "reason": "claimed",
-                    "actor": p.worker_id, "at": now, "detail": None,
+                    "job_run_id": r.job_run_id,
+                    "tenant_id": r.tenant_id,
+                    "from_status": previous[r.job_run_id],
+                    "to_status": RunStatus.DISPATCHED.value,
+                    "attempt": r.attempt,
+                    "reason": "claimed",
+                    "actor": p.worker_id,
+                    "at": now,
+                    "detail": None,
                 }
                 for r in claimed
             ],
@@ -200,7 +219,7 @@ def _cas_statement(key: _GroupKey) -> Any:
     if start:
         values["attempt"] = C.attempt + 1
     # The plain id list lets SQLite search by primary key; a row-value IN alone makes it scan.
-    match = C.job_run_id.in_(bindparam("ids", expanding=True))
+    match: ColumnElement[bool] = C.job_run_id.in_(bindparam("ids", expanding=True))
     if fenced:
         match = and_(match, tuple_(C.job_run_id, C.lease_token).in_(bindparam("refs", expanding=True)))
     cond = and_(C.status == src.value, match)
@@ -214,9 +233,7 @@ def _cas_statement(key: _GroupKey) -> Any:
 def _values_statement(keys: tuple[str, ...]) -> Any:
     stmt = _values_cache.get(keys)
     if stmt is None:
-        stmt = update(job_runs).where(C.job_run_id == bindparam("_id")).values(
-            {k: bindparam(f"v_{k}") for k in keys}
-        )
+        stmt = update(job_runs).where(C.job_run_id == bindparam("_id")).values({k: bindparam(f"v_{k}") for k in keys})
         _values_cache[keys] = stmt
     return stmt
 
@@ -225,8 +242,14 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange
     """Apply compare-and-set status changes; return those that matched, in input order."""
     groups: dict[tuple[_GroupKey, datetime | None], list[RunChange]] = defaultdict(list)
     for ch in changes:
-        key = (ch.from_status, ch.to_status, ch.expected_token is not None, ch.revoke_lease, ch.start_attempt,
-               ch.lease_expired_before is not None)
+        key = (
+            ch.from_status,
+            ch.to_status,
+            ch.expected_token is not None,
+            ch.revoke_lease,
+            ch.start_attempt,
+            ch.lease_expired_before is not None,
+        )
         groups[(key, ch.lease_expired_before)].append(ch)
     accepted: set[str] = set()
     for (key, expired_before), items in groups.items():
@@ -250,8 +273,12 @@ _INSERT_ATTEMPTS = fast.insert_of(
 _END_ATTEMPT = (
     update(run_attempts)
     .where(run_attempts.c.job_run_id == bindparam("_id"), run_attempts.c.attempt == bindparam("_attempt"))
-    .values(ended_at=bindparam("_ended"), outcome=bindparam("_outcome"), error_code=bindparam("_code"),
-            error_message=bindparam("_message"))
+    .values(
+        ended_at=bindparam("_ended"),
+        outcome=bindparam("_outcome"),
+        error_code=bindparam("_code"),
+        error_message=bindparam("_message"),
+    )
 )
 _INSERT_DEAD_LETTERS = dead_letters.insert()
 _INSERT_OUTBOX = fast.insert_of(outbox, ("job_run_id", "tenant_id", "event_type", "payload", "created_at"))
@@ -273,8 +300,11 @@ def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
             _INSERT_ATTEMPTS,
             [
                 {
-                    "job_run_id": a.job_run_id, "attempt": a.attempt, "tenant_id": ch.tenant_id,
-                    "worker_id": a.worker_id, "lease_token": ch.lease_token or 0,
+                    "job_run_id": a.job_run_id,
+                    "attempt": a.attempt,
+                    "tenant_id": ch.tenant_id,
+                    "worker_id": a.worker_id,
+                    "lease_token": ch.lease_token or 0,
                     "started_at": codec.to_us(a.started_at),
                 }
                 for ch, a in started
@@ -287,8 +317,14 @@ def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
             conn,
             _END_ATTEMPT,
             [
-                {"_id": a.job_run_id, "_attempt": a.attempt, "_ended": codec.opt_us(a.ended_at), "_outcome": a.outcome,
-                 "_code": a.error_code, "_message": a.error_message}
+                {
+                    "_id": a.job_run_id,
+                    "_attempt": a.attempt,
+                    "_ended": codec.opt_us(a.ended_at),
+                    "_outcome": a.outcome,
+                    "_code": a.error_code,
+                    "_message": a.error_message,
+                }
                 for a in ended
             ],
         )
@@ -305,8 +341,13 @@ def outbox_append(conn: Connection, items: Sequence[tuple[str | None, str, Event
         conn,
         _INSERT_OUTBOX,
         [
-            {"job_run_id": run_id, "tenant_id": tenant, "event_type": kind.value, "payload": codec.dumps(body),
-             "created_at": now}
+            {
+                "job_run_id": run_id,
+                "tenant_id": tenant,
+                "event_type": kind.value,
+                "payload": codec.dumps(body),
+                "created_at": now,
+            }
             for run_id, tenant, (kind, body) in items
         ],
     )
@@ -319,8 +360,12 @@ def leases_renew(conn: Connection, p: LeaseRenew) -> set[str]:
     for chunk in _chunks(list(p.leases)):
         stmt = (
             update(job_runs)
-            .where(C.status.in_(_LEASED), C.lease_owner == p.worker_id, C.job_run_id.in_([r[0] for r in chunk]),
-                   tuple_(C.job_run_id, C.lease_token).in_(chunk))
+            .where(
+                C.status.in_(_LEASED),
+                C.lease_owner == p.worker_id,
+                C.job_run_id.in_([r[0] for r in chunk]),
+                tuple_(C.job_run_id, C.lease_token).in_(chunk),
+            )
             .values(lease_expires_at=exp)
             .returning(C.job_run_id)
         )

@@ -38,13 +38,18 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
     from the file becomes the definition's lifecycle status.
     """
     head = conn.execute(
-        select(H.current_version, H.status).where(H.tenant_id == p.tenant_id, H.job_definition_id == p.job_definition_id)
+        select(H.current_version, H.status).where(
+            H.tenant_id == p.tenant_id, H.job_definition_id == p.job_definition_id
+        )
     ).first()
     now = codec.to_us(p.now)
     if head is not None:
         current = conn.execute(
-            select(definitions).where(D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id,
-                                      D.version == head.current_version)
+            select(definitions).where(
+                D.tenant_id == p.tenant_id,
+                D.job_definition_id == p.job_definition_id,
+                D.version == head.current_version,
+            )
         ).first()
         if current is not None and current.digest == p.digest:
             if head.status != p.status.value:
@@ -62,8 +67,9 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
         ).scalar_one()
     )
     same_digest = conn.execute(
-        select(D.version).where(D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id,
-                                D.digest == p.digest)
+        select(D.version).where(
+            D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id, D.digest == p.digest
+        )
     ).first()
     if same_digest is not None:
         # Reverting to content stored before: point the head back at that version.
@@ -71,16 +77,25 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
     else:
         conn.execute(
             definitions.insert().values(
-                tenant_id=p.tenant_id, job_definition_id=p.job_definition_id, version=version, digest=p.digest,
-                job_code=p.job_code, job_class=p.job_class, content=codec.dumps(p.content), source=p.source,
+                tenant_id=p.tenant_id,
+                job_definition_id=p.job_definition_id,
+                version=version,
+                digest=p.digest,
+                job_code=p.job_code,
+                job_class=p.job_class,
+                content=codec.dumps(p.content),
+                source=p.source,
                 created_at=now,
             )
         )
     if head is None:
         conn.execute(
             definition_heads.insert().values(
-                tenant_id=p.tenant_id, job_definition_id=p.job_definition_id, current_version=version,
-                status=p.status.value, updated_at=now,
+                tenant_id=p.tenant_id,
+                job_definition_id=p.job_definition_id,
+                current_version=version,
+                status=p.status.value,
+                updated_at=now,
             )
         )
     else:
@@ -103,8 +118,11 @@ def definition_get(
     if head is None:
         return None
     row = conn.execute(
-        select(definitions).where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id,
-                                  D.version == (version if version is not None else head.current_version))
+        select(definitions).where(
+            D.tenant_id == tenant_id,
+            D.job_definition_id == job_definition_id,
+            D.version == (version if version is not None else head.current_version),
+        )
     ).first()
     return None if row is None else _stored(row, head.current_version, head.status)
 
@@ -112,8 +130,12 @@ def definition_get(
 def definitions_list(conn: Connection, tenant_id: str) -> list[StoredDefinition]:
     q = (
         select(definitions, H.status, H.current_version)
-        .join(definition_heads, (H.tenant_id == D.tenant_id) & (H.job_definition_id == D.job_definition_id)
-              & (H.current_version == D.version))
+        .join(
+            definition_heads,
+            (H.tenant_id == D.tenant_id)
+            & (H.job_definition_id == D.job_definition_id)
+            & (H.current_version == D.version),
+        )
         .where(D.tenant_id == tenant_id)
         .order_by(D.job_definition_id)
     )
@@ -126,7 +148,11 @@ def definition_versions(conn: Connection, tenant_id: str, job_definition_id: str
     ).first()
     if head is None:
         return []
-    q = select(definitions).where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id).order_by(D.version)
+    q = (
+        select(definitions)
+        .where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id)
+        .order_by(D.version)
+    )
     return [_stored(r, head.current_version, head.status) for r in conn.execute(q)]
 
 
@@ -148,8 +174,12 @@ def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> None:
     conn.execute(
         insert(config_snapshots)
         .values(
-            config_snapshot_id=s.config_snapshot_id, tenant_id=s.tenant_id, profile=s.profile,
-            config_digest=s.config_digest, content=codec.dumps(s.content), created_at=now_us,
+            config_snapshot_id=s.config_snapshot_id,
+            tenant_id=s.tenant_id,
+            profile=s.profile,
+            config_digest=s.config_digest,
+            content=codec.dumps(s.content),
+            created_at=now_us,
         )
         .on_conflict_do_nothing()
     )
@@ -161,5 +191,6 @@ def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | 
     ).first()
     if row is None:
         return None
-    return ConfigSnapshot(row.config_snapshot_id, row.config_digest, row.profile, codec.loads(row.content),
-                          row.tenant_id)
+    return ConfigSnapshot(
+        row.config_snapshot_id, row.config_digest, row.profile, codec.loads(row.content), row.tenant_id
+    )

@@ -27,7 +27,9 @@ def outbox_mark_delivered(conn: Connection, ids: Sequence[int], now_us: int) -> 
 def outbox_backlog(conn: Connection) -> int:
     from sqlalchemy import func
 
-    return int(conn.execute(select(func.count()).select_from(outbox).where(outbox.c.delivered_at.is_(None))).scalar_one())
+    return int(
+        conn.execute(select(func.count()).select_from(outbox).where(outbox.c.delivered_at.is_(None))).scalar_one()
+    )
 
 
 def worker_heartbeat(conn: Connection, b: WorkerBeat) -> None:
@@ -38,8 +40,13 @@ def worker_heartbeat(conn: Connection, b: WorkerBeat) -> None:
     if not done:
         conn.execute(
             workers.insert().values(
-                worker_id=b.worker_id, host=b.host, pid=b.pid, concurrency=b.concurrency,
-                queues=codec.dumps(list(b.queues)), started_at=now, heartbeat_at=now,
+                worker_id=b.worker_id,
+                host=b.host,
+                pid=b.pid,
+                concurrency=b.concurrency,
+                queues=codec.dumps(list(b.queues)),
+                started_at=now,
+                heartbeat_at=now,
             )
         )
 
@@ -51,8 +58,16 @@ def worker_stopped(conn: Connection, worker_id: str, now_us: int) -> None:
 def workers_list(conn: Connection) -> list[WorkerInfo]:
     rows = conn.execute(select(workers).order_by(workers.c.heartbeat_at.desc())).mappings()
     return [
-        WorkerInfo(r["worker_id"], r["host"], r["pid"], r["concurrency"], tuple(codec.loads(r["queues"])),
-                   codec.from_us(r["started_at"]), codec.from_us(r["heartbeat_at"]), codec.opt_dt(r["stopped_at"]))
+        WorkerInfo(
+            r["worker_id"],
+            r["host"],
+            r["pid"],
+            r["concurrency"],
+            tuple(codec.loads(r["queues"])),
+            codec.from_us(r["started_at"]),
+            codec.from_us(r["heartbeat_at"]),
+            codec.opt_dt(r["stopped_at"]),
+        )
         for r in rows
     ]
 
@@ -65,17 +80,22 @@ def lock_acquire(conn: Connection, name: str, owner: str, now_us: int, ttl_us: i
     """
     row = conn.execute(select(locks).where(locks.c.name == name)).first()
     if row is None:
-        conn.execute(locks.insert().values(name=name, owner=owner, token=1, acquired_at=now_us,
-                                           expires_at=now_us + ttl_us))
+        conn.execute(
+            locks.insert().values(name=name, owner=owner, token=1, acquired_at=now_us, expires_at=now_us + ttl_us)
+        )
         return 1
     if row.owner == owner and row.expires_at > now_us:
-        conn.execute(update(locks).where(locks.c.name == name, locks.c.token == row.token)
-                     .values(expires_at=now_us + ttl_us))
+        conn.execute(
+            update(locks).where(locks.c.name == name, locks.c.token == row.token).values(expires_at=now_us + ttl_us)
+        )
         return int(row.token)
     if row.expires_at <= now_us:
         token = int(row.token) + 1
-        done = conn.execute(update(locks).where(locks.c.name == name, locks.c.token == row.token)
-                            .values(owner=owner, token=token, acquired_at=now_us, expires_at=now_us + ttl_us)).rowcount
+        done = conn.execute(
+            update(locks)
+            .where(locks.c.name == name, locks.c.token == row.token)
+            .values(owner=owner, token=token, acquired_at=now_us, expires_at=now_us + ttl_us)
+        ).rowcount
         return token if done == 1 else None
     return None
 
@@ -86,5 +106,6 @@ def lock_holds(conn: Connection, name: str, owner: str, token: int, now_us: int)
 
 
 def lock_release(conn: Connection, name: str, owner: str, token: int) -> None:
-    conn.execute(update(locks).where(locks.c.name == name, locks.c.owner == owner, locks.c.token == token)
-                 .values(expires_at=0))
+    conn.execute(
+        update(locks).where(locks.c.name == name, locks.c.owner == owner, locks.c.token == token).values(expires_at=0)
+    )

@@ -132,7 +132,9 @@ def run_attempts_list(conn: Connection, job_run_id: str) -> list[Attempt]:
     return [codec.attempt_from_row(r) for r in conn.execute(q).mappings()]
 
 
-def dead_letters_list(conn: Connection, tenant_id: str | None, *, open_only: bool, limit: int = 100) -> list[DeadLetter]:
+def dead_letters_list(
+    conn: Connection, tenant_id: str | None, *, open_only: bool, limit: int = 100
+) -> list[DeadLetter]:
     q = select(dead_letters)
     if tenant_id is not None:
         q = q.where(dead_letters.c.tenant_id == tenant_id)
@@ -146,4 +148,3 @@ def dead_letter_open_for(conn: Connection, job_run_id: str) -> DeadLetter | None
     q = select(dead_letters).where(dead_letters.c.job_run_id == job_run_id, dead_letters.c.resolved_at.is_(None))
     row = conn.execute(q).mappings().first()
     return None if row is None else codec.dead_letter_from_row(row)
-

@@ -131,9 +131,7 @@ def upgrade() -> None:
             "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING', 'COMPLETED', 'RETRY_WAIT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED', 'ESCALATED')",
             name=op.f("ck_job_runs_status"),
         ),
-        sa.CheckConstraint(
-            "attempt >= 0 AND attempt <= max_attempts", name=op.f("ck_job_runs_attempt_bounds")
-        ),
+        sa.CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name=op.f("ck_job_runs_attempt_bounds")),
         sa.PrimaryKeyConstraint("job_run_id", name=op.f("pk_job_runs")),
         sa.UniqueConstraint("idempotency_key", name=op.f("uq_job_runs_idempotency_key")),
     )
@@ -166,9 +164,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "outbox",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
         sa.Column("job_run_id", sa.String(length=64), nullable=True),
         sa.Column("tenant_id", sa.String(length=64), nullable=False),
         sa.Column("event_type", sa.String(length=100), nullable=False),
@@ -208,9 +204,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "run_transitions",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
         sa.Column("job_run_id", sa.String(length=64), nullable=False),
         sa.Column("tenant_id", sa.String(length=64), nullable=False),
         sa.Column("from_status", sa.String(length=16), nullable=True),
