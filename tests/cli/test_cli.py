@@ -39,7 +39,9 @@ def test_init_applies_the_demo_definitions(folder: Path) -> None:
 def test_invalid_definition_is_refused_with_file_and_field_and_nothing_is_stored(folder: Path) -> None:
     bad = folder / "incoming"
     bad.mkdir()
-    (bad / "a-good.yaml").write_text("job_definition_id: fine\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n")
+    (bad / "a-good.yaml").write_text(
+        "job_definition_id: fine\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+    )
     (bad / "b-bad.yaml").write_text(
         "job_definition_id: broken\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\npriority: urgent\n"
     )
@@ -59,12 +61,19 @@ def test_submit_run_and_inspect(folder: Path) -> None:
     shown = json.loads(jobgate(folder, "--json", "runs", "show", first).stdout)
     assert shown["run"]["status"] == "COMPLETED"
     assert [t["to_status"] for t in shown["transitions"]] == [
-        "CREATED", "SCHEDULED", "DISPATCHED", "RUNNING", "COMPLETED"]
+        "CREATED",
+        "SCHEDULED",
+        "DISPATCHED",
+        "RUNNING",
+        "COMPLETED",
+    ]
     listed = json.loads(jobgate(folder, "--json", "runs", "list").stdout)
     assert [r["job_run_id"] for r in listed] == [first]
     events = [json.loads(line) for line in (folder / "data" / "events.jsonl").read_text().splitlines()]
     assert [e["event_type"].rsplit(".", 1)[1] for e in events if e["job_run_id"] == first] == [
-        "job_started", "job_completed"]
+        "job_started",
+        "job_completed",
+    ]
 
 
 def test_bad_param_is_refused_and_nothing_stored(folder: Path) -> None:
