@@ -72,7 +72,7 @@ def test_success_completes_with_job_completed() -> None:
         RunStatus.COMPLETED,
         3,
     )
-    assert (t.reason, t.actor, t.at, t.detail) == ("succeeded", ACTOR, NOW, {})
+    assert (t.reason, t.actor, t.at, t.detail) == ("succeeded", ACTOR, NOW, {"outcome": "succeeded"})
     # An outcome's error code never leaks into a completed run.
     assert (s.error_code, s.error_message) == (None, None)
     assert s.result == {"rows": 12}
@@ -114,7 +114,8 @@ def test_retryable_below_max_waits_with_failed_and_retried_events(kind: OutcomeK
     assert s.to_status is RunStatus.RETRY_WAIT
     assert s.decision.next_retry_at == retry_at
     assert s.transition.reason == reason
-    assert set(s.transition.detail) == {"error_code", "next_retry_at"}
+    assert set(s.transition.detail) == {"outcome", "error_code", "error_message", "next_retry_at"}
+    assert s.transition.detail["outcome"] == kind.value
     assert s.transition.detail["error_code"] == "TARGET_BUSY"
     assert datetime.fromisoformat(s.transition.detail["next_retry_at"]) == retry_at
     assert (s.error_code, s.error_message) == ("TARGET_BUSY", "it broke")
@@ -150,7 +151,7 @@ def test_at_max_dead_letters_with_maximum_retries_exceeded(kind: OutcomeKind, es
     s = settle(kind, p, run=make_run(attempt=5))
     assert s.to_status is RunStatus.DEAD_LETTERED
     assert s.transition.reason == "retries_exhausted"
-    assert s.transition.detail == {"error_code": "TARGET_BUSY"}
+    assert s.transition.detail == {"outcome": kind.value, "error_code": "TARGET_BUSY", "error_message": "it broke"}
     assert s.dead_letter == DeadLetter(
         dead_letter_id=f"TGDLQ-{RUN_HEX}-5",
         job_run_id=RUN_ID,

@@ -56,3 +56,44 @@ def slow_marker(ctx: ExecutionContext) -> dict[str, Any]:
     with path.open("a") as fh:
         fh.write(f"done {ctx.job_run_id} {ctx.attempt} {os.getpid()}\n")
     return {}
+
+
+def _marker_path() -> Path:
+    return Path(os.environ["JOBGATE_TEST_MARKER"])
+
+
+def _append(line: str) -> None:
+    with _marker_path().open("a") as fh:
+        fh.write(line + "\n")
+
+
+def slow_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
+    """Crash-recovery handler. Attempt 1 marks its start and sleeps ``params.seconds`` ignoring
+    cancellation (its process is meant to be killed). Later attempts mark their start, then wait
+    (at most 10 s) for the gate file ``$JOBGATE_TEST_MARKER.gate`` so a test can act while they run."""
+    _append(f"start {ctx.job_run_id} {ctx.attempt} {os.getpid()}")
+    if ctx.attempt == 1:
+        time.sleep(float(ctx.params.get("seconds", "30")))
+    else:
+        gate = Path(str(_marker_path()) + ".gate")
+        deadline = time.monotonic() + 10
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    _append(f"done {ctx.job_run_id} {ctx.attempt} {os.getpid()}")
+    return {"attempt": ctx.attempt}
+
+
+def overlap(ctx: ExecutionContext) -> dict[str, Any]:
+    """Records its execution interval (monotonic clock) so a test can check runs never overlapped."""
+    _append(f"start {ctx.job_run_id} {time.monotonic():.6f}")
+    time.sleep(float(ctx.params.get("seconds", "0.2")))
+    _append(f"end {ctx.job_run_id} {time.monotonic():.6f}")
+    return {}
+
+
+def slow_fail_until(ctx: ExecutionContext) -> dict[str, Any]:
+    """Like ``fail_until``, but each failing attempt first takes ``params.delay`` seconds."""
+    if ctx.attempt < int(ctx.params.get("ok_on", "2")):
+        time.sleep(float(ctx.params.get("delay", "0.5")))
+        raise RetryableError(f"attempt {ctx.attempt} fails", error_code="FLAKY")
+    return {"attempt": ctx.attempt}

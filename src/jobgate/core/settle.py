@@ -136,8 +136,12 @@ def _settlement(
     to = decision.to_status
     error_code = outcome.error_code if to is not RunStatus.COMPLETED else None
     transition_detail: dict[str, Any] = dict(detail or {})
+    if record_attempt:
+        transition_detail["outcome"] = outcome.kind.value
     if error_code:
         transition_detail["error_code"] = error_code
+    if outcome.error_message and to is not RunStatus.COMPLETED:
+        transition_detail["error_message"] = outcome.error_message[:500]
     if decision.next_retry_at is not None:
         transition_detail["next_retry_at"] = isoformat_utc(decision.next_retry_at)
     transition = Transition(

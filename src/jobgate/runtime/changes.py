@@ -8,7 +8,7 @@ from typing import Any
 
 from jobgate.core import events
 from jobgate.core.decide import Decision
-from jobgate.core.models import Attempt, DeadLetterReason, JobRun, Transition
+from jobgate.core.models import DeadLetterReason, JobRun, Transition
 from jobgate.core.settle import Settlement, settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.store.base import RunChange
@@ -29,18 +29,6 @@ def settlement_change(s: Settlement, run: JobRun, *, worker_id: str, now: dateti
                 artifact_size=s.artifact[2],
                 result_ref=s.artifact[0],
             )
-    ended = None
-    if s.attempt_outcome is not None and run.attempt > 0:
-        ended = Attempt(
-            run.job_run_id,
-            run.attempt,
-            worker_id,
-            run.started_at or now,
-            now,
-            s.attempt_outcome,
-            s.error_code,
-            (s.error_message or None),
-        )
     return RunChange(
         job_run_id=run.job_run_id,
         tenant_id=run.tenant_id,
@@ -52,7 +40,6 @@ def settlement_change(s: Settlement, run: JobRun, *, worker_id: str, now: dateti
         values=values,
         events=list(s.events),
         dead_letter=s.dead_letter,
-        attempt_ended=ended,
     )
 
 
@@ -80,8 +67,6 @@ def start_change(run: JobRun, *, worker_id: str, now: datetime) -> RunChange:
         start_attempt=True,
         values=values,
         events=[events.job_started(run, attempt, now)],
-        attempt_started=Attempt(run.job_run_id, attempt, worker_id, now),
-        lease_token=run.lease_token,
     )
 
 

@@ -66,6 +66,9 @@ class WorkerStats:
     cycles: int = 0
     cycle_seconds: float = 0.0
     started: int = 0
+    lock_wait: float = 0.0
+    body: float = 0.0
+    commit: float = 0.0
 
 
 @dataclass
@@ -151,11 +154,16 @@ class Worker:
                 self._wait_for_work(claim)
         finally:
             st = self.stats
+            n = max(st.cycles, 1)
             log.info(
-                "worker %s stopped: %d cycles (%.1f ms each), %d started, %d settled, %d stale writes refused",
+                "worker %s stopped: %d cycles (%.1f ms each: lock wait %.1f, body %.1f, commit %.1f), %d started, "
+                "%d settled, %d stale writes refused",
                 self.worker_id,
                 st.cycles,
-                1000 * st.cycle_seconds / max(st.cycles, 1),
+                1000 * st.cycle_seconds / n,
+                1000 * st.lock_wait / n,
+                1000 * st.body / n,
+                1000 * st.commit / n,
                 st.started,
                 self.settled,
                 self.stale_writes_refused,
@@ -211,6 +219,7 @@ class Worker:
         t0 = time.perf_counter()
         try:
             with self.engine.store.write() as tx:
+                t_locked = time.perf_counter()
                 done = tx.runs_apply([c for c, _ in pending]) if pending else []
                 held: set[str] | None = None
                 if renew:
@@ -240,6 +249,10 @@ class Worker:
                     for r in to_start
                 ]
                 started = tx.runs_apply(starts) if starts else []
+                t_body = time.perf_counter()
+            self.stats.lock_wait += t_locked - t0
+            self.stats.body += t_body - t_locked
+            self.stats.commit += time.perf_counter() - t_body
         except Exception:
             log.exception("worker cycle failed; will retry", extra={"action": "cycle_failed"})
             self._isolate_poison(pending)

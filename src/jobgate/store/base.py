@@ -109,9 +109,6 @@ class RunChange:
     values: dict[str, Any] = field(default_factory=dict)
     events: Sequence[Event] = ()
     dead_letter: DeadLetter | None = None
-    attempt_started: Attempt | None = None
-    attempt_ended: Attempt | None = None
-    lease_token: int | None = None  # the attempt row's token when ``attempt_started``
     lease_expired_before: datetime | None = None  # rescue only: the lease must still be expired
 
 

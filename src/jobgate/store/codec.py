@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobgate.core.models import (
-    Attempt,
     DeadLetter,
     DeadLetterReason,
     JobClass,
@@ -130,19 +129,6 @@ def transition_row(t: Transition, tenant_id: str) -> dict[str, Any]:
         "at": to_us(t.at),
         "detail": dumps(t.detail) if t.detail else None,
     }
-
-
-def attempt_from_row(r: Mapping[Any, Any]) -> Attempt:
-    return Attempt(
-        job_run_id=r["job_run_id"],
-        attempt=r["attempt"],
-        worker_id=r["worker_id"],
-        started_at=from_us(r["started_at"]),
-        ended_at=opt_dt(r["ended_at"]),
-        outcome=r["outcome"],
-        error_code=r["error_code"],
-        error_message=r["error_message"],
-    )
 
 
 def dead_letter_from_row(r: Mapping[Any, Any]) -> DeadLetter:

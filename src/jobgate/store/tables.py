@@ -144,7 +144,15 @@ job_runs = Table(
         postgresql_where=text(LEASED_SQL),
     ),
     Index("ix_job_runs_tenant_created", "tenant_id", "created_at"),
-    Index("ix_job_runs_definition_status", "job_definition_id", "status"),
+    # Active runs per definition (concurrency limits): only leased rows, so status changes
+    # between pending and terminal states never touch it.
+    Index(
+        "ix_job_runs_active_definition",
+        "job_definition_id",
+        sqlite_where=text(LEASED_SQL),
+        postgresql_where=text(LEASED_SQL),
+    ),
+    Index("ix_job_runs_definition_created", "job_definition_id", "created_at"),
 )
 
 run_transitions = Table(
@@ -161,21 +169,6 @@ run_transitions = Table(
     Column("at", BigInteger, nullable=False),
     Column("detail", Text),
     Index("ix_run_transitions_run", "job_run_id", "id"),
-)
-
-run_attempts = Table(
-    "run_attempts",
-    metadata,
-    Column("job_run_id", String(64), primary_key=True),
-    Column("attempt", Integer, primary_key=True),
-    Column("tenant_id", String(64), nullable=False),
-    Column("worker_id", String(200), nullable=False),
-    Column("lease_token", BigInteger, nullable=False),
-    Column("started_at", BigInteger, nullable=False),
-    Column("ended_at", BigInteger),
-    Column("outcome", String(32)),
-    Column("error_code", String(200)),
-    Column("error_message", Text),
 )
 
 dead_letters = Table(

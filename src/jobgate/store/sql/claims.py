@@ -13,7 +13,21 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, literal, or_, select, text, tuple_, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    false,
+    func,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 
 from jobgate.core import ratelimit
 from jobgate.core.events import Event
@@ -29,7 +43,6 @@ from jobgate.store.tables import (
     job_runs,
     outbox,
     rate_limits,
-    run_attempts,
     run_transitions,
 )
 
@@ -52,7 +65,7 @@ def _claim_statements() -> tuple[Any, Any, Any]:
     active = job_runs.alias("active")
     at_limit = (
         select(func.count())
-        .where(active.c.job_definition_id == C.job_definition_id, active.c.status.in_(_LEASED))
+        .where(active.c.job_definition_id == C.job_definition_id, text("active." + LEASED_SQL))
         .scalar_subquery()
     )
     rate_blocked = (
@@ -147,7 +160,7 @@ def _apply_limits(conn: Connection, candidates: Sequence[Any], p: RunsClaim, now
     if limited_defs:
         rows = conn.execute(
             select(C.job_definition_id, func.count())
-            .where(C.status.in_(_LEASED), C.job_definition_id.in_(limited_defs))
+            .where(IS_LEASED, C.job_definition_id.in_(limited_defs))
             .group_by(C.job_definition_id)
         ).all()
         active = {r[0]: r[1] for r in rows}
@@ -200,47 +213,60 @@ def _upsert_tats(conn: Connection, tats: dict[str, int]) -> None:
     conn.execute(stmt, [{"key": k, "tat": v} for k, v in tats.items()])
 
 
-_GroupKey = tuple[RunStatus, RunStatus, bool, bool, bool, bool]
+# (from, to, fenced, revoke lease, start attempt, lease must be expired, value columns)
+_GroupKey = tuple[RunStatus, RunStatus, bool, bool, bool, bool, tuple[str, ...]]
 _cas_cache: dict[_GroupKey, Any] = {}
-_values_cache: dict[tuple[str, ...], Any] = {}
 
 
 def _cas_statement(key: _GroupKey) -> Any:
-    """The compare-and-set for one kind of change, built once per kind."""
+    """One row's compare-and-set with all its new values, built once per kind of change.
+
+    The condition is the expected status (and, for a worker, its lease token; for the rescuer,
+    an expired lease); the values are the new status, the lease fields the status implies and
+    the change's own columns, so a status change is one row write, not two.
+    """
     stmt = _cas_cache.get(key)
     if stmt is not None:
         return stmt
-    src, dst, fenced, revoke, start, expiry = key
-    values: dict[str, Any] = {"status": dst.value}
+    src, dst, fenced, revoke, start, expiry, columns = key
+    # Constants are rendered into the SQL (only the per-row values are parameters), so the
+    # statement can be executed row by row straight through the driver.
+    values: dict[str, Any] = {"status": literal_column(f"'{dst.value}'")}
     if dst not in LEASED:
-        values.update(lease_owner=None, lease_expires_at=None, stop_requested=False)
+        values.update(lease_owner=null(), lease_expires_at=null(), stop_requested=false())
+    one: Any = literal_column("1")
     if revoke:
-        values["lease_token"] = C.lease_token + 1
+        values["lease_token"] = C.lease_token + one
     if start:
-        values["attempt"] = C.attempt + 1
-    # The plain id list lets SQLite search by primary key; a row-value IN alone makes it scan.
-    match: ColumnElement[bool] = C.job_run_id.in_(bindparam("ids", expanding=True))
+        values["attempt"] = C.attempt + one
+    values.update({c: bindparam(f"v_{c}") for c in columns})
+    cond = and_(C.job_run_id == bindparam("_id"), C.status == literal_column(f"'{src.value}'"))
     if fenced:
-        match = and_(match, tuple_(C.job_run_id, C.lease_token).in_(bindparam("refs", expanding=True)))
-    cond = and_(C.status == src.value, match)
+        cond = and_(cond, C.lease_token == bindparam("_token"))
     if expiry:
-        cond = and_(cond, C.lease_expires_at < bindparam("expired_before"))
-    stmt = update(job_runs).where(cond).values(**values).returning(C.job_run_id)
+        cond = and_(cond, C.lease_expires_at < bindparam("_expired_before"))
+    stmt = update(job_runs).where(cond).values(**values)
     _cas_cache[key] = stmt
     return stmt
 
 
-def _values_statement(keys: tuple[str, ...]) -> Any:
-    stmt = _values_cache.get(keys)
-    if stmt is None:
-        stmt = update(job_runs).where(C.job_run_id == bindparam("_id")).values({k: bindparam(f"v_{k}") for k in keys})
-        _values_cache[keys] = stmt
-    return stmt
+def _params(ch: RunChange, columns: tuple[str, ...]) -> dict[str, Any]:
+    row: dict[str, Any] = {"_id": ch.job_run_id, "_token": ch.expected_token}
+    if ch.lease_expired_before is not None:
+        row["_expired_before"] = codec.to_us(ch.lease_expired_before)
+    for c in columns:
+        row[f"v_{c}"] = codec.column(ch.values[c])
+    return row
 
 
 def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange]:
-    """Apply compare-and-set status changes; return those that matched, in input order."""
-    groups: dict[tuple[_GroupKey, datetime | None], list[RunChange]] = defaultdict(list)
+    """Apply compare-and-set status changes; return those that matched, in input order.
+
+    Each kind of change is one ``executemany``. When every row matched (the normal case) that
+    is all; when some did not, the group is rolled back to a savepoint and applied row by row,
+    so the caller learns exactly which changes were made and writes consequences only for those.
+    """
+    groups: dict[_GroupKey, list[RunChange]] = defaultdict(list)
     for ch in changes:
         key = (
             ch.from_status,
@@ -249,85 +275,35 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange
             ch.revoke_lease,
             ch.start_attempt,
             ch.lease_expired_before is not None,
+            tuple(sorted(ch.values)),
         )
-        groups[(key, ch.lease_expired_before)].append(ch)
+        groups[key].append(ch)
     accepted: set[str] = set()
-    for (key, expired_before), items in groups.items():
+    for key, items in groups.items():
         stmt = _cas_statement(key)
-        for chunk in _chunks(items):
-            params: dict[str, Any] = {"ids": [c.job_run_id for c in chunk]}
-            if key[2]:
-                params["refs"] = [(c.job_run_id, c.expected_token) for c in chunk]
-            if expired_before is not None:
-                params["expired_before"] = codec.to_us(expired_before)
-            accepted.update(r[0] for r in conn.execute(stmt, params))
+        rows = [_params(ch, key[6]) for ch in items]
+        fast.execute(conn, "SAVEPOINT jobgate_cas")
+        if fast.executemany(conn, stmt, rows) == len(rows):
+            fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
+            accepted.update(ch.job_run_id for ch in items)
+            continue
+        fast.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_cas")
+        fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
+        for ch, row in zip(items, rows, strict=True):
+            if fast.executemany(conn, stmt, [row]) == 1:
+                accepted.add(ch.job_run_id)
     done = [ch for ch in changes if ch.job_run_id in accepted]
     if done:
         _write_consequences(conn, done)
     return done
 
 
-_INSERT_ATTEMPTS = fast.insert_of(
-    run_attempts, ("job_run_id", "attempt", "tenant_id", "worker_id", "lease_token", "started_at")
-)
-_END_ATTEMPT = (
-    update(run_attempts)
-    .where(run_attempts.c.job_run_id == bindparam("_id"), run_attempts.c.attempt == bindparam("_attempt"))
-    .values(
-        ended_at=bindparam("_ended"),
-        outcome=bindparam("_outcome"),
-        error_code=bindparam("_code"),
-        error_message=bindparam("_message"),
-    )
-)
 _INSERT_DEAD_LETTERS = dead_letters.insert()
 _INSERT_OUTBOX = fast.insert_of(outbox, ("job_run_id", "tenant_id", "event_type", "payload", "created_at"))
 
 
 def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
-    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-    for ch in done:
-        if ch.values:
-            keys = tuple(sorted(ch.values))
-            by_columns[keys].append({"_id": ch.job_run_id, **{f"v_{k}": codec.column(ch.values[k]) for k in keys}})
-    for keys, rows in by_columns.items():
-        fast.executemany(conn, _values_statement(keys), rows)
     fast.executemany(conn, _INSERT_TRANSITIONS, [codec.transition_row(ch.transition, ch.tenant_id) for ch in done])
-    started = [(ch, ch.attempt_started) for ch in done if ch.attempt_started is not None]
-    if started:
-        fast.executemany(
-            conn,
-            _INSERT_ATTEMPTS,
-            [
-                {
-                    "job_run_id": a.job_run_id,
-                    "attempt": a.attempt,
-                    "tenant_id": ch.tenant_id,
-                    "worker_id": a.worker_id,
-                    "lease_token": ch.lease_token or 0,
-                    "started_at": codec.to_us(a.started_at),
-                }
-                for ch, a in started
-                if a is not None
-            ],
-        )
-    ended = [ch.attempt_ended for ch in done if ch.attempt_ended is not None]
-    if ended:
-        fast.executemany(
-            conn,
-            _END_ATTEMPT,
-            [
-                {
-                    "_id": a.job_run_id,
-                    "_attempt": a.attempt,
-                    "_ended": codec.opt_us(a.ended_at),
-                    "_outcome": a.outcome,
-                    "_code": a.error_code,
-                    "_message": a.error_message,
-                }
-                for a in ended
-            ],
-        )
     letters = [ch.dead_letter for ch in done if ch.dead_letter is not None]
     if letters:
         conn.execute(_INSERT_DEAD_LETTERS, [codec.dead_letter_row(d) for d in letters])

@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import Connection, Table, bindparam
 from sqlalchemy.sql.dml import Insert
 
-_compiled: dict[tuple[int, str], tuple[str, tuple[str, ...] | None]] = {}
+# Keyed by the statement object's id; the entry keeps the statement alive so the id stays unique.
+_compiled: dict[tuple[int, str], tuple[str, tuple[str, ...] | None, Any]] = {}
 
 
 def insert_of(table: Table, columns: Sequence[str]) -> Insert:
@@ -22,22 +23,33 @@ def insert_of(table: Table, columns: Sequence[str]) -> Insert:
     return table.insert().values({c: bindparam(c) for c in columns})
 
 
-def executemany(conn: Connection, stmt: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+def execute(conn: Connection, sql: str) -> None:
+    """A parameterless statement (SAVEPOINT, RELEASE) on the transaction's own connection."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql)
+    finally:
+        cursor.close()
+
+
+def executemany(conn: Connection, stmt: Any, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Run ``stmt`` once per row; returns the number of rows the statement changed in total."""
     if not rows:
-        return
+        return 0
     key = (id(stmt), conn.dialect.name)
     entry = _compiled.get(key)
     if entry is None:
         compiled = stmt.compile(dialect=conn.dialect)
         names = tuple(compiled.positiontup) if compiled.positiontup else None
-        entry = (str(compiled), names)
+        entry = (str(compiled), names, stmt)
         _compiled[key] = entry
-    sql, names = entry
+    sql, names, _ = entry
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         if names is not None:
             cursor.executemany(sql, [tuple(r[n] for n in names) for r in rows])
         else:
             cursor.executemany(sql, rows)
+        return int(cursor.rowcount)
     finally:
         cursor.close()

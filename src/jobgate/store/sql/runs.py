@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, and_, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
-from jobgate.store.tables import dead_letters, job_runs, run_attempts, run_transitions
+from jobgate.store.tables import dead_letters, job_runs, run_transitions
 
 
 def run_row(c: RunCreate) -> dict[str, object]:
@@ -128,8 +129,7 @@ def run_transitions_list(conn: Connection, job_run_id: str) -> list[Transition]:
 
 
 def run_attempts_list(conn: Connection, job_run_id: str) -> list[Attempt]:
-    q = select(run_attempts).where(run_attempts.c.job_run_id == job_run_id).order_by(run_attempts.c.attempt)
-    return [codec.attempt_from_row(r) for r in conn.execute(q).mappings()]
+    return attempts_from_transitions(run_transitions_list(conn, job_run_id))
 
 
 def dead_letters_list(

@@ -70,10 +70,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", "job_definition_id", "version", name=op.f("pk_definitions")),
         sa.UniqueConstraint(
-            "tenant_id",
-            "job_definition_id",
-            "digest",
-            name=op.f("uq_definitions_tenant_id_job_definition_id_digest"),
+            "tenant_id", "job_definition_id", "digest", name=op.f("uq_definitions_tenant_id_job_definition_id_digest")
         ),
     )
     op.create_table(
@@ -137,13 +134,20 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("job_runs", schema=None) as batch_op:
         batch_op.create_index(
+            "ix_job_runs_active_definition",
+            ["job_definition_id"],
+            unique=False,
+            sqlite_where=sa.text("status IN ('DISPATCHED', 'RUNNING')"),
+            postgresql_where=sa.text("status IN ('DISPATCHED', 'RUNNING')"),
+        )
+        batch_op.create_index(
             "ix_job_runs_claim",
             ["queue", "priority_rank", "due_at"],
             unique=False,
             sqlite_where=sa.text("status IN ('SCHEDULED', 'RETRY_WAIT')"),
             postgresql_where=sa.text("status IN ('SCHEDULED', 'RETRY_WAIT')"),
         )
-        batch_op.create_index("ix_job_runs_definition_status", ["job_definition_id", "status"], unique=False)
+        batch_op.create_index("ix_job_runs_definition_created", ["job_definition_id", "created_at"], unique=False)
         batch_op.create_index(
             "ix_job_runs_leased",
             ["lease_expires_at"],
@@ -189,20 +193,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("key", name=op.f("pk_rate_limits")),
     )
     op.create_table(
-        "run_attempts",
-        sa.Column("job_run_id", sa.String(length=64), nullable=False),
-        sa.Column("attempt", sa.Integer(), nullable=False),
-        sa.Column("tenant_id", sa.String(length=64), nullable=False),
-        sa.Column("worker_id", sa.String(length=200), nullable=False),
-        sa.Column("lease_token", sa.BigInteger(), nullable=False),
-        sa.Column("started_at", sa.BigInteger(), nullable=False),
-        sa.Column("ended_at", sa.BigInteger(), nullable=True),
-        sa.Column("outcome", sa.String(length=32), nullable=True),
-        sa.Column("error_code", sa.String(length=200), nullable=True),
-        sa.Column("error_message", sa.Text(), nullable=True),
-        sa.PrimaryKeyConstraint("job_run_id", "attempt", name=op.f("pk_run_attempts")),
-    )
-    op.create_table(
         "run_transitions",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
         sa.Column("job_run_id", sa.String(length=64), nullable=False),
@@ -241,7 +231,6 @@ def downgrade() -> None:
         batch_op.drop_index("ix_run_transitions_run")
 
     op.drop_table("run_transitions")
-    op.drop_table("run_attempts")
     op.drop_table("rate_limits")
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.drop_index(
@@ -259,11 +248,16 @@ def downgrade() -> None:
             sqlite_where=sa.text("status IN ('DISPATCHED', 'RUNNING')"),
             postgresql_where=sa.text("status IN ('DISPATCHED', 'RUNNING')"),
         )
-        batch_op.drop_index("ix_job_runs_definition_status")
+        batch_op.drop_index("ix_job_runs_definition_created")
         batch_op.drop_index(
             "ix_job_runs_claim",
             sqlite_where=sa.text("status IN ('SCHEDULED', 'RETRY_WAIT')"),
             postgresql_where=sa.text("status IN ('SCHEDULED', 'RETRY_WAIT')"),
+        )
+        batch_op.drop_index(
+            "ix_job_runs_active_definition",
+            sqlite_where=sa.text("status IN ('DISPATCHED', 'RUNNING')"),
+            postgresql_where=sa.text("status IN ('DISPATCHED', 'RUNNING')"),
         )
 
     op.drop_table("job_runs")

@@ -1,0 +1,145 @@
+"""Helpers for the runtime tests: a worker in a thread, waiting on database conditions, reads.
+
+Nothing here sleeps and hopes: every wait polls a condition every 10 ms and fails the test
+with a message after a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from jobgate.core.models import Attempt, DeadLetter, JobRun
+from jobgate.core.states import RunStatus
+from jobgate.runtime.worker import Worker, WorkerSettings
+from jobgate.service.engine import Engine
+from jobgate.store import codec
+
+POLL = 0.01
+
+# Small timings for tests: fast polling, short grace periods, so a stop never takes long.
+TEST_SETTINGS: dict[str, Any] = {
+    "concurrency": 4,
+    "lease": timedelta(seconds=10),
+    "poll_interval": timedelta(milliseconds=20),
+    "shutdown_grace": timedelta(seconds=5),
+    "stop_grace": timedelta(seconds=1),
+    "rescue_interval": timedelta(milliseconds=200),
+}
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition") -> float:
+    """Poll ``condition`` every 10 ms; return the seconds waited, or fail after ``timeout``."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(POLL)
+    return time.monotonic() - start
+
+
+def get_run(engine: Engine, job_run_id: str) -> JobRun:
+    with engine.store.read() as tx:
+        run = tx.run_get(job_run_id)
+    assert run is not None, job_run_id
+    return run
+
+
+def wait_status(engine: Engine, job_run_id: str, status: RunStatus, *, timeout: float = 10.0) -> JobRun:
+    wait_until(
+        lambda: get_run(engine, job_run_id).status is status,
+        timeout=timeout,
+        what=f"run {job_run_id} to reach {status.value}",
+    )
+    return get_run(engine, job_run_id)
+
+
+def wait_all(engine: Engine, job_run_ids: list[str], status: RunStatus, *, timeout: float = 10.0) -> None:
+    def done() -> bool:
+        with engine.store.read() as tx:
+            return all(r.status is status for r in tx.runs_get(job_run_ids))
+
+    wait_until(done, timeout=timeout, what=f"{len(job_run_ids)} runs to reach {status.value}")
+
+
+Step = tuple[str | None, str, str, int]
+
+
+def transitions(engine: Engine, job_run_id: str) -> list[Step]:
+    """(from, to, reason, attempt) of every transition of the run, in the order recorded."""
+    with engine.store.read() as tx:
+        rows = tx.run_transitions(job_run_id)
+    return [
+        (None if t.from_status is None else t.from_status.value, t.to_status.value, t.reason, t.attempt) for t in rows
+    ]
+
+
+def actors(engine: Engine, job_run_id: str) -> list[str]:
+    with engine.store.read() as tx:
+        return [t.actor for t in tx.run_transitions(job_run_id)]
+
+
+def attempts(engine: Engine, job_run_id: str) -> list[Attempt]:
+    with engine.store.read() as tx:
+        return tx.run_attempts(job_run_id)
+
+
+def dead_letters(engine: Engine, job_run_id: str) -> list[DeadLetter]:
+    with engine.store.read() as tx:
+        return [d for d in tx.dead_letters_list(None, open_only=False) if d.job_run_id == job_run_id]
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    event_id: int
+    event_type: str
+    payload: dict[str, Any]
+    delivered: bool
+
+
+def events(engine: Engine, job_run_id: str) -> list[StoredEvent]:
+    """The run's outbox rows in id (= delivery) order."""
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(
+            text("SELECT id, event_type, payload, delivered_at FROM outbox WHERE job_run_id = :rid ORDER BY id"),
+            {"rid": job_run_id},
+        ).all()
+    return [StoredEvent(int(r[0]), str(r[1]), codec.loads(r[2]), r[3] is not None) for r in rows]
+
+
+def event_types(engine: Engine, job_run_id: str) -> list[str]:
+    return [e.event_type for e in events(engine, job_run_id)]
+
+
+def scalar(engine: Engine, sql: str, **params: Any) -> Any:
+    with engine.store.read() as tx:
+        return tx.conn.execute(text(sql), params).scalar_one()
+
+
+def marker_lines(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def running_worker(engine: Engine, **overrides: Any) -> Iterator[Worker]:
+    """A ``Worker`` running in a thread; stopped gracefully and joined on exit (fails if it hangs)."""
+    worker = Worker(engine, WorkerSettings(**{**TEST_SETTINGS, **overrides}))
+    thread = threading.Thread(target=worker.run, name=f"test-worker-{worker.worker_id}", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        stopped = worker.wait_stopped(30)
+        thread.join(30)
+        assert stopped and not thread.is_alive(), f"worker {worker.worker_id} did not stop"
