@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from jobgate.core import events
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import JobgateError
 from jobgate.core.models import JobRun
@@ -229,6 +230,14 @@ class Worker:
                     )
                     held = tx.leases_renew(LeaseRenew(self.worker_id, leases, now + self.settings.lease))
                 buffered = [r for r in self._buffer if held is None or r.job_run_id in held]
+                to_start = buffered[:free]  # claimed earlier: they go first
+                starts = [
+                    start_change(r, worker_id=self.worker_id, now=now)
+                    if r.attempt < r.max_attempts
+                    else exhausted_change(r, actor=self.worker_id, now=now)
+                    for r in to_start
+                ]
+                started = tx.runs_apply(starts) if starts else []
                 claimed: list[JobRun] = []
                 if claim:
                     claimed = tx.runs_claim(
@@ -239,16 +248,15 @@ class Worker:
                             now,
                             now + self.settings.lease,
                             self.settings.queue_rates,
+                            start_now=free - len(to_start),
                         )
                     )
-                to_start = (buffered + claimed)[:free]
-                starts = [
-                    start_change(r, worker_id=self.worker_id, now=now)
-                    if r.attempt < r.max_attempts
-                    else exhausted_change(r, actor=self.worker_id, now=now)
-                    for r in to_start
-                ]
-                started = tx.runs_apply(starts) if starts else []
+                started_now = [r for r in claimed if r.status is RunStatus.RUNNING]
+                if started_now:
+                    tx.outbox_append(
+                        [(r.job_run_id, r.tenant_id, events.job_started(r, r.attempt, now)) for r in started_now], now
+                    )
+                claimed = [r for r in claimed if r.status is not RunStatus.RUNNING]
                 t_body = time.perf_counter()
             self.stats.lock_wait += t_locked - t0
             self.stats.body += t_body - t_locked
@@ -289,6 +297,9 @@ class Worker:
                     replace(run, status=RunStatus.RUNNING, attempt=run.attempt + 1, started_at=run.started_at or now),
                     now,
                 )
+        for run in started_now:
+            self._launch(run, now)
+        self.stats.started += len(started_now)
         self._buffer = [r for r in buffered + claimed if r.job_run_id not in taken]
 
     def _isolate_poison(self, pending: list[tuple[RunChange, str]]) -> None:

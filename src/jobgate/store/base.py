@@ -87,6 +87,7 @@ class RunsClaim:
     now: datetime
     lease_expires_at: datetime
     queue_rates: dict[str, tuple[float, int]] = field(default_factory=dict)
+    start_now: int = 0  # how many of the claimed runs to start at once (free executor threads)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _claim_statements() -> tuple[Any, Any, Any]:
+def _claim_statements() -> tuple[Any, Any, Any, Any]:
     """Built once: constructing SQLAlchemy expressions per call costs more than running them."""
     active = job_runs.alias("active")
     at_limit = (
@@ -96,10 +96,31 @@ def _claim_statements() -> tuple[Any, Any, Any]:
         )
         .returning(*job_runs.c)
     )
-    return candidates, locked, claim
+    # Claim and start in one row write, for runs a worker thread is free to execute now: the
+    # record still gets both transitions (claimed, then started) at the same instant.
+    claim_and_start = (
+        update(job_runs)
+        .where(
+            C.job_run_id.in_(bindparam("ids", expanding=True)),
+            C.status.in_(_CLAIMABLE),
+            C.attempt < C.max_attempts,
+        )
+        .values(
+            status=RunStatus.RUNNING.value,
+            lease_owner=bindparam("owner"),
+            lease_token=C.lease_token + 1,
+            lease_expires_at=bindparam("exp"),
+            attempt=C.attempt + 1,
+            started_at=func.coalesce(C.started_at, bindparam("now")),
+            progress=None,
+            progress_message=None,
+        )
+        .returning(*job_runs.c)
+    )
+    return candidates, locked, claim, claim_and_start
 
 
-_CANDIDATES, _CANDIDATES_LOCKED, _CLAIM = _claim_statements()
+_CANDIDATES, _CANDIDATES_LOCKED, _CLAIM, _CLAIM_AND_START = _claim_statements()
 _TRANSITION_COLUMNS = (
     "job_run_id",
     "tenant_id",
@@ -116,7 +137,12 @@ _INSERT_TRANSITIONS = fast.insert_of(run_transitions, _TRANSITION_COLUMNS)
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:
     """Claim up to ``p.limit`` due runs by priority, then due time, honouring per-definition
-    concurrency limits and per-definition and per-queue rate limits across every worker."""
+    concurrency limits and per-definition and per-queue rate limits across every worker.
+
+    The first ``p.start_now`` of them (those with an attempt left) are also started: they come
+    back RUNNING with their attempt counted; the rest come back DISPATCHED. Both get their
+    transition rows here; the caller adds the events.
+    """
     now = codec.to_us(p.now)
     q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
     candidates = conn.execute(q, {"queues": list(p.queues), "now": now, "limit": p.limit * 2}).all()
@@ -128,28 +154,46 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
     previous = {row.job_run_id: row.status for row in candidates}
     claimed: list[JobRun] = []
     exp = codec.to_us(p.lease_expires_at)
-    for chunk in _chunks(chosen):
-        rows = conn.execute(_CLAIM, {"ids": list(chunk), "owner": p.worker_id, "exp": exp}).mappings()
-        claimed.extend(codec.run_from_row(r) for r in rows)
-    if claimed:
-        fast.executemany(
-            conn,
-            _INSERT_TRANSITIONS,
-            [
+    start_ids, dispatch_ids = chosen[: p.start_now], chosen[p.start_now :]
+    for chunk in _chunks(start_ids):
+        rows = conn.execute(_CLAIM_AND_START, {"ids": list(chunk), "owner": p.worker_id, "exp": exp, "now": now})
+        claimed.extend(codec.run_from_row(r) for r in rows.mappings())
+    started = {r.job_run_id for r in claimed}
+    dispatch_ids += [i for i in start_ids if i not in started]  # no attempt left: dispatch, caller settles
+    for chunk in _chunks(dispatch_ids):
+        rows = conn.execute(_CLAIM, {"ids": list(chunk), "owner": p.worker_id, "exp": exp})
+        claimed.extend(codec.run_from_row(r) for r in rows.mappings())
+    transitions: list[dict[str, Any]] = []
+    for r in claimed:
+        was_started = r.status is RunStatus.RUNNING
+        transitions.append(
+            {
+                "job_run_id": r.job_run_id,
+                "tenant_id": r.tenant_id,
+                "from_status": previous[r.job_run_id],
+                "to_status": RunStatus.DISPATCHED.value,
+                "attempt": r.attempt - 1 if was_started else r.attempt,
+                "reason": "claimed",
+                "actor": p.worker_id,
+                "at": now,
+                "detail": None,
+            }
+        )
+        if was_started:
+            transitions.append(
                 {
                     "job_run_id": r.job_run_id,
                     "tenant_id": r.tenant_id,
-                    "from_status": previous[r.job_run_id],
-                    "to_status": RunStatus.DISPATCHED.value,
+                    "from_status": RunStatus.DISPATCHED.value,
+                    "to_status": RunStatus.RUNNING.value,
                     "attempt": r.attempt,
-                    "reason": "claimed",
+                    "reason": "started",
                     "actor": p.worker_id,
                     "at": now,
                     "detail": None,
                 }
-                for r in claimed
-            ],
-        )
+            )
+    fast.executemany(conn, _INSERT_TRANSITIONS, transitions)
     claimed.sort(key=lambda r: (r.priority.rank, r.due_at))
     return claimed
 
