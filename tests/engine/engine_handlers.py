@@ -97,3 +97,16 @@ def slow_fail_until(ctx: ExecutionContext) -> dict[str, Any]:
         time.sleep(float(ctx.params.get("delay", "0.5")))
         raise RetryableError(f"attempt {ctx.attempt} fails", error_code="FLAKY")
     return {"attempt": ctx.attempt}
+
+
+def gated_fail_once(ctx: ExecutionContext) -> dict[str, Any]:
+    """Marks ``waiting``, waits (at most 10 s) for ``$JOBGATE_TEST_MARKER.gate``, then fails
+    retryably on attempt 1 and succeeds on later attempts. Ignores cancellation on purpose."""
+    _append(f"waiting {ctx.job_run_id} {ctx.attempt}")
+    gate = Path(str(_marker_path()) + ".gate")
+    deadline = time.monotonic() + 10
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ctx.attempt == 1:
+        raise RetryableError("failed after the gate", error_code="FLAKY")
+    return {"attempt": ctx.attempt}

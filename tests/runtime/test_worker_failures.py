@@ -282,7 +282,8 @@ def test_queue_timeout_dead_letters_a_run_nobody_claimed_and_leaves_others_alone
     strict=True,
     reason="BUG: a retried run keeps its creation-time queue deadline, so a run whose "
     "first attempt outlasts the queue timeout is dead-lettered (queue_timeout_exceeded) instead of "
-    "retried; fix: clear queue_deadline_at when an attempt starts (runtime/changes.py start_change)",
+    "retried (claim skips it, rescuer sweeps it); fix: runtime/changes.py settlement_change sets "
+    "queue_deadline_at=None when to_status is RETRY_WAIT",
 )
 def test_a_run_that_started_is_not_dead_lettered_by_its_queue_timeout_while_waiting_to_retry(engine: Engine) -> None:
     job = define(

@@ -18,6 +18,9 @@ def settlement_change(s: Settlement, run: JobRun, *, worker_id: str, now: dateti
     values: dict[str, Any] = {"error_code": s.error_code, "error_message": s.error_message}
     if s.to_status is RunStatus.RETRY_WAIT:
         values.update(next_retry_at=s.decision.next_retry_at, due_at=s.decision.next_retry_at)
+        if run.queue_deadline_at is not None and s.decision.next_retry_at is not None:
+            # The queue timeout bounds each wait for a worker, so it restarts from the retry's due time.
+            values["queue_deadline_at"] = s.decision.next_retry_at + (run.queue_deadline_at - run.due_at)
     else:
         values.update(ended_at=now, next_retry_at=None)
     if s.to_status is RunStatus.COMPLETED:
