@@ -122,6 +122,7 @@ class OutboxPublisher:
         self.owner = owner or f"publisher-{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
         self.delivered = 0
+        self.batch = 500
         self._token: int | None = None
         self._renew_at = clock.now()
 
@@ -138,10 +139,11 @@ class OutboxPublisher:
             try:
                 token = self._hold_lock()
                 if token is not None:
-                    n = publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token))
+                    n = publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token), batch=self.batch)
                     self.delivered += n
-                    if n:
-                        continue
+                    if n == self.batch:
+                        continue  # a backlog: keep going; otherwise let events gather for a turn
+
             except Exception:
                 log.warning("outbox delivery failed; will retry", exc_info=True)
             self._stop.wait(self.interval.total_seconds())

@@ -84,6 +84,17 @@ class WorkerProcess:
         t = threading.Thread(target=self.worker.run, name="jobgate-worker", daemon=True)
         t.start()
         self._threads.append(t)
+        t = threading.Thread(target=self._checkpoint_loop, name="jobgate-checkpoint", daemon=True)
+        t.start()
+
+    def _checkpoint_loop(self) -> None:
+        """SQLite: move WAL pages into the database file off the hot path, once a second."""
+        store = self.worker.engine.store
+        while not self.worker.wait_stopped(1.0):
+            try:
+                store.checkpoint()
+            except Exception:
+                log.warning("checkpoint failed", exc_info=True)
 
     def stop(self) -> None:
         self.worker.stop()

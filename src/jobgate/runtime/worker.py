@@ -381,6 +381,10 @@ class Worker:
         elif flight.interrupt is OutcomeKind.LEASE_EXPIRED:
             self._running.pop(run.job_run_id, None)
             return  # someone else owns the run now; our result is void
+        elif flight.interrupt is None and outcome.kind is not OutcomeKind.SUCCEEDED and self._stop_requested(run):
+            # Stopped by a user and failed before our next stop check: the user's intent wins,
+            # the run is cancelled rather than retried.
+            outcome = Outcome(OutcomeKind.STOPPED, outcome.error_code, outcome.error_message)
         artifact = None
         if result.artifact is not None:
             artifact = (result.artifact.path, result.artifact.sha256, result.artifact.size)
@@ -400,6 +404,10 @@ class Worker:
         change = settlement_change(settlement, run, worker_id=self.worker_id, now=now)
         self._pending.append((change, run.job_run_id))
         self._running.pop(run.job_run_id, None)
+
+    def _stop_requested(self, run: JobRun) -> bool:
+        with self.engine.store.read() as tx:
+            return bool(tx.runs_stop_requested([run.job_run_id]))
 
     def _policy(self, run: JobRun) -> RetryPolicy:
         try:

@@ -229,6 +229,11 @@ def _sqlite_engine(url: str, *, synchronous: str, writer: bool) -> Engine:
         cur.execute("PRAGMA foreign_keys=ON")
         # A page cache large enough for the hot rows and indexes of a busy queue (64 MiB).
         cur.execute("PRAGMA cache_size=-65536")
+        # Checkpoints copy the WAL into the database file and fsync it, which can take 100 ms on a
+        # slow disk; done by whichever connection commits past the threshold, they stall that
+        # worker or submitter. Workers checkpoint in the background instead (Store.checkpoint);
+        # this high threshold only bounds the WAL when no worker runs.
+        cur.execute("PRAGMA wal_autocheckpoint=10000")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -331,6 +336,13 @@ class Store:
         if self.dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
             return SqliteChangeWatcher(parsed.database)
         return PollingChangeWatcher()
+
+    def checkpoint(self) -> None:
+        """Copy committed WAL pages into the database file without blocking readers or writers."""
+        if self.dialect != "sqlite":
+            return
+        with self._reader.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
     def dispose(self) -> None:
         self._writer.dispose()
