@@ -162,31 +162,24 @@ def test_shutdown_grace_bounds_how_long_a_running_attempt_may_keep_the_worker(en
     assert [(a.outcome, a.error_code) for a in attempts(engine, rid)] == [("retryable_failure", "WORKER_SHUTDOWN")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a stop requested while an attempt is running is lost if the attempt fails before the worker's "
-    "next stop check: the failure is settled RUNNING->RETRY_WAIT (which resets stop_requested) and the run is "
-    "retried; fix: Worker._settle treats a non-success result of a flight with no interrupt as STOPPED when "
-    "tx.runs_stop_requested([run_id]) says so",
-)
 def test_a_stop_requested_before_a_failing_attempt_ends_is_not_lost(engine: Engine, marker: Path) -> None:
     # The race made deterministic: stop checks are 60 s apart, so the attempt ends (failing) after the
     # stop was recorded but before the worker looked. The recorded intent must still win.
-    holder = define(engine, handler="engine_handlers:sleep", params=SECONDS)
+    warmup = define(engine, handler="engine_handlers:sleep", params=SECONDS)
     job = define(engine, handler="engine_handlers:gated_fail_once", retry_policy="test_fixed_v1")
     gate = Path(str(marker) + ".gate")
-    first = engine.submit(SubmitRequest(holder, params={"seconds": "30"})).run.job_run_id
-    with running_worker(engine, concurrency=2, stop_check_interval=timedelta(seconds=60)):
-        # While ``first`` runs, the worker made its first stop check (in the loop turn after starting
-        # it, before it claims anything else); the next one is 60 s away.
-        wait_status(engine, first, RunStatus.RUNNING)
+    first = engine.submit(SubmitRequest(warmup, params={"seconds": "0.5"})).run.job_run_id
+    with running_worker(engine, stop_check_interval=timedelta(seconds=60)):
+        # While ``first`` ran, the worker made its first stop check; the next one is 60 s away.
+        wait_status(engine, first, RunStatus.COMPLETED)
         rid = engine.submit(SubmitRequest(job)).run.job_run_id
         wait_until(lambda: ["waiting", rid, "1"] in marker_lines(marker), what="attempt 1 to wait on its gate")
         control.stop_run(engine, rid, actor="alice")
         gate.touch()
         wait_until(lambda: get_run(engine, rid).status.is_terminal, what="the stopped run to end")
-        control.stop_run(engine, first, actor="alice")
-        wait_status(engine, first, RunStatus.CANCELLED, timeout=70)
     done = get_run(engine, rid)
     assert done.status is RunStatus.CANCELLED, transitions(engine, rid)
-    assert done.attempt == 1
+    assert done.attempt == 1 and not done.stop_requested
+    assert transitions(engine, rid)[-1] == ("RUNNING", "CANCELLED", "stopped_by_user", 1)
+    assert [a.outcome for a in attempts(engine, rid)] == ["stopped"]
+    assert marker_lines(marker)[-1] == ["waiting", rid, "1"]  # never retried

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from runtime_support import (
@@ -18,7 +19,7 @@ from runtime_support import (
     wait_until,
 )
 
-from helpers import define
+from helpers import define, make_config
 from jobgate.core.errors import ConflictError
 from jobgate.core.models import DeadLetterReason
 from jobgate.core.states import RunStatus
@@ -278,13 +279,6 @@ def test_queue_timeout_dead_letters_a_run_nobody_claimed_and_leaves_others_alone
     assert len(transitions(engine, late.job_run_id)) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a retried run keeps its creation-time queue deadline, so a run whose "
-    "first attempt outlasts the queue timeout is dead-lettered (queue_timeout_exceeded) instead of "
-    "retried (claim skips it, rescuer sweeps it); fix: runtime/changes.py settlement_change sets "
-    "queue_deadline_at=None when to_status is RETRY_WAIT",
-)
 def test_a_run_that_started_is_not_dead_lettered_by_its_queue_timeout_while_waiting_to_retry(engine: Engine) -> None:
     job = define(
         engine,
@@ -301,3 +295,37 @@ def test_a_run_that_started_is_not_dead_lettered_by_its_queue_timeout_while_wait
     done = get_run(engine, run.job_run_id)
     assert done.status is RunStatus.COMPLETED, (done.status, done.error_code, transitions(engine, run.job_run_id))
     assert done.attempt == 2
+
+
+def test_a_retry_that_waits_too_long_for_a_worker_is_dead_lettered_by_its_queue_timeout(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Each wait for a worker is bounded: the deadline restarts from the retry's due time."""
+    slow_retry = {
+        "retry_policy_id": "test_slow_retry_v1",
+        "strategy": "fixed_delay",
+        "max_attempts": 3,
+        "initial_delay_seconds": 60,
+        "max_delay_seconds": 60,
+    }
+    custom = Engine(engine.store, make_config(tmp_path, retry_policies=[slow_retry]))
+    job = define(
+        custom,
+        handler="engine_handlers:fail_retryable",
+        retry_policy="test_slow_retry_v1",
+        timeout_policy="test_queue_timeout_v1",
+    )
+    rid = custom.submit(SubmitRequest(job)).run.job_run_id
+    with running_worker(custom):
+        waiting = wait_status(custom, rid, RunStatus.RETRY_WAIT)
+    assert waiting.next_retry_at is not None and waiting.due_at == waiting.next_retry_at
+    assert waiting.queue_deadline_at == waiting.next_retry_at + timedelta(seconds=0.2)
+
+    assert rescuer.sweep(custom, waiting.next_retry_at + timedelta(seconds=0.1)) == rescuer.SweepResult(0, 0, 0)
+    late = waiting.next_retry_at + timedelta(seconds=1)
+    assert rescuer.sweep(custom, late) == rescuer.SweepResult(0, 0, 1)
+    dead = get_run(custom, rid)
+    assert dead.status is RunStatus.DEAD_LETTERED and dead.attempt == 1
+    assert transitions(custom, rid)[-1] == ("RETRY_WAIT", "DEAD_LETTERED", "queue_timeout", 1)
+    (letter,) = dead_letters(custom, rid)
+    assert (letter.reason, letter.attempts) == (DeadLetterReason.QUEUE_TIMEOUT_EXCEEDED, 1)
