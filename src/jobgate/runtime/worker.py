@@ -218,10 +218,12 @@ class Worker:
         pending = list(self._pending)
         free = max(0, self.settings.concurrency - self._busy_threads)
         t0 = time.perf_counter()
+        # Rows are built before the write lock is taken, so the lock is held only to write them.
+        prepared = self.engine.store.prepare_changes([c for c, _ in pending]) if pending else None
         try:
             with self.engine.store.write() as tx:
                 t_locked = time.perf_counter()
-                done = tx.runs_apply([c for c, _ in pending]) if pending else []
+                done = tx.runs_apply(prepared) if prepared is not None else []
                 held: set[str] | None = None
                 if renew:
                     leases = tuple(

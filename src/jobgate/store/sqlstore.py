@@ -106,7 +106,7 @@ class StoreTx:
     def runs_claim(self, p: RunsClaim) -> list[JobRun]:
         return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
 
-    def runs_apply(self, changes: Sequence[RunChange]) -> list[RunChange]:
+    def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:
         return claims.runs_apply(self.conn, changes)
 
     def leases_renew(self, p: LeaseRenew) -> set[str]:
@@ -330,6 +330,11 @@ class Store:
     def read(self) -> Iterator[StoreTx]:
         with self._reader.begin() as conn:
             yield StoreTx(conn, skip_locked=self.skip_locked)
+
+    @staticmethod
+    def prepare_changes(changes: Sequence[RunChange]) -> claims.PreparedChanges:
+        """Build a batch's statements and rows without a connection (before taking the write lock)."""
+        return claims.prepare_changes(changes)
 
     def change_watcher(self) -> SqliteChangeWatcher | PollingChangeWatcher:
         parsed = make_url(self.url)

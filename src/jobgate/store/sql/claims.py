@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +61,7 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _claim_statements() -> tuple[Any, Any, Any, Any]:
+def _claim_statements() -> tuple[Any, Any]:
     """Built once: constructing SQLAlchemy expressions per call costs more than running them."""
     active = job_runs.alias("active")
     at_limit = (
@@ -85,42 +86,51 @@ def _claim_statements() -> tuple[Any, Any, Any, Any]:
         .limit(bindparam("limit"))
     )
     locked = candidates.with_for_update(skip_locked=True, of=job_runs)
-    claim = (
-        update(job_runs)
-        .where(C.job_run_id.in_(bindparam("ids", expanding=True)), C.status.in_(_CLAIMABLE))
-        .values(
-            status=RunStatus.DISPATCHED.value,
-            lease_owner=bindparam("owner"),
-            lease_token=C.lease_token + 1,
-            lease_expires_at=bindparam("exp"),
-        )
-        .returning(*job_runs.c)
-    )
-    # Claim and start in one row write, for runs a worker thread is free to execute now: the
-    # record still gets both transitions (claimed, then started) at the same instant.
-    claim_and_start = (
-        update(job_runs)
-        .where(
-            C.job_run_id.in_(bindparam("ids", expanding=True)),
-            C.status.in_(_CLAIMABLE),
-            C.attempt < C.max_attempts,
-        )
-        .values(
-            status=RunStatus.RUNNING.value,
-            lease_owner=bindparam("owner"),
-            lease_token=C.lease_token + 1,
-            lease_expires_at=bindparam("exp"),
-            attempt=C.attempt + 1,
+    return candidates, locked
+
+
+_CANDIDATES, _CANDIDATES_LOCKED = _claim_statements()
+_claim_cache: dict[tuple[int, bool], Any] = {}
+
+
+def _claim_statement(n: int, start: bool) -> Any:
+    """UPDATE ... RETURNING for ``n`` ids (one statement per batch size, built once).
+
+    ``start``: claim and start in one row write, for runs a worker thread is free to execute
+    now (the record still gets both transitions, claimed then started, at the same instant).
+    Without it the runs are only claimed (DISPATCHED).
+    """
+    stmt = _claim_cache.get((n, start))
+    if stmt is not None:
+        return stmt
+    values: dict[str, Any] = {
+        "status": literal_column(f"'{(RunStatus.RUNNING if start else RunStatus.DISPATCHED).value}'"),
+        "lease_owner": bindparam("owner"),
+        "lease_token": C.lease_token + literal_column("1"),
+        "lease_expires_at": bindparam("exp"),
+    }
+    cond = and_(C.job_run_id.in_([bindparam(f"id_{i}") for i in range(n)]), IS_CLAIMABLE)
+    if start:
+        values.update(
+            attempt=C.attempt + literal_column("1"),
             started_at=func.coalesce(C.started_at, bindparam("now")),
-            progress=None,
-            progress_message=None,
+            progress=null(),
+            progress_message=null(),
         )
-        .returning(*job_runs.c)
-    )
-    return candidates, locked, claim, claim_and_start
+        cond = and_(cond, C.attempt < C.max_attempts)
+    stmt = update(job_runs).where(cond).values(**values).returning(*job_runs.c)
+    _claim_cache[(n, start)] = stmt
+    return stmt
 
 
-_CANDIDATES, _CANDIDATES_LOCKED, _CLAIM, _CLAIM_AND_START = _claim_statements()
+def _claim_rows(conn: Connection, ids: Sequence[str], *, start: bool, params: dict[str, Any]) -> list[JobRun]:
+    if not ids:
+        return []
+    stmt = _claim_statement(len(ids), start)
+    values = dict(params, **{f"id_{i}": rid for i, rid in enumerate(ids)})
+    return [codec.run_from_row(r) for r in fast.returning(conn, stmt, values)]
+
+
 _TRANSITION_COLUMNS = (
     "job_run_id",
     "tenant_id",
@@ -156,13 +166,11 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
     exp = codec.to_us(p.lease_expires_at)
     start_ids, dispatch_ids = chosen[: p.start_now], chosen[p.start_now :]
     for chunk in _chunks(start_ids):
-        rows = conn.execute(_CLAIM_AND_START, {"ids": list(chunk), "owner": p.worker_id, "exp": exp, "now": now})
-        claimed.extend(codec.run_from_row(r) for r in rows.mappings())
+        claimed.extend(_claim_rows(conn, chunk, start=True, params={"owner": p.worker_id, "exp": exp, "now": now}))
     started = {r.job_run_id for r in claimed}
     dispatch_ids += [i for i in start_ids if i not in started]  # no attempt left: dispatch, caller settles
     for chunk in _chunks(dispatch_ids):
-        rows = conn.execute(_CLAIM, {"ids": list(chunk), "owner": p.worker_id, "exp": exp})
-        claimed.extend(codec.run_from_row(r) for r in rows.mappings())
+        claimed.extend(_claim_rows(conn, chunk, start=False, params={"owner": p.worker_id, "exp": exp}))
     transitions: list[dict[str, Any]] = []
     for r in claimed:
         was_started = r.status is RunStatus.RUNNING
@@ -199,6 +207,8 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
 
 
 def _apply_limits(conn: Connection, candidates: Sequence[Any], p: RunsClaim, now: int) -> list[str]:
+    if not p.queue_rates and all(r.concurrency_limit is None and r.rate_limit_per_second is None for r in candidates):
+        return [r.job_run_id for r in candidates[: p.limit]]  # nothing limited: the common case
     limited_defs = {r.job_definition_id for r in candidates if r.concurrency_limit is not None}
     active: dict[str, int] = {}
     if limited_defs:
@@ -303,13 +313,22 @@ def _params(ch: RunChange, columns: tuple[str, ...]) -> dict[str, Any]:
     return row
 
 
-def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange]:
-    """Apply compare-and-set status changes; return those that matched, in input order.
+@dataclass(frozen=True)
+class PreparedChanges:
+    """Changes turned into statements and rows, ready to execute.
 
-    Each kind of change is one ``executemany``. When every row matched (the normal case) that
-    is all; when some did not, the group is rolled back to a savepoint and applied row by row,
-    so the caller learns exactly which changes were made and writes consequences only for those.
+    Preparing is pure Python and needs no connection, so a worker does it before it takes the
+    database's write lock: the lock is then held only while the rows are written.
     """
+
+    changes: list[RunChange]
+    groups: list[tuple[Any, list[RunChange], list[dict[str, Any]]]]
+    transitions: dict[str, dict[str, Any]]
+    events: dict[str, list[dict[str, Any]]]
+    letters: dict[str, dict[str, Any]]
+
+
+def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
     groups: dict[_GroupKey, list[RunChange]] = defaultdict(list)
     for ch in changes:
         key = (
@@ -322,10 +341,25 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange
             tuple(sorted(ch.values)),
         )
         groups[key].append(ch)
+    return PreparedChanges(
+        changes=list(changes),
+        groups=[(_cas_statement(k), items, [_params(ch, k[6]) for ch in items]) for k, items in groups.items()],
+        transitions={ch.job_run_id: codec.transition_row(ch.transition, ch.tenant_id) for ch in changes},
+        events={ch.job_run_id: _event_rows(ch.job_run_id, ch.tenant_id, ch.events, ch.transition.at) for ch in changes},
+        letters={ch.job_run_id: codec.dead_letter_row(ch.dead_letter) for ch in changes if ch.dead_letter},
+    )
+
+
+def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges) -> list[RunChange]:
+    """Apply compare-and-set status changes; return those that matched, in input order.
+
+    Each kind of change is one ``executemany``. When every row matched (the normal case) that
+    is all; when some did not, the group is rolled back to a savepoint and applied row by row,
+    so the caller learns exactly which changes were made and writes consequences only for those.
+    """
+    prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
     accepted: set[str] = set()
-    for key, items in groups.items():
-        stmt = _cas_statement(key)
-        rows = [_params(ch, key[6]) for ch in items]
+    for stmt, items, rows in prepared.groups:
         fast.execute(conn, "SAVEPOINT jobgate_cas")
         if fast.executemany(conn, stmt, rows) == len(rows):
             fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
@@ -336,9 +370,13 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange]) -> list[RunChange
         for ch, row in zip(items, rows, strict=True):
             if fast.executemany(conn, stmt, [row]) == 1:
                 accepted.add(ch.job_run_id)
-    done = [ch for ch in changes if ch.job_run_id in accepted]
+    done = [ch for ch in prepared.changes if ch.job_run_id in accepted]
     if done:
-        _write_consequences(conn, done)
+        fast.executemany(conn, _INSERT_TRANSITIONS, [prepared.transitions[ch.job_run_id] for ch in done])
+        letters = [prepared.letters[ch.job_run_id] for ch in done if ch.job_run_id in prepared.letters]
+        if letters:
+            conn.execute(_INSERT_DEAD_LETTERS, letters)
+        fast.executemany(conn, _INSERT_OUTBOX, [row for ch in done for row in prepared.events[ch.job_run_id]])
     return done
 
 
@@ -346,30 +384,24 @@ _INSERT_DEAD_LETTERS = dead_letters.insert()
 _INSERT_OUTBOX = fast.insert_of(outbox, ("job_run_id", "tenant_id", "event_type", "payload", "created_at"))
 
 
-def _write_consequences(conn: Connection, done: Sequence[RunChange]) -> None:
-    fast.executemany(conn, _INSERT_TRANSITIONS, [codec.transition_row(ch.transition, ch.tenant_id) for ch in done])
-    letters = [ch.dead_letter for ch in done if ch.dead_letter is not None]
-    if letters:
-        conn.execute(_INSERT_DEAD_LETTERS, [codec.dead_letter_row(d) for d in letters])
-    evts = [(ch.job_run_id, ch.tenant_id, e) for ch in done for e in ch.events]
-    if evts:
-        outbox_append(conn, evts, codec.to_us(done[0].transition.at))
+def _event_rows(run_id: str | None, tenant: str, items: Sequence[Event], at: datetime) -> list[dict[str, Any]]:
+    now = codec.to_us(at)
+    return [
+        {
+            "job_run_id": run_id,
+            "tenant_id": tenant,
+            "event_type": kind.value,
+            "payload": codec.dumps(body),
+            "created_at": now,
+        }
+        for kind, body in items
+    ]
 
 
 def outbox_append(conn: Connection, items: Sequence[tuple[str | None, str, Event]], now: int) -> None:
+    at = codec.from_us(now)
     fast.executemany(
-        conn,
-        _INSERT_OUTBOX,
-        [
-            {
-                "job_run_id": run_id,
-                "tenant_id": tenant,
-                "event_type": kind.value,
-                "payload": codec.dumps(body),
-                "created_at": now,
-            }
-            for run_id, tenant, (kind, body) in items
-        ],
+        conn, _INSERT_OUTBOX, [row for rid, tenant, e in items for row in _event_rows(rid, tenant, [e], at)]
     )
 
 

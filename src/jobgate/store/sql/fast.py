@@ -23,6 +23,17 @@ def insert_of(table: Table, columns: Sequence[str]) -> Insert:
     return table.insert().values({c: bindparam(c) for c in columns})
 
 
+def _compile(conn: Connection, stmt: Any) -> tuple[str, tuple[str, ...] | None]:
+    key = (id(stmt), conn.dialect.name)
+    entry = _compiled.get(key)
+    if entry is None:
+        compiled = stmt.compile(dialect=conn.dialect)
+        names = tuple(compiled.positiontup) if compiled.positiontup else None
+        entry = (str(compiled), names, stmt)
+        _compiled[key] = entry
+    return entry[0], entry[1]
+
+
 def execute(conn: Connection, sql: str) -> None:
     """A parameterless statement (SAVEPOINT, RELEASE) on the transaction's own connection."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -36,14 +47,7 @@ def executemany(conn: Connection, stmt: Any, rows: Sequence[Mapping[str, Any]]) 
     """Run ``stmt`` once per row; returns the number of rows the statement changed in total."""
     if not rows:
         return 0
-    key = (id(stmt), conn.dialect.name)
-    entry = _compiled.get(key)
-    if entry is None:
-        compiled = stmt.compile(dialect=conn.dialect)
-        names = tuple(compiled.positiontup) if compiled.positiontup else None
-        entry = (str(compiled), names, stmt)
-        _compiled[key] = entry
-    sql, names, _ = entry
+    sql, names = _compile(conn, stmt)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         if names is not None:
@@ -51,5 +55,17 @@ def executemany(conn: Connection, stmt: Any, rows: Sequence[Mapping[str, Any]]) 
         else:
             cursor.executemany(sql, rows)
         return int(cursor.rowcount)
+    finally:
+        cursor.close()
+
+
+def returning(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Execute one statement with RETURNING straight through the driver; rows as plain dicts."""
+    sql, names = _compile(conn, stmt)
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, tuple(params[n] for n in names) if names is not None else params)
+        columns = [d[0] for d in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     finally:
         cursor.close()
