@@ -30,6 +30,7 @@ from jobgate.core.policies import (
     SlaPolicy,
     TimeoutPolicy,
 )
+from jobgate.core.ratelimit import check_rate
 from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
 from jobgate.registry import (
     DEFAULT_NON_RETRYABLE_EXIT_CODES,
@@ -323,6 +324,8 @@ def _queue(r: Reader, name: str, value: Any) -> QueueSettings:
     rate = None
     if spec.get("rate_per_second") is not None:
         rate = r.number(spec["rate_per_second"], join(at, "rate_per_second"))
+        if (problem := check_rate(rate)) is not None:
+            r.fail(join(at, "rate_per_second"), problem)
     burst = 1
     if spec.get("burst") is not None:
         if rate is None:

@@ -90,9 +90,9 @@ def test_a_tat_in_the_past_is_the_same_as_none() -> None:
     )
 
 
-@pytest.mark.parametrize("rate", [0, -1, -0.5])
-def test_rate_must_be_positive(rate: float) -> None:
-    with pytest.raises(ValueError, match="rate must be positive"):
+@pytest.mark.parametrize("rate", [0, -1, -0.5, 1e-12, 2e6])
+def test_rate_must_be_within_bounds(rate: float) -> None:
+    with pytest.raises(ValueError, match="out of range"):
         admit(None, NOW, rate=rate, burst=1, wanted=1)
 
 
@@ -201,5 +201,5 @@ def test_non_exact_interval_does_not_exceed_the_bound() -> None:
 
 
 def test_very_high_rate_still_honours_the_burst() -> None:
-    n, _ = admit(None, NOW, rate=3_000_000, burst=1, wanted=100)
+    n, _ = admit(None, NOW, rate=1_000_000, burst=1, wanted=100)
     assert n <= 1

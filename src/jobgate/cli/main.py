@@ -73,10 +73,10 @@ def init(ctx: click.Context, directory: Path, force: bool) -> None:
     applied = _apply(app, [directory / "definitions"])
     engine = app.engine()
     if app.json_output:
-        render.emit_json({"directory": str(directory.resolve()), "database": engine.store.url, "applied": applied})
+        render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": applied})
         return
     render.out.print(f"initialised {directory.resolve()}")
-    render.out.print(f"  database   {engine.store.url}")
+    render.out.print(f"  database   {engine.store.safe_url}")
     render.out.print(f"  applied    {len(applied)} definitions")
     render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
 
@@ -487,7 +487,7 @@ def worker(
     proc.install_signal_handlers()
     proc.start()
     render.err.print(
-        f"worker {proc.worker.worker_id} on {engine.store.url} "
+        f"worker {proc.worker.worker_id} on {engine.store.safe_url} "
         f"(queues {','.join(settings.queues)}, concurrency {settings.concurrency})"
     )
     if exit_when_idle:
@@ -539,6 +539,7 @@ def main() -> None:
     except JobgateError as exc:
         render.err.print(f"error: {exc.code}: {exc}", markup=False)
         sys.exit(1)
-    except Exception as exc:  # no stack trace for users; the type and message are enough to report
-        render.err.print(f"error: internal: {type(exc).__name__}: {exc}", markup=False)
+    except Exception as exc:  # no stack trace for users; the type and first line are enough to report
+        first = (str(exc).splitlines() or [""])[0]
+        render.err.print(f"error: internal: {type(exc).__name__}: {first}", markup=False)
         sys.exit(70)

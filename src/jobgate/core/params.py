@@ -17,8 +17,9 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
 
 # No '/', no whitespace, no shell metacharacters, no leading '-' (a value must never become an
-# option of the program it is passed to): safe as one argv element and as a name.
-DEFAULT_PARAM_PATTERN = r"(?!-)[A-Za-z0-9_.:@+=,-]{0,256}"
+# option of the program it is passed to), not '.' or '..' (never a path step): safe as one argv
+# element and as a file name.
+DEFAULT_PARAM_PATTERN = r"(?!-)(?!\.{1,2}$)[A-Za-z0-9_.:@+=,-]{0,256}"
 # C0 and C1 controls and the Unicode line and paragraph separators.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _PLACEHOLDER = re.compile(r"\{\{\s*\.?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

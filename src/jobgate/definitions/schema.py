@@ -34,6 +34,7 @@ from jobgate.core.models import (
     TriggerType,
 )
 from jobgate.core.params import DEFAULT_PARAM_PATTERN, RESERVED, check_pattern, placeholders
+from jobgate.core.ratelimit import check_rate
 from jobgate.definitions.documents import (
     HANDLER_PATTERN,
     HANDLER_RULE,
@@ -207,6 +208,8 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     rate_limit = None
     if "rate_limit_per_second" in doc:
         rate_limit = r.number(doc["rate_limit_per_second"], "rate_limit_per_second")
+        if (problem := check_rate(rate_limit)) is not None:
+            r.fail("rate_limit_per_second", problem)
 
     params = _params(r, doc.get("params", []))
     executor, runner, meid, cmi = _executor(r, doc, config)

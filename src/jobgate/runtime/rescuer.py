@@ -56,9 +56,15 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
             from jobgate.core.policies import BUILTIN_RETRY_POLICIES
 
             policy = BUILTIN_RETRY_POLICIES["no_retry_v1"]
+        # A user who stopped the run meant it: a vanished worker does not turn a stop into a retry.
+        outcome = (
+            Outcome(OutcomeKind.STOPPED, "LEASE_EXPIRED", "worker lease expired after a stop request")
+            if run.stop_requested
+            else Outcome(OutcomeKind.LEASE_EXPIRED, "LEASE_EXPIRED", "worker lease expired")
+        )
         s = settle_attempt(
             run,
-            Outcome(OutcomeKind.LEASE_EXPIRED, "LEASE_EXPIRED", "worker lease expired"),
+            outcome,
             policy,
             now=now,
             actor=RESCUER,

@@ -52,6 +52,7 @@ class WorkerSettings:
     poll_interval: timedelta = timedelta(milliseconds=50)
     batch_size: int = 100
     prefetch: int = 0  # runs claimed beyond the free threads, started as threads free up
+    settle_linger: timedelta = timedelta(milliseconds=3)  # batch settlements of short jobs
     shutdown_grace: timedelta = timedelta(seconds=30)
     stop_grace: timedelta = timedelta(seconds=10)
     rescue_interval: timedelta = timedelta(seconds=1)
@@ -89,7 +90,9 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.dispatcher = Dispatcher(engine)
-        self._results: queue.Queue[tuple[str, ExecutionResult]] = queue.Queue()
+        # Results carry their flight, not just the run id: a late result of an abandoned attempt
+        # must never settle a later attempt of the same run.
+        self._results: queue.Queue[tuple[_InFlight, ExecutionResult]] = queue.Queue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -99,6 +102,9 @@ class Worker:
         self._busy_threads = 0
         self._pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="jobgate-exec")
         self._watcher = engine.store.change_watcher()
+        self._pending_since: datetime | None = None
+        self._abandoned_threads = 0
+        self._cycle_failures = 0
         self.idle = threading.Event()  # set when nothing is running, buffered or pending
         self.stale_writes_refused = 0
         self.settled = 0
@@ -118,41 +124,20 @@ class Worker:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        s = self.settings
-        clock = self.engine.clock
-        next_renew = next_rescue = next_stop_check = next_beat = clock.now()
-        shutdown_deadline: datetime | None = None
-        self._heartbeat(clock.now())
+        now = self.engine.clock.now()
+        self._next_renew = self._next_rescue = self._next_stop_check = self._next_beat = now
+        self._shutdown_deadline: datetime | None = None
+        self._heartbeat(now)
         try:
             while True:
-                now = clock.now()
-                if self._stopping.is_set() and shutdown_deadline is None:
-                    shutdown_deadline = now + s.shutdown_grace
-                    self._release_buffer(now)
-                self._collect_results(now)
-                self._enforce_deadlines(now, shutdown_deadline)
-                if now >= next_stop_check and self._running:
-                    self._check_stop_requests()
-                    next_stop_check = now + s.stop_check_interval
-                if now >= next_rescue:
-                    self._rescue(now)
-                    next_rescue = now + s.rescue_interval
-                if now >= next_beat:
-                    self._heartbeat(now)
-                    next_beat = now + s.heartbeat_interval
-                renew = now >= next_renew and bool(self._running or self._buffer)
-                claim = 0 if self._stopping.is_set() else self._claim_room()
-                want_claim = bool(claim) and (self._watcher.changed() or self._poll_due(now))
-                if want_claim and not (self._pending or renew or self._startable()):
-                    want_claim = self._claimable(now)  # a read first: don't take the write lock for nothing
-                if self._pending or renew or want_claim or self._startable():
-                    self._cycle(now, renew=renew, claim=claim if want_claim else 0)
-                    if renew:
-                        next_renew = now + s.lease / 3
-                if self._stopping.is_set() and not self._running and not self._pending:
-                    break
-                self.idle.set() if not (self._running or self._buffer or self._pending) else self.idle.clear()
-                self._wait_for_work(claim)
+                try:
+                    if self._turn():
+                        break
+                except Exception:
+                    # A failed read or an executor that cannot be built must not kill the worker:
+                    # its running runs would wait for their leases to expire and each lose an attempt.
+                    log.exception("worker loop turn failed; continuing", extra={"action": "turn_failed"})
+                    time.sleep(0.1)
         finally:
             st = self.stats
             n = max(st.cycles, 1)
@@ -173,11 +158,46 @@ class Worker:
             self._pool.shutdown(wait=False, cancel_futures=True)
             try:
                 with self.engine.store.write() as tx:
-                    tx.worker_stopped(self.worker_id, clock.now())
+                    tx.worker_stopped(self.worker_id, self.engine.clock.now())
             except Exception:
                 log.exception("could not record worker stop")
             self._watcher.close()
             self._stopped.set()
+
+    def _turn(self) -> bool:
+        """One turn of the loop; True when a graceful stop has finished."""
+        s = self.settings
+        now = self.engine.clock.now()
+        if self._stopping.is_set() and self._shutdown_deadline is None:
+            self._shutdown_deadline = now + s.shutdown_grace
+            self._release_buffer(now)
+        self._collect_results(now)
+        self._enforce_deadlines(now, self._shutdown_deadline)
+        if now >= self._next_stop_check and self._running:
+            self._check_stop_requests()
+            self._next_stop_check = now + s.stop_check_interval
+        if now >= self._next_rescue:
+            self._rescue(now)
+            self._next_rescue = now + s.rescue_interval
+        if now >= self._next_beat:
+            self._heartbeat(now)
+            self._next_beat = now + s.heartbeat_interval
+        if self._linger(now):
+            return False
+        renew = now >= self._next_renew and bool(self._running or self._buffer)
+        claim = 0 if self._stopping.is_set() else self._claim_room()
+        want_claim = bool(claim) and (self._watcher.changed() or self._poll_due(now))
+        if want_claim and not (self._pending or renew or self._startable()):
+            want_claim = self._claimable(now)  # a read first: don't take the write lock for nothing
+        if self._pending or renew or want_claim or self._startable():
+            self._cycle(now, renew=renew, claim=claim if want_claim else 0)
+            if renew:
+                self._next_renew = now + s.lease / 3
+        if self._stopping.is_set() and not self._running and not self._pending:
+            return True
+        self.idle.set() if not (self._running or self._buffer or self._pending) else self.idle.clear()
+        self._wait_for_work(claim)
+        return False
 
     _last_poll: datetime | None = None
 
@@ -185,6 +205,27 @@ class Worker:
         if self._last_poll is None or now - self._last_poll >= self.settings.poll_interval:
             self._last_poll = now
             return True
+        return False
+
+    def _linger(self, now: datetime) -> bool:
+        """Wait a moment for more attempts to finish before writing their settlements.
+
+        Short jobs end one after another; settling each trickle in its own transaction pays a
+        commit (an fsync) for a handful of runs. Waiting up to ``settle_linger`` while other
+        attempts are still running lets one commit settle (and restart) many.
+        """
+        if not self._pending or self._stopping.is_set():
+            self._pending_since = None
+            return False
+        if self._pending_since is None:
+            self._pending_since = now
+        running = self._busy_threads - self._abandoned_threads
+        waited = now - self._pending_since
+        if running > 0 and waited < self.settings.settle_linger:
+            if self._wake.wait((self.settings.settle_linger - waited).total_seconds()):
+                self._wake.clear()
+            return True
+        self._pending_since = None
         return False
 
     def _claimable(self, now: datetime) -> bool:
@@ -264,9 +305,17 @@ class Worker:
             self.stats.body += t_body - t_locked
             self.stats.commit += time.perf_counter() - t_body
         except Exception:
-            log.exception("worker cycle failed; will retry", extra={"action": "cycle_failed"})
-            self._isolate_poison(pending)
+            # Nothing of the turn was written. Keep the settlements and try again; only when the
+            # same batch keeps failing is each written alone, so one bad row cannot stall the rest.
+            self._cycle_failures += 1
+            log.exception(
+                "worker cycle failed (%d in a row); will retry", self._cycle_failures, extra={"action": "cycle_failed"}
+            )
+            if self._cycle_failures >= 3:
+                self._isolate_poison(pending)
+            time.sleep(min(0.05 * self._cycle_failures, 1.0))
             return
+        self._cycle_failures = 0
         self.stats.cycles += 1
         self.stats.cycle_seconds += time.perf_counter() - t0
         self.stats.started += len(started)
@@ -346,7 +395,7 @@ class Worker:
         except Exception as exc:  # an executor bug must not kill the worker
             log.exception("executor failed for run %s", flight.run.job_run_id)
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
-        self._results.put((flight.run.job_run_id, result))
+        self._results.put((flight, result))
         self._wake.set()
 
     def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
@@ -359,14 +408,15 @@ class Worker:
     def _collect_results(self, now: datetime) -> None:
         while True:
             try:
-                run_id, result = self._results.get_nowait()
+                flight, result = self._results.get_nowait()
             except queue.Empty:
                 return
             self._busy_threads -= 1
-            flight = self._running.get(run_id)
-            if flight is None or flight.abandoned:
-                self._running.pop(run_id, None) if flight is not None else None
+            if flight.abandoned:
+                self._abandoned_threads -= 1
                 continue
+            if self._running.get(flight.run.job_run_id) is not flight:
+                continue  # settled already (lease lost, abandoned): this result is void
             self._settle(flight, result, now)
 
     def _settle(self, flight: _InFlight, result: ExecutionResult, now: datetime) -> None:
@@ -442,17 +492,21 @@ class Worker:
                 self._interrupt(flight, OutcomeKind.EXECUTION_TIMEOUT, now)
             if shutdown_deadline is not None and now >= shutdown_deadline:
                 self._interrupt(flight, OutcomeKind.RETRYABLE_FAILURE, now)
-            # A handler that ignores its cancellation flag is abandoned after the grace period:
-            # the attempt is settled now; the thread's eventual result is discarded.
-            if flight.interrupted_at is not None and flight.interrupt is not OutcomeKind.LEASE_EXPIRED:
+            # An executor that ignores its stop is abandoned after the grace period: the attempt
+            # is settled now (unless its lease was lost: then it is not ours to settle), the
+            # thread keeps its slot until it returns, and its eventual result is discarded.
+            if flight.interrupted_at is not None:
                 grace = grace_for(flight.executor, self.settings.stop_grace)
                 if now - flight.interrupted_at > grace + timedelta(seconds=1):
-                    flight.abandoned = True
                     log.error(
                         "run %s: executor ignored stop for %s; abandoning its thread", flight.run.job_run_id, grace
                     )
-                    self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
-                    self._running[flight.run.job_run_id] = flight  # keep the slot counted until it returns
+                    if flight.interrupt is OutcomeKind.LEASE_EXPIRED:
+                        self._running.pop(flight.run.job_run_id, None)
+                    else:
+                        self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
+                    flight.abandoned = True
+                    self._abandoned_threads += 1
 
     def _check_stop_requests(self) -> None:
         ids = [rid for rid, f in self._running.items() if f.interrupt is None]

@@ -82,7 +82,8 @@ def stop_run(
         if run.status is not RunStatus.RUNNING:
             hint = " (use cancel for a pending run)" if run.status.is_pending else ""
             raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
-        tx.run_request_stop(job_run_id)
+        if not tx.run_request_stop(job_run_id):
+            raise ConflictError("run finished before the stop was recorded", field="status")
         now = engine.clock.now()
         tx.outbox_append(
             [(run.job_run_id, run.tenant_id, events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now
@@ -117,7 +118,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             to_status=RunStatus.SCHEDULED,
             transition=transition,
             values={
-                "max_attempts": max(run.max_attempts, run.attempt + 1),
+                "max_attempts": run.attempt + 1,
                 "due_at": now,
                 "ended_at": None,
                 "next_retry_at": None,

@@ -20,10 +20,12 @@ from typing import Any
 
 from jobgate.clock import Clock, SystemClock
 from jobgate.config import JobgateConfig
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
+    ExecutionWindow,
     JobDefinition,
     JobRun,
     Scope,
@@ -58,6 +60,7 @@ class SubmitRequest:
     payload: dict[str, Any] = field(default_factory=dict)
     policy_context: dict[str, Any] = field(default_factory=dict)
     due_at: datetime | None = None
+    window: ExecutionWindow | None = None  # batch runs: the [start, end) they cover, part of the key
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class Engine:
         progress: Callable[[int], None] | None = None,
     ) -> list[ApplyResult]:
         """Store every definition or none: one transaction for the whole load."""
+        for item in loaded:
+            check_executable(item)
         now = self.clock.now()
         out: list[ApplyResult] = []
         with self.store.write() as tx:
@@ -194,6 +199,9 @@ class Engine:
             "event_type": trigger.event_type,
             "policy_context": trigger.policy_context,
             "payload": trigger.payload,
+            "window": None
+            if trigger.window is None
+            else [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)],
         }
         return _Prepared(
             RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
@@ -225,7 +233,14 @@ class Engine:
         request_id = request.request_id
         if request.trigger_type is TriggerType.MANUAL and request_id is None:
             request_id = f"REQ-{uuid.uuid4().hex}"
-        trigger_id = request.trigger_id or (f"TGTRIG-{request_id}" if request_id else f"TGTRIG-{uuid.uuid4().hex}")
+        if request.trigger_id:
+            trigger_id = request.trigger_id
+        elif request_id:
+            trigger_id = f"TGTRIG-{request_id}"
+        elif request.window is not None:  # a batch window identifies the trigger: one run per window
+            trigger_id = f"TGTRIG-window-{request.window.start.isoformat()}-{request.window.end.isoformat()}"
+        else:
+            trigger_id = f"TGTRIG-{uuid.uuid4().hex}"
         if request.trigger_type in (TriggerType.EVENT, TriggerType.QUEUE) and not request.source_event_id:
             raise ValidationError("event triggers need the source event id", field="source_event_id")
         return Trigger(
@@ -236,6 +251,7 @@ class Engine:
             source_event_id=request.source_event_id,
             request_id=request_id,
             event_type=request.event_type,
+            window=request.window,
             policy_context=dict(request.policy_context),
             payload=dict(request.payload),
             created_at=now,
@@ -245,6 +261,19 @@ class Engine:
         return retry_policy(self.config, definition.retry_policy), timeout_policy(
             self.config, definition.timeout_policy
         )
+
+
+def check_executable(item: LoadedDefinition) -> None:
+    """Refuse, before anything is stored, a handler that cannot be imported here (a typo, a
+    missing package): otherwise it would be found only when a run fails at its first attempt."""
+    spec = item.definition.executor
+    if spec.kind == "python" and spec.handler:
+        from jobgate.runtime.executors.python import resolve_handler
+
+        try:
+            resolve_handler(spec.handler)
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field="handler", source=item.source) from None
 
 
 def retry_policy(config: JobgateConfig, policy_id: str) -> RetryPolicy:

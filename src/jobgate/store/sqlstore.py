@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from jobgate.core.errors import ConfigurationError
 from jobgate.core.events import Event
 from jobgate.core.models import (
     Attempt,
@@ -311,10 +312,17 @@ class Store:
             self._reader = self._writer
             self.skip_locked = True
         else:
-            raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:/// or postgresql://")
+            raise ConfigurationError(
+                f"unsupported scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql://…", field="database"
+            )
         self._lock = threading.Lock()
         if migrate:
             self.migrate()
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with any password masked, for logs and terminals."""
+        return make_url(self.url).render_as_string(hide_password=True)
 
     def migrate(self) -> None:
         with self._writer.connect() as conn:

@@ -48,6 +48,7 @@ from jobgate.store.tables import (
 )
 
 _CHUNK = 400
+_LIMITS_LOCK = 0x6A6F626C  # "jobl": the advisory lock of limited claims on PostgreSQL
 _CLAIMABLE = [s.value for s in CLAIMABLE]
 _LEASED = [s.value for s in LEASED]
 # Literal predicates, identical to the partial indexes' WHERE clauses: with bound parameters
@@ -209,6 +210,10 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
 def _apply_limits(conn: Connection, candidates: Sequence[Any], p: RunsClaim, now: int) -> list[str]:
     if not p.queue_rates and all(r.concurrency_limit is None and r.rate_limit_per_second is None for r in candidates):
         return [r.job_run_id for r in candidates[: p.limit]]  # nothing limited: the common case
+    if conn.dialect.name == "postgresql":
+        # Limits are read, decided and written back: serialise the deciding claims cluster-wide
+        # (claims with nothing limited never get here).
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LIMITS_LOCK})
     limited_defs = {r.job_definition_id for r in candidates if r.concurrency_limit is not None}
     active: dict[str, int] = {}
     if limited_defs:
