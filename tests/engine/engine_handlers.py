@@ -110,3 +110,12 @@ def gated_fail_once(ctx: ExecutionContext) -> dict[str, Any]:
     if ctx.attempt == 1:
         raise RetryableError("failed after the gate", error_code="FLAKY")
     return {"attempt": ctx.attempt}
+
+
+def stubborn_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
+    """Attempt 1 ignores cancellation and returns late; later attempts take 0.8 s, politely."""
+    if ctx.attempt == 1:
+        time.sleep(2.5)
+        return {"late_result_of_attempt": 1}
+    ctx.cancelled.wait(0.8)
+    return {"attempt": ctx.attempt}

@@ -144,3 +144,33 @@ def test_inactive_definition_is_refused(engine: Engine) -> None:
         engine.submit(SubmitRequest(job))
     assert err.value.field == "status"
     assert count(engine, "job_runs") == 0
+
+
+def test_unimportable_handler_is_refused_at_apply_and_nothing_is_stored(engine: Engine) -> None:
+    from jobgate.definitions import parse_definition
+
+    loaded = parse_definition(
+        {"job_definition_id": "typo", "job_class": "MAINTENANCE_JOB", "handler": "engine_handlers:no_such_function"},
+        "defs/typo.yaml",
+        engine.config,
+    )
+    with pytest.raises(ValidationError) as err:
+        engine.apply_definitions([loaded])
+    assert (err.value.field, err.value.source) == ("handler", "defs/typo.yaml")
+    assert count(engine, "definitions") == 0
+
+
+def test_a_batch_window_is_one_run_however_often_it_is_triggered(engine: Engine) -> None:
+    from datetime import UTC, datetime
+
+    from jobgate.core.models import ExecutionWindow
+
+    job = define(engine, trigger_type="batch_window", schedule_expression="0 * * * *")
+    window = ExecutionWindow(datetime(2026, 6, 25, 18, tzinfo=UTC), datetime(2026, 6, 25, 19, tzinfo=UTC))
+    first = engine.submit(SubmitRequest(job, trigger_type=TriggerType.BATCH_WINDOW, window=window))
+    again = engine.submit(SubmitRequest(job, trigger_type=TriggerType.BATCH_WINDOW, window=window))
+    later = ExecutionWindow(window.end, datetime(2026, 6, 25, 20, tzinfo=UTC))
+    other = engine.submit(SubmitRequest(job, trigger_type=TriggerType.BATCH_WINDOW, window=later))
+    assert first.created and not again.created and other.created
+    assert first.run.job_run_id == again.run.job_run_id != other.run.job_run_id
+    assert count(engine, "job_runs") == 2

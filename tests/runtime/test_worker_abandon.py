@@ -1,0 +1,48 @@
+"""An attempt whose executor ignores its stop is abandoned; its late result must not settle the next attempt."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from runtime_support import attempts, wait_status
+
+from helpers import define, make_config
+from jobgate.core.states import RunStatus
+from jobgate.runtime.worker import Worker, WorkerSettings
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sqlstore import Store
+
+
+def test_late_result_of_an_abandoned_attempt_is_discarded(database_url: str, tmp_path: Path) -> None:
+    config = make_config(
+        tmp_path, timeout_policies=[{"timeout_policy_id": "one_second", "execution_timeout_seconds": 1}]
+    )
+    engine = Engine(Store(database_url), config)
+    try:
+        job = define(
+            engine,
+            handler="engine_handlers:stubborn_first_attempt",
+            retry_policy="test_fixed_v1",
+            timeout_policy="one_second",
+        )
+        rid = engine.submit(SubmitRequest(job)).run.job_run_id
+        worker = Worker(
+            engine,
+            WorkerSettings(
+                concurrency=2, stop_grace=timedelta(milliseconds=100), poll_interval=timedelta(milliseconds=20)
+            ),
+        )
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            run = wait_status(engine, rid, RunStatus.COMPLETED, timeout=15)
+        finally:
+            worker.stop()
+            assert worker.wait_stopped(15)
+            thread.join(5)
+        assert run.result == {"attempt": 2}
+        assert [(a.attempt, a.outcome) for a in attempts(engine, rid)] == [(1, "execution_timeout"), (2, "succeeded")]
+    finally:
+        engine.store.dispose()
