@@ -1,11 +1,13 @@
 """The outbox publisher: delivers committed events to sinks, at least once, in order.
 
 Events are written in the transaction that caused them; this loop reads them in id order,
-hands each batch to every sink, and marks the batch delivered. It holds the database's
-write lock while it does so (a PostgreSQL advisory lock, or SQLite's own), so two
-publishers never interleave and per-run order holds. A sink that fails leaves the batch
-undelivered; it is retried on the next turn, so a consumer may see an event twice and
-de-duplicates by ``event_id``.
+hands each batch to every sink, and marks the batch delivered. Only the holder of the
+publisher lock (a fenced, expiring row in ``locks``) publishes, so there is one publisher per
+database; sinks are called outside any transaction so slow sink I/O never holds up workers,
+and marking delivered is fenced by the lock token. A sink that fails leaves the batch
+undelivered and it is retried on the next turn; a holder that stalled past the lock's expiry
+may deliver a batch again. Either way consumers may see an event twice and de-duplicate by
+``event_id``.
 """
 
 from __future__ import annotations
