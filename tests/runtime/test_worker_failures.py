@@ -329,3 +329,27 @@ def test_a_retry_that_waits_too_long_for_a_worker_is_dead_lettered_by_its_queue_
     assert transitions(custom, rid)[-1] == ("RETRY_WAIT", "DEAD_LETTERED", "queue_timeout", 1)
     (letter,) = dead_letters(custom, rid)
     assert (letter.reason, letter.attempts) == (DeadLetterReason.QUEUE_TIMEOUT_EXCEEDED, 1)
+
+
+def test_a_run_keeps_the_retry_policy_it_was_admitted_under(engine: Engine, tmp_path: Path) -> None:
+    from helpers import make_config
+    from jobgate.store.sqlstore import Store
+
+    job = define(engine, handler="engine_handlers:fail_until", retry_policy="test_fixed_v1", params=OK_ON)
+    rid = engine.submit(SubmitRequest(job, params={"ok_on": "3"})).run.job_run_id
+    # The operator now edits the named policy down to a single attempt: the run is not affected.
+    edited = make_config(
+        tmp_path / "edited",
+        retry_policies=[
+            {"retry_policy_id": "test_fixed_v1", "strategy": "none", "max_attempts": 1},
+            {"retry_policy_id": "test_review_v1", "strategy": "none", "max_attempts": 1},
+        ],
+    )
+    later = Engine(Store(engine.store.url), edited)
+    try:
+        with running_worker(later):
+            done = wait_status(later, rid, RunStatus.COMPLETED)
+        assert done.attempt == 3
+        assert done.bound_retry_policy is not None and done.bound_retry_policy["max_attempts"] == 3
+    finally:
+        later.store.dispose()

@@ -270,6 +270,9 @@ class JobRun:
     artifact_path: str | None = None
     artifact_sha256: str | None = None
     artifact_size: int | None = None
+    # The retry policy as it was when the run was created (seed §21 shape): the run keeps the
+    # rule it was admitted under even if the named policy is edited later.
+    bound_retry_policy: JsonObject | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,20 @@ class RetryPolicy:
         if self.max_delay < self.initial_delay:
             raise ValidationError("must be >= initial_delay_seconds", field="max_delay_seconds", source=where)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The seed §21 shape; ``from_dict(to_dict())`` gives back an equal policy."""
+        return {
+            "retry_policy_id": self.retry_policy_id,
+            "strategy": self.strategy.value,
+            "max_attempts": self.max_attempts,
+            "initial_delay_seconds": self.initial_delay.total_seconds(),
+            "max_delay_seconds": self.max_delay.total_seconds(),
+            "jitter": self.jitter,
+            "dead_letter_after_max_attempts": self.dead_letter_after_max_attempts,
+            "escalate_on_final_failure": self.escalate_on_final_failure,
+            "dead_letter_non_retryable": self.dead_letter_non_retryable,
+        }
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "retry policy") -> RetryPolicy:
         """Build from the seed §21 JSON shape, naming the field on any error."""

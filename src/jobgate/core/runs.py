@@ -64,6 +64,7 @@ def new_run(
         requested_by=trigger.requested_by,
         queue_deadline_at=queue_deadline,
         execution_timeout=None if timeout is None else timeout.execution_timeout,
+        bound_retry_policy=retry.to_dict(),
     )
     transitions = (
         Transition(

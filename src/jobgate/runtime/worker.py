@@ -38,7 +38,7 @@ from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
-from jobgate.service.engine import Engine, retry_policy
+from jobgate.service.engine import Engine, run_retry_policy
 from jobgate.store.base import LeaseRenew, RunChange, RunsClaim, WorkerBeat
 
 log = logging.getLogger("jobgate.worker")
@@ -463,7 +463,7 @@ class Worker:
 
     def _policy(self, run: JobRun) -> RetryPolicy:
         try:
-            return retry_policy(self.engine.config, run.retry_policy)
+            return run_retry_policy(self.engine.config, run)
         except JobgateError:
             from jobgate.core.policies import BUILTIN_RETRY_POLICIES
 

@@ -276,6 +276,23 @@ def check_executable(item: LoadedDefinition) -> None:
             raise ValidationError(exc.message, field="handler", source=item.source) from None
 
 
+_bound_policies: dict[str, RetryPolicy] = {}
+
+
+def run_retry_policy(config: JobgateConfig, run: JobRun) -> RetryPolicy:
+    """The retry policy a run was admitted under (bound at creation), else the named one."""
+    if run.bound_retry_policy is None:
+        return retry_policy(config, run.retry_policy)
+    from jobgate.core.canonical import canonical_json
+
+    key = canonical_json(run.bound_retry_policy).decode()
+    policy = _bound_policies.get(key)
+    if policy is None:
+        policy = RetryPolicy.from_dict(dict(run.bound_retry_policy), source=f"run {run.job_run_id}")
+        _bound_policies[key] = policy
+    return policy
+
+
 def retry_policy(config: JobgateConfig, policy_id: str) -> RetryPolicy:
     try:
         return config.retry_policies[policy_id]

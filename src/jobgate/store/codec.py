@@ -101,6 +101,7 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
         artifact_path=r["artifact_path"],
         artifact_sha256=r["artifact_sha256"],
         artifact_size=r["artifact_size"],
+        bound_retry_policy=loads(r["retry_policy_doc"]),
     )
 
 

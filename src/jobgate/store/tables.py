@@ -102,6 +102,7 @@ job_runs = Table(
     Column("priority_rank", Integer, nullable=False),
     Column("queue", String(100), nullable=False),
     Column("retry_policy", String(200), nullable=False),
+    Column("retry_policy_doc", Text),
     Column("concurrency_limit", Integer),
     Column("rate_limit_per_second", Float),
     Column("execution_timeout_us", BigInteger),

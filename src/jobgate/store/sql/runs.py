@@ -39,6 +39,7 @@ def run_row(c: RunCreate) -> dict[str, object]:
         "priority_rank": r.priority.rank,
         "queue": r.queue,
         "retry_policy": r.retry_policy,
+        "retry_policy_doc": None if r.bound_retry_policy is None else codec.dumps(r.bound_retry_policy),
         "concurrency_limit": c.concurrency_limit,
         "rate_limit_per_second": c.rate_limit_per_second,
         "execution_timeout_us": None if r.execution_timeout is None else int(r.execution_timeout.total_seconds() * 1e6),

@@ -97,6 +97,7 @@ def upgrade() -> None:
         sa.Column("priority_rank", sa.Integer(), nullable=False),
         sa.Column("queue", sa.String(length=100), nullable=False),
         sa.Column("retry_policy", sa.String(length=200), nullable=False),
+        sa.Column("retry_policy_doc", sa.Text(), nullable=True),
         sa.Column("concurrency_limit", sa.Integer(), nullable=True),
         sa.Column("rate_limit_per_second", sa.Float(), nullable=True),
         sa.Column("execution_timeout_us", sa.BigInteger(), nullable=True),
