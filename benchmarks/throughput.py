@@ -43,6 +43,7 @@ from jobgate.definitions import load_definitions  # noqa: E402
 from jobgate.service import control  # noqa: E402
 from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
+from jobgate.store.tables import metadata  # noqa: E402
 
 DEFINITION = """
 job_definition_id: bench-record
@@ -100,11 +101,9 @@ class Bench:
         config = load_config(self.config_path)
         self.engine = Engine(Store(config.database, synchronous=config.sqlite.synchronous), config)
         if args.db and self.engine.store.dialect == "postgresql":
+            tables = ", ".join(t.name for t in metadata.sorted_tables)
             with self.engine.store.write() as tx:  # a clean slate in the benchmark database
-                tx.conn.exec_driver_sql(
-                    "TRUNCATE job_runs, run_transitions, run_attempts, outbox, dead_letters, "
-                    "config_snapshots, definitions, definition_heads, rate_limits, workers"
-                )
+                tx.conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
         self.engine.apply_definitions(load_definitions([root / "definitions"], config))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.seq = 0
@@ -287,8 +286,8 @@ def main() -> None:
     p.add_argument("--db", help="database URL for --backend postgres (default: the local test server)")
     p.add_argument("--jobs", type=int, default=20000)
     p.add_argument("--workers", type=int, default=2, help="worker processes")
-    p.add_argument("--concurrency", type=int, default=32, help="executor threads per worker")
-    p.add_argument("--batch-size", type=int, default=200)
+    p.add_argument("--concurrency", type=int, default=64, help="executor threads per worker")
+    p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--prefetch", type=int, default=64)
     p.add_argument("--single", type=int, default=2000, help="runs submitted one transaction each")
     p.add_argument("--latency-jobs", type=int, default=common.LAT_N)
