@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from runtime_support import (
     actors,
@@ -126,3 +128,17 @@ def test_retry_of_a_terminal_run_is_one_new_run_and_a_live_run_cannot_be_retried
     with pytest.raises(ConflictError):
         control.retry_run(engine, pending.job_run_id, actor="alice")
     assert count(engine, "job_runs") == 3
+
+
+def test_the_retry_of_a_run_stays_the_same_after_the_configuration_changes(engine: Engine, tmp_path: Path) -> None:
+    from helpers import make_config
+
+    job = define(engine)
+    source = engine.submit(SubmitRequest(job)).run
+    control.cancel_run(engine, source.job_run_id, actor="alice")
+    retry, created = control.retry_run(engine, source.job_run_id, actor="alice")
+    assert created
+    # The default profile changes: new snapshot, new config digest; the retry is still the same run.
+    changed = Engine(engine.store, make_config(tmp_path / "changed", profiles={"default": {"replicas": 3}}))
+    again, created_again = control.retry_run(changed, source.job_run_id, actor="bob")
+    assert not created_again and again.job_run_id == retry.job_run_id

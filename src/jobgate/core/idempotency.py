@@ -48,3 +48,9 @@ def idempotency_key(
 def run_id_for(key: str) -> str:
     """``TGJOBRUN-`` and the first 128 bits of the key: unique in practice, short in a table."""
     return RUN_ID_PREFIX + key.removeprefix("sha256:")[:32]
+
+
+def retry_key(source_job_run_id: str) -> str:
+    """The key of the (single) retry of a terminal run: a function of the source run alone, so
+    asking again returns the same retry even after the configuration changed (seed 001)."""
+    return digest({"retry_of": source_job_run_id})

@@ -22,13 +22,15 @@ def new_run(
     now: datetime,
     due_at: datetime | None = None,
     actor: str,
+    key: str | None = None,
 ) -> tuple[JobRun, tuple[Transition, ...]]:
     """The run a trigger maps to, admitted straight to SCHEDULED, and its two first transitions.
 
     The run id is a function of the idempotency key, so building the same run twice gives the
-    same id and the store's primary key turns the second insert into a no-op.
+    same id and the store's primary key turns the second insert into a no-op. ``key`` replaces
+    the computed key where the trigger itself defines identity (the retry of a run).
     """
-    key = idempotency_key(
+    key = key or idempotency_key(
         job_definition_id=definition.job_definition_id,
         trigger=trigger,
         scope=scope,

@@ -160,6 +160,7 @@ def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | N
         reason=f"retry of {run.job_run_id}",
         request_id=f"retry-of:{run.job_run_id}",
         payload={"retry_of": run.job_run_id},
+        retry_of=run.job_run_id,
     )
     result = engine.submit(request, actor=actor)
     return result.run, result.created

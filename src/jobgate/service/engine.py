@@ -22,6 +22,7 @@ from jobgate.clock import Clock, SystemClock
 from jobgate.config import JobgateConfig
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.idempotency import retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
@@ -61,6 +62,7 @@ class SubmitRequest:
     policy_context: dict[str, Any] = field(default_factory=dict)
     due_at: datetime | None = None
     window: ExecutionWindow | None = None  # batch runs: the [start, end) they cover, part of the key
+    retry_of: str | None = None  # the terminal run this one retries: the key derives from it alone
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ class Engine:
             now=now,
             due_at=request.due_at,
             actor=actor or request.requested_by or SYSTEM_ACTOR,
+            key=None if request.retry_of is None else retry_key(request.retry_of),
         )
         trigger_doc = {
             "trigger_id": trigger.trigger_id,
