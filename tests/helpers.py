@@ -13,7 +13,8 @@ from jobgate.definitions import parse_definition
 from jobgate.service.engine import Engine
 
 
-def make_config(base: Path, **overrides: Any) -> JobgateConfig:
+def config_document(base: Path, **overrides: Any) -> dict[str, Any]:
+    """The test configuration as a document (what a jobgate.yaml would hold)."""
     doc: dict[str, Any] = {
         "data_dir": str(base / "data"),
         "events": {"jsonl_path": str(base / "data" / "events.jsonl"), "log": False},
@@ -42,7 +43,11 @@ def make_config(base: Path, **overrides: Any) -> JobgateConfig:
         },
     }
     doc.update(overrides)
-    return build_config(doc, base_dir=base, path=None)
+    return doc
+
+
+def make_config(base: Path, **overrides: Any) -> JobgateConfig:
+    return build_config(config_document(base, **overrides), base_dir=base, path=None)
 
 
 def define(engine: Engine, **fields: Any) -> str:

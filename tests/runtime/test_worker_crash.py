@@ -29,7 +29,7 @@ from runtime_support import (
     wait_until,
 )
 
-from helpers import count, define
+from helpers import config_document, count, define
 from jobgate.config import JobgateConfig
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.settle import settle_attempt
@@ -44,32 +44,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 def _write_config(tmp_path: Path, database_url: str, config: JobgateConfig) -> Path:
     """A jobgate.yaml (JSON is YAML) with the same policies and runners as ``make_config``."""
-    doc = {
-        "database": database_url,
-        "data_dir": str(tmp_path / "data"),
-        "events": {"jsonl_path": str(tmp_path / "data" / "events.jsonl"), "log": False},
-        "retry_policies": [
-            {
-                "retry_policy_id": "test_fixed_v1",
-                "strategy": "fixed_delay",
-                "max_attempts": 3,
-                "initial_delay_seconds": 0,
-                "max_delay_seconds": 0,
-            },
-            {
-                "retry_policy_id": "test_review_v1",
-                "strategy": "manual_review_after_n",
-                "max_attempts": 2,
-                "initial_delay_seconds": 0,
-                "max_delay_seconds": 0,
-            },
-        ],
-        "timeout_policies": [
-            {"timeout_policy_id": "test_exec_timeout_v1", "execution_timeout_seconds": 0.5},
-            {"timeout_policy_id": "test_queue_timeout_v1", "queue_timeout_seconds": 0.2},
-        ],
-        "runners": {"py": {"binary": "python3", "args": ["{{tmpfile}}"], "stop_grace_seconds": 0.5}},
-    }
+    doc = config_document(tmp_path, database=database_url)
     assert set(config.retry_policies) >= {"test_fixed_v1", "test_review_v1"}
     path = tmp_path / "jobgate.yaml"
     path.write_text(json.dumps(doc, indent=2))

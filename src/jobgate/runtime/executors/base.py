@@ -7,6 +7,7 @@ only its run's snapshot and payload (seed 000 §56), nothing broader.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobgate.core.decide import Outcome
+from jobgate.core.decide import Outcome, OutcomeKind
 
 ProgressReporter = Callable[[float | None, str | None], None]
 
@@ -156,3 +157,17 @@ class Executor(Protocol):
     def execute(self, ctx: ExecutionContext) -> ExecutionResult: ...
 
     def stop(self, ctx: ExecutionContext, grace: timedelta) -> None: ...
+
+
+def failure(kind: OutcomeKind, code: str, message: str) -> ExecutionResult:
+    return ExecutionResult(Outcome(kind, error_code=code, error_message=message))
+
+
+def stopped(message: str) -> ExecutionResult:
+    return ExecutionResult(Outcome(OutcomeKind.STOPPED, error_message=message))
+
+
+def log_best_effort(ctx: ExecutionContext, text: str) -> None:
+    """A run log that cannot be written must not turn into a different outcome."""
+    with contextlib.suppress(OSError):
+        ctx.log(text)

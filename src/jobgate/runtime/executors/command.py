@@ -37,7 +37,14 @@ from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.core.params import RESERVED, placeholders, render
 from jobgate.registry import RunnerSpec
-from jobgate.runtime.executors.base import Artifact, ExecutionContext, ExecutionResult
+from jobgate.runtime.executors.base import (
+    Artifact,
+    ExecutionContext,
+    ExecutionResult,
+    failure,
+    log_best_effort,
+    stopped,
+)
 
 INHERITED_ENV = ("PATH", "LANG", "HOME")
 _POLL_SECONDS = 0.05
@@ -140,11 +147,11 @@ class CommandExecutor:
 
     def execute(self, ctx: ExecutionContext) -> ExecutionResult:
         if ctx.is_cancelled():
-            return _stopped("stopped before the runner started")
+            return stopped("stopped before the runner started")
         try:
             plan = self._plan(ctx)
         except _Refused as refused:
-            _log(ctx, f"[jobgate] runner {self.runner.name} refused: {refused}")
+            log_best_effort(ctx, f"[jobgate] runner {self.runner.name} refused: {refused}")
             return ExecutionResult(refused.outcome)
         try:
             return self._run(ctx, plan)
@@ -199,11 +206,13 @@ class CommandExecutor:
                 _write_private(plan.tmpfile, plan.body)
             log = ctx.log_path.open("ab")
         except OSError as exc:
-            return _failure(OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}")
+            return failure(OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}")
         if ctx.is_cancelled():
             log.close()
-            return _stopped("stopped before the runner started")
-        _log(ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})")
+            return stopped("stopped before the runner started")
+        log_best_effort(
+            ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})"
+        )
         try:
             with log:
                 process = subprocess.Popen(
@@ -217,11 +226,11 @@ class CommandExecutor:
                     env=plan.env,
                 )
         except FileNotFoundError:
-            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found")
+            return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found")
         except PermissionError as exc:
-            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_NOT_EXECUTABLE", f"{plan.argv[0]}: {exc}")
+            return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_NOT_EXECUTABLE", f"{plan.argv[0]}: {exc}")
         except OSError as exc:  # fork/exec resource limits: worth another try later
-            return _failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
+            return failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
         running = _Running(process)
         with self._lock:
             self._running[id(ctx)] = (ctx, running)
@@ -230,16 +239,16 @@ class CommandExecutor:
         finally:
             with self._lock:
                 self._running.pop(id(ctx), None)
-        _log(ctx, f"[jobgate] runner {self.runner.name} exited with {_describe(code)}")
+        log_best_effort(ctx, f"[jobgate] runner {self.runner.name} exited with {_describe(code)}")
         if running.signalled:
-            return _stopped(f"stopped; runner {self.runner.name} exited with {_describe(code)}")
+            return stopped(f"stopped; runner {self.runner.name} exited with {_describe(code)}")
         outcome = _exit_outcome(self.runner, code)
         if outcome.kind is not OutcomeKind.SUCCEEDED:
             return ExecutionResult(outcome)
         try:
             artifact = None if plan.artifact is None else _record_artifact(plan.workdir, plan.artifact)
         except _Refused as refused:
-            _log(ctx, f"[jobgate] artifact refused: {refused}")
+            log_best_effort(ctx, f"[jobgate] artifact refused: {refused}")
             return ExecutionResult(refused.outcome)
         return ExecutionResult(outcome, result={"exit_code": 0, "runner": self.runner.name}, artifact=artifact)
 
@@ -335,18 +344,3 @@ def _signal_name(number: int) -> str:
 
 def _describe(code: int) -> str:
     return f"signal {_signal_name(-code)}" if code < 0 else f"code {code}"
-
-
-def _failure(kind: OutcomeKind, code: str, message: str) -> ExecutionResult:
-    return ExecutionResult(Outcome(kind, error_code=code, error_message=message))
-
-
-def _stopped(message: str) -> ExecutionResult:
-    return ExecutionResult(Outcome(OutcomeKind.STOPPED, error_message=message))
-
-
-def _log(ctx: ExecutionContext, text: str) -> None:
-    """Best effort: a run log that cannot be written must not turn into a different outcome."""
-    with contextlib.suppress(OSError):
-        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
-        ctx.log(text)

@@ -18,7 +18,6 @@ Why it is shaped this way:
 
 from __future__ import annotations
 
-import contextlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -28,7 +27,7 @@ import httpx
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.registry import HttpTargetSpec
-from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult
+from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, failure, log_best_effort, stopped
 
 # Client errors that mean "not now" rather than "never": Request Timeout, Too Early, Too Many Requests.
 RETRYABLE_CLIENT_ERRORS = frozenset({408, 425, 429})
@@ -54,11 +53,11 @@ class HttpExecutor:
 
     def execute(self, ctx: ExecutionContext) -> ExecutionResult:
         if ctx.is_cancelled():
-            return _stopped("stopped before the request was sent")
+            return stopped("stopped before the request was sent")
         try:
             body = json.dumps(ctx.payload.as_json(), allow_nan=False).encode()
         except (TypeError, ValueError) as exc:
-            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PAYLOAD", f"payload is not JSON: {exc}")
+            return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PAYLOAD", f"payload is not JSON: {exc}")
         headers = {
             **dict(self.spec.headers),
             "Content-Type": "application/json",
@@ -73,16 +72,16 @@ class HttpExecutor:
                 with httpx.Client() as client:
                     response = self._post(client, body, headers, timeout)
         except httpx.TimeoutException as exc:
-            return self._after(ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TIMEOUT", _describe(exc)))
+            return self._after(ctx, failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TIMEOUT", _describe(exc)))
         except httpx.ConnectError as exc:
-            return self._after(ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_UNREACHABLE", _describe(exc)))
+            return self._after(ctx, failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_UNREACHABLE", _describe(exc)))
         except httpx.UnsupportedProtocol as exc:
-            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "HTTP_INVALID_URL", _describe(exc))
+            return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "HTTP_INVALID_URL", _describe(exc))
         except httpx.TransportError as exc:  # connection dropped mid-exchange, protocol errors
-            return self._after(ctx, _failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TRANSPORT_ERROR", _describe(exc)))
-        _log(ctx, f"[jobgate] POST {self.spec.url} -> HTTP {response.status_code}")
+            return self._after(ctx, failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TRANSPORT_ERROR", _describe(exc)))
+        log_best_effort(ctx, f"[jobgate] POST {self.spec.url} -> HTTP {response.status_code}")
         if ctx.is_cancelled():
-            return _stopped(f"stopped while the request was in flight; the target answered HTTP {response.status_code}")
+            return stopped(f"stopped while the request was in flight; the target answered HTTP {response.status_code}")
         return _map_response(response)
 
     def stop(self, ctx: ExecutionContext, grace: timedelta) -> None:
@@ -97,8 +96,8 @@ class HttpExecutor:
     def _after(self, ctx: ExecutionContext, failure: ExecutionResult) -> ExecutionResult:
         """A failure after a stop is the stop's consequence, not the target's fault."""
         if ctx.is_cancelled():
-            return _stopped(f"stopped while the request was in flight ({failure.outcome.error_code})")
-        _log(ctx, f"[jobgate] POST {self.spec.url} failed: {failure.outcome.error_message}")
+            return stopped(f"stopped while the request was in flight ({failure.outcome.error_code})")
+        log_best_effort(ctx, f"[jobgate] POST {self.spec.url} failed: {failure.outcome.error_message}")
         return failure
 
 
@@ -111,7 +110,7 @@ def _map_response(response: httpx.Response) -> ExecutionResult:
     kind = OutcomeKind.RETRYABLE_FAILURE if retryable else OutcomeKind.NON_RETRYABLE_FAILURE
     excerpt = response.text[:_BODY_EXCERPT].strip()
     message = f"target answered HTTP {status}" + (f": {excerpt}" if excerpt else "")
-    return _failure(kind, f"HTTP_{status}", message)
+    return failure(kind, f"HTTP_{status}", message)
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any] | None:
@@ -124,18 +123,3 @@ def _json_object(response: httpx.Response) -> dict[str, Any] | None:
 
 def _describe(exc: httpx.HTTPError) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _failure(kind: OutcomeKind, code: str, message: str) -> ExecutionResult:
-    return ExecutionResult(Outcome(kind, error_code=code, error_message=message))
-
-
-def _stopped(message: str) -> ExecutionResult:
-    return ExecutionResult(Outcome(OutcomeKind.STOPPED, error_message=message))
-
-
-def _log(ctx: ExecutionContext, text: str) -> None:
-    """Best effort: a run log that cannot be written must not turn into a different outcome."""
-    with contextlib.suppress(OSError):
-        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
-        ctx.log(text)
