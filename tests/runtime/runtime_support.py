@@ -106,13 +106,14 @@ class StoredEvent:
 
 
 def events(engine: Engine, job_run_id: str) -> list[StoredEvent]:
-    """The run's outbox rows in id (= delivery) order."""
+    """The run's outbox rows in id (= delivery) order; delivered = no longer pending in the store."""
     with engine.store.read() as tx:
         rows = tx.conn.execute(
-            text("SELECT id, event_type, payload, delivered_at FROM outbox WHERE job_run_id = :rid ORDER BY id"),
+            text("SELECT id, event_type, payload FROM outbox WHERE job_run_id = :rid ORDER BY id"),
             {"rid": job_run_id},
         ).all()
-    return [StoredEvent(int(r[0]), str(r[1]), codec.loads(r[2]), r[3] is not None) for r in rows]
+        pending = {e.event_id for e in tx.outbox_pending(1_000_000)}
+    return [StoredEvent(int(r[0]), str(r[1]), codec.loads(r[2]), int(r[0]) not in pending) for r in rows]
 
 
 def event_types(engine: Engine, job_run_id: str) -> list[str]:

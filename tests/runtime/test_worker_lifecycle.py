@@ -11,7 +11,6 @@ from runtime_support import (
     events,
     get_run,
     running_worker,
-    scalar,
     transitions,
     wait_all,
     wait_status,
@@ -76,7 +75,8 @@ def test_a_run_executes_records_everything_and_its_events_are_delivered_once(eng
     assert all(e.delivered for e in events(engine, rid))
     assert publish_once(engine.store, [sink], engine.clock) == 0
     assert len(sink.events) == 2
-    assert scalar(engine, "SELECT count(*) FROM outbox WHERE delivered_at IS NULL") == 0
+    with engine.store.read() as tx:
+        assert tx.outbox_backlog() == 0
 
 
 def test_runs_start_in_priority_order_not_submission_order(engine: Engine) -> None:

@@ -55,9 +55,10 @@ from jobgate.store.sql import claims, definitions, outbox, runs
 class StoreTx:
     """Operations inside one open transaction. Obtained from ``Store.write()`` / ``Store.read()``."""
 
-    def __init__(self, conn: Connection, *, skip_locked: bool) -> None:
+    def __init__(self, conn: Connection, *, skip_locked: bool, ordered_ids: bool) -> None:
         self.conn = conn
         self._skip_locked = skip_locked
+        self._ordered_ids = ordered_ids
 
     # definitions and snapshots
     def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
@@ -162,13 +163,13 @@ class StoreTx:
         claims.outbox_append(self.conn, items, codec.to_us(now))
 
     def outbox_pending(self, limit: int) -> list[OutboxEvent]:
-        return outbox.outbox_pending(self.conn, limit)
+        return outbox.outbox_pending(self.conn, limit, ordered_ids=self._ordered_ids)
 
     def outbox_mark_delivered(self, ids: Sequence[int], now: datetime) -> None:
-        outbox.outbox_mark_delivered(self.conn, ids, codec.to_us(now))
+        outbox.outbox_mark_delivered(self.conn, ids, codec.to_us(now), ordered_ids=self._ordered_ids)
 
     def outbox_backlog(self) -> int:
-        return outbox.outbox_backlog(self.conn)
+        return outbox.outbox_backlog(self.conn, ordered_ids=self._ordered_ids)
 
     def lock_acquire(self, name: str, owner: str, now: datetime, ttl: timedelta) -> int | None:
         return outbox.lock_acquire(self.conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))
@@ -305,12 +306,14 @@ class Store:
             self._writer = _sqlite_engine(url, synchronous=synchronous.upper(), writer=True)
             self._reader = _sqlite_engine(url, synchronous=synchronous.upper(), writer=False)
             self.skip_locked = False
+            self.ordered_ids = True  # one writer at a time: ids become visible in order
         elif self.dialect == "postgresql":
             if parsed.drivername == "postgresql":
                 url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
             self._writer = create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
             self._reader = self._writer
             self.skip_locked = True
+            self.ordered_ids = False  # concurrent writers may commit a lower id after a higher one
         else:
             raise ConfigurationError(
                 f"unsupported scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql://…", field="database"
@@ -332,12 +335,12 @@ class Store:
     def write(self) -> Iterator[StoreTx]:
         """One write transaction; committed on normal exit, rolled back on an exception."""
         with self._writer.begin() as conn:
-            yield StoreTx(conn, skip_locked=self.skip_locked)
+            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[StoreTx]:
         with self._reader.begin() as conn:
-            yield StoreTx(conn, skip_locked=self.skip_locked)
+            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids)
 
     @staticmethod
     def prepare_changes(changes: Sequence[RunChange]) -> claims.PreparedChanges:

@@ -205,6 +205,8 @@ outbox = Table(
         sqlite_where=text("delivered_at IS NULL"),
         postgresql_where=text("delivered_at IS NULL"),
     ),
+    # SQLite delivers by cursor over ids: they must never be reused, even after deletions.
+    sqlite_autoincrement=True,
 )
 
 rate_limits = Table(
@@ -237,4 +239,14 @@ locks = Table(
     Column("token", BigInteger, nullable=False),
     Column("acquired_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
+)
+
+# How far the outbox has been delivered, where ids commit in order (SQLite: one writer at a
+# time). Delivery then writes one row per batch instead of one per event.
+outbox_cursors = Table(
+    "outbox_cursors",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("delivered_through", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
 )

@@ -4,32 +4,63 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import ColumnElement, Connection, func, select, update
 
 from jobgate.core.models import OutboxEvent
 from jobgate.store import codec
 from jobgate.store.base import WorkerBeat, WorkerInfo
-from jobgate.store.tables import locks, outbox, workers
+from jobgate.store.tables import locks, outbox, outbox_cursors, workers
+
+_CURSOR = "default"
 
 
-def outbox_pending(conn: Connection, limit: int) -> list[OutboxEvent]:
-    """Undelivered events, oldest first: per-run order is insertion order."""
-    q = select(outbox).where(outbox.c.delivered_at.is_(None)).order_by(outbox.c.id).limit(limit)
+def _delivered_through(conn: Connection) -> int:
+    row = conn.execute(select(outbox_cursors.c.delivered_through).where(outbox_cursors.c.name == _CURSOR)).first()
+    return 0 if row is None else int(row[0])
+
+
+def _undelivered(conn: Connection, ordered_ids: bool) -> ColumnElement[bool]:
+    if ordered_ids:
+        return outbox.c.id > _delivered_through(conn)
+    return outbox.c.delivered_at.is_(None)
+
+
+def outbox_pending(conn: Connection, limit: int, *, ordered_ids: bool) -> list[OutboxEvent]:
+    """Undelivered events, oldest first: per-run order is insertion order.
+
+    ``ordered_ids``: ids become visible in increasing order (one writer at a time), so
+    "undelivered" is "above the cursor". Otherwise each delivered row is marked.
+    """
+    q = select(outbox).order_by(outbox.c.id).limit(limit)
+    q = q.where(_undelivered(conn, ordered_ids))
     return [codec.outbox_from_row(r) for r in conn.execute(q).mappings()]
 
 
-def outbox_mark_delivered(conn: Connection, ids: Sequence[int], now_us: int) -> None:
+def outbox_mark_delivered(conn: Connection, ids: Sequence[int], now_us: int, *, ordered_ids: bool) -> None:
+    if not ids:
+        return
+    if ordered_ids:
+        through = max(ids)
+        done = conn.execute(
+            update(outbox_cursors)
+            .where(outbox_cursors.c.name == _CURSOR, outbox_cursors.c.delivered_through < through)
+            .values(delivered_through=through, updated_at=now_us)
+        ).rowcount
+        if (
+            not done
+            and conn.execute(select(outbox_cursors.c.name).where(outbox_cursors.c.name == _CURSOR)).first() is None
+        ):
+            conn.execute(outbox_cursors.insert().values(name=_CURSOR, delivered_through=through, updated_at=now_us))
+        return
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])
         conn.execute(update(outbox).where(outbox.c.id.in_(chunk)).values(delivered_at=now_us))
 
 
-def outbox_backlog(conn: Connection) -> int:
-    from sqlalchemy import func
-
-    return int(
-        conn.execute(select(func.count()).select_from(outbox).where(outbox.c.delivered_at.is_(None))).scalar_one()
-    )
+def outbox_backlog(conn: Connection, *, ordered_ids: bool) -> int:
+    q = select(func.count()).select_from(outbox)
+    q = q.where(_undelivered(conn, ordered_ids))
+    return int(conn.execute(q).scalar_one())
 
 
 def worker_heartbeat(conn: Connection, b: WorkerBeat) -> None:

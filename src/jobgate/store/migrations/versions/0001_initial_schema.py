@@ -177,6 +177,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("delivered_at", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.create_index(
@@ -187,6 +188,13 @@ def upgrade() -> None:
             postgresql_where=sa.text("delivered_at IS NULL"),
         )
 
+    op.create_table(
+        "outbox_cursors",
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("delivered_through", sa.BigInteger(), nullable=False),
+        sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_outbox_cursors")),
+    )
     op.create_table(
         "rate_limits",
         sa.Column("key", sa.String(length=300), nullable=False),
@@ -233,6 +241,7 @@ def downgrade() -> None:
 
     op.drop_table("run_transitions")
     op.drop_table("rate_limits")
+    op.drop_table("outbox_cursors")
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.drop_index(
             "ix_outbox_pending",
