@@ -1,9 +1,11 @@
 """The trigger pipeline of seed 000 §10-11, one named step per stage.
 
-``submit`` runs: resolve definition -> resolve config -> validate preconditions ->
-idempotency key -> existing result? -> acquire the execution lock and create the run. The
-run then waits in SCHEDULED for a worker (dispatch, track, settle: ``jobgate.runtime.worker``),
-and its events leave through the outbox. A refused trigger stores nothing.
+``submit`` runs, one named method each: ``resolve_definition`` -> ``resolve_config`` ->
+``validate_preconditions`` -> ``compute_idempotency_key`` -> ``existing_results`` ->
+``acquire_lock_and_create``. The run then waits in SCHEDULED for a worker, which does the
+rest of the seed's pipeline (``jobgate.runtime.worker``: ``_launch`` dispatches, ``_execute``
+tracks, ``_settle`` decides success, retry or failure), and the events written with every
+transition leave through the outbox. A refused trigger stores nothing.
 
 The execution lock is the run row itself: its id is derived from the idempotency key and is
 inserted with ON CONFLICT DO NOTHING inside a write transaction, so of any number of
@@ -22,7 +24,7 @@ from jobgate.clock import Clock, SystemClock
 from jobgate.config import JobgateConfig
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.core.idempotency import retry_key
+from jobgate.core.idempotency import idempotency_key, retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
@@ -160,10 +162,36 @@ class Engine:
         with self.store.write() as tx:
             cache: dict[tuple[str, str], JobDefinition] = {}
             prepared = [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
-            for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
-                tx.snapshot_put(snapshot, now)
-            created = tx.runs_create([p.create for p in prepared])
-        return [SubmitResult(run, made) for run, made in created]
+            existing = self.existing_results(tx, prepared)
+            fresh = [p for p in prepared if p.create.run.job_run_id not in existing]
+            created = {run.job_run_id: (run, made) for run, made in self.acquire_lock_and_create(tx, fresh, now)}
+        out: list[SubmitResult] = []
+        for p in prepared:
+            run_id = p.create.run.job_run_id
+            if run_id in existing:
+                out.append(SubmitResult(existing[run_id], False))
+            else:
+                run, made = created[run_id]
+                out.append(SubmitResult(run, made))
+                created[run_id] = (run, False)  # a key repeated inside one batch is created once
+        return out
+
+    def existing_results(self, tx: StoreTx, prepared: Sequence[_Prepared]) -> dict[str, JobRun]:
+        """Seed §11 ``job_already_completed``: a trigger whose run exists gets that run back,
+        whatever its state, and nothing is written for it."""
+        return {r.job_run_id: r for r in tx.runs_get([p.create.run.job_run_id for p in prepared])}
+
+    def acquire_lock_and_create(
+        self, tx: StoreTx, prepared: Sequence[_Prepared], now: datetime
+    ) -> list[tuple[JobRun, bool]]:
+        """Seed §11 ``acquire_execution_lock`` + ``create_job_run``: the run row is the lock. Its id
+        derives from the idempotency key and it is inserted with ON CONFLICT DO NOTHING, so of
+        concurrent identical triggers exactly one creates it; the others get it back."""
+        if not prepared:
+            return []
+        for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
+            tx.snapshot_put(snapshot, now)
+        return tx.runs_create([p.create for p in prepared])
 
     def _prepare(
         self,
@@ -179,6 +207,7 @@ class Engine:
         params = self.validate_preconditions(definition, request)
         trigger = self.build_trigger(request, now)
         retry, timeout = self.policies_for(definition)
+        key = self.compute_idempotency_key(definition, trigger, request, snapshot)
         run, transitions = new_run(
             definition,
             trigger,
@@ -190,7 +219,7 @@ class Engine:
             now=now,
             due_at=request.due_at,
             actor=actor or request.requested_by or SYSTEM_ACTOR,
-            key=None if request.retry_of is None else retry_key(request.retry_of),
+            key=key,
         )
         trigger_doc = {
             "trigger_id": trigger.trigger_id,
@@ -209,6 +238,20 @@ class Engine:
         return _Prepared(
             RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
             snapshot,
+        )
+
+    def compute_idempotency_key(
+        self, definition: JobDefinition, trigger: Trigger, request: SubmitRequest, snapshot: ConfigSnapshot
+    ) -> str:
+        """Seed §24: definition, trigger identity, scope, config digest and window; a retry of a
+        terminal run is keyed by its source run alone."""
+        if request.retry_of is not None:
+            return retry_key(request.retry_of)
+        return idempotency_key(
+            job_definition_id=definition.job_definition_id,
+            trigger=trigger,
+            scope=request.scope.as_dict(),
+            config_digest=snapshot.config_digest,
         )
 
     def resolve_definition(
