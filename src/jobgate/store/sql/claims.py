@@ -33,7 +33,7 @@ from sqlalchemy import (
 from jobgate.core import ratelimit
 from jobgate.core.events import Event
 from jobgate.core.models import JobRun
-from jobgate.core.states import CLAIMABLE, LEASED, RunStatus
+from jobgate.core.states import LEASED, RunStatus
 from jobgate.store import codec
 from jobgate.store.base import LeaseRenew, RunChange, RunsClaim
 from jobgate.store.sql import fast
@@ -49,7 +49,6 @@ from jobgate.store.tables import (
 
 _CHUNK = 400
 _LIMITS_LOCK = 0x6A6F626C  # "jobl": the advisory lock of limited claims on PostgreSQL
-_CLAIMABLE = [s.value for s in CLAIMABLE]
 _LEASED = [s.value for s in LEASED]
 # Literal predicates, identical to the partial indexes' WHERE clauses: with bound parameters
 # SQLite cannot prove a query implies the index condition and scans the whole table instead.
