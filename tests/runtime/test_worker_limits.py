@@ -72,6 +72,27 @@ def test_rate_limit_spreads_starts(engine: Engine) -> None:
     assert 1.79 <= (starts[-1] - starts[0]).total_seconds() < 5.0
 
 
+def test_queue_rate_limit_holds_across_definitions_and_two_workers(engine: Engine, database_url: str) -> None:
+    """A queue's rate (seed 001 RatePerSecond) covers every definition on it and every worker."""
+    first, second = define(engine, queue="slow"), define(engine, queue="slow")
+    ids = [r.run.job_run_id for r in engine.submit_many([SubmitRequest(j) for j in (first, second) * 4])]
+    other_store = Store(database_url, migrate=False)
+    other = Engine(other_store, engine.config)
+    rates = {"slow": (5.0, 1)}
+    try:
+        with (
+            running_worker(engine, concurrency=4, queues=("slow",), queue_rates=rates),
+            running_worker(other, concurrency=4, queues=("slow",), queue_rates=rates),
+        ):
+            wait_all(engine, ids, RunStatus.COMPLETED, timeout=15)
+    finally:
+        other_store.dispose()
+    starts = sorted(s for s in (get_run(engine, i).started_at for i in ids) if s is not None)
+    assert len(starts) == 8
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 0.199  # 5 per second for the queue as a whole, burst 1
+
+
 def test_two_workers_drain_300_runs_each_exactly_once(engine: Engine, database_url: str, marker: Path) -> None:
     job = define(engine, handler="engine_handlers:marker")
     ids = [r.run.job_run_id for r in engine.submit_many([SubmitRequest(job) for _ in range(300)])]
