@@ -491,35 +491,8 @@ def worker(
         f"(queues {','.join(settings.queues)}, concurrency {settings.concurrency})"
     )
     if exit_when_idle:
-        _stop_when_idle(proc)
+        proc.stop_when_idle()
     proc.join()
-
-
-def _stop_when_idle(proc: WorkerProcess) -> None:
-    import threading
-    import time
-
-    def watch() -> None:
-        engine = proc.worker.engine
-        while True:
-            time.sleep(0.2)
-            if proc.worker.idle.is_set():
-                with engine.store.read() as tx:
-                    if not tx.runs_list(
-                        RunFilter(
-                            statuses=(
-                                RunStatus.SCHEDULED,
-                                RunStatus.RETRY_WAIT,
-                                RunStatus.DISPATCHED,
-                                RunStatus.RUNNING,
-                            ),
-                            limit=1,
-                        )
-                    ):
-                        proc.stop()
-                        return
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command)

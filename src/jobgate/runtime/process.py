@@ -10,9 +10,11 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from jobgate.core.states import LEASED, PENDING
 from jobgate.runtime.outbox import EventSink, JsonLinesSink, LogSink, OutboxPublisher
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
+from jobgate.store.base import RunFilter
 
 log = logging.getLogger("jobgate.process")
 SWITCH_INTERVAL = float(os.environ.get("JOBGATE_SWITCH_INTERVAL", "0.0005"))
@@ -98,6 +100,21 @@ class WorkerProcess:
 
     def stop(self) -> None:
         self.worker.stop()
+
+    def stop_when_idle(self, poll: float = 0.2) -> None:
+        """Stop gracefully once this worker is idle and no run is pending or running anywhere."""
+        store = self.worker.engine.store
+
+        def watch() -> None:
+            while not self.worker.wait_stopped(poll):
+                if self.worker.idle.is_set():
+                    with store.read() as tx:
+                        busy = tx.runs_list(RunFilter(statuses=tuple(PENDING | LEASED), limit=1))
+                    if not busy:
+                        self.stop()
+                        return
+
+        threading.Thread(target=watch, name="jobgate-idle-watch", daemon=True).start()
 
     def join(self) -> None:
         """Wait for the worker to finish, then let the publisher drain and stop."""

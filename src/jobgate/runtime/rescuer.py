@@ -20,7 +20,7 @@ from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.settle import queue_timeout_decision, settle_attempt, settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.runtime.changes import release_change, settlement_change
-from jobgate.service.engine import Engine, run_retry_policy
+from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import RunChange
 
 log = logging.getLogger("jobgate.rescuer")
@@ -49,13 +49,7 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
             changes.append(_expired_only(change, run.lease_token, now))
             released += 1
             continue
-        try:
-            policy = run_retry_policy(engine.config, run)
-        except Exception:  # a run whose policy vanished still must not hold its lease forever
-            log.exception("run %s: retry policy %s unknown; dead-lettering", run.job_run_id, run.retry_policy)
-            from jobgate.core.policies import BUILTIN_RETRY_POLICIES
-
-            policy = BUILTIN_RETRY_POLICIES["no_retry_v1"]
+        policy = settling_policy(engine.config, run)
         # A user who stopped the run meant it: a vanished worker does not turn a stop into a retry.
         outcome = (
             Outcome(OutcomeKind.STOPPED, "LEASE_EXPIRED", "worker lease expired after a stop request")

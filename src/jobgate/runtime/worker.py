@@ -38,7 +38,7 @@ from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
-from jobgate.service.engine import Engine, run_retry_policy
+from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import LeaseRenew, RunChange, RunsClaim, WorkerBeat
 
 log = logging.getLogger("jobgate.worker")
@@ -462,12 +462,7 @@ class Worker:
             return bool(tx.runs_stop_requested([run.job_run_id]))
 
     def _policy(self, run: JobRun) -> RetryPolicy:
-        try:
-            return run_retry_policy(self.engine.config, run)
-        except JobgateError:
-            from jobgate.core.policies import BUILTIN_RETRY_POLICIES
-
-            return BUILTIN_RETRY_POLICIES["no_retry_v1"]
+        return settling_policy(self.engine.config, run)
 
     # ------------------------------------------------------------------ stops, timeouts, shutdown
     def _interrupt(self, flight: _InFlight, why: OutcomeKind, now: datetime) -> None:

@@ -14,6 +14,7 @@ concurrent identical triggers exactly one creates the run and the others find it
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 from jobgate.clock import Clock, SystemClock
 from jobgate.config import JobgateConfig
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.idempotency import idempotency_key, retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
@@ -36,7 +37,7 @@ from jobgate.core.models import (
     TriggerType,
 )
 from jobgate.core.params import validate_params
-from jobgate.core.policies import RetryPolicy, TimeoutPolicy
+from jobgate.core.policies import BUILTIN_RETRY_POLICIES, RetryPolicy, TimeoutPolicy
 from jobgate.core.runs import new_run
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.snapshots import resolve_snapshot
@@ -44,6 +45,7 @@ from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
 from jobgate.store.sqlstore import Store, StoreTx
 
 SYSTEM_ACTOR = "system"
+log = logging.getLogger("jobgate.engine")
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,18 @@ def run_retry_policy(config: JobgateConfig, run: JobRun) -> RetryPolicy:
         policy = RetryPolicy.from_dict(dict(run.bound_retry_policy), source=f"run {run.job_run_id}")
         _bound_policies[key] = policy
     return policy
+
+
+def settling_policy(config: JobgateConfig, run: JobRun) -> RetryPolicy:
+    """The policy that settles an attempt of ``run``. A run whose policy can no longer be
+    resolved still has to end (never hold a lease forever): it settles with no retry."""
+    try:
+        return run_retry_policy(config, run)
+    except JobgateError:
+        log.exception(
+            "run %s: retry policy %s cannot be resolved; settling without retry", run.job_run_id, run.retry_policy
+        )
+        return BUILTIN_RETRY_POLICIES["no_retry_v1"]
 
 
 def retry_policy(config: JobgateConfig, policy_id: str) -> RetryPolicy:
