@@ -30,8 +30,12 @@ class Dispatcher:
 
     def prepare(self, runs: list[JobRun]) -> None:
         """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
-        missing_defs = {(r.tenant_id, r.job_definition_id, r.definition_version) for r in runs} - set(self._definitions)
-        missing_snaps = {r.config_snapshot_id for r in runs} - set(self._snapshots)
+        missing_defs = {
+            key
+            for r in runs
+            if (key := (r.tenant_id, r.job_definition_id, r.definition_version)) not in self._definitions
+        }
+        missing_snaps = {r.config_snapshot_id for r in runs if r.config_snapshot_id not in self._snapshots}
         if not missing_defs and not missing_snaps:
             return
         with self.engine.store.read() as tx:

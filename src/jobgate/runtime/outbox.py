@@ -12,7 +12,6 @@ may deliver a batch again. Either way consumers may see an event twice and de-du
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -24,6 +23,7 @@ from typing import Protocol
 from jobgate.clock import Clock
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
+from jobgate.store import codec
 from jobgate.store.sqlstore import Store
 
 log = logging.getLogger("jobgate.events")
@@ -45,7 +45,7 @@ class JsonLinesSink:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def publish(self, events: Sequence[OutboxEvent]) -> None:
-        data = "".join(json.dumps(envelope(e), sort_keys=True, separators=(",", ":")) + "\n" for e in events)
+        data = "".join(codec.dumps(envelope(e)) + "\n" for e in events)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(data)
             fh.flush()

@@ -23,7 +23,6 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -38,6 +37,7 @@ from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
+from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import LeaseRenew, RunChange, RunsClaim, WorkerBeat
 
@@ -94,13 +94,14 @@ class Worker:
         # must never settle a later attempt of the same run.
         self._results: queue.Queue[tuple[_InFlight, ExecutionResult]] = queue.Queue()
         self._wake = threading.Event()
+        self._wake_after = 1  # results queued before an executor thread wakes the loop
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
         self._running: dict[str, _InFlight] = {}
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
         self._busy_threads = 0
-        self._pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="jobgate-exec")
+        self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
         self._watcher = engine.store.change_watcher()
         self._pending_since: datetime | None = None
         self._abandoned_threads = 0
@@ -155,7 +156,7 @@ class Worker:
                 self.stale_writes_refused,
                 extra={"action": "worker_stopped"},
             )
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
             try:
                 with self.engine.store.write() as tx:
                     tx.worker_stopped(self.worker_id, self.engine.clock.now())
@@ -222,8 +223,12 @@ class Worker:
         running = self._busy_threads - self._abandoned_threads
         waited = now - self._pending_since
         if running > 0 and waited < self.settings.settle_linger:
-            if self._wake.wait((self.settings.settle_linger - waited).total_seconds()):
+            self._wake_after = running
+            if self._results.qsize() < running and self._wake.wait(
+                (self.settings.settle_linger - waited).total_seconds()
+            ):
                 self._wake.clear()
+            self._wake_after = 1
             return True
         self._pending_since = None
         return False
@@ -387,7 +392,7 @@ class Worker:
         flight = _InFlight(run, ctx, executor, now)
         self._running[run.job_run_id] = flight
         self._busy_threads += 1
-        self._pool.submit(self._execute, flight)
+        self._pool.submit(flight)
 
     def _execute(self, flight: _InFlight) -> None:
         try:
@@ -396,7 +401,11 @@ class Worker:
             log.exception("executor failed for run %s", flight.run.job_run_id)
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
         self._results.put((flight, result))
-        self._wake.set()
+        # Waking the loop thread for every result of a batch of short jobs costs a context
+        # switch each, only for it to go back to lingering; while it lingers it asks to be woken
+        # only once every attempt it is waiting for has reported (or its linger runs out).
+        if self._results.qsize() >= self._wake_after:
+            self._wake.set()
 
     def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
         try:

@@ -159,11 +159,18 @@ class Engine:
         return self.submit_many([request], actor=actor)[0]
 
     def submit_many(self, requests: Sequence[SubmitRequest], *, actor: str | None = None) -> list[SubmitResult]:
-        """Submit a batch in one transaction: all are validated before anything is stored."""
+        """Submit a batch in one transaction: all are validated before anything is stored.
+
+        Validation and the building of the runs happen in a read transaction, before the write
+        lock is taken: on SQLite there is one write lock for every worker and submitter, and
+        holding it through this Python work stalled the workers. A definition changed between
+        the two transactions is seen as it was at the read, as if the change came just after.
+        """
         now = self.clock.now()
-        with self.store.write() as tx:
-            cache: dict[tuple[str, str], JobDefinition] = {}
+        cache: dict[tuple[str, str], JobDefinition] = {}
+        with self.store.read() as tx:
             prepared = [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
+        with self.store.write() as tx:
             existing = self.existing_results(tx, prepared)
             fresh = [p for p in prepared if p.create.run.job_run_id not in existing]
             created = {run.job_run_id: (run, made) for run, made in self.acquire_lock_and_create(tx, fresh, now)}
@@ -324,20 +331,24 @@ def check_executable(item: LoadedDefinition) -> None:
             raise ValidationError(exc.message, field="handler", source=item.source) from None
 
 
-_bound_policies: dict[str, RetryPolicy] = {}
+_bound_policies: dict[int, tuple[object, RetryPolicy]] = {}
 
 
 def run_retry_policy(config: JobgateConfig, run: JobRun) -> RetryPolicy:
     """The retry policy a run was admitted under (bound at creation), else the named one."""
     if run.bound_retry_policy is None:
         return retry_policy(config, run.retry_policy)
-    from jobgate.core.canonical import canonical_json
-
-    key = canonical_json(run.bound_retry_policy).decode()
-    policy = _bound_policies.get(key)
-    if policy is None:
-        policy = RetryPolicy.from_dict(dict(run.bound_retry_policy), source=f"run {run.job_run_id}")
-        _bound_policies[key] = policy
+    # Rows decoded by the store share one document per distinct policy (codec.shared_loads), so
+    # the identity of the document is a cheap cache key; the entry keeps the document alive so
+    # its id cannot be reused while cached.
+    doc = run.bound_retry_policy
+    cached = _bound_policies.get(id(doc))
+    if cached is not None and cached[0] is doc:
+        return cached[1]
+    policy = RetryPolicy.from_dict(dict(doc), source=f"run {run.job_run_id}")
+    if len(_bound_policies) >= 1024:
+        _bound_policies.clear()
+    _bound_policies[id(doc)] = (doc, policy)
     return policy
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from jobgate.core.models import (
     DeadLetter,
@@ -41,11 +44,39 @@ def opt_dt(value: int | None) -> datetime | None:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON with sorted keys for a column. orjson is an order of magnitude faster than
+    the standard library on the worker's hot path (event payloads, transition details); the
+    standard library takes what orjson refuses (integers beyond 64 bits, non-string keys).
+    Stored documents are not digested (digests use ``canonical_json``), so the two encoders
+    only need to decode to the same value, which they do."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def loads(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+    return None if value is None else orjson.loads(value)
+
+
+@lru_cache(maxsize=256)
+def _shared_document(value: str) -> Any:
+    return orjson.loads(value)
+
+
+def shared_loads(value: str | None) -> Any:
+    """Decode a document that many rows repeat (a bound retry policy) once, and share the result.
+
+    Callers must treat the returned value as read-only; sharing also lets the engine cache what
+    it derives from the document by identity.
+    """
+    return None if value is None else _shared_document(value)
+
+
+_RUN_STATUS = RunStatus._value2member_map_
+_JOB_CLASS = JobClass._value2member_map_
+_TRIGGER_TYPE = TriggerType._value2member_map_
+_PRIORITY = Priority._value2member_map_
 
 
 def column(value: Any) -> Any:
@@ -60,6 +91,8 @@ def column(value: Any) -> Any:
 
 
 def run_from_row(r: Mapping[Any, Any]) -> JobRun:
+    # Enum members by value through the value maps: calling the enum class costs several
+    # times more, and a worker decodes every row it claims.
     timeout = r["execution_timeout_us"]
     return JobRun(
         job_run_id=r["job_run_id"],
@@ -67,20 +100,20 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
         job_definition_id=r["job_definition_id"],
         definition_version=r["definition_version"],
         definition_digest=r["definition_digest"],
-        job_class=JobClass(r["job_class"]),
+        job_class=_JOB_CLASS[r["job_class"]],  # type: ignore[arg-type]
         trigger_id=r["trigger_id"],
-        trigger_type=TriggerType(r["trigger_type"]),
+        trigger_type=_TRIGGER_TYPE[r["trigger_type"]],  # type: ignore[arg-type]
         idempotency_key=r["idempotency_key"],
         config_snapshot_id=r["config_snapshot_id"],
         config_digest=r["config_digest"],
-        status=RunStatus(r["status"]),
+        status=_RUN_STATUS[r["status"]],  # type: ignore[arg-type]
         attempt=r["attempt"],
         max_attempts=r["max_attempts"],
-        priority=Priority(r["priority"]),
+        priority=_PRIORITY[r["priority"]],  # type: ignore[arg-type]
         queue=r["queue"],
         retry_policy=r["retry_policy"],
-        params=json.loads(r["params"]),
-        scope=json.loads(r["scope"]),
+        params=orjson.loads(r["params"]),
+        scope=orjson.loads(r["scope"]),
         created_at=from_us(r["created_at"]),
         due_at=from_us(r["due_at"]),
         workflow_run_id=r["workflow_run_id"],
@@ -101,7 +134,7 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
         artifact_path=r["artifact_path"],
         artifact_sha256=r["artifact_sha256"],
         artifact_size=r["artifact_size"],
-        bound_retry_policy=loads(r["retry_policy_doc"]),
+        bound_retry_policy=shared_loads(r["retry_policy_doc"]),
     )
 
 
@@ -118,18 +151,32 @@ def transition_from_row(r: Mapping[Any, Any]) -> Transition:
     )
 
 
-def transition_row(t: Transition, tenant_id: str) -> dict[str, Any]:
-    return {
-        "job_run_id": t.job_run_id,
-        "tenant_id": tenant_id,
-        "from_status": None if t.from_status is None else t.from_status.value,
-        "to_status": t.to_status.value,
-        "attempt": t.attempt,
-        "reason": t.reason,
-        "actor": t.actor,
-        "at": to_us(t.at),
-        "detail": dumps(t.detail) if t.detail else None,
-    }
+TRANSITION_COLUMNS = (
+    "job_run_id",
+    "tenant_id",
+    "from_status",
+    "to_status",
+    "attempt",
+    "reason",
+    "actor",
+    "at",
+    "detail",
+)
+
+
+def transition_values(t: Transition, tenant_id: str) -> tuple[Any, ...]:
+    """A transition as column values in ``TRANSITION_COLUMNS`` order."""
+    return (
+        t.job_run_id,
+        tenant_id,
+        None if t.from_status is None else t.from_status.value,
+        t.to_status.value,
+        t.attempt,
+        t.reason,
+        t.actor,
+        to_us(t.at),
+        dumps(t.detail) if t.detail else None,
+    )
 
 
 def dead_letter_from_row(r: Mapping[Any, Any]) -> DeadLetter:
@@ -137,7 +184,7 @@ def dead_letter_from_row(r: Mapping[Any, Any]) -> DeadLetter:
         dead_letter_id=r["dead_letter_id"],
         job_run_id=r["job_run_id"],
         tenant_id=r["tenant_id"],
-        job_class=JobClass(r["job_class"]),
+        job_class=_JOB_CLASS[r["job_class"]],  # type: ignore[arg-type]
         reason=DeadLetterReason(r["reason"]),
         last_error_code=r["last_error_code"],
         attempts=r["attempts"],
@@ -164,12 +211,13 @@ def dead_letter_row(d: DeadLetter) -> dict[str, Any]:
     }
 
 
-def outbox_from_row(r: Mapping[Any, Any]) -> OutboxEvent:
+def outbox_from_tuple(r: tuple[Any, ...]) -> OutboxEvent:
+    """From ``(id, job_run_id, tenant_id, event_type, payload, created_at)``, the publisher's read."""
     return OutboxEvent(
-        event_id=r["id"],
-        job_run_id=r["job_run_id"],
-        tenant_id=r["tenant_id"],
-        event_type=r["event_type"],
-        payload=json.loads(r["payload"]),
-        created_at=from_us(r["created_at"]),
+        event_id=r[0],
+        job_run_id=r[1],
+        tenant_id=r[2],
+        event_type=r[3],
+        payload=orjson.loads(r[4]),
+        created_at=_EPOCH + timedelta(microseconds=r[5]),
     )

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from jobgate.core.decide import Outcome, OutcomeKind
 
 ProgressReporter = Callable[[float | None, str | None], None]
+_CANCELLED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,17 @@ class ExecutionContext:
         self._workdir_ready = False
         self._log_ready = False
         self.report_progress: ProgressReporter = report_progress or (lambda fraction, message: None)
-        self.cancelled = cancelled or threading.Event()
+        self._cancelled = cancelled
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Created on first use: most attempts are never stopped, and an ``Event`` (a lock and a
+        condition) per attempt was a visible cost at thousands of attempts a second."""
+        if self._cancelled is None:
+            with _CANCELLED_LOCK:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+        return self._cancelled
 
     @property
     def workdir(self) -> Path:
@@ -125,7 +136,7 @@ class ExecutionContext:
         return self.payload.params
 
     def is_cancelled(self) -> bool:
-        return self.cancelled.is_set()
+        return self._cancelled is not None and self._cancelled.is_set()
 
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
         self.report_progress(fraction, message)

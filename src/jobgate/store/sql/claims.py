@@ -1,9 +1,16 @@
 """The worker's hot path: claim, apply status changes, renew leases, find expired leases.
 
 Everything here runs inside the caller's write transaction and is batched: one claim
-statement for a batch of runs, one compare-and-set per (from, to) group, one executemany per
+statement for a batch of runs, one compare-and-set per (from, to) group, one insert per
 kind of row. A change that does not match its expected status and fencing token writes
 nothing at all, not even its transition or events.
+
+On SQLite every batch is one statement that yields at most one row: the ``sqlite3`` driver
+releases the GIL at each row step, and each release can cost a wait behind the worker's
+executor threads while the database's single write lock is held (see ``fast``). So the
+compare-and-sets are one ``UPDATE ... FROM (VALUES ...)``, claimed rows are read back as one
+``json_group_array``, and inserts are multi-row. PostgreSQL gets the same batches through
+``executemany`` and ``RETURNING``, which psycopg sends without a per-row GIL round trip.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
+import orjson
 from sqlalchemy import (
     Connection,
     and_,
@@ -90,17 +98,41 @@ def _claim_statements() -> tuple[Any, Any]:
 
 
 _CANDIDATES, _CANDIDATES_LOCKED = _claim_statements()
-_claim_cache: dict[tuple[int, bool], Any] = {}
 
 
-def _claim_statement(n: int, start: bool) -> Any:
-    """UPDATE ... RETURNING for ``n`` ids (one statement per batch size, built once).
+class Candidate(NamedTuple):
+    job_run_id: str
+    status: str
+    job_definition_id: str
+    queue: str
+    concurrency_limit: int | None
+    rate_limit_per_second: float | None
+
+
+def _sqlite_candidates_statement() -> Any:
+    """The candidates as one JSON row (one driver step); rank and due time come along so the
+    order is restored in Python rather than trusted to the aggregate."""
+    sub = _CANDIDATES.add_columns(C.priority_rank, C.due_at).subquery()
+    return select(func.json_group_array(func.json_array(*sub.c)))
+
+
+_CANDIDATES_SQLITE = _sqlite_candidates_statement()
+_RUN_COLUMNS = tuple(c.name for c in job_runs.c)
+# SQLite's json_array takes at most 127 arguments; a run row has fewer columns.
+_CLAIMED_SQLITE = select(func.json_group_array(func.json_array(*job_runs.c))).where(
+    C.job_run_id.in_(bindparam("ids", expanding=True)), C.lease_owner == bindparam("owner"), IS_LEASED
+)
+_claim_cache: dict[tuple[int, bool, bool], Any] = {}
+
+
+def _claim_statement(n: int, start: bool, returning: bool) -> Any:
+    """UPDATE for ``n`` ids (one statement per batch size, built once).
 
     ``start``: claim and start in one row write, for runs a worker thread is free to execute
     now (the record still gets both transitions, claimed then started, at the same instant).
-    Without it the runs are only claimed (DISPATCHED).
+    Without it the runs are only claimed (DISPATCHED). ``returning``: the claimed rows come back.
     """
-    stmt = _claim_cache.get((n, start))
+    stmt = _claim_cache.get((n, start, returning))
     if stmt is not None:
         return stmt
     values: dict[str, Any] = {
@@ -118,31 +150,53 @@ def _claim_statement(n: int, start: bool) -> Any:
             progress_message=null(),
         )
         cond = and_(cond, C.attempt < C.max_attempts)
-    stmt = update(job_runs).where(cond).values(**values).returning(*job_runs.c)
-    _claim_cache[(n, start)] = stmt
+    stmt = update(job_runs).where(cond).values(**values)
+    if returning:
+        stmt = stmt.returning(*job_runs.c)
+    _claim_cache[(n, start, returning)] = stmt
     return stmt
 
 
-def _claim_rows(conn: Connection, ids: Sequence[str], *, start: bool, params: dict[str, Any]) -> list[JobRun]:
-    if not ids:
-        return []
-    stmt = _claim_statement(len(ids), start)
-    values = dict(params, **{f"id_{i}": rid for i, rid in enumerate(ids)})
-    return [codec.run_from_row(r) for r in fast.returning(conn, stmt, values)]
+def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) -> list[Candidate]:
+    params = {"queues": list(p.queues), "now": now, "limit": p.limit * 2}
+    if conn.dialect.name == "sqlite":
+        found = orjson.loads(conn.execute(_CANDIDATES_SQLITE, params).scalar_one())
+        found.sort(key=lambda r: (r[6], r[7]))
+        return [Candidate(*r[:6]) for r in found]
+    q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
+    return [Candidate(*r) for r in conn.execute(q, params)]
 
 
-_TRANSITION_COLUMNS = (
-    "job_run_id",
-    "tenant_id",
-    "from_status",
-    "to_status",
-    "attempt",
-    "reason",
-    "actor",
-    "at",
-    "detail",
-)
-_INSERT_TRANSITIONS = fast.insert_of(run_transitions, _TRANSITION_COLUMNS)
+def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequence[str], p: RunsClaim) -> list[JobRun]:
+    """Start ``start_ids`` (those with an attempt left), dispatch the rest and the others."""
+    now, exp = codec.to_us(p.now), codec.to_us(p.lease_expires_at)
+    if conn.dialect.name != "sqlite":
+        claimed: list[JobRun] = []
+        for chunk in _chunks(start_ids):
+            values = {"owner": p.worker_id, "exp": exp, "now": now, **{f"id_{i}": r for i, r in enumerate(chunk)}}
+            rows = fast.returning(conn, _claim_statement(len(chunk), True, True), values)
+            claimed.extend(codec.run_from_row(r) for r in rows)
+        started = {r.job_run_id for r in claimed}
+        rest = [i for i in start_ids if i not in started] + list(dispatch_ids)  # no attempt left: dispatch
+        for chunk in _chunks(rest):
+            values = {"owner": p.worker_id, "exp": exp, **{f"id_{i}": r for i, r in enumerate(chunk)}}
+            rows = fast.returning(conn, _claim_statement(len(chunk), False, True), values)
+            claimed.extend(codec.run_from_row(r) for r in rows)
+        return claimed
+    # SQLite: the write lock is ours, so the rows leased to us among these ids after the two
+    # updates are exactly the ones they changed (candidates were unleased when read).
+    for chunk in _chunks(start_ids):
+        values = {"owner": p.worker_id, "exp": exp, "now": now, **{f"id_{i}": r for i, r in enumerate(chunk)}}
+        fast.run(conn, _claim_statement(len(chunk), True, False), values)
+    every = [*start_ids, *dispatch_ids]
+    for chunk in _chunks(every):  # started rows are no longer claimable, so only the rest change
+        values = {"owner": p.worker_id, "exp": exp, **{f"id_{i}": r for i, r in enumerate(chunk)}}
+        fast.run(conn, _claim_statement(len(chunk), False, False), values)
+    claimed = []
+    for chunk in _chunks(every):
+        found = conn.execute(_CLAIMED_SQLITE, {"ids": list(chunk), "owner": p.worker_id}).scalar_one()
+        claimed.extend(codec.run_from_row(dict(zip(_RUN_COLUMNS, r, strict=True))) for r in orjson.loads(found))
+    return claimed
 
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:
@@ -154,59 +208,35 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
     transition rows here; the caller adds the events.
     """
     now = codec.to_us(p.now)
-    q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
-    candidates = conn.execute(q, {"queues": list(p.queues), "now": now, "limit": p.limit * 2}).all()
+    candidates = _candidates(conn, p, now, skip_locked=skip_locked)
     if not candidates:
         return []
     chosen = _apply_limits(conn, candidates, p, now)
     if not chosen:
         return []
     previous = {row.job_run_id: row.status for row in candidates}
-    claimed: list[JobRun] = []
-    exp = codec.to_us(p.lease_expires_at)
-    start_ids, dispatch_ids = chosen[: p.start_now], chosen[p.start_now :]
-    for chunk in _chunks(start_ids):
-        claimed.extend(_claim_rows(conn, chunk, start=True, params={"owner": p.worker_id, "exp": exp, "now": now}))
-    started = {r.job_run_id for r in claimed}
-    dispatch_ids += [i for i in start_ids if i not in started]  # no attempt left: dispatch, caller settles
-    for chunk in _chunks(dispatch_ids):
-        claimed.extend(_claim_rows(conn, chunk, start=False, params={"owner": p.worker_id, "exp": exp}))
-    transitions: list[dict[str, Any]] = []
+    claimed = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], p)
+    transitions: list[tuple[Any, ...]] = []
     for r in claimed:
         was_started = r.status is RunStatus.RUNNING
+        attempt = r.attempt - 1 if was_started else r.attempt
         transitions.append(
-            {
-                "job_run_id": r.job_run_id,
-                "tenant_id": r.tenant_id,
-                "from_status": previous[r.job_run_id],
-                "to_status": RunStatus.DISPATCHED.value,
-                "attempt": r.attempt - 1 if was_started else r.attempt,
-                "reason": "claimed",
-                "actor": p.worker_id,
-                "at": now,
-                "detail": None,
-            }
+            (r.job_run_id, r.tenant_id, previous[r.job_run_id], _DISPATCHED, attempt, "claimed", p.worker_id, now, None)
         )
         if was_started:
             transitions.append(
-                {
-                    "job_run_id": r.job_run_id,
-                    "tenant_id": r.tenant_id,
-                    "from_status": RunStatus.DISPATCHED.value,
-                    "to_status": RunStatus.RUNNING.value,
-                    "attempt": r.attempt,
-                    "reason": "started",
-                    "actor": p.worker_id,
-                    "at": now,
-                    "detail": None,
-                }
+                (r.job_run_id, r.tenant_id, _DISPATCHED, _RUNNING, r.attempt, "started", p.worker_id, now, None)
             )
-    fast.executemany(conn, _INSERT_TRANSITIONS, transitions)
+    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
     claimed.sort(key=lambda r: (r.priority.rank, r.due_at))
     return claimed
 
 
-def _apply_limits(conn: Connection, candidates: Sequence[Any], p: RunsClaim, now: int) -> list[str]:
+_DISPATCHED = RunStatus.DISPATCHED.value
+_RUNNING = RunStatus.RUNNING.value
+
+
+def _apply_limits(conn: Connection, candidates: Sequence[Candidate], p: RunsClaim, now: int) -> list[str]:
     if not p.queue_rates and all(r.concurrency_limit is None and r.rate_limit_per_second is None for r in candidates):
         return [r.job_run_id for r in candidates[: p.limit]]  # nothing limited: the common case
     if conn.dialect.name == "postgresql":
@@ -308,27 +338,66 @@ def _cas_statement(key: _GroupKey) -> Any:
     return stmt
 
 
-def _params(ch: RunChange, columns: tuple[str, ...]) -> dict[str, Any]:
-    row: dict[str, Any] = {"_id": ch.job_run_id, "_token": ch.expected_token}
-    if ch.lease_expired_before is not None:
-        row["_expired_before"] = codec.to_us(ch.lease_expired_before)
-    for c in columns:
-        row[f"v_{c}"] = codec.column(ch.values[c])
-    return row
+def _cas_sqlite_sql(key: _GroupKey, n: int) -> str:
+    """The same compare-and-set for ``n`` rows as one SQLite ``UPDATE ... FROM (VALUES ...)``.
+
+    Each VALUES row is ``(id, token, expired_before, *new values)``, SQLite names its columns
+    ``column1``, ``column2``, ...; the join on the primary key touches only the listed rows.
+    """
+    src, dst, fenced, revoke, start, expiry, columns = key
+    sets = [f"status = '{dst.value}'"]
+    if dst not in LEASED:
+        sets += ["lease_owner = NULL", "lease_expires_at = NULL", "stop_requested = 0"]
+    if revoke:
+        sets.append("lease_token = lease_token + 1")
+    if start:
+        sets.append("attempt = attempt + 1")
+    sets += [f"{c} = v.column{4 + i}" for i, c in enumerate(columns)]
+    where = ["job_runs.job_run_id = v.column1", f"job_runs.status = '{src.value}'"]
+    if fenced:
+        where.append("job_runs.lease_token = v.column2")
+    if expiry:
+        where.append("job_runs.lease_expires_at < v.column3")
+    row = "(" + ", ".join(["?"] * (3 + len(columns))) + ")"
+    return (
+        f"UPDATE job_runs SET {', '.join(sets)} FROM (VALUES {', '.join([row] * n)}) AS v WHERE {' AND '.join(where)}"
+    )
+
+
+_cas_sqlite_cache: dict[tuple[_GroupKey, int], str] = {}
+
+
+def _cas_rows(conn: Connection, key: _GroupKey, rows: Sequence[tuple[Any, ...]]) -> int:
+    """Apply one group's compare-and-sets; returns how many rows matched."""
+    if conn.dialect.name == "sqlite":
+        changed = 0
+        for chunk in _chunks(rows, 200):
+            sql = _cas_sqlite_cache.get((key, len(chunk)))
+            if sql is None:
+                sql = _cas_sqlite_cache[(key, len(chunk))] = _cas_sqlite_sql(key, len(chunk))
+            changed += fast.run_sql(conn, sql, [value for row in chunk for value in row])
+        return changed
+    names = ("_id", "_token", "_expired_before", *(f"v_{c}" for c in key[6]))
+    return fast.executemany(conn, _cas_statement(key), [dict(zip(names, row, strict=True)) for row in rows])
+
+
+def _values(ch: RunChange, columns: tuple[str, ...]) -> tuple[Any, ...]:
+    expired = None if ch.lease_expired_before is None else codec.to_us(ch.lease_expired_before)
+    return (ch.job_run_id, ch.expected_token, expired, *(codec.column(ch.values[c]) for c in columns))
 
 
 @dataclass(frozen=True)
 class PreparedChanges:
-    """Changes turned into statements and rows, ready to execute.
+    """Changes turned into rows, ready to execute.
 
     Preparing is pure Python and needs no connection, so a worker does it before it takes the
     database's write lock: the lock is then held only while the rows are written.
     """
 
     changes: list[RunChange]
-    groups: list[tuple[Any, list[RunChange], list[dict[str, Any]]]]
-    transitions: dict[str, dict[str, Any]]
-    events: dict[str, list[dict[str, Any]]]
+    groups: list[tuple[_GroupKey, list[RunChange], list[tuple[Any, ...]]]]
+    transitions: dict[str, tuple[Any, ...]]
+    events: dict[str, list[tuple[Any, ...]]]
     letters: dict[str, dict[str, Any]]
 
 
@@ -347,8 +416,8 @@ def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
         groups[key].append(ch)
     return PreparedChanges(
         changes=list(changes),
-        groups=[(_cas_statement(k), items, [_params(ch, k[6]) for ch in items]) for k, items in groups.items()],
-        transitions={ch.job_run_id: codec.transition_row(ch.transition, ch.tenant_id) for ch in changes},
+        groups=[(k, items, [_values(ch, k[6]) for ch in items]) for k, items in groups.items()],
+        transitions={ch.job_run_id: codec.transition_values(ch.transition, ch.tenant_id) for ch in changes},
         events={ch.job_run_id: _event_rows(ch.job_run_id, ch.tenant_id, ch.events, ch.transition.at) for ch in changes},
         letters={ch.job_run_id: codec.dead_letter_row(ch.dead_letter) for ch in changes if ch.dead_letter},
     )
@@ -357,56 +426,48 @@ def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
 def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges) -> list[RunChange]:
     """Apply compare-and-set status changes; return those that matched, in input order.
 
-    Each kind of change is one ``executemany``. When every row matched (the normal case) that
-    is all; when some did not, the group is rolled back to a savepoint and applied row by row,
-    so the caller learns exactly which changes were made and writes consequences only for those.
+    Each kind of change is one batch. When every row matched (the normal case) that is all;
+    when some did not, the group is rolled back to a savepoint and applied row by row, so the
+    caller learns exactly which changes were made and writes consequences only for those.
     """
     prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
     accepted: set[str] = set()
-    for stmt, items, rows in prepared.groups:
+    for key, items, rows in prepared.groups:
         fast.execute(conn, "SAVEPOINT jobgate_cas")
-        if fast.executemany(conn, stmt, rows) == len(rows):
+        if _cas_rows(conn, key, rows) == len(rows):
             fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
             accepted.update(ch.job_run_id for ch in items)
             continue
         fast.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_cas")
         fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
         for ch, row in zip(items, rows, strict=True):
-            if fast.executemany(conn, stmt, [row]) == 1:
+            if _cas_rows(conn, key, [row]) == 1:
                 accepted.add(ch.job_run_id)
     done = [ch for ch in prepared.changes if ch.job_run_id in accepted]
     if done:
-        fast.executemany(conn, _INSERT_TRANSITIONS, [prepared.transitions[ch.job_run_id] for ch in done])
+        transitions = [prepared.transitions[ch.job_run_id] for ch in done]
+        fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
         letters = [prepared.letters[ch.job_run_id] for ch in done if ch.job_run_id in prepared.letters]
         if letters:
             conn.execute(_INSERT_DEAD_LETTERS, letters)
-        fast.executemany(conn, _INSERT_OUTBOX, [row for ch in done for row in prepared.events[ch.job_run_id]])
+        events = [row for ch in done for row in prepared.events[ch.job_run_id]]
+        fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, events)
     return done
 
 
 _INSERT_DEAD_LETTERS = dead_letters.insert()
-_INSERT_OUTBOX = fast.insert_of(outbox, ("job_run_id", "tenant_id", "event_type", "payload", "created_at"))
+_OUTBOX_COLUMNS = ("job_run_id", "tenant_id", "event_type", "payload", "created_at")
 
 
-def _event_rows(run_id: str | None, tenant: str, items: Sequence[Event], at: datetime) -> list[dict[str, Any]]:
+def _event_rows(run_id: str | None, tenant: str, items: Sequence[Event], at: datetime) -> list[tuple[Any, ...]]:
     now = codec.to_us(at)
-    return [
-        {
-            "job_run_id": run_id,
-            "tenant_id": tenant,
-            "event_type": kind.value,
-            "payload": codec.dumps(body),
-            "created_at": now,
-        }
-        for kind, body in items
-    ]
+    return [(run_id, tenant, kind.value, codec.dumps(body), now) for kind, body in items]
 
 
 def outbox_append(conn: Connection, items: Sequence[tuple[str | None, str, Event]], now: int) -> None:
     at = codec.from_us(now)
-    fast.executemany(
-        conn, _INSERT_OUTBOX, [row for rid, tenant, e in items for row in _event_rows(rid, tenant, [e], at)]
-    )
+    rows = [row for rid, tenant, e in items for row in _event_rows(rid, tenant, [e], at)]
+    fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, rows)
 
 
 def leases_renew(conn: Connection, p: LeaseRenew) -> set[str]:

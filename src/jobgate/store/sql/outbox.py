@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, func, select, update
+from sqlalchemy import ColumnElement, Connection, bindparam, func, select, update
 
 from jobgate.core.models import OutboxEvent
 from jobgate.store import codec
 from jobgate.store.base import WorkerBeat, WorkerInfo
+from jobgate.store.sql import fast
 from jobgate.store.tables import locks, outbox, outbox_cursors, workers
 
 _CURSOR = "default"
@@ -31,9 +32,28 @@ def outbox_pending(conn: Connection, limit: int, *, ordered_ids: bool) -> list[O
     ``ordered_ids``: ids become visible in increasing order (one writer at a time), so
     "undelivered" is "above the cursor". Otherwise each delivered row is marked.
     """
-    q = select(outbox).order_by(outbox.c.id).limit(limit)
-    q = q.where(_undelivered(conn, ordered_ids))
-    return [codec.outbox_from_row(r) for r in conn.execute(q).mappings()]
+    if ordered_ids:
+        found = fast.rows(conn, _PENDING_ABOVE, {"through": _delivered_through(conn), "limit": limit})
+    else:
+        found = fast.rows(conn, _PENDING_UNMARKED, {"limit": limit})
+    return [codec.outbox_from_tuple(r) for r in found]
+
+
+# Built once and executed through the driver: the publisher reads every event the workers write.
+_PENDING_COLUMNS = (
+    outbox.c.id,
+    outbox.c.job_run_id,
+    outbox.c.tenant_id,
+    outbox.c.event_type,
+    outbox.c.payload,
+    outbox.c.created_at,
+)
+_PENDING_ABOVE = (
+    select(*_PENDING_COLUMNS).where(outbox.c.id > bindparam("through")).order_by(outbox.c.id).limit(bindparam("limit"))
+)
+_PENDING_UNMARKED = (
+    select(*_PENDING_COLUMNS).where(outbox.c.delivered_at.is_(None)).order_by(outbox.c.id).limit(bindparam("limit"))
+)
 
 
 def outbox_mark_delivered(conn: Connection, ids: Sequence[int], now_us: int, *, ordered_ids: bool) -> None:

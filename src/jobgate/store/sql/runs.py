@@ -11,6 +11,7 @@ from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
+from jobgate.store.sql import fast
 from jobgate.store.tables import dead_letters, job_runs, run_transitions
 
 
@@ -68,9 +69,10 @@ def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[Jo
     for c in creates:
         fresh.setdefault(c.run.job_run_id, c)
     made = _insert_ignoring_duplicates(conn, [run_row(c) for c in fresh.values()])
-    rows = [codec.transition_row(t, c.run.tenant_id) for rid, c in fresh.items() if rid in made for t in c.transitions]
-    if rows:
-        conn.execute(run_transitions.insert(), rows)
+    rows = [
+        codec.transition_values(t, c.run.tenant_id) for rid, c in fresh.items() if rid in made for t in c.transitions
+    ]
+    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
     if len(made) == len(fresh):
         stored = {c.run.job_run_id: c.run for c in fresh.values()}
     else:
