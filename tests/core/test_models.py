@@ -88,3 +88,24 @@ def test_scope_defaults(data: dict[str, str] | None) -> None:
 
 def test_scope_key_order_does_not_matter() -> None:
     assert Scope.from_dict({"z": "1", "a": "2"}) == Scope.from_dict({"a": "2", "z": "1"})
+
+
+def test_evolve_equals_dataclasses_replace_and_leaves_the_original_alone() -> None:
+    import dataclasses
+
+    from jobgate.core.states import RunStatus
+    from .support import make_run
+
+    run = make_run(status=RunStatus.DISPATCHED, attempt=1)
+    evolved = run.evolve(status=RunStatus.RUNNING, attempt=2)
+    assert evolved == dataclasses.replace(run, status=RunStatus.RUNNING, attempt=2)
+    assert (run.status, run.attempt) == (RunStatus.DISPATCHED, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evolved.attempt = 3  # type: ignore[misc]
+
+
+def test_evolve_refuses_an_unknown_field() -> None:
+    from .support import make_run
+
+    with pytest.raises(TypeError, match="statuss"):
+        make_run().evolve(statuss="RUNNING")

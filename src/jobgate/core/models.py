@@ -274,6 +274,22 @@ class JobRun:
     # rule it was admitted under even if the named policy is edited later.
     bound_retry_policy: JsonObject | None = None
 
+    def evolve(self, **changes: Any) -> JobRun:
+        """A copy with ``changes``, like ``dataclasses.replace`` but without re-running
+        ``__init__``: about 1 µs instead of 10 for these 46 fields, and a worker does this for
+        every run it starts. Sound because the class has no ``__post_init__``; field names are
+        still checked."""
+        unknown = changes.keys() - _JOB_RUN_FIELDS
+        if unknown:
+            raise TypeError(f"JobRun has no field(s) {sorted(unknown)}")
+        new = object.__new__(JobRun)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+
+_JOB_RUN_FIELDS = frozenset(JobRun.__dataclass_fields__)
+
 
 @dataclass(frozen=True)
 class Transition:

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobgate.core import events
@@ -350,7 +350,7 @@ class Worker:
         for run in to_start:
             if run.job_run_id in started_ids:
                 self._launch(
-                    replace(run, status=RunStatus.RUNNING, attempt=run.attempt + 1, started_at=run.started_at or now),
+                    run.evolve(status=RunStatus.RUNNING, attempt=run.attempt + 1, started_at=run.started_at or now),
                     now,
                 )
         for run in started_now:

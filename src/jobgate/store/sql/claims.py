@@ -69,7 +69,7 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _claim_statements() -> tuple[Any, Any]:
+def _candidates_statement(queue_filter: Any) -> Any:
     """Built once: constructing SQLAlchemy expressions per call costs more than running them."""
     active = job_runs.alias("active")
     at_limit = (
@@ -86,18 +86,18 @@ def _claim_statements() -> tuple[Any, Any]:
     # skipped in SQL so they cannot block the runs queued behind them (no head-of-line blocking).
     candidates = (
         select(C.job_run_id, C.status, C.job_definition_id, C.queue, C.concurrency_limit, C.rate_limit_per_second)
-        .where(IS_CLAIMABLE, C.queue.in_(bindparam("queues", expanding=True)), C.due_at <= bindparam("now"))
+        .where(IS_CLAIMABLE, queue_filter, C.due_at <= bindparam("now"))
         .where((C.queue_deadline_at.is_(None)) | (C.queue_deadline_at > bindparam("now")))
         .where(or_(C.concurrency_limit.is_(None), C.concurrency_limit > at_limit))
         .where(or_(C.rate_limit_per_second.is_(None), ~rate_blocked))
         .order_by(C.priority_rank, C.due_at)
         .limit(bindparam("limit"))
     )
-    locked = candidates.with_for_update(skip_locked=True, of=job_runs)
-    return candidates, locked
+    return candidates
 
 
-_CANDIDATES, _CANDIDATES_LOCKED = _claim_statements()
+_CANDIDATES = _candidates_statement(C.queue.in_(bindparam("queues", expanding=True)))
+_CANDIDATES_LOCKED = _CANDIDATES.with_for_update(skip_locked=True, of=job_runs)
 
 
 class Candidate(NamedTuple):
@@ -109,30 +109,63 @@ class Candidate(NamedTuple):
     rate_limit_per_second: float | None
 
 
-def _sqlite_candidates_statement() -> Any:
-    """The candidates as one JSON row (one driver step); rank and due time come along so the
-    order is restored in Python rather than trusted to the aggregate."""
-    sub = _CANDIDATES.add_columns(C.priority_rank, C.due_at).subquery()
-    return select(func.json_group_array(func.json_array(*sub.c)))
+def _json_values(name: str) -> Any:
+    """``SELECT value FROM json_each(:name)``: a whole list as one parameter, so a statement is
+    the same text (and the same prepared statement) whatever the batch size."""
+    return select(func.json_each(bindparam(name)).table_valued("value").c.value).scalar_subquery()
 
 
-_CANDIDATES_SQLITE = _sqlite_candidates_statement()
+def _sqlite_claim_statements() -> tuple[Any, Any, Any, Any]:
+    """SQLite's claim: one queue's candidates as one JSON row (rank and due time come along so
+    the order is restored in Python rather than trusted to the aggregate; one queue at a time so
+    the claim index yields them in order instead of a sort of the whole backlog), the two
+    updates by a JSON list of ids, and the claimed rows read back as one JSON row."""
+    candidates = _candidates_statement(C.queue == bindparam("queue"))
+    sub = candidates.add_columns(C.priority_rank, C.due_at).subquery()
+    read_candidates = select(func.json_group_array(func.json_array(*sub.c)))
+    claim = {
+        "lease_owner": bindparam("owner"),
+        "lease_token": C.lease_token + literal_column("1"),
+        "lease_expires_at": bindparam("exp"),
+    }
+    ids = C.job_run_id.in_(_json_values("ids"))
+    start = (
+        update(job_runs)
+        .where(ids, IS_CLAIMABLE, C.attempt < C.max_attempts)
+        .values(
+            status=literal_column(f"'{RunStatus.RUNNING.value}'"),
+            attempt=C.attempt + literal_column("1"),
+            started_at=func.coalesce(C.started_at, bindparam("now")),
+            progress=null(),
+            progress_message=null(),
+            **claim,
+        )
+    )
+    dispatch = (
+        update(job_runs)
+        .where(ids, IS_CLAIMABLE)
+        .values(status=literal_column(f"'{RunStatus.DISPATCHED.value}'"), **claim)
+    )
+    # SQLite's json_array takes at most 127 arguments; a run row has fewer columns.
+    read_claimed = select(func.json_group_array(func.json_array(*job_runs.c))).where(
+        ids, C.lease_owner == bindparam("owner"), IS_LEASED
+    )
+    return read_candidates, start, dispatch, read_claimed
+
+
 _RUN_COLUMNS = tuple(c.name for c in job_runs.c)
-# SQLite's json_array takes at most 127 arguments; a run row has fewer columns.
-_CLAIMED_SQLITE = select(func.json_group_array(func.json_array(*job_runs.c))).where(
-    C.job_run_id.in_(bindparam("ids", expanding=True)), C.lease_owner == bindparam("owner"), IS_LEASED
-)
-_claim_cache: dict[tuple[int, bool, bool], Any] = {}
+_SQLITE_CANDIDATES, _SQLITE_START, _SQLITE_DISPATCH, _SQLITE_CLAIMED = _sqlite_claim_statements()
+_claim_cache: dict[tuple[int, bool], Any] = {}
 
 
-def _claim_statement(n: int, start: bool, returning: bool) -> Any:
-    """UPDATE for ``n`` ids (one statement per batch size, built once).
+def _claim_statement(n: int, start: bool) -> Any:
+    """UPDATE ... RETURNING for ``n`` ids (PostgreSQL; one statement per batch size, built once).
 
     ``start``: claim and start in one row write, for runs a worker thread is free to execute
     now (the record still gets both transitions, claimed then started, at the same instant).
-    Without it the runs are only claimed (DISPATCHED). ``returning``: the claimed rows come back.
+    Without it the runs are only claimed (DISPATCHED).
     """
-    stmt = _claim_cache.get((n, start, returning))
+    stmt = _claim_cache.get((n, start))
     if stmt is not None:
         return stmt
     values: dict[str, Any] = {
@@ -150,21 +183,21 @@ def _claim_statement(n: int, start: bool, returning: bool) -> Any:
             progress_message=null(),
         )
         cond = and_(cond, C.attempt < C.max_attempts)
-    stmt = update(job_runs).where(cond).values(**values)
-    if returning:
-        stmt = stmt.returning(*job_runs.c)
-    _claim_cache[(n, start, returning)] = stmt
+    stmt = update(job_runs).where(cond).values(**values).returning(*job_runs.c)
+    _claim_cache[(n, start)] = stmt
     return stmt
 
 
 def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) -> list[Candidate]:
-    params = {"queues": list(p.queues), "now": now, "limit": p.limit * 2}
     if conn.dialect.name == "sqlite":
-        found = orjson.loads(conn.execute(_CANDIDATES_SQLITE, params).scalar_one())
+        found = []
+        for queue in p.queues:
+            params = {"queue": queue, "now": now, "limit": p.limit * 2}
+            found.extend(orjson.loads(fast.rows(conn, _SQLITE_CANDIDATES, params)[0][0]))
         found.sort(key=lambda r: (r[6], r[7]))
-        return [Candidate(*r[:6]) for r in found]
+        return [Candidate(*r[:6]) for r in found[: p.limit * 2]]
     q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
-    return [Candidate(*r) for r in conn.execute(q, params)]
+    return [Candidate(*r) for r in conn.execute(q, {"queues": list(p.queues), "now": now, "limit": p.limit * 2})]
 
 
 def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequence[str], p: RunsClaim) -> list[JobRun]:
@@ -174,29 +207,28 @@ def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequenc
         claimed: list[JobRun] = []
         for chunk in _chunks(start_ids):
             values = {"owner": p.worker_id, "exp": exp, "now": now, **{f"id_{i}": r for i, r in enumerate(chunk)}}
-            rows = fast.returning(conn, _claim_statement(len(chunk), True, True), values)
+            rows = fast.returning(conn, _claim_statement(len(chunk), True), values)
             claimed.extend(codec.run_from_row(r) for r in rows)
         started = {r.job_run_id for r in claimed}
         rest = [i for i in start_ids if i not in started] + list(dispatch_ids)  # no attempt left: dispatch
         for chunk in _chunks(rest):
             values = {"owner": p.worker_id, "exp": exp, **{f"id_{i}": r for i, r in enumerate(chunk)}}
-            rows = fast.returning(conn, _claim_statement(len(chunk), False, True), values)
+            rows = fast.returning(conn, _claim_statement(len(chunk), False), values)
             claimed.extend(codec.run_from_row(r) for r in rows)
         return claimed
     # SQLite: the write lock is ours, so the rows leased to us among these ids after the two
-    # updates are exactly the ones they changed (candidates were unleased when read).
-    for chunk in _chunks(start_ids):
-        values = {"owner": p.worker_id, "exp": exp, "now": now, **{f"id_{i}": r for i, r in enumerate(chunk)}}
-        fast.run(conn, _claim_statement(len(chunk), True, False), values)
-    every = [*start_ids, *dispatch_ids]
-    for chunk in _chunks(every):  # started rows are no longer claimable, so only the rest change
-        values = {"owner": p.worker_id, "exp": exp, **{f"id_{i}": r for i, r in enumerate(chunk)}}
-        fast.run(conn, _claim_statement(len(chunk), False, False), values)
-    claimed = []
-    for chunk in _chunks(every):
-        found = conn.execute(_CLAIMED_SQLITE, {"ids": list(chunk), "owner": p.worker_id}).scalar_one()
-        claimed.extend(codec.run_from_row(dict(zip(_RUN_COLUMNS, r, strict=True))) for r in orjson.loads(found))
-    return claimed
+    # updates are exactly the ones they changed (candidates were unleased when read). Started
+    # rows are no longer claimable, so the dispatch over every id changes only the others.
+    every = orjson.dumps([*start_ids, *dispatch_ids]).decode()
+    if start_ids:
+        fast.run(
+            conn,
+            _SQLITE_START,
+            {"ids": orjson.dumps(list(start_ids)).decode(), "owner": p.worker_id, "exp": exp, "now": now},
+        )
+    fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
+    found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
+    return [codec.run_from_row(dict(zip(_RUN_COLUMNS, r, strict=True))) for r in found]
 
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:
