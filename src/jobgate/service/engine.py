@@ -97,6 +97,9 @@ class Engine:
         self.store = store
         self.config = config
         self.clock = clock or SystemClock()
+        # Snapshots are a pure function of (configuration, profile, tenant): digesting the
+        # profile's values once per submit was a third of a submit's CPU.
+        self._snapshots: dict[tuple[str, str], tuple[JobgateConfig, ConfigSnapshot]] = {}
 
     # ------------------------------------------------------------------ definitions
     def apply_definitions(
@@ -272,7 +275,13 @@ class Engine:
         return cache[key]
 
     def resolve_config(self, definition: JobDefinition, scope: Scope) -> ConfigSnapshot:
-        return resolve_snapshot(self.config, definition.config_profile, scope.tenant_id)
+        key = (definition.config_profile, scope.tenant_id)
+        cached = self._snapshots.get(key)
+        if cached is not None and cached[0] is self.config:  # a replaced configuration misses
+            return cached[1]
+        snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id)
+        self._snapshots[key] = (self.config, snapshot)
+        return snapshot
 
     def validate_preconditions(self, definition: JobDefinition, request: SubmitRequest) -> dict[str, str]:
         """Refuse what must never run: an inactive definition, bad params (seed 000 §58)."""

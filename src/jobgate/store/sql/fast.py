@@ -63,20 +63,30 @@ def _multi_insert_sql(dialect: str, table: str, columns: tuple[str, ...], n: int
     return sql
 
 
-def insert_rows(conn: Connection, table: Table, columns: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
-    """Insert ``rows`` (tuples in ``columns`` order) with one statement per chunk of rows."""
+def insert_rows(
+    conn: Connection, table: Table, columns: tuple[str, ...], rows: Sequence[Sequence[Any]], *, suffix: str = ""
+) -> list[tuple[Any, ...]]:
+    """Insert ``rows`` (tuples in ``columns`` order) with one statement per chunk of rows.
+
+    ``suffix`` ends each statement (``ON CONFLICT DO NOTHING RETURNING ...``); whatever the
+    statements return comes back.
+    """
     if not rows:
-        return
+        return []
     per_statement = max(1, min(_MAX_ROWS, _MAX_PARAMS // len(columns)))
     dialect = conn.dialect.name
+    out: list[tuple[Any, ...]] = []
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
             sql = _multi_insert_sql(dialect, table.name, columns, len(chunk))
-            cursor.execute(sql, [value for row in chunk for value in row])
+            cursor.execute(f"{sql} {suffix}" if suffix else sql, [value for row in chunk for value in row])
+            if suffix:
+                out.extend(tuple(r) for r in cursor.fetchall())
     finally:
         cursor.close()
+    return out
 
 
 def run(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, and_, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
@@ -14,51 +13,86 @@ from jobgate.store.base import RunCreate, RunFilter
 from jobgate.store.sql import fast
 from jobgate.store.tables import dead_letters, job_runs, run_transitions
 
+_RUN_INSERT_COLUMNS = (
+    "job_run_id",
+    "tenant_id",
+    "idempotency_key",
+    "job_definition_id",
+    "definition_version",
+    "definition_digest",
+    "job_class",
+    "trigger_id",
+    "trigger_type",
+    "trigger",
+    "scope",
+    "params",
+    "workflow_run_id",
+    "config_snapshot_id",
+    "config_digest",
+    "status",
+    "attempt",
+    "max_attempts",
+    "priority",
+    "priority_rank",
+    "queue",
+    "retry_policy",
+    "retry_policy_doc",
+    "concurrency_limit",
+    "rate_limit_per_second",
+    "execution_timeout_us",
+    "requested_by",
+    "created_at",
+    "due_at",
+    "queue_deadline_at",
+    "lease_token",
+    "stop_requested",
+)
 
-def run_row(c: RunCreate) -> dict[str, object]:
+
+def run_values(c: RunCreate) -> tuple[object, ...]:
+    """A new run's column values, in ``_RUN_INSERT_COLUMNS`` order."""
     r = c.run
-    return {
-        "job_run_id": r.job_run_id,
-        "tenant_id": r.tenant_id,
-        "idempotency_key": r.idempotency_key,
-        "job_definition_id": r.job_definition_id,
-        "definition_version": r.definition_version,
-        "definition_digest": r.definition_digest,
-        "job_class": r.job_class.value,
-        "trigger_id": r.trigger_id,
-        "trigger_type": r.trigger_type.value,
-        "trigger": codec.dumps(c.trigger),
-        "scope": codec.dumps(r.scope),
-        "params": codec.dumps(r.params),
-        "workflow_run_id": r.workflow_run_id,
-        "config_snapshot_id": r.config_snapshot_id,
-        "config_digest": r.config_digest,
-        "status": r.status.value,
-        "attempt": r.attempt,
-        "max_attempts": r.max_attempts,
-        "priority": r.priority.value,
-        "priority_rank": r.priority.rank,
-        "queue": r.queue,
-        "retry_policy": r.retry_policy,
-        "retry_policy_doc": None if r.bound_retry_policy is None else codec.dumps(r.bound_retry_policy),
-        "concurrency_limit": c.concurrency_limit,
-        "rate_limit_per_second": c.rate_limit_per_second,
-        "execution_timeout_us": None if r.execution_timeout is None else int(r.execution_timeout.total_seconds() * 1e6),
-        "requested_by": r.requested_by,
-        "created_at": codec.to_us(r.created_at),
-        "due_at": codec.to_us(r.due_at),
-        "queue_deadline_at": codec.opt_us(r.queue_deadline_at),
-        "lease_token": 0,
-        "stop_requested": False,
-    }
+    return (
+        r.job_run_id,
+        r.tenant_id,
+        r.idempotency_key,
+        r.job_definition_id,
+        r.definition_version,
+        r.definition_digest,
+        r.job_class.value,
+        r.trigger_id,
+        r.trigger_type.value,
+        codec.dumps(c.trigger),
+        codec.dumps(r.scope),
+        codec.dumps(r.params),
+        r.workflow_run_id,
+        r.config_snapshot_id,
+        r.config_digest,
+        r.status.value,
+        r.attempt,
+        r.max_attempts,
+        r.priority.value,
+        r.priority.rank,
+        r.queue,
+        r.retry_policy,
+        None if r.bound_retry_policy is None else codec.dumps(r.bound_retry_policy),
+        c.concurrency_limit,
+        c.rate_limit_per_second,
+        None if r.execution_timeout is None else int(r.execution_timeout.total_seconds() * 1e6),
+        r.requested_by,
+        codec.to_us(r.created_at),
+        codec.to_us(r.due_at),
+        codec.opt_us(r.queue_deadline_at),
+        0,
+        False,
+    )
 
 
-def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, object]]) -> set[str]:
+def _insert_ignoring_duplicates(conn: Connection, rows: list[tuple[object, ...]]) -> set[str]:
     """INSERT ... ON CONFLICT DO NOTHING RETURNING: the database decides who was first, and
     tells us which rows this statement made (a concurrent creator's rows are not ours)."""
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(job_runs).on_conflict_do_nothing().returning(job_runs.c.job_run_id)
-    return {r[0] for r in conn.execute(stmt, rows)}
+    suffix = "ON CONFLICT DO NOTHING RETURNING job_run_id"
+    return {r[0] for r in fast.insert_rows(conn, job_runs, _RUN_INSERT_COLUMNS, rows, suffix=suffix)}
 
 
 def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
@@ -68,7 +102,7 @@ def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[Jo
     fresh: dict[str, RunCreate] = {}
     for c in creates:
         fresh.setdefault(c.run.job_run_id, c)
-    made = _insert_ignoring_duplicates(conn, [run_row(c) for c in fresh.values()])
+    made = _insert_ignoring_duplicates(conn, [run_values(c) for c in fresh.values()])
     rows = [
         codec.transition_values(t, c.run.tenant_id) for rid, c in fresh.items() if rid in made for t in c.transitions
     ]
