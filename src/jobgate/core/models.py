@@ -6,6 +6,8 @@ the database, the events and the documents auditors already hold.
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -336,9 +338,18 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class OutboxEvent:
+    """A committed event as the outbox holds it. The payload stays the stored JSON text until
+    someone reads ``payload``: the JSON-lines sink writes the text as it is, so a publisher
+    delivering thousands of events a second does not decode and re-encode each one."""
+
     event_id: int
     job_run_id: str | None
     tenant_id: str
     event_type: str
-    payload: JsonObject
+    payload_json: str
     created_at: datetime
+
+    @functools.cached_property
+    def payload(self) -> JsonObject:
+        value: JsonObject = json.loads(self.payload_json)
+        return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -90,51 +90,66 @@ def column(value: Any) -> Any:
     return value
 
 
+def _trusted_run(fields: dict[str, Any]) -> JobRun:
+    """Build a run from a stored row without ``__init__`` (every field is given; the row was
+    checked when it was written): a quarter of the cost, for every row a worker claims."""
+    run = object.__new__(JobRun)
+    run.__dict__.update(fields)
+    return run
+
+
+def run_from_values(columns: Sequence[str], values: Sequence[Any]) -> JobRun:
+    """A run from its column values in ``columns`` order (rows read back as JSON arrays)."""
+    return run_from_row(dict(zip(columns, values, strict=True)))
+
+
 def run_from_row(r: Mapping[Any, Any]) -> JobRun:
     # Enum members by value through the value maps: calling the enum class costs several
     # times more, and a worker decodes every row it claims.
     timeout = r["execution_timeout_us"]
-    return JobRun(
-        job_run_id=r["job_run_id"],
-        tenant_id=r["tenant_id"],
-        job_definition_id=r["job_definition_id"],
-        definition_version=r["definition_version"],
-        definition_digest=r["definition_digest"],
-        job_class=_JOB_CLASS[r["job_class"]],  # type: ignore[arg-type]
-        trigger_id=r["trigger_id"],
-        trigger_type=_TRIGGER_TYPE[r["trigger_type"]],  # type: ignore[arg-type]
-        idempotency_key=r["idempotency_key"],
-        config_snapshot_id=r["config_snapshot_id"],
-        config_digest=r["config_digest"],
-        status=_RUN_STATUS[r["status"]],  # type: ignore[arg-type]
-        attempt=r["attempt"],
-        max_attempts=r["max_attempts"],
-        priority=_PRIORITY[r["priority"]],  # type: ignore[arg-type]
-        queue=r["queue"],
-        retry_policy=r["retry_policy"],
-        params=orjson.loads(r["params"]),
-        scope=orjson.loads(r["scope"]),
-        created_at=from_us(r["created_at"]),
-        due_at=from_us(r["due_at"]),
-        workflow_run_id=r["workflow_run_id"],
-        requested_by=r["requested_by"],
-        started_at=opt_dt(r["started_at"]),
-        ended_at=opt_dt(r["ended_at"]),
-        next_retry_at=opt_dt(r["next_retry_at"]),
-        queue_deadline_at=opt_dt(r["queue_deadline_at"]),
-        execution_timeout=None if timeout is None else timedelta(microseconds=timeout),
-        error_code=r["error_code"],
-        error_message=r["error_message"],
-        result=loads(r["result"]),
-        result_ref=r["result_ref"],
-        lease_owner=r["lease_owner"],
-        lease_token=r["lease_token"],
-        lease_expires_at=opt_dt(r["lease_expires_at"]),
-        stop_requested=bool(r["stop_requested"]),
-        artifact_path=r["artifact_path"],
-        artifact_sha256=r["artifact_sha256"],
-        artifact_size=r["artifact_size"],
-        bound_retry_policy=shared_loads(r["retry_policy_doc"]),
+    return _trusted_run(
+        dict(
+            job_run_id=r["job_run_id"],
+            tenant_id=r["tenant_id"],
+            job_definition_id=r["job_definition_id"],
+            definition_version=r["definition_version"],
+            definition_digest=r["definition_digest"],
+            job_class=_JOB_CLASS[r["job_class"]],
+            trigger_id=r["trigger_id"],
+            trigger_type=_TRIGGER_TYPE[r["trigger_type"]],
+            idempotency_key=r["idempotency_key"],
+            config_snapshot_id=r["config_snapshot_id"],
+            config_digest=r["config_digest"],
+            status=_RUN_STATUS[r["status"]],
+            attempt=r["attempt"],
+            max_attempts=r["max_attempts"],
+            priority=_PRIORITY[r["priority"]],
+            queue=r["queue"],
+            retry_policy=r["retry_policy"],
+            params=orjson.loads(r["params"]),
+            scope=orjson.loads(r["scope"]),
+            created_at=from_us(r["created_at"]),
+            due_at=from_us(r["due_at"]),
+            workflow_run_id=r["workflow_run_id"],
+            requested_by=r["requested_by"],
+            started_at=opt_dt(r["started_at"]),
+            ended_at=opt_dt(r["ended_at"]),
+            next_retry_at=opt_dt(r["next_retry_at"]),
+            queue_deadline_at=opt_dt(r["queue_deadline_at"]),
+            execution_timeout=None if timeout is None else timedelta(microseconds=timeout),
+            error_code=r["error_code"],
+            error_message=r["error_message"],
+            result=loads(r["result"]),
+            result_ref=r["result_ref"],
+            lease_owner=r["lease_owner"],
+            lease_token=r["lease_token"],
+            lease_expires_at=opt_dt(r["lease_expires_at"]),
+            stop_requested=bool(r["stop_requested"]),
+            artifact_path=r["artifact_path"],
+            artifact_sha256=r["artifact_sha256"],
+            artifact_size=r["artifact_size"],
+            bound_retry_policy=shared_loads(r["retry_policy_doc"]),
+        )
     )
 
 
@@ -218,6 +233,6 @@ def outbox_from_tuple(r: tuple[Any, ...]) -> OutboxEvent:
         job_run_id=r[1],
         tenant_id=r[2],
         event_type=r[3],
-        payload=orjson.loads(r[4]),
+        payload_json=r[4],
         created_at=_EPOCH + timedelta(microseconds=r[5]),
     )

@@ -228,7 +228,7 @@ def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequenc
         )
     fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
     found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
-    return [codec.run_from_row(dict(zip(_RUN_COLUMNS, r, strict=True))) for r in found]
+    return [codec.run_from_values(_RUN_COLUMNS, r) for r in found]
 
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:

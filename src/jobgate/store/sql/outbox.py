@@ -151,9 +151,12 @@ def lock_acquire(conn: Connection, name: str, owner: str, now_us: int, ttl_us: i
     return None
 
 
+_LOCK_STATE = select(locks.c.owner, locks.c.token, locks.c.expires_at).where(locks.c.name == bindparam("name"))
+
+
 def lock_holds(conn: Connection, name: str, owner: str, token: int, now_us: int) -> bool:
-    row = conn.execute(select(locks.c.owner, locks.c.token, locks.c.expires_at).where(locks.c.name == name)).first()
-    return row is not None and row.owner == owner and row.token == token and row.expires_at > now_us
+    rows = fast.rows(conn, _LOCK_STATE, {"name": name})
+    return bool(rows) and rows[0][0] == owner and rows[0][1] == token and rows[0][2] > now_us
 
 
 def lock_release(conn: Connection, name: str, owner: str, token: int) -> None:
