@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import DeadLetter, JobRun
@@ -52,13 +52,46 @@ def _base(kind: EventType, run: JobRun) -> dict[str, Any]:
 
 
 def job_started(run: JobRun, attempt: int, now: datetime) -> Event:
-    body = _base(EventType.JOB_STARTED, run)
-    body.update(
-        engine_cmi=ENGINE_CMI,
-        config_snapshot_id=run.config_snapshot_id,
-        attempt=attempt,
-        started_at=isoformat_utc(now),
+    return started_event(
+        StartedRun(
+            run.job_run_id,
+            run.job_class.value,
+            run.job_definition_id,
+            run.tenant_id,
+            run.idempotency_key,
+            run.config_snapshot_id,
+            attempt,
+        ),
+        now,
     )
+
+
+class StartedRun(NamedTuple):
+    """What a ``job_started`` event says about its run: a claim writes these events from the
+    rows it updated, before (and without) decoding them into ``JobRun`` values."""
+
+    job_run_id: str
+    job_class: str
+    job_definition_id: str
+    tenant_id: str
+    idempotency_key: str
+    config_snapshot_id: str
+    attempt: int
+
+
+def started_event(run: StartedRun, now: datetime) -> Event:
+    body = {
+        "event_type": EventType.JOB_STARTED.qualified,
+        "job_run_id": run.job_run_id,
+        "job_class": run.job_class,
+        "job_definition_id": run.job_definition_id,
+        "tenant_id": run.tenant_id,
+        "idempotency_key": run.idempotency_key,
+        "engine_cmi": ENGINE_CMI,
+        "config_snapshot_id": run.config_snapshot_id,
+        "attempt": run.attempt,
+        "started_at": isoformat_utc(now),
+    }
     return EventType.JOB_STARTED, body
 
 

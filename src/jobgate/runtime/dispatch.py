@@ -30,6 +30,12 @@ class Dispatcher:
 
     def prepare(self, runs: list[JobRun]) -> None:
         """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
+        if all(
+            (r.tenant_id, r.job_definition_id, r.definition_version) in self._definitions
+            and r.config_snapshot_id in self._snapshots
+            for r in runs
+        ):
+            return  # the common case: everything is cached
         missing_defs = {
             key
             for r in runs
@@ -81,12 +87,15 @@ class Dispatcher:
     def executor(self, run: JobRun) -> Executor:
         definition = self.definition(run)
         spec = definition.executor
-        registries = self.engine.config.registries
         if spec.kind == "python" and spec.handler:
+            cached = self._python.get(spec.handler)
+            if cached is not None:
+                return cached
             with self._lock:
                 if spec.handler not in self._python:
                     self._python[spec.handler] = PythonExecutor(spec.handler)
                 return self._python[spec.handler]
+        registries = self.engine.config.registries
         if spec.kind == "command" and spec.runner:
             runner = registries.runners.get(spec.runner)
             if runner is None:

@@ -26,7 +26,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from jobgate.core import events
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import JobgateError
 from jobgate.core.models import JobRun
@@ -39,7 +38,7 @@ from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
-from jobgate.store.base import LeaseRenew, RunChange, RunsClaim, WorkerBeat
+from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
 
 log = logging.getLogger("jobgate.worker")
 
@@ -286,9 +285,9 @@ class Worker:
                     for r in to_start
                 ]
                 started = tx.runs_apply(starts) if starts else []
-                claimed: list[JobRun] = []
+                batch: ClaimedRuns | None = None
                 if claim:
-                    claimed = tx.runs_claim(
+                    batch = tx.runs_claim(
                         RunsClaim(
                             self.worker_id,
                             self.settings.queues,
@@ -299,12 +298,6 @@ class Worker:
                             start_now=free - len(to_start),
                         )
                     )
-                started_now = [r for r in claimed if r.status is RunStatus.RUNNING]
-                if started_now:
-                    tx.outbox_append(
-                        [(r.job_run_id, r.tenant_id, events.job_started(r, r.attempt, now)) for r in started_now], now
-                    )
-                claimed = [r for r in claimed if r.status is not RunStatus.RUNNING]
                 t_body = time.perf_counter()
             self.stats.lock_wait += t_locked - t0
             self.stats.body += t_body - t_locked
@@ -321,6 +314,9 @@ class Worker:
             time.sleep(min(0.05 * self._cycle_failures, 1.0))
             return
         self._cycle_failures = 0
+        claimed = batch.runs() if batch is not None else []  # decoded now the write lock is released
+        started_now = [r for r in claimed if r.status is RunStatus.RUNNING]
+        claimed = [r for r in claimed if r.status is not RunStatus.RUNNING]
         self.stats.cycles += 1
         self.stats.cycle_seconds += time.perf_counter() - t0
         self.stats.started += len(started)

@@ -9,7 +9,7 @@ never assumes a write it did not make.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -88,6 +88,26 @@ class RunsClaim:
     lease_expires_at: datetime
     queue_rates: dict[str, tuple[float, int]] = field(default_factory=dict)
     start_now: int = 0  # how many of the claimed runs to start at once (free executor threads)
+
+
+class ClaimedRuns:
+    """The runs a claim took, decoded into ``JobRun`` values on first use.
+
+    A claim's rows come back in one piece; turning them into ``JobRun`` values is pure Python,
+    so the worker does it after its transaction has committed, when the database's write lock
+    is no longer held.
+    """
+
+    def __init__(self, decode: Callable[[], list[JobRun]], count: int) -> None:
+        self._decode: Callable[[], list[JobRun]] | None = decode
+        self._runs: list[JobRun] = []
+        self.count = count
+
+    def runs(self) -> list[JobRun]:
+        """Claimed runs by priority, then due time: started ones RUNNING, others DISPATCHED."""
+        if self._decode is not None:
+            self._runs, self._decode = self._decode(), None
+        return self._runs
 
 
 @dataclass(frozen=True)

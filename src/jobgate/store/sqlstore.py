@@ -37,6 +37,7 @@ from jobgate.core.models import (
 )
 from jobgate.store import codec
 from jobgate.store.base import (
+    ClaimedRuns,
     DefinitionPut,
     DefinitionPutResult,
     LeaseRenew,
@@ -105,7 +106,7 @@ class StoreTx:
     def run_attempts(self, job_run_id: str) -> list[Attempt]:
         return runs.run_attempts_list(self.conn, job_run_id)
 
-    def runs_claim(self, p: RunsClaim) -> list[JobRun]:
+    def runs_claim(self, p: RunsClaim) -> ClaimedRuns:
         return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
 
     def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:

@@ -38,12 +38,12 @@ from sqlalchemy import (
     update,
 )
 
-from jobgate.core import ratelimit
+from jobgate.core import events, ratelimit
 from jobgate.core.events import Event
 from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, RunStatus
 from jobgate.store import codec
-from jobgate.store.base import LeaseRenew, RunChange, RunsClaim
+from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim
 from jobgate.store.sql import fast
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
@@ -200,7 +200,30 @@ def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) 
     return [Candidate(*r) for r in conn.execute(q, {"queues": list(p.queues), "now": now, "limit": p.limit * 2})]
 
 
-def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequence[str], p: RunsClaim) -> list[JobRun]:
+class _Claimed(NamedTuple):
+    """What the claim itself records about each run it took (transitions, started events)."""
+
+    job_run_id: str
+    tenant_id: str
+    status: str
+    attempt: int
+    job_class: str
+    job_definition_id: str
+    idempotency_key: str
+    config_snapshot_id: str
+
+
+_FACT_INDEXES = tuple(_RUN_COLUMNS.index(name) for name in _Claimed._fields)
+
+
+def _by_claim_order(runs: list[JobRun]) -> list[JobRun]:
+    runs.sort(key=lambda r: (r.priority.rank, r.due_at))
+    return runs
+
+
+def _claim_ids(
+    conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequence[str], p: RunsClaim
+) -> tuple[list[_Claimed], ClaimedRuns]:
     """Start ``start_ids`` (those with an attempt left), dispatch the rest and the others."""
     now, exp = codec.to_us(p.now), codec.to_us(p.lease_expires_at)
     if conn.dialect.name != "sqlite":
@@ -215,7 +238,21 @@ def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequenc
             values = {"owner": p.worker_id, "exp": exp, **{f"id_{i}": r for i, r in enumerate(chunk)}}
             rows = fast.returning(conn, _claim_statement(len(chunk), False), values)
             claimed.extend(codec.run_from_row(r) for r in rows)
-        return claimed
+        facts = [
+            _Claimed(
+                r.job_run_id,
+                r.tenant_id,
+                r.status.value,
+                r.attempt,
+                r.job_class.value,
+                r.job_definition_id,
+                r.idempotency_key,
+                r.config_snapshot_id,
+            )
+            for r in claimed
+        ]
+        done = _by_claim_order(claimed)
+        return facts, ClaimedRuns(lambda: done, len(done))
     # SQLite: the write lock is ours, so the rows leased to us among these ids after the two
     # updates are exactly the ones they changed (candidates were unleased when read). Started
     # rows are no longer claimable, so the dispatch over every id changes only the others.
@@ -228,29 +265,33 @@ def _claim_ids(conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequenc
         )
     fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
     found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
-    return [codec.run_from_values(_RUN_COLUMNS, r) for r in found]
+    facts = [_Claimed(*(row[i] for i in _FACT_INDEXES)) for row in found]
+    return facts, ClaimedRuns(
+        lambda: _by_claim_order([codec.run_from_values(_RUN_COLUMNS, r) for r in found]), len(found)
+    )
 
 
-def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[JobRun]:
+def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedRuns:
     """Claim up to ``p.limit`` due runs by priority, then due time, honouring per-definition
     concurrency limits and per-definition and per-queue rate limits across every worker.
 
     The first ``p.start_now`` of them (those with an attempt left) are also started: they come
-    back RUNNING with their attempt counted; the rest come back DISPATCHED. Both get their
-    transition rows here; the caller adds the events.
+    back RUNNING with their attempt counted; the rest come back DISPATCHED. The claim writes
+    their transitions (claimed, and started) and the started runs' ``job_started`` events.
     """
     now = codec.to_us(p.now)
     candidates = _candidates(conn, p, now, skip_locked=skip_locked)
     if not candidates:
-        return []
+        return ClaimedRuns(list, 0)
     chosen = _apply_limits(conn, candidates, p, now)
     if not chosen:
-        return []
+        return ClaimedRuns(list, 0)
     previous = {row.job_run_id: row.status for row in candidates}
-    claimed = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], p)
+    facts, claimed = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], p)
     transitions: list[tuple[Any, ...]] = []
-    for r in claimed:
-        was_started = r.status is RunStatus.RUNNING
+    started: list[tuple[Any, ...]] = []
+    for r in facts:
+        was_started = r.status == _RUNNING
         attempt = r.attempt - 1 if was_started else r.attempt
         transitions.append(
             (r.job_run_id, r.tenant_id, previous[r.job_run_id], _DISPATCHED, attempt, "claimed", p.worker_id, now, None)
@@ -259,8 +300,18 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> list[Job
             transitions.append(
                 (r.job_run_id, r.tenant_id, _DISPATCHED, _RUNNING, r.attempt, "started", p.worker_id, now, None)
             )
+            fact = events.StartedRun(
+                r.job_run_id,
+                r.job_class,
+                r.job_definition_id,
+                r.tenant_id,
+                r.idempotency_key,
+                r.config_snapshot_id,
+                r.attempt,
+            )
+            started.extend(_event_rows(r.job_run_id, r.tenant_id, [events.started_event(fact, p.now)], p.now))
     fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
-    claimed.sort(key=lambda r: (r.priority.rank, r.due_at))
+    fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, started)
     return claimed
 
 
