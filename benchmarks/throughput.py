@@ -288,7 +288,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--concurrency", type=int, default=64, help="executor threads per worker")
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--prefetch", type=int, default=64)
+    p.add_argument("--prefetch", type=int, default=0, help="runs claimed beyond free threads (the CLI default)")
     p.add_argument("--single", type=int, default=2000, help="runs submitted one transaction each")
     p.add_argument("--latency-jobs", type=int, default=common.LAT_N)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
