@@ -9,6 +9,7 @@ how an instant is written (always ISO 8601 UTC with a ``Z``; see ``isoformat_utc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -48,8 +49,11 @@ def digest(value: Any) -> str:
     return DIGEST_PREFIX + sha256_hex(canonical_json(value))
 
 
+@functools.lru_cache(maxsize=256)
 def isoformat_utc(instant: datetime) -> str:
-    """Write an aware instant as ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``; naive instants are refused."""
+    """Write an aware instant as ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``; naive instants are refused.
+
+    Cached: a worker stamps every event of a batch with the same instant."""
     if instant.tzinfo is None:
         raise ValueError("naive datetime: jobgate only handles timezone-aware instants")
     return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")

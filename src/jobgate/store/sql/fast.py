@@ -16,6 +16,7 @@ lock is held. Measured here with eight busy threads, 200 rows took 12-28 ms thro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection, Table
@@ -81,7 +82,7 @@ def insert_rows(
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
             sql = _multi_insert_sql(dialect, table.name, columns, len(chunk))
-            cursor.execute(f"{sql} {suffix}" if suffix else sql, [value for row in chunk for value in row])
+            cursor.execute(f"{sql} {suffix}" if suffix else sql, list(chain.from_iterable(chunk)))
             if suffix:
                 out.extend(tuple(r) for r in cursor.fetchall())
     finally:
