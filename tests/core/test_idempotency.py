@@ -14,7 +14,7 @@ from jobgate.core.canonical import digest
 from jobgate.core.idempotency import RUN_ID_PREFIX, idempotency_key, run_id_for, trigger_identity
 from jobgate.core.models import ExecutionWindow, Trigger, TriggerType
 
-from .support import make_trigger, window
+from .support import NOW, make_trigger, window
 
 T = TriggerType
 DIGEST = "sha256:" + "ef" * 32
@@ -92,7 +92,7 @@ def test_key_is_the_digest_of_the_documented_fields() -> None:
 def test_same_inputs_same_key_and_run_id() -> None:
     twin = Trigger("trg-1", T.BATCH_WINDOW, window=window())
     assert key() == key(trigger=twin, scope=dict(SCOPE))
-    assert run_id_for(key()) == run_id_for(key(trigger=twin))
+    assert run_id_for(key(), NOW) == run_id_for(key(trigger=twin), NOW)
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_same_inputs_same_key_and_run_id() -> None:
 )
 def test_any_identity_change_changes_the_key(changes: dict[str, Any]) -> None:
     assert key(**changes) != key()
-    assert run_id_for(key(**changes)) != run_id_for(key())
+    assert run_id_for(key(**changes), NOW) != run_id_for(key(), NOW)
 
 
 @pytest.mark.parametrize(
@@ -189,15 +189,35 @@ def test_naive_window_is_refused() -> None:
 # --- run ids ------------------------------------------------------------------------------------
 
 
-def test_run_id_is_the_prefix_and_first_128_bits_of_the_key() -> None:
+def test_run_id_is_the_prefix_the_creation_millisecond_and_80_bits_of_the_key() -> None:
     k = key()
-    assert run_id_for(k) == "TGJOBRUN-b3da5807e47ecc8cacb6bcb781ea71a6"
-    assert run_id_for(k) == RUN_ID_PREFIX + k[len("sha256:") :][:32]
-    assert re.fullmatch(r"TGJOBRUN-[0-9a-f]{32}", run_id_for(k))
+    millis = 1_772_366_400_000  # 2026-03-01T12:00:00Z
+    assert run_id_for(k, NOW) == f"TGJOBRUN-{millis:012x}" + k[len("sha256:") :][:20]
+    assert run_id_for(k, NOW).startswith(RUN_ID_PREFIX)
+    assert re.fullmatch(r"TGJOBRUN-[0-9a-f]{32}", run_id_for(k, NOW))
 
 
 def test_run_id_for_a_key_without_prefix() -> None:
-    assert run_id_for("abc") == "TGJOBRUN-abc"
+    assert run_id_for("abc", NOW) == f"TGJOBRUN-{1_772_366_400_000:012x}abc"
+
+
+def test_run_id_refuses_a_naive_instant() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        run_id_for(key(), NOW.replace(tzinfo=None))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=st.integers(min_value=0, max_value=10**9),
+    gap_ms=st.integers(min_value=1, max_value=10**9),
+    a=st.text(max_size=8),
+    b=st.text(max_size=8),
+)
+def test_run_ids_sort_by_creation_time_whatever_the_keys(first: int, gap_ms: int, a: str, b: str) -> None:
+    # Index locality rests on this: a run created later always sorts after an earlier one.
+    earlier = NOW + timedelta(milliseconds=first)
+    later = earlier + timedelta(milliseconds=gap_ms)
+    assert run_id_for(digest(a), earlier) < run_id_for(digest(b), later)
 
 
 # --- properties -----------------------------------------------------------------------------------
@@ -228,4 +248,4 @@ def test_different_scopes_give_different_keys(a: dict[str, Any], b: dict[str, An
 def test_redelivery_of_an_event_always_finds_the_same_run(event_id: str, first: str, second: str) -> None:
     a = make_trigger(T.EVENT, first, source_event_id=event_id)
     b = make_trigger(T.EVENT, second, source_event_id=event_id)
-    assert run_id_for(key(trigger=a)) == run_id_for(key(trigger=b))
+    assert run_id_for(key(trigger=a), NOW) == run_id_for(key(trigger=b), NOW)

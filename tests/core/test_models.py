@@ -94,6 +94,7 @@ def test_evolve_equals_dataclasses_replace_and_leaves_the_original_alone() -> No
     import dataclasses
 
     from jobgate.core.states import RunStatus
+
     from .support import make_run
 
     run = make_run(status=RunStatus.DISPATCHED, attempt=1)

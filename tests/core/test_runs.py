@@ -46,7 +46,7 @@ def test_new_run_fields() -> None:
         config_digest=make_snapshot().config_digest,
     )
     assert run.idempotency_key == key
-    assert run.job_run_id == run_id_for(key)
+    assert run.job_run_id == run_id_for(key, NOW)
     assert run.status is RunStatus.SCHEDULED
     assert (run.attempt, run.max_attempts, run.retry_policy) == (0, 5, "standard_exponential_backoff_v1")
     assert (run.tenant_id, run.job_definition_id, run.definition_version) == ("acme", "payroll.close", 3)

@@ -26,9 +26,10 @@ def new_run(
 ) -> tuple[JobRun, tuple[Transition, ...]]:
     """The run a trigger maps to, admitted straight to SCHEDULED, and its two first transitions.
 
-    The run id is a function of the idempotency key, so building the same run twice gives the
-    same id and the store's primary key turns the second insert into a no-op. ``key`` replaces
-    the computed key where the trigger itself defines identity (the retry of a run).
+    The idempotency key identifies the run: the store keeps it unique, which turns a second
+    creation of the same run into a no-op. The run id is the creation time and part of the key
+    (``run_id_for``). ``key`` replaces the computed key where the trigger itself defines
+    identity (the retry of a run).
     """
     key = key or idempotency_key(
         job_definition_id=definition.job_definition_id,
@@ -36,7 +37,7 @@ def new_run(
         scope=scope,
         config_digest=snapshot.config_digest,
     )
-    run_id = run_id_for(key)
+    run_id = run_id_for(key, now)
     due = due_at or now
     queue_deadline = None
     if timeout is not None and timeout.queue_timeout is not None:

@@ -175,30 +175,29 @@ class Engine:
             prepared = [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
         with self.store.write() as tx:
             existing = self.existing_results(tx, prepared)
-            fresh = [p for p in prepared if p.create.run.job_run_id not in existing]
-            created = {run.job_run_id: (run, made) for run, made in self.acquire_lock_and_create(tx, fresh, now)}
+            fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
+            created = iter(self.acquire_lock_and_create(tx, fresh, now))
         out: list[SubmitResult] = []
         for p in prepared:
-            run_id = p.create.run.job_run_id
-            if run_id in existing:
-                out.append(SubmitResult(existing[run_id], False))
+            key = p.create.run.idempotency_key
+            if key in existing:
+                out.append(SubmitResult(existing[key], False))
             else:
-                run, made = created[run_id]
-                out.append(SubmitResult(run, made))
-                created[run_id] = (run, False)  # a key repeated inside one batch is created once
+                out.append(SubmitResult(*next(created)))
         return out
 
     def existing_results(self, tx: StoreTx, prepared: Sequence[_Prepared]) -> dict[str, JobRun]:
         """Seed §11 ``job_already_completed``: a trigger whose run exists gets that run back,
-        whatever its state, and nothing is written for it."""
-        return {r.job_run_id: r for r in tx.runs_get([p.create.run.job_run_id for p in prepared])}
+        whatever its state, and nothing is written for it. Keyed by idempotency key."""
+        return {r.idempotency_key: r for r in tx.runs_by_keys([p.create.run.idempotency_key for p in prepared])}
 
     def acquire_lock_and_create(
         self, tx: StoreTx, prepared: Sequence[_Prepared], now: datetime
     ) -> list[tuple[JobRun, bool]]:
-        """Seed §11 ``acquire_execution_lock`` + ``create_job_run``: the run row is the lock. Its id
-        derives from the idempotency key and it is inserted with ON CONFLICT DO NOTHING, so of
-        concurrent identical triggers exactly one creates it; the others get it back."""
+        """Seed §11 ``acquire_execution_lock`` + ``create_job_run``: the run row is the lock. Its
+        idempotency key is unique and it is inserted with ON CONFLICT DO NOTHING, so of
+        concurrent identical triggers exactly one creates it; the others get it back. Returns
+        one (run, created) per entry of ``prepared``, in order."""
         if not prepared:
             return []
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():

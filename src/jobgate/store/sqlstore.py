@@ -97,6 +97,9 @@ class StoreTx:
     def runs_get(self, job_run_ids: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_ids(self.conn, job_run_ids)
 
+    def runs_by_keys(self, idempotency_keys: Sequence[str]) -> list[JobRun]:
+        return runs.runs_by_keys(self.conn, idempotency_keys)
+
     def runs_list(self, f: RunFilter) -> list[JobRun]:
         return runs.runs_list(self.conn, f)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, or_, select
 
 from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
@@ -89,41 +89,56 @@ def run_values(c: RunCreate) -> tuple[object, ...]:
 
 
 def _insert_ignoring_duplicates(conn: Connection, rows: list[tuple[object, ...]]) -> set[str]:
-    """INSERT ... ON CONFLICT DO NOTHING RETURNING: the database decides who was first, and
-    tells us which rows this statement made (a concurrent creator's rows are not ours)."""
+    """INSERT ... ON CONFLICT DO NOTHING RETURNING: the database decides who was first (the
+    idempotency key is unique), and tells us which rows this statement made (a concurrent
+    creator's rows are not ours)."""
     suffix = "ON CONFLICT DO NOTHING RETURNING job_run_id"
     return {r[0] for r in fast.insert_rows(conn, job_runs, _RUN_INSERT_COLUMNS, rows, suffix=suffix)}
 
 
 def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
-    """Insert the runs that do not exist yet; return every run with whether this call made it."""
+    """Insert the runs whose idempotency key is new; return, for every request in order, the run
+    stored under its key and whether this call created it (a key repeated in one call is created
+    once, for its first occurrence)."""
     if not creates:
         return []
     fresh: dict[str, RunCreate] = {}
     for c in creates:
-        fresh.setdefault(c.run.job_run_id, c)
+        fresh.setdefault(c.run.idempotency_key, c)
     made = _insert_ignoring_duplicates(conn, [run_values(c) for c in fresh.values()])
     rows = [
-        codec.transition_values(t, c.run.tenant_id) for rid, c in fresh.items() if rid in made for t in c.transitions
+        codec.transition_values(t, c.run.tenant_id)
+        for c in fresh.values()
+        if c.run.job_run_id in made
+        for t in c.transitions
     ]
     fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
     if len(made) == len(fresh):
-        stored = {c.run.job_run_id: c.run for c in fresh.values()}
+        stored = {key: c.run for key, c in fresh.items()}
     else:
-        stored = {r.job_run_id: r for r in runs_by_ids(conn, list(fresh))}
+        stored = {r.idempotency_key: r for r in runs_by_keys(conn, list(fresh))}
     out: list[tuple[JobRun, bool]] = []
     for c in creates:
-        rid = c.run.job_run_id
-        out.append((stored[rid], rid in made))
-        made.discard(rid)  # a key repeated inside one call is created once
+        run = stored[c.run.idempotency_key]
+        out.append((run, run.job_run_id in made))
+        made.discard(run.job_run_id)  # a key repeated inside one call is created once
     return out
 
 
 def runs_by_ids(conn: Connection, ids: Sequence[str]) -> list[JobRun]:
+    return _runs_where(conn, job_runs.c.job_run_id, ids)
+
+
+def runs_by_keys(conn: Connection, keys: Sequence[str]) -> list[JobRun]:
+    """The runs stored under these idempotency keys (those that exist)."""
+    return _runs_where(conn, job_runs.c.idempotency_key, keys)
+
+
+def _runs_where(conn: Connection, column: ColumnElement[str], values: Sequence[str]) -> list[JobRun]:
     out: list[JobRun] = []
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        rows = conn.execute(select(job_runs).where(job_runs.c.job_run_id.in_(chunk))).mappings()
+    for start in range(0, len(values), 500):
+        chunk = values[start : start + 500]
+        rows = conn.execute(select(job_runs).where(column.in_(chunk))).mappings()
         out.extend(codec.run_from_row(r) for r in rows)
     return out
 
