@@ -1,0 +1,110 @@
+"""What a schedule is: when it fires, what it hands the job, and what it does after downtime."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import DEFAULT_TENANT, TriggerType
+from jobgate.scheduling import cron, magic
+
+
+class ScheduleKind(StrEnum):
+    """The time-driven modes of seed 000 §6 (event-, policy- and state-driven ones fire on input)."""
+
+    CRON = "cron"
+    INTERVAL = "interval"
+    BATCH_WINDOW = "batch_window"
+
+    @property
+    def trigger_type(self) -> TriggerType:
+        return TriggerType(self.value)
+
+
+class MisfirePolicy(StrEnum):
+    """What a schedule does with fires it owes but could not make on time (downtime)."""
+
+    FIRE_ONCE = "fire_once"  # coalesce every missed fire into one run now
+    FIRE_ALL = "fire_all"  # catch up each missed fire, at most ``max_catchup`` of them
+    SKIP = "skip"  # make none of them
+
+
+class OverlapPolicy(StrEnum):
+    ALLOW = "allow"
+    FORBID = "forbid"  # skip a fire while a run of the schedule is still pending or running
+    REPLACE = "replace"  # stop the running one, then fire
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule attached to one job definition.
+
+    ``every`` is the period of an ``interval`` schedule and the window length of a
+    ``batch_window`` one; ``anchor`` is where the periods are counted from (an interval's first
+    fire; the start of a window). ``params`` may use magic params (``{{current_date}}`` ...),
+    rendered at each fire in the schedule's timezone.
+    """
+
+    schedule_id: str
+    job_definition_id: str
+    kind: ScheduleKind
+    anchor: datetime
+    timezone: str = "UTC"
+    cron: str | None = None
+    every: timedelta | None = None
+    params: Mapping[str, str] = field(default_factory=dict)
+    misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    misfire_grace: timedelta = timedelta(seconds=60)
+    max_catchup: int = 100
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    tenant_id: str = DEFAULT_TENANT
+    paused: bool = False
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+MAX_CATCHUP_LIMIT = 100_000
+
+
+def check_schedule(s: Schedule) -> Schedule:
+    """Refuse a schedule that cannot plan, naming the field; return it (cron text normalised)."""
+    if not s.schedule_id or not s.schedule_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ValidationError("use letters, digits, '-', '_' and '.'", field="schedule_id", source=s.schedule_id)
+    try:
+        ZoneInfo(s.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(f"unknown IANA timezone {s.timezone!r}", field="timezone", source=s.schedule_id) from None
+    if s.anchor.tzinfo is None:
+        raise ValidationError("the anchor needs a timezone", field="anchor", source=s.schedule_id)
+    if s.kind is ScheduleKind.CRON:
+        if not s.cron:
+            raise ValidationError("a cron schedule needs an expression", field="cron", source=s.schedule_id)
+        if s.every is not None:
+            raise ValidationError("a cron schedule has no 'every'", field="every", source=s.schedule_id)
+        try:
+            normalised = cron.validate(s.cron)
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field="cron", source=s.schedule_id) from None
+        s = replace(s, cron=normalised)
+    else:
+        if s.cron is not None:
+            raise ValidationError(
+                f"a {s.kind.value} schedule has no cron expression", field="cron", source=s.schedule_id
+            )
+        if s.every is None or s.every < timedelta(seconds=1):
+            raise ValidationError("needs 'every' of at least one second", field="every", source=s.schedule_id)
+    if s.misfire_grace < timedelta(0):
+        raise ValidationError("must not be negative", field="misfire_grace", source=s.schedule_id)
+    if not 1 <= s.max_catchup <= MAX_CATCHUP_LIMIT:
+        raise ValidationError(f"must be between 1 and {MAX_CATCHUP_LIMIT}", field="max_catchup", source=s.schedule_id)
+    try:
+        magic.check(s.params)
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field=exc.field, source=s.schedule_id) from None
+    return s

@@ -1,0 +1,158 @@
+"""Plans: the exact fires a schedule owes between what was planned before and now.
+
+Everything here is pure. ``slots`` enumerates a schedule's fire instants in a range;
+``plan`` turns the slots owed since the schedule's watermark into fires and recorded misses
+according to the misfire policy, and moves the watermark to now. The scheduler stores the
+new watermark in the same transaction as the runs it creates, so a plan is executed once:
+a restart plans again from the stored watermark and finds nothing new for the fires it made.
+
+A slot is "on time" while ``now - fire_at <= misfire_grace``; later than that it is missed,
+and the misfire policy decides: ``fire_once`` makes one run for the latest missed slot (the
+others are recorded as coalesced into it), ``fire_all`` makes one run per missed slot, at most
+``max_catchup`` of them (the most recent; older ones are recorded as beyond the limit, with a
+warning), ``skip`` makes none (each recorded as skipped). A paused schedule records its slots
+as paused and makes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.models import ExecutionWindow
+from jobgate.scheduling import cron, magic
+from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind
+
+TRIGGER_PREFIX = "TGTRIG-"
+_END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One instant a schedule fires at, and the window it covers (batch windows only)."""
+
+    fire_at: datetime  # UTC
+    window: ExecutionWindow | None = None
+
+
+class MissReason(StrEnum):
+    COALESCED = "coalesced"  # folded into the one run of a fire_once catch-up
+    BEYOND_MAX_CATCHUP = "beyond_max_catchup"
+    SKIPPED = "skipped"
+    PAUSED = "paused"
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A run to create. ``trigger_id`` names the slot, so a fire made twice is one run."""
+
+    schedule_id: str
+    job_definition_id: str
+    fire_at: datetime
+    window: ExecutionWindow | None
+    trigger_id: str
+    params: dict[str, str]
+    late: bool  # made after its grace period (catch-up or coalesced)
+
+
+@dataclass(frozen=True)
+class Miss:
+    schedule_id: str
+    fire_at: datetime
+    reason: MissReason
+
+
+@dataclass(frozen=True)
+class Plan:
+    fires: tuple[Fire, ...]
+    misses: tuple[Miss, ...]
+    watermark: datetime  # every slot at or before this instant has been decided
+    warnings: tuple[str, ...] = ()
+
+
+def slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot]:
+    """The schedule's slots with ``after < fire_at <= until``, ascending."""
+    if schedule.kind is ScheduleKind.CRON:
+        assert schedule.cron is not None
+        for at in cron.fire_times(schedule.cron, schedule.zone, after):
+            if at > until:
+                return
+            yield Slot(at)
+        return
+    assert schedule.every is not None
+    every, anchor = schedule.every, schedule.anchor.astimezone(UTC)
+    if schedule.kind is ScheduleKind.INTERVAL:
+        # Fires at anchor + k * every, k >= 0.
+        k = 0 if after < anchor else (after - anchor) // every + 1
+        while (at := anchor + k * every) <= until:
+            yield Slot(at)
+            k += 1
+        return
+    # Batch windows [anchor + k * every, anchor + (k + 1) * every) fire when they close.
+    k = 1 if after < anchor + every else (after - anchor) // every + 1
+    while (end := anchor + k * every) <= until:
+        yield Slot(end, ExecutionWindow(end - every, end))
+        k += 1
+
+
+def trigger_id(schedule: Schedule, slot: Slot) -> str:
+    """The identity of a slot's trigger: the same schedule and instant always give the same id."""
+    return f"{TRIGGER_PREFIX}{schedule.schedule_id}@{isoformat_utc(slot.fire_at)}"
+
+
+def plan(schedule: Schedule, *, watermark: datetime, now: datetime) -> Plan:
+    """The fires and misses owed for the slots in ``(watermark, now]``."""
+    if now <= watermark:
+        return Plan((), (), watermark)
+    owed = list(slots(schedule, watermark, now))
+    if schedule.paused:
+        return Plan((), tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in owed), now)
+    late = [s for s in owed if now - s.fire_at > schedule.misfire_grace]
+    on_time = owed[len(late) :]  # slots ascend, so the late ones come first
+    fires: list[Fire] = []
+    misses: list[Miss] = []
+    warnings: list[str] = []
+    if late:
+        policy = schedule.misfire
+        if policy is MisfirePolicy.FIRE_ONCE:
+            misses += [Miss(schedule.schedule_id, s.fire_at, MissReason.COALESCED) for s in late[:-1]]
+            fires.append(_fire(schedule, late[-1], late=True))
+        elif policy is MisfirePolicy.FIRE_ALL:
+            dropped = late[: -schedule.max_catchup] if len(late) > schedule.max_catchup else []
+            if dropped:
+                misses += [Miss(schedule.schedule_id, s.fire_at, MissReason.BEYOND_MAX_CATCHUP) for s in dropped]
+                warnings.append(
+                    f"schedule {schedule.schedule_id}: {len(late)} missed fires, catching up the latest "
+                    f"{schedule.max_catchup} (max_catchup); {len(dropped)} from {isoformat_utc(dropped[0].fire_at)} "
+                    f"to {isoformat_utc(dropped[-1].fire_at)} are recorded, not run"
+                )
+            fires += [_fire(schedule, s, late=True) for s in late[len(dropped) :]]
+        else:
+            misses += [Miss(schedule.schedule_id, s.fire_at, MissReason.SKIPPED) for s in late]
+    fires += [_fire(schedule, s, late=False) for s in on_time]
+    return Plan(tuple(fires), tuple(misses), now, tuple(warnings))
+
+
+def _fire(schedule: Schedule, slot: Slot, *, late: bool) -> Fire:
+    return Fire(
+        schedule_id=schedule.schedule_id,
+        job_definition_id=schedule.job_definition_id,
+        fire_at=slot.fire_at,
+        window=slot.window,
+        trigger_id=trigger_id(schedule, slot),
+        params=magic.render(schedule.params, slot.fire_at, schedule.zone, slot.window),
+        late=late,
+    )
+
+
+def next_fires(schedule: Schedule, after: datetime, count: int) -> list[Slot]:
+    """The next ``count`` slots after ``after`` (for ``jobgate next``)."""
+    out: list[Slot] = []
+    for slot in slots(schedule, after, _END_OF_TIME):
+        out.append(slot)
+        if len(out) >= count:
+            break
+    return out

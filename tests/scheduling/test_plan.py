@@ -1,0 +1,250 @@
+"""Plans: intervals and batch windows, misfire policies after downtime, determinism, magic params."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobgate.core.errors import ValidationError
+from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, check_schedule
+from jobgate.scheduling.plan import MissReason, plan, slots
+
+T0 = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def hourly(misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE, **kw: object) -> Schedule:
+    return check_schedule(
+        Schedule("hourly", "job", ScheduleKind.CRON, T0, cron="0 * * * *", misfire=misfire, **kw)  # type: ignore[arg-type]
+    )
+
+
+def window(size: timedelta = HOUR, anchor: datetime = T0) -> Schedule:
+    return check_schedule(Schedule("win", "job", ScheduleKind.BATCH_WINDOW, anchor, every=size))
+
+
+def interval(every: timedelta, anchor: datetime = T0) -> Schedule:
+    return check_schedule(Schedule("int", "job", ScheduleKind.INTERVAL, anchor, every=every))
+
+
+# --- intervals and windows -------------------------------------------------------------------
+
+
+def test_interval_fires_at_the_anchor_and_every_period_after() -> None:
+    got = [s.fire_at for s in slots(interval(timedelta(minutes=25)), T0 - HOUR, T0 + HOUR)]
+    assert got == [T0, T0 + timedelta(minutes=25), T0 + timedelta(minutes=50)]
+    assert next(s.fire_at for s in slots(interval(timedelta(minutes=25)), T0, T0 + HOUR)) == T0 + timedelta(minutes=25)
+
+
+def test_batch_windows_are_half_open_and_fire_when_they_close() -> None:
+    got = list(slots(window(), T0, T0 + 3 * HOUR))
+    assert [(s.window.start, s.window.end) for s in got if s.window] == [
+        (T0, T0 + HOUR),
+        (T0 + HOUR, T0 + 2 * HOUR),
+        (T0 + 2 * HOUR, T0 + 3 * HOUR),
+    ]
+    assert [s.fire_at for s in got] == [T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR]
+    # A window that has not closed yet does not fire; one closing exactly at 'until' does.
+    assert list(slots(window(), T0, T0 + HOUR - timedelta(microseconds=1))) == []
+    assert len(list(slots(window(), T0, T0 + HOUR))) == 1
+
+
+def test_batch_window_bounds_enter_the_fire_and_its_params() -> None:
+    s = check_schedule(
+        Schedule(
+            "win",
+            "job",
+            ScheduleKind.BATCH_WINDOW,
+            T0,
+            every=HOUR,
+            params={"from": "{{window_start}}", "to": "{{window_end}}"},
+        )
+    )
+    (fire,) = plan(s, watermark=T0, now=T0 + HOUR).fires
+    assert fire.window is not None and (fire.window.start, fire.window.end) == (T0, T0 + HOUR)
+    assert fire.params == {"from": "2026-03-01T00:00:00Z", "to": "2026-03-01T01:00:00Z"}
+
+
+kinds = st.sampled_from(["cron", "interval", "window"])
+instants = st.integers(min_value=0, max_value=20 * 24 * 3600).map(lambda s: T0 + timedelta(seconds=s))
+
+
+def schedule_of(kind: str, period_minutes: int) -> Schedule:
+    every = timedelta(minutes=period_minutes)
+    if kind == "cron":
+        return check_schedule(
+            Schedule(
+                "c",
+                "job",
+                ScheduleKind.CRON,
+                T0,
+                timezone="Europe/Oslo",
+                cron=f"*/{period_minutes % 59 + 1} 1-23/2 * * *",
+            )
+        )
+    if kind == "interval":
+        return interval(every, anchor=T0 + timedelta(minutes=7))
+    return window(every, anchor=T0 + timedelta(minutes=7))
+
+
+@settings(max_examples=150, deadline=None)
+@given(kind=kinds, period=st.integers(min_value=1, max_value=600), a=instants, b=instants, c=instants)
+def test_slots_over_a_range_are_the_union_of_slots_over_its_parts(
+    kind: str, period: int, a: datetime, b: datetime, c: datetime
+) -> None:
+    a, b, c = sorted((a, b, c))
+    s = schedule_of(kind, period)
+    whole = list(slots(s, a, c))
+    assert whole == list(slots(s, a, b)) + list(slots(s, b, c))
+    assert all(a < x.fire_at <= c for x in whole)
+    assert [x.fire_at for x in whole] == sorted({x.fire_at for x in whole})  # ascending, no duplicates
+
+
+@settings(max_examples=100, deadline=None)
+@given(kind=kinds, period=st.integers(min_value=1, max_value=600), start=instants, steps=st.lists(instants, max_size=6))
+def test_planning_in_steps_makes_each_on_time_fire_exactly_once(
+    kind: str, period: int, start: datetime, steps: list[datetime]
+) -> None:
+    # A scheduler that wakes up at arbitrary moments (each within the grace period of the
+    # previous) makes the same fires as one that planned the whole range at once.
+    s = schedule_of(kind, period)
+    grace = timedelta(days=30)
+    s = check_schedule(Schedule(**{**s.__dict__, "misfire_grace": grace}))
+    ends = sorted(t for t in steps if t > start)
+    made, watermark = [], start
+    for now in ends:
+        p = plan(s, watermark=watermark, now=now)
+        made += [f.trigger_id for f in p.fires]
+        watermark = p.watermark
+    if ends:
+        assert made == [f.trigger_id for f in plan(s, watermark=start, now=ends[-1]).fires]
+    assert len(made) == len(set(made))
+
+
+def test_same_inputs_same_plan() -> None:
+    s = hourly(MisfirePolicy.FIRE_ALL)
+    assert plan(s, watermark=T0, now=T0 + 5 * HOUR) == plan(s, watermark=T0, now=T0 + 5 * HOUR)
+    assert plan(s, watermark=T0 + 5 * HOUR, now=T0 + 5 * HOUR).fires == ()
+
+
+# --- misfires after downtime -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("downtime", "policy", "fires", "late", "misses", "reason"),
+    [
+        # 3 hours down, woken 10 s after the 03:00 slot: 01:00 and 02:00 are late, 03:00 on time.
+        (3 * HOUR, MisfirePolicy.FIRE_ONCE, 2, 1, 1, MissReason.COALESCED),
+        (3 * HOUR, MisfirePolicy.FIRE_ALL, 3, 2, 0, None),
+        (3 * HOUR, MisfirePolicy.SKIP, 1, 0, 2, MissReason.SKIPPED),
+        # 3 days down: 72 slots, 71 late; fire_all stops at max_catchup=24 and records the rest.
+        (72 * HOUR, MisfirePolicy.FIRE_ONCE, 2, 1, 70, MissReason.COALESCED),
+        (72 * HOUR, MisfirePolicy.FIRE_ALL, 25, 24, 47, MissReason.BEYOND_MAX_CATCHUP),
+        (72 * HOUR, MisfirePolicy.SKIP, 1, 0, 71, MissReason.SKIPPED),
+    ],
+)
+def test_misfire_policies_after_downtime(
+    downtime: timedelta, policy: MisfirePolicy, fires: int, late: int, misses: int, reason: MissReason | None
+) -> None:
+    s = hourly(policy, max_catchup=24, misfire_grace=timedelta(seconds=60))
+    p = plan(s, watermark=T0, now=T0 + downtime + timedelta(seconds=10))
+    assert len(p.fires) == fires
+    assert sum(f.late for f in p.fires) == late
+    assert len(p.misses) == misses
+    assert all(m.reason is reason for m in p.misses)
+    assert p.fires[-1].fire_at == T0 + downtime and not p.fires[-1].late  # the slot just due is on time
+    # Every owed slot is accounted for exactly once: made or recorded as missed.
+    accounted = sorted([f.fire_at for f in p.fires] + [m.fire_at for m in p.misses])
+    assert accounted == [T0 + k * HOUR for k in range(1, int(downtime / HOUR) + 1)]
+    assert bool(p.warnings) == (reason is MissReason.BEYOND_MAX_CATCHUP)
+
+
+def test_fire_all_catches_up_the_most_recent_slots_in_order() -> None:
+    # Woken at 10:00:30: 01:00-09:00 are late, 10:00 is within the grace period.
+    p = plan(hourly(MisfirePolicy.FIRE_ALL, max_catchup=3), watermark=T0, now=T0 + 10 * HOUR + timedelta(seconds=30))
+    assert [f.fire_at for f in p.fires] == [T0 + k * HOUR for k in (7, 8, 9, 10)]
+    assert [f.late for f in p.fires] == [True, True, True, False]
+    assert "max_catchup" in p.warnings[0] and "6 from 2026-03-01T01:00:00Z to 2026-03-01T06:00:00Z" in p.warnings[0]
+
+
+def test_fire_once_coalesces_into_the_latest_missed_slot() -> None:
+    p = plan(hourly(MisfirePolicy.FIRE_ONCE), watermark=T0, now=T0 + 3 * HOUR + timedelta(minutes=30))
+    assert [f.fire_at for f in p.fires] == [T0 + 3 * HOUR]
+    assert [m.fire_at for m in p.misses] == [T0 + HOUR, T0 + 2 * HOUR]
+
+
+def test_a_slot_within_its_grace_period_is_on_time() -> None:
+    p = plan(
+        hourly(MisfirePolicy.SKIP, misfire_grace=timedelta(minutes=5)),
+        watermark=T0,
+        now=T0 + HOUR + timedelta(minutes=4),
+    )
+    assert [f.late for f in p.fires] == [False]
+
+
+def test_a_paused_schedule_records_its_slots_and_makes_nothing() -> None:
+    p = plan(hourly(paused=True), watermark=T0, now=T0 + 3 * HOUR)
+    assert p.fires == () and [m.reason for m in p.misses] == [MissReason.PAUSED] * 3
+    assert p.watermark == T0 + 3 * HOUR
+
+
+# --- magic params and identities -----------------------------------------------------------
+
+
+def test_magic_params_use_the_schedules_timezone() -> None:
+    # 00:30 on 1 June in Oslo is still 31 May in UTC: the job gets Oslo's dates.
+    s = check_schedule(
+        Schedule(
+            "pay",
+            "export-payroll",
+            ScheduleKind.CRON,
+            T0,
+            timezone="Europe/Oslo",
+            cron="30 0 1 * *",
+            params={"period": "{{current_month}}", "day": "{{ current_date }}", "prev": "{{yesterday}}", "x": "plain"},
+        )
+    )
+    (fire,) = plan(
+        s, watermark=datetime(2026, 5, 31, 12, tzinfo=UTC), now=datetime(2026, 5, 31, 22, 31, tzinfo=UTC)
+    ).fires
+    assert fire.fire_at == datetime(2026, 5, 31, 22, 30, tzinfo=UTC)
+    assert fire.params == {"period": "2026-06", "day": "2026-06-01", "prev": "2026-05-31", "x": "plain"}
+
+
+def test_unknown_magic_params_are_refused_when_the_schedule_is_checked() -> None:
+    with pytest.raises(ValidationError) as err:
+        hourly(params={"p": "{{current_year}}"})
+    assert err.value.field == "params.p" and "current_year" in err.value.message
+
+
+def test_trigger_ids_name_the_schedule_and_the_slot() -> None:
+    p = plan(hourly(), watermark=T0, now=T0 + HOUR)
+    assert [f.trigger_id for f in p.fires] == ["TGTRIG-hourly@2026-03-01T01:00:00Z"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"kind": ScheduleKind.INTERVAL}, "cron"),
+        ({"kind": ScheduleKind.INTERVAL, "cron": None, "every": timedelta(0)}, "every"),
+        ({"every": HOUR}, "every"),
+        ({"max_catchup": 0}, "max_catchup"),
+        ({"misfire_grace": timedelta(seconds=-1)}, "misfire_grace"),
+        ({"schedule_id": "bad id!"}, "schedule_id"),
+        ({"anchor": datetime(2026, 1, 1)}, "anchor"),
+    ],
+)
+def test_invalid_schedules_are_refused_naming_the_field(changes: dict[str, object], field: str) -> None:
+    base = {
+        "schedule_id": "s",
+        "job_definition_id": "job",
+        "kind": ScheduleKind.CRON,
+        "anchor": T0,
+        "cron": "0 * * * *",
+    }
+    with pytest.raises(ValidationError) as err:
+        check_schedule(Schedule(**{**base, **changes}))  # type: ignore[arg-type]
+    assert err.value.field == field
