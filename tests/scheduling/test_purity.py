@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import jobgate.scheduling
-from tests.core.test_purity import FORBIDDEN_CALLS, FORBIDDEN_MODULES, imported_modules
+
+from ..core.test_purity import FORBIDDEN_CALLS, FORBIDDEN_MODULES, imported_modules
 
 MODULES = sorted(Path(jobgate.scheduling.__file__).parent.glob("*.py"))
 ALLOWED_LIBRARIES = {"cronsim"}
