@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.core.test_purity import FORBIDDEN_CALLS, FORBIDDEN_MODULES, imported_modules
 
 import jobgate.scheduling
-
-from ..core.test_purity import FORBIDDEN_CALLS, FORBIDDEN_MODULES, imported_modules
 
 MODULES = sorted(Path(jobgate.scheduling.__file__).parent.glob("*.py"))
 ALLOWED_LIBRARIES = {"cronsim"}
