@@ -43,6 +43,7 @@ class MissReason(StrEnum):
     BEYOND_MAX_CATCHUP = "beyond_max_catchup"
     SKIPPED = "skipped"
     PAUSED = "paused"
+    REFUSED = "refused"  # the definition could not run it (unknown, not active, params refused)
 
 
 @dataclass(frozen=True)

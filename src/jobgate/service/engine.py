@@ -85,7 +85,9 @@ class ApplyResult:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class PreparedSubmission:
+    """A validated submission, built and ready to store."""
+
     create: RunCreate
     snapshot: ConfigSnapshot
 
@@ -170,13 +172,26 @@ class Engine:
         the two transactions is seen as it was at the read, as if the change came just after.
         """
         now = self.clock.now()
+        prepared = self.prepare_submissions(requests, now=now, actor=actor)
+        with self.store.write() as tx:
+            return self.create_submissions(tx, prepared, now)
+
+    def prepare_submissions(
+        self, requests: Sequence[SubmitRequest], *, now: datetime, actor: str | None = None
+    ) -> list[PreparedSubmission]:
+        """Validate and build runs for ``requests`` in a read transaction (all or an error)."""
         cache: dict[tuple[str, str], JobDefinition] = {}
         with self.store.read() as tx:
-            prepared = [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
-        with self.store.write() as tx:
-            existing = self.existing_results(tx, prepared)
-            fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
-            created = iter(self.acquire_lock_and_create(tx, fresh, now))
+            return [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
+
+    def create_submissions(
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
+    ) -> list[SubmitResult]:
+        """Store prepared submissions inside the caller's write transaction (the scheduler
+        advances a schedule's watermark in the same one)."""
+        existing = self.existing_results(tx, prepared)
+        fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
+        created = iter(self.acquire_lock_and_create(tx, fresh, now))
         out: list[SubmitResult] = []
         for p in prepared:
             key = p.create.run.idempotency_key
@@ -186,13 +201,13 @@ class Engine:
                 out.append(SubmitResult(*next(created)))
         return out
 
-    def existing_results(self, tx: StoreTx, prepared: Sequence[_Prepared]) -> dict[str, JobRun]:
+    def existing_results(self, tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dict[str, JobRun]:
         """Seed §11 ``job_already_completed``: a trigger whose run exists gets that run back,
         whatever its state, and nothing is written for it. Keyed by idempotency key."""
         return {r.idempotency_key: r for r in tx.runs_by_keys([p.create.run.idempotency_key for p in prepared])}
 
     def acquire_lock_and_create(
-        self, tx: StoreTx, prepared: Sequence[_Prepared], now: datetime
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
     ) -> list[tuple[JobRun, bool]]:
         """Seed §11 ``acquire_execution_lock`` + ``create_job_run``: the run row is the lock. Its
         idempotency key is unique and it is inserted with ON CONFLICT DO NOTHING, so of
@@ -212,7 +227,7 @@ class Engine:
         now: datetime,
         actor: str | None,
         cache: dict[tuple[str, str], JobDefinition],
-    ) -> _Prepared:
+    ) -> PreparedSubmission:
         definition = self.resolve_definition(tx, request, cache)
         snapshot = self.resolve_config(definition, request.scope)
         params = self.validate_preconditions(definition, request)
@@ -246,7 +261,7 @@ class Engine:
             if trigger.window is None
             else [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)],
         }
-        return _Prepared(
+        return PreparedSubmission(
             RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
             snapshot,
         )

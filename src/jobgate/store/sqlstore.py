@@ -35,6 +35,8 @@ from jobgate.core.models import (
     OutboxEvent,
     Transition,
 )
+from jobgate.scheduling.model import Schedule
+from jobgate.scheduling.plan import Miss
 from jobgate.store import codec
 from jobgate.store.base import (
     ClaimedRuns,
@@ -50,7 +52,7 @@ from jobgate.store.base import (
     WorkerInfo,
 )
 from jobgate.store.migrate import upgrade
-from jobgate.store.sql import claims, definitions, outbox, runs
+from jobgate.store.sql import claims, definitions, outbox, runs, schedules
 
 
 class StoreTx:
@@ -83,6 +85,31 @@ class StoreTx:
 
     def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
         definitions.snapshot_put(self.conn, snapshot, codec.to_us(now))
+
+    # schedules
+    def schedule_put(self, s: Schedule, *, watermark: datetime, source: str, now: datetime) -> bool:
+        return schedules.schedule_put(self.conn, s, watermark=watermark, source=source, now=now)
+
+    def schedules_list(self, tenant_id: str | None = None) -> list[schedules.StoredSchedule]:
+        return schedules.schedules_list(self.conn, tenant_id)
+
+    def schedule_get(self, tenant_id: str, schedule_id: str) -> schedules.StoredSchedule | None:
+        return schedules.schedule_get(self.conn, tenant_id, schedule_id)
+
+    def schedule_set_paused(self, tenant_id: str, schedule_id: str, paused: bool, now: datetime) -> bool:
+        return schedules.schedule_set_paused(self.conn, tenant_id, schedule_id, paused, now)
+
+    def schedule_delete(self, tenant_id: str, schedule_id: str) -> bool:
+        return schedules.schedule_delete(self.conn, tenant_id, schedule_id)
+
+    def schedule_advance(self, tenant_id: str, schedule_id: str, expected: datetime, to: datetime) -> bool:
+        return schedules.schedule_advance(self.conn, tenant_id, schedule_id, expected, to)
+
+    def misses_record(self, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
+        schedules.misses_record(self.conn, tenant_id, misses, now)
+
+    def misses_list(self, tenant_id: str, schedule_id: str) -> list[tuple[datetime, str]]:
+        return schedules.misses_list(self.conn, tenant_id, schedule_id)
 
     def snapshot_get(self, config_snapshot_id: str) -> ConfigSnapshot | None:
         return definitions.snapshot_get(self.conn, config_snapshot_id)

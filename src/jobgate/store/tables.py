@@ -250,3 +250,40 @@ outbox_cursors = Table(
     Column("delivered_through", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+# Schedules (issue 3). ``watermark`` is the instant through which every slot of the schedule
+# has been decided (fired or recorded as missed): the scheduler advances it in the same
+# transaction as the runs it creates, so a restart plans again from exactly there.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("schedule_id", String(200), primary_key=True),
+    Column("job_definition_id", String(200), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("cron", String(200)),
+    Column("every_us", BigInteger),
+    Column("anchor", BigInteger, nullable=False),
+    Column("params", Text, nullable=False),
+    Column("misfire", String(32), nullable=False),
+    Column("misfire_grace_us", BigInteger, nullable=False),
+    Column("max_catchup", Integer, nullable=False),
+    Column("overlap", String(32), nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("watermark", BigInteger, nullable=False),
+    Column("source", String(32), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# Slots a schedule owed but did not fire (downtime, pause): recorded, never silently dropped.
+schedule_misses = Table(
+    "schedule_misses",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("schedule_id", String(200), primary_key=True),
+    Column("fire_at", BigInteger, primary_key=True),
+    Column("reason", String(32), nullable=False),
+    Column("recorded_at", BigInteger, nullable=False),
+)

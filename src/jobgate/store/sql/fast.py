@@ -83,7 +83,7 @@ def insert_rows(
             chunk = rows[start : start + per_statement]
             sql = _multi_insert_sql(dialect, table.name, columns, len(chunk))
             cursor.execute(f"{sql} {suffix}" if suffix else sql, list(chain.from_iterable(chunk)))
-            if suffix:
+            if cursor.description is not None:  # the suffix returns rows
                 out.extend(tuple(r) for r in cursor.fetchall())
     finally:
         cursor.close()

@@ -1,0 +1,171 @@
+"""The scheduler loop: while it leads, it executes the plans of every stored schedule.
+
+One leader fires. Leadership is the fenced, expiring ``scheduler-leader`` lock; a standby
+scheduler keeps trying to take it and does within the lease after the leader dies. Each
+schedule's plan is executed in one write transaction that (1) checks the lock is still ours,
+(2) moves the schedule's watermark from the value the plan started at (a compare-and-set),
+(3) creates the plan's runs and (4) records its misses. A leader that lost its lease, or two
+schedulers that planned from the same watermark, therefore write nothing twice; and the runs'
+idempotency keys (which name the schedule and the slot) are a second wall behind that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from jobgate.core.errors import JobgateError
+from jobgate.core.models import Scope
+from jobgate.scheduling.model import Schedule
+from jobgate.scheduling.plan import Fire, Miss, MissReason, Plan, next_fires, plan
+from jobgate.service.engine import Engine, SubmitRequest
+
+log = logging.getLogger("jobgate.scheduler")
+
+LEADER_LOCK = "scheduler-leader"
+SCHEDULER_ACTOR = "scheduler"
+
+
+@dataclass
+class TickResult:
+    leader: bool
+    fired: int = 0  # runs created
+    missed: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        owner: str | None = None,
+        lease: timedelta = timedelta(seconds=10),
+        max_sleep: timedelta = timedelta(seconds=1),
+    ) -> None:
+        self.engine = engine
+        self.owner = owner or f"scheduler-{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = lease
+        self.max_sleep = max_sleep
+        self._token: int | None = None
+        self._renew_at: datetime | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ leadership
+    def hold_leadership(self, now: datetime) -> int | None:
+        """Take or renew the leader lease; the token, or None while another scheduler leads."""
+        if self._token is None or self._renew_at is None or now >= self._renew_at:
+            with self.engine.store.write() as tx:
+                token = tx.lock_acquire(LEADER_LOCK, self.owner, now, self.lease)
+            if token != self._token:
+                log.info(
+                    "%s: %s", self.owner, "leading" if token is not None else "standby", extra={"action": "leadership"}
+                )
+            self._token = token
+            self._renew_at = now + self.lease / 3
+        return self._token
+
+    # ------------------------------------------------------------------ one pass
+    def tick(self, now: datetime | None = None) -> TickResult:
+        now = now or self.engine.clock.now()
+        token = self.hold_leadership(now)
+        if token is None:
+            return TickResult(leader=False)
+        result = TickResult(leader=True)
+        with self.engine.store.read() as tx:
+            stored = tx.schedules_list()
+        for item in stored:
+            p = plan(item.schedule, watermark=item.watermark, now=now)
+            if not p.fires and not p.misses:
+                continue  # nothing owed: keep the watermark, write nothing
+            self._execute(item.schedule, item.watermark, p, token, now, result)
+        return result
+
+    def _execute(
+        self, schedule: Schedule, watermark: datetime, p: Plan, token: int, now: datetime, result: TickResult
+    ) -> None:
+        fires, misses = list(p.fires), list(p.misses)
+        try:
+            prepared = self.engine.prepare_submissions([_request(schedule, f) for f in fires], now=now)
+        except JobgateError as exc:
+            # The definition cannot run now (unknown, not active, params refused): the slots are
+            # recorded as refused, never dropped in silence, and the schedule moves on.
+            log.warning(
+                "schedule %s: %d fires refused: %s",
+                schedule.schedule_id,
+                len(fires),
+                exc,
+                extra={"action": "schedule_fire_refused", "schedule_id": schedule.schedule_id},
+            )
+            misses += [Miss(schedule.schedule_id, f.fire_at, MissReason.REFUSED) for f in fires]
+            prepared, fires = [], []
+        with self.engine.store.write() as tx:
+            if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
+                self._token = None
+                log.warning("%s: lost the leader lease; plan not executed", self.owner)
+                return
+            if not tx.schedule_advance(schedule.tenant_id, schedule.schedule_id, watermark, p.watermark):
+                return  # changed under us (another scheduler, or the schedule was edited): re-plan next tick
+            made = self.engine.create_submissions(tx, prepared, now)
+            tx.misses_record(schedule.tenant_id, misses, now)
+        result.fired += sum(1 for r in made if r.created)
+        result.missed += len(misses)
+        for warning in p.warnings:
+            log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
+        result.warnings += p.warnings
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("scheduler tick failed; retrying")
+            self._stop.wait(self._sleep_seconds())
+        self._release()
+
+    def _sleep_seconds(self) -> float:
+        """Until the next slot of any schedule, at most ``max_sleep`` (standbys poll at that rate)."""
+        now = self.engine.clock.now()
+        wait = self.max_sleep
+        if self._token is not None:
+            with self.engine.store.read() as tx:
+                stored = tx.schedules_list()
+            for item in stored:
+                if item.schedule.paused:
+                    continue
+                upcoming = next_fires(item.schedule, max(item.watermark, now), 1)
+                if upcoming:
+                    wait = min(wait, max(upcoming[0].fire_at - now, timedelta(0)))
+        return max(wait.total_seconds(), 0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _release(self) -> None:
+        if self._token is None:
+            return
+        try:
+            with self.engine.store.write() as tx:
+                tx.lock_release(LEADER_LOCK, self.owner, self._token)
+        except Exception:
+            log.warning("could not release the leader lease; it expires by itself", exc_info=True)
+        self._token = None
+
+
+def _request(schedule: Schedule, fire: Fire) -> SubmitRequest:
+    return SubmitRequest(
+        fire.job_definition_id,
+        trigger_type=schedule.kind.trigger_type,
+        params=dict(fire.params),
+        scope=Scope(tenant_id=schedule.tenant_id),
+        requested_by=SCHEDULER_ACTOR,
+        reason=f"schedule {schedule.schedule_id}" + (" (late)" if fire.late else ""),
+        trigger_id=fire.trigger_id,
+        window=fire.window,
+    )

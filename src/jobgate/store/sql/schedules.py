@@ -1,0 +1,156 @@
+"""Schedules, their watermarks, and the slots they recorded as missed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind
+from jobgate.scheduling.plan import Miss
+from jobgate.store import codec
+from jobgate.store.sql import fast
+from jobgate.store.tables import schedule_misses, schedules
+
+S = schedules.c
+
+
+@dataclass(frozen=True)
+class StoredSchedule:
+    schedule: Schedule
+    watermark: datetime
+    source: str
+    created_at: datetime
+    updated_at: datetime
+
+
+def _us(d: timedelta) -> int:
+    return d // timedelta(microseconds=1)
+
+
+def _definition_values(s: Schedule) -> dict[str, Any]:
+    """The columns that describe the schedule (not its progress)."""
+    return {
+        "job_definition_id": s.job_definition_id,
+        "kind": s.kind.value,
+        "timezone": s.timezone,
+        "cron": s.cron,
+        "every_us": None if s.every is None else _us(s.every),
+        "anchor": codec.to_us(s.anchor),
+        "params": codec.dumps(dict(s.params)),
+        "misfire": s.misfire.value,
+        "misfire_grace_us": _us(s.misfire_grace),
+        "max_catchup": s.max_catchup,
+        "overlap": s.overlap.value,
+        "paused": s.paused,
+    }
+
+
+def schedule_put(conn: Connection, s: Schedule, *, watermark: datetime, source: str, now: datetime) -> bool:
+    """Create the schedule, or update what it is (never its watermark); True when created."""
+    values = _definition_values(s)
+    changed = conn.execute(
+        update(schedules)
+        .where(S.tenant_id == s.tenant_id, S.schedule_id == s.schedule_id)
+        .values(**values, source=source, updated_at=codec.to_us(now))
+    ).rowcount
+    if changed:
+        return False
+    conn.execute(
+        schedules.insert().values(
+            tenant_id=s.tenant_id,
+            schedule_id=s.schedule_id,
+            **values,
+            watermark=codec.to_us(watermark),
+            source=source,
+            created_at=codec.to_us(now),
+            updated_at=codec.to_us(now),
+        )
+    )
+    return True
+
+
+def _from_row(r: Any) -> StoredSchedule:
+    schedule = Schedule(
+        schedule_id=r.schedule_id,
+        job_definition_id=r.job_definition_id,
+        kind=ScheduleKind(r.kind),
+        anchor=codec.from_us(r.anchor),
+        timezone=r.timezone,
+        cron=r.cron,
+        every=None if r.every_us is None else timedelta(microseconds=r.every_us),
+        params=codec.loads(r.params),
+        misfire=MisfirePolicy(r.misfire),
+        misfire_grace=timedelta(microseconds=r.misfire_grace_us),
+        max_catchup=r.max_catchup,
+        overlap=OverlapPolicy(r.overlap),
+        tenant_id=r.tenant_id,
+        paused=bool(r.paused),
+    )
+    return StoredSchedule(
+        schedule, codec.from_us(r.watermark), r.source, codec.from_us(r.created_at), codec.from_us(r.updated_at)
+    )
+
+
+def schedules_list(conn: Connection, tenant_id: str | None = None) -> list[StoredSchedule]:
+    q = select(schedules).order_by(S.tenant_id, S.schedule_id)
+    if tenant_id is not None:
+        q = q.where(S.tenant_id == tenant_id)
+    return [_from_row(r) for r in conn.execute(q)]
+
+
+def schedule_get(conn: Connection, tenant_id: str, schedule_id: str) -> StoredSchedule | None:
+    row = conn.execute(select(schedules).where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)).first()
+    return None if row is None else _from_row(row)
+
+
+def schedule_set_paused(conn: Connection, tenant_id: str, schedule_id: str, paused: bool, now: datetime) -> bool:
+    stmt = (
+        update(schedules)
+        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)
+        .values(paused=paused, updated_at=codec.to_us(now))
+    )
+    return bool(conn.execute(stmt).rowcount)
+
+
+def schedule_delete(conn: Connection, tenant_id: str, schedule_id: str) -> bool:
+    conn.execute(
+        schedule_misses.delete().where(
+            schedule_misses.c.tenant_id == tenant_id, schedule_misses.c.schedule_id == schedule_id
+        )
+    )
+    stmt = schedules.delete().where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)
+    return bool(conn.execute(stmt).rowcount)
+
+
+def schedule_advance(conn: Connection, tenant_id: str, schedule_id: str, expected: datetime, to: datetime) -> bool:
+    """Move the watermark from ``expected`` to ``to``: a compare-and-set, so of two schedulers
+    that planned from the same watermark only one records its plan."""
+    stmt = (
+        update(schedules)
+        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id, S.watermark == codec.to_us(expected))
+        .values(watermark=codec.to_us(to))
+    )
+    return bool(conn.execute(stmt).rowcount)
+
+
+_MISS_COLUMNS = ("tenant_id", "schedule_id", "fire_at", "reason", "recorded_at")
+
+
+def misses_record(conn: Connection, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
+    rows = [(tenant_id, m.schedule_id, codec.to_us(m.fire_at), m.reason.value, codec.to_us(now)) for m in misses]
+    fast.insert_rows(conn, schedule_misses, _MISS_COLUMNS, rows, suffix="ON CONFLICT DO NOTHING")
+
+
+def misses_list(conn: Connection, tenant_id: str, schedule_id: str, limit: int = 1000) -> list[tuple[datetime, str]]:
+    m = schedule_misses.c
+    q = (
+        select(m.fire_at, m.reason)
+        .where(m.tenant_id == tenant_id, m.schedule_id == schedule_id)
+        .order_by(m.fire_at)
+        .limit(limit)
+    )
+    return [(codec.from_us(r.fire_at), r.reason) for r in conn.execute(q)]

@@ -1,0 +1,133 @@
+"""The scheduler executes plans exactly once: restarts, two schedulers, downtime, refusals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+from tests.helpers import count, define
+
+from jobgate.core.models import DefinitionStatus, TriggerType
+from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
+from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, check_schedule
+from jobgate.service.engine import Engine
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def add(engine: Engine, schedule: Schedule, watermark: datetime = T0) -> Schedule:
+    schedule = check_schedule(schedule)
+    with engine.store.write() as tx:
+        tx.schedule_put(schedule, watermark=watermark, source="test", now=watermark)
+    return schedule
+
+
+def hourly(job: str, **kw: object) -> Schedule:
+    return Schedule("hourly", job, ScheduleKind.CRON, T0, cron="0 * * * *", **kw)  # type: ignore[arg-type]
+
+
+def scheduled_runs(engine: Engine) -> int:
+    return count(engine, "job_runs", "requested_by = 'scheduler'")
+
+
+def test_each_slot_becomes_one_run_and_a_second_tick_adds_nothing(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job))
+    s = Scheduler(engine, owner="a")
+    assert s.tick(T0 + 3 * HOUR + timedelta(seconds=5)).fired == 1 + 1  # coalesced catch-up + the on-time 03:00
+    assert s.tick(T0 + 3 * HOUR + timedelta(seconds=6)).fired == 0
+    assert scheduled_runs(engine) == 2
+    assert s.tick(T0 + 4 * HOUR + timedelta(seconds=1)).fired == 1
+    assert scheduled_runs(engine) == 3
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "hourly")
+        misses = tx.misses_list("default", "hourly")
+    assert stored is not None and stored.watermark == T0 + 4 * HOUR + timedelta(seconds=1)
+    assert [(at, reason) for at, reason in misses] == [(T0 + HOUR, "coalesced")]
+
+
+def test_runs_carry_the_slot_identity_and_rendered_params(engine: Engine) -> None:
+    job = define(engine, params=[{"name": "day", "pattern": "[0-9-]{10}"}])
+    add(engine, hourly(job, params={"day": "{{current_date}}"}, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="a").tick(T0 + 2 * HOUR)
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT trigger_id, trigger_type, params FROM job_runs ORDER BY trigger_id")).all()
+    assert [r[0] for r in rows] == ["TGTRIG-hourly@2026-03-01T01:00:00Z", "TGTRIG-hourly@2026-03-01T02:00:00Z"]
+    assert {r[1] for r in rows} == {TriggerType.CRON.value}
+    assert all('"day":"2026-03-01"' in r[2] for r in rows)
+
+
+def test_a_restarted_scheduler_plans_from_the_stored_watermark(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="first").tick(T0 + 2 * HOUR)
+    # A new process (new owner) after the first one's lease expired: nothing is made twice.
+    later = T0 + 2 * HOUR + timedelta(seconds=30)
+    assert Scheduler(engine, owner="second").tick(later).fired == 0
+    assert scheduled_runs(engine) == 2
+
+
+def test_only_the_leader_fires_and_a_standby_takes_over_when_the_lease_expires(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    leader = Scheduler(engine, owner="leader", lease=timedelta(seconds=10))
+    standby = Scheduler(engine, owner="standby", lease=timedelta(seconds=10))
+    assert leader.tick(T0 + HOUR).leader
+    assert not standby.tick(T0 + HOUR + timedelta(seconds=1)).leader
+    assert scheduled_runs(engine) == 1
+    # The leader dies (stops renewing); after the lease the standby leads and fires 02:00 once.
+    result = standby.tick(T0 + 2 * HOUR)
+    assert result.leader and result.fired == 1
+    assert scheduled_runs(engine) == 2
+    # The old leader comes back: its lease is gone, it is a standby now and writes nothing.
+    assert not leader.tick(T0 + 2 * HOUR + timedelta(seconds=2)).leader
+    assert scheduled_runs(engine) == 2
+
+
+def test_a_plan_made_by_a_deposed_leader_is_not_executed(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job))
+    old = Scheduler(engine, owner="old", lease=timedelta(seconds=10))
+    assert old.hold_leadership(T0) is not None
+    new = Scheduler(engine, owner="new", lease=timedelta(seconds=10))
+    assert new.tick(T0 + HOUR).fired == 1  # the old lease expired at T0 + 10 s
+    # The old one still believes its token is current (renewal not due yet by its own clock):
+    old._renew_at = T0 + 2 * HOUR
+    assert old.tick(T0 + 2 * HOUR - timedelta(seconds=1)).fired == 0
+    assert scheduled_runs(engine) == 1
+    with engine.store.read() as tx:
+        owner = tx.conn.execute(text("SELECT owner FROM locks WHERE name = :n"), {"n": LEADER_LOCK}).scalar_one()
+    assert owner == "new"
+
+
+def test_a_refused_fire_is_recorded_not_dropped(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job))
+    with engine.store.write() as tx:
+        tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, T0)
+    result = Scheduler(engine, owner="a").tick(T0 + HOUR)
+    assert result.fired == 0 and result.missed == 1
+    assert scheduled_runs(engine) == 0
+    with engine.store.read() as tx:
+        assert tx.misses_list("default", "hourly") == [(T0 + HOUR, "refused")]
+
+
+def test_a_paused_schedule_fires_nothing_and_records_its_slots(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job, paused=True))
+    assert Scheduler(engine, owner="a").tick(T0 + 2 * HOUR).fired == 0
+    with engine.store.read() as tx:
+        assert [r for _, r in tx.misses_list("default", "hourly")] == ["paused", "paused"]
+
+
+def test_batch_windows_fire_once_per_closed_window(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR, misfire=MisfirePolicy.FIRE_ALL))
+    s = Scheduler(engine, owner="a")
+    s.tick(T0 + 2 * HOUR + timedelta(minutes=30))
+    s.tick(T0 + 3 * HOUR)
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text('SELECT "trigger" FROM job_runs ORDER BY created_at')).all()
+    assert len(rows) == 3
+    assert '"window":["2026-03-01T02:00:00Z","2026-03-01T03:00:00Z"]' in rows[-1][0]
