@@ -174,3 +174,13 @@ def test_a_batch_window_is_one_run_however_often_it_is_triggered(engine: Engine)
     assert first.created and not again.created and other.created
     assert first.run.job_run_id == again.run.job_run_id != other.run.job_run_id
     assert count(engine, "job_runs") == 2
+
+
+@pytest.mark.parametrize("field", ["payload", "policy_context"])
+def test_a_payload_json_cannot_store_is_refused_and_nothing_is_stored(engine: Engine, field: str) -> None:
+    job = define(engine)
+    request = SubmitRequest(job, request_id="nan", **{field: {"ratio": float("nan")}})
+    with pytest.raises(ValidationError) as err:
+        engine.submit(request)
+    assert err.value.field == field and "non-finite" in err.value.message
+    assert count(engine, "job_runs") == 0

@@ -220,3 +220,12 @@ def test_url_that_is_not_absolute_http_is_refused_when_built(url: str) -> None:
     with pytest.raises(ValidationError) as info:
         HttpExecutor(spec(url))
     assert info.value.field == "url"
+
+
+def test_an_answer_json_cannot_store_is_kept_as_its_status_only() -> None:
+    from jobgate.runtime.executors.http import _map_response
+
+    nan = _map_response(httpx.Response(200, text='{"score": NaN}'))
+    assert nan.result == {"status_code": 200}
+    big = _map_response(httpx.Response(200, text='{"order_id": 123456789012345678901234567890}'))
+    assert big.result == {"order_id": 123456789012345678901234567890}

@@ -57,3 +57,14 @@ def test_run_from_values_reads_the_table_column_order() -> None:
     values = [row[c.name] for c in job_runs.c]
     assert codec.run_from_values([c.name for c in job_runs.c], values) == codec.run_from_row(row)
     assert set(_RUN_INSERT_COLUMNS) <= set(row)
+
+
+def test_loads_is_exact_where_orjson_is_not() -> None:
+    # orjson reads integers beyond 64 bits as floats; the standard library keeps them exact.
+    big = 123456789012345678901234567890
+    assert codec.loads(codec.dumps({"order_id": big})) == {"order_id": big}
+    assert codec.loads('{"n": 18446744073709551617}')["n"] == 2**64 + 1
+    # Documents written with NaN by the standard library (older versions) stay readable.
+    value = codec.loads('{"score": NaN}')
+    assert value["score"] != value["score"]
+    assert codec.loads('{"a": 1.5, "b": "x"}') == {"a": 1.5, "b": "x"}

@@ -315,6 +315,13 @@ class Worker:
             return
         self._cycle_failures = 0
         claimed = batch.runs() if batch is not None else []  # decoded now the write lock is released
+        for run_id, error in batch.unreadable if batch is not None else []:
+            log.error(
+                "run %s: claimed but unreadable by this worker (%s); left to the rescuer",
+                run_id,
+                error,
+                extra={"action": "run_unreadable", "job_run_id": run_id},
+            )
         started_now = [r for r in claimed if r.status is RunStatus.RUNNING]
         claimed = [r for r in claimed if r.status is not RunStatus.RUNNING]
         self.stats.cycles += 1

@@ -23,7 +23,7 @@ from typing import Any
 
 from jobgate.clock import Clock, SystemClock
 from jobgate.config import JobgateConfig
-from jobgate.core.canonical import isoformat_utc
+from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.idempotency import idempotency_key, retry_key
 from jobgate.core.models import (
@@ -305,6 +305,11 @@ class Engine:
                 field="status",
                 source=definition.job_definition_id,
             )
+        for name, document in (("payload", request.payload), ("policy_context", request.policy_context)):
+            try:
+                canonical_json(document)  # stored as JSON: NaN, Infinity and non-JSON types refused here
+            except ValueError as exc:
+                raise ValidationError(str(exc), field=name, source=definition.job_definition_id) from None
         return validate_params(definition.params, request.params, source=definition.job_definition_id)
 
     def build_trigger(self, request: SubmitRequest, now: datetime) -> Trigger:

@@ -102,6 +102,9 @@ class ClaimedRuns:
         self._decode: Callable[[], list[JobRun]] | None = decode
         self._runs: list[JobRun] = []
         self.count = count
+        # (job_run_id, error) of claimed rows this version cannot read: they stay leased, out of
+        # this worker's hands, for the rescuer once their lease expires.
+        self.unreadable: list[tuple[str, str]] = []
 
     def runs(self) -> list[JobRun]:
         """Claimed runs by priority, then due time: started ones RUNNING, others DISPATCHED."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -55,13 +56,26 @@ def dumps(value: Any) -> str:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_LONG_INTEGER = re.compile(r"\d{19}")
+
+
 def loads(value: str | None) -> Any:
-    return None if value is None else orjson.loads(value)
+    """Decode a column's JSON exactly: orjson for speed, the standard library where orjson
+    would change the value (it reads integers beyond 64 bits as floats) or refuses it (NaN,
+    written by older versions)."""
+    if value is None:
+        return None
+    if _LONG_INTEGER.search(value):
+        return json.loads(value)
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return json.loads(value)
 
 
 @lru_cache(maxsize=256)
 def _shared_document(value: str) -> Any:
-    return orjson.loads(value)
+    return loads(value)
 
 
 def shared_loads(value: str | None) -> Any:
@@ -126,8 +140,8 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
             priority=_PRIORITY[r["priority"]],
             queue=r["queue"],
             retry_policy=r["retry_policy"],
-            params=orjson.loads(r["params"]),
-            scope=orjson.loads(r["scope"]),
+            params=loads(r["params"]),
+            scope=loads(r["scope"]),
             created_at=from_us(r["created_at"]),
             due_at=from_us(r["due_at"]),
             workflow_run_id=r["workflow_run_id"],

@@ -114,11 +114,17 @@ def _map_response(response: httpx.Response) -> ExecutionResult:
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    """The answer's JSON object, if it is one JSON can store: NaN and Infinity (which Python's
+    parser accepts) are not JSON, so such an answer is kept as its status code only."""
     try:
-        value = response.json()
+        value = json.loads(response.text, parse_constant=_refuse_constant)
     except ValueError:  # not JSON (json.JSONDecodeError and UnicodeDecodeError are both ValueErrors)
         return None
     return value if isinstance(value, dict) else None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _describe(exc: httpx.HTTPError) -> str:

@@ -191,7 +191,7 @@ def _claim_statement(n: int, start: bool) -> Any:
 def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) -> list[Candidate]:
     if conn.dialect.name == "sqlite":
         found = []
-        for queue in p.queues:
+        for queue in dict.fromkeys(p.queues):  # a queue named twice is searched once
             params = {"queue": queue, "now": now, "limit": p.limit * 2}
             found.extend(orjson.loads(fast.rows(conn, _SQLITE_CANDIDATES, params)[0][0]))
         found.sort(key=lambda r: (r[6], r[7]))
@@ -266,9 +266,18 @@ def _claim_ids(
     fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
     found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
     facts = [_Claimed(*(row[i] for i in _FACT_INDEXES)) for row in found]
-    return facts, ClaimedRuns(
-        lambda: _by_claim_order([codec.run_from_values(_RUN_COLUMNS, r) for r in found]), len(found)
-    )
+
+    def decode() -> list[JobRun]:
+        runs: list[JobRun] = []
+        for row in found:
+            try:
+                runs.append(codec.run_from_values(_RUN_COLUMNS, row))
+            except Exception as exc:  # one unreadable row must not cost the others their start
+                batch.unreadable.append((str(row[0]), f"{type(exc).__name__}: {exc}"))
+        return _by_claim_order(runs)
+
+    batch = ClaimedRuns(decode, len(found))
+    return facts, batch
 
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedRuns:
