@@ -499,6 +499,10 @@ from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command
 
 cli.add_command(_demo.demo)
 
+from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
+
+_schedules.register(cli)
+
 
 def main() -> None:
     try:

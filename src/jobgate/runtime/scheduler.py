@@ -127,7 +127,7 @@ class Scheduler:
             except Exception:
                 log.exception("scheduler tick failed; retrying")
             self._stop.wait(self._sleep_seconds())
-        self._release()
+        self.release()
 
     def _sleep_seconds(self) -> float:
         """Until the next slot of any schedule, at most ``max_sleep`` (standbys poll at that rate)."""
@@ -147,7 +147,8 @@ class Scheduler:
     def stop(self) -> None:
         self._stop.set()
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Give up the leader lease (a standby takes over at once instead of after its expiry)."""
         if self._token is None:
             return
         try:

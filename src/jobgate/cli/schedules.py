@@ -1,0 +1,215 @@
+"""Schedule commands: manage schedules, preview their fires, and run the scheduler."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.errors import ValidationError
+from jobgate.definitions.documents import parse_yaml, read_text
+from jobgate.runtime.scheduler import Scheduler
+from jobgate.scheduling.plan import next_fires
+from jobgate.service import schedules as service
+
+
+def _params(values: tuple[str, ...]) -> dict[str, str]:
+    from jobgate.cli.main import parse_params
+
+    return parse_params(values)
+
+
+@click.group("schedules")
+def schedules() -> None:
+    """Schedules attached to job definitions (cron, interval, batch window)."""
+
+
+@schedules.command("list")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_list(app: AppContext, tenant: str) -> None:
+    with app.engine().store.read() as tx:
+        items = tx.schedules_list(tenant)
+    rows = [
+        {
+            "schedule_id": i.schedule.schedule_id,
+            "job": i.schedule.job_definition_id,
+            "kind": i.schedule.kind.value,
+            "when": i.schedule.cron or f"every {i.schedule.every}",
+            "timezone": i.schedule.timezone,
+            "misfire": i.schedule.misfire.value,
+            "paused": i.schedule.paused,
+            "planned_through": isoformat_utc(i.watermark),
+            "source": i.source,
+        }
+        for i in items
+    ]
+    if app.json_output:
+        render.emit_json(rows)
+        return
+    render.table("schedules", list(rows[0]) if rows else ["schedule_id"], [tuple(r.values()) for r in rows])
+
+
+@schedules.command("add")
+@click.argument("schedule_id")
+@click.argument("job")
+@click.option("--cron", help="five-field cron expression or @daily-style macro")
+@click.option("--every", "every_seconds", type=float, help="interval in seconds")
+@click.option("--window", "window_seconds", type=float, help="batch window length in seconds")
+@click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
+@click.option("--anchor", help="ISO 8601 instant the interval or windows count from")
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="may use {{current_date}} etc.")
+@click.option("--misfire", default="fire_once", show_default=True, type=click.Choice(["fire_once", "fire_all", "skip"]))
+@click.option("--grace-seconds", "misfire_grace_seconds", type=float, default=60, show_default=True)
+@click.option("--max-catchup", type=int, default=100, show_default=True)
+@click.option("--overlap", default="allow", show_default=True, type=click.Choice(["allow", "forbid", "replace"]))
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_add(app: AppContext, /, schedule_id: str, job: str, params: tuple[str, ...], **options: Any) -> None:
+    """Add (or update) a schedule for JOB."""
+    now = app.engine().clock.now()
+    doc = {k: v for k, v in options.items() if v is not None}
+    doc.update(id=schedule_id, job=job, params=_params(params))
+    doc["tenant"] = doc.pop("tenant", "default")
+    schedule = service.schedule_from_document(doc, now=now, source="cli")
+    (created,) = service.put_schedules(app.engine(), [schedule], source="cli", now=now)
+    _say(
+        app,
+        {"schedule_id": schedule_id, "created": created},
+        f"schedule {schedule_id} {'added' if created else 'updated'}",
+    )
+
+
+@schedules.command("apply")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pass_app
+def schedules_apply(app: AppContext, path: Path) -> None:
+    """Seed schedules from a YAML file (``schedules: [{id, job, cron, params, ...}]``); all or none."""
+    document = parse_yaml(read_text(path, error=ValidationError), source=str(path), error=ValidationError)
+    entries = document.get("schedules") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise ValidationError("expected a top-level 'schedules' list", field="schedules", source=str(path))
+    now = app.engine().clock.now()
+    items = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ValidationError("each schedule is a mapping", field="schedules", source=str(path))
+        try:
+            items.append(service.schedule_from_document(entry, now=now, source=str(path)))
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field=exc.field, source=f"{path}: {exc.source}") from None
+    created = service.put_schedules(app.engine(), items, source=str(path.name), now=now)
+    _say(
+        app,
+        [{"schedule_id": s.schedule_id, "created": c} for s, c in zip(items, created, strict=True)],
+        f"{len(items)} schedules applied ({sum(created)} new)",
+    )
+
+
+@schedules.command("pause")
+@click.argument("schedule_id")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
+    service.set_paused(app.engine(), tenant, schedule_id, True, now=app.engine().clock.now())
+    _say(app, {"schedule_id": schedule_id, "paused": True}, f"schedule {schedule_id} paused")
+
+
+@schedules.command("resume")
+@click.argument("schedule_id")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_resume(app: AppContext, schedule_id: str, tenant: str) -> None:
+    service.set_paused(app.engine(), tenant, schedule_id, False, now=app.engine().clock.now())
+    _say(app, {"schedule_id": schedule_id, "paused": False}, f"schedule {schedule_id} resumed")
+
+
+@schedules.command("delete")
+@click.argument("schedule_id")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
+    service.delete(app.engine(), tenant, schedule_id)
+    _say(app, {"schedule_id": schedule_id, "deleted": True}, f"schedule {schedule_id} deleted")
+
+
+@click.command("next")
+@click.argument("job")
+@click.option("--count", default=5, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
+    """The next fire times of JOB's schedules, in each schedule's timezone and in UTC."""
+    with app.engine().store.read() as tx:
+        items = [i for i in tx.schedules_list(tenant) if i.schedule.job_definition_id == job]
+    if not items:
+        raise ValidationError(f"no schedule for {job!r}", field="job")
+    now = app.engine().clock.now()
+    rows = []
+    for i in items:
+        for slot in next_fires(i.schedule, max(now, i.watermark), count):
+            rows.append(
+                {
+                    "schedule_id": i.schedule.schedule_id,
+                    "local": slot.fire_at.astimezone(i.schedule.zone).isoformat(),
+                    "utc": isoformat_utc(slot.fire_at),
+                    "window": None
+                    if slot.window is None
+                    else [isoformat_utc(slot.window.start), isoformat_utc(slot.window.end)],
+                }
+            )
+    if app.json_output:
+        render.emit_json(rows)
+        return
+    render.table(f"next fires of {job}", ["schedule", "local", "UTC", "window"], [tuple(r.values()) for r in rows])
+
+
+@click.command("scheduler")
+@click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=10, show_default=True)
+@click.option("--once", is_flag=True, help="one pass (fire what is due), then exit")
+@pass_app
+def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None:
+    """Fire due schedules while leading; wait as standby while another scheduler leads."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    engine = app.engine()
+    scheduler = Scheduler(engine, lease=timedelta(seconds=lease_seconds))
+    if once:
+        try:
+            result = scheduler.tick()
+        finally:
+            scheduler.release()
+        _say(
+            app,
+            {"leader": result.leader, "fired": result.fired, "missed": result.missed},
+            f"fired {result.fired}, missed {result.missed}",
+        )
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    render.err.print(f"scheduler {scheduler.owner} on {engine.store.safe_url}")
+    scheduler.run()
+
+
+def _say(app: AppContext, data: Any, line: str) -> None:
+    if app.json_output:
+        render.emit_json(data)
+    else:
+        render.out.print(line)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(schedules)
+    cli.add_command(next_command)
+    cli.add_command(scheduler_command)

@@ -1,0 +1,145 @@
+"""Managing schedules: documents (YAML, CLI flags) into checked schedules, stored for a definition.
+
+A new schedule starts its watermark at the moment it is stored: it owes nothing from before it
+existed (use a backfill for that). Updating a schedule keeps its watermark, so re-applying a
+seed file never fires the past again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.models import DEFAULT_TENANT
+from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
+from jobgate.service.engine import Engine
+
+log = logging.getLogger("jobgate.schedules")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_KEYS = {
+    "id",
+    "job",
+    "cron",
+    "every_seconds",
+    "window_seconds",
+    "timezone",
+    "anchor",
+    "params",
+    "misfire",
+    "misfire_grace_seconds",
+    "max_catchup",
+    "overlap",
+    "paused",
+    "tenant",
+}
+
+
+def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str = "document") -> Schedule:
+    """One schedule from its document form (a seed file entry or CLI flags), checked."""
+    unknown = set(doc) - _KEYS
+    if unknown:
+        raise ValidationError(
+            f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})", field="schedule", source=source
+        )
+    schedule_id = _text(doc, "id", source)
+    kinds = [k for k in ("cron", "every_seconds", "window_seconds") if doc.get(k) is not None]
+    if len(kinds) != 1:
+        raise ValidationError(
+            "give exactly one of cron, every_seconds, window_seconds", field="schedule", source=schedule_id
+        )
+    kind = {
+        "cron": ScheduleKind.CRON,
+        "every_seconds": ScheduleKind.INTERVAL,
+        "window_seconds": ScheduleKind.BATCH_WINDOW,
+    }[kinds[0]]
+    every = None if kind is ScheduleKind.CRON else timedelta(seconds=_number(doc, kinds[0], schedule_id))
+    anchor_default = EPOCH if kind is ScheduleKind.BATCH_WINDOW else now
+    schedule = Schedule(
+        schedule_id=schedule_id,
+        job_definition_id=_text(doc, "job", schedule_id),
+        kind=kind,
+        anchor=_instant(doc.get("anchor"), schedule_id) or anchor_default,
+        timezone=str(doc.get("timezone", "UTC")),
+        cron=None if doc.get("cron") is None else str(doc["cron"]),
+        every=every,
+        params={str(k): str(v) for k, v in (doc.get("params") or {}).items()},
+        misfire=_choice(MisfirePolicy, doc.get("misfire", MisfirePolicy.FIRE_ONCE.value), "misfire", schedule_id),
+        misfire_grace=timedelta(seconds=_number(doc, "misfire_grace_seconds", schedule_id, default=60)),
+        max_catchup=int(_number(doc, "max_catchup", schedule_id, default=100)),
+        overlap=_choice(OverlapPolicy, doc.get("overlap", OverlapPolicy.ALLOW.value), "overlap", schedule_id),
+        tenant_id=str(doc.get("tenant", DEFAULT_TENANT)),
+        paused=bool(doc.get("paused", False)),
+    )
+    return check_schedule(schedule)
+
+
+def put_schedules(engine: Engine, items: Sequence[Schedule], *, source: str, now: datetime) -> list[bool]:
+    """Store every schedule or none (one transaction); each must name an existing definition.
+    Returns, per schedule, whether it was created (False: updated)."""
+    created: list[bool] = []
+    with engine.store.write() as tx:
+        for s in items:
+            if not tx.definition_versions(s.tenant_id, s.job_definition_id):
+                raise ValidationError(f"no job definition {s.job_definition_id!r}", field="job", source=s.schedule_id)
+            created.append(tx.schedule_put(s, watermark=now, source=source, now=now))
+    for s, made in zip(items, created, strict=True):
+        log.info(
+            "schedule %s %s for %s",
+            s.schedule_id,
+            "created" if made else "updated",
+            s.job_definition_id,
+            extra={"action": "schedule_created" if made else "schedule_updated", "schedule_id": s.schedule_id},
+        )
+    return created
+
+
+def set_paused(engine: Engine, tenant_id: str, schedule_id: str, paused: bool, *, now: datetime) -> None:
+    with engine.store.write() as tx:
+        if not tx.schedule_set_paused(tenant_id, schedule_id, paused, now):
+            raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
+    log.info("schedule %s %s", schedule_id, "paused" if paused else "resumed", extra={"action": "schedule_paused"})
+
+
+def delete(engine: Engine, tenant_id: str, schedule_id: str) -> None:
+    with engine.store.write() as tx:
+        if not tx.schedule_delete(tenant_id, schedule_id):
+            raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
+    log.info("schedule %s deleted", schedule_id, extra={"action": "schedule_deleted"})
+
+
+def _text(doc: Mapping[str, Any], key: str, source: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("required text", field=key, source=source)
+    return value.strip()
+
+
+def _number(doc: Mapping[str, Any], key: str, source: str, default: float | None = None) -> float:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValidationError("must be a non-negative number", field=key, source=source)
+    return float(value)
+
+
+def _instant(value: Any, source: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(f"{value!r} is not an ISO 8601 instant", field="anchor", source=source) from None
+    if parsed.tzinfo is None:
+        raise ValidationError("the anchor needs a timezone offset (e.g. Z)", field="anchor", source=source)
+    return parsed
+
+
+def _choice(enum: Any, value: Any, field: str, source: str) -> Any:
+    try:
+        return enum(str(value))
+    except ValueError:
+        known = ", ".join(m.value for m in enum)
+        raise ValidationError(f"{value!r} is not one of {known}", field=field, source=source) from None

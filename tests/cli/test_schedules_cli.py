@@ -1,0 +1,95 @@
+"""Schedule commands as a user runs them: add, list, next, pause/resume, apply a seed file, fire."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from tests.cli.test_cli import jobgate
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    jobgate(tmp_path, "init", "demo")
+    return tmp_path / "demo"
+
+
+def listed(folder: Path) -> dict[str, dict[str, object]]:
+    return {s["schedule_id"]: s for s in json.loads(jobgate(folder, "--json", "schedules", "list").stdout)}
+
+
+def test_add_list_next_pause_resume_delete(folder: Path) -> None:
+    jobgate(folder, "schedules", "add", "hello-9", "demo-hello", "--cron", "0 9 * * *", "--tz", "America/New_York")
+    item = listed(folder)["hello-9"]
+    assert (item["kind"], item["timezone"], item["paused"]) == ("cron", "America/New_York", False)
+    fires = json.loads(jobgate(folder, "--json", "next", "demo-hello", "--count", "2").stdout)
+    assert [f["local"][11:16] for f in fires] == ["09:00", "09:00"]
+    assert all(f["utc"][11:13] in ("13", "14") for f in fires)  # 09:00 EDT or EST
+    jobgate(folder, "schedules", "pause", "hello-9")
+    assert listed(folder)["hello-9"]["paused"] is True
+    jobgate(folder, "schedules", "resume", "hello-9")
+    assert listed(folder)["hello-9"]["paused"] is False
+    jobgate(folder, "schedules", "delete", "hello-9")
+    assert listed(folder) == {}
+    gone = jobgate(folder, "schedules", "delete", "hello-9", check=False)
+    assert gone.returncode == 1 and "no schedule" in gone.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--cron", "0 25 * * *"], "cron: '0 25 * * *': bad hour"),
+        (["--cron", "0 * * * *", "--tz", "Nowhere/City"], "timezone"),
+        (["--cron", "0 * * * *", "--every", "60"], "exactly one of"),
+        (["--every", "60", "-p", "day={{tomorrow}}"], "unknown magic param"),
+    ],
+)
+def test_a_refused_schedule_names_the_field_and_stores_nothing(folder: Path, args: list[str], words: str) -> None:
+    proc = jobgate(folder, "schedules", "add", "bad", "demo-hello", *args, check=False)
+    assert proc.returncode == 1 and words in proc.stderr and "Traceback" not in proc.stderr
+    assert listed(folder) == {}
+
+
+def test_a_schedule_for_a_missing_definition_is_refused(folder: Path) -> None:
+    proc = jobgate(folder, "schedules", "add", "s", "no-such-job", "--cron", "@daily", check=False)
+    assert proc.returncode == 1 and "no job definition 'no-such-job'" in proc.stderr
+    assert listed(folder) == {}
+
+
+def test_apply_a_seed_file_all_or_nothing(folder: Path) -> None:
+    seed = folder / "schedules.yaml"
+    seed.write_text(
+        "schedules:\n"
+        "  - id: monthly-payroll\n"
+        "    job: export-payroll\n"
+        '    cron: "0 2 1 * *"\n'
+        "    timezone: Europe/Oslo\n"
+        '    params: {period: "{{current_month}}"}\n'
+        "  - id: hourly-window\n"
+        "    job: demo-hello\n"
+        "    window_seconds: 3600\n"
+    )
+    out = jobgate(folder, "schedules", "apply", str(seed)).stdout
+    assert "2 schedules applied (2 new)" in out
+    assert set(listed(folder)) == {"monthly-payroll", "hourly-window"}
+    # Re-applying updates, never duplicates; a bad entry refuses the whole file.
+    assert "(0 new)" in jobgate(folder, "schedules", "apply", str(seed)).stdout
+    seed.write_text(seed.read_text() + "  - id: broken\n    job: demo-hello\n    cron: nonsense\n")
+    proc = jobgate(folder, "schedules", "apply", str(seed), check=False)
+    assert proc.returncode == 1 and "broken" in proc.stderr and "cron" in proc.stderr
+    assert set(listed(folder)) == {"monthly-payroll", "hourly-window"}
+
+
+def test_scheduler_once_fires_what_is_due_and_nothing_twice(folder: Path) -> None:
+    jobgate(folder, "schedules", "add", "tick", "demo-hello", "--every", "1", "--grace-seconds", "0")
+    # A new schedule owes nothing from before it existed; two seconds later it owes two or three
+    # slots, all late (grace 0), which fire_once coalesces into one run.
+    assert json.loads(jobgate(folder, "--json", "scheduler", "--once").stdout)["fired"] in (0, 1)
+    time.sleep(2.2)
+    jobgate(folder, "--json", "scheduler", "--once")
+    runs = json.loads(jobgate(folder, "--json", "runs", "list", "--job", "demo-hello").stdout)
+    assert 1 <= len(runs) <= 2
+    assert all(r["trigger_id"].startswith("TGTRIG-tick@") for r in runs)
+    assert len({r["trigger_id"] for r in runs}) == len(runs)
