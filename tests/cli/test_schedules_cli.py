@@ -93,3 +93,18 @@ def test_scheduler_once_fires_what_is_due_and_nothing_twice(folder: Path) -> Non
     assert 1 <= len(runs) <= 2
     assert all(r["trigger_id"].startswith("TGTRIG-tick@") for r in runs)
     assert len({r["trigger_id"] for r in runs}) == len(runs)
+
+
+def test_backfill_dry_run_then_run_then_nothing_new(folder: Path) -> None:
+    jobgate(folder, "schedules", "add", "nightly", "demo-report", "--cron", "30 2 * * *", "--tz", "Europe/Oslo")
+    span = ["--from", "2026-03-27T00:00:00Z", "--to", "2026-04-01T00:00:00Z"]
+    dry = json.loads(jobgate(folder, "--json", "backfill", "demo-report", *span, "--dry-run").stdout)
+    # 27-31 March, one fire a day; on the 29th 02:30 does not exist in Oslo and it fires at 03:00 CEST.
+    assert [s["fire_at"] for s in dry][1:3] == ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z"]
+    assert len(dry) == 5 and not any(s["job_run_id"] for s in dry)
+    assert "5 runs created" in jobgate(folder, "backfill", "demo-report", *span).stdout
+    assert "0 runs created, 5 already had one" in jobgate(folder, "backfill", "demo-report", *span).stdout
+    bad = jobgate(
+        folder, "backfill", "demo-report", "--from", "2026-03-27", "--to", "2026-04-01T00:00:00Z", check=False
+    )
+    assert bad.returncode == 1 and "--from" in bad.stderr and "timezone" in bad.stderr

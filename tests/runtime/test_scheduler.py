@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import text
 from tests.helpers import count, define
 
+from jobgate.core.errors import ValidationError
 from jobgate.core.models import DefinitionStatus, TriggerType
 from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
 from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
+from jobgate.service.schedules import backfill
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -131,3 +134,57 @@ def test_batch_windows_fire_once_per_closed_window(engine: Engine) -> None:
         rows = tx.conn.execute(text('SELECT "trigger" FROM job_runs ORDER BY created_at')).all()
     assert len(rows) == 3
     assert '"window":["2026-03-01T02:00:00Z","2026-03-01T03:00:00Z"]' in rows[-1][0]
+
+
+# --- backfill ------------------------------------------------------------------------------
+
+
+def test_backfill_makes_one_run_per_slot_and_nothing_on_a_second_request(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job), watermark=T0 + 100 * HOUR)
+    first = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 5 * HOUR)
+    assert [s.fire_at for s in first] == [T0 + k * HOUR for k in range(5)]  # [from, to): 00:00 in, 05:00 out
+    assert all(s.created for s in first)
+    again = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 5 * HOUR)
+    assert not any(s.created for s in again)
+    assert [s.job_run_id for s in again] == [s.job_run_id for s in first]
+    assert count(engine, "job_runs") == 5
+
+
+def test_backfill_does_not_repeat_a_slot_the_scheduler_fired(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="a").tick(T0 + 2 * HOUR)  # fires 01:00 and 02:00
+    result = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 4 * HOUR)
+    assert [s.created for s in result] == [True, False, False, True]
+    assert count(engine, "job_runs") == 4
+
+
+def test_backfill_of_windows_takes_whole_windows_inside_the_range(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR), watermark=T0 + 100 * HOUR)
+    result = backfill(
+        engine, tenant_id="default", job_definition_id=job, start=T0 + timedelta(minutes=30), end=T0 + 4 * HOUR
+    )
+    assert [(s.window.start, s.window.end) for s in result if s.window] == [
+        (T0 + HOUR, T0 + 2 * HOUR),
+        (T0 + 2 * HOUR, T0 + 3 * HOUR),
+        (T0 + 3 * HOUR, T0 + 4 * HOUR),
+    ]
+
+
+def test_a_dry_run_backfill_stores_nothing_and_a_bad_range_is_refused(engine: Engine) -> None:
+
+    job = define(engine)
+    add(engine, hourly(job), watermark=T0 + 100 * HOUR)
+    plan = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 3 * HOUR, dry_run=True)
+    assert len(plan) == 3 and all(s.job_run_id is None and not s.created for s in plan)
+    assert count(engine, "job_runs") == 0
+    with pytest.raises(ValidationError) as err:
+        backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0)
+    assert err.value.field == "to"
+    other = define(engine)
+    with pytest.raises(ValidationError) as err:
+        backfill(engine, tenant_id="default", job_definition_id=other, start=T0, end=T0 + HOUR)
+    assert err.value.field == "job" and "no schedule" in err.value.message
+    assert count(engine, "job_runs") == 0

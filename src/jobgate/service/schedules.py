@@ -8,14 +8,18 @@ seed file never fires the past again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.core.models import DEFAULT_TENANT
+from jobgate.core.models import DEFAULT_TENANT, ExecutionWindow, Scope, TriggerType
+from jobgate.scheduling import magic
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
-from jobgate.service.engine import Engine
+from jobgate.scheduling.plan import slots, trigger_id
+from jobgate.service.engine import Engine, SubmitRequest
 
 log = logging.getLogger("jobgate.schedules")
 
@@ -143,3 +147,101 @@ def _choice(enum: Any, value: Any, field: str, source: str) -> Any:
     except ValueError:
         known = ", ".join(m.value for m in enum)
         raise ValidationError(f"{value!r} is not one of {known}", field=field, source=source) from None
+
+
+MAX_BACKFILL_SLOTS = 100_000
+
+
+@dataclass(frozen=True)
+class BackfillSlot:
+    fire_at: datetime
+    window: ExecutionWindow | None
+    job_run_id: str | None  # the run of this slot (existing or just created); None in a dry run without one
+    created: bool
+
+
+def backfill(
+    engine: Engine,
+    *,
+    tenant_id: str,
+    job_definition_id: str,
+    start: datetime,
+    end: datetime,
+    schedule_id: str | None = None,
+    dry_run: bool = False,
+    actor: str = "backfill",
+    progress: Callable[[int], None] | None = None,
+) -> list[BackfillSlot]:
+    """One run per slot of the job's schedule in ``[start, end)`` (a batch window: whole windows
+    inside the range). A slot's run has the same identity as the scheduler's run for that slot,
+    so re-requesting a range, or backfilling slots the scheduler already fired, creates nothing.
+    ``dry_run`` stores nothing and says which slots already have a run."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValidationError("give instants with a timezone offset (e.g. Z)", field="from")
+    if end <= start:
+        raise ValidationError("must be after --from", field="to")
+    schedule = _backfill_schedule(engine, tenant_id, job_definition_id, schedule_id)
+    owed = [
+        s
+        for s in slots(schedule, start - timedelta(microseconds=1), end)
+        if (s.window.start >= start and s.window.end <= end if s.window is not None else s.fire_at < end)
+    ]
+    if len(owed) > MAX_BACKFILL_SLOTS:
+        raise ValidationError(f"{len(owed)} slots in the range; at most {MAX_BACKFILL_SLOTS} per request", field="to")
+    requests = [
+        SubmitRequest(
+            job_definition_id,
+            trigger_type=TriggerType.BACKFILL,
+            params=magic.render(schedule.params, s.fire_at, schedule.zone, s.window),
+            scope=Scope(tenant_id=tenant_id),
+            requested_by=actor,
+            reason=f"backfill {isoformat_utc(start)}..{isoformat_utc(end)} of schedule {schedule.schedule_id}",
+            trigger_id=trigger_id(schedule, s),
+            window=s.window,
+        )
+        for s in owed
+    ]
+    out: list[BackfillSlot] = []
+    for begin in range(0, len(requests), 1000):
+        chunk, chunk_slots = requests[begin : begin + 1000], owed[begin : begin + 1000]
+        now = engine.clock.now()
+        prepared = engine.prepare_submissions(chunk, now=now, actor=actor)
+        if dry_run:
+            with engine.store.read() as tx:
+                existing = engine.existing_results(tx, prepared)
+            for s, p in zip(chunk_slots, prepared, strict=True):
+                run = existing.get(p.create.run.idempotency_key)
+                out.append(BackfillSlot(s.fire_at, s.window, None if run is None else run.job_run_id, False))
+        else:
+            with engine.store.write() as tx:
+                made = engine.create_submissions(tx, prepared, now)
+            out += [
+                BackfillSlot(s.fire_at, s.window, r.run.job_run_id, r.created)
+                for s, r in zip(chunk_slots, made, strict=True)
+            ]
+        if progress is not None:
+            progress(len(chunk))
+    if not dry_run:
+        log.info(
+            "backfill of %s: %d slots, %d runs created",
+            job_definition_id,
+            len(out),
+            sum(s.created for s in out),
+            extra={"action": "backfill", "job_definition_id": job_definition_id},
+        )
+    return out
+
+
+def _backfill_schedule(engine: Engine, tenant_id: str, job: str, schedule_id: str | None) -> Schedule:
+    with engine.store.read() as tx:
+        mine = [i.schedule for i in tx.schedules_list(tenant_id) if i.schedule.job_definition_id == job]
+    if schedule_id is not None:
+        mine = [s for s in mine if s.schedule_id == schedule_id]
+        if not mine:
+            raise NotFoundError(f"no schedule {schedule_id!r} for {job!r}", field="schedule")
+    if not mine:
+        raise ValidationError(f"{job!r} has no schedule to take slots from", field="job")
+    if len(mine) > 1:
+        names = ", ".join(s.schedule_id for s in mine)
+        raise ValidationError(f"{job!r} has several schedules ({names}); name one with --schedule", field="schedule")
+    return mine[0]
