@@ -11,7 +11,7 @@ from tests.helpers import count, define
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DefinitionStatus, TriggerType
 from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
-from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, check_schedule
+from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill
 
@@ -188,3 +188,27 @@ def test_a_dry_run_backfill_stores_nothing_and_a_bad_range_is_refused(engine: En
         backfill(engine, tenant_id="default", job_definition_id=other, start=T0, end=T0 + HOUR)
     assert err.value.field == "job" and "no schedule" in err.value.message
     assert count(engine, "job_runs") == 0
+
+
+def test_overlap_forbid_skips_a_fire_while_the_previous_run_is_outstanding(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job, overlap=OverlapPolicy.FORBID))
+    s = Scheduler(engine, owner="a")
+    assert s.tick(T0 + HOUR).fired == 1  # no worker: that run stays SCHEDULED
+    assert s.tick(T0 + 2 * HOUR).fired == 0
+    with engine.store.read() as tx:
+        assert tx.misses_list("default", "hourly") == [(T0 + 2 * HOUR, "overlap")]
+
+
+def test_overlap_replace_cancels_the_outstanding_run_and_fires(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job, overlap=OverlapPolicy.REPLACE))
+    s = Scheduler(engine, owner="a")
+    s.tick(T0 + HOUR)
+    assert s.tick(T0 + 2 * HOUR).fired == 1
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT trigger_id, status FROM job_runs ORDER BY trigger_id")).all()
+    assert [(r[0][-20:], r[1]) for r in rows] == [
+        ("2026-03-01T01:00:00Z", "CANCELLED"),
+        ("2026-03-01T02:00:00Z", "SCHEDULED"),
+    ]

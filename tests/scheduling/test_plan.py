@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobgate.core.errors import ValidationError
-from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, check_schedule
-from jobgate.scheduling.plan import MissReason, plan, slots
+from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
+from jobgate.scheduling.plan import MissReason, apply_overlap, plan, slots
 
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -248,3 +248,25 @@ def test_invalid_schedules_are_refused_naming_the_field(changes: dict[str, objec
     with pytest.raises(ValidationError) as err:
         check_schedule(Schedule(**{**base, **changes}))  # type: ignore[arg-type]
     assert err.value.field == field
+
+
+# --- overlap ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overlap", "active", "made", "overlapping"),
+    [
+        (OverlapPolicy.ALLOW, True, [1, 2, 3], []),
+        (OverlapPolicy.FORBID, False, [3], [1, 2]),
+        (OverlapPolicy.FORBID, True, [], [1, 2, 3]),
+        (OverlapPolicy.REPLACE, True, [3], [1, 2]),
+        (OverlapPolicy.REPLACE, False, [3], [1, 2]),
+    ],
+)
+def test_overlap_policies(overlap: OverlapPolicy, active: bool, made: list[int], overlapping: list[int]) -> None:
+    s = hourly(MisfirePolicy.FIRE_ALL, overlap=overlap)
+    fires = plan(s, watermark=T0, now=T0 + 3 * HOUR).fires
+    kept, misses = apply_overlap(s, fires, active=active)
+    assert [f.fire_at for f in kept] == [T0 + k * HOUR for k in made]
+    assert [m.fire_at for m in misses] == [T0 + k * HOUR for k in overlapping]
+    assert all(m.reason is MissReason.OVERLAP for m in misses)

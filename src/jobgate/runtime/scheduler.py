@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobgate.core.errors import JobgateError
-from jobgate.core.models import Scope
-from jobgate.scheduling.model import Schedule
-from jobgate.scheduling.plan import Fire, Miss, MissReason, Plan, next_fires, plan
+from jobgate.core.models import JobRun, Scope
+from jobgate.core.states import LEASED, PENDING, RunStatus
+from jobgate.scheduling.model import OverlapPolicy, Schedule
+from jobgate.scheduling.plan import TRIGGER_PREFIX, Fire, Miss, MissReason, Plan, apply_overlap, next_fires, plan
+from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.base import RunFilter
 
 log = logging.getLogger("jobgate.scheduler")
 
@@ -90,6 +93,12 @@ class Scheduler:
         self, schedule: Schedule, watermark: datetime, p: Plan, token: int, now: datetime, result: TickResult
     ) -> None:
         fires, misses = list(p.fires), list(p.misses)
+        if schedule.overlap is not OverlapPolicy.ALLOW and fires:
+            active = self._active_runs(schedule)
+            kept, overlapping = apply_overlap(schedule, p.fires, active=bool(active))
+            if kept and active and schedule.overlap is OverlapPolicy.REPLACE:
+                self._replace(schedule, active)
+            fires, misses = kept, misses + overlapping
         try:
             prepared = self.engine.prepare_submissions([_request(schedule, f) for f in fires], now=now)
         except JobgateError as exc:
@@ -118,6 +127,31 @@ class Scheduler:
         for warning in p.warnings:
             log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
         result.warnings += p.warnings
+
+    def _active_runs(self, schedule: Schedule) -> list[JobRun]:
+        """Pending or running runs this schedule made."""
+        with self.engine.store.read() as tx:
+            return tx.runs_list(
+                RunFilter(
+                    tenant_id=schedule.tenant_id,
+                    job_definition_id=schedule.job_definition_id,
+                    statuses=tuple(PENDING | LEASED),
+                    trigger_prefix=f"{TRIGGER_PREFIX}{schedule.schedule_id}@",
+                    limit=1000,
+                )
+            )
+
+    def _replace(self, schedule: Schedule, active: list[JobRun]) -> None:
+        """``replace``: cancel the schedule's pending runs and ask its running ones to stop."""
+        reason = f"replaced by the next fire of schedule {schedule.schedule_id}"
+        for run in active:
+            try:
+                if run.status is RunStatus.RUNNING:
+                    control.stop_run(self.engine, run.job_run_id, actor=SCHEDULER_ACTOR, reason=reason)
+                else:
+                    control.cancel_run(self.engine, run.job_run_id, actor=SCHEDULER_ACTOR, reason=reason)
+            except JobgateError as exc:  # it finished meanwhile: nothing to replace
+                log.info("schedule %s: run %s not replaced: %s", schedule.schedule_id, run.job_run_id, exc)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:

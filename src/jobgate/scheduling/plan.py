@@ -24,7 +24,7 @@ from enum import StrEnum
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import ExecutionWindow
 from jobgate.scheduling import cron, magic
-from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind
+from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind
 
 TRIGGER_PREFIX = "TGTRIG-"
 _END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
@@ -44,6 +44,7 @@ class MissReason(StrEnum):
     SKIPPED = "skipped"
     PAUSED = "paused"
     REFUSED = "refused"  # the definition could not run it (unknown, not active, params refused)
+    OVERLAP = "overlap"  # forbid / replace: another run of the schedule was (or would be) outstanding
 
 
 @dataclass(frozen=True)
@@ -157,3 +158,19 @@ def next_fires(schedule: Schedule, after: datetime, count: int) -> list[Slot]:
         if len(out) >= count:
             break
     return out
+
+
+def apply_overlap(schedule: Schedule, fires: tuple[Fire, ...], *, active: bool) -> tuple[list[Fire], list[Miss]]:
+    """The fires the overlap policy lets through, and the ones it records as overlapping.
+
+    ``allow`` lets every fire through. ``forbid`` and ``replace`` keep at most one run of the
+    schedule outstanding: of several fires owed at once only the latest is made (each earlier one
+    would overlap the next); ``forbid`` makes none while a run is ``active`` (pending or running),
+    ``replace`` makes it anyway, after the caller stops the active run.
+    """
+    if schedule.overlap is OverlapPolicy.ALLOW or not fires:
+        return list(fires), []
+    misses = [Miss(schedule.schedule_id, f.fire_at, MissReason.OVERLAP) for f in fires[:-1]]
+    if active and schedule.overlap is OverlapPolicy.FORBID:
+        return [], [*misses, Miss(schedule.schedule_id, fires[-1].fire_at, MissReason.OVERLAP)]
+    return [fires[-1]], misses

@@ -147,6 +147,7 @@ class RunFilter:
     created_to: datetime | None = None
     limit: int = 100
     before: tuple[datetime, str] | None = None  # cursor: (created_at, job_run_id) of the last row seen
+    trigger_prefix: str | None = None  # runs whose trigger id starts with this (a schedule's runs)
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,8 @@ def runs_list(conn: Connection, f: RunFilter) -> list[JobRun]:
         q = q.where(c.job_class == f.job_class)
     if f.trigger_type:
         q = q.where(c.trigger_type == f.trigger_type)
+    if f.trigger_prefix:
+        q = q.where(c.trigger_id.startswith(f.trigger_prefix, autoescape=True))
     if f.created_from:
         q = q.where(c.created_at >= codec.to_us(f.created_from))
     if f.created_to:
