@@ -108,3 +108,23 @@ def test_backfill_dry_run_then_run_then_nothing_new(folder: Path) -> None:
         folder, "backfill", "demo-report", "--from", "2026-03-27", "--to", "2026-04-01T00:00:00Z", check=False
     )
     assert bad.returncode == 1 and "--from" in bad.stderr and "timezone" in bad.stderr
+
+
+def test_events_emit_fires_subscribers_and_a_duplicate_does_nothing(folder: Path) -> None:
+    jobgate(
+        folder, "schedules", "add", "on-done", "demo-hello", "--event", "pipeline.completed", "--payload-param", "name"
+    )
+    data = folder / "event.json"
+    data.write_text('{"name": "Ada", "other": "ignored"}')
+    first = json.loads(
+        jobgate(folder, "--json", "events", "emit", "pipeline.completed", "--id", "e1", "--data", f"@{data}").stdout
+    )
+    again = json.loads(
+        jobgate(folder, "--json", "events", "emit", "pipeline.completed", "--id", "e1", "--data", f"@{data}").stdout
+    )
+    assert [f["created"] for f in first] == [True] and [f["created"] for f in again] == [False]
+    assert first[0]["job_run_id"] == again[0]["job_run_id"]
+    run = json.loads(jobgate(folder, "--json", "runs", "show", first[0]["job_run_id"]).stdout)
+    assert run["run"]["params"] == {"name": "Ada"}
+    bad = jobgate(folder, "events", "emit", "pipeline.completed", "--id", "e2", "--data", "[1]", check=False)
+    assert bad.returncode == 1 and "--data" in bad.stderr

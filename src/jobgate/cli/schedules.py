@@ -20,6 +20,7 @@ from jobgate.definitions.documents import parse_yaml, read_text
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.scheduling.plan import next_fires
 from jobgate.service import schedules as service
+from jobgate.service import triggers
 
 
 def _params(values: tuple[str, ...]) -> dict[str, str]:
@@ -65,6 +66,9 @@ def schedules_list(app: AppContext, tenant: str) -> None:
 @click.option("--cron", help="five-field cron expression or @daily-style macro")
 @click.option("--every", "every_seconds", type=float, help="interval in seconds")
 @click.option("--window", "window_seconds", type=float, help="batch window length in seconds")
+@click.option("--event", "event_type", help="fire on each posted event of this type (jobgate events emit)")
+@click.option("--queue", is_flag=True, help="with --event: record the trigger as a queue trigger")
+@click.option("--payload-param", "payload_params", multiple=True, help="event data field passed on as a param")
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
 @click.option("--anchor", help="ISO 8601 instant the interval or windows count from")
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="may use {{current_date}} etc.")
@@ -77,8 +81,10 @@ def schedules_list(app: AppContext, tenant: str) -> None:
 def schedules_add(app: AppContext, /, schedule_id: str, job: str, params: tuple[str, ...], **options: Any) -> None:
     """Add (or update) a schedule for JOB."""
     now = app.engine().clock.now()
-    doc = {k: v for k, v in options.items() if v is not None}
+    doc = {k: v for k, v in options.items() if v is not None and v != () and v is not False}
     doc.update(id=schedule_id, job=job, params=_params(params))
+    if "payload_params" in doc:
+        doc["payload_params"] = list(doc["payload_params"])
     doc["tenant"] = doc.pop("tenant", "default")
     schedule = service.schedule_from_document(doc, now=now, source="cli")
     (created,) = service.put_schedules(app.engine(), [schedule], source="cli", now=now)
@@ -171,6 +177,62 @@ def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
         render.emit_json(rows)
         return
     render.table(f"next fires of {job}", ["schedule", "local", "UTC", "window"], [tuple(r.values()) for r in rows])
+
+
+@click.group("events")
+def events() -> None:
+    """Events posted to jobgate: they fire the schedules subscribed to their type."""
+
+
+@events.command("emit")
+@click.argument("event_type")
+@click.option("--id", "event_id", required=True, help="the source's event id: a second emit of it is a no-op")
+@click.option("--data", default="{}", show_default=True, help="a JSON object, or @file.json")
+@click.option("--by", "requested_by", help="who posts it (default: $USER)")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def events_emit(
+    app: AppContext, event_type: str, event_id: str, data: str, requested_by: str | None, tenant: str
+) -> None:
+    """Post an event of EVENT_TYPE; prints what each subscribed schedule made of it."""
+    import getpass
+    import json
+
+    text = data
+    if data.startswith("@"):
+        path = Path(data[1:])
+        text = read_text(path, error=ValidationError)
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"not JSON: {exc}", field="--data") from None
+    if not isinstance(document, dict):
+        raise ValidationError("the event data must be a JSON object", field="--data")
+    fires = triggers.emit_event(
+        app.engine(),
+        event_type=event_type,
+        event_id=event_id,
+        data=document,
+        tenant_id=tenant,
+        actor=requested_by or getpass.getuser(),
+    )
+    rows = [
+        {
+            "schedule_id": f.schedule_id,
+            "job": f.job_definition_id,
+            "job_run_id": f.job_run_id,
+            "created": f.created,
+            "refused": f.refused,
+        }
+        for f in fires
+    ]
+    if app.json_output:
+        render.emit_json(rows)
+        return
+    if not rows:
+        render.out.print(f"no schedule subscribes to {event_type!r}")
+        return
+    render.table(f"event {event_type} {event_id}", list(rows[0]), [tuple(r.values()) for r in rows])
 
 
 @click.command("backfill")
@@ -283,3 +345,4 @@ def register(cli: click.Group) -> None:
     cli.add_command(next_command)
     cli.add_command(scheduler_command)
     cli.add_command(backfill_command)
+    cli.add_command(events)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -14,15 +15,21 @@ from jobgate.scheduling import cron, magic
 
 
 class ScheduleKind(StrEnum):
-    """The time-driven modes of seed 000 §6 (event-, policy- and state-driven ones fire on input)."""
+    """Seed 000 §6 modes: time-driven ones have slots; event-driven ones fire on a posted event."""
 
     CRON = "cron"
     INTERVAL = "interval"
     BATCH_WINDOW = "batch_window"
+    EVENT = "event"  # seed "event_triggered": an event of ``event_type`` posted to jobgate
+    QUEUE = "queue"  # the same, for events taken from a queue
 
     @property
     def trigger_type(self) -> TriggerType:
         return TriggerType(self.value)
+
+    @property
+    def timed(self) -> bool:
+        return self in (ScheduleKind.CRON, ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW)
 
 
 class MisfirePolicy(StrEnum):
@@ -63,6 +70,10 @@ class Schedule:
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     tenant_id: str = DEFAULT_TENANT
     paused: bool = False
+    # Event schedules: the event type they answer, and the payload fields they pass on as
+    # params (seed 004: a whitelist; nothing else from the payload reaches the job).
+    event_type: str | None = None
+    payload_params: tuple[str, ...] = ()
 
     @property
     def zone(self) -> ZoneInfo:
@@ -70,6 +81,7 @@ class Schedule:
 
 
 MAX_CATCHUP_LIMIT = 100_000
+_EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
 def check_schedule(s: Schedule) -> Schedule:
@@ -92,13 +104,27 @@ def check_schedule(s: Schedule) -> Schedule:
         except ValidationError as exc:
             raise ValidationError(exc.message, field="cron", source=s.schedule_id) from None
         s = replace(s, cron=normalised)
-    else:
+    elif s.kind.timed:
         if s.cron is not None:
             raise ValidationError(
                 f"a {s.kind.value} schedule has no cron expression", field="cron", source=s.schedule_id
             )
         if s.every is None or s.every < timedelta(seconds=1):
             raise ValidationError("needs 'every' of at least one second", field="every", source=s.schedule_id)
+    else:
+        if s.cron is not None or s.every is not None:
+            raise ValidationError(
+                f"an {s.kind.value} schedule fires on events, not on time", field="cron", source=s.schedule_id
+            )
+        if not s.event_type or not _EVENT_TYPE.fullmatch(s.event_type):
+            raise ValidationError(
+                "needs an event type (letters, digits, '.', '_', '-', ':')", field="event_type", source=s.schedule_id
+            )
+    if s.kind.timed and (s.event_type is not None or s.payload_params):
+        raise ValidationError("only event schedules take an event type", field="event_type", source=s.schedule_id)
+    for name in s.payload_params:
+        if not name.isidentifier():
+            raise ValidationError(f"{name!r} is not a field name", field="payload_params", source=s.schedule_id)
     if s.misfire_grace < timedelta(0):
         raise ValidationError("must not be negative", field="misfire_grace", source=s.schedule_id)
     if not 1 <= s.max_catchup <= MAX_CATCHUP_LIMIT:

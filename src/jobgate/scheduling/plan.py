@@ -76,7 +76,9 @@ class Plan:
 
 
 def slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot]:
-    """The schedule's slots with ``after < fire_at <= until``, ascending."""
+    """The schedule's slots with ``after < fire_at <= until``, ascending (none for event schedules)."""
+    if not schedule.kind.timed:
+        return
     if schedule.kind is ScheduleKind.CRON:
         assert schedule.cron is not None
         for at in cron.fire_times(schedule.cron, schedule.zone, after):

@@ -30,6 +30,9 @@ _KEYS = {
     "cron",
     "every_seconds",
     "window_seconds",
+    "event_type",
+    "queue",
+    "payload_params",
     "timezone",
     "anchor",
     "params",
@@ -50,17 +53,22 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
             f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})", field="schedule", source=source
         )
     schedule_id = _text(doc, "id", source)
-    kinds = [k for k in ("cron", "every_seconds", "window_seconds") if doc.get(k) is not None]
+    kinds = [k for k in ("cron", "every_seconds", "window_seconds", "event_type") if doc.get(k) is not None]
     if len(kinds) != 1:
         raise ValidationError(
-            "give exactly one of cron, every_seconds, window_seconds", field="schedule", source=schedule_id
+            "give exactly one of cron, every_seconds, window_seconds, event_type", field="schedule", source=schedule_id
         )
     kind = {
         "cron": ScheduleKind.CRON,
         "every_seconds": ScheduleKind.INTERVAL,
         "window_seconds": ScheduleKind.BATCH_WINDOW,
+        "event_type": ScheduleKind.QUEUE if doc.get("queue") else ScheduleKind.EVENT,
     }[kinds[0]]
-    every = None if kind is ScheduleKind.CRON else timedelta(seconds=_number(doc, kinds[0], schedule_id))
+    timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW)
+    every = timedelta(seconds=_number(doc, kinds[0], schedule_id)) if timed else None
+    payload_params = doc.get("payload_params") or []
+    if not isinstance(payload_params, list) or not all(isinstance(p, str) for p in payload_params):
+        raise ValidationError("a list of payload field names", field="payload_params", source=schedule_id)
     anchor_default = EPOCH if kind is ScheduleKind.BATCH_WINDOW else now
     schedule = Schedule(
         schedule_id=schedule_id,
@@ -77,6 +85,8 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         overlap=_choice(OverlapPolicy, doc.get("overlap", OverlapPolicy.ALLOW.value), "overlap", schedule_id),
         tenant_id=str(doc.get("tenant", DEFAULT_TENANT)),
         paused=bool(doc.get("paused", False)),
+        event_type=None if doc.get("event_type") is None else str(doc["event_type"]),
+        payload_params=tuple(payload_params),
     )
     return check_schedule(schedule)
 

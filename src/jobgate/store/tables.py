@@ -271,6 +271,8 @@ schedules = Table(
     Column("max_catchup", Integer, nullable=False),
     Column("overlap", String(32), nullable=False),
     Column("paused", Boolean, nullable=False),
+    Column("event_type", String(200)),  # event schedules (migration 0003)
+    Column("payload_params", Text, nullable=False, server_default="[]"),
     Column("watermark", BigInteger, nullable=False),
     Column("source", String(32), nullable=False),
     Column("created_at", BigInteger, nullable=False),

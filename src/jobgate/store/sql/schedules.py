@@ -46,6 +46,8 @@ def _definition_values(s: Schedule) -> dict[str, Any]:
         "max_catchup": s.max_catchup,
         "overlap": s.overlap.value,
         "paused": s.paused,
+        "event_type": s.event_type,
+        "payload_params": codec.dumps(list(s.payload_params)),
     }
 
 
@@ -89,6 +91,8 @@ def _from_row(r: Any) -> StoredSchedule:
         overlap=OverlapPolicy(r.overlap),
         tenant_id=r.tenant_id,
         paused=bool(r.paused),
+        event_type=r.event_type,
+        payload_params=tuple(codec.loads(r.payload_params)),
     )
     return StoredSchedule(
         schedule, codec.from_us(r.watermark), r.source, codec.from_us(r.created_at), codec.from_us(r.updated_at)

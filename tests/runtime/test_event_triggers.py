@@ -1,0 +1,79 @@
+"""Events posted to jobgate: matched by type, de-duplicated by source event id, payload filtered."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import text
+from tests.helpers import count, define
+
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import DefinitionStatus
+from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+from jobgate.service.engine import Engine
+from jobgate.service.triggers import emit_event
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def subscribe(engine: Engine, schedule_id: str, job: str, event_type: str, **kw: object) -> None:
+    s = check_schedule(Schedule(schedule_id, job, ScheduleKind.EVENT, T0, event_type=event_type, **kw))  # type: ignore[arg-type]
+    with engine.store.write() as tx:
+        tx.schedule_put(s, watermark=T0, source="test", now=T0)
+
+
+def emit(engine: Engine, event_type: str, event_id: str, **data: object) -> list[tuple[str, bool, str | None]]:
+    fires = emit_event(engine, event_type=event_type, event_id=event_id, data=data, tenant_id="default", actor="t")
+    return [(f.schedule_id, f.created, f.refused) for f in fires]
+
+
+def test_an_event_fires_its_subscribers_once_and_a_duplicate_is_a_no_op(engine: Engine) -> None:
+    job = define(engine, params=[{"name": "name", "pattern": "[A-Za-z]{1,20}"}])
+    subscribe(engine, "on-done", job, "pipeline.completed", payload_params=("name",))
+    assert emit(engine, "pipeline.completed", "ev-1", name="Ada", secret="hunter2") == [("on-done", True, None)]
+    assert emit(engine, "pipeline.completed", "ev-1", name="Ada") == [("on-done", False, None)]
+    assert emit(engine, "pipeline.finished", "ev-2") == []
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT params, trigger_type FROM job_runs")).all()
+    assert rows == [('{"name":"Ada"}', "event")]  # only the listed field reaches the job
+
+
+def test_a_refused_or_paused_subscriber_is_recorded_and_stores_no_run(engine: Engine) -> None:
+    job = define(engine)
+    subscribe(engine, "a", job, "x.y")
+    paused = define(engine)
+    subscribe(engine, "b", paused, "x.y", paused=True)
+    with engine.store.write() as tx:
+        tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, T0)
+    result = emit(engine, "x.y", "ev-9")
+    assert [(s, created) for s, created, _ in result] == [("a", False), ("b", False)]
+    assert "suspended" in (result[0][2] or "") and result[1][2] == "paused"
+    assert count(engine, "job_runs") == 0
+    with engine.store.read() as tx:
+        assert [r for _, r in tx.misses_list("default", "a")] == ["refused"]
+        assert [r for _, r in tx.misses_list("default", "b")] == ["paused"]
+
+
+@pytest.mark.parametrize(
+    ("event_id", "data", "field"),
+    [("", {}, "id"), ("x" * 201, {}, "id"), ("ok", {"v": float("nan")}, "data")],
+)
+def test_a_bad_event_is_refused_naming_the_field(
+    engine: Engine, event_id: str, data: dict[str, object], field: str
+) -> None:
+    job = define(engine)
+    subscribe(engine, "a", job, "x.y")
+    with pytest.raises(ValidationError) as err:
+        emit_event(engine, event_type="x.y", event_id=event_id, data=data, tenant_id="default", actor="t")
+    assert err.value.field == field
+    assert count(engine, "job_runs") == 0
+
+
+def test_event_schedules_take_an_event_type_and_no_time(engine: Engine) -> None:
+    with pytest.raises(ValidationError) as err:
+        check_schedule(Schedule("e", "job", ScheduleKind.EVENT, T0))
+    assert err.value.field == "event_type"
+    with pytest.raises(ValidationError) as err:
+        check_schedule(Schedule("e", "job", ScheduleKind.EVENT, T0, event_type="a", cron="* * * * *"))
+    assert err.value.field == "cron"
