@@ -128,3 +128,14 @@ def test_events_emit_fires_subscribers_and_a_duplicate_does_nothing(folder: Path
     assert run["run"]["params"] == {"name": "Ada"}
     bad = jobgate(folder, "events", "emit", "pipeline.completed", "--id", "e2", "--data", "[1]", check=False)
     assert bad.returncode == 1 and "--data" in bad.stderr
+
+
+def test_policy_and_alert_triggers_from_the_command_line(folder: Path) -> None:
+    jobgate(folder, "schedules", "add", "drift", "demo-hello", "--condition", "replay.drift_ratio > 0.05")
+    outputs = [jobgate(folder, "facts", "record", "replay.drift_ratio", v).stdout for v in ("0.01", "0.07", "0.08")]
+    assert ["fired drift" in o for o in outputs] == [False, True, False]
+    jobgate(folder, "schedules", "add", "page", "demo-hello", "--condition", "alert.disk == 1", "--alert")
+    fired = json.loads(jobgate(folder, "--json", "alerts", "post", "disk", "--data", '{"used": 0.97}').stdout)
+    assert [f["schedule_id"] for f in fired if f["fired"]] == ["page"]
+    bad = jobgate(folder, "schedules", "add", "b", "demo-hello", "--condition", "x >> 1", check=False)
+    assert bad.returncode == 1 and "condition" in bad.stderr

@@ -12,7 +12,7 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.models import DefinitionStatus
 from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
-from jobgate.service.triggers import emit_event
+from jobgate.service.triggers import emit_event, post_alert, record_fact
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -77,3 +77,74 @@ def test_event_schedules_take_an_event_type_and_no_time(engine: Engine) -> None:
     with pytest.raises(ValidationError) as err:
         check_schedule(Schedule("e", "job", ScheduleKind.EVENT, T0, event_type="a", cron="* * * * *"))
     assert err.value.field == "cron"
+
+
+# --- policy and alert triggers ----------------------------------------------------------------
+
+
+def watch(engine: Engine, schedule_id: str, job: str, condition: str, kind: ScheduleKind = ScheduleKind.POLICY) -> None:
+    s = check_schedule(Schedule(schedule_id, job, kind, T0, condition=condition))
+    with engine.store.write() as tx:
+        tx.schedule_put(s, watermark=T0, source="test", now=T0)
+
+
+def observe(engine: Engine, name: str, value: float) -> list[str]:
+    fires = record_fact(engine, tenant_id="default", name=name, value=value, source="test", actor="t")
+    return [f.schedule_id for f in fires if f.fired]
+
+
+def test_a_policy_fires_once_per_episode_not_once_per_evaluation(engine: Engine) -> None:
+    job = define(engine)
+    watch(engine, "drift", job, "replay.drift_ratio > 0.05")
+    series = [0.01, 0.07, 0.09, 0.08, 0.02, 0.03, 0.11, 0.12]
+    fired = [observe(engine, "replay.drift_ratio", v) for v in series]
+    assert fired == [[], ["drift"], [], [], [], [], ["drift"], []]
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT trigger_id, trigger_type FROM job_runs ORDER BY trigger_id")).all()
+        stored = tx.schedule_get("default", "drift")
+        history = tx.facts_list("default", "replay.drift_ratio")
+    assert [tuple(r) for r in rows] == [("TGTRIG-drift@episode-1", "policy"), ("TGTRIG-drift@episode-2", "policy")]
+    assert stored is not None and (stored.episode_open, stored.episodes) == (True, 2)
+    assert [v for _, v, _ in history] == list(reversed(series))
+
+
+def test_other_facts_do_not_touch_a_policy(engine: Engine) -> None:
+    job = define(engine)
+    watch(engine, "drift", job, "replay.drift_ratio > 0.05")
+    assert observe(engine, "queue.depth", 1000) == []
+    assert count(engine, "job_runs") == 0
+
+
+def test_an_alert_fires_once_while_it_keeps_firing(engine: Engine) -> None:
+    job = define(engine)
+    watch(engine, "on-drift", job, "alert.replay_drift.ratio > 0.05", ScheduleKind.ALERT)
+    post = lambda firing, **data: [  # noqa: E731
+        f.schedule_id
+        for f in post_alert(engine, tenant_id="default", name="replay_drift", firing=firing, data=data, actor="t")
+        if f.fired
+    ]
+    assert post(True, ratio=0.2) == ["on-drift"]
+    assert post(True, ratio=0.3) == []
+    assert post(False, ratio=0.01) == []
+    assert post(True, ratio=0.4) == ["on-drift"]
+    assert count(engine, "job_runs", "trigger_type = 'alert'") == 2
+
+
+def test_a_refused_policy_fire_is_recorded_and_stores_no_run(engine: Engine) -> None:
+    job = define(engine)
+    watch(engine, "drift", job, "x > 1")
+    with engine.store.write() as tx:
+        tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, T0)
+    fires = record_fact(engine, tenant_id="default", name="x", value=2, source="test", actor="t")
+    assert [(f.fired, "suspended" in (f.refused or "")) for f in fires] == [(False, True)]
+    assert count(engine, "job_runs") == 0
+    with engine.store.read() as tx:
+        assert [r for _, r in tx.misses_list("default", "drift")] == ["refused"]
+
+
+@pytest.mark.parametrize(("name", "value", "field"), [("1x", 1.0, "name"), ("x", float("inf"), "value")])
+def test_a_bad_fact_is_refused_and_nothing_is_recorded(engine: Engine, name: str, value: float, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        record_fact(engine, tenant_id="default", name=name, value=value, source="test", actor="t")
+    assert err.value.field == field
+    assert count(engine, "facts") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from datetime import datetime, timedelta
@@ -69,6 +70,8 @@ def schedules_list(app: AppContext, tenant: str) -> None:
 @click.option("--event", "event_type", help="fire on each posted event of this type (jobgate events emit)")
 @click.option("--queue", is_flag=True, help="with --event: record the trigger as a queue trigger")
 @click.option("--payload-param", "payload_params", multiple=True, help="event data field passed on as a param")
+@click.option("--condition", help="policy trigger: '<fact> <op> <number>', fired once per episode")
+@click.option("--alert", is_flag=True, help="with --condition: record the trigger as an alert trigger")
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
 @click.option("--anchor", help="ISO 8601 instant the interval or windows count from")
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="may use {{current_date}} etc.")
@@ -196,18 +199,8 @@ def events_emit(
 ) -> None:
     """Post an event of EVENT_TYPE; prints what each subscribed schedule made of it."""
     import getpass
-    import json
 
-    text = data
-    if data.startswith("@"):
-        path = Path(data[1:])
-        text = read_text(path, error=ValidationError)
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise ValidationError(f"not JSON: {exc}", field="--data") from None
-    if not isinstance(document, dict):
-        raise ValidationError("the event data must be a JSON object", field="--data")
+    document = _json_object(data)
     fires = triggers.emit_event(
         app.engine(),
         event_type=event_type,
@@ -233,6 +226,65 @@ def events_emit(
         render.out.print(f"no schedule subscribes to {event_type!r}")
         return
     render.table(f"event {event_type} {event_id}", list(rows[0]), [tuple(r.values()) for r in rows])
+
+
+@click.group("facts")
+def facts() -> None:
+    """Recorded facts: numeric observations that policy schedules' conditions watch."""
+
+
+@facts.command("record")
+@click.argument("name")
+@click.argument("value", type=float)
+@click.option("--source", default="cli", show_default=True, help="where the observation comes from")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def facts_record(app: AppContext, name: str, value: float, source: str, tenant: str) -> None:
+    """Record NAME = VALUE; a policy whose condition becomes true with it fires (once per episode)."""
+    import getpass
+
+    fires = triggers.record_fact(
+        app.engine(), tenant_id=tenant, name=name, value=value, source=source, actor=getpass.getuser()
+    )
+    _policy_fires(app, fires, f"{name} = {value:g} recorded")
+
+
+@click.group("alerts")
+def alerts() -> None:
+    """Alerts: recorded as facts (alert.NAME is 1 while firing), watched by alert schedules."""
+
+
+@alerts.command("post")
+@click.argument("name")
+@click.option("--status", type=click.Choice(["firing", "resolved"]), default="firing", show_default=True)
+@click.option("--data", default="{}", show_default=True, help="a JSON object (numeric fields become facts), or @file")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def alerts_post(app: AppContext, name: str, status: str, data: str, tenant: str) -> None:
+    import getpass
+
+    fires = triggers.post_alert(
+        app.engine(),
+        tenant_id=tenant,
+        name=name,
+        firing=status == "firing",
+        data=_json_object(data),
+        actor=getpass.getuser(),
+    )
+    _policy_fires(app, fires, f"alert {name} {status}")
+
+
+def _policy_fires(app: AppContext, fires: list[triggers.PolicyFire], line: str) -> None:
+    rows = [
+        {"schedule_id": f.schedule_id, "job": f.job_definition_id, "fired": f.fired, "job_run_id": f.job_run_id,
+         "refused": f.refused}
+        for f in fires
+    ]  # fmt: skip
+    if app.json_output:
+        render.emit_json(rows)
+        return
+    fired = [r for r in rows if r["fired"]]
+    render.out.print(line + (f"; fired {', '.join(str(r['schedule_id']) for r in fired)}" if fired else ""))
 
 
 @click.command("backfill")
@@ -293,6 +345,18 @@ def backfill_command(
         render.out.print(f"{len(result)} slots: {created} runs created, {existing} already had one")
 
 
+def _json_object(data: str) -> dict[str, Any]:
+    """``--data``: a JSON object given inline or as ``@file.json``."""
+    text = read_text(Path(data[1:]), error=ValidationError) if data.startswith("@") else data
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"not JSON: {exc}", field="--data") from None
+    if not isinstance(document, dict):
+        raise ValidationError("must be a JSON object", field="--data")
+    return document
+
+
 def _instant(text: str, option: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -346,3 +410,5 @@ def register(cli: click.Group) -> None:
     cli.add_command(scheduler_command)
     cli.add_command(backfill_command)
     cli.add_command(events)
+    cli.add_command(facts)
+    cli.add_command(alerts)

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DEFAULT_TENANT, TriggerType
-from jobgate.scheduling import cron, magic
+from jobgate.scheduling import conditions, cron, magic
 
 
 class ScheduleKind(StrEnum):
@@ -22,6 +22,8 @@ class ScheduleKind(StrEnum):
     BATCH_WINDOW = "batch_window"
     EVENT = "event"  # seed "event_triggered": an event of ``event_type`` posted to jobgate
     QUEUE = "queue"  # the same, for events taken from a queue
+    POLICY = "policy"  # seed "policy_triggered": a condition over recorded facts, once per episode
+    ALERT = "alert"  # the same, over the facts an alert posts (its status and numeric fields)
 
     @property
     def trigger_type(self) -> TriggerType:
@@ -30,6 +32,14 @@ class ScheduleKind(StrEnum):
     @property
     def timed(self) -> bool:
         return self in (ScheduleKind.CRON, ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW)
+
+    @property
+    def evented(self) -> bool:
+        return self in (ScheduleKind.EVENT, ScheduleKind.QUEUE)
+
+    @property
+    def conditional(self) -> bool:
+        return self in (ScheduleKind.POLICY, ScheduleKind.ALERT)
 
 
 class MisfirePolicy(StrEnum):
@@ -74,6 +84,8 @@ class Schedule:
     # params (seed 004: a whitelist; nothing else from the payload reaches the job).
     event_type: str | None = None
     payload_params: tuple[str, ...] = ()
+    # Policy and alert schedules: ``<fact> <op> <number>``, fired once per episode.
+    condition: str | None = None
 
     @property
     def zone(self) -> ZoneInfo:
@@ -114,13 +126,23 @@ def check_schedule(s: Schedule) -> Schedule:
     else:
         if s.cron is not None or s.every is not None:
             raise ValidationError(
-                f"an {s.kind.value} schedule fires on events, not on time", field="cron", source=s.schedule_id
+                f"a {s.kind.value} schedule fires on input, not on time", field="cron", source=s.schedule_id
             )
-        if not s.event_type or not _EVENT_TYPE.fullmatch(s.event_type):
-            raise ValidationError(
-                "needs an event type (letters, digits, '.', '_', '-', ':')", field="event_type", source=s.schedule_id
-            )
-    if s.kind.timed and (s.event_type is not None or s.payload_params):
+    if s.kind.conditional:
+        try:
+            parsed = conditions.parse(s.condition or "")
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field="condition", source=s.schedule_id) from None
+        s = replace(s, condition=str(parsed))
+    elif s.condition is not None:
+        raise ValidationError(
+            "only policy and alert schedules take a condition", field="condition", source=s.schedule_id
+        )
+    if s.kind.evented and (not s.event_type or not _EVENT_TYPE.fullmatch(s.event_type)):
+        raise ValidationError(
+            "needs an event type (letters, digits, '.', '_', '-', ':')", field="event_type", source=s.schedule_id
+        )
+    if not s.kind.evented and (s.event_type is not None or s.payload_params):
         raise ValidationError("only event schedules take an event type", field="event_type", source=s.schedule_id)
     for name in s.payload_params:
         if not name.isidentifier():

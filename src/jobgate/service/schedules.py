@@ -33,6 +33,8 @@ _KEYS = {
     "event_type",
     "queue",
     "payload_params",
+    "condition",
+    "alert",
     "timezone",
     "anchor",
     "params",
@@ -53,16 +55,16 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
             f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})", field="schedule", source=source
         )
     schedule_id = _text(doc, "id", source)
-    kinds = [k for k in ("cron", "every_seconds", "window_seconds", "event_type") if doc.get(k) is not None]
+    triggers = ("cron", "every_seconds", "window_seconds", "event_type", "condition")
+    kinds = [k for k in triggers if doc.get(k) is not None]
     if len(kinds) != 1:
-        raise ValidationError(
-            "give exactly one of cron, every_seconds, window_seconds, event_type", field="schedule", source=schedule_id
-        )
+        raise ValidationError(f"give exactly one of {', '.join(triggers)}", field="schedule", source=schedule_id)
     kind = {
         "cron": ScheduleKind.CRON,
         "every_seconds": ScheduleKind.INTERVAL,
         "window_seconds": ScheduleKind.BATCH_WINDOW,
         "event_type": ScheduleKind.QUEUE if doc.get("queue") else ScheduleKind.EVENT,
+        "condition": ScheduleKind.ALERT if doc.get("alert") else ScheduleKind.POLICY,
     }[kinds[0]]
     timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW)
     every = timedelta(seconds=_number(doc, kinds[0], schedule_id)) if timed else None
@@ -87,6 +89,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         paused=bool(doc.get("paused", False)),
         event_type=None if doc.get("event_type") is None else str(doc["event_type"]),
         payload_params=tuple(payload_params),
+        condition=None if doc.get("condition") is None else str(doc["condition"]),
     )
     return check_schedule(schedule)
 

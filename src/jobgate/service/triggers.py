@@ -1,4 +1,6 @@
-"""Event triggers: an event posted to jobgate fires the schedules that subscribe to its type.
+"""Input triggers: posted events, recorded facts and alerts fire the schedules that watch them.
+
+Events: an event posted to jobgate fires the schedules that subscribe to its type.
 
 The event never chooses what runs: it is matched by type against schedules an operator stored,
 and from its data only the fields a schedule lists in ``payload_params`` reach the job, as
@@ -9,6 +11,8 @@ idempotency key, so an event delivered twice makes each run once.
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,10 +21,11 @@ from typing import Any
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import JobgateError, ValidationError
 from jobgate.core.models import Scope
-from jobgate.scheduling import magic
+from jobgate.scheduling import conditions, magic
 from jobgate.scheduling.model import Schedule
-from jobgate.scheduling.plan import Miss, MissReason
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
+from jobgate.service.engine import Engine, PreparedSubmission, SubmitRequest
+from jobgate.store.sql.schedules import StoredSchedule
 
 log = logging.getLogger("jobgate.events")
 
@@ -58,7 +63,7 @@ def emit_event(
         subscribed = [
             i.schedule
             for i in tx.schedules_list(tenant_id)
-            if not i.schedule.kind.timed and i.schedule.event_type == event_type
+            if i.schedule.kind.evented and i.schedule.event_type == event_type
         ]
     now = engine.clock.now()
     out: list[EventFire] = []
@@ -107,3 +112,103 @@ def _request(
 def _record(engine: Engine, schedule: Schedule, miss: Miss) -> None:
     with engine.store.write() as tx:
         tx.misses_record(schedule.tenant_id, [miss], miss.fire_at)
+
+
+# --- policy and alert triggers ------------------------------------------------------------------
+
+_FACT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+
+
+@dataclass(frozen=True)
+class PolicyFire:
+    schedule_id: str
+    job_definition_id: str
+    fired: bool  # this observation started an episode
+    job_run_id: str | None = None
+    refused: str | None = None
+
+
+def record_fact(
+    engine: Engine, *, tenant_id: str, name: str, value: float, source: str, actor: str
+) -> list[PolicyFire]:
+    """Record one observation and fire each policy or alert schedule whose condition on this fact
+    starts an episode with it (false -> true). Re-recording while it holds fires nothing."""
+    if not _FACT_NAME.fullmatch(name or ""):
+        raise ValidationError("a fact name: a letter, then letters, digits, '.', '_', '-', ':'", field="name")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError("a finite number", field="value")
+    now = engine.clock.now()
+    with engine.store.read() as tx:
+        watching = [
+            i
+            for i in tx.schedules_list(tenant_id)
+            if i.schedule.kind.conditional and conditions.parse(i.schedule.condition or "").fact == name
+        ]
+    decided: list[tuple[StoredSchedule, conditions.EpisodeStep, list[PreparedSubmission], str | None]] = []
+    for item in watching:
+        s = item.schedule
+        st = conditions.step(item.episode_open, conditions.parse(s.condition or "").holds(float(value)))
+        prepared: list[PreparedSubmission] = []
+        refused = "paused" if st.fire and s.paused else None
+        if st.fire and not s.paused:
+            request = SubmitRequest(
+                s.job_definition_id,
+                trigger_type=s.kind.trigger_type,
+                params=magic.render(s.params, now, s.zone, None),
+                scope=Scope(tenant_id=s.tenant_id),
+                requested_by=actor,
+                reason=f"{s.condition} (schedule {s.schedule_id}, episode {item.episodes + 1})",
+                trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@episode-{item.episodes + 1}",
+                policy_context={"condition": s.condition, "fact": name, "value": value, "source": source},
+            )
+            try:
+                prepared = engine.prepare_submissions([request], now=now, actor=actor)
+            except JobgateError as exc:
+                refused = str(exc)
+        decided.append((item, st, prepared, refused))
+    out: list[PolicyFire] = []
+    with engine.store.write() as tx:
+        tx.fact_record(tenant_id, name, float(value), now, source)
+        for item, st, prepared, refused in decided:
+            s = item.schedule
+            if s.paused:  # a paused schedule keeps its episode state: it decides again when resumed
+                if st.fire:
+                    tx.misses_record(s.tenant_id, [Miss(s.schedule_id, now, MissReason.PAUSED)], now)
+                out.append(PolicyFire(s.schedule_id, s.job_definition_id, False, refused=refused))
+                continue
+            after = (st.open, item.episodes + (1 if st.fire else 0))
+            if not tx.schedule_episode(s.tenant_id, s.schedule_id, (item.episode_open, item.episodes), after):
+                continue  # a concurrent observation decided this schedule's episode first
+            if st.fire and refused is not None:
+                tx.misses_record(s.tenant_id, [Miss(s.schedule_id, now, MissReason.REFUSED)], now)
+            run_id = None
+            if prepared:
+                (made,) = engine.create_submissions(tx, prepared, now)
+                run_id = made.run.job_run_id
+            out.append(PolicyFire(s.schedule_id, s.job_definition_id, st.fire and refused is None, run_id, refused))
+    return out
+
+
+def post_alert(
+    engine: Engine, *, tenant_id: str, name: str, firing: bool, data: Mapping[str, Any], actor: str
+) -> list[PolicyFire]:
+    """An alert is recorded as facts: ``alert.<name>`` is 1 while firing and 0 once resolved, and
+    each numeric field of its data becomes ``alert.<name>.<field>``. Alert schedules hold
+    conditions over those (``alert.replay_drift == 1``, ``alert.replay_drift.ratio > 0.05``)."""
+    if not _FACT_NAME.fullmatch(name or ""):
+        raise ValidationError("an alert name: a letter, then letters, digits, '.', '_', '-', ':'", field="name")
+    try:
+        canonical_json(dict(data))
+    except ValueError as exc:
+        raise ValidationError(str(exc), field="data") from None
+    source = f"alert {name}"
+    out = []
+    for field, value in sorted(data.items()):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out += record_fact(
+                engine, tenant_id=tenant_id, name=f"alert.{name}.{field}", value=value, source=source, actor=actor
+            )
+    out += record_fact(
+        engine, tenant_id=tenant_id, name=f"alert.{name}", value=1.0 if firing else 0.0, source=source, actor=actor
+    )
+    return out

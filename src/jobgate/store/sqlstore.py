@@ -111,6 +111,17 @@ class StoreTx:
     def misses_list(self, tenant_id: str, schedule_id: str) -> list[tuple[datetime, str]]:
         return schedules.misses_list(self.conn, tenant_id, schedule_id)
 
+    def schedule_episode(
+        self, tenant_id: str, schedule_id: str, expected: tuple[bool, int], to: tuple[bool, int]
+    ) -> bool:
+        return schedules.schedule_episode(self.conn, tenant_id, schedule_id, expected, to)
+
+    def fact_record(self, tenant_id: str, name: str, value: float, now: datetime, source: str) -> None:
+        schedules.fact_record(self.conn, tenant_id, name, value, now, source)
+
+    def facts_list(self, tenant_id: str, name: str, limit: int = 100) -> list[tuple[datetime, float, str]]:
+        return schedules.facts_list(self.conn, tenant_id, name, limit)
+
     def snapshot_get(self, config_snapshot_id: str) -> ConfigSnapshot | None:
         return definitions.snapshot_get(self.conn, config_snapshot_id)
 

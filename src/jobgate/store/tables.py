@@ -273,6 +273,10 @@ schedules = Table(
     Column("paused", Boolean, nullable=False),
     Column("event_type", String(200)),  # event schedules (migration 0003)
     Column("payload_params", Text, nullable=False, server_default="[]"),
+    # Policy and alert schedules (migration 0004): the condition, and whether an episode is open.
+    Column("condition", String(300)),
+    Column("episode_open", Boolean, nullable=False, server_default=text("false")),
+    Column("episodes", Integer, nullable=False, server_default="0"),
     Column("watermark", BigInteger, nullable=False),
     Column("source", String(32), nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -288,4 +292,18 @@ schedule_misses = Table(
     Column("fire_at", BigInteger, primary_key=True),
     Column("reason", String(32), nullable=False),
     Column("recorded_at", BigInteger, nullable=False),
+)
+
+# Recorded facts (policy triggers): numeric observations by name, the latest of which a policy
+# schedule's condition is evaluated against.
+facts = Table(
+    "facts",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("value", Float, nullable=False),
+    Column("recorded_at", BigInteger, nullable=False),
+    Column("source", String(200), nullable=False),
+    Index("ix_facts_name", "tenant_id", "name", "id"),
 )

@@ -13,7 +13,7 @@ from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, Sch
 from jobgate.scheduling.plan import Miss
 from jobgate.store import codec
 from jobgate.store.sql import fast
-from jobgate.store.tables import schedule_misses, schedules
+from jobgate.store.tables import facts, schedule_misses, schedules
 
 S = schedules.c
 
@@ -25,6 +25,8 @@ class StoredSchedule:
     source: str
     created_at: datetime
     updated_at: datetime
+    episode_open: bool = False  # policy and alert schedules
+    episodes: int = 0
 
 
 def _us(d: timedelta) -> int:
@@ -48,6 +50,7 @@ def _definition_values(s: Schedule) -> dict[str, Any]:
         "paused": s.paused,
         "event_type": s.event_type,
         "payload_params": codec.dumps(list(s.payload_params)),
+        "condition": s.condition,
     }
 
 
@@ -93,9 +96,16 @@ def _from_row(r: Any) -> StoredSchedule:
         paused=bool(r.paused),
         event_type=r.event_type,
         payload_params=tuple(codec.loads(r.payload_params)),
+        condition=r.condition,
     )
     return StoredSchedule(
-        schedule, codec.from_us(r.watermark), r.source, codec.from_us(r.created_at), codec.from_us(r.updated_at)
+        schedule,
+        codec.from_us(r.watermark),
+        r.source,
+        codec.from_us(r.created_at),
+        codec.from_us(r.updated_at),
+        bool(r.episode_open),
+        int(r.episodes),
     )
 
 
@@ -158,3 +168,33 @@ def misses_list(conn: Connection, tenant_id: str, schedule_id: str, limit: int =
         .limit(limit)
     )
     return [(codec.from_us(r.fire_at), r.reason) for r in conn.execute(q)]
+
+
+def schedule_episode(
+    conn: Connection, tenant_id: str, schedule_id: str, expected: tuple[bool, int], to: tuple[bool, int]
+) -> bool:
+    """Move a policy schedule's episode state by compare-and-set (open?, episodes so far)."""
+    stmt = (
+        update(schedules)
+        .where(
+            S.tenant_id == tenant_id,
+            S.schedule_id == schedule_id,
+            S.episode_open == expected[0],
+            S.episodes == expected[1],
+        )
+        .values(episode_open=to[0], episodes=to[1])
+    )
+    return bool(conn.execute(stmt).rowcount)
+
+
+def fact_record(conn: Connection, tenant_id: str, name: str, value: float, now: datetime, source: str) -> None:
+    conn.execute(
+        facts.insert().values(tenant_id=tenant_id, name=name, value=value, recorded_at=codec.to_us(now), source=source)
+    )
+
+
+def facts_list(conn: Connection, tenant_id: str, name: str, limit: int = 100) -> list[tuple[datetime, float, str]]:
+    f = facts.c
+    q = select(f.recorded_at, f.value, f.source).where(f.tenant_id == tenant_id, f.name == name)
+    rows = conn.execute(q.order_by(f.id.desc()).limit(limit)).all()
+    return [(codec.from_us(r.recorded_at), float(r.value), r.source) for r in rows]
