@@ -13,7 +13,7 @@ from jobgate.core.models import DefinitionStatus, TriggerType
 from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
-from jobgate.service.schedules import backfill
+from jobgate.service.schedules import backfill, recommend_interval
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -212,3 +212,60 @@ def test_overlap_replace_cancels_the_outstanding_run_and_fires(engine: Engine) -
         ("2026-03-01T01:00:00Z", "CANCELLED"),
         ("2026-03-01T02:00:00Z", "SCHEDULED"),
     ]
+
+
+# --- adaptive ------------------------------------------------------------------------------
+
+
+def adaptive(job: str) -> Schedule:
+    return Schedule(
+        "adapt",
+        job,
+        ScheduleKind.ADAPTIVE,
+        T0,
+        every=timedelta(minutes=10),
+        min_every=timedelta(minutes=5),
+        max_every=timedelta(hours=1),
+    )
+
+
+def test_a_recommendation_moves_an_adaptive_interval_only_within_its_bounds(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, adaptive(job))
+    engine.clock = FixedClock(T0 + timedelta(minutes=25))
+    assert recommend_interval(engine, tenant_id="default", schedule_id="adapt", every=HOUR, source="dsail")
+    with pytest.raises(ValidationError) as err:
+        recommend_interval(engine, tenant_id="default", schedule_id="adapt", every=timedelta(minutes=1), source="dsail")
+    assert err.value.field == "every" and "recorded, not applied" in err.value.message
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "adapt")
+        changes = tx.changes_list("default", "adapt")
+    assert stored is not None and stored.schedule.every == HOUR
+    assert stored.schedule.anchor == T0 + timedelta(minutes=20)  # the current slot of the old grid
+    assert [(c.new_value, c.accepted, c.source) for c in changes] == [
+        ("3600.0", True, "dsail"),
+        ("60.0", False, "dsail"),
+    ]
+    # The next fires continue from 00:20 at the new pace: 01:20, 02:20.
+    Scheduler(engine, owner="a").tick(T0 + timedelta(hours=2, minutes=21))
+    with engine.store.read() as tx:
+        fired = [r[0][-20:] for r in tx.conn.execute(text("SELECT trigger_id FROM job_runs ORDER BY trigger_id"))]
+    assert fired[-2:] == ["2026-03-01T01:20:00Z", "2026-03-01T02:20:00Z"]
+
+
+def test_a_recommendation_for_a_non_adaptive_schedule_is_refused(engine: Engine) -> None:
+    job = define(engine)
+    add(engine, hourly(job))
+    with pytest.raises(ValidationError) as err:
+        recommend_interval(engine, tenant_id="default", schedule_id="hourly", every=HOUR, source="dsail")
+    assert err.value.field == "schedule_id"
+    with engine.store.read() as tx:
+        assert tx.changes_list("default", "hourly") == []
+
+
+class FixedClock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at

@@ -70,6 +70,9 @@ def schedules_list(app: AppContext, tenant: str) -> None:
 @click.option("--event", "event_type", help="fire on each posted event of this type (jobgate events emit)")
 @click.option("--queue", is_flag=True, help="with --event: record the trigger as a queue trigger")
 @click.option("--payload-param", "payload_params", multiple=True, help="event data field passed on as a param")
+@click.option("--adaptive", is_flag=True, help="with --every: a recommender may move it within the bounds")
+@click.option("--min-every", "min_every_seconds", type=float, help="adaptive: the shortest interval allowed")
+@click.option("--max-every", "max_every_seconds", type=float, help="adaptive: the longest interval allowed")
 @click.option("--condition", help="policy trigger: '<fact> <op> <number>', fired once per episode")
 @click.option("--alert", is_flag=True, help="with --condition: record the trigger as an alert trigger")
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
@@ -122,6 +125,52 @@ def schedules_apply(app: AppContext, path: Path) -> None:
         [{"schedule_id": s.schedule_id, "created": c} for s, c in zip(items, created, strict=True)],
         f"{len(items)} schedules applied ({sum(created)} new)",
     )
+
+
+@schedules.command("recommend")
+@click.argument("schedule_id")
+@click.option("--every", "every_seconds", type=float, required=True, help="the proposed interval in seconds")
+@click.option("--by", "source", required=True, help="who recommends it (e.g. the DSAIL recommender)")
+@click.option("--reason")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_recommend(
+    app: AppContext, schedule_id: str, every_seconds: float, source: str, reason: str | None, tenant: str
+) -> None:
+    """Propose a new interval for an adaptive schedule: applied within its bounds, refused outside;
+    recorded either way. A recommendation can do nothing else."""
+    service.recommend_interval(
+        app.engine(),
+        tenant_id=tenant,
+        schedule_id=schedule_id,
+        every=timedelta(seconds=every_seconds),
+        source=source,
+        reason=reason,
+    )
+    _say(
+        app,
+        {"schedule_id": schedule_id, "every_seconds": every_seconds},
+        f"schedule {schedule_id}: every {every_seconds:g}s",
+    )
+
+
+@schedules.command("changes")
+@click.argument("schedule_id")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
+    """Every recommended change of a schedule, applied or refused."""
+    with app.engine().store.read() as tx:
+        items = tx.changes_list(tenant, schedule_id)
+    rows = [
+        {"at": isoformat_utc(c.changed_at), "field": c.field, "from": c.old_value, "to": c.new_value,
+         "accepted": c.accepted, "source": c.source, "reason": c.reason}
+        for c in items
+    ]  # fmt: skip
+    if app.json_output:
+        render.emit_json(rows)
+        return
+    render.table(f"changes of {schedule_id}", list(rows[0]) if rows else ["at"], [tuple(r.values()) for r in rows])
 
 
 @schedules.command("pause")

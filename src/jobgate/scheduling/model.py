@@ -22,6 +22,7 @@ class ScheduleKind(StrEnum):
     BATCH_WINDOW = "batch_window"
     EVENT = "event"  # seed "event_triggered": an event of ``event_type`` posted to jobgate
     QUEUE = "queue"  # the same, for events taken from a queue
+    ADAPTIVE = "adaptive"  # an interval a recommender may move, only within ``min_every``..``max_every``
     POLICY = "policy"  # seed "policy_triggered": a condition over recorded facts, once per episode
     ALERT = "alert"  # the same, over the facts an alert posts (its status and numeric fields)
 
@@ -31,7 +32,7 @@ class ScheduleKind(StrEnum):
 
     @property
     def timed(self) -> bool:
-        return self in (ScheduleKind.CRON, ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW)
+        return self in (ScheduleKind.CRON, ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW, ScheduleKind.ADAPTIVE)
 
     @property
     def evented(self) -> bool:
@@ -86,6 +87,9 @@ class Schedule:
     payload_params: tuple[str, ...] = ()
     # Policy and alert schedules: ``<fact> <op> <number>``, fired once per episode.
     condition: str | None = None
+    # Adaptive schedules: the bounds a recommendation may move ``every`` within (seed §52).
+    min_every: timedelta | None = None
+    max_every: timedelta | None = None
 
     @property
     def zone(self) -> ZoneInfo:
@@ -128,6 +132,15 @@ def check_schedule(s: Schedule) -> Schedule:
             raise ValidationError(
                 f"a {s.kind.value} schedule fires on input, not on time", field="cron", source=s.schedule_id
             )
+    if s.kind is ScheduleKind.ADAPTIVE:
+        if s.min_every is None or s.max_every is None or not s.min_every <= s.max_every:
+            raise ValidationError(
+                "an adaptive schedule needs min_every <= max_every", field="min_every", source=s.schedule_id
+            )
+        if s.every is not None and not s.min_every <= s.every <= s.max_every:
+            raise ValidationError(f"must be within {s.min_every} .. {s.max_every}", field="every", source=s.schedule_id)
+    elif s.min_every is not None or s.max_every is not None:
+        raise ValidationError("only adaptive schedules take bounds", field="min_every", source=s.schedule_id)
     if s.kind.conditional:
         try:
             parsed = conditions.parse(s.condition or "")

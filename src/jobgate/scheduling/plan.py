@@ -88,7 +88,7 @@ def slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot
         return
     assert schedule.every is not None
     every, anchor = schedule.every, schedule.anchor.astimezone(UTC)
-    if schedule.kind is ScheduleKind.INTERVAL:
+    if schedule.kind in (ScheduleKind.INTERVAL, ScheduleKind.ADAPTIVE):
         # Fires at anchor + k * every, k >= 0.
         k = 0 if after < anchor else (after - anchor) // every + 1
         while (at := anchor + k * every) <= until:
@@ -176,3 +176,13 @@ def apply_overlap(schedule: Schedule, fires: tuple[Fire, ...], *, active: bool) 
     if active and schedule.overlap is OverlapPolicy.FORBID:
         return [], [*misses, Miss(schedule.schedule_id, fires[-1].fire_at, MissReason.OVERLAP)]
     return [fires[-1]], misses
+
+
+def regrid(schedule: Schedule, now: datetime) -> datetime:
+    """The anchor for an interval schedule whose period changes at ``now``: the last slot of the
+    old grid at or before now, so the next fires continue from it at the new pace."""
+    assert schedule.every is not None
+    anchor = schedule.anchor.astimezone(UTC)
+    if now <= anchor:
+        return anchor
+    return anchor + ((now - anchor) // schedule.every) * schedule.every

@@ -14,12 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT, ExecutionWindow, Scope, TriggerType
 from jobgate.scheduling import magic
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
-from jobgate.scheduling.plan import slots, trigger_id
+from jobgate.scheduling.plan import regrid, slots, trigger_id
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sql.schedules import ScheduleChange
 
 log = logging.getLogger("jobgate.schedules")
 
@@ -35,6 +36,9 @@ _KEYS = {
     "payload_params",
     "condition",
     "alert",
+    "adaptive",
+    "min_every_seconds",
+    "max_every_seconds",
     "timezone",
     "anchor",
     "params",
@@ -61,12 +65,17 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         raise ValidationError(f"give exactly one of {', '.join(triggers)}", field="schedule", source=schedule_id)
     kind = {
         "cron": ScheduleKind.CRON,
-        "every_seconds": ScheduleKind.INTERVAL,
+        "every_seconds": ScheduleKind.ADAPTIVE if doc.get("adaptive") else ScheduleKind.INTERVAL,
         "window_seconds": ScheduleKind.BATCH_WINDOW,
         "event_type": ScheduleKind.QUEUE if doc.get("queue") else ScheduleKind.EVENT,
         "condition": ScheduleKind.ALERT if doc.get("alert") else ScheduleKind.POLICY,
     }[kinds[0]]
-    timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW)
+    timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW, ScheduleKind.ADAPTIVE)
+    bounds = {
+        key: timedelta(seconds=_number(doc, key, schedule_id))
+        for key in ("min_every_seconds", "max_every_seconds")
+        if doc.get(key) is not None
+    }
     every = timedelta(seconds=_number(doc, kinds[0], schedule_id)) if timed else None
     payload_params = doc.get("payload_params") or []
     if not isinstance(payload_params, list) or not all(isinstance(p, str) for p in payload_params):
@@ -90,6 +99,8 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         event_type=None if doc.get("event_type") is None else str(doc["event_type"]),
         payload_params=tuple(payload_params),
         condition=None if doc.get("condition") is None else str(doc["condition"]),
+        min_every=bounds.get("min_every_seconds"),
+        max_every=bounds.get("max_every_seconds"),
     )
     return check_schedule(schedule)
 
@@ -258,3 +269,46 @@ def _backfill_schedule(engine: Engine, tenant_id: str, job: str, schedule_id: st
         names = ", ".join(s.schedule_id for s in mine)
         raise ValidationError(f"{job!r} has several schedules ({names}); name one with --schedule", field="schedule")
     return mine[0]
+
+
+def recommend_interval(
+    engine: Engine, *, tenant_id: str, schedule_id: str, every: timedelta, source: str, reason: str | None = None
+) -> bool:
+    """A recommender's one power over an adaptive schedule (seed 000 §52): propose its interval.
+
+    Within the schedule's bounds the interval moves (the next fires continue from the current
+    slot at the new pace); outside them the proposal is refused. Both are recorded. Nothing else
+    is reachable from here: a recommendation cannot run, cancel, pause or bypass anything.
+    Returns whether the interval changed.
+    """
+    now = engine.clock.now()
+    with engine.store.read() as tx:
+        stored = tx.schedule_get(tenant_id, schedule_id)
+    if stored is None:
+        raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
+    s = stored.schedule
+    if s.kind is not ScheduleKind.ADAPTIVE or s.every is None or s.min_every is None or s.max_every is None:
+        raise ValidationError(f"schedule {schedule_id!r} is not adaptive", field="schedule_id")
+    accepted = s.min_every <= every <= s.max_every
+    change = ScheduleChange(
+        now, "every", str(s.every.total_seconds()), str(every.total_seconds()), accepted, source, reason
+    )
+    with engine.store.write() as tx:
+        tx.change_record(tenant_id, schedule_id, change)
+        if accepted and not tx.schedule_retime(tenant_id, schedule_id, s.every, every, regrid(s, now)):
+            raise ConflictError("the interval changed meanwhile; recommend again", field="every")
+    log.info(
+        "schedule %s: %s recommended every %ss (%s)",
+        schedule_id,
+        source,
+        every.total_seconds(),
+        "applied" if accepted else f"refused: outside {s.min_every} .. {s.max_every}",
+        extra={"action": "schedule_recommendation", "schedule_id": schedule_id},
+    )
+    if not accepted:
+        raise ValidationError(
+            f"{every.total_seconds():g}s is outside the policy bounds {s.min_every.total_seconds():g}s .. "
+            f"{s.max_every.total_seconds():g}s (recorded, not applied)",
+            field="every",
+        )
+    return True

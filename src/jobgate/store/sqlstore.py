@@ -116,6 +116,17 @@ class StoreTx:
     ) -> bool:
         return schedules.schedule_episode(self.conn, tenant_id, schedule_id, expected, to)
 
+    def schedule_retime(
+        self, tenant_id: str, schedule_id: str, expected_every: timedelta, every: timedelta, anchor: datetime
+    ) -> bool:
+        return schedules.schedule_retime(self.conn, tenant_id, schedule_id, expected_every, every, anchor)
+
+    def change_record(self, tenant_id: str, schedule_id: str, change: schedules.ScheduleChange) -> None:
+        schedules.change_record(self.conn, tenant_id, schedule_id, change)
+
+    def changes_list(self, tenant_id: str, schedule_id: str) -> list[schedules.ScheduleChange]:
+        return schedules.changes_list(self.conn, tenant_id, schedule_id)
+
     def fact_record(self, tenant_id: str, name: str, value: float, now: datetime, source: str) -> None:
         schedules.fact_record(self.conn, tenant_id, name, value, now, source)
 

@@ -277,6 +277,9 @@ schedules = Table(
     Column("condition", String(300)),
     Column("episode_open", Boolean, nullable=False, server_default=text("false")),
     Column("episodes", Integer, nullable=False, server_default="0"),
+    # Adaptive schedules (migration 0005): the bounds a recommendation may move the interval in.
+    Column("min_every_us", BigInteger),
+    Column("max_every_us", BigInteger),
     Column("watermark", BigInteger, nullable=False),
     Column("source", String(32), nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -306,4 +309,21 @@ facts = Table(
     Column("recorded_at", BigInteger, nullable=False),
     Column("source", String(200), nullable=False),
     Index("ix_facts_name", "tenant_id", "name", "id"),
+)
+
+# Every change a recommender made (or tried to make) to an adaptive schedule (seed 000 §52).
+schedule_changes = Table(
+    "schedule_changes",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("schedule_id", String(200), nullable=False),
+    Column("changed_at", BigInteger, nullable=False),
+    Column("field", String(64), nullable=False),
+    Column("old_value", Text),
+    Column("new_value", Text, nullable=False),
+    Column("accepted", Boolean, nullable=False),
+    Column("source", String(200), nullable=False),
+    Column("reason", Text),
+    Index("ix_schedule_changes_schedule", "tenant_id", "schedule_id", "id"),
 )

@@ -13,7 +13,7 @@ from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, Sch
 from jobgate.scheduling.plan import Miss
 from jobgate.store import codec
 from jobgate.store.sql import fast
-from jobgate.store.tables import facts, schedule_misses, schedules
+from jobgate.store.tables import facts, schedule_changes, schedule_misses, schedules
 
 S = schedules.c
 
@@ -51,6 +51,8 @@ def _definition_values(s: Schedule) -> dict[str, Any]:
         "event_type": s.event_type,
         "payload_params": codec.dumps(list(s.payload_params)),
         "condition": s.condition,
+        "min_every_us": None if s.min_every is None else _us(s.min_every),
+        "max_every_us": None if s.max_every is None else _us(s.max_every),
     }
 
 
@@ -97,6 +99,8 @@ def _from_row(r: Any) -> StoredSchedule:
         event_type=r.event_type,
         payload_params=tuple(codec.loads(r.payload_params)),
         condition=r.condition,
+        min_every=None if r.min_every_us is None else timedelta(microseconds=r.min_every_us),
+        max_every=None if r.max_every_us is None else timedelta(microseconds=r.max_every_us),
     )
     return StoredSchedule(
         schedule,
@@ -198,3 +202,53 @@ def facts_list(conn: Connection, tenant_id: str, name: str, limit: int = 100) ->
     q = select(f.recorded_at, f.value, f.source).where(f.tenant_id == tenant_id, f.name == name)
     rows = conn.execute(q.order_by(f.id.desc()).limit(limit)).all()
     return [(codec.from_us(r.recorded_at), float(r.value), r.source) for r in rows]
+
+
+def schedule_retime(
+    conn: Connection, tenant_id: str, schedule_id: str, expected_every: timedelta, every: timedelta, anchor: datetime
+) -> bool:
+    """Move an interval's period (and its anchor) by compare-and-set on the current period."""
+    stmt = (
+        update(schedules)
+        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id, S.every_us == _us(expected_every))
+        .values(every_us=_us(every), anchor=codec.to_us(anchor))
+    )
+    return bool(conn.execute(stmt).rowcount)
+
+
+@dataclass(frozen=True)
+class ScheduleChange:
+    changed_at: datetime
+    field: str
+    old_value: str | None
+    new_value: str
+    accepted: bool
+    source: str
+    reason: str | None
+
+
+def change_record(conn: Connection, tenant_id: str, schedule_id: str, change: ScheduleChange) -> None:
+    conn.execute(
+        schedule_changes.insert().values(
+            tenant_id=tenant_id,
+            schedule_id=schedule_id,
+            changed_at=codec.to_us(change.changed_at),
+            field=change.field,
+            old_value=change.old_value,
+            new_value=change.new_value,
+            accepted=change.accepted,
+            source=change.source,
+            reason=change.reason,
+        )
+    )
+
+
+def changes_list(conn: Connection, tenant_id: str, schedule_id: str) -> list[ScheduleChange]:
+    c = schedule_changes.c
+    q = select(schedule_changes).where(c.tenant_id == tenant_id, c.schedule_id == schedule_id).order_by(c.id)
+    return [
+        ScheduleChange(
+            codec.from_us(r.changed_at), r.field, r.old_value, r.new_value, bool(r.accepted), r.source, r.reason
+        )
+        for r in conn.execute(q)
+    ]
