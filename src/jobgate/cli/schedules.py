@@ -55,10 +55,7 @@ def schedules_list(app: AppContext, tenant: str) -> None:
         }
         for i in items
     ]
-    if app.json_output:
-        render.emit_json(rows)
-        return
-    render.table("schedules", list(rows[0]) if rows else ["schedule_id"], [tuple(r.values()) for r in rows])
+    _rows(app, "schedules", rows)
 
 
 @schedules.command("add")
@@ -167,10 +164,7 @@ def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
          "accepted": c.accepted, "source": c.source, "reason": c.reason}
         for c in items
     ]  # fmt: skip
-    if app.json_output:
-        render.emit_json(rows)
-        return
-    render.table(f"changes of {schedule_id}", list(rows[0]) if rows else ["at"], [tuple(r.values()) for r in rows])
+    _rows(app, f"changes of {schedule_id}", rows)
 
 
 @schedules.command("pause")
@@ -225,10 +219,7 @@ def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
                     else [isoformat_utc(slot.window.start), isoformat_utc(slot.window.end)],
                 }
             )
-    if app.json_output:
-        render.emit_json(rows)
-        return
-    render.table(f"next fires of {job}", ["schedule", "local", "UTC", "window"], [tuple(r.values()) for r in rows])
+    _rows(app, f"next fires of {job}", rows)
 
 
 @click.group("events")
@@ -444,6 +435,16 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None
     signal.signal(signal.SIGINT, handle)
     render.err.print(f"scheduler {scheduler.owner} on {engine.store.safe_url}")
     scheduler.run()
+
+
+def _rows(app: AppContext, title: str, rows: list[dict[str, Any]]) -> None:
+    """A list of records: JSON with ``--json``, else a table (its columns the records' keys)."""
+    if app.json_output:
+        render.emit_json(rows)
+    elif rows:
+        render.table(title, list(rows[0]), [tuple(r.values()) for r in rows])
+    else:
+        render.out.print(f"{title}: none")
 
 
 def _say(app: AppContext, data: Any, line: str) -> None:
