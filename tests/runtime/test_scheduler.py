@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from tests.helpers import count, define
+from tests.helpers import count, define, make_config
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DefinitionStatus, TriggerType
 from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
-from jobgate.service.schedules import backfill, recommend_interval
+from jobgate.service.schedules import backfill, put_schedules, recommend_interval
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -269,3 +270,37 @@ class FixedClock:
 
     def now(self) -> datetime:
         return self.at
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def test_a_configuration_schedule_fires_once_per_newly_activated_snapshot(engine: Engine, tmp_path: Path) -> None:
+    job = define(engine)
+    original = engine.config
+    engine.config = make_config(tmp_path, profiles={"risk": {"threshold": 5}})
+    put_schedules(
+        engine,
+        [check_schedule(Schedule("on-risk", job, ScheduleKind.CONFIGURATION, T0, config_profile="risk"))],
+        source="test",
+        now=T0,
+    )
+    s = Scheduler(engine, owner="a")
+    assert s.tick(T0 + HOUR).fired == 0  # the snapshot active when the schedule was added is not news
+    engine.config = make_config(tmp_path, profiles={"risk": {"threshold": 7}})  # a new snapshot activates
+    assert s.tick(T0 + 2 * HOUR).fired == 1
+    assert s.tick(T0 + 3 * HOUR).fired == 0
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT trigger_type, trigger_id FROM job_runs")).all()
+    assert [r[0] for r in rows] == ["configuration"] and "@config-TGCFGSNAP-" in rows[0][1]
+    engine.config = original
+
+
+def test_a_configuration_schedule_for_an_unknown_profile_is_refused(engine: Engine) -> None:
+    job = define(engine)
+    schedule = check_schedule(Schedule("c", job, ScheduleKind.CONFIGURATION, T0, config_profile="nope"))
+    with pytest.raises(ValidationError) as err:
+        put_schedules(engine, [schedule], source="test", now=T0)
+    assert err.value.field == "config_profile"
+    with engine.store.read() as tx:
+        assert tx.schedules_list() == []

@@ -71,6 +71,7 @@ def schedules_list(app: AppContext, tenant: str) -> None:
 @click.option("--min-every", "min_every_seconds", type=float, help="adaptive: the shortest interval allowed")
 @click.option("--max-every", "max_every_seconds", type=float, help="adaptive: the longest interval allowed")
 @click.option("--condition", help="policy trigger: '<fact> <op> <number>', fired once per episode")
+@click.option("--on-config", "config_profile", help="fire when a new snapshot of this configuration profile is active")
 @click.option("--alert", is_flag=True, help="with --condition: record the trigger as an alert trigger")
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
 @click.option("--anchor", help="ISO 8601 instant the interval or windows count from")

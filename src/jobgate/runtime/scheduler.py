@@ -22,11 +22,14 @@ from datetime import datetime, timedelta
 from jobgate.core.errors import JobgateError
 from jobgate.core.models import JobRun, Scope
 from jobgate.core.states import LEASED, PENDING, RunStatus
-from jobgate.scheduling.model import OverlapPolicy, Schedule
+from jobgate.scheduling import magic
+from jobgate.scheduling.model import OverlapPolicy, Schedule, ScheduleKind
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Fire, Miss, MissReason, Plan, apply_overlap, next_fires, plan
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import RunFilter
+from jobgate.store.sql.schedules import StoredSchedule
 
 log = logging.getLogger("jobgate.scheduler")
 
@@ -83,6 +86,9 @@ class Scheduler:
         with self.engine.store.read() as tx:
             stored = tx.schedules_list()
         for item in stored:
+            if item.schedule.kind is ScheduleKind.CONFIGURATION:
+                self._configuration(item, token, now, result)
+                continue
             p = plan(item.schedule, watermark=item.watermark, now=now)
             if not p.fires and not p.misses:
                 continue  # nothing owed: keep the watermark, write nothing
@@ -127,6 +133,44 @@ class Scheduler:
         for warning in p.warnings:
             log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
         result.warnings += p.warnings
+
+    def _configuration(self, item: StoredSchedule, token: int, now: datetime, result: TickResult) -> None:
+        """Fire once for each snapshot of the watched profile that becomes active (a new digest)."""
+        s = item.schedule
+        assert s.config_profile is not None
+        try:
+            snapshot = resolve_snapshot(self.engine.config, s.config_profile, s.tenant_id)
+        except JobgateError as exc:
+            log.warning("schedule %s: profile %s cannot be resolved: %s", s.schedule_id, s.config_profile, exc)
+            return
+        if snapshot.config_digest == item.config_digest_seen or s.paused:
+            return  # a paused schedule answers the snapshot active when it is resumed
+        request = SubmitRequest(
+            s.job_definition_id,
+            trigger_type=s.kind.trigger_type,
+            params=magic.render(s.params, now, s.zone, None),
+            scope=Scope(tenant_id=s.tenant_id),
+            requested_by=SCHEDULER_ACTOR,
+            reason=f"configuration {s.config_profile} activated (schedule {s.schedule_id})",
+            trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@config-{snapshot.config_snapshot_id}",
+            policy_context={"config_profile": s.config_profile, "config_digest": snapshot.config_digest},
+        )
+        misses: list[Miss] = []
+        try:
+            prepared = self.engine.prepare_submissions([request], now=now)
+        except JobgateError as exc:
+            log.warning("schedule %s: configuration fire refused: %s", s.schedule_id, exc)
+            prepared, misses = [], [Miss(s.schedule_id, now, MissReason.REFUSED)]
+        with self.engine.store.write() as tx:
+            if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
+                self._token = None
+                return
+            if not tx.schedule_config_seen(s.tenant_id, s.schedule_id, item.config_digest_seen, snapshot.config_digest):
+                return
+            made = self.engine.create_submissions(tx, prepared, now)
+            tx.misses_record(s.tenant_id, misses, now)
+        result.fired += sum(1 for r in made if r.created)
+        result.missed += len(misses)
 
     def _active_runs(self, schedule: Schedule) -> list[JobRun]:
         """Pending or running runs this schedule made."""

@@ -23,6 +23,7 @@ class ScheduleKind(StrEnum):
     EVENT = "event"  # seed "event_triggered": an event of ``event_type`` posted to jobgate
     QUEUE = "queue"  # the same, for events taken from a queue
     ADAPTIVE = "adaptive"  # an interval a recommender may move, only within ``min_every``..``max_every``
+    CONFIGURATION = "configuration"  # a new snapshot of ``config_profile`` becomes active
     POLICY = "policy"  # seed "policy_triggered": a condition over recorded facts, once per episode
     ALERT = "alert"  # the same, over the facts an alert posts (its status and numeric fields)
 
@@ -90,6 +91,8 @@ class Schedule:
     # Adaptive schedules: the bounds a recommendation may move ``every`` within (seed §52).
     min_every: timedelta | None = None
     max_every: timedelta | None = None
+    # Configuration schedules: the profile whose newly activated snapshots they answer.
+    config_profile: str | None = None
 
     @property
     def zone(self) -> ZoneInfo:
@@ -141,6 +144,12 @@ def check_schedule(s: Schedule) -> Schedule:
             raise ValidationError(f"must be within {s.min_every} .. {s.max_every}", field="every", source=s.schedule_id)
     elif s.min_every is not None or s.max_every is not None:
         raise ValidationError("only adaptive schedules take bounds", field="min_every", source=s.schedule_id)
+    if (s.kind is ScheduleKind.CONFIGURATION) != (s.config_profile is not None) or s.config_profile == "":
+        raise ValidationError(
+            "a configuration schedule, and only it, names a config_profile",
+            field="config_profile",
+            source=s.schedule_id,
+        )
     if s.kind.conditional:
         try:
             parsed = conditions.parse(s.condition or "")

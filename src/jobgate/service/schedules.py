@@ -20,6 +20,7 @@ from jobgate.scheduling import magic
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.scheduling.plan import regrid, slots, trigger_id
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.snapshots import resolve_snapshot
 from jobgate.store.sql.schedules import ScheduleChange
 
 log = logging.getLogger("jobgate.schedules")
@@ -39,6 +40,7 @@ _KEYS = {
     "adaptive",
     "min_every_seconds",
     "max_every_seconds",
+    "config_profile",
     "timezone",
     "anchor",
     "params",
@@ -59,7 +61,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
             f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})", field="schedule", source=source
         )
     schedule_id = _text(doc, "id", source)
-    triggers = ("cron", "every_seconds", "window_seconds", "event_type", "condition")
+    triggers = ("cron", "every_seconds", "window_seconds", "event_type", "condition", "config_profile")
     kinds = [k for k in triggers if doc.get(k) is not None]
     if len(kinds) != 1:
         raise ValidationError(f"give exactly one of {', '.join(triggers)}", field="schedule", source=schedule_id)
@@ -69,6 +71,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         "window_seconds": ScheduleKind.BATCH_WINDOW,
         "event_type": ScheduleKind.QUEUE if doc.get("queue") else ScheduleKind.EVENT,
         "condition": ScheduleKind.ALERT if doc.get("alert") else ScheduleKind.POLICY,
+        "config_profile": ScheduleKind.CONFIGURATION,
     }[kinds[0]]
     timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW, ScheduleKind.ADAPTIVE)
     bounds = {
@@ -101,6 +104,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         condition=None if doc.get("condition") is None else str(doc["condition"]),
         min_every=bounds.get("min_every_seconds"),
         max_every=bounds.get("max_every_seconds"),
+        config_profile=None if doc.get("config_profile") is None else str(doc["config_profile"]),
     )
     return check_schedule(schedule)
 
@@ -113,7 +117,15 @@ def put_schedules(engine: Engine, items: Sequence[Schedule], *, source: str, now
         for s in items:
             if not tx.definition_versions(s.tenant_id, s.job_definition_id):
                 raise ValidationError(f"no job definition {s.job_definition_id!r}", field="job", source=s.schedule_id)
-            created.append(tx.schedule_put(s, watermark=now, source=source, now=now))
+            made = tx.schedule_put(s, watermark=now, source=source, now=now)
+            if made and s.config_profile is not None:
+                # It answers snapshots activated from now on, not the one already active.
+                try:
+                    current = resolve_snapshot(engine.config, s.config_profile, s.tenant_id)
+                except ValidationError as exc:
+                    raise ValidationError(exc.message, field="config_profile", source=s.schedule_id) from None
+                tx.schedule_config_seen(s.tenant_id, s.schedule_id, None, current.config_digest)
+            created.append(made)
     for s, made in zip(items, created, strict=True):
         log.info(
             "schedule %s %s for %s",

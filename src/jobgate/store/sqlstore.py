@@ -121,6 +121,9 @@ class StoreTx:
     ) -> bool:
         return schedules.schedule_retime(self.conn, tenant_id, schedule_id, expected_every, every, anchor)
 
+    def schedule_config_seen(self, tenant_id: str, schedule_id: str, expected: str | None, digest: str) -> bool:
+        return schedules.schedule_config_seen(self.conn, tenant_id, schedule_id, expected, digest)
+
     def change_record(self, tenant_id: str, schedule_id: str, change: schedules.ScheduleChange) -> None:
         schedules.change_record(self.conn, tenant_id, schedule_id, change)
 

@@ -280,6 +280,9 @@ schedules = Table(
     # Adaptive schedules (migration 0005): the bounds a recommendation may move the interval in.
     Column("min_every_us", BigInteger),
     Column("max_every_us", BigInteger),
+    # Configuration schedules (migration 0006): the profile watched, the snapshot last answered.
+    Column("config_profile", String(200)),
+    Column("config_digest_seen", String(80)),
     Column("watermark", BigInteger, nullable=False),
     Column("source", String(32), nullable=False),
     Column("created_at", BigInteger, nullable=False),

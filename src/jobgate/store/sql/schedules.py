@@ -27,6 +27,7 @@ class StoredSchedule:
     updated_at: datetime
     episode_open: bool = False  # policy and alert schedules
     episodes: int = 0
+    config_digest_seen: str | None = None  # configuration schedules
 
 
 def _us(d: timedelta) -> int:
@@ -53,6 +54,7 @@ def _definition_values(s: Schedule) -> dict[str, Any]:
         "condition": s.condition,
         "min_every_us": None if s.min_every is None else _us(s.min_every),
         "max_every_us": None if s.max_every is None else _us(s.max_every),
+        "config_profile": s.config_profile,
     }
 
 
@@ -101,6 +103,7 @@ def _from_row(r: Any) -> StoredSchedule:
         condition=r.condition,
         min_every=None if r.min_every_us is None else timedelta(microseconds=r.min_every_us),
         max_every=None if r.max_every_us is None else timedelta(microseconds=r.max_every_us),
+        config_profile=r.config_profile,
     )
     return StoredSchedule(
         schedule,
@@ -110,6 +113,7 @@ def _from_row(r: Any) -> StoredSchedule:
         codec.from_us(r.updated_at),
         bool(r.episode_open),
         int(r.episodes),
+        r.config_digest_seen,
     )
 
 
@@ -252,3 +256,14 @@ def changes_list(conn: Connection, tenant_id: str, schedule_id: str) -> list[Sch
         )
         for r in conn.execute(q)
     ]
+
+
+def schedule_config_seen(conn: Connection, tenant_id: str, schedule_id: str, expected: str | None, digest: str) -> bool:
+    """Record the snapshot a configuration schedule answered, by compare-and-set on the last one."""
+    seen = S.config_digest_seen.is_(None) if expected is None else S.config_digest_seen == expected
+    stmt = (
+        update(schedules)
+        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id, seen)
+        .values(config_digest_seen=digest)
+    )
+    return bool(conn.execute(stmt).rowcount)
