@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from jobgate.core.errors import ValidationError
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
-from jobgate.scheduling.plan import MissReason, apply_overlap, plan, slots
+from jobgate.scheduling.plan import MAX_RECORDED_MISSES, MissReason, apply_overlap, plan, slots
 
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -270,3 +270,17 @@ def test_overlap_policies(overlap: OverlapPolicy, active: bool, made: list[int],
     assert [f.fire_at for f in kept] == [T0 + k * HOUR for k in made]
     assert [m.fire_at for m in misses] == [T0 + k * HOUR for k in overlapping]
     assert all(m.reason is MissReason.OVERLAP for m in misses)
+
+
+def test_a_very_long_outage_keeps_memory_bounded_and_still_accounts_for_every_slot() -> None:
+    s = check_schedule(
+        Schedule("sec", "job", ScheduleKind.INTERVAL, T0, every=timedelta(seconds=1), misfire=MisfirePolicy.SKIP)
+    )
+    now = T0 + timedelta(hours=30)  # 108,000 one-second slots owed
+    p = plan(s, watermark=T0, now=now)
+    assert len(p.misses) == s.max_catchup + MAX_RECORDED_MISSES  # the most recent ones, one by one
+    (warning,) = p.warnings
+    unrecorded = int(warning.split(": ")[1].split(" ")[0])
+    assert len(p.fires) + len(p.misses) + unrecorded == 108_000
+    assert "from 2026-03-01T00:00:01Z" in warning  # the oldest unrecorded slot is named
+    assert p.misses[-1].fire_at < p.fires[0].fire_at  # recorded misses are the newest late slots

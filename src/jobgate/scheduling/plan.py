@@ -16,6 +16,7 @@ as paused and makes nothing.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from jobgate.scheduling import cron, magic
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind
 
 TRIGGER_PREFIX = "TGTRIG-"
+MAX_RECORDED_MISSES = 10_000  # missed slots a plan records one by one (beyond max_catchup)
 _END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
 
 
@@ -111,14 +113,42 @@ def plan(schedule: Schedule, *, watermark: datetime, now: datetime) -> Plan:
     """The fires and misses owed for the slots in ``(watermark, now]``."""
     if now <= watermark:
         return Plan((), (), watermark)
-    owed = list(slots(schedule, watermark, now))
+    # Slots ascend, so the late ones come first. After a long outage there can be millions: only
+    # the most recent ones are kept (memory stays bounded); older ones are counted, and a warning
+    # says how many were missed and when, instead of a row each.
+    keep = schedule.max_catchup + MAX_RECORDED_MISSES
+    late: deque[Slot] = deque(maxlen=keep)
+    on_time: list[Slot] = []
+    unrecorded, first_unrecorded, last_unrecorded = 0, None, None
+    for slot in slots(schedule, watermark, now):
+        if schedule.paused or now - slot.fire_at > schedule.misfire_grace:
+            if len(late) == keep:
+                unrecorded += 1
+                first_unrecorded = first_unrecorded or late[0].fire_at
+                last_unrecorded = late[0].fire_at
+            late.append(slot)
+        else:
+            on_time.append(slot)
+    warnings: list[str] = []
+    if unrecorded:
+        assert first_unrecorded is not None and last_unrecorded is not None
+        warnings.append(
+            f"schedule {schedule.schedule_id}: {unrecorded} older slots from {isoformat_utc(first_unrecorded)} "
+            f"to {isoformat_utc(last_unrecorded)} were missed ({'paused' if schedule.paused else 'late'}); "
+            f"recorded by this warning, not one by one"
+        )
     if schedule.paused:
-        return Plan((), tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in owed), now)
-    late = [s for s in owed if now - s.fire_at > schedule.misfire_grace]
-    on_time = owed[len(late) :]  # slots ascend, so the late ones come first
+        paused = tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in late)
+        return Plan((), paused, now, tuple(warnings))
+    fires, misses = _decide_late(schedule, list(late), warnings)
+    fires += [_fire(schedule, s, late=False) for s in on_time]
+    return Plan(tuple(fires), tuple(misses), now, tuple(warnings))
+
+
+def _decide_late(schedule: Schedule, late: list[Slot], warnings: list[str]) -> tuple[list[Fire], list[Miss]]:
+    """The misfire policy over the late slots kept (ascending): what to fire, what to record."""
     fires: list[Fire] = []
     misses: list[Miss] = []
-    warnings: list[str] = []
     if late:
         policy = schedule.misfire
         if policy is MisfirePolicy.FIRE_ONCE:
@@ -136,8 +166,7 @@ def plan(schedule: Schedule, *, watermark: datetime, now: datetime) -> Plan:
             fires += [_fire(schedule, s, late=True) for s in late[len(dropped) :]]
         else:
             misses += [Miss(schedule.schedule_id, s.fire_at, MissReason.SKIPPED) for s in late]
-    fires += [_fire(schedule, s, late=False) for s in on_time]
-    return Plan(tuple(fires), tuple(misses), now, tuple(warnings))
+    return fires, misses
 
 
 def _fire(schedule: Schedule, slot: Slot, *, late: bool) -> Fire:
