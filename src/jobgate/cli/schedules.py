@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -357,8 +357,8 @@ def backfill_command(
             engine,
             tenant_id=tenant,
             job_definition_id=job,
-            start=_instant(start, "--from"),
-            end=_instant(end, "--to"),
+            start=service.parse_instant(start, field="--from"),
+            end=service.parse_instant(end, field="--to"),
             schedule_id=schedule_id,
             dry_run=dry_run,
             actor=requested_by or getpass.getuser(),
@@ -396,16 +396,6 @@ def _json_object(data: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ValidationError("must be a JSON object", field="--data")
     return document
-
-
-def _instant(text: str, option: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValidationError(f"{text!r} is not an ISO 8601 instant", field=option) from None
-    if value.tzinfo is None:
-        raise ValidationError(f"{text!r} needs a timezone offset (e.g. Z)", field=option)
-    return value
 
 
 @click.command("scheduler")

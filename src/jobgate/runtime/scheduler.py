@@ -16,20 +16,22 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobgate.core.errors import JobgateError
-from jobgate.core.models import JobRun, Scope
+from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, PENDING, RunStatus
-from jobgate.scheduling import magic
 from jobgate.scheduling.model import OverlapPolicy, Schedule, ScheduleKind
-from jobgate.scheduling.plan import TRIGGER_PREFIX, Fire, Miss, MissReason, Plan, apply_overlap, next_fires, plan
+from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason, Plan, apply_overlap, next_fires, plan
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine, PreparedSubmission
+from jobgate.service.schedules import fire_request
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import RunFilter
 from jobgate.store.sql.schedules import StoredSchedule
+from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.scheduler")
 
@@ -60,6 +62,7 @@ class Scheduler:
         self.max_sleep = max_sleep
         self._token: int | None = None
         self._renew_at: datetime | None = None
+        self._known: list[StoredSchedule] = []  # the schedules the last tick read
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ leadership
@@ -85,6 +88,7 @@ class Scheduler:
         result = TickResult(leader=True)
         with self.engine.store.read() as tx:
             stored = tx.schedules_list()
+        self._known = stored
         for item in stored:
             if item.schedule.kind is ScheduleKind.CONFIGURATION:
                 self._configuration(item, token, now, result)
@@ -106,7 +110,19 @@ class Scheduler:
                 self._replace(schedule, active)
             fires, misses = kept, misses + overlapping
         try:
-            prepared = self.engine.prepare_submissions([_request(schedule, f) for f in fires], now=now)
+            requests = [
+                fire_request(
+                    schedule,
+                    at=f.fire_at,
+                    actor=SCHEDULER_ACTOR,
+                    reason=f"schedule {schedule.schedule_id}" + (" (late)" if f.late else ""),
+                    trigger_id=f.trigger_id,
+                    window=f.window,
+                    params=f.params,  # rendered by the plan
+                )
+                for f in fires
+            ]
+            prepared = self.engine.prepare_submissions(requests, now=now)
         except JobgateError as exc:
             # The definition cannot run now (unknown, not active, params refused): the slots are
             # recorded as refused, never dropped in silence, and the schedule moves on.
@@ -119,17 +135,11 @@ class Scheduler:
             )
             misses += [Miss(schedule.schedule_id, f.fire_at, MissReason.REFUSED) for f in fires]
             prepared, fires = [], []
-        with self.engine.store.write() as tx:
-            if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
-                self._token = None
-                log.warning("%s: lost the leader lease; plan not executed", self.owner)
-                return
-            if not tx.schedule_advance(schedule.tenant_id, schedule.schedule_id, watermark, p.watermark):
-                return  # changed under us (another scheduler, or the schedule was edited): re-plan next tick
-            made = self.engine.create_submissions(tx, prepared, now)
-            tx.misses_record(schedule.tenant_id, misses, now)
-        result.fired += sum(1 for r in made if r.created)
-        result.missed += len(misses)
+        advance = lambda tx: tx.schedule_advance(  # noqa: E731
+            schedule.tenant_id, schedule.schedule_id, watermark, p.watermark
+        )
+        if not self._commit(schedule, advance, prepared, misses, token, now, result):
+            return
         for warning in p.warnings:
             log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
         result.warnings += p.warnings
@@ -145,12 +155,10 @@ class Scheduler:
             return
         if snapshot.config_digest == item.config_digest_seen or s.paused:
             return  # a paused schedule answers the snapshot active when it is resumed
-        request = SubmitRequest(
-            s.job_definition_id,
-            trigger_type=s.kind.trigger_type,
-            params=magic.render(s.params, now, s.zone, None),
-            scope=Scope(tenant_id=s.tenant_id),
-            requested_by=SCHEDULER_ACTOR,
+        request = fire_request(
+            s,
+            at=now,
+            actor=SCHEDULER_ACTOR,
             reason=f"configuration {s.config_profile} activated (schedule {s.schedule_id})",
             trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@config-{snapshot.config_snapshot_id}",
             policy_context={"config_profile": s.config_profile, "config_digest": snapshot.config_digest},
@@ -161,16 +169,42 @@ class Scheduler:
         except JobgateError as exc:
             log.warning("schedule %s: configuration fire refused: %s", s.schedule_id, exc)
             prepared, misses = [], [Miss(s.schedule_id, now, MissReason.REFUSED)]
+        self._commit(
+            s,
+            lambda tx: tx.schedule_config_seen(
+                s.tenant_id, s.schedule_id, item.config_digest_seen, snapshot.config_digest
+            ),
+            prepared,
+            misses,
+            token,
+            now,
+            result,
+        )
+
+    def _commit(
+        self,
+        schedule: Schedule,
+        advance: Callable[[StoreTx], bool],
+        prepared: list[PreparedSubmission],
+        misses: list[Miss],
+        token: int,
+        now: datetime,
+        result: TickResult,
+    ) -> bool:
+        """One transaction: the lease is still ours, ``advance`` (the schedule's compare-and-set)
+        matched, then the runs and the misses. False, with nothing written, otherwise."""
         with self.engine.store.write() as tx:
             if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
                 self._token = None
-                return
-            if not tx.schedule_config_seen(s.tenant_id, s.schedule_id, item.config_digest_seen, snapshot.config_digest):
-                return
+                log.warning("%s: lost the leader lease; nothing written", self.owner)
+                return False
+            if not advance(tx):
+                return False  # changed under us (another scheduler, an edit): decided again next tick
             made = self.engine.create_submissions(tx, prepared, now)
-            tx.misses_record(s.tenant_id, misses, now)
+            tx.misses_record(schedule.tenant_id, misses, now)
         result.fired += sum(1 for r in made if r.created)
         result.missed += len(misses)
+        return True
 
     def _active_runs(self, schedule: Schedule) -> list[JobRun]:
         """Pending or running runs this schedule made."""
@@ -212,9 +246,7 @@ class Scheduler:
         now = self.engine.clock.now()
         wait = self.max_sleep
         if self._token is not None:
-            with self.engine.store.read() as tx:
-                stored = tx.schedules_list()
-            for item in stored:
+            for item in self._known:  # as the last tick read them; watermarks only moved up to now
                 if item.schedule.paused:
                     continue
                 upcoming = next_fires(item.schedule, max(item.watermark, now), 1)
@@ -235,16 +267,3 @@ class Scheduler:
         except Exception:
             log.warning("could not release the leader lease; it expires by itself", exc_info=True)
         self._token = None
-
-
-def _request(schedule: Schedule, fire: Fire) -> SubmitRequest:
-    return SubmitRequest(
-        fire.job_definition_id,
-        trigger_type=schedule.kind.trigger_type,
-        params=dict(fire.params),
-        scope=Scope(tenant_id=schedule.tenant_id),
-        requested_by=SCHEDULER_ACTOR,
-        reason=f"schedule {schedule.schedule_id}" + (" (late)" if fire.late else ""),
-        trigger_id=fire.trigger_id,
-        window=fire.window,
-    )

@@ -93,7 +93,6 @@ class Worker:
         # must never settle a later attempt of the same run.
         self._results: queue.Queue[tuple[_InFlight, ExecutionResult]] = queue.Queue()
         self._wake = threading.Event()
-        self._wake_after = 1  # results queued before an executor thread wakes the loop
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
@@ -222,12 +221,8 @@ class Worker:
         running = self._busy_threads - self._abandoned_threads
         waited = now - self._pending_since
         if running > 0 and waited < self.settings.settle_linger:
-            self._wake_after = running
-            if self._results.qsize() < running and self._wake.wait(
-                (self.settings.settle_linger - waited).total_seconds()
-            ):
+            if self._wake.wait((self.settings.settle_linger - waited).total_seconds()):
                 self._wake.clear()
-            self._wake_after = 1
             return True
         self._pending_since = None
         return False
@@ -404,11 +399,7 @@ class Worker:
             log.exception("executor failed for run %s", flight.run.job_run_id)
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
         self._results.put((flight, result))
-        # Waking the loop thread for every result of a batch of short jobs costs a context
-        # switch each, only for it to go back to lingering; while it lingers it asks to be woken
-        # only once every attempt it is waiting for has reported (or its linger runs out).
-        if self._results.qsize() >= self._wake_after:
-            self._wake.set()
+        self._wake.set()
 
     def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
         try:

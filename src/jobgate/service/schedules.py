@@ -83,12 +83,16 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
     payload_params = doc.get("payload_params") or []
     if not isinstance(payload_params, list) or not all(isinstance(p, str) for p in payload_params):
         raise ValidationError("a list of payload field names", field="payload_params", source=schedule_id)
-    anchor_default = EPOCH if kind is ScheduleKind.BATCH_WINDOW else now
+    anchor = (
+        (EPOCH if kind is ScheduleKind.BATCH_WINDOW else now)
+        if doc.get("anchor") is None
+        else parse_instant(doc["anchor"], field="anchor", source=schedule_id)
+    )
     schedule = Schedule(
         schedule_id=schedule_id,
         job_definition_id=_text(doc, "job", schedule_id),
         kind=kind,
-        anchor=_instant(doc.get("anchor"), schedule_id) or anchor_default,
+        anchor=anchor,
         timezone=str(doc.get("timezone", "UTC")),
         cron=None if doc.get("cron") is None else str(doc["cron"]),
         every=every,
@@ -107,6 +111,43 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         config_profile=None if doc.get("config_profile") is None else str(doc["config_profile"]),
     )
     return check_schedule(schedule)
+
+
+def fire_request(
+    schedule: Schedule,
+    *,
+    at: datetime,
+    actor: str,
+    reason: str,
+    trigger_id: str | None = None,
+    window: ExecutionWindow | None = None,
+    trigger_type: TriggerType | None = None,
+    params: Mapping[str, str] | None = None,
+    extra_params: Mapping[str, str] | None = None,
+    source_event_id: str | None = None,
+    event_type: str | None = None,
+    payload: Mapping[str, Any] | None = None,
+    policy_context: Mapping[str, Any] | None = None,
+) -> SubmitRequest:
+    """The submission a schedule makes when it fires at ``at``: its definition, tenant and trigger
+    type, and its params with magic params rendered for this fire (``params`` when the caller
+    rendered them already), ``extra_params`` on top."""
+    values = dict(params) if params is not None else magic.render(schedule.params, at, schedule.zone, window)
+    values.update(extra_params or {})
+    return SubmitRequest(
+        schedule.job_definition_id,
+        trigger_type=trigger_type or schedule.kind.trigger_type,
+        params=values,
+        scope=Scope(tenant_id=schedule.tenant_id),
+        requested_by=actor,
+        reason=reason,
+        trigger_id=trigger_id,
+        source_event_id=source_event_id,
+        event_type=event_type,
+        payload=dict(payload or {}),
+        policy_context=dict(policy_context or {}),
+        window=window,
+    )
 
 
 def put_schedules(engine: Engine, items: Sequence[Schedule], *, source: str, now: datetime) -> list[bool]:
@@ -165,15 +206,14 @@ def _number(doc: Mapping[str, Any], key: str, source: str, default: float | None
     return float(value)
 
 
-def _instant(value: Any, source: str) -> datetime | None:
-    if value is None:
-        return None
+def parse_instant(value: Any, *, field: str, source: str | None = None) -> datetime:
+    """An ISO 8601 instant with a timezone offset (``Z`` accepted), or an error naming ``field``."""
     try:
         parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
-        raise ValidationError(f"{value!r} is not an ISO 8601 instant", field="anchor", source=source) from None
+        raise ValidationError(f"{value!r} is not an ISO 8601 instant", field=field, source=source) from None
     if parsed.tzinfo is None:
-        raise ValidationError("the anchor needs a timezone offset (e.g. Z)", field="anchor", source=source)
+        raise ValidationError(f"{value!r} needs a timezone offset (e.g. Z)", field=field, source=source)
     return parsed
 
 
@@ -224,16 +264,16 @@ def backfill(
     ]
     if len(owed) > MAX_BACKFILL_SLOTS:
         raise ValidationError(f"{len(owed)} slots in the range; at most {MAX_BACKFILL_SLOTS} per request", field="to")
+    reason = f"backfill {isoformat_utc(start)}..{isoformat_utc(end)} of schedule {schedule.schedule_id}"
     requests = [
-        SubmitRequest(
-            job_definition_id,
-            trigger_type=TriggerType.BACKFILL,
-            params=magic.render(schedule.params, s.fire_at, schedule.zone, s.window),
-            scope=Scope(tenant_id=tenant_id),
-            requested_by=actor,
-            reason=f"backfill {isoformat_utc(start)}..{isoformat_utc(end)} of schedule {schedule.schedule_id}",
+        fire_request(
+            schedule,
+            at=s.fire_at,
+            actor=actor,
+            reason=reason,
             trigger_id=trigger_id(schedule, s),
             window=s.window,
+            trigger_type=TriggerType.BACKFILL,
         )
         for s in owed
     ]

@@ -20,11 +20,11 @@ from typing import Any
 
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import JobgateError, ValidationError
-from jobgate.core.models import Scope
-from jobgate.scheduling import conditions, magic
+from jobgate.scheduling import conditions
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
 from jobgate.service.engine import Engine, PreparedSubmission, SubmitRequest
+from jobgate.service.schedules import fire_request
 from jobgate.store.sql.schedules import StoredSchedule
 
 log = logging.getLogger("jobgate.events")
@@ -94,18 +94,15 @@ def emit_event(
 def _request(
     schedule: Schedule, event_type: str, event_id: str, data: Mapping[str, Any], actor: str, now: datetime
 ) -> SubmitRequest:
-    params = magic.render(schedule.params, now, schedule.zone, None)
-    params.update({name: str(data[name]) for name in schedule.payload_params if name in data})
-    return SubmitRequest(
-        schedule.job_definition_id,
-        trigger_type=schedule.kind.trigger_type,
-        params=params,
-        scope=Scope(tenant_id=schedule.tenant_id),
-        requested_by=actor,
+    return fire_request(
+        schedule,
+        at=now,
+        actor=actor,
         reason=f"event {event_type} via schedule {schedule.schedule_id}",
+        extra_params={name: str(data[name]) for name in schedule.payload_params if name in data},
         source_event_id=event_id,
         event_type=event_type,
-        payload=dict(data),
+        payload=data,
     )
 
 
@@ -151,12 +148,10 @@ def record_fact(
         prepared: list[PreparedSubmission] = []
         refused = "paused" if st.fire and s.paused else None
         if st.fire and not s.paused:
-            request = SubmitRequest(
-                s.job_definition_id,
-                trigger_type=s.kind.trigger_type,
-                params=magic.render(s.params, now, s.zone, None),
-                scope=Scope(tenant_id=s.tenant_id),
-                requested_by=actor,
+            request = fire_request(
+                s,
+                at=now,
+                actor=actor,
                 reason=f"{s.condition} (schedule {s.schedule_id}, episode {item.episodes + 1})",
                 trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@episode-{item.episodes + 1}",
                 policy_context={"condition": s.condition, "fact": name, "value": value, "source": source},

@@ -93,15 +93,10 @@ def insert_rows(
 def run(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
     """Execute one statement with parameters; returns the number of rows it changed."""
     sql, names, defaults = _compile(conn, stmt)
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.execute(sql, _bind(names, defaults, params))
-        return int(cursor.rowcount)
-    finally:
-        cursor.close()
+    return run_sql(conn, sql, _bind(names, defaults, params))
 
 
-def run_sql(conn: Connection, sql: str, params: Sequence[Any]) -> int:
+def run_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
     """Execute hand-built SQL in the driver's own parameter style; returns the rows changed."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
