@@ -51,6 +51,16 @@ def resolve_snapshot(config: JobgateConfig, profile: str, tenant_id: str) -> Con
     )
 
 
+def watched_digest(snapshot: ConfigSnapshot, keys: tuple[str, ...]) -> str:
+    """What a configuration schedule compares between activations: the whole snapshot's digest,
+    or, when it watches ``keys`` (e.g. ``policy_bundle``), the digest of just those values (an
+    absent key counts as null), so other edits to the profile do not fire it."""
+    if not keys:
+        return snapshot.config_digest
+    values = snapshot.content["values"]
+    return digest({"profile": snapshot.profile, "watch": {k: values.get(k) for k in sorted(keys)}})
+
+
 def _frozen_copy(values: dict[str, Any]) -> dict[str, Any]:
     """A deep copy through canonical JSON: also proves the values have a canonical form."""
     copy: dict[str, Any] = json.loads(canonical_json(values))

@@ -139,3 +139,32 @@ def test_policy_and_alert_triggers_from_the_command_line(folder: Path) -> None:
     assert [f["schedule_id"] for f in fired if f["fired"]] == ["page"]
     bad = jobgate(folder, "schedules", "add", "b", "demo-hello", "--condition", "x >> 1", check=False)
     assert bad.returncode == 1 and "condition" in bad.stderr
+
+
+def test_safe_mode_on_fires_its_schedules_and_off_stops_them(folder: Path) -> None:
+    jobgate(folder, "schedules", "add", "emergency", "demo-hello", "--safe-mode", "--every", "3600")
+    assert listed(folder)["emergency"]["when"] == "at safe-mode activation, then every 3600s while on"
+    assert "fired 0" in jobgate(folder, "scheduler", "--once").stdout
+    status = json.loads(jobgate(folder, "--json", "safe-mode", "status").stdout)
+    assert status == {"active": False, "activation": None}
+    refused = jobgate(folder, "safe-mode", "on", "--reason", " ", check=False)
+    assert refused.returncode == 1 and "reason" in refused.stderr
+    assert "ON since" in jobgate(folder, "safe-mode", "on", "--reason", "replay drift spike", "--by", "ada").stdout
+    twice = jobgate(folder, "safe-mode", "on", "--reason", "again", check=False)
+    assert twice.returncode == 1 and "already on since" in twice.stderr and "Traceback" not in twice.stderr
+    assert "fired 1" in jobgate(folder, "scheduler", "--once").stdout
+    jobgate(folder, "safe-mode", "off", "--reason", "resolved", "--by", "bob")
+    history = json.loads(jobgate(folder, "--json", "safe-mode", "history").stdout)
+    assert [(h["activated_by"], h["deactivated_by"], h["active"]) for h in history] == [("ada", "bob", False)]
+    off_again = jobgate(folder, "safe-mode", "off", "--reason", "again", check=False)
+    assert off_again.returncode == 1 and "not on" in off_again.stderr
+
+
+def test_schedule_changes_list_who_did_what(folder: Path) -> None:
+    jobgate(folder, "schedules", "add", "h", "demo-hello", "--cron", "@hourly")
+    jobgate(folder, "schedules", "pause", "h")
+    assert "already paused" in jobgate(folder, "schedules", "pause", "h").stdout
+    jobgate(folder, "schedules", "delete", "h")
+    changes = json.loads(jobgate(folder, "--json", "schedules", "changes", "h").stdout)
+    assert [c["field"] for c in changes] == ["created", "paused", "deleted"]
+    assert all(c["source"] for c in changes)  # the OS user who ran the command

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import signal
@@ -19,6 +20,7 @@ from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.definitions.documents import parse_yaml, read_text
 from jobgate.runtime.scheduler import Scheduler
+from jobgate.scheduling.model import Schedule, ScheduleKind
 from jobgate.scheduling.plan import next_fires
 from jobgate.service import schedules as service
 from jobgate.service import triggers
@@ -46,7 +48,7 @@ def schedules_list(app: AppContext, tenant: str) -> None:
             "schedule_id": i.schedule.schedule_id,
             "job": i.schedule.job_definition_id,
             "kind": i.schedule.kind.value,
-            "when": i.schedule.cron or f"every {i.schedule.every}",
+            "when": _when(i.schedule),
             "timezone": i.schedule.timezone,
             "misfire": i.schedule.misfire.value,
             "paused": i.schedule.paused,
@@ -56,6 +58,23 @@ def schedules_list(app: AppContext, tenant: str) -> None:
         for i in items
     ]
     _rows(app, "schedules", rows)
+
+
+def _when(s: Schedule) -> str:
+    """What makes the schedule fire, in a few words."""
+    timing = s.cron or (f"every {s.every.total_seconds():g}s" if s.every is not None else "")
+    if s.kind is ScheduleKind.BATCH_WINDOW:
+        return f"windows of {timing[6:]}"
+    if s.kind is ScheduleKind.SAFE_MODE:
+        return "at safe-mode activation" + (f", then {timing} while on" if timing else "")
+    if s.kind.evented:
+        return f"on event {s.event_type}"
+    if s.kind.conditional:
+        return f"when {s.condition}"
+    if s.kind is ScheduleKind.CONFIGURATION:
+        watched = f" ({', '.join(s.config_watch)})" if s.config_watch else ""
+        return f"on new config {s.config_profile}{watched}"
+    return timing
 
 
 @schedules.command("add")
@@ -73,6 +92,10 @@ def schedules_list(app: AppContext, tenant: str) -> None:
 @click.option("--condition", help="policy trigger: '<fact> <op> <number>', fired once per episode")
 @click.option("--on-config", "config_profile", help="fire when a new snapshot of this configuration profile is active")
 @click.option("--alert", is_flag=True, help="with --condition: record the trigger as an alert trigger")
+@click.option("--watch", multiple=True, help="with --on-config: fire only when this profile key changes")
+@click.option(
+    "--safe-mode", "safe_mode", is_flag=True, help="fire at each safe-mode activation (and --cron/--every while on)"
+)
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
 @click.option("--anchor", help="ISO 8601 instant the interval or windows count from")
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="may use {{current_date}} etc.")
@@ -87,11 +110,12 @@ def schedules_add(app: AppContext, /, schedule_id: str, job: str, params: tuple[
     now = app.engine().clock.now()
     doc = {k: v for k, v in options.items() if v is not None and v != () and v is not False}
     doc.update(id=schedule_id, job=job, params=_params(params))
-    if "payload_params" in doc:
-        doc["payload_params"] = list(doc["payload_params"])
+    for key in ("payload_params", "watch"):
+        if key in doc:
+            doc[key] = list(doc[key])
     doc["tenant"] = doc.pop("tenant", "default")
     schedule = service.schedule_from_document(doc, now=now, source="cli")
-    (created,) = service.put_schedules(app.engine(), [schedule], source="cli", now=now)
+    (created,) = service.put_schedules(app.engine(), [schedule], source="cli", now=now, actor=getpass.getuser())
     _say(
         app,
         {"schedule_id": schedule_id, "created": created},
@@ -117,7 +141,7 @@ def schedules_apply(app: AppContext, path: Path) -> None:
             items.append(service.schedule_from_document(entry, now=now, source=str(path)))
         except ValidationError as exc:
             raise ValidationError(exc.message, field=exc.field, source=f"{path}: {exc.source}") from None
-    created = service.put_schedules(app.engine(), items, source=str(path.name), now=now)
+    created = service.put_schedules(app.engine(), items, source=str(path.name), now=now, actor=getpass.getuser())
     _say(
         app,
         [{"schedule_id": s.schedule_id, "created": c} for s, c in zip(items, created, strict=True)],
@@ -157,7 +181,8 @@ def schedules_recommend(
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
 def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
-    """Every recommended change of a schedule, applied or refused."""
+    """Every change of a schedule: created, updated, paused, resumed, deleted (who, when, from
+    what to what) and each recommended interval, applied or refused."""
     with app.engine().store.read() as tx:
         items = tx.changes_list(tenant, schedule_id)
     rows = [
@@ -173,8 +198,7 @@ def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
 def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
-    service.set_paused(app.engine(), tenant, schedule_id, True, now=app.engine().clock.now())
-    _say(app, {"schedule_id": schedule_id, "paused": True}, f"schedule {schedule_id} paused")
+    _pause(app, schedule_id, tenant, True)
 
 
 @schedules.command("resume")
@@ -182,8 +206,15 @@ def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
 def schedules_resume(app: AppContext, schedule_id: str, tenant: str) -> None:
-    service.set_paused(app.engine(), tenant, schedule_id, False, now=app.engine().clock.now())
-    _say(app, {"schedule_id": schedule_id, "paused": False}, f"schedule {schedule_id} resumed")
+    _pause(app, schedule_id, tenant, False)
+
+
+def _pause(app: AppContext, schedule_id: str, tenant: str, paused: bool) -> None:
+    engine = app.engine()
+    changed = service.set_paused(engine, tenant, schedule_id, paused, now=engine.clock.now(), actor=getpass.getuser())
+    word = "paused" if paused else "resumed"
+    line = f"schedule {schedule_id} {word}" if changed else f"schedule {schedule_id} was already {word}"
+    _say(app, {"schedule_id": schedule_id, "paused": paused, "changed": changed}, line)
 
 
 @schedules.command("delete")
@@ -191,7 +222,7 @@ def schedules_resume(app: AppContext, schedule_id: str, tenant: str) -> None:
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
 def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
-    service.delete(app.engine(), tenant, schedule_id)
+    service.delete(app.engine(), tenant, schedule_id, now=app.engine().clock.now(), actor=getpass.getuser())
     _say(app, {"schedule_id": schedule_id, "deleted": True}, f"schedule {schedule_id} deleted")
 
 
@@ -239,8 +270,6 @@ def events_emit(
     app: AppContext, event_type: str, event_id: str, data: str, requested_by: str | None, tenant: str
 ) -> None:
     """Post an event of EVENT_TYPE; prints what each subscribed schedule made of it."""
-    import getpass
-
     document = _json_object(data)
     fires = triggers.emit_event(
         app.engine(),
@@ -282,8 +311,6 @@ def facts() -> None:
 @pass_app
 def facts_record(app: AppContext, name: str, value: float, source: str, tenant: str) -> None:
     """Record NAME = VALUE; a policy whose condition becomes true with it fires (once per episode)."""
-    import getpass
-
     fires = triggers.record_fact(
         app.engine(), tenant_id=tenant, name=name, value=value, source=source, actor=getpass.getuser()
     )
@@ -302,8 +329,6 @@ def alerts() -> None:
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
 def alerts_post(app: AppContext, name: str, status: str, data: str, tenant: str) -> None:
-    import getpass
-
     fires = triggers.post_alert(
         app.engine(),
         tenant_id=tenant,
@@ -348,8 +373,6 @@ def backfill_command(
     tenant: str,
 ) -> None:
     """One run per slot of JOB's schedule in [--from, --to); a slot that has a run gets no other."""
-    import getpass
-
     engine = app.engine()
     with Progress(transient=True, disable=app.json_output) as bar:
         task = bar.add_task(f"backfilling {job}", total=None)

@@ -28,6 +28,8 @@ class EventType(StrEnum):
     JOB_ESCALATED = "job_escalated"
     JOB_REQUEUED = "job_requeued"
     JOB_STOP_REQUESTED = "job_stop_requested"
+    SAFE_MODE_ACTIVATION = "safe_mode_activation"  # the seed §48 name (an anchoring candidate)
+    SAFE_MODE_DEACTIVATION = "safe_mode_deactivation"
 
     @property
     def qualified(self) -> str:
@@ -169,3 +171,20 @@ def job_stop_requested(run: JobRun, *, actor: str, reason: str | None, now: date
     body = _base(EventType.JOB_STOP_REQUESTED, run)
     body.update(requested_by=actor, reason=reason, attempt=run.attempt, requested_at=isoformat_utc(now))
     return EventType.JOB_STOP_REQUESTED, body
+
+
+def safe_mode_changed(
+    *, tenant_id: str, activation: int, active: bool, actor: str, reason: str, now: datetime
+) -> Event:
+    kind = EventType.SAFE_MODE_ACTIVATION if active else EventType.SAFE_MODE_DEACTIVATION
+    body = {
+        "event_type": kind.qualified,
+        "engine_cmi": ENGINE_CMI,
+        "tenant_id": tenant_id,
+        "activation": activation,
+        "active": active,
+        "requested_by": actor,
+        "reason": reason,
+        "created_at": isoformat_utc(now),
+    }
+    return kind, body

@@ -24,11 +24,21 @@ from jobgate.core.errors import JobgateError
 from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, PENDING, RunStatus
 from jobgate.scheduling.model import OverlapPolicy, Schedule, ScheduleKind
-from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason, Plan, apply_overlap, next_fires, plan
+from jobgate.scheduling.plan import (
+    TRIGGER_PREFIX,
+    Miss,
+    MissReason,
+    Period,
+    Plan,
+    apply_overlap,
+    next_fires,
+    plan,
+    plan_periods,
+)
 from jobgate.service import control
 from jobgate.service.engine import Engine, PreparedSubmission
 from jobgate.service.schedules import fire_request
-from jobgate.snapshots import resolve_snapshot
+from jobgate.snapshots import resolve_snapshot, watched_digest
 from jobgate.store.base import RunFilter
 from jobgate.store.sql.schedules import StoredSchedule
 from jobgate.store.sqlstore import StoreTx
@@ -88,13 +98,18 @@ class Scheduler:
         result = TickResult(leader=True)
         with self.engine.store.read() as tx:
             stored = tx.schedules_list()
+            safe_mode = _safe_mode_periods(tx, stored)
         self._known = stored
         for item in stored:
             if item.schedule.kind is ScheduleKind.CONFIGURATION:
                 self._configuration(item, token, now, result)
                 continue
-            p = plan(item.schedule, watermark=item.watermark, now=now)
-            if not p.fires and not p.misses:
+            if item.schedule.kind is ScheduleKind.SAFE_MODE:
+                periods = safe_mode.get(item.schedule.tenant_id, [])
+                p = plan_periods(item.schedule, watermark=item.watermark, now=now, periods=periods)
+            else:
+                p = plan(item.schedule, watermark=item.watermark, now=now)
+            if not p.fires and not p.misses and p.watermark == item.watermark:
                 continue  # nothing owed: keep the watermark, write nothing
             self._execute(item.schedule, item.watermark, p, token, now, result)
         return result
@@ -153,14 +168,16 @@ class Scheduler:
         except JobgateError as exc:
             log.warning("schedule %s: profile %s cannot be resolved: %s", s.schedule_id, s.config_profile, exc)
             return
-        if snapshot.config_digest == item.config_digest_seen or s.paused:
+        seen = watched_digest(snapshot, s.config_watch)
+        if seen == item.config_digest_seen or s.paused:
             return  # a paused schedule answers the snapshot active when it is resumed
+        what = f"{', '.join(s.config_watch)} of " if s.config_watch else ""
         request = fire_request(
             s,
             at=now,
             actor=SCHEDULER_ACTOR,
-            reason=f"configuration {s.config_profile} activated (schedule {s.schedule_id})",
-            trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@config-{snapshot.config_snapshot_id}",
+            reason=f"configuration {what}{s.config_profile} activated (schedule {s.schedule_id})",
+            trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@config-{_config_label(snapshot.config_snapshot_id, s, seen)}",
             policy_context={"config_profile": s.config_profile, "config_digest": snapshot.config_digest},
         )
         misses: list[Miss] = []
@@ -171,9 +188,7 @@ class Scheduler:
             prepared, misses = [], [Miss(s.schedule_id, now, MissReason.REFUSED)]
         self._commit(
             s,
-            lambda tx: tx.schedule_config_seen(
-                s.tenant_id, s.schedule_id, item.config_digest_seen, snapshot.config_digest
-            ),
+            lambda tx: tx.schedule_config_seen(s.tenant_id, s.schedule_id, item.config_digest_seen, seen),
             prepared,
             misses,
             token,
@@ -267,3 +282,22 @@ class Scheduler:
         except Exception:
             log.warning("could not release the leader lease; it expires by itself", exc_info=True)
         self._token = None
+
+
+def _config_label(snapshot_id: str, s: Schedule, seen: str) -> str:
+    """The snapshot, or (watching keys) the watched values, that a configuration fire answers."""
+    return f"watch-{seen.split(':', 1)[1][:24]}" if s.config_watch else snapshot_id
+
+
+def _safe_mode_periods(tx: StoreTx, stored: list[StoredSchedule]) -> dict[str, list[Period]]:
+    """Per tenant with safe-mode schedules, the safe-mode periods that reach past the earliest of
+    their watermarks (older ones were planned already)."""
+    earliest: dict[str, datetime] = {}
+    for item in stored:
+        if item.schedule.kind is ScheduleKind.SAFE_MODE:
+            tenant = item.schedule.tenant_id
+            earliest[tenant] = min(earliest.get(tenant, item.watermark), item.watermark)
+    return {
+        tenant: [Period(p.activated_at, p.deactivated_at) for p in tx.safe_mode_periods(tenant, ending_after=mark)]
+        for tenant, mark in earliest.items()
+    }

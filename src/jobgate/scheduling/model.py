@@ -26,6 +26,7 @@ class ScheduleKind(StrEnum):
     CONFIGURATION = "configuration"  # a new snapshot of ``config_profile`` becomes active
     POLICY = "policy"  # seed "policy_triggered": a condition over recorded facts, once per episode
     ALERT = "alert"  # the same, over the facts an alert posts (its status and numeric fields)
+    SAFE_MODE = "safe_mode"  # fires when safe mode is activated, then on its cron or every, while it lasts
 
     @property
     def trigger_type(self) -> TriggerType:
@@ -93,6 +94,8 @@ class Schedule:
     max_every: timedelta | None = None
     # Configuration schedules: the profile whose newly activated snapshots they answer.
     config_profile: str | None = None
+    # ... and the profile keys it watches (e.g. ``policy_bundle``); empty: every value.
+    config_watch: tuple[str, ...] = ()
 
     @property
     def zone(self) -> ZoneInfo:
@@ -113,7 +116,17 @@ def check_schedule(s: Schedule) -> Schedule:
         raise ValidationError(f"unknown IANA timezone {s.timezone!r}", field="timezone", source=s.schedule_id) from None
     if s.anchor.tzinfo is None:
         raise ValidationError("the anchor needs a timezone", field="anchor", source=s.schedule_id)
-    if s.kind is ScheduleKind.CRON:
+    if s.kind is ScheduleKind.SAFE_MODE:
+        if s.cron is not None and s.every is not None:
+            raise ValidationError("give cron or every, not both", field="cron", source=s.schedule_id)
+        if s.every is not None and s.every < timedelta(seconds=1):
+            raise ValidationError("needs 'every' of at least one second", field="every", source=s.schedule_id)
+        if s.cron is not None:
+            try:
+                s = replace(s, cron=cron.validate(s.cron))
+            except ValidationError as exc:
+                raise ValidationError(exc.message, field="cron", source=s.schedule_id) from None
+    elif s.kind is ScheduleKind.CRON:
         if not s.cron:
             raise ValidationError("a cron schedule needs an expression", field="cron", source=s.schedule_id)
         if s.every is not None:
@@ -150,6 +163,11 @@ def check_schedule(s: Schedule) -> Schedule:
             field="config_profile",
             source=s.schedule_id,
         )
+    if s.config_watch and s.kind is not ScheduleKind.CONFIGURATION:
+        raise ValidationError("only configuration schedules watch keys", field="watch", source=s.schedule_id)
+    for key in s.config_watch:
+        if not key or not isinstance(key, str):
+            raise ValidationError("a list of profile key names", field="watch", source=s.schedule_id)
     if s.kind.conditional:
         try:
             parsed = conditions.parse(s.condition or "")

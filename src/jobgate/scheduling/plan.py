@@ -17,9 +17,9 @@ as paused and makes nothing.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from jobgate.core.canonical import isoformat_utc
@@ -78,7 +78,14 @@ class Plan:
 
 
 def slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot]:
-    """The schedule's slots with ``after < fire_at <= until``, ascending (none for event schedules)."""
+    """The schedule's slots with ``after < fire_at <= until``, ascending (none for event schedules).
+
+    A safe-mode schedule's slots are counted from its ``anchor``, which ``plan_periods`` sets to
+    the activation instant: the activation itself, then its cron or interval slots after it.
+    """
+    if schedule.kind is ScheduleKind.SAFE_MODE:
+        yield from _safe_mode_slots(schedule, after, until)
+        return
     if not schedule.kind.timed:
         return
     if schedule.kind is ScheduleKind.CRON:
@@ -104,14 +111,33 @@ def slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot
         k += 1
 
 
+def _safe_mode_slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot]:
+    activation = schedule.anchor.astimezone(UTC)
+    if after < activation <= until:
+        yield Slot(activation)
+    after = max(after, activation)
+    if schedule.cron is not None:
+        for at in cron.fire_times(schedule.cron, schedule.zone, after):
+            if at > until:
+                return
+            yield Slot(at)
+    elif schedule.every is not None:
+        k = (after - activation) // schedule.every + 1
+        while (at := activation + k * schedule.every) <= until:
+            yield Slot(at)
+            k += 1
+
+
 def trigger_id(schedule: Schedule, slot: Slot) -> str:
     """The identity of a slot's trigger: the same schedule and instant always give the same id."""
     return f"{TRIGGER_PREFIX}{schedule.schedule_id}@{isoformat_utc(slot.fire_at)}"
 
 
-def plan(schedule: Schedule, *, watermark: datetime, now: datetime) -> Plan:
-    """The fires and misses owed for the slots in ``(watermark, now]``."""
-    if now <= watermark:
+def plan(schedule: Schedule, *, watermark: datetime, now: datetime, until: datetime | None = None) -> Plan:
+    """The fires and misses owed for the slots in ``(watermark, min(now, until)]``; lateness is
+    measured from ``now``, and the watermark moves to the end of the range."""
+    end = now if until is None else min(now, until)
+    if end <= watermark:
         return Plan((), (), watermark)
     # Slots ascend, so the late ones come first. After a long outage there can be millions: only
     # the most recent ones are kept (memory stays bounded); older ones are counted, and a warning
@@ -120,7 +146,7 @@ def plan(schedule: Schedule, *, watermark: datetime, now: datetime) -> Plan:
     late: deque[Slot] = deque(maxlen=keep)
     on_time: list[Slot] = []
     unrecorded, first_unrecorded, last_unrecorded = 0, None, None
-    for slot in slots(schedule, watermark, now):
+    for slot in slots(schedule, watermark, end):
         if schedule.paused or now - slot.fire_at > schedule.misfire_grace:
             if len(late) == keep:
                 unrecorded += 1
@@ -139,10 +165,47 @@ def plan(schedule: Schedule, *, watermark: datetime, now: datetime) -> Plan:
         )
     if schedule.paused:
         paused = tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in late)
-        return Plan((), paused, now, tuple(warnings))
+        return Plan((), paused, end, tuple(warnings))
     fires, misses = _decide_late(schedule, list(late), warnings)
     fires += [_fire(schedule, s, late=False) for s in on_time]
-    return Plan(tuple(fires), tuple(misses), now, tuple(warnings))
+    return Plan(tuple(fires), tuple(misses), end, tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Period:
+    """A span a safe-mode schedule is active in: from an activation to its deactivation (open
+    while safe mode is on)."""
+
+    since: datetime
+    until: datetime | None = None
+
+
+_INSTANT = timedelta(microseconds=1)  # the resolution of stored instants
+
+
+def plan_periods(schedule: Schedule, *, watermark: datetime, now: datetime, periods: Sequence[Period]) -> Plan:
+    """A safe-mode schedule's plan: in each period that reaches past the watermark, the slots of
+    ``slots`` anchored at that activation, decided by the misfire policy like any plan.
+
+    The watermark moves only to the end of what was planned (the last period's end, or now
+    while one is open), never over a stretch with no period: an activation recorded a moment
+    ago may start there, and its fire must not fall behind the watermark.
+    """
+    fires: list[Fire] = []
+    misses: list[Miss] = []
+    warnings: list[str] = []
+    mark = watermark
+    for period in sorted(periods, key=lambda p: p.since):
+        start = max(mark, period.since - _INSTANT)
+        end = now if period.until is None else min(now, period.until - _INSTANT)  # off at ``until``
+        if end <= start:
+            continue  # over before the watermark, or not begun by now
+        part = plan(replace(schedule, anchor=period.since), watermark=start, now=now, until=end)
+        fires += part.fires
+        misses += part.misses
+        warnings += part.warnings
+        mark = part.watermark
+    return Plan(tuple(fires), tuple(misses), mark, tuple(warnings))
 
 
 def _decide_late(schedule: Schedule, late: list[Slot], warnings: list[str]) -> tuple[list[Fire], list[Miss]]:
@@ -182,8 +245,11 @@ def _fire(schedule: Schedule, slot: Slot, *, late: bool) -> Fire:
 
 
 def next_fires(schedule: Schedule, after: datetime, count: int) -> list[Slot]:
-    """The next ``count`` slots after ``after`` (for ``jobgate next``)."""
+    """The next ``count`` slots after ``after`` (for ``jobgate next``); none for a safe-mode
+    schedule, whose slots exist only once safe mode is activated."""
     out: list[Slot] = []
+    if schedule.kind is ScheduleKind.SAFE_MODE:
+        return out
     for slot in slots(schedule, after, _END_OF_TIME):
         out.append(slot)
         if len(out) >= count:

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobgate.core.canonical import isoformat_utc
+from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
-from jobgate.core.models import DEFAULT_TENANT, ExecutionWindow, Scope, TriggerType
+from jobgate.core.models import DEFAULT_TENANT, ConfigSnapshot, ExecutionWindow, Scope, TriggerType
 from jobgate.scheduling import magic
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.scheduling.plan import regrid, slots, trigger_id
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.snapshots import resolve_snapshot
+from jobgate.snapshots import resolve_snapshot, watched_digest
 from jobgate.store.sql.schedules import ScheduleChange
 
 log = logging.getLogger("jobgate.schedules")
@@ -41,6 +41,8 @@ _KEYS = {
     "min_every_seconds",
     "max_every_seconds",
     "config_profile",
+    "watch",
+    "safe_mode",
     "timezone",
     "anchor",
     "params",
@@ -63,23 +65,40 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
     schedule_id = _text(doc, "id", source)
     triggers = ("cron", "every_seconds", "window_seconds", "event_type", "condition", "config_profile")
     kinds = [k for k in triggers if doc.get(k) is not None]
-    if len(kinds) != 1:
+    safe_mode = doc.get("safe_mode", False)
+    if not isinstance(safe_mode, bool):
+        raise ValidationError("true or false", field="safe_mode", source=schedule_id)
+    if safe_mode:
+        if set(kinds) - {"cron", "every_seconds"} or len(kinds) > 1:
+            raise ValidationError(
+                "a safe-mode schedule takes at most one of cron, every_seconds", field="schedule", source=schedule_id
+            )
+    elif len(kinds) != 1:
         raise ValidationError(f"give exactly one of {', '.join(triggers)}", field="schedule", source=schedule_id)
-    kind = {
-        "cron": ScheduleKind.CRON,
-        "every_seconds": ScheduleKind.ADAPTIVE if doc.get("adaptive") else ScheduleKind.INTERVAL,
-        "window_seconds": ScheduleKind.BATCH_WINDOW,
-        "event_type": ScheduleKind.QUEUE if doc.get("queue") else ScheduleKind.EVENT,
-        "condition": ScheduleKind.ALERT if doc.get("alert") else ScheduleKind.POLICY,
-        "config_profile": ScheduleKind.CONFIGURATION,
-    }[kinds[0]]
-    timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW, ScheduleKind.ADAPTIVE)
+    kind = (
+        ScheduleKind.SAFE_MODE
+        if safe_mode
+        else {
+            "cron": ScheduleKind.CRON,
+            "every_seconds": ScheduleKind.ADAPTIVE if doc.get("adaptive") else ScheduleKind.INTERVAL,
+            "window_seconds": ScheduleKind.BATCH_WINDOW,
+            "event_type": ScheduleKind.QUEUE if doc.get("queue") else ScheduleKind.EVENT,
+            "condition": ScheduleKind.ALERT if doc.get("alert") else ScheduleKind.POLICY,
+            "config_profile": ScheduleKind.CONFIGURATION,
+        }[kinds[0]]
+    )
+    timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW, ScheduleKind.ADAPTIVE) or (
+        kind is ScheduleKind.SAFE_MODE and "every_seconds" in kinds
+    )
     bounds = {
         key: timedelta(seconds=_number(doc, key, schedule_id))
         for key in ("min_every_seconds", "max_every_seconds")
         if doc.get(key) is not None
     }
     every = timedelta(seconds=_number(doc, kinds[0], schedule_id)) if timed else None
+    watch = doc.get("watch") or []
+    if not isinstance(watch, list) or not all(isinstance(k, str) and k for k in watch):
+        raise ValidationError("a list of profile key names", field="watch", source=schedule_id)
     payload_params = doc.get("payload_params") or []
     if not isinstance(payload_params, list) or not all(isinstance(p, str) for p in payload_params):
         raise ValidationError("a list of payload field names", field="payload_params", source=schedule_id)
@@ -109,6 +128,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         min_every=bounds.get("min_every_seconds"),
         max_every=bounds.get("max_every_seconds"),
         config_profile=None if doc.get("config_profile") is None else str(doc["config_profile"]),
+        config_watch=tuple(sorted(set(watch))),
     )
     return check_schedule(schedule)
 
@@ -150,46 +170,122 @@ def fire_request(
     )
 
 
-def put_schedules(engine: Engine, items: Sequence[Schedule], *, source: str, now: datetime) -> list[bool]:
+def put_schedules(
+    engine: Engine, items: Sequence[Schedule], *, source: str, now: datetime, actor: str = "system"
+) -> list[bool]:
     """Store every schedule or none (one transaction); each must name an existing definition.
-    Returns, per schedule, whether it was created (False: updated)."""
+    Returns, per schedule, whether it was created (False: updated). Each creation, and each
+    update that changes what the schedule is, is recorded with ``actor`` in its changes."""
+    for s in items:
+        if s.config_profile is not None:
+            _current_snapshot(engine, s)  # the profile and the keys it watches exist
     created: list[bool] = []
     with engine.store.write() as tx:
         for s in items:
             if not tx.definition_versions(s.tenant_id, s.job_definition_id):
                 raise ValidationError(f"no job definition {s.job_definition_id!r}", field="job", source=s.schedule_id)
+            before = tx.schedule_get(s.tenant_id, s.schedule_id)
             made = tx.schedule_put(s, watermark=now, source=source, now=now)
             if made and s.config_profile is not None:
                 # It answers snapshots activated from now on, not the one already active.
-                try:
-                    current = resolve_snapshot(engine.config, s.config_profile, s.tenant_id)
-                except ValidationError as exc:
-                    raise ValidationError(exc.message, field="config_profile", source=s.schedule_id) from None
-                tx.schedule_config_seen(s.tenant_id, s.schedule_id, None, current.config_digest)
+                current = _current_snapshot(engine, s)
+                tx.schedule_config_seen(s.tenant_id, s.schedule_id, None, watched_digest(current, s.config_watch))
+            old = None if before is None else canonical_json(schedule_document(before.schedule)).decode()
+            new = canonical_json(schedule_document(s)).decode()
+            if old != new:
+                action = "created" if made else "updated"
+                tx.change_record(s.tenant_id, s.schedule_id, ScheduleChange(now, action, old, new, True, actor, source))
             created.append(made)
     for s, made in zip(items, created, strict=True):
         log.info(
-            "schedule %s %s for %s",
+            "schedule %s %s for %s by %s",
             s.schedule_id,
             "created" if made else "updated",
             s.job_definition_id,
+            actor,
             extra={"action": "schedule_created" if made else "schedule_updated", "schedule_id": s.schedule_id},
         )
     return created
 
 
-def set_paused(engine: Engine, tenant_id: str, schedule_id: str, paused: bool, *, now: datetime) -> None:
-    with engine.store.write() as tx:
-        if not tx.schedule_set_paused(tenant_id, schedule_id, paused, now):
-            raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
-    log.info("schedule %s %s", schedule_id, "paused" if paused else "resumed", extra={"action": "schedule_paused"})
+def schedule_document(s: Schedule) -> dict[str, Any]:
+    """What a schedule is, as a document in the terms of ``schedule_from_document`` (plus its
+    kind): the record kept of each creation and update."""
+    doc: dict[str, Any] = {
+        "id": s.schedule_id,
+        "job": s.job_definition_id,
+        "kind": s.kind.value,
+        "tenant": s.tenant_id,
+        "timezone": s.timezone,
+        "anchor": isoformat_utc(s.anchor),
+        "params": dict(s.params),
+        "misfire": s.misfire.value,
+        "misfire_grace_seconds": s.misfire_grace.total_seconds(),
+        "max_catchup": s.max_catchup,
+        "overlap": s.overlap.value,
+        "paused": s.paused,
+    }
+    optional = {
+        "cron": s.cron,
+        "every_seconds": None if s.every is None else s.every.total_seconds(),
+        "event_type": s.event_type,
+        "payload_params": list(s.payload_params) or None,
+        "condition": s.condition,
+        "min_every_seconds": None if s.min_every is None else s.min_every.total_seconds(),
+        "max_every_seconds": None if s.max_every is None else s.max_every.total_seconds(),
+        "config_profile": s.config_profile,
+        "watch": list(s.config_watch) or None,
+    }
+    doc.update({k: v for k, v in optional.items() if v is not None})
+    return doc
 
 
-def delete(engine: Engine, tenant_id: str, schedule_id: str) -> None:
+def _current_snapshot(engine: Engine, s: Schedule) -> ConfigSnapshot:
+    assert s.config_profile is not None
+    try:
+        current = resolve_snapshot(engine.config, s.config_profile, s.tenant_id)
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field="config_profile", source=s.schedule_id) from None
+    missing = [k for k in s.config_watch if k not in current.content["values"]]
+    if missing:
+        known = ", ".join(sorted(current.content["values"])) or "none"
+        raise ValidationError(
+            f"profile {s.config_profile!r} has no key {missing[0]!r} (keys: {known})",
+            field="watch",
+            source=s.schedule_id,
+        )
+    return current
+
+
+def set_paused(
+    engine: Engine, tenant_id: str, schedule_id: str, paused: bool, *, now: datetime, actor: str = "system"
+) -> bool:
+    """Pause or resume; the switch is recorded with ``actor``. False (nothing written) when the
+    schedule already was in that state, so scripts may repeat it safely."""
+    action = "paused" if paused else "resumed"
     with engine.store.write() as tx:
-        if not tx.schedule_delete(tenant_id, schedule_id):
+        stored = tx.schedule_get(tenant_id, schedule_id)
+        if stored is None:
             raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
-    log.info("schedule %s deleted", schedule_id, extra={"action": "schedule_deleted"})
+        if stored.schedule.paused == paused:
+            return False
+        tx.schedule_set_paused(tenant_id, schedule_id, paused, now)
+        state = ("active", "paused")
+        change = ScheduleChange(now, action, state[stored.schedule.paused], state[paused], True, actor, None)
+        tx.change_record(tenant_id, schedule_id, change)
+    log.info("schedule %s %s by %s", schedule_id, action, actor, extra={"action": f"schedule_{action}"})
+    return True
+
+
+def delete(engine: Engine, tenant_id: str, schedule_id: str, *, now: datetime, actor: str = "system") -> None:
+    """Delete the schedule and its recorded misses; its changes stay, ending with the deletion."""
+    with engine.store.write() as tx:
+        stored = tx.schedule_get(tenant_id, schedule_id)
+        if stored is None or not tx.schedule_delete(tenant_id, schedule_id):
+            raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
+        old = canonical_json(schedule_document(stored.schedule)).decode()
+        tx.change_record(tenant_id, schedule_id, ScheduleChange(now, "deleted", old, "deleted", True, actor, None))
+    log.info("schedule %s deleted by %s", schedule_id, actor, extra={"action": "schedule_deleted"})
 
 
 def _text(doc: Mapping[str, Any], key: str, source: str) -> str:

@@ -52,7 +52,7 @@ from jobgate.store.base import (
     WorkerInfo,
 )
 from jobgate.store.migrate import upgrade
-from jobgate.store.sql import claims, definitions, outbox, runs, schedules
+from jobgate.store.sql import claims, definitions, outbox, runs, safemode, schedules
 
 
 class StoreTx:
@@ -135,6 +135,25 @@ class StoreTx:
 
     def facts_list(self, tenant_id: str, name: str, limit: int = 100) -> list[tuple[datetime, float, str]]:
         return schedules.facts_list(self.conn, tenant_id, name, limit)
+
+    # safe mode
+    def safe_mode_current(self, tenant_id: str) -> safemode.SafeModePeriod | None:
+        return safemode.current(self.conn, tenant_id)
+
+    def safe_mode_activate(
+        self, tenant_id: str, actor: str, reason: str, now: datetime
+    ) -> safemode.SafeModePeriod | None:
+        return safemode.activate(self.conn, tenant_id, actor, reason, now)
+
+    def safe_mode_deactivate(
+        self, tenant_id: str, actor: str, reason: str, now: datetime
+    ) -> safemode.SafeModePeriod | None:
+        return safemode.deactivate(self.conn, tenant_id, actor, reason, now)
+
+    def safe_mode_periods(
+        self, tenant_id: str, *, ending_after: datetime | None = None, limit: int = 1000
+    ) -> list[safemode.SafeModePeriod]:
+        return safemode.periods(self.conn, tenant_id, ending_after=ending_after, limit=limit)
 
     def snapshot_get(self, config_snapshot_id: str) -> ConfigSnapshot | None:
         return definitions.snapshot_get(self.conn, config_snapshot_id)

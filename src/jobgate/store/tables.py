@@ -283,6 +283,8 @@ schedules = Table(
     # Configuration schedules (migration 0006): the profile watched, the snapshot last answered.
     Column("config_profile", String(200)),
     Column("config_digest_seen", String(80)),
+    # ... and the keys of the profile it watches, a JSON list (migration 0007); empty: all.
+    Column("config_watch", Text),
     Column("watermark", BigInteger, nullable=False),
     Column("source", String(32), nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -329,4 +331,19 @@ schedule_changes = Table(
     Column("source", String(200), nullable=False),
     Column("reason", Text),
     Index("ix_schedule_changes_schedule", "tenant_id", "schedule_id", "id"),
+)
+
+# Safe mode (seed 000 §39-40), per tenant: one row per activation, closed by its deactivation.
+# The open row, if any, is the current state; the rows together are its history.
+safe_mode_periods = Table(
+    "safe_mode_periods",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("activation", Integer, primary_key=True),
+    Column("activated_at", BigInteger, nullable=False),
+    Column("activated_by", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("deactivated_at", BigInteger),
+    Column("deactivated_by", String(200)),
+    Column("deactivation_reason", Text),
 )

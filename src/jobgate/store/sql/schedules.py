@@ -55,6 +55,7 @@ def _definition_values(s: Schedule) -> dict[str, Any]:
         "min_every_us": None if s.min_every is None else _us(s.min_every),
         "max_every_us": None if s.max_every is None else _us(s.max_every),
         "config_profile": s.config_profile,
+        "config_watch": codec.dumps(list(s.config_watch)) if s.config_watch else None,
     }
 
 
@@ -104,6 +105,7 @@ def _from_row(r: Any) -> StoredSchedule:
         min_every=None if r.min_every_us is None else timedelta(microseconds=r.min_every_us),
         max_every=None if r.max_every_us is None else timedelta(microseconds=r.max_every_us),
         config_profile=r.config_profile,
+        config_watch=tuple(codec.loads(r.config_watch)) if r.config_watch else (),
     )
     return StoredSchedule(
         schedule,

@@ -1,0 +1,97 @@
+"""Safe mode per tenant: activations and deactivations, each a row that is never rewritten
+except to close it, so the table is both the current state and its history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, or_, select, update
+
+from jobgate.store import codec
+from jobgate.store.sql import fast
+from jobgate.store.tables import safe_mode_periods
+
+P = safe_mode_periods.c
+
+
+@dataclass(frozen=True)
+class SafeModePeriod:
+    tenant_id: str
+    activation: int  # 1, 2, ... per tenant
+    activated_at: datetime
+    activated_by: str
+    reason: str
+    deactivated_at: datetime | None = None
+    deactivated_by: str | None = None
+    deactivation_reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.deactivated_at is None
+
+
+def _from_row(r: Any) -> SafeModePeriod:
+    return SafeModePeriod(
+        r.tenant_id,
+        int(r.activation),
+        codec.from_us(r.activated_at),
+        r.activated_by,
+        r.reason,
+        None if r.deactivated_at is None else codec.from_us(r.deactivated_at),
+        r.deactivated_by,
+        r.deactivation_reason,
+    )
+
+
+def current(conn: Connection, tenant_id: str) -> SafeModePeriod | None:
+    """The tenant's latest period (open: safe mode is on), or None if it was never activated."""
+    q = select(safe_mode_periods).where(P.tenant_id == tenant_id).order_by(P.activation.desc()).limit(1)
+    row = conn.execute(q).first()
+    return None if row is None else _from_row(row)
+
+
+_OPEN_COLUMNS = ("tenant_id", "activation", "activated_at", "activated_by", "reason")
+
+
+def activate(conn: Connection, tenant_id: str, actor: str, reason: str, now: datetime) -> SafeModePeriod | None:
+    """Open a new period; None if one is open already. Two concurrent activations race for the
+    same ``activation`` number: the primary key lets one in."""
+    latest = current(conn, tenant_id)
+    if latest is not None and latest.active:
+        return None
+    number = 1 if latest is None else latest.activation + 1
+    row = (tenant_id, number, codec.to_us(now), actor, reason)
+    if not fast.insert_rows(conn, safe_mode_periods, _OPEN_COLUMNS, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"):
+        return None
+    return SafeModePeriod(tenant_id, number, now, actor, reason)
+
+
+def deactivate(conn: Connection, tenant_id: str, actor: str, reason: str, now: datetime) -> SafeModePeriod | None:
+    """Close the open period; None if safe mode is off."""
+    latest = current(conn, tenant_id)
+    if latest is None or not latest.active:
+        return None
+    stmt = (
+        update(safe_mode_periods)
+        .where(P.tenant_id == tenant_id, P.activation == latest.activation, P.deactivated_at.is_(None))
+        .values(deactivated_at=codec.to_us(now), deactivated_by=actor, deactivation_reason=reason)
+    )
+    if not conn.execute(stmt).rowcount:
+        return None
+    return SafeModePeriod(
+        tenant_id, latest.activation, latest.activated_at, latest.activated_by, latest.reason, now, actor, reason
+    )
+
+
+def periods(
+    conn: Connection, tenant_id: str, *, ending_after: datetime | None = None, limit: int = 1000
+) -> list[SafeModePeriod]:
+    """The tenant's periods, oldest first; with ``ending_after``, only those open or closed after it."""
+    q = select(safe_mode_periods).where(P.tenant_id == tenant_id)
+    if ending_after is not None:
+        q = q.where(or_(P.deactivated_at.is_(None), P.deactivated_at > codec.to_us(ending_after)))
+    newest = q.order_by(P.activation.desc()).limit(limit).subquery()
+    rows = conn.execute(select(newest).order_by(newest.c.activation)).all()
+    return [_from_row(r) for r in rows]
