@@ -134,8 +134,29 @@ def test_builder_payload(build: Callable[[], Event], kind: EventType, fields: di
     canonical_json(body)  # goes into the outbox as canonical JSON
 
 
+@pytest.mark.parametrize("active", [True, False])
+def test_safe_mode_events_name_the_tenant_activation_and_who(active: bool) -> None:
+    kind, body = events.safe_mode_changed(
+        tenant_id="acme", activation=2, active=active, actor="ada", reason="replay_drift_spike", now=NOW
+    )
+    assert kind is (EventType.SAFE_MODE_ACTIVATION if active else EventType.SAFE_MODE_DEACTIVATION)
+    assert body == {
+        "event_type": kind.qualified,
+        "engine_cmi": ENGINE_CMI,
+        "tenant_id": "acme",
+        "activation": 2,
+        "active": active,
+        "requested_by": "ada",
+        "reason": "replay_drift_spike",
+        "created_at": Z_NOW,
+    }
+
+
+NOT_RUN_EVENTS = {EventType.SAFE_MODE_ACTIVATION, EventType.SAFE_MODE_DEACTIVATION}  # tested just above
+
+
 def test_every_event_type_has_a_builder_under_test() -> None:
-    assert {kind for _, kind, _ in BUILDERS} == set(EventType)
+    assert {kind for _, kind, _ in BUILDERS} | NOT_RUN_EVENTS == set(EventType)
 
 
 def test_non_utc_instants_are_written_in_utc() -> None:

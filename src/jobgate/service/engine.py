@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobgate.clock import Clock, SystemClock
+from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
@@ -98,7 +98,7 @@ class Engine:
     def __init__(self, store: Store, config: JobgateConfig, clock: Clock | None = None) -> None:
         self.store = store
         self.config = config
-        self.clock = clock or SystemClock()
+        self.clock = clock or store.clock()  # database time on a shared database
         # Snapshots are a pure function of (configuration, profile, tenant): digesting the
         # profile's values once per submit was a third of a submit's CPU.
         self._snapshots: dict[tuple[str, str], tuple[JobgateConfig, ConfigSnapshot]] = {}

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from jobgate.clock import Clock, DatabaseClock, SystemClock
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.events import Event
 from jobgate.core.models import (
@@ -405,6 +406,21 @@ class Store:
     def migrate(self) -> None:
         with self._writer.connect() as conn:
             upgrade(conn)
+
+    def database_now(self) -> datetime:
+        """The database server's current time (PostgreSQL's ``clock_timestamp()``); for SQLite,
+        a file on this host, the host's time."""
+        if self.dialect != "postgresql":
+            return datetime.now(UTC)
+        with self._reader.connect() as conn:
+            value: datetime = conn.exec_driver_sql("SELECT clock_timestamp()").scalar_one()
+        return value.astimezone(UTC)
+
+    def clock(self) -> Clock:
+        """The clock every process on this database measures leases and expiries with."""
+        if self.dialect == "postgresql":
+            return DatabaseClock(self.database_now)
+        return SystemClock()  # one host: the database clock is this host's clock
 
     @contextlib.contextmanager
     def write(self) -> Iterator[StoreTx]:
