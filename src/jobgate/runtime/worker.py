@@ -100,7 +100,7 @@ class Worker:
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
-        self._watcher = engine.store.change_watcher()
+        self._watcher = engine.store.change_watcher(on_change=self._wake.set)
         self._pending_since: datetime | None = None
         self._abandoned_threads = 0
         self._cycle_failures = 0

@@ -15,7 +15,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from jobgate.core.models import (
     OutboxEvent,
     Transition,
 )
+from jobgate.core.states import RunStatus
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import Miss
 from jobgate.store import codec
@@ -53,16 +54,18 @@ from jobgate.store.base import (
     WorkerInfo,
 )
 from jobgate.store.migrate import upgrade
-from jobgate.store.sql import claims, definitions, outbox, runs, safemode, schedules
+from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
+from jobgate.store.sql import claims, definitions, fast, outbox, runs, safemode, schedules
 
 
 class StoreTx:
     """Operations inside one open transaction. Obtained from ``Store.write()`` / ``Store.read()``."""
 
-    def __init__(self, conn: Connection, *, skip_locked: bool, ordered_ids: bool) -> None:
+    def __init__(self, conn: Connection, *, skip_locked: bool, ordered_ids: bool, notify: bool = False) -> None:
         self.conn = conn
         self._skip_locked = skip_locked
         self._ordered_ids = ordered_ids
+        self._notify = notify  # PostgreSQL: announce claimable runs to listening workers
 
     # definitions and snapshots
     def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
@@ -161,7 +164,10 @@ class StoreTx:
 
     # runs
     def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
-        return runs.runs_create(self.conn, creates)
+        made = runs.runs_create(self.conn, creates)
+        if self._notify and any(created for _, created in made):
+            fast.execute(self.conn, NOTIFY_SQL)
+        return made
 
     def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
         return runs.run_get(self.conn, job_run_id, tenant_id)
@@ -185,7 +191,10 @@ class StoreTx:
         return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
 
     def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:
-        return claims.runs_apply(self.conn, changes)
+        done = claims.runs_apply(self.conn, changes)
+        if self._notify and any(ch.to_status is RunStatus.SCHEDULED for ch in done):
+            fast.execute(self.conn, NOTIFY_SQL)  # released to the queue: claimable again now
+        return done
 
     def leases_renew(self, p: LeaseRenew) -> set[str]:
         return claims.leases_renew(self.conn, p)
@@ -382,6 +391,7 @@ class Store:
             self._writer = _sqlite_engine(url, synchronous=synchronous.upper(), writer=True)
             self._reader = _sqlite_engine(url, synchronous=synchronous.upper(), writer=False)
             self.skip_locked = False
+            self.notify = False  # workers watch PRAGMA data_version instead
             self.ordered_ids = True  # one writer at a time: ids become visible in order
         elif self.dialect == "postgresql":
             if parsed.drivername == "postgresql":
@@ -389,6 +399,7 @@ class Store:
             self._writer = create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
             self._reader = self._writer
             self.skip_locked = True
+            self.notify = True
             self.ordered_ids = False  # concurrent writers may commit a lower id after a higher one
         else:
             raise ConfigurationError(
@@ -426,22 +437,29 @@ class Store:
     def write(self) -> Iterator[StoreTx]:
         """One write transaction; committed on normal exit, rolled back on an exception."""
         with self._writer.begin() as conn:
-            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids)
+            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids, notify=self.notify)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[StoreTx]:
         with self._reader.begin() as conn:
-            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids)
+            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids, notify=self.notify)
 
     @staticmethod
     def prepare_changes(changes: Sequence[RunChange]) -> claims.PreparedChanges:
         """Build a batch's statements and rows without a connection (before taking the write lock)."""
         return claims.prepare_changes(changes)
 
-    def change_watcher(self) -> SqliteChangeWatcher | PollingChangeWatcher:
+    def change_watcher(
+        self, on_change: Callable[[], None] | None = None
+    ) -> SqliteChangeWatcher | PgChangeWatcher | PollingChangeWatcher:
+        """What tells an idle worker that a run may have become claimable: SQLite's commit
+        counter, PostgreSQL's notifications (``on_change`` is called when one arrives)."""
         parsed = make_url(self.url)
         if self.dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
             return SqliteChangeWatcher(parsed.database)
+        if self.dialect == "postgresql":
+            conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+            return PgChangeWatcher(conninfo, on_change)
         return PollingChangeWatcher()
 
     def checkpoint(self) -> None:
