@@ -62,7 +62,15 @@ _TOP_KEYS = (
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
-_WORKER_KEYS = ("concurrency", "lease_seconds", "poll_interval_ms", "shutdown_grace_seconds", "batch_size")
+_WORKER_KEYS = (
+    "concurrency",
+    "lease_seconds",
+    "poll_interval_ms",
+    "shutdown_grace_seconds",
+    "batch_size",
+    "maximum_run_age_seconds",
+)
+MAXIMUM_RUN_AGE_LIMIT = timedelta(days=30)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -82,6 +90,7 @@ class WorkerSettings:
     poll_interval: timedelta = timedelta(milliseconds=50)
     shutdown_grace: timedelta = timedelta(seconds=30)
     batch_size: int = 100
+    maximum_run_age: timedelta = timedelta(hours=24)  # open runs older than this are closed
 
 
 @dataclass(frozen=True)
@@ -349,13 +358,22 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             return default
         return r.integer(spec[key], join("worker", key), minimum=1, maximum=maximum)
 
-    return WorkerSettings(
+    settings = WorkerSettings(
         concurrency=count("concurrency", d.concurrency, 4096),
         lease=seconds("lease_seconds", d.lease),
         poll_interval=seconds("poll_interval_ms", d.poll_interval, unit=0.001),
         shutdown_grace=seconds("shutdown_grace_seconds", d.shutdown_grace, positive=False),
         batch_size=count("batch_size", d.batch_size, 100_000),
+        maximum_run_age=seconds("maximum_run_age_seconds", d.maximum_run_age),
     )
+    # Seed 001: the budget is at least the lease (a live lease is never cut short by it) and
+    # at most 30 days.
+    if not settings.lease <= settings.maximum_run_age <= MAXIMUM_RUN_AGE_LIMIT:
+        r.fail(
+            join("worker", "maximum_run_age_seconds"),
+            f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
+        )
+    return settings
 
 
 _POLICY_ID_KEYS = {

@@ -168,3 +168,10 @@ def test_schedule_changes_list_who_did_what(folder: Path) -> None:
     changes = json.loads(jobgate(folder, "--json", "schedules", "changes", "h").stdout)
     assert [c["field"] for c in changes] == ["created", "paused", "deleted"]
     assert all(c["source"] for c in changes)  # the OS user who ran the command
+
+
+def test_locks_and_workers_are_listed(folder: Path) -> None:
+    jobgate(folder, "scheduler", "--once")
+    locks = {lock["name"]: lock for lock in json.loads(jobgate(folder, "--json", "locks").stdout)}
+    assert locks["scheduler-leader"]["state"] == "released" and locks["scheduler-leader"]["token"] >= 1
+    assert json.loads(jobgate(folder, "--json", "workers").stdout) == []  # none registered yet

@@ -96,6 +96,7 @@ class DeadLetterReason(StrEnum):
     UNSAFE_STATE_TRANSITION = "unsafe_state_transition"
     OPERATOR_CANCELLATION = "operator_cancellation"
     QUEUE_TIMEOUT_EXCEEDED = "queue_timeout_exceeded"
+    RUN_MAXIMUM_AGE_EXCEEDED = "run_maximum_age_exceeded"  # seed 001: abandoned runs are closed
 
 
 @dataclass(frozen=True)

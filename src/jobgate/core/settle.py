@@ -202,5 +202,36 @@ def queue_timeout_decision() -> Decision:
     )
 
 
+def maximum_age_decision() -> Decision:
+    return Decision(
+        RunStatus.DEAD_LETTERED,
+        TransitionReason.MAXIMUM_AGE_EXCEEDED,
+        dead_letter_reason=DeadLetterReason.RUN_MAXIMUM_AGE_EXCEEDED,
+        requires_manual_review=True,
+    )
+
+
+MAXIMUM_AGE_ERROR = "run_maximum_age_exceeded"
+
+
+def settle_overdue(run: JobRun, *, now: datetime, actor: str) -> Settlement:
+    """Close a run older than the maximum run age, whatever it is doing (seed 001: abandoned
+    runs). A running attempt is recorded as ended by it; the caller fences the change."""
+    running = run.status is RunStatus.RUNNING
+    outcome = Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, MAXIMUM_AGE_ERROR, "older than the maximum run age")
+    return _settlement(
+        run,
+        maximum_age_decision(),
+        outcome,
+        now=now,
+        actor=actor,
+        started_at=run.started_at if running else None,
+        result=None,
+        artifact=None,
+        token=None,
+        record_attempt=running,
+    )
+
+
 def cancel_decision() -> Decision:
     return Decision(RunStatus.CANCELLED, TransitionReason.CANCELLED_BY_USER)

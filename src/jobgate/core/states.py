@@ -52,6 +52,7 @@ class TransitionReason(StrEnum):
     CANCELLED_BY_USER = "cancelled_by_user"
     STOPPED_BY_USER = "stopped_by_user"
     REQUEUED = "requeued"
+    MAXIMUM_AGE_EXCEEDED = "maximum_age_exceeded"
 
 
 PENDING = frozenset({RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RETRY_WAIT})

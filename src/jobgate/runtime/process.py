@@ -29,6 +29,7 @@ def worker_settings(engine: Engine, **overrides: object) -> WorkerSettings:
         "poll_interval": w.poll_interval,
         "shutdown_grace": w.shutdown_grace,
         "batch_size": w.batch_size,
+        "maximum_run_age": w.maximum_run_age,
         "queue_rates": {
             name: (q.rate_per_second, q.burst) for name, q in engine.config.queues.items() if q.rate_per_second
         },

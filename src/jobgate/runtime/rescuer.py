@@ -5,20 +5,29 @@ the run's retry policy decides (retry later, dead-letter, escalate), exactly as 
 attempt had failed. A DISPATCHED run whose lease expired was never started: it goes back to
 SCHEDULED without using an attempt. Either way the lease is revoked (the fencing token
 moves), so the vanished worker's late write is refused. A run that waited past its queue
-timeout is dead-lettered with ``queue_timeout_exceeded``.
+timeout is dead-lettered with ``queue_timeout_exceeded``, and a run older than the maximum
+run age (24 h by default) with ``run_maximum_age_exceeded``.
 
-Sweeps are idempotent compare-and-sets, so any number of workers may run them at once.
+Sweeps are idempotent compare-and-sets, so two rescuers at once would do no harm; still, one
+worker per cluster sweeps at a time (it holds the ``rescuer-leader`` lock), so a hundred
+workers do not send a hundred identical sweep queries every second.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from jobgate.core.decide import Outcome, OutcomeKind
-from jobgate.core.settle import queue_timeout_decision, settle_attempt, settle_without_attempt
-from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.core.settle import (
+    MAXIMUM_AGE_ERROR,
+    queue_timeout_decision,
+    settle_attempt,
+    settle_overdue,
+    settle_without_attempt,
+)
+from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.runtime.changes import release_change, settlement_change
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import RunChange
@@ -95,7 +104,33 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
     )
 
 
-def _expired_only(change: RunChange, token: int, now: datetime) -> RunChange:
-    from dataclasses import replace
+def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limit: int = 50) -> int:
+    """Dead-letter runs older than ``maximum_age`` with ``run_maximum_age_exceeded`` (seed 001:
+    abandoned runs): the oldest ``limit`` waiting and ``limit`` leased ones per pass. A leased
+    run's lease is revoked in the same compare-and-set, so its worker can no longer complete it.
+    Returns how many were closed."""
+    with engine.store.read() as tx:
+        overdue = tx.runs_over_age(now - maximum_age, limit)
+    changes: list[RunChange] = []
+    for run in overdue:
+        change = settlement_change(settle_overdue(run, now=now, actor=RESCUER), run, worker_id=RESCUER, now=now)
+        if run.status in LEASED:
+            change = replace(change, expected_token=run.lease_token, revoke_lease=True)
+        changes.append(change)
+    if not changes:
+        return 0
+    with engine.store.write() as tx:
+        done = tx.runs_apply(changes)
+    for change in done:
+        log.warning(
+            "run %s: older than the maximum run age (%s); closed as %s",
+            change.job_run_id,
+            maximum_age,
+            MAXIMUM_AGE_ERROR,
+            extra={"action": "run_maximum_age_exceeded", "job_run_id": change.job_run_id},
+        )
+    return len(done)
 
+
+def _expired_only(change: RunChange, token: int, now: datetime) -> RunChange:
     return replace(change, expected_token=token, revoke_lease=True, lease_expired_before=now)

@@ -36,11 +36,14 @@ from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
+from jobgate.runtime.leadership import Lease
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
 
 log = logging.getLogger("jobgate.worker")
+
+RESCUER_LOCK = "rescuer-leader"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class WorkerSettings:
     shutdown_grace: timedelta = timedelta(seconds=30)
     stop_grace: timedelta = timedelta(seconds=10)
     rescue_interval: timedelta = timedelta(seconds=1)
+    maximum_run_age: timedelta = timedelta(hours=24)  # seed 001: older open runs are closed
+    maximum_age_interval: timedelta = timedelta(seconds=60)
     stop_check_interval: timedelta = timedelta(milliseconds=250)
     heartbeat_interval: timedelta = timedelta(seconds=5)
     queue_rates: dict[str, tuple[float, int]] = field(default_factory=dict)
@@ -101,6 +106,9 @@ class Worker:
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
         self._watcher = engine.store.change_watcher(on_change=self._wake.set)
+        self._rescuer_lease = Lease(
+            engine.store, RESCUER_LOCK, self.worker_id, max(3 * self.settings.rescue_interval, timedelta(seconds=3))
+        )
         self._pending_since: datetime | None = None
         self._abandoned_threads = 0
         self._cycle_failures = 0
@@ -125,6 +133,7 @@ class Worker:
     def run(self) -> None:
         now = self.engine.clock.now()
         self._next_renew = self._next_rescue = self._next_stop_check = self._next_beat = now
+        self._next_age_check = now
         self._shutdown_deadline: datetime | None = None
         self._heartbeat(now)
         try:
@@ -161,6 +170,7 @@ class Worker:
             except Exception:
                 log.exception("could not record worker stop")
             self._watcher.close()
+            self._rescuer_lease.release()
             self._stopped.set()
 
     def _turn(self) -> bool:
@@ -529,8 +539,14 @@ class Worker:
         self._buffer = []
 
     def _rescue(self, now: datetime) -> None:
+        """Sweep, if this worker leads the cluster's rescuer (one at a time)."""
         try:
+            if self._rescuer_lease.hold(now) is None:
+                return
             rescuer.sweep(self.engine, now)
+            if now >= self._next_age_check:
+                self._next_age_check = now + self.settings.maximum_age_interval
+                rescuer.close_overdue(self.engine, now, self.settings.maximum_run_age)
         except Exception:
             log.exception("rescuer sweep failed")
 

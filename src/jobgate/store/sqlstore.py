@@ -205,6 +205,9 @@ class StoreTx:
     def runs_lease_expired(self, now: datetime, limit: int) -> list[JobRun]:
         return claims.runs_lease_expired(self.conn, now, limit)
 
+    def runs_over_age(self, created_before: datetime, limit: int) -> list[JobRun]:
+        return claims.runs_over_age(self.conn, created_before, limit)
+
     def runs_queue_expired(self, now: datetime, limit: int) -> list[JobRun]:
         return claims.runs_queue_expired(self.conn, now, limit)
 
@@ -261,6 +264,12 @@ class StoreTx:
 
     def lock_holds(self, name: str, owner: str, token: int, now: datetime) -> bool:
         return outbox.lock_holds(self.conn, name, owner, token, codec.to_us(now))
+
+    def lock_get(self, name: str) -> outbox.LockInfo | None:
+        return outbox.lock_get(self.conn, name)
+
+    def locks_list(self, prefix: str = "") -> list[outbox.LockInfo]:
+        return outbox.locks_list(self.conn, prefix)
 
     def lock_release(self, name: str, owner: str, token: int) -> None:
         outbox.lock_release(self.conn, name, owner, token)

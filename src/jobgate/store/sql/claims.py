@@ -597,6 +597,17 @@ def runs_lease_expired(conn: Connection, now: datetime, limit: int) -> list[JobR
     return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
 
 
+def runs_over_age(conn: Connection, created_before: datetime, limit: int) -> list[JobRun]:
+    """The oldest open runs created before ``created_before``: up to ``limit`` waiting ones and
+    ``limit`` leased ones (each read walks only its small partial index, never finished runs)."""
+    cutoff = codec.to_us(created_before)
+    out: list[JobRun] = []
+    for open_ in (IS_CLAIMABLE, IS_LEASED):
+        q = select(job_runs).where(open_, C.created_at < cutoff).order_by(C.created_at).limit(limit)
+        out += [codec.run_from_row(r) for r in conn.execute(q).mappings()]
+    return out
+
+
 def runs_queue_expired(conn: Connection, now: datetime, limit: int) -> list[JobRun]:
     q = (
         select(job_runs)

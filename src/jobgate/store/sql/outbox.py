@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, bindparam, func, select, update
 
@@ -157,6 +160,31 @@ _LOCK_STATE = select(locks.c.owner, locks.c.token, locks.c.expires_at).where(loc
 def lock_holds(conn: Connection, name: str, owner: str, token: int, now_us: int) -> bool:
     rows = fast.rows(conn, _LOCK_STATE, {"name": name})
     return bool(rows) and rows[0][0] == owner and rows[0][1] == token and rows[0][2] > now_us
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    name: str
+    owner: str
+    token: int  # the fencing token: grows with every new holder
+    acquired_at: datetime
+    expires_at: datetime
+
+
+def lock_get(conn: Connection, name: str) -> LockInfo | None:
+    row = conn.execute(select(locks).where(locks.c.name == name)).first()
+    return None if row is None else _lock_info(row)
+
+
+def locks_list(conn: Connection, prefix: str = "") -> list[LockInfo]:
+    q = select(locks).order_by(locks.c.name)
+    if prefix:
+        q = q.where(locks.c.name.startswith(prefix, autoescape=True))
+    return [_lock_info(r) for r in conn.execute(q)]
+
+
+def _lock_info(r: Any) -> LockInfo:
+    return LockInfo(r.name, r.owner, int(r.token), codec.from_us(r.acquired_at), codec.from_us(r.expires_at))
 
 
 def lock_release(conn: Connection, name: str, owner: str, token: int) -> None:

@@ -1,0 +1,73 @@
+"""``jobgate workers`` and ``jobgate locks``: who works for the cluster, and who holds what."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import click
+
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.core.canonical import isoformat_utc
+from jobgate.service import cluster
+
+
+@click.command("workers")
+@click.option("--all", "include_stopped", is_flag=True, help="also the workers that stopped")
+@click.option(
+    "--stale-after",
+    type=float,
+    default=cluster.STALE_AFTER.total_seconds(),
+    show_default=True,
+    help="seconds without a heartbeat before a worker is shown as stale",
+)
+@pass_app
+def workers_command(app: AppContext, include_stopped: bool, stale_after: float) -> None:
+    """Registered workers: host, pid, concurrency, queues, last heartbeat, and alive/stale/stopped."""
+    rows = cluster.workers(app.engine(), include_stopped=include_stopped, stale_after=timedelta(seconds=stale_after))
+    records = [
+        {
+            "worker_id": r.info.worker_id,
+            "state": r.state,
+            "host": r.info.host,
+            "pid": r.info.pid,
+            "concurrency": r.info.concurrency,
+            "queues": list(r.info.queues),
+            "started_at": isoformat_utc(r.info.started_at),
+            "heartbeat_at": isoformat_utc(r.info.heartbeat_at),
+            "heartbeat_age_s": round(r.heartbeat_age.total_seconds(), 1),
+        }
+        for r in rows
+    ]
+    _records(app, "workers", records)
+
+
+@click.command("locks")
+@click.option("--prefix", default="", help="only locks whose name starts with this")
+@pass_app
+def locks_command(app: AppContext, prefix: str) -> None:
+    """Named, fenced locks (scheduler and rescuer leaders, handler locks): holder, token, expiry."""
+    records = [
+        {
+            "name": r.info.name,
+            "state": r.state,
+            "owner": r.info.owner,
+            "token": r.info.token,
+            "acquired_at": isoformat_utc(r.info.acquired_at),
+            "expires_at": isoformat_utc(r.info.expires_at),
+        }
+        for r in cluster.locks(app.engine(), prefix)
+    ]
+    _records(app, "locks", records)
+
+
+def _records(app: AppContext, title: str, records: list[dict[str, object]]) -> None:
+    if app.json_output:
+        render.emit_json(records)
+    elif records:
+        columns = list(records[0])
+        render.table(
+            title, columns, [tuple(", ".join(v) if isinstance(v, list) else v for v in r.values()) for r in records]
+        )
+    else:
+        render.out.print(f"{title}: none")

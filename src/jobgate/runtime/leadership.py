@@ -1,0 +1,55 @@
+"""Holding a named, fenced lock by renewing it: how one process per cluster leads a duty.
+
+The lock (``locks`` table) expires unless renewed; every new holder gets a larger fencing
+token, so a holder that stalled past its expiry and lost the lock can be told apart from the
+new one in every write it fences. ``hold`` renews at a third of the time to live, and a
+process that is not the holder reads the lock first and only tries to take it once it has
+expired, so standbys cost a read, not a write, per turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from jobgate.store.sqlstore import Store
+
+log = logging.getLogger("jobgate.leadership")
+
+
+class Lease:
+    def __init__(self, store: Store, name: str, owner: str, ttl: timedelta) -> None:
+        self.store = store
+        self.name = name
+        self.owner = owner
+        self.ttl = ttl
+        self.token: int | None = None
+        self._renew_at: datetime | None = None
+
+    def hold(self, now: datetime) -> int | None:
+        """Take or renew the lock; the fencing token while held, None while another holds it."""
+        if self.token is not None and self._renew_at is not None and now < self._renew_at:
+            return self.token
+        if self.token is None:
+            with self.store.read() as tx:
+                current = tx.lock_get(self.name)
+            if current is not None and current.owner != self.owner and current.expires_at > now:
+                return None  # led by another: nothing to write
+        with self.store.write() as tx:
+            token = tx.lock_acquire(self.name, self.owner, now, self.ttl)
+        if token != self.token:
+            log.info("%s: %s %s", self.owner, "holds" if token is not None else "lost", self.name)
+        self.token = token
+        self._renew_at = now + self.ttl / 3 if token is not None else None
+        return token
+
+    def release(self) -> None:
+        """Hand over at once instead of at expiry (a clean shutdown)."""
+        if self.token is None:
+            return
+        try:
+            with self.store.write() as tx:
+                tx.lock_release(self.name, self.owner, self.token)
+        except Exception:
+            log.warning("could not release %s; it expires by itself", self.name, exc_info=True)
+        self.token = None

@@ -1,0 +1,57 @@
+"""What the cluster looks like: its workers (alive, stale, stopped) and its named locks.
+
+A worker heartbeats every few seconds; one whose last heartbeat is older than ``stale_after``
+(three missed beats by default) is shown as stale: its host died, it was SIGKILLed, or it
+hangs. Its runs are not touched by this: the rescuer recovers them when their leases expire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from jobgate.service.engine import Engine
+from jobgate.store.base import WorkerInfo
+from jobgate.store.sql.outbox import LockInfo
+
+STALE_AFTER = timedelta(seconds=15)  # three heartbeats of the default 5 s interval
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    info: WorkerInfo
+    state: str  # alive | stale | stopped
+    heartbeat_age: timedelta
+
+
+@dataclass(frozen=True)
+class LockRow:
+    info: LockInfo
+    state: str  # held | expired (its holder stopped renewing) | released (handed over)
+
+
+def worker_state(info: WorkerInfo, now: datetime, stale_after: timedelta = STALE_AFTER) -> str:
+    if info.stopped_at is not None:
+        return "stopped"
+    return "alive" if now - info.heartbeat_at <= stale_after else "stale"
+
+
+def workers(engine: Engine, *, include_stopped: bool = False, stale_after: timedelta = STALE_AFTER) -> list[WorkerRow]:
+    now = engine.clock.now()
+    with engine.store.read() as tx:
+        found = tx.workers_list()
+    rows = [WorkerRow(w, worker_state(w, now, stale_after), now - w.heartbeat_at) for w in found]
+    return [r for r in rows if include_stopped or r.state != "stopped"]
+
+
+def locks(engine: Engine, prefix: str = "") -> list[LockRow]:
+    now = engine.clock.now()
+    with engine.store.read() as tx:
+        found = tx.locks_list(prefix)
+    return [LockRow(lock, lock_state(lock, now)) for lock in found]
+
+
+def lock_state(lock: LockInfo, now: datetime) -> str:
+    if lock.expires_at > now:
+        return "held"
+    return "released" if lock.expires_at.timestamp() == 0 else "expired"

@@ -1,0 +1,42 @@
+"""``jobgate workers`` and ``jobgate locks``: alive, stale and stopped workers; held and free locks."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jobgate.service import cluster
+from jobgate.service.engine import Engine
+from jobgate.store.base import WorkerBeat
+
+
+def test_workers_are_alive_stale_or_stopped_by_their_heartbeat(engine: Engine) -> None:
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        tx.worker_heartbeat(WorkerBeat("w-alive", "h1", 11, 8, ("default",), now - timedelta(seconds=2)))
+        tx.worker_heartbeat(WorkerBeat("w-stale", "h2", 12, 8, ("default",), now - timedelta(seconds=60)))
+        tx.worker_heartbeat(WorkerBeat("w-gone", "h3", 13, 8, ("default",), now - timedelta(seconds=1)))
+        tx.worker_stopped("w-gone", now)
+    shown = {r.info.worker_id: r.state for r in cluster.workers(engine)}
+    assert shown == {"w-alive": "alive", "w-stale": "stale"}
+    every = {r.info.worker_id: r.state for r in cluster.workers(engine, include_stopped=True)}
+    assert every == {"w-alive": "alive", "w-stale": "stale", "w-gone": "stopped"}
+    strict = {r.info.worker_id: r.state for r in cluster.workers(engine, stale_after=timedelta(seconds=1))}
+    assert strict["w-alive"] == "stale"
+
+
+def test_locks_show_holder_token_and_whether_they_are_held(engine: Engine) -> None:
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        held = tx.lock_acquire("batch:2026-06-25T18", "worker-a", now, timedelta(seconds=60))
+        gone = tx.lock_acquire("workflow:WF-1", "worker-b", now - timedelta(seconds=120), timedelta(seconds=60))
+        free = tx.lock_acquire("job:nightly", "worker-c", now, timedelta(seconds=60))
+        assert held and gone and free
+        tx.lock_release("job:nightly", "worker-c", free)
+    rows = {r.info.name: (r.state, r.info.owner, r.info.token) for r in cluster.locks(engine)}
+    assert rows == {
+        "batch:2026-06-25T18": ("held", "worker-a", held),
+        "workflow:WF-1": ("expired", "worker-b", gone),
+        "job:nightly": ("released", "worker-c", free),
+    }
+    assert [r.info.name for r in cluster.locks(engine, prefix="batch:")] == ["batch:2026-06-25T18"]
+    assert cluster.locks(engine, prefix="b%") == []  # the prefix is literal, not a pattern
