@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -27,6 +28,7 @@ from jobgate.store.tables import metadata
 TESTS = Path(__file__).resolve().parent
 PG_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+APP_ROLE = "jobgate_app"
 
 
 def _pg_available() -> str | None:
@@ -51,9 +53,14 @@ def pg_schema_url() -> Iterator[str]:
     schema = f"jobgate_test_{uuid.uuid4().hex[:10]}"
     admin = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
     with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        # As in a deployment, jobgate connects as an ordinary role that owns its schema: not a
+        # superuser, so the row-level security policies bind every query of the suite.
+        if not conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": APP_ROLE}).first():
+            conn.execute(text(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS"))
+        conn.execute(text(f'CREATE SCHEMA "{schema}" AUTHORIZATION {APP_ROLE}'))
     sep = "&" if "?" in PG_URL else "?"
-    url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    app_url = make_url(PG_URL).set(username=APP_ROLE).render_as_string(hide_password=False)
+    url = f"{app_url}{sep}options=-csearch_path%3D{schema}"
     Store(url).dispose()  # migrate once
     try:
         yield url

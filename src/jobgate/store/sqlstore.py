@@ -385,6 +385,9 @@ class PollingChangeWatcher:
         pass
 
 
+TENANT_SETTING = "jobgate.tenant"  # read by the row-level security policies (migration 0008)
+
+
 class Store:
     """A database jobgate runs on. Thread-safe: each transaction takes its own pooled connection."""
 
@@ -403,8 +406,11 @@ class Store:
             self.notify = False  # workers watch PRAGMA data_version instead
             self.ordered_ids = True  # one writer at a time: ids become visible in order
         elif self.dialect == "postgresql":
-            if parsed.drivername == "postgresql":
-                url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+            # The cluster's own processes act for every tenant ('*'); a transaction for one tenant
+            # narrows it (``read(tenant_id=...)``), and row-level security holds it to that.
+            options = f"{parsed.query.get('options', '')} -c {TENANT_SETTING}=*".strip()
+            parsed = parsed.set(drivername="postgresql+psycopg").update_query_dict({"options": options})
+            url = parsed.render_as_string(hide_password=False)
             self._writer = create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
             self._reader = self._writer
             self.skip_locked = True
@@ -443,15 +449,28 @@ class Store:
         return SystemClock()  # one host: the database clock is this host's clock
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[StoreTx]:
-        """One write transaction; committed on normal exit, rolled back on an exception."""
+    def write(self, tenant_id: str | None = None) -> Iterator[StoreTx]:
+        """One write transaction; committed on normal exit, rolled back on an exception.
+
+        With ``tenant_id`` the transaction acts for that tenant alone: on PostgreSQL row-level
+        security then hides and refuses every other tenant's rows, whatever the queries say.
+        """
         with self._writer.begin() as conn:
+            self._scope(conn, tenant_id)
             yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids, notify=self.notify)
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[StoreTx]:
+    def read(self, tenant_id: str | None = None) -> Iterator[StoreTx]:
         with self._reader.begin() as conn:
+            self._scope(conn, tenant_id)
             yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids, notify=self.notify)
+
+    def _scope(self, conn: Connection, tenant_id: str | None) -> None:
+        if tenant_id is None or self.dialect != "postgresql":
+            return
+        if not tenant_id or tenant_id == "*":
+            raise ValueError(f"not a tenant id: {tenant_id!r}")
+        conn.exec_driver_sql("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant_id))
 
     @staticmethod
     def prepare_changes(changes: Sequence[RunChange]) -> claims.PreparedChanges:
