@@ -40,6 +40,7 @@ from jobgate.runtime.leadership import Lease
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
+from jobgate.store.errors import is_transient
 
 log = logging.getLogger("jobgate.worker")
 
@@ -307,16 +308,30 @@ class Worker:
             self.stats.lock_wait += t_locked - t0
             self.stats.body += t_body - t_locked
             self.stats.commit += time.perf_counter() - t_body
-        except Exception:
-            # Nothing of the turn was written. Keep the settlements and try again; only when the
-            # same batch keeps failing is each written alone, so one bad row cannot stall the rest.
+        except Exception as exc:
+            # Nothing of the turn was written. Keep the settlements and try again. A passing
+            # error (the database restarting, a killed session, a deadlock) is waited out with
+            # backoff, settlements kept: the runs' outcomes are not lost and use no attempt. Only
+            # when the same batch keeps failing for another reason is each written alone, so one
+            # bad row cannot stall the rest.
             self._cycle_failures += 1
-            log.exception(
-                "worker cycle failed (%d in a row); will retry", self._cycle_failures, extra={"action": "cycle_failed"}
-            )
-            if self._cycle_failures >= 3:
+            transient = is_transient(exc)
+            if transient:
+                log.warning(
+                    "worker cycle failed (%d in a row): database unavailable (%s); retrying",
+                    self._cycle_failures,
+                    type(exc).__name__,
+                    extra={"action": "cycle_failed"},
+                )
+            else:
+                log.exception(
+                    "worker cycle failed (%d in a row); will retry",
+                    self._cycle_failures,
+                    extra={"action": "cycle_failed"},
+                )
+            if self._cycle_failures >= 3 and not transient:
                 self._isolate_poison(pending)
-            time.sleep(min(0.05 * self._cycle_failures, 1.0))
+            time.sleep(min(0.05 * 2 ** min(self._cycle_failures - 1, 7), 5.0))
             return
         self._cycle_failures = 0
         claimed = batch.runs() if batch is not None else []  # decoded now the write lock is released

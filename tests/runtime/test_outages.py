@@ -1,0 +1,119 @@
+"""Outages: killed database sessions do not lose a run's outcome or cost it an attempt."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from runtime_support import get_run, running_worker, wait_until
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from helpers import define
+from jobgate.core.states import RunStatus
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.errors import is_transient
+from jobgate.store.sqlstore import StoreTx
+
+SECONDS = [{"name": "seconds", "pattern": "[0-9.]+"}]
+
+
+def kill_other_sessions(engine: Engine) -> int:
+    """Terminate every other session of this database role, as a failover or an operator would."""
+    with engine.store.write() as tx:
+        return int(
+            tx.conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE usename = current_user AND pid <> pg_backend_pid() AND datname = current_database()"
+                )
+            ).scalar_one()
+        )
+
+
+def test_sessions_killed_again_and_again_mid_run_lose_nothing(engine: Engine) -> None:
+    if engine.store.dialect != "postgresql":
+        pytest.skip("sessions to kill are PostgreSQL's")
+    job = define(engine, handler="engine_handlers:sleep", params=SECONDS)
+    runs = [engine.submit(SubmitRequest(job, params={"seconds": "1"}, request_id=f"r{i}")).run for i in range(6)]
+    ids = [r.job_run_id for r in runs]
+    with running_worker(engine, concurrency=3):
+        wait_until(lambda: sum(get_run(engine, i).status is RunStatus.RUNNING for i in ids) >= 3, what="running")
+        killed = 0
+        deadline = time.monotonic() + 2.5  # kill repeatedly while attempts end and settle
+        while time.monotonic() < deadline:
+            killed += kill_other_sessions(engine)
+            time.sleep(0.2)
+        assert killed >= 1
+        wait_until(
+            lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="all done"
+        )
+    assert [get_run(engine, i).attempt for i in ids] == [1] * len(ids)  # no attempt lost to the outage
+
+
+def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every write fails for 1.5 s while attempts end (as during a server restart): the worker
+    keeps their settlements and writes them when the database is back, instead of giving the
+    runs up to the rescuer (which would retry them, using an attempt each)."""
+    job = define(engine, handler="engine_handlers:sleep", params=SECONDS)
+    ids = [
+        engine.submit(SubmitRequest(job, params={"seconds": "0.5"}, request_id=f"r{i}")).run.job_run_id
+        for i in range(3)
+    ]
+    outage = threading.Event()
+    real_write = engine.store.write
+
+    @contextlib.contextmanager
+    def write(tenant_id: str | None = None) -> Iterator[StoreTx]:
+        if outage.is_set():
+            raise OperationalError("BEGIN", {}, Exception("the database system is shutting down"))
+        with real_write(tenant_id) as tx:
+            yield tx
+
+    monkeypatch.setattr(engine.store, "write", write)
+    with running_worker(engine) as worker:
+        wait_until(lambda: all(get_run(engine, i).status is RunStatus.RUNNING for i in ids), what="all running")
+        outage.set()
+        time.sleep(1.5)  # the attempts end meanwhile; nothing can be written
+        outage.clear()
+        wait_until(lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="done")
+        assert worker.stale_writes_refused == 0
+    assert [get_run(engine, i).attempt for i in ids] == [1, 1, 1]
+
+
+def test_passing_errors_are_told_from_lasting_ones(engine: Engine) -> None:
+    with pytest.raises(Exception) as lasting, engine.store.write() as tx:
+        tx.conn.execute(text("INSERT INTO locks (name) VALUES (NULL)"))
+    assert not is_transient(lasting.value)
+    assert is_transient(OperationalError("SELECT 1", {}, Exception("server closed the connection")))
+
+
+def test_a_worker_survives_a_killed_listening_and_pool_sessions_and_keeps_claiming(engine: Engine) -> None:
+    if engine.store.dialect != "postgresql":
+        pytest.skip("sessions to kill are PostgreSQL's")
+    job = define(engine)
+    with running_worker(engine) as worker:
+        first = engine.submit(SubmitRequest(job, request_id="before")).run
+        wait_until(lambda: get_run(engine, first.job_run_id).status is RunStatus.COMPLETED, what="first done")
+        stop = threading.Event()
+
+        def killer() -> None:
+            while not stop.is_set():
+                kill_other_sessions(engine)
+                stop.wait(0.3)
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        try:
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            thread.join()
+        later = engine.submit(SubmitRequest(job, request_id="after")).run
+        wait_until(lambda: get_run(engine, later.job_run_id).status is RunStatus.COMPLETED, timeout=20, what="after")
+        assert not worker.wait_stopped(0)
