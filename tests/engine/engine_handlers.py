@@ -119,3 +119,22 @@ def stubborn_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
         return {"late_result_of_attempt": 1}
     ctx.cancelled.wait(0.8)
     return {"attempt": ctx.attempt}
+
+
+def ledger(ctx: ExecutionContext) -> dict[str, Any]:
+    """Records its run in ``test_effects`` through the completing transaction (exactly once).
+
+    ``seconds``: sleep first; ``fail_effect_on``: the attempt whose effect raises."""
+    from sqlalchemy import text
+
+    time.sleep(float(ctx.params.get("seconds", "0")))
+    attempt, run_id = ctx.attempt, ctx.job_run_id
+
+    def effect(conn: Any) -> None:
+        if ctx.params.get("fail_effect_on") == str(attempt):
+            raise ValueError("the ledger refused the entry")
+        insert = text("INSERT INTO test_effects (job_run_id, attempt) VALUES (:r, :a)")
+        conn.execute(insert, {"r": run_id, "a": attempt})
+
+    ctx.on_complete(effect)
+    return {"attempt": attempt}

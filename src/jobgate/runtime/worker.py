@@ -35,12 +35,13 @@ from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
 from jobgate.runtime.dispatch import Dispatcher, grace_for
-from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, Executor
+from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor
 from jobgate.runtime.leadership import Lease
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
 from jobgate.store.errors import is_transient
+from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.worker")
 
@@ -78,6 +79,13 @@ class WorkerStats:
     commit: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Effects:
+    run: JobRun  # as running: to settle a failed effect as a retryable failure of the attempt
+    started_at: datetime
+    effects: tuple[Effect, ...]
+
+
 @dataclass
 class _InFlight:
     run: JobRun  # as started: RUNNING, attempt incremented, our lease token
@@ -104,6 +112,7 @@ class Worker:
         self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
         self._running: dict[str, _InFlight] = {}
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
+        self._effects: dict[str, _Effects] = {}  # pending completions that carry handler effects
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
         self._watcher = engine.store.change_watcher(on_change=self._wake.set)
@@ -115,6 +124,7 @@ class Worker:
         self._cycle_failures = 0
         self.idle = threading.Event()  # set when nothing is running, buffered or pending
         self.stale_writes_refused = 0
+        self.lease_losses = 0  # runs found taken by another holder at a lease renewal
         self.settled = 0
         self.stats = WorkerStats()
 
@@ -267,14 +277,17 @@ class Worker:
         threads wait in DISPATCHED and are released on shutdown without using an attempt.
         """
         pending = list(self._pending)
+        plain, effectful = self._split_effectful(pending)
         free = max(0, self.settings.concurrency - self._busy_threads)
         t0 = time.perf_counter()
         # Rows are built before the write lock is taken, so the lock is held only to write them.
-        prepared = self.engine.store.prepare_changes([c for c, _ in pending]) if pending else None
+        prepared = self.engine.store.prepare_changes([c for c, _ in plain]) if plain else None
         try:
             with self.engine.store.write() as tx:
                 t_locked = time.perf_counter()
                 done = tx.runs_apply(prepared) if prepared is not None else []
+                if effectful:
+                    done += self._complete_with_effects(tx, effectful, now)
                 held: set[str] | None = None
                 if renew:
                     leases = tuple(
@@ -359,9 +372,12 @@ class Worker:
                 )
         self.settled += len(accepted)
         self._pending = []
+        for _change, run_id in pending:
+            self._effects.pop(run_id, None)
         if held is not None:
             for run_id, flight in list(self._running.items()):
                 if run_id not in held and not flight.abandoned:
+                    self.lease_losses += 1
                     log.warning(
                         "run %s: lease lost while running; stopping it",
                         run_id,
@@ -393,12 +409,66 @@ class Worker:
         for item in pending:
             try:
                 with self.engine.store.write() as tx:
-                    tx.runs_apply([item[0]])
-                self._running.pop(item[1], None)
+                    if item[1] in self._effects:
+                        self._complete_with_effects(tx, [item], self.engine.clock.now())
+                    else:
+                        tx.runs_apply([item[0]])
             except Exception:
                 log.exception("run %s: settlement cannot be written; leaving it to the rescuer", item[1])
-                self._running.pop(item[1], None)
+            self._running.pop(item[1], None)
+            self._effects.pop(item[1], None)
         self._pending = keep
+
+    # ------------------------------------------------------------------ exactly-once effects
+    def _split_effectful(
+        self, pending: list[tuple[RunChange, str]]
+    ) -> tuple[list[tuple[RunChange, str]], list[tuple[RunChange, str]]]:
+        if not self._effects:
+            return pending, []
+        return (
+            [p for p in pending if p[1] not in self._effects],
+            [p for p in pending if p[1] in self._effects],
+        )
+
+    def _complete_with_effects(
+        self, tx: StoreTx, items: list[tuple[RunChange, str]], now: datetime
+    ) -> list[RunChange]:
+        """Each completion, then its handler's effects, in the open transaction: the effects are
+        kept only with an accepted (fenced) completion. An effect that raises undoes its run's
+        part alone (a savepoint) and the attempt is settled as a retryable ``EFFECT_FAILED``."""
+        out: list[RunChange] = []
+        for change, run_id in items:
+            record = self._effects[run_id]
+            tx.conn.exec_driver_sql("SAVEPOINT jobgate_effect")
+            try:
+                matched = tx.runs_apply([change])
+                if matched:
+                    for effect in record.effects:
+                        effect(tx.conn)
+                tx.conn.exec_driver_sql("RELEASE SAVEPOINT jobgate_effect")
+                out += matched
+            except Exception as exc:
+                if is_transient(exc):
+                    raise  # the whole turn is retried: nothing is lost
+                tx.conn.exec_driver_sql("ROLLBACK TO SAVEPOINT jobgate_effect")
+                tx.conn.exec_driver_sql("RELEASE SAVEPOINT jobgate_effect")
+                log.warning(
+                    "run %s: its completion effect failed (%s); the attempt is retried",
+                    run_id,
+                    type(exc).__name__,
+                    extra={"action": "effect_failed", "job_run_id": run_id},
+                )
+                message = f"completion effect failed: {type(exc).__name__}: {exc}"[:500]
+                failed = settle_attempt(
+                    record.run,
+                    Outcome(OutcomeKind.RETRYABLE_FAILURE, "EFFECT_FAILED", message),
+                    self._policy(record.run),
+                    now=now,
+                    actor=self.worker_id,
+                    started_at=record.started_at,
+                )
+                out += tx.runs_apply([settlement_change(failed, record.run, worker_id=self.worker_id, now=now)])
+        return out
 
     # ------------------------------------------------------------------ execution
     def _launch(self, run: JobRun, now: datetime) -> None:
@@ -478,6 +548,8 @@ class Worker:
             result=result.result,
             artifact=artifact,
         )
+        if settlement.decision.to_status is RunStatus.COMPLETED and flight.ctx is not None and flight.ctx.effects:
+            self._effects[run.job_run_id] = _Effects(run, flight.started_at, tuple(flight.ctx.effects))
         self._queue_settlement(settlement, run, now)
 
     def _queue_settlement(self, settlement: Settlement, run: JobRun, now: datetime) -> None:

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from jobgate.core.decide import Outcome, OutcomeKind
 
 ProgressReporter = Callable[[float | None, str | None], None]
+# A write a handler wants made in the transaction that completes its run (exactly once).
+Effect = Callable[[Any], None]
 _CANCELLED_LOCK = threading.Lock()
 
 
@@ -87,6 +89,20 @@ class ExecutionContext:
         self._log_ready = False
         self.report_progress: ProgressReporter = report_progress or (lambda fraction, message: None)
         self._cancelled = cancelled
+        self.effects: list[Effect] = []
+
+    def on_complete(self, effect: Effect) -> None:
+        """Make ``effect(connection)`` part of the transaction that completes this run.
+
+        The effect runs only if the attempt succeeds and its fenced completion is accepted
+        (this worker still holds the lease), in the same transaction, so a write it makes to
+        the jobgate database happens exactly once: never for an attempt whose worker lost the
+        run, never twice when the run is retried after a crash. If the effect raises, nothing
+        of it is kept and the attempt counts as a retryable failure (``EFFECT_FAILED``).
+        ``connection`` is a SQLAlchemy ``Connection`` inside the open transaction; do not
+        commit or roll back on it.
+        """
+        self.effects.append(effect)
 
     @property
     def cancelled(self) -> threading.Event:

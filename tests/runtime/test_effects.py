@@ -1,0 +1,66 @@
+"""Exactly-once effects: a handler's writes commit with its fenced completion, or not at all."""
+
+from __future__ import annotations
+
+from runtime_support import get_run, running_worker, transitions, wait_status, wait_until
+from sqlalchemy import text
+
+from helpers import define
+from jobgate.core.states import RunStatus
+from jobgate.service.engine import Engine, SubmitRequest
+
+PARAMS = [{"name": "seconds", "pattern": "[0-9.]+"}, {"name": "fail_effect_on", "pattern": "[0-9]"}]
+
+
+def effects(engine: Engine) -> list[tuple[str, int]]:
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT job_run_id, attempt FROM test_effects ORDER BY job_run_id")).all()
+    return [(r[0], int(r[1])) for r in rows]
+
+
+def ledger_job(engine: Engine) -> str:
+    with engine.store.write() as tx:
+        tx.conn.execute(text("DROP TABLE IF EXISTS test_effects"))  # PostgreSQL keeps it between tests
+        tx.conn.execute(text("CREATE TABLE test_effects (job_run_id VARCHAR(64), attempt INTEGER)"))
+    return define(engine, handler="engine_handlers:ledger", params=PARAMS, retry_policy="test_fixed_v1")
+
+
+def test_each_completed_run_commits_its_effect_once(engine: Engine) -> None:
+    job = ledger_job(engine)
+    ids = [engine.submit(SubmitRequest(job, request_id=f"r{i}")).run.job_run_id for i in range(20)]
+    with running_worker(engine):
+        for i in ids:
+            wait_status(engine, i, RunStatus.COMPLETED)
+    assert effects(engine) == sorted((i, 1) for i in ids)
+
+
+def test_an_attempt_whose_lease_was_taken_commits_no_effect(engine: Engine) -> None:
+    job = ledger_job(engine)
+    run = engine.submit(SubmitRequest(job, params={"seconds": "1"})).run
+    with running_worker(engine) as worker:
+        wait_until(lambda: run.job_run_id in worker._running, what="the worker runs it")
+        with engine.store.write() as tx:  # another holder takes the run (as the rescuer would)
+            tx.conn.execute(
+                text("UPDATE job_runs SET lease_token = lease_token + 1 WHERE job_run_id = :r"), {"r": run.job_run_id}
+            )
+        # The worker learns it lost the run at its completion (refused) or at its next lease
+        # renewal (the attempt is interrupted and its result void); either way it lets go.
+        wait_until(
+            lambda: run.job_run_id not in worker._running and not worker._pending, timeout=10, what="let go"
+        )
+    assert (run.job_run_id, 1) not in effects(engine)  # the first attempt's effect never committed
+    assert worker.stale_writes_refused + worker.lease_losses >= 1
+
+
+def test_an_effect_that_fails_undoes_itself_and_the_attempt_is_retried(engine: Engine) -> None:
+    job = ledger_job(engine)
+    run = engine.submit(SubmitRequest(job, params={"fail_effect_on": "1"})).run
+    plain = engine.submit(SubmitRequest(job, request_id="plain")).run
+    with running_worker(engine):
+        done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
+        wait_status(engine, plain.job_run_id, RunStatus.COMPLETED)
+    assert done.attempt == 2
+    assert effects(engine) == sorted([(run.job_run_id, 2), (plain.job_run_id, 1)])
+    moves = transitions(engine, run.job_run_id)
+    assert ("RUNNING", "RETRY_WAIT", "retry_scheduled", 1) in moves
+    assert get_run(engine, run.job_run_id).error_code is None  # cleared by the successful attempt
