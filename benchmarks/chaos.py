@@ -199,10 +199,14 @@ class Chaos:
         restarted = sessions_killed = False
         next_kill = t0 + random.uniform(1, 3)
         last_done_at, done = t0, 0
+        next_report = t0 + 10
         try:
             while done < n and time.monotonic() < deadline:
                 time.sleep(0.2)
                 done = self.done_count()
+                if time.monotonic() >= next_report:
+                    log(f"{done}/{n} runs ended ({100 * done / n:.0f} %), {len(self.faults)} faults so far")
+                    next_report = time.monotonic() + 10
                 if done >= n:
                     last_done_at = time.monotonic()
                     break

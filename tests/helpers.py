@@ -27,6 +27,13 @@ def config_document(base: Path, **overrides: Any) -> dict[str, Any]:
                 "max_delay_seconds": 0,
             },
             {
+                "retry_policy_id": "test_patient_v1",  # retried every 0.2 s, up to 20 attempts
+                "strategy": "fixed_delay",
+                "max_attempts": 20,
+                "initial_delay_seconds": 0.2,
+                "max_delay_seconds": 0.2,
+            },
+            {
                 "retry_policy_id": "test_review_v1",
                 "strategy": "manual_review_after_n",
                 "max_attempts": 2,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,12 @@ def ledger(ctx: ExecutionContext) -> dict[str, Any]:
 
     ctx.on_complete(effect)
     return {"attempt": attempt}
+
+
+def locked(ctx: ExecutionContext) -> dict[str, Any]:
+    """Holds ``batch:<key>`` for ``seconds``; appends ``start``/``end`` lines to the marker file."""
+    with ctx.lock(ctx.params.get("kind", "batch"), ctx.params.get("key", "K"), ttl=timedelta(seconds=30)) as held:
+        _append(f"start {ctx.job_run_id} {held.token}")
+        time.sleep(float(ctx.params.get("seconds", "0.3")))
+        _append(f"end {ctx.job_run_id}")
+    return {"token": held.token}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from runtime_support import get_run, running_worker, transitions, wait_status, wait_until
 from sqlalchemy import text
 
@@ -18,14 +21,23 @@ def effects(engine: Engine) -> list[tuple[str, int]]:
     return [(r[0], int(r[1])) for r in rows]
 
 
-def ledger_job(engine: Engine) -> str:
+@pytest.fixture
+def ledger(engine: Engine) -> Iterator[Engine]:
+    """The handlers' own table, beside jobgate's (dropped afterwards: PostgreSQL keeps the schema
+    for the whole session, and other tests compare it with jobgate's declared tables)."""
     with engine.store.write() as tx:
-        tx.conn.execute(text("DROP TABLE IF EXISTS test_effects"))  # PostgreSQL keeps it between tests
         tx.conn.execute(text("CREATE TABLE test_effects (job_run_id VARCHAR(64), attempt INTEGER)"))
+    yield engine
+    with engine.store.write() as tx:
+        tx.conn.execute(text("DROP TABLE test_effects"))
+
+
+def ledger_job(engine: Engine) -> str:
     return define(engine, handler="engine_handlers:ledger", params=PARAMS, retry_policy="test_fixed_v1")
 
 
-def test_each_completed_run_commits_its_effect_once(engine: Engine) -> None:
+def test_each_completed_run_commits_its_effect_once(ledger: Engine) -> None:
+    engine = ledger
     job = ledger_job(engine)
     ids = [engine.submit(SubmitRequest(job, request_id=f"r{i}")).run.job_run_id for i in range(20)]
     with running_worker(engine):
@@ -34,7 +46,8 @@ def test_each_completed_run_commits_its_effect_once(engine: Engine) -> None:
     assert effects(engine) == sorted((i, 1) for i in ids)
 
 
-def test_an_attempt_whose_lease_was_taken_commits_no_effect(engine: Engine) -> None:
+def test_an_attempt_whose_lease_was_taken_commits_no_effect(ledger: Engine) -> None:
+    engine = ledger
     job = ledger_job(engine)
     run = engine.submit(SubmitRequest(job, params={"seconds": "1"})).run
     with running_worker(engine) as worker:
@@ -45,14 +58,13 @@ def test_an_attempt_whose_lease_was_taken_commits_no_effect(engine: Engine) -> N
             )
         # The worker learns it lost the run at its completion (refused) or at its next lease
         # renewal (the attempt is interrupted and its result void); either way it lets go.
-        wait_until(
-            lambda: run.job_run_id not in worker._running and not worker._pending, timeout=10, what="let go"
-        )
+        wait_until(lambda: run.job_run_id not in worker._running and not worker._pending, timeout=10, what="let go")
     assert (run.job_run_id, 1) not in effects(engine)  # the first attempt's effect never committed
     assert worker.stale_writes_refused + worker.lease_losses >= 1
 
 
-def test_an_effect_that_fails_undoes_itself_and_the_attempt_is_retried(engine: Engine) -> None:
+def test_an_effect_that_fails_undoes_itself_and_the_attempt_is_retried(ledger: Engine) -> None:
+    engine = ledger
     job = ledger_job(engine)
     run = engine.submit(SubmitRequest(job, params={"fail_effect_on": "1"})).run
     plain = engine.submit(SubmitRequest(job, request_id="plain")).run

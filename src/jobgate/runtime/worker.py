@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobgate.core.decide import Outcome, OutcomeKind
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import JobgateError, NonRetryableError, ValidationError
 from jobgate.core.models import JobRun
 from jobgate.core.policies import RetryPolicy
 from jobgate.core.settle import Settlement, settle_attempt
@@ -37,6 +37,7 @@ from jobgate.runtime.changes import exhausted_change, release_change, settlement
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor
 from jobgate.runtime.leadership import Lease
+from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
@@ -116,6 +117,7 @@ class Worker:
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
         self._watcher = engine.store.change_watcher(on_change=self._wake.set)
+        self._named_locks = NamedLocks(engine.store, engine.clock.now)
         self._rescuer_lease = Lease(
             engine.store, RESCUER_LOCK, self.worker_id, max(3 * self.settings.rescue_interval, timedelta(seconds=3))
         )
@@ -482,6 +484,7 @@ class Worker:
             self._settle(flight, ExecutionResult(Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, exc.code, str(exc))), now)
             return
         ctx.report_progress = functools.partial(self._progress, run.job_run_id, run.lease_token)
+        ctx.lock_provider = (functools.partial(self._lock, run.job_run_id), self._named_locks.release)
         flight = _InFlight(run, ctx, executor, now)
         self._running[run.job_run_id] = flight
         self._busy_threads += 1
@@ -495,6 +498,14 @@ class Worker:
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
         self._results.put((flight, result))
         self._wake.set()
+
+    def _lock(self, run_id: str, kind: str, key: str, ttl: timedelta) -> HeldLock:
+        """A handler's named lock, owned by this worker's attempt of the run."""
+        try:
+            name = lock_name(kind, key)
+        except ValidationError as exc:  # a handler's bug: retrying cannot fix it
+            raise NonRetryableError(f"{exc.field}: {exc.message}", error_code="BAD_LOCK_NAME") from None
+        return self._named_locks.acquire(name, f"{self.worker_id}/{run_id}", ttl)
 
     def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +20,8 @@ from jobgate.core.decide import Outcome, OutcomeKind
 ProgressReporter = Callable[[float | None, str | None], None]
 # A write a handler wants made in the transaction that completes its run (exactly once).
 Effect = Callable[[Any], None]
+# (acquire(kind, key, ttl) -> held lock, release(held)): named locks, supplied by the worker.
+LockProvider = tuple[Callable[[str, str, timedelta], Any], Callable[[Any], None]]
 _CANCELLED_LOCK = threading.Lock()
 
 
@@ -90,6 +92,26 @@ class ExecutionContext:
         self.report_progress: ProgressReporter = report_progress or (lambda fraction, message: None)
         self._cancelled = cancelled
         self.effects: list[Effect] = []
+        self.lock_provider: LockProvider | None = None  # set by the worker
+
+    @contextlib.contextmanager
+    def lock(self, kind: str, key: str, ttl: timedelta = timedelta(seconds=60)) -> Iterator[Any]:
+        """Hold the named lock ``kind:key`` (seed 000 §25: job, workflow, signal, quarantine,
+        batch, federation, config-rollout) for the block; released at its end.
+
+        Held by another: raises ``LockBusy`` (retryable, ``LOCK_BUSY``): the attempt ends and
+        its retry policy tries again later. The lock expires after ``ttl`` unless renewed
+        (``held.renew()``), which is how it is recovered when its holder dies. ``held.token``
+        is its fencing token.
+        """
+        if self.lock_provider is None:
+            raise RuntimeError("named locks are available to handlers run by a worker")
+        acquire, release = self.lock_provider
+        held = acquire(kind, key, ttl)
+        try:
+            yield held
+        finally:
+            release(held)
 
     def on_complete(self, effect: Effect) -> None:
         """Make ``effect(connection)`` part of the transaction that completes this run.

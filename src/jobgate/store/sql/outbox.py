@@ -126,6 +126,9 @@ def workers_list(conn: Connection) -> list[WorkerInfo]:
     ]
 
 
+_LOCK_COLUMNS = ("name", "owner", "token", "acquired_at", "expires_at")
+
+
 def lock_acquire(conn: Connection, name: str, owner: str, now_us: int, ttl_us: int) -> int | None:
     """Take or renew ``name`` for ``owner``; returns the fencing token, or None if another holds it.
 
@@ -134,10 +137,10 @@ def lock_acquire(conn: Connection, name: str, owner: str, now_us: int, ttl_us: i
     """
     row = conn.execute(select(locks).where(locks.c.name == name)).first()
     if row is None:
-        conn.execute(
-            locks.insert().values(name=name, owner=owner, token=1, acquired_at=now_us, expires_at=now_us + ttl_us)
-        )
-        return 1
+        # Two first takers at once (PostgreSQL): the primary key lets one in, the other is told no.
+        new = (name, owner, 1, now_us, now_us + ttl_us)
+        taken = fast.insert_rows(conn, locks, _LOCK_COLUMNS, [new], suffix="ON CONFLICT DO NOTHING RETURNING 1")
+        return 1 if taken else None
     if row.owner == owner and row.expires_at > now_us:
         conn.execute(
             update(locks).where(locks.c.name == name, locks.c.token == row.token).values(expires_at=now_us + ttl_us)

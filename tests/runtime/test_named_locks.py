@@ -1,0 +1,68 @@
+"""Named locks for handlers: one holder at a time, busy means retry later, recovered at expiry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from runtime_support import running_worker, wait_status
+
+from helpers import define
+from jobgate.core.errors import ValidationError
+from jobgate.core.states import RunStatus
+from jobgate.runtime.named_locks import LockBusy, NamedLocks, lock_name
+from jobgate.service.engine import Engine, SubmitRequest
+
+PARAMS = [
+    {"name": "key", "pattern": "[A-Za-z0-9%]{1,20}"},
+    {"name": "kind", "pattern": "[a-z-]{1,20}"},
+    {"name": "seconds", "pattern": "[0-9.]+"},
+]
+
+
+def test_two_runs_taking_one_lock_never_overlap(engine: Engine, marker: Path) -> None:
+    job = define(engine, handler="engine_handlers:locked", params=PARAMS, retry_policy="test_patient_v1")
+    ids = [engine.submit(SubmitRequest(job, params={"key": "W1"}, request_id=f"r{i}")).run.job_run_id for i in range(2)]
+    with running_worker(engine):
+        done = [wait_status(engine, i, RunStatus.COMPLETED, timeout=20) for i in ids]
+    lines = marker.read_text().split()
+    events = [w for w in lines if w in ("start", "end")]
+    assert events == ["start", "end", "start", "end"]  # the second waited for the first to finish
+    assert sorted(r.result["token"] for r in done if r.result) == [1, 2]  # a new holder, a larger token
+    busy = [r for r in done if r.attempt > 1]
+    assert busy, "one of them found the lock busy and was retried"
+
+
+def test_a_bad_lock_kind_is_a_non_retryable_failure(engine: Engine) -> None:
+    job = define(engine, handler="engine_handlers:locked", params=PARAMS, retry_policy="test_fixed_v1")
+    run = engine.submit(SubmitRequest(job, params={"kind": "scheduler-leader"})).run
+    with running_worker(engine):
+        done = wait_status(engine, run.job_run_id, RunStatus.DEAD_LETTERED)
+    assert done.error_code == "BAD_LOCK_NAME" and done.attempt == 1
+
+
+def test_a_dead_holders_lock_is_taken_once_it_expires(engine: Engine) -> None:
+    now = [engine.clock.now()]
+    locks = NamedLocks(engine.store, lambda: now[0])
+    name = lock_name("quarantine", "Q-7")
+    first = locks.acquire(name, "worker-a/run-1", timedelta(seconds=5))
+    with pytest.raises(LockBusy) as busy:
+        locks.acquire(name, "worker-b/run-2", timedelta(seconds=5))
+    assert "worker-a/run-1" in str(busy.value) and busy.value.error_code == "LOCK_BUSY"
+    now[0] += timedelta(seconds=6)  # worker-a died: nobody renewed
+    second = locks.acquire(name, "worker-b/run-2", timedelta(seconds=5))
+    assert second.token == first.token + 1
+    assert not first.renew()  # the old holder learns it lost the lock
+    assert second.renew()
+    locks.release(second)
+    assert locks.acquire(name, "worker-c/run-3", timedelta(seconds=5)).token == second.token + 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "field"), [("outbox", "x", "kind"), ("batch", "", "key"), ("batch", "a b", "key")]
+)
+def test_lock_names_are_checked(kind: str, key: str, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        lock_name(kind, key)
+    assert err.value.field == field
