@@ -41,7 +41,7 @@ from sqlalchemy import create_engine, text
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import machine  # noqa: E402
+from figures import machine  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
 from jobgate.definitions import load_definitions  # noqa: E402

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import machine, pct  # noqa: E402
+from figures import machine, pct  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
 from jobgate.definitions import load_definitions  # noqa: E402

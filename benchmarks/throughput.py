@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -36,6 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS_DIR))
 
 import common  # type: ignore[import-not-found]  # noqa: E402
+from figures import machine, pct  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
 from jobgate.core.models import Scope  # noqa: E402
@@ -57,26 +55,6 @@ params:
   - {name: i, required: true, pattern: '[0-9]{1,9}'}
   - {name: t, pattern: '[0-9]{1,12}([.][0-9]{1,9})?', default: "0"}
 """
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[max(0, math.ceil(q / 100 * len(xs)) - 1)]
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}, {platform.system()} {platform.release()}"
-    )
 
 
 class Bench:

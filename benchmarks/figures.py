@@ -1,0 +1,30 @@
+"""What every benchmark prints: the machine it ran on, and percentiles of its samples."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sqlite3
+from pathlib import Path
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The ``q``-th percentile by the nearest-rank rule (no interpolation)."""
+    xs = sorted(xs)
+    return xs[max(0, math.ceil(q / 100 * len(xs)) - 1)]
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}, {platform.system()} {platform.release()}"
+    )
