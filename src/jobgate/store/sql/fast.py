@@ -57,11 +57,27 @@ def _multi_insert_sql(dialect: str, table: str, columns: tuple[str, ...], n: int
     key = (dialect, table, columns, n)
     sql = _insert_sql.get(key)
     if sql is None:
-        mark = _PLACEHOLDER[dialect]
-        row = "(" + ", ".join([mark] * len(columns)) + ")"
-        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join([row] * n)
+        width = len(columns)
+        if dialect == "postgresql":  # numbered, for ``_cursor``'s raw cursor
+            rows = ("(" + ", ".join(f"${r * width + c + 1}" for c in range(width)) + ")" for r in range(n))
+        else:
+            rows = ("(" + ", ".join([_PLACEHOLDER[dialect]] * width) + ")" for _ in range(n))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join(rows)
         _insert_sql[key] = sql
     return sql
+
+
+def _cursor(conn: Connection) -> Any:
+    """A cursor on the transaction's own connection. On PostgreSQL a raw cursor, which takes
+    ``$1``-numbered SQL as it is: psycopg's usual cursor parses every statement for ``%s``
+    marks, and a multi-row INSERT of 500 runs (22,000 marks, too long for its cache) took
+    30 ms to parse each time, half of a bulk submit's time."""
+    dbapi = conn.connection.dbapi_connection
+    if conn.dialect.name == "postgresql":
+        import psycopg
+
+        return psycopg.RawCursor(dbapi)  # type: ignore[call-overload]
+    return dbapi.cursor()  # type: ignore[union-attr]
 
 
 def insert_rows(
@@ -77,7 +93,7 @@ def insert_rows(
     per_statement = max(1, min(_MAX_ROWS, _MAX_PARAMS // len(columns)))
     dialect = conn.dialect.name
     out: list[tuple[Any, ...]] = []
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = _cursor(conn)
     try:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
