@@ -174,6 +174,7 @@ class Bench:
             reqs = self.requests(a.jobs)
             t0 = time.perf_counter()
             self.submit_bulk(reqs, batch=500)
+            res["e2e_submit_s"] = time.perf_counter() - t0  # how much of the phase submitting took
             s = common.sink()
             while int(s.get("done") or 0) < a.jobs:
                 time.sleep(0.002)

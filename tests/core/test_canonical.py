@@ -162,3 +162,29 @@ def test_isoformat_utc_round_trips(instant: datetime) -> None:
     assert text.endswith("Z")
     assert "+" not in text
     assert datetime.fromisoformat(text) == instant
+
+
+plain_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+    | st.text(max_size=12)
+    | st.sampled_from(["\n", "\t", "\x00", "\x7f", "\u2028", "é", "💥", '"', "\\", "\ud7ff"]),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=6) | st.sampled_from(["é", "\n", "B", "a", "💥"]), children, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=plain_values | json_values)
+def test_the_fast_encoder_writes_the_very_bytes_of_the_standard_library(value: Any) -> None:
+    """canonical_json takes orjson for plain values; the standard library's bytes are the rule."""
+    stdlib = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert canonical_json(value) == stdlib
+
+
+def test_values_the_fast_encoder_would_write_differently_take_the_standard_library() -> None:
+    for value in ({"f": 1.0}, {"big": 1 << 70}, {"ctl": "a\u0001b"}, {"k\x1f": 1}, [1e16, 0.1]):
+        stdlib = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        assert canonical_json(value) == stdlib

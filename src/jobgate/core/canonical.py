@@ -16,27 +16,59 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; the standard library is the rule
+    _orjson = None  # type: ignore[assignment]
+
 DIGEST_PREFIX = "sha256:"
 
 
-def _check(value: Any, path: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{path}: non-finite float {value!r} has no canonical form")
+_INT64 = 1 << 63
+
+
+def _check(value: Any, path: str) -> bool:
+    """Refuse what has no canonical form; True when ``value`` is plain enough for orjson to write
+    the very same bytes as the standard library: no floats (the two format some differently),
+    integers within 64 bits, and only printable strings (escapes of control characters are
+    spelled differently)."""
+    if isinstance(value, str):
+        return value.isprintable()
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return -_INT64 <= value < _INT64
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: non-finite float {value!r} has no canonical form")
+        return False
+    plain = True
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValueError(f"{path}: object key {key!r} is not a string")
-            _check(item, f"{path}.{key}")
+            plain = _check(item, f"{path}.{key}") and key.isprintable() and plain
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]")
-    elif not isinstance(value, str | int | float | bool) and value is not None:
+            plain = _check(item, f"{path}[{index}]") and plain
+    else:
         raise ValueError(f"{path}: {type(value).__name__} has no canonical JSON form")
+    return plain
 
 
 def canonical_json(value: Any) -> bytes:
-    """Encode ``value`` as canonical JSON bytes (sorted keys, compact, UTF-8)."""
-    _check(value, "$")
+    """Encode ``value`` as canonical JSON bytes (sorted keys, compact, UTF-8).
+
+    The standard library's encoding is the definition; orjson writes plain values (see
+    ``_check``) byte for byte the same four times faster, and idempotency keys digest three
+    documents per submitted run (a property test holds the two to the same bytes).
+    """
+    if _check(value, "$") and _orjson is not None:
+        return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+    return _stdlib_json(value)
+
+
+def _stdlib_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
