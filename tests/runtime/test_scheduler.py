@@ -97,7 +97,7 @@ def test_a_plan_made_by_a_deposed_leader_is_not_executed(engine: Engine) -> None
     new = Scheduler(engine, owner="new", lease=timedelta(seconds=10))
     assert new.tick(T0 + HOUR).fired == 1  # the old lease expired at T0 + 10 s
     # The old one still believes its token is current (renewal not due yet by its own clock):
-    old._renew_at = T0 + 2 * HOUR
+    old._lease._renew_at = T0 + 2 * HOUR
     assert old.tick(T0 + 2 * HOUR - timedelta(seconds=1)).fired == 0
     assert scheduled_runs(engine) == 1
     with engine.store.read() as tx:

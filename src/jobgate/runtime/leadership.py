@@ -38,10 +38,18 @@ class Lease:
         with self.store.write() as tx:
             token = tx.lock_acquire(self.name, self.owner, now, self.ttl)
         if token != self.token:
-            log.info("%s: %s %s", self.owner, "holds" if token is not None else "lost", self.name)
+            state = "holds" if token is not None else "lost" if self.token is not None else "waits for"
+            log.info("%s: %s %s", self.owner, state, self.name, extra={"action": "leadership", "lock": self.name})
         self.token = token
         self._renew_at = now + self.ttl / 3 if token is not None else None
         return token
+
+    def lost(self) -> None:
+        """Forget the token: a fenced write found the lock taken by another holder."""
+        if self.token is not None:
+            log.info("%s: lost %s", self.owner, self.name)
+        self.token = None
+        self._renew_at = None
 
     def release(self) -> None:
         """Hand over at once instead of at expiry (a clean shutdown)."""

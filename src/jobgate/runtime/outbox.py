@@ -23,6 +23,7 @@ from typing import Protocol
 from jobgate.clock import Clock
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
+from jobgate.runtime.leadership import Lease
 from jobgate.store import codec
 from jobgate.store.sqlstore import Store
 
@@ -135,16 +136,10 @@ class OutboxPublisher:
         self._stop = threading.Event()
         self.delivered = 0
         self.batch = 2000  # events per delivery: each batch costs a write transaction to mark
-        self._token: int | None = None
-        self._renew_at = clock.now()
+        self._lease = Lease(store, PUBLISHER_LOCK, self.owner, lock_ttl)
 
     def _hold_lock(self) -> int | None:
-        now = self.clock.now()
-        if self._token is None or now >= self._renew_at:
-            with self.store.write() as tx:
-                self._token = tx.lock_acquire(PUBLISHER_LOCK, self.owner, now, self.lock_ttl)
-            self._renew_at = now + self.lock_ttl / 3
-        return self._token
+        return self._lease.hold(self.clock.now())
 
     def run(self) -> None:
         while not self._stop.is_set():
@@ -165,8 +160,7 @@ class OutboxPublisher:
             while token is not None and publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token)):
                 pass
             if token is not None:
-                with self.store.write() as tx:
-                    tx.lock_release(PUBLISHER_LOCK, self.owner, token)
+                self._lease.release()
         except Exception:
             log.warning("outbox drain at shutdown failed; events stay queued", exc_info=True)
 

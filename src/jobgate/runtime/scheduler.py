@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from jobgate.core.errors import JobgateError
 from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, PENDING, RunStatus
+from jobgate.runtime.leadership import Lease
 from jobgate.scheduling.model import OverlapPolicy, Schedule, ScheduleKind
 from jobgate.scheduling.plan import (
     TRIGGER_PREFIX,
@@ -70,24 +71,18 @@ class Scheduler:
         self.owner = owner or f"scheduler-{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = lease
         self.max_sleep = max_sleep
-        self._token: int | None = None
-        self._renew_at: datetime | None = None
+        self._lease = Lease(engine.store, LEADER_LOCK, self.owner, lease)
         self._known: list[StoredSchedule] = []  # the schedules the last tick read
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ leadership
     def hold_leadership(self, now: datetime) -> int | None:
         """Take or renew the leader lease; the token, or None while another scheduler leads."""
-        if self._token is None or self._renew_at is None or now >= self._renew_at:
-            with self.engine.store.write() as tx:
-                token = tx.lock_acquire(LEADER_LOCK, self.owner, now, self.lease)
-            if token != self._token:
-                log.info(
-                    "%s: %s", self.owner, "leading" if token is not None else "standby", extra={"action": "leadership"}
-                )
-            self._token = token
-            self._renew_at = now + self.lease / 3
-        return self._token
+        return self._lease.hold(now)
+
+    @property
+    def _token(self) -> int | None:
+        return self._lease.token
 
     # ------------------------------------------------------------------ one pass
     def tick(self, now: datetime | None = None) -> TickResult:
@@ -210,7 +205,7 @@ class Scheduler:
         matched, then the runs and the misses. False, with nothing written, otherwise."""
         with self.engine.store.write() as tx:
             if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
-                self._token = None
+                self._lease.lost()
                 log.warning("%s: lost the leader lease; nothing written", self.owner)
                 return False
             if not advance(tx):
@@ -274,14 +269,7 @@ class Scheduler:
 
     def release(self) -> None:
         """Give up the leader lease (a standby takes over at once instead of after its expiry)."""
-        if self._token is None:
-            return
-        try:
-            with self.engine.store.write() as tx:
-                tx.lock_release(LEADER_LOCK, self.owner, self._token)
-        except Exception:
-            log.warning("could not release the leader lease; it expires by itself", exc_info=True)
-        self._token = None
+        self._lease.release()
 
 
 def _config_label(snapshot_id: str, s: Schedule, seen: str) -> str:
