@@ -19,16 +19,14 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import make_config
+from helpers import APP_ROLE, PG_URL, make_config
 from jobgate.config import JobgateConfig
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 from jobgate.store.tables import metadata
 
 TESTS = Path(__file__).resolve().parent
-PG_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-APP_ROLE = "jobgate_app"
 
 
 def _pg_available() -> str | None:

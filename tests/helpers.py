@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,11 @@ from sqlalchemy import text
 from jobgate.config import JobgateConfig, build_config
 from jobgate.definitions import parse_definition
 from jobgate.service.engine import Engine
+
+# The PostgreSQL server the suite uses (as its superuser, to make schemas) and the ordinary
+# role every PostgreSQL test connects as, so row-level security binds them.
+PG_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")
+APP_ROLE = "jobgate_app"
 
 
 def config_document(base: Path, **overrides: Any) -> dict[str, Any]:

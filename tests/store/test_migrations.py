@@ -11,8 +11,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
+from tests.helpers import APP_ROLE, PG_URL
 
-from conftest import APP_ROLE, PG_URL
 from jobgate.store.migrate import HEAD, MIGRATIONS, alembic_config
 from jobgate.store.sqlstore import Store
 from jobgate.store.tables import metadata

@@ -7,12 +7,14 @@ SQLite with its write lock, so they converge on one schema. When the database is
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Connection, text
 
 # The newest revision in migrations/versions; a test checks this equals Alembic's head.
-HEAD = "0008"
+HEAD = "0009"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_KEY = 0x6A6F6267  # "jobg"
 
@@ -40,12 +42,38 @@ def upgrade(conn: Connection, revision: str = "head") -> None:
         return
     from alembic import command
 
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
-    try:
-        command.upgrade(alembic_config(conn), revision)  # type: ignore[arg-type]
-        conn.commit()
-    finally:
+    with _sqlite_file_lock(conn):
         if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
+        try:
+            # Alembic reads the current revision again under the lock: what a process that
+            # migrated meanwhile did is not done twice.
+            command.upgrade(alembic_config(conn), revision)  # type: ignore[arg-type]
             conn.commit()
+        finally:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+                conn.commit()
+
+
+@contextlib.contextmanager
+def _sqlite_file_lock(conn: Connection) -> Iterator[None]:
+    """SQLite: an exclusive lock on ``<database>.migrate-lock`` for the whole upgrade.
+
+    SQLite's own write lock does not span Alembic's steps (DDL and the version table are
+    written in more than one transaction), and four processes starting on an empty file at
+    once were seen to apply one migration twice ("duplicate column"). SQLite is one host's
+    database, so an OS file lock serialises every process that can open it.
+    """
+    database = conn.engine.url.database
+    if conn.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    import fcntl
+
+    with open(f"{database}.migrate-lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
