@@ -69,6 +69,7 @@ def test_core_modules_found() -> None:
         "runs",
         "settle",
         "states",
+        "tokens",
     }
 
 

@@ -502,11 +502,13 @@ cli.add_command(_demo.demo)
 from jobgate.cli import cluster as _cluster  # noqa: E402
 from jobgate.cli import safemode as _safemode  # noqa: E402
 from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
+from jobgate.cli import tokens as _tokens  # noqa: E402
 
 _schedules.register(cli)
 cli.add_command(_safemode.safe_mode)
 cli.add_command(_cluster.workers_command)
 cli.add_command(_cluster.locks_command)
+cli.add_command(_tokens.tokens)
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ from jobgate.store.base import (
 )
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
-from jobgate.store.sql import claims, definitions, fast, outbox, runs, safemode, schedules
+from jobgate.store.sql import claims, definitions, fast, outbox, runs, safemode, schedules, tokens
 
 
 class StoreTx:
@@ -139,6 +139,22 @@ class StoreTx:
 
     def facts_list(self, tenant_id: str, name: str, limit: int = 100) -> list[tuple[datetime, float, str]]:
         return schedules.facts_list(self.conn, tenant_id, name, limit)
+
+    # api tokens
+    def token_put(self, t: tokens.StoredToken) -> None:
+        tokens.token_put(self.conn, t)
+
+    def token_get(self, token_id: str) -> tokens.StoredToken | None:
+        return tokens.token_get(self.conn, token_id)
+
+    def tokens_list(self, tenant_id: str | None) -> list[tokens.StoredToken]:
+        return tokens.tokens_list(self.conn, tenant_id)
+
+    def tokens_exist(self) -> bool:
+        return tokens.tokens_exist(self.conn)
+
+    def token_revoke(self, tenant_id: str, token_id: str, actor: str, now: datetime) -> bool:
+        return tokens.token_revoke(self.conn, tenant_id, token_id, actor, now)
 
     # safe mode
     def safe_mode_current(self, tenant_id: str) -> safemode.SafeModePeriod | None:

@@ -347,3 +347,21 @@ safe_mode_periods = Table(
     Column("deactivated_by", String(200)),
     Column("deactivation_reason", Text),
 )
+
+# API tokens (migration 0009): only the SHA-256 of each secret; the id is public.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("token_id", String(16), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("jobs", Text),  # JSON list of definitions the token is limited to; NULL: all
+    Column("label", String(200), nullable=False),
+    Column("secret_hash", String(64), nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger),
+    Column("revoked_at", BigInteger),
+    Column("revoked_by", String(200)),
+    Index("ix_api_tokens_tenant", "tenant_id", "created_at"),
+)

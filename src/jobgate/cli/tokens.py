@@ -1,0 +1,87 @@
+"""``jobgate tokens create|list|revoke``: API tokens, administered on the server's host."""
+
+from __future__ import annotations
+
+import getpass
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.tokens import Role
+from jobgate.service import tokens as service
+from jobgate.store.sql.tokens import StoredToken
+
+
+@click.group("tokens")
+def tokens() -> None:
+    """API tokens: shown once at creation, stored only as a hash."""
+
+
+def _record(t: StoredToken) -> dict[str, Any]:
+    return {
+        "token_id": t.token_id,
+        "tenant": t.tenant_id,
+        "role": t.role,
+        "jobs": None if t.jobs is None else list(t.jobs),
+        "label": t.label,
+        "created_by": t.created_by,
+        "created_at": isoformat_utc(t.created_at),
+        "expires_at": None if t.expires_at is None else isoformat_utc(t.expires_at),
+        "revoked_at": None if t.revoked_at is None else isoformat_utc(t.revoked_at),
+    }
+
+
+@tokens.command("create")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--role", required=True, type=click.Choice([r.value for r in Role]))
+@click.option("--job", "jobs", multiple=True, help="limit the token to this definition (repeatable)")
+@click.option("--label", default="", help="what the token is for")
+@click.option("--expires-in-days", type=click.FloatRange(min=0, min_open=True), help="default: never")
+@pass_app
+def create(
+    app: AppContext, tenant: str, role: str, jobs: tuple[str, ...], label: str, expires_in_days: float | None
+) -> None:
+    """Create a token and print it once; it cannot be shown again."""
+    made = service.create(
+        app.engine(),
+        tenant_id=tenant,
+        role=role,
+        actor=getpass.getuser(),
+        label=label,
+        jobs=list(jobs) or None,
+        expires_in=None if expires_in_days is None else timedelta(days=expires_in_days),
+    )
+    if app.json_output:
+        render.emit_json({**_record(made.stored), "token": made.token})
+    else:
+        render.out.print(made.token, highlight=False, soft_wrap=True)
+        click.echo(f"token {made.stored.token_id} ({role}, tenant {tenant}): shown once, store it now", err=True)
+
+
+@tokens.command("list")
+@click.option("--tenant", help="only this tenant's tokens")
+@pass_app
+def list_tokens(app: AppContext, tenant: str | None) -> None:
+    """Every token without its secret: id, tenant, role, limits, dates."""
+    records = [_record(t) for t in service.listed(app.engine(), tenant)]
+    if app.json_output:
+        render.emit_json(records)
+    elif records:
+        columns = ["token_id", "tenant", "role", "label", "created_at", "expires_at", "revoked_at"]
+        render.table("tokens", columns, [tuple(r[c] for c in columns) for r in records])
+    else:
+        render.out.print("tokens: none")
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def revoke(app: AppContext, token_id: str, tenant: str) -> None:
+    """Revoke a token: every request with it is refused from now on."""
+    service.revoke(app.engine(), tenant, token_id, actor=getpass.getuser())
+    render.out.print(f"token {token_id} revoked")

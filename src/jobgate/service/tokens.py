@@ -1,0 +1,162 @@
+"""Creating, checking and revoking API tokens.
+
+A token is shown once, when it is created; afterwards only its id, tenant, role, limits and
+dates are ever shown. ``authenticate`` gives the same answer (``Unauthenticated``, a 401) for
+a missing, malformed, unknown, wrong, revoked or expired token, so a caller learns nothing
+about which; the reason goes to the log for the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from jobgate.core import tokens as rules
+from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
+from jobgate.core.tokens import Role
+from jobgate.service.engine import Engine
+from jobgate.store.sql.tokens import StoredToken
+
+log = logging.getLogger("jobgate.tokens")
+
+MAX_LIFETIME = timedelta(days=3650)
+
+
+class Unauthenticated(JobgateError):
+    code = "unauthenticated"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as: one tenant, one role, optionally a list of definitions."""
+
+    token_id: str
+    tenant_id: str
+    role: Role
+    jobs: tuple[str, ...] | None
+
+    def may_use(self, job_definition_id: str) -> bool:
+        return self.jobs is None or job_definition_id in self.jobs
+
+
+@dataclass(frozen=True)
+class CreatedToken:
+    token: str  # the only time the raw value exists outside the caller's hands
+    stored: StoredToken
+
+
+def create(
+    engine: Engine,
+    *,
+    tenant_id: str,
+    role: str,
+    actor: str,
+    label: str = "",
+    jobs: list[str] | None = None,
+    expires_in: timedelta | None = None,
+    now: datetime | None = None,
+) -> CreatedToken:
+    try:
+        valid_role = Role(role)
+    except ValueError:
+        raise ValidationError(
+            f"unknown role {role!r} (known: {', '.join(r.value for r in Role)})", field="role"
+        ) from None
+    if not tenant_id or len(tenant_id) > 64:
+        raise ValidationError("1-64 characters", field="tenant")
+    if len(label) > 200:
+        raise ValidationError("at most 200 characters", field="label")
+    if expires_in is not None and not timedelta(0) < expires_in <= MAX_LIFETIME:
+        raise ValidationError("must be positive and at most ten years", field="expires_in")
+    if jobs is not None and (not jobs or any(not j for j in jobs)):
+        raise ValidationError("name at least one definition, none empty", field="jobs")
+    now = now or engine.clock.now()
+    token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    stored = StoredToken(
+        token_id=token_id,
+        tenant_id=tenant_id,
+        role=valid_role.value,
+        jobs=None if jobs is None else tuple(dict.fromkeys(jobs)),
+        label=label,
+        secret_hash=rules.secret_hash(secret),
+        created_by=actor,
+        created_at=now,
+        expires_at=None if expires_in is None else now + expires_in,
+        revoked_at=None,
+        revoked_by=None,
+    )
+    with engine.store.write() as tx:
+        tx.token_put(stored)
+    log.info(
+        "token %s created for tenant %s, role %s, by %s",
+        token_id,
+        tenant_id,
+        valid_role.value,
+        actor,
+        extra={"action": "token_created", "token_id": token_id},
+    )
+    return CreatedToken(rules.compose(token_id, secret), stored)
+
+
+def authenticate(engine: Engine, authorization: str | None, *, now: datetime | None = None) -> Principal:
+    """The principal of an ``Authorization: Bearer <token>`` value, or ``Unauthenticated``."""
+    scheme, _, raw = (authorization or "").partition(" ")
+    parsed = rules.parse(raw) if scheme.lower() == "bearer" else None
+    if parsed is None:
+        raise _refused("missing or malformed")
+    token_id, secret = parsed
+    with engine.store.read() as tx:
+        stored = tx.token_get(token_id)
+    if stored is None or not rules.secret_matches(secret, stored.secret_hash):
+        raise _refused(f"token {token_id} unknown or wrong secret")
+    now = now or engine.clock.now()
+    if stored.revoked_at is not None:
+        raise _refused(f"token {token_id} revoked")
+    if stored.expires_at is not None and stored.expires_at <= now:
+        raise _refused(f"token {token_id} expired")
+    return Principal(stored.token_id, stored.tenant_id, Role(stored.role), stored.jobs)
+
+
+def _refused(reason: str) -> Unauthenticated:
+    log.info("authentication refused: %s", reason, extra={"action": "auth_refused"})
+    return Unauthenticated("a valid bearer token is required")
+
+
+def revoke(engine: Engine, tenant_id: str, token_id: str, *, actor: str, now: datetime | None = None) -> None:
+    """Revoke a token of ``tenant_id``; another tenant's token answers like a missing one."""
+    with engine.store.write() as tx:
+        if not tx.token_revoke(tenant_id, token_id, actor, now or engine.clock.now()):
+            stored = tx.token_get(token_id)
+            if stored is None or stored.tenant_id != tenant_id:
+                raise NotFoundError(f"no token {token_id!r}", field="token_id")
+            return  # revoked already: revoking again changes nothing
+    log.info("token %s revoked by %s", token_id, actor, extra={"action": "token_revoked", "token_id": token_id})
+
+
+def bootstrap(engine: Engine, *, tenant_id: str, path: Path | None = None) -> CreatedToken | None:
+    """On first start, with no token at all, an admin token for ``tenant_id`` (else None).
+
+    With ``path`` the token is also written there, readable by the owner only (0600, created
+    so: never world-readable, not even for a moment); an existing file is refused rather than
+    overwritten.
+    """
+    with engine.store.read() as tx:
+        if tx.tokens_exist():
+            return None
+    if path is not None and path.exists():
+        raise ValidationError(f"{path} exists; refusing to overwrite it", field="bootstrap_token_file")
+    made = create(engine, tenant_id=tenant_id, role=Role.ADMIN.value, actor="bootstrap", label="bootstrap admin")
+    if path is not None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(made.token + "\n")
+    return made
+
+
+def listed(engine: Engine, tenant_id: str | None) -> list[StoredToken]:
+    with engine.store.read() as tx:
+        return tx.tokens_list(tenant_id)

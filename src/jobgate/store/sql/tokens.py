@@ -1,0 +1,86 @@
+"""API token rows: created, looked up by id, listed per tenant, revoked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from jobgate.store import codec
+from jobgate.store.tables import api_tokens
+
+T = api_tokens.c
+
+
+@dataclass(frozen=True)
+class StoredToken:
+    token_id: str
+    tenant_id: str
+    role: str
+    jobs: tuple[str, ...] | None  # None: every definition of the tenant
+    label: str
+    secret_hash: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    revoked_by: str | None
+
+
+def _from_row(r: Any) -> StoredToken:
+    return StoredToken(
+        r.token_id,
+        r.tenant_id,
+        r.role,
+        None if r.jobs is None else tuple(codec.loads(r.jobs)),
+        r.label,
+        r.secret_hash,
+        r.created_by,
+        codec.from_us(r.created_at),
+        codec.opt_dt(r.expires_at),
+        codec.opt_dt(r.revoked_at),
+        r.revoked_by,
+    )
+
+
+def token_put(conn: Connection, t: StoredToken) -> None:
+    conn.execute(
+        api_tokens.insert().values(
+            token_id=t.token_id,
+            tenant_id=t.tenant_id,
+            role=t.role,
+            jobs=None if t.jobs is None else codec.dumps(list(t.jobs)),
+            label=t.label,
+            secret_hash=t.secret_hash,
+            created_by=t.created_by,
+            created_at=codec.to_us(t.created_at),
+            expires_at=None if t.expires_at is None else codec.to_us(t.expires_at),
+        )
+    )
+
+
+def token_get(conn: Connection, token_id: str) -> StoredToken | None:
+    row = conn.execute(select(api_tokens).where(T.token_id == token_id)).first()
+    return None if row is None else _from_row(row)
+
+
+def tokens_list(conn: Connection, tenant_id: str | None) -> list[StoredToken]:
+    q = select(api_tokens).order_by(T.created_at)
+    if tenant_id is not None:
+        q = q.where(T.tenant_id == tenant_id)
+    return [_from_row(r) for r in conn.execute(q)]
+
+
+def tokens_exist(conn: Connection) -> bool:
+    return conn.execute(select(T.token_id).limit(1)).first() is not None
+
+
+def token_revoke(conn: Connection, tenant_id: str, token_id: str, actor: str, now: datetime) -> bool:
+    stmt = (
+        update(api_tokens)
+        .where(T.tenant_id == tenant_id, T.token_id == token_id, T.revoked_at.is_(None))
+        .values(revoked_at=codec.to_us(now), revoked_by=actor)
+    )
+    return bool(conn.execute(stmt).rowcount)

@@ -1,0 +1,118 @@
+"""API tokens: shown once, stored as a hash, and every bad presentation refused alike."""
+
+from __future__ import annotations
+
+import stat
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+from tests.helpers import count
+
+from jobgate.core import tokens as rules
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.tokens import Role
+from jobgate.service import tokens
+from jobgate.service.engine import Engine
+
+
+def test_a_token_is_shown_once_and_only_its_hash_is_stored(engine: Engine) -> None:
+    made = tokens.create(engine, tenant_id="acme", role="operator", actor="ada", label="ci")
+    assert made.token.startswith("jgt_") and len(made.token) == 4 + 12 + 1 + 43
+    token_id, secret = rules.parse(made.token) or ("", "")
+    with engine.store.read() as tx:
+        row = tx.conn.execute(text("SELECT * FROM api_tokens")).mappings().one()
+    assert secret not in str(dict(row)) and row["secret_hash"] == rules.secret_hash(secret)
+    who = tokens.authenticate(engine, f"Bearer {made.token}")
+    assert (who.token_id, who.tenant_id, who.role, who.jobs) == (token_id, "acme", Role.OPERATOR, None)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "Bearer ", "Bearer nothing", "Basic abc", "Bearer jgt_", "Bearer jgt_0123456789ab_short"],
+)
+def test_missing_empty_and_malformed_tokens_are_refused(engine: Engine, header: str | None) -> None:
+    tokens.create(engine, tenant_id="acme", role="admin", actor="ada")
+    with pytest.raises(tokens.Unauthenticated):
+        tokens.authenticate(engine, header)
+
+
+def test_a_wrong_secret_an_unknown_id_a_revoked_and_an_expired_token_are_refused(engine: Engine) -> None:
+    good = tokens.create(engine, tenant_id="acme", role="admin", actor="ada").token
+    token_id, secret = rules.parse(good) or ("", "")
+    wrong = rules.compose(token_id, ("A" if secret[0] != "A" else "B") + secret[1:])
+    unknown = rules.compose("0" * 12, secret)
+    for bad in (wrong, unknown):
+        with pytest.raises(tokens.Unauthenticated):
+            tokens.authenticate(engine, f"Bearer {bad}")
+    short = tokens.create(engine, tenant_id="acme", role="consumer", actor="ada", expires_in=timedelta(hours=1))
+    later = engine.clock.now() + timedelta(hours=2)
+    with pytest.raises(tokens.Unauthenticated):
+        tokens.authenticate(engine, f"Bearer {short.token}", now=later)
+    tokens.revoke(engine, "acme", token_id, actor="bob")
+    tokens.revoke(engine, "acme", token_id, actor="bob")  # again: nothing changes
+    with pytest.raises(tokens.Unauthenticated):
+        tokens.authenticate(engine, f"Bearer {good}")
+
+
+def test_another_tenants_token_cannot_be_revoked_and_answers_like_a_missing_one(engine: Engine) -> None:
+    theirs = tokens.create(engine, tenant_id="other", role="admin", actor="eve").stored.token_id
+    with pytest.raises(NotFoundError):
+        tokens.revoke(engine, "acme", theirs, actor="ada")
+    with pytest.raises(NotFoundError):
+        tokens.revoke(engine, "acme", "ffffffffffff", actor="ada")
+    assert [t.revoked_at for t in tokens.listed(engine, "other")] == [None]
+    assert tokens.listed(engine, "acme") == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"role": "boss"}, "role"),
+        ({"tenant_id": ""}, "tenant"),
+        ({"jobs": []}, "jobs"),
+        ({"jobs": [""]}, "jobs"),
+        ({"expires_in": timedelta(0)}, "expires_in"),
+        ({"label": "x" * 201}, "label"),
+    ],
+)
+def test_a_refused_token_names_the_field_and_stores_nothing(engine: Engine, kw: dict[str, object], field: str) -> None:
+    args: dict[str, object] = {"tenant_id": "acme", "role": "admin", "actor": "ada", **kw}
+    with pytest.raises(ValidationError) as err:
+        tokens.create(engine, **args)  # type: ignore[arg-type]
+    assert err.value.field == field
+    assert count(engine, "api_tokens") == 0
+
+
+def test_a_token_limited_to_definitions_says_which(engine: Engine) -> None:
+    made = tokens.create(engine, tenant_id="acme", role="activator", actor="ada", jobs=["a", "b", "a"])
+    who = tokens.authenticate(engine, f"Bearer {made.token}")
+    assert who.jobs == ("a", "b") and who.may_use("a") and not who.may_use("c")
+
+
+def test_the_bootstrap_admin_token_is_made_once_and_written_for_the_owner_only(engine: Engine, tmp_path: Path) -> None:
+    path = tmp_path / "admin.token"
+    made = tokens.bootstrap(engine, tenant_id="default", path=path)
+    assert made is not None and path.read_text().strip() == made.token
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert tokens.authenticate(engine, f"Bearer {made.token}").role is Role.ADMIN
+    assert tokens.bootstrap(engine, tenant_id="default") is None  # a token exists: nothing new
+
+
+def test_the_bootstrap_refuses_to_overwrite_a_file(engine: Engine, tmp_path: Path) -> None:
+    path = tmp_path / "admin.token"
+    path.write_text("keep me\n")
+    with pytest.raises(ValidationError):
+        tokens.bootstrap(engine, tenant_id="default", path=path)
+    assert path.read_text() == "keep me\n" and count(engine, "api_tokens") == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.text(max_size=80))
+def test_parse_accepts_only_the_token_shape(raw: str) -> None:
+    parsed = rules.parse(raw)
+    if parsed is not None:
+        assert rules.compose(*parsed) == raw.strip()
