@@ -39,7 +39,7 @@ def workers_command(app: AppContext, include_stopped: bool, stale_after: float) 
         }
         for r in rows
     ]
-    _records(app, "workers", records)
+    render.records(app.json_output, "workers", records)
 
 
 @click.command("locks")
@@ -58,16 +58,4 @@ def locks_command(app: AppContext, prefix: str) -> None:
         }
         for r in cluster.locks(app.engine(), prefix)
     ]
-    _records(app, "locks", records)
-
-
-def _records(app: AppContext, title: str, records: list[dict[str, object]]) -> None:
-    if app.json_output:
-        render.emit_json(records)
-    elif records:
-        columns = list(records[0])
-        render.table(
-            title, columns, [tuple(", ".join(v) if isinstance(v, list) else v for v in r.values()) for r in records]
-        )
-    else:
-        render.out.print(f"{title}: none")
+    render.records(app.json_output, "locks", records)

@@ -58,6 +58,24 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     out.print(t)
 
 
+def records(
+    json_output: bool, title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None
+) -> None:
+    """A list of records: every field as JSON with ``--json``, else a table of ``columns`` (all
+    the records' keys by default), lists written as ``a, b``; ``<title>: none`` when empty."""
+    if json_output:
+        emit_json(list(rows))
+    elif rows:
+        shown = list(columns or rows[0])
+        table(
+            title,
+            shown,
+            [[", ".join(map(str, v)) if isinstance(v, list) else v for v in map(r.get, shown)] for r in rows],
+        )
+    else:
+        out.print(f"{title}: none")
+
+
 def runs_table(runs: Sequence[JobRun], title: str | None = None) -> None:
     table(
         title,

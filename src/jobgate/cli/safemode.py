@@ -79,13 +79,8 @@ def off(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
 def history(app: AppContext, tenant: str, limit: int) -> None:
     """Every activation and deactivation, oldest first."""
     rows = [_period(p) for p in safemode.history(app.engine(), tenant, limit)]
-    if app.json_output:
-        render.emit_json(rows)
-    elif rows:
-        columns = ["activation", "activated_at", "activated_by", "reason", "deactivated_at", "deactivated_by"]
-        render.table("safe mode periods", columns, [tuple(r[c] for c in columns) for r in rows])
-    else:
-        render.out.print("safe mode periods: none")
+    columns = ["activation", "activated_at", "activated_by", "reason", "deactivated_at", "deactivated_by"]
+    render.records(app.json_output, "safe mode periods", rows, columns)
 
 
 def _say(app: AppContext, p: SafeModePeriod | None) -> None:

@@ -57,7 +57,7 @@ def schedules_list(app: AppContext, tenant: str) -> None:
         }
         for i in items
     ]
-    _rows(app, "schedules", rows)
+    render.records(app.json_output, "schedules", rows)
 
 
 def _when(s: Schedule) -> str:
@@ -190,7 +190,7 @@ def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
          "accepted": c.accepted, "source": c.source, "reason": c.reason}
         for c in items
     ]  # fmt: skip
-    _rows(app, f"changes of {schedule_id}", rows)
+    render.records(app.json_output, f"changes of {schedule_id}", rows)
 
 
 @schedules.command("pause")
@@ -251,7 +251,7 @@ def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
                     else [isoformat_utc(slot.window.start), isoformat_utc(slot.window.end)],
                 }
             )
-    _rows(app, f"next fires of {job}", rows)
+    render.records(app.json_output, f"next fires of {job}", rows)
 
 
 @click.group("events")
@@ -449,16 +449,6 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None
     signal.signal(signal.SIGINT, handle)
     render.err.print(f"scheduler {scheduler.owner} on {engine.store.safe_url}")
     scheduler.run()
-
-
-def _rows(app: AppContext, title: str, rows: list[dict[str, Any]]) -> None:
-    """A list of records: JSON with ``--json``, else a table (its columns the records' keys)."""
-    if app.json_output:
-        render.emit_json(rows)
-    elif rows:
-        render.table(title, list(rows[0]), [tuple(r.values()) for r in rows])
-    else:
-        render.out.print(f"{title}: none")
 
 
 def _say(app: AppContext, data: Any, line: str) -> None:

@@ -68,13 +68,8 @@ def create(
 def list_tokens(app: AppContext, tenant: str | None) -> None:
     """Every token without its secret: id, tenant, role, limits, dates."""
     records = [_record(t) for t in service.listed(app.engine(), tenant)]
-    if app.json_output:
-        render.emit_json(records)
-    elif records:
-        columns = ["token_id", "tenant", "role", "label", "created_at", "expires_at", "revoked_at"]
-        render.table("tokens", columns, [tuple(r[c] for c in columns) for r in records])
-    else:
-        render.out.print("tokens: none")
+    columns = ["token_id", "tenant", "role", "label", "created_at", "expires_at", "revoked_at"]
+    render.records(app.json_output, "tokens", records, columns)
 
 
 @tokens.command("revoke")

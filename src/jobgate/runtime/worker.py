@@ -35,7 +35,7 @@ from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
 from jobgate.runtime.dispatch import Dispatcher, grace_for
-from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor
+from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor, LockProvider
 from jobgate.runtime.leadership import Lease
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.threads import TaskThreads
@@ -118,6 +118,7 @@ class Worker:
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
         self._watcher = engine.store.change_watcher(on_change=self._wake.set)
         self._named_locks = NamedLocks(engine.store, engine.clock.now)
+        self._lock_provider: LockProvider = (self._lock, self._named_locks.release)  # one for every attempt
         self._rescuer_lease = Lease(
             engine.store, RESCUER_LOCK, self.worker_id, max(3 * self.settings.rescue_interval, timedelta(seconds=3))
         )
@@ -484,7 +485,7 @@ class Worker:
             self._settle(flight, ExecutionResult(Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, exc.code, str(exc))), now)
             return
         ctx.report_progress = functools.partial(self._progress, run.job_run_id, run.lease_token)
-        ctx.lock_provider = (functools.partial(self._lock, run.job_run_id), self._named_locks.release)
+        ctx.lock_provider = self._lock_provider
         flight = _InFlight(run, ctx, executor, now)
         self._running[run.job_run_id] = flight
         self._busy_threads += 1

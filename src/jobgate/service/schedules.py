@@ -176,9 +176,8 @@ def put_schedules(
     """Store every schedule or none (one transaction); each must name an existing definition.
     Returns, per schedule, whether it was created (False: updated). Each creation, and each
     update that changes what the schedule is, is recorded with ``actor`` in its changes."""
-    for s in items:
-        if s.config_profile is not None:
-            _current_snapshot(engine, s)  # the profile and the keys it watches exist
+    # The profile and the keys it watches exist (checked before anything is written).
+    current = {(s.tenant_id, s.schedule_id): _current_snapshot(engine, s) for s in items if s.config_profile}
     created: list[bool] = []
     with engine.store.write() as tx:
         for s in items:
@@ -186,10 +185,10 @@ def put_schedules(
                 raise ValidationError(f"no job definition {s.job_definition_id!r}", field="job", source=s.schedule_id)
             before = tx.schedule_get(s.tenant_id, s.schedule_id)
             made = tx.schedule_put(s, watermark=now, source=source, now=now)
-            if made and s.config_profile is not None:
+            if made and (s.tenant_id, s.schedule_id) in current:
                 # It answers snapshots activated from now on, not the one already active.
-                current = _current_snapshot(engine, s)
-                tx.schedule_config_seen(s.tenant_id, s.schedule_id, None, watched_digest(current, s.config_watch))
+                seen = watched_digest(current[(s.tenant_id, s.schedule_id)], s.config_watch)
+                tx.schedule_config_seen(s.tenant_id, s.schedule_id, None, seen)
             old = None if before is None else canonical_json(schedule_document(before.schedule)).decode()
             new = canonical_json(schedule_document(s)).decode()
             if old != new:

@@ -20,8 +20,8 @@ from jobgate.core.decide import Outcome, OutcomeKind
 ProgressReporter = Callable[[float | None, str | None], None]
 # A write a handler wants made in the transaction that completes its run (exactly once).
 Effect = Callable[[Any], None]
-# (acquire(kind, key, ttl) -> held lock, release(held)): named locks, supplied by the worker.
-LockProvider = tuple[Callable[[str, str, timedelta], Any], Callable[[Any], None]]
+# (acquire(run id, kind, key, ttl) -> held lock, release(held)): named locks, from the worker.
+LockProvider = tuple[Callable[[str, str, str, timedelta], Any], Callable[[Any], None]]
 _CANCELLED_LOCK = threading.Lock()
 
 
@@ -107,7 +107,7 @@ class ExecutionContext:
         if self.lock_provider is None:
             raise RuntimeError("named locks are available to handlers run by a worker")
         acquire, release = self.lock_provider
-        held = acquire(kind, key, ttl)
+        held = acquire(self.job_run_id, kind, key, ttl)
         try:
             yield held
         finally:
