@@ -3,6 +3,8 @@
 The public surface for embedding applications and job handlers; everything else is internal.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from jobgate.core.errors import (
     ConflictError,
     JobgateError,
@@ -14,6 +16,11 @@ from jobgate.core.errors import (
 from jobgate.core.models import JobRun, Priority, Scope, TriggerType
 from jobgate.core.states import RunStatus
 from jobgate.runtime.executors.base import ExecutionContext
+
+try:
+    __version__ = version("jobgate")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0+source"
 
 __all__ = [
     "ConflictError",

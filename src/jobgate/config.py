@@ -59,6 +59,7 @@ _TOP_KEYS = (
     "worker",
     "events",
     "sqlite",
+    "server",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -69,6 +70,14 @@ _WORKER_KEYS = (
     "shutdown_grace_seconds",
     "batch_size",
     "maximum_run_age_seconds",
+)
+_SERVER_KEYS = (
+    "tenant",
+    "max_body_bytes",
+    "daily_run_quota",
+    "stream_poll_ms",
+    "stream_heartbeat_seconds",
+    "stream_retry_ms",
 )
 MAXIMUM_RUN_AGE_LIMIT = timedelta(days=30)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -109,6 +118,18 @@ class SqliteSettings:
 
 
 @dataclass(frozen=True)
+class ServerSettings:
+    """``jobgate serve``: the tenant of the bootstrap token and of ``--no-auth``, request and stream limits."""
+
+    tenant: str = "default"
+    max_body_bytes: int = 1_048_576
+    daily_run_quota: int | None = None  # runs a tenant may create per UTC day (None: unlimited)
+    stream_poll: timedelta = timedelta(milliseconds=250)
+    stream_heartbeat: timedelta = timedelta(seconds=15)
+    stream_retry: timedelta = timedelta(seconds=2)
+
+
+@dataclass(frozen=True)
 class JobgateConfig:
     """The loaded configuration. Treat the dicts as read-only: snapshots are digested from them."""
 
@@ -128,6 +149,7 @@ class JobgateConfig:
     events: EventSettings = EventSettings(None)
     sqlite: SqliteSettings = SqliteSettings()
     default_runner: str | None = None
+    server: ServerSettings = ServerSettings()
 
     @property
     def source(self) -> str:
@@ -217,6 +239,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         events=EventSettings(jsonl, log),
         sqlite=SqliteSettings("FULL" if synchronous == "FULL" else "NORMAL"),
         default_runner=default_runner,
+        server=_server(r, doc.get("server")),
     )
 
 
@@ -374,6 +397,33 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _server(r: Reader, value: Any) -> ServerSettings:
+    spec = r.mapping(_or_empty(value), "server")
+    r.only_keys(spec, "server", _SERVER_KEYS)
+    d = ServerSettings()
+
+    def seconds(key: str, default: timedelta, unit: float = 1.0) -> timedelta:
+        return default if spec.get(key) is None else r.duration(spec[key], join("server", key), unit=unit)
+
+    quota = d.daily_run_quota
+    if spec.get("daily_run_quota") is not None:
+        quota = r.integer(spec["daily_run_quota"], "server.daily_run_quota", minimum=1)
+    body = d.max_body_bytes
+    if spec.get("max_body_bytes") is not None:
+        body = r.integer(spec["max_body_bytes"], "server.max_body_bytes", minimum=1024, maximum=1 << 30)
+    tenant = d.tenant
+    if spec.get("tenant") is not None:
+        tenant = r.name(spec["tenant"], "server.tenant")
+    return ServerSettings(
+        tenant=tenant,
+        max_body_bytes=body,
+        daily_run_quota=quota,
+        stream_poll=seconds("stream_poll_ms", d.stream_poll, unit=0.001),
+        stream_heartbeat=seconds("stream_heartbeat_seconds", d.stream_heartbeat),
+        stream_retry=seconds("stream_retry_ms", d.stream_retry, unit=0.001),
+    )
 
 
 _POLICY_ID_KEYS = {

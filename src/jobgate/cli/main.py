@@ -502,6 +502,7 @@ cli.add_command(_demo.demo)
 from jobgate.cli import cluster as _cluster  # noqa: E402
 from jobgate.cli import safemode as _safemode  # noqa: E402
 from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
+from jobgate.cli import serve as _serve  # noqa: E402
 from jobgate.cli import tokens as _tokens  # noqa: E402
 
 _schedules.register(cli)
@@ -509,6 +510,8 @@ cli.add_command(_safemode.safe_mode)
 cli.add_command(_cluster.workers_command)
 cli.add_command(_cluster.locks_command)
 cli.add_command(_tokens.tokens)
+cli.add_command(_serve.serve)
+cli.add_command(_serve.doctor_command)
 
 
 def main() -> None:

@@ -40,6 +40,12 @@ class ConflictError(JobgateError):
     code = "conflict"
 
 
+class QuotaExceededError(JobgateError):
+    """A tenant used up a configured allowance (runs per day); nothing was stored."""
+
+    code = "quota_exceeded"
+
+
 class IllegalTransitionError(ConflictError):
     code = "illegal_transition"
 

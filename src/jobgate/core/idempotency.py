@@ -68,3 +68,10 @@ def retry_key(source_job_run_id: str) -> str:
     """The key of the (single) retry of a terminal run: a function of the source run alone, so
     asking again returns the same retry even after the configuration changed (seed 001)."""
     return digest({"retry_of": source_job_run_id})
+
+
+def client_request_key(tenant_id: str, client_key: str) -> str:
+    """The key of a run asked for with a caller's idempotency key: a function of the tenant and
+    that key alone, so a repeat finds the first run even after its definition or the
+    configuration changed (the caller's key names the request, not its content)."""
+    return digest({"tenant_id": tenant_id, "client_key": client_key})

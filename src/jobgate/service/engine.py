@@ -25,7 +25,7 @@ from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
-from jobgate.core.idempotency import idempotency_key, retry_key
+from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
@@ -67,6 +67,9 @@ class SubmitRequest:
     due_at: datetime | None = None
     window: ExecutionWindow | None = None  # batch runs: the [start, end) they cover, part of the key
     retry_of: str | None = None  # the terminal run this one retries: the key derives from it alone
+    # A caller's idempotency key (API ``Idempotency-Key``): the run's key derives from it and
+    # the tenant alone, so the same key always finds the same run, whatever else changed.
+    client_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,8 @@ class Engine:
         terminal run is keyed by its source run alone."""
         if request.retry_of is not None:
             return retry_key(request.retry_of)
+        if request.client_key is not None:
+            return client_request_key(request.scope.tenant_id, request.client_key)
         return idempotency_key(
             job_definition_id=definition.job_definition_id,
             trigger=trigger,

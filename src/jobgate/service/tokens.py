@@ -42,6 +42,11 @@ class Principal:
     def may_use(self, job_definition_id: str) -> bool:
         return self.jobs is None or job_definition_id in self.jobs
 
+    @property
+    def actor(self) -> str:
+        """How this principal is named in runs, transitions and records (``requested_by``)."""
+        return f"token:{self.token_id}"
+
 
 @dataclass(frozen=True)
 class CreatedToken:

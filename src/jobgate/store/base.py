@@ -148,6 +148,7 @@ class RunFilter:
     limit: int = 100
     before: tuple[datetime, str] | None = None  # cursor: (created_at, job_run_id) of the last row seen
     trigger_prefix: str | None = None  # runs whose trigger id starts with this (a schedule's runs)
+    job_definition_ids: tuple[str, ...] | None = None  # only these definitions (a token's job list)
 
 
 @dataclass(frozen=True)

@@ -245,8 +245,24 @@ class StoreTx:
     def run_progress(self, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
         return claims.run_progress(self.conn, job_run_id, token, fraction, message)
 
-    def dead_letters_list(self, tenant_id: str | None, *, open_only: bool = True, limit: int = 100) -> list[DeadLetter]:
-        return runs.dead_letters_list(self.conn, tenant_id, open_only=open_only, limit=limit)
+    def dead_letters_list(
+        self,
+        tenant_id: str | None,
+        *,
+        open_only: bool = True,
+        limit: int = 100,
+        before: tuple[datetime, str] | None = None,
+    ) -> list[DeadLetter]:
+        return runs.dead_letters_list(self.conn, tenant_id, open_only=open_only, limit=limit, before=before)
+
+    def runs_created_count(self, tenant_id: str, start: datetime, end: datetime) -> int:
+        return runs.runs_created_count(self.conn, tenant_id, start, end)
+
+    def run_trigger(self, job_run_id: str) -> dict[str, Any] | None:
+        return runs.run_trigger(self.conn, job_run_id)
+
+    def run_progress_get(self, job_run_id: str) -> tuple[float | None, str | None]:
+        return runs.run_progress_get(self.conn, job_run_id)
 
     def dead_letter_open_for(self, job_run_id: str) -> DeadLetter | None:
         return runs.dead_letter_open_for(self.conn, job_run_id)
@@ -274,6 +290,20 @@ class StoreTx:
 
     def outbox_backlog(self) -> int:
         return outbox.outbox_backlog(self.conn, ordered_ids=self._ordered_ids)
+
+    def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
+        return outbox.outbox_summary(self.conn, tenant_id, ordered_ids=self._ordered_ids)
+
+    def runs_open_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
+        return runs.runs_open_counts(self.conn, tenant_id)
+
+    def runs_due_summary(self, tenant_id: str | None, now: datetime) -> tuple[int, datetime | None]:
+        return runs.runs_due_summary(self.conn, tenant_id, now)
+
+    def schema_revision(self) -> str | None:
+        from jobgate.store.migrate import current_revision
+
+        return current_revision(self.conn)
 
     def lock_acquire(self, name: str, owner: str, now: datetime, ttl: timedelta) -> int | None:
         return outbox.lock_acquire(self.conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))

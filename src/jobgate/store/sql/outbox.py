@@ -86,6 +86,15 @@ def outbox_backlog(conn: Connection, *, ordered_ids: bool) -> int:
     return int(conn.execute(q).scalar_one())
 
 
+def outbox_summary(conn: Connection, tenant_id: str | None, *, ordered_ids: bool) -> tuple[int, datetime | None]:
+    """Undelivered events (of ``tenant_id``, or all) and when the oldest was written."""
+    q = select(func.count(), func.min(outbox.c.created_at)).where(_undelivered(conn, ordered_ids))
+    if tenant_id is not None:
+        q = q.where(outbox.c.tenant_id == tenant_id)
+    count, oldest = conn.execute(q).one()
+    return int(count), None if oldest is None else codec.from_us(oldest)
+
+
 def worker_heartbeat(conn: Connection, b: WorkerBeat) -> None:
     now = codec.to_us(b.now)
     done = conn.execute(

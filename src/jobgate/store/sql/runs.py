@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
 
 from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
 from jobgate.store.sql import fast
@@ -160,6 +163,8 @@ def runs_list(conn: Connection, f: RunFilter) -> list[JobRun]:
         q = q.where(c.status.in_([s.value for s in f.statuses]))
     if f.job_definition_id:
         q = q.where(c.job_definition_id == f.job_definition_id)
+    if f.job_definition_ids is not None:
+        q = q.where(c.job_definition_id.in_(f.job_definition_ids))
     if f.job_class:
         q = q.where(c.job_class == f.job_class)
     if f.trigger_type:
@@ -187,18 +192,76 @@ def run_attempts_list(conn: Connection, job_run_id: str) -> list[Attempt]:
 
 
 def dead_letters_list(
-    conn: Connection, tenant_id: str | None, *, open_only: bool, limit: int = 100
+    conn: Connection,
+    tenant_id: str | None,
+    *,
+    open_only: bool,
+    limit: int = 100,
+    before: tuple[datetime, str] | None = None,
 ) -> list[DeadLetter]:
+    """Newest first; ``before`` (created_at, dead_letter_id) of the last row seen pages on."""
+    d = dead_letters.c
     q = select(dead_letters)
     if tenant_id is not None:
-        q = q.where(dead_letters.c.tenant_id == tenant_id)
+        q = q.where(d.tenant_id == tenant_id)
     if open_only:
-        q = q.where(dead_letters.c.resolved_at.is_(None))
-    q = q.order_by(dead_letters.c.created_at.desc()).limit(limit)
+        q = q.where(d.resolved_at.is_(None))
+    if before is not None:
+        at, did = codec.to_us(before[0]), before[1]
+        q = q.where(or_(d.created_at < at, and_(d.created_at == at, d.dead_letter_id < did)))
+    q = q.order_by(d.created_at.desc(), d.dead_letter_id.desc()).limit(limit)
     return [codec.dead_letter_from_row(r) for r in conn.execute(q).mappings()]
+
+
+def runs_created_count(conn: Connection, tenant_id: str, start: datetime, end: datetime) -> int:
+    """Runs of ``tenant_id`` created in [start, end): every state and retry counts (seed 001 quota)."""
+    c = job_runs.c
+    q = select(func.count()).where(
+        c.tenant_id == tenant_id, c.created_at >= codec.to_us(start), c.created_at < codec.to_us(end)
+    )
+    return int(conn.execute(q).scalar_one())
+
+
+def run_trigger(conn: Connection, job_run_id: str) -> dict[str, Any] | None:
+    """The trigger document a run was created with (who, why, request id, payload)."""
+    row = conn.execute(select(job_runs.c.trigger).where(job_runs.c.job_run_id == job_run_id)).first()
+    return None if row is None else dict(codec.loads(row[0]))
+
+
+def run_progress_get(conn: Connection, job_run_id: str) -> tuple[float | None, str | None]:
+    c = job_runs.c
+    row = conn.execute(select(c.progress, c.progress_message).where(c.job_run_id == job_run_id)).first()
+    return (None, None) if row is None else (row[0], row[1])
 
 
 def dead_letter_open_for(conn: Connection, job_run_id: str) -> DeadLetter | None:
     q = select(dead_letters).where(dead_letters.c.job_run_id == job_run_id, dead_letters.c.resolved_at.is_(None))
     row = conn.execute(q).mappings().first()
     return None if row is None else codec.dead_letter_from_row(row)
+
+
+def runs_due_summary(conn: Connection, tenant_id: str | None, now: datetime) -> tuple[int, datetime | None]:
+    """Claimable runs already due (of ``tenant_id``, or all) and the oldest due time: the
+    queue's depth and how long its head has waited."""
+    c = job_runs.c
+    q = select(func.count(), func.min(c.due_at)).where(
+        c.status.in_([RunStatus.SCHEDULED.value, RunStatus.RETRY_WAIT.value]), c.due_at <= codec.to_us(now)
+    )
+    if tenant_id is not None:
+        q = q.where(c.tenant_id == tenant_id)
+    count, oldest = conn.execute(q).one()
+    return int(count), None if oldest is None else codec.from_us(oldest)
+
+
+OPEN_STATUSES = (RunStatus.SCHEDULED, RunStatus.RETRY_WAIT, RunStatus.DISPATCHED, RunStatus.RUNNING)
+
+
+def runs_open_counts(conn: Connection, tenant_id: str | None) -> dict[tuple[str, str], int]:
+    """Open (not terminal) runs by (status, job class): read from the partial indexes' rows
+    only, so the count stays cheap however many finished runs the table holds."""
+    c = job_runs.c
+    q = select(c.status, c.job_class, func.count()).where(c.status.in_([s.value for s in OPEN_STATUSES]))
+    if tenant_id is not None:
+        q = q.where(c.tenant_id == tenant_id)
+    q = q.group_by(c.status, c.job_class)
+    return {(status, job_class): int(n) for status, job_class, n in conn.execute(q)}

@@ -1,0 +1,131 @@
+"""The FastAPI application: routes, the access rule check, errors, limits, metrics, OpenAPI.
+
+Handlers are plain ``def`` functions: FastAPI runs them in its thread pool, where the
+store's blocking calls belong; only the SSE stream is ``async`` (it sleeps between polls and
+reads through the pool).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+import jobgate
+from jobgate.api import errors
+from jobgate.api.access import enforce, rule_of
+from jobgate.api.metrics import HttpMetrics
+from jobgate.api.routes import admin, contract, definitions, health, operations, runs, stream
+from jobgate.api.server_state import ServerState
+
+ERROR_STATUSES = {
+    "400": "malformed request (unreadable JSON, a broken cursor)",
+    "401": "missing, malformed, unknown, revoked or expired token",
+    "403": "the token's role lacks this route's scope",
+    "404": "no such resource in your tenant",
+    "409": "wrong state for this action, or an idempotency key reused",
+    "413": "request body too large",
+    "422": "a field failed validation (named in `field`)",
+    "429": "daily run quota used up",
+}
+
+
+ROUTERS = (
+    health.router,
+    runs.router,
+    stream.router,
+    contract.router,
+    definitions.router,
+    operations.router,
+    admin.router,
+)
+
+
+def api_routes() -> list[APIRoute]:
+    """Every route the application serves, each with its handler (and so its rule)."""
+    return [route for router in ROUTERS for route in router.routes if isinstance(route, APIRoute)]
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(
+        title="jobgate",
+        version=jobgate.__version__,
+        description="Governed job scheduler: every run explainable, approved and evidenced.",
+        dependencies=[Depends(enforce)],
+        max_body_size=state.engine.config.server.max_body_bytes,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.server = state
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(_Measured, metrics=state.http_metrics)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+class _Measured:
+    """Count and time every request by route template (pure ASGI: streams pass untouched)."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(method, route, str(status)).inc()
+            self.metrics.seconds.labels(method, route).observe(time.perf_counter() - started)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema plus what it cannot know: bearer auth per the route's rule, and the
+    one error shape for every refusal."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    components = schema.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
+    components.setdefault("schemas", {})["ErrorBody"] = errors.ErrorBody.model_json_schema()
+    error_ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for route in api_routes():
+        rule = rule_of(route.endpoint)
+        for method in route.methods or ():
+            op = schema["paths"].get(route.path_format, {}).get(method.lower())
+            if op is None:
+                continue
+            anonymous = rule is not None and rule.anonymous
+            op["security"] = [] if anonymous else [{"bearer": []}]
+            responses = op.setdefault("responses", {})
+            for status, text in ERROR_STATUSES.items():
+                if anonymous and status in ("401", "403"):
+                    continue
+                responses[status] = {"description": text, **error_ref}
+            if rule is not None and rule.roles is not None:
+                roles = ", ".join(sorted(r.value for r in rule.roles))
+                op["description"] = (op.get("description") or "") + f"\n\nRoles: {roles} (scope `{rule.scope}`)."
+    schema["components"]["schemas"].pop("HTTPValidationError", None)
+    schema["components"]["schemas"].pop("ValidationError", None)
+    app.openapi_schema = schema
+    return schema

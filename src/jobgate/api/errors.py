@@ -1,0 +1,128 @@
+"""One error shape for every refusal: ``{"error": code, "message": text, "field"?: name}``.
+
+The service layer raises ``JobgateError`` subclasses whose ``code`` and ``field`` are
+attributes, so the mapping to HTTP is a table, not message parsing. Anything else is an
+internal error: the client gets a request id to quote, the log gets the traceback; no stack
+trace, SQL or exception text ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobgate.api.access import Forbidden
+from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
+from jobgate.service.tokens import Unauthenticated
+
+log = logging.getLogger("jobgate.api")
+
+
+class ErrorBody(BaseModel):
+    error: str
+    message: str
+    field: str | None = None
+
+
+class BadRequest(ValidationError):
+    """Malformed rather than invalid: unreadable JSON, a broken cursor."""
+
+    code = "bad_request"
+
+
+_STATUS: list[tuple[type[JobgateError], int]] = [
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (QuotaExceededError, 429),
+    (BadRequest, 400),
+    (ValidationError, 422),
+]
+
+
+def status_for(exc: JobgateError) -> int:
+    for kind, status in _STATUS:
+        if isinstance(exc, kind):
+            return status
+    return 400
+
+
+def body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"error": code, "message": message}
+    if field:
+        out["field"] = field
+    return out
+
+
+def _jobgate_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, JobgateError)
+    status = status_for(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    field = ".".join(p for p in (exc.source, exc.field) if p) if exc.source and exc.field else exc.field
+    return JSONResponse(body(exc.code, exc.message, field), status_code=status, headers=headers)
+
+
+def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's request validation: name the first failing field, as the service layer does."""
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        return JSONResponse(body("bad_request", "the body is not valid JSON"), status_code=400)
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    field = ".".join(loc) or None
+    message = str(first.get("msg", "invalid"))
+    return JSONResponse(body("validation_error", message, field), status_code=422)
+
+
+def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    codes = {
+        404: "not_found",
+        405: "method_not_allowed",
+        401: "unauthenticated",
+        403: "forbidden",
+        413: "payload_too_large",
+    }
+    messages = {
+        404: "no such route",
+        405: "method not allowed on this route",
+        413: "the request body is larger than this server accepts",
+    }
+    message = messages.get(exc.status_code, str(exc.detail))
+    return JSONResponse(
+        body(codes.get(exc.status_code, "http_error"), message),
+        status_code=exc.status_code,
+        headers=getattr(exc, "headers", None),
+    )
+
+
+def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    request_id = uuid.uuid4().hex[:12]
+    log.error(
+        "internal error on %s %s (request %s)",
+        request.method,
+        request.url.path,
+        request_id,
+        exc_info=exc,
+        extra={"action": "api_internal_error", "request_id": request_id},
+    )
+    return JSONResponse(
+        body("internal", f"internal error; the server log has the details under request id {request_id}"),
+        status_code=500,
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(JobgateError, _jobgate_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)

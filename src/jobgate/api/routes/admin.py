@@ -1,0 +1,133 @@
+"""Cluster and tenant views (workers, quota usage, doctor) and token administration.
+
+Workers follow seed 002: the execution mode this server runs in (``embedded`` when it
+executes runs itself) is reported apart from the registrations, so an empty registry beside
+an embedded worker is not read as "nothing executes"; process ids and hosts stay internal.
+Token administration is the admin's, within its tenant: raw values are shown once, at
+creation, and another tenant's token answers 404 like a missing one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from jobgate.api import pagination
+from jobgate.api.access import ADMIN, OPERATE, READ, allow, principal
+from jobgate.api.schemas import (
+    CheckOut,
+    Page,
+    QuotaUsageOut,
+    ReadyOut,
+    TokenCreatedOut,
+    TokenCreateIn,
+    TokenOut,
+    WorkerOut,
+    WorkersOut,
+)
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.service import cluster, doctor, manual, tokens
+from jobgate.service.tokens import Principal
+
+router = APIRouter(prefix="/api/v1", tags=["administration"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+@router.get("/workers", response_model=WorkersOut)
+@allow(READ)
+def list_workers(state: State, limit: Annotated[int, Query(ge=1, le=100)] = 20) -> WorkersOut:
+    rows = cluster.workers(state.engine)
+    active = sum(1 for r in rows if r.state == "alive")
+    stale = sum(1 for r in rows if r.state == "stale")
+    embedded = state.embedded_worker
+    rows.sort(key=lambda r: (-r.info.heartbeat_at.timestamp(), r.info.worker_id))
+    return WorkersOut(
+        execution_mode="embedded" if embedded else "standalone",
+        execution_availability="available" if embedded or active else "unavailable",
+        visibility_state="registrations" if rows else "no_registrations",
+        total=len(rows),
+        active=active,
+        stale=stale,
+        items=[
+            WorkerOut(
+                worker_id=r.info.worker_id,
+                state=r.state,
+                concurrency=r.info.concurrency,
+                queues=list(r.info.queues),
+                started_at=r.info.started_at,
+                heartbeat_at=r.info.heartbeat_at,
+                heartbeat_age_seconds=round(r.heartbeat_age / timedelta(seconds=1), 3),
+            )
+            for r in rows[:limit]
+        ],
+    )
+
+
+@router.get("/quotas/usage", response_model=QuotaUsageOut)
+@allow(READ)
+def quota_usage(caller: Caller, state: State) -> QuotaUsageOut:
+    """Seed 001: the caller's tenant's runs created in the current UTC day [start, next start);
+    every state and every retry counts."""
+    now = state.engine.clock.now()
+    used, start, end = manual.runs_created_today(state.engine, caller.tenant_id, now)
+    return QuotaUsageOut(
+        tenant_id=caller.tenant_id,
+        unit="runs",
+        period_start=start,
+        period_end=end,
+        measured_at=now,
+        used=used,
+        limit=state.engine.config.server.daily_run_quota,
+    )
+
+
+@router.get("/doctor", response_model=ReadyOut)
+@allow(OPERATE)
+def run_doctor(caller: Caller, state: State) -> ReadyOut:
+    """Each check green, amber or red with its reason; ``ready`` is false when any is red."""
+    checks = doctor.run_checks(state.engine, tenant_id=caller.tenant_id, embedded_worker=state.embedded_worker)
+    return ReadyOut(
+        ready=doctor.worst(checks) is not doctor.Level.RED,
+        checks=[CheckOut(name=c.name, status=c.level.value, detail=c.detail) for c in checks],
+    )
+
+
+@router.get("/tokens", response_model=Page[TokenOut])
+@allow(ADMIN)
+def list_tokens(
+    caller: Caller,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Page[TokenOut]:
+    found = tokens.listed(state.engine, caller.tenant_id)
+    page, next_cursor = pagination.page_in_memory(found, lambda t: t.token_id, cursor=cursor, limit=limit)
+    return Page[TokenOut](items=[TokenOut.of(t) for t in page], next_cursor=next_cursor)
+
+
+@router.post("/tokens", status_code=201, response_model=TokenCreatedOut)
+@allow(ADMIN)
+def create_token(body: TokenCreateIn, caller: Caller, state: State) -> TokenCreatedOut:
+    """A token of the caller's tenant. The raw value is in this response only."""
+    made = tokens.create(
+        state.engine,
+        tenant_id=caller.tenant_id,
+        role=body.role,
+        actor=caller.actor,
+        label=body.label,
+        jobs=body.jobs,
+        expires_in=None if body.expires_in_seconds is None else timedelta(seconds=body.expires_in_seconds),
+    )
+    return TokenCreatedOut(token=made.token, info=TokenOut.of(made.stored))
+
+
+@router.delete("/tokens/{token_id}", status_code=204, response_class=Response)
+@allow(ADMIN)
+def revoke_token(token_id: str, caller: Caller, state: State) -> Response:
+    """Revoke at once: the next request with it is a 401. Revoking twice changes nothing."""
+    tokens.revoke(state.engine, caller.tenant_id, token_id, actor=caller.actor)
+    return Response(status_code=204)

@@ -1,0 +1,89 @@
+"""Definitions: list, read, versions, and apply (admin).
+
+Apply takes definition documents as JSON (the same fields as the YAML files) and stores all
+or none, exactly like ``jobgate apply``. The tenant is the token's: a document naming another
+tenant is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from jobgate.api import pagination
+from jobgate.api.access import ADMIN, READ, allow, principal
+from jobgate.api.routes.runs import ensure_may_use
+from jobgate.api.schemas import AppliedOut, DefinitionDetailOut, DefinitionOut, DefinitionsApplyIn, Page
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.definitions import parse_definition
+from jobgate.service.tokens import Principal
+
+router = APIRouter(prefix="/api/v1", tags=["definitions"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+@router.get("/definitions", response_model=Page[DefinitionOut])
+@allow(READ)
+def list_definitions(
+    caller: Caller,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Page[DefinitionOut]:
+    """The current version of each definition the token may use."""
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        found = [d for d in tx.definitions_list(caller.tenant_id) if caller.may_use(d.job_definition_id)]
+    page, next_cursor = pagination.page_in_memory(found, lambda d: d.job_definition_id, cursor=cursor, limit=limit)
+    return Page[DefinitionOut](items=[DefinitionOut.of(d) for d in page], next_cursor=next_cursor)
+
+
+@router.get("/definitions/{job_definition_id}", response_model=DefinitionDetailOut)
+@allow(READ)
+def get_definition(job_definition_id: str, caller: Caller, state: State) -> DefinitionDetailOut:
+    """The current version, with its content (what its digest covers)."""
+    ensure_may_use(caller, job_definition_id)
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        found = tx.definition_get(caller.tenant_id, job_definition_id)
+    if found is None:
+        raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
+    return DefinitionDetailOut.of(found)
+
+
+@router.get("/definitions/{job_definition_id}/versions", response_model=list[DefinitionOut])
+@allow(READ)
+def definition_versions(job_definition_id: str, caller: Caller, state: State) -> list[DefinitionOut]:
+    ensure_may_use(caller, job_definition_id)
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        versions = tx.definition_versions(caller.tenant_id, job_definition_id)
+    if not versions:
+        raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
+    return [DefinitionOut.of(v) for v in versions]
+
+
+@router.post("/definitions", response_model=list[AppliedOut])
+@allow(ADMIN)
+def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) -> list[AppliedOut]:
+    """Store every definition or none; an unchanged one keeps its version (``created`` false)."""
+    loaded = []
+    for i, document in enumerate(body.definitions):
+        tenant = document.get("tenant_id")
+        if tenant is not None and tenant != caller.tenant_id:
+            raise ValidationError("must be your token's tenant (or left out)", field=f"definitions[{i}].tenant_id")
+        if "handler" in document:
+            # Code to import is the operator's choice, made in files on the server; over the
+            # API a definition names a target or runner the configuration already declares.
+            raise ValidationError(
+                "the API accepts definitions that name a configured target_engine_meid or runner; "
+                "a definition with a raw handler is applied from files by the operator (jobgate apply)",
+                field=f"definitions[{i}].handler",
+            )
+        loaded.append(parse_definition(document, f"definitions[{i}]", state.engine.config))
+    applied = state.engine.apply_definitions(loaded, tenant_id=caller.tenant_id)
+    return [
+        AppliedOut(job_definition_id=a.job_definition_id, version=a.version, digest=a.digest, created=a.created)
+        for a in applied
+    ]

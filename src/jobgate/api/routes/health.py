@@ -1,0 +1,70 @@
+"""Liveness, readiness and Prometheus metrics.
+
+``/healthz`` answers as long as the process serves HTTP (anonymous, no database call), so a
+supervisor restarts only a wedged process. ``/readyz`` (anonymous, no tenant data) says
+whether this node should get traffic: database reachable, schema current, and every loop it
+runs alive. ``/metrics`` needs a token: its run counts are the caller's tenant's, read from
+the database so every node reports the same truth, beside this process's HTTP figures.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from jobgate.api.access import OPERATE, PUBLIC, allow, principal
+from jobgate.api.metrics import TenantRuns
+from jobgate.api.schemas import CheckOut, HealthOut, ReadyOut
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.service import doctor
+from jobgate.service.tokens import Principal
+
+router = APIRouter(tags=["health"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@router.get("/healthz", response_model=HealthOut)
+@allow(PUBLIC)
+def healthz() -> HealthOut:
+    return HealthOut(status="ok")
+
+
+@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
+@allow(PUBLIC)
+async def readyz(state: State) -> JSONResponse:
+    checks = await run_in_threadpool(_readiness, state)
+    ready = all(c.status != doctor.Level.RED.value for c in checks)
+    body = ReadyOut(ready=ready, checks=checks).model_dump(mode="json")
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def _readiness(state: ServerState) -> list[CheckOut]:
+    try:
+        with state.engine.store.read() as tx:
+            revision = tx.schema_revision()
+        schema = doctor.judge_schema(revision)
+        out = [CheckOut(name="database", status="green", detail="reachable")]
+        out.append(CheckOut(name=schema.name, status=schema.level.value, detail=schema.detail))
+    except Exception as exc:
+        return [CheckOut(name="database", status="red", detail=f"unreachable: {type(exc).__name__}")]
+    if state.stopping.is_set():
+        out.append(CheckOut(name="shutdown", status="red", detail="shutting down"))
+    for name, alive in sorted(state.loops().items()):
+        out.append(CheckOut(name=name, status="green" if alive else "red", detail="alive" if alive else "stopped"))
+    return out
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
+@allow(OPERATE)
+def metrics(caller: Caller, state: State) -> Response:
+    scrape = CollectorRegistry()
+    scrape.register(TenantRuns(state.engine, caller.tenant_id))
+    text = generate_latest(state.http_metrics.registry) + generate_latest(scrape)
+    return Response(text, media_type=PROMETHEUS_TEXT)

@@ -1,0 +1,188 @@
+"""Schedules, event ingestion and dead letters: the operator's surface.
+
+Schedules are added from the same document form as the seed files and ``jobgate schedules
+add`` (``id``, ``job``, one of ``cron``/``every_seconds``/...); the tenant is the token's.
+Events are de-duplicated by their source event id: posting the same event again fires
+nothing new and returns the runs the first delivery made.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from jobgate.api import pagination
+from jobgate.api.access import OPERATE, READ, allow, principal
+from jobgate.api.errors import BadRequest
+from jobgate.api.routes.runs import ensure_may_use, visible_run
+from jobgate.api.schemas import (
+    DeadLetterOut,
+    EventFireOut,
+    EventIn,
+    EventOut,
+    Page,
+    RunOut,
+    ScheduleChangedOut,
+    ScheduleCreateIn,
+    ScheduleItemOut,
+)
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.service import control, schedules, triggers
+from jobgate.service.tokens import Principal
+from jobgate.store.sql.schedules import StoredSchedule
+
+router = APIRouter(prefix="/api/v1", tags=["operations"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+def _schedule_out(item: StoredSchedule) -> ScheduleItemOut:
+    s = item.schedule
+    return ScheduleItemOut(
+        schedule_id=s.schedule_id,
+        job_definition_id=s.job_definition_id,
+        kind=s.kind.value,
+        paused=s.paused,
+        document=schedules.schedule_document(s),
+        watermark=item.watermark,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+    )
+
+
+@router.get("/schedules", response_model=Page[ScheduleItemOut])
+@allow(READ)
+def list_schedules(
+    caller: Caller,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Page[ScheduleItemOut]:
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        found = [i for i in tx.schedules_list(caller.tenant_id) if caller.may_use(i.schedule.job_definition_id)]
+    page, next_cursor = pagination.page_in_memory(found, lambda i: i.schedule.schedule_id, cursor=cursor, limit=limit)
+    return Page[ScheduleItemOut](items=[_schedule_out(i) for i in page], next_cursor=next_cursor)
+
+
+@router.post("/schedules", status_code=201, response_model=ScheduleItemOut)
+@allow(OPERATE)
+def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, state: State) -> ScheduleItemOut:
+    """Create or replace a schedule (201 created, 200 replaced)."""
+    doc = dict(body.schedule)
+    if doc.get("tenant") not in (None, caller.tenant_id):
+        raise ValidationError("must be your token's tenant (or left out)", field="schedule.tenant")
+    doc["tenant"] = caller.tenant_id
+    now = state.engine.clock.now()
+    schedule = schedules.schedule_from_document(doc, now=now, source="api")
+    ensure_may_use(caller, schedule.job_definition_id)
+    (created,) = schedules.put_schedules(state.engine, [schedule], source="api", now=now, actor=caller.actor)
+    if not created:
+        response.status_code = 200
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        stored = tx.schedule_get(caller.tenant_id, schedule.schedule_id)
+    assert stored is not None
+    return _schedule_out(stored)
+
+
+def _visible_schedule(state: ServerState, caller: Principal, schedule_id: str) -> StoredSchedule:
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        found = tx.schedule_get(caller.tenant_id, schedule_id)
+    if found is None or not caller.may_use(found.schedule.job_definition_id):
+        raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
+    return found
+
+
+@router.post("/schedules/{schedule_id}/enable", response_model=ScheduleChangedOut)
+@allow(OPERATE)
+def enable_schedule(schedule_id: str, caller: Caller, state: State) -> ScheduleChangedOut:
+    """Resume; ``changed`` is false when it was already enabled (nothing recorded)."""
+    _visible_schedule(state, caller, schedule_id)
+    now = state.engine.clock.now()
+    changed = schedules.set_paused(state.engine, caller.tenant_id, schedule_id, False, now=now, actor=caller.actor)
+    return ScheduleChangedOut(schedule_id=schedule_id, changed=changed)
+
+
+@router.post("/schedules/{schedule_id}/disable", response_model=ScheduleChangedOut)
+@allow(OPERATE)
+def disable_schedule(schedule_id: str, caller: Caller, state: State) -> ScheduleChangedOut:
+    """Pause; ``changed`` is false when it was already disabled (nothing recorded)."""
+    _visible_schedule(state, caller, schedule_id)
+    now = state.engine.clock.now()
+    changed = schedules.set_paused(state.engine, caller.tenant_id, schedule_id, True, now=now, actor=caller.actor)
+    return ScheduleChangedOut(schedule_id=schedule_id, changed=changed)
+
+
+@router.delete("/schedules/{schedule_id}", status_code=204, response_class=Response)
+@allow(OPERATE)
+def delete_schedule(schedule_id: str, caller: Caller, state: State) -> Response:
+    _visible_schedule(state, caller, schedule_id)
+    schedules.delete(state.engine, caller.tenant_id, schedule_id, now=state.engine.clock.now(), actor=caller.actor)
+    return Response(status_code=204)
+
+
+@router.post("/events", response_model=EventOut)
+@allow(OPERATE)
+def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
+    """Fire every schedule of the tenant subscribed to ``event_type``. The source event id is
+    part of each run's key: a redelivered event finds the runs the first delivery made."""
+    fired = triggers.emit_event(
+        state.engine,
+        event_type=body.event_type,
+        event_id=body.event_id,
+        data=body.data,
+        tenant_id=caller.tenant_id,
+        actor=caller.actor,
+    )
+    return EventOut(
+        event_type=body.event_type,
+        event_id=body.event_id,
+        fired=[
+            EventFireOut(
+                schedule_id=f.schedule_id,
+                job_definition_id=f.job_definition_id,
+                job_run_id=f.job_run_id,
+                created=f.created,
+                refused=f.refused,
+            )
+            for f in fired
+            if caller.may_use(f.job_definition_id)
+        ],
+    )
+
+
+@router.get("/dead-letters", response_model=Page[DeadLetterOut])
+@allow(OPERATE)
+def list_dead_letters(
+    caller: Caller,
+    state: State,
+    include_resolved: bool = False,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Page[DeadLetterOut]:
+    before = None
+    if cursor is not None:
+        at, letter_id = pagination.decode(cursor, 2)
+        try:
+            before = (datetime.fromisoformat(str(at)), str(letter_id))
+        except ValueError:
+            raise BadRequest("not a cursor this server issued", field="cursor") from None
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        found = tx.dead_letters_list(caller.tenant_id, open_only=not include_resolved, limit=limit + 1, before=before)
+        page, more = found[:limit], len(found) > limit
+        next_cursor = pagination.encode([page[-1].created_at.isoformat(), page[-1].dead_letter_id]) if more else None
+        if caller.jobs is not None:  # a page may come out short; the cursor still moves on
+            runs = {r.job_run_id: r for r in tx.runs_get([d.job_run_id for d in page])}
+            page = [d for d in page if d.job_run_id in runs and caller.may_use(runs[d.job_run_id].job_definition_id)]
+    return Page[DeadLetterOut](items=[DeadLetterOut.of(d) for d in page], next_cursor=next_cursor)
+
+
+@router.post("/dead-letters/{job_run_id}/requeue", response_model=RunOut)
+@allow(OPERATE)
+def requeue_dead_letter(job_run_id: str, caller: Caller, state: State) -> RunOut:
+    """One more attempt for a dead-lettered or escalated run, same idempotency key; 409 otherwise."""
+    visible_run(state, caller, job_run_id)
+    return RunOut.of(control.requeue_run(state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id))

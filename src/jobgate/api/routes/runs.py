@@ -1,0 +1,210 @@
+"""Runs: create (manual trigger), list, read, cancel, stop, retry, log, artifact.
+
+Every read and write is scoped to the caller's tenant, and to the token's definitions when
+it has a list: another tenant's run, or a run of a definition the token may not use, answers
+404 exactly like a missing one. Activators act only on the runs they asked for.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi.responses import FileResponse, PlainTextResponse
+
+from jobgate.api import pagination
+from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
+from jobgate.api.errors import BadRequest
+from jobgate.api.schemas import (
+    AttemptOut,
+    DeadLetterOut,
+    Page,
+    RunActionIn,
+    RunCreatedOut,
+    RunCreateIn,
+    RunDetailOut,
+    RunOut,
+    TransitionOut,
+)
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError
+from jobgate.core.models import JobRun, Scope
+from jobgate.core.states import RunStatus
+from jobgate.service import control, manual, run_files
+from jobgate.service.tokens import Principal
+from jobgate.store.base import RunFilter
+
+router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+def visible_run(state: ServerState, caller: Principal, job_run_id: str) -> JobRun:
+    """The run if the caller may see it; otherwise the same 404 as a missing run."""
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        run = tx.run_get(job_run_id, caller.tenant_id)
+    if run is None or not caller.may_use(run.job_definition_id):
+        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+    return run
+
+
+def ensure_may_use(caller: Principal, job_definition_id: str) -> None:
+    if not caller.may_use(job_definition_id):
+        raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
+
+
+@router.post("/runs", status_code=201, response_model=RunCreatedOut)
+@allow(RUN)
+def create_run(
+    body: RunCreateIn,
+    response: Response,
+    caller: Caller,
+    state: State,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> RunCreatedOut:
+    """A manual run. With ``Idempotency-Key`` a repeat returns the same run (200); the same key
+    with a different request is 409."""
+    ensure_may_use(caller, body.job_definition_id)
+    result = manual.submit_manual(
+        state.engine,
+        scope=Scope(tenant_id=caller.tenant_id),
+        actor=caller.actor,
+        job_definition_id=body.job_definition_id,
+        params=body.params,
+        reason=body.reason,
+        idempotency_key=idempotency_key,
+    )
+    if not result.created:
+        response.status_code = 200
+    return RunCreatedOut(created=result.created, run=RunOut.of(result.run))
+
+
+@router.get("/runs", response_model=Page[RunOut])
+@allow(READ)
+def list_runs(
+    caller: Caller,
+    state: State,
+    status: Annotated[list[RunStatus] | None, Query(description="repeat for several")] = None,
+    job_definition_id: Annotated[str | None, Query(max_length=200)] = None,
+    job_class: Annotated[str | None, Query(max_length=64)] = None,
+    trigger_type: Annotated[str | None, Query(max_length=32)] = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Page[RunOut]:
+    before = None
+    if cursor is not None:
+        at, run_id = pagination.decode(cursor, 2)
+        try:
+            before = (datetime.fromisoformat(str(at)), str(run_id))
+        except ValueError:
+            raise BadRequest("not a cursor this server issued", field="cursor") from None
+    wanted = RunFilter(
+        tenant_id=caller.tenant_id,
+        statuses=tuple(status or ()),
+        job_definition_id=job_definition_id,
+        job_class=job_class,
+        trigger_type=trigger_type,
+        created_from=_aware(created_from, "created_from"),
+        created_to=_aware(created_to, "created_to"),
+        limit=limit + 1,
+        before=before,
+        job_definition_ids=caller.jobs,
+    )
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        found = tx.runs_list(wanted)
+    page, more = found[:limit], len(found) > limit
+    next_cursor = pagination.encode([page[-1].created_at.isoformat(), page[-1].job_run_id]) if more else None
+    return Page[RunOut](items=[RunOut.of(r) for r in page], next_cursor=next_cursor)
+
+
+def _aware(value: datetime | None, field: str) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise BadRequest("give a timezone (e.g. 2026-01-01T00:00:00Z)", field=field)
+    return value
+
+
+@router.get("/runs/{job_run_id}", response_model=RunDetailOut)
+@allow(READ)
+def get_run(job_run_id: str, caller: Caller, state: State) -> RunDetailOut:
+    """The run with every transition, its attempts, its open dead letter and its progress."""
+    visible_run(state, caller, job_run_id)
+    detail = control.run_detail(state.engine, job_run_id, caller.tenant_id)
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        progress, message = tx.run_progress_get(job_run_id)
+    return RunDetailOut(
+        run=RunOut.of(detail.run),
+        transitions=[TransitionOut.of(i, t) for i, t in enumerate(detail.transitions, start=1)],
+        attempts=[AttemptOut.of(a) for a in detail.attempts],
+        dead_letter=None if detail.dead_letter is None else DeadLetterOut.of(detail.dead_letter),
+        progress=progress,
+        progress_message=message,
+    )
+
+
+@router.post("/runs/{job_run_id}/cancel", response_model=RunOut)
+@allow(RUN_CONTROL)
+def cancel_run(job_run_id: str, caller: Caller, state: State, body: RunActionIn | None = None) -> RunOut:
+    """Cancel a pending run; a running one is 409 (stop it instead)."""
+    run = visible_run(state, caller, job_run_id)
+    check_run_access(RUN_CONTROL, caller, run)
+    reason = None if body is None else body.reason
+    done = control.cancel_run(state.engine, job_run_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
+    return RunOut.of(done)
+
+
+@router.post("/runs/{job_run_id}/stop", status_code=202, response_model=RunOut)
+@allow(RUN_CONTROL)
+def stop_run(job_run_id: str, caller: Caller, state: State, body: RunActionIn | None = None) -> RunOut:
+    """Stop a running run: its worker sends SIGTERM, then kills after the grace period. 202:
+    the run lands in CANCELLED when the worker sees the exit. A pending run is 409."""
+    run = visible_run(state, caller, job_run_id)
+    check_run_access(RUN_CONTROL, caller, run)
+    reason = None if body is None else body.reason
+    done = control.stop_run(state.engine, job_run_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
+    return RunOut.of(done)
+
+
+@router.post("/runs/{job_run_id}/retry", status_code=201, response_model=RunCreatedOut)
+@allow(RUN_CONTROL)
+def retry_run(job_run_id: str, response: Response, caller: Caller, state: State) -> RunCreatedOut:
+    """Seed 001 retry contract: a terminal run is retried at most once; 201 with the new run the
+    first time, 200 with the same retry afterwards, 409 when the run is not terminal."""
+    run = visible_run(state, caller, job_run_id)
+    check_run_access(RUN_CONTROL, caller, run)
+    retry, created = control.retry_run(state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
+    if not created:
+        response.status_code = 200
+    return RunCreatedOut(created=created, run=RunOut.of(retry))
+
+
+@router.get("/runs/{job_run_id}/log", response_class=PlainTextResponse)
+@allow(READ)
+def run_log(
+    job_run_id: str,
+    caller: Caller,
+    state: State,
+    tail: Annotated[int | None, Query(ge=1, le=run_files.MAX_TAIL_LINES)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=run_files.MAX_READ)] = run_files.MAX_READ,
+) -> PlainTextResponse:
+    """The run's log as text: the last ``tail`` lines, or ``limit`` bytes from ``offset``.
+    ``X-Log-End`` is the offset to ask for next; ``X-Log-Size`` the file's size."""
+    run = visible_run(state, caller, job_run_id)
+    part = run_files.read_log(state.engine.config, run, tail_lines=tail, offset=offset, limit=limit)
+    headers = {"X-Log-Offset": str(part.offset), "X-Log-End": str(part.end), "X-Log-Size": str(part.size)}
+    return PlainTextResponse(part.text, headers=headers)
+
+
+@router.get("/runs/{job_run_id}/artifact", response_class=FileResponse)
+@allow(READ)
+def run_artifact(job_run_id: str, caller: Caller, state: State) -> FileResponse:
+    """The run's artifact (404 when it recorded none); ``X-Artifact-SHA256`` is the digest
+    recorded when the run finished."""
+    run = visible_run(state, caller, job_run_id)
+    path = run_files.artifact_file(state.engine.config, run)
+    headers = {"X-Artifact-SHA256": run.artifact_sha256 or ""}
+    return FileResponse(path, filename=path.name, media_type="application/octet-stream", headers=headers)

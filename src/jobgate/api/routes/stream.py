@@ -1,0 +1,144 @@
+"""Run progress as Server-Sent Events (seed 001 §5, seed 002).
+
+A connection first gets the reconnect delay (``retry:``), a ``snapshot`` of the run, a
+``queue`` snapshot (how long a pending run has waited) and a ``heartbeat``; then, on the poll
+cadence, a ``state`` event for every persisted transition, ``progress`` when the handler
+reports progress, a ``heartbeat`` on the heartbeat cadence, and finally ``terminal`` (or
+``gone`` if the run disappears), after which the server closes the stream.
+
+Only ``state`` events carry an id: the transition's sequence number in the run's history.
+That history is append-only, so ``Last-Event-ID: n`` resumes exactly after the n-th
+transition — nothing lost, nothing repeated. Snapshots, progress and heartbeats describe the
+present rather than the history and are sent afresh on every connection. It carries
+progress state, not logs (``GET /runs/{id}/log`` has those).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from jobgate.api.access import READ, allow, principal
+from jobgate.api.errors import BadRequest
+from jobgate.api.routes.runs import visible_run
+from jobgate.api.schemas import RunOut, TransitionOut
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.models import JobRun, Transition
+from jobgate.service.tokens import Principal
+
+router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+@dataclass(frozen=True)
+class Observed:
+    run: JobRun | None
+    transitions: list[Transition]
+    progress: tuple[float | None, str | None]
+    now: datetime
+
+
+def frame(event: str, data: Any, event_id: int | None = None) -> str:
+    """One SSE frame; data is one line of JSON (so no frame can be split by a newline)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+
+
+def parse_last_event_id(value: str | None) -> int:
+    if value is None or value == "":
+        return 0
+    if not value.isdigit() or len(value) > 12:
+        raise BadRequest("the id of a state event this stream sent (a whole number)", field="Last-Event-ID")
+    return int(value)
+
+
+def _observe(state: ServerState, tenant_id: str, job_run_id: str) -> Observed:
+    with state.engine.store.read(tenant_id=tenant_id) as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+        transitions = tx.run_transitions(job_run_id) if run is not None else []
+        progress = tx.run_progress_get(job_run_id) if run is not None else (None, None)
+    return Observed(run, transitions, progress, state.engine.clock.now())
+
+
+def _queue(observed: Observed) -> dict[str, Any]:
+    run = observed.run
+    assert run is not None
+    waiting = None
+    if run.status.is_pending:
+        waiting = max(0.0, (observed.now - run.due_at).total_seconds())
+    return {"status": run.status.value, "due_at": run.due_at.isoformat(), "waiting_seconds": waiting}
+
+
+async def run_events(
+    state: ServerState, request: Request, caller: Principal, job_run_id: str, after: int
+) -> AsyncIterator[str]:
+    settings = state.engine.config.server
+    poll = settings.stream_poll.total_seconds()
+    beat = settings.stream_heartbeat.total_seconds()
+    yield f"retry: {int(settings.stream_retry.total_seconds() * 1000)}\n\n"
+    observed = await run_in_threadpool(_observe, state, caller.tenant_id, job_run_id)
+    if observed.run is None:
+        yield frame("gone", {"job_run_id": job_run_id})
+        return
+    progress = observed.progress
+    yield frame("snapshot", RunOut.of(observed.run).model_dump(mode="json"))
+    yield frame("queue", _queue(observed))
+    yield frame("heartbeat", {"at": observed.now.isoformat()})
+    next_beat = time.monotonic() + beat
+    sent = after
+    if progress != (None, None):
+        yield frame("progress", {"fraction": progress[0], "message": progress[1]})
+    while True:
+        for seq, t in enumerate(observed.transitions[sent:], start=sent + 1):
+            yield frame("state", TransitionOut.of(seq, t).model_dump(mode="json"), event_id=seq)
+        sent = max(sent, len(observed.transitions))
+        assert observed.run is not None
+        if observed.run.status.is_terminal:
+            yield frame("terminal", RunOut.of(observed.run).model_dump(mode="json"))
+            return
+        if observed.progress != progress:
+            progress = observed.progress
+            yield frame("progress", {"fraction": progress[0], "message": progress[1]})
+        if time.monotonic() >= next_beat:
+            yield frame("heartbeat", {"at": observed.now.isoformat()})
+            next_beat = time.monotonic() + beat
+        await asyncio.sleep(poll)
+        if state.stopping.is_set() or await request.is_disconnected():
+            return  # the client reconnects (to another node, or after the restart) with its last id
+        observed = await run_in_threadpool(_observe, state, caller.tenant_id, job_run_id)
+        if observed.run is None:
+            yield frame("gone", {"job_run_id": job_run_id})
+            return
+
+
+@router.get(
+    "/runs/{job_run_id}/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "the run's events"}},
+)
+@allow(READ)
+async def stream_run(
+    job_run_id: str,
+    request: Request,
+    caller: Caller,
+    state: State,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)] = None,
+) -> StreamingResponse:
+    after = parse_last_event_id(last_event_id)
+    await run_in_threadpool(visible_run, state, caller, job_run_id)  # 404 before the stream starts
+    return StreamingResponse(
+        run_events(state, request, caller, job_run_id, after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,416 @@
+"""Request and response bodies of the HTTP API, as pydantic models.
+
+The models are the contract: FastAPI validates requests against them (a bad field is a 422
+naming it) and publishes them in ``/openapi.json``, which the schemathesis run in CI checks
+every response against. Requests forbid unknown fields: a misspelt option refused is better
+than one silently ignored. Conversions from the core's dataclasses live here too, so a
+route is a few lines: check, call the service, convert.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.store.base import StoredDefinition
+from jobgate.store.sql.tokens import StoredToken
+
+T = TypeVar("T")
+
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list; ``next_cursor`` fetches the next (absent on the last page)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+# ---------------------------------------------------------------- runs
+class RunOut(BaseModel):
+    job_run_id: str
+    tenant_id: str
+    job_definition_id: str
+    definition_version: int
+    definition_digest: str
+    job_class: str
+    trigger_id: str
+    trigger_type: str
+    idempotency_key: str
+    config_snapshot_id: str
+    config_digest: str
+    status: str
+    attempt: int
+    max_attempts: int
+    priority: str
+    queue: str
+    params: dict[str, Any]
+    scope: dict[str, Any]
+    created_at: datetime
+    due_at: datetime
+    requested_by: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    next_retry_at: datetime | None
+    error_code: str | None
+    error_message: str | None
+    result: dict[str, Any] | None
+    stop_requested: bool
+    has_artifact: bool
+    artifact_sha256: str | None
+    artifact_size: int | None
+    workflow_run_id: str | None
+
+    @classmethod
+    def of(cls, run: JobRun) -> RunOut:
+        return cls(
+            job_run_id=run.job_run_id,
+            tenant_id=run.tenant_id,
+            job_definition_id=run.job_definition_id,
+            definition_version=run.definition_version,
+            definition_digest=run.definition_digest,
+            job_class=run.job_class.value,
+            trigger_id=run.trigger_id,
+            trigger_type=run.trigger_type.value,
+            idempotency_key=run.idempotency_key,
+            config_snapshot_id=run.config_snapshot_id,
+            config_digest=run.config_digest,
+            status=run.status.value,
+            attempt=run.attempt,
+            max_attempts=run.max_attempts,
+            priority=run.priority.value,
+            queue=run.queue,
+            params=dict(run.params),
+            scope=dict(run.scope),
+            created_at=run.created_at,
+            due_at=run.due_at,
+            requested_by=run.requested_by,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            next_retry_at=run.next_retry_at,
+            error_code=run.error_code,
+            error_message=run.error_message,
+            result=None if run.result is None else dict(run.result),
+            stop_requested=run.stop_requested,
+            has_artifact=run.artifact_path is not None,
+            artifact_sha256=run.artifact_sha256,
+            artifact_size=run.artifact_size,
+            workflow_run_id=run.workflow_run_id,
+        )
+
+
+class TransitionOut(BaseModel):
+    sequence: int
+    from_status: str | None
+    to_status: str
+    attempt: int
+    reason: str
+    actor: str
+    at: datetime
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, sequence: int, t: Transition) -> TransitionOut:
+        return cls(
+            sequence=sequence,
+            from_status=None if t.from_status is None else t.from_status.value,
+            to_status=t.to_status.value,
+            attempt=t.attempt,
+            reason=t.reason,
+            actor=t.actor,
+            at=t.at,
+            detail=dict(t.detail),
+        )
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    worker_id: str
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+    error_code: str | None
+    error_message: str | None
+
+    @classmethod
+    def of(cls, a: Attempt) -> AttemptOut:
+        return cls(
+            attempt=a.attempt,
+            worker_id=a.worker_id,
+            started_at=a.started_at,
+            ended_at=a.ended_at,
+            outcome=a.outcome,
+            error_code=a.error_code,
+            error_message=a.error_message,
+        )
+
+
+class DeadLetterOut(BaseModel):
+    dead_letter_id: str
+    job_run_id: str
+    job_class: str
+    reason: str
+    last_error_code: str | None
+    attempts: int
+    requires_manual_review: bool
+    created_at: datetime
+    resolved_at: datetime | None
+    resolution: str | None
+
+    @classmethod
+    def of(cls, d: DeadLetter) -> DeadLetterOut:
+        return cls(
+            dead_letter_id=d.dead_letter_id,
+            job_run_id=d.job_run_id,
+            job_class=d.job_class.value,
+            reason=d.reason.value,
+            last_error_code=d.last_error_code,
+            attempts=d.attempts,
+            requires_manual_review=d.requires_manual_review,
+            created_at=d.created_at,
+            resolved_at=d.resolved_at,
+            resolution=d.resolution,
+        )
+
+
+class RunDetailOut(BaseModel):
+    run: RunOut
+    transitions: list[TransitionOut]
+    attempts: list[AttemptOut]
+    dead_letter: DeadLetterOut | None
+    progress: float | None
+    progress_message: str | None
+
+
+class RunCreateIn(Request):
+    job_definition_id: str = Field(pattern=IDENTIFIER)
+    params: dict[str, str] = Field(default_factory=dict)
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class RunActionIn(Request):
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class RunCreatedOut(BaseModel):
+    created: bool
+    run: RunOut
+
+
+# ---------------------------------------------------------------- seed 000 §42-43
+class ScheduleScopeIn(Request):
+    tenant_id: str | None = Field(default=None, max_length=64)
+    environment: str | None = Field(default=None, max_length=200)
+    region: str | None = Field(default=None, max_length=200)
+    eco_number: str | None = Field(default=None, max_length=200)
+
+
+class ScheduleTriggerIn(Request):
+    trigger_type: str = Field(default="manual", pattern="^manual$")
+    requested_by: str | None = Field(default=None, max_length=200)
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class ScheduleIn(Request):
+    job_definition_id: str = Field(pattern=IDENTIFIER)
+    scope: ScheduleScopeIn = Field(default_factory=ScheduleScopeIn)
+    trigger: ScheduleTriggerIn = Field(default_factory=ScheduleTriggerIn)
+    params: dict[str, str] = Field(default_factory=dict)
+
+
+class ScheduleOut(BaseModel):
+    status: str
+    job_run_id: str
+    config_snapshot_id: str
+    scheduled_for: datetime
+
+
+class CancelIn(Request):
+    job_run_id: str = Field(max_length=64)
+    reason: str | None = Field(default=None, max_length=2000)
+    requested_by: str | None = Field(default=None, max_length=200)
+
+
+class CancelOut(BaseModel):
+    status: str
+    job_run_id: str
+    audit_required: bool
+
+
+# ---------------------------------------------------------------- definitions
+class DefinitionOut(BaseModel):
+    job_definition_id: str
+    version: int
+    digest: str
+    job_code: str
+    job_class: str
+    status: str
+    is_current: bool
+    source: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, d: StoredDefinition) -> DefinitionOut:
+        return cls(
+            job_definition_id=d.job_definition_id,
+            version=d.version,
+            digest=d.digest,
+            job_code=d.job_code,
+            job_class=d.job_class,
+            status=d.status.value,
+            is_current=d.is_current,
+            source=d.source,
+            created_at=d.created_at,
+        )
+
+
+class DefinitionDetailOut(DefinitionOut):
+    content: dict[str, Any]
+
+    @classmethod
+    def of(cls, d: StoredDefinition) -> DefinitionDetailOut:
+        return cls(**DefinitionOut.of(d).model_dump(), content=dict(d.content))
+
+
+class DefinitionsApplyIn(Request):
+    definitions: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+
+
+class AppliedOut(BaseModel):
+    job_definition_id: str
+    version: int
+    digest: str
+    created: bool
+
+
+# ---------------------------------------------------------------- schedules, events, dead letters
+class ScheduleItemOut(BaseModel):
+    schedule_id: str
+    job_definition_id: str
+    kind: str
+    paused: bool
+    document: dict[str, Any]
+    watermark: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleCreateIn(Request):
+    schedule: dict[str, Any]
+
+
+class ScheduleChangedOut(BaseModel):
+    schedule_id: str
+    changed: bool
+
+
+class EventIn(Request):
+    event_type: str = Field(pattern=IDENTIFIER)
+    event_id: str = Field(min_length=1, max_length=200)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventFireOut(BaseModel):
+    schedule_id: str
+    job_definition_id: str
+    job_run_id: str | None
+    created: bool
+    refused: str | None
+
+
+class EventOut(BaseModel):
+    event_type: str
+    event_id: str
+    fired: list[EventFireOut]
+
+
+# ---------------------------------------------------------------- cluster and tenant views
+class WorkerOut(BaseModel):
+    worker_id: str
+    state: str
+    concurrency: int
+    queues: list[str]
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age_seconds: float
+
+
+class WorkersOut(BaseModel):
+    execution_mode: str  # embedded | standalone
+    execution_availability: str  # available | unavailable
+    visibility_state: str  # registrations | no_registrations
+    total: int
+    active: int
+    stale: int
+    items: list[WorkerOut]
+
+
+class QuotaUsageOut(BaseModel):
+    tenant_id: str
+    unit: str
+    period_start: datetime
+    period_end: datetime
+    measured_at: datetime
+    used: int
+    limit: int | None
+
+
+# ---------------------------------------------------------------- tokens
+class TokenOut(BaseModel):
+    token_id: str
+    role: str
+    jobs: list[str] | None
+    label: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, t: StoredToken) -> TokenOut:
+        return cls(
+            token_id=t.token_id,
+            role=t.role,
+            jobs=None if t.jobs is None else list(t.jobs),
+            label=t.label,
+            created_by=t.created_by,
+            created_at=t.created_at,
+            expires_at=t.expires_at,
+            revoked_at=t.revoked_at,
+        )
+
+
+class TokenCreateIn(Request):
+    role: str = Field(max_length=32)
+    label: str = Field(default="", max_length=200)
+    jobs: list[str] | None = Field(default=None, max_length=1000)
+    expires_in_seconds: int | None = Field(default=None, ge=1, le=3650 * 86400)
+
+
+class TokenCreatedOut(BaseModel):
+    token: str = Field(description="the raw token: shown this once, never again")
+    info: TokenOut
+
+
+# ---------------------------------------------------------------- health
+class CheckOut(BaseModel):
+    name: str
+    status: str  # green | amber | red
+    detail: str
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    checks: list[CheckOut]
+
+
+class HealthOut(BaseModel):
+    status: str

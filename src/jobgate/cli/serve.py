@@ -1,0 +1,85 @@
+"""``jobgate serve`` and ``jobgate doctor``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.core.errors import ValidationError
+from jobgate.service import doctor
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--db", "database", metavar="URL", help="database URL (same as the global --db)")
+@click.option("--no-worker", is_flag=True, help="do not execute runs in this process")
+@click.option("--no-scheduler", is_flag=True, help="do not fire schedules from this process")
+@click.option("--no-auth", is_flag=True, help="local development only: no tokens, loopback addresses only")
+@click.option(
+    "--bootstrap-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="also write the first-start admin token here (created 0600; an existing file is refused)",
+)
+@click.option("--concurrency", type=click.IntRange(1, 1024), help="embedded worker threads (default: config)")
+@pass_app
+def serve(
+    app: AppContext,
+    host: str,
+    port: int,
+    database: str | None,
+    no_worker: bool,
+    no_scheduler: bool,
+    no_auth: bool,
+    bootstrap_token_file: Path | None,
+    concurrency: int | None,
+) -> None:
+    """Serve the HTTP API with the scheduler and an embedded worker, until SIGTERM or Ctrl-C."""
+    from jobgate.runtime.server import ApiServer, ServeOptions, check_options
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    options = ServeOptions(
+        host=host,
+        port=port,
+        auth=not no_auth,
+        worker=not no_worker,
+        scheduler=not no_scheduler,
+        bootstrap_token_file=bootstrap_token_file,
+        concurrency=concurrency,
+    )
+    check_options(options)  # before touching the database: a refused start changes nothing
+    if database:
+        app.database = database
+    engine = app.engine()
+    server = ApiServer(engine, options)
+    made = server.bootstrap()
+    if made is not None:
+        where = f" (also written to {bootstrap_token_file})" if bootstrap_token_file else ""
+        render.err.print(
+            f"first start: admin token for tenant {made.stored.tenant_id}{where}; it is shown only this once:",
+            markup=False,
+        )
+        render.err.print(made.token, markup=False)
+    loops = ", ".join(n for n, on in (("worker", options.worker), ("scheduler", options.scheduler)) if on) or "no loops"
+    auth = "no auth (loopback only)" if no_auth else "bearer tokens"
+    render.err.print(f"jobgate serving http://{host}:{port} on {engine.store.safe_url} ({loops}; {auth})", markup=False)
+    server.serve()
+
+
+@click.command("doctor")
+@click.option("--tenant", help="count this tenant's queue and outbox only (default: every tenant)")
+@pass_app
+def doctor_command(app: AppContext, tenant: str | None) -> None:
+    """Check the deployment: database, schema, queue, workers, scheduler leader, outbox."""
+    checks = doctor.run_checks(app.engine(), tenant_id=tenant)
+    render.records(
+        app.json_output,
+        "doctor",
+        [{"check": c.name, "status": c.level.value, "detail": c.detail} for c in checks],
+    )
+    if doctor.worst(checks) is doctor.Level.RED:
+        raise ValidationError("at least one check is red", field="doctor")

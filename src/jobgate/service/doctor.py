@@ -1,0 +1,136 @@
+"""``jobgate doctor``: is this deployment healthy, and if not, what to look at first.
+
+Each check gives green, amber or red with one line saying why. Gathering the facts is one
+read transaction; judging them is pure (``judge_*``), so the thresholds are tested without a
+database. Scoped to a tenant (the API), the queue and outbox checks count that tenant's rows
+only; workers, the leader and the schema are the cluster's and shown to every operator.
+The audit-anchoring check arrives with the evidence work (audit log and anchoring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from jobgate.runtime.scheduler import LEADER_LOCK
+from jobgate.service.cluster import STALE_AFTER, lock_state, worker_state
+from jobgate.service.engine import Engine
+from jobgate.store.base import WorkerInfo
+from jobgate.store.migrate import HEAD
+from jobgate.store.sql.outbox import LockInfo
+
+QUEUE_WAIT_AMBER = timedelta(minutes=1)
+QUEUE_WAIT_RED = timedelta(minutes=15)
+OUTBOX_AGE_AMBER = timedelta(minutes=1)
+OUTBOX_AGE_RED = timedelta(minutes=15)
+
+
+class Level(StrEnum):
+    GREEN = "green"
+    AMBER = "amber"
+    RED = "red"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: Level
+    detail: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    now: datetime
+    revision: str | None
+    due: int
+    oldest_due: datetime | None
+    workers: list[WorkerInfo]
+    leader: LockInfo | None
+    schedules: int
+    outbox: int
+    oldest_outbox: datetime | None
+
+
+def _age(now: datetime, then: datetime) -> str:
+    seconds = max(0.0, (now - then).total_seconds())
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def judge_schema(revision: str | None) -> Check:
+    if revision == HEAD:
+        return Check("migrations", Level.GREEN, f"schema at {HEAD}")
+    if revision is None:
+        return Check("migrations", Level.RED, "no schema: the database was never migrated")
+    return Check("migrations", Level.RED, f"schema at {revision}, this version needs {HEAD}")
+
+
+def judge_queue(now: datetime, due: int, oldest_due: datetime | None) -> Check:
+    if due == 0 or oldest_due is None:
+        return Check("queue", Level.GREEN, "no run is waiting")
+    waited = now - oldest_due
+    text = f"{due} due, the oldest waiting {_age(now, oldest_due)}"
+    level = Level.RED if waited >= QUEUE_WAIT_RED else Level.AMBER if waited >= QUEUE_WAIT_AMBER else Level.GREEN
+    return Check("queue", level, text)
+
+
+def judge_workers(now: datetime, workers: list[WorkerInfo], due: int, embedded: bool) -> Check:
+    states = [worker_state(w, now, STALE_AFTER) for w in workers]
+    alive, stale = states.count("alive"), states.count("stale")
+    text = f"{alive} alive, {stale} stale"
+    if alive == 0 and not embedded:
+        return Check("workers", Level.RED if due else Level.AMBER, f"{text}: nothing is executing runs")
+    if stale:
+        return Check("workers", Level.AMBER, f"{text}: the rescuer returns their runs after the lease expires")
+    return Check("workers", Level.GREEN, text)
+
+
+def judge_leader(now: datetime, leader: LockInfo | None, schedules: int) -> Check:
+    if leader is not None and lock_state(leader, now) == "held":
+        return Check("scheduler leader", Level.GREEN, f"held by {leader.owner}")
+    if schedules == 0:
+        return Check("scheduler leader", Level.GREEN, "no leader, and no schedule needs one")
+    return Check("scheduler leader", Level.RED, f"no scheduler holds the lease: {schedules} schedules are not firing")
+
+
+def judge_outbox(now: datetime, pending: int, oldest: datetime | None) -> Check:
+    if pending == 0 or oldest is None:
+        return Check("outbox", Level.GREEN, "every event delivered")
+    waited = now - oldest
+    text = f"{pending} undelivered, the oldest from {_age(now, oldest)} ago"
+    level = Level.RED if waited >= OUTBOX_AGE_RED else Level.AMBER if waited >= OUTBOX_AGE_AMBER else Level.GREEN
+    return Check("outbox", level, text)
+
+
+def gather(engine: Engine, tenant_id: str | None) -> Facts:
+    now = engine.clock.now()
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        revision = tx.schema_revision()
+        due, oldest_due = tx.runs_due_summary(tenant_id, now)
+        workers = tx.workers_list()
+        leader = tx.lock_get(LEADER_LOCK)
+        schedules = len(tx.schedules_list(tenant_id))
+        outbox, oldest_outbox = tx.outbox_summary(tenant_id)
+    return Facts(now, revision, due, oldest_due, workers, leader, schedules, outbox, oldest_outbox)
+
+
+def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker: bool = False) -> list[Check]:
+    """Every check; a database that cannot be reached is one red check, not an exception."""
+    try:
+        f = gather(engine, tenant_id)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:200]
+        return [Check("database", Level.RED, f"unreachable: {type(exc).__name__}: {first}")]
+    return [
+        Check("database", Level.GREEN, f"reachable ({engine.store.dialect})"),
+        judge_schema(f.revision),
+        judge_queue(f.now, f.due, f.oldest_due),
+        judge_workers(f.now, f.workers, f.due, embedded_worker),
+        judge_leader(f.now, f.leader, f.schedules),
+        judge_outbox(f.now, f.outbox, f.oldest_outbox),
+    ]
+
+
+def worst(checks: list[Check]) -> Level:
+    levels = {c.level for c in checks}
+    return Level.RED if Level.RED in levels else Level.AMBER if Level.AMBER in levels else Level.GREEN

@@ -1,0 +1,134 @@
+"""The API under test: the real application over the real store (SQLite file and PostgreSQL),
+with a token for every role in two tenants, ``acme`` and ``other``."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+
+from tests.helpers import define
+
+from jobgate.api.app import create_app
+from jobgate.api.server_state import ServerState
+from jobgate.core.models import JobRun, Scope
+from jobgate.core.tokens import Role
+from jobgate.service import control, tokens
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.base import RunsClaim
+
+TENANTS = ("acme", "other")
+ACME_JOB = "acme-job"  # defined in acme only: another tenant naming it must get a 404
+SHARED_JOB = "shared-job"  # defined in both tenants
+
+
+@dataclass
+class World:
+    engine: Engine
+    client: TestClient
+    tokens: dict[tuple[str, Role], str] = field(default_factory=dict)
+    token_ids: dict[tuple[str, Role], str] = field(default_factory=dict)
+    made: set[str] = field(default_factory=set)  # ids of acme's resources the tests created
+
+    def headers(self, tenant: str, role: Role) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[(tenant, role)]}"}
+
+    def actor(self, tenant: str, role: Role) -> str:
+        return f"token:{self.token_ids[(tenant, role)]}"
+
+    def new_run(self, tenant: str = "acme", job: str = ACME_JOB, by: str | None = None, **params: str) -> JobRun:
+        by = by or self.actor(tenant, Role.ADMIN)
+        request = SubmitRequest(job, params=dict(params), scope=Scope(tenant_id=tenant), requested_by=by)
+        run = self.engine.submit(request, actor=by).run
+        if tenant == "acme":
+            self.made.add(run.job_run_id)
+        return run
+
+    def terminal_run(self, tenant: str = "acme", by: str | None = None) -> JobRun:
+        run = self.new_run(tenant, by=by)
+        return control.cancel_run(self.engine, run.job_run_id, actor="test", tenant_id=tenant)
+
+    def running_run(self, tenant: str = "acme", by: str | None = None) -> JobRun:
+        run = self.new_run(tenant, by=by)
+        now = self.engine.clock.now()
+        claim = RunsClaim("test-worker", ("default",), 1000, now, now + timedelta(minutes=5), start_now=1000)
+        with self.engine.store.write() as tx:
+            tx.runs_claim(claim)
+            found = tx.run_get(run.job_run_id)
+        assert found is not None and found.status.value == "RUNNING", found
+        return found
+
+    def log_for(self, run: JobRun, text: str = "line 1\nline 2\nline 3\n") -> None:
+        folder = Path(self.engine.config.data_dir) / "runs" / run.job_run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "run.log").write_text(text)
+
+    def artifact_for(self, run: JobRun, content: bytes = b"report") -> Path:
+        import hashlib
+
+        from sqlalchemy import text
+
+        folder = Path(self.engine.config.data_dir) / "runs" / run.job_run_id / "attempt-1"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "report.txt"
+        path.write_bytes(content)
+        with self.engine.store.write() as tx:
+            tx.conn.execute(
+                text(
+                    "UPDATE job_runs SET artifact_path = :p, artifact_sha256 = :h, artifact_size = :n "
+                    "WHERE job_run_id = :r"
+                ),
+                {"p": str(path), "h": hashlib.sha256(content).hexdigest(), "n": len(content), "r": run.job_run_id},
+            )
+        return path
+
+    def schedule(self, tenant: str = "acme") -> str:
+        from jobgate.service import schedules
+
+        sid = f"sched-{uuid.uuid4().hex[:8]}"
+        now = self.engine.clock.now()
+        doc = {"id": sid, "job": ACME_JOB if tenant == "acme" else SHARED_JOB, "every_seconds": 3600, "tenant": tenant}
+        schedules.put_schedules(self.engine, [schedules.schedule_from_document(doc, now=now)], source="test", now=now)
+        if tenant == "acme":
+            self.made.add(sid)
+        return sid
+
+    def victim_token(self, tenant: str = "acme") -> str:
+        token_id = tokens.create(self.engine, tenant_id=tenant, role="consumer", actor="test").stored.token_id
+        if tenant == "acme":
+            self.made.add(token_id)
+        return token_id
+
+
+def build_world(engine: Engine, *, auth: bool = True) -> World:
+    for tenant in TENANTS:
+        define(engine, job_definition_id=SHARED_JOB, tenant_id=tenant, params=[{"name": "n", "pattern": "[0-9]{1,6}"}])
+    define(engine, job_definition_id=ACME_JOB, tenant_id="acme", params=[{"name": "n", "pattern": "[0-9]{1,6}"}])
+    state = ServerState(engine, auth=auth)
+    world = World(engine, TestClient(create_app(state), raise_server_exceptions=False))
+    for tenant in TENANTS:
+        for role in Role:
+            made = tokens.create(engine, tenant_id=tenant, role=role.value, actor="test", label=f"{tenant}-{role}")
+            world.tokens[(tenant, role)] = made.token
+            world.token_ids[(tenant, role)] = made.stored.token_id
+    return world
+
+
+@pytest.fixture
+def world(engine: Engine) -> Iterator[World]:
+    w = build_world(engine)
+    with w.client:
+        yield w
+
+
+def body_of(response: Any) -> str:
+    return response.text if response.headers.get("content-type", "").startswith(("application/json", "text/")) else ""

@@ -1,0 +1,229 @@
+"""The auth matrix, generated from the route table: every route x every role x own tenant /
+other tenant / no token / revoked token / malformed tokens -> the status its rule implies,
+and no byte of the other tenant's data in any body.
+
+Each route has a sample request that an allowed caller of ``acme`` may make against
+``acme``'s own resources (made fresh for every call). A route without a sample fails the
+test: a new route cannot ship without its row in the matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from tests.api.conftest import ACME_JOB, World, body_of
+
+from jobgate.api.access import Rule, rule_of
+from jobgate.api.app import api_routes
+from jobgate.core.tokens import Role
+from jobgate.service import tokens
+
+
+@dataclass
+class Sample:
+    path: str
+    json: Any = None
+    ok: set[int] = field(default_factory=lambda: {200})
+    other: set[int] = field(default_factory=lambda: {404})  # an allowed caller of another tenant
+
+
+Make = Callable[[World], Sample]
+
+
+def _runs(w: World) -> Sample:
+    w.new_run()
+    return Sample("/api/v1/runs", other={200})
+
+
+def _log(w: World) -> Sample:
+    run = w.new_run()
+    w.log_for(run)
+    return Sample(f"/api/v1/runs/{run.job_run_id}/log")
+
+
+def _artifact(w: World) -> Sample:
+    run = w.terminal_run()
+    w.artifact_for(run)
+    return Sample(f"/api/v1/runs/{run.job_run_id}/artifact")
+
+
+def _definition_doc() -> dict[str, Any]:
+    return {
+        "job_definition_id": f"api-{uuid.uuid4().hex[:6]}",
+        "job_class": "MAINTENANCE_JOB",
+        "trigger_type": "manual",
+        "runner": "py",
+        "body": "print('hello')",
+    }
+
+
+SAMPLES: dict[tuple[str, str], Make] = {
+    ("GET", "/healthz"): lambda w: Sample("/healthz"),
+    ("GET", "/readyz"): lambda w: Sample("/readyz"),
+    ("GET", "/metrics"): lambda w: Sample("/metrics", other={200}),
+    ("POST", "/api/v1/runs"): lambda w: Sample("/api/v1/runs", {"job_definition_id": ACME_JOB}, ok={201}),
+    ("GET", "/api/v1/runs"): _runs,
+    ("GET", "/api/v1/runs/{job_run_id}"): lambda w: Sample(f"/api/v1/runs/{w.new_run().job_run_id}"),
+    ("POST", "/api/v1/runs/{job_run_id}/cancel"): lambda w: Sample(f"/api/v1/runs/{w.new_run().job_run_id}/cancel"),
+    ("POST", "/api/v1/runs/{job_run_id}/stop"): lambda w: Sample(
+        f"/api/v1/runs/{w.running_run().job_run_id}/stop", ok={202}
+    ),
+    ("POST", "/api/v1/runs/{job_run_id}/retry"): lambda w: Sample(
+        f"/api/v1/runs/{w.terminal_run().job_run_id}/retry", ok={201}
+    ),
+    ("GET", "/api/v1/runs/{job_run_id}/log"): _log,
+    ("GET", "/api/v1/runs/{job_run_id}/artifact"): _artifact,
+    ("GET", "/api/v1/runs/{job_run_id}/stream"): lambda w: Sample(f"/api/v1/runs/{w.terminal_run().job_run_id}/stream"),
+    ("POST", "/api/v1/schedule"): lambda w: Sample("/api/v1/schedule", {"job_definition_id": ACME_JOB}),
+    ("POST", "/api/v1/cancel"): lambda w: Sample("/api/v1/cancel", {"job_run_id": w.new_run().job_run_id}),
+    ("GET", "/api/v1/definitions"): lambda w: Sample("/api/v1/definitions", other={200}),
+    ("GET", "/api/v1/definitions/{job_definition_id}"): lambda w: Sample(f"/api/v1/definitions/{ACME_JOB}"),
+    ("GET", "/api/v1/definitions/{job_definition_id}/versions"): lambda w: Sample(
+        f"/api/v1/definitions/{ACME_JOB}/versions"
+    ),
+    ("POST", "/api/v1/definitions"): lambda w: Sample(
+        "/api/v1/definitions", {"definitions": [_definition_doc()]}, other={200}
+    ),
+    ("GET", "/api/v1/schedules"): lambda w: (w.schedule(), Sample("/api/v1/schedules", other={200}))[1],
+    ("POST", "/api/v1/schedules"): lambda w: Sample(
+        "/api/v1/schedules",
+        {"schedule": {"id": f"s-{uuid.uuid4().hex[:6]}", "job": ACME_JOB, "every_seconds": 60}},
+        ok={201},
+        other={422},  # the document names a definition the caller's tenant does not have
+    ),
+    ("POST", "/api/v1/schedules/{schedule_id}/enable"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}/enable"),
+    ("POST", "/api/v1/schedules/{schedule_id}/disable"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}/disable"),
+    ("DELETE", "/api/v1/schedules/{schedule_id}"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}", ok={204}),
+    ("POST", "/api/v1/events"): lambda w: Sample(
+        "/api/v1/events", {"event_type": "inventory.changed", "event_id": uuid.uuid4().hex}, other={200}
+    ),
+    ("GET", "/api/v1/dead-letters"): lambda w: Sample("/api/v1/dead-letters", other={200}),
+    # A pending run is not dead-lettered: an allowed caller gets past the rule and meets the 409.
+    ("POST", "/api/v1/dead-letters/{job_run_id}/requeue"): lambda w: Sample(
+        f"/api/v1/dead-letters/{w.new_run().job_run_id}/requeue", ok={409}
+    ),
+    ("GET", "/api/v1/workers"): lambda w: Sample("/api/v1/workers", other={200}),
+    ("GET", "/api/v1/quotas/usage"): lambda w: Sample("/api/v1/quotas/usage", other={200}),
+    ("GET", "/api/v1/doctor"): lambda w: Sample("/api/v1/doctor", other={200}),
+    ("GET", "/api/v1/tokens"): lambda w: Sample("/api/v1/tokens", other={200}),
+    ("POST", "/api/v1/tokens"): lambda w: Sample("/api/v1/tokens", {"role": "consumer"}, ok={201}, other={201}),
+    ("DELETE", "/api/v1/tokens/{token_id}"): lambda w: Sample(f"/api/v1/tokens/{w.victim_token()}", ok={204}),
+}
+
+
+def _route_table() -> list[tuple[str, str, Rule | None]]:
+    return [(method, route.path, rule_of(route.endpoint)) for route in api_routes() for method in sorted(route.methods)]
+
+
+ROUTES = _route_table()
+
+
+def test_every_route_has_a_rule_and_a_sample() -> None:
+    assert [(m, p) for m, p, rule in ROUTES if rule is None] == []
+    assert sorted({(m, p) for m, p, _ in ROUTES} - set(SAMPLES)) == []
+    assert sorted(set(SAMPLES) - {(m, p) for m, p, _ in ROUTES}) == []  # no stale rows
+
+
+def expected(rule: Rule, role: Role, same_tenant: bool, sample: Sample) -> set[int]:
+    if rule.anonymous:
+        return sample.ok
+    assert rule.roles is not None
+    if role not in rule.roles:
+        return {403}
+    if not same_tenant:
+        return sample.other
+    if role in rule.owner_roles:
+        return {403}  # the sample's resources were made by the tenant's admin, not this caller
+    return sample.ok
+
+
+def _leaks(w: World, sample: Sample, body: str) -> list[str]:
+    """Acme's data in a body, other than what the caller itself named in its request."""
+    asked = sample.path + json.dumps(sample.json)
+    for named in [*w.made, ACME_JOB]:
+        body = body.replace(named, "") if named in asked else body
+    return [i for i in sorted(w.made) if i in body] + (["tenant name"] if "acme" in body else [])
+
+
+def _call(w: World, method: str, sample: Sample, headers: dict[str, str]) -> Any:
+    return w.client.request(method, sample.path, json=sample.json, headers=headers)
+
+
+@pytest.mark.parametrize(("method", "path"), [(m, p) for m, p, _ in ROUTES], ids=[f"{m} {p}" for m, p, _ in ROUTES])
+def test_route_matrix(world: World, method: str, path: str) -> None:
+    rule = next(r for m, p, r in ROUTES if (m, p) == (method, path))
+    assert rule is not None
+    make = SAMPLES[(method, path)]
+    revoked = tokens.create(world.engine, tenant_id="acme", role="admin", actor="test")
+    tokens.revoke(world.engine, "acme", revoked.stored.token_id, actor="test")
+    failures = []
+    for tenant in ("acme", "other"):
+        for role in Role:
+            sample = make(world)
+            response = _call(world, method, sample, world.headers(tenant, role))
+            want = expected(rule, role, tenant == "acme", sample)
+            if response.status_code not in want:
+                failures.append(f"{tenant}/{role}: {response.status_code} not in {want}: {response.text[:200]}")
+            if tenant == "other" and (leaked := _leaks(world, sample, body_of(response))):
+                failures.append(f"other/{role}: body shows acme's {leaked}: {response.text[:300]}")
+    bad_headers = {
+        "no token": {},
+        "revoked": {"Authorization": f"Bearer {revoked.token}"},
+        "malformed": {"Authorization": "Bearer nothing"},
+        "empty": {"Authorization": "Bearer "},
+        "wrong scheme": {"Authorization": f"Basic {revoked.token}"},
+    }
+    for label, headers in bad_headers.items():
+        sample = make(world)
+        response = _call(world, method, sample, headers)
+        want = sample.ok if rule.anonymous else {401}
+        if response.status_code not in want:
+            failures.append(f"{label}: {response.status_code} not in {want}: {response.text[:200]}")
+        if not rule.anonymous:
+            assert response.json()["error"] == "unauthenticated"
+            assert "acme" not in response.text
+    assert failures == []
+
+
+def test_a_route_without_a_rule_is_refused(world: World) -> None:
+    """Deny by default: forgetting the rule makes a route unusable, never open."""
+    app = world.client.app
+
+    @app.get("/api/v1/forgotten")  # type: ignore[attr-defined,untyped-decorator]
+    def forgotten() -> dict[str, str]:
+        return {"secret": "leaked"}
+
+    response = world.client.get("/api/v1/forgotten", headers=world.headers("acme", Role.ADMIN))
+    assert response.status_code == 403 and "leaked" not in response.text
+    assert response.json()["error"] == "forbidden"
+
+
+def test_an_activator_acts_on_its_own_runs(world: World) -> None:
+    me = world.headers("acme", Role.ACTIVATOR)
+    mine = world.client.post("/api/v1/runs", json={"job_definition_id": ACME_JOB}, headers=me).json()["run"]
+    theirs = world.new_run()
+    assert world.client.post(f"/api/v1/runs/{mine['job_run_id']}/cancel", headers=me).status_code == 200
+    refused = world.client.post(f"/api/v1/runs/{theirs.job_run_id}/cancel", headers=me)
+    assert refused.status_code == 403 and refused.json()["field"] == "job_run_id"
+    with world.engine.store.read() as tx:
+        still = tx.run_get(theirs.job_run_id)
+    assert still is not None and still.status.value == "SCHEDULED"  # nothing happened to it
+
+
+def test_a_token_limited_to_definitions_sees_and_runs_only_those(world: World) -> None:
+    limited = tokens.create(world.engine, tenant_id="acme", role="operator", actor="test", jobs=["shared-job"])
+    headers = {"Authorization": f"Bearer {limited.token}"}
+    hidden = world.new_run()  # an ACME_JOB run
+    shown = world.new_run(job="shared-job")
+    listed = world.client.get("/api/v1/runs", headers=headers).json()["items"]
+    assert [r["job_run_id"] for r in listed] == [shown.job_run_id]
+    assert world.client.get(f"/api/v1/runs/{hidden.job_run_id}", headers=headers).status_code == 404
+    refused = world.client.post("/api/v1/runs", json={"job_definition_id": ACME_JOB}, headers=headers)
+    assert refused.status_code == 404
+    names = [d["job_definition_id"] for d in world.client.get("/api/v1/definitions", headers=headers).json()["items"]]
+    assert names == ["shared-job"]
