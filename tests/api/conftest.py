@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
-from tests.helpers import define
+from tests.helpers import define, make_config
 
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
@@ -25,6 +25,7 @@ from jobgate.core.tokens import Role
 from jobgate.service import control, tokens
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.base import RunsClaim
+from jobgate.store.sqlstore import Store
 
 TENANTS = ("acme", "other")
 ACME_JOB = "acme-job"  # defined in acme only: another tenant naming it must get a 404
@@ -132,3 +133,13 @@ def world(engine: Engine) -> Iterator[World]:
 
 def body_of(response: Any) -> str:
     return response.text if response.headers.get("content-type", "").startswith(("application/json", "text/")) else ""
+
+
+@pytest.fixture
+def engine_with_quota(database_url: str, tmp_path: Path) -> Iterator[World]:
+    """A world whose configuration allows each tenant 2 runs per UTC day."""
+    store = Store(database_url)
+    w = build_world(Engine(store, make_config(tmp_path, server={"daily_run_quota": 2})))
+    with w.client:
+        yield w
+    store.dispose()

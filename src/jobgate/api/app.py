@@ -12,8 +12,10 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import jobgate
 from jobgate.api import errors
@@ -56,7 +58,6 @@ def create_app(state: ServerState) -> FastAPI:
         version=jobgate.__version__,
         description="Governed job scheduler: every run explainable, approved and evidenced.",
         dependencies=[Depends(enforce)],
-        max_body_size=state.engine.config.server.max_body_bytes,
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
@@ -65,9 +66,45 @@ def create_app(state: ServerState) -> FastAPI:
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
     app.add_middleware(_Measured, metrics=state.http_metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+class _BodyLimit:
+    """Refuse oversized bodies with the API's JSON 413: at once when the declared
+    ``Content-Length`` is over the limit, else the moment the bytes received pass it (a body
+    sent without a length cannot make the server buffer without bound). Starlette's own
+    limit answers in plain text, whatever the application's error shape."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            response = JSONResponse(errors.body("payload_too_large", self._message()), status_code=413)
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:  # handled by the error handlers, as JSON
+                raise StarletteHTTPException(413, self._message())
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than this server accepts ({self.max_bytes} bytes)"
 
 
 class _Measured:

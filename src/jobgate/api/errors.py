@@ -95,7 +95,6 @@ def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     messages = {
         404: "no such route",
         405: "method not allowed on this route",
-        413: "the request body is larger than this server accepts",
     }
     message = messages.get(exc.status_code, str(exc.detail))
     return JSONResponse(

@@ -17,6 +17,7 @@ from jobgate.api.errors import BadRequest
 
 T = TypeVar("T")
 MAX_LIMIT = 500
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"  # base64url, unpadded
 
 
 def encode(key: Sequence[Any]) -> str:

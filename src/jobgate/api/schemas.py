@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.core.tokens import Role
 from jobgate.store.base import StoredDefinition
 from jobgate.store.sql.tokens import StoredToken
 
@@ -389,7 +390,7 @@ class TokenOut(BaseModel):
 
 
 class TokenCreateIn(Request):
-    role: str = Field(max_length=32)
+    role: Role
     label: str = Field(default="", max_length=200)
     jobs: list[str] | None = Field(default=None, max_length=1000)
     expires_in_seconds: int | None = Field(default=None, ge=1, le=3650 * 86400)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,6 +138,11 @@ class ApiServer:
             access_log=False,
         )
         server = _Uvicorn(config, self.begin_stop)
+        # uvicorn restores the handlers it found and re-raises the signal once HTTP has
+        # drained; ours then starts (again, idempotently) the graceful stop instead of the
+        # default action killing the process before the running jobs finish.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda _sig, _frame: self.begin_stop())
         self.start_loops()
         try:
             server.run()

@@ -102,7 +102,7 @@ def list_tokens(
     caller: Caller,
     state: State,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[TokenOut]:
     found = tokens.listed(state.engine, caller.tenant_id)
     page, next_cursor = pagination.page_in_memory(found, lambda t: t.token_id, cursor=cursor, limit=limit)
@@ -116,7 +116,7 @@ def create_token(body: TokenCreateIn, caller: Caller, state: State) -> TokenCrea
     made = tokens.create(
         state.engine,
         tenant_id=caller.tenant_id,
-        role=body.role,
+        role=body.role.value,
         actor=caller.actor,
         label=body.label,
         jobs=body.jobs,

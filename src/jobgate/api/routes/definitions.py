@@ -32,7 +32,7 @@ def list_definitions(
     caller: Caller,
     state: State,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[DefinitionOut]:
     """The current version of each definition the token may use."""
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:

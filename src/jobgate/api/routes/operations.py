@@ -60,7 +60,7 @@ def list_schedules(
     caller: Caller,
     state: State,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[ScheduleItemOut]:
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         found = [i for i in tx.schedules_list(caller.tenant_id) if caller.may_use(i.schedule.job_definition_id)]
@@ -161,7 +161,7 @@ def list_dead_letters(
     state: State,
     include_resolved: bool = False,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[DeadLetterOut]:
     before = None
     if cursor is not None:

@@ -93,7 +93,7 @@ def list_runs(
     created_from: datetime | None = None,
     created_to: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[RunOut]:
     before = None
     if cursor is not None:

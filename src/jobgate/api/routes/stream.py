@@ -133,7 +133,7 @@ async def stream_run(
     request: Request,
     caller: Caller,
     state: State,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{0,12}$")] = None,
 ) -> StreamingResponse:
     after = parse_last_event_id(last_event_id)
     await run_in_threadpool(visible_run, state, caller, job_run_id)  # 404 before the stream starts

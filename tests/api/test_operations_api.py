@@ -1,0 +1,155 @@
+"""Schedules, events, dead letters, tokens, workers, doctor, readiness and metrics over HTTP."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.api.conftest import ACME_JOB, World
+from tests.helpers import count
+
+from jobgate.core.tokens import Role
+from jobgate.service.engine import Engine
+
+API = "/api/v1"
+
+
+def test_schedule_lifecycle_is_recorded_with_the_token(world: World) -> None:
+    h = world.headers("acme", Role.OPERATOR)
+    doc = {"id": "nightly", "job": ACME_JOB, "cron": "0 2 * * *", "timezone": "Europe/Helsinki"}
+    made = world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h)
+    assert made.status_code == 201 and made.json()["document"]["tenant"] == "acme"
+    assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h).status_code == 200
+    assert world.client.post(f"{API}/schedules/nightly/disable", headers=h).json()["changed"] is True
+    assert world.client.post(f"{API}/schedules/nightly/disable", headers=h).json()["changed"] is False
+    assert world.client.post(f"{API}/schedules/nightly/enable", headers=h).json()["changed"] is True
+    with world.engine.store.read() as tx:
+        changes = tx.changes_list("acme", "nightly")
+    assert [c.field for c in changes] == ["created", "updated", "paused", "resumed"]  # re-put: a new anchor
+    assert {c.source for c in changes} == {world.actor("acme", Role.OPERATOR)}
+    assert world.client.delete(f"{API}/schedules/nightly", headers=h).status_code == 204
+    assert world.client.delete(f"{API}/schedules/nightly", headers=h).status_code == 404
+
+
+def test_a_bad_schedule_names_the_field_and_stores_nothing(world: World) -> None:
+    h = world.headers("acme", Role.OPERATOR)
+    for doc, field in [
+        ({"id": "x", "job": ACME_JOB, "cron": "61 * * * *"}, "cron"),
+        ({"id": "x", "job": ACME_JOB}, "schedule"),
+        ({"id": "x", "job": ACME_JOB, "every_seconds": 60, "tenant": "other"}, "schedule.tenant"),
+        ({"id": "x", "job": "nope", "every_seconds": 60}, "job"),
+    ]:
+        refused = world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h)
+        assert refused.status_code == 422 and field in refused.json()["field"], refused.json()
+    assert count(world.engine, "schedules") == 0 and count(world.engine, "schedule_changes") == 0
+
+
+def test_an_event_fires_subscribed_schedules_once_per_source_event(world: World) -> None:
+    h = world.headers("acme", Role.OPERATOR)
+    doc = {"id": "on-upload", "job": ACME_JOB, "event_type": "file.uploaded", "payload_params": ["n"]}
+    assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h).status_code == 201
+    event = {"event_type": "file.uploaded", "event_id": "upload-1", "data": {"n": "7"}}
+    first = world.client.post(f"{API}/events", json=event, headers=h).json()
+    again = world.client.post(f"{API}/events", json=event, headers=h).json()
+    assert first["fired"][0]["created"] is True and again["fired"][0]["created"] is False
+    assert first["fired"][0]["job_run_id"] == again["fired"][0]["job_run_id"]
+    run = world.client.get(f"{API}/runs/{first['fired'][0]['job_run_id']}", headers=h).json()["run"]
+    assert run["params"]["n"] == "7" and run["trigger_type"] == "event"
+    other = world.client.post(f"{API}/events", json=event, headers=world.headers("other", Role.OPERATOR)).json()
+    assert other["fired"] == []  # acme's schedule does not hear another tenant's events
+
+
+def test_dead_letters_list_and_requeue(world: World, engine: Engine) -> None:
+    from jobgate.runtime.worker import Worker, WorkerSettings
+    from tests.helpers import define
+
+    define(engine, job_definition_id="always-fails", tenant_id="acme", handler="engine_handlers:fail_final")
+    run = world.new_run(job="always-fails")
+    worker = Worker(engine, WorkerSettings(concurrency=1))
+    import threading
+
+    threading.Thread(target=worker.run, daemon=True).start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with engine.store.read() as tx:
+                current = tx.run_get(run.job_run_id)
+            if current is not None and current.status.is_terminal:
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        worker.wait_stopped(10)
+    h = world.headers("acme", Role.OPERATOR)
+    letters = world.client.get(f"{API}/dead-letters", headers=h).json()["items"]
+    assert [d["job_run_id"] for d in letters] == [run.job_run_id]
+    assert world.client.get(f"{API}/dead-letters", headers=world.headers("other", Role.OPERATOR)).json()["items"] == []
+    requeued = world.client.post(f"{API}/dead-letters/{run.job_run_id}/requeue", headers=h)
+    assert requeued.status_code == 200 and requeued.json()["status"] == "SCHEDULED"
+    assert world.client.get(f"{API}/dead-letters", headers=h).json()["items"] == []
+
+
+def test_tokens_are_shown_once_and_a_revoked_one_stops_working_at_once(world: World) -> None:
+    h = world.headers("acme", Role.ADMIN)
+    made = world.client.post(f"{API}/tokens", json={"role": "auditor", "label": "q3 audit"}, headers=h)
+    assert made.status_code == 201
+    raw, token_id = made.json()["token"], made.json()["info"]["token_id"]
+    listed = world.client.get(f"{API}/tokens", headers=h).text
+    assert token_id in listed and raw not in listed and raw.split("_")[-1] not in listed
+    theirs = {"Authorization": f"Bearer {raw}"}
+    assert world.client.get(f"{API}/runs", headers=theirs).status_code == 200
+    assert world.client.delete(f"{API}/tokens/{token_id}", headers=h).status_code == 204
+    assert world.client.get(f"{API}/runs", headers=theirs).status_code == 401
+    bad_role = world.client.post(f"{API}/tokens", json={"role": "superuser"}, headers=h)
+    assert bad_role.status_code == 422 and bad_role.json()["field"] == "role"
+    foreign = world.client.delete(f"{API}/tokens/{world.token_ids[('other', Role.ADMIN)]}", headers=h)
+    assert foreign.status_code == 404  # another tenant's token answers like a missing one
+
+
+def test_expired_tokens_are_refused(world: World) -> None:
+    from datetime import timedelta
+
+    from jobgate.service import tokens
+
+    made = tokens.create(world.engine, tenant_id="acme", role="admin", actor="t", expires_in=timedelta(seconds=1))
+    later = world.engine.clock.now() + timedelta(seconds=2)
+    world.engine.clock = type("Later", (), {"now": staticmethod(lambda: later)})()  # type: ignore[assignment]
+    assert world.client.get(f"{API}/runs", headers={"Authorization": f"Bearer {made.token}"}).status_code == 401
+
+
+def test_workers_report_the_execution_mode_apart_from_registrations(world: World) -> None:
+    body = world.client.get(f"{API}/workers", headers=world.headers("acme", Role.CONSUMER)).json()
+    assert body["execution_mode"] == "standalone" and body["visibility_state"] == "no_registrations"
+    assert body["execution_availability"] == "unavailable" and body["total"] == 0
+
+
+def test_doctor_and_readiness(world: World) -> None:
+    world.new_run()
+    doctor = world.client.get(f"{API}/doctor", headers=world.headers("acme", Role.OPERATOR)).json()
+    checks = {c["name"]: c for c in doctor["checks"]}
+    assert checks["database"]["status"] == checks["migrations"]["status"] == "green"
+    assert "1 due" in checks["queue"]["detail"]
+    assert checks["workers"]["status"] in ("amber", "red")  # nothing executes this test's runs
+    other = world.client.get(f"{API}/doctor", headers=world.headers("other", Role.OPERATOR)).json()
+    assert {c["name"]: c for c in other["checks"]}["queue"]["detail"] == "no run is waiting"
+    ready = world.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+
+
+def test_metrics_are_the_callers_tenants(world: World) -> None:
+    world.new_run()
+    world.new_run(tenant="other", job="shared-job")
+    text = world.client.get("/metrics", headers=world.headers("acme", Role.OPERATOR)).text
+    assert 'jobgate_queue_due{tenant="acme"} 1.0' in text
+    assert 'tenant="other"' not in text
+    assert "jobgate_http_requests_total" in text
+
+
+def test_definitions_apply_refuses_a_raw_handler_and_stores_nothing(world: World) -> None:
+    h = world.headers("acme", Role.ADMIN)
+    doc = {"job_definition_id": f"x-{uuid.uuid4().hex[:6]}", "job_class": "MAINTENANCE_JOB", "handler": "os:getcwd"}
+    refused = world.client.post(f"{API}/definitions", json={"definitions": [doc]}, headers=h)
+    assert refused.status_code == 422 and refused.json()["field"] == "definitions[0].handler"
+    listed = world.client.get(f"{API}/definitions", headers=h).json()["items"]
+    assert doc["job_definition_id"] not in [d["job_definition_id"] for d in listed]
