@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 from tests.api.conftest import ACME_JOB, World
-from tests.helpers import count
+from tests.helpers import count, define
 
 from jobgate.core.tokens import Role
+from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
 
 API = "/api/v1"
@@ -59,18 +62,11 @@ def test_an_event_fires_subscribed_schedules_once_per_source_event(world: World)
 
 
 def test_dead_letters_list_and_requeue(world: World, engine: Engine) -> None:
-    from jobgate.runtime.worker import Worker, WorkerSettings
-    from tests.helpers import define
-
     define(engine, job_definition_id="always-fails", tenant_id="acme", handler="engine_handlers:fail_final")
     run = world.new_run(job="always-fails")
     worker = Worker(engine, WorkerSettings(concurrency=1))
-    import threading
-
     threading.Thread(target=worker.run, daemon=True).start()
     try:
-        import time
-
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             with engine.store.read() as tx:

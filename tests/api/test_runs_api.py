@@ -202,7 +202,8 @@ def test_seed_schedule_and_cancel_contract(world: World) -> None:
     assert made.status_code == 200, made.text
     out = made.json()
     assert set(out) == {"status", "job_run_id", "config_snapshot_id", "scheduled_for"} and out["status"] == "scheduled"
-    foreign = world.client.post("/api/v1/schedule", json={**body, "scope": {"tenant_id": "other"}}, headers=admin(world))
+    elsewhere = {**body, "scope": {"tenant_id": "other"}}
+    foreign = world.client.post("/api/v1/schedule", json=elsewhere, headers=admin(world))
     assert foreign.status_code == 422 and foreign.json()["field"] == "scope.tenant_id"
     cancel = {"job_run_id": out["job_run_id"], "reason": "superseded", "requested_by": "ops@example.com"}
     done = world.client.post("/api/v1/cancel", json=cancel, headers=admin(world))
