@@ -218,3 +218,28 @@ def test_an_existing_bootstrap_token_file_is_refused(tmp_path: Path) -> None:
     assert (folder / "admin.token").read_text() == "keep me"
     tokens = json.loads(jobgate(folder, "--json", "tokens", "list").stdout)
     assert tokens == []  # nothing created by the refused start
+
+
+@pytest.mark.slow
+def test_the_cli_through_a_server_prints_what_it_prints_locally(served: Served) -> None:
+    remote = ("--server", served.url, "--token", served.token)
+    run_id = jobgate(served.folder, *remote, "submit", "count-up", "-p", "steps=1", "--request-id", "cli-1").stdout
+    run_id = run_id.strip()
+    again = jobgate(served.folder, *remote, "submit", "count-up", "-p", "steps=1", "--request-id", "cli-1")
+    assert again.stdout.strip() == run_id and "already submitted" in again.stderr
+    deadline = time.monotonic() + 20
+    while json.loads(jobgate(served.folder, "--json", "runs", "show", run_id).stdout)["run"]["status"] != "COMPLETED":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for command in (("runs", "show", run_id), ("runs", "list")):
+        local = jobgate(served.folder, "--json", *command).stdout
+        assert jobgate(served.folder, *remote, "--json", *command).stdout == local
+        assert jobgate(served.folder, *remote, *command).stdout == jobgate(served.folder, *command).stdout
+    refused = jobgate(served.folder, *remote, "runs", "cancel", run_id, check=False)
+    assert refused.returncode == 1 and "only a pending run can be cancelled" in refused.stderr
+    missing = jobgate(served.folder, *remote, "runs", "show", "TGJOBRUN-nope", check=False)
+    assert missing.returncode == 1 and "not_found" in missing.stderr
+    local_only = jobgate(served.folder, *remote, "dlq", "list", check=False)
+    assert local_only.returncode == 1 and "--server" in local_only.stderr
+    bad_token = jobgate(served.folder, "--server", served.url, "--token", "nope", "runs", "list", check=False)
+    assert bad_token.returncode == 1 and "unauthenticated" in bad_token.stderr

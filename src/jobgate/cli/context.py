@@ -8,7 +8,10 @@ from pathlib import Path
 
 import click
 
+from jobgate.cli.runs_client import LocalRuns, RemoteRuns, RunsClient
 from jobgate.config import CONFIG_FILENAME, JobgateConfig, default_config, load_config, resolve_database_url
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import DEFAULT_TENANT
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 
@@ -20,6 +23,8 @@ class AppContext:
     config_path: str | None
     database: str | None
     json_output: bool
+    server: str | None = None
+    token: str | None = field(default=None, repr=False)
     _engine: Engine | None = field(default=None, repr=False)
 
     def config(self) -> JobgateConfig:
@@ -31,11 +36,29 @@ class AppContext:
         return default_config(Path.cwd())
 
     def engine(self) -> Engine:
+        if self.server:
+            raise ValidationError(
+                "this command works on a local database; through --server only submit and runs … are available",
+                field="--server",
+            )
         if self._engine is None:
             config = self.config()
             url = resolve_database_url(config, self.database)
             self._engine = Engine(Store(url, synchronous=config.sqlite.synchronous), config)
         return self._engine
+
+    def runs_client(self, *, requested_by: str | None = None, tenant: str = DEFAULT_TENANT) -> RunsClient:
+        """The local database, or the server given with ``--server`` (whose token decides
+        the tenant and who asks, so ``--by`` and ``--tenant`` are refused there)."""
+        if not self.server:
+            return LocalRuns(self.engine())
+        if not self.token:
+            raise ValidationError("give the server's bearer token (or set $JOBGATE_TOKEN)", field="--token")
+        if requested_by:
+            raise ValidationError("through --server the token is who asks; leave --by out", field="--by")
+        if tenant != DEFAULT_TENANT:
+            raise ValidationError("through --server the token decides the tenant; leave --tenant out", field="--tenant")
+        return RemoteRuns(self.server, self.token)
 
     def close(self) -> None:
         if self._engine is not None:

@@ -15,6 +15,7 @@ import click
 import yaml
 from rich.progress import Progress
 
+from jobgate.api.schemas import RunOut
 from jobgate.cli import render
 from jobgate.cli.context import AppContext
 from jobgate.config import CONFIG_FILENAME
@@ -86,7 +87,9 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
     ordered = [by_id[i] for i in ids if i in by_id]
     unfinished = [r for r in ordered if not r.status.is_terminal]
     if app.json_output:
-        render.emit_json({"directory": str(directory.resolve()), "runs": [render.run_dict(r) for r in ordered]})
+        render.emit_json(
+            {"directory": str(directory.resolve()), "runs": [RunOut.of(r).model_dump(mode="json") for r in ordered]}
+        )
     else:
         _report(engine.config.events.jsonl_path, ordered, directory)
     if unfinished:
@@ -94,7 +97,7 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
 
 
 def _report(events_path: Path | None, runs: list[JobRun], directory: Path) -> None:
-    render.runs_table(runs, title="demo runs")
+    render.runs_table([RunOut.of(r) for r in runs], title="demo runs")
     counts: dict[str, int] = {}
     if events_path is not None and events_path.exists():
         import json

@@ -15,15 +15,13 @@ from rich.progress import Progress
 
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
+from jobgate.cli.runs_client import Submission
 from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import JobgateError, ValidationError
-from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.definitions import load_definitions
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.service import control
-from jobgate.service.engine import SubmitRequest
-from jobgate.store.base import RunFilter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,10 +42,21 @@ def parse_params(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--db", "database", metavar="URL", help="database URL (overrides $JOBGATE_DATABASE_URL and the config)")
 @click.option("--json", "json_output", is_flag=True, help="machine-readable JSON output")
+@click.option(
+    "--server", metavar="URL", envvar="JOBGATE_SERVER", help="act through a jobgate server (submit and runs commands)"
+)
+@click.option("--token", metavar="TOKEN", envvar="JOBGATE_TOKEN", help="the bearer token for --server")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None, database: str | None, json_output: bool) -> None:
+def cli(
+    ctx: click.Context,
+    config_path: str | None,
+    database: str | None,
+    json_output: bool,
+    server: str | None,
+    token: str | None,
+) -> None:
     """jobgate: a governed job scheduler. Every run explainable, every transition recorded."""
-    app = AppContext(config_path, database, json_output)
+    app = AppContext(config_path, database, json_output, server=server, token=token)
     ctx.obj = app
     ctx.call_on_close(app.close)
 
@@ -215,30 +224,23 @@ def submit(
     count: int,
 ) -> None:
     """Submit a manual trigger for JOB; prints the run id."""
-    import getpass
-
-    engine = app.engine()
-    who = requested_by or getpass.getuser()
+    client = app.runs_client(requested_by=requested_by, tenant=tenant)
+    who = _actor(requested_by)
     values = parse_params(params)
     if count == 1:
-        result = engine.submit(
-            SubmitRequest(
-                job, params=values, scope=Scope(tenant), requested_by=who, reason=reason, request_id=request_id
-            ),
-            actor=who,
-        )
+        made = client.submit(Submission(job, values, reason, request_id), tenant=tenant, actor=who)
         if app.json_output:
             render.emit_json(
                 {
-                    "job_run_id": result.run.job_run_id,
-                    "created": result.created,
-                    "status": result.run.status,
-                    "idempotency_key": result.run.idempotency_key,
+                    "job_run_id": made.run.job_run_id,
+                    "created": made.created,
+                    "status": made.run.status,
+                    "idempotency_key": made.run.idempotency_key,
                 }
             )
         else:
-            print(result.run.job_run_id)
-            if not result.created:
+            print(made.run.job_run_id)
+            if not made.created:
                 render.err.print("(already submitted: existing run returned)")
         return
     ids: list[str] = []
@@ -247,17 +249,9 @@ def submit(
         for start in range(0, count, 1000):
             n = min(1000, count - start)
             batch = [
-                SubmitRequest(
-                    job,
-                    params=values,
-                    scope=Scope(tenant),
-                    requested_by=who,
-                    reason=reason,
-                    request_id=f"{request_id}-{start + i}" if request_id else None,
-                )
-                for i in range(n)
+                Submission(job, values, reason, f"{request_id}-{start + i}" if request_id else None) for i in range(n)
             ]
-            ids.extend(r.run.job_run_id for r in engine.submit_many(batch, actor=who))
+            ids.extend(r.run.job_run_id for r in client.submit_many(batch, tenant=tenant, actor=who))
             bar.advance(task, n)
     if app.json_output:
         render.emit_json(ids)
@@ -267,7 +261,7 @@ def submit(
 
 @cli.group()
 def runs() -> None:
-    """Job runs: list, show, cancel, stop, retry."""
+    """Job runs: list, show, cancel, stop, retry (locally, or through --server)."""
 
 
 @runs.command("list")
@@ -280,18 +274,15 @@ def runs() -> None:
 def runs_list(
     app: AppContext, status: tuple[str, ...], job: str | None, job_class: str | None, limit: int, tenant: str
 ) -> None:
-    with app.engine().store.read() as tx:
-        items = tx.runs_list(
-            RunFilter(
-                tenant_id=tenant,
-                statuses=tuple(RunStatus(s.upper()) for s in status),
-                job_definition_id=job,
-                job_class=job_class,
-                limit=limit,
-            )
-        )
+    items = app.runs_client(tenant=tenant).list(
+        tenant=tenant,
+        statuses=[RunStatus(s.upper()) for s in status],
+        job=job,
+        job_class=job_class,
+        limit=limit,
+    )
     if app.json_output:
-        render.emit_json([render.run_dict(r) for r in items])
+        render.emit_json([r.model_dump(mode="json") for r in items])
     else:
         render.runs_table(items)
 
@@ -300,66 +291,11 @@ def runs_list(
 @click.argument("run_id")
 @pass_app
 def runs_show(app: AppContext, run_id: str) -> None:
-    detail = control.run_detail(app.engine(), run_id)
+    detail = app.runs_client().detail(run_id)
     if app.json_output:
-        from dataclasses import asdict
-
-        render.emit_json(
-            {
-                "run": render.run_dict(detail.run),
-                "transitions": [asdict(t) for t in detail.transitions],
-                "attempts": [asdict(a) for a in detail.attempts],
-                "dead_letter": asdict(detail.dead_letter) if detail.dead_letter else None,
-            }
-        )
-        return
-    r = detail.run
-    render.table(
-        f"run {r.job_run_id}",
-        ["field", "value"],
-        [
-            ("definition", f"{r.job_definition_id} v{r.definition_version} ({r.definition_digest})"),
-            ("status", r.status.value),
-            ("attempt", f"{r.attempt}/{r.max_attempts}"),
-            ("priority", r.priority.value),
-            ("trigger", f"{r.trigger_type.value} {r.trigger_id}"),
-            ("requested by", r.requested_by),
-            ("idempotency key", r.idempotency_key),
-            ("config snapshot", f"{r.config_snapshot_id} ({r.config_digest})"),
-            ("params", r.params),
-            ("created", render.when(r.created_at)),
-            ("started", render.when(r.started_at)),
-            ("ended", render.when(r.ended_at)),
-            ("next retry", render.when(r.next_retry_at)),
-            ("error", f"{r.error_code}: {r.error_message}" if r.error_code else ""),
-            ("result", r.result),
-            ("artifact", f"{r.artifact_path} {r.artifact_sha256} {r.artifact_size} bytes" if r.artifact_path else ""),
-        ],
-    )
-    render.table(
-        "transitions",
-        ["at", "from", "to", "attempt", "reason", "actor"],
-        [
-            (
-                render.when(t.at),
-                t.from_status.value if t.from_status else "",
-                t.to_status.value,
-                t.attempt,
-                t.reason,
-                t.actor,
-            )
-            for t in detail.transitions
-        ],
-    )
-    if detail.attempts:
-        render.table(
-            "attempts",
-            ["attempt", "worker", "started", "ended", "outcome", "error"],
-            [
-                (a.attempt, a.worker_id, render.when(a.started_at), render.when(a.ended_at), a.outcome, a.error_code)
-                for a in detail.attempts
-            ],
-        )
+        render.emit_json(detail.model_dump(mode="json"))
+    else:
+        render.run_detail(detail)
 
 
 def _actor(requested_by: str | None) -> str:
@@ -375,8 +311,8 @@ def _actor(requested_by: str | None) -> str:
 @pass_app
 def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Cancel a pending run (not yet started)."""
-    run = control.cancel_run(app.engine(), run_id, actor=_actor(requested_by), reason=reason)
-    _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status.value}")
+    run = app.runs_client(requested_by=requested_by).cancel(run_id, actor=_actor(requested_by), reason=reason)
+    _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status}")
 
 
 @runs.command("stop")
@@ -386,7 +322,7 @@ def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: 
 @pass_app
 def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Stop a running run: SIGTERM, then kill after the runner's grace period."""
-    run = control.stop_run(app.engine(), run_id, actor=_actor(requested_by), reason=reason)
+    run = app.runs_client(requested_by=requested_by).stop(run_id, actor=_actor(requested_by), reason=reason)
     _say(
         app,
         {"job_run_id": run.job_run_id, "status": run.status, "stop_requested": True},
@@ -400,11 +336,11 @@ def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: st
 @pass_app
 def runs_retry(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """A new run for a terminal run (at most one per source run; asking again returns it)."""
-    run, created = control.retry_run(app.engine(), run_id, actor=_actor(requested_by))
+    made = app.runs_client(requested_by=requested_by).retry(run_id, actor=_actor(requested_by))
     _say(
         app,
-        {"job_run_id": run.job_run_id, "retry_of": run_id, "created": created},
-        f"{run.job_run_id}{'' if created else ' (existing retry)'}",
+        {"job_run_id": made.run.job_run_id, "retry_of": run_id, "created": made.created},
+        f"{made.run.job_run_id}{'' if made.created else ' (existing retry)'}",
     )
 
 

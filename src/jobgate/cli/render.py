@@ -11,8 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from jobgate.api.schemas import RunDetailOut, RunOut
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.models import DeadLetter, JobRun
+from jobgate.core.models import DeadLetter
 
 # Piped output is not cut to 80 columns: tables stay one line per row for grep and less.
 _WIDTH = None if sys.stdout.isatty() else 200
@@ -36,13 +37,6 @@ def jsonable(value: Any) -> Any:
 
 def emit_json(value: Any) -> None:
     print(json.dumps(jsonable(value), indent=2, sort_keys=True))
-
-
-def run_dict(run: JobRun) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    data = asdict(run)
-    return jsonable(data)  # type: ignore[no-any-return]
 
 
 def when(value: datetime | None) -> str:
@@ -76,7 +70,7 @@ def records(
         out.print(f"{title}: none")
 
 
-def runs_table(runs: Sequence[JobRun], title: str | None = None) -> None:
+def runs_table(runs: Sequence[RunOut], title: str | None = None) -> None:
     table(
         title,
         ["run id", "definition", "class", "status", "attempt", "priority", "trigger", "created", "error"],
@@ -84,17 +78,62 @@ def runs_table(runs: Sequence[JobRun], title: str | None = None) -> None:
             (
                 r.job_run_id,
                 r.job_definition_id,
-                r.job_class.value,
-                r.status.value,
+                r.job_class,
+                r.status,
                 f"{r.attempt}/{r.max_attempts}",
-                r.priority.value,
-                r.trigger_type.value,
+                r.priority,
+                r.trigger_type,
                 when(r.created_at),
                 r.error_code,
             )
             for r in runs
         ],
     )
+
+
+def run_detail(detail: RunDetailOut) -> None:
+    r = detail.run
+    progress = "" if detail.progress is None else f"{detail.progress:.0%} {detail.progress_message or ''}".strip()
+    table(
+        f"run {r.job_run_id}",
+        ["field", "value"],
+        [
+            ("definition", f"{r.job_definition_id} v{r.definition_version} ({r.definition_digest})"),
+            ("status", r.status),
+            ("attempt", f"{r.attempt}/{r.max_attempts}"),
+            ("priority", r.priority),
+            ("trigger", f"{r.trigger_type} {r.trigger_id}"),
+            ("requested by", r.requested_by),
+            ("idempotency key", r.idempotency_key),
+            ("config snapshot", f"{r.config_snapshot_id} ({r.config_digest})"),
+            ("params", r.params),
+            ("created", when(r.created_at)),
+            ("started", when(r.started_at)),
+            ("ended", when(r.ended_at)),
+            ("next retry", when(r.next_retry_at)),
+            ("progress", progress),
+            ("error", f"{r.error_code}: {r.error_message}" if r.error_code else ""),
+            ("result", r.result),
+            ("artifact", f"sha256 {r.artifact_sha256}, {r.artifact_size} bytes" if r.has_artifact else ""),
+        ],
+    )
+    table(
+        "transitions",
+        ["#", "at", "from", "to", "attempt", "reason", "actor"],
+        [
+            (t.sequence, when(t.at), t.from_status or "", t.to_status, t.attempt, t.reason, t.actor)
+            for t in detail.transitions
+        ],
+    )
+    if detail.attempts:
+        table(
+            "attempts",
+            ["attempt", "worker", "started", "ended", "outcome", "error"],
+            [
+                (a.attempt, a.worker_id, when(a.started_at), when(a.ended_at), a.outcome, a.error_code)
+                for a in detail.attempts
+            ],
+        )
 
 
 def dead_letters_table(letters: Sequence[DeadLetter]) -> None:

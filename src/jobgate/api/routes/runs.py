@@ -17,17 +17,15 @@ from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
 from jobgate.api.errors import BadRequest
 from jobgate.api.schemas import (
-    AttemptOut,
-    DeadLetterOut,
     Page,
     RunActionIn,
     RunCreatedOut,
     RunCreateIn,
     RunDetailOut,
     RunOut,
-    TransitionOut,
 )
 from jobgate.api.server_state import ServerState, server_state
+from jobgate.api.views import run_detail_view
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import JobRun, Scope
 from jobgate.core.states import RunStatus
@@ -132,17 +130,7 @@ def _aware(value: datetime | None, field: str) -> datetime | None:
 def get_run(job_run_id: str, caller: Caller, state: State) -> RunDetailOut:
     """The run with every transition, its attempts, its open dead letter and its progress."""
     visible_run(state, caller, job_run_id)
-    detail = control.run_detail(state.engine, job_run_id, caller.tenant_id)
-    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-        progress, message = tx.run_progress_get(job_run_id)
-    return RunDetailOut(
-        run=RunOut.of(detail.run),
-        transitions=[TransitionOut.of(i, t) for i, t in enumerate(detail.transitions, start=1)],
-        attempts=[AttemptOut.of(a) for a in detail.attempts],
-        dead_letter=None if detail.dead_letter is None else DeadLetterOut.of(detail.dead_letter),
-        progress=progress,
-        progress_message=message,
-    )
+    return run_detail_view(state.engine, job_run_id, caller.tenant_id)
 
 
 @router.post("/runs/{job_run_id}/cancel", response_model=RunOut)

@@ -1,0 +1,183 @@
+"""Where the run commands act: the local database, or a server (``--server URL --token T``).
+
+Both sides return the API's own models (``RunOut``, ``RunDetailOut``), so ``jobgate runs …``
+and ``jobgate submit`` print the same tables and the same JSON whether they ran against a
+database file or over HTTP. Remotely the token decides the tenant and who is asking; a
+server's refusal comes back as the same error line the local command would print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from jobgate.api.schemas import Page, RunCreatedOut, RunDetailOut, RunOut
+from jobgate.api.views import run_detail_view
+from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
+from jobgate.core.models import Scope
+from jobgate.core.states import RunStatus
+from jobgate.service import control
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.base import RunFilter
+
+if TYPE_CHECKING:
+    import httpx
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: str
+    params: dict[str, str]
+    reason: str | None
+    request_id: str | None
+
+
+class RunsClient(Protocol):
+    def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut: ...
+    def submit_many(self, items: Sequence[Submission], *, tenant: str, actor: str) -> list[RunCreatedOut]: ...
+    def list(
+        self, *, tenant: str, statuses: Sequence[RunStatus], job: str | None, job_class: str | None, limit: int
+    ) -> list[RunOut]: ...
+    def detail(self, run_id: str) -> RunDetailOut: ...
+    def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
+    def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
+    def retry(self, run_id: str, *, actor: str) -> RunCreatedOut: ...
+
+
+class LocalRuns:
+    """Straight to the database: the operator on the host, every tenant within reach."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _request(self, s: Submission, tenant: str, actor: str) -> SubmitRequest:
+        return SubmitRequest(
+            s.job, params=s.params, scope=Scope(tenant), requested_by=actor, reason=s.reason, request_id=s.request_id
+        )
+
+    def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut:
+        return self.submit_many([s], tenant=tenant, actor=actor)[0]
+
+    def submit_many(self, items: Sequence[Submission], *, tenant: str, actor: str) -> list[RunCreatedOut]:
+        results = self.engine.submit_many([self._request(s, tenant, actor) for s in items], actor=actor)
+        return [RunCreatedOut(created=r.created, run=RunOut.of(r.run)) for r in results]
+
+    def list(
+        self, *, tenant: str, statuses: Sequence[RunStatus], job: str | None, job_class: str | None, limit: int
+    ) -> list[RunOut]:
+        wanted = RunFilter(
+            tenant_id=tenant, statuses=tuple(statuses), job_definition_id=job, job_class=job_class, limit=limit
+        )
+        with self.engine.store.read() as tx:
+            return [RunOut.of(r) for r in tx.runs_list(wanted)]
+
+    def detail(self, run_id: str) -> RunDetailOut:
+        return run_detail_view(self.engine, run_id)
+
+    def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
+        return RunOut.of(control.cancel_run(self.engine, run_id, actor=actor, reason=reason))
+
+    def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
+        return RunOut.of(control.stop_run(self.engine, run_id, actor=actor, reason=reason))
+
+    def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
+        run, created = control.retry_run(self.engine, run_id, actor=actor)
+        return RunCreatedOut(created=created, run=RunOut.of(run))
+
+
+class RemoteError(JobgateError):
+    """A refusal the server sent back, with its code (shown as ``error: <code>: <message>``)."""
+
+    def __init__(self, code: str, message: str, field: str | None) -> None:
+        super().__init__(message, field=field)
+        self.code = code
+
+
+_BY_STATUS: dict[int, type[JobgateError]] = {
+    404: NotFoundError,
+    409: ConflictError,
+    422: ValidationError,
+    400: ValidationError,
+    429: QuotaExceededError,
+}
+
+
+class RemoteRuns:
+    """Over HTTP with a bearer token; the server's rules (roles, tenant, quota) apply."""
+
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        import httpx  # only remote commands pay for the import
+
+        self._transport_error = httpx.TransportError
+        self.http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except self._transport_error as exc:
+            raise ValidationError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                code, message, field = body["error"], body["message"], body.get("field")
+            except (ValueError, KeyError, TypeError):
+                code, message, field = "http_error", f"HTTP {response.status_code}", None
+            kind = _BY_STATUS.get(response.status_code)
+            if kind is not None:
+                raise kind(message, field=field)
+            raise RemoteError(code, message, field)
+        return response.json()
+
+    def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut:
+        headers = {"Idempotency-Key": s.request_id} if s.request_id else {}
+        body = {"job_definition_id": s.job, "params": s.params, "reason": s.reason}
+        return RunCreatedOut.model_validate(self._call("POST", "/api/v1/runs", json=body, headers=headers))
+
+    def submit_many(self, items: Sequence[Submission], *, tenant: str, actor: str) -> list[RunCreatedOut]:
+        return [self.submit(s, tenant=tenant, actor=actor) for s in items]
+
+    def list(
+        self, *, tenant: str, statuses: Sequence[RunStatus], job: str | None, job_class: str | None, limit: int
+    ) -> list[RunOut]:
+        params: dict[str, Any] = {"status": [s.value for s in statuses], "limit": min(limit, 500)}
+        if job:
+            params["job_definition_id"] = job
+        if job_class:
+            params["job_class"] = job_class
+        out: list[RunOut] = []
+        while len(out) < limit:
+            page = Page[RunOut].model_validate(self._call("GET", "/api/v1/runs", params=params))
+            out.extend(page.items)
+            if not page.next_cursor:
+                break
+            params["cursor"] = page.next_cursor
+        return out[:limit]
+
+    def detail(self, run_id: str) -> RunDetailOut:
+        return RunDetailOut.model_validate(self._call("GET", f"/api/v1/runs/{_segment(run_id)}"))
+
+    def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
+        body = {"reason": reason}
+        return RunOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/cancel", json=body))
+
+    def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
+        body = {"reason": reason}
+        return RunOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/stop", json=body))
+
+    def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
+        return RunCreatedOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/retry"))
+
+
+def _segment(value: str) -> str:
+    """A run id as one path segment: anything that could change the path is refused here."""
+    if not value or any(c in value for c in "/?#%\\") or value in (".", ".."):
+        raise ValidationError("not a run id", field="run_id")
+    return value
