@@ -210,3 +210,9 @@ def test_seed_schedule_and_cancel_contract(world: World) -> None:
     assert done.json() == {"status": "cancelled", "job_run_id": out["job_run_id"], "audit_required": True}
     detail = world.client.get(f"{RUNS}/{out['job_run_id']}", headers=admin(world)).json()
     assert detail["run"]["scope"]["eco_number"] == "ECO-A1"
+
+
+def test_a_refused_param_names_the_request_field_and_the_definition_in_the_message(world: World) -> None:
+    refused = world.client.post(RUNS, json={"job_definition_id": ACME_JOB, "params": {"n": "x"}}, headers=admin(world))
+    body = refused.json()
+    assert refused.status_code == 422 and body["field"] == "params.n" and ACME_JOB in body["message"]

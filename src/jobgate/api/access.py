@@ -36,7 +36,7 @@ class Forbidden(JobgateError):
 @dataclass(frozen=True)
 class Rule:
     """``roles`` None: anonymous. ``scope`` names the permission in a 403 and in the docs.
-    ``own_runs`` limits the listed ``owner_roles`` to runs they requested themselves."""
+    Roles in ``owner_roles`` may act only on runs they requested themselves."""
 
     scope: str
     roles: frozenset[Role] | None

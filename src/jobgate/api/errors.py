@@ -66,8 +66,10 @@ def _jobgate_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobgateError)
     status = status_for(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    field = ".".join(p for p in (exc.source, exc.field) if p) if exc.source and exc.field else exc.field
-    return JSONResponse(body(exc.code, exc.message, field), status_code=status, headers=headers)
+    # ``field`` names a field of the request; ``source`` (which definition, which schedule)
+    # is context for people and goes into the message.
+    message = f"{exc.source}: {exc.message}" if exc.source else exc.message
+    return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
 
 
 def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -81,7 +81,11 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
                 "a definition with a raw handler is applied from files by the operator (jobgate apply)",
                 field=f"definitions[{i}].handler",
             )
-        loaded.append(parse_definition(document, f"definitions[{i}]", state.engine.config))
+        try:
+            loaded.append(parse_definition(document, f"definitions[{i}]", state.engine.config))
+        except ValidationError as exc:
+            where = f"definitions[{i}]"
+            raise ValidationError(exc.message, field=f"{where}.{exc.field}" if exc.field else where) from None
     applied = state.engine.apply_definitions(loaded, tenant_id=caller.tenant_id)
     return [
         AppliedOut(job_definition_id=a.job_definition_id, version=a.version, digest=a.digest, created=a.created)

@@ -1,0 +1,64 @@
+"""``jobgate doctor``: the judgements (pure, every threshold) and the command."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from tests.cli.test_cli import jobgate
+
+from jobgate.service import doctor
+from jobgate.service.doctor import Level
+from jobgate.store.base import WorkerInfo
+from jobgate.store.migrate import HEAD
+from jobgate.store.sql.outbox import LockInfo
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def worker(beat_ago: float, stopped: bool = False) -> WorkerInfo:
+    at = NOW - timedelta(seconds=beat_ago)
+    return WorkerInfo("w", "h", 1, 4, ("default",), at, at, at if stopped else None)
+
+
+@pytest.mark.parametrize(
+    ("waited", "level"),
+    [(None, Level.GREEN), (5, Level.GREEN), (60, Level.AMBER), (899, Level.AMBER), (900, Level.RED)],
+)
+def test_queue_wait_thresholds(waited: float | None, level: Level) -> None:
+    oldest = None if waited is None else NOW - timedelta(seconds=waited)
+    assert doctor.judge_queue(NOW, 0 if waited is None else 3, oldest).level is level
+
+
+def test_schema_workers_leader_and_outbox() -> None:
+    assert doctor.judge_schema(HEAD).level is Level.GREEN
+    assert doctor.judge_schema(None).level is Level.RED and doctor.judge_schema("0001").level is Level.RED
+    assert doctor.judge_workers(NOW, [worker(1)], due=5, embedded=False).level is Level.GREEN
+    assert doctor.judge_workers(NOW, [worker(1), worker(60)], due=0, embedded=False).level is Level.AMBER
+    assert doctor.judge_workers(NOW, [], due=5, embedded=False).level is Level.RED
+    assert doctor.judge_workers(NOW, [], due=0, embedded=False).level is Level.AMBER
+    assert doctor.judge_workers(NOW, [worker(1, stopped=True)], due=5, embedded=True).level is Level.GREEN
+    held = LockInfo("scheduler-leader", "s1", 3, NOW, NOW + timedelta(seconds=10))
+    lapsed = LockInfo("scheduler-leader", "s1", 3, NOW - timedelta(minutes=1), NOW - timedelta(seconds=1))
+    assert doctor.judge_leader(NOW, held, schedules=2).level is Level.GREEN
+    assert doctor.judge_leader(NOW, lapsed, schedules=2).level is Level.RED
+    assert doctor.judge_leader(NOW, None, schedules=0).level is Level.GREEN
+    assert doctor.judge_outbox(NOW, 0, None).level is Level.GREEN
+    assert doctor.judge_outbox(NOW, 10, NOW - timedelta(minutes=2)).level is Level.AMBER
+    assert doctor.judge_outbox(NOW, 10, NOW - timedelta(hours=1)).level is Level.RED
+    assert doctor.worst([doctor.Check("a", Level.GREEN, ""), doctor.Check("b", Level.AMBER, "")]) is Level.AMBER
+
+
+def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    jobgate(folder, "submit", "demo-hello")
+    jobgate(folder, "schedules", "add", "beat", "demo-hello", "--every", "60")
+    proc = jobgate(folder, "--json", "doctor", check=False)
+    checks = {c["check"]: c for c in json.loads(proc.stdout)}
+    assert list(checks) == ["database", "migrations", "queue", "workers", "scheduler leader", "outbox"]
+    assert checks["migrations"]["status"] == "green" and checks["queue"]["detail"].startswith("1 due")
+    assert checks["scheduler leader"]["status"] == "red"  # a schedule and no scheduler running
+    assert proc.returncode == 1 and "red" in proc.stderr
