@@ -78,6 +78,8 @@ _SERVER_KEYS = (
     "stream_poll_ms",
     "stream_heartbeat_seconds",
     "stream_retry_ms",
+    "stream_max_seconds",
+    "streams_per_token",
 )
 MAXIMUM_RUN_AGE_LIMIT = timedelta(days=30)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -127,6 +129,8 @@ class ServerSettings:
     stream_poll: timedelta = timedelta(milliseconds=250)
     stream_heartbeat: timedelta = timedelta(seconds=15)
     stream_retry: timedelta = timedelta(seconds=2)
+    stream_max: timedelta = timedelta(hours=1)  # a stream then ends; the client resumes by Last-Event-ID
+    streams_per_token: int = 20  # open run streams one token may hold on one server
 
 
 @dataclass(frozen=True)
@@ -423,6 +427,10 @@ def _server(r: Reader, value: Any) -> ServerSettings:
         stream_poll=seconds("stream_poll_ms", d.stream_poll, unit=0.001),
         stream_heartbeat=seconds("stream_heartbeat_seconds", d.stream_heartbeat),
         stream_retry=seconds("stream_retry_ms", d.stream_retry, unit=0.001),
+        stream_max=seconds("stream_max_seconds", d.stream_max),
+        streams_per_token=d.streams_per_token
+        if spec.get("streams_per_token") is None
+        else r.integer(spec["streams_per_token"], "server.streams_per_token", minimum=1, maximum=10_000),
     )
 
 

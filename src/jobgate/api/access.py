@@ -12,6 +12,7 @@ a rule tells the whole story.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from jobgate.core.errors import JobgateError
+from jobgate.api.errors import BadRequest, Forbidden
 from jobgate.core.models import JobRun
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
@@ -29,8 +30,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 RULE_ATTRIBUTE = "__jobgate_rule__"
 
 
-class Forbidden(JobgateError):
-    code = "forbidden"
+# Decoded control characters (NUL above all: no database text type stores it), or their
+# percent-encodings in the raw query.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]|%[01][0-9a-fA-F]|%7[fF]")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ async def enforce(request: Request) -> None:
     """Application-wide dependency: authenticate and authorise before the handler runs."""
     route = request.scope.get("route")
     rule = rule_of(getattr(route, "endpoint", None))
+    if _CONTROL.search(request.url.path) or _CONTROL.search(request.url.query):
+        raise BadRequest("control characters are not accepted in the path or the query", field="url")
     if rule is None:
         raise Forbidden("this route has no access rule (deny by default)")
     if rule.anonymous:

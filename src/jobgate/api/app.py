@@ -67,9 +67,44 @@ def create_app(state: ServerState) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
+    if not state.auth:
+        app.add_middleware(_LoopbackCallersOnly)
     app.add_middleware(_Measured, metrics=state.http_metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _host_name(value: str) -> str:
+    """``host[:port]`` or ``[v6]:port`` -> the host, lower-case."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[: value.find("]") + 1]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class _LoopbackCallersOnly:
+    """``--no-auth`` trusts whoever can reach the port, so it must be only this machine's own
+    programs: a request naming another ``Host`` (DNS rebinding) or sent by a web page of
+    another ``Origin`` (cross-site requests from a browser) is refused with 403."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            host = _host_name(headers.get("host", ""))
+            origin = headers.get("origin")
+            origin_host = _host_name(origin.split("://", 1)[-1]) if origin else None
+            if host not in LOOPBACK_NAMES or (origin_host is not None and origin_host not in LOOPBACK_NAMES):
+                message = "without authentication only this machine's own programs may call (Host and Origin)"
+                response = JSONResponse(errors.body("forbidden", message), status_code=403)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _BodyLimit:
@@ -131,9 +166,9 @@ class _Measured:
             await self.app(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            method = scope["method"]
-            self.metrics.requests.labels(method, route, str(status)).inc()
-            self.metrics.seconds.labels(method, route).observe(time.perf_counter() - started)
+            principal = scope.get("state", {}).get("principal")
+            tenant = getattr(principal, "tenant_id", None)
+            self.metrics.observe(tenant, scope["method"], route, status, time.perf_counter() - started)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

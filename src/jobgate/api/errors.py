@@ -18,7 +18,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobgate.api.access import Forbidden
 from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
 from jobgate.service.tokens import Unauthenticated
 
@@ -29,6 +28,12 @@ class ErrorBody(BaseModel):
     error: str
     message: str
     field: str | None = None
+
+
+class Forbidden(JobgateError):
+    """Authenticated, but the token's role or limits do not cover this (403)."""
+
+    code = "forbidden"
 
 
 class BadRequest(ValidationError):

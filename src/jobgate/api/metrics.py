@@ -10,19 +10,50 @@ from prometheus_client.registry import Collector
 
 from jobgate.service.engine import Engine
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+NO_TENANT = "-"  # requests refused before a token named a tenant
+
 
 class HttpMetrics:
-    """This process's request counts and latencies, by route template (not raw path, so ids
-    do not explode the label set)."""
+    """This process's request counts and latencies by tenant, route template (not the raw
+    path, so ids do not grow the label set) and status. A scrape shows the caller's tenant's
+    series only; an unknown method is counted as ``other``."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "jobgate_http_requests_total", "HTTP requests served", ["method", "route", "status"], registry=self.registry
+            "jobgate_http_requests_total",
+            "HTTP requests served",
+            ["tenant", "method", "route", "status"],
+            registry=self.registry,
         )
         self.seconds = Histogram(
-            "jobgate_http_request_seconds", "HTTP request latency", ["method", "route"], registry=self.registry
+            "jobgate_http_request_seconds",
+            "HTTP request latency",
+            ["tenant", "method", "route"],
+            registry=self.registry,
         )
+
+    def observe(self, tenant: str | None, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "other"
+        tenant = tenant or NO_TENANT
+        self.requests.labels(tenant, method, route, str(status)).inc()
+        self.seconds.labels(tenant, method, route).observe(seconds)
+
+    def for_tenant(self, tenant_id: str) -> Collector:
+        return _TenantSeries(self.registry, tenant_id)
+
+
+class _TenantSeries(Collector):
+    def __init__(self, registry: CollectorRegistry, tenant_id: str) -> None:
+        self.registry = registry
+        self.tenant_id = tenant_id
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [s for s in family.samples if s.labels.get("tenant") == self.tenant_id]
+            yield kept
 
 
 class TenantRuns(Collector):

@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from jobgate.api.errors import BadRequest
@@ -34,6 +35,24 @@ def decode(cursor: str, length: int) -> list[Any]:
     if not isinstance(key, list) or len(key) != length or not all(isinstance(k, str | int) for k in key):
         raise BadRequest("not a cursor this server issued", field="cursor")
     return key
+
+
+def encode_time_key(at: datetime, key: str) -> str:
+    return encode([at.isoformat(), key])
+
+
+def decode_time_key(cursor: str | None) -> tuple[datetime, str] | None:
+    """The (instant, id) a newest-first page ended at; None for the first page."""
+    if cursor is None:
+        return None
+    at, key = decode(cursor, 2)
+    try:
+        instant = datetime.fromisoformat(str(at))
+    except ValueError:
+        instant = None
+    if instant is None or instant.tzinfo is None:
+        raise BadRequest("not a cursor this server issued", field="cursor")
+    return instant, str(key)
 
 
 def page_in_memory(

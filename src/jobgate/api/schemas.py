@@ -12,8 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from jobgate.core.errors import ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.tokens import Role
 from jobgate.store.base import StoredDefinition
@@ -25,7 +26,30 @@ IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
 
 
 class Request(BaseModel):
+    """A request body: unknown fields refused, and no NUL character anywhere (no database
+    text type stores one; refused here with the field named rather than failing at write)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        refuse_nul(data, "")
+        return data
+
+
+def refuse_nul(value: Any, at: str) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValidationError("the NUL character is not accepted", field=at or None)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{at}.{key}" if at else str(key)
+            refuse_nul(str(key), where)
+            refuse_nul(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            refuse_nul(item, f"{at}[{i}]")
 
 
 class Page(BaseModel, Generic[T]):

@@ -1,8 +1,10 @@
-"""What the API's handlers share: the engine, the auth mode, and the state of the loops."""
+"""What the API's handlers share: the engine, the auth mode, the loops' state, open streams."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,11 +29,38 @@ class ServerState:
     loops: Callable[[], dict[str, bool]] = dict
     stopping: threading.Event = field(default_factory=threading.Event)
     http_metrics: HttpMetrics = field(default_factory=HttpMetrics)
+    _streams: dict[str, dict[int, float]] = field(default_factory=dict)  # token -> {stream: opened at}
+    _stream_ids: itertools.count[int] = field(default_factory=itertools.count)
+    _streams_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def local_principal(self) -> Principal:
         """``--no-auth`` (loopback only): every request acts as the default tenant's admin."""
         return Principal(LOCAL_TOKEN_ID, self.engine.config.server.tenant, Role.ADMIN, None)
+
+    def open_stream(self, token_id: str) -> int | None:
+        """Register one more open stream for ``token_id``; None (nothing registered) at the
+        limit. Entries older than a stream can live are dropped first, so a stream whose end
+        was never seen (a client gone before the first byte) cannot hold a slot for ever."""
+        server = self.engine.config.server
+        now = time.monotonic()
+        oldest = now - server.stream_max.total_seconds() - 60
+        with self._streams_lock:
+            mine = {k: at for k, at in self._streams.get(token_id, {}).items() if at >= oldest}
+            if len(mine) >= server.streams_per_token:
+                self._streams[token_id] = mine
+                return None
+            stream_id = next(self._stream_ids)
+            mine[stream_id] = now
+            self._streams[token_id] = mine
+            return stream_id
+
+    def close_stream(self, token_id: str, stream_id: int) -> None:
+        with self._streams_lock:
+            mine = self._streams.get(token_id, {})
+            mine.pop(stream_id, None)
+            if not mine:
+                self._streams.pop(token_id, None)
 
 
 def server_state(request: Request) -> ServerState:

@@ -1,15 +1,20 @@
 """A run's files on disk — its log and its artifact — found from the run record, never from a request.
 
-Paths come from the configuration's data folder and the run id stored in the database; the
-recorded artifact path is re-checked to lie inside the run's own folder (after resolving
-symlinks) before anything is opened, so a tampered row or a symlink left by a job cannot
-make the server read another file.
+Paths come from the configuration's data folder and the run id stored in the database. A
+job runs inside that folder and can leave symlinks there, and a row could be tampered with,
+so every file is opened the same careful way: resolved, checked to lie inside the run's own
+folder (itself inside the data folder's ``runs``), opened without following a final symlink,
+checked to be a regular file, and — where ``/proc`` shows it — checked again through the
+open descriptor, so swapping a path between the check and the open gains nothing.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from jobgate.config import JobgateConfig
 from jobgate.core.errors import NotFoundError, ValidationError
@@ -28,7 +33,36 @@ class LogSlice:
 
 
 def run_folder(config: JobgateConfig, run: JobRun) -> Path:
-    return (Path(config.data_dir) / "runs" / run.job_run_id).resolve()
+    root = (Path(config.data_dir) / "runs").resolve()
+    folder = (root / run.job_run_id).resolve()
+    if folder.parent != root or folder.name != run.job_run_id:  # the run folder itself was swapped
+        raise NotFoundError("the run's files are not available", field="job_run_id")
+    return folder
+
+
+def open_inside(folder: Path, path: Path, *, what: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file inside ``folder``; else a 404."""
+    missing = NotFoundError(f"this run has no {what}", field=what)
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise missing from None
+    if not resolved.is_relative_to(folder):
+        raise missing
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        raise missing from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise missing
+        proc = Path(f"/proc/self/fd/{fd}")
+        if proc.exists() and not Path(os.readlink(proc)).is_relative_to(folder):
+            raise missing
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def read_log(
@@ -41,10 +75,8 @@ def read_log(
         raise ValidationError("a byte offset of 0 or more", field="offset")
     if not 1 <= limit <= MAX_READ:
         raise ValidationError(f"1 to {MAX_READ} bytes", field="limit")
-    path = run_folder(config, run) / "run.log"
-    if not path.is_file():
-        raise NotFoundError("this run has no log (yet)", field="log")
-    with path.open("rb") as fh:
+    folder = run_folder(config, run)
+    with open_inside(folder, folder / "run.log", what="log") as fh:
         size = fh.seek(0, 2)
         if tail_lines is not None:
             start = max(0, size - MAX_READ)
@@ -60,12 +92,11 @@ def read_log(
         return LogSlice(data.decode("utf-8", "replace"), min(offset, size), min(offset, size) + len(data), size)
 
 
-def artifact_file(config: JobgateConfig, run: JobRun) -> Path:
-    """The artifact's file, checked to be a regular file inside the run's folder; 404 otherwise."""
+def open_artifact(config: JobgateConfig, run: JobRun) -> tuple[BinaryIO, int, str]:
+    """The artifact opened for reading, its size and file name; 404 when there is none (or
+    it is no longer a regular file inside the run's folder)."""
     if run.artifact_path is None:
         raise NotFoundError("this run recorded no artifact", field="artifact")
-    folder = run_folder(config, run)
-    path = Path(run.artifact_path).resolve()
-    if not path.is_relative_to(folder) or not path.is_file():
-        raise NotFoundError("the run's artifact is no longer available", field="artifact")
-    return path
+    path = Path(run.artifact_path)
+    fh = open_inside(run_folder(config, run), path, what="artifact")
+    return fh, os.fstat(fh.fileno()).st_size, path.name

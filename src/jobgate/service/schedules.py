@@ -107,6 +107,12 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         if doc.get("anchor") is None
         else parse_instant(doc["anchor"], field="anchor", source=schedule_id)
     )
+    params = doc.get("params") or {}
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise ValidationError("a mapping of parameter names to values", field="params", source=schedule_id)
+    for key in ("timezone", "cron", "event_type", "condition", "config_profile", "job"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise ValidationError("must be text", field=key, source=schedule_id)
     schedule = Schedule(
         schedule_id=schedule_id,
         job_definition_id=_text(doc, "job", schedule_id),
@@ -115,7 +121,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         timezone=str(doc.get("timezone", "UTC")),
         cron=None if doc.get("cron") is None else str(doc["cron"]),
         every=every,
-        params={str(k): str(v) for k, v in (doc.get("params") or {}).items()},
+        params={str(k): str(v) for k, v in params.items()},
         misfire=_choice(MisfirePolicy, doc.get("misfire", MisfirePolicy.FIRE_ONCE.value), "misfire", schedule_id),
         misfire_grace=timedelta(seconds=_number(doc, "misfire_grace_seconds", schedule_id, default=60)),
         max_catchup=int(_number(doc, "max_catchup", schedule_id, default=100)),
@@ -294,10 +300,13 @@ def _text(doc: Mapping[str, Any], key: str, source: str) -> str:
     return value.strip()
 
 
+MAX_SCHEDULE_NUMBER = 100 * 366 * 86400  # a century of seconds: far beyond any real period or grace
+
+
 def _number(doc: Mapping[str, Any], key: str, source: str, default: float | None = None) -> float:
     value = doc.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValidationError("must be a non-negative number", field=key, source=source)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SCHEDULE_NUMBER:
+        raise ValidationError(f"must be a number from 0 to {MAX_SCHEDULE_NUMBER}", field=key, source=source)
     return float(value)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,8 +49,10 @@ def emit_event(
     data: Mapping[str, Any],
     tenant_id: str,
     actor: str,
+    only_definitions: Collection[str] | None = None,
 ) -> list[EventFire]:
-    """Fire every schedule of ``tenant_id`` subscribed to ``event_type``; one result per schedule."""
+    """Fire every schedule of ``tenant_id`` subscribed to ``event_type``; one result per schedule.
+    ``only_definitions`` (a token limited to some definitions) leaves the others' schedules be."""
     if not event_id or len(event_id) > MAX_EVENT_ID or any(ord(c) < 32 for c in event_id):
         raise ValidationError(f"an event id of 1 to {MAX_EVENT_ID} printable characters", field="id")
     if not isinstance(data, Mapping):
@@ -63,7 +65,9 @@ def emit_event(
         subscribed = [
             i.schedule
             for i in tx.schedules_list(tenant_id)
-            if i.schedule.kind.evented and i.schedule.event_type == event_type
+            if i.schedule.kind.evented
+            and i.schedule.event_type == event_type
+            and (only_definitions is None or i.schedule.job_definition_id in only_definitions)
         ]
     now = engine.clock.now()
     out: list[EventFire] = []

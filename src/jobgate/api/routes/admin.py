@@ -2,7 +2,9 @@
 
 Workers follow seed 002: the execution mode this server runs in (``embedded`` when it
 executes runs itself) is reported apart from the registrations, so an empty registry beside
-an embedded worker is not read as "nothing executes"; process ids and hosts stay internal.
+an embedded worker is not read as "nothing executes". The registration's host, pid and free
+metadata are not returned; the worker id is, because run attempts record it as the evidence
+of where each attempt ran (by default it names the host and process: ``host:pid:suffix``).
 Token administration is the admin's, within its tenant: raw values are shown once, at
 creation, and another tenant's token answers 404 like a missing one.
 """
@@ -16,6 +18,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from jobgate.api import pagination
 from jobgate.api.access import ADMIN, OPERATE, READ, allow, principal
+from jobgate.api.errors import Forbidden
 from jobgate.api.schemas import (
     CheckOut,
     Page,
@@ -35,6 +38,17 @@ router = APIRouter(prefix="/api/v1", tags=["administration"])
 
 Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
+
+
+def unlimited_principal(caller: Caller) -> Principal:
+    """Token administration needs a token not limited to definitions: a limited admin could
+    otherwise mint itself an unlimited token."""
+    if caller.jobs is not None:
+        raise Forbidden("a token limited to definitions cannot administer tokens", field="jobs")
+    return caller
+
+
+Unlimited = Annotated[Principal, Depends(unlimited_principal)]
 
 
 @router.get("/workers", response_model=WorkersOut)
@@ -99,7 +113,7 @@ def run_doctor(caller: Caller, state: State) -> ReadyOut:
 @router.get("/tokens", response_model=Page[TokenOut])
 @allow(ADMIN)
 def list_tokens(
-    caller: Caller,
+    caller: Unlimited,
     state: State,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
@@ -111,7 +125,7 @@ def list_tokens(
 
 @router.post("/tokens", status_code=201, response_model=TokenCreatedOut)
 @allow(ADMIN)
-def create_token(body: TokenCreateIn, caller: Caller, state: State) -> TokenCreatedOut:
+def create_token(body: TokenCreateIn, caller: Unlimited, state: State) -> TokenCreatedOut:
     """A token of the caller's tenant. The raw value is in this response only."""
     made = tokens.create(
         state.engine,
@@ -127,7 +141,7 @@ def create_token(body: TokenCreateIn, caller: Caller, state: State) -> TokenCrea
 
 @router.delete("/tokens/{token_id}", status_code=204, response_class=Response)
 @allow(ADMIN)
-def revoke_token(token_id: str, caller: Caller, state: State) -> Response:
+def revoke_token(token_id: str, caller: Unlimited, state: State) -> Response:
     """Revoke at once: the next request with it is a 401. Revoking twice changes nothing."""
     tokens.revoke(state.engine, caller.tenant_id, token_id, actor=caller.actor)
     return Response(status_code=204)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Query
 
 from jobgate.api import pagination
 from jobgate.api.access import ADMIN, READ, allow, principal
+from jobgate.api.errors import Forbidden
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.schemas import AppliedOut, DefinitionDetailOut, DefinitionOut, DefinitionsApplyIn, Page
 from jobgate.api.server_state import ServerState, server_state
@@ -73,6 +74,9 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         tenant = document.get("tenant_id")
         if tenant is not None and tenant != caller.tenant_id:
             raise ValidationError("must be your token's tenant (or left out)", field=f"definitions[{i}].tenant_id")
+        job = document.get("job_definition_id")
+        if isinstance(job, str) and not caller.may_use(job):
+            raise Forbidden("this token may not change that definition", field=f"definitions[{i}].job_definition_id")
         if "handler" in document:
             # Code to import is the operator's choice, made in files on the server; over the
             # API a definition names a target or runner the configuration already declares.

@@ -66,5 +66,6 @@ def _readiness(state: ServerState) -> list[CheckOut]:
 def metrics(caller: Caller, state: State) -> Response:
     scrape = CollectorRegistry()
     scrape.register(TenantRuns(state.engine, caller.tenant_id))
-    text = generate_latest(state.http_metrics.registry) + generate_latest(scrape)
+    scrape.register(state.http_metrics.for_tenant(caller.tenant_id))
+    text = generate_latest(scrape)
     return Response(text, media_type=PROMETHEUS_TEXT)

@@ -8,14 +8,12 @@ nothing new and returns the runs the first delivery made.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
 from jobgate.api import pagination
 from jobgate.api.access import OPERATE, READ, allow, principal
-from jobgate.api.errors import BadRequest
 from jobgate.api.routes.runs import ensure_may_use, visible_run
 from jobgate.api.schemas import (
     DeadLetterOut,
@@ -30,7 +28,7 @@ from jobgate.api.schemas import (
 )
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.service import control, schedules, triggers
+from jobgate.service import control, manual, schedules, triggers
 from jobgate.service.tokens import Principal
 from jobgate.store.sql.schedules import StoredSchedule
 
@@ -79,6 +77,11 @@ def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, sta
     now = state.engine.clock.now()
     schedule = schedules.schedule_from_document(doc, now=now, source="api")
     ensure_may_use(caller, schedule.job_definition_id)
+    if caller.jobs is not None:  # replacing a schedule of a definition the token may not use
+        with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+            existing = tx.schedule_get(caller.tenant_id, schedule.schedule_id)
+        if existing is not None and not caller.may_use(existing.schedule.job_definition_id):
+            raise NotFoundError(f"no schedule {schedule.schedule_id!r} you may replace", field="schedule.id")
     (created,) = schedules.put_schedules(state.engine, [schedule], source="api", now=now, actor=caller.actor)
     if not created:
         response.status_code = 200
@@ -129,6 +132,7 @@ def delete_schedule(schedule_id: str, caller: Caller, state: State) -> Response:
 def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
     """Fire every schedule of the tenant subscribed to ``event_type``. The source event id is
     part of each run's key: a redelivered event finds the runs the first delivery made."""
+    manual.check_daily_quota(state.engine, caller.tenant_id)
     fired = triggers.emit_event(
         state.engine,
         event_type=body.event_type,
@@ -136,6 +140,7 @@ def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
         data=body.data,
         tenant_id=caller.tenant_id,
         actor=caller.actor,
+        only_definitions=caller.jobs,
     )
     return EventOut(
         event_type=body.event_type,
@@ -149,7 +154,6 @@ def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
                 refused=f.refused,
             )
             for f in fired
-            if caller.may_use(f.job_definition_id)
         ],
     )
 
@@ -163,17 +167,11 @@ def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[DeadLetterOut]:
-    before = None
-    if cursor is not None:
-        at, letter_id = pagination.decode(cursor, 2)
-        try:
-            before = (datetime.fromisoformat(str(at)), str(letter_id))
-        except ValueError:
-            raise BadRequest("not a cursor this server issued", field="cursor") from None
+    before = pagination.decode_time_key(cursor)
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         found = tx.dead_letters_list(caller.tenant_id, open_only=not include_resolved, limit=limit + 1, before=before)
         page, more = found[:limit], len(found) > limit
-        next_cursor = pagination.encode([page[-1].created_at.isoformat(), page[-1].dead_letter_id]) if more else None
+        next_cursor = pagination.encode_time_key(page[-1].created_at, page[-1].dead_letter_id) if more else None
         if caller.jobs is not None:  # a page may come out short; the cursor still moves on
             runs = {r.job_run_id: r for r in tx.runs_get([d.job_run_id for d in page])}
             page = [d for d in page if d.job_run_id in runs and caller.may_use(runs[d.job_run_id].job_definition_id)]

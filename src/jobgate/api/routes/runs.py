@@ -7,11 +7,12 @@ it has a list: another tenant's run, or a run of a definition the token may not 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response
-from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
@@ -93,13 +94,7 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[RunOut]:
-    before = None
-    if cursor is not None:
-        at, run_id = pagination.decode(cursor, 2)
-        try:
-            before = (datetime.fromisoformat(str(at)), str(run_id))
-        except ValueError:
-            raise BadRequest("not a cursor this server issued", field="cursor") from None
+    before = pagination.decode_time_key(cursor)
     wanted = RunFilter(
         tenant_id=caller.tenant_id,
         statuses=tuple(status or ()),
@@ -115,7 +110,7 @@ def list_runs(
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         found = tx.runs_list(wanted)
     page, more = found[:limit], len(found) > limit
-    next_cursor = pagination.encode([page[-1].created_at.isoformat(), page[-1].job_run_id]) if more else None
+    next_cursor = pagination.encode_time_key(page[-1].created_at, page[-1].job_run_id) if more else None
     return Page[RunOut](items=[RunOut.of(r) for r in page], next_cursor=next_cursor)
 
 
@@ -163,7 +158,7 @@ def retry_run(job_run_id: str, response: Response, caller: Caller, state: State)
     first time, 200 with the same retry afterwards, 409 when the run is not terminal."""
     run = visible_run(state, caller, job_run_id)
     check_run_access(RUN_CONTROL, caller, run)
-    retry, created = control.retry_run(state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
+    retry, created = manual.retry_once(state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
     if not created:
         response.status_code = 200
     return RunCreatedOut(created=created, run=RunOut.of(retry))
@@ -187,12 +182,30 @@ def run_log(
     return PlainTextResponse(part.text, headers=headers)
 
 
-@router.get("/runs/{job_run_id}/artifact", response_class=FileResponse)
+@router.get(
+    "/runs/{job_run_id}/artifact",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the artifact's bytes"}},
+)
 @allow(READ)
-def run_artifact(job_run_id: str, caller: Caller, state: State) -> FileResponse:
+def run_artifact(job_run_id: str, caller: Caller, state: State) -> StreamingResponse:
     """The run's artifact (404 when it recorded none); ``X-Artifact-SHA256`` is the digest
-    recorded when the run finished."""
+    recorded when the run finished. Streamed from the descriptor that was checked."""
     run = visible_run(state, caller, job_run_id)
-    path = run_files.artifact_file(state.engine.config, run)
-    headers = {"X-Artifact-SHA256": run.artifact_sha256 or ""}
-    return FileResponse(path, filename=path.name, media_type="application/octet-stream", headers=headers)
+    fh, size, name = run_files.open_artifact(state.engine.config, run)
+
+    def chunks() -> Iterator[bytes]:
+        with fh:
+            while block := fh.read(1 << 16):
+                yield block
+
+    headers = {
+        "X-Artifact-SHA256": run.artifact_sha256 or "",
+        "Content-Length": str(size),
+        "Content-Disposition": f'attachment; filename="{_safe_filename(name)}"',
+    }
+    return StreamingResponse(chunks(), media_type="application/octet-stream", headers=headers)
+
+
+def _safe_filename(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:200] or "artifact"

@@ -8,9 +8,14 @@ reports progress, a ``heartbeat`` on the heartbeat cadence, and finally ``termin
 
 Only ``state`` events carry an id: the transition's sequence number in the run's history.
 That history is append-only, so ``Last-Event-ID: n`` resumes exactly after the n-th
-transition — nothing lost, nothing repeated. Snapshots, progress and heartbeats describe the
-present rather than the history and are sent afresh on every connection. It carries
-progress state, not logs (``GET /runs/{id}/log`` has those).
+transition — nothing lost, nothing repeated (an id beyond the history is a 400). Snapshots,
+progress and heartbeats describe the present rather than the history and are sent afresh on
+every connection. It carries progress state, not logs (``GET /runs/{id}/log`` has those).
+
+A stream is not a way around revocation or limits: the token is checked again at every
+heartbeat (a revoked token's stream ends), a stream ends after ``server.stream_max_seconds``
+(the client resumes where it was), and one token holds at most ``server.streams_per_token``
+streams on a server (429 beyond).
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from jobgate.api.errors import BadRequest
 from jobgate.api.routes.runs import visible_run
 from jobgate.api.schemas import RunOut, TransitionOut
 from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import QuotaExceededError
 from jobgate.core.models import JobRun, Transition
+from jobgate.service import tokens
 from jobgate.service.tokens import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
@@ -71,6 +78,11 @@ def _observe(state: ServerState, tenant_id: str, job_run_id: str) -> Observed:
     return Observed(run, transitions, progress, state.engine.clock.now())
 
 
+def _first_look(state: ServerState, caller: Principal, job_run_id: str) -> Observed:
+    visible_run(state, caller, job_run_id)
+    return _observe(state, caller.tenant_id, job_run_id)
+
+
 def _queue(observed: Observed) -> dict[str, Any]:
     run = observed.run
     assert run is not None
@@ -81,9 +93,30 @@ def _queue(observed: Observed) -> dict[str, Any]:
 
 
 async def run_events(
+    state: ServerState, request: Request, caller: Principal, job_run_id: str, after: int, stream_id: int
+) -> AsyncIterator[str]:
+    try:
+        async for chunk in _run_events(state, request, caller, job_run_id, after):
+            yield chunk
+    finally:
+        state.close_stream(caller.token_id, stream_id)
+
+
+async def _still_allowed(state: ServerState, request: Request) -> bool:
+    if not state.auth:
+        return True
+    try:
+        await run_in_threadpool(tokens.authenticate, state.engine, request.headers.get("authorization"))
+    except tokens.Unauthenticated:
+        return False
+    return True
+
+
+async def _run_events(
     state: ServerState, request: Request, caller: Principal, job_run_id: str, after: int
 ) -> AsyncIterator[str]:
     settings = state.engine.config.server
+    ends_at = time.monotonic() + settings.stream_max.total_seconds()
     poll = settings.stream_poll.total_seconds()
     beat = settings.stream_heartbeat.total_seconds()
     yield f"retry: {int(settings.stream_retry.total_seconds() * 1000)}\n\n"
@@ -111,8 +144,12 @@ async def run_events(
             progress = observed.progress
             yield frame("progress", {"fraction": progress[0], "message": progress[1]})
         if time.monotonic() >= next_beat:
+            if not await _still_allowed(state, request):
+                return  # revoked or expired meanwhile: the reconnect gets its 401
             yield frame("heartbeat", {"at": observed.now.isoformat()})
             next_beat = time.monotonic() + beat
+        if time.monotonic() >= ends_at:
+            return  # long enough: the client resumes with its last event id
         await asyncio.sleep(poll)
         if state.stopping.is_set() or await request.is_disconnected():
             return  # the client reconnects (to another node, or after the restart) with its last id
@@ -136,9 +173,18 @@ async def stream_run(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{0,12}$")] = None,
 ) -> StreamingResponse:
     after = parse_last_event_id(last_event_id)
-    await run_in_threadpool(visible_run, state, caller, job_run_id)  # 404 before the stream starts
+    observed = await run_in_threadpool(_first_look, state, caller, job_run_id)  # 404 before streaming
+    if after > len(observed.transitions):
+        raise BadRequest(
+            f"beyond the run's history ({len(observed.transitions)} state events so far)", field="Last-Event-ID"
+        )
+    stream_id = state.open_stream(caller.token_id)
+    if stream_id is None:
+        raise QuotaExceededError(
+            f"this token holds {state.engine.config.server.streams_per_token} open streams already", field="stream"
+        )
     return StreamingResponse(
-        run_events(state, request, caller, job_run_id, after),
+        run_events(state, request, caller, job_run_id, after, stream_id),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -1,0 +1,200 @@
+"""The API's edges, each found by a review: limited tokens staying within their definitions,
+symlinked run files, tenant-scoped metrics, inputs that must not reach the database, quota
+and idempotency order, stream limits, and ``--no-auth`` callers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from tests.api.conftest import ACME_JOB, World, build_world
+from tests.helpers import count, make_config
+
+from jobgate.api.app import create_app
+from jobgate.api.server_state import ServerState
+from jobgate.core.tokens import Role
+from jobgate.service import tokens
+from jobgate.service.engine import Engine
+from jobgate.store.sqlstore import Store
+
+API = "/api/v1"
+
+
+def limited(w: World, role: str) -> dict[str, str]:
+    made = tokens.create(w.engine, tenant_id="acme", role=role, actor="test", jobs=["shared-job"])
+    return {"Authorization": f"Bearer {made.token}"}
+
+
+def test_a_limited_admin_cannot_administer_tokens_or_other_definitions(world: World) -> None:
+    h = limited(world, "admin")
+    assert world.client.post(f"{API}/tokens", json={"role": "admin"}, headers=h).status_code == 403
+    assert world.client.get(f"{API}/tokens", headers=h).status_code == 403
+    victim = world.token_ids[("acme", Role.CONSUMER)]
+    assert world.client.delete(f"{API}/tokens/{victim}", headers=h).status_code == 403
+    doc = {"job_definition_id": ACME_JOB, "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print(1)"}
+    refused = world.client.post(f"{API}/definitions", json={"definitions": [doc]}, headers=h)
+    assert refused.status_code == 403 and refused.json()["field"] == "definitions[0].job_definition_id"
+    with world.engine.store.read() as tx:
+        assert len(tx.definition_versions("acme", ACME_JOB)) == 1  # no new version stored
+
+
+def test_a_limited_operators_event_fires_only_its_definitions_schedules(world: World) -> None:
+    admin = world.headers("acme", Role.ADMIN)
+    for sid, job in (("hidden", ACME_JOB), ("mine", "shared-job")):
+        doc = {"id": sid, "job": job, "event_type": "deploy.done"}
+        assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=admin).status_code == 201
+    event = {"event_type": "deploy.done", "event_id": "e1"}
+    fired = world.client.post(f"{API}/events", json=event, headers=limited(world, "operator")).json()["fired"]
+    assert [f["schedule_id"] for f in fired] == ["mine"]
+    with world.engine.store.read() as tx:
+        runs = tx.conn.exec_driver_sql("SELECT job_definition_id FROM job_runs").scalars().all()
+    assert runs == ["shared-job"]  # the hidden definition's schedule did not fire
+
+
+def test_a_limited_operator_cannot_replace_a_schedule_it_cannot_see(world: World) -> None:
+    hidden = world.schedule()  # of ACME_JOB
+    doc = {"id": hidden, "job": "shared-job", "every_seconds": 60}
+    refused = world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=limited(world, "operator"))
+    assert refused.status_code == 404
+    with world.engine.store.read() as tx:
+        stored = tx.schedule_get("acme", hidden)
+    assert stored is not None and stored.schedule.job_definition_id == ACME_JOB
+
+
+def test_a_symlinked_log_is_not_served(world: World, tmp_path: Path) -> None:
+    run = world.new_run()
+    folder = Path(world.engine.config.data_dir) / "runs" / run.job_run_id
+    folder.mkdir(parents=True)
+    secret = tmp_path / "secrets.env"
+    secret.write_text("DB_PASSWORD=hunter2\n")
+    os.symlink(secret, folder / "run.log")
+    got = world.client.get(f"{API}/runs/{run.job_run_id}/log", headers=world.headers("acme", Role.CONSUMER))
+    assert got.status_code == 404 and "hunter2" not in got.text
+
+
+def test_metrics_show_only_the_callers_tenants_http_series(world: World) -> None:
+    world.client.get(f"{API}/runs", headers=world.headers("other", Role.ADMIN))
+    text = world.client.get("/metrics", headers=world.headers("acme", Role.OPERATOR)).text
+    assert 'tenant="other"' not in text and 'tenant="-"' not in text
+    assert 'jobgate_http_requests_total{method="GET",route="/metrics"' not in text  # all series carry a tenant
+    world.client.request("FOOBAR", f"{API}/runs")
+    again = world.client.get("/metrics", headers=world.headers("acme", Role.OPERATOR)).text
+    assert "FOOBAR" not in again
+
+
+@pytest.mark.parametrize(
+    "request_args",
+    [
+        ("GET", f"{API}/runs/%00"),
+        ("GET", f"{API}/runs?job_class=%00"),
+        ("GET", f"{API}/definitions/a%01b"),
+        ("POST", f"{API}/runs", {"job_definition_id": ACME_JOB, "reason": "a\u0000b"}),
+        ("POST", f"{API}/runs", {"job_definition_id": ACME_JOB, "params": {"n\u0000": "1"}}),
+        ("POST", f"{API}/schedules", {"schedule": {"id": "x", "job": ACME_JOB, "every_seconds": 1e308}}),
+        ("POST", f"{API}/schedules", {"schedule": {"id": "x", "job": ACME_JOB, "misfire_grace_seconds": 1e30}}),
+        ("POST", f"{API}/schedules", {"schedule": {"id": "x", "job": ACME_JOB, "every_seconds": 60, "params": "x"}}),
+        ("POST", f"{API}/events", {"event_type": "a.b", "event_id": "e\u0000"}),
+    ],
+)
+def test_inputs_the_database_cannot_hold_are_refused_not_500(world: World, request_args: tuple[object, ...]) -> None:
+    method, url, *body = request_args
+    response = world.client.request(
+        str(method), str(url), json=body[0] if body else None, headers=world.headers("acme", Role.ADMIN)
+    )
+    assert response.status_code in (400, 422), response.text
+    assert set(response.json()) <= {"error", "message", "field"}
+    assert count(world.engine, "job_runs") == 0 and count(world.engine, "schedules") == 0
+
+
+def test_a_cursor_with_a_naive_time_is_a_400(world: World) -> None:
+    raw = base64.urlsafe_b64encode(json.dumps(["2026-01-01T00:00:00", "x"]).encode()).decode().rstrip("=")
+    for path in ("/runs", "/dead-letters"):
+        got = world.client.get(f"{API}{path}", params={"cursor": raw}, headers=world.headers("acme", Role.ADMIN))
+        assert got.status_code == 400 and got.json()["field"] == "cursor"
+
+
+def test_a_repeat_is_answered_before_the_quota_and_retries_and_events_count(engine_with_quota: World) -> None:
+    w = engine_with_quota
+    h = {**w.headers("acme", Role.ADMIN), "Idempotency-Key": "k1"}
+    first = w.client.post(f"{API}/runs", json={"job_definition_id": ACME_JOB}, headers=h)
+    w.client.post(f"{API}/runs", json={"job_definition_id": ACME_JOB}, headers=w.headers("acme", Role.ADMIN))
+    repeat = w.client.post(f"{API}/runs", json={"job_definition_id": ACME_JOB}, headers=h)
+    assert repeat.status_code == 200 and repeat.json()["run"]["job_run_id"] == first.json()["run"]["job_run_id"]
+    source = first.json()["run"]["job_run_id"]
+    w.client.post(f"{API}/runs/{source}/cancel", headers=w.headers("acme", Role.ADMIN))
+    retry = w.client.post(f"{API}/runs/{source}/retry", headers=w.headers("acme", Role.ADMIN))
+    assert retry.status_code == 429
+    event = w.client.post(
+        f"{API}/events", json={"event_type": "x.y", "event_id": "1"}, headers=w.headers("acme", Role.ADMIN)
+    )
+    assert event.status_code == 429
+    assert count(w.engine, "job_runs") == 2
+
+
+@pytest.fixture
+def streaming(database_url: str, tmp_path: Path) -> Iterator[World]:
+    """A world whose streams heartbeat every 0.2 s, live 3 s at most, two per token."""
+    server = {"stream_poll_ms": 50, "stream_heartbeat_seconds": 0.2, "stream_max_seconds": 3, "streams_per_token": 2}
+    store = Store(database_url)
+    w = build_world(Engine(store, make_config(tmp_path, server=server)))
+    with w.client:
+        yield w
+    store.dispose()
+
+
+def _events(lines: Iterator[str], until: str | None = None) -> list[str]:
+    kinds = []
+    for line in lines:
+        if line.startswith("event: "):
+            kinds.append(line.removeprefix("event: "))
+            if kinds[-1] == until:
+                break
+    return kinds
+
+
+def test_streams_refuse_an_id_beyond_history_and_end_on_revocation_and_age(streaming: World) -> None:
+    w = streaming
+    run = w.new_run()  # pending for ever: nothing executes in this test
+    h = w.headers("acme", Role.CONSUMER)
+    beyond = w.client.get(f"{API}/runs/{run.job_run_id}/stream", headers={**h, "Last-Event-ID": "99"})
+    assert beyond.status_code == 400 and beyond.json()["field"] == "Last-Event-ID"
+    made = tokens.create(w.engine, tenant_id="acme", role="consumer", actor="test")
+    mine = {"Authorization": f"Bearer {made.token}"}
+    with w.client.stream("GET", f"{API}/runs/{run.job_run_id}/stream", headers=mine) as r:
+        lines = r.iter_lines()
+        assert "heartbeat" in _events(lines, until="heartbeat")
+        tokens.revoke(w.engine, "acme", made.stored.token_id, actor="test")
+        rest = _events(lines)  # returns once the server ends the stream
+    assert "terminal" not in rest
+    with w.client.stream("GET", f"{API}/runs/{run.job_run_id}/stream", headers=h) as r:
+        kinds = _events(r.iter_lines())  # ends after stream_max_seconds
+    assert kinds.count("state") == 2 and "terminal" not in kinds
+
+
+def test_one_token_holds_a_bounded_number_of_streams(streaming: World) -> None:
+    w = streaming
+    run = w.new_run()
+    state: ServerState = w.client.app.state.server  # type: ignore[attr-defined]
+    token_id = w.token_ids[("acme", Role.CONSUMER)]
+    held = [state.open_stream(token_id), state.open_stream(token_id)]
+    refused = w.client.get(f"{API}/runs/{run.job_run_id}/stream", headers=w.headers("acme", Role.CONSUMER))
+    assert refused.status_code == 429
+    for stream_id in held:
+        assert stream_id is not None
+        state.close_stream(token_id, stream_id)
+    with w.client.stream("GET", f"{API}/runs/{run.job_run_id}/stream", headers=w.headers("acme", Role.CONSUMER)) as r:
+        assert r.status_code == 200
+
+
+def test_no_auth_serves_only_this_machines_programs(engine: Engine) -> None:
+    client = TestClient(create_app(ServerState(engine, auth=False)), base_url="http://127.0.0.1:8080")
+    assert client.get(f"{API}/runs").status_code == 200
+    assert client.get(f"{API}/runs", headers={"Host": "evil.example:8080"}).status_code == 403
+    cross_site = client.post(f"{API}/tokens", json={"role": "admin"}, headers={"Origin": "https://evil.example"})
+    assert cross_site.status_code == 403 and count(engine, "api_tokens") == 0
+    assert client.get(f"{API}/runs", headers={"Origin": "http://localhost:3000"}).status_code == 200
