@@ -63,8 +63,9 @@ def make_config(base: Path, **overrides: Any) -> JobgateConfig:
     return build_config(config_document(base, **overrides), base_dir=base, path=None)
 
 
-def define(engine: Engine, **fields: Any) -> str:
-    """Store one definition given as seed fields; returns its id. Defaults make a tiny handler job."""
+def define(engine: Engine, *, approve: bool = True, **fields: Any) -> str:
+    """Store one definition given as seed fields (and approve its content, as an admin would
+    before anything can run); returns its id. Defaults make a tiny handler job."""
     doc: dict[str, Any] = {
         "job_definition_id": f"job-{uuid.uuid4().hex[:8]}",
         "job_class": "MAINTENANCE_JOB",
@@ -74,6 +75,10 @@ def define(engine: Engine, **fields: Any) -> str:
     doc.update(fields)
     loaded = parse_definition(doc, "test", engine.config)
     engine.apply_definitions([loaded])
+    if approve:
+        from jobgate.service import approvals
+
+        approvals.approve(engine, loaded.definition.tenant_id, loaded.definition.job_definition_id, actor="test-admin")
     return str(doc["job_definition_id"])
 
 

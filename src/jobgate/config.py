@@ -60,6 +60,7 @@ _TOP_KEYS = (
     "events",
     "sqlite",
     "server",
+    "safe_mode",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -120,6 +121,26 @@ class SqliteSettings:
 
 
 @dataclass(frozen=True)
+class SafeModeSettings:
+    """What safe mode puts in force while it is on (seed 000 §39-40): job classes refused,
+    direct manual runs refused (use the request workflow), values that override every profile
+    (tightened thresholds, raised sampling), and the SAFE_MODE_JOB definition run at each
+    switch."""
+
+    suspend_job_classes: tuple[str, ...] = ()
+    manual_review: bool = False
+    profile_overrides: dict[str, Any] = field(default_factory=dict)
+    job: str | None = None
+
+    def actions(self) -> dict[str, Any]:
+        return {
+            "suspend_job_classes": list(self.suspend_job_classes),
+            "manual_review": self.manual_review,
+            "profile_overrides": dict(self.profile_overrides),
+        }
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     """``jobgate serve``: the tenant of the bootstrap token and of ``--no-auth``, request and stream limits."""
 
@@ -154,6 +175,7 @@ class JobgateConfig:
     sqlite: SqliteSettings = SqliteSettings()
     default_runner: str | None = None
     server: ServerSettings = ServerSettings()
+    safe_mode: SafeModeSettings = SafeModeSettings()
 
     @property
     def source(self) -> str:
@@ -244,6 +266,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         sqlite=SqliteSettings("FULL" if synchronous == "FULL" else "NORMAL"),
         default_runner=default_runner,
         server=_server(r, doc.get("server")),
+        safe_mode=_safe_mode(r, doc.get("safe_mode")),
     )
 
 
@@ -401,6 +424,29 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:
+    from jobgate.core.models import JobClass
+
+    spec = r.mapping(_or_empty(value), "safe_mode")
+    r.only_keys(spec, "safe_mode", ("suspend_job_classes", "manual_review", "profile_overrides", "job"))
+    classes = (
+        r.strings(spec["suspend_job_classes"], "safe_mode.suspend_job_classes") if "suspend_job_classes" in spec else []
+    )
+    known = {c.value for c in JobClass}
+    for i, name in enumerate(classes):
+        if name not in known:
+            r.fail(join("safe_mode.suspend_job_classes", i), f"unknown job class {name!r}")
+        if name == JobClass.SAFE_MODE_JOB.value:
+            r.fail(join("safe_mode.suspend_job_classes", i), "safe mode cannot suspend its own job class")
+    overrides = r.mapping(_or_empty(spec.get("profile_overrides")), "safe_mode.profile_overrides")
+    return SafeModeSettings(
+        suspend_job_classes=tuple(dict.fromkeys(classes)),
+        manual_review=r.boolean(spec["manual_review"], "safe_mode.manual_review") if "manual_review" in spec else False,
+        profile_overrides=dict(overrides),
+        job=None if spec.get("job") is None else r.name(spec["job"], "safe_mode.job"),
+    )
 
 
 def _server(r: Reader, value: Any) -> ServerSettings:

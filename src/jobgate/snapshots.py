@@ -21,7 +21,9 @@ SNAPSHOT_ID_PREFIX = "TGCFGSNAP-"
 SNAPSHOT_ID_HEX_CHARS = 24
 
 
-def resolve_snapshot(config: JobgateConfig, profile: str, tenant_id: str) -> ConfigSnapshot:
+def resolve_snapshot(
+    config: JobgateConfig, profile: str, tenant_id: str, overrides: dict[str, Any] | None = None
+) -> ConfigSnapshot:
     """Bind ``profile`` of ``config`` into a snapshot for ``tenant_id``.
 
     ``content`` is ``{"profile": name, "tenant_id": tenant, "values": values}``; ``config_digest``
@@ -30,16 +32,20 @@ def resolve_snapshot(config: JobgateConfig, profile: str, tenant_id: str) -> Con
     The tenant is part of what is bound, so two tenants never share a snapshot row (and
     tenant-scoped reads of snapshots always find their own). The values are deep-copied so a
     snapshot never aliases the live configuration.
+
+    ``overrides`` (safe mode's tightened values) replace the profile's values of the same keys
+    and are named in the content (``safe_mode_overrides``), so a run bound while safe mode was
+    on says so in its snapshot, and its digest differs from the ordinary one.
     """
     if profile not in config.profiles:
         known = ", ".join(sorted(config.profiles))
         message = f"unknown configuration profile {profile!r} (known: {known})"
         raise ValidationError(message, field="config_profile")
-    content: dict[str, Any] = {
-        "profile": profile,
-        "tenant_id": tenant_id,
-        "values": _frozen_copy(config.profiles[profile]),
-    }
+    values = _frozen_copy(config.profiles[profile])
+    content: dict[str, Any] = {"profile": profile, "tenant_id": tenant_id, "values": values}
+    if overrides:
+        values.update(_frozen_copy(overrides))
+        content["safe_mode_overrides"] = sorted(overrides)
     config_digest = digest(content)
     hex_part = config_digest.split(":", 1)[1][:SNAPSHOT_ID_HEX_CHARS]
     return ConfigSnapshot(

@@ -167,6 +167,36 @@ def dal_anchor(ctx: ExecutionContext) -> dict[str, Any]:
     return {**_anchor_result(entry), "already_anchored": False}
 
 
+def safe_mode_report(ctx: ExecutionContext) -> dict[str, Any]:
+    """The SAFE_MODE_JOB of seed §39-40: record, as an artifact, the configuration a safe-mode
+    switch left in force — the phase, the period, and the configuration this run was bound to,
+    which carries safe mode's tightened values after an activation and the ordinary ones after
+    a deactivation. (The period's full action list and reason are in its row and its audit
+    entry.) The report's digest in the run's result ties the switch to exactly this record."""
+    phase = _required(ctx, "phase")
+    if phase not in ("activate", "deactivate"):
+        raise _invalid(f"phase must be activate or deactivate, not {phase!r}")
+    report = {
+        "phase": phase,
+        "activation": _int_param(ctx, "activation", 0),
+        "tenant_id": ctx.payload.scope.get("tenant_id"),
+        "config_snapshot_id": ctx.payload.config_snapshot_id,
+        "config_digest": ctx.payload.config_digest,
+        "bound_values": _setting_values(ctx),
+    }
+    path = _write_json(ctx.workdir / "safe-mode-report.json", report)
+    digest = "sha256:" + _sha256(path.read_bytes())
+    ctx.log(f"safe mode {phase} (activation {report['activation']}): report {digest}")
+    return {"phase": phase, "activation": report["activation"], "report_sha256": digest}
+
+
+def _setting_values(ctx: ExecutionContext) -> dict[str, Any]:
+    values = ctx.config
+    if "profile" in values and isinstance(values.get("values"), dict):
+        values = values["values"]
+    return dict(values)
+
+
 def federation_gateway(ctx: ExecutionContext) -> dict[str, Any]:
     """Seed §8 federation export: package the attestation, redact, sign, export, verify delivery.
 

@@ -103,6 +103,36 @@ class World:
             self.made.add(sid)
         return sid
 
+    def proposal(self, tenant: str = "acme") -> str:
+        """A pending request of ``tenant``, proposed by its consumer token."""
+        from jobgate.service import requests
+
+        made = requests.propose(
+            self.engine,
+            tenant_id=tenant,
+            requester=self.actor(tenant, Role.CONSUMER),
+            job_definition_id=ACME_JOB if tenant == "acme" else SHARED_JOB,
+            params={"n": "1"},
+            title="month end",
+            reason="close the books",
+        )
+        if tenant == "acme":
+            self.made.add(made.request_id)
+        return made.request_id
+
+    def safe_mode_off(self) -> None:
+        from jobgate.service import safemode
+
+        for tenant in TENANTS:
+            current = safemode.status(self.engine, tenant)
+            if current is not None and current.active:
+                safemode.deactivate(self.engine, tenant, actor="test", reason="reset")
+
+    def approve(self, job: str, tenant: str = "acme") -> None:
+        from jobgate.service import approvals
+
+        approvals.approve(self.engine, tenant, job, actor="test-admin")
+
     def victim_token(self, tenant: str = "acme") -> str:
         token_id = tokens.create(self.engine, tenant_id=tenant, role="consumer", actor="test").stored.token_id
         if tenant == "acme":

@@ -107,6 +107,32 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ("POST", "/api/v1/dead-letters/{job_run_id}/requeue"): lambda w: Sample(
         f"/api/v1/dead-letters/{w.new_run().job_run_id}/requeue", ok={409}
     ),
+    ("POST", "/api/v1/definitions/{job_definition_id}/approve"): lambda w: Sample(
+        f"/api/v1/definitions/{ACME_JOB}/approve"
+    ),
+    ("GET", "/api/v1/definitions/{job_definition_id}/approval"): lambda w: Sample(
+        f"/api/v1/definitions/{ACME_JOB}/approval"
+    ),
+    ("DELETE", "/api/v1/definitions/{job_definition_id}/approval"): lambda w: (
+        w.approve(ACME_JOB),
+        Sample(f"/api/v1/definitions/{ACME_JOB}/approval"),
+    )[1],
+    ("GET", "/api/v1/audit"): lambda w: (w.new_run(), w.terminal_run(), Sample("/api/v1/audit", other={200}))[2],
+    ("POST", "/api/v1/requests"): lambda w: Sample(
+        "/api/v1/requests", {"job_definition_id": ACME_JOB, "title": "t", "reason": "r"}, ok={201}
+    ),
+    ("GET", "/api/v1/requests"): lambda w: (w.proposal(), Sample("/api/v1/requests", other={200}))[1],
+    ("GET", "/api/v1/requests/{request_id}"): lambda w: Sample(f"/api/v1/requests/{w.proposal()}"),
+    ("POST", "/api/v1/requests/{request_id}/test"): lambda w: Sample(f"/api/v1/requests/{w.proposal()}/test"),
+    ("POST", "/api/v1/requests/{request_id}/approve"): lambda w: Sample(f"/api/v1/requests/{w.proposal()}/approve"),
+    ("POST", "/api/v1/requests/{request_id}/reject"): lambda w: Sample(
+        f"/api/v1/requests/{w.proposal()}/reject", {"note": "not this month"}
+    ),
+    ("GET", "/api/v1/safe-mode"): lambda w: Sample("/api/v1/safe-mode", other={200}),
+    ("POST", "/api/v1/safe-mode"): lambda w: (
+        w.safe_mode_off(),
+        Sample("/api/v1/safe-mode", {"active": True, "reason": "drill"}, other={200}),
+    )[1],
     ("GET", "/api/v1/workers"): lambda w: Sample("/api/v1/workers", other={200}),
     ("GET", "/api/v1/quotas/usage"): lambda w: Sample("/api/v1/quotas/usage", other={200}),
     ("GET", "/api/v1/doctor"): lambda w: Sample("/api/v1/doctor", other={200}),

@@ -149,3 +149,17 @@ def test_definitions_apply_refuses_a_raw_handler_and_stores_nothing(world: World
     assert refused.status_code == 422 and refused.json()["field"] == "definitions[0].handler"
     listed = world.client.get(f"{API}/definitions", headers=h).json()["items"]
     assert doc["job_definition_id"] not in [d["job_definition_id"] for d in listed]
+
+
+def test_safe_mode_through_the_api(world: World) -> None:
+    admin, reader = world.headers("acme", Role.ADMIN), world.headers("acme", Role.CONSUMER)
+    assert world.client.get(f"{API}/safe-mode", headers=reader).json()["active"] is False
+    on = world.client.post(f"{API}/safe-mode", json={"active": True, "reason": "incident 7"}, headers=admin).json()
+    assert (on["active"], on["reason"], on["by"]) == (True, "incident 7", world.actor("acme", Role.ADMIN))
+    again = world.client.post(f"{API}/safe-mode", json={"active": True, "reason": "x"}, headers=admin)
+    assert again.status_code == 409
+    refused = world.client.post(f"{API}/safe-mode", json={"active": False, "reason": "done"}, headers=reader)
+    assert refused.status_code == 403  # admins only
+    assert world.client.get(f"{API}/safe-mode", headers=world.headers("other", Role.ADMIN)).json()["active"] is False
+    off = world.client.post(f"{API}/safe-mode", json={"active": False, "reason": "done"}, headers=admin).json()
+    assert (off["active"], off["reason"]) == (False, "done")

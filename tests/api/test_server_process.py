@@ -95,7 +95,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         (folder / "jobgate.yaml").read_text() + "\nserver:\n  stream_poll_ms: 50\n  stream_heartbeat_seconds: 1\n"
     )
     subprocess.run(
-        [sys.executable, "-m", "jobgate", "apply", "definitions"], cwd=folder, env=SERVE_ENV, check=True,
+        [sys.executable, "-m", "jobgate", "apply", "definitions", "--approve"], cwd=folder, env=SERVE_ENV, check=True,
         capture_output=True,
     )  # fmt: skip
     port = free_port()

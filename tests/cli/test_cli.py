@@ -99,7 +99,7 @@ def test_dead_letter_and_requeue(folder: Path) -> None:
         "job_definition_id: always-fails\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:flaky\n"
         "params: [{name: succeed_on_attempt, pattern: '[1-9]', default: '9'}]\n"
     )
-    jobgate(folder, "apply", "definitions")
+    jobgate(folder, "apply", "definitions", "--approve")
     run = jobgate(folder, "submit", "always-fails").stdout.strip()
     jobgate(folder, "worker", "--exit-when-idle", timeout=60)
     letters = json.loads(jobgate(folder, "--json", "dlq", "list").stdout)

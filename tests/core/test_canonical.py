@@ -170,8 +170,10 @@ plain_values = st.recursive(
     | st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
     | st.text(max_size=12)
     | st.sampled_from(["\n", "\t", "\x00", "\x7f", "\u2028", "é", "💥", '"', "\\", "\ud7ff"]),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=6) | st.sampled_from(["é", "\n", "B", "a", "💥"]), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=6) | st.sampled_from(["é", "\n", "B", "a", "💥"]), children, max_size=4)
+    ),
     max_leaves=25,
 )
 

@@ -57,6 +57,10 @@ RUN = Rule("runs.run", frozenset({Role.ACTIVATOR, Role.OPERATOR, Role.ADMIN}))
 RUN_CONTROL = Rule("runs.control", frozenset({Role.ACTIVATOR, Role.OPERATOR, Role.ADMIN}), frozenset({Role.ACTIVATOR}))
 OPERATE = Rule("operate", frozenset({Role.OPERATOR, Role.ADMIN}))
 ADMIN = Rule("admin", frozenset({Role.ADMIN}))
+AUDIT = Rule("audit", frozenset({Role.AUDITOR, Role.ADMIN}))
+PROPOSE = Rule("requests.propose", frozenset({Role.CONSUMER, Role.ACTIVATOR, Role.OPERATOR, Role.ADMIN}))
+REVIEW = Rule("requests.review", frozenset({Role.OPERATOR, Role.ADMIN}))
+GOVERNANCE_READ = Rule("governance.read", frozenset({Role.OPERATOR, Role.AUDITOR, Role.ADMIN}))
 
 
 def allow(rule: Rule) -> Callable[[F], F]:

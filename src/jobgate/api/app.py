@@ -21,7 +21,18 @@ import jobgate
 from jobgate.api import errors
 from jobgate.api.access import enforce, rule_of
 from jobgate.api.metrics import HttpMetrics
-from jobgate.api.routes import admin, contract, definitions, health, operations, runs, stream
+from jobgate.api.routes import (
+    admin,
+    audit,
+    contract,
+    definitions,
+    health,
+    operations,
+    requests,
+    runs,
+    safemode,
+    stream,
+)
 from jobgate.api.server_state import ServerState
 
 ERROR_STATUSES = {
@@ -44,6 +55,9 @@ ROUTERS = (
     definitions.router,
     operations.router,
     admin.router,
+    audit.router,
+    requests.router,
+    safemode.router,
 )
 
 

@@ -18,7 +18,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
+from jobgate.core.errors import (
+    ConflictError,
+    GovernanceRefusal,
+    JobgateError,
+    NotFoundError,
+    QuotaExceededError,
+    ValidationError,
+)
 from jobgate.service.tokens import Unauthenticated
 
 log = logging.getLogger("jobgate.api")
@@ -45,6 +52,7 @@ class BadRequest(ValidationError):
 _STATUS: list[tuple[type[JobgateError], int]] = [
     (Unauthenticated, 401),
     (Forbidden, 403),
+    (GovernanceRefusal, 403),
     (NotFoundError, 404),
     (ConflictError, 409),
     (QuotaExceededError, 429),

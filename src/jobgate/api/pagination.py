@@ -66,3 +66,10 @@ def page_in_memory(
     page = ordered[:limit]
     more = len(ordered) > limit
     return page, (encode([key(page[-1])]) if more and page else None)
+
+
+def aware(value: datetime | None, field: str) -> datetime | None:
+    """A query instant must say its timezone: a naive one would be read in the server's."""
+    if value is not None and value.tzinfo is None:
+        raise BadRequest("give a timezone (e.g. 2026-01-01T00:00:00Z)", field=field)
+    return value

@@ -14,10 +14,12 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from jobgate.core.audit import AuditEntry
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.tokens import Role
 from jobgate.store.base import StoredDefinition
+from jobgate.store.sql.governance import Approval, RunRequest
 from jobgate.store.sql.tokens import StoredToken
 
 T = TypeVar("T")
@@ -439,3 +441,151 @@ class ReadyOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
+
+
+# ---------------------------------------------------------------- governance
+class ApproveIn(Request):
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class ApprovalOut(BaseModel):
+    digest: str
+    version: int
+    approved_by: str
+    approved_at: datetime
+    note: str | None
+    revoked_at: datetime | None
+    revoked_by: str | None
+    active: bool
+
+    @classmethod
+    def of(cls, a: Approval) -> ApprovalOut:
+        return cls(
+            digest=a.digest,
+            version=a.version,
+            approved_by=a.approved_by,
+            approved_at=a.approved_at,
+            note=a.note,
+            revoked_at=a.revoked_at,
+            revoked_by=a.revoked_by,
+            active=a.active,
+        )
+
+
+class ApprovalStatusOut(BaseModel):
+    job_definition_id: str
+    current_version: int
+    current_digest: str
+    approved: bool = Field(description="an active approval covers the current content")
+    approval: ApprovalOut | None = Field(description="the approval of the current content, if any")
+    history: list[ApprovalOut]
+
+
+class RevokedOut(BaseModel):
+    job_definition_id: str
+    revoked_digests: list[str]
+    cancelled_runs: list[str]
+
+
+class AuditEntryOut(BaseModel):
+    seq: int
+    at: datetime
+    actor: str
+    action: str
+    target_type: str
+    target_id: str
+    reason: str | None
+    payload: dict[str, Any]
+    prev_hash: str
+    entry_hash: str
+
+    @classmethod
+    def of(cls, e: AuditEntry) -> AuditEntryOut:
+        ev = e.event
+        return cls(
+            seq=e.seq,
+            at=ev.at,
+            actor=ev.actor,
+            action=ev.action,
+            target_type=ev.target_type,
+            target_id=ev.target_id,
+            reason=ev.reason,
+            payload=dict(ev.payload),
+            prev_hash=e.prev_hash,
+            entry_hash=e.entry_hash,
+        )
+
+
+class RequestIn(Request):
+    job_definition_id: str = Field(pattern=IDENTIFIER)
+    params: dict[str, str] = Field(default_factory=dict)
+    title: str = Field(min_length=1, max_length=200)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class DecisionIn(Request):
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class RejectIn(Request):
+    note: str = Field(min_length=1, max_length=2000)
+
+
+class RequestOut(BaseModel):
+    request_id: str
+    job_definition_id: str
+    params: dict[str, str]
+    title: str
+    reason: str
+    requested_by: str
+    status: str
+    created_at: datetime
+    tested_at: datetime | None
+    tested_by: str | None
+    verdict: dict[str, Any] | None
+    decided_at: datetime | None
+    decided_by: str | None
+    decision_note: str | None
+    job_run_id: str | None
+
+    @classmethod
+    def of(cls, r: RunRequest) -> RequestOut:
+        return cls(
+            request_id=r.request_id,
+            job_definition_id=r.job_definition_id,
+            params=dict(r.params),
+            title=r.title,
+            reason=r.reason,
+            requested_by=r.requested_by,
+            status=r.status,
+            created_at=r.created_at,
+            tested_at=r.tested_at,
+            tested_by=r.tested_by,
+            verdict=r.verdict,
+            decided_at=r.decided_at,
+            decided_by=r.decided_by,
+            decision_note=r.decision_note,
+            job_run_id=r.job_run_id,
+        )
+
+
+class TestedOut(BaseModel):
+    request: RequestOut
+    admissible: bool
+    checks: list[dict[str, Any]]
+
+
+class SafeModeOut(BaseModel):
+    tenant_id: str
+    active: bool
+    activation: int | None = Field(description="the latest period's number (None: never activated)")
+    reason: str | None
+    since: datetime | None = Field(description="when the current state began")
+    by: str | None = Field(description="who switched to the current state")
+    actions: dict[str, Any] = Field(description="what the open period puts in force (empty when off)")
+    safe_mode_job_run_id: str | None = None
+
+
+class SafeModeIn(Request):
+    active: bool
+    reason: str = Field(min_length=1, max_length=2000)

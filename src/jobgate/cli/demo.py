@@ -47,7 +47,7 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
         from jobgate.cli.main import _apply
 
         app.config_path = str(directory / CONFIG_FILENAME)
-        _apply(app, [directory / "definitions"])
+        _apply(app, [directory / "definitions"], approve_as="demo")  # the demo's admin blesses its own files
     app.config_path = str(directory / CONFIG_FILENAME)
     engine = app.engine()
     plan = yaml.safe_load((directory / "demo-runs.yaml").read_text(encoding="utf-8"))["runs"]

@@ -14,6 +14,7 @@ import click
 from rich.progress import Progress
 
 from jobgate.cli import render
+from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.runs_client import Submission
 from jobgate.config import CONFIG_FILENAME
@@ -21,19 +22,9 @@ from jobgate.core.errors import JobgateError, ValidationError
 from jobgate.core.states import RunStatus
 from jobgate.definitions import load_definitions
 from jobgate.runtime.process import WorkerProcess, worker_settings
-from jobgate.service import control
+from jobgate.service import approvals, control
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def parse_params(values: tuple[str, ...]) -> dict[str, str]:
-    params: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValidationError(f"{item!r} is not of the form key=value", field="--param")
-        params[key] = value
-    return params
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,18 +70,20 @@ def init(ctx: click.Context, directory: Path, force: bool) -> None:
         shutil.copy(src / "demo-runs.yaml", directory / "demo-runs.yaml")
         shutil.copytree(src / "definitions", directory / "definitions", dirs_exist_ok=True)
     app.config_path = str(target)
-    applied = _apply(app, [directory / "definitions"])
+    # Whoever creates the folder is its first admin: the demo definitions are approved in their
+    # name (recorded in the audit log), so the demo runs; anything applied later needs approving.
+    applied = _apply(app, [directory / "definitions"], approve_as=_actor(None))
     engine = app.engine()
     if app.json_output:
         render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": applied})
         return
     render.out.print(f"initialised {directory.resolve()}")
     render.out.print(f"  database   {engine.store.safe_url}")
-    render.out.print(f"  applied    {len(applied)} definitions")
+    render.out.print(f"  applied    {len(applied)} definitions, approved by {_actor(None)}")
     render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
 
 
-def _apply(app: AppContext, paths: list[Path]) -> list[dict[str, Any]]:
+def _apply(app: AppContext, paths: list[Path], *, approve_as: str | None = None) -> list[dict[str, Any]]:
     engine = app.engine()
     loaded = load_definitions(paths, engine.config)
     if len(loaded) > 20 and not app.json_output:
@@ -99,6 +92,11 @@ def _apply(app: AppContext, paths: list[Path]) -> list[dict[str, Any]]:
             results = engine.apply_definitions(loaded, progress=lambda n: bar.advance(task, n))
     else:
         results = engine.apply_definitions(loaded)
+    approved: set[str] = set()
+    if approve_as is not None:
+        for item, result in zip(loaded, results, strict=True):
+            approvals.approve(engine, item.definition.tenant_id, result.job_definition_id, actor=approve_as)
+            approved.add(result.job_definition_id)
     return [
         {
             "job_definition_id": r.job_definition_id,
@@ -106,6 +104,7 @@ def _apply(app: AppContext, paths: list[Path]) -> list[dict[str, Any]]:
             "digest": r.digest,
             "created": r.created,
             "source": r.source,
+            "approved": r.job_definition_id in approved,
         }
         for r in results
     ]
@@ -113,22 +112,26 @@ def _apply(app: AppContext, paths: list[Path]) -> list[dict[str, Any]]:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--approve", is_flag=True, help="also approve each definition's content, as you (an admin)")
 @pass_app
-def apply(app: AppContext, paths: tuple[Path, ...]) -> None:
-    """Load definition files or folders; all are stored, or none if one is invalid."""
-    applied = _apply(app, list(paths))
+def apply(app: AppContext, paths: tuple[Path, ...], approve: bool) -> None:
+    """Load definition files or folders; all are stored, or none if one is invalid. A new or
+    changed definition runs only once an admin approved its content (--approve, or
+    `jobgate definitions approve`)."""
+    applied = _apply(app, list(paths), approve_as=_actor(None) if approve else None)
     if app.json_output:
         render.emit_json(applied)
         return
     render.table(
         "applied",
-        ["definition", "version", "digest", "change", "source"],
+        ["definition", "version", "digest", "change", "approved", "source"],
         [
             (
                 a["job_definition_id"],
                 a["version"],
                 a["digest"][:23] + "…",
                 "new version" if a["created"] else "unchanged",
+                "yes" if a["approved"] else "",
                 a["source"],
             )
             for a in applied
@@ -436,6 +439,8 @@ from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command
 cli.add_command(_demo.demo)
 
 from jobgate.cli import cluster as _cluster  # noqa: E402
+from jobgate.cli import governance as _governance  # noqa: E402
+from jobgate.cli import requests as _requests  # noqa: E402
 from jobgate.cli import safemode as _safemode  # noqa: E402
 from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
 from jobgate.cli import serve as _serve  # noqa: E402
@@ -448,6 +453,8 @@ cli.add_command(_cluster.locks_command)
 cli.add_command(_tokens.tokens)
 cli.add_command(_serve.serve)
 cli.add_command(_serve.doctor_command)
+_governance.register(definitions, cli)
+cli.add_command(_requests.requests_group)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from jobgate.service import triggers
 
 
 def _params(values: tuple[str, ...]) -> dict[str, str]:
-    from jobgate.cli.main import parse_params
+    from jobgate.cli.args import parse_params
 
     return parse_params(values)
 

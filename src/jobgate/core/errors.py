@@ -40,6 +40,19 @@ class ConflictError(JobgateError):
     code = "conflict"
 
 
+class GovernanceRefusal(JobgateError):
+    """A governance rule refused this (403 at the API): nothing is stored or run, and the
+    refusal itself is written to the audit log. ``code`` names the rule family
+    (``definition_not_approved``, ``safe_mode_active``, ...); ``rule`` the exact rule."""
+
+    code = "governance_refused"
+
+    def __init__(self, message: str, *, code: str, rule: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.code = code
+        self.rule = rule
+
+
 class QuotaExceededError(JobgateError):
     """A tenant used up a configured allowance (runs per day); nothing was stored."""
 

@@ -433,9 +433,7 @@ class Worker:
             [p for p in pending if p[1] in self._effects],
         )
 
-    def _complete_with_effects(
-        self, tx: StoreTx, items: list[tuple[RunChange, str]], now: datetime
-    ) -> list[RunChange]:
+    def _complete_with_effects(self, tx: StoreTx, items: list[tuple[RunChange, str]], now: datetime) -> list[RunChange]:
         """Each completion, then its handler's effects, in the open transaction: the effects are
         kept only with an accepted (fenced) completion. An effect that raises undoes its run's
         part alone (a savepoint) and the attempt is settled as a retryable ``EFFECT_FAILED``."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobgate.core import events
-from jobgate.core.errors import ConflictError, NotFoundError
+from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.settle import cancel_decision, settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunChange
 
@@ -62,6 +63,7 @@ def cancel_run(
         )
         if not tx.runs_apply([change]):
             raise ConflictError("run changed state while being cancelled; try again", field="status")
+        audit.record(tx, audit.event(run.tenant_id, actor, "run.cancelled", "run", run.job_run_id, now, reason=reason))
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
@@ -88,6 +90,9 @@ def stop_run(
         tx.outbox_append(
             [(run.job_run_id, run.tenant_id, events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now
         )
+        audit.record(
+            tx, audit.event(run.tenant_id, actor, "run.stop_requested", "run", run.job_run_id, now, reason=reason)
+        )
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
@@ -97,7 +102,8 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     """Give a dead-lettered or escalated run one more attempt, same idempotency key.
 
     ``max_attempts`` grows by one so the new attempt is within bounds; the dead letter is
-    marked resolved with who requeued it.
+    marked resolved with who requeued it. The content the run was admitted with must still
+    be approved: a requeue is a way to run, and nothing runs unapproved.
     """
     now = engine.clock.now()
     with engine.store.write() as tx:
@@ -108,30 +114,54 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             raise ConflictError(
                 f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued", field="status"
             )
-        transition = Transition(
-            run.job_run_id, run.status, RunStatus.SCHEDULED, run.attempt, TransitionReason.REQUEUED.value, actor, now
+        approved = bool(tx.approvals_active([(run.tenant_id, run.job_definition_id, run.definition_digest)]))
+        if approved:
+            transition = Transition(
+                run.job_run_id,
+                run.status,
+                RunStatus.SCHEDULED,
+                run.attempt,
+                TransitionReason.REQUEUED.value,
+                actor,
+                now,
+            )
+            change = RunChange(
+                job_run_id=run.job_run_id,
+                tenant_id=run.tenant_id,
+                from_status=run.status,
+                to_status=RunStatus.SCHEDULED,
+                transition=transition,
+                values={
+                    "max_attempts": run.attempt + 1,
+                    "due_at": now,
+                    "ended_at": None,
+                    "next_retry_at": None,
+                    "queue_deadline_at": None,
+                },
+                events=[events.job_requeued(run, actor=actor, now=now)],
+            )
+            if not tx.runs_apply([change]):
+                raise ConflictError("run changed state while being requeued; try again", field="status")
+            letter = tx.dead_letter_open_for(job_run_id)
+            if letter is not None:
+                tx.dead_letter_resolve(letter.dead_letter_id, f"requeued by {actor}", now)
+            audit.record(tx, audit.event(run.tenant_id, actor, "run.requeued", "run", run.job_run_id, now))
+            updated = tx.run_get(job_run_id)
+    if not approved:  # nothing written above; the refusal itself is recorded
+        refusal = GovernanceRefusal(
+            f"the content this run was admitted with ({run.definition_digest[:19]}…) is no longer approved",
+            code="definition_not_approved",
+            rule="content_approval",
+            field="job_run_id",
         )
-        change = RunChange(
-            job_run_id=run.job_run_id,
-            tenant_id=run.tenant_id,
-            from_status=run.status,
-            to_status=RunStatus.SCHEDULED,
-            transition=transition,
-            values={
-                "max_attempts": run.attempt + 1,
-                "due_at": now,
-                "ended_at": None,
-                "next_retry_at": None,
-                "queue_deadline_at": None,
-            },
-            events=[events.job_requeued(run, actor=actor, now=now)],
+        payload = {"rule": refusal.rule, "message": refusal.message, "action": "requeue"}
+        audit.record_now(
+            engine,
+            audit.event(
+                run.tenant_id, actor, "run.refused", "run", run.job_run_id, now, reason=refusal.code, payload=payload
+            ),
         )
-        if not tx.runs_apply([change]):
-            raise ConflictError("run changed state while being requeued; try again", field="status")
-        letter = tx.dead_letter_open_for(job_run_id)
-        if letter is not None:
-            tx.dead_letter_resolve(letter.dead_letter_id, f"requeued by {actor}", now)
-        updated = tx.run_get(job_run_id)
+        raise refusal
     assert updated is not None
     return updated
 

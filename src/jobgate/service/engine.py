@@ -23,13 +23,15 @@ from typing import Any
 
 from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
+from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import canonical_json, isoformat_utc
-from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
+from jobgate.core.errors import GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
     ExecutionWindow,
+    JobClass,
     JobDefinition,
     JobRun,
     Scope,
@@ -42,6 +44,7 @@ from jobgate.core.runs import new_run
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
+from jobgate.store.sql.safemode import SafeModePeriod
 from jobgate.store.sqlstore import Store, StoreTx
 
 SYSTEM_ACTOR = "system"
@@ -104,7 +107,7 @@ class Engine:
         self.clock = clock or store.clock()  # database time on a shared database
         # Snapshots are a pure function of (configuration, profile, tenant): digesting the
         # profile's values once per submit was a third of a submit's CPU.
-        self._snapshots: dict[tuple[str, str], tuple[JobgateConfig, ConfigSnapshot]] = {}
+        self._snapshots: dict[tuple[str, str, int], tuple[JobgateConfig, ConfigSnapshot]] = {}
 
     # ------------------------------------------------------------------ definitions
     def apply_definitions(
@@ -180,12 +183,54 @@ class Engine:
             return self.create_submissions(tx, prepared, now)
 
     def prepare_submissions(
-        self, requests: Sequence[SubmitRequest], *, now: datetime, actor: str | None = None
+        self, requests: Sequence[SubmitRequest], *, now: datetime, actor: str | None = None, record: bool = True
     ) -> list[PreparedSubmission]:
-        """Validate and build runs for ``requests`` in a read transaction (all or an error)."""
+        """Validate and build runs for ``requests`` in a read transaction (all or an error).
+        A governance refusal is audited unless ``record`` is off (a dry run records its own
+        verdict instead)."""
         cache: dict[tuple[str, str], JobDefinition] = {}
-        with self.store.read() as tx:
-            return [self._prepare(tx, r, now=now, actor=actor, cache=cache) for r in requests]
+        approved: dict[tuple[str, str, str], bool] = {}
+        safe_modes: dict[str, SafeModePeriod | None] = {}
+        current: SubmitRequest | None = None
+        try:
+            with self.store.read() as tx:
+                out = []
+                for current in requests:
+                    out.append(
+                        self._prepare(
+                            tx, current, now=now, actor=actor, cache=cache, approved=approved, safe_modes=safe_modes
+                        )
+                    )
+                return out
+        except GovernanceRefusal as exc:
+            assert current is not None
+            if record:
+                self.record_refusal(current, exc, actor=actor, now=now)
+            raise
+
+    def record_refusal(
+        self, request: SubmitRequest, exc: GovernanceRefusal, *, actor: str | None, now: datetime
+    ) -> None:
+        """A governance refusal is itself a material fact: it goes to the audit log (in its own
+        transaction, since nothing else is written), whatever trigger was refused."""
+        event = AuditEvent(
+            tenant_id=request.scope.tenant_id,
+            actor=actor or request.requested_by or SYSTEM_ACTOR,
+            action="run.refused",
+            target_type="definition",
+            target_id=request.job_definition_id,
+            at=now,
+            reason=exc.code,
+            payload={
+                "rule": exc.rule,
+                "message": exc.message,
+                "trigger_type": request.trigger_type.value,
+                "trigger_id": request.trigger_id,
+                "request_id": request.request_id,
+            },
+        )
+        with self.store.write() as tx:
+            tx.audit_append([event])
 
     def create_submissions(
         self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
@@ -220,7 +265,29 @@ class Engine:
             return []
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
             tx.snapshot_put(snapshot, now)
-        return tx.runs_create([p.create for p in prepared])
+        made = tx.runs_create([p.create for p in prepared])
+        manual = [
+            AuditEvent(
+                tenant_id=run.tenant_id,
+                actor=run.requested_by or SYSTEM_ACTOR,
+                action="run.scheduled_manually",  # seed §49: manual scheduling is a material action
+                target_type="run",
+                target_id=run.job_run_id,
+                at=now,
+                reason=p.create.trigger.get("reason"),
+                payload={
+                    "job_definition_id": run.job_definition_id,
+                    "definition_digest": run.definition_digest,
+                    "config_digest": run.config_digest,
+                    "idempotency_key": run.idempotency_key,
+                },
+            )
+            for p, (run, created) in zip(prepared, made, strict=True)
+            if created and run.trigger_type is TriggerType.MANUAL
+        ]
+        if manual:
+            tx.audit_append(manual)
+        return made
 
     def _prepare(
         self,
@@ -230,9 +297,15 @@ class Engine:
         now: datetime,
         actor: str | None,
         cache: dict[tuple[str, str], JobDefinition],
+        approved: dict[tuple[str, str, str], bool],
+        safe_modes: dict[str, SafeModePeriod | None],
     ) -> PreparedSubmission:
         definition = self.resolve_definition(tx, request, cache)
-        snapshot = self.resolve_config(definition, request.scope)
+        self.check_approved(tx, definition, request.scope.tenant_id, approved)
+        period = self.safe_mode_period(tx, request.scope.tenant_id, safe_modes)
+        if period is not None:
+            check_safe_mode(period, definition, request)
+        snapshot = self.resolve_config(definition, request.scope, period)
         params = self.validate_preconditions(definition, request)
         trigger = self.build_trigger(request, now)
         retry, timeout = self.policies_for(definition)
@@ -293,12 +366,40 @@ class Engine:
             cache[key] = self.definition(tx, request.scope.tenant_id, request.job_definition_id)
         return cache[key]
 
-    def resolve_config(self, definition: JobDefinition, scope: Scope) -> ConfigSnapshot:
-        key = (definition.config_profile, scope.tenant_id)
+    def check_approved(
+        self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: dict[tuple[str, str, str], bool]
+    ) -> None:
+        """Seed 004: nothing runs unless an admin approved this exact content (its digest)."""
+        key = (tenant_id, definition.job_definition_id, definition.digest)
+        if key not in approved:
+            approved[key] = bool(tx.approvals_active([key]))
+        if not approved[key]:
+            raise GovernanceRefusal(
+                f"version {definition.version} of {definition.job_definition_id} ({definition.digest[:19]}…) "
+                "has no admin approval of its content",
+                code="definition_not_approved",
+                rule="content_approval",
+                field="job_definition_id",
+            )
+
+    def safe_mode_period(
+        self, tx: StoreTx, tenant_id: str, cache: dict[str, SafeModePeriod | None]
+    ) -> SafeModePeriod | None:
+        """The tenant's open safe-mode period, read once per batch."""
+        if tenant_id not in cache:
+            latest = tx.safe_mode_current(tenant_id)
+            cache[tenant_id] = latest if latest is not None and latest.active else None
+        return cache[tenant_id]
+
+    def resolve_config(
+        self, definition: JobDefinition, scope: Scope, safe_mode: SafeModePeriod | None = None
+    ) -> ConfigSnapshot:
+        overrides = None if safe_mode is None else safe_mode.actions.get("profile_overrides") or None
+        key = (definition.config_profile, scope.tenant_id, safe_mode.activation if overrides and safe_mode else 0)
         cached = self._snapshots.get(key)
         if cached is not None and cached[0] is self.config:  # a replaced configuration misses
             return cached[1]
-        snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id)
+        snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id, overrides)
         self._snapshots[key] = (self.config, snapshot)
         return snapshot
 
@@ -348,6 +449,29 @@ class Engine:
     def policies_for(self, definition: JobDefinition) -> tuple[RetryPolicy, TimeoutPolicy | None]:
         return retry_policy(self.config, definition.retry_policy), timeout_policy(
             self.config, definition.timeout_policy
+        )
+
+
+def check_safe_mode(period: SafeModePeriod, definition: JobDefinition, request: SubmitRequest) -> None:
+    """Seed 000 §39-40: while safe mode is on, its recorded actions bind every trigger. The
+    SAFE_MODE_JOB itself is never held back by them."""
+    if definition.job_class is JobClass.SAFE_MODE_JOB:
+        return
+    actions = period.actions
+    if definition.job_class.value in actions.get("suspend_job_classes", ()):
+        raise GovernanceRefusal(
+            f"safe mode (activation {period.activation}, {period.reason!r}) suspends {definition.job_class.value}",
+            code="safe_mode_active",
+            rule=f"suspended_class:{definition.job_class.value}",
+            field="job_class",
+        )
+    from_request = (request.request_id or "").startswith("request:")
+    if actions.get("manual_review") and request.trigger_type is TriggerType.MANUAL and not from_request:
+        raise GovernanceRefusal(
+            f"safe mode (activation {period.activation}) requires manual runs to be reviewed: propose a request",
+            code="safe_mode_active",
+            rule="manual_review_required",
+            field="trigger_type",
         )
 
 

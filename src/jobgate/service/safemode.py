@@ -1,7 +1,12 @@
 """Safe mode (seed 000 §39-40): an emergency state of a tenant, switched on and off by a person
-with a reason, and never twice in a row. While it is on, the tenant's safe-mode schedules fire
-(at the activation, then on their cron or interval); each switch is a period row and an event
-in the outbox, written in one transaction.
+with a reason, and never twice in a row. While it is on, the actions configured under
+``safe_mode`` (recorded with the period, so later edits of the file do not change a running
+period) bind every trigger: suspended job classes are refused with ``safe_mode_active``,
+direct manual runs must go through the request workflow when ``manual_review`` is set, and
+new runs bind a configuration with the tightened ``profile_overrides``. The tenant's
+safe-mode schedules fire (at the activation, then on their cron or interval), and the
+configured SAFE_MODE_JOB runs at each switch. Each switch is a period row, an outbox event
+and an audit entry, written in one transaction; deactivation restores the ordinary state.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from datetime import datetime
 
 from jobgate.core import events
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.errors import ConflictError, ValidationError
-from jobgate.service.engine import Engine
+from jobgate.core.errors import ConflictError, JobgateError, ValidationError
+from jobgate.core.models import Scope, TriggerType
+from jobgate.service import audit
+from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sql.safemode import SafeModePeriod
 
 log = logging.getLogger("jobgate.safemode")
@@ -32,13 +39,46 @@ def history(engine: Engine, tenant_id: str, limit: int = 100) -> list[SafeModePe
 
 
 def activate(engine: Engine, tenant_id: str, *, actor: str, reason: str, now: datetime | None = None) -> SafeModePeriod:
-    return _switch(engine, tenant_id, True, actor=actor, reason=reason, now=now)
+    return switch(engine, tenant_id, True, actor=actor, reason=reason, now=now)[0]
 
 
 def deactivate(
     engine: Engine, tenant_id: str, *, actor: str, reason: str, now: datetime | None = None
 ) -> SafeModePeriod:
-    return _switch(engine, tenant_id, False, actor=actor, reason=reason, now=now)
+    return switch(engine, tenant_id, False, actor=actor, reason=reason, now=now)[0]
+
+
+def switch(
+    engine: Engine, tenant_id: str, on: bool, *, actor: str, reason: str, now: datetime | None = None
+) -> tuple[SafeModePeriod, str | None]:
+    """Switch safe mode on (the configured actions, recorded with the period, bind every
+    trigger from this commit on) or off (they stop binding); then the configured
+    SAFE_MODE_JOB runs for the switch. Returns the period and that run's id."""
+    period = _switch(engine, tenant_id, on, actor=actor, reason=reason, now=now)
+    return period, run_safe_mode_job(engine, period, "activate" if on else "deactivate", actor=actor)
+
+
+def run_safe_mode_job(engine: Engine, period: SafeModePeriod, phase: str, *, actor: str) -> str | None:
+    """Submit the configured SAFE_MODE_JOB for this switch; its run id, or None when none is
+    configured or a gate refused it (the refusal is in the audit log; the switch stands, since
+    safety must not wait on a job)."""
+    job = engine.config.safe_mode.job
+    if job is None:
+        return None
+    request = SubmitRequest(
+        job,
+        trigger_type=TriggerType.SAFE_MODE,
+        params={"phase": phase, "activation": str(period.activation)},
+        scope=Scope(tenant_id=period.tenant_id),
+        requested_by=actor,
+        reason=f"safe mode {phase} (activation {period.activation})",
+        trigger_id=f"safe-mode-{period.tenant_id}-{period.activation}-{phase}",
+    )
+    try:
+        return engine.submit(request, actor=actor).run.job_run_id
+    except JobgateError as exc:
+        log.error("safe mode %s: the SAFE_MODE_JOB %s was refused: %s", phase, job, exc)
+        return None
 
 
 def _switch(
@@ -54,7 +94,7 @@ def _switch(
     now = now or engine.clock.now()
     with engine.store.write() as tx:
         if on:
-            period = tx.safe_mode_activate(tenant_id, actor, reason, now)
+            period = tx.safe_mode_activate(tenant_id, actor, reason, now, engine.config.safe_mode.actions())
         else:
             period = tx.safe_mode_deactivate(tenant_id, actor, reason, now)
         if period is None:
@@ -64,6 +104,19 @@ def _switch(
             tenant_id=tenant_id, activation=period.activation, active=on, actor=actor, reason=reason, now=now
         )
         tx.outbox_append([(None, tenant_id, event)], now)
+        audit.record(
+            tx,
+            audit.event(
+                tenant_id,
+                actor,
+                "safe_mode.activated" if on else "safe_mode.deactivated",
+                "safe_mode",
+                tenant_id,
+                now,
+                reason=reason,
+                payload={"activation": period.activation, "actions": period.actions},
+            ),
+        )
     log.warning(
         "safe mode %s for tenant %s by %s: %s",
         "ON" if on else "off",

@@ -18,6 +18,7 @@ from pathlib import Path
 from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.tokens import Role
+from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.sql.tokens import StoredToken
 
@@ -96,6 +97,8 @@ def create(
     )
     with engine.store.write() as tx:
         tx.token_put(stored)
+        payload = {"role": valid_role.value, "jobs": None if jobs is None else list(stored.jobs or ()), "label": label}
+        audit.record(tx, audit.event(tenant_id, actor, "token.created", "token", token_id, now, payload=payload))
     log.info(
         "token %s created for tenant %s, role %s, by %s",
         token_id,
@@ -133,12 +136,14 @@ def _refused(reason: str) -> Unauthenticated:
 
 def revoke(engine: Engine, tenant_id: str, token_id: str, *, actor: str, now: datetime | None = None) -> None:
     """Revoke a token of ``tenant_id``; another tenant's token answers like a missing one."""
+    now = now or engine.clock.now()
     with engine.store.write() as tx:
-        if not tx.token_revoke(tenant_id, token_id, actor, now or engine.clock.now()):
+        if not tx.token_revoke(tenant_id, token_id, actor, now):
             stored = tx.token_get(token_id)
             if stored is None or stored.tenant_id != tenant_id:
                 raise NotFoundError(f"no token {token_id!r}", field="token_id")
             return  # revoked already: revoking again changes nothing
+        audit.record(tx, audit.event(tenant_id, actor, "token.revoked", "token", token_id, now))
     log.info("token %s revoked by %s", token_id, actor, extra={"action": "token_revoked", "token_id": token_id})
 
 

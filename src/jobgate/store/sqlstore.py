@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from jobgate.clock import Clock, DatabaseClock, SystemClock
+from jobgate.core.audit import AuditEntry, AuditEvent
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.events import Event
 from jobgate.core.models import (
@@ -55,7 +56,7 @@ from jobgate.store.base import (
 )
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
-from jobgate.store.sql import claims, definitions, fast, outbox, runs, safemode, schedules, tokens
+from jobgate.store.sql import claims, definitions, fast, governance, outbox, runs, safemode, schedules, tokens
 
 
 class StoreTx:
@@ -66,6 +67,70 @@ class StoreTx:
         self._skip_locked = skip_locked
         self._ordered_ids = ordered_ids
         self._notify = notify  # PostgreSQL: announce claimable runs to listening workers
+
+    # the audit chain (PostgreSQL locks each chain's head row; SQLite has one writer)
+    def audit_append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:
+        return governance.audit_append(self.conn, events, lock_rows=self._skip_locked)
+
+    def audit_list(self, f: governance.AuditFilter) -> list[AuditEntry]:
+        return governance.audit_list(self.conn, f)
+
+    def audit_head(self, tenant_id: str) -> tuple[int, str]:
+        return governance.audit_head(self.conn, tenant_id)
+
+    # approvals
+    def approval_put(self, a: governance.Approval) -> None:
+        governance.approval_put(self.conn, a)
+
+    def approval_get(self, tenant_id: str, job_definition_id: str, digest: str) -> governance.Approval | None:
+        return governance.approval_get(self.conn, tenant_id, job_definition_id, digest)
+
+    def approvals_active(self, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+        return governance.approvals_active(self.conn, keys)
+
+    def approvals_list(self, tenant_id: str, job_definition_id: str) -> list[governance.Approval]:
+        return governance.approvals_list(self.conn, tenant_id, job_definition_id)
+
+    def approval_revoke(self, tenant_id: str, job_definition_id: str, digest: str, by: str, now: datetime) -> bool:
+        return governance.approval_revoke(self.conn, tenant_id, job_definition_id, digest, by, now)
+
+    # run requests (four eyes)
+    def request_put(self, q: governance.RunRequest) -> None:
+        governance.request_put(self.conn, q)
+
+    def request_get(self, tenant_id: str, request_id: str) -> governance.RunRequest | None:
+        return governance.request_get(self.conn, tenant_id, request_id)
+
+    def requests_list(
+        self,
+        tenant_id: str,
+        *,
+        status: str | None = None,
+        requested_by: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[governance.RunRequest]:
+        return governance.requests_list(
+            self.conn, tenant_id, status=status, requested_by=requested_by, before=before, limit=limit
+        )
+
+    def request_tested(self, tenant_id: str, request_id: str, by: str, at: datetime, verdict: dict[str, Any]) -> bool:
+        return governance.request_tested(self.conn, tenant_id, request_id, by, at, verdict)
+
+    def request_decide(
+        self,
+        tenant_id: str,
+        request_id: str,
+        *,
+        status: str,
+        by: str,
+        at: datetime,
+        note: str | None,
+        job_run_id: str | None,
+    ) -> bool:
+        return governance.request_decide(
+            self.conn, tenant_id, request_id, status=status, by=by, at=at, note=note, job_run_id=job_run_id
+        )
 
     # definitions and snapshots
     def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
@@ -161,9 +226,9 @@ class StoreTx:
         return safemode.current(self.conn, tenant_id)
 
     def safe_mode_activate(
-        self, tenant_id: str, actor: str, reason: str, now: datetime
+        self, tenant_id: str, actor: str, reason: str, now: datetime, actions: dict[str, Any] | None = None
     ) -> safemode.SafeModePeriod | None:
-        return safemode.activate(self.conn, tenant_id, actor, reason, now)
+        return safemode.activate(self.conn, tenant_id, actor, reason, now, actions)
 
     def safe_mode_deactivate(
         self, tenant_id: str, actor: str, reason: str, now: datetime

@@ -346,6 +346,7 @@ safe_mode_periods = Table(
     Column("deactivated_at", BigInteger),
     Column("deactivated_by", String(200)),
     Column("deactivation_reason", Text),
+    Column("actions", Text),  # JSON: the safe-mode actions in force for this period (migration 0010)
 )
 
 # API tokens (migration 0009): only the SHA-256 of each secret; the id is public.
@@ -364,4 +365,72 @@ api_tokens = Table(
     Column("revoked_at", BigInteger),
     Column("revoked_by", String(200)),
     Index("ix_api_tokens_tenant", "tenant_id", "created_at"),
+)
+
+# Governance and evidence (migration 0010) ------------------------------------------------
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("seq", BigInteger, nullable=False),  # position in the tenant's chain, from 1
+    Column("at", BigInteger, nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(100), nullable=False),
+    Column("target_type", String(64), nullable=False),
+    Column("target_id", String(200), nullable=False),
+    Column("reason", Text),
+    Column("payload", Text, nullable=False),  # canonical JSON
+    Column("prev_hash", String(80), nullable=False),
+    Column("entry_hash", String(80), nullable=False),
+    UniqueConstraint("tenant_id", "seq", name="uq_audit_log_tenant_seq"),
+    Index("ix_audit_log_tenant_at", "tenant_id", "at"),
+    Index("ix_audit_log_target", "tenant_id", "target_type", "target_id"),
+)
+
+# The head of each tenant's chain: appending locks this row, so concurrent appends queue.
+audit_heads = Table(
+    "audit_heads",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("entry_hash", String(80), nullable=False),
+)
+
+definition_approvals = Table(
+    "definition_approvals",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("job_definition_id", String(200), primary_key=True),
+    Column("digest", String(80), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("approved_by", String(200), nullable=False),
+    Column("approved_at", BigInteger, nullable=False),
+    Column("note", Text),
+    Column("revoked_at", BigInteger),
+    Column("revoked_by", String(200)),
+)
+
+run_requests = Table(
+    "run_requests",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("job_definition_id", String(200), nullable=False),
+    Column("params", Text, nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("requested_by", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("tested_at", BigInteger),
+    Column("tested_by", String(200)),
+    Column("verdict", Text),  # the last dry run's verdict, JSON
+    Column("decided_at", BigInteger),
+    Column("decided_by", String(200)),
+    Column("decision_note", Text),
+    Column("job_run_id", String(64)),
+    CheckConstraint("status IN ('pending', 'approved', 'rejected')", name="status"),
+    Index("ix_run_requests_tenant", "tenant_id", "status", "created_at"),
 )

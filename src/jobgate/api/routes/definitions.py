@@ -12,13 +12,24 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from jobgate.api import pagination
-from jobgate.api.access import ADMIN, READ, allow, principal
+from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, allow, principal
 from jobgate.api.errors import Forbidden
 from jobgate.api.routes.runs import ensure_may_use
-from jobgate.api.schemas import AppliedOut, DefinitionDetailOut, DefinitionOut, DefinitionsApplyIn, Page
+from jobgate.api.schemas import (
+    AppliedOut,
+    ApprovalOut,
+    ApprovalStatusOut,
+    ApproveIn,
+    DefinitionDetailOut,
+    DefinitionOut,
+    DefinitionsApplyIn,
+    Page,
+    RevokedOut,
+)
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.definitions import parse_definition
+from jobgate.service import approvals
 from jobgate.service.tokens import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["definitions"])
@@ -95,3 +106,50 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         AppliedOut(job_definition_id=a.job_definition_id, version=a.version, digest=a.digest, created=a.created)
         for a in applied
     ]
+
+
+@router.post("/definitions/{job_definition_id}/approve", response_model=ApprovalOut)
+@allow(ADMIN)
+def approve_definition(
+    job_definition_id: str, caller: Caller, state: State, body: ApproveIn | None = None
+) -> ApprovalOut:
+    """Approve the definition's current content, as jobgate holds it (no digest is accepted)."""
+    ensure_may_use(caller, job_definition_id)
+    note = None if body is None else body.note
+    return ApprovalOut.of(
+        approvals.approve(state.engine, caller.tenant_id, job_definition_id, actor=caller.actor, note=note)
+    )
+
+
+@router.get("/definitions/{job_definition_id}/approval", response_model=ApprovalStatusOut)
+@allow(GOVERNANCE_READ)
+def definition_approval(job_definition_id: str, caller: Caller, state: State) -> ApprovalStatusOut:
+    """Who approved what, and whether the current content still matches it."""
+    ensure_may_use(caller, job_definition_id)
+    st = approvals.status(state.engine, caller.tenant_id, job_definition_id)
+    return ApprovalStatusOut(
+        job_definition_id=job_definition_id,
+        current_version=st.current_version,
+        current_digest=st.current_digest,
+        approved=st.approved,
+        approval=None if st.approval is None else ApprovalOut.of(st.approval),
+        history=[ApprovalOut.of(a) for a in st.history],
+    )
+
+
+@router.delete("/definitions/{job_definition_id}/approval", response_model=RevokedOut)
+@allow(ADMIN)
+def revoke_approval(
+    job_definition_id: str,
+    caller: Caller,
+    state: State,
+    reason: Annotated[str | None, Query(max_length=2000)] = None,
+) -> RevokedOut:
+    """Revoke: new triggers are refused, runs not yet started are cancelled (409 if none active)."""
+    ensure_may_use(caller, job_definition_id)
+    done = approvals.revoke(state.engine, caller.tenant_id, job_definition_id, actor=caller.actor, reason=reason)
+    return RevokedOut(
+        job_definition_id=job_definition_id,
+        revoked_digests=[a.digest for a in done.revoked],
+        cancelled_runs=done.cancelled_runs,
+    )

@@ -16,7 +16,6 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
-from jobgate.api.errors import BadRequest
 from jobgate.api.schemas import (
     Page,
     RunActionIn,
@@ -101,8 +100,8 @@ def list_runs(
         job_definition_id=job_definition_id,
         job_class=job_class,
         trigger_type=trigger_type,
-        created_from=_aware(created_from, "created_from"),
-        created_to=_aware(created_to, "created_to"),
+        created_from=pagination.aware(created_from, "created_from"),
+        created_to=pagination.aware(created_to, "created_to"),
         limit=limit + 1,
         before=before,
         job_definition_ids=caller.jobs,
@@ -112,12 +111,6 @@ def list_runs(
     page, more = found[:limit], len(found) > limit
     next_cursor = pagination.encode_time_key(page[-1].created_at, page[-1].job_run_id) if more else None
     return Page[RunOut](items=[RunOut.of(r) for r in page], next_cursor=next_cursor)
-
-
-def _aware(value: datetime | None, field: str) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        raise BadRequest("give a timezone (e.g. 2026-01-01T00:00:00Z)", field=field)
-    return value
 
 
 @router.get("/runs/{job_run_id}", response_model=RunDetailOut)

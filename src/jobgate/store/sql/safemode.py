@@ -3,7 +3,7 @@ except to close it, so the table is both the current state and its history."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ class SafeModePeriod:
     deactivated_at: datetime | None = None
     deactivated_by: str | None = None
     deactivation_reason: str | None = None
+    actions: dict[str, Any] = field(default_factory=dict)  # what this period put in force
 
     @property
     def active(self) -> bool:
@@ -42,6 +43,7 @@ def _from_row(r: Any) -> SafeModePeriod:
         None if r.deactivated_at is None else codec.from_us(r.deactivated_at),
         r.deactivated_by,
         r.deactivation_reason,
+        {} if r.actions is None else dict(codec.loads(r.actions)),
     )
 
 
@@ -52,20 +54,22 @@ def current(conn: Connection, tenant_id: str) -> SafeModePeriod | None:
     return None if row is None else _from_row(row)
 
 
-_OPEN_COLUMNS = ("tenant_id", "activation", "activated_at", "activated_by", "reason")
+_OPEN_COLUMNS = ("tenant_id", "activation", "activated_at", "activated_by", "reason", "actions")
 
 
-def activate(conn: Connection, tenant_id: str, actor: str, reason: str, now: datetime) -> SafeModePeriod | None:
+def activate(
+    conn: Connection, tenant_id: str, actor: str, reason: str, now: datetime, actions: dict[str, Any] | None = None
+) -> SafeModePeriod | None:
     """Open a new period; None if one is open already. Two concurrent activations race for the
     same ``activation`` number: the primary key lets one in."""
     latest = current(conn, tenant_id)
     if latest is not None and latest.active:
         return None
     number = 1 if latest is None else latest.activation + 1
-    row = (tenant_id, number, codec.to_us(now), actor, reason)
+    row = (tenant_id, number, codec.to_us(now), actor, reason, codec.dumps(actions or {}))
     if not fast.insert_rows(conn, safe_mode_periods, _OPEN_COLUMNS, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"):
         return None
-    return SafeModePeriod(tenant_id, number, now, actor, reason)
+    return SafeModePeriod(tenant_id, number, now, actor, reason, actions=dict(actions or {}))
 
 
 def deactivate(conn: Connection, tenant_id: str, actor: str, reason: str, now: datetime) -> SafeModePeriod | None:
@@ -81,7 +85,15 @@ def deactivate(conn: Connection, tenant_id: str, actor: str, reason: str, now: d
     if not conn.execute(stmt).rowcount:
         return None
     return SafeModePeriod(
-        tenant_id, latest.activation, latest.activated_at, latest.activated_by, latest.reason, now, actor, reason
+        tenant_id,
+        latest.activation,
+        latest.activated_at,
+        latest.activated_by,
+        latest.reason,
+        now,
+        actor,
+        reason,
+        latest.actions,
     )
 
 

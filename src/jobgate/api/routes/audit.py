@@ -1,0 +1,53 @@
+"""The audit log, read by auditors and admins of the tenant (chain order, filters, paging)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from jobgate.api import pagination
+from jobgate.api.access import AUDIT, allow, principal
+from jobgate.api.schemas import AuditEntryOut, Page
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.service import audit
+from jobgate.service.tokens import Principal
+
+router = APIRouter(prefix="/api/v1", tags=["audit"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$"
+
+
+@router.get("/audit", response_model=Page[AuditEntryOut])
+@allow(AUDIT)
+def list_audit(
+    caller: Caller,
+    state: State,
+    actor: Annotated[str | None, Query(max_length=200)] = None,
+    action: Annotated[str | None, Query(pattern=NAME)] = None,
+    target_type: Annotated[str | None, Query(pattern=NAME)] = None,
+    target_id: Annotated[str | None, Query(max_length=200)] = None,
+    at_from: datetime | None = None,
+    at_to: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$", description="the last seq seen")] = None,
+) -> Page[AuditEntryOut]:
+    """The tenant's entries in chain order; ``next_cursor`` is the last position returned."""
+    f = audit.AuditFilter(
+        tenant_id=caller.tenant_id,
+        actor=actor,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        at_from=pagination.aware(at_from, "at_from"),
+        at_to=pagination.aware(at_to, "at_to"),
+        after_seq=int(cursor or 0),
+        limit=limit + 1,
+    )
+    found = audit.search(state.engine, f)
+    page = found[:limit]
+    next_cursor = str(page[-1].seq) if len(found) > limit else None
+    return Page[AuditEntryOut](items=[AuditEntryOut.of(e) for e in page], next_cursor=next_cursor)

@@ -1,0 +1,103 @@
+"""The four-eyes request workflow over HTTP (seed 004): propose, list, read, test, approve, reject.
+
+A consumer sees only the requests it proposed (another's answers 404, like a missing one);
+reviewers (operators, admins) see the tenant's. Approval creates the run through the normal
+pipeline, so every gate applies at that moment; the proposer can never approve its own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from jobgate.api import pagination
+from jobgate.api.access import PROPOSE, READ, REVIEW, allow, principal
+from jobgate.api.routes.runs import ensure_may_use
+from jobgate.api.schemas import DecisionIn, Page, RejectIn, RequestIn, RequestOut, TestedOut
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError
+from jobgate.core.tokens import Role
+from jobgate.service import requests
+from jobgate.service.tokens import Principal
+from jobgate.store.sql.governance import RunRequest
+
+router = APIRouter(prefix="/api/v1", tags=["requests"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+def _own_only(caller: Principal) -> str | None:
+    """Consumers see their own requests only."""
+    return caller.actor if caller.role is Role.CONSUMER else None
+
+
+def _visible(state: ServerState, caller: Principal, request_id: str) -> RunRequest:
+    found = requests.get(state.engine, caller.tenant_id, request_id, visible_to=_own_only(caller))
+    if not caller.may_use(found.job_definition_id):
+        raise NotFoundError(f"no request {request_id!r}", field="request_id")
+    return found
+
+
+@router.post("/requests", status_code=201, response_model=RequestOut)
+@allow(PROPOSE)
+def propose(body: RequestIn, caller: Caller, state: State) -> RequestOut:
+    """Propose a run; it waits, pending, for a reviewer."""
+    ensure_may_use(caller, body.job_definition_id)
+    made = requests.propose(
+        state.engine,
+        tenant_id=caller.tenant_id,
+        requester=caller.actor,
+        job_definition_id=body.job_definition_id,
+        params=body.params,
+        title=body.title,
+        reason=body.reason,
+    )
+    return RequestOut.of(made)
+
+
+@router.get("/requests", response_model=Page[RequestOut])
+@allow(READ)
+def list_requests(
+    caller: Caller,
+    state: State,
+    status: Literal["pending", "approved", "rejected"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+) -> Page[RequestOut]:
+    """Newest first: a consumer's own, anyone else's tenant's."""
+    found = requests.listed(state.engine, caller.tenant_id, status=status, requested_by=_own_only(caller), limit=limit)
+    return Page[RequestOut](items=[RequestOut.of(r) for r in found if caller.may_use(r.job_definition_id)])
+
+
+@router.get("/requests/{request_id}", response_model=RequestOut)
+@allow(READ)
+def get_request(request_id: str, caller: Caller, state: State) -> RequestOut:
+    return RequestOut.of(_visible(state, caller, request_id))
+
+
+@router.post("/requests/{request_id}/test", response_model=TestedOut)
+@allow(REVIEW)
+def test_request(request_id: str, caller: Caller, state: State) -> TestedOut:
+    """A dry run: every admission check, nothing stored or executed; the verdict is kept."""
+    _visible(state, caller, request_id)
+    request, verdict = requests.test(state.engine, caller.tenant_id, request_id, actor=caller.actor)
+    return TestedOut(request=RequestOut.of(request), admissible=verdict.admissible, checks=verdict.as_dict()["checks"])
+
+
+@router.post("/requests/{request_id}/approve", response_model=RequestOut)
+@allow(REVIEW)
+def approve_request(request_id: str, caller: Caller, state: State, body: DecisionIn | None = None) -> RequestOut:
+    """Create the run and link it (403 for the proposer itself, or when a gate refuses)."""
+    _visible(state, caller, request_id)
+    note = None if body is None else body.note
+    return RequestOut.of(requests.approve(state.engine, caller.tenant_id, request_id, actor=caller.actor, note=note))
+
+
+@router.post("/requests/{request_id}/reject", response_model=RequestOut)
+@allow(REVIEW)
+def reject_request(request_id: str, body: RejectIn, caller: Caller, state: State) -> RequestOut:
+    _visible(state, caller, request_id)
+    return RequestOut.of(
+        requests.reject(state.engine, caller.tenant_id, request_id, actor=caller.actor, note=body.note)
+    )

@@ -1,0 +1,122 @@
+"""``jobgate definitions approve|revoke|approval`` and ``jobgate audit list``."""
+
+from __future__ import annotations
+
+import getpass
+
+import click
+
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.core.canonical import isoformat_utc
+from jobgate.service import approvals, audit
+
+
+def register(definitions: click.Group, cli: click.Group) -> None:
+    definitions.add_command(approve)
+    definitions.add_command(revoke)
+    definitions.add_command(approval)
+    cli.add_command(audit_group)
+
+
+@click.command("approve")
+@click.argument("job")
+@click.option("--note", help="why it is approved (recorded)")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def approve(app: AppContext, job: str, note: str | None, tenant: str) -> None:
+    """Approve the current content of JOB (its digest, as stored): from now on it may run."""
+    a = approvals.approve(app.engine(), tenant, job, actor=getpass.getuser(), note=note)
+    data = {"job_definition_id": job, "version": a.version, "digest": a.digest, "approved_by": a.approved_by}
+    if app.json_output:
+        render.emit_json(data)
+    else:
+        print(f"{job} v{a.version} approved ({a.digest})")
+
+
+@click.command("revoke")
+@click.argument("job")
+@click.option("--reason", help="why (recorded)")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def revoke(app: AppContext, job: str, reason: str | None, tenant: str) -> None:
+    """Revoke JOB's approval: new triggers are refused, runs not yet started are cancelled."""
+    done = approvals.revoke(app.engine(), tenant, job, actor=getpass.getuser(), reason=reason)
+    if app.json_output:
+        render.emit_json(
+            {
+                "job_definition_id": job,
+                "revoked": [a.digest for a in done.revoked],
+                "cancelled_runs": done.cancelled_runs,
+            }
+        )
+    else:
+        print(f"{job}: approval revoked; {len(done.cancelled_runs)} runs not yet started were cancelled")
+
+
+@click.command("approval")
+@click.argument("job")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def approval(app: AppContext, job: str, tenant: str) -> None:
+    """Who approved what, and whether the current content still matches it."""
+    st = approvals.status(app.engine(), tenant, job)
+    rows = [
+        {
+            "digest": a.digest,
+            "version": a.version,
+            "approved_by": a.approved_by,
+            "approved_at": isoformat_utc(a.approved_at),
+            "revoked": "" if a.revoked_at is None else f"{a.revoked_by} at {isoformat_utc(a.revoked_at)}",
+            "current": a.digest == st.current_digest,
+        }
+        for a in st.history
+    ]
+    if app.json_output:
+        render.emit_json(
+            {
+                "job_definition_id": job,
+                "current_version": st.current_version,
+                "current_digest": st.current_digest,
+                "approved": st.approved,
+                "history": rows,
+            }
+        )
+        return
+    verdict = "approved" if st.approved else "NOT approved: it will not run"
+    print(f"{job} v{st.current_version} ({st.current_digest}): {verdict}")
+    render.records(False, "approvals", rows)
+
+
+@click.group("audit")
+def audit_group() -> None:
+    """The audit log: every material action and every refusal, hash-chained per tenant."""
+
+
+@audit_group.command("list")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--actor")
+@click.option("--action")
+@click.option("--target", help="a target id (run, definition, request, token ...)")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
+@pass_app
+def audit_list(
+    app: AppContext, tenant: str, actor: str | None, action: str | None, target: str | None, limit: int
+) -> None:
+    entries = audit.search(
+        app.engine(), audit.AuditFilter(tenant_id=tenant, actor=actor, action=action, target_id=target, limit=limit)
+    )
+    rows = [
+        {
+            "seq": e.seq,
+            "at": isoformat_utc(e.event.at),
+            "actor": e.event.actor,
+            "action": e.event.action,
+            "target": f"{e.event.target_type}:{e.event.target_id}",
+            "reason": e.event.reason,
+            "payload": dict(e.event.payload),
+            "entry_hash": e.entry_hash,
+        }
+        for e in entries
+    ]
+    render.records(app.json_output, "audit", rows, columns=["seq", "at", "actor", "action", "target", "reason"])

@@ -1,0 +1,206 @@
+"""The request workflow (seed 004, four eyes): propose -> test (dry run) -> approve or reject.
+
+A proposer asks for one run of a definition with parameters, a title and a reason. A
+reviewer (operator or admin) can dry-run it — every admission check the run would meet, with
+nothing stored or executed — and then approve it, which creates the run through the normal
+trigger pipeline (so every gate applies again at that moment), or reject it with a note. The
+proposer can never approve their own request. Every step is in the audit log.
+
+Approval is safe to repeat after a crash: the run's trigger is keyed by the request id, so a
+second approve finds the run the first one made and records the decision.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
+from jobgate.core.models import Scope, TriggerType
+from jobgate.core.params import validate_params
+from jobgate.service import audit
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sql.governance import RunRequest
+
+MAX_TITLE = 200
+MAX_REASON = 2000
+
+
+@dataclass(frozen=True)
+class Check:
+    check: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A dry run's answer: admissible only when every check passed; each check says why."""
+
+    admissible: bool
+    checks: list[Check] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"admissible": self.admissible, "checks": [c.__dict__ for c in self.checks]}
+
+
+def _get(engine: Engine, tenant_id: str, request_id: str, *, visible_to: str | None = None) -> RunRequest:
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        found = tx.request_get(tenant_id, request_id)
+    if found is None or (visible_to is not None and found.requested_by != visible_to):
+        raise NotFoundError(f"no request {request_id!r}", field="request_id")
+    return found
+
+
+def propose(
+    engine: Engine,
+    *,
+    tenant_id: str,
+    requester: str,
+    job_definition_id: str,
+    params: dict[str, str],
+    title: str,
+    reason: str,
+) -> RunRequest:
+    title, reason = title.strip(), reason.strip()
+    if not 0 < len(title) <= MAX_TITLE:
+        raise ValidationError(f"1 to {MAX_TITLE} characters", field="title")
+    if not 0 < len(reason) <= MAX_REASON:
+        raise ValidationError(f"say why, in 1 to {MAX_REASON} characters", field="reason")
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        definition = engine.definition(tx, tenant_id, job_definition_id)
+    validate_params(definition.params, params, source=job_definition_id)  # a proposal that could never run
+    now = engine.clock.now()
+    request = RunRequest(
+        request_id=f"TGREQ-{uuid.uuid4().hex[:20]}",
+        tenant_id=tenant_id,
+        job_definition_id=job_definition_id,
+        params=dict(params),
+        title=title,
+        reason=reason,
+        requested_by=requester,
+        status="pending",
+        created_at=now,
+    )
+    with engine.store.write() as tx:
+        tx.request_put(request)
+        audit.record(
+            tx,
+            audit.event(
+                tenant_id,
+                requester,
+                "request.submitted",
+                "request",
+                request.request_id,
+                now,
+                reason=reason,
+                payload={"job_definition_id": job_definition_id, "params": dict(params), "title": title},
+            ),
+        )
+    return request
+
+
+def get(engine: Engine, tenant_id: str, request_id: str, *, visible_to: str | None = None) -> RunRequest:
+    """``visible_to``: a proposer who may see only their own requests (others answer 404)."""
+    return _get(engine, tenant_id, request_id, visible_to=visible_to)
+
+
+def listed(
+    engine: Engine, tenant_id: str, *, status: str | None = None, requested_by: str | None = None, limit: int = 100
+) -> list[RunRequest]:
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        return tx.requests_list(tenant_id, status=status, requested_by=requested_by, limit=limit)
+
+
+def dry_run(engine: Engine, request: RunRequest) -> Verdict:
+    """Every admission check the run would meet now, nothing stored, nothing executed."""
+    submission = _submission(request, actor=request.requested_by)
+    checks: list[Check] = []
+    try:
+        engine.prepare_submissions([submission], now=engine.clock.now(), actor=request.requested_by, record=False)
+        checks.append(Check("admission", True, "definition active and approved, parameters valid, gates passed"))
+    except GovernanceRefusal as exc:
+        checks.append(Check(exc.code, False, exc.message))
+    except JobgateError as exc:
+        checks.append(Check(exc.code, False, str(exc)))
+    return Verdict(all(c.ok for c in checks), checks)
+
+
+def test(engine: Engine, tenant_id: str, request_id: str, *, actor: str) -> tuple[RunRequest, Verdict]:
+    request = _get(engine, tenant_id, request_id)
+    if request.status != "pending":
+        raise ConflictError(f"request is {request.status}; only a pending request can be tested", field="status")
+    verdict = dry_run(engine, request)
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        if not tx.request_tested(tenant_id, request_id, actor, now, verdict.as_dict()):
+            raise ConflictError("request was decided meanwhile", field="status")
+        audit.record(
+            tx, audit.event(tenant_id, actor, "request.tested", "request", request_id, now, payload=verdict.as_dict())
+        )
+    return _get(engine, tenant_id, request_id), verdict
+
+
+def approve(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note: str | None = None) -> RunRequest:
+    """Create the run (every gate applies now) and link it; the proposer may not approve."""
+    request = _get(engine, tenant_id, request_id)
+    if request.status != "pending":
+        raise ConflictError(f"request is {request.status}; only a pending request can be approved", field="status")
+    now = engine.clock.now()
+    if actor == request.requested_by:
+        refusal = GovernanceRefusal(
+            "the proposer of a request cannot approve it (four eyes)", code="four_eyes", rule="requester_cannot_approve"
+        )
+        audit.record_now(
+            engine,
+            audit.event(
+                tenant_id, actor, "request.refused", "request", request_id, now, reason=refusal.code,
+                payload={"rule": refusal.rule},
+            ),
+        )  # fmt: skip
+        raise refusal
+    run = engine.submit(_submission(request, actor=actor), actor=actor).run  # refusals audited by the engine
+    with engine.store.write() as tx:
+        if not tx.request_decide(
+            tenant_id, request_id, status="approved", by=actor, at=now, note=note, job_run_id=run.job_run_id
+        ):
+            raise ConflictError("request was decided meanwhile", field="status")
+        audit.record(
+            tx,
+            audit.event(
+                tenant_id, actor, "request.approved", "request", request_id, now, reason=note,
+                payload={"job_run_id": run.job_run_id, "requested_by": request.requested_by},
+            ),
+        )  # fmt: skip
+    return _get(engine, tenant_id, request_id)
+
+
+def reject(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note: str) -> RunRequest:
+    note = note.strip()
+    if not 0 < len(note) <= MAX_REASON:
+        raise ValidationError(f"a note for the proposer, 1 to {MAX_REASON} characters", field="note")
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        current = tx.request_get(tenant_id, request_id)
+        if current is None:
+            raise NotFoundError(f"no request {request_id!r}", field="request_id")
+        if not tx.request_decide(
+            tenant_id, request_id, status="rejected", by=actor, at=now, note=note, job_run_id=None
+        ):
+            raise ConflictError(f"request is {current.status}; only a pending request can be rejected", field="status")
+        audit.record(tx, audit.event(tenant_id, actor, "request.rejected", "request", request_id, now, reason=note))
+    return _get(engine, tenant_id, request_id)
+
+
+def _submission(request: RunRequest, *, actor: str) -> SubmitRequest:
+    return SubmitRequest(
+        request.job_definition_id,
+        trigger_type=TriggerType.MANUAL,
+        params=dict(request.params),
+        scope=Scope(tenant_id=request.tenant_id),
+        requested_by=actor,
+        reason=f"request {request.request_id}: {request.title}",
+        request_id=f"request:{request.request_id}",
+        payload={"request_id": request.request_id, "proposed_by": request.requested_by},
+    )

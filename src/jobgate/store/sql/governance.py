@@ -1,0 +1,352 @@
+"""Governance rows: the audit chain, definition approvals, run requests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, select, update
+
+from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
+from jobgate.store import codec
+from jobgate.store.sql import fast
+from jobgate.store.tables import audit_heads, audit_log, definition_approvals, run_requests
+
+A = audit_log.c
+_AUDIT_COLUMNS = (
+    "tenant_id",
+    "seq",
+    "at",
+    "actor",
+    "action",
+    "target_type",
+    "target_id",
+    "reason",
+    "payload",
+    "prev_hash",
+    "entry_hash",
+)
+
+
+# ---------------------------------------------------------------------- the audit chain
+def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: bool) -> list[AuditEntry]:
+    """Append ``events`` to their tenants' chains inside the caller's transaction.
+
+    The head row of each chain is locked (``FOR UPDATE`` on PostgreSQL; SQLite's single
+    writer serialises anyway) before the next position is taken, so concurrent appends to a
+    chain queue up and the chain never forks. The head is updated in the same transaction as
+    the entries: both commit, or neither.
+    """
+    out: list[AuditEntry] = []
+    by_tenant: dict[str, list[AuditEvent]] = {}
+    for e in events:
+        by_tenant.setdefault(e.tenant_id, []).append(e)
+    for tenant_id, items in sorted(by_tenant.items()):
+        fast.insert_rows(
+            conn,
+            audit_heads,
+            ("tenant_id", "seq", "entry_hash"),
+            [(tenant_id, 0, GENESIS)],
+            suffix="ON CONFLICT DO NOTHING",
+        )
+        q = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == tenant_id)
+        seq, head = conn.execute(q.with_for_update() if lock_rows else q).one()
+        entries = chain(items, int(seq), str(head))
+        fast.insert_rows(conn, audit_log, _AUDIT_COLUMNS, [_row(e) for e in entries])
+        last = entries[-1]
+        conn.execute(
+            update(audit_heads)
+            .where(audit_heads.c.tenant_id == tenant_id)
+            .values(seq=last.seq, entry_hash=last.entry_hash)
+        )
+        out.extend(entries)
+    return out
+
+
+def _row(e: AuditEntry) -> tuple[Any, ...]:
+    ev = e.event
+    return (
+        ev.tenant_id,
+        e.seq,
+        codec.to_us(ev.at),
+        ev.actor,
+        ev.action,
+        ev.target_type,
+        ev.target_id,
+        ev.reason,
+        codec.dumps(dict(ev.payload)),
+        e.prev_hash,
+        e.entry_hash,
+    )
+
+
+def _entry(r: Any) -> AuditEntry:
+    event = AuditEvent(
+        tenant_id=r.tenant_id,
+        actor=r.actor,
+        action=r.action,
+        target_type=r.target_type,
+        target_id=r.target_id,
+        at=codec.from_us(r.at),
+        reason=r.reason,
+        payload=codec.loads(r.payload),
+    )
+    return AuditEntry(event, int(r.seq), r.prev_hash, r.entry_hash)
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    tenant_id: str
+    actor: str | None = None
+    action: str | None = None
+    target_type: str | None = None
+    target_id: str | None = None
+    at_from: datetime | None = None
+    at_to: datetime | None = None
+    after_seq: int = 0  # pages in chain order
+    limit: int = 100
+
+
+def audit_list(conn: Connection, f: AuditFilter) -> list[AuditEntry]:
+    q = select(audit_log).where(A.tenant_id == f.tenant_id, A.seq > f.after_seq)
+    for column, value in (
+        (A.actor, f.actor),
+        (A.action, f.action),
+        (A.target_type, f.target_type),
+        (A.target_id, f.target_id),
+    ):
+        if value is not None:
+            q = q.where(column == value)
+    if f.at_from is not None:
+        q = q.where(A.at >= codec.to_us(f.at_from))
+    if f.at_to is not None:
+        q = q.where(A.at < codec.to_us(f.at_to))
+    return [_entry(r) for r in conn.execute(q.order_by(A.seq).limit(f.limit))]
+
+
+def audit_head(conn: Connection, tenant_id: str) -> tuple[int, str]:
+    row = conn.execute(
+        select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == tenant_id)
+    ).first()
+    return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
+
+
+# ---------------------------------------------------------------------- approvals
+D = definition_approvals.c
+
+
+@dataclass(frozen=True)
+class Approval:
+    tenant_id: str
+    job_definition_id: str
+    digest: str
+    version: int
+    approved_by: str
+    approved_at: datetime
+    note: str | None
+    revoked_at: datetime | None
+    revoked_by: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+def _approval(r: Any) -> Approval:
+    return Approval(
+        r.tenant_id,
+        r.job_definition_id,
+        r.digest,
+        int(r.version),
+        r.approved_by,
+        codec.from_us(r.approved_at),
+        r.note,
+        codec.opt_dt(r.revoked_at),
+        r.revoked_by,
+    )
+
+
+def approval_put(conn: Connection, a: Approval) -> None:
+    """Approve (again): a revoked approval of the same content becomes active once more."""
+    key = and_(D.tenant_id == a.tenant_id, D.job_definition_id == a.job_definition_id, D.digest == a.digest)
+    values = {
+        "version": a.version,
+        "approved_by": a.approved_by,
+        "approved_at": codec.to_us(a.approved_at),
+        "note": a.note,
+        "revoked_at": None,
+        "revoked_by": None,
+    }
+    if conn.execute(update(definition_approvals).where(key).values(**values)).rowcount == 0:
+        conn.execute(
+            definition_approvals.insert().values(
+                tenant_id=a.tenant_id, job_definition_id=a.job_definition_id, digest=a.digest, **values
+            )
+        )
+
+
+def approval_get(conn: Connection, tenant_id: str, job_definition_id: str, digest: str) -> Approval | None:
+    row = conn.execute(
+        select(definition_approvals).where(
+            D.tenant_id == tenant_id, D.job_definition_id == job_definition_id, D.digest == digest
+        )
+    ).first()
+    return None if row is None else _approval(row)
+
+
+def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """Which of the (tenant, definition, digest) keys have an active approval (one query)."""
+    if not keys:
+        return set()
+    tenants = sorted({k[0] for k in keys})
+    jobs = sorted({k[1] for k in keys})
+    q = select(D.tenant_id, D.job_definition_id, D.digest).where(
+        D.tenant_id.in_(tenants), D.job_definition_id.in_(jobs), D.revoked_at.is_(None)
+    )
+    wanted = set(keys)
+    return {k for k in ((r[0], r[1], r[2]) for r in conn.execute(q)) if k in wanted}
+
+
+def approvals_list(conn: Connection, tenant_id: str, job_definition_id: str) -> list[Approval]:
+    q = (
+        select(definition_approvals)
+        .where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id)
+        .order_by(D.approved_at)
+    )
+    return [_approval(r) for r in conn.execute(q)]
+
+
+def approval_revoke(
+    conn: Connection, tenant_id: str, job_definition_id: str, digest: str, by: str, now: datetime
+) -> bool:
+    stmt = (
+        update(definition_approvals)
+        .where(
+            D.tenant_id == tenant_id,
+            D.job_definition_id == job_definition_id,
+            D.digest == digest,
+            D.revoked_at.is_(None),
+        )
+        .values(revoked_at=codec.to_us(now), revoked_by=by)
+    )
+    return bool(conn.execute(stmt).rowcount)
+
+
+# ---------------------------------------------------------------------- run requests
+R = run_requests.c
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    request_id: str
+    tenant_id: str
+    job_definition_id: str
+    params: dict[str, str]
+    title: str
+    reason: str
+    requested_by: str
+    status: str  # pending | approved | rejected
+    created_at: datetime
+    tested_at: datetime | None = None
+    tested_by: str | None = None
+    verdict: dict[str, Any] | None = None
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+    decision_note: str | None = None
+    job_run_id: str | None = None
+
+
+def _request(r: Any) -> RunRequest:
+    return RunRequest(
+        request_id=r.request_id,
+        tenant_id=r.tenant_id,
+        job_definition_id=r.job_definition_id,
+        params=dict(codec.loads(r.params)),
+        title=r.title,
+        reason=r.reason,
+        requested_by=r.requested_by,
+        status=r.status,
+        created_at=codec.from_us(r.created_at),
+        tested_at=codec.opt_dt(r.tested_at),
+        tested_by=r.tested_by,
+        verdict=None if r.verdict is None else dict(codec.loads(r.verdict)),
+        decided_at=codec.opt_dt(r.decided_at),
+        decided_by=r.decided_by,
+        decision_note=r.decision_note,
+        job_run_id=r.job_run_id,
+    )
+
+
+def request_put(conn: Connection, q: RunRequest) -> None:
+    conn.execute(
+        run_requests.insert().values(
+            request_id=q.request_id,
+            tenant_id=q.tenant_id,
+            job_definition_id=q.job_definition_id,
+            params=codec.dumps(q.params),
+            title=q.title,
+            reason=q.reason,
+            requested_by=q.requested_by,
+            status=q.status,
+            created_at=codec.to_us(q.created_at),
+        )
+    )
+
+
+def request_get(conn: Connection, tenant_id: str, request_id: str) -> RunRequest | None:
+    row = conn.execute(select(run_requests).where(R.tenant_id == tenant_id, R.request_id == request_id)).first()
+    return None if row is None else _request(row)
+
+
+def requests_list(
+    conn: Connection,
+    tenant_id: str,
+    *,
+    status: str | None = None,
+    requested_by: str | None = None,
+    before: tuple[datetime, str] | None = None,
+    limit: int = 100,
+) -> list[RunRequest]:
+    q = select(run_requests).where(R.tenant_id == tenant_id)
+    if status is not None:
+        q = q.where(R.status == status)
+    if requested_by is not None:
+        q = q.where(R.requested_by == requested_by)
+    if before is not None:
+        at = codec.to_us(before[0])
+        q = q.where((R.created_at < at) | ((R.created_at == at) & (R.request_id < before[1])))
+    q = q.order_by(R.created_at.desc(), R.request_id.desc()).limit(limit)
+    return [_request(r) for r in conn.execute(q)]
+
+
+def request_tested(
+    conn: Connection, tenant_id: str, request_id: str, by: str, at: datetime, verdict: dict[str, Any]
+) -> bool:
+    stmt = (
+        update(run_requests)
+        .where(R.tenant_id == tenant_id, R.request_id == request_id, R.status == "pending")
+        .values(tested_at=codec.to_us(at), tested_by=by, verdict=codec.dumps(verdict))
+    )
+    return bool(conn.execute(stmt).rowcount)
+
+
+def request_decide(
+    conn: Connection,
+    tenant_id: str,
+    request_id: str,
+    *,
+    status: str,
+    by: str,
+    at: datetime,
+    note: str | None,
+    job_run_id: str | None,
+) -> bool:
+    """Move a pending request to ``status``; False if it was decided meanwhile (compare-and-set)."""
+    stmt = (
+        update(run_requests)
+        .where(R.tenant_id == tenant_id, R.request_id == request_id, R.status == "pending")
+        .values(status=status, decided_at=codec.to_us(at), decided_by=by, decision_note=note, job_run_id=job_run_id)
+    )
+    return bool(conn.execute(stmt).rowcount)

@@ -1,0 +1,99 @@
+"""The four-eyes request workflow end to end through the API, and each of its refusals."""
+
+from __future__ import annotations
+
+from tests.api.conftest import ACME_JOB, World
+from tests.helpers import count, define
+
+from jobgate.core.tokens import Role
+from jobgate.service import audit, tokens
+from jobgate.store.sql.governance import AuditFilter
+
+API = "/api/v1"
+
+
+def propose(w: World, role: Role = Role.CONSUMER, job: str = ACME_JOB) -> dict[str, object]:
+    body = {"job_definition_id": job, "params": {"n": "7"}, "title": "month end", "reason": "close the books"}
+    made = w.client.post(f"{API}/requests", json=body, headers=w.headers("acme", role))
+    assert made.status_code == 201, made.text
+    out: dict[str, object] = made.json()
+    return out
+
+
+def actions(w: World, request_id: str) -> list[str]:
+    return [e.event.action for e in audit.search(w.engine, AuditFilter(tenant_id="acme", target_id=request_id))]
+
+
+def test_propose_test_approve_creates_the_run_and_links_it(world: World) -> None:
+    req = propose(world)
+    rid = str(req["request_id"])
+    assert req["status"] == "pending" and count(world.engine, "job_runs") == 0
+    op = world.headers("acme", Role.OPERATOR)
+    tested = world.client.post(f"{API}/requests/{rid}/test", headers=op).json()
+    assert tested["admissible"] is True and count(world.engine, "job_runs") == 0  # a dry run runs nothing
+    approved = world.client.post(f"{API}/requests/{rid}/approve", json={"note": "ok"}, headers=op).json()
+    assert approved["status"] == "approved" and approved["decided_by"] == world.actor("acme", Role.OPERATOR)
+    run = world.client.get(f"{API}/runs/{approved['job_run_id']}", headers=op).json()["run"]
+    assert run["params"] == {"n": "7"} and run["requested_by"] == world.actor("acme", Role.OPERATOR)
+    assert actions(world, rid) == ["request.submitted", "request.tested", "request.approved"]
+    again = world.client.post(f"{API}/requests/{rid}/approve", headers=op)
+    assert again.status_code == 409 and count(world.engine, "job_runs") == 1
+
+
+def test_the_proposer_can_never_approve_its_own_request(world: World) -> None:
+    rid = str(propose(world, Role.OPERATOR)["request_id"])
+    refused = world.client.post(f"{API}/requests/{rid}/approve", headers=world.headers("acme", Role.OPERATOR))
+    assert refused.status_code == 403 and refused.json()["error"] == "four_eyes"
+    assert count(world.engine, "job_runs") == 0
+    assert world.client.get(f"{API}/requests/{rid}", headers=world.headers("acme", Role.ADMIN)).json()["status"] == (
+        "pending"
+    )
+    assert actions(world, rid) == ["request.submitted", "request.refused"]
+
+
+def test_reject_needs_a_note_and_ends_the_request(world: World) -> None:
+    rid = str(propose(world)["request_id"])
+    admin = world.headers("acme", Role.ADMIN)
+    assert world.client.post(f"{API}/requests/{rid}/reject", json={"note": ""}, headers=admin).status_code == 422
+    rejected = world.client.post(f"{API}/requests/{rid}/reject", json={"note": "wrong period"}, headers=admin).json()
+    assert (rejected["status"], rejected["decision_note"]) == ("rejected", "wrong period")
+    assert world.client.post(f"{API}/requests/{rid}/approve", headers=admin).status_code == 409
+    assert count(world.engine, "job_runs") == 0
+
+
+def test_a_dry_run_names_every_refusal_and_approval_is_gated_again(world: World) -> None:
+    define(
+        world.engine,
+        job_definition_id="unreviewed",
+        tenant_id="acme",
+        params=[{"name": "n", "pattern": "[0-9]{1,6}"}],
+        approve=False,
+    )
+    rid = str(propose(world, job="unreviewed")["request_id"])
+    admin = world.headers("acme", Role.ADMIN)
+    tested = world.client.post(f"{API}/requests/{rid}/test", headers=admin).json()
+    assert tested["admissible"] is False
+    assert [c["check"] for c in tested["checks"]] == ["definition_not_approved"]
+    refused = world.client.post(f"{API}/requests/{rid}/approve", headers=admin)
+    assert refused.status_code == 403 and refused.json()["error"] == "definition_not_approved"
+    assert count(world.engine, "job_runs") == 0
+    assert world.client.get(f"{API}/requests/{rid}", headers=admin).json()["status"] == "pending"
+
+
+def test_consumers_see_only_their_own_requests(world: World) -> None:
+    mine = str(propose(world)["request_id"])
+    other = tokens.create(world.engine, tenant_id="acme", role="consumer", actor="t")
+    theirs = {"Authorization": f"Bearer {other.token}"}
+    assert world.client.get(f"{API}/requests/{mine}", headers=theirs).status_code == 404
+    assert world.client.get(f"{API}/requests", headers=theirs).json()["items"] == []
+    own = world.client.get(f"{API}/requests", headers=world.headers("acme", Role.CONSUMER)).json()["items"]
+    assert [r["request_id"] for r in own] == [mine]
+    listed = world.client.get(f"{API}/requests", headers=world.headers("acme", Role.OPERATOR)).json()["items"]
+    assert [r["request_id"] for r in listed] == [mine]
+
+
+def test_a_proposal_that_could_never_run_is_refused_at_once(world: World) -> None:
+    body = {"job_definition_id": ACME_JOB, "params": {"n": "seven"}, "title": "t", "reason": "r"}
+    refused = world.client.post(f"{API}/requests", json=body, headers=world.headers("acme", Role.CONSUMER))
+    assert refused.status_code == 422 and refused.json()["field"] == "params.n"
+    assert count(world.engine, "run_requests") == 0

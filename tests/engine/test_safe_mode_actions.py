@@ -1,0 +1,103 @@
+"""Safe mode's actions (seed 000 §39-40): what is refused, what is tightened, what runs at
+each switch, and that switching off restores the ordinary state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.helpers import count, define, make_config
+
+from jobgate.core.errors import ConflictError, GovernanceRefusal
+from jobgate.core.models import Scope
+from jobgate.service import audit, requests, safemode
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sql.governance import AuditFilter
+from jobgate.store.sqlstore import Store
+
+SAFE = {
+    "job": "safe-mode-job",
+    "suspend_job_classes": ["FEDERATION_SYNC_JOB"],
+    "manual_review": True,
+    "profile_overrides": {"replay_sample_size": 50},
+}
+
+
+@pytest.fixture
+def guarded(database_url: str, tmp_path: Path) -> Iterator[Engine]:
+    config = make_config(tmp_path, profiles={"default": {"replay_sample_size": 5, "other": 1}}, safe_mode=SAFE)
+    store = Store(database_url)
+    engine = Engine(store, config)
+    define(engine, job_definition_id="export", job_class="FEDERATION_SYNC_JOB")
+    define(engine, job_definition_id="report", job_class="OBSERVABILITY_JOB")
+    define(
+        engine,
+        job_definition_id="safe-mode-job",
+        job_class="SAFE_MODE_JOB",
+        trigger_type="safe_mode",
+        handler="jobgate.standins:safe_mode_report",
+        priority="critical",
+        params=[{"name": "phase", "required": True}, {"name": "activation", "required": True}],
+    )
+    yield engine
+    store.dispose()
+
+
+def run(engine: Engine, job: str, request_id: str | None = None) -> str:
+    request = SubmitRequest(job, scope=Scope(), requested_by="ada", request_id=request_id, reason="r")
+    return engine.submit(request, actor="ada").run.job_run_id
+
+
+def test_while_on_suspended_classes_and_direct_manual_runs_are_refused(guarded: Engine) -> None:
+    safemode.activate(guarded, "default", actor="root", reason="incident 42")
+    before = count(guarded, "job_runs")
+    for job, rule in (("export", "suspended_class:FEDERATION_SYNC_JOB"), ("report", "manual_review_required")):
+        with pytest.raises(GovernanceRefusal) as refused:
+            run(guarded, job)
+        assert (refused.value.code, refused.value.rule) == ("safe_mode_active", rule)
+    assert count(guarded, "job_runs") == before  # nothing stored
+    entries = audit.search(guarded, AuditFilter(tenant_id="default", action="run.refused"))
+    assert [e.event.payload["rule"] for e in entries] == [
+        "suspended_class:FEDERATION_SYNC_JOB",
+        "manual_review_required",
+    ]
+    # The reviewed path still works while safe mode is on.
+    proposed = requests.propose(
+        guarded, tenant_id="default", requester="ada", job_definition_id="report", params={}, title="t", reason="r"
+    )
+    approved = requests.approve(guarded, "default", proposed.request_id, actor="root")
+    assert approved.job_run_id is not None
+
+
+def test_runs_bound_while_on_carry_the_tightened_values_and_switching_off_restores(guarded: Engine) -> None:
+    ordinary = run(guarded, "report")
+    safemode.activate(guarded, "default", actor="root", reason="incident")
+    proposed = requests.propose(
+        guarded, tenant_id="default", requester="ada", job_definition_id="report", params={}, title="t", reason="r"
+    )
+    tightened = requests.approve(guarded, "default", proposed.request_id, actor="root").job_run_id
+    safemode.deactivate(guarded, "default", actor="root", reason="resolved")
+    after = run(guarded, "report")
+    with guarded.store.read() as tx:
+        runs = {r.job_run_id: r for r in tx.runs_get([ordinary, str(tightened), after])}
+        snapshots = {rid: tx.snapshot_get(r.config_snapshot_id) for rid, r in runs.items()}
+    values = {rid: s.content["values"] for rid, s in snapshots.items() if s is not None}
+    assert values[ordinary] == values[after] == {"replay_sample_size": 5, "other": 1}
+    assert values[str(tightened)] == {"replay_sample_size": 50, "other": 1}
+    assert runs[ordinary].config_digest == runs[after].config_digest != runs[str(tightened)].config_digest
+    run(guarded, "export")  # no longer suspended
+
+
+def test_each_switch_runs_the_safe_mode_job_and_is_audited(guarded: Engine) -> None:
+    period, on_run = safemode.switch(guarded, "default", True, actor="root", reason="incident")
+    _, off_run = safemode.switch(guarded, "default", False, actor="root", reason="resolved")
+    assert on_run is not None and off_run is not None and on_run != off_run
+    with guarded.store.read() as tx:
+        job = tx.run_get(on_run)
+    assert job is not None and job.priority.value == "critical" and job.params["phase"] == "activate"
+    assert period.actions["suspend_job_classes"] == ["FEDERATION_SYNC_JOB"]
+    actions = [e.event.action for e in audit.search(guarded, AuditFilter(tenant_id="default", target_type="safe_mode"))]
+    assert actions == ["safe_mode.activated", "safe_mode.deactivated"]
+    with pytest.raises(ConflictError):
+        safemode.deactivate(guarded, "default", actor="root", reason="again")
