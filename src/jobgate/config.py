@@ -61,6 +61,7 @@ _TOP_KEYS = (
     "sqlite",
     "server",
     "safe_mode",
+    "signing",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -121,6 +122,20 @@ class SqliteSettings:
 
 
 @dataclass(frozen=True)
+class SigningSettings:
+    """Signed definitions (per deployment): the Ed25519 public keys trusted to sign, by key
+    id, and whether an unsigned or badly signed definition is refused."""
+
+    require_signed_definitions: bool = False
+    trust_roots: dict[str, str] = field(default_factory=dict)  # key id -> base64 public key
+
+    def roots(self) -> dict[str, Any]:
+        from jobgate.signing import public_key
+
+        return {k: public_key(v, field=f"signing.trust_roots.{k}") for k, v in self.trust_roots.items()}
+
+
+@dataclass(frozen=True)
 class SafeModeSettings:
     """What safe mode puts in force while it is on (seed 000 §39-40): job classes refused,
     direct manual runs refused (use the request workflow), values that override every profile
@@ -176,6 +191,7 @@ class JobgateConfig:
     default_runner: str | None = None
     server: ServerSettings = ServerSettings()
     safe_mode: SafeModeSettings = SafeModeSettings()
+    signing: SigningSettings = SigningSettings()
 
     @property
     def source(self) -> str:
@@ -267,6 +283,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         default_runner=default_runner,
         server=_server(r, doc.get("server")),
         safe_mode=_safe_mode(r, doc.get("safe_mode")),
+        signing=_signing(r, doc.get("signing"), base_dir),
     )
 
 
@@ -424,6 +441,34 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _signing(r: Reader, value: Any, base_dir: Path) -> SigningSettings:
+    from jobgate.signing import public_key
+
+    spec = r.mapping(_or_empty(value), "signing")
+    r.only_keys(spec, "signing", ("require_signed_definitions", "trust_roots"))
+    roots: dict[str, str] = {}
+    for key_id, raw in r.mapping(_or_empty(spec.get("trust_roots")), "signing.trust_roots").items():
+        at = join("signing.trust_roots", r.name(key_id, join("signing.trust_roots", key_id)))
+        text = r.string(raw, at)
+        if text.startswith("@"):  # a file next to the configuration holding the key
+            path = base_dir / text[1:]
+            try:
+                text = path.read_text(encoding="ascii").strip()
+            except OSError as exc:
+                r.fail(at, f"cannot read {path}: {exc.strerror}")
+        try:
+            public_key(text, field=at)
+        except ValidationError as exc:
+            r.fail(at, exc.message)
+        roots[key_id] = text
+    required = False
+    if "require_signed_definitions" in spec:
+        required = r.boolean(spec["require_signed_definitions"], "signing.require_signed_definitions")
+    if required and not roots:
+        r.fail("signing.trust_roots", "signed definitions are required but no trust root is configured")
+    return SigningSettings(required, roots)
 
 
 def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:

@@ -19,6 +19,7 @@ from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.runs_client import Submission
 from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import JobgateError, ValidationError
+from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
 from jobgate.definitions import load_definitions
 from jobgate.runtime.process import WorkerProcess, worker_settings
@@ -85,7 +86,11 @@ def init(ctx: click.Context, directory: Path, force: bool) -> None:
 
 def _apply(app: AppContext, paths: list[Path], *, approve_as: str | None = None) -> list[dict[str, Any]]:
     engine = app.engine()
-    loaded = load_definitions(paths, engine.config)
+    try:
+        loaded = load_definitions(paths, engine.config)
+    except ValidationError as exc:
+        approvals.record_load_refusal(engine, DEFAULT_TENANT, exc, actor=approve_as or _actor(None))
+        raise
     if len(loaded) > 20 and not app.json_output:
         with Progress(transient=True) as bar:
             task = bar.add_task("applying definitions", total=len(loaded))
@@ -440,6 +445,7 @@ cli.add_command(_demo.demo)
 
 from jobgate.cli import cluster as _cluster  # noqa: E402
 from jobgate.cli import governance as _governance  # noqa: E402
+from jobgate.cli import keys as _keys  # noqa: E402
 from jobgate.cli import requests as _requests  # noqa: E402
 from jobgate.cli import safemode as _safemode  # noqa: E402
 from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
@@ -455,6 +461,7 @@ cli.add_command(_serve.serve)
 cli.add_command(_serve.doctor_command)
 _governance.register(definitions, cli)
 cli.add_command(_requests.requests_group)
+cli.add_command(_keys.keys)
 
 
 def main() -> None:

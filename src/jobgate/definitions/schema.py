@@ -80,6 +80,7 @@ JOBGATE_FIELDS = (
     "concurrency_limit",
     "rate_limit_per_second",
     "version_note",
+    "signature",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner")
@@ -217,10 +218,18 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     _check_templates(r, params, body, executor, runner)
 
     content: dict[str, Any] = json.loads(canonical_json({k: v for k, v in document.items() if k != "status"}))
+    content_digest_ = content_digest(content)
+    if config.signing.require_signed_definitions:
+        from jobgate.signing import verify
+
+        try:
+            verify(content_digest_, content.get("signature"), config.signing.roots(), what=f"definition {job_id}")
+        except ValidationError as exc:
+            r.fail("signature", exc.message)
     definition = JobDefinition(
         job_definition_id=job_id,
         version=0,
-        digest=digest(content),
+        digest=content_digest_,
         content=content,
         job_code=job_code,
         job_class=job_class,
@@ -245,6 +254,13 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
         source=source,
     )
     return LoadedDefinition(definition, body, status, source)
+
+
+def content_digest(document: Mapping[str, Any]) -> str:
+    """What approvals pin and signatures sign: the canonical digest of the document as written,
+    without ``status`` (lifecycle) and without ``signature`` (it attests the content; it is not
+    part of it)."""
+    return digest({k: v for k, v in document.items() if k not in ("status", "signature")})
 
 
 def _check_schedule(r: Reader, doc: Mapping[str, Any], trigger: TriggerType) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobgate.core import events
-from jobgate.core.errors import ConflictError, NotFoundError
+from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.settle import cancel_decision, settle_without_attempt
 from jobgate.core.states import PENDING, RunStatus
 from jobgate.service import audit
@@ -134,3 +134,23 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
             ),
         )
     return Revoked(active, cancelled)
+
+
+def record_load_refusal(engine: Engine, tenant_id: str, exc: ValidationError, *, actor: str) -> None:
+    """A definition refused at load for its signature is a governance fact: it goes to the
+    audit log (nothing else was stored)."""
+    if exc.field != "signature":
+        return
+    audit.record_now(
+        engine,
+        audit.event(
+            tenant_id,
+            actor,
+            "definition.refused",
+            "definition",
+            exc.source or "unknown",
+            engine.clock.now(),
+            reason="definition_not_signed",
+            payload={"message": exc.message},
+        ),
+    )

@@ -156,7 +156,16 @@ class Engine:
     def build_definition(self, stored: StoredDefinition) -> JobDefinition:
         """Re-read stored content through today's registries (a target that vanished is refused)."""
         source = stored.source or f"stored:{stored.job_definition_id}"
-        loaded = parse_definition(stored.content, source, self.config)
+        try:
+            loaded = parse_definition(stored.content, source, self.config)
+        except ValidationError as exc:
+            if exc.field != "signature":
+                raise
+            # Stored before signatures were required, or its key is no longer trusted: it
+            # stays refused, as a governance refusal (audited), whatever triggers it.
+            raise GovernanceRefusal(
+                exc.message, code="definition_not_signed", rule="signed_definitions", field="signature"
+            ) from None
         if loaded.definition.digest != stored.digest:
             raise ValidationError(
                 f"stored content of version {stored.version} no longer matches its digest {stored.digest}",

@@ -99,6 +99,7 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         try:
             loaded.append(parse_definition(document, f"definitions[{i}]", state.engine.config))
         except ValidationError as exc:
+            approvals.record_load_refusal(state.engine, caller.tenant_id, exc, actor=caller.actor)
             where = f"definitions[{i}]"
             raise ValidationError(exc.message, field=f"{where}.{exc.field}" if exc.field else where) from None
     applied = state.engine.apply_definitions(loaded, tenant_id=caller.tenant_id)

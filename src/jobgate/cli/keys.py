@@ -1,0 +1,92 @@
+"""``jobgate keys generate|sign|verify``: the workflow for signed definitions.
+
+``generate`` writes a private key (0600) and prints the public key for ``signing.trust_roots``
+in ``jobgate.yaml``; ``sign`` adds (or replaces) the ``signature`` of definition files; ``verify``
+checks files against the configured trust roots, as ``jobgate apply`` will with
+``require_signed_definitions`` on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+import yaml
+
+from jobgate import signing
+from jobgate.cli import render
+from jobgate.cli.context import AppContext, pass_app
+from jobgate.core.errors import ValidationError
+from jobgate.definitions import definition_files
+from jobgate.definitions.documents import parse_json, parse_yaml, read_text
+from jobgate.definitions.schema import content_digest
+
+_SIGNATURE_BLOCK = re.compile(r"^signature:.*(?:\n[ \t]+.*)*\n?", re.MULTILINE)
+
+
+@click.group("keys")
+def keys() -> None:
+    """Ed25519 keys for signed definitions."""
+
+
+@keys.command("generate")
+@click.option("--key-id", required=True, help="the name the trust root will have")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="private key file")
+def generate(key_id: str, out: Path) -> None:
+    pair = signing.generate(key_id)
+    if out.exists():
+        raise ValidationError(f"{out} exists; refusing to overwrite a key", field="--out")
+    signing.write_private_key(out, pair)
+    render.err.print(f"private key written to {out} (owner-only); add the public key to jobgate.yaml:", markup=False)
+    print(f"signing:\n  trust_roots:\n    {key_id}: {pair.public_b64}")
+
+
+def _document(path: Path) -> tuple[str, dict[str, object]]:
+    text = read_text(path)
+    document = parse_json(text, source=str(path)) if path.suffix == ".json" else parse_yaml(text, source=str(path))
+    if not isinstance(document, dict) or "job_definition_id" not in document:
+        raise ValidationError("not a definition document (scenario files are not signed)", source=str(path))
+    return text, document
+
+
+@keys.command("sign")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--key-id", required=True)
+@click.option("--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def sign(paths: tuple[Path, ...], key_id: str, key_file: Path) -> None:
+    """Sign each definition file's content digest; the file keeps everything else as written."""
+    private = key_file.read_text(encoding="ascii").strip()
+    for path in definition_files(paths):
+        text, document = _document(path)
+        signature = signing.sign(content_digest(document), key_id, private)
+        if path.suffix == ".json":
+            document["signature"] = signature
+            path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        else:
+            block = yaml.safe_dump({"signature": signature}, sort_keys=True, default_flow_style=False)
+            kept = _SIGNATURE_BLOCK.sub("", text)
+            path.write_text(kept.rstrip("\n") + "\n" + block, encoding="utf-8")
+        print(f"signed {path} ({document['job_definition_id']}) with {key_id}")
+
+
+@keys.command("verify")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@pass_app
+def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
+    """Check each file's signature against the configured trust roots (exit 1 on any failure)."""
+    roots = app.config().signing.roots()
+    failed = 0
+    for path in definition_files(paths):
+        _, document = _document(path)
+        try:
+            key_id = signing.verify(
+                content_digest(document), document.get("signature"), roots, what=str(document["job_definition_id"])
+            )
+            print(f"ok      {path}: signed by {key_id}")
+        except ValidationError as exc:
+            failed += 1
+            print(f"REFUSED {path}: {exc.message}")
+    if failed:
+        raise ValidationError(f"{failed} of the files are not signed by a trust root", field="signature")

@@ -1,0 +1,128 @@
+"""Signed definitions: with ``require_signed_definitions`` an unsigned, tampered or foreign-signed
+definition is refused at load with a clear error, and a stored one that is not signed by a
+trust root stays refused at every trigger (audited)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cli.test_cli import jobgate
+from tests.helpers import count, define, make_config
+
+from jobgate import signing
+from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.models import Scope
+from jobgate.definitions import parse_definition
+from jobgate.definitions.schema import content_digest
+from jobgate.service import audit
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sql.governance import AuditFilter
+from jobgate.store.sqlstore import Store
+
+KEY = signing.generate("release-2026")
+OTHER = signing.generate("release-2026")  # same name, a different (untrusted) key
+
+
+def document(**extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "job_definition_id": "signed-job",
+        "job_class": "MAINTENANCE_JOB",
+        "handler": "engine_handlers:succeed",
+    }
+    doc.update(extra)
+    return doc
+
+
+def signed(doc: dict[str, Any], pair: signing.KeyPair = KEY) -> dict[str, Any]:
+    return {**doc, "signature": signing.sign(content_digest(doc), pair.key_id, pair.private_b64)}
+
+
+def strict(tmp_path: Path) -> Any:
+    return make_config(
+        tmp_path, signing={"require_signed_definitions": True, "trust_roots": {KEY.key_id: KEY.public_b64}}
+    )
+
+
+def test_a_signed_definition_loads_and_keeps_its_digest(tmp_path: Path) -> None:
+    loaded = parse_definition(signed(document()), "d.yaml", strict(tmp_path))
+    unsigned = parse_definition(document(), "d.yaml", make_config(tmp_path))
+    assert loaded.definition.digest == unsigned.definition.digest  # the signature is not content
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        (document(), "not signed"),
+        ({**signed(document()), "description": "edited after signing"}, "does not match"),
+        (signed(document(), OTHER), "does not match"),
+        ({**document(), "signature": {"key_id": "stranger", "value": "AAAA"}}, "not a trust root"),
+        ({**document(), "signature": "yes"}, "key_id, value"),
+    ],
+)
+def test_unsigned_tampered_and_foreign_definitions_are_refused_at_load(
+    tmp_path: Path, doc: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        parse_definition(doc, "defs/d.yaml", strict(tmp_path))
+    assert refused.value.field == "signature" and says in refused.value.message
+    assert refused.value.source == "defs/d.yaml"
+
+
+def test_a_stored_unsigned_definition_stays_refused_once_signatures_are_required(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    define(engine, job_definition_id="legacy")  # stored and approved before the rule
+    strict_engine = Engine(Store(database_url), strict(tmp_path / "strict"))
+    with pytest.raises(GovernanceRefusal) as refused:
+        strict_engine.submit(SubmitRequest("legacy", scope=Scope(), requested_by="ada"), actor="ada")
+    assert refused.value.code == "definition_not_signed"
+    assert count(engine, "job_runs") == 0
+    (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="run.refused"))
+    assert entry.event.reason == "definition_not_signed"
+    strict_engine.store.dispose()
+
+
+def test_keys_generate_sign_and_verify_from_the_command_line(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    out = jobgate(folder, "keys", "generate", "--key-id", "ops", "--out", "ops.key")
+    assert stat.S_IMODE((folder / "ops.key").stat().st_mode) == 0o600
+    public = out.stdout.strip().splitlines()[-1].split(": ", 1)[1]
+    config = folder / "jobgate.yaml"
+    config.write_text(config.read_text() + f"\nsigning:\n  trust_roots:\n    ops: {public}\n")
+    target = folder / "definitions" / "demo-hello.yaml"
+    assert jobgate(folder, "keys", "verify", str(target), check=False).returncode == 1
+    jobgate(folder, "keys", "sign", str(target), "--key-id", "ops", "--key", "ops.key")
+    assert "# The smallest complete job" in target.read_text()  # comments and layout kept
+    assert "ok" in jobgate(folder, "keys", "verify", str(target)).stdout
+    jobgate(folder, "keys", "sign", str(target), "--key-id", "ops", "--key", "ops.key")  # re-signing replaces
+    assert target.read_text().count("signature:") == 1
+    target.write_text(target.read_text().replace("Say hello", "Say goodbye"))
+    tampered = jobgate(folder, "keys", "verify", str(target), check=False)
+    assert tampered.returncode == 1 and "does not match" in tampered.stdout
+    replay = folder / "definitions" / "replay-sampling.json"
+    jobgate(folder, "keys", "sign", str(replay), "--key-id", "ops", "--key", "ops.key")
+    assert json.loads(replay.read_text())["signature"]["key_id"] == "ops"
+
+
+def test_a_refusal_at_load_is_audited_and_stores_nothing(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    config = folder / "jobgate.yaml"
+    roots = f"\nsigning:\n  require_signed_definitions: true\n  trust_roots:\n    ops: {KEY.public_b64}\n"
+    config.write_text(config.read_text() + roots)
+    incoming = folder / "incoming"
+    incoming.mkdir()
+    (incoming / "new.yaml").write_text(
+        "job_definition_id: unsigned-new\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+    )
+    refused = jobgate(folder, "apply", "incoming", check=False)
+    assert refused.returncode == 1 and "signature" in refused.stderr and "not signed" in refused.stderr
+    listed = json.loads(jobgate(folder, "--json", "definitions", "list").stdout)
+    assert "unsigned-new" not in [d["job_definition_id"] for d in listed]
+    entries = json.loads(jobgate(folder, "--json", "audit", "list", "--action", "definition.refused").stdout)
+    assert [e["reason"] for e in entries] == ["definition_not_signed"]
