@@ -62,6 +62,7 @@ _TOP_KEYS = (
     "server",
     "safe_mode",
     "signing",
+    "trust_gates",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -136,6 +137,25 @@ class SigningSettings:
 
 
 @dataclass(frozen=True)
+class TrustGateSettings:
+    """Seed 004 trust gates: the signed licence file and its signers, and the environment
+    check endpoint (from configuration only, never from a request)."""
+
+    licence: Path | None = None
+    licence_trust_roots: dict[str, str] = field(default_factory=dict)
+    environment_url: str | None = None
+    environment_ttl: timedelta = timedelta(seconds=60)
+    environment_timeout: timedelta = timedelta(seconds=2)
+
+    def roots(self) -> dict[str, Any]:
+        from jobgate.signing import public_key
+
+        return {
+            k: public_key(v, field=f"trust_gates.licence_trust_roots.{k}") for k, v in self.licence_trust_roots.items()
+        }
+
+
+@dataclass(frozen=True)
 class SafeModeSettings:
     """What safe mode puts in force while it is on (seed 000 §39-40): job classes refused,
     direct manual runs refused (use the request workflow), values that override every profile
@@ -192,6 +212,7 @@ class JobgateConfig:
     server: ServerSettings = ServerSettings()
     safe_mode: SafeModeSettings = SafeModeSettings()
     signing: SigningSettings = SigningSettings()
+    trust_gates: TrustGateSettings = TrustGateSettings()
 
     @property
     def source(self) -> str:
@@ -284,6 +305,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         server=_server(r, doc.get("server")),
         safe_mode=_safe_mode(r, doc.get("safe_mode")),
         signing=_signing(r, doc.get("signing"), base_dir),
+        trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
     )
 
 
@@ -443,14 +465,54 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
     return settings
 
 
-def _signing(r: Reader, value: Any, base_dir: Path) -> SigningSettings:
-    from jobgate.signing import public_key
+def _trust_gates(r: Reader, value: Any, base_dir: Path) -> TrustGateSettings:
+    spec = r.mapping(_or_empty(value), "trust_gates")
+    r.only_keys(spec, "trust_gates", ("licence", "licence_trust_roots", "environment"))
+    d = TrustGateSettings()
+    licence = None if spec.get("licence") is None else base_dir / r.string(spec["licence"], "trust_gates.licence")
+    roots = _roots(r, spec.get("licence_trust_roots"), base_dir, "trust_gates.licence_trust_roots")
+    if licence is not None and not roots:
+        r.fail("trust_gates.licence_trust_roots", "a licence is checked against its signers: name at least one")
+    env = r.mapping(_or_empty(spec.get("environment")), "trust_gates.environment")
+    r.only_keys(env, "trust_gates.environment", ("url", "ttl_seconds", "timeout_seconds"))
+    url = None
+    if env.get("url") is not None:
+        url = r.string(env["url"], "trust_gates.environment.url")
+        if not url.startswith(("http://", "https://")):
+            r.fail("trust_gates.environment.url", "an http:// or https:// URL")
 
+    def seconds(key: str, default: timedelta) -> timedelta:
+        at = join("trust_gates.environment", key)
+        return default if env.get(key) is None else r.duration(env[key], at)
+
+    return TrustGateSettings(
+        licence=licence,
+        licence_trust_roots=roots,
+        environment_url=url,
+        environment_ttl=seconds("ttl_seconds", d.environment_ttl),
+        environment_timeout=seconds("timeout_seconds", d.environment_timeout),
+    )
+
+
+def _signing(r: Reader, value: Any, base_dir: Path) -> SigningSettings:
     spec = r.mapping(_or_empty(value), "signing")
     r.only_keys(spec, "signing", ("require_signed_definitions", "trust_roots"))
+    roots = _roots(r, spec.get("trust_roots"), base_dir, "signing.trust_roots")
+    required = False
+    if "require_signed_definitions" in spec:
+        required = r.boolean(spec["require_signed_definitions"], "signing.require_signed_definitions")
+    if required and not roots:
+        r.fail("signing.trust_roots", "signed definitions are required but no trust root is configured")
+    return SigningSettings(required, roots)
+
+
+def _roots(r: Reader, value: Any, base_dir: Path, where: str) -> dict[str, str]:
+    """Ed25519 public keys by key id: base64 inline, or ``@file`` next to the configuration."""
+    from jobgate.signing import public_key
+
     roots: dict[str, str] = {}
-    for key_id, raw in r.mapping(_or_empty(spec.get("trust_roots")), "signing.trust_roots").items():
-        at = join("signing.trust_roots", r.name(key_id, join("signing.trust_roots", key_id)))
+    for key_id, raw in r.mapping(_or_empty(value), where).items():
+        at = join(where, r.name(key_id, join(where, key_id)))
         text = r.string(raw, at)
         if text.startswith("@"):  # a file next to the configuration holding the key
             path = base_dir / text[1:]
@@ -463,12 +525,7 @@ def _signing(r: Reader, value: Any, base_dir: Path) -> SigningSettings:
         except ValidationError as exc:
             r.fail(at, exc.message)
         roots[key_id] = text
-    required = False
-    if "require_signed_definitions" in spec:
-        required = r.boolean(spec["require_signed_definitions"], "signing.require_signed_definitions")
-    if required and not roots:
-        r.fail("signing.trust_roots", "signed definitions are required but no trust root is configured")
-    return SigningSettings(required, roots)
+    return roots
 
 
 def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:

@@ -90,3 +90,20 @@ def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
             print(f"REFUSED {path}: {exc.message}")
     if failed:
         raise ValidationError(f"{failed} of the files are not signed by a trust root", field="signature")
+
+
+@keys.command("sign-licence")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--key-id", required=True)
+@click.option("--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def sign_licence(path: Path, key_id: str, key_file: Path) -> None:
+    """Sign a licence file (JSON: licence_id, holder, permissions, expires_at,
+    max_concurrent_runs) for ``trust_gates.licence``."""
+    from jobgate.trust import licence_digest
+
+    document = parse_json(read_text(path), source=str(path))
+    if not isinstance(document, dict) or "licence_id" not in document:
+        raise ValidationError("not a licence document (it names no licence_id)", source=str(path))
+    document["signature"] = signing.sign(licence_digest(document), key_id, key_file.read_text(encoding="ascii").strip())
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"signed licence {document['licence_id']} with {key_id}")

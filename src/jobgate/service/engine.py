@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobgate import trust
 from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
@@ -91,11 +92,19 @@ class ApplyResult:
 
 
 @dataclass(frozen=True)
+class TrustGates:
+    licence: trust.LicenceFile
+    environment: trust.EnvironmentCheck
+
+
+@dataclass(frozen=True)
 class PreparedSubmission:
-    """A validated submission, built and ready to store."""
+    """A validated submission, built and ready to store. ``licensed``: its definition declares
+    permissions, so the run holds one of the licence's concurrent slots while open."""
 
     create: RunCreate
     snapshot: ConfigSnapshot
+    licensed: bool = False
 
 
 class Engine:
@@ -108,6 +117,7 @@ class Engine:
         # Snapshots are a pure function of (configuration, profile, tenant): digesting the
         # profile's values once per submit was a third of a submit's CPU.
         self._snapshots: dict[tuple[str, str, int], tuple[JobgateConfig, ConfigSnapshot]] = {}
+        self._gates: tuple[JobgateConfig, TrustGates] | None = None
 
     # ------------------------------------------------------------------ definitions
     def apply_definitions(
@@ -188,8 +198,28 @@ class Engine:
         """
         now = self.clock.now()
         prepared = self.prepare_submissions(requests, now=now, actor=actor)
-        with self.store.write() as tx:
-            return self.create_submissions(tx, prepared, now)
+        try:
+            with self.store.write() as tx:
+                return self.create_submissions(tx, prepared, now)
+        except GovernanceRefusal as exc:  # the licence's slots: refused at creation, audited
+            first = next((r for r, p in zip(requests, prepared, strict=True) if p.licensed), requests[0])
+            self.record_refusal(first, exc, actor=actor, now=now)
+            raise
+
+    def trust_gates(self) -> TrustGates:
+        """The licence file and environment check of the current configuration (built once)."""
+        if self._gates is None or self._gates[0] is not self.config:
+            t = self.config.trust_gates
+            gates = TrustGates(
+                trust.LicenceFile(t.licence, t.roots()),
+                trust.EnvironmentCheck(
+                    t.environment_url,
+                    ttl=t.environment_ttl.total_seconds(),
+                    timeout=t.environment_timeout.total_seconds(),
+                ),
+            )
+            self._gates = (self.config, gates)
+        return self._gates[1]
 
     def prepare_submissions(
         self, requests: Sequence[SubmitRequest], *, now: datetime, actor: str | None = None, record: bool = True
@@ -272,9 +302,32 @@ class Engine:
         one (run, created) per entry of ``prepared``, in order."""
         if not prepared:
             return []
+        licensed = [p for p in prepared if p.licensed]
+        limit = None
+        if licensed:
+            licence = self.trust_gates().licence.state().licence
+            limit = None if licence is None else licence.max_concurrent_runs
+        if limit is not None:
+            held = tx.licence_slots_taken(now)  # locks the licence counter: creations queue here
+            if held + len(licensed) > limit:
+                raise GovernanceRefusal(
+                    f"the licence allows {limit} licensed runs at once; {held} are open",
+                    code="trust_gate_refused",
+                    rule="licence_concurrency",
+                    field="permissions",
+                )
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
             tx.snapshot_put(snapshot, now)
         made = tx.runs_create([p.create for p in prepared])
+        if licensed:
+            tx.licence_slots_take(
+                [
+                    (run.job_run_id, run.tenant_id)
+                    for p, (run, created) in zip(prepared, made, strict=True)
+                    if created and p.licensed
+                ],
+                now,
+            )
         manual = [
             AuditEvent(
                 tenant_id=run.tenant_id,
@@ -314,6 +367,12 @@ class Engine:
         period = self.safe_mode_period(tx, request.scope.tenant_id, safe_modes)
         if period is not None:
             check_safe_mode(period, definition, request)
+        permissions = tuple(definition.content.get("permissions") or ())
+        if permissions:
+            gates = self.trust_gates()
+            refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
+            if refusal is not None:
+                raise refusal
         snapshot = self.resolve_config(definition, request.scope, period)
         params = self.validate_preconditions(definition, request)
         trigger = self.build_trigger(request, now)
@@ -349,6 +408,7 @@ class Engine:
         return PreparedSubmission(
             RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
             snapshot,
+            licensed=bool(permissions),
         )
 
     def compute_idempotency_key(

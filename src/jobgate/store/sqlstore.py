@@ -94,6 +94,13 @@ class StoreTx:
     def approval_revoke(self, tenant_id: str, job_definition_id: str, digest: str, by: str, now: datetime) -> bool:
         return governance.approval_revoke(self.conn, tenant_id, job_definition_id, digest, by, now)
 
+    # licensed slots (trust gates)
+    def licence_slots_taken(self, now: datetime) -> int:
+        return governance.licence_slots_taken(self.conn, lock_rows=self._skip_locked, now_us=codec.to_us(now))
+
+    def licence_slots_take(self, runs: Sequence[tuple[str, str]], now: datetime) -> None:
+        governance.licence_slots_take(self.conn, runs, codec.to_us(now))
+
     # run requests (four eyes)
     def request_put(self, q: governance.RunRequest) -> None:
         governance.request_put(self.conn, q)

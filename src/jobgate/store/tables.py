@@ -434,3 +434,21 @@ run_requests = Table(
     CheckConstraint("status IN ('pending', 'approved', 'rejected')", name="status"),
     Index("ix_run_requests_tenant", "tenant_id", "status", "created_at"),
 )
+
+# Trust gates (migration 0011): which runs hold a licensed slot, and the row that serialises
+# taking one (locked by every creation of a licensed run, so the licence's concurrency limit
+# holds across the cluster).
+licence_slots = Table(
+    "licence_slots",
+    metadata,
+    Column("job_run_id", String(64), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+gate_counters = Table(
+    "gate_counters",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("updated_at", BigInteger, nullable=False),
+)

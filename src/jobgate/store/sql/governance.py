@@ -12,7 +12,15 @@ from sqlalchemy import Connection, and_, select, update
 from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
 from jobgate.store import codec
 from jobgate.store.sql import fast
-from jobgate.store.tables import audit_heads, audit_log, definition_approvals, run_requests
+from jobgate.store.tables import (
+    audit_heads,
+    audit_log,
+    definition_approvals,
+    gate_counters,
+    job_runs,
+    licence_slots,
+    run_requests,
+)
 
 A = audit_log.c
 _AUDIT_COLUMNS = (
@@ -350,3 +358,34 @@ def request_decide(
         .values(status=status, decided_at=codec.to_us(at), decided_by=by, decision_note=note, job_run_id=job_run_id)
     )
     return bool(conn.execute(stmt).rowcount)
+
+
+# ---------------------------------------------------------------------- licensed slots
+LICENCE_COUNTER = "licence-slots"
+_OPEN = ("SCHEDULED", "RETRY_WAIT", "DISPATCHED", "RUNNING")
+
+
+def licence_slots_taken(conn: Connection, *, lock_rows: bool, now_us: int) -> int:
+    """Lock the licence counter row (creations of licensed runs queue here, cluster-wide) and
+    count the licensed runs still open: a slot is held from creation until the run ends."""
+    from sqlalchemy import func
+
+    fast.insert_rows(
+        conn, gate_counters, ("name", "updated_at"), [(LICENCE_COUNTER, now_us)], suffix="ON CONFLICT DO NOTHING"
+    )
+    q = select(gate_counters.c.name).where(gate_counters.c.name == LICENCE_COUNTER)
+    conn.execute(q.with_for_update() if lock_rows else q).one()
+    conn.execute(update(gate_counters).where(gate_counters.c.name == LICENCE_COUNTER).values(updated_at=now_us))
+    r = job_runs.c
+    open_licensed = (
+        select(func.count())
+        .select_from(licence_slots.join(job_runs, job_runs.c.job_run_id == licence_slots.c.job_run_id))
+        .where(r.status.in_(_OPEN))
+    )
+    return int(conn.execute(open_licensed).scalar_one())
+
+
+def licence_slots_take(conn: Connection, runs: Sequence[tuple[str, str]], now_us: int) -> None:
+    fast.insert_rows(
+        conn, licence_slots, ("job_run_id", "tenant_id", "created_at"), [(rid, t, now_us) for rid, t in runs]
+    )
