@@ -63,6 +63,7 @@ _TOP_KEYS = (
     "safe_mode",
     "signing",
     "trust_gates",
+    "policy",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -213,6 +214,7 @@ class JobgateConfig:
     safe_mode: SafeModeSettings = SafeModeSettings()
     signing: SigningSettings = SigningSettings()
     trust_gates: TrustGateSettings = TrustGateSettings()
+    policy: Path | None = None  # the scheduler policy file (jobgate.policy), re-read when it changes
 
     @property
     def source(self) -> str:
@@ -306,6 +308,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         safe_mode=_safe_mode(r, doc.get("safe_mode")),
         signing=_signing(r, doc.get("signing"), base_dir),
         trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
+        policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),
     )
 
 

@@ -22,7 +22,11 @@ SNAPSHOT_ID_HEX_CHARS = 24
 
 
 def resolve_snapshot(
-    config: JobgateConfig, profile: str, tenant_id: str, overrides: dict[str, Any] | None = None
+    config: JobgateConfig,
+    profile: str,
+    tenant_id: str,
+    overrides: dict[str, Any] | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> ConfigSnapshot:
     """Bind ``profile`` of ``config`` into a snapshot for ``tenant_id``.
 
@@ -35,7 +39,8 @@ def resolve_snapshot(
 
     ``overrides`` (safe mode's tightened values) replace the profile's values of the same keys
     and are named in the content (``safe_mode_overrides``), so a run bound while safe mode was
-    on says so in its snapshot, and its digest differs from the ordinary one.
+    on says so in its snapshot, and its digest differs from the ordinary one. ``policy`` (the
+    scheduler policy's id, version and digest) binds the run to the policy that admitted it.
     """
     if profile not in config.profiles:
         known = ", ".join(sorted(config.profiles))
@@ -46,6 +51,8 @@ def resolve_snapshot(
     if overrides:
         values.update(_frozen_copy(overrides))
         content["safe_mode_overrides"] = sorted(overrides)
+    if policy:
+        content["scheduler_policy"] = dict(policy)
     config_digest = digest(content)
     hex_part = config_digest.split(":", 1)[1][:SNAPSHOT_ID_HEX_CHARS]
     return ConfigSnapshot(

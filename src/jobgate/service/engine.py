@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobgate import trust
@@ -43,12 +43,15 @@ from jobgate.core.params import validate_params
 from jobgate.core.policies import BUILTIN_RETRY_POLICIES, RetryPolicy, TimeoutPolicy
 from jobgate.core.runs import new_run
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
+from jobgate.policy import Admission, Policy, PolicyFile, evaluate
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
+from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sql.safemode import SafeModePeriod
 from jobgate.store.sqlstore import Store, StoreTx
 
 SYSTEM_ACTOR = "system"
+SYSTEM_TENANT = "_system"  # the deployment's own audit chain (the scheduler policy)
 log = logging.getLogger("jobgate.engine")
 
 
@@ -74,6 +77,7 @@ class SubmitRequest:
     # A caller's idempotency key (API ``Idempotency-Key``): the run's key derives from it and
     # the tenant alone, so the same key always finds the same run, whatever else changed.
     client_key: str | None = None
+    role: str | None = None  # the requester's role, when a token asked (scheduler policy ceilings)
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,8 @@ class Engine:
         self.clock = clock or store.clock()  # database time on a shared database
         # Snapshots are a pure function of (configuration, profile, tenant): digesting the
         # profile's values once per submit was a third of a submit's CPU.
-        self._snapshots: dict[tuple[str, str, int], tuple[JobgateConfig, ConfigSnapshot]] = {}
+        self._snapshots: dict[tuple[str, str, int, str], tuple[JobgateConfig, ConfigSnapshot]] = {}
+        self._policy_file: tuple[JobgateConfig, PolicyFile] | None = None
         self._gates: tuple[JobgateConfig, TrustGates] | None = None
 
     # ------------------------------------------------------------------ definitions
@@ -206,6 +211,68 @@ class Engine:
             self.record_refusal(first, exc, actor=actor, now=now)
             raise
 
+    def scheduler_policy(self, *, actor: str | None, now: datetime) -> Policy | None:
+        """The scheduler policy in force (re-read when its file changes). A policy whose digest
+        differs from the last one recorded is written to the audit log first: a change of the
+        rules is itself on the record before it refuses anything."""
+        if self._policy_file is None or self._policy_file[0] is not self.config:
+            self._policy_file = (self.config, PolicyFile(self.config.policy))
+        policy, changed = self._policy_file[1].current()
+        if policy is not None and changed:
+            with self.store.write() as tx:
+                seen = tx.audit_list(AuditFilter(tenant_id=SYSTEM_TENANT, action="policy.loaded", limit=100_000))
+                if not seen or seen[-1].event.payload.get("digest") != policy.digest:
+                    tx.audit_append(
+                        [
+                            AuditEvent(
+                                SYSTEM_TENANT,
+                                actor or SYSTEM_ACTOR,
+                                "policy.loaded",
+                                "policy",
+                                policy.policy_id,
+                                now,
+                                reason=str(self.config.policy),
+                                payload=policy.binding,
+                            )
+                        ]
+                    )
+        return policy
+
+    def check_policy(
+        self,
+        tx: StoreTx,
+        policy: Policy,
+        definition: JobDefinition,
+        request: SubmitRequest,
+        now: datetime,
+        counts: dict[str, list[int]],
+    ) -> None:
+        tenant = request.scope.tenant_id
+        if policy.counts_needed and tenant not in counts:
+            day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            today = tx.runs_created_count(tenant, day, day + timedelta(days=1))
+            counts[tenant] = [today, sum(tx.runs_open_counts(tenant).values())]
+        today, open_runs = counts.get(tenant, [0, 0])
+        refusal = evaluate(
+            policy,
+            Admission(
+                tenant_id=tenant,
+                job_class=definition.job_class.value,
+                trigger_type=request.trigger_type.value,
+                priority=definition.priority.value,
+                reason=request.reason,
+                role=request.role,
+                now=now,
+                runs_today=today,
+                open_runs=open_runs,
+            ),
+        )
+        if refusal is not None:
+            raise refusal
+        if tenant in counts:  # the runs this batch admits count against the next ones
+            counts[tenant][0] += 1
+            counts[tenant][1] += 1
+
     def trust_gates(self) -> TrustGates:
         """The licence file and environment check of the current configuration (built once)."""
         if self._gates is None or self._gates[0] is not self.config:
@@ -231,13 +298,23 @@ class Engine:
         approved: dict[tuple[str, str, str], bool] = {}
         safe_modes: dict[str, SafeModePeriod | None] = {}
         current: SubmitRequest | None = None
+        policy = self.scheduler_policy(actor=actor, now=now)
+        counts: dict[str, list[int]] = {}  # tenant -> [runs today, open runs], this batch included
         try:
             with self.store.read() as tx:
                 out = []
                 for current in requests:
                     out.append(
                         self._prepare(
-                            tx, current, now=now, actor=actor, cache=cache, approved=approved, safe_modes=safe_modes
+                            tx,
+                            current,
+                            now=now,
+                            actor=actor,
+                            cache=cache,
+                            approved=approved,
+                            safe_modes=safe_modes,
+                            policy=policy,
+                            counts=counts,
                         )
                     )
                 return out
@@ -361,6 +438,8 @@ class Engine:
         cache: dict[tuple[str, str], JobDefinition],
         approved: dict[tuple[str, str, str], bool],
         safe_modes: dict[str, SafeModePeriod | None],
+        policy: Policy | None = None,
+        counts: dict[str, list[int]] | None = None,
     ) -> PreparedSubmission:
         definition = self.resolve_definition(tx, request, cache)
         self.check_approved(tx, definition, request.scope.tenant_id, approved)
@@ -373,7 +452,9 @@ class Engine:
             refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
             if refusal is not None:
                 raise refusal
-        snapshot = self.resolve_config(definition, request.scope, period)
+        if policy is not None:
+            self.check_policy(tx, policy, definition, request, now, counts if counts is not None else {})
+        snapshot = self.resolve_config(definition, request.scope, period, policy)
         params = self.validate_preconditions(definition, request)
         trigger = self.build_trigger(request, now)
         retry, timeout = self.policies_for(definition)
@@ -461,14 +542,20 @@ class Engine:
         return cache[tenant_id]
 
     def resolve_config(
-        self, definition: JobDefinition, scope: Scope, safe_mode: SafeModePeriod | None = None
+        self,
+        definition: JobDefinition,
+        scope: Scope,
+        safe_mode: SafeModePeriod | None = None,
+        policy: Policy | None = None,
     ) -> ConfigSnapshot:
         overrides = None if safe_mode is None else safe_mode.actions.get("profile_overrides") or None
-        key = (definition.config_profile, scope.tenant_id, safe_mode.activation if overrides and safe_mode else 0)
+        activation = safe_mode.activation if overrides and safe_mode else 0
+        key = (definition.config_profile, scope.tenant_id, activation, "" if policy is None else policy.digest)
         cached = self._snapshots.get(key)
         if cached is not None and cached[0] is self.config:  # a replaced configuration misses
             return cached[1]
-        snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id, overrides)
+        binding = None if policy is None else policy.binding
+        snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id, overrides, binding)
         self._snapshots[key] = (self.config, snapshot)
         return snapshot
 

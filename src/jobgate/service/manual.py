@@ -66,6 +66,7 @@ def submit_manual(
     reason: str | None,
     idempotency_key: str | None,
     stated_requester: str | None = None,
+    role: str | None = None,
 ) -> SubmitResult:
     if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
         raise ValidationError("1-200 visible ASCII characters", field="Idempotency-Key")
@@ -90,6 +91,7 @@ def submit_manual(
         request_id=None if idempotency_key is None else f"api:{idempotency_key}",
         payload=payload,
         client_key=idempotency_key,
+        role=role,
     )
     result = engine.submit(request, actor=actor)
     if not result.created:  # a concurrent repeat won the insert

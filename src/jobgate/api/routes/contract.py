@@ -50,6 +50,7 @@ def schedule_job(
         params=body.params,
         reason=body.trigger.reason,
         idempotency_key=idempotency_key,
+        role=caller.role.value,
         stated_requester=body.trigger.requested_by,
     )
     run = result.run

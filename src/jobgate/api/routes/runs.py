@@ -73,6 +73,7 @@ def create_run(
         params=body.params,
         reason=body.reason,
         idempotency_key=idempotency_key,
+        role=caller.role.value,
     )
     if not result.created:
         response.status_code = 200

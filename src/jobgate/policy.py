@@ -1,0 +1,292 @@
+"""The scheduler policy (seed ``comp.FAGF.INPUT.SCHEDULER-POLICY``): a versioned file of rules
+enforced at trigger time, for every trigger.
+
+    policy_id: FAGF-SCHEDULER-POLICY
+    version: 3
+    trigger_types:                 # which triggers may start which job classes
+      id: SP-TRIGGERS
+      by_job_class: {FEDERATION_SYNC_JOB: [manual, event]}
+    priority:                      # the highest priority a tenant or role may run at
+      id: SP-PRIORITY
+      max: high
+      by_tenant: {acme: critical}
+      by_role: {consumer: normal}
+    manual_reason: {id: SP-REASON}  # manual runs must say why
+    blackouts:                     # no runs started in these windows (optionally: only these classes)
+      - {id: SP-FREEZE, start: "2026-12-24T00:00:00Z", end: "2026-12-27T00:00:00Z"}
+      - {id: SP-NIGHTLY, daily: "02:00-03:00", timezone: Europe/Helsinki, job_classes: [REPLAY_JOB]}
+    quotas:                        # per tenant
+      id: SP-QUOTA
+      runs_per_day: 10000
+      concurrent_runs: 200
+      by_tenant: {acme: {runs_per_day: 500}}
+
+A refusal names the rule's id. ``evaluate`` is pure; reading the file (re-read when it
+changes) is the edge. The policy's id, version and digest are bound into every run's
+configuration snapshot, so a run says which policy admitted it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, time
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jobgate.core.canonical import digest
+from jobgate.core.errors import ConfigurationError, GovernanceRefusal
+from jobgate.core.models import JobClass, Priority, TriggerType
+from jobgate.definitions.documents import Reader, join, parse_yaml, read_text
+
+PRIORITY_ORDER = ("low", "normal", "high", "critical")
+
+
+@dataclass(frozen=True)
+class Blackout:
+    rule_id: str
+    start: datetime | None = None
+    end: datetime | None = None
+    daily: tuple[time, time] | None = None
+    zone: str = "UTC"
+    job_classes: frozenset[str] = frozenset()
+
+    def covers(self, now: datetime, job_class: str) -> bool:
+        if self.job_classes and job_class not in self.job_classes:
+            return False
+        if self.start is not None and self.end is not None:
+            return self.start <= now < self.end
+        assert self.daily is not None
+        local = now.astimezone(ZoneInfo(self.zone)).time()
+        begin, end = self.daily
+        return begin <= local < end if begin <= end else (local >= begin or local < end)
+
+
+@dataclass(frozen=True)
+class Policy:
+    policy_id: str
+    version: int
+    digest: str
+    trigger_rule: str | None = None
+    triggers_by_class: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    priority_rule: str | None = None
+    max_priority: str | None = None
+    max_priority_by_tenant: Mapping[str, str] = field(default_factory=dict)
+    max_priority_by_role: Mapping[str, str] = field(default_factory=dict)
+    reason_rule: str | None = None
+    blackouts: tuple[Blackout, ...] = ()
+    quota_rule: str | None = None
+    runs_per_day: int | None = None
+    concurrent_runs: int | None = None
+    quotas_by_tenant: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def binding(self) -> dict[str, Any]:
+        """What a run's snapshot records of the policy that admitted it."""
+        return {"policy_id": self.policy_id, "version": self.version, "digest": self.digest}
+
+    def quota(self, tenant_id: str, name: str) -> int | None:
+        own = self.quotas_by_tenant.get(tenant_id, {})
+        fallback: int | None = getattr(self, name)
+        return own.get(name, fallback)
+
+    @property
+    def counts_needed(self) -> bool:
+        return self.quota_rule is not None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the policy judges: one trigger, with the tenant's counts when quotas apply."""
+
+    tenant_id: str
+    job_class: str
+    trigger_type: str
+    priority: str
+    reason: str | None
+    role: str | None
+    now: datetime
+    runs_today: int = 0
+    open_runs: int = 0
+
+
+def evaluate(policy: Policy, a: Admission) -> GovernanceRefusal | None:
+    allowed = policy.triggers_by_class.get(a.job_class)
+    if policy.trigger_rule and allowed is not None and a.trigger_type not in allowed:
+        return _refuse(
+            policy,
+            policy.trigger_rule,
+            f"{a.job_class} may be started by {', '.join(sorted(allowed))} triggers, not {a.trigger_type}",
+        )
+    if policy.priority_rule:
+        limits = [
+            x
+            for x in (
+                policy.max_priority_by_tenant.get(a.tenant_id, policy.max_priority),
+                policy.max_priority_by_role.get(a.role or ""),
+            )
+            if x is not None
+        ]
+        ceiling = min(limits, key=PRIORITY_ORDER.index) if limits else None
+        if ceiling is not None and PRIORITY_ORDER.index(a.priority) > PRIORITY_ORDER.index(ceiling):
+            return _refuse(policy, policy.priority_rule, f"priority {a.priority} is above the allowed {ceiling}")
+    if policy.reason_rule and a.trigger_type == TriggerType.MANUAL.value and not (a.reason or "").strip():
+        return _refuse(policy, policy.reason_rule, "a manual run must give a reason")
+    for b in policy.blackouts:
+        if b.covers(a.now, a.job_class):
+            return _refuse(policy, b.rule_id, f"inside the blackout window {b.rule_id}")
+    if policy.quota_rule:
+        per_day = policy.quota(a.tenant_id, "runs_per_day")
+        if per_day is not None and a.runs_today >= per_day:
+            return _refuse(
+                policy, policy.quota_rule, f"tenant {a.tenant_id} created {a.runs_today} runs today (quota {per_day})"
+            )
+        concurrent = policy.quota(a.tenant_id, "concurrent_runs")
+        if concurrent is not None and a.open_runs >= concurrent:
+            return _refuse(
+                policy, policy.quota_rule, f"tenant {a.tenant_id} has {a.open_runs} open runs (quota {concurrent})"
+            )
+    return None
+
+
+def _refuse(policy: Policy, rule: str, message: str) -> GovernanceRefusal:
+    return GovernanceRefusal(
+        f"{message} (policy {policy.policy_id} v{policy.version}, rule {rule})",
+        code="policy_refused",
+        rule=rule,
+        field="policy",
+    )
+
+
+# -------------------------------------------------------------------- the file
+def parse_policy(document: Any, source: str) -> Policy:
+    r = Reader(source, ConfigurationError)
+    doc = r.mapping(document, "")
+    r.only_keys(doc, "", ("policy_id", "version", "trigger_types", "priority", "manual_reason", "blackouts", "quotas"))
+    if "policy_id" not in doc or "version" not in doc:
+        r.fail("policy_id", "a policy names its policy_id and version")
+    kwargs: dict[str, Any] = {
+        "policy_id": r.name(doc["policy_id"], "policy_id"),
+        "version": r.integer(doc["version"], "version", minimum=1),
+        "digest": digest(doc),
+    }
+    classes = {c.value for c in JobClass}
+    triggers = {t.value for t in TriggerType}
+    if "trigger_types" in doc:
+        spec = r.mapping(doc["trigger_types"], "trigger_types")
+        r.only_keys(spec, "trigger_types", ("id", "by_job_class"))
+        kwargs["trigger_rule"] = _rule_id(r, spec, "trigger_types")
+        by_class: dict[str, frozenset[str]] = {}
+        for cls, allowed in r.mapping(spec.get("by_job_class") or {}, "trigger_types.by_job_class").items():
+            at = join("trigger_types.by_job_class", cls)
+            if cls not in classes:
+                r.fail(at, f"unknown job class {cls!r}")
+            names = r.strings(allowed, at)
+            for i, name in enumerate(names):
+                if name not in triggers:
+                    r.fail(join(at, i), f"unknown trigger type {name!r}")
+            by_class[cls] = frozenset(names)
+        kwargs["triggers_by_class"] = by_class
+    if "priority" in doc:
+        spec = r.mapping(doc["priority"], "priority")
+        r.only_keys(spec, "priority", ("id", "max", "by_tenant", "by_role"))
+        kwargs["priority_rule"] = _rule_id(r, spec, "priority")
+        kwargs["max_priority"] = None if spec.get("max") is None else _priority(r, spec["max"], "priority.max")
+        for key in ("by_tenant", "by_role"):
+            values = r.mapping(spec.get(key) or {}, join("priority", key))
+            kwargs[f"max_priority_{key}"] = {
+                k: _priority(r, v, join(join("priority", key), k)) for k, v in values.items()
+            }
+    if "manual_reason" in doc:
+        spec = r.mapping(doc["manual_reason"], "manual_reason")
+        r.only_keys(spec, "manual_reason", ("id",))
+        kwargs["reason_rule"] = _rule_id(r, spec, "manual_reason")
+    if "blackouts" in doc:
+        kwargs["blackouts"] = tuple(
+            _blackout(r, item, join("blackouts", i), classes)
+            for i, item in enumerate(r.sequence(doc["blackouts"], "blackouts"))
+        )
+    if "quotas" in doc:
+        spec = r.mapping(doc["quotas"], "quotas")
+        r.only_keys(spec, "quotas", ("id", "runs_per_day", "concurrent_runs", "by_tenant"))
+        kwargs["quota_rule"] = _rule_id(r, spec, "quotas")
+        for key in ("runs_per_day", "concurrent_runs"):
+            if spec.get(key) is not None:
+                kwargs[key] = r.integer(spec[key], join("quotas", key), minimum=0)
+        by_tenant: dict[str, dict[str, int]] = {}
+        for tenant, values in r.mapping(spec.get("by_tenant") or {}, "quotas.by_tenant").items():
+            at = join("quotas.by_tenant", tenant)
+            own = r.mapping(values, at)
+            r.only_keys(own, at, ("runs_per_day", "concurrent_runs"))
+            by_tenant[tenant] = {k: r.integer(v, join(at, k), minimum=0) for k, v in own.items()}
+        kwargs["quotas_by_tenant"] = by_tenant
+    return Policy(**kwargs)
+
+
+def _rule_id(r: Reader, spec: Mapping[str, Any], at: str) -> str:
+    if "id" not in spec:
+        r.fail(join(at, "id"), "every rule has an id (refusals name it)")
+    return r.name(spec["id"], join(at, "id"))
+
+
+def _priority(r: Reader, value: Any, at: str) -> str:
+    name = r.string(value, at)
+    if name not in PRIORITY_ORDER or name not in {p.value for p in Priority}:
+        r.fail(at, f"one of {', '.join(PRIORITY_ORDER)}")
+    return name
+
+
+def _blackout(r: Reader, value: Any, at: str, classes: set[str]) -> Blackout:
+    spec = r.mapping(value, at)
+    r.only_keys(spec, at, ("id", "start", "end", "daily", "timezone", "job_classes"))
+    rule = _rule_id(r, spec, at)
+    only = frozenset(r.strings(spec["job_classes"], join(at, "job_classes"))) if "job_classes" in spec else frozenset()
+    for name in only - classes:
+        r.fail(join(at, "job_classes"), f"unknown job class {name!r}")
+    if "daily" in spec:
+        text = r.string(spec["daily"], join(at, "daily"))
+        try:
+            opens, closes = (time.fromisoformat(part.strip()) for part in text.split("-"))
+        except ValueError:
+            r.fail(join(at, "daily"), "HH:MM-HH:MM")
+        zone = r.string(spec.get("timezone", "UTC"), join(at, "timezone"))
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            r.fail(join(at, "timezone"), f"unknown timezone {zone!r}")
+        return Blackout(rule, daily=(opens, closes), zone=zone, job_classes=only)
+    try:
+        start = datetime.fromisoformat(r.string(spec.get("start"), join(at, "start")).replace("Z", "+00:00"))
+        end = datetime.fromisoformat(r.string(spec.get("end"), join(at, "end")).replace("Z", "+00:00"))
+    except ValueError:
+        r.fail(at, "start and end are ISO 8601 instants")
+    if start.tzinfo is None or end.tzinfo is None or end <= start:
+        r.fail(at, "start and end need timezones, and end comes after start")
+    return Blackout(rule, start=start, end=end, job_classes=only)
+
+
+class PolicyFile:
+    """The policy on disk, re-read when it changes; ``changed`` tells the caller to audit it."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._seen: tuple[float, int] | None = None
+        self._policy: Policy | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> tuple[Policy | None, bool]:
+        """The policy and whether it differs from the one returned before."""
+        if self.path is None:
+            return None, False
+        st = self.path.stat()
+        key = (st.st_mtime, st.st_size)
+        with self._lock:
+            if key == self._seen:
+                return self._policy, False
+            before = self._policy
+            text = read_text(self.path, error=ConfigurationError)
+            policy = parse_policy(parse_yaml(text, source=str(self.path), error=ConfigurationError), str(self.path))
+            self._policy, self._seen = policy, key
+            return policy, before is None or before.digest != policy.digest
