@@ -253,3 +253,20 @@ def test_a_token_limited_to_definitions_sees_and_runs_only_those(world: World) -
     assert refused.status_code == 404
     names = [d["job_definition_id"] for d in world.client.get("/api/v1/definitions", headers=headers).json()["items"]]
     assert names == ["shared-job"]
+
+
+def test_a_consumer_cancelling_someone_elses_run_is_refused_and_recorded(world: World) -> None:
+    from jobgate.service import audit
+    from jobgate.store.sql.governance import AuditFilter
+
+    run = world.new_run()
+    for role in (Role.CONSUMER, Role.ACTIVATOR):  # no cancel right at all / not the owner
+        refused = world.client.post(f"/api/v1/runs/{run.job_run_id}/cancel", headers=world.headers("acme", role))
+        assert refused.status_code == 403
+    with world.engine.store.read() as tx:
+        still = tx.run_get(run.job_run_id)
+    assert still is not None and still.status.value == "SCHEDULED"
+    entries = audit.search(world.engine, AuditFilter(tenant_id="acme", action="access.refused"))
+    assert [(e.event.actor, e.event.target_id) for e in entries] == [
+        (world.actor("acme", role), "POST /api/v1/runs/{job_run_id}/cancel") for role in (Role.CONSUMER, Role.ACTIVATOR)
+    ]

@@ -106,9 +106,9 @@ async def enforce(request: Request) -> None:
         principal = await run_in_threadpool(tokens.authenticate, server.engine, request.headers.get("authorization"))
     else:
         principal = server.local_principal
-    check_role(rule, principal)
-    request.state.principal = principal
+    request.state.principal = principal  # known before the role check: a refusal is attributed
     request.state.rule = rule
+    check_role(rule, principal)
 
 
 def principal(request: Request) -> Principal:

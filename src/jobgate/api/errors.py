@@ -75,14 +75,45 @@ def body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _jobgate_error(_request: Request, exc: Exception) -> JSONResponse:
+def _jobgate_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobgateError)
     status = status_for(exc)
+    if isinstance(exc, Forbidden):
+        _audit_forbidden(request, exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.
     message = f"{exc.source}: {exc.message}" if exc.source else exc.message
     return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
+
+
+def _audit_forbidden(request: Request, exc: Forbidden) -> None:
+    """A token refused for its role, its ownership or its limits is on the record: who tried
+    what. (Governance refusals are audited where they are decided; an unauthenticated caller
+    is nobody to attribute anything to, so it goes to the log only.)"""
+    from jobgate.service import audit
+
+    principal = getattr(request.state, "principal", None)
+    server = getattr(request.app.state, "server", None)
+    if principal is None or server is None:
+        return
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    try:
+        audit.record_now(
+            server.engine,
+            audit.event(
+                principal.tenant_id,
+                principal.actor,
+                "access.refused",
+                "route",
+                f"{request.method} {route}",
+                server.engine.clock.now(),
+                reason=exc.message,
+                payload={"role": principal.role.value, "path": request.url.path[:500]},
+            ),
+        )
+    except Exception:  # the refusal stands even if it cannot be recorded; the log says so
+        log.exception("could not record an access refusal in the audit log")
 
 
 def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
