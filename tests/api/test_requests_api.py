@@ -97,3 +97,28 @@ def test_a_proposal_that_could_never_run_is_refused_at_once(world: World) -> Non
     refused = world.client.post(f"{API}/requests", json=body, headers=world.headers("acme", Role.CONSUMER))
     assert refused.status_code == 422 and refused.json()["field"] == "params.n"
     assert count(world.engine, "run_requests") == 0
+
+
+def test_define_approve_run_edit_refused_reapprove_through_the_api(world: World) -> None:
+    admin = world.headers("acme", Role.ADMIN)
+    doc = {"job_definition_id": "etl-export", "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print(1)"}
+    assert world.client.post(f"{API}/definitions", json={"definitions": [doc]}, headers=admin).status_code == 200
+    run = {"job_definition_id": "etl-export"}
+    refused = world.client.post(f"{API}/runs", json=run, headers=admin)
+    assert refused.status_code == 403 and refused.json()["error"] == "definition_not_approved"
+    assert (
+        world.client.post(f"{API}/definitions/etl-export/approve", json={"note": "CR-1"}, headers=admin).status_code
+        == 200
+    )
+    assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 201
+    edited = {**doc, "body": "print(2)"}
+    assert world.client.post(f"{API}/definitions", json={"definitions": [edited]}, headers=admin).status_code == 200
+    status = world.client.get(f"{API}/definitions/etl-export/approval", headers=admin).json()
+    assert (status["current_version"], status["approved"], len(status["history"])) == (2, False, 1)
+    assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 403
+    assert world.client.post(f"{API}/definitions/etl-export/approve", headers=admin).status_code == 200
+    assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 201
+    revoked = world.client.delete(f"{API}/definitions/etl-export/approval", headers=admin).json()
+    assert len(revoked["cancelled_runs"]) == 2  # every approval revoked: neither run had started
+    assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 403
+    assert count(world.engine, "job_runs") == 2

@@ -144,3 +144,37 @@ def test_the_engine_enforces_binds_and_audits_the_policy(governed: tuple[Engine,
     assert snapshot is not None and snapshot.content["scheduler_policy"]["version"] == 2
     loaded = audit.search(engine, AuditFilter(tenant_id=SYSTEM_TENANT, action="policy.loaded"))
     assert [e.event.payload["version"] for e in loaded] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("policy", "request_fields", "rule"),
+    [
+        ({"priority": {"id": "SP-P", "by_role": {"consumer": "low"}}}, {"role": "consumer"}, "SP-P"),
+        ({"manual_reason": {"id": "SP-R"}}, {"reason": None}, "SP-R"),
+        ({"trigger_types": {"id": "SP-T", "by_job_class": {"MAINTENANCE_JOB": ["cron"]}}}, {}, "SP-T"),
+        ({"quotas": {"id": "SP-Q", "runs_per_day": 0}}, {}, "SP-Q"),
+        ({"quotas": {"id": "SP-C", "concurrent_runs": 0}}, {}, "SP-C"),
+        ("blackout", {}, "SP-NOW"),
+    ],
+)
+def test_each_rule_refuses_through_the_engine_stores_nothing_and_is_audited(
+    database_url: str, tmp_path: Path, policy: Any, request_fields: dict[str, Any], rule: str
+) -> None:
+    if policy == "blackout":
+        now = datetime.now(UTC)
+        window = {"id": "SP-NOW", "start": (now.replace(year=now.year - 1)).isoformat(), "end": "2999-01-01T00:00:00Z"}
+        policy = {"blackouts": [window]}
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump({"policy_id": "P", "version": 1, **policy}))
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, policy=str(path)))
+    try:
+        define(engine, job_definition_id="job")
+        fields: dict[str, Any] = {"reason": "ok", **request_fields}
+        with pytest.raises(GovernanceRefusal) as refused:
+            engine.submit(SubmitRequest("job", scope=Scope(), requested_by="ada", **fields), actor="ada")
+        assert refused.value.rule == rule and count(engine, "job_runs") == 0
+        (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="run.refused"))
+        assert entry.event.payload["rule"] == rule
+    finally:
+        store.dispose()
