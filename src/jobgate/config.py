@@ -64,6 +64,7 @@ _TOP_KEYS = (
     "signing",
     "trust_gates",
     "policy",
+    "evidence",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -157,6 +158,17 @@ class TrustGateSettings:
 
 
 @dataclass(frozen=True)
+class EvidenceSettings:
+    """Anchoring: the window length, and the sink (an append-only file, or an HTTP endpoint)."""
+
+    anchor_window: timedelta = timedelta(hours=1)
+    anchor_sink: Path | None = None  # default: <data_dir>/anchors/anchors.jsonl
+    anchor_sink_url: str | None = None
+    signing_key: Path | None = None  # private key that signs evidence bundles' manifests
+    signing_key_id: str = "evidence"
+
+
+@dataclass(frozen=True)
 class SafeModeSettings:
     """What safe mode puts in force while it is on (seed 000 §39-40): job classes refused,
     direct manual runs refused (use the request workflow), values that override every profile
@@ -215,6 +227,11 @@ class JobgateConfig:
     signing: SigningSettings = SigningSettings()
     trust_gates: TrustGateSettings = TrustGateSettings()
     policy: Path | None = None  # the scheduler policy file (jobgate.policy), re-read when it changes
+    evidence: EvidenceSettings = EvidenceSettings()
+
+    @property
+    def anchor_sink_path(self) -> Path:
+        return self.evidence.anchor_sink or Path(self.data_dir) / "anchors" / "anchors.jsonl"
 
     @property
     def source(self) -> str:
@@ -309,6 +326,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         signing=_signing(r, doc.get("signing"), base_dir),
         trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
         policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),
+        evidence=_evidence(r, doc.get("evidence"), base_dir),
     )
 
 
@@ -466,6 +484,30 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
+    spec = r.mapping(_or_empty(value), "evidence")
+    r.only_keys(
+        spec, "evidence", ("anchor_window_seconds", "anchor_sink", "anchor_sink_url", "signing_key", "signing_key_id")
+    )
+    d = EvidenceSettings()
+    window = d.anchor_window
+    if spec.get("anchor_window_seconds") is not None:
+        window = r.duration(spec["anchor_window_seconds"], "evidence.anchor_window_seconds")
+        if window < timedelta(seconds=1):
+            r.fail("evidence.anchor_window_seconds", "at least one second")
+    sink = None if spec.get("anchor_sink") is None else base_dir / r.string(spec["anchor_sink"], "evidence.anchor_sink")
+    url = None
+    if spec.get("anchor_sink_url") is not None:
+        url = r.string(spec["anchor_sink_url"], "evidence.anchor_sink_url")
+        if not url.startswith(("http://", "https://")):
+            r.fail("evidence.anchor_sink_url", "an http:// or https:// URL")
+    key = None if spec.get("signing_key") is None else base_dir / r.string(spec["signing_key"], "evidence.signing_key")
+    key_id = (
+        "evidence" if spec.get("signing_key_id") is None else r.name(spec["signing_key_id"], "evidence.signing_key_id")
+    )
+    return EvidenceSettings(window, sink, url, key, key_id)
 
 
 def _trust_gates(r: Reader, value: Any, base_dir: Path) -> TrustGateSettings:

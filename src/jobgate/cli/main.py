@@ -444,6 +444,7 @@ from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command
 cli.add_command(_demo.demo)
 
 from jobgate.cli import cluster as _cluster  # noqa: E402
+from jobgate.cli import evidence as _evidence  # noqa: E402
 from jobgate.cli import governance as _governance  # noqa: E402
 from jobgate.cli import keys as _keys  # noqa: E402
 from jobgate.cli import requests as _requests  # noqa: E402
@@ -462,6 +463,7 @@ cli.add_command(_serve.doctor_command)
 _governance.register(definitions, cli)
 cli.add_command(_requests.requests_group)
 cli.add_command(_keys.keys)
+cli.add_command(_evidence.evidence_group)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ class Dispatcher:
         self._python: dict[str, PythonExecutor] = {}
         self._lock = threading.Lock()
         self._runs_dir = str(Path(engine.config.data_dir) / "runs")
+        self._config = engine.config
 
     def prepare(self, runs: list[JobRun]) -> None:
         """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
@@ -82,7 +83,9 @@ class Dispatcher:
             execution_timeout=run.execution_timeout,
             max_attempts=run.max_attempts,
         )
-        return ExecutionContext(payload=payload, workdir=f"{run_dir}/attempt-{attempt}", log_path=f"{run_dir}/run.log")
+        ctx = ExecutionContext(payload=payload, workdir=f"{run_dir}/attempt-{attempt}", log_path=f"{run_dir}/run.log")
+        ctx.host_config = self._config
+        return ctx
 
     def executor(self, run: JobRun) -> Executor:
         definition = self.definition(run)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from jobgate import anchoring
 from jobgate.core import events
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ConflictError, JobgateError, ValidationError
@@ -104,7 +105,7 @@ def _switch(
             tenant_id=tenant_id, activation=period.activation, active=on, actor=actor, reason=reason, now=now
         )
         tx.outbox_append([(None, tenant_id, event)], now)
-        audit.record(
+        recorded = audit.record(
             tx,
             audit.event(
                 tenant_id,
@@ -117,6 +118,8 @@ def _switch(
                 payload={"activation": period.activation, "actions": period.actions},
             ),
         )
+        # A critical artifact: anchored directly, not at the end of its window (seed §48).
+        anchoring.anchor_direct(tx.conn, recorded[0], now=now, sink=anchoring.sink_for(engine.config))
     log.warning(
         "safe mode %s for tenant %s by %s: %s",
         "ON" if on else "off",

@@ -452,3 +452,22 @@ gate_counters = Table(
     Column("name", String(64), primary_key=True),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+# Anchoring (migration 0012): each tenant's Merkle roots over its audit entries, chained.
+anchors = Table(
+    "anchors",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("anchor_seq", BigInteger, primary_key=True),  # 1, 2, ... per tenant
+    Column("mode", String(16), nullable=False),  # batch | direct
+    Column("window_start", BigInteger, nullable=False),
+    Column("window_end", BigInteger, nullable=False),
+    Column("first_seq", BigInteger, nullable=False),  # the audit entries covered: [first_seq, last_seq]
+    Column("last_seq", BigInteger, nullable=False),
+    Column("leaf_count", Integer, nullable=False),
+    Column("root", String(80), nullable=False),
+    Column("prev_chain", String(80), nullable=False),
+    Column("chain", String(80), nullable=False),  # SHA-256(prev_chain | root)
+    Column("created_at", BigInteger, nullable=False),
+    Column("sink", String(200), nullable=False),
+)

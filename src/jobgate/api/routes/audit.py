@@ -6,7 +6,9 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
 
+from jobgate import anchoring
 from jobgate.api import pagination
 from jobgate.api.access import AUDIT, allow, principal
 from jobgate.api.schemas import AuditEntryOut, Page
@@ -51,3 +53,23 @@ def list_audit(
     page = found[:limit]
     next_cursor = str(page[-1].seq) if len(found) > limit else None
     return Page[AuditEntryOut](items=[AuditEntryOut.of(e) for e in page], next_cursor=next_cursor)
+
+
+class VerificationOut(BaseModel):
+    tenant_id: str
+    entries: int
+    anchors: int
+    ok: bool
+    first_bad_seq: int | None
+    problem: str | None
+
+
+@router.get("/audit/verify", response_model=VerificationOut)
+@allow(AUDIT)
+def verify_audit(caller: Caller, state: State) -> VerificationOut:
+    """Recompute the tenant's chain, head and anchors (and the sink file's copies)."""
+    sink = anchoring.sink_for(state.engine.config)
+    witnessed = sink.records() if isinstance(sink, anchoring.FileSink) else None
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        result = anchoring.verify_tenant(tx.conn, caller.tenant_id, sink_records=witnessed)
+    return VerificationOut(**result.__dict__)

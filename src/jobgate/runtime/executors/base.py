@@ -93,6 +93,9 @@ class ExecutionContext:
         self._cancelled = cancelled
         self.effects: list[Effect] = []
         self.lock_provider: LockProvider | None = None  # set by the worker
+        # The host's configuration, for jobgate's own built-in jobs (anchoring, retention):
+        # where the anchor sink is, how long windows are. Set by the dispatcher.
+        self.host_config: Any = None
 
     @contextlib.contextmanager
     def lock(self, kind: str, key: str, ttl: timedelta = timedelta(seconds=60)) -> Iterator[Any]:

@@ -13,6 +13,7 @@ from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
 from jobgate.store import codec
 from jobgate.store.sql import fast
 from jobgate.store.tables import (
+    anchors,
     audit_heads,
     audit_log,
     definition_approvals,
@@ -389,3 +390,92 @@ def licence_slots_take(conn: Connection, runs: Sequence[tuple[str, str]], now_us
     fast.insert_rows(
         conn, licence_slots, ("job_run_id", "tenant_id", "created_at"), [(rid, t, now_us) for rid, t in runs]
     )
+
+
+# ---------------------------------------------------------------------- anchors
+N = anchors.c
+
+
+@dataclass(frozen=True)
+class Anchor:
+    tenant_id: str
+    anchor_seq: int
+    mode: str  # batch | direct
+    window_start: datetime
+    window_end: datetime
+    first_seq: int
+    last_seq: int
+    leaf_count: int
+    root: str
+    prev_chain: str
+    chain: str
+    created_at: datetime
+    sink: str
+
+
+def _anchor(r: Any) -> Anchor:
+    return Anchor(
+        r.tenant_id,
+        int(r.anchor_seq),
+        r.mode,
+        codec.from_us(r.window_start),
+        codec.from_us(r.window_end),
+        int(r.first_seq),
+        int(r.last_seq),
+        int(r.leaf_count),
+        r.root,
+        r.prev_chain,
+        r.chain,
+        codec.from_us(r.created_at),
+        r.sink,
+    )
+
+
+def anchors_list(conn: Connection, tenant_id: str) -> list[Anchor]:
+    q = select(anchors).where(N.tenant_id == tenant_id).order_by(N.anchor_seq)
+    return [_anchor(r) for r in conn.execute(q)]
+
+
+def anchor_last(conn: Connection, tenant_id: str, mode: str | None = None) -> Anchor | None:
+    q = select(anchors).where(N.tenant_id == tenant_id)
+    if mode is not None:
+        q = q.where(N.mode == mode)
+    row = conn.execute(q.order_by(N.anchor_seq.desc()).limit(1)).first()
+    return None if row is None else _anchor(row)
+
+
+def anchor_put(conn: Connection, a: Anchor) -> bool:
+    """Insert; False when that position is taken (another anchorer won: the caller retries)."""
+    row = (
+        a.tenant_id, a.anchor_seq, a.mode, codec.to_us(a.window_start), codec.to_us(a.window_end), a.first_seq,
+        a.last_seq, a.leaf_count, a.root, a.prev_chain, a.chain, codec.to_us(a.created_at), a.sink,
+    )  # fmt: skip
+    columns = (
+        "tenant_id", "anchor_seq", "mode", "window_start", "window_end", "first_seq", "last_seq", "leaf_count",
+        "root", "prev_chain", "chain", "created_at", "sink",
+    )  # fmt: skip
+    return bool(fast.insert_rows(conn, anchors, columns, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"))
+
+
+def audit_range(conn: Connection, tenant_id: str, first_seq: int, last_seq: int) -> list[AuditEntry]:
+    q = select(audit_log).where(A.tenant_id == tenant_id, A.seq >= first_seq, A.seq <= last_seq).order_by(A.seq)
+    return [_entry(r) for r in conn.execute(q)]
+
+
+def audit_first_after(conn: Connection, tenant_id: str, after_seq: int) -> AuditEntry | None:
+    q = select(audit_log).where(A.tenant_id == tenant_id, A.seq > after_seq).order_by(A.seq).limit(1)
+    row = conn.execute(q).first()
+    return None if row is None else _entry(row)
+
+
+def audit_last_before(conn: Connection, tenant_id: str, after_seq: int, before: datetime) -> int | None:
+    """The highest position after ``after_seq`` of an entry written before ``before``."""
+    from sqlalchemy import func
+
+    q = select(func.max(A.seq)).where(A.tenant_id == tenant_id, A.seq > after_seq, A.at < codec.to_us(before))
+    value = conn.execute(q).scalar()
+    return None if value is None else int(value)
+
+
+def audit_tenants(conn: Connection) -> list[str]:
+    return [r[0] for r in conn.execute(select(audit_heads.c.tenant_id).order_by(audit_heads.c.tenant_id))]

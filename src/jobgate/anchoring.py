@@ -1,0 +1,292 @@
+"""Anchoring the audit log (seed 000 §30-31, §48): Merkle roots over each tenant's entries,
+chained root to root, written to an append-only sink outside the database.
+
+Batches follow deterministic windows (``evidence.anchor_window_seconds``, hourly by default,
+aligned to the epoch): once a window has ended, the batch after the previous one takes every
+entry up to the last one written before the window's end — a contiguous run of positions,
+so the batches tile the chain with no gap. Each batch's root (``core.merkle``) is chained:
+``chain = SHA-256(prev_chain | root)``. The anchor row and the sink line are written by the
+DAL_ANCHOR_JOB's completion (exactly once, in its fenced completion transaction); a sink that
+fails makes the attempt fail, so the job's retry policy and dead letter apply like any job.
+Direct anchors (one leaf, at once) cover single critical entries, e.g. a safe-mode switch.
+
+The sink is where an outsider checks jobgate: a line per anchor in a local append-only file
+by default, or an HTTP endpoint from configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+from jobgate.core import merkle
+from jobgate.core.audit import GENESIS, AuditEntry, first_broken
+from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.store.sql import governance
+from jobgate.store.sql.governance import Anchor
+
+GENESIS_CHAIN = "sha256:" + "0" * 64
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class AnchorSink(Protocol):
+    name: str
+
+    def submit(self, record: dict[str, Any]) -> None: ...
+
+
+class FileSink:
+    """One JSON line per anchor, appended and fsynced. Idempotent: an anchor already in the file
+    (a retried attempt) is not written twice."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = f"file:{path}"
+
+    def submit(self, record: dict[str, Any]) -> None:
+        key = (record["tenant_id"], record["anchor_seq"])
+        if any((r["tenant_id"], r["anchor_seq"]) == key and r["chain"] == record["chain"] for r in self.records()):
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+class HttpSink:
+    """POSTs each anchor as JSON to an endpoint named in configuration (never in a request)."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.name = f"http:{url}"
+
+    def submit(self, record: dict[str, Any]) -> None:
+        import httpx
+
+        httpx.post(self.url, json=record, timeout=self.timeout).raise_for_status()
+
+
+def window_end(at: datetime, size: timedelta) -> datetime:
+    """The end of the window ``at`` falls in (windows are aligned to the epoch)."""
+    return EPOCH + ((at - EPOCH) // size + 1) * size
+
+
+def chain_hash(prev_chain: str, root: str) -> str:
+    return digest({"prev_chain": prev_chain, "root": root})
+
+
+def record_of(a: Anchor) -> dict[str, Any]:
+    out = asdict(a)
+    for key in ("window_start", "window_end", "created_at"):
+        out[key] = isoformat_utc(out[key])
+    return out
+
+
+def anchor_due(conn: Connection, tenant_id: str, *, now: datetime, window: timedelta, sink: AnchorSink) -> list[Anchor]:
+    """Anchor every window of ``tenant_id`` that has ended and has unanchored entries; each
+    anchor is stored and submitted to the sink. Runs inside the caller's transaction."""
+    made: list[Anchor] = []
+    while True:
+        last_batch = governance.anchor_last(conn, tenant_id, "batch")
+        after = 0 if last_batch is None else last_batch.last_seq
+        first = governance.audit_first_after(conn, tenant_id, after)
+        if first is None:
+            return made
+        end = window_end(first.event.at, window)
+        if end > now:
+            return made
+        upto = governance.audit_last_before(conn, tenant_id, after, end)
+        assert upto is not None  # ``first`` itself was written before ``end``
+        entries = governance.audit_range(conn, tenant_id, after + 1, upto)
+        start = end - window if last_batch is None else last_batch.window_end
+        made.append(_store(conn, tenant_id, "batch", start, end, entries, now, sink))
+
+
+def anchor_direct(conn: Connection, entry: AuditEntry, *, now: datetime, sink: AnchorSink) -> Anchor:
+    """Anchor one critical entry at once (a one-leaf tree: its root is the leaf's digest)."""
+    return _store(conn, entry.event.tenant_id, "direct", entry.event.at, entry.event.at, [entry], now, sink)
+
+
+def _store(
+    conn: Connection,
+    tenant_id: str,
+    mode: str,
+    start: datetime,
+    end: datetime,
+    entries: Sequence[AuditEntry],
+    now: datetime,
+    sink: AnchorSink,
+) -> Anchor:
+    root = merkle.root([e.entry_hash for e in entries])
+    previous = governance.anchor_last(conn, tenant_id)
+    prev_chain = GENESIS_CHAIN if previous is None else previous.chain
+    anchor = Anchor(
+        tenant_id=tenant_id,
+        anchor_seq=1 if previous is None else previous.anchor_seq + 1,
+        mode=mode,
+        window_start=start,
+        window_end=end,
+        first_seq=entries[0].seq,
+        last_seq=entries[-1].seq,
+        leaf_count=len(entries),
+        root=root,
+        prev_chain=prev_chain,
+        chain=chain_hash(prev_chain, root),
+        created_at=now,
+        sink=sink.name,
+    )
+    if not governance.anchor_put(conn, anchor):
+        raise RuntimeError(f"anchor {anchor.anchor_seq} of {tenant_id} was written meanwhile; anchor again")
+    sink.submit(record_of(anchor))
+    return anchor
+
+
+# ---------------------------------------------------------------------------- verification
+@dataclass(frozen=True)
+class Verification:
+    """The chain recomputed: ``ok``, or the first entry (or anchor) that fails and why."""
+
+    tenant_id: str
+    entries: int
+    anchors: int
+    ok: bool
+    first_bad_seq: int | None = None
+    problem: str | None = None
+
+
+def verify_tenant(
+    conn: Connection, tenant_id: str, *, sink_records: Sequence[dict[str, Any]] | None = None
+) -> Verification:
+    """Recompute every entry's hash and link, the head, and every anchor's root and chain
+    (against the sink's copy too, when given): a flipped byte, a deleted, reordered or inserted
+    entry, a truncated tail and a chain rewritten from scratch all fail here."""
+    entries: list[AuditEntry] = []
+    after = 0
+    while True:  # in pages: memory stays bounded by the page, not the log
+        page = governance.audit_list(conn, governance.AuditFilter(tenant_id=tenant_id, after_seq=after, limit=5000))
+        if not page:
+            break
+        entries.extend(page)
+        after = page[-1].seq
+    count = len(entries)
+    bad = first_broken(entries)
+    anchors = governance.anchors_list(conn, tenant_id)
+    if bad is not None:
+        e = entries[bad]
+        return Verification(
+            tenant_id,
+            count,
+            len(anchors),
+            False,
+            bad + 1,
+            f"entry {bad + 1} does not follow from the one before (stored seq {e.seq})",
+        )
+    head_seq, head_hash = governance.audit_head(conn, tenant_id)
+    last_seq, last_hash = (entries[-1].seq, entries[-1].entry_hash) if entries else (0, GENESIS)
+    if (head_seq, head_hash) != (last_seq, last_hash):
+        return Verification(
+            tenant_id,
+            count,
+            len(anchors),
+            False,
+            last_seq + 1,
+            f"the chain ends at {last_seq} but its head says {head_seq}: entries are missing",
+        )
+    by_seq = {e.seq: e for e in entries}
+    prev_chain = GENESIS_CHAIN
+    witnessed = {(r["tenant_id"], r["anchor_seq"]): r for r in sink_records or ()}
+    for a in anchors:
+        covered = [by_seq.get(s) for s in range(a.first_seq, a.last_seq + 1)]
+        if any(e is None for e in covered):
+            return Verification(
+                tenant_id,
+                count,
+                len(anchors),
+                False,
+                a.first_seq,
+                f"anchor {a.anchor_seq} covers entries that no longer exist",
+            )
+        root = merkle.root([e.entry_hash for e in covered if e is not None])
+        if root != a.root or a.prev_chain != prev_chain or chain_hash(prev_chain, root) != a.chain:
+            return Verification(
+                tenant_id, count, len(anchors), False, a.first_seq,
+                f"anchor {a.anchor_seq} (entries {a.first_seq}-{a.last_seq}) no longer matches the entries it covers",
+            )  # fmt: skip
+        if sink_records is not None:
+            seen = witnessed.get((tenant_id, a.anchor_seq))
+            if seen is None or seen["chain"] != a.chain:
+                return Verification(
+                    tenant_id,
+                    count,
+                    len(anchors),
+                    False,
+                    a.first_seq,
+                    f"anchor {a.anchor_seq} differs from the sink's copy",
+                )
+        prev_chain = a.chain
+    return Verification(tenant_id, count, len(anchors), True)
+
+
+def inclusion_proof(conn: Connection, tenant_id: str, seq: int) -> dict[str, Any] | None:
+    """The proof that entry ``seq`` is in an anchored root: the entry hash, the steps, the
+    root, and the anchor; None when no anchor covers it yet."""
+    for a in governance.anchors_list(conn, tenant_id):
+        if a.mode == "batch" and a.first_seq <= seq <= a.last_seq:
+            entries = governance.audit_range(conn, tenant_id, a.first_seq, a.last_seq)
+            index = seq - a.first_seq
+            return {
+                "tenant_id": tenant_id,
+                "seq": seq,
+                "entry_hash": entries[index].entry_hash,
+                "proof": [list(step) for step in merkle.proof([e.entry_hash for e in entries], index)],
+                "root": a.root,
+                "anchor": record_of(a),
+            }
+    return None
+
+
+# ---------------------------------------------------------------------------- the job and the sink
+def sink_for(config: Any) -> AnchorSink:
+    """The configured sink: ``evidence.anchor_sink_url`` if set, else the append-only file."""
+    if config.evidence.anchor_sink_url:
+        return HttpSink(config.evidence.anchor_sink_url)
+    return FileSink(config.anchor_sink_path)
+
+
+def anchor_job(ctx: Any) -> dict[str, Any]:
+    """The DAL_ANCHOR_JOB handler (``handler: jobgate.anchoring:anchor_job``): anchors every
+    ended window of the run's tenant in the run's own fenced completion, so each anchor is
+    written exactly once however often the job is retried or its worker dies; a sink failure
+    fails the attempt (retried, then dead-lettered, like any job)."""
+    from jobgate.core.errors import NonRetryableError
+
+    config = ctx.host_config
+    if config is None:
+        raise NonRetryableError("the anchor job runs inside a jobgate worker", error_code="NO_HOST_CONFIG")
+    tenant = str(ctx.payload.scope.get("tenant_id") or "default")
+    sink = sink_for(config)
+    window = config.evidence.anchor_window
+
+    def effect(conn: Connection) -> None:
+        made = anchor_due(conn, tenant, now=datetime.now(UTC), window=window, sink=sink)
+        ctx.log(f"anchored {len(made)} window(s) of {tenant} to {sink.name}")
+
+    ctx.on_complete(effect)
+    return {"tenant_id": tenant, "window_seconds": window.total_seconds(), "sink": sink.name}

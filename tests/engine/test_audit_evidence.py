@@ -1,0 +1,177 @@
+"""Tamper evidence: the audit chain and its anchors are edited directly in the database, and
+verification names the right entry; a clean log verifies; proofs verify offline."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from jobgate import anchoring
+from jobgate.core import merkle
+from jobgate.core.audit import AuditEvent, chain
+from jobgate.service.engine import Engine
+from jobgate.store import codec
+from jobgate.store.sql import governance
+
+T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+WINDOW = timedelta(hours=1)
+# Six entries across two hourly windows (10:xx and 11:xx); anchored at 12:30.
+TIMES = [T0 + timedelta(minutes=m) for m in (5, 20, 40, 70, 80, 100)]
+
+
+@pytest.fixture
+def anchored(engine: Engine, tmp_path: Path) -> tuple[Engine, anchoring.FileSink]:
+    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+    with engine.store.write() as tx:
+        tx.audit_append(
+            [
+                AuditEvent("default", f"actor-{i}", "test.fact", "test", str(i), at, payload={"n": i})
+                for i, at in enumerate(TIMES, 1)
+            ]
+        )
+    with engine.store.write() as tx:
+        made = anchoring.anchor_due(
+            tx.conn, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink
+        )
+    assert [(a.first_seq, a.last_seq) for a in made] == [(1, 3), (4, 6)]
+    return engine, sink
+
+
+def check(engine: Engine, sink: anchoring.FileSink) -> anchoring.Verification:
+    with engine.store.read() as tx:
+        return anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records())
+
+
+def sql(engine: Engine, statement: str, **params: object) -> None:
+    with engine.store.write() as tx:
+        tx.conn.execute(text(statement), params)
+
+
+def test_a_clean_log_verifies_and_windows_tile_the_chain(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    result = check(engine, sink)
+    assert result.ok and (result.entries, result.anchors) == (6, 2)
+    assert [r["anchor_seq"] for r in sink.records()] == [1, 2]
+    with engine.store.write() as tx:  # nothing more is due: anchoring again adds nothing
+        again = anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+    assert again == []
+
+
+def test_a_flipped_byte_is_found_at_its_entry(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    sql(engine, "UPDATE audit_log SET payload = :p WHERE seq = 3", p='{"n":4}')
+    result = check(engine, sink)
+    assert not result.ok and result.first_bad_seq == 3
+
+
+@pytest.mark.parametrize(
+    ("tamper", "first_bad"),
+    [
+        ("DELETE FROM audit_log WHERE seq = 3", 3),
+        ("UPDATE audit_log SET seq = CASE seq WHEN 2 THEN 3 WHEN 3 THEN 2 END WHERE seq IN (2, 3)", 2),
+        ("UPDATE audit_log SET actor = 'mallory' WHERE seq = 5", 5),
+    ],
+)
+def test_deleted_swapped_and_edited_entries_are_named(
+    anchored: tuple[Engine, anchoring.FileSink], tamper: str, first_bad: int
+) -> None:
+    engine, sink = anchored
+    if "CASE" in tamper:  # swap through a free position: the pair (tenant, seq) is unique
+        sql(engine, "UPDATE audit_log SET seq = 1000 WHERE seq = 2")
+        sql(engine, "UPDATE audit_log SET seq = 2 WHERE seq = 3")
+        sql(engine, "UPDATE audit_log SET seq = 3 WHERE seq = 1000")
+    else:
+        sql(engine, tamper)
+    result = check(engine, sink)
+    assert not result.ok and result.first_bad_seq == first_bad, result
+
+
+def test_an_inserted_entry_is_named(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    for seq in (6, 5, 4):  # make room after entry 3
+        sql(engine, "UPDATE audit_log SET seq = :n WHERE seq = :s", n=seq + 1, s=seq)
+    with engine.store.read() as tx:
+        (third,) = governance.audit_range(tx.conn, "default", 3, 3)
+    forged = chain([AuditEvent("default", "mallory", "test.fact", "test", "x", TIMES[2])], 3, third.entry_hash)[0]
+    sql(
+        engine,
+        "INSERT INTO audit_log (tenant_id, seq, at, actor, action, target_type, target_id, reason, payload,"
+        " prev_hash, entry_hash) VALUES ('default', 4, :at, 'mallory', 'test.fact', 'test', 'x', NULL, '{}', :p, :h)",
+        at=codec.to_us(TIMES[2]),
+        p=forged.prev_hash,
+        h=forged.entry_hash,
+    )
+    result = check(engine, sink)
+    assert not result.ok and result.first_bad_seq == 5  # the old fourth entry no longer follows
+
+
+def test_a_truncated_tail_is_caught_by_the_anchor(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    with engine.store.read() as tx:
+        (fourth,) = governance.audit_range(tx.conn, "default", 4, 4)
+    sql(engine, "DELETE FROM audit_log WHERE seq > 4")
+    sql(engine, "UPDATE audit_heads SET seq = 4, entry_hash = :h WHERE tenant_id = 'default'", h=fourth.entry_hash)
+    result = check(engine, sink)
+    assert not result.ok and result.first_bad_seq == 4 and "no longer exist" in str(result.problem)
+
+
+def test_a_chain_rewritten_from_scratch_fails_against_the_anchors(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    with engine.store.read() as tx:
+        entries = governance.audit_range(tx.conn, "default", 1, 6)
+    events = [e.event for e in entries]
+    events[1] = replace(events[1], actor="mallory")
+    rewritten = chain(events, 0, "sha256:" + "0" * 64)
+    sql(engine, "DELETE FROM audit_log")
+    with engine.store.write() as tx:
+        tx.conn.execute(text("UPDATE audit_heads SET seq = 0, entry_hash = :g"), {"g": "sha256:" + "0" * 64})
+        tx.audit_append(events)  # a perfectly consistent chain...
+    assert [e.entry_hash for e in rewritten][-1]
+    result = check(engine, sink)
+    assert (
+        not result.ok and result.first_bad_seq == 1 and "anchor 1" in str(result.problem)
+    )  # ...that the anchor refutes
+
+
+def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    sql(engine, "UPDATE audit_log SET reason = 'edited' WHERE seq = 2")
+    with engine.store.read() as tx:
+        entries = governance.audit_range(tx.conn, "default", 1, 6)
+    # The attacker recomputes the entries' hashes and the anchors in the database...
+    rewritten = chain([e.event for e in entries], 0, "sha256:" + "0" * 64)
+    with engine.store.write() as tx:
+        for e in rewritten:
+            tx.conn.execute(
+                text("UPDATE audit_log SET prev_hash = :p, entry_hash = :h WHERE seq = :s"),
+                {"p": e.prev_hash, "h": e.entry_hash, "s": e.seq},
+            )
+        tx.conn.execute(text("UPDATE audit_heads SET entry_hash = :h"), {"h": rewritten[-1].entry_hash})
+        prev = anchoring.GENESIS_CHAIN
+        for n, (first, last) in enumerate([(1, 3), (4, 6)], 1):
+            root = merkle.root([e.entry_hash for e in rewritten[first - 1 : last]])
+            new_chain = anchoring.chain_hash(prev, root)
+            tx.conn.execute(
+                text("UPDATE anchors SET root = :r, prev_chain = :p, chain = :c WHERE anchor_seq = :n"),
+                {"r": root, "p": prev, "c": new_chain, "n": n},
+            )
+            prev = new_chain
+    with engine.store.read() as tx:
+        assert anchoring.verify_tenant(tx.conn, "default").ok  # consistent inside the database...
+    result = check(engine, sink)
+    assert not result.ok and "sink" in str(result.problem)  # ...but not with the sink outside it
+
+
+def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, _ = anchored
+    with engine.store.read() as tx:
+        proofs = [anchoring.inclusion_proof(tx.conn, "default", seq) for seq in range(1, 7)]
+        assert anchoring.inclusion_proof(tx.conn, "default", 7) is None
+    for p in proofs:
+        assert p is not None
+        assert merkle.verify(p["entry_hash"], p["proof"], p["root"])
+        assert not merkle.verify(p["entry_hash"], p["proof"], proofs[0]["root"] if p["seq"] > 3 else proofs[5]["root"])  # type: ignore[index]
