@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import JobgateError, NonRetryableError, ValidationError
 from jobgate.core.models import JobRun
@@ -113,6 +114,7 @@ class Worker:
         self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
         self._running: dict[str, _InFlight] = {}
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
+        self._audit_pending: dict[str, AuditEvent] = {}  # material settlements' audit entries
         self._effects: dict[str, _Effects] = {}  # pending completions that carry handler effects
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
@@ -291,6 +293,9 @@ class Worker:
                 done = tx.runs_apply(prepared) if prepared is not None else []
                 if effectful:
                     done += self._complete_with_effects(tx, effectful, now)
+                material = [e for c in done if (e := self._audit_pending.get(c.job_run_id)) is not None]
+                if material:
+                    tx.audit_append(material)
                 held: set[str] | None = None
                 if renew:
                     leases = tuple(
@@ -377,6 +382,7 @@ class Worker:
         self._pending = []
         for _change, run_id in pending:
             self._effects.pop(run_id, None)
+            self._audit_pending.pop(run_id, None)
         if held is not None:
             for run_id, flight in list(self._running.items()):
                 if run_id not in held and not flight.abandoned:
@@ -413,13 +419,16 @@ class Worker:
             try:
                 with self.engine.store.write() as tx:
                     if item[1] in self._effects:
-                        self._complete_with_effects(tx, [item], self.engine.clock.now())
+                        done = self._complete_with_effects(tx, [item], self.engine.clock.now())
                     else:
-                        tx.runs_apply([item[0]])
+                        done = tx.runs_apply([item[0]])
+                    if done and item[1] in self._audit_pending:
+                        tx.audit_append([self._audit_pending[item[1]]])
             except Exception:
                 log.exception("run %s: settlement cannot be written; leaving it to the rescuer", item[1])
             self._running.pop(item[1], None)
             self._effects.pop(item[1], None)
+            self._audit_pending.pop(item[1], None)
         self._pending = keep
 
     # ------------------------------------------------------------------ exactly-once effects
@@ -566,6 +575,35 @@ class Worker:
         change = settlement_change(settlement, run, worker_id=self.worker_id, now=now)
         self._pending.append((change, run.job_run_id))
         self._running.pop(run.job_run_id, None)
+        event = self._material(change, run, now)
+        if event is not None:
+            self._audit_pending[run.job_run_id] = event
+
+    def _material(self, change: RunChange, run: JobRun, now: datetime) -> AuditEvent | None:
+        """Seed §49: dead letters, escalations and exhausted retries are material, and so is
+        every end of a run whose definition says ``audit_required``. Recorded in the same
+        transaction as the settlement: if the audit log cannot be written, the settlement is
+        not either (fail closed, seed §58), and the worker tries again."""
+        to = change.to_status
+        if to is None or not to.is_terminal:
+            return None
+        if to not in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
+            try:
+                required = self.dispatcher.definition(run).audit_required
+            except Exception:  # the definition cannot be read: record rather than guess
+                required = True
+            if not required:
+                return None
+        return AuditEvent(
+            tenant_id=run.tenant_id,
+            actor=self.worker_id,
+            action=f"run.{to.value.lower()}",
+            target_type="run",
+            target_id=run.job_run_id,
+            at=now,
+            reason=change.values.get("error_code"),
+            payload={"attempt": run.attempt, "job_definition_id": run.job_definition_id},
+        )
 
     def _stop_requested(self, run: JobRun) -> bool:
         with self.engine.store.read() as tx:
