@@ -18,6 +18,7 @@ def register(definitions: click.Group, cli: click.Group) -> None:
     definitions.add_command(revoke)
     definitions.add_command(approval)
     cli.add_command(audit_group)
+    cli.add_command(replay_command)
 
 
 @click.command("approve")
@@ -196,3 +197,24 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
     if proof is None:
         raise ValidationError(f"entry {seq} of {tenant} is not anchored yet (or does not exist)", field="seq")
     render.emit_json(proof)
+
+
+@click.command("replay")
+@click.argument("run_id")
+@click.option("--simulate", is_flag=True, help="bind today's definition and configuration (never evidence)")
+@pass_app
+def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
+    """Rebuild RUN_ID's record from its recorded inputs with the same decision code and compare
+    hashes; exit 1 naming the first difference."""
+    from jobgate.replay import replay
+
+    report = replay(app.engine(), run_id, simulation=simulate)
+    data = report.__dict__
+    if app.json_output:
+        render.emit_json(data)
+    else:
+        kind = "simulation" if simulate else "audit replay"
+        verdict = "MATCH" if report.match else f"MISMATCH at {report.first_difference}"
+        print(f"{run_id} ({kind}): {verdict}\n  original {report.original_hash}\n  replay   {report.replay_hash}")
+    if not report.match:
+        raise ValidationError(f"replay differs: {report.first_difference}", field="replay")
