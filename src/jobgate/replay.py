@@ -29,6 +29,7 @@ from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import ExecutionWindow, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.runs import new_run
+from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
 from jobgate.core.states import RunStatus, check_transition
 from jobgate.service.engine import Engine, run_retry_policy, timeout_policy
 from jobgate.snapshots import resolve_snapshot
@@ -196,3 +197,73 @@ def _first_difference(run: JobRun, transitions: list[Transition], final: JobRun,
                 return f"transitions: recorded {len(a[name])}, replayed {len(b[name])}"
             return f"{name}: recorded {a[name]!r}, replayed {b[name]!r}"
     return "unknown"
+
+
+def sample(run_ids: list[str], size: int, seed: str) -> list[str]:
+    """A seeded random sample: the same seed and population give the same runs (the seed is
+    recorded in the replay job's result, so the sample can be drawn again)."""
+    import random
+
+    return sorted(random.Random(seed).sample(sorted(run_ids), min(size, len(run_ids))))
+
+
+def replay_job(ctx: Any) -> dict[str, Any]:
+    """The REPLAY_JOB handler (``handler: jobgate.replay:replay_job``): replay one run
+    (``run_id``, an auditor's request or a drift alert) or a seeded random sample of the tenant's
+    finished runs (``sample_size``, ``seed``; the seed defaults to the run's idempotency key, so
+    a daily schedule draws a different, reproducible sample each day). Every mismatch becomes a
+    critical ``replay_mismatch`` event and an audit entry, written exactly once with the run's
+    completion."""
+    from datetime import UTC
+
+    from jobgate.core.audit import AuditEvent
+    from jobgate.core.errors import NonRetryableError
+    from jobgate.core.events import replay_mismatch
+    from jobgate.store.base import RunFilter
+    from jobgate.store.sql import claims, governance
+
+    engine = ctx.host_engine
+    if engine is None:
+        raise NonRetryableError("the replay job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    tenant = str(ctx.payload.scope.get("tenant_id") or "default")
+    if ctx.params.get("run_id"):
+        chosen, seed = [str(ctx.params["run_id"])], None
+    else:
+        seed = str(ctx.params.get("seed") or ctx.idempotency_key)
+        with engine.store.read(tenant_id=tenant) as tx:
+            finished = [
+                r.job_run_id
+                for r in tx.runs_list(RunFilter(tenant_id=tenant, statuses=tuple(TERMINAL_STATUSES), limit=10_000))
+                if r.job_run_id != ctx.job_run_id
+            ]
+        chosen = sample(finished, int(ctx.params.get("sample_size") or 10), seed)
+    reports = [replay(engine, run_id, tenant_id=tenant) for run_id in chosen]
+    mismatches = [r for r in reports if not r.match]
+    if mismatches:
+
+        def effect(conn: Any) -> None:
+            now = datetime.now(UTC)
+            events = [
+                (r.job_run_id, tenant, replay_mismatch(
+                    tenant_id=tenant, job_run_id=r.job_run_id, difference=str(r.first_difference),
+                    replay_run_id=ctx.job_run_id, now=now,
+                ))
+                for r in mismatches
+            ]  # fmt: skip
+            claims.outbox_append(conn, events, int(now.timestamp() * 1_000_000))
+            audit_events = [
+                AuditEvent(tenant, ctx.job_run_id, "replay.mismatch", "run", r.job_run_id, now, "critical",
+                           {"first_difference": r.first_difference, "original_hash": r.original_hash})
+                for r in mismatches
+            ]  # fmt: skip
+            governance.audit_append(conn, audit_events, lock_rows=conn.dialect.name == "postgresql")
+
+        ctx.on_complete(effect)
+    for r in mismatches:
+        ctx.log(f"REPLAY MISMATCH {r.job_run_id}: {r.first_difference}")
+    return {
+        "seed": seed,
+        "replayed": len(reports),
+        "matched": len(reports) - len(mismatches),
+        "mismatches": [{"job_run_id": r.job_run_id, "first_difference": r.first_difference} for r in mismatches],
+    }

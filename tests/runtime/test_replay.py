@@ -77,3 +77,42 @@ def test_an_altered_transition_or_snapshot_is_named(engine: Engine) -> None:
         )
     report = replay(engine, other)
     assert not report.match and str(report.first_difference).startswith("config_snapshot")
+
+
+def test_a_replay_job_samples_reproducibly_and_raises_a_critical_event_on_mismatch(engine: Engine) -> None:
+    from jobgate.replay import sample
+    from jobgate.service import audit
+    from jobgate.store.sql.governance import AuditFilter
+
+    assert sample([f"r{i}" for i in range(50)], 5, "2026-11-30") == sample(
+        [f"r{i}" for i in range(50)], 5, "2026-11-30"
+    )
+    assert sample([f"r{i}" for i in range(50)], 5, "a") != sample([f"r{i}" for i in range(50)], 5, "b")
+    ok = define(engine, handler="engine_handlers:succeed")
+    job = define(
+        engine,
+        job_class="REPLAY_JOB",
+        handler="jobgate.replay:replay_job",
+        params=[{"name": "sample_size", "default": "10"}, {"name": "seed", "default": ""}],
+    )
+    runs = [submit(engine, ok) for _ in range(3)]
+    with running_worker(engine):
+        for r in runs:
+            wait_status(engine, r, RunStatus.COMPLETED)
+        with engine.store.write() as tx:  # one run's record is altered after the fact
+            tx.conn.execute(
+                text(
+                    "UPDATE run_transitions SET reason = 'retry_scheduled' "
+                    "WHERE job_run_id = :r AND to_status = 'COMPLETED'"
+                ),
+                {"r": runs[1]},
+            )
+        replayer = submit(engine, job, seed="s1")
+        done = wait_status(engine, replayer, RunStatus.COMPLETED, timeout=20)
+    assert done.result is not None and done.result["replayed"] == 3 and done.result["matched"] == 2
+    assert done.result["seed"] == "s1"
+    (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="replay.mismatch"))
+    assert entry.event.target_id == runs[1] and entry.event.reason == "critical"
+    with engine.store.read() as tx:
+        kinds = tx.conn.execute(text("SELECT event_type FROM outbox WHERE job_run_id = :r"), {"r": runs[1]}).scalars()
+        assert "replay_mismatch" in list(kinds)

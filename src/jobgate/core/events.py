@@ -30,6 +30,7 @@ class EventType(StrEnum):
     JOB_STOP_REQUESTED = "job_stop_requested"
     SAFE_MODE_ACTIVATION = "safe_mode_activation"  # the seed §48 name (an anchoring candidate)
     SAFE_MODE_DEACTIVATION = "safe_mode_deactivation"
+    REPLAY_MISMATCH = "replay_mismatch"  # critical: a run's record no longer replays to its hash
 
     @property
     def qualified(self) -> str:
@@ -188,3 +189,17 @@ def safe_mode_changed(
         "created_at": isoformat_utc(now),
     }
     return kind, body
+
+
+def replay_mismatch(*, tenant_id: str, job_run_id: str, difference: str, replay_run_id: str, now: datetime) -> Event:
+    body = {
+        "event_type": EventType.REPLAY_MISMATCH.qualified,
+        "engine_cmi": ENGINE_CMI,
+        "severity": "critical",
+        "tenant_id": tenant_id,
+        "job_run_id": job_run_id,
+        "first_difference": difference,
+        "detected_by": replay_run_id,
+        "created_at": isoformat_utc(now),
+    }
+    return EventType.REPLAY_MISMATCH, body

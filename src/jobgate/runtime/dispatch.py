@@ -28,6 +28,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._runs_dir = str(Path(engine.config.data_dir) / "runs")
         self._config = engine.config
+        self._engine = engine
 
     def prepare(self, runs: list[JobRun]) -> None:
         """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
@@ -85,6 +86,7 @@ class Dispatcher:
         )
         ctx = ExecutionContext(payload=payload, workdir=f"{run_dir}/attempt-{attempt}", log_path=f"{run_dir}/run.log")
         ctx.host_config = self._config
+        ctx.host_engine = self._engine
         return ctx
 
     def executor(self, run: JobRun) -> Executor:

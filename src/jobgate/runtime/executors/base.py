@@ -93,9 +93,10 @@ class ExecutionContext:
         self._cancelled = cancelled
         self.effects: list[Effect] = []
         self.lock_provider: LockProvider | None = None  # set by the worker
-        # The host's configuration, for jobgate's own built-in jobs (anchoring, retention):
-        # where the anchor sink is, how long windows are. Set by the dispatcher.
+        # The host's configuration and engine, for jobgate's own built-in jobs (anchoring,
+        # replay): where the anchor sink is, which database to read. Set by the dispatcher.
         self.host_config: Any = None
+        self.host_engine: Any = None
 
     @contextlib.contextmanager
     def lock(self, kind: str, key: str, ttl: timedelta = timedelta(seconds=60)) -> Iterator[Any]:
