@@ -65,6 +65,7 @@ _TOP_KEYS = (
     "trust_gates",
     "policy",
     "evidence",
+    "retention",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -228,6 +229,7 @@ class JobgateConfig:
     trust_gates: TrustGateSettings = TrustGateSettings()
     policy: Path | None = None  # the scheduler policy file (jobgate.policy), re-read when it changes
     evidence: EvidenceSettings = EvidenceSettings()
+    finished_runs_retention: timedelta | None = None  # retention.finished_runs_days; None: keep for ever
 
     @property
     def anchor_sink_path(self) -> Path:
@@ -327,6 +329,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
         policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),
         evidence=_evidence(r, doc.get("evidence"), base_dir),
+        finished_runs_retention=_retention(r, doc.get("retention")),
     )
 
 
@@ -484,6 +487,17 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _retention(r: Reader, value: Any) -> timedelta | None:
+    spec = r.mapping(_or_empty(value), "retention")
+    r.only_keys(spec, "retention", ("finished_runs_days",))
+    if spec.get("finished_runs_days") is None:
+        return None
+    days = r.number(spec["finished_runs_days"], "retention.finished_runs_days")
+    if days < 1:
+        r.fail("retention.finished_runs_days", "at least 1 day")
+    return timedelta(days=days)
 
 
 def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:

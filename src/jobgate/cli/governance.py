@@ -19,6 +19,7 @@ def register(definitions: click.Group, cli: click.Group) -> None:
     definitions.add_command(approval)
     cli.add_command(audit_group)
     cli.add_command(replay_command)
+    cli.add_command(retention_group)
 
 
 @click.command("approve")
@@ -218,3 +219,24 @@ def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
         print(f"{run_id} ({kind}): {verdict}\n  original {report.original_hash}\n  replay   {report.replay_hash}")
     if not report.match:
         raise ValidationError(f"replay differs: {report.first_difference}", field="replay")
+
+
+@click.group("retention")
+def retention_group() -> None:
+    """Retention of finished runs (retention.finished_runs_days); audit entries are never deleted."""
+
+
+@retention_group.command("run")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--dry-run", is_flag=True, help="count what would go; delete nothing")
+@pass_app
+def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:
+    """What the MAINTENANCE_JOB (jobgate.retention:retention_job) does on its schedule."""
+    from jobgate.retention import retire
+
+    done = retire(app.engine(), tenant, dry_run=dry_run)
+    if done.cutoff is None:
+        print(f"{tenant}: nothing may go (no retention configured, or nothing anchored yet)")
+    else:
+        verb = "would delete" if dry_run else "deleted"
+        print(f"{tenant}: {verb} {done.deleted} finished runs that ended before {isoformat_utc(done.cutoff)}")

@@ -363,6 +363,9 @@ class StoreTx:
     def outbox_backlog(self) -> int:
         return outbox.outbox_backlog(self.conn, ordered_ids=self._ordered_ids)
 
+    def runs_retire(self, tenant_id: str, ended_before: datetime, limit: int) -> list[str]:
+        return outbox.runs_retire(self.conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
         return outbox.outbox_summary(self.conn, tenant_id, ordered_ids=self._ordered_ids)
 

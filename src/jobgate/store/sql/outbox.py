@@ -203,3 +203,39 @@ def lock_release(conn: Connection, name: str, owner: str, token: int) -> None:
     conn.execute(
         update(locks).where(locks.c.name == name, locks.c.owner == owner, locks.c.token == token).values(expires_at=0)
     )
+
+
+def runs_retire(
+    conn: Connection, tenant_id: str, ended_before: datetime, limit: int, *, ordered_ids: bool
+) -> list[str]:
+    """Delete up to ``limit`` finished runs of ``tenant_id`` that ended before ``ended_before``,
+    with their transitions, resolved dead letters, licence slots and delivered events. A run
+    with an event not yet delivered or an open dead letter is kept (its record is still in use)."""
+    from sqlalchemy import and_, delete, exists
+
+    from jobgate.store.tables import dead_letters, job_runs, licence_slots, run_transitions
+
+    r = job_runs.c
+    terminal = ("COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED", "ESCALATED")
+    busy_event = exists().where(and_(outbox.c.job_run_id == r.job_run_id, _undelivered(conn, ordered_ids)))
+    open_letter = exists().where(and_(dead_letters.c.job_run_id == r.job_run_id, dead_letters.c.resolved_at.is_(None)))
+    q = (
+        select(r.job_run_id)
+        .where(
+            r.tenant_id == tenant_id,
+            r.status.in_(terminal),
+            r.ended_at < codec.to_us(ended_before),
+            ~busy_event,
+            ~open_letter,
+        )
+        .limit(limit)
+    )
+    ids = [row[0] for row in conn.execute(q)]
+    if not ids:
+        return []
+    conn.execute(delete(run_transitions).where(run_transitions.c.job_run_id.in_(ids)))
+    conn.execute(delete(dead_letters).where(dead_letters.c.job_run_id.in_(ids)))
+    conn.execute(delete(licence_slots).where(licence_slots.c.job_run_id.in_(ids)))
+    conn.execute(delete(outbox).where(outbox.c.job_run_id.in_(ids)))
+    conn.execute(delete(job_runs).where(r.job_run_id.in_(ids)))
+    return ids

@@ -1,0 +1,96 @@
+"""Retention (seed 000 §57): finished runs older than ``retention.finished_runs_days`` are
+deleted — with their transitions, resolved dead letters and delivered events — by a
+MAINTENANCE_JOB, and only what policy allows:
+
+* never a run that is not finished, has an event not yet delivered or an open dead letter;
+* never anything not yet anchored: a tenant's runs are retired only up to the end of its
+  latest anchored window, so every audit entry about them is already under an anchor;
+* never an audit entry: the audit log and its anchors are the permanent record (a run's
+  entries keep naming it after its row is gone);
+* every deletion is itself audited (``retention.deleted``: how many, up to when).
+
+With no retention configured nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobgate.core.audit import AuditEvent
+from jobgate.service.engine import Engine
+from jobgate.store.sql import governance
+
+BATCH = 1000
+ACTOR = "retention"
+
+
+@dataclass(frozen=True)
+class Retired:
+    tenant_id: str
+    cutoff: datetime | None
+    deleted: int
+
+
+def cutoff_for(engine: Engine, tenant_id: str, now: datetime) -> datetime | None:
+    """Runs that ended before this may go: the retention period, bounded by the last anchor."""
+    keep = engine.config.finished_runs_retention
+    if keep is None:
+        return None
+    with engine.store.read() as tx:
+        anchored = governance.anchor_last(tx.conn, tenant_id, "batch")
+        has_log = tx.audit_head(tenant_id)[0] > 0
+    if has_log and anchored is None:
+        return None  # its audit entries are not anchored yet: nothing may go
+    limit = now - keep
+    return limit if anchored is None else min(limit, anchored.window_end)
+
+
+def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_run: bool = False) -> Retired:
+    now = now or engine.clock.now()
+    cutoff = cutoff_for(engine, tenant_id, now)
+    if cutoff is None:
+        return Retired(tenant_id, None, 0)
+    if dry_run:
+        with engine.store.read() as tx:
+            from jobgate.core.states import TERMINAL
+            from jobgate.store.base import RunFilter
+
+            due = [r for r in tx.runs_list(RunFilter(tenant_id=tenant_id, statuses=tuple(TERMINAL), limit=100_000))
+                   if r.ended_at is not None and r.ended_at < cutoff]  # fmt: skip
+        return Retired(tenant_id, cutoff, len(due))
+    deleted = 0
+    while True:
+        with engine.store.write() as tx:
+            ids = tx.runs_retire(tenant_id, cutoff, BATCH)
+            if ids:
+                tx.audit_append(
+                    [
+                        AuditEvent(
+                            tenant_id, ACTOR, "retention.deleted", "runs", f"{len(ids)} runs", now,
+                            reason="retention.finished_runs_days",
+                            payload={"ended_before": cutoff.isoformat(), "runs": ids},
+                        )
+                    ]
+                )  # fmt: skip
+        deleted += len(ids)
+        if len(ids) < BATCH:
+            return Retired(tenant_id, cutoff, deleted)
+
+
+def retention_job(ctx: Any) -> dict[str, Any]:
+    """The MAINTENANCE_JOB handler (``handler: jobgate.retention:retention_job``) for the run's tenant."""
+    from jobgate.core.errors import NonRetryableError
+
+    engine = ctx.host_engine
+    if engine is None:
+        raise NonRetryableError("the retention job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    tenant = str(ctx.payload.scope.get("tenant_id") or "default")
+    done = retire(engine, tenant)
+    ctx.log(f"retention: {done.deleted} finished runs of {tenant} deleted (ended before {done.cutoff})")
+    return {
+        "tenant_id": tenant,
+        "deleted": done.deleted,
+        "ended_before": None if done.cutoff is None else done.cutoff.isoformat(),
+    }
