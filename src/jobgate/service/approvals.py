@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobgate.core import events
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
-from jobgate.core.settle import cancel_decision, settle_without_attempt
-from jobgate.core.states import PENDING, RunStatus
-from jobgate.service import audit
+from jobgate.core.states import PENDING
+from jobgate.service import audit, control
 from jobgate.service.engine import Engine
-from jobgate.store.base import RunChange, RunFilter, StoredDefinition
+from jobgate.store.base import RunFilter, StoredDefinition
 from jobgate.store.sql.governance import Approval
 from jobgate.store.sqlstore import StoreTx
 
@@ -102,23 +100,11 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
                 limit=MAX_CANCELLED_PER_REVOKE,
             )
         )
-        changes = []
-        for run in (r for r in pending if r.definition_digest in digests):
-            s = settle_without_attempt(
-                run, cancel_decision(), now=now, actor=actor, detail={"reason": "approval_revoked"}
-            )
-            changes.append(
-                RunChange(
-                    job_run_id=run.job_run_id,
-                    tenant_id=run.tenant_id,
-                    from_status=run.status,
-                    to_status=s.to_status,
-                    transition=s.transition,
-                    revoke_lease=run.status is RunStatus.DISPATCHED,
-                    values={"ended_at": now},
-                    events=[events.job_cancelled(run, actor=actor, reason="approval_revoked", now=now)],
-                )
-            )
+        changes = [
+            control.cancel_change(run, actor=actor, reason="approval_revoked", now=now)
+            for run in pending
+            if run.definition_digest in digests
+        ]
         cancelled = [c.job_run_id for c in tx.runs_apply(changes)] if changes else []
         audit.record(
             tx,

@@ -7,6 +7,7 @@ run's state is a ``ConflictError`` (409 at the API), never a silent no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from jobgate.core import events
 from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError
@@ -48,25 +49,30 @@ def cancel_run(
         if not run.status.is_pending:
             hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
             raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
-        s = settle_without_attempt(
-            run, cancel_decision(), now=now, actor=actor, detail={"reason": reason} if reason else None
-        )
-        change = RunChange(
-            job_run_id=run.job_run_id,
-            tenant_id=run.tenant_id,
-            from_status=run.status,
-            to_status=s.to_status,
-            transition=s.transition,
-            revoke_lease=run.status is RunStatus.DISPATCHED,
-            values={"ended_at": now},
-            events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
-        )
+        change = cancel_change(run, actor=actor, reason=reason, now=now)
         if not tx.runs_apply([change]):
             raise ConflictError("run changed state while being cancelled; try again", field="status")
         audit.record(tx, audit.event(run.tenant_id, actor, "run.cancelled", "run", run.job_run_id, now, reason=reason))
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
+
+
+def cancel_change(run: JobRun, *, actor: str, reason: str | None, now: datetime) -> RunChange:
+    """The change that cancels a pending run (a claimed-but-unstarted one loses its lease)."""
+    s = settle_without_attempt(
+        run, cancel_decision(), now=now, actor=actor, detail={"reason": reason} if reason else None
+    )
+    return RunChange(
+        job_run_id=run.job_run_id,
+        tenant_id=run.tenant_id,
+        from_status=run.status,
+        to_status=s.to_status,
+        transition=s.transition,
+        revoke_lease=run.status is RunStatus.DISPATCHED,
+        values={"ended_at": now},
+        events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
+    )
 
 
 def stop_run(
