@@ -209,7 +209,7 @@ def sample(run_ids: list[str], size: int, seed: str) -> list[str]:
 
 def replay_job(ctx: Any) -> dict[str, Any]:
     """The REPLAY_JOB handler (``handler: jobgate.replay:replay_job``): replay one run
-    (``run_id``, an auditor's request or a drift alert) or a seeded random sample of the tenant's
+    (``target_run``, an auditor's request or a drift alert) or a seeded random sample of the tenant's
     finished runs (``sample_size``, ``seed``; the seed defaults to the run's idempotency key, so
     a daily schedule draws a different, reproducible sample each day). Every mismatch becomes a
     critical ``replay_mismatch`` event and an audit entry, written exactly once with the run's
@@ -226,8 +226,8 @@ def replay_job(ctx: Any) -> dict[str, Any]:
     if engine is None:
         raise NonRetryableError("the replay job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
-    if ctx.params.get("run_id"):
-        chosen, seed = [str(ctx.params["run_id"])], None
+    if ctx.params.get("target_run"):
+        chosen, seed = [str(ctx.params["target_run"])], None
     else:
         seed = str(ctx.params.get("seed") or ctx.idempotency_key)
         with engine.store.read(tenant_id=tenant) as tx:

@@ -152,7 +152,32 @@ def test_safe_mode_events_name_the_tenant_activation_and_who(active: bool) -> No
     }
 
 
-NOT_RUN_EVENTS = {EventType.SAFE_MODE_ACTIVATION, EventType.SAFE_MODE_DEACTIVATION}  # tested just above
+def test_a_replay_mismatch_is_critical_and_names_the_difference() -> None:
+    kind, body = events.replay_mismatch(
+        tenant_id="acme",
+        job_run_id="TGJOBRUN-1",
+        difference="transitions[4].reason",
+        replay_run_id="TGJOBRUN-2",
+        now=NOW,
+    )
+    assert kind is EventType.REPLAY_MISMATCH
+    assert body == {
+        "event_type": "trustgate.scheduler.replay_mismatch",
+        "engine_cmi": events.ENGINE_CMI,
+        "severity": "critical",
+        "tenant_id": "acme",
+        "job_run_id": "TGJOBRUN-1",
+        "first_difference": "transitions[4].reason",
+        "detected_by": "TGJOBRUN-2",
+        "created_at": Z_NOW,
+    }
+
+
+NOT_RUN_EVENTS = {  # tested just above
+    EventType.SAFE_MODE_ACTIVATION,
+    EventType.SAFE_MODE_DEACTIVATION,
+    EventType.REPLAY_MISMATCH,
+}
 
 
 def test_every_event_type_has_a_builder_under_test() -> None:
