@@ -211,7 +211,9 @@ def verify_tenant(
         )
     by_seq = {e.seq: e for e in entries}
     prev_chain = GENESIS_CHAIN
-    witnessed = {(r["tenant_id"], r["anchor_seq"]): r for r in sink_records or ()}
+    witnessed: dict[tuple[str, int], set[str]] = {}
+    for r in sink_records or ():
+        witnessed.setdefault((r["tenant_id"], int(r["anchor_seq"])), set()).add(r["chain"])
     for a in anchors:
         covered = [by_seq.get(s) for s in range(a.first_seq, a.last_seq + 1)]
         if any(e is None for e in covered):
@@ -229,18 +231,23 @@ def verify_tenant(
                 tenant_id, count, len(anchors), False, a.first_seq,
                 f"anchor {a.anchor_seq} (entries {a.first_seq}-{a.last_seq}) no longer matches the entries it covers",
             )  # fmt: skip
-        if sink_records is not None:
-            seen = witnessed.get((tenant_id, a.anchor_seq))
-            if seen is None or seen["chain"] != a.chain:
-                return Verification(
-                    tenant_id,
-                    count,
-                    len(anchors),
-                    False,
-                    a.first_seq,
-                    f"anchor {a.anchor_seq} differs from the sink's copy",
-                )
+        if sink_records is not None and a.chain not in witnessed.get((tenant_id, a.anchor_seq), set()):
+            return Verification(
+                tenant_id,
+                count,
+                len(anchors),
+                False,
+                a.first_seq,
+                f"anchor {a.anchor_seq} differs from the sink's copy",
+            )
         prev_chain = a.chain
+    known = {a.anchor_seq for a in anchors}
+    missing = sorted(seq for t, seq in witnessed if t == tenant_id and seq not in known)
+    if missing:  # anchors deleted from the database (with the tail they covered): the sink remembers
+        return Verification(
+            tenant_id, count, len(anchors), False, last_seq + 1,
+            f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
+        )  # fmt: skip
     return Verification(tenant_id, count, len(anchors), True)
 
 

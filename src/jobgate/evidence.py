@@ -172,8 +172,14 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
     try:
         manifest = json.loads(files["manifest.json"])
         listed: dict[str, str] = manifest["files"]
+        if not isinstance(listed, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in listed.items()
+        ):
+            raise TypeError("files is not a mapping of names to digests")
     except (ValueError, KeyError, TypeError):
         return BundleCheck(False, ["manifest.json is not a manifest"], None)
+    required = {"run.json", "definition.json", "approvals.json", "config_snapshot.json", "audit.json", "proofs.json"}
+    problems += [f"{name}: not in the manifest" for name in sorted(required - set(listed))]
     damaged = {p.split(":", 1)[0] for p in problems}
     for name, want in sorted(listed.items()):
         if name in damaged:
@@ -203,7 +209,10 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
             )
             problems.append(f"{_placed(data, members, at)}: the archive differs from the exported bytes at offset {at}")
     if not problems:
-        problems += _content_checks(files)
+        try:
+            problems += _content_checks(files)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # signed, but not a bundle's shape
+            problems.append(f"the bundle's files are not what an export writes ({type(exc).__name__}: {exc})")
     return BundleCheck(not problems, problems, signed_by)
 
 
@@ -225,8 +234,15 @@ def _content_checks(files: dict[str, bytes]) -> list[str]:
         )  # fmt: skip
         if entry_hash(event, e["seq"], e["prev_hash"]) != e["entry_hash"]:
             out.append(f"audit.json: entry {e['seq']} does not match its hash")
+    entries = {e["seq"]: e["entry_hash"] for e in json.loads(files["audit.json"])}
     for p in json.loads(files["proofs.json"]):
-        if not merkle.verify(p["entry_hash"], p["proof"], p["root"]):
+        if entries.get(p["seq"]) != p["entry_hash"]:
+            out.append(f"proofs.json: the proof of entry {p['seq']} is not for the entry in audit.json")
+        elif p["root"] != p["anchor"]["root"] or p["anchor"]["chain"] != anchoring.chain_hash(
+            p["anchor"]["prev_chain"], p["root"]
+        ):
+            out.append(f"proofs.json: entry {p['seq']}'s root is not its anchor's")
+        elif not merkle.verify(p["entry_hash"], p["proof"], p["root"]):
             out.append(f"proofs.json: the proof of entry {p['seq']} does not reach its root")
     return out
 

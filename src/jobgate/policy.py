@@ -268,25 +268,42 @@ def _blackout(r: Reader, value: Any, at: str, classes: set[str]) -> Blackout:
 
 
 class PolicyFile:
-    """The policy on disk, re-read when it changes; ``changed`` tells the caller to audit it."""
+    """The policy on disk, re-read when it changes. A changed policy is returned with
+    ``changed`` until ``confirm`` says its change was recorded (audited), so a failed audit
+    write cannot let a new policy bind unrecorded. A file that cannot be read refuses every
+    trigger (fail closed) with a ``ConfigurationError`` naming it."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._seen: tuple[float, int] | None = None
         self._policy: Policy | None = None
+        self._candidate: tuple[tuple[float, int], Policy] | None = None
         self._lock = threading.Lock()
 
     def current(self) -> tuple[Policy | None, bool]:
-        """The policy and whether it differs from the one returned before."""
+        """The policy and whether it differs from the last confirmed one."""
         if self.path is None:
             return None, False
-        st = self.path.stat()
+        try:
+            st = self.path.stat()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot be read ({exc.strerror}); no trigger is admitted", field="policy"
+            ) from None
         key = (st.st_mtime, st.st_size)
         with self._lock:
             if key == self._seen:
                 return self._policy, False
-            before = self._policy
             text = read_text(self.path, error=ConfigurationError)
             policy = parse_policy(parse_yaml(text, source=str(self.path), error=ConfigurationError), str(self.path))
-            self._policy, self._seen = policy, key
-            return policy, before is None or before.digest != policy.digest
+            if self._policy is not None and self._policy.digest == policy.digest:
+                self._seen = key  # touched, not changed
+                return policy, False
+            self._candidate = (key, policy)
+            return policy, True
+
+    def confirm(self, policy: Policy) -> None:
+        with self._lock:
+            if self._candidate is not None and self._candidate[1] is policy:
+                self._seen, self._policy = self._candidate[0], policy
+                self._candidate = None

@@ -65,6 +65,7 @@ def decision_record(run: JobRun, transitions: list[Transition]) -> dict[str, Any
             t.attempt,
             t.reason,
             t.detail.get("next_retry_at"),
+            t.detail.get("params_digest"),
         ]
         for t in transitions
     ]
@@ -191,7 +192,7 @@ def _first_difference(run: JobRun, transitions: list[Transition], final: JobRun,
             if name == "transitions":
                 for i, (x, y) in enumerate(zip(a[name], b[name], strict=False)):
                     if x != y:
-                        fields = ("from_status", "to_status", "attempt", "reason", "next_retry_at")
+                        fields = ("from_status", "to_status", "attempt", "reason", "next_retry_at", "params_digest")
                         col = next(k for k, (p, q) in enumerate(zip(x, y, strict=True)) if p != q)
                         return f"transitions[{i}].{fields[col]}: recorded {x[col]!r}, replayed {y[col]!r}"
                 return f"transitions: recorded {len(a[name])}, replayed {len(b[name])}"

@@ -34,17 +34,24 @@ class Retired:
 
 
 def cutoff_for(engine: Engine, tenant_id: str, now: datetime) -> datetime | None:
-    """Runs that ended before this may go: the retention period, bounded by the last anchor."""
+    """Runs that ended before this may go: the retention period, bounded by the last anchor's
+    window and by the earliest entry not yet under an anchor (one stamped before the window's
+    end may have committed after the anchor was taken)."""
     keep = engine.config.finished_runs_retention
     if keep is None:
         return None
     with engine.store.read() as tx:
         anchored = governance.anchor_last(tx.conn, tenant_id, "batch")
         has_log = tx.audit_head(tenant_id)[0] > 0
+        pending = None if anchored is None else governance.audit_first_after(tx.conn, tenant_id, anchored.last_seq)
     if has_log and anchored is None:
         return None  # its audit entries are not anchored yet: nothing may go
-    limit = now - keep
-    return limit if anchored is None else min(limit, anchored.window_end)
+    bounds = [now - keep]
+    if anchored is not None:
+        bounds.append(anchored.window_end)
+    if pending is not None:
+        bounds.append(pending.event.at)
+    return min(bounds)
 
 
 def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_run: bool = False) -> Retired:

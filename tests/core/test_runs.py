@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jobgate.core.canonical import digest
 from jobgate.core.idempotency import idempotency_key, run_id_for
 from jobgate.core.models import JobClass, JobRun, Priority, Transition, TriggerType
 from jobgate.core.policies import BUILTIN_RETRY_POLICIES, BUILTIN_TIMEOUT_POLICIES, TimeoutPolicy
@@ -69,7 +70,7 @@ def test_new_run_transitions() -> None:
     run, transitions = build()
     created, admitted = transitions
     assert (created.from_status, created.to_status, created.reason) == (None, RunStatus.CREATED, "created")
-    assert created.detail == {"trigger_type": "batch_window"}
+    assert created.detail == {"trigger_type": "batch_window", "params_digest": digest(dict(run.params))}
     assert (admitted.from_status, admitted.to_status, admitted.reason) == (
         RunStatus.CREATED,
         RunStatus.SCHEDULED,

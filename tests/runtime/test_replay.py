@@ -116,3 +116,14 @@ def test_a_replay_job_samples_reproducibly_and_raises_a_critical_event_on_mismat
     with engine.store.read() as tx:
         kinds = tx.conn.execute(text("SELECT event_type FROM outbox WHERE job_run_id = :r"), {"r": runs[1]}).scalars()
         assert "replay_mismatch" in list(kinds)
+
+
+def test_parameters_edited_after_the_fact_do_not_replay(engine: Engine) -> None:
+    ok = define(engine, handler="engine_handlers:succeed", params=OK_ON)
+    run_id = submit(engine, ok, ok_on="1")
+    with engine.store.write() as tx:
+        tx.conn.execute(
+            text("UPDATE job_runs SET params = :p WHERE job_run_id = :r"), {"p": '{"ok_on":"9"}', "r": run_id}
+        )
+    report = replay(engine, run_id)
+    assert not report.match and str(report.first_difference).startswith(("params", "transitions[0].params_digest"))

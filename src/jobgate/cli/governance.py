@@ -138,7 +138,11 @@ def audit_verify(app: AppContext, tenant: str | None) -> None:
     sink = anchoring.sink_for(engine.config)
     witnessed = sink.records() if isinstance(sink, anchoring.FileSink) else None
     with engine.store.read() as tx:
-        tenants = [tenant] if tenant else rows.audit_tenants(tx.conn)
+        tenants = (
+            [tenant]
+            if tenant
+            else sorted(set(rows.audit_tenants(tx.conn)) | {str(r["tenant_id"]) for r in witnessed or ()})
+        )  # a chain wiped out entirely is still named by its anchors in the sink
         results = [anchoring.verify_tenant(tx.conn, t, sink_records=witnessed) for t in tenants]
     render.records(
         app.json_output,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from jobgate.core.canonical import digest
 from jobgate.core.idempotency import idempotency_key, run_id_for
 from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun, JsonObject, Transition, Trigger
 from jobgate.core.policies import RetryPolicy, TimeoutPolicy
@@ -78,7 +79,9 @@ def new_run(
             TransitionReason.CREATED.value,
             actor,
             now,
-            {"trigger_type": trigger.trigger_type.value},
+            # The parameters' digest, recorded with the creation: a replay recomputes it from
+            # the run's stored parameters, so parameters edited afterwards do not replay.
+            {"trigger_type": trigger.trigger_type.value, "params_digest": digest(dict(params))},
         ),
         Transition(run_id, RunStatus.CREATED, RunStatus.SCHEDULED, 0, TransitionReason.ADMITTED.value, actor, now),
     )

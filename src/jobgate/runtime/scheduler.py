@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import GovernanceRefusal, JobgateError
 from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, PENDING, RunStatus
 from jobgate.runtime.leadership import Lease
@@ -203,15 +203,24 @@ class Scheduler:
     ) -> bool:
         """One transaction: the lease is still ours, ``advance`` (the schedule's compare-and-set)
         matched, then the runs and the misses. False, with nothing written, otherwise."""
-        with self.engine.store.write() as tx:
-            if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
-                self._lease.lost()
-                log.warning("%s: lost the leader lease; nothing written", self.owner)
-                return False
-            if not advance(tx):
-                return False  # changed under us (another scheduler, an edit): decided again next tick
-            made = self.engine.create_submissions(tx, prepared, now)
-            tx.misses_record(schedule.tenant_id, misses, now)
+        try:
+            with self.engine.store.write() as tx:
+                if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
+                    self._lease.lost()
+                    log.warning("%s: lost the leader lease; nothing written", self.owner)
+                    return False
+                if not advance(tx):
+                    return False  # changed under us (another scheduler, an edit): decided again next tick
+                made = self.engine.create_submissions(tx, prepared, now)
+                tx.misses_record(schedule.tenant_id, misses, now)
+        except GovernanceRefusal as exc:
+            # Refused under the write lock (a revoked approval, the licence's slots): the fires
+            # are recorded as refused and audited, the schedule moves on; never a crashed tick.
+            if not prepared:
+                raise
+            self.engine.record_refusal_for(prepared[0], exc, actor=SCHEDULER_ACTOR, now=now)
+            refused = [Miss(schedule.schedule_id, p.create.run.due_at, MissReason.REFUSED) for p in prepared]
+            return self._commit(schedule, advance, [], [*misses, *refused], token, now, result)
         result.fired += sum(1 for r in made if r.created)
         result.missed += len(misses)
         return True

@@ -114,7 +114,7 @@ class Worker:
         self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
         self._running: dict[str, _InFlight] = {}
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
-        self._audit_pending: dict[str, AuditEvent] = {}  # material settlements' audit entries
+        self._audit_pending: dict[str, JobRun] = {}  # settled runs whose applied change may be material
         self._effects: dict[str, _Effects] = {}  # pending completions that carry handler effects
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
@@ -293,7 +293,14 @@ class Worker:
                 done = tx.runs_apply(prepared) if prepared is not None else []
                 if effectful:
                     done += self._complete_with_effects(tx, effectful, now)
-                material = [e for c in done if (e := self._audit_pending.get(c.job_run_id)) is not None]
+                # Judged on the change actually applied (a completion whose effect failed was
+                # replaced by a retry or a dead letter).
+                material = [
+                    e
+                    for c in done
+                    if (r := self._audit_pending.get(c.job_run_id)) is not None
+                    and (e := self._material(c, r, now)) is not None
+                ]
                 if material:
                     tx.audit_append(material)
                 held: set[str] | None = None
@@ -417,13 +424,16 @@ class Worker:
         keep: list[tuple[RunChange, str]] = []
         for item in pending:
             try:
+                now_ = self.engine.clock.now()
                 with self.engine.store.write() as tx:
                     if item[1] in self._effects:
-                        done = self._complete_with_effects(tx, [item], self.engine.clock.now())
+                        done = self._complete_with_effects(tx, [item], now_)
                     else:
                         done = tx.runs_apply([item[0]])
-                    if done and item[1] in self._audit_pending:
-                        tx.audit_append([self._audit_pending[item[1]]])
+                    run = self._audit_pending.get(item[1])
+                    events = [e for c in done if run is not None and (e := self._material(c, run, now_)) is not None]
+                    if events:
+                        tx.audit_append(events)
             except Exception:
                 log.exception("run %s: settlement cannot be written; leaving it to the rescuer", item[1])
             self._running.pop(item[1], None)
@@ -575,9 +585,7 @@ class Worker:
         change = settlement_change(settlement, run, worker_id=self.worker_id, now=now)
         self._pending.append((change, run.job_run_id))
         self._running.pop(run.job_run_id, None)
-        event = self._material(change, run, now)
-        if event is not None:
-            self._audit_pending[run.job_run_id] = event
+        self._audit_pending[run.job_run_id] = run
 
     def _material(self, change: RunChange, run: JobRun, now: datetime) -> AuditEvent | None:
         """Seed §49: dead letters, escalations and exhausted retries are material, and so is

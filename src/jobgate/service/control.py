@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobgate.core import events
-from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError
+from jobgate.core.errors import ConflictError, NotFoundError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.settle import cancel_decision, settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
@@ -108,10 +108,11 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     """Give a dead-lettered or escalated run one more attempt, same idempotency key.
 
     ``max_attempts`` grows by one so the new attempt is within bounds; the dead letter is
-    marked resolved with who requeued it. The content the run was admitted with must still
-    be approved: a requeue is a way to run, and nothing runs unapproved.
+    marked resolved with who requeued it. A requeue is a way to run, so it meets every gate a
+    new trigger meets (approval, signatures, safe mode, trust gates and slots, policy).
     """
     now = engine.clock.now()
+    policy = engine.scheduler_policy(actor=actor, now=now)
     with engine.store.write() as tx:
         run = tx.run_get(job_run_id, tenant_id)
         if run is None:
@@ -120,8 +121,8 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             raise ConflictError(
                 f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued", field="status"
             )
-        approved = bool(tx.approvals_active([(run.tenant_id, run.job_definition_id, run.definition_digest)]))
-        if approved:
+        refusal = engine.admission_refusal(tx, run, actor=actor, now=now, policy=policy)
+        if refusal is None:
             transition = Transition(
                 run.job_run_id,
                 run.status,
@@ -153,13 +154,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
                 tx.dead_letter_resolve(letter.dead_letter_id, f"requeued by {actor}", now)
             audit.record(tx, audit.event(run.tenant_id, actor, "run.requeued", "run", run.job_run_id, now))
             updated = tx.run_get(job_run_id)
-    if not approved:  # nothing written above; the refusal itself is recorded
-        refusal = GovernanceRefusal(
-            f"the content this run was admitted with ({run.definition_digest[:19]}…) is no longer approved",
-            code="definition_not_approved",
-            rule="content_approval",
-            field="job_run_id",
-        )
+    if refusal is not None:  # nothing written above; the refusal itself is recorded
         payload = {"rule": refusal.rule, "message": refusal.message, "action": "requeue"}
         audit.record_now(
             engine,

@@ -78,6 +78,7 @@ class SubmitRequest:
     # the tenant alone, so the same key always finds the same run, whatever else changed.
     client_key: str | None = None
     role: str | None = None  # the requester's role, when a token asked (scheduler policy ceilings)
+    via_request: bool = False  # set only by an approved four-eyes request (safe mode's manual review)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class Engine:
         try:
             with self.store.write() as tx:
                 return self.create_submissions(tx, prepared, now)
-        except GovernanceRefusal as exc:  # the licence's slots: refused at creation, audited
+        except GovernanceRefusal as exc:  # refused under the write lock (revoked, safe mode, slots): audited
             first = next((r for r, p in zip(requests, prepared, strict=True) if p.licensed), requests[0])
             self.record_refusal(first, exc, actor=actor, now=now)
             raise
@@ -236,6 +237,7 @@ class Engine:
                             )
                         ]
                     )
+            self._policy_file[1].confirm(policy)  # recorded: from now on it binds without a new entry
         return policy
 
     def check_policy(
@@ -324,6 +326,99 @@ class Engine:
                 self.record_refusal(current, exc, actor=actor, now=now)
             raise
 
+    def recheck_under_lock(self, tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> None:
+        """Approval and safe mode again, inside the write transaction that creates the runs: a
+        revocation or a safe-mode switch that committed after the (read-only) preparation
+        refuses them too, instead of slipping past it."""
+        keys = {
+            (p.create.run.tenant_id, p.create.run.job_definition_id, p.create.run.definition_digest) for p in prepared
+        }
+        active = tx.approvals_active(list(keys))
+        for key in sorted(keys - active):
+            raise GovernanceRefusal(
+                f"the approval of {key[1]} ({key[2][:19]}…) was revoked meanwhile",
+                code="definition_not_approved",
+                rule="content_approval",
+                field="job_definition_id",
+            )
+        for tenant in sorted({p.create.run.tenant_id for p in prepared}):
+            period = tx.safe_mode_current(tenant)
+            if period is None or not period.active:
+                continue
+            suspended = set(period.actions.get("suspend_job_classes", ()))
+            for p in prepared:
+                run = p.create.run
+                if (
+                    run.tenant_id == tenant
+                    and run.job_class.value in suspended
+                    and run.job_class is not JobClass.SAFE_MODE_JOB
+                ):
+                    raise GovernanceRefusal(
+                        f"safe mode (activation {period.activation}) was switched on meanwhile "
+                        f"and suspends {run.job_class.value}",
+                        code="safe_mode_active",
+                        rule=f"suspended_class:{run.job_class.value}",
+                        field="job_class",
+                    )
+
+    def admission_refusal(
+        self, tx: StoreTx, run: JobRun, *, actor: str, now: datetime, policy: Policy | None = None
+    ) -> GovernanceRefusal | None:
+        """Every gate a new trigger meets, for an existing run about to run again (a requeue):
+        approval of the content it was admitted with, signatures, safe mode, trust gates and
+        the licence's slots, and the scheduler policy. Inside the caller's write transaction."""
+        stored = tx.definition_get(run.tenant_id, run.job_definition_id, run.definition_version)
+        if stored is None:
+            return GovernanceRefusal("the definition version this run ran is gone", code="definition_not_approved")
+        try:
+            definition = self.build_definition(stored)
+            self.check_approved(tx, definition, run.tenant_id, {})
+            request = SubmitRequest(
+                run.job_definition_id,
+                trigger_type=run.trigger_type,
+                scope=Scope.from_dict(run.scope),
+                requested_by=actor,
+                reason=f"requeue of {run.job_run_id}",
+                via_request=True,  # an operator's decision on an existing run, not a new manual run
+            )
+            period = self.safe_mode_period(tx, run.tenant_id, {})
+            if period is not None:
+                check_safe_mode(period, definition, request)
+            permissions = tuple(definition.content.get("permissions") or ())
+            if permissions:
+                gates = self.trust_gates()
+                refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
+                if refusal is not None:
+                    return refusal
+                licence = gates.licence.state().licence
+                if licence is not None and licence.max_concurrent_runs is not None:
+                    held = tx.licence_slots_taken(now)
+                    if held + 1 > licence.max_concurrent_runs:
+                        return GovernanceRefusal(
+                            f"the licence allows {licence.max_concurrent_runs} licensed runs at once; {held} are open",
+                            code="trust_gate_refused",
+                            rule="licence_concurrency",
+                            field="permissions",
+                        )
+            if policy is not None:  # fetched (and any change audited) before the write transaction
+                self.check_policy(tx, policy, definition, request, now, {})
+        except GovernanceRefusal as exc:
+            return exc
+        return None
+
+    def record_refusal_for(
+        self, prepared: PreparedSubmission, exc: GovernanceRefusal, *, actor: str | None, now: datetime
+    ) -> None:
+        run = prepared.create.run
+        request = SubmitRequest(
+            run.job_definition_id,
+            trigger_type=run.trigger_type,
+            scope=Scope.from_dict(run.scope),
+            requested_by=run.requested_by,
+            trigger_id=run.trigger_id,
+        )
+        self.record_refusal(request, exc, actor=actor, now=now)
+
     def record_refusal(
         self, request: SubmitRequest, exc: GovernanceRefusal, *, actor: str | None, now: datetime
     ) -> None:
@@ -379,6 +474,7 @@ class Engine:
         one (run, created) per entry of ``prepared``, in order."""
         if not prepared:
             return []
+        self.recheck_under_lock(tx, prepared)
         licensed = [p for p in prepared if p.licensed]
         limit = None
         if licensed:
@@ -621,8 +717,7 @@ def check_safe_mode(period: SafeModePeriod, definition: JobDefinition, request: 
             rule=f"suspended_class:{definition.job_class.value}",
             field="job_class",
         )
-    from_request = (request.request_id or "").startswith("request:")
-    if actions.get("manual_review") and request.trigger_type is TriggerType.MANUAL and not from_request:
+    if actions.get("manual_review") and request.trigger_type is TriggerType.MANUAL and not request.via_request:
         raise GovernanceRefusal(
             f"safe mode (activation {period.activation}) requires manual runs to be reviewed: propose a request",
             code="safe_mode_active",

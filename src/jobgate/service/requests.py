@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
@@ -22,6 +23,7 @@ from jobgate.core.params import validate_params
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sql.governance import RunRequest
+from jobgate.store.sqlstore import StoreTx
 
 MAX_TITLE = 200
 MAX_REASON = 2000
@@ -160,20 +162,38 @@ def approve(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note
             ),
         )  # fmt: skip
         raise refusal
-    run = engine.submit(_submission(request, actor=actor), actor=actor).run  # refusals audited by the engine
-    with engine.store.write() as tx:
-        if not tx.request_decide(
-            tenant_id, request_id, status="approved", by=actor, at=now, note=note, job_run_id=run.job_run_id
-        ):
-            raise ConflictError("request was decided meanwhile", field="status")
-        audit.record(
-            tx,
-            audit.event(
-                tenant_id, actor, "request.approved", "request", request_id, now, reason=note,
-                payload={"job_run_id": run.job_run_id, "requested_by": request.requested_by},
-            ),
-        )  # fmt: skip
+    submission = _submission(request, actor=actor)
+    prepared = engine.prepare_submissions([submission], now=now, actor=actor)  # refusals audited by the engine
+    try:
+        # The run and the decision commit together: a reject that lands first makes this a
+        # conflict with no run, and a refusal under the write lock leaves the request pending.
+        with engine.store.write() as tx:
+            run = engine.create_submissions(tx, prepared, now)[0].run
+            if not tx.request_decide(
+                tenant_id, request_id, status="approved", by=actor, at=now, note=note, job_run_id=run.job_run_id
+            ):
+                raise ConflictError("request was decided meanwhile", field="status")
+            _record_approval(tx, tenant_id, actor, request_id, now, note, run.job_run_id, request.requested_by)
+    except GovernanceRefusal as exc:
+        engine.record_refusal(submission, exc, actor=actor, now=now)
+        raise
     return _get(engine, tenant_id, request_id)
+
+
+def _record_approval(
+    tx: StoreTx,
+    tenant_id: str,
+    actor: str,
+    request_id: str,
+    now: datetime,
+    note: str | None,
+    run_id: str,
+    proposer: str,
+) -> None:
+    payload = {"job_run_id": run_id, "requested_by": proposer}
+    audit.record(
+        tx, audit.event(tenant_id, actor, "request.approved", "request", request_id, now, reason=note, payload=payload)
+    )
 
 
 def reject(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note: str) -> RunRequest:
@@ -203,4 +223,5 @@ def _submission(request: RunRequest, *, actor: str) -> SubmitRequest:
         reason=f"request {request.request_id}: {request.title}",
         request_id=f"request:{request.request_id}",
         payload={"request_id": request.request_id, "proposed_by": request.requested_by},
+        via_request=True,
     )
