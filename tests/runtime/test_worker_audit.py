@@ -76,3 +76,15 @@ def _restore(engine: Engine) -> None:
             tx.conn.execute(text("ALTER TABLE audit_log_away RENAME TO audit_log"))
     except Exception:
         pass  # restored already
+
+
+def test_the_rescuers_dead_letters_are_recorded(engine: Engine) -> None:
+    from datetime import timedelta
+
+    from jobgate.runtime import rescuer
+
+    job = define(engine, handler="engine_handlers:succeed")
+    run_id = submit(engine, job)
+    closed = rescuer.close_overdue(engine, engine.clock.now() + timedelta(days=2), timedelta(days=1))
+    assert closed == 1
+    assert outcomes(engine, run_id) == ["run.dead_lettered"]

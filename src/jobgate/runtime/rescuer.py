@@ -16,9 +16,11 @@ workers do not send a hundred identical sweep queries every second.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.settle import (
     MAXIMUM_AGE_ERROR,
@@ -31,6 +33,7 @@ from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.runtime.changes import release_change, settlement_change
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import RunChange
+from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")
 RESCUER = "rescuer"
@@ -87,6 +90,7 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
         changes.append(settlement_change(s, run, worker_id=RESCUER, now=now))
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
+        _audit_dead_letters(tx, done, now)
     moved = {c.job_run_id for c in done}
     for run in expired:
         if run.job_run_id in moved:
@@ -121,6 +125,7 @@ def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limi
         return 0
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
+        _audit_dead_letters(tx, done, now)
     for change in done:
         log.warning(
             "run %s: older than the maximum run age (%s); closed as %s",
@@ -134,3 +139,18 @@ def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limi
 
 def _expired_only(change: RunChange, token: int, now: datetime) -> RunChange:
     return replace(change, expected_token=token, revoke_lease=True, lease_expired_before=now)
+
+
+def _audit_dead_letters(tx: StoreTx, done: Sequence[RunChange], now: datetime) -> None:
+    """Seed §49: a dead letter or an escalation the rescuer decides (an expired lease with no
+    attempt left, a queue timeout, the maximum age) is material, recorded with the change."""
+    material = [
+        AuditEvent(
+            c.tenant_id, RESCUER, f"run.{c.to_status.value.lower()}", "run", c.job_run_id, now,
+            reason=c.transition.reason,
+        )
+        for c in done
+        if c.to_status in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED, RunStatus.FAILED)
+    ]  # fmt: skip
+    if material:
+        tx.audit_append(material)
