@@ -126,3 +126,23 @@ def test_a_refusal_at_load_is_audited_and_stores_nothing(tmp_path: Path) -> None
     assert "unsigned-new" not in [d["job_definition_id"] for d in listed]
     entries = json.loads(jobgate(folder, "--json", "audit", "list", "--action", "definition.refused").stdout)
     assert [e["reason"] for e in entries] == ["definition_not_signed"]
+
+
+def test_re_signing_with_a_new_key_keeps_the_version_and_its_approval(database_url: str, tmp_path: Path) -> None:
+    new = signing.generate("release-2027")
+    store = Store(database_url)
+    old_engine = Engine(store, strict(tmp_path / "old"))
+    doc = document(job_definition_id="rotated")
+    old_engine.apply_definitions([parse_definition(signed(doc), "d.yaml", old_engine.config)])
+    from jobgate.service import approvals
+
+    approvals.approve(old_engine, "default", "rotated", actor="root")
+    rotated = make_config(
+        tmp_path / "new", signing={"require_signed_definitions": True, "trust_roots": {new.key_id: new.public_b64}}
+    )
+    engine = Engine(store, rotated)
+    (applied,) = engine.apply_definitions([parse_definition(signed(doc, new), "d.yaml", rotated)])
+    assert (applied.version, applied.created) == (1, False)  # the same content: no new version
+    run = engine.submit(SubmitRequest("rotated", scope=Scope(), requested_by="ada"), actor="ada").run
+    assert run.definition_version == 1
+    store.dispose()

@@ -52,6 +52,27 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
             )
         ).first()
         if current is not None and current.digest == p.digest:
+            stored_signature = codec.loads(current.content).get("signature")
+            if stored_signature != p.content.get("signature"):
+                # Re-signed (a key rotation): the same content, so the same version and digest
+                # (approvals stand), with the new signature kept for the next checks.
+                conn.execute(
+                    update(definitions)
+                    .where(
+                        D.tenant_id == p.tenant_id,
+                        D.job_definition_id == p.job_definition_id,
+                        D.version == current.version,
+                    )
+                    .values(content=codec.dumps(dict(p.content)))
+                )
+                current = conn.execute(
+                    select(definitions).where(
+                        D.tenant_id == p.tenant_id,
+                        D.job_definition_id == p.job_definition_id,
+                        D.version == current.version,
+                    )
+                ).first()
+                assert current is not None
             if head.status != p.status.value:
                 conn.execute(
                     update(definition_heads)
