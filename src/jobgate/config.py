@@ -180,6 +180,7 @@ class SafeModeSettings:
     manual_review: bool = False
     profile_overrides: dict[str, Any] = field(default_factory=dict)
     job: str | None = None
+    allow_automatic: bool = False  # may a policy or alert trigger switch safe mode on by itself?
 
     def actions(self) -> dict[str, Any]:
         return {
@@ -591,7 +592,9 @@ def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:
     from jobgate.core.models import JobClass
 
     spec = r.mapping(_or_empty(value), "safe_mode")
-    r.only_keys(spec, "safe_mode", ("suspend_job_classes", "manual_review", "profile_overrides", "job"))
+    r.only_keys(
+        spec, "safe_mode", ("suspend_job_classes", "manual_review", "profile_overrides", "job", "allow_automatic")
+    )
     classes = (
         r.strings(spec["suspend_job_classes"], "safe_mode.suspend_job_classes") if "suspend_job_classes" in spec else []
     )
@@ -607,6 +610,9 @@ def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:
         manual_review=r.boolean(spec["manual_review"], "safe_mode.manual_review") if "manual_review" in spec else False,
         profile_overrides=dict(overrides),
         job=None if spec.get("job") is None else r.name(spec["job"], "safe_mode.job"),
+        allow_automatic=r.boolean(spec["allow_automatic"], "safe_mode.allow_automatic")
+        if "allow_automatic" in spec
+        else False,
     )
 
 

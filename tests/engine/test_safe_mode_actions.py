@@ -101,3 +101,54 @@ def test_each_switch_runs_the_safe_mode_job_and_is_audited(guarded: Engine) -> N
     assert actions == ["safe_mode.activated", "safe_mode.deactivated"]
     with pytest.raises(ConflictError):
         safemode.deactivate(guarded, "default", actor="root", reason="again")
+
+
+def test_automatic_activation_needs_policy_permission_and_a_policy_trigger(database_url: str, tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from jobgate.core.models import TriggerType
+    from jobgate.runtime.worker import Worker, WorkerSettings
+
+    def world(allow: bool) -> Engine:
+        config = make_config(tmp_path / str(allow), safe_mode={"allow_automatic": allow})
+        engine = Engine(Store(database_url), config)
+        define(
+            engine,
+            job_definition_id=f"auto-{allow}",
+            job_class="SAFE_MODE_JOB",
+            trigger_type="policy",
+            handler="jobgate.service.safemode:activate_automatically",
+        )
+        return engine
+
+    for allow in (False, True):
+        engine = world(allow)
+        run_id = engine.submit(
+            SubmitRequest(f"auto-{allow}", trigger_type=TriggerType.POLICY, scope=Scope(), trigger_id=f"p-{allow}"),
+            actor="policy",
+        ).run.job_run_id
+        worker = Worker(engine, WorkerSettings(concurrency=1))
+        threading.Thread(target=worker.run, daemon=True).start()
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                with engine.store.read() as tx:
+                    run = tx.run_get(run_id)
+                if run is not None and run.status.is_terminal:
+                    break
+                time.sleep(0.05)
+        finally:
+            worker.stop()
+            worker.wait_stopped(10)
+        state = safemode.status(engine, "default")
+        if allow:
+            assert run is not None and run.status.value == "COMPLETED" and state is not None and state.active
+            assert state.activated_by == f"automatic:{run_id}"
+            safemode.deactivate(engine, "default", actor="root", reason="reset")
+        else:
+            assert run is not None and run.status.value in ("FAILED", "DEAD_LETTERED")
+            assert state is None or not state.active
+            refusals = audit.search(engine, AuditFilter(tenant_id="default", action="safe_mode.refused"))
+            assert refusals and "allow_automatic" in str(refusals[0].event.reason)
+        engine.store.dispose()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import Any
 
 from jobgate import anchoring
 from jobgate.core import events
@@ -137,3 +138,38 @@ def _already(on: bool, latest: SafeModePeriod | None) -> str:
     if latest is None or latest.deactivated_at is None:
         return "safe mode is not on"
     return f"safe mode is not on (switched off at {isoformat_utc(latest.deactivated_at)} by {latest.deactivated_by})"
+
+
+def activate_automatically(ctx: Any) -> dict[str, Any]:
+    """Handler for a definition run by a policy or alert trigger (``handler:
+    jobgate.service.safemode:activate_automatically``): switches the run's tenant into safe mode
+    — only where ``safe_mode.allow_automatic`` says policy allows it, and only from a policy or
+    alert trigger. Otherwise it refuses (non-retryable) and safe mode stays as it is; the
+    refusal is in the run's record and the audit log."""
+    from jobgate.core.errors import NonRetryableError
+
+    engine = ctx.host_engine
+    if engine is None:
+        raise NonRetryableError("runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    tenant = str(ctx.payload.scope.get("tenant_id") or "default")
+    with engine.store.read() as tx:
+        run = tx.run_get(ctx.job_run_id)
+    trigger = "unknown" if run is None else run.trigger_type.value
+    reason = str(ctx.params.get("reason") or f"automatic: {trigger} trigger, run {ctx.job_run_id}")
+    actor = f"automatic:{ctx.job_run_id}"
+    refused = None
+    if not engine.config.safe_mode.allow_automatic:
+        refused = "policy does not allow automatic activation (safe_mode.allow_automatic)"
+    elif trigger not in (TriggerType.POLICY.value, TriggerType.ALERT.value):
+        refused = f"only a policy or alert trigger activates safe mode automatically, not {trigger}"
+    if refused is not None:
+        audit.record_now(
+            engine,
+            audit.event(tenant, actor, "safe_mode.refused", "safe_mode", tenant, engine.clock.now(), reason=refused),
+        )
+        raise NonRetryableError(refused, error_code="SAFE_MODE_AUTOMATIC_REFUSED")
+    current = status(engine, tenant)
+    if current is not None and current.active:
+        return {"tenant_id": tenant, "activation": current.activation, "already_active": True}
+    period, job_run = switch(engine, tenant, True, actor=actor, reason=reason)
+    return {"tenant_id": tenant, "activation": period.activation, "already_active": False, "safe_mode_job": job_run}
