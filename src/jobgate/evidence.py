@@ -156,7 +156,7 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
         members = z.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, RuntimeError, NotImplementedError) as exc:
         return BundleCheck(False, [f"not a readable zip: {exc}"], None)
     files: dict[str, bytes] = {}
     for info in members:
@@ -165,7 +165,16 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
             continue
         try:
             files[info.filename] = z.read(info)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error) as exc:  # a damaged member: named
+        except (
+            zipfile.BadZipFile,
+            OSError,
+            ValueError,
+            EOFError,
+            zlib.error,
+            RuntimeError,
+            NotImplementedError,
+        ) as exc:
+            # A damaged member (a flipped flag can even claim encryption or an unknown method): named.
             problems.append(f"{info.filename}: damaged in the archive ({exc})")
     if "manifest.json" not in files:
         return BundleCheck(False, [*problems, "manifest.json is missing or damaged"], None)
