@@ -40,6 +40,10 @@ def upgrade(conn: Connection, revision: str = "head") -> None:
     if revision == "head" and current_revision(conn) == HEAD:
         conn.rollback()
         return
+    # End the check's transaction before waiting for the file lock: on SQLite it can hold the
+    # database's write lock, which the process migrating under the file lock needs (a deadlock
+    # that ended in "database is locked" once the history grew long enough to take a while).
+    conn.rollback()
     from alembic import command
 
     with _sqlite_file_lock(conn):
