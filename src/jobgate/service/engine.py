@@ -345,21 +345,11 @@ class Engine:
             period = tx.safe_mode_current(tenant)
             if period is None or not period.active:
                 continue
-            suspended = set(period.actions.get("suspend_job_classes", ()))
             for p in prepared:
-                run = p.create.run
-                if (
-                    run.tenant_id == tenant
-                    and run.job_class.value in suspended
-                    and run.job_class is not JobClass.SAFE_MODE_JOB
-                ):
-                    raise GovernanceRefusal(
-                        f"safe mode (activation {period.activation}) was switched on meanwhile "
-                        f"and suspends {run.job_class.value}",
-                        code="safe_mode_active",
-                        rule=f"suspended_class:{run.job_class.value}",
-                        field="job_class",
-                    )
+                if p.create.run.tenant_id == tenant:
+                    refusal = suspended_class_refusal(period, p.create.run.job_class)
+                    if refusal is not None:
+                        raise refusal
 
     def admission_refusal(
         self, tx: StoreTx, run: JobRun, *, actor: str, now: datetime, policy: Policy | None = None
@@ -372,7 +362,6 @@ class Engine:
             return GovernanceRefusal("the definition version this run ran is gone", code="definition_not_approved")
         try:
             definition = self.build_definition(stored)
-            self.check_approved(tx, definition, run.tenant_id, {})
             request = SubmitRequest(
                 run.job_definition_id,
                 trigger_type=run.trigger_type,
@@ -381,30 +370,58 @@ class Engine:
                 reason=f"requeue of {run.job_run_id}",
                 via_request=True,  # an operator's decision on an existing run, not a new manual run
             )
-            period = self.safe_mode_period(tx, run.tenant_id, {})
-            if period is not None:
-                check_safe_mode(period, definition, request)
-            permissions = tuple(definition.content.get("permissions") or ())
-            if permissions:
-                gates = self.trust_gates()
-                refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
-                if refusal is not None:
-                    return refusal
-                licence = gates.licence.state().licence
-                if licence is not None and licence.max_concurrent_runs is not None:
-                    held = tx.licence_slots_taken(now)
-                    if held + 1 > licence.max_concurrent_runs:
-                        return GovernanceRefusal(
-                            f"the licence allows {licence.max_concurrent_runs} licensed runs at once; {held} are open",
-                            code="trust_gate_refused",
-                            rule="licence_concurrency",
-                            field="permissions",
-                        )
-            if policy is not None:  # fetched (and any change audited) before the write transaction
-                self.check_policy(tx, policy, definition, request, now, {})
+            # The policy was fetched (and any change audited) before the write transaction.
+            self.check_gates(tx, definition, request, now, approved={}, safe_modes={}, policy=policy, counts={})
+            if definition.content.get("permissions"):
+                self.check_licence_slots(tx, 1, now)
         except GovernanceRefusal as exc:
             return exc
         return None
+
+    def check_gates(
+        self,
+        tx: StoreTx,
+        definition: JobDefinition,
+        request: SubmitRequest,
+        now: datetime,
+        *,
+        approved: dict[tuple[str, str, str], bool],
+        safe_modes: dict[str, SafeModePeriod | None],
+        policy: Policy | None,
+        counts: dict[str, list[int]] | None,
+    ) -> SafeModePeriod | None:
+        """Every governance gate a trigger meets, in order — content approval, safe mode, trust
+        gates, scheduler policy — raising the first refusal. Returns the tenant's open safe-mode
+        period (its overrides bind the snapshot). Shared by new triggers and requeues."""
+        tenant = request.scope.tenant_id
+        self.check_approved(tx, definition, tenant, approved)
+        period = self.safe_mode_period(tx, tenant, safe_modes)
+        if period is not None:
+            check_safe_mode(period, definition, request)
+        permissions = tuple(definition.content.get("permissions") or ())
+        if permissions:
+            gates = self.trust_gates()
+            refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
+            if refusal is not None:
+                raise refusal
+        if policy is not None:
+            self.check_policy(tx, policy, definition, request, now, counts if counts is not None else {})
+        return period
+
+    def check_licence_slots(self, tx: StoreTx, wanted: int, now: datetime) -> None:
+        """The licence's concurrent runs, cluster-wide: counting locks the licence counter row,
+        so creations of licensed runs queue here (inside the caller's write transaction)."""
+        licence = self.trust_gates().licence.state().licence
+        if licence is None or licence.max_concurrent_runs is None:
+            return
+        held = tx.licence_slots_taken(now)
+        if held + wanted > licence.max_concurrent_runs:
+            raise GovernanceRefusal(
+                f"the licence allows {licence.max_concurrent_runs} licensed runs at once; {held} are open",
+                code="trust_gate_refused",
+                rule="licence_concurrency",
+                field="permissions",
+            )
 
     def record_refusal_for(
         self, prepared: PreparedSubmission, exc: GovernanceRefusal, *, actor: str | None, now: datetime
@@ -476,19 +493,8 @@ class Engine:
             return []
         self.recheck_under_lock(tx, prepared)
         licensed = [p for p in prepared if p.licensed]
-        limit = None
         if licensed:
-            licence = self.trust_gates().licence.state().licence
-            limit = None if licence is None else licence.max_concurrent_runs
-        if limit is not None:
-            held = tx.licence_slots_taken(now)  # locks the licence counter: creations queue here
-            if held + len(licensed) > limit:
-                raise GovernanceRefusal(
-                    f"the licence allows {limit} licensed runs at once; {held} are open",
-                    code="trust_gate_refused",
-                    rule="licence_concurrency",
-                    field="permissions",
-                )
+            self.check_licence_slots(tx, len(licensed), now)
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
             tx.snapshot_put(snapshot, now)
         made = tx.runs_create([p.create for p in prepared])
@@ -538,18 +544,10 @@ class Engine:
         counts: dict[str, list[int]] | None = None,
     ) -> PreparedSubmission:
         definition = self.resolve_definition(tx, request, cache)
-        self.check_approved(tx, definition, request.scope.tenant_id, approved)
-        period = self.safe_mode_period(tx, request.scope.tenant_id, safe_modes)
-        if period is not None:
-            check_safe_mode(period, definition, request)
+        period = self.check_gates(
+            tx, definition, request, now, approved=approved, safe_modes=safe_modes, policy=policy, counts=counts
+        )
         permissions = tuple(definition.content.get("permissions") or ())
-        if permissions:
-            gates = self.trust_gates()
-            refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
-            if refusal is not None:
-                raise refusal
-        if policy is not None:
-            self.check_policy(tx, policy, definition, request, now, counts if counts is not None else {})
         snapshot = self.resolve_config(definition, request.scope, period, policy)
         params = self.validate_preconditions(definition, request)
         trigger = self.build_trigger(request, now)
@@ -704,20 +702,27 @@ class Engine:
         )
 
 
+def suspended_class_refusal(period: SafeModePeriod, job_class: JobClass) -> GovernanceRefusal | None:
+    """Safe mode's suspension of ``job_class`` (never of the SAFE_MODE_JOB itself), or None."""
+    if job_class is JobClass.SAFE_MODE_JOB or job_class.value not in period.actions.get("suspend_job_classes", ()):
+        return None
+    return GovernanceRefusal(
+        f"safe mode (activation {period.activation}, {period.reason!r}) suspends {job_class.value}",
+        code="safe_mode_active",
+        rule=f"suspended_class:{job_class.value}",
+        field="job_class",
+    )
+
+
 def check_safe_mode(period: SafeModePeriod, definition: JobDefinition, request: SubmitRequest) -> None:
     """Seed 000 §39-40: while safe mode is on, its recorded actions bind every trigger. The
     SAFE_MODE_JOB itself is never held back by them."""
     if definition.job_class is JobClass.SAFE_MODE_JOB:
         return
-    actions = period.actions
-    if definition.job_class.value in actions.get("suspend_job_classes", ()):
-        raise GovernanceRefusal(
-            f"safe mode (activation {period.activation}, {period.reason!r}) suspends {definition.job_class.value}",
-            code="safe_mode_active",
-            rule=f"suspended_class:{definition.job_class.value}",
-            field="job_class",
-        )
-    if actions.get("manual_review") and request.trigger_type is TriggerType.MANUAL and not request.via_request:
+    refusal = suspended_class_refusal(period, definition.job_class)
+    if refusal is not None:
+        raise refusal
+    if period.actions.get("manual_review") and request.trigger_type is TriggerType.MANUAL and not request.via_request:
         raise GovernanceRefusal(
             f"safe mode (activation {period.activation}) requires manual runs to be reviewed: propose a request",
             code="safe_mode_active",
