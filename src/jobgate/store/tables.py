@@ -471,3 +471,120 @@ anchors = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("sink", String(200), nullable=False),
 )
+
+# Workflows (migration 0013): one row per workflow run, one per step of it, and every state
+# change of either, in order (the workflow state sequence replay hashes, seed 000 §14).
+_ACTIVE_WORKFLOW_SQL = "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING')"
+_OPEN_STEP_SQL = "status IN ('RUNNING', 'COMPENSATING')"
+
+workflow_runs = Table(
+    "workflow_runs",
+    metadata,
+    Column("workflow_run_id", String(64), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("idempotency_key", String(80), nullable=False, unique=True),
+    Column("job_definition_id", String(200), nullable=False),
+    Column("definition_version", Integer, nullable=False),
+    Column("definition_digest", String(80), nullable=False),
+    Column("job_class", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("phase", String(16), nullable=False),  # forward | compensating
+    Column("params", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("trigger", Text, nullable=False),
+    Column("config_snapshot_id", String(80), nullable=False),
+    Column("config_digest", String(80), nullable=False),
+    Column("requested_by", String(200)),
+    Column("created_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger),
+    Column("ended_at", BigInteger),
+    Column("error_code", String(200)),
+    Column("error_message", Text),
+    Column("cancel_requested", Boolean, nullable=False, server_default="0"),
+    Column("version", Integer, nullable=False, server_default="0"),  # compare-and-set on every advance
+    CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+    Index(
+        "ix_workflow_runs_active",
+        "created_at",
+        sqlite_where=text(_ACTIVE_WORKFLOW_SQL),
+        postgresql_where=text(_ACTIVE_WORKFLOW_SQL),
+    ),
+    Index("ix_workflow_runs_tenant_created", "tenant_id", "created_at"),
+)
+
+workflow_steps = Table(
+    "workflow_steps",
+    metadata,
+    Column("workflow_run_id", String(64), primary_key=True),
+    Column("step_id", String(100), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("job_run_id", String(64)),
+    Column("compensation_run_id", String(64)),
+    Column("outputs", Text),
+    Column("completed_order", Integer),  # compensation runs in reverse of this
+    Column("started_at", BigInteger),
+    Column("ended_at", BigInteger),
+    Column("error_code", String(200)),
+    Index(
+        "ix_workflow_steps_open",
+        "workflow_run_id",
+        sqlite_where=text(_OPEN_STEP_SQL),
+        postgresql_where=text(_OPEN_STEP_SQL),
+    ),
+    Index("ix_workflow_steps_run", "job_run_id"),
+)
+
+workflow_transitions = Table(
+    "workflow_transitions",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("workflow_run_id", String(64), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("step_id", String(100)),  # None: the workflow's own status
+    Column("from_status", String(24)),
+    Column("to_status", String(24), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("at", BigInteger, nullable=False),
+    Column("detail", Text),
+    UniqueConstraint("workflow_run_id", "seq"),
+)
+
+# SLA monitoring (migration 0014): each reminder and breach once per subject, kind and phase.
+sla_breaches = Table(
+    "sla_breaches",
+    metadata,
+    Column("sla_breach_id", String(64), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("subject_kind", String(16), nullable=False),  # run | workflow
+    Column("subject_id", String(64), nullable=False),
+    Column("job_class", String(64), nullable=False),
+    Column("kind", String(32), nullable=False),  # execution_timeout, queue_timeout, sla_deadline, ...
+    Column("phase", String(16), nullable=False),  # reminder | breach
+    Column("sla_policy", String(200), nullable=False),
+    Column("deadline", BigInteger, nullable=False),
+    Column("detected_at", BigInteger, nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("requires_escalation", Boolean, nullable=False),
+    Column("escalated", Boolean, nullable=False, server_default="0"),
+    UniqueConstraint("tenant_id", "subject_id", "kind", "phase"),
+    Index("ix_sla_breaches_tenant_detected", "tenant_id", "detected_at"),
+)
+
+# Telemetry rollups (migration 0015): one publication per tenant and period, never two.
+telemetry_publications = Table(
+    "telemetry_publications",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("period", String(32), primary_key=True),
+    Column("period_start", BigInteger, nullable=False),
+    Column("period_end", BigInteger, nullable=False),
+    Column("figures", Text, nullable=False),  # canonical JSON, the seed §51 shape
+    Column("digest", String(80), nullable=False),
+    Column("published_at", BigInteger, nullable=False),
+    Column("sink", String(200), nullable=False),
+    Column("job_run_id", String(64)),
+)
