@@ -31,6 +31,11 @@ class EventType(StrEnum):
     SAFE_MODE_ACTIVATION = "safe_mode_activation"  # the seed §48 name (an anchoring candidate)
     SAFE_MODE_DEACTIVATION = "safe_mode_deactivation"
     REPLAY_MISMATCH = "replay_mismatch"  # critical: a run's record no longer replays to its hash
+    WORKFLOW_STARTED = "workflow_started"
+    WORKFLOW_COMPLETED = "workflow_completed"
+    WORKFLOW_FAILED = "workflow_failed"
+    WORKFLOW_CANCELLED = "workflow_cancelled"
+    WORKFLOW_ESCALATED = "workflow_escalated"
 
     @property
     def qualified(self) -> str:
@@ -203,3 +208,29 @@ def replay_mismatch(*, tenant_id: str, job_run_id: str, difference: str, replay_
         "created_at": isoformat_utc(now),
     }
     return EventType.REPLAY_MISMATCH, body
+
+
+def workflow_changed(
+    kind: EventType,
+    *,
+    workflow_run_id: str,
+    tenant_id: str,
+    job_definition_id: str,
+    job_class: str,
+    status: str,
+    error_code: str | None,
+    now: datetime,
+) -> Event:
+    """A workflow run started or ended (seed 000 §14: transitions observable)."""
+    body = {
+        "event_type": kind.qualified,
+        "engine_cmi": ENGINE_CMI,
+        "workflow_run_id": workflow_run_id,
+        "tenant_id": tenant_id,
+        "job_definition_id": job_definition_id,
+        "job_class": job_class,
+        "status": status,
+        "error_code": error_code,
+        "created_at": isoformat_utc(now),
+    }
+    return kind, body

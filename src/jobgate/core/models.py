@@ -71,6 +71,7 @@ class TriggerType(StrEnum):
     BACKFILL = "backfill"
     BATCH_WINDOW = "batch_window"
     ADAPTIVE = "adaptive"
+    WORKFLOW = "workflow"  # a step of a workflow run, created by the workflow coordinator
 
 
 class DefinitionStatus(StrEnum):
@@ -276,6 +277,9 @@ class JobRun:
     # The retry policy as it was when the run was created (seed §21 shape): the run keeps the
     # rule it was admitted under even if the named policy is edited later.
     bound_retry_policy: JsonObject | None = None
+    # The W3C traceparent its trigger carried (``policy_context.traceparent``, validated): the
+    # run joins that trace (``core.trace``). Read from the stored trigger, not a column of its own.
+    traceparent: str | None = None
 
     def evolve(self, **changes: Any) -> JobRun:
         """A copy with ``changes``, like ``dataclasses.replace`` but without re-running

@@ -81,9 +81,12 @@ JOBGATE_FIELDS = (
     "rate_limit_per_second",
     "version_note",
     "signature",
+    "workflow",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
-EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner")
+EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner", "workflow")
+# A workflow definition fired as a job (cron, event, manual) runs this: it starts the workflow run.
+WORKFLOW_STARTER = "jobgate.workflows.starter:start_workflow_job"
 PARAM_FIELDS = ("name", "required", "pattern", "default", "description")
 
 DEFAULT_RETRY_POLICY = "no_retry_v1"
@@ -321,13 +324,25 @@ def _executor(
 ) -> tuple[ExecutorSpec, RunnerSpec | None, str | None, str | None]:
     """Resolve the one executor source to an ``ExecutorSpec`` (and the runner, for template checks)."""
     sources = [key for key in EXECUTOR_FIELDS if key in doc]
-    rule = "a definition has exactly one executor source: target_engine_meid, handler or runner"
+    rule = "a definition has exactly one executor source: target_engine_meid, handler, runner or workflow"
     if not sources:
         r.fail("target_engine_meid", f"required: {rule}")
     if len(sources) > 1:
         r.fail(sources[1], f"conflicts with {sources[0]}: {rule}")
     if "target_engine_cmi" in doc and "target_engine_meid" not in doc:
         r.fail("target_engine_cmi", "only meaningful with target_engine_meid")
+    if "workflow" in doc:
+        from jobgate.workflows.spec import parse_workflow  # the workflows package imports this one
+
+        if "body" in doc:
+            r.fail("body", "a workflow has no body: its steps name the definitions they run")
+        parse_workflow(
+            doc["workflow"],
+            source=r.source,
+            retry_policies=config.retry_policies,
+            timeout_policies=config.timeout_policies,
+        )
+        return ExecutorSpec("python", handler=WORKFLOW_STARTER), None, None, None
     if "handler" in doc:
         handler = r.string(doc["handler"], "handler", pattern=HANDLER_PATTERN, rule=HANDLER_RULE)
         return ExecutorSpec("python", handler=handler), None, None, None

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from jobgate.core.states import LEASED, PENDING
+from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.runtime.outbox import EventSink, JsonLinesSink, LogSink, OutboxPublisher
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
@@ -64,6 +65,7 @@ class WorkerProcess:
             if publish
             else None
         )
+        self.coordinator = WorkflowCoordinator(engine)
         self._threads: list[threading.Thread] = []
 
     def install_signal_handlers(self) -> None:
@@ -85,6 +87,9 @@ class WorkerProcess:
             t.start()
             self._threads.append(t)
         t = threading.Thread(target=self.worker.run, name="jobgate-worker", daemon=True)
+        t.start()
+        self._threads.append(t)
+        t = threading.Thread(target=self.coordinator.run, name="jobgate-workflows", daemon=True)
         t.start()
         self._threads.append(t)
         t = threading.Thread(target=self._checkpoint_loop, name="jobgate-checkpoint", daemon=True)
@@ -111,6 +116,7 @@ class WorkerProcess:
                 if self.worker.idle.is_set():
                     with store.read() as tx:
                         busy = tx.runs_list(RunFilter(statuses=tuple(PENDING | LEASED), limit=1))
+                        busy = busy or tx.workflows_active_exist()
                     if not busy:
                         self.stop()
                         return
@@ -121,6 +127,7 @@ class WorkerProcess:
         """Wait for the worker to finish, then let the publisher drain and stop."""
         while not self.worker.wait_stopped(0.2):
             pass
+        self.coordinator.stop()
         if self.publisher is not None:
             self.publisher.stop()
         for t in self._threads:

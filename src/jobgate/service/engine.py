@@ -79,6 +79,10 @@ class SubmitRequest:
     client_key: str | None = None
     role: str | None = None  # the requester's role, when a token asked (scheduler policy ceilings)
     via_request: bool = False  # set only by an approved four-eyes request (safe mode's manual review)
+    workflow_run_id: str | None = None  # a workflow step's run: the workflow it belongs to
+    # A workflow step may name its own policies instead of its definition's (seed 000 §8 steps).
+    retry_policy: str | None = None
+    timeout_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -552,6 +556,10 @@ class Engine:
         params = self.validate_preconditions(definition, request)
         trigger = self.build_trigger(request, now)
         retry, timeout = self.policies_for(definition)
+        if request.retry_policy is not None:
+            retry = retry_policy(self.config, request.retry_policy)
+        if request.timeout_policy is not None:
+            timeout = timeout_policy(self.config, request.timeout_policy)
         key = self.compute_idempotency_key(definition, trigger, request, snapshot)
         run, transitions = new_run(
             definition,
@@ -566,6 +574,8 @@ class Engine:
             actor=actor or request.requested_by or SYSTEM_ACTOR,
             key=key,
         )
+        if request.workflow_run_id is not None:
+            run = run.evolve(workflow_run_id=request.workflow_run_id)
         trigger_doc = {
             "trigger_id": trigger.trigger_id,
             "trigger_type": trigger.trigger_type.value,

@@ -56,7 +56,18 @@ from jobgate.store.base import (
 )
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
-from jobgate.store.sql import claims, definitions, fast, governance, outbox, runs, safemode, schedules, tokens
+from jobgate.store.sql import (
+    claims,
+    definitions,
+    fast,
+    governance,
+    outbox,
+    runs,
+    safemode,
+    schedules,
+    tokens,
+    workflows,
+)
 
 
 class StoreTx:
@@ -249,6 +260,58 @@ class StoreTx:
 
     def snapshot_get(self, config_snapshot_id: str) -> ConfigSnapshot | None:
         return definitions.snapshot_get(self.conn, config_snapshot_id)
+
+    # workflows (one compare-and-set per advance; see store/sql/workflows.py)
+    def workflow_insert(
+        self,
+        w: workflows.WorkflowRecord,
+        steps: Sequence[workflows.StepRecord],
+        transitions: Sequence[workflows.WorkflowTransition],
+    ) -> bool:
+        return workflows.workflow_insert(self.conn, w, steps, transitions)
+
+    def workflow_get(self, workflow_run_id: str, tenant_id: str | None = None) -> workflows.WorkflowRecord | None:
+        return workflows.workflow_get(self.conn, workflow_run_id, tenant_id)
+
+    def workflow_lock(self, workflow_run_id: str) -> workflows.WorkflowRecord | None:
+        return workflows.workflow_lock(self.conn, workflow_run_id, lock_rows=self._skip_locked)
+
+    def workflow_by_key(self, idempotency_key: str) -> workflows.WorkflowRecord | None:
+        return workflows.workflow_by_key(self.conn, idempotency_key)
+
+    def workflow_steps(self, workflow_run_id: str) -> list[workflows.StepRecord]:
+        return workflows.workflow_steps_of(self.conn, workflow_run_id)
+
+    def workflow_transitions(self, workflow_run_id: str) -> list[workflows.WorkflowTransition]:
+        return workflows.workflow_transitions_of(self.conn, workflow_run_id)
+
+    def workflows_list(
+        self,
+        tenant_id: str,
+        *,
+        status: str | None = None,
+        job_definition_id: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[workflows.WorkflowRecord]:
+        return workflows.workflows_list(
+            self.conn, tenant_id, status=status, job_definition_id=job_definition_id, before=before, limit=limit
+        )
+
+    def workflows_due(self, limit: int) -> list[str]:
+        return workflows.workflows_due(self.conn, limit)
+
+    def workflow_apply(self, update: workflows.WorkflowUpdate) -> bool:
+        return workflows.workflow_apply(self.conn, update)
+
+    def workflow_request_cancel(self, workflow_run_id: str, tenant_id: str | None = None) -> bool:
+        return workflows.workflow_request_cancel(self.conn, workflow_run_id, tenant_id)
+
+    def workflows_active_exist(self) -> bool:
+        return workflows.workflows_active_exist(self.conn)
+
+    def workflow_ids_for_runs(self, job_run_ids: Sequence[str]) -> list[str]:
+        return workflows.workflow_ids_for_runs(self.conn, job_run_ids)
 
     # runs
     def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:

@@ -1,0 +1,1 @@
+"""Multi-step workflows: definitions with steps, a pure planner, and the coordinator's edge."""

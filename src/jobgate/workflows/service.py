@@ -1,0 +1,579 @@
+"""Starting, advancing and cancelling workflow runs: the thin I/O edge around ``plan``.
+
+A workflow run is started through the same gates as a job run (approval of its exact content,
+safe mode, trust gates, the scheduler policy), and every definition its steps name must exist
+and be approved before anything is stored: a workflow that could only fail half way is refused
+at the door. Advancing reads the workflow and its finished step runs, asks ``plan`` what
+follows, prepares the step runs that must start (each through the gates again), and writes
+everything in one transaction guarded by the workflow's version.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from jobgate.core import events
+from jobgate.core.canonical import digest
+from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
+from jobgate.core.idempotency import client_request_key
+from jobgate.core.models import JobDefinition, Scope, TriggerType
+from jobgate.core.states import RunStatus
+from jobgate.service import audit
+from jobgate.service.control import cancel_change
+from jobgate.service.engine import Engine, PreparedSubmission, SubmitRequest
+from jobgate.store.sql.workflows import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
+from jobgate.store.sqlstore import StoreTx
+from jobgate.workflows.plan import (
+    WORKFLOW_ACTIVE,
+    Phase,
+    Plan,
+    RunOutcome,
+    StartRun,
+    StepChange,
+    StepState,
+    StepStatus,
+    WorkflowChange,
+    WorkflowState,
+    plan,
+)
+from jobgate.workflows.spec import WorkflowSpec, workflow_spec_of
+
+log = logging.getLogger("jobgate.workflows")
+COORDINATOR = "workflow-coordinator"
+_TERMINAL_EVENTS = {
+    RunStatus.COMPLETED: events.EventType.WORKFLOW_COMPLETED,
+    RunStatus.FAILED: events.EventType.WORKFLOW_FAILED,
+    RunStatus.CANCELLED: events.EventType.WORKFLOW_CANCELLED,
+    RunStatus.ESCALATED: events.EventType.WORKFLOW_ESCALATED,
+}
+
+
+@dataclass(frozen=True)
+class StartWorkflow:
+    job_definition_id: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    scope: Scope = field(default_factory=Scope)
+    requested_by: str | None = None
+    reason: str | None = None
+    client_key: str | None = None  # a caller's idempotency key: the same key finds the same workflow run
+    trigger_run_id: str | None = None  # the job run that started it (a workflow definition fired as a job)
+    trigger_type: TriggerType = TriggerType.MANUAL
+    role: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """A workflow run, its steps in definition order and its transitions (seed 000 §44)."""
+
+    record: WorkflowRecord
+    steps: list[StepRecord]
+    transitions: list[WorkflowTransition]
+
+    @property
+    def current_step(self) -> str | None:
+        running = self.running_steps
+        return running[0] if running else None
+
+    @property
+    def running_steps(self) -> list[str]:
+        return [s.step_id for s in self.steps if s.status in ("RUNNING", "COMPENSATING")]
+
+    @property
+    def completed_steps(self) -> list[str]:
+        done = [s for s in self.steps if s.completed_order is not None]
+        return [s.step_id for s in sorted(done, key=lambda s: s.completed_order or 0)]
+
+    @property
+    def remaining_steps(self) -> list[str]:
+        return [s.step_id for s in self.steps if s.status == "PENDING"]
+
+
+def is_workflow(definition: JobDefinition) -> bool:
+    return "workflow" in definition.content
+
+
+def spec_for(definition: JobDefinition) -> WorkflowSpec:
+    return workflow_spec_of(definition.content, definition.job_definition_id)
+
+
+# ---------------------------------------------------------------------- start
+def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tuple[WorkflowRecord, bool]:
+    """Start a workflow run, or find the one this request already started. Refusals store nothing."""
+    now = engine.clock.now()
+    tenant = request.scope.tenant_id
+    submit = SubmitRequest(
+        job_definition_id=request.job_definition_id,
+        trigger_type=request.trigger_type,
+        params=dict(request.params),
+        scope=request.scope,
+        requested_by=request.requested_by,
+        reason=request.reason,
+        client_key=request.client_key,
+        role=request.role,
+    )
+    with engine.store.read() as tx:
+        definition = engine.definition(tx, tenant, request.job_definition_id)
+        if not is_workflow(definition):
+            raise ValidationError(
+                f"{definition.job_definition_id} is a job, not a workflow: submit it as a run",
+                field="job_definition_id",
+            )
+        spec = spec_for(definition)
+        policy = engine.scheduler_policy(actor=actor, now=now)
+        period = None
+        if request.trigger_run_id is None:  # a trigger run passed these gates when it was created
+            try:
+                period = engine.check_gates(
+                    tx, definition, submit, now, approved={}, safe_modes={}, policy=policy, counts={}
+                )
+            except GovernanceRefusal as exc:
+                engine.record_refusal(submit, exc, actor=actor, now=now)
+                raise
+        params = engine.validate_preconditions(definition, submit)
+        steps_digests = _check_step_definitions(engine, tx, spec, tenant)
+        snapshot = engine.resolve_config(definition, request.scope, period, policy)
+        existing_key = _workflow_key(request, definition)
+        found = tx.workflow_by_key(existing_key)
+    if found is not None:
+        return found, False
+    workflow_run_id = f"TGWF-{now.year}-{uuid.uuid4().hex[:20]}"
+    trigger = {
+        "trigger_type": request.trigger_type.value,
+        "requested_by": request.requested_by,
+        "reason": request.reason,
+        "trigger_run_id": request.trigger_run_id,
+        "client_key": request.client_key,
+        "step_definitions": steps_digests,  # the exact content each step's definition had at start
+    }
+    record = WorkflowRecord(
+        workflow_run_id=workflow_run_id,
+        tenant_id=tenant,
+        idempotency_key=existing_key,
+        job_definition_id=definition.job_definition_id,
+        definition_version=definition.version,
+        definition_digest=definition.digest,
+        job_class=definition.job_class.value,
+        status=RunStatus.SCHEDULED,
+        phase=Phase.FORWARD.value,
+        params=params,
+        scope=request.scope.as_dict(),
+        trigger=trigger,
+        config_snapshot_id=snapshot.config_snapshot_id,
+        config_digest=snapshot.config_digest,
+        requested_by=request.requested_by,
+        created_at=now,
+    )
+    steps = [StepRecord(workflow_run_id, s.step_id, tenant, s.position, StepStatus.PENDING.value) for s in spec.steps]
+    transitions = [
+        WorkflowTransition(workflow_run_id, 1, None, None, RunStatus.CREATED.value, "created", actor, now),
+        WorkflowTransition(
+            workflow_run_id, 2, None, RunStatus.CREATED.value, RunStatus.SCHEDULED.value, "admitted", actor, now
+        ),
+    ]
+    with engine.store.write() as tx:
+        tx.snapshot_put(snapshot, now)
+        if not tx.workflow_insert(record, steps, transitions):
+            again = tx.workflow_by_key(existing_key)
+            assert again is not None
+            return again, False
+        tx.outbox_append(
+            [
+                (
+                    None,
+                    tenant,
+                    events.workflow_changed(
+                        events.EventType.WORKFLOW_STARTED,
+                        workflow_run_id=workflow_run_id,
+                        tenant_id=tenant,
+                        job_definition_id=definition.job_definition_id,
+                        job_class=definition.job_class.value,
+                        status=RunStatus.SCHEDULED.value,
+                        error_code=None,
+                        now=now,
+                    ),
+                )
+            ],
+            now,
+        )
+        audit.record(
+            tx,
+            audit.event(
+                tenant,
+                actor,
+                "workflow.started",
+                "workflow",
+                workflow_run_id,
+                now,
+                reason=request.reason,
+                payload={
+                    "job_definition_id": definition.job_definition_id,
+                    "definition_digest": definition.digest,
+                    "config_digest": snapshot.config_digest,
+                    "idempotency_key": existing_key,
+                    "step_definitions": steps_digests,
+                },
+            ),
+        )
+    return record, True
+
+
+def _workflow_key(request: StartWorkflow, definition: JobDefinition) -> str:
+    tenant = request.scope.tenant_id
+    if request.client_key is not None:
+        return client_request_key(tenant, "workflow:" + request.client_key)
+    if request.trigger_run_id is not None:
+        return digest({"tenant_id": tenant, "workflow_of_run": request.trigger_run_id})
+    return digest({"tenant_id": tenant, "workflow": definition.job_definition_id, "request": uuid.uuid4().hex})
+
+
+def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, tenant: str) -> dict[str, str]:
+    """Every definition a step or a compensation names exists, is a job and is approved now."""
+    out: dict[str, str] = {}
+    approved: dict[tuple[str, str, str], bool] = {}
+    for job in spec.jobs:
+        try:
+            definition = engine.definition(tx, tenant, job)
+        except NotFoundError:
+            raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
+        if is_workflow(definition):
+            raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
+        engine.check_approved(tx, definition, tenant, approved)
+        out[job] = definition.digest
+    return out
+
+
+# ---------------------------------------------------------------------- cancel
+def cancel_workflow(
+    engine: Engine, workflow_run_id: str, *, actor: str, tenant_id: str | None = None
+) -> WorkflowRecord:
+    """Ask for the workflow to stop; the coordinator cancels pending steps and stops running ones."""
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        record = tx.workflow_get(workflow_run_id, tenant_id)
+        if record is None:
+            raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
+        if record.status not in WORKFLOW_ACTIVE:
+            raise ConflictError(
+                f"workflow run is {record.status.value}; only an active one can be cancelled", field="status"
+            )
+        tx.workflow_request_cancel(workflow_run_id)
+        audit.record(
+            tx, audit.event(record.tenant_id, actor, "workflow.cancel_requested", "workflow", workflow_run_id, now)
+        )
+    advance(engine, workflow_run_id, actor=actor)
+    view = workflow_view(engine, workflow_run_id, tenant_id)
+    return view.record
+
+
+# ---------------------------------------------------------------------- read
+def workflow_view(engine: Engine, workflow_run_id: str, tenant_id: str | None = None) -> WorkflowView:
+    with engine.store.read() as tx:
+        record = tx.workflow_get(workflow_run_id, tenant_id)
+        if record is None:
+            raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
+        return WorkflowView(record, tx.workflow_steps(workflow_run_id), tx.workflow_transitions(workflow_run_id))
+
+
+# ---------------------------------------------------------------------- advance
+def state_of(record: WorkflowRecord, steps: Sequence[StepRecord]) -> WorkflowState:
+    return WorkflowState(
+        workflow_run_id=record.workflow_run_id,
+        tenant_id=record.tenant_id,
+        status=record.status,
+        phase=Phase(record.phase),
+        params=dict(record.params),
+        steps={
+            s.step_id: StepState(
+                s.step_id,
+                StepStatus(s.status),
+                s.job_run_id,
+                s.compensation_run_id,
+                s.outputs,
+                s.completed_order,
+                s.error_code,
+            )
+            for s in steps
+        },
+        cancel_requested=record.cancel_requested,
+        error_code=record.error_code,
+        error_message=record.error_message,
+    )
+
+
+def advance(engine: Engine, workflow_run_id: str, *, actor: str = COORDINATOR) -> bool:
+    """Decide and apply what follows for one workflow; False when nothing did (or another
+    coordinator won the race, in which case it applied the same decision)."""
+    for _ in range(5):
+        outcome = _advance_once(engine, workflow_run_id, actor)
+        if outcome is not None:
+            return outcome
+    log.warning(
+        "workflow %s: lost the advance race five times", workflow_run_id, extra={"action": "workflow_contended"}
+    )
+    return False
+
+
+def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | None:
+    now = engine.clock.now()
+    with engine.store.read() as tx:
+        record = tx.workflow_get(workflow_run_id)
+        if record is None or record.status not in WORKFLOW_ACTIVE:
+            return False
+        steps = tx.workflow_steps(workflow_run_id)
+        definition = engine.definition(tx, record.tenant_id, record.job_definition_id, record.definition_version)
+        watched = [s.job_run_id for s in steps if s.status == "RUNNING" and s.job_run_id]
+        watched += [s.compensation_run_id for s in steps if s.status == "COMPENSATING" and s.compensation_run_id]
+        outcomes = {
+            r.job_run_id: RunOutcome(r.status, r.result, r.error_code)
+            for r in tx.runs_get(watched)
+            if r.status.is_terminal
+        }
+    spec = spec_for(definition)
+    state = state_of(record, steps)
+    prepared: dict[tuple[str, bool], PreparedSubmission] = {}
+    decided = plan(spec, state, outcomes)
+    for _ in range(len(spec.steps) + 1):
+        refused = _prepare_starts(engine, record, decided.starts, prepared, actor, now)
+        if not refused:
+            break
+        outcomes = {**outcomes, **refused}
+        decided = plan(spec, state, outcomes)
+    if decided.empty:
+        return False
+    with engine.store.write() as tx:
+        locked = tx.workflow_lock(workflow_run_id)
+        if locked is None or locked.version != record.version:
+            return None  # someone advanced it meanwhile: decide again from what they wrote
+        wanted = [prepared[(s.step_id, s.compensation)] for s in decided.starts]
+        results = engine.create_submissions(tx, wanted, now)
+        run_ids = {(s.step_id, s.compensation): r.run.job_run_id for s, r in zip(decided.starts, results, strict=True)}
+        update = _update(record, steps, decided, run_ids, actor, now, next_seq=_next_seq(tx, workflow_run_id))
+        if not tx.workflow_apply(update):
+            return None
+        _stop_runs(tx, decided, actor, now)
+        _announce(tx, record, decided, now)
+    return True
+
+
+def _next_seq(tx: StoreTx, workflow_run_id: str) -> int:
+    transitions = tx.workflow_transitions(workflow_run_id)
+    return (transitions[-1].seq if transitions else 0) + 1
+
+
+def _prepare_starts(
+    engine: Engine,
+    record: WorkflowRecord,
+    starts: Sequence[StartRun],
+    prepared: dict[tuple[str, bool], PreparedSubmission],
+    actor: str,
+    now: datetime,
+) -> dict[str, RunOutcome]:
+    """Prepare each step run through the engine's gates; a refused one fails its step."""
+    refused: dict[str, RunOutcome] = {}
+    for start in starts:
+        key = (start.step_id, start.compensation)
+        if key in prepared:
+            continue
+        suffix = ":compensate" if start.compensation else ""
+        request = SubmitRequest(
+            job_definition_id=start.job,
+            trigger_type=TriggerType.WORKFLOW,
+            params=dict(start.params),
+            scope=Scope.from_dict(record.scope),
+            requested_by=record.requested_by,
+            reason=f"workflow {record.workflow_run_id} step {start.step_id}{suffix}",
+            client_key=f"workflow:{record.workflow_run_id}:{start.step_id}{suffix}",
+            workflow_run_id=record.workflow_run_id,
+            retry_policy=start.retry_policy,
+            timeout_policy=start.timeout_policy,
+        )
+        try:
+            prepared[key] = engine.prepare_submissions([request], now=now, actor=actor)[0]
+        except JobgateError as exc:
+            log.warning(
+                "workflow %s: step %s refused: %s",
+                record.workflow_run_id,
+                start.step_id,
+                exc,
+                extra={"action": "workflow_step_refused", "workflow_run_id": record.workflow_run_id},
+            )
+            refused[f"refused:{start.step_id}"] = RunOutcome(
+                RunStatus.FAILED, None, getattr(exc, "code", None) or "refused", str(exc)
+            )
+    return refused
+
+
+def _update(
+    record: WorkflowRecord,
+    steps: Sequence[StepRecord],
+    decided: Plan,
+    run_ids: Mapping[tuple[str, bool], str],
+    actor: str,
+    now: datetime,
+    *,
+    next_seq: int,
+) -> WorkflowUpdate:
+    by_id = {s.step_id: s for s in steps}
+    values: dict[str, Any] = {}
+    transitions: list[WorkflowTransition] = []
+    seq = next_seq
+    for change in decided.changes:
+        if isinstance(change, WorkflowChange):
+            values["status"] = change.to_status
+            values["phase"] = change.phase.value
+            if change.error_code is not None:
+                values["error_code"] = change.error_code
+            if change.error_message is not None:
+                values["error_message"] = change.error_message
+            if change.to_status is RunStatus.RUNNING and record.started_at is None:
+                values["started_at"] = now
+            if change.to_status not in WORKFLOW_ACTIVE:
+                values["ended_at"] = now
+            detail: dict[str, Any] = {}
+            if change.error_code:
+                detail["error_code"] = change.error_code
+            transitions.append(
+                WorkflowTransition(
+                    record.workflow_run_id,
+                    seq,
+                    None,
+                    change.from_status.value,
+                    change.to_status.value,
+                    change.reason,
+                    actor,
+                    now,
+                    detail,
+                )
+            )
+        else:
+            by_id[change.step_id] = _step_after(by_id[change.step_id], change, run_ids, now)
+            transitions.append(
+                WorkflowTransition(
+                    record.workflow_run_id,
+                    seq,
+                    change.step_id,
+                    change.from_status.value,
+                    change.to_status.value,
+                    change.reason,
+                    actor,
+                    now,
+                    _step_detail(change, by_id[change.step_id]),
+                )
+            )
+        seq += 1
+    changed = {c.step_id for c in decided.changes if isinstance(c, StepChange)}
+    return WorkflowUpdate(
+        record.workflow_run_id,
+        record.tenant_id,
+        record.version,
+        values,
+        [by_id[sid] for sid in sorted(changed)],
+        transitions,
+    )
+
+
+def _step_after(
+    step: StepRecord, change: StepChange, run_ids: Mapping[tuple[str, bool], str], now: datetime
+) -> StepRecord:
+    to = change.to_status
+    values: dict[str, Any] = {"status": to.value}
+    if to is StepStatus.RUNNING:
+        values.update(job_run_id=run_ids[(step.step_id, False)], started_at=now)
+    elif to is StepStatus.COMPENSATING:
+        values["compensation_run_id"] = run_ids.get((step.step_id, True), step.compensation_run_id)
+    elif to is StepStatus.COMPLETED:
+        values.update(outputs=dict(change.outputs or {}), completed_order=change.completed_order, ended_at=now)
+    elif to in (StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED):
+        values.update(ended_at=now, error_code=change.error_code)
+    elif to is StepStatus.COMPENSATION_FAILED:
+        values["error_code"] = change.error_code
+    return replace(step, **values)
+
+
+def _step_detail(change: StepChange, step: StepRecord) -> dict[str, Any]:
+    detail: dict[str, Any] = dict(change.detail)
+    if change.to_status is StepStatus.RUNNING:
+        detail["job_run_id"] = step.job_run_id
+    if change.to_status is StepStatus.COMPENSATING and step.compensation_run_id:
+        detail["job_run_id"] = step.compensation_run_id
+    if change.outputs is not None:
+        detail["outputs"] = dict(change.outputs)
+    if change.error_code is not None:
+        detail["error_code"] = change.error_code
+    return detail
+
+
+def _stop_runs(tx: StoreTx, decided: Plan, actor: str, now: datetime) -> None:
+    """Cancel a stopped step's run if it has not started, or ask its worker to stop it."""
+    for stop in decided.stops:
+        run = tx.run_get(stop.job_run_id)
+        if run is None or run.status.is_terminal:
+            continue
+        if run.status.is_pending:
+            tx.runs_apply([cancel_change(run, actor=actor, reason="workflow stopped", now=now)])
+        elif run.status is RunStatus.RUNNING:
+            tx.run_request_stop(run.job_run_id)
+
+
+def _announce(tx: StoreTx, record: WorkflowRecord, decided: Plan, now: datetime) -> None:
+    """An event and an audit entry when the workflow ends (the transitions hold the rest)."""
+    for change in decided.changes:
+        if not isinstance(change, WorkflowChange) or change.to_status not in _TERMINAL_EVENTS:
+            continue
+        final = decided.state
+        code = final.error_code if final is not None else change.error_code
+        tx.outbox_append(
+            [
+                (
+                    None,
+                    record.tenant_id,
+                    events.workflow_changed(
+                        _TERMINAL_EVENTS[change.to_status],
+                        workflow_run_id=record.workflow_run_id,
+                        tenant_id=record.tenant_id,
+                        job_definition_id=record.job_definition_id,
+                        job_class=record.job_class,
+                        status=change.to_status.value,
+                        error_code=code,
+                        now=now,
+                    ),
+                )
+            ],
+            now,
+        )
+        audit.record(
+            tx,
+            audit.event(
+                record.tenant_id,
+                COORDINATOR,
+                f"workflow.{change.to_status.value.lower()}",
+                "workflow",
+                record.workflow_run_id,
+                now,
+                reason=change.reason,
+                payload={"error_code": code, "definition_digest": record.definition_digest},
+            ),
+        )
+
+
+def advance_due(engine: Engine, *, limit: int = 100) -> int:
+    """One coordinator pass: advance every workflow with something to decide."""
+    with engine.store.read() as tx:
+        due = tx.workflows_due(limit)
+    advanced = 0
+    for workflow_run_id in due:
+        try:
+            if advance(engine, workflow_run_id):
+                advanced += 1
+        except Exception:  # one broken workflow must not stall the others
+            log.exception(
+                "workflow %s: advance failed",
+                workflow_run_id,
+                extra={"action": "workflow_advance_failed", "workflow_run_id": workflow_run_id},
+            )
+    return advanced

@@ -1,0 +1,40 @@
+"""The job a workflow definition runs when a trigger fires it (cron, event, manual, a request).
+
+The trigger run passes every gate a job does; its body only starts the workflow run, keyed by
+the trigger run's id, so however often the attempt is retried there is one workflow run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobgate.core.errors import NonRetryableError
+from jobgate.core.models import Scope
+
+
+def start_workflow_job(ctx: Any) -> dict[str, Any]:
+    from jobgate.workflows.service import StartWorkflow, start_workflow
+
+    engine = ctx.host_engine
+    if engine is None:
+        raise NonRetryableError("a workflow starts inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    payload = ctx.payload
+    with engine.store.read() as tx:
+        run = tx.run_get(payload.job_run_id)
+    if run is None:
+        raise NonRetryableError(f"run {payload.job_run_id} is gone", error_code="RUN_MISSING")
+    record, created = start_workflow(
+        engine,
+        StartWorkflow(
+            job_definition_id=payload.job_definition_id,
+            params=dict(payload.params),
+            scope=Scope.from_dict(payload.scope),
+            requested_by=run.requested_by,
+            reason=f"started by run {run.job_run_id}",
+            trigger_run_id=run.job_run_id,
+            trigger_type=run.trigger_type,
+        ),
+        actor=run.requested_by or "scheduler",
+    )
+    ctx.log(f"workflow run {record.workflow_run_id} {'started' if created else 'already started'}")
+    return {"workflow_run_id": record.workflow_run_id, "created": created}
