@@ -1,0 +1,314 @@
+"""Workflow runs end to end on both backends: a real worker runs the steps, a coordinator
+advances the workflow, and the marker file says which steps really executed and in what order."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from runtime_support import running_worker, wait_until
+from support import coordinating, jobs, lines, start, view, wait_workflow, workflow
+
+from helpers import count, define
+from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.models import Scope
+from jobgate.core.states import RunStatus
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.workflows import service
+from jobgate.workflows.service import StartWorkflow, advance, advance_due, cancel_workflow, start_workflow
+
+
+def ran(marker: Path, what: str = "ran") -> list[str]:
+    return [parts[1] for parts in lines(marker) if parts[0] == what]
+
+
+def test_ordered_steps_pass_outputs_and_report_the_seed_status_shape(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {
+                "id": "collect",
+                "job": j["record"],
+                "params": {"name": "collect", "value": "${params.v}"},
+                "outputs": ["value", "count"],
+            },
+            {
+                "id": "build",
+                "job": j["record"],
+                "params": {"name": "build", "value": "${steps.collect.outputs.value}-${steps.collect.outputs.count}"},
+                "outputs": ["value"],
+            },
+            {
+                "id": "publish",
+                "job": j["record"],
+                "params": {"name": "publish", "value": "${steps.build.outputs.value}"},
+            },
+        ],
+        params=[{"name": "v"}],
+    )
+    wid = start(engine, wf, v="abc")
+    seen = view(engine, wid)
+    assert seen.record.status is RunStatus.SCHEDULED
+    assert (
+        seen.current_step is None
+        and seen.completed_steps == []
+        and seen.remaining_steps == ["collect", "build", "publish"]
+    )
+    with coordinating(engine):
+        done = wait_workflow(engine, wid)
+    assert done.record.status is RunStatus.COMPLETED
+    assert ran(marker) == ["collect", "build", "publish"]
+    assert (
+        done.completed_steps == ["collect", "build", "publish"]
+        and done.remaining_steps == []
+        and done.current_step is None
+    )
+    assert {s.step_id: s.outputs for s in done.steps}["build"] == {"value": "abc-3"}
+    with engine.store.read() as tx:
+        runs = tx.runs_get([s.job_run_id for s in done.steps if s.job_run_id])
+    assert {r.params["value"] for r in runs} == {"abc", "abc-3"}
+    assert all(r.workflow_run_id == wid and r.trigger_type.value == "workflow" for r in runs)
+    # Every change is persisted in order: the workflow's and each step's.
+    reasons = [(t.step_id, t.to_status, t.reason) for t in done.transitions]
+    assert reasons[:3] == [(None, "CREATED", "created"), (None, "SCHEDULED", "admitted"), (None, "RUNNING", "started")]
+    assert reasons[-1] == (None, "COMPLETED", "all_steps_done")
+    assert [t.seq for t in done.transitions] == list(range(1, len(done.transitions) + 1))
+
+
+def test_independent_branches_run_in_parallel(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {"id": "left", "job": j["wait"], "params": {"name": "left"}},
+            {"id": "right", "job": j["wait"], "params": {"name": "right"}, "depends_on": []},
+            {"id": "join", "job": j["record"], "params": {"name": "join"}, "depends_on": ["left", "right"]},
+        ],
+    )
+    wid = start(engine, wf)
+    with coordinating(engine):
+        # Both branches are running at once before either may finish (the gate is closed).
+        wait_until(lambda: sorted(ran(marker, "started")) == ["left", "right"], what="both branches to start")
+        assert view(engine, wid).running_steps == ["left", "right"]
+        assert ran(marker) == []
+        Path(str(marker) + ".gate").touch()
+        done = wait_workflow(engine, wid)
+    assert done.record.status is RunStatus.COMPLETED
+    assert ran(marker)[-1] == "join"
+
+
+@pytest.mark.parametrize(("policy", "status"), [("fail", RunStatus.FAILED), ("escalate", RunStatus.ESCALATED)])
+def test_a_failed_step_ends_the_workflow_by_its_policy(
+    engine: Engine, marker: Path, policy: str, status: RunStatus
+) -> None:
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {"id": "a", "job": j["record"], "params": {"name": "a"}},
+            {"id": "b", "job": j["fail"], "params": {"name": "b"}, "on_failure": policy},
+            {"id": "c", "job": j["record"], "params": {"name": "c"}},
+        ],
+    )
+    wid = start(engine, wf)
+    with coordinating(engine):
+        done = wait_workflow(engine, wid)
+    assert done.record.status is status
+    assert done.record.error_code == "STEP_BROKEN"
+    assert ran(marker) == ["a"] and ran(marker, "failed") == ["b"]
+    assert {s.step_id: s.status for s in done.steps} == {"a": "COMPLETED", "b": "FAILED", "c": "CANCELLED"}
+
+
+def test_compensation_undoes_completed_steps_in_reverse_order(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    undo = {"job": j["undo"]}
+    wf = workflow(
+        engine,
+        [
+            {
+                "id": "reserve",
+                "job": j["record"],
+                "params": {"name": "reserve"},
+                "compensate": {**undo, "params": {"name": "reserve"}},
+            },
+            {
+                "id": "charge",
+                "job": j["record"],
+                "params": {"name": "charge"},
+                "compensate": {**undo, "params": {"name": "charge"}},
+            },
+            {"id": "notify", "job": j["record"], "params": {"name": "notify"}},
+            {"id": "ship", "job": j["fail"], "params": {"name": "ship"}},
+        ],
+        on_failure="compensate",
+    )
+    wid = start(engine, wf)
+    with coordinating(engine):
+        done = wait_workflow(engine, wid)
+    assert done.record.status is RunStatus.FAILED
+    assert ran(marker, "undo") == ["charge", "reserve"]
+    assert [s.status for s in done.steps] == ["COMPENSATED", "COMPENSATED", "COMPLETED", "FAILED"]
+    assert done.transitions[-1].reason == "compensated"
+
+
+def test_cancel_mid_workflow_stops_the_running_step_and_runs_nothing_more(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {"id": "a", "job": j["record"], "params": {"name": "a"}},
+            {"id": "b", "job": j["wait"], "params": {"name": "b"}},
+            {"id": "c", "job": j["record"], "params": {"name": "c"}},
+        ],
+    )
+    wid = start(engine, wf)
+    with coordinating(engine):
+        wait_until(lambda: ran(marker, "started") == ["b"], what="step b to start")
+        cancel_workflow(engine, wid, actor="operator")
+        done = wait_workflow(engine, wid)
+        b_run = next(s.job_run_id for s in done.steps if s.step_id == "b")
+        assert b_run is not None
+        wait_until(lambda: ran(marker, "stopped") == ["b"], what="step b's run to be stopped")
+    assert done.record.status is RunStatus.CANCELLED
+    assert ran(marker) == ["a"]
+    assert {s.step_id: s.status for s in done.steps} == {"a": "COMPLETED", "b": "CANCELLED", "c": "CANCELLED"}
+    with engine.store.read() as tx:
+        run = tx.run_get(b_run)
+    assert run is not None and run.status is RunStatus.CANCELLED
+    with pytest.raises(Exception, match="only an active one"):
+        cancel_workflow(engine, wid, actor="operator")
+
+
+def test_an_unapproved_workflow_is_refused_and_nothing_is_stored(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"]}], approve=False)
+    with pytest.raises(GovernanceRefusal) as info:
+        start(engine, wf)
+    assert info.value.code == "definition_not_approved"
+    assert count(engine, "workflow_runs") == 0 and count(engine, "workflow_steps") == 0
+    assert count(engine, "audit_log", "action = 'run.refused'") == 1
+
+
+def test_a_step_definition_that_is_not_approved_refuses_the_whole_start(engine: Engine, marker: Path) -> None:
+    unapproved = define(engine, approve=False, handler="workflow_handlers:record")
+    missing = f"missing-{uuid.uuid4().hex[:6]}"
+    for job, error in ((unapproved, GovernanceRefusal), (missing, ValidationError)):
+        wf = workflow(engine, [{"id": "a", "job": job}])
+        with pytest.raises(error):
+            start(engine, wf)
+    assert count(engine, "workflow_runs") == 0 and count(engine, "job_runs") == 0
+
+
+def test_a_job_definition_cannot_be_started_as_a_workflow(engine: Engine) -> None:
+    job = define(engine, handler="workflow_handlers:record")
+    with pytest.raises(ValidationError, match="not a workflow"):
+        start(engine, job)
+
+
+def test_the_same_client_key_finds_the_same_workflow_run(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"]}])
+    first, created = start_workflow(engine, StartWorkflow(wf, client_key="k-1"), actor="t")
+    again, created_again = start_workflow(engine, StartWorkflow(wf, client_key="k-1"), actor="t")
+    assert created and not created_again and again.workflow_run_id == first.workflow_run_id
+    assert count(engine, "workflow_runs") == 1
+
+
+def test_a_workflow_definition_fired_as_a_job_starts_exactly_one_workflow_run(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}])
+    request = SubmitRequest(wf, request_id="once", scope=Scope())
+    trigger = engine.submit(request).run
+    assert not engine.submit(request).created  # the same trigger again: the same run
+    with coordinating(engine):
+        wait_until(lambda: count(engine, "workflow_runs", "status = 'COMPLETED'") == 1, what="the workflow")
+    assert count(engine, "workflow_runs") == 1 and ran(marker) == ["a"]
+    with engine.store.read() as tx:
+        run = tx.run_get(trigger.job_run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.result is not None
+    wid = run.result["workflow_run_id"]
+    assert view(engine, wid).record.trigger["trigger_run_id"] == trigger.job_run_id
+
+
+def test_a_coordinator_that_dies_mid_advance_leaves_nothing_and_the_next_one_continues(
+    engine: Engine, marker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {"id": "a", "job": j["record"], "params": {"name": "a"}},
+            {"id": "b", "job": j["record"], "params": {"name": "b"}},
+        ],
+    )
+    wid = start(engine, wf)
+
+    def crash(*_: object) -> bool:
+        raise RuntimeError("killed between creating the step run and recording it")
+
+    from jobgate.store.sqlstore import StoreTx
+
+    with monkeypatch.context() as m:
+        m.setattr(StoreTx, "workflow_apply", crash)
+        with pytest.raises(RuntimeError):
+            advance(engine, wid)
+    assert count(engine, "job_runs") == 0  # the step run was rolled back with the advance
+    assert view(engine, wid).record.status is RunStatus.SCHEDULED
+    with coordinating(engine):
+        done = wait_workflow(engine, wid)
+    assert done.record.status is RunStatus.COMPLETED and ran(marker) == ["a", "b"]
+
+
+def test_concurrent_coordinators_and_a_worker_restart_between_steps_run_each_step_once(
+    engine: Engine, marker: Path
+) -> None:
+    """Four coordinators race on every decision while the worker is stopped and started
+    between steps: each step's run is created once and runs to completion once."""
+    j = jobs(engine)
+    steps = [{"id": f"s{i}", "job": j["record"], "params": {"name": f"s{i}"}} for i in range(4)]
+    wf = workflow(engine, steps)
+    wids = [start(engine, wf) for _ in range(3)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def race() -> None:
+        while not stop.is_set():
+            try:
+                advance_due(engine)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    racers = [threading.Thread(target=race, daemon=True) for _ in range(4)]
+    for t in racers:
+        t.start()
+    try:
+        for _ in range(6):  # the worker comes and goes between steps
+            with running_worker(engine):
+                wait_until(lambda: count(engine, "job_runs", "status = 'COMPLETED'") > 0, what="some progress")
+        with running_worker(engine):
+            for wid in wids:
+                wait_workflow(engine, wid, timeout=30)
+    finally:
+        stop.set()
+        for t in racers:
+            t.join(10)
+    assert not errors
+    assert all(view(engine, wid).record.status is RunStatus.COMPLETED for wid in wids)
+    assert count(engine, "job_runs") == 12
+    assert sorted(ran(marker)) == sorted([f"s{i}" for i in range(4)] * 3)
+    assert len({parts[2] for parts in lines(marker)}) == 12  # one execution per run
+
+
+def test_each_workflow_event_is_written_with_its_transition(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"]}])
+    wid = start(engine, wf)
+    with coordinating(engine):
+        wait_workflow(engine, wid)
+    assert count(engine, "outbox", "event_type = 'workflow_started'") == 1
+    assert count(engine, "outbox", "event_type = 'workflow_completed'") == 1
+    assert count(engine, "audit_log", "action = 'workflow.completed'") == 1
+    assert service.workflow_view(engine, wid).record.ended_at is not None
