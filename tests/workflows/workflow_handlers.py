@@ -52,3 +52,13 @@ def wait(ctx: ExecutionContext) -> dict[str, Any]:
             break
     _mark(ctx, "ran")
     return {"name": ctx.params.get("name", ""), "value": "", "count": 0, "flag": False}
+
+
+def slow_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
+    """Attempt 1 marks its start and sleeps (its worker process is meant to be SIGKILLed);
+    later attempts run at once."""
+    _mark(ctx, "started")
+    if ctx.attempt == 1:
+        time.sleep(30)
+    _mark(ctx, "ran")
+    return {"name": ctx.params.get("name", ""), "value": "", "count": 0, "flag": False}
