@@ -209,10 +209,24 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
 @click.option("--simulate", is_flag=True, help="bind today's definition and configuration (never evidence)")
 @pass_app
 def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
-    """Rebuild RUN_ID's record from its recorded inputs with the same decision code and compare
-    hashes; exit 1 naming the first difference."""
+    """Rebuild RUN_ID's record (or a TGWF- workflow run's state sequence) from its recorded
+    inputs with the same decision code and compare hashes; exit 1 naming the first difference."""
     from jobgate.replay import replay
+    from jobgate.workflows.replay import replay_workflow
 
+    if run_id.startswith("TGWF-"):  # a workflow run: its state sequence (seed §14)
+        if simulate:
+            raise ValidationError("a workflow run replays against its recorded definition only", field="simulate")
+        wf = replay_workflow(app.engine(), run_id)
+        if app.json_output:
+            render.emit_json(wf.__dict__)
+        else:
+            verdict = "MATCH" if wf.match else f"MISMATCH at {wf.first_difference}"
+            print(f"{run_id} (workflow state sequence): {verdict}")
+            print(f"  original {wf.original_hash}\n  replay   {wf.replay_hash}")
+        if not wf.match:
+            raise ValidationError(f"replay differs: {wf.first_difference}", field="replay")
+        return
     report = replay(app.engine(), run_id, simulation=simulate)
     data = report.__dict__
     if app.json_output:

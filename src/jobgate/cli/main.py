@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from collections.abc import Callable
@@ -38,6 +39,18 @@ F = TypeVar("F", bound=Callable[..., Any])
     "--server", metavar="URL", envvar="JOBGATE_SERVER", help="act through a jobgate server (submit and runs commands)"
 )
 @click.option("--token", metavar="TOKEN", envvar="JOBGATE_TOKEN", help="the bearer token for --server")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    envvar="JOBGATE_LOG_FORMAT",
+    help="log lines of worker, scheduler and serve: text, or one JSON object per line (default: config, text)",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    envvar="JOBGATE_LOG_LEVEL",
+    help="lowest level logged (default: config, info); debug adds a line per run started and completed",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -46,9 +59,13 @@ def cli(
     json_output: bool,
     server: str | None,
     token: str | None,
+    log_format: str | None,
+    log_level: str | None,
 ) -> None:
     """jobgate: a governed job scheduler. Every run explainable, every transition recorded."""
-    app = AppContext(config_path, database, json_output, server=server, token=token)
+    app = AppContext(
+        config_path, database, json_output, server=server, token=token, log_format=log_format, log_level=log_level
+    )
     ctx.obj = app
     ctx.call_on_close(app.close)
 
@@ -414,9 +431,7 @@ def worker(
     exit_when_idle: bool,
 ) -> None:
     """Claim and execute due runs until SIGTERM (graceful) or SIGINT."""
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app.setup_logging()
     engine = app.engine()
     settings = worker_settings(
         engine,
@@ -430,9 +445,13 @@ def worker(
     proc = WorkerProcess(engine, settings, publish=not no_publisher)
     proc.install_signal_handlers()
     proc.start()
-    render.err.print(
-        f"worker {proc.worker.worker_id} on {engine.store.safe_url} "
-        f"(queues {','.join(settings.queues)}, concurrency {settings.concurrency})"
+    logging.getLogger("jobgate.cli").info(
+        "worker %s on %s (queues %s, concurrency %d)",
+        proc.worker.worker_id,
+        engine.store.safe_url,
+        ",".join(settings.queues),
+        settings.concurrency,
+        extra={"action": "worker_started", "worker_id": proc.worker.worker_id},
     )
     if exit_when_idle:
         proc.stop_when_idle()
@@ -444,6 +463,7 @@ from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command
 cli.add_command(_demo.demo)
 
 from jobgate.cli import cluster as _cluster  # noqa: E402
+from jobgate.cli import contracts as _contracts  # noqa: E402
 from jobgate.cli import evidence as _evidence  # noqa: E402
 from jobgate.cli import governance as _governance  # noqa: E402
 from jobgate.cli import keys as _keys  # noqa: E402
@@ -452,6 +472,7 @@ from jobgate.cli import safemode as _safemode  # noqa: E402
 from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
 from jobgate.cli import serve as _serve  # noqa: E402
 from jobgate.cli import tokens as _tokens  # noqa: E402
+from jobgate.cli import workflows as _workflows  # noqa: E402
 
 _schedules.register(cli)
 cli.add_command(_safemode.safe_mode)
@@ -464,6 +485,8 @@ _governance.register(definitions, cli)
 cli.add_command(_requests.requests_group)
 cli.add_command(_keys.keys)
 cli.add_command(_evidence.evidence_group)
+cli.add_command(_contracts.contracts_group)
+cli.add_command(_workflows.workflows_group)
 
 
 def main() -> None:

@@ -1,0 +1,184 @@
+"""Replaying a workflow run's state sequence (seed 000 §14, §53).
+
+The recorded transitions are grouped by the advance that wrote them (one advance, one instant).
+Each group's observations — a step's run finished, a start was refused, a cancel was asked —
+are fed to ``plan`` from the state the earlier groups built, and what ``plan`` decides must be
+exactly what the group recorded. ``Hash(WorkflowStateSequence)`` is the digest of the sequence's
+logical content (run ids are left out: they are minted when a run is created, not decided).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import groupby
+from typing import Any
+
+from jobgate.core.canonical import digest
+from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.core.states import RunStatus
+from jobgate.service.engine import Engine
+from jobgate.store.sql.workflows import WorkflowTransition
+from jobgate.workflows.plan import (
+    RunOutcome,
+    StepChange,
+    StepStatus,
+    WorkflowChange,
+    WorkflowState,
+    initial_state,
+    plan,
+)
+from jobgate.workflows.spec import WorkflowSpec, workflow_spec_of
+
+# Step transitions that record an outcome from outside the planner (a run ended, a gate refused).
+_OBSERVED = {
+    "step_completed",
+    "step_failed",
+    "output_missing",
+    "step_refused",
+    "compensated",
+    "compensation_failed",
+    "compensation_refused",
+}
+_EXTERNAL = {"sla_escalation"}  # written by the SLA monitor, not decided by the planner
+
+
+@dataclass(frozen=True)
+class WorkflowReplayReport:
+    workflow_run_id: str
+    match: bool
+    original_hash: str
+    replay_hash: str | None
+    first_difference: str | None
+
+
+def sequence_key(
+    step_id: str | None,
+    from_status: str | None,
+    to_status: str,
+    reason: str,
+    detail: dict[str, Any],
+) -> list[Any]:
+    """What a transition decides: run ids excluded, everything else kept."""
+    return [
+        step_id,
+        from_status,
+        to_status,
+        reason,
+        detail.get("error_code"),
+        detail.get("outputs"),
+        detail.get("params"),
+        detail.get("job"),
+    ]
+
+
+def _recorded_key(t: WorkflowTransition) -> list[Any]:
+    return sequence_key(t.step_id, t.from_status, t.to_status, t.reason, dict(t.detail))
+
+
+def sequence_hash(transitions: list[WorkflowTransition]) -> str:
+    return digest([_recorded_key(t) for t in transitions])
+
+
+def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | None = None) -> WorkflowReplayReport:
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        record = tx.workflow_get(workflow_run_id, tenant_id)
+        if record is None:
+            raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
+        transitions = tx.workflow_transitions(workflow_run_id)
+        stored = tx.definition_get(record.tenant_id, record.job_definition_id, record.definition_version)
+    original = sequence_hash(transitions)
+
+    def differs(where: str) -> WorkflowReplayReport:
+        return WorkflowReplayReport(workflow_run_id, False, original, None, where)
+
+    if stored is None:
+        return differs("definition_version: the version the workflow names is not stored")
+    try:
+        definition = engine.build_definition(stored)
+    except JobgateError as exc:
+        return differs(f"definition_digest: the stored content no longer matches ({exc.code})")
+    if definition.digest != record.definition_digest:
+        return differs("definition_digest: the workflow names other content than the stored version's")
+    spec = workflow_spec_of(definition.content, definition.job_definition_id)
+    head = [(t.step_id, t.from_status, t.to_status, t.reason) for t in transitions[:2]]
+    if head != [(None, None, "CREATED", "created"), (None, "CREATED", "SCHEDULED", "admitted")]:
+        return differs("seq 1-2: a workflow run starts CREATED then SCHEDULED")
+    state = initial_state(spec, record.workflow_run_id, record.tenant_id, record.params, RunStatus.SCHEDULED)
+    produced: list[list[Any]] = [_recorded_key(t) for t in transitions[:2]]
+    for _, group_iter in groupby(transitions[2:], key=lambda t: t.at):
+        group = list(group_iter)
+        if group[0].reason in _EXTERNAL:
+            produced += [_recorded_key(t) for t in group]
+            state = replace(state, status=RunStatus(group[-1].to_status))
+            continue
+        outcomes, state = _observations(spec, state, group)
+        decided = plan(spec, state, outcomes)
+        keys = [_key_of(c) for c in decided.changes]
+        for offset, (want, got) in enumerate(zip([_recorded_key(t) for t in group], keys, strict=False)):
+            if want != got:
+                return WorkflowReplayReport(
+                    workflow_run_id,
+                    False,
+                    original,
+                    None,
+                    f"seq {group[offset].seq}: recorded {want[:4]}, replay decides {got[:4]}",
+                )
+        if len(keys) != len(group):
+            return differs(f"seq {group[0].seq}: the advance recorded {len(group)} changes, replay decides {len(keys)}")
+        produced += keys
+        assert decided.state is not None
+        state = _with_run_ids(decided.state, group)
+    replayed = digest(produced)
+    return WorkflowReplayReport(workflow_run_id, replayed == original, original, replayed, None)
+
+
+def _observations(
+    spec: WorkflowSpec, state: WorkflowState, group: list[WorkflowTransition]
+) -> tuple[dict[str, RunOutcome], WorkflowState]:
+    """The outcomes (and a cancel request) the recorded advance saw, as ``plan`` takes them."""
+    outcomes: dict[str, RunOutcome] = {}
+    for t in group:
+        if t.reason == "cancelled_by_user":
+            state = replace(state, cancel_requested=True)
+        if t.step_id is None or t.reason not in _OBSERVED:
+            continue
+        step = state.steps[t.step_id]
+        code = t.detail.get("error_code")
+        if t.reason in ("step_refused", "compensation_refused"):
+            outcomes[f"refused:{t.step_id}"] = RunOutcome(RunStatus.FAILED, None, code, t.detail.get("why"))
+            continue
+        run_id = step.compensation_run_id if t.reason.startswith("compensat") else step.job_run_id
+        run_id = run_id or f"replay:{t.step_id}"
+        if t.reason == "step_completed":
+            outcomes[run_id] = RunOutcome(RunStatus.COMPLETED, dict(t.detail.get("outputs") or {}))
+        elif t.reason == "output_missing" or t.reason == "compensated":
+            outcomes[run_id] = RunOutcome(RunStatus.COMPLETED, {})
+        else:
+            status = RunStatus(t.detail.get("run_status", RunStatus.FAILED.value))
+            outcomes[run_id] = RunOutcome(status, None, code)
+    return outcomes, state
+
+
+def _key_of(change: StepChange | WorkflowChange) -> list[Any]:
+    if isinstance(change, WorkflowChange):
+        wf_detail: dict[str, Any] = {"error_code": change.error_code} if change.error_code else {}
+        return sequence_key(None, change.from_status.value, change.to_status.value, change.reason, wf_detail)
+    detail: dict[str, Any] = dict(change.detail)
+    if change.outputs is not None:
+        detail["outputs"] = dict(change.outputs)
+    if change.error_code is not None:
+        detail["error_code"] = change.error_code
+    return sequence_key(change.step_id, change.from_status.value, change.to_status.value, change.reason, detail)
+
+
+def _with_run_ids(state: WorkflowState, group: list[WorkflowTransition]) -> WorkflowState:
+    """Give started steps the run ids the record names, so later outcomes find them."""
+    steps = dict(state.steps)
+    for t in group:
+        if t.step_id is None or "job_run_id" not in t.detail:
+            continue
+        if t.to_status == StepStatus.RUNNING.value:
+            steps[t.step_id] = replace(steps[t.step_id], job_run_id=t.detail["job_run_id"])
+        elif t.to_status == StepStatus.COMPENSATING.value:
+            steps[t.step_id] = replace(steps[t.step_id], compensation_run_id=t.detail["job_run_id"])
+    return replace(state, steps=steps)
