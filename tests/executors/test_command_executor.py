@@ -299,6 +299,7 @@ def test_child_gets_a_minimal_environment(tmp_path: Path, monkeypatch: pytest.Mo
         "JOBGATE_RUN_ID",
         "JOBGATE_ATTEMPT",
         "JOBGATE_IDEMPOTENCY_KEY",
+        "JOBGATE_OUTPUTS",  # where the command may write its outputs (a file in its work dir)
     }
     # The interpreter or libc may add a few variables of its own (e.g. LC_CTYPE on some platforms).
     assert set(env) - allowed <= {"LC_CTYPE", "__CF_USER_TEXT_ENCODING"}
@@ -325,3 +326,33 @@ def test_missing_workdir_and_log_directory_are_created(tmp_path: Path) -> None:
     outcome = run(py_runner("import os; print('cwd', os.getcwd())"), ctx).outcome
     assert outcome.kind is OutcomeKind.SUCCEEDED
     assert f"cwd {ctx.workdir.resolve()}" in read_log(ctx)
+
+
+# -- outputs (a workflow step's declared outputs) ---------------------------------------------
+
+WRITE_OUTPUTS = "import os, pathlib, sys; pathlib.Path(os.environ['JOBGATE_OUTPUTS']).write_text(sys.argv[1])"
+
+
+def test_a_command_reports_outputs_through_the_outputs_file(tmp_path: Path) -> None:
+    result = run(py_runner(WRITE_OUTPUTS, '{"rows": 3, "path": "out.csv", "exit_code": 9}'), make_context(tmp_path))
+    assert result.outcome.kind is OutcomeKind.SUCCEEDED
+    # jobgate's own keys win: a command cannot claim another exit code.
+    assert result.result == {"rows": 3, "path": "out.csv", "exit_code": 0, "runner": "py"}
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["[1, 2]", "not json", '"text"', "x" * (64 * 1024 + 1)],
+)
+def test_anything_but_a_small_json_object_fails_the_attempt(tmp_path: Path, written: str) -> None:
+    result = run(py_runner(WRITE_OUTPUTS, written), make_context(tmp_path))
+    assert result.outcome.kind is OutcomeKind.NON_RETRYABLE_FAILURE
+    assert result.outcome.error_code == "INVALID_OUTPUTS"
+
+
+def test_an_outputs_symlink_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"password": "x"}')
+    code = f"import os; os.symlink({str(secret)!r}, os.environ['JOBGATE_OUTPUTS'])"
+    result = run(py_runner(code), make_context(tmp_path))
+    assert result.outcome.error_code == "INVALID_OUTPUTS"

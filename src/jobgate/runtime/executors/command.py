@@ -13,7 +13,8 @@ Why it is shaped this way:
   from any thread, via ``stop()`` or by the caller setting ``ctx.cancelled`` (execution timeout);
   a process that was signalled ends the attempt as ``STOPPED`` whatever its exit code.
 * The child sees a minimal environment, not the scheduler's (which may hold database URLs and
-  tokens): PATH, LANG, HOME, the runner's configured ``env``, and the run's identity.
+  tokens): PATH, LANG, HOME, the runner's configured ``env``, the run's identity, and its
+  trace context as ``TRACEPARENT``.
 * A relative binary path with a slash is resolved against the scheduler's working directory,
   never the run's, so a run cannot plant the program it will be executed with.
 """
@@ -22,16 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
@@ -194,6 +198,9 @@ class CommandExecutor:
         except ValidationError as exc:
             raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_PARAMS", str(exc)) from None
         env = _child_env(runner, ctx)
+        # A command reports outputs (a workflow step's declared outputs) by writing one JSON
+        # object to this file, like CI systems' output files; jobgate picks the path.
+        env[OUTPUTS_ENV] = str(workdir / OUTPUTS_FILE)
         binary = _resolve_binary(runner.binary, env.get("PATH"))
         artifact_path = None if artifact is None else _inside(workdir, artifact)
         return _Plan(workdir, [binary, *args], env, body, tmpfile, artifact_path)
@@ -250,7 +257,13 @@ class CommandExecutor:
         except _Refused as refused:
             log_best_effort(ctx, f"[jobgate] artifact refused: {refused}")
             return ExecutionResult(refused.outcome)
-        return ExecutionResult(outcome, result={"exit_code": 0, "runner": self.runner.name}, artifact=artifact)
+        try:
+            outputs = _read_outputs(plan.workdir / OUTPUTS_FILE)
+        except _Refused as refused:
+            log_best_effort(ctx, f"[jobgate] outputs refused: {refused}")
+            return ExecutionResult(refused.outcome)
+        result = {**outputs, "exit_code": 0, "runner": self.runner.name}
+        return ExecutionResult(outcome, result=result, artifact=artifact)
 
     def _wait(self, ctx: ExecutionContext, running: _Running) -> int:
         """Reap the process; if the attempt gets cancelled meanwhile (by ``stop`` or by the caller
@@ -274,6 +287,9 @@ def _child_env(runner: RunnerSpec, ctx: ExecutionContext) -> dict[str, str]:
         JOBGATE_ATTEMPT=str(ctx.attempt),
         JOBGATE_IDEMPOTENCY_KEY=ctx.idempotency_key,
     )
+    traceparent = ctx.traceparent
+    if traceparent:
+        env["TRACEPARENT"] = traceparent  # the name OpenTelemetry's environment carriers read
     return env
 
 
@@ -344,3 +360,32 @@ def _signal_name(number: int) -> str:
 
 def _describe(code: int) -> str:
     return f"signal {_signal_name(-code)}" if code < 0 else f"code {code}"
+
+
+OUTPUTS_ENV = "JOBGATE_OUTPUTS"
+OUTPUTS_FILE = "jobgate-outputs.json"
+MAX_OUTPUTS_BYTES = 64 * 1024
+
+
+def _read_outputs(path: Path) -> dict[str, Any]:
+    """The JSON object a command wrote to ``$JOBGATE_OUTPUTS`` (none written: no outputs).
+
+    Bounded and checked: a symlink, an oversized file or anything but a JSON object fails the
+    attempt (non-retryable) rather than recording something the step did not mean."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return {}
+    if not stat.S_ISREG(info.st_mode):
+        raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name} is not a regular file")
+    if info.st_size > MAX_OUTPUTS_BYTES:
+        raise _Refused(
+            OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name} is over {MAX_OUTPUTS_BYTES} bytes"
+        )
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name}: {exc}") from None
+    if not isinstance(value, dict):
+        raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name} must hold a JSON object")
+    return value
