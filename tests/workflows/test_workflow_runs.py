@@ -312,3 +312,25 @@ def test_each_workflow_event_is_written_with_its_transition(engine: Engine, mark
     assert count(engine, "outbox", "event_type = 'workflow_completed'") == 1
     assert count(engine, "audit_log", "action = 'workflow.completed'") == 1
     assert service.workflow_view(engine, wid).record.ended_at is not None
+
+
+def test_revoking_the_workflows_approval_refuses_its_next_step(engine: Engine, marker: Path) -> None:
+    from jobgate.service import approvals
+
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {"id": "a", "job": j["wait"], "params": {"name": "a"}},
+            {"id": "b", "job": j["record"], "params": {"name": "b"}},
+        ],
+    )
+    wid = start(engine, wf)
+    with coordinating(engine):
+        wait_until(lambda: ran(marker, "started") == ["a"], what="step a to start")
+        approvals.revoke(engine, "default", wf, actor="admin")
+        Path(str(marker) + ".gate").touch()
+        done = wait_workflow(engine, wid)
+    assert done.record.status is RunStatus.FAILED and done.record.error_code == "definition_not_approved"
+    assert ran(marker) == ["a"]  # a finished; b never ran
+    assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]

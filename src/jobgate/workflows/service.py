@@ -333,12 +333,26 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
             for r in tx.runs_get(watched)
             if r.status.is_terminal
         }
+        # Revoking the workflow's approval stops it from starting anything more (its running
+        # steps finish; the next step is refused, and the step's failure policy applies).
+        approved = bool(tx.approvals_active([(record.tenant_id, record.job_definition_id, record.definition_digest)]))
     spec = spec_for(definition)
     state = state_of(record, steps)
     prepared: dict[tuple[str, bool], PreparedSubmission] = {}
     decided = plan(spec, state, outcomes)
     for _ in range(len(spec.steps) + 1):
-        refused = _prepare_starts(engine, record, decided.starts, prepared, actor, now)
+        if approved:
+            refused = _prepare_starts(engine, record, decided.starts, prepared, actor, now)
+        else:
+            refused = {
+                f"refused:{start.step_id}": RunOutcome(
+                    RunStatus.FAILED,
+                    None,
+                    "definition_not_approved",
+                    f"the approval of workflow {record.job_definition_id} was revoked",
+                )
+                for start in decided.starts
+            }
         if not refused:
             break
         outcomes = {**outcomes, **refused}
