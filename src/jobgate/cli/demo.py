@@ -22,7 +22,7 @@ from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import JobRun
 from jobgate.runtime.process import WorkerProcess, worker_settings
-from jobgate.service.engine import SubmitRequest
+from jobgate.service.engine import Engine, SubmitRequest
 
 
 @click.command()
@@ -75,9 +75,10 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
             while time.monotonic() < deadline:
                 with engine.store.read() as tx:
                     finished = tx.runs_get(ids)
+                    flowing = tx.workflows_active_exist()  # a workflow started by a demo run
                 done = sum(1 for r in finished if r.status.is_terminal)
                 bar.update(task, completed=done)
-                if done == len(ids):
+                if done == len(ids) and not flowing:
                     break
                 time.sleep(0.1)
     finally:
@@ -92,6 +93,7 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
         )
     else:
         _report(engine.config.events.jsonl_path, ordered, directory)
+        _report_workflows(engine, ordered, directory)
     if unfinished:
         raise ValidationError(f"{len(unfinished)} demo runs did not finish within {timeout:.0f} s", field="--timeout")
 
@@ -111,3 +113,20 @@ def _report(events_path: Path | None, runs: list[JobRun], directory: Path) -> No
         )
     first = runs[0].job_run_id if runs else "RUN_ID"
     render.out.print(f"inspect a run: cd {directory} && jobgate runs show {first}")
+
+
+def _report_workflows(engine: Engine, runs: list[JobRun], directory: Path) -> None:
+    """The workflow runs the demo's runs started, step by step."""
+    from jobgate.workflows.service import workflow_view
+
+    for run in runs:
+        workflow_run_id = (run.result or {}).get("workflow_run_id")
+        if not isinstance(workflow_run_id, str):
+            continue
+        view = workflow_view(engine, workflow_run_id)
+        render.table(
+            f"workflow {workflow_run_id} ({view.record.job_definition_id}): {view.record.status.value}",
+            ["step", "status", "run"],
+            [(s.step_id, s.status, s.job_run_id or "") for s in view.steps],
+        )
+        render.out.print(f"inspect it: cd {directory} && jobgate workflows show {workflow_run_id} --transitions")
