@@ -30,6 +30,7 @@ from jobgate.store.sqlstore import Store
 TENANTS = ("acme", "other")
 ACME_JOB = "acme-job"  # defined in acme only: another tenant naming it must get a 404
 SHARED_JOB = "shared-job"  # defined in both tenants
+ACME_FLOW = "acme-flow"  # a workflow of one step (ACME_JOB), defined in acme only
 
 
 @dataclass
@@ -133,6 +134,17 @@ class World:
 
         approvals.approve(self.engine, tenant, job, actor="test-admin")
 
+    def workflow(self, tenant: str = "acme") -> str:
+        from jobgate.workflows.service import StartWorkflow, start_workflow
+
+        by = self.actor(tenant, Role.ADMIN)
+        record, _ = start_workflow(
+            self.engine, StartWorkflow(ACME_FLOW, scope=Scope(tenant_id=tenant), requested_by=by), actor=by
+        )
+        if tenant == "acme":
+            self.made.add(record.workflow_run_id)
+        return record.workflow_run_id
+
     def victim_token(self, tenant: str = "acme") -> str:
         token_id = tokens.create(self.engine, tenant_id=tenant, role="consumer", actor="test").stored.token_id
         if tenant == "acme":
@@ -144,6 +156,13 @@ def build_world(engine: Engine, *, auth: bool = True) -> World:
     for tenant in TENANTS:
         define(engine, job_definition_id=SHARED_JOB, tenant_id=tenant, params=[{"name": "n", "pattern": "[0-9]{1,6}"}])
     define(engine, job_definition_id=ACME_JOB, tenant_id="acme", params=[{"name": "n", "pattern": "[0-9]{1,6}"}])
+    define(
+        engine,
+        job_definition_id=ACME_FLOW,
+        tenant_id="acme",
+        handler=None,
+        workflow={"steps": [{"id": "one", "job": ACME_JOB, "params": {"n": "1"}}]},
+    )
     state = ServerState(engine, auth=auth)
     world = World(engine, TestClient(create_app(state), raise_server_exceptions=False))
     for tenant in TENANTS:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from tests.api.conftest import ACME_JOB, World, body_of
+from tests.api.conftest import ACME_FLOW, ACME_JOB, World, body_of
 
 from jobgate.api.access import Rule, rule_of
 from jobgate.api.app import api_routes
@@ -140,6 +140,15 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ("GET", "/api/v1/tokens"): lambda w: Sample("/api/v1/tokens", other={200}),
     ("POST", "/api/v1/tokens"): lambda w: Sample("/api/v1/tokens", {"role": "consumer"}, ok={201}, other={201}),
     ("DELETE", "/api/v1/tokens/{token_id}"): lambda w: Sample(f"/api/v1/tokens/{w.victim_token()}", ok={204}),
+    ("POST", "/api/v1/workflows"): lambda w: Sample("/api/v1/workflows", {"job_definition_id": ACME_FLOW}, ok={201}),
+    ("GET", "/api/v1/workflows"): lambda w: (w.workflow(), Sample("/api/v1/workflows", other={200}))[1],
+    ("GET", "/api/v1/workflows/{workflow_run_id}"): lambda w: Sample(f"/api/v1/workflows/{w.workflow()}"),
+    ("GET", "/api/v1/workflows/{workflow_run_id}/transitions"): lambda w: Sample(
+        f"/api/v1/workflows/{w.workflow()}/transitions"
+    ),
+    ("POST", "/api/v1/workflows/{workflow_run_id}/cancel"): lambda w: Sample(
+        f"/api/v1/workflows/{w.workflow()}/cancel"
+    ),
 }
 
 
@@ -172,7 +181,7 @@ def expected(rule: Rule, role: Role, same_tenant: bool, sample: Sample) -> set[i
 def _leaks(w: World, sample: Sample, body: str) -> list[str]:
     """Acme's data in a body, other than what the caller itself named in its request."""
     asked = sample.path + json.dumps(sample.json)
-    for named in [*w.made, ACME_JOB]:
+    for named in [*w.made, ACME_JOB, ACME_FLOW]:
         body = body.replace(named, "") if named in asked else body
     return [i for i in sorted(w.made) if i in body] + (["tenant name"] if "acme" in body else [])
 

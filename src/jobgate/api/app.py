@@ -32,6 +32,7 @@ from jobgate.api.routes import (
     runs,
     safemode,
     stream,
+    workflows,
 )
 from jobgate.api.server_state import ServerState
 
@@ -58,6 +59,7 @@ ROUTERS = (
     audit.router,
     requests.router,
     safemode.router,
+    workflows.router,
 )
 
 

@@ -589,3 +589,81 @@ class SafeModeOut(BaseModel):
 class SafeModeIn(Request):
     active: bool
     reason: str = Field(min_length=1, max_length=2000)
+
+
+# ---------------------------------------------------------------- workflows
+class WorkflowStartIn(Request):
+    job_definition_id: str = Field(pattern=IDENTIFIER)
+    params: dict[str, str] = Field(default_factory=dict)
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class WorkflowStepOut(BaseModel):
+    step_id: str
+    status: str
+    job_run_id: str | None
+    compensation_run_id: str | None
+    outputs: dict[str, Any] | None
+
+
+class WorkflowRunOut(BaseModel):
+    """Seed 000 §44 (``workflow_run_id``, ``status``, ``current_step``, ``completed_steps``,
+    ``remaining_steps``) and what an auditor needs besides: which exact definition, when, why
+    it ended, and every step."""
+
+    workflow_run_id: str
+    status: str
+    current_step: str | None
+    completed_steps: list[str]
+    remaining_steps: list[str]
+    job_definition_id: str
+    definition_version: int
+    definition_digest: str
+    tenant_id: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    error_code: str | None
+    error_message: str | None
+    steps: list[WorkflowStepOut]
+
+    @classmethod
+    def of(cls, view: Any) -> WorkflowRunOut:
+        r = view.record
+        return cls(
+            workflow_run_id=r.workflow_run_id,
+            status=r.status.value,
+            current_step=view.current_step,
+            completed_steps=view.completed_steps,
+            remaining_steps=view.remaining_steps,
+            job_definition_id=r.job_definition_id,
+            definition_version=r.definition_version,
+            definition_digest=r.definition_digest,
+            tenant_id=r.tenant_id,
+            created_at=r.created_at,
+            started_at=r.started_at,
+            ended_at=r.ended_at,
+            error_code=r.error_code,
+            error_message=r.error_message,
+            steps=[
+                WorkflowStepOut(
+                    step_id=s.step_id,
+                    status=s.status,
+                    job_run_id=s.job_run_id,
+                    compensation_run_id=s.compensation_run_id,
+                    outputs=s.outputs,
+                )
+                for s in view.steps
+            ],
+        )
+
+
+class WorkflowTransitionOut(BaseModel):
+    seq: int
+    step_id: str | None
+    from_status: str | None
+    to_status: str
+    reason: str
+    actor: str
+    at: datetime
+    detail: dict[str, Any]

@@ -1,0 +1,129 @@
+"""Workflow runs over HTTP: start, list, status (seed 000 §44), transitions, cancel.
+
+Like runs, a workflow run of another tenant is a 404, and an activator may cancel only the
+workflow runs it started. Starting goes through every gate a run meets; ``Idempotency-Key``
+makes a repeated start return the first workflow run (200 instead of 201).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Response
+
+from jobgate.api import pagination
+from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, principal
+from jobgate.api.errors import Forbidden
+from jobgate.api.routes.runs import ensure_may_use
+from jobgate.api.schemas import Page, WorkflowRunOut, WorkflowStartIn, WorkflowTransitionOut
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError
+from jobgate.core.models import Scope
+from jobgate.core.states import RunStatus
+from jobgate.service.tokens import Principal
+from jobgate.workflows import service
+from jobgate.workflows.service import StartWorkflow, WorkflowView
+
+router = APIRouter(prefix="/api/v1", tags=["workflows"])
+
+Caller = Annotated[Principal, Depends(principal)]
+State = Annotated[ServerState, Depends(server_state)]
+
+
+def _visible(state: ServerState, caller: Principal, workflow_run_id: str) -> WorkflowView:
+    view = service.workflow_view(state.engine, workflow_run_id, caller.tenant_id)
+    if not caller.may_use(view.record.job_definition_id):
+        raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
+    return view
+
+
+@router.post("/workflows", status_code=201, response_model=WorkflowRunOut)
+@allow(RUN)
+def start_workflow(
+    body: WorkflowStartIn,
+    response: Response,
+    caller: Caller,
+    state: State,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+) -> WorkflowRunOut:
+    """Start a workflow run of an approved workflow definition."""
+    ensure_may_use(caller, body.job_definition_id)
+    record, created = service.start_workflow(
+        state.engine,
+        StartWorkflow(
+            job_definition_id=body.job_definition_id,
+            params=body.params,
+            scope=Scope(tenant_id=caller.tenant_id),
+            requested_by=caller.actor,
+            reason=body.reason,
+            client_key=idempotency_key,
+            role=caller.role.value,
+        ),
+        actor=caller.actor,
+    )
+    if not created:
+        response.status_code = 200
+    return WorkflowRunOut.of(service.workflow_view(state.engine, record.workflow_run_id, caller.tenant_id))
+
+
+@router.get("/workflows", response_model=Page[WorkflowRunOut])
+@allow(READ)
+def list_workflows(
+    caller: Caller,
+    state: State,
+    status: RunStatus | None = None,
+    job_definition_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+) -> Page[WorkflowRunOut]:
+    """Newest first."""
+    with state.engine.store.read() as tx:
+        records = tx.workflows_list(
+            caller.tenant_id,
+            status=None if status is None else status.value,
+            job_definition_id=job_definition_id,
+            limit=limit,
+        )
+    items = [
+        WorkflowRunOut.of(service.workflow_view(state.engine, r.workflow_run_id, caller.tenant_id))
+        for r in records
+        if caller.may_use(r.job_definition_id)
+    ]
+    return Page[WorkflowRunOut](items=items)
+
+
+@router.get("/workflows/{workflow_run_id}", response_model=WorkflowRunOut)
+@allow(READ)
+def get_workflow(workflow_run_id: str, caller: Caller, state: State) -> WorkflowRunOut:
+    """Seed 000 §44: status, current step, completed and remaining steps."""
+    return WorkflowRunOut.of(_visible(state, caller, workflow_run_id))
+
+
+@router.get("/workflows/{workflow_run_id}/transitions", response_model=list[WorkflowTransitionOut])
+@allow(READ)
+def workflow_transitions(workflow_run_id: str, caller: Caller, state: State) -> list[WorkflowTransitionOut]:
+    """Every state change of the workflow and its steps, in order (what replay recomputes)."""
+    view = _visible(state, caller, workflow_run_id)
+    return [
+        WorkflowTransitionOut(
+            seq=t.seq,
+            step_id=t.step_id,
+            from_status=t.from_status,
+            to_status=t.to_status,
+            reason=t.reason,
+            actor=t.actor,
+            at=t.at,
+            detail=dict(t.detail),
+        )
+        for t in view.transitions
+    ]
+
+
+@router.post("/workflows/{workflow_run_id}/cancel", response_model=WorkflowRunOut)
+@allow(RUN_CONTROL)
+def cancel_workflow(workflow_run_id: str, caller: Caller, state: State) -> WorkflowRunOut:
+    """Cancel pending steps and stop running ones (409 when the workflow already ended)."""
+    view = _visible(state, caller, workflow_run_id)
+    if caller.role in RUN_CONTROL.owner_roles and view.record.requested_by != caller.actor:
+        raise Forbidden(f"role {caller.role.value} may act on its own workflow runs only", field="workflow_run_id")
+    service.cancel_workflow(state.engine, workflow_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
+    return WorkflowRunOut.of(service.workflow_view(state.engine, workflow_run_id, caller.tenant_id))
