@@ -1,0 +1,294 @@
+"""The AII_TELEMETRY_JOB: a closed period's seed 000 §51 figures, published once per tenant and
+period — run twice, run concurrently, crash between the sink write and the commit — to a file
+sink or an HTTP sink with an Idempotency-Key."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime_support import running_worker, scalar, wait_all, wait_status
+from sqlalchemy import text
+
+from helpers import config_document, define
+from jobgate.config import build_config
+from jobgate.core.models import Scope
+from jobgate.core.states import RunStatus
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store import codec
+from jobgate.store.sql import telemetry as store
+from jobgate.store.sqlstore import Store
+from jobgate.telemetry import periods, rollup
+from jobgate.telemetry.sinks import FileSink, HttpSink
+
+TENANT = "acme"
+DAY = "2026-03-10"  # the past day the test's runs are moved into
+NOON = datetime(2026, 3, 10, 12, tzinfo=UTC)
+
+
+def make_engine(database_url: str, tmp_path: Path, **telemetry: Any) -> Engine:
+    doc = config_document(tmp_path, telemetry={"period": "day", "settle_seconds": 0, **telemetry})
+    return Engine(Store(database_url), build_config(doc, base_dir=tmp_path, path=None))
+
+
+@pytest.fixture
+def engine(database_url: str, tmp_path: Path) -> Iterator[Engine]:
+    eng = make_engine(database_url, tmp_path, sink_path="telemetry/aii.jsonl")
+    yield eng
+    eng.store.dispose()
+
+
+def submit(engine: Engine, job: str, tenant: str = TENANT, scope: dict[str, str] | None = None, **params: str) -> str:
+    request = SubmitRequest(
+        job,
+        params=params,
+        scope=Scope.from_dict({"tenant_id": tenant, **(scope or {})}),
+        requested_by="ops",
+        request_id=uuid.uuid4().hex,
+    )
+    return engine.submit(request, actor="ops").run.job_run_id
+
+
+def telemetry_job(engine: Engine, tenant: str = TENANT) -> str:
+    return define(
+        engine,
+        job_class="AII_TELEMETRY_JOB",
+        handler="jobgate.telemetry.rollup:telemetry_job",
+        tenant_id=tenant,
+        params=[{"name": "period", "pattern": "[0-9]{4}-(Q[1-4]|[0-9]{2}(-[0-9]{2})?)"}],
+    )
+
+
+def move_into_the_past(engine: Engine, run_ids: list[str], to: datetime = NOON) -> None:
+    """Shift the runs' whole history (every instant they recorded) so they were created at
+    ``to``: as if they had run that day."""
+    with engine.store.read() as tx:
+        first = min(r.created_at for r in tx.runs_get(run_ids))
+    shift = codec.to_us(to) - codec.to_us(first)
+    ids = {"ids": tuple(run_ids)}
+    columns = ("created_at", "due_at", "started_at", "ended_at", "next_retry_at", "queue_deadline_at")
+    with engine.store.write() as tx:
+        for c in columns:
+            tx.conn.execute(
+                text(f"UPDATE job_runs SET {c} = {c} + :s WHERE job_run_id IN :ids").bindparams(_expanding("ids")),
+                {"s": shift, **ids},
+            )
+        for table, column in (("run_transitions", "at"), ("dead_letters", "created_at")):
+            tx.conn.execute(
+                text(f"UPDATE {table} SET {column} = {column} + :s WHERE job_run_id IN :ids").bindparams(
+                    _expanding("ids")
+                ),
+                {"s": shift, **ids},
+            )
+
+
+def _expanding(name: str) -> Any:
+    from sqlalchemy import bindparam
+
+    return bindparam(name, expanding=True)
+
+
+def a_busy_day(engine: Engine) -> list[str]:
+    """Four runs of ``acme`` on DAY: two completed (one after a retry), one DAL anchor
+    dead-lettered, one replay still open at the day's end; one run of ``other``."""
+    ok = define(engine, job_class="MAINTENANCE_JOB", handler="engine_handlers:succeed", tenant_id=TENANT)
+    flaky = define(
+        engine,
+        job_class="DAL_ANCHOR_JOB",
+        handler="engine_handlers:fail_until",
+        tenant_id=TENANT,
+        retry_policy="test_fixed_v1",
+        params=[{"name": "ok_on", "pattern": "[0-9]"}],
+    )
+    bad = define(engine, job_class="DAL_ANCHOR_JOB", handler="engine_handlers:fail_final", tenant_id=TENANT)
+    replay = define(engine, job_class="REPLAY_JOB", handler="engine_handlers:succeed", tenant_id=TENANT, queue="nobody")
+    theirs = define(engine, job_class="MAINTENANCE_JOB", handler="engine_handlers:succeed", tenant_id="other")
+    with running_worker(engine):
+        done = [submit(engine, ok), submit(engine, flaky, ok_on="2"), submit(engine, theirs, "other")]
+        lettered = submit(engine, bad)
+        waiting = submit(engine, replay)  # its queue has no worker: open at the end of the day
+        wait_all(engine, done, RunStatus.COMPLETED)
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+    made = [*done, lettered, waiting]
+    move_into_the_past(engine, made)
+    return made
+
+
+def publications(engine: Engine, tenant: str = TENANT) -> list[store.Publication]:
+    with engine.store.read() as tx:
+        return store.publications_list(tx.conn, tenant)
+
+
+def test_a_closed_day_is_published_once_with_its_figures(engine: Engine, tmp_path: Path) -> None:
+    a_busy_day(engine)
+    job = telemetry_job(engine)
+    with running_worker(engine):
+        first = submit(engine, job, scope={"eco_number": "ECO-A123"}, period=DAY)
+        wait_status(engine, first, RunStatus.COMPLETED)
+        again = submit(engine, job, scope={"eco_number": "ECO-A123"}, period=DAY)
+        wait_status(engine, again, RunStatus.COMPLETED)
+    expected = {
+        "eco_number": "ECO-A123",
+        "period": DAY,
+        "jobs_scheduled": 4,
+        "jobs_completed": 2,
+        "job_success_rate": 0.5,
+        "retry_rate": 0.25,
+        "dead_letter_rate": 0.25,
+        "sla_breach_rate": 0.0,
+        "avg_workflow_latency_ms": None,
+        "replay_backlog": 1,
+        "dal_batch_success_rate": 0.5,
+    }
+    [published] = publications(engine)
+    assert (published.period, published.figures, published.job_run_id) == (DAY, expected, first)
+    lines = FileSink(tmp_path / "telemetry" / "aii.jsonl").records()
+    assert lines == [
+        {**expected, "tenant_id": TENANT, "period_start": "2026-03-10T00:00:00Z", "period_end": "2026-03-11T00:00:00Z"}
+    ]
+    assert "already published" in (Path(engine.config.data_dir) / "runs" / again / "run.log").read_text()
+    # The API's on-demand figures of the same closed period are the published ones.
+    assert rollup.compute(engine, TENANT, periods.parse(DAY), "ECO-A123") == expected
+    assert publications(engine, "other") == []
+
+
+def test_the_job_publishes_what_is_due_and_refuses_an_open_period(engine: Engine) -> None:
+    job = telemetry_job(engine)
+    now = engine.clock.now()
+    latest = periods.last_closed(periods.PeriodKind.DAY, now)
+    with running_worker(engine):
+        runs = [submit(engine, job) for _ in range(2)]
+        wait_all(engine, runs, RunStatus.COMPLETED)
+        refused = submit(engine, job, period=periods.containing(periods.PeriodKind.DAY, now).name)
+        wait_status(engine, refused, RunStatus.DEAD_LETTERED)  # non-retryable: the day has not ended
+    today = periods.containing(periods.PeriodKind.DAY, now).name
+    # Two runs at once, one publication (two only if midnight passed between them).
+    assert [p.period for p in publications(engine)] in ([latest.name], [today], [today, latest.name])
+    assert scalar(engine, "SELECT error_code FROM job_runs WHERE job_run_id = :r", r=refused) == "BAD_PERIOD"
+
+
+def test_concurrent_publishers_make_one_publication(engine: Engine, tmp_path: Path) -> None:
+    """Two transactions publish the same period at the same moment; the sink is slow, so the
+    first holds its row while the second tries: one row, one line, and only one 'True'."""
+    period = periods.parse(DAY)
+    doc = rollup.compute(engine, TENANT, period)
+    sink = SlowFileSink(tmp_path / "sink.jsonl")
+    start = threading.Barrier(2)
+    made: list[bool] = []
+
+    def publisher() -> None:
+        start.wait()
+        with engine.store.write() as tx:
+            made.append(rollup.publish(tx.conn, TENANT, period, doc, sink, now=engine.clock.now(), job_run_id=None))
+
+    threads = [threading.Thread(target=publisher) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(made) == [False, True]
+    assert len(sink.records()) == 1 and sink.writes == 1
+    assert len(publications(engine)) == 1
+
+
+def test_a_crash_after_the_sink_write_publishes_once_when_retried(engine: Engine, tmp_path: Path) -> None:
+    period = periods.parse(DAY)
+    sink = FileSink(tmp_path / "sink.jsonl")
+    first = {"period": DAY, "jobs_scheduled": 7}
+
+    class Crash(Exception):
+        pass
+
+    with pytest.raises(Crash), engine.store.write() as tx:  # the sink got it; the commit never came
+        assert rollup.publish(tx.conn, TENANT, period, first, sink, now=engine.clock.now(), job_run_id="a")
+        raise Crash
+    assert publications(engine) == [] and len(sink.records()) == 1
+    # The retry computes other figures (say a late commit landed): the sink keeps its record,
+    # and the publication records what the sink holds.
+    with engine.store.write() as tx:
+        assert rollup.publish(tx.conn, TENANT, period, {"period": DAY, "jobs_scheduled": 8}, sink,
+                              now=engine.clock.now(), job_run_id="b")  # fmt: skip
+    [published] = publications(engine)
+    assert published.figures == first and len(sink.records()) == 1
+    assert published.digest == _digest(sink.records()[0])
+
+
+def test_a_failing_sink_records_nothing(engine: Engine) -> None:
+    with Receiver(status=503) as receiver, pytest.raises(Exception, match="503"), engine.store.write() as tx:
+        sink = HttpSink(receiver.url, timeout=5)
+        rollup.publish(tx.conn, TENANT, periods.parse(DAY), {"period": DAY}, sink, now=NOON, job_run_id=None)
+    assert publications(engine) == []
+
+
+def test_the_http_sink_gets_an_idempotency_key(database_url: str, tmp_path: Path) -> None:
+    with Receiver(status=200) as receiver:
+        engine = make_engine(database_url, tmp_path, sink_url=receiver.url + "?token=s3cret")
+        try:
+            job = telemetry_job(engine)
+            with running_worker(engine):
+                runs = [submit(engine, job, period=DAY) for _ in range(2)]
+                wait_all(engine, runs, RunStatus.COMPLETED)
+            [published] = publications(engine)
+        finally:
+            engine.store.dispose()
+    [(headers, body)] = receiver.received  # the second run published nothing
+    assert headers["Idempotency-Key"] == f"aii-telemetry:{TENANT}:{DAY}"
+    assert body["period"] == DAY and body["tenant_id"] == TENANT and body["jobs_scheduled"] == 0
+    assert published.sink == f"http:{receiver.url}" and "s3cret" not in published.sink
+
+
+class SlowFileSink(FileSink):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writes = 0
+
+    def submit(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
+        time.sleep(0.5)  # the first publisher holds its row meanwhile
+        return super().submit(record)
+
+
+class Receiver:
+    """A local HTTP endpoint that records what it is sent and answers ``status``."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.received: list[tuple[dict[str, str], dict[str, Any]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.received.append((dict(self.headers), body))
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/aii"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _digest(record: dict[str, Any]) -> str:
+    from jobgate.core.canonical import digest
+
+    return digest(record)
