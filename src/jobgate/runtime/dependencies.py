@@ -1,0 +1,286 @@
+"""Dependency health for a worker: runs whose definition declares a dependency that is down
+wait in the queue, without using an attempt, until it is back or they waited too long.
+
+Design (seed 000 §58 "DAL unavailable: queue DAL-dependent jobs"):
+
+* A background thread (never the worker's loop) keeps, per declared dependency, the result
+  of its last check, trusted for the check's ``ttl`` (re-checked every second while down).
+  It learns which definition versions declare what from the stored definitions, re-reading
+  them when a version is added.
+* From that it keeps ``blocked``: the digests of definition versions that need a dependency
+  not known to be up (down, or not checked yet). The worker passes the set to its claim, and
+  runs of those versions are simply not claimed: they stay SCHEDULED (or RETRY_WAIT) with
+  their attempt count unchanged, write nothing while they wait, and are claimed as usual once
+  the set no longer holds them. A run of a definition without dependencies pays nothing: the
+  set is empty and the claim is the ordinary statement. (Claiming such runs and handing them
+  back, DISPATCHED -> SCHEDULED, would write two transitions per run per retry of the check
+  for as long as the outage lasts; not claiming them writes none.)
+* A run that has waited ``max_wait`` for the outage (counted from when it was due or when the
+  outage began, whichever is later) is dead-lettered with ``missing_dependency``.
+* An outage is reported once for the cluster: a ``dependency_unavailable`` event when it
+  begins and ``dependency_recovered`` when it ends, per tenant whose definitions declare the
+  dependency, decided by a marker row (``store.sql.outages``), plus a log line. ``jobgate
+  doctor`` lists open outages.
+
+What the cache cannot see: a dependency that fails between two checks fails the attempts
+that use it (their retry policy applies, as for any failure); and a definition version
+stored less than a second ago is not yet known to declare anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from jobgate.core import events
+from jobgate.core.audit import AuditEvent
+from jobgate.core.decide import Decision
+from jobgate.core.models import DeadLetterReason
+from jobgate.core.settle import settle_without_attempt
+from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.health import probes, rules
+from jobgate.health.rules import Change, Check, State
+from jobgate.health.settings import DependencySpec
+from jobgate.runtime.changes import settlement_change
+from jobgate.service.engine import Engine
+
+log = logging.getLogger("jobgate.dependencies")
+
+ERROR_CODE = "DEPENDENCY_UNAVAILABLE"
+SCAN_INTERVAL = timedelta(seconds=1)  # how often stored definitions are looked at for new versions
+MARKER_TTL = timedelta(seconds=30)  # an outage marker outlives its observer by this much
+SWEEP_LIMIT = 200
+NOT_CONFIGURED = "not configured on this host"
+
+Probe = Callable[[Check], str | None]
+
+
+class DependencyMonitor:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        observer: str,
+        on_change: Callable[[], None] | None = None,
+        probe: Probe = probes.probe,
+    ) -> None:
+        self.engine = engine
+        self.observer = observer
+        self.blocked: frozenset[str] = frozenset()  # read by the worker's loop, replaced whole
+        self._on_change = on_change
+        self._probe = probe
+        self._checks = rules.checks(engine.config)
+        self._needs: dict[str, tuple[str, ...]] = {}  # definition digest -> dependency names
+        self._tenants: dict[str, frozenset[str]] = {}  # dependency name -> tenants declaring it
+        self._states: dict[str, State] = {}
+        self._fingerprint: tuple[int, int] | None = None
+        self._next_scan: datetime | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._passes = 0
+        self._passed = threading.Condition()
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> None:
+        """Read the definitions now (so runs needing an unchecked dependency are held from the
+        worker's first claim), then check in the background."""
+        try:
+            self._scan(self.engine.clock.now())
+        except Exception:
+            log.warning("dependency monitor: definitions not read; retrying", exc_info=True)
+        self._thread = threading.Thread(target=self._run, name="jobgate-dependencies", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def states(self) -> dict[str, State]:
+        return dict(self._states)
+
+    def wait_passes(self, n: int, timeout: float) -> bool:
+        """Wait until the background thread has made ``n`` more passes (a signal for tests and
+        tools, instead of sleeping); False if it did not within ``timeout`` seconds."""
+        with self._passed:
+            target = self._passes + n
+            return self._passed.wait_for(lambda: self._passes >= target, timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wait = SCAN_INTERVAL
+            try:
+                wait = self.tick(self.engine.clock.now())
+            except Exception:
+                log.warning("dependency monitor pass failed; continuing", exc_info=True)
+            with self._passed:
+                self._passes += 1
+                self._passed.notify_all()
+            self._stop.wait(max(0.05, wait.total_seconds()))
+
+    # ------------------------------------------------------------------ one pass
+    def tick(self, now: datetime) -> timedelta:
+        """Re-read definitions if needed, check what is due, report changes, dead-letter runs
+        that waited too long, and publish the new ``blocked``; returns when to come back."""
+        if self._next_scan is None or now >= self._next_scan:
+            self._scan(now)
+        wanted = {name for names in self._needs.values() for name in names}
+        for name in sorted(wanted):
+            state = self._states.get(name) or State(name)
+            check = self._checks.get(name)
+            if check is None:
+                self._apply(name, state, NOT_CONFIGURED, now)
+                continue
+            if now >= rules.next_check(state, check.ttl, now):
+                self._apply(name, state, self._probe(check), now)
+        for name in [n for n in self._states if n not in wanted]:
+            del self._states[name]  # no stored definition declares it any more
+        self._sweep(now)
+        self._publish(rules.blocked(self._needs, self._states))
+        return self._next_wake(now)
+
+    def _scan(self, now: datetime) -> None:
+        self._next_scan = now + SCAN_INTERVAL
+        with self.engine.store.read() as tx:
+            fingerprint = tx.definitions_fingerprint()
+            if fingerprint == self._fingerprint:
+                return
+            found = tx.definitions_mentioning(rules.DEPENDENCIES_FIELD)
+        self._needs = rules.needs_by_digest((digest, content) for _tenant, digest, content in found)
+        tenants: dict[str, set[str]] = {}
+        for tenant, _digest, content in found:
+            for name in rules.declared(content):
+                tenants.setdefault(name, set()).add(tenant)
+        self._tenants = {name: frozenset(t) for name, t in tenants.items()}
+        self._fingerprint = fingerprint
+        self._publish(rules.blocked(self._needs, self._states))
+
+    def _publish(self, blocked: frozenset[str]) -> None:
+        shrank = bool(self.blocked - blocked)
+        self.blocked = blocked
+        if shrank and self._on_change is not None:
+            self._on_change()  # runs are claimable again: wake the worker
+
+    def _next_wake(self, now: datetime) -> timedelta:
+        wake = SCAN_INTERVAL
+        for name, state in self._states.items():
+            check = self._checks.get(name)
+            if check is not None:
+                wake = min(wake, rules.next_check(state, check.ttl, now) - now)
+        return wake
+
+    # ------------------------------------------------------------------ reporting
+    def _apply(self, name: str, state: State, problem: str | None, now: datetime) -> None:
+        new, change = rules.observe(state, problem, now)
+        self._states[name] = new
+        if new.up is False:
+            self._report_down(new, now, opened_here=change is Change.WENT_DOWN)
+        elif change is Change.RECOVERED or state.up is None:
+            # Also at the first check: an outage reported before every worker restarted ends here.
+            self._report_up(new, now, recovered_here=change is Change.RECOVERED)
+
+    def _report_down(self, state: State, now: datetime, *, opened_here: bool) -> None:
+        """Keep the cluster's outage marker open; the observer that opens it writes the events."""
+        tenants = sorted(self._tenants.get(state.name, ()))
+        with self.engine.store.write() as tx:
+            opened, since = tx.outage_down(state.name, self.observer, now, MARKER_TTL)
+            if opened:  # in the transaction that opened the marker: reported exactly once
+                tx.outbox_append([(None, t, self._event(t, state, False, since, now)) for t in tenants], now)
+        if state.since is not None and since < state.since:
+            # Another worker saw the outage begin earlier: the wait bound counts from then.
+            self._states[state.name] = replace(state, since=since)
+        if opened_here:
+            log.warning(
+                "dependency %s is down (%s): runs that declare it wait in the queue",
+                state.name,
+                state.problem,
+                extra={"action": "dependency_unavailable", "dependency": state.name, "reported": opened},
+            )
+
+    def _report_up(self, state: State, now: datetime, *, recovered_here: bool) -> None:
+        tenants = sorted(self._tenants.get(state.name, ()))
+        with self.engine.store.write() as tx:
+            marker = tx.outage_up(state.name)
+            if marker is not None:
+                down_since = marker.acquired_at
+                tx.outbox_append([(None, t, self._event(t, state, True, down_since, now)) for t in tenants], now)
+        if recovered_here or marker is not None:
+            log.info(
+                "dependency %s is back: its runs are claimed again",
+                state.name,
+                extra={"action": "dependency_recovered", "dependency": state.name, "reported": marker is not None},
+            )
+
+    def _event(self, tenant: str, state: State, available: bool, since: datetime, now: datetime) -> events.Event:
+        return events.dependency_changed(
+            tenant_id=tenant,
+            dependency=state.name,
+            available=available,
+            problem=state.problem,
+            down_since=since,
+            observed_by=self.observer,
+            now=now,
+        )
+
+    # ------------------------------------------------------------------ the bound
+    def _sweep(self, now: datetime) -> None:
+        """Dead-letter runs that waited ``max_wait`` for a dependency that is still down."""
+        for name, state in self._states.items():
+            spec = self._checks.get(name)
+            max_wait = spec.max_wait if spec is not None else DependencySpec(name).max_wait
+            cutoff = rules.wait_cutoff(state, max_wait, now)
+            if cutoff is None:
+                continue
+            digests = sorted(d for d, names in self._needs.items() if name in names)
+            if digests:
+                self._dead_letter(name, state, digests, cutoff, max_wait, now)
+
+    def _dead_letter(
+        self, name: str, state: State, digests: list[str], cutoff: datetime, max_wait: timedelta, now: datetime
+    ) -> None:
+        with self.engine.store.read() as tx:
+            waiting = tx.runs_waiting_on(digests, cutoff, SWEEP_LIMIT)
+        if not waiting:
+            return
+        decision = Decision(
+            RunStatus.DEAD_LETTERED,
+            TransitionReason.DEPENDENCY_UNAVAILABLE,
+            dead_letter_reason=DeadLetterReason.MISSING_DEPENDENCY,
+        )
+        message = f"dependency {name} unavailable ({state.problem}) for longer than {max_wait.total_seconds():g} s"
+        changes = []
+        for run in waiting:
+            s = settle_without_attempt(
+                run, decision, now=now, actor=self.observer, error_code=ERROR_CODE, detail={"dependency": name}
+            )
+            change = settlement_change(s, run, worker_id=self.observer, now=now)
+            changes.append(replace(change, values={**change.values, "error_message": message}))
+        with self.engine.store.write() as tx:
+            done = tx.runs_apply(changes)
+            if done:
+                tx.audit_append(
+                    [
+                        AuditEvent(
+                            c.tenant_id,
+                            self.observer,
+                            "run.dead_lettered",
+                            "run",
+                            c.job_run_id,
+                            now,
+                            reason=ERROR_CODE,
+                            payload={"dependency": name},
+                        )
+                        for c in done
+                    ]
+                )
+        for c in done:
+            log.warning(
+                "run %s: waited longer than %s for dependency %s; dead-lettered (missing_dependency)",
+                c.job_run_id,
+                max_wait,
+                name,
+                extra={"action": "dependency_wait_exceeded", "job_run_id": c.job_run_id, "dependency": name},
+            )

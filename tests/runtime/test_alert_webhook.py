@@ -1,0 +1,160 @@
+"""The alert webhook (seed 000 §5, §58): alerts reach a real local HTTP receiver through the
+outbox, retried with backoff, each with a stable ``alert_id``; with the receiver down the
+publisher carries on and the alerts are kept in the local log. Both backends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from local_http import Recorder, closed_port_url, local_server
+from runtime_support import running_worker, wait_all
+from sqlalchemy import text
+
+from helpers import define, make_config
+from jobgate.contracts import event_contract, validate
+from jobgate.core.models import OutboxEvent
+from jobgate.core.states import RunStatus
+from jobgate.runtime.alert_sink import WebhookAlertSink, alert_sink
+from jobgate.runtime.outbox import JsonLinesSink, RecordingSink, publish_once
+from jobgate.runtime.process import default_sinks
+from jobgate.service import safemode
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.sqlstore import Store
+
+FAST = {"backoff_seconds": 0.01, "max_backoff_seconds": 0.05, "timeout_seconds": 2}
+
+
+@contextmanager
+def engine_with(database_url: str, tmp_path: Path, **overrides: Any) -> Iterator[Engine]:
+    store = Store(database_url)
+    try:
+        yield Engine(store, make_config(tmp_path, **overrides))
+    finally:
+        store.dispose()
+
+
+def dead_letter_three(engine: Engine) -> list[str]:
+    """Three runs that exhaust their retries (dead letters) and one that completes."""
+    failing = define(engine, handler="engine_handlers:fail_retryable", retry_policy="test_fixed_v1")
+    fine = define(engine)
+    ids = [engine.submit(SubmitRequest(failing, request_id=f"d{i}")).run.job_run_id for i in range(3)]
+    ok = engine.submit(SubmitRequest(fine, request_id="ok")).run.job_run_id
+    with running_worker(engine):
+        wait_all(engine, ids, RunStatus.DEAD_LETTERED)
+        wait_all(engine, [ok], RunStatus.COMPLETED)
+    return ids
+
+
+def drain(engine: Engine, sinks: list[Any]) -> None:
+    while publish_once(engine.store, sinks, engine.clock):
+        pass
+    with engine.store.read() as tx:
+        assert tx.outbox_backlog() == 0  # the cursor moved past every event
+
+
+def event_ids(engine: Engine, *types: str) -> set[int]:
+    with engine.store.read() as tx:
+        rows = tx.conn.execute(text("SELECT id, event_type FROM outbox")).all()
+    return {int(r[0]) for r in rows if r[1] in types}
+
+
+def test_every_alert_reaches_a_flaky_receiver_once_with_a_stable_id(database_url: str, tmp_path: Path) -> None:
+    with local_server(Recorder(fail_first=4)) as (url, receiver):
+        alerts = {"webhook_url": f"{url}/alerts", "max_attempts": 5, **FAST}
+        with engine_with(database_url, tmp_path, alerts=alerts) as engine:
+            ids = dead_letter_three(engine)
+            safemode.activate(engine, "default", actor="ops", reason="drift spike")
+            recording = RecordingSink()
+            (sink,) = [s for s in default_sinks(engine) if isinstance(s, WebhookAlertSink)]
+            drain(engine, [recording, sink])
+            drain(engine, [recording, sink])  # nothing left: nothing sent again
+            expected = event_ids(engine, "job_dead_lettered", "safe_mode_activation")
+            assert len(expected) == 4
+            got = [a["alert_id"] for a in receiver.accepted]
+            assert sorted(got) == sorted(expected)  # each alert once, none of the others (job_started, ...)
+            assert receiver.posts == 4 + 4  # the four refusals were retried
+            letters = [a for a in receiver.accepted if a["event_type"] == "trustgate.scheduler.dead_lettered"]
+            assert sorted(a["job_run_id"] for a in letters) == sorted(ids)
+            for alert, headers in zip(receiver.accepted, receiver.headers, strict=True):
+                assert alert["alert_id"] == alert["event_id"]
+                kind = "job_dead_lettered" if alert in letters else "safe_mode_activation"
+                validate(event_contract(kind), alert)  # the body as received matches the event's contract
+                assert headers["Idempotency-Key"] == str(alert["alert_id"])
+            assert {e.event_id for e in recording.events} == event_ids(engine, *_all_types(engine))
+            assert not (tmp_path / "data" / "alerts-undelivered.jsonl").exists()
+            assert (sink.delivered, sink.logged) == (4, 0)
+
+
+def _all_types(engine: Engine) -> set[str]:
+    with engine.store.read() as tx:
+        return {r[0] for r in tx.conn.execute(text("SELECT DISTINCT event_type FROM outbox"))}
+
+
+def test_a_receiver_that_is_down_does_not_stop_the_publisher_and_alerts_go_to_the_local_log(
+    database_url: str, tmp_path: Path
+) -> None:
+    url = closed_port_url()
+    alerts = {"webhook_url": url, "max_attempts": 3, "cooldown_seconds": 600, **FAST}
+    with engine_with(database_url, tmp_path, alerts=alerts) as engine:
+        dead_letter_three(engine)
+        jsonl = engine.config.events.jsonl_path
+        assert jsonl is not None
+        sinks = default_sinks(engine)
+        assert [type(s) for s in sinks] == [JsonLinesSink, WebhookAlertSink]  # alerts last
+        drain(engine, sinks)  # returns: the publisher is not stuck on the receiver
+        every = event_ids(engine, *_all_types(engine))
+        mirrored = [json.loads(line)["event_id"] for line in jsonl.read_text().splitlines()]
+        assert sorted(mirrored) == sorted(every)  # the other sink got everything, once
+        log_path = tmp_path / "data" / "alerts-undelivered.jsonl"
+        logged = [json.loads(line) for line in log_path.read_text().splitlines()]
+        assert sorted(r["alert_id"] for r in logged) == sorted(event_ids(engine, "job_dead_lettered"))
+        assert all(r["url"] == url and r["alert"]["alert_id"] == r["alert_id"] for r in logged)
+        assert "after 3 attempts" in logged[0]["problem"]  # the first alert was retried,
+        assert all("cooling down" in r["problem"] for r in logged[1:])  # the rest did not wait on it again
+
+
+def test_a_refusal_is_not_retried_and_is_logged(tmp_path: Path) -> None:
+    with local_server(Recorder(post_status=400)) as (url, receiver):
+        config = make_config(tmp_path, alerts={"webhook_url": url, **FAST})
+        sink = alert_sink(config.alerts, config.data_dir)
+        assert sink is not None
+        sink.publish([_event(7, "job_dead_lettered"), _event(8, "job_completed")])
+        assert receiver.posts == 1  # one alert, one try: a 400 will not change
+        (record,) = [json.loads(x) for x in (tmp_path / "data" / "alerts-undelivered.jsonl").read_text().splitlines()]
+        assert record["alert_id"] == 7 and record["problem"] == "refused: HTTP 400"
+
+
+def test_no_webhook_configured_means_no_alert_sink(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    assert alert_sink(config.alerts, config.data_dir) is None
+
+
+@pytest.mark.parametrize(
+    ("alerts", "field"),
+    [
+        ({"webhook_url": "ftp://x"}, "alerts.webhook_url"),
+        ({"webhook_url": ["http://a/", "http://a/"]}, "alerts.webhook_url[1]"),
+        ({"webhook_url": "http://a/", "event_types": ["job_dead_letered"]}, "alerts.event_types[0]"),
+        ({"webhook_url": "http://a/", "max_attempts": 0}, "alerts.max_attempts"),
+        ({"webhook_url": "http://a/", "backoff_seconds": 5, "max_backoff_seconds": 1}, "alerts.max_backoff_seconds"),
+        ({"webhok_url": "http://a/"}, "alerts.webhok_url"),
+    ],
+)
+def test_alert_configuration_errors_name_the_key(tmp_path: Path, alerts: dict[str, Any], field: str) -> None:
+    from jobgate.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as err:
+        make_config(tmp_path, alerts=alerts)
+    assert err.value.field == field
+
+
+def _event(event_id: int, event_type: str) -> OutboxEvent:
+    from datetime import UTC, datetime
+
+    payload = json.dumps({"event_type": f"trustgate.scheduler.{event_type}", "tenant_id": "default"})
+    return OutboxEvent(event_id, None, "default", event_type, payload, datetime(2026, 3, 1, tzinfo=UTC))
