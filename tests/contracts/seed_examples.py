@@ -1,0 +1,176 @@
+"""The seed 000 examples of each contract, verbatim (ids and digests elided with "..." in the
+seed are kept as the seed wrote them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SEED: dict[str, tuple[str, dict[str, Any]]] = {
+    "§15": (
+        "comp.TG.INPUT.JOB-DEFINITION.v1_0",
+        {
+            "job_definition_id": "TGJOBDEF-REPLAY-SAMPLING-001",
+            "job_code": "TG-REPLAY-SAMPLING-DAILY",
+            "job_class": "REPLAY_JOB",
+            "canonical_name": "Daily TrustGate Replay Sampling",
+            "trigger_type": "cron",
+            "schedule_expression": "0 2 * * *",
+            "target_engine_meid": "MEID_TRUST_REPLAY_COORDINATOR",
+            "workflow_steps": [
+                "select_replay_population",
+                "create_replay_manifests",
+                "dispatch_replay_execution",
+                "record_replay_results",
+                "publish_replay_telemetry",
+            ],
+            "priority": "high",
+            "retry_policy": "standard_exponential_backoff_v1",
+            "sla_policy": "replay_sampling_daily_v1",
+            "audit_required": True,
+            "dal_anchor_required": False,
+            "status": "active",
+        },
+    ),
+    "§16": (
+        "comp.TG.OUTPUT.JOB-RUN.v1_0",
+        {
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "job_definition_id": "TGJOBDEF-REPLAY-SAMPLING-001",
+            "job_class": "REPLAY_JOB",
+            "trigger_id": "TGTRIG-2026-00001472",
+            "idempotency_key": "sha256:8b1c91...",
+            "config_snapshot_id": "TGCFGSNAP-2026-00001472",
+            "config_digest": "sha256:4d6f8a...",
+            "status": "RUNNING",
+            "attempt": 1,
+            "priority": "high",
+            "started_at": "2026-06-26T02:00:00Z",
+        },
+    ),
+    "§18": (
+        "comp.TG.INPUT.SCHEDULER-TRIGGER.v1_0",
+        {
+            "trigger_id": "TGTRIG-2026-00001472",
+            "trigger_type": "event",
+            "event_type": "trustgate.quarantine.created",
+            "source_engine_meid": "MEID_TRUST_QUARANTINE_MANAGER",
+            "source_engine_cmi": "vera.TG-QUARANTINE.ENGINE.MANAGER.1_0_0",
+            "signal_id": "SIG-2026-00001472",
+            "eco_number": "ECO-A123",
+            "policy_context": {"policy_bundle": "FAGF-2026.2", "scheduler_profile": "production_scheduler_v1"},
+            "created_at": "2026-06-25T18:00:00Z",
+        },
+    ),
+    "§23": (
+        "comp.TG.EVENT.SLA-BREACH.v1_0",
+        {
+            "event_type": "trustgate.scheduler.sla_breach",
+            "sla_breach_id": "TGSLA-2026-00001472",
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "job_class": "QUARANTINE_SLA_JOB",
+            "eco_number": "ECO-A123",
+            "sla_policy": "quarantine_review_48h_v1",
+            "deadline": "2026-06-27T12:22:44Z",
+            "breached_at": "2026-06-27T12:30:00Z",
+            "severity": "warning",
+            "requires_escalation": True,
+        },
+    ),
+    "§27": (
+        "comp.TG.EVENT.JOB-DEAD-LETTERED.v1_0",
+        {
+            "event_type": "trustgate.scheduler.dead_lettered",
+            "dead_letter_id": "TGDLQ-2026-00001472",
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "job_class": "DAL_ANCHOR_JOB",
+            "reason": "maximum_retries_exceeded",
+            "last_error_code": "DAL_SUBMISSION_TIMEOUT",
+            "attempts": 5,
+            "requires_manual_review": True,
+            "created_at": "2026-06-25T19:00:00Z",
+        },
+    ),
+    "§42": (
+        "comp.TG.OUTPUT.SCHEDULED-JOB.v1_0",
+        {
+            "status": "scheduled",
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "config_snapshot_id": "TGCFGSNAP-2026-00001472",
+            "scheduled_for": "2026-06-25T18:30:00Z",
+        },
+    ),
+    "§44": (
+        "comp.TG.OUTPUT.WORKFLOW-RUN.v1_0",
+        {
+            "workflow_run_id": "TGWF-2026-00001472",
+            "status": "RUNNING",
+            "current_step": "dispatch_replay_execution",
+            "completed_steps": ["select_replay_population", "create_replay_manifests"],
+            "remaining_steps": ["record_replay_results", "publish_replay_telemetry"],
+        },
+    ),
+    "§45": (
+        "comp.TG.EVENT.JOB-STARTED.v1_0",
+        {
+            "event_type": "trustgate.scheduler.job_started",
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "job_class": "REPLAY_JOB",
+            "job_definition_id": "TGJOBDEF-REPLAY-SAMPLING-001",
+            "engine_cmi": "vera.TG-SCHED.ENGINE.ORCHESTRATOR.1_0_0",
+            "config_snapshot_id": "TGCFGSNAP-2026-00001472",
+            "started_at": "2026-06-26T02:00:00Z",
+        },
+    ),
+    "§46": (
+        "comp.TG.EVENT.JOB-COMPLETED.v1_0",
+        {
+            "event_type": "trustgate.scheduler.job_completed",
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "job_class": "REPLAY_JOB",
+            "result": {"replay_manifests_created": 1240, "replay_jobs_dispatched": 1240},
+            "duration_ms": 8412,
+            "completed_at": "2026-06-26T02:00:08Z",
+        },
+    ),
+    "§47": (
+        "comp.TG.EVENT.JOB-FAILED.v1_0",
+        {
+            "event_type": "trustgate.scheduler.job_failed",
+            "job_run_id": "TGJOBRUN-2026-00001472",
+            "job_class": "FEDERATION_SYNC_JOB",
+            "error_code": "FEDERATION_TARGET_UNAVAILABLE",
+            "retryable": True,
+            "attempt": 2,
+            "next_retry_at": "2026-06-25T18:45:00Z",
+            "failed_at": "2026-06-25T18:30:00Z",
+        },
+    ),
+    "§48": (
+        "comp.DAL.INPUT.ANCHOR-CANDIDATE.v1_0",
+        {
+            "artifact_type": "TrustSchedulerWorkflowEvent",
+            "artifact_id": "TGWF-2026-00001472",
+            "artifact_hash": "sha256:aa42bd...",
+            "engine_cmi": "vera.TG-SCHED.ENGINE.ORCHESTRATOR.1_0_0",
+            "meid": "MEID_TRUST_ROUTE_SCHEDULER",
+            "event_type": "safe_mode_activation",
+            "created_at": "2026-06-25T18:30:00Z",
+        },
+    ),
+    "§51": (
+        "comp.AII.INPUT.SCHEDULER-TELEMETRY.v1_0",
+        {
+            "eco_number": "ECO-A123",
+            "period": "2026-Q2",
+            "jobs_scheduled": 18440,
+            "jobs_completed": 18412,
+            "job_success_rate": 0.9985,
+            "retry_rate": 0.014,
+            "dead_letter_rate": 0.0002,
+            "sla_breach_rate": 0.0008,
+            "avg_workflow_latency_ms": 842,
+            "replay_backlog": 12,
+            "dal_batch_success_rate": 0.9996,
+        },
+    ),
+}
