@@ -26,12 +26,15 @@ from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.core.policies import (
     BUILTIN_RETRY_POLICIES,
     BUILTIN_TIMEOUT_POLICIES,
+    SLA_FIELDS,
     RetryPolicy,
     SlaPolicy,
     TimeoutPolicy,
 )
 from jobgate.core.ratelimit import check_rate
 from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
+from jobgate.health.settings import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
+from jobgate.logs import LoggingSettings, parse_logging_settings
 from jobgate.registry import (
     DEFAULT_NON_RETRYABLE_EXIT_CODES,
     HttpTargetSpec,
@@ -39,6 +42,8 @@ from jobgate.registry import (
     RunnerSpec,
     TargetSpec,
 )
+from jobgate.runtime.otel import TracingSettings, parse_tracing_settings
+from jobgate.telemetry.periods import PeriodKind
 
 CONFIG_FILENAME = "jobgate.yaml"
 DEFAULT_PROFILE = "default"
@@ -66,6 +71,11 @@ _TOP_KEYS = (
     "policy",
     "evidence",
     "retention",
+    "alerts",
+    "dependencies",
+    "logging",
+    "tracing",
+    "telemetry",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -191,6 +201,19 @@ class SafeModeSettings:
 
 
 @dataclass(frozen=True)
+class TelemetrySettings:
+    """AII telemetry rollups (seed 000 §37, §51): the period each publication covers, the sink
+    (an append-only file, or an HTTP endpoint from configuration only), and how long after a
+    period's end its figures are left to settle (commits stamped just before the end)."""
+
+    period: PeriodKind = PeriodKind.MONTH
+    sink_path: Path | None = None  # default: <data_dir>/telemetry/telemetry.jsonl
+    sink_url: str | None = None
+    timeout: timedelta = timedelta(seconds=10)
+    settle: timedelta = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     """``jobgate serve``: the tenant of the bootstrap token and of ``--no-auth``, request and stream limits."""
 
@@ -231,10 +254,19 @@ class JobgateConfig:
     policy: Path | None = None  # the scheduler policy file (jobgate.policy), re-read when it changes
     evidence: EvidenceSettings = EvidenceSettings()
     finished_runs_retention: timedelta | None = None  # retention.finished_runs_days; None: keep for ever
+    alerts: AlertSettings = field(default_factory=AlertSettings)  # jobgate.health.settings: the alert webhook(s)
+    dependencies: dict[str, DependencySpec] = field(default_factory=dict)  # checks a definition may declare
+    logging: LoggingSettings = field(default_factory=LoggingSettings)  # jobgate.logs: format (text|json) and level
+    tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     @property
     def anchor_sink_path(self) -> Path:
         return self.evidence.anchor_sink or Path(self.data_dir) / "anchors" / "anchors.jsonl"
+
+    @property
+    def telemetry_sink_path(self) -> Path:
+        return self.telemetry.sink_path or Path(self.data_dir) / "telemetry" / "telemetry.jsonl"
 
     @property
     def source(self) -> str:
@@ -331,6 +363,11 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),
         evidence=_evidence(r, doc.get("evidence"), base_dir),
         finished_runs_retention=_retention(r, doc.get("retention")),
+        alerts=parse_alerts(r, doc.get("alerts"), data_dir, base_dir),
+        dependencies=parse_dependencies(r, doc, targets),
+        logging=parse_logging_settings(r, doc.get("logging")),
+        tracing=parse_tracing_settings(r, doc.get("tracing")),
+        telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
     )
 
 
@@ -488,6 +525,32 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _telemetry(r: Reader, value: Any, base_dir: Path) -> TelemetrySettings:
+    spec = r.mapping(_or_empty(value), "telemetry")
+    r.only_keys(spec, "telemetry", ("period", "sink_path", "sink_url", "timeout_seconds", "settle_seconds"))
+    d = TelemetrySettings()
+    if spec.get("sink_path") is not None and spec.get("sink_url") is not None:
+        r.fail("telemetry.sink_url", "give sink_path or sink_url, not both")
+    path = None if spec.get("sink_path") is None else base_dir / r.string(spec["sink_path"], "telemetry.sink_path")
+    url = None
+    if spec.get("sink_url") is not None:
+        url = r.string(spec["sink_url"], "telemetry.sink_url")
+        if not url.startswith(("http://", "https://")):
+            r.fail("telemetry.sink_url", "an http:// or https:// URL")
+
+    def seconds(key: str, default: timedelta, allow_zero: bool) -> timedelta:
+        at = join("telemetry", key)
+        return default if spec.get(key) is None else r.duration(spec[key], at, allow_zero=allow_zero)
+
+    return TelemetrySettings(
+        period=d.period if spec.get("period") is None else r.choice(spec["period"], "telemetry.period", PeriodKind),
+        sink_path=path,
+        sink_url=url,
+        timeout=seconds("timeout_seconds", d.timeout, allow_zero=False),
+        settle=seconds("settle_seconds", d.settle, allow_zero=True),
+    )
 
 
 def _retention(r: Reader, value: Any) -> timedelta | None:
@@ -652,7 +715,7 @@ _POLICY_ID_KEYS = {
     "timeout_policies": "timeout_policy_id",
     "sla_policies": "sla_policy_id",
 }
-_SLA_KEYS = ("sla_policy_id", "deadline_seconds", "severity", "requires_escalation", "description")
+_SLA_KEYS = SLA_FIELDS  # the seed §22 deadlines: see core.policies.SlaPolicy
 
 
 def _policies(r: Reader, doc: Mapping[str, Any], key: str, builtin: Mapping[str, Any]) -> dict[str, Any]:

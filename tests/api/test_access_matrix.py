@@ -62,6 +62,25 @@ def _definition_doc() -> dict[str, Any]:
     }
 
 
+def _sla_breaches(w: World) -> Sample:
+    """A breach of one of acme's runs, recorded as the SLA monitor records it."""
+    from datetime import timedelta
+
+    from jobgate.store.sql import sla as sla_rows
+
+    run = w.new_run()
+    with w.engine.store.write() as tx:
+        sla_rows.breach_insert(
+            tx.conn,
+            sla_rows.BreachRecord(
+                f"TGSLA-{uuid.uuid4().hex}", "acme", "run", run.job_run_id, run.job_class.value,
+                run.job_definition_id, None, "sla_deadline", "breach", "sla_hour", run.created_at + timedelta(hours=1),
+                run.created_at + timedelta(hours=2), "warning", False,
+            ),
+        )  # fmt: skip
+    return Sample("/api/v1/sla/breaches", other={200})
+
+
 SAMPLES: dict[tuple[str, str], Make] = {
     ("GET", "/healthz"): lambda w: Sample("/healthz"),
     ("GET", "/readyz"): lambda w: Sample("/readyz"),
@@ -137,7 +156,10 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ("GET", "/api/v1/workers"): lambda w: Sample("/api/v1/workers", other={200}),
     ("GET", "/api/v1/quotas/usage"): lambda w: Sample("/api/v1/quotas/usage", other={200}),
     ("GET", "/api/v1/doctor"): lambda w: Sample("/api/v1/doctor", other={200}),
+    # A closed month's figures, computed for the caller's tenant (another tenant gets its own).
+    ("GET", "/api/v1/telemetry"): lambda w: Sample("/api/v1/telemetry?period=2026-01", other={200}),
     ("GET", "/api/v1/tokens"): lambda w: Sample("/api/v1/tokens", other={200}),
+    ("GET", "/api/v1/sla/breaches"): lambda w: _sla_breaches(w),
     ("POST", "/api/v1/tokens"): lambda w: Sample("/api/v1/tokens", {"role": "consumer"}, ok={201}, other={201}),
     ("DELETE", "/api/v1/tokens/{token_id}"): lambda w: Sample(f"/api/v1/tokens/{w.victim_token()}", ok={204}),
     ("POST", "/api/v1/workflows"): lambda w: Sample("/api/v1/workflows", {"job_definition_id": ACME_FLOW}, ok={201}),

@@ -173,10 +173,102 @@ def test_a_replay_mismatch_is_critical_and_names_the_difference() -> None:
     }
 
 
+@pytest.mark.parametrize("available", [False, True])
+def test_a_dependency_outage_is_reported_with_its_start(available: bool) -> None:
+    kind, body = events.dependency_changed(
+        tenant_id="acme",
+        dependency="anchor_sink",
+        available=available,
+        problem=None if available else "answered HTTP 503",
+        down_since=NOW - timedelta(seconds=90),
+        observed_by="w1",
+        now=NOW,
+    )
+    assert kind is (EventType.DEPENDENCY_RECOVERED if available else EventType.DEPENDENCY_UNAVAILABLE)
+    assert body == {
+        "event_type": kind.qualified,
+        "engine_cmi": ENGINE_CMI,
+        "severity": "info" if available else "warning",
+        "tenant_id": "acme",
+        "dependency": "anchor_sink",
+        "problem": None if available else "answered HTTP 503",
+        "down_since": "2026-03-01T11:58:30Z",
+        "observed_by": "w1",
+        "created_at": Z_NOW,
+        **({"downtime_ms": 90_000} if available else {}),
+    }
+
+
+@pytest.mark.parametrize("subject_kind", ["run", "workflow"])
+def test_an_sla_breach_has_the_seed_23_shape_and_a_reminder_its_own(subject_kind: str) -> None:
+    policy = "quarantine_review_48h_v1"
+    subject = {
+        "tenant_id": "acme", "subject_kind": subject_kind, "subject_id": "S-1", "job_class": "QUARANTINE_SLA_JOB",
+        "job_definition_id": "q", "eco_number": "ECO-A123", "sla_policy": policy, "kind": "sla_deadline",
+        "deadline": NOW - timedelta(minutes=5),
+    }  # fmt: skip
+    named = {"job_run_id" if subject_kind == "run" else "workflow_run_id": "S-1"}
+    common = {
+        "job_class": "QUARANTINE_SLA_JOB", "job_definition_id": "q", "tenant_id": "acme", "eco_number": "ECO-A123",
+        "sla_policy": policy, "kind": "sla_deadline", "deadline": "2026-03-01T11:55:00Z",
+    }  # fmt: skip
+    kind, body = events.sla_breach(
+        sla_breach_id="TGSLA-1", breached_at=NOW, severity="warning", requires_escalation=True, **subject
+    )
+    assert kind is EventType.SLA_BREACH
+    assert body == {"event_type": "trustgate.scheduler.sla_breach", "sla_breach_id": "TGSLA-1", **named, **common,
+                    "breached_at": Z_NOW, "severity": "warning", "requires_escalation": True}  # fmt: skip
+    kind, body = events.sla_reminder(sla_reminder_id="TGSLA-2", reminded_at=NOW, **subject)
+    assert kind is EventType.SLA_REMINDER
+    assert body == {"event_type": "trustgate.scheduler.sla_reminder", "sla_reminder_id": "TGSLA-2", **named, **common,
+                    "reminded_at": Z_NOW, "severity": "info"}  # fmt: skip
+
+
+WORKFLOW_EVENTS = [
+    events.EventType.WORKFLOW_STARTED,
+    events.EventType.WORKFLOW_COMPLETED,
+    events.EventType.WORKFLOW_FAILED,
+    events.EventType.WORKFLOW_CANCELLED,
+    events.EventType.WORKFLOW_ESCALATED,
+]
+
+
+@pytest.mark.parametrize("kind", WORKFLOW_EVENTS)
+def test_workflow_events_name_the_workflow_run_its_definition_and_status(kind: EventType) -> None:
+    built, body = events.workflow_changed(
+        kind,
+        workflow_run_id="TGWF-2026-abc",
+        tenant_id="acme",
+        job_definition_id="close",
+        job_class="AUDIT_INTEGRITY_JOB",
+        status="FAILED",
+        error_code="E1",
+        now=NOW,
+    )
+    assert built is kind
+    assert body == {
+        "event_type": kind.qualified,
+        "engine_cmi": events.ENGINE_CMI,
+        "workflow_run_id": "TGWF-2026-abc",
+        "tenant_id": "acme",
+        "job_definition_id": "close",
+        "job_class": "AUDIT_INTEGRITY_JOB",
+        "status": "FAILED",
+        "error_code": "E1",
+        "created_at": Z_NOW,
+    }
+    canonical_json(body)
+
+
 NOT_RUN_EVENTS = {  # tested just above
+    *WORKFLOW_EVENTS,
     EventType.SAFE_MODE_ACTIVATION,
     EventType.SAFE_MODE_DEACTIVATION,
     EventType.REPLAY_MISMATCH,
+    EventType.DEPENDENCY_UNAVAILABLE,
+    EventType.DEPENDENCY_RECOVERED,
+    EventType.SLA_BREACH,
+    EventType.SLA_REMINDER,
 }
 
 

@@ -145,7 +145,7 @@ CASES: list[tuple[str, str, str, str | None, str]] = [
         "d.json",
         case({}, drop=("handler",)),
         "target_engine_meid",
-        "required: a definition has exactly one executor source: target_engine_meid, handler or runner",
+        "required: a definition has exactly one executor source: target_engine_meid, handler, runner or workflow",
     ),
     (
         "bad handler",

@@ -17,6 +17,7 @@ def make_context(
     params: dict[str, str] | None = None,
     attempt: int = 1,
     report_progress: ProgressReporter | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> ExecutionContext:
     """A context with its own work directory and log under ``base``, as a worker would build it."""
     workdir = base / name / "work"
@@ -35,7 +36,7 @@ def make_context(
         target_engine_meid=None,
         target_engine_cmi=None,
         authorization_context={"actor": "tester"},
-        trace_context={},
+        trace_context=trace_context or {},
         execution_timeout=timedelta(seconds=30),
         max_attempts=3,
     )

@@ -334,3 +334,44 @@ def test_revoking_the_workflows_approval_refuses_its_next_step(engine: Engine, m
     assert done.record.status is RunStatus.FAILED and done.record.error_code == "definition_not_approved"
     assert ran(marker) == ["a"]  # a finished; b never ran
     assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]
+
+
+def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_its_running_step(
+    database_url: str, tmp_path: Path, marker: Path
+) -> None:
+    from datetime import timedelta
+
+    from helpers import make_config
+    from jobgate.service import sla
+    from jobgate.store.sqlstore import Store
+    from jobgate.workflows.replay import replay_workflow
+
+    policy = {"sla_policy_id": "wf_fast_v1", "deadline_seconds": 1, "escalation_after_seconds": 2}
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, sla_policies=[policy]))
+    try:
+        j = jobs(engine)
+        wf = workflow(
+            engine,
+            [
+                {"id": "a", "job": j["wait"], "params": {"name": "a"}},
+                {"id": "b", "job": j["record"], "params": {"name": "b"}},
+            ],
+            sla_policy="wf_fast_v1",
+        )
+        wid = start(engine, wf)
+        with coordinating(engine):
+            wait_until(lambda: ran(marker, "started") == ["a"], what="step a to start")
+            sla.check(engine, now=engine.clock.now() + timedelta(seconds=5))
+            wait_until(lambda: ran(marker, "stopped") == ["a"], what="step a's run to be stopped")
+            wait_until(
+                lambda: [s.status for s in view(engine, wid).steps] == ["CANCELLED", "CANCELLED"],
+                what="the open steps to be cancelled",
+            )
+        done = view(engine, wid)
+        assert done.record.status is RunStatus.ESCALATED
+        assert ran(marker) == []  # b never started
+        assert [t.reason for t in done.transitions if t.step_id][-2:] == ["workflow_halted", "workflow_halted"]
+        assert replay_workflow(engine, wid).match
+    finally:
+        store.dispose()

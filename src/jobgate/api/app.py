@@ -31,7 +31,9 @@ from jobgate.api.routes import (
     requests,
     runs,
     safemode,
+    sla,
     stream,
+    telemetry,
     workflows,
 )
 from jobgate.api.server_state import ServerState
@@ -60,6 +62,8 @@ ROUTERS = (
     requests.router,
     safemode.router,
     workflows.router,
+    telemetry.router,
+    sla.router,
 )
 
 

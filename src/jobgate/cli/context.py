@@ -12,6 +12,7 @@ from jobgate.cli.runs_client import LocalRuns, RemoteRuns, RunsClient
 from jobgate.config import CONFIG_FILENAME, JobgateConfig, default_config, load_config, resolve_database_url
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DEFAULT_TENANT
+from jobgate.logs import configure
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 
@@ -25,6 +26,8 @@ class AppContext:
     json_output: bool
     server: str | None = None
     token: str | None = field(default=None, repr=False)
+    log_format: str | None = None  # --log-format / $JOBGATE_LOG_FORMAT; None: the config's
+    log_level: str | None = None
     _engine: Engine | None = field(default=None, repr=False)
 
     def config(self) -> JobgateConfig:
@@ -34,6 +37,13 @@ class AppContext:
         if Path(CONFIG_FILENAME).is_file():
             return load_config(CONFIG_FILENAME)
         return default_config(Path.cwd())
+
+    def setup_logging(self) -> None:
+        """Logging for a long-running command (worker, scheduler, serve): the command line's
+        format and level, else the configuration's ``logging`` section (``jobgate.logs``)."""
+        settings = self.config().logging
+        fmt = self.log_format or settings.format
+        configure("json" if fmt == "json" else "text", (self.log_level or settings.level).lower())
 
     def engine(self) -> Engine:
         if self.server:

@@ -467,10 +467,12 @@ from jobgate.cli import contracts as _contracts  # noqa: E402
 from jobgate.cli import evidence as _evidence  # noqa: E402
 from jobgate.cli import governance as _governance  # noqa: E402
 from jobgate.cli import keys as _keys  # noqa: E402
+from jobgate.cli import metrics as _metrics  # noqa: E402
 from jobgate.cli import requests as _requests  # noqa: E402
 from jobgate.cli import safemode as _safemode  # noqa: E402
 from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
 from jobgate.cli import serve as _serve  # noqa: E402
+from jobgate.cli import sla as _sla  # noqa: E402
 from jobgate.cli import tokens as _tokens  # noqa: E402
 from jobgate.cli import workflows as _workflows  # noqa: E402
 
@@ -485,8 +487,10 @@ _governance.register(definitions, cli)
 cli.add_command(_requests.requests_group)
 cli.add_command(_keys.keys)
 cli.add_command(_evidence.evidence_group)
+cli.add_command(_metrics.metrics_command)
 cli.add_command(_contracts.contracts_group)
 cli.add_command(_workflows.workflows_group)
+cli.add_command(_sla.sla_group)
 
 
 def main() -> None:

@@ -427,7 +427,7 @@ def _json_object(data: str) -> dict[str, Any]:
 @pass_app
 def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None:
     """Fire due schedules while leading; wait as standby while another scheduler leads."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app.setup_logging()
     engine = app.engine()
     scheduler = Scheduler(engine, lease=timedelta(seconds=lease_seconds))
     if once:
@@ -447,7 +447,12 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    render.err.print(f"scheduler {scheduler.owner} on {engine.store.safe_url}")
+    logging.getLogger("jobgate.cli").info(
+        "scheduler %s on %s",
+        scheduler.owner,
+        engine.store.safe_url,
+        extra={"action": "scheduler_started", "owner": scheduler.owner},
+    )
     scheduler.run()
 
 

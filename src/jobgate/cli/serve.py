@@ -41,7 +41,7 @@ def serve(
     """Serve the HTTP API with the scheduler and an embedded worker, until SIGTERM or Ctrl-C."""
     from jobgate.runtime.server import ApiServer, ServeOptions, check_options
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app.setup_logging()
     options = ServeOptions(
         host=host,
         port=port,
@@ -66,7 +66,15 @@ def serve(
         render.err.print(made.token, markup=False)
     loops = ", ".join(n for n, on in (("worker", options.worker), ("scheduler", options.scheduler)) if on) or "no loops"
     auth = "no auth (loopback only)" if no_auth else "bearer tokens"
-    render.err.print(f"jobgate serving http://{host}:{port} on {engine.store.safe_url} ({loops}; {auth})", markup=False)
+    logging.getLogger("jobgate.cli").info(
+        "jobgate serving http://%s:%d on %s (%s; %s)",
+        host,
+        port,
+        engine.store.safe_url,
+        loops,
+        auth,
+        extra={"action": "server_started"},
+    )
     server.serve()
 
 

@@ -31,6 +31,10 @@ class EventType(StrEnum):
     SAFE_MODE_ACTIVATION = "safe_mode_activation"  # the seed §48 name (an anchoring candidate)
     SAFE_MODE_DEACTIVATION = "safe_mode_deactivation"
     REPLAY_MISMATCH = "replay_mismatch"  # critical: a run's record no longer replays to its hash
+    SLA_BREACH = "sla_breach"  # seed §23: a deadline of seed §22 passed (once per subject and kind)
+    SLA_REMINDER = "sla_reminder"  # a deadline is near (the policy's remind_before_seconds)
+    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"  # once per outage of a declared dependency
+    DEPENDENCY_RECOVERED = "dependency_recovered"
     WORKFLOW_STARTED = "workflow_started"
     WORKFLOW_COMPLETED = "workflow_completed"
     WORKFLOW_FAILED = "workflow_failed"
@@ -234,3 +238,104 @@ def workflow_changed(
         "created_at": isoformat_utc(now),
     }
     return kind, body
+
+
+def dependency_changed(
+    *,
+    tenant_id: str,
+    dependency: str,
+    available: bool,
+    problem: str | None,
+    down_since: datetime,
+    observed_by: str,
+    now: datetime,
+) -> Event:
+    """A dependency that definitions of ``tenant_id`` declare went down or came back (seed 000
+    §58): its runs wait in the queue meanwhile. Written once per outage for the cluster."""
+    kind = EventType.DEPENDENCY_RECOVERED if available else EventType.DEPENDENCY_UNAVAILABLE
+    body: dict[str, Any] = {
+        "event_type": kind.qualified,
+        "engine_cmi": ENGINE_CMI,
+        "severity": "info" if available else "warning",
+        "tenant_id": tenant_id,
+        "dependency": dependency,
+        "problem": problem,
+        "down_since": isoformat_utc(down_since),
+        "observed_by": observed_by,
+        "created_at": isoformat_utc(now),
+    }
+    if available:
+        body["downtime_ms"] = int((now - down_since).total_seconds() * 1000)
+    return kind, body
+
+
+def sla_breach(
+    *,
+    sla_breach_id: str,
+    tenant_id: str,
+    subject_kind: str,
+    subject_id: str,
+    job_class: str,
+    job_definition_id: str,
+    eco_number: str | None,
+    sla_policy: str,
+    kind: str,
+    deadline: datetime,
+    breached_at: datetime,
+    severity: str,
+    requires_escalation: bool,
+) -> Event:
+    """Seed 000 §23, field for field, naming the subject as ``job_run_id`` or (a workflow run)
+    ``workflow_run_id``; ``kind`` says which seed §22 deadline passed."""
+    body: dict[str, Any] = {
+        "event_type": EventType.SLA_BREACH.qualified,
+        "sla_breach_id": sla_breach_id,
+        _subject_field(subject_kind): subject_id,
+        "job_class": job_class,
+        "job_definition_id": job_definition_id,
+        "tenant_id": tenant_id,
+        "eco_number": eco_number,
+        "sla_policy": sla_policy,
+        "kind": kind,
+        "deadline": isoformat_utc(deadline),
+        "breached_at": isoformat_utc(breached_at),
+        "severity": severity,
+        "requires_escalation": requires_escalation,
+    }
+    return EventType.SLA_BREACH, body
+
+
+def sla_reminder(
+    *,
+    sla_reminder_id: str,
+    tenant_id: str,
+    subject_kind: str,
+    subject_id: str,
+    job_class: str,
+    job_definition_id: str,
+    eco_number: str | None,
+    sla_policy: str,
+    kind: str,
+    deadline: datetime,
+    reminded_at: datetime,
+) -> Event:
+    """A deadline of ``kind`` is near and the subject is still open (seed 000 §34 reminders)."""
+    body: dict[str, Any] = {
+        "event_type": EventType.SLA_REMINDER.qualified,
+        "sla_reminder_id": sla_reminder_id,
+        _subject_field(subject_kind): subject_id,
+        "job_class": job_class,
+        "job_definition_id": job_definition_id,
+        "tenant_id": tenant_id,
+        "eco_number": eco_number,
+        "sla_policy": sla_policy,
+        "kind": kind,
+        "deadline": isoformat_utc(deadline),
+        "reminded_at": isoformat_utc(reminded_at),
+        "severity": "info",
+    }
+    return EventType.SLA_REMINDER, body
+
+
+def _subject_field(subject_kind: str) -> str:
+    return "workflow_run_id" if subject_kind == "workflow" else "job_run_id"

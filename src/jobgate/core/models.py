@@ -98,6 +98,7 @@ class DeadLetterReason(StrEnum):
     OPERATOR_CANCELLATION = "operator_cancellation"
     QUEUE_TIMEOUT_EXCEEDED = "queue_timeout_exceeded"
     RUN_MAXIMUM_AGE_EXCEEDED = "run_maximum_age_exceeded"  # seed 001: abandoned runs are closed
+    SLA_ESCALATION_REQUIRED = "sla_escalation_required"  # seed 000 §22: escalated before it ran
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ values: the run records the id, and a replay resolves the same id to the same ru
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -159,33 +160,106 @@ class TimeoutPolicy:
         return cls(policy_id, seconds("execution_timeout_seconds"), seconds("queue_timeout_seconds"))
 
 
+SLA_FIELDS = (
+    "sla_policy_id",
+    "deadline_seconds",
+    "severity",
+    "requires_escalation",
+    "escalation_after_seconds",
+    "evidence_deadline_seconds",
+    "evidence_anchor_param",
+    "retry_window_seconds",
+    "remind_before_seconds",
+    "description",
+)
+_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
 @dataclass(frozen=True)
 class SlaPolicy:
-    """A business deadline for a run; monitored by the SLA monitor."""
+    """The deadlines of seed 000 §22 that a run or workflow run is held to; the SLA monitor
+    (``core.sla`` decides, ``runtime.sla`` watches) reports each one passed.
+
+    - ``deadline``: the SLA deadline, from the subject's creation.
+    - ``escalation_after``: the escalation deadline, from creation; past it human escalation is
+      required, whatever ``requires_escalation`` says.
+    - ``evidence_deadline``: quarantine evidence is due, from creation or, with
+      ``evidence_anchor_param``, from the instant that parameter holds (the quarantine's opening).
+    - ``retry_window``: from the first attempt's start; a retry still pending or running after it
+      is a breach (the monitor reports it, and escalates when ``requires_escalation``). The
+      retry decision (``core.decide``) does not read it on purpose: a decision must replay from
+      what the run bound at creation (seed §53), and an SLA policy is resolved from today's
+      configuration; the monitor's escalation is a recorded fact that a replay takes as such.
+    - ``remind_before``: a reminder this long before each of the three deadlines above.
+
+    Execution and queue timeouts stay in ``TimeoutPolicy``: the worker and the rescuer enforce
+    them and the monitor reports them.
+    """
 
     sla_policy_id: str
     deadline: timedelta
     severity: str = "warning"
     requires_escalation: bool = False
+    escalation_after: timedelta | None = None
+    evidence_deadline: timedelta | None = None
+    retry_window: timedelta | None = None
+    remind_before: timedelta | None = None
+    evidence_anchor_param: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "sla policy") -> SlaPolicy:
+        for key in data:
+            if key not in SLA_FIELDS:
+                raise ValidationError("unknown field", field=key, source=source)
         policy_id = data.get("sla_policy_id")
         if not isinstance(policy_id, str) or not policy_id:
             raise ValidationError("required, a non-empty string", field="sla_policy_id", source=source)
-        deadline = data.get("deadline_seconds")
-        if not seconds_ok(deadline, positive=True):
-            raise ValidationError(
-                f"must be a positive number of seconds up to {MAX_SECONDS}", field="deadline_seconds", source=source
-            )
+
+        def seconds(name: str, *, required: bool = False) -> timedelta | None:
+            value = data.get(name)
+            if value is None and not required:
+                return None
+            if not seconds_ok(value, positive=True):
+                raise ValidationError(
+                    f"must be a positive number of seconds up to {MAX_SECONDS}", field=name, source=source
+                )
+            assert isinstance(value, int | float)
+            return timedelta(seconds=float(value))
+
+        deadline = seconds("deadline_seconds", required=True)
+        assert deadline is not None
         severity = data.get("severity", "warning")
         if severity not in {"info", "warning", "critical"}:
             raise ValidationError("must be info, warning or critical", field="severity", source=source)
         escalation = data.get("requires_escalation", False)
         if not isinstance(escalation, bool):
             raise ValidationError("must be true or false", field="requires_escalation", source=source)
-        assert isinstance(deadline, int | float)
-        return cls(policy_id, timedelta(seconds=float(deadline)), severity, escalation)
+        remind = seconds("remind_before_seconds")
+        if remind is not None and remind >= deadline:
+            raise ValidationError(
+                "must be less than deadline_seconds (a reminder comes before the deadline)",
+                field="remind_before_seconds",
+                source=source,
+            )
+        anchor = data.get("evidence_anchor_param")
+        if anchor is not None:
+            if not isinstance(anchor, str) or not _PARAM_NAME.fullmatch(anchor):
+                raise ValidationError("must be a parameter name", field="evidence_anchor_param", source=source)
+            if data.get("evidence_deadline_seconds") is None:
+                raise ValidationError(
+                    "only meaningful with evidence_deadline_seconds", field="evidence_anchor_param", source=source
+                )
+        return cls(
+            policy_id,
+            deadline,
+            severity,
+            escalation,
+            escalation_after=seconds("escalation_after_seconds"),
+            evidence_deadline=seconds("evidence_deadline_seconds"),
+            retry_window=seconds("retry_window_seconds"),
+            remind_before=remind,
+            evidence_anchor_param=anchor,
+        )
 
 
 BUILTIN_RETRY_POLICIES: dict[str, RetryPolicy] = {

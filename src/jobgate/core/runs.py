@@ -9,6 +9,7 @@ from jobgate.core.idempotency import idempotency_key, run_id_for
 from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun, JsonObject, Transition, Trigger
 from jobgate.core.policies import RetryPolicy, TimeoutPolicy
 from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 
 
 def new_run(
@@ -69,6 +70,7 @@ def new_run(
         queue_deadline_at=queue_deadline,
         execution_timeout=None if timeout is None else timeout.execution_timeout,
         bound_retry_policy=retry.to_dict(),
+        traceparent=parse_traceparent(trigger.policy_context.get(TRACEPARENT_KEY)),
     )
     transitions = (
         Transition(

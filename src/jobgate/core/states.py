@@ -53,6 +53,8 @@ class TransitionReason(StrEnum):
     STOPPED_BY_USER = "stopped_by_user"
     REQUEUED = "requeued"
     MAXIMUM_AGE_EXCEEDED = "maximum_age_exceeded"
+    SLA_ESCALATION = "sla_escalation"  # the SLA monitor: a deadline requires human escalation
+    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"  # waited past the bound for a declared dependency
 
 
 PENDING = frozenset({RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RETRY_WAIT})

@@ -58,6 +58,7 @@ HEADER_FIELDS = (
     "audit_required",
     "dal_anchor_required",
     "version_note",
+    "dependencies",
 )
 DEFAULT_SCENARIO_CLASS = JobClass.MAINTENANCE_JOB
 _FROM_NAME = ("job_definition_id", "job_code", "canonical_name")

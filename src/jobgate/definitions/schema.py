@@ -82,6 +82,7 @@ JOBGATE_FIELDS = (
     "version_note",
     "signature",
     "workflow",
+    "dependencies",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner", "workflow")
@@ -201,6 +202,10 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
         r.string(doc["idempotency_policy"], "idempotency_policy")
     if "workflow_steps" in doc:
         r.strings(doc["workflow_steps"], "workflow_steps")
+    if "dependencies" in doc:  # checks configured on this host: runs wait while one is down
+        from jobgate.health.rules import check_declared  # here: jobgate.health imports this package
+
+        check_declared(r, doc["dependencies"], config)
     if "permissions" in doc:
         r.strings(doc["permissions"], "permissions", unique=True)
     flags = {key: r.boolean(doc.get(key, False), key) for key in ("audit_required", "dal_anchor_required")}

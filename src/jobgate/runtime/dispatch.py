@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun
+from jobgate.core.trace import TraceContext, attempt_trace
 from jobgate.runtime.executors.base import DispatchPayload, ExecutionContext, Executor
 from jobgate.runtime.executors.command import CommandExecutor
 from jobgate.runtime.executors.http import HttpExecutor
@@ -58,7 +59,13 @@ class Dispatcher:
     def definition(self, run: JobRun) -> JobDefinition:
         return self._definitions[(run.tenant_id, run.job_definition_id, run.definition_version)]
 
-    def context(self, run: JobRun, attempt: int) -> ExecutionContext:
+    def context(self, run: JobRun, attempt: int, trace: TraceContext | None = None) -> ExecutionContext:
+        """The attempt's context. ``trace`` is the attempt's trace context when a span was opened
+        for it (OpenTelemetry); otherwise it is derived from the run (``core.trace``)."""
+        if trace is None:
+            trace = attempt_trace(
+                run.job_run_id, attempt, workflow_run_id=run.workflow_run_id, traceparent=run.traceparent
+            )
         definition = self.definition(run)
         snapshot = self._snapshots[run.config_snapshot_id]
         run_dir = f"{self._runs_dir}/{run.job_run_id}"
@@ -80,7 +87,7 @@ class Dispatcher:
                 "tenant_id": run.tenant_id,
                 "definition_digest": run.definition_digest,
             },
-            trace_context={"job_run_id": run.job_run_id, "attempt": str(attempt)},
+            trace_context=trace.as_dict(),
             execution_timeout=run.execution_timeout,
             max_attempts=run.max_attempts,
         )

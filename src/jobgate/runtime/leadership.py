@@ -47,7 +47,7 @@ class Lease:
     def lost(self) -> None:
         """Forget the token: a fenced write found the lock taken by another holder."""
         if self.token is not None:
-            log.info("%s: lost %s", self.owner, self.name)
+            log.info("%s: lost %s", self.owner, self.name, extra={"action": "leadership", "lock": self.name})
         self.token = None
         self._renew_at = None
 

@@ -72,7 +72,12 @@ class LogSink:
                 "%s %s",
                 e.payload.get("event_type"),
                 e.job_run_id or "",
-                extra={"action": e.event_type, "job_run_id": e.job_run_id, "event_id": e.event_id},
+                extra={
+                    "action": e.event_type,
+                    "job_run_id": e.job_run_id,
+                    "tenant_id": e.tenant_id,
+                    "event_id": e.event_id,
+                },
             )
 
 

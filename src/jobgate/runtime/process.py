@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from types import FrameType
 
 from jobgate.core.states import LEASED, PENDING
+from jobgate.runtime.alert_sink import alert_sink
 from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.runtime.outbox import EventSink, JsonLinesSink, LogSink, OutboxPublisher
+from jobgate.runtime.sla import SlaMonitor
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
@@ -45,6 +47,10 @@ def default_sinks(engine: Engine) -> list[EventSink]:
         sinks.append(JsonLinesSink(engine.config.events.jsonl_path))
     if engine.config.events.log:
         sinks.append(LogSink())
+    # Last, so the sinks above have the batch before a slow webhook is retried (runtime.alert_sink).
+    alerts = alert_sink(engine.config.alerts, engine.config.data_dir)
+    if alerts is not None:
+        sinks.append(alerts)
     return sinks
 
 
@@ -66,6 +72,7 @@ class WorkerProcess:
             else None
         )
         self.coordinator = WorkflowCoordinator(engine)
+        self.sla_monitor = SlaMonitor(engine)  # one leads the cluster (runtime.sla)
         self._threads: list[threading.Thread] = []
 
     def install_signal_handlers(self) -> None:
@@ -92,6 +99,7 @@ class WorkerProcess:
         t = threading.Thread(target=self.coordinator.run, name="jobgate-workflows", daemon=True)
         t.start()
         self._threads.append(t)
+        self._threads.append(self.sla_monitor.start_thread())
         t = threading.Thread(target=self._checkpoint_loop, name="jobgate-checkpoint", daemon=True)
         t.start()
 
@@ -115,8 +123,8 @@ class WorkerProcess:
             while not self.worker.wait_stopped(poll):
                 if self.worker.idle.is_set():
                     with store.read() as tx:
-                        busy = tx.runs_list(RunFilter(statuses=tuple(PENDING | LEASED), limit=1))
-                        busy = busy or tx.workflows_active_exist()
+                        busy = bool(tx.runs_list(RunFilter(statuses=tuple(PENDING | LEASED), limit=1)))
+                        busy = busy or tx.workflows_active_exist()  # the next step is about to be made
                     if not busy:
                         self.stop()
                         return
@@ -128,6 +136,7 @@ class WorkerProcess:
         while not self.worker.wait_stopped(0.2):
             pass
         self.coordinator.stop()
+        self.sla_monitor.stop()
         if self.publisher is not None:
             self.publisher.stop()
         for t in self._threads:

@@ -30,6 +30,7 @@ from jobgate.core.settle import (
     settle_without_attempt,
 )
 from jobgate.core.states import LEASED, RunStatus, TransitionReason
+from jobgate.logs import run_fields
 from jobgate.runtime.changes import release_change, settlement_change
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import RunChange
@@ -99,7 +100,14 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
                 run.job_run_id,
                 run.lease_owner,
                 run.attempt,
-                extra={"action": "lease_expired", "job_run_id": run.job_run_id},
+                extra=run_fields(
+                    run.job_run_id,
+                    tenant_id=run.tenant_id,
+                    workflow_run_id=run.workflow_run_id,
+                    traceparent=run.traceparent,
+                    attempt=run.attempt,
+                    action="lease_expired",
+                ),
             )
     return SweepResult(
         lease_expired=sum(1 for r in expired if r.job_run_id in moved and r.status is RunStatus.RUNNING),
@@ -126,13 +134,21 @@ def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limi
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
         _audit_dead_letters(tx, done, now)
+    runs = {r.job_run_id: r for r in overdue}
     for change in done:
+        run = runs[change.job_run_id]
         log.warning(
             "run %s: older than the maximum run age (%s); closed as %s",
             change.job_run_id,
             maximum_age,
             MAXIMUM_AGE_ERROR,
-            extra={"action": "run_maximum_age_exceeded", "job_run_id": change.job_run_id},
+            extra=run_fields(
+                run.job_run_id,
+                tenant_id=run.tenant_id,
+                workflow_run_id=run.workflow_run_id,
+                traceparent=run.traceparent,
+                action="run_maximum_age_exceeded",
+            ),
         )
     return len(done)
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from jobgate.core.errors import GovernanceRefusal, JobgateError
 from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, PENDING, RunStatus
+from jobgate.logs import run_fields
 from jobgate.runtime.leadership import Lease
 from jobgate.scheduling.model import OverlapPolicy, Schedule, ScheduleKind
 from jobgate.scheduling.plan import (
@@ -207,7 +208,9 @@ class Scheduler:
             with self.engine.store.write() as tx:
                 if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
                     self._lease.lost()
-                    log.warning("%s: lost the leader lease; nothing written", self.owner)
+                    log.warning(
+                        "%s: lost the leader lease; nothing written", self.owner, extra={"action": "leader_lost"}
+                    )
                     return False
                 if not advance(tx):
                     return False  # changed under us (another scheduler, an edit): decided again next tick
@@ -223,6 +226,21 @@ class Scheduler:
             return self._commit(schedule, advance, [], [*misses, *refused], token, now, result)
         result.fired += sum(1 for r in made if r.created)
         result.missed += len(misses)
+        for r in made:
+            if r.created:
+                log.info(
+                    "schedule %s fired run %s (due %s)",
+                    schedule.schedule_id,
+                    r.run.job_run_id,
+                    r.run.due_at.isoformat(),
+                    extra=run_fields(
+                        r.run.job_run_id,
+                        tenant_id=r.run.tenant_id,
+                        traceparent=r.run.traceparent,
+                        schedule_id=schedule.schedule_id,
+                        action="schedule_fired",
+                    ),
+                )
         return True
 
     def _active_runs(self, schedule: Schedule) -> list[JobRun]:

@@ -26,6 +26,7 @@ from jobgate.api.server_state import ServerState
 from jobgate.core.errors import ValidationError
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.runtime.scheduler import Scheduler
+from jobgate.runtime.sla import SlaMonitor
 from jobgate.service import tokens
 from jobgate.service.engine import Engine
 
@@ -86,6 +87,8 @@ class ApiServer:
             WorkerProcess(engine, worker_settings(engine, concurrency=options.concurrency)) if options.worker else None
         )
         self.scheduler = Scheduler(engine) if options.scheduler else None
+        # The SLA monitor runs beside the embedded worker (WorkerProcess), or here without one.
+        self.sla_monitor = None if options.worker else SlaMonitor(engine)
         self._threads: dict[str, threading.Thread] = {}
         self.state = ServerState(engine, auth=options.auth, embedded_worker=options.worker, loops=self.loops)
         self.app = create_app(self.state)
@@ -110,12 +113,16 @@ class ApiServer:
             t = threading.Thread(target=self.scheduler.run, name="jobgate-scheduler", daemon=True)
             t.start()
             self._threads["scheduler"] = t
+        if self.sla_monitor is not None:
+            self._threads["sla"] = self.sla_monitor.start_thread()
 
     def begin_stop(self) -> None:
         """Start every graceful stop without waiting: streams end, no new claims or fires."""
         self.state.stopping.set()
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.sla_monitor is not None:
+            self.sla_monitor.stop()
         if self.worker is not None:
             self.worker.stop()
 
@@ -134,6 +141,7 @@ class ApiServer:
             host=self.options.host,
             port=self.options.port,
             log_level=self.options.log_level,
+            log_config=None,  # uvicorn's records go to the process's handler (jobgate.logs): one format
             timeout_graceful_shutdown=max(5, int(self.engine.config.worker.shutdown_grace / timedelta(seconds=1))),
             access_log=False,
         )

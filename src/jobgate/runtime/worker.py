@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
@@ -33,12 +34,15 @@ from jobgate.core.models import JobRun
 from jobgate.core.policies import RetryPolicy
 from jobgate.core.settle import Settlement, settle_attempt
 from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
 from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
+from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor, LockProvider
 from jobgate.runtime.leadership import Lease
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
+from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
@@ -46,6 +50,18 @@ from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.worker")
+
+# How a settled run is logged: (level, action). Completions are the common case and are
+# logged at debug only, so the hot path pays no formatting unless asked to.
+_SETTLED_LOG = {
+    RunStatus.COMPLETED: (logging.DEBUG, "run_completed"),
+    RunStatus.RETRY_WAIT: (logging.INFO, "run_retry_scheduled"),
+    RunStatus.SCHEDULED: (logging.INFO, "run_released"),
+    RunStatus.CANCELLED: (logging.INFO, "run_cancelled"),
+    RunStatus.FAILED: (logging.WARNING, "run_failed"),
+    RunStatus.DEAD_LETTERED: (logging.WARNING, "run_dead_lettered"),
+    RunStatus.ESCALATED: (logging.WARNING, "run_escalated"),
+}
 
 RESCUER_LOCK = "rescuer-leader"
 
@@ -97,6 +113,7 @@ class _InFlight:
     interrupt: OutcomeKind | None = None  # why we stopped it: STOPPED, EXECUTION_TIMEOUT, or shutdown
     interrupted_at: datetime | None = None
     abandoned: bool = False
+    span: Any = None  # the attempt's OpenTelemetry span, when tracing is on
 
 
 class Worker:
@@ -105,6 +122,7 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.dispatcher = Dispatcher(engine)
+        self._spans = attempt_spans(engine.config.tracing)  # None unless tracing.otel: nothing imported
         # Results carry their flight, not just the run id: a late result of an abandoned attempt
         # must never settle a later attempt of the same run.
         self._results: queue.Queue[tuple[_InFlight, ExecutionResult]] = queue.Queue()
@@ -119,6 +137,9 @@ class Worker:
         self._busy_threads = 0
         self._pool: TaskThreads[_InFlight] = TaskThreads(self.settings.concurrency, self._execute, name="jobgate-exec")
         self._watcher = engine.store.change_watcher(on_change=self._wake.set)
+        # Declared dependencies (runtime.dependencies): checked off this loop; runs of definition
+        # versions in ``self.dependencies.blocked`` are not claimed while a dependency is down.
+        self.dependencies = DependencyMonitor(engine, observer=self.worker_id, on_change=self._wake.set)
         self._named_locks = NamedLocks(engine.store, engine.clock.now)
         self._lock_provider: LockProvider = (self._lock, self._named_locks.release)  # one for every attempt
         self._rescuer_lease = Lease(
@@ -152,6 +173,7 @@ class Worker:
         self._next_age_check = now
         self._shutdown_deadline: datetime | None = None
         self._heartbeat(now)
+        self.dependencies.start()
         try:
             while True:
                 try:
@@ -180,12 +202,15 @@ class Worker:
                 extra={"action": "worker_stopped"},
             )
             self._pool.shutdown()
+            if self._spans is not None:
+                self._spans.flush()  # a batching exporter still holds the last spans
             try:
                 with self.engine.store.write() as tx:
                     tx.worker_stopped(self.worker_id, self.engine.clock.now())
             except Exception:
                 log.exception("could not record worker stop")
             self._watcher.close()
+            self.dependencies.stop()
             self._rescuer_lease.release()
             self._stopped.set()
 
@@ -255,7 +280,7 @@ class Worker:
 
     def _claimable(self, now: datetime) -> bool:
         with self.engine.store.read() as tx:
-            return tx.runs_claimable_exists(self.settings.queues, now)
+            return tx.runs_claimable_exists(self.settings.queues, now, tuple(self.dependencies.blocked))
 
     def _claim_room(self) -> int:
         room = self.settings.concurrency + self.settings.prefetch - self._busy_threads - len(self._buffer)
@@ -330,6 +355,7 @@ class Worker:
                             now + self.settings.lease,
                             self.settings.queue_rates,
                             start_now=free - len(to_start),
+                            exclude_digests=self.dependencies.blocked,
                         )
                     )
                 t_body = time.perf_counter()
@@ -383,8 +409,9 @@ class Worker:
                 log.warning(
                     "run %s: settlement refused (lease lost to another holder)",
                     run_id,
-                    extra={"action": "stale_write_refused", "job_run_id": run_id},
+                    extra=self._run_fields(run_id, action="stale_write_refused"),
                 )
+        self._log_settled(done)
         self.settled += len(accepted)
         self._pending = []
         for _change, run_id in pending:
@@ -392,12 +419,12 @@ class Worker:
             self._audit_pending.pop(run_id, None)
         if held is not None:
             for run_id, flight in list(self._running.items()):
-                if run_id not in held and not flight.abandoned:
+                if run_id not in held and not flight.abandoned and flight.interrupt is not OutcomeKind.LEASE_EXPIRED:
                     self.lease_losses += 1
                     log.warning(
                         "run %s: lease lost while running; stopping it",
                         run_id,
-                        extra={"action": "lease_lost", "job_run_id": run_id},
+                        extra=self._run_fields(run_id, action="lease_lost", attempt=flight.run.attempt),
                     )
                     self._interrupt(flight, OutcomeKind.LEASE_EXPIRED, now)
         started_ids = {c.job_run_id for c in started if c.to_status is RunStatus.RUNNING}
@@ -412,6 +439,44 @@ class Worker:
             self._launch(run, now)
         self.stats.started += len(started_now)
         self._buffer = [r for r in buffered + claimed if r.job_run_id not in taken]
+
+    def _log_settled(self, done: list[RunChange]) -> None:
+        """One line per settled run, after its settlement committed: completions at debug
+        (the hot path), retries, releases and cancellations at info, the rest as warnings."""
+        for change in done:
+            level, action = _SETTLED_LOG.get(change.to_status, (logging.INFO, "run_settled"))
+            if not log.isEnabledFor(level):
+                continue
+            error = change.values.get("error_code")
+            log.log(
+                level,
+                "run %s: attempt %d -> %s%s",
+                change.job_run_id,
+                change.transition.attempt,
+                change.to_status.value,
+                f" ({error})" if error else "",
+                extra=self._run_fields(
+                    change.job_run_id,
+                    action=action,
+                    attempt=change.transition.attempt,
+                    error_code=error,
+                    reason=change.transition.reason,
+                ),
+            )
+
+    def _run_fields(self, run_id: str, **more: Any) -> dict[str, Any]:
+        """The log fields of a run this worker holds or has just settled (ids and trace id)."""
+        flight = self._running.get(run_id)
+        run = flight.run if flight is not None else self._audit_pending.get(run_id)
+        if run is None:
+            return {"job_run_id": run_id, **more}
+        return run_fields(
+            run_id,
+            tenant_id=run.tenant_id,
+            workflow_run_id=run.workflow_run_id,
+            traceparent=run.traceparent,
+            **more,
+        )
 
     def _isolate_poison(self, pending: list[tuple[RunChange, str]]) -> None:
         """Apply settlements one by one so a single bad row cannot stall the others forever."""
@@ -476,7 +541,7 @@ class Worker:
                     "run %s: its completion effect failed (%s); the attempt is retried",
                     run_id,
                     type(exc).__name__,
-                    extra={"action": "effect_failed", "job_run_id": run_id},
+                    extra=self._run_fields(run_id, action="effect_failed"),
                 )
                 message = f"completion effect failed: {type(exc).__name__}: {exc}"[:500]
                 failed = settle_attempt(
@@ -492,25 +557,48 @@ class Worker:
 
     # ------------------------------------------------------------------ execution
     def _launch(self, run: JobRun, now: datetime) -> None:
+        span = trace = None
+        if self._spans is not None:
+            span, trace = self._spans.start(run, run.attempt)
         try:
             self.dispatcher.prepare([run])
             executor = self.dispatcher.executor(run)
-            ctx = self.dispatcher.context(run, run.attempt)
+            ctx = self.dispatcher.context(run, run.attempt, trace)
         except JobgateError as exc:
             # The run cannot be executed as defined (definition or runner vanished): that is final.
-            flight = _InFlight(run, None, None, now)  # type: ignore[arg-type]
+            flight = _InFlight(run, None, None, now, span=span)  # type: ignore[arg-type]
             self._settle(flight, ExecutionResult(Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, exc.code, str(exc))), now)
             return
         ctx.report_progress = functools.partial(self._progress, run.job_run_id, run.lease_token)
         ctx.lock_provider = self._lock_provider
-        flight = _InFlight(run, ctx, executor, now)
+        flight = _InFlight(run, ctx, executor, now, span=span)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "run %s: attempt %d started (%s)",
+                run.job_run_id,
+                run.attempt,
+                run.job_definition_id,
+                extra=run_fields(
+                    run.job_run_id,
+                    tenant_id=run.tenant_id,
+                    workflow_run_id=run.workflow_run_id,
+                    trace_id=ctx.trace_id,
+                    span_id=ctx.payload.trace_context.get("span_id"),
+                    attempt=run.attempt,
+                    action="run_started",
+                ),
+            )
         self._running[run.job_run_id] = flight
         self._busy_threads += 1
         self._pool.submit(flight)
 
     def _execute(self, flight: _InFlight) -> None:
         try:
-            result = flight.executor.execute(flight.ctx)
+            if flight.span is not None and self._spans is not None:
+                with self._spans.current(flight.span):  # a handler's own spans nest under the attempt
+                    result = flight.executor.execute(flight.ctx)
+            else:
+                result = flight.executor.execute(flight.ctx)
         except Exception as exc:  # an executor bug must not kill the worker
             log.exception("executor failed for run %s", flight.run.job_run_id)
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
@@ -559,6 +647,7 @@ class Worker:
             outcome = Outcome(OutcomeKind.RETRYABLE_FAILURE, "WORKER_SHUTDOWN", "worker shut down mid-attempt")
         elif flight.interrupt is OutcomeKind.LEASE_EXPIRED:
             self._running.pop(run.job_run_id, None)
+            self._end_span(flight, "lease_lost", "LEASE_EXPIRED")
             return  # someone else owns the run now; our result is void
         elif flight.interrupt is None and outcome.kind is not OutcomeKind.SUCCEEDED and self._stop_requested(run):
             # Stopped by a user and failed before our next stop check: the user's intent wins,
@@ -579,7 +668,15 @@ class Worker:
         )
         if settlement.decision.to_status is RunStatus.COMPLETED and flight.ctx is not None and flight.ctx.effects:
             self._effects[run.job_run_id] = _Effects(run, flight.started_at, tuple(flight.ctx.effects))
+        if flight.span is not None:
+            error = None if outcome.kind is OutcomeKind.SUCCEEDED else (outcome.error_code or outcome.kind.value)
+            self._end_span(flight, settlement.decision.to_status.value, error)
         self._queue_settlement(settlement, run, now)
+
+    def _end_span(self, flight: _InFlight, outcome: str, error: str | None) -> None:
+        if flight.span is not None and self._spans is not None:
+            self._spans.end(flight.span, outcome, error)
+            flight.span = None
 
     def _queue_settlement(self, settlement: Settlement, run: JobRun, now: datetime) -> None:
         change = settlement_change(settlement, run, worker_id=self.worker_id, now=now)
@@ -654,20 +751,33 @@ class Worker:
                     )
                     if flight.interrupt is OutcomeKind.LEASE_EXPIRED:
                         self._running.pop(flight.run.job_run_id, None)
+                        self._end_span(flight, "lease_lost", "LEASE_EXPIRED")
                     else:
                         self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
                     flight.abandoned = True
                     self._abandoned_threads += 1
 
     def _check_stop_requests(self) -> None:
-        ids = [rid for rid, f in self._running.items() if f.interrupt is None]
-        if not ids:
+        """Stop the attempts a user asked to stop, and stop as lost those whose run is no longer
+        this worker's (escalated by the SLA monitor, closed by the rescuer): their result is void
+        and their fenced settlement would be refused; noticing here rather than at the next lease
+        renewal stops the work within ``stop_check_interval``."""
+        flights = {rid: f for rid, f in self._running.items() if f.interrupt is None}
+        if not flights:
             return
         with self.engine.store.read() as tx:
-            wanted = tx.runs_stop_requested(ids)
+            wanted, taken = tx.runs_stop_check([(rid, f.run.lease_token) for rid, f in flights.items()])
         now = self.engine.clock.now()
-        for rid in wanted:
-            self._interrupt(self._running[rid], OutcomeKind.STOPPED, now)
+        for rid in taken:
+            self.lease_losses += 1
+            log.warning(
+                "run %s: no longer held by this worker; stopping it",
+                rid,
+                extra={"action": "lease_lost", "job_run_id": rid},
+            )
+            self._interrupt(flights[rid], OutcomeKind.LEASE_EXPIRED, now)
+        for rid in wanted - taken:
+            self._interrupt(flights[rid], OutcomeKind.STOPPED, now)
 
     def _release_buffer(self, now: datetime) -> None:
         if not self._buffer:

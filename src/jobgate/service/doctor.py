@@ -10,7 +10,7 @@ The audit-anchoring check arrives with the evidence work (audit log and anchorin
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -19,6 +19,7 @@ from jobgate.service.cluster import STALE_AFTER, lock_state, worker_state
 from jobgate.service.engine import Engine
 from jobgate.store.base import WorkerInfo
 from jobgate.store.migrate import HEAD
+from jobgate.store.sql.outages import OUTAGE_PREFIX
 from jobgate.store.sql.outbox import LockInfo
 
 log = logging.getLogger("jobgate.doctor")
@@ -53,6 +54,7 @@ class Facts:
     schedules: int
     outbox: int
     oldest_outbox: datetime | None
+    outages: list[LockInfo] = field(default_factory=list)  # open dependency outages (runtime.dependencies)
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -105,6 +107,19 @@ def judge_outbox(now: datetime, pending: int, oldest: datetime | None) -> Check:
     return Check("outbox", level, text)
 
 
+def judge_dependencies(now: datetime, outages: list[LockInfo]) -> Check:
+    """Declared dependencies that are down: their runs wait in the queue (seed §58: a warning),
+    and are dead-lettered once they waited their bound."""
+    if not outages:
+        return Check("dependencies", Level.GREEN, "no declared dependency is down")
+    parts = []
+    for m in sorted(outages, key=lambda m: m.acquired_at):
+        name = m.name.removeprefix(OUTAGE_PREFIX)
+        seen = f"seen by {m.owner}" if m.expires_at > now else "no worker is checking it now"
+        parts.append(f"{name} down for {_age(now, m.acquired_at)} ({seen})")
+    return Check("dependencies", Level.AMBER, "; ".join(parts) + ": runs that declare it wait")
+
+
 def gather(engine: Engine, tenant_id: str | None) -> Facts:
     now = engine.clock.now()
     with engine.store.read(tenant_id=tenant_id) as tx:
@@ -114,7 +129,8 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         leader = tx.lock_get(LEADER_LOCK)
         schedules = len(tx.schedules_list(tenant_id))
         outbox, oldest_outbox = tx.outbox_summary(tenant_id)
-    return Facts(now, revision, due, oldest_due, workers, leader, schedules, outbox, oldest_outbox)
+        outages = tx.outages_open()
+    return Facts(now, revision, due, oldest_due, workers, leader, schedules, outbox, oldest_outbox, outages)
 
 
 def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker: bool = False) -> list[Check]:
@@ -131,6 +147,7 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
         judge_workers(f.now, f.workers, f.due, embedded_worker),
         judge_leader(f.now, f.leader, f.schedules),
         judge_outbox(f.now, f.outbox, f.oldest_outbox),
+        judge_dependencies(f.now, f.outages),
     ]
 
 

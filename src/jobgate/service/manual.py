@@ -24,6 +24,7 @@ from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import client_request_key, retry_key
 from jobgate.core.models import JobRun, Scope, TriggerType
+from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest, SubmitResult
 
@@ -67,7 +68,11 @@ def submit_manual(
     idempotency_key: str | None,
     stated_requester: str | None = None,
     role: str | None = None,
+    traceparent: str | None = None,
 ) -> SubmitResult:
+    """A manual run for an authenticated caller. ``traceparent`` (the request's W3C header)
+    is kept in the trigger's ``policy_context`` when valid, so the run joins the caller's
+    trace (``core.trace``); an invalid one is ignored, as the specification asks."""
     if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
         raise ValidationError("1-200 visible ASCII characters", field="Idempotency-Key")
     fingerprint = request_digest(job_definition_id, params, scope)
@@ -79,6 +84,7 @@ def submit_manual(
             return SubmitResult(found[0], False)
     check_daily_quota(engine, scope.tenant_id)
     payload: dict[str, str] = {"request_digest": fingerprint}
+    adopted = parse_traceparent(traceparent)
     if stated_requester:
         payload["stated_requested_by"] = stated_requester
     request = SubmitRequest(
@@ -92,6 +98,7 @@ def submit_manual(
         payload=payload,
         client_key=idempotency_key,
         role=role,
+        policy_context={} if adopted is None else {TRACEPARENT_KEY: adopted},
     )
     result = engine.submit(request, actor=actor)
     if not result.created:  # a concurrent repeat won the insert

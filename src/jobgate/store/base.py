@@ -88,6 +88,8 @@ class RunsClaim:
     lease_expires_at: datetime
     queue_rates: dict[str, tuple[float, int]] = field(default_factory=dict)
     start_now: int = 0  # how many of the claimed runs to start at once (free executor threads)
+    # Definition digests whose runs wait for a dependency that is down: not claimed at all.
+    exclude_digests: frozenset[str] = frozenset()
 
 
 class ClaimedRuns:

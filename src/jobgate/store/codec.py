@@ -22,6 +22,7 @@ from jobgate.core.models import (
     TriggerType,
 )
 from jobgate.core.states import RunStatus
+from jobgate.core.trace import traceparent_of_trigger
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -163,6 +164,7 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
             artifact_sha256=r["artifact_sha256"],
             artifact_size=r["artifact_size"],
             bound_retry_policy=shared_loads(r["retry_policy_doc"]),
+            traceparent=traceparent_of_trigger(r.get("trigger"), loads),
         )
     )
 

@@ -61,6 +61,7 @@ from jobgate.store.sql import (
     definitions,
     fast,
     governance,
+    outages,
     outbox,
     runs,
     safemode,
@@ -161,6 +162,12 @@ class StoreTx:
 
     def definitions_list(self, tenant_id: str) -> list[StoredDefinition]:
         return definitions.definitions_list(self.conn, tenant_id)
+
+    def definitions_mentioning(self, key: str) -> list[tuple[str, str, dict[str, Any]]]:
+        return definitions.definitions_mentioning(self.conn, key)
+
+    def definitions_fingerprint(self) -> tuple[int, int]:
+        return definitions.definitions_fingerprint(self.conn)
 
     def definition_versions(self, tenant_id: str, job_definition_id: str) -> list[StoredDefinition]:
         return definitions.definition_versions(self.conn, tenant_id, job_definition_id)
@@ -350,8 +357,11 @@ class StoreTx:
     def leases_renew(self, p: LeaseRenew) -> set[str]:
         return claims.leases_renew(self.conn, p)
 
-    def runs_claimable_exists(self, queues: Sequence[str], now: datetime) -> bool:
-        return claims.runs_claimable_exists(self.conn, queues, now)
+    def runs_claimable_exists(self, queues: Sequence[str], now: datetime, exclude_digests: Sequence[str] = ()) -> bool:
+        return claims.runs_claimable_exists(self.conn, queues, now, exclude_digests)
+
+    def runs_waiting_on(self, digests: Sequence[str], due_before: datetime, limit: int) -> list[JobRun]:
+        return claims.runs_waiting_on(self.conn, digests, due_before, limit)
 
     def runs_lease_expired(self, now: datetime, limit: int) -> list[JobRun]:
         return claims.runs_lease_expired(self.conn, now, limit)
@@ -364,6 +374,9 @@ class StoreTx:
 
     def runs_stop_requested(self, job_run_ids: Sequence[str]) -> set[str]:
         return claims.runs_stop_requested(self.conn, job_run_ids)
+
+    def runs_stop_check(self, leases: Sequence[tuple[str, int]]) -> tuple[set[str], set[str]]:
+        return claims.runs_stop_check(self.conn, leases)
 
     def run_request_stop(self, job_run_id: str) -> bool:
         from sqlalchemy import update
@@ -457,6 +470,15 @@ class StoreTx:
 
     def lock_release(self, name: str, owner: str, token: int) -> None:
         outbox.lock_release(self.conn, name, owner, token)
+
+    def outage_down(self, dependency: str, owner: str, now: datetime, ttl: timedelta) -> tuple[bool, datetime]:
+        return outages.outage_down(self.conn, dependency, owner, codec.to_us(now), int(ttl.total_seconds() * 1e6))
+
+    def outage_up(self, dependency: str) -> outbox.LockInfo | None:
+        return outages.outage_up(self.conn, dependency)
+
+    def outages_open(self) -> list[outbox.LockInfo]:
+        return outages.outages_open(self.conn)
 
     def worker_heartbeat(self, b: WorkerBeat) -> None:
         outbox.worker_heartbeat(self.conn, b)

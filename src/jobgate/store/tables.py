@@ -227,6 +227,8 @@ workers = Table(
     Column("started_at", BigInteger, nullable=False),
     Column("heartbeat_at", BigInteger, nullable=False),
     Column("stopped_at", BigInteger),
+    # Run leases this worker renewed, counted in the renewing transaction (migration 0015).
+    Column("lease_renewals", BigInteger, nullable=False, server_default="0"),
 )
 
 # Named, fenced, expiring locks (seed 000 §25): the outbox publisher's, and later the
@@ -475,7 +477,7 @@ anchors = Table(
 # Workflows (migration 0013): one row per workflow run, one per step of it, and every state
 # change of either, in order (the workflow state sequence replay hashes, seed 000 §14).
 _ACTIVE_WORKFLOW_SQL = "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING')"
-_OPEN_STEP_SQL = "status IN ('RUNNING', 'COMPENSATING')"
+_OPEN_STEP_SQL = "status IN ('PENDING', 'RUNNING', 'COMPENSATING')"
 
 workflow_runs = Table(
     "workflow_runs",
@@ -562,6 +564,8 @@ sla_breaches = Table(
     Column("subject_kind", String(16), nullable=False),  # run | workflow
     Column("subject_id", String(64), nullable=False),
     Column("job_class", String(64), nullable=False),
+    Column("job_definition_id", String(200), nullable=False),  # a token limited to definitions sees its own
+    Column("eco_number", String(200)),  # seed §23, from the subject's scope or params
     Column("kind", String(32), nullable=False),  # execution_timeout, queue_timeout, sla_deadline, ...
     Column("phase", String(16), nullable=False),  # reminder | breach
     Column("sla_policy", String(200), nullable=False),

@@ -48,7 +48,9 @@ STEP_ALLOWED: dict[StepStatus, frozenset[StepStatus]] = {
     StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.CANCELLED, StepStatus.FAILED}),
     StepStatus.RUNNING: frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}),
     StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING}),
-    StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED}),
+    StepStatus.COMPENSATING: frozenset(
+        {StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED, StepStatus.CANCELLED}  # halted from outside
+    ),
 }
 
 

@@ -39,7 +39,9 @@ _OBSERVED = {
     "compensation_failed",
     "compensation_refused",
 }
-_EXTERNAL = {"sla_escalation"}  # written by the SLA monitor, not decided by the planner
+# Written by the SLA monitor (its escalation) and by the halt that follows it: recorded facts
+# from outside the planner, applied as they are.
+_EXTERNAL = {"sla_escalation", "workflow_halted"}
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
         group = list(group_iter)
         if group[0].reason in _EXTERNAL:
             produced += [_recorded_key(t) for t in group]
-            state = replace(state, status=RunStatus(group[-1].to_status))
+            state = _apply_external(state, group)
             continue
         outcomes, state = _observations(spec, state, group)
         decided = plan(spec, state, outcomes)
@@ -182,3 +184,14 @@ def _with_run_ids(state: WorkflowState, group: list[WorkflowTransition]) -> Work
         elif t.to_status == StepStatus.COMPENSATING.value:
             steps[t.step_id] = replace(steps[t.step_id], compensation_run_id=t.detail["job_run_id"])
     return replace(state, steps=steps)
+
+
+def _apply_external(state: WorkflowState, group: list[WorkflowTransition]) -> WorkflowState:
+    steps = dict(state.steps)
+    status = state.status
+    for t in group:
+        if t.step_id is None:
+            status = RunStatus(t.to_status)
+        else:
+            steps[t.step_id] = replace(steps[t.step_id], status=StepStatus(t.to_status))
+    return replace(state, status=status, steps=steps)

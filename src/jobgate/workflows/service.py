@@ -37,6 +37,7 @@ from jobgate.workflows.plan import (
     StepChange,
     StepState,
     StepStatus,
+    StopRun,
     WorkflowChange,
     WorkflowState,
     plan,
@@ -322,9 +323,11 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
     now = engine.clock.now()
     with engine.store.read() as tx:
         record = tx.workflow_get(workflow_run_id)
-        if record is None or record.status not in WORKFLOW_ACTIVE:
+        if record is None:
             return False
         steps = tx.workflow_steps(workflow_run_id)
+        if record.status not in WORKFLOW_ACTIVE:  # ended from outside (the SLA monitor's escalation)
+            return _halt_ended(engine, record, steps, actor, now)
         definition = engine.definition(tx, record.tenant_id, record.job_definition_id, record.definition_version)
         watched = [s.job_run_id for s in steps if s.status == "RUNNING" and s.job_run_id]
         watched += [s.compensation_run_id for s in steps if s.status == "COMPENSATING" and s.compensation_run_id]
@@ -371,6 +374,34 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
             return None
         _stop_runs(tx, decided, actor, now)
         _announce(tx, record, decided, now)
+    return True
+
+
+def _halt_ended(
+    engine: Engine, record: WorkflowRecord, steps: Sequence[StepRecord], actor: str, now: datetime
+) -> bool | None:
+    """A workflow ended by someone else (ESCALATED by the SLA monitor) starts nothing more: its
+    pending steps are cancelled and its running ones stopped, as its own failure would do."""
+    open_steps = [s for s in steps if s.status in ("PENDING", "RUNNING", "COMPENSATING")]
+    if not open_steps:
+        return False
+    changes = tuple(
+        StepChange(s.step_id, StepStatus(s.status), StepStatus.CANCELLED, "workflow_halted") for s in open_steps
+    )
+    stops = tuple(
+        StopRun(s.step_id, run_id)
+        for s in open_steps
+        if (run_id := s.compensation_run_id if s.status == "COMPENSATING" else s.job_run_id) is not None
+    )
+    decided = Plan(changes, (), stops)
+    with engine.store.write() as tx:
+        locked = tx.workflow_lock(record.workflow_run_id)
+        if locked is None or locked.version != record.version:
+            return None
+        update = _update(record, steps, decided, {}, actor, now, next_seq=_next_seq(tx, record.workflow_run_id))
+        if not tx.workflow_apply(update):
+            return None
+        _stop_runs(tx, decided, actor, now)
     return True
 
 

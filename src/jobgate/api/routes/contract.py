@@ -35,6 +35,7 @@ def schedule_job(
     caller: Caller,
     state: State,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    traceparent: Annotated[str | None, Header()] = None,
 ) -> ScheduleOut:
     """Seed 000 §42: schedule one manual run of a definition."""
     if body.scope.tenant_id is not None and body.scope.tenant_id != caller.tenant_id:
@@ -52,6 +53,7 @@ def schedule_job(
         idempotency_key=idempotency_key,
         role=caller.role.value,
         stated_requester=body.trigger.requested_by,
+        traceparent=traceparent,
     )
     run = result.run
     return ScheduleOut(

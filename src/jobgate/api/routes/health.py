@@ -3,8 +3,9 @@
 ``/healthz`` answers as long as the process serves HTTP (anonymous, no database call), so a
 supervisor restarts only a wedged process. ``/readyz`` (anonymous, no tenant data) says
 whether this node should get traffic: database reachable, schema current, and every loop it
-runs alive. ``/metrics`` needs a token: its run counts are the caller's tenant's, read from
-the database so every node reports the same truth, beside this process's HTTP figures.
+runs alive. ``/metrics`` needs a token: its run counts (the seed 000 §50 set and the open
+runs) are the caller's tenant's, read from the database so every node reports the same truth,
+beside this process's HTTP figures.
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from jobgate.api.access import OPERATE, PUBLIC, allow, principal
+from jobgate.api.access import OPERATE, PUBLIC, allow
 from jobgate.api.metrics import TenantRuns
+from jobgate.api.routes.telemetry import WholeTenant
 from jobgate.api.schemas import CheckOut, HealthOut, ReadyOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import doctor
-from jobgate.service.tokens import Principal
+from jobgate.telemetry.metrics import SchedulerMetrics
 
 router = APIRouter(tags=["health"])
 
-Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -63,8 +64,9 @@ def _readiness(state: ServerState) -> list[CheckOut]:
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
 @allow(OPERATE)
-def metrics(caller: Caller, state: State) -> Response:
+def metrics(caller: WholeTenant, state: State) -> Response:
     scrape = CollectorRegistry()
+    scrape.register(SchedulerMetrics(state.engine, caller.tenant_id))
     scrape.register(TenantRuns(state.engine, caller.tenant_id))
     scrape.register(state.http_metrics.for_tenant(caller.tenant_id))
     text = generate_latest(scrape)

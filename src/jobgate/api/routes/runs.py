@@ -61,6 +61,7 @@ def create_run(
     caller: Caller,
     state: State,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    traceparent: Annotated[str | None, Header()] = None,
 ) -> RunCreatedOut:
     """A manual run. With ``Idempotency-Key`` a repeat returns the same run (200); the same key
     with a different request is 409."""
@@ -74,6 +75,7 @@ def create_run(
         reason=body.reason,
         idempotency_key=idempotency_key,
         role=caller.role.value,
+        traceparent=traceparent,
     )
     if not result.created:
         response.status_code = 200

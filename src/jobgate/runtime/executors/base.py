@@ -177,6 +177,16 @@ class ExecutionContext:
     def params(self) -> dict[str, str]:
         return self.payload.params
 
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C ``traceparent`` of this attempt (``00-<trace id>-<span id>-<flags>``): pass it
+        on to what the job calls so its work joins the run's trace (``jobgate.core.trace``)."""
+        return self.payload.trace_context.get("traceparent")
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.payload.trace_context.get("trace_id")
+
     def is_cancelled(self) -> bool:
         return self._cancelled is not None and self._cancelled.is_set()
 

@@ -64,6 +64,9 @@ class HttpExecutor:
             "Idempotency-Key": ctx.idempotency_key,
             "X-Jobgate-Run-Id": ctx.job_run_id,
         }
+        if ctx.traceparent:  # W3C Trace Context: the target joins the run's trace (ours wins over config)
+            headers = {k: v for k, v in headers.items() if k.lower() != "traceparent"}
+            headers["traceparent"] = ctx.traceparent
         timeout = httpx.Timeout(self.spec.timeout.total_seconds())
         try:
             if self._client is not None:

@@ -53,6 +53,7 @@ from jobgate.store.tables import (
     outbox,
     rate_limits,
     run_transitions,
+    workers,
 )
 
 _CHUNK = 400
@@ -69,8 +70,11 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _candidates_statement(queue_filter: Any) -> Any:
-    """Built once: constructing SQLAlchemy expressions per call costs more than running them."""
+def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
+    """Built once: constructing SQLAlchemy expressions per call costs more than running them.
+
+    ``excluded``: an extra filter for the variant that skips runs of given definition digests
+    (those waiting for a dependency that is down); the ordinary claim does not pay for it."""
     active = job_runs.alias("active")
     at_limit = (
         select(func.count())
@@ -93,11 +97,16 @@ def _candidates_statement(queue_filter: Any) -> Any:
         .order_by(C.priority_rank, C.due_at)
         .limit(bindparam("limit"))
     )
-    return candidates
+    return candidates if excluded is None else candidates.where(excluded)
 
 
-_CANDIDATES = _candidates_statement(C.queue.in_(bindparam("queues", expanding=True)))
+_QUEUES = C.queue.in_(bindparam("queues", expanding=True))
+_CANDIDATES = _candidates_statement(_QUEUES)
 _CANDIDATES_LOCKED = _CANDIDATES.with_for_update(skip_locked=True, of=job_runs)
+# Runs waiting for a dependency (``RunsClaim.exclude_digests``) are not candidates.
+_EXCLUDED = C.definition_digest.not_in(bindparam("exclude", expanding=True))
+_CANDIDATES_EXCLUDING = _candidates_statement(_QUEUES, _EXCLUDED)
+_CANDIDATES_EXCLUDING_LOCKED = _CANDIDATES_EXCLUDING.with_for_update(skip_locked=True, of=job_runs)
 
 
 class Candidate(NamedTuple):
@@ -120,9 +129,7 @@ def _sqlite_claim_statements() -> tuple[Any, Any, Any, Any]:
     the order is restored in Python rather than trusted to the aggregate; one queue at a time so
     the claim index yields them in order instead of a sort of the whole backlog), the two
     updates by a JSON list of ids, and the claimed rows read back as one JSON row."""
-    candidates = _candidates_statement(C.queue == bindparam("queue"))
-    sub = candidates.add_columns(C.priority_rank, C.due_at).subquery()
-    read_candidates = select(func.json_group_array(func.json_array(*sub.c)))
+    read_candidates = _sqlite_read_candidates()
     claim = {
         "lease_owner": bindparam("owner"),
         "lease_token": C.lease_token + literal_column("1"),
@@ -153,8 +160,15 @@ def _sqlite_claim_statements() -> tuple[Any, Any, Any, Any]:
     return read_candidates, start, dispatch, read_claimed
 
 
+def _sqlite_read_candidates(excluded: Any = None) -> Any:
+    candidates = _candidates_statement(C.queue == bindparam("queue"), excluded)
+    sub = candidates.add_columns(C.priority_rank, C.due_at).subquery()
+    return select(func.json_group_array(func.json_array(*sub.c)))
+
+
 _RUN_COLUMNS = tuple(c.name for c in job_runs.c)
 _SQLITE_CANDIDATES, _SQLITE_START, _SQLITE_DISPATCH, _SQLITE_CLAIMED = _sqlite_claim_statements()
+_SQLITE_CANDIDATES_EXCLUDING = _sqlite_read_candidates(C.definition_digest.not_in(_json_values("exclude")))
 _claim_cache: dict[tuple[int, bool], Any] = {}
 
 
@@ -191,13 +205,22 @@ def _claim_statement(n: int, start: bool) -> Any:
 def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) -> list[Candidate]:
     if conn.dialect.name == "sqlite":
         found = []
+        stmt, excluding = _SQLITE_CANDIDATES, {}
+        if p.exclude_digests:
+            stmt = _SQLITE_CANDIDATES_EXCLUDING
+            excluding = {"exclude": orjson.dumps(sorted(p.exclude_digests)).decode()}
         for queue in dict.fromkeys(p.queues):  # a queue named twice is searched once
-            params = {"queue": queue, "now": now, "limit": p.limit * 2}
-            found.extend(orjson.loads(fast.rows(conn, _SQLITE_CANDIDATES, params)[0][0]))
+            one = {"queue": queue, "now": now, "limit": p.limit * 2, **excluding}
+            found.extend(orjson.loads(fast.rows(conn, stmt, one)[0][0]))
         found.sort(key=lambda r: (r[6], r[7]))
         return [Candidate(*r[:6]) for r in found[: p.limit * 2]]
-    q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
-    return [Candidate(*r) for r in conn.execute(q, {"queues": list(p.queues), "now": now, "limit": p.limit * 2})]
+    params: dict[str, Any] = {"queues": list(p.queues), "now": now, "limit": p.limit * 2}
+    if p.exclude_digests:
+        q = _CANDIDATES_EXCLUDING_LOCKED if skip_locked else _CANDIDATES_EXCLUDING
+        params["exclude"] = sorted(p.exclude_digests)
+    else:
+        q = _CANDIDATES_LOCKED if skip_locked else _CANDIDATES
+    return [Candidate(*r) for r in conn.execute(q, params)]
 
 
 class _Claimed(NamedTuple):
@@ -579,11 +602,20 @@ def leases_renew(conn: Connection, p: LeaseRenew) -> set[str]:
             .returning(C.job_run_id)
         )
         held.update(r[0] for r in conn.execute(stmt))
+    if held:  # the lease-renewal metric's source of truth, counted in the renewing transaction
+        W = workers.c
+        conn.execute(
+            update(workers).where(W.worker_id == p.worker_id).values(lease_renewals=W.lease_renewals + len(held))
+        )
     return held
 
 
-def runs_claimable_exists(conn: Connection, queues: Sequence[str], now: datetime) -> bool:
+def runs_claimable_exists(
+    conn: Connection, queues: Sequence[str], now: datetime, exclude_digests: Sequence[str] = ()
+) -> bool:
     q = select(C.job_run_id).where(IS_CLAIMABLE, C.queue.in_(queues), C.due_at <= codec.to_us(now)).limit(1)
+    if exclude_digests:  # runs waiting for a dependency that is down are not work to claim
+        q = q.where(C.definition_digest.not_in(list(exclude_digests)))
     return conn.execute(q).first() is not None
 
 
@@ -617,12 +649,44 @@ def runs_queue_expired(conn: Connection, now: datetime, limit: int) -> list[JobR
     return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
 
 
+def runs_waiting_on(conn: Connection, digests: Sequence[str], due_before: datetime, limit: int) -> list[JobRun]:
+    """Waiting runs of the definition versions ``digests`` due at or before ``due_before``,
+    longest waiting first: those that waited too long for a dependency."""
+    q = (
+        select(job_runs)
+        .where(IS_CLAIMABLE, C.definition_digest.in_(list(digests)), C.due_at <= codec.to_us(due_before))
+        .order_by(C.due_at)
+        .limit(limit)
+    )
+    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
+
+
 def runs_stop_requested(conn: Connection, ids: Sequence[str]) -> set[str]:
     out: set[str] = set()
     for chunk in _chunks(list(ids)):
         q = select(C.job_run_id).where(C.job_run_id.in_(chunk), C.stop_requested.is_(True))
         out.update(r[0] for r in conn.execute(q))
     return out
+
+
+def runs_stop_check(conn: Connection, leases: Sequence[tuple[str, int]]) -> tuple[set[str], set[str]]:
+    """For runs a worker is running, (id, its lease token): which a user asked to stop, and which
+    are no longer its to run (the status moved on or the token did: escalated by the SLA
+    monitor, closed by the rescuer). One read, so the worker's stop check stays one query."""
+    stop: set[str] = set()
+    taken: set[str] = set()
+    tokens = dict(leases)
+    for chunk in _chunks(list(tokens)):
+        q = select(C.job_run_id, C.stop_requested, C.status, C.lease_token).where(C.job_run_id.in_(chunk))
+        seen: set[str] = set()
+        for run_id, stop_requested, status, token in conn.execute(q):
+            seen.add(run_id)
+            if status != RunStatus.RUNNING.value or token != tokens[run_id]:
+                taken.add(run_id)
+            elif stop_requested:
+                stop.add(run_id)
+        taken.update(set(chunk) - seen)  # gone altogether (retired)
+    return stop, taken
 
 
 def run_progress(conn: Connection, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:

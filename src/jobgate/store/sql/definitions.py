@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -215,3 +217,21 @@ def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | 
     return ConfigSnapshot(
         row.config_snapshot_id, row.config_digest, row.profile, codec.loads(row.content), row.tenant_id
     )
+
+
+def definitions_mentioning(conn: Connection, key: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(tenant, digest, content) of every stored version whose content has the JSON key ``key``
+    (matched as text first, so versions without it are never decoded)."""
+    rows = conn.execute(select(D.tenant_id, D.digest, D.content).where(D.content.contains(f'"{key}"', autoescape=True)))
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for tenant, digest, content in rows:
+        doc = codec.loads(content)
+        if isinstance(doc, dict) and key in doc:
+            out.append((tenant, digest, doc))
+    return out
+
+
+def definitions_fingerprint(conn: Connection) -> tuple[int, int]:
+    """How many versions are stored and when the last was: changes whenever a version is added."""
+    count, latest = conn.execute(select(func.count(), func.max(D.created_at))).one()
+    return int(count), int(latest or 0)

@@ -24,6 +24,7 @@ T = workflow_transitions.c
 J = job_runs.c
 _ACTIVE = ("CREATED", "SCHEDULED", "DISPATCHED", "RUNNING")
 _TERMINAL = tuple(s.value for s in TERMINAL)
+_OPEN_STEPS = ("PENDING", "RUNNING", "COMPENSATING")
 
 
 @dataclass(frozen=True)
@@ -297,23 +298,32 @@ def workflows_list(
 
 
 def workflows_due(conn: Connection, limit: int) -> list[str]:
-    """Workflows with something to decide: not started, cancel asked, or a step whose run (or
-    compensation run) has finished. Each arm uses an index that holds only open rows."""
+    """Workflows with something to decide: not started, cancel asked, a step whose run (or
+    compensation run) has finished, or steps left open by a workflow ended from outside (the
+    SLA monitor's escalation). Each arm reads an index that holds only open rows."""
+    active = W.status.in_(_ACTIVE)
     starting = select(W.workflow_run_id).where(
-        W.status.in_(_ACTIVE), or_(W.status.in_(("CREATED", "SCHEDULED")), W.cancel_requested.is_(True))
+        active, or_(W.status.in_(("CREATED", "SCHEDULED")), W.cancel_requested.is_(True))
     )
     step_done = (
         select(S.workflow_run_id)
         .join(job_runs, J.job_run_id == S.job_run_id)
-        .where(S.status == "RUNNING", J.status.in_(_TERMINAL))
+        .join(workflow_runs, W.workflow_run_id == S.workflow_run_id)
+        .where(S.status == "RUNNING", J.status.in_(_TERMINAL), active)
     )
     compensation_done = (
         select(S.workflow_run_id)
         .join(job_runs, J.job_run_id == S.compensation_run_id)
-        .where(S.status == "COMPENSATING", J.status.in_(_TERMINAL))
+        .join(workflow_runs, W.workflow_run_id == S.workflow_run_id)
+        .where(S.status == "COMPENSATING", J.status.in_(_TERMINAL), active)
+    )
+    halted = (
+        select(S.workflow_run_id)
+        .join(workflow_runs, W.workflow_run_id == S.workflow_run_id)
+        .where(S.status.in_(_OPEN_STEPS), W.status.not_in(_ACTIVE))
     )
     ids: list[str] = []
-    for q in (starting, step_done, compensation_done):
+    for q in (starting, step_done, compensation_done, halted):
         for (wid,) in conn.execute(q.limit(limit)).fetchall():
             if wid not in ids:
                 ids.append(wid)

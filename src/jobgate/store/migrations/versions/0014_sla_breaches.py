@@ -25,6 +25,8 @@ def upgrade() -> None:
         sa.Column("subject_kind", sa.String(length=16), nullable=False),
         sa.Column("subject_id", sa.String(length=64), nullable=False),
         sa.Column("job_class", sa.String(length=64), nullable=False),
+        sa.Column("job_definition_id", sa.String(length=200), nullable=False),
+        sa.Column("eco_number", sa.String(length=200), nullable=True),
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("phase", sa.String(length=16), nullable=False),
         sa.Column("sla_policy", sa.String(length=200), nullable=False),

@@ -1,4 +1,4 @@
-"""telemetry rollups: one publication per tenant and period
+"""telemetry rollups: one publication per tenant and period; each worker's lease renewals
 
 Revision ID: 0015
 Revises: 0014
@@ -36,7 +36,11 @@ def upgrade() -> None:
         op.execute(
             f"CREATE POLICY jobgate_tenant ON telemetry_publications USING ({VISIBLE}) WITH CHECK ({VISIBLE})"
         )
+    with op.batch_alter_table("workers") as batch:
+        batch.add_column(sa.Column("lease_renewals", sa.BigInteger(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("workers") as batch:
+        batch.drop_column("lease_renewals")
     op.drop_table("telemetry_publications")
