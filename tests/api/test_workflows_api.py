@@ -91,3 +91,20 @@ def test_refusals_name_the_field_and_store_nothing(world: World) -> None:
     missing = world.client.get(f"{API}/workflows/TGWF-nope", headers=op)
     assert missing.status_code == 404 and missing.json()["field"] == "workflow_run_id"
     assert count(world.engine, "workflow_runs") == 0
+
+
+def test_the_list_pages_with_a_cursor(world: World) -> None:
+    op = world.headers("acme", Role.OPERATOR)
+    made = [world.workflow() for _ in range(5)]
+    seen: list[str] = []
+    cursor = None
+    for _ in range(4):
+        url = f"{API}/workflows?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = world.client.get(url, headers=op).json()
+        seen += [w["workflow_run_id"] for w in page["items"]]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    assert sorted(seen) == sorted(made) and len(seen) == 5
+    forged = world.client.get(f"{API}/workflows?cursor=nope", headers=op)
+    assert forged.status_code == 400 and forged.json()["field"] == "cursor"

@@ -128,7 +128,7 @@ def test_a_missing_declared_output_fails_the_step() -> None:
     assert sim.status is RunStatus.FAILED and sim.step_status("b") is StepStatus.CANCELLED
 
 
-def test_fail_stops_the_running_siblings_and_cancels_what_has_not_started() -> None:
+def test_fail_stops_the_running_siblings_and_decides_once_they_have_ended() -> None:
     sim = Sim(
         spec_of(
             [
@@ -140,11 +140,58 @@ def test_fail_stops_the_running_siblings_and_cancels_what_has_not_started() -> N
     )
     sim.step()
     sim.finish("a", BROKEN)
-    assert sim.status is RunStatus.FAILED
     assert sim.stopped == ["b"]
-    assert [sim.step_status(s) for s in "abc"] == [StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.CANCELLED]
+    assert [sim.step_status(s) for s in "abc"] == [StepStatus.FAILED, StepStatus.STOPPING, StepStatus.CANCELLED]
+    assert sim.status is RunStatus.RUNNING  # b's run may still complete: wait for it
+    sim.finish("b", RunOutcome(RunStatus.CANCELLED))
+    assert sim.step_status("b") is StepStatus.CANCELLED and sim.status is RunStatus.FAILED
     assert sim.state.error_code == "STEP_BROKEN"
     assert sim.step().empty  # a finished workflow decides nothing more
+
+
+def test_a_stopped_sibling_that_completed_anyway_is_compensated() -> None:
+    sim = Sim(
+        spec_of(
+            [
+                {"id": "a", "job": "j", "compensate": {"job": "u"}},
+                {"id": "b", "job": "j", "depends_on": [], "compensate": {"job": "u"}},
+            ],
+            on_failure="compensate",
+        )
+    )
+    sim.step()
+    sim.finish("b", BROKEN)
+    assert sim.step_status("a") is StepStatus.STOPPING and sim.started == ["a", "b"]
+    sim.finish("a")  # the stop came too late: a completed, so it must be undone
+    assert sim.step_status("a") is StepStatus.COMPENSATING and sim.started[-1] == "undo:a"
+    sim.finish("undo:a")
+    assert sim.status is RunStatus.FAILED and sim.step_status("a") is StepStatus.COMPENSATED
+
+
+def test_completions_seen_in_one_pass_are_ordered_by_when_their_runs_ended() -> None:
+    from datetime import UTC, datetime
+
+    sim = Sim(
+        spec_of(
+            [
+                {"id": "a", "job": "j", "compensate": {"job": "u"}},
+                {"id": "b", "job": "j", "depends_on": [], "compensate": {"job": "u"}},
+                {"id": "c", "job": "j", "depends_on": ["a", "b"]},
+            ],
+            on_failure="compensate",
+        )
+    )
+    sim.step()
+    early, late = datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 0, 2, tzinfo=UTC)
+    sim.step(
+        {
+            "R-a": RunOutcome(RunStatus.COMPLETED, {}, ended_at=late),
+            "R-b": RunOutcome(RunStatus.COMPLETED, {}, ended_at=early),
+        }
+    )
+    assert sim.state.steps["b"].completed_order == 1 and sim.state.steps["a"].completed_order == 2
+    sim.finish("c", BROKEN)
+    assert sim.started[-1] == "undo:a"  # a ended last: undone first
 
 
 def test_escalate_hands_the_workflow_to_a_human() -> None:
@@ -291,17 +338,29 @@ def test_any_dag_completes_each_step_once_and_never_before_its_dependencies(
     assert len(set(sim.started)) == len(sim.started)
 
 
-def test_workflow_changes_only_follow_the_workflow_state_machine() -> None:
-    from jobgate.workflows.plan import WORKFLOW_ALLOWED
+def test_every_change_follows_the_workflow_and_step_state_machines() -> None:
+    from jobgate.workflows.plan import STEP_ALLOWED, WORKFLOW_ALLOWED
 
     sim = Sim(
         spec_of(
-            [{"id": "a", "job": "j", "on_failure": "compensate", "compensate": {"job": "u"}}, {"id": "b", "job": "j"}]
+            [
+                {"id": "a", "job": "j", "compensate": {"job": "u"}},
+                {"id": "b", "job": "j", "depends_on": []},
+                {"id": "c", "job": "j", "on_failure": "compensate", "depends_on": ["a"]},
+            ]
         )
     )
-    changes: list[WorkflowChange] = []
-    for p in (sim.step(), sim.finish("a"), sim.finish("b", BROKEN), sim.finish("undo:a")):
-        changes += [c for c in p.changes if isinstance(c, WorkflowChange)]
-    for c in changes:
-        assert c.from_status == c.to_status or c.to_status in WORKFLOW_ALLOWED[c.from_status]
-    assert isinstance(sim.state, WorkflowState)
+    plans = [sim.step(), sim.finish("a"), sim.finish("c", BROKEN), sim.finish("b"), sim.finish("undo:a")]
+    assert sim.status is RunStatus.FAILED
+    seen = 0
+    for p in plans:
+        for c in p.changes:
+            seen += 1
+            if isinstance(c, WorkflowChange):
+                # A phase change (forward -> compensating) keeps the status: the only same-status change.
+                assert c.to_status in WORKFLOW_ALLOWED[c.from_status] or (
+                    c.from_status == c.to_status and c.reason == "compensating"
+                ), c
+            else:
+                assert c.to_status in STEP_ALLOWED[c.from_status], c
+    assert seen >= 10 and isinstance(sim.state, WorkflowState)

@@ -163,3 +163,18 @@ def test_numeric_comparisons_agree_with_python(a: int, b: int) -> None:
     for op, fn in (("<", a.__lt__), ("<=", a.__le__), (">", a.__gt__), (">=", a.__ge__), ("==", a.__eq__)):
         cond = _condition(f"steps.s.outputs.v {op} {b}")
         assert holds(cond, {}, {"s": {"v": a}}, workflow) is fn(b)
+
+
+def test_a_reference_to_an_undeclared_parameter_is_refused_at_load() -> None:
+    doc = {"steps": [{"id": "a", "job": "j", "when": "params.modee == 1"}]}
+    with pytest.raises(ValidationError) as info:
+        parse_workflow(doc, source="t", param_names=["mode"])
+    assert info.value.field == "workflow.steps[0].when" and "modee" in info.value.message
+    parse_workflow(doc, source="t", param_names=["modee"])  # declared: fine
+
+
+@pytest.mark.parametrize("text", ["1_000", " 1000 ", "\u0661\u0662", "1e", "0x10", "Infinity", "NaN"])
+def test_only_a_json_number_written_as_text_compares_as_a_number(text: str) -> None:
+    workflow = {"workflow_run_id": "W", "tenant_id": "t"}
+    assert holds(_condition("steps.s.outputs.v > 2"), {}, {"s": {"v": text}}, workflow) is False
+    assert holds(_condition("steps.s.outputs.v != 2"), {}, {"s": {"v": text}}, workflow) is True

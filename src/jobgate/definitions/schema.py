@@ -341,11 +341,13 @@ def _executor(
 
         if "body" in doc:
             r.fail("body", "a workflow has no body: its steps name the definitions they run")
+        declared = [p.get("name") for p in doc.get("params") or [] if isinstance(p, dict)]
         parse_workflow(
             doc["workflow"],
             source=r.source,
             retry_policies=config.retry_policies,
             timeout_policies=config.timeout_policies,
+            param_names=[n for n in declared if isinstance(n, str)],
         )
         return ExecutorSpec("python", handler=WORKFLOW_STARTER), None, None, None
     if "handler" in doc:

@@ -4,31 +4,37 @@ It needs no leader: each advance is a compare-and-set on the workflow's version,
 coordinators deciding the same step write it once, and the step runs they create carry an
 idempotency key derived from the workflow and the step. A coordinator that dies mid-advance
 leaves nothing behind; the next pass (any process's) decides again from the database.
+
+A workflow whose advance keeps failing (its definition unreadable, the database refusing) is
+retried with a growing delay, so it neither floods the log nor starves the others.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from jobgate.service.engine import Engine
-from jobgate.workflows.service import advance_due
+from jobgate.workflows.service import advance
 
 log = logging.getLogger("jobgate.coordinator")
+MAX_BACKOFF = 60.0
 
 
 class WorkflowCoordinator:
-    def __init__(self, engine: Engine, *, interval: float = 0.1, batch: int = 100) -> None:
+    def __init__(self, engine: Engine, *, interval: float = 0.2, batch: int = 500) -> None:
         self.engine = engine
         self.interval = interval
         self.batch = batch
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._failing: dict[str, tuple[int, float]] = {}  # workflow -> (failures, retry after, monotonic)
 
     def run(self) -> None:
         while not self._stop.is_set():
             try:
-                busy = advance_due(self.engine, limit=self.batch) >= self.batch
+                busy = self.pass_once()
             except Exception:  # the database is away: back off and try again
                 log.warning("workflow pass failed", exc_info=True, extra={"action": "workflow_pass_failed"})
                 busy = False
@@ -36,6 +42,34 @@ class WorkflowCoordinator:
             if not busy:
                 self._wake.wait(self.interval)
                 self._wake.clear()
+
+    def pass_once(self) -> bool:
+        """Advance every workflow with something to decide; True when more may be waiting."""
+        with self.engine.store.read() as tx:
+            due = tx.workflows_due(self.batch)
+        now = time.monotonic()
+        advanced = 0
+        for workflow_run_id in due:
+            failures, retry_at = self._failing.get(workflow_run_id, (0, 0.0))
+            if retry_at > now:
+                continue
+            try:
+                if advance(self.engine, workflow_run_id):
+                    advanced += 1
+                self._failing.pop(workflow_run_id, None)
+            except Exception:
+                failures += 1
+                delay = min(MAX_BACKOFF, 0.5 * 2 ** min(failures, 8))
+                self._failing[workflow_run_id] = (failures, now + delay)
+                log.warning(
+                    "workflow %s: advance failed (%d in a row); next try in %.1f s",
+                    workflow_run_id,
+                    failures,
+                    delay,
+                    exc_info=failures == 1,  # the traceback once, not every retry
+                    extra={"action": "workflow_advance_failed", "workflow_run_id": workflow_run_id},
+                )
+        return len(due) >= self.batch and advanced > 0
 
     def wake(self) -> None:
         self._wake.set()

@@ -17,6 +17,7 @@ from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunChange
+from jobgate.store.sqlstore import StoreTx
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             raise ConflictError(
                 f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued", field="status"
             )
+        if run.workflow_run_id is not None:
+            check_step_requeue(tx, run)
         refusal = engine.admission_refusal(tx, run, actor=actor, now=now, policy=policy)
         if refusal is None:
             transition = Transition(
@@ -195,3 +198,20 @@ def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | N
     )
     result = engine.submit(request, actor=actor)
     return result.run, result.created
+
+
+def check_step_requeue(tx: StoreTx, run: JobRun) -> None:
+    """A workflow step's run may be requeued only while its workflow still waits for it: once
+    the workflow has acted on its failure (failed, compensated, escalated), running the step
+    again would act outside the workflow that owns it."""
+    workflow = tx.workflow_get(str(run.workflow_run_id))
+    waiting = workflow is not None and any(
+        s.job_run_id == run.job_run_id and s.status in ("RUNNING", "STOPPING")
+        for s in tx.workflow_steps(workflow.workflow_run_id)
+    )
+    if workflow is None or not waiting:
+        state = "gone" if workflow is None else f"{workflow.status.value}, and has acted on this step's end"
+        raise ConflictError(
+            f"run is a step of workflow run {run.workflow_run_id}, which is {state}: start a new workflow run",
+            field="workflow_run_id",
+        )

@@ -80,6 +80,11 @@ class SubmitRequest:
     role: str | None = None  # the requester's role, when a token asked (scheduler policy ceilings)
     via_request: bool = False  # set only by an approved four-eyes request (safe mode's manual review)
     workflow_run_id: str | None = None  # a workflow step's run: the workflow it belongs to
+    # A workflow step runs the version of its definition the workflow pinned at its start, under
+    # a key derived from the workflow and the step alone (never from a caller's key: a caller
+    # cannot claim a step's run by choosing an Idempotency-Key).
+    definition_version: int | None = None
+    run_key: str | None = None
     # A workflow step may name its own policies instead of its definition's (seed 000 §8 steps).
     retry_policy: str | None = None
     timeout_policy: str | None = None
@@ -445,7 +450,14 @@ class Engine:
     ) -> None:
         """A governance refusal is itself a material fact: it goes to the audit log (in its own
         transaction, since nothing else is written), whatever trigger was refused."""
-        event = AuditEvent(
+        event = self.refusal_event(request, exc, actor=actor, now=now)
+        with self.store.write() as tx:
+            tx.audit_append([event])
+
+    def refusal_event(
+        self, request: SubmitRequest, exc: GovernanceRefusal, *, actor: str | None, now: datetime
+    ) -> AuditEvent:
+        return AuditEvent(
             tenant_id=request.scope.tenant_id,
             actor=actor or request.requested_by or SYSTEM_ACTOR,
             action="run.refused",
@@ -459,10 +471,9 @@ class Engine:
                 "trigger_type": request.trigger_type.value,
                 "trigger_id": request.trigger_id,
                 "request_id": request.request_id,
+                "workflow_run_id": request.workflow_run_id,
             },
         )
-        with self.store.write() as tx:
-            tx.audit_append([event])
 
     def create_submissions(
         self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
@@ -601,6 +612,8 @@ class Engine:
     ) -> str:
         """Seed §24: definition, trigger identity, scope, config digest and window; a retry of a
         terminal run is keyed by its source run alone."""
+        if request.run_key is not None:
+            return request.run_key
         if request.retry_of is not None:
             return retry_key(request.retry_of)
         if request.client_key is not None:
@@ -615,6 +628,8 @@ class Engine:
     def resolve_definition(
         self, tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str], JobDefinition]
     ) -> JobDefinition:
+        if request.definition_version is not None:
+            return self.definition(tx, request.scope.tenant_id, request.job_definition_id, request.definition_version)
         key = (request.scope.tenant_id, request.job_definition_id)
         if key not in cache:
             cache[key] = self.definition(tx, request.scope.tenant_id, request.job_definition_id)

@@ -317,8 +317,8 @@ class StoreTx:
     def workflows_active_exist(self) -> bool:
         return workflows.workflows_active_exist(self.conn)
 
-    def workflow_ids_for_runs(self, job_run_ids: Sequence[str]) -> list[str]:
-        return workflows.workflow_ids_for_runs(self.conn, job_run_ids)
+    def workflow_next_seq(self, workflow_run_id: str) -> int:
+        return workflows.workflow_next_seq(self.conn, workflow_run_id)
 
     # runs
     def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:

@@ -477,7 +477,7 @@ anchors = Table(
 # Workflows (migration 0013): one row per workflow run, one per step of it, and every state
 # change of either, in order (the workflow state sequence replay hashes, seed 000 §14).
 _ACTIVE_WORKFLOW_SQL = "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING')"
-_OPEN_STEP_SQL = "status IN ('PENDING', 'RUNNING', 'COMPENSATING')"
+_OPEN_STEP_SQL = "status IN ('PENDING', 'RUNNING', 'STOPPING', 'COMPENSATING')"
 
 workflow_runs = Table(
     "workflow_runs",

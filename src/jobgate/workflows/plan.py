@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.states import RunStatus
 from jobgate.workflows.spec import FailurePolicy, MissingInput, StepSpec, WorkflowSpec, holds, render
 
@@ -21,6 +23,7 @@ from jobgate.workflows.spec import FailurePolicy, MissingInput, StepSpec, Workfl
 class StepStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
+    STOPPING = "STOPPING"  # asked to stop because a sibling failed; decided once its run has ended
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"
@@ -36,6 +39,7 @@ class Phase(StrEnum):
 
 
 DONE = frozenset({StepStatus.COMPLETED, StepStatus.SKIPPED})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WORKFLOW_ACTIVE = frozenset({RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RUNNING})
 
 # The workflow's own state machine: the run states of seed §14 a workflow can take.
@@ -46,7 +50,8 @@ WORKFLOW_ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
 }
 STEP_ALLOWED: dict[StepStatus, frozenset[StepStatus]] = {
     StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.CANCELLED, StepStatus.FAILED}),
-    StepStatus.RUNNING: frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}),
+    StepStatus.RUNNING: frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.STOPPING}),
+    StepStatus.STOPPING: frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}),
     StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING}),
     StepStatus.COMPENSATING: frozenset(
         {StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED, StepStatus.CANCELLED}  # halted from outside
@@ -86,6 +91,7 @@ class RunOutcome:
     result: Mapping[str, Any] | None = None
     error_code: str | None = None
     message: str | None = None  # why a start was refused
+    ended_at: datetime | None = None  # when the run ended: orders completions seen in one pass
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,7 @@ def plan(spec: WorkflowSpec, state: WorkflowState, outcomes: Mapping[str, RunOut
         return b.plan()
     _observe(spec, b, outcomes)
     if state.cancel_requested:
-        _halt(spec, b, "workflow_cancelled")
+        _halt(spec, b, "workflow_cancelled", wait=False)
         b.workflow(RunStatus.CANCELLED, "cancelled_by_user")
         return b.plan()
     if state.status in (RunStatus.CREATED, RunStatus.SCHEDULED):
@@ -225,11 +231,12 @@ def plan(spec: WorkflowSpec, state: WorkflowState, outcomes: Mapping[str, RunOut
 
 
 def _observe(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]) -> None:
-    order = max((s.completed_order or 0 for s in b.steps.values()), default=0)
+    """Record what finished. Step runs that finished are taken in the order they ended (then
+    by position), so ``completed_order`` — and the reverse order compensation follows — is the
+    order the runs really completed, however many one pass sees."""
     for step in spec.steps:
-        st = b.steps[step.step_id]
         refused = outcomes.get(f"refused:{step.step_id}")
-        if st.status is StepStatus.PENDING and refused is not None:
+        if b.steps[step.step_id].status is StepStatus.PENDING and refused is not None:
             b.step(
                 step.step_id,
                 StepStatus.FAILED,
@@ -237,38 +244,53 @@ def _observe(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]
                 error_code=refused.error_code,
                 detail={"why": refused.message or ""},
             )
-        elif st.status is StepStatus.RUNNING and st.job_run_id is not None and st.job_run_id in outcomes:
-            o = outcomes[st.job_run_id]
-            if o.status is RunStatus.COMPLETED:
-                result = o.result if isinstance(o.result, Mapping) else {}
-                missing = [k for k in step.outputs if k not in result]
-                if missing:
-                    b.step(
-                        step.step_id,
-                        StepStatus.FAILED,
-                        "output_missing",
-                        error_code="workflow_output_missing",
-                        detail={"missing": missing},
-                    )
-                else:
-                    order += 1
-                    outputs = {k: result[k] for k in step.outputs}
-                    b.step(step.step_id, StepStatus.COMPLETED, "step_completed", outputs=outputs, completed_order=order)
-            else:
-                code = o.error_code or f"run_{o.status.value.lower()}"
+    finished: list[tuple[StepSpec, RunOutcome]] = []
+    for step in spec.steps:
+        st = b.steps[step.step_id]
+        if st.status in (StepStatus.RUNNING, StepStatus.STOPPING) and st.job_run_id in outcomes:
+            finished.append((step, outcomes[str(st.job_run_id)]))
+    finished.sort(key=lambda pair: (pair[1].ended_at is None, pair[1].ended_at or _EPOCH, pair[0].position))
+    order = max((s.completed_order or 0 for s in b.steps.values()), default=0)
+    for step, o in finished:
+        ended = {"run_ended_at": isoformat_utc(o.ended_at)} if o.ended_at is not None else {}
+        stopping = b.steps[step.step_id].status is StepStatus.STOPPING
+        if o.status is RunStatus.COMPLETED:
+            result = o.result if isinstance(o.result, Mapping) else {}
+            missing = [k for k in step.outputs if k not in result]
+            if missing:
                 b.step(
                     step.step_id,
                     StepStatus.FAILED,
-                    "step_failed",
-                    error_code=code,
-                    detail={"run_status": o.status.value},
+                    "output_missing",
+                    error_code="workflow_output_missing",
+                    detail={"missing": missing, **ended},
                 )
-        elif (
-            st.status is StepStatus.COMPENSATING
-            and st.compensation_run_id is not None
-            and st.compensation_run_id in outcomes
-        ):
-            o = outcomes[st.compensation_run_id]
+            else:
+                order += 1
+                outputs = {k: result[k] for k in step.outputs}
+                b.step(
+                    step.step_id,
+                    StepStatus.COMPLETED,
+                    "step_completed",
+                    outputs=outputs,
+                    completed_order=order,
+                    detail=ended,
+                )
+        elif stopping:  # stopped as asked: it did not complete, nothing of it to undo
+            b.step(step.step_id, StepStatus.CANCELLED, "step_stopped", detail={"run_status": o.status.value, **ended})
+        else:
+            code = o.error_code or f"run_{o.status.value.lower()}"
+            b.step(
+                step.step_id,
+                StepStatus.FAILED,
+                "step_failed",
+                error_code=code,
+                detail={"run_status": o.status.value, **ended},
+            )
+    for step in spec.steps:
+        st = b.steps[step.step_id]
+        if st.status is StepStatus.COMPENSATING and st.compensation_run_id in outcomes:
+            o = outcomes[str(st.compensation_run_id)]
             if o.status is RunStatus.COMPLETED:
                 b.step(step.step_id, StepStatus.COMPENSATED, "compensated")
             else:
@@ -276,8 +298,10 @@ def _observe(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]
                 b.step(step.step_id, StepStatus.COMPENSATION_FAILED, "compensation_failed", error_code=code)
 
 
-def _halt(spec: WorkflowSpec, b: _Builder, reason: str) -> None:
-    """Pending steps will not start; running ones are stopped (their runs cancelled or stopped)."""
+def _halt(spec: WorkflowSpec, b: _Builder, reason: str, *, wait: bool) -> None:
+    """Pending steps will not start; running ones are stopped. With ``wait`` a running step is
+    STOPPING until its run has ended (it may still complete, and then counts as completed, so
+    a compensation undoes it too); without, it is CANCELLED at once (a cancel by a user)."""
     for step in spec.steps:
         st = b.steps[step.step_id]
         if st.status is StepStatus.PENDING:
@@ -285,7 +309,7 @@ def _halt(spec: WorkflowSpec, b: _Builder, reason: str) -> None:
         elif st.status is StepStatus.RUNNING:
             assert st.job_run_id is not None
             b.stops.append(StopRun(step.step_id, st.job_run_id))
-            b.step(step.step_id, StepStatus.CANCELLED, reason)
+            b.step(step.step_id, StepStatus.STOPPING if wait else StepStatus.CANCELLED, reason)
 
 
 def _forward(spec: WorkflowSpec, b: _Builder) -> bool:
@@ -295,7 +319,9 @@ def _forward(spec: WorkflowSpec, b: _Builder) -> bool:
         first = failed[0]
         code = b.steps[first.step_id].error_code
         message = f"step {first.step_id!r} failed ({code})"
-        _halt(spec, b, "workflow_stopping")
+        _halt(spec, b, "workflow_stopping", wait=True)
+        if any(b.steps[s.step_id].status is StepStatus.STOPPING for s in spec.steps):
+            return False  # decide once every stopped sibling has really ended
         if first.on_failure is FailurePolicy.ESCALATE:
             b.workflow(RunStatus.ESCALATED, "step_escalated", error_code=code, error_message=message)
         elif first.on_failure is FailurePolicy.COMPENSATE:

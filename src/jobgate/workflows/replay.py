@@ -10,12 +10,14 @@ logical content (run ids are left out: they are minted when a run is created, no
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from itertools import groupby
 from typing import Any
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.states import RunStatus
+from jobgate.definitions.schema import content_digest
 from jobgate.service.engine import Engine
 from jobgate.store.sql.workflows import WorkflowTransition
 from jobgate.workflows.plan import (
@@ -32,6 +34,7 @@ from jobgate.workflows.spec import WorkflowSpec, workflow_spec_of
 # Step transitions that record an outcome from outside the planner (a run ended, a gate refused).
 _OBSERVED = {
     "step_completed",
+    "step_stopped",
     "step_failed",
     "output_missing",
     "step_refused",
@@ -41,7 +44,7 @@ _OBSERVED = {
 }
 # Written by the SLA monitor (its escalation) and by the halt that follows it: recorded facts
 # from outside the planner, applied as they are.
-_EXTERNAL = {"sla_escalation", "workflow_halted"}
+_EXTERNAL = {"sla_escalation", "workflow_halted", "definition_unreadable"}
 
 
 @dataclass(frozen=True)
@@ -93,21 +96,22 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
     def differs(where: str) -> WorkflowReplayReport:
         return WorkflowReplayReport(workflow_run_id, False, original, None, where)
 
+    # The content as stored, checked against the digest the run started with; never re-validated
+    # against today's configuration (a removed policy must not make an honest record mismatch).
     if stored is None:
         return differs("definition_version: the version the workflow names is not stored")
+    if content_digest(stored.content) != record.definition_digest:
+        return differs("definition_digest: the stored content no longer matches the digest the run started with")
     try:
-        definition = engine.build_definition(stored)
+        spec = workflow_spec_of(stored.content, record.job_definition_id)
     except JobgateError as exc:
-        return differs(f"definition_digest: the stored content no longer matches ({exc.code})")
-    if definition.digest != record.definition_digest:
-        return differs("definition_digest: the workflow names other content than the stored version's")
-    spec = workflow_spec_of(definition.content, definition.job_definition_id)
+        return differs(f"definition: the stored workflow block cannot be read ({exc.code})")
     head = [(t.step_id, t.from_status, t.to_status, t.reason) for t in transitions[:2]]
     if head != [(None, None, "CREATED", "created"), (None, "CREATED", "SCHEDULED", "admitted")]:
         return differs("seq 1-2: a workflow run starts CREATED then SCHEDULED")
     state = initial_state(spec, record.workflow_run_id, record.tenant_id, record.params, RunStatus.SCHEDULED)
     produced: list[list[Any]] = [_recorded_key(t) for t in transitions[:2]]
-    for _, group_iter in groupby(transitions[2:], key=lambda t: t.at):
+    for _, group_iter in groupby(transitions[2:], key=_advance_of):
         group = list(group_iter)
         if group[0].reason in _EXTERNAL:
             produced += [_recorded_key(t) for t in group]
@@ -151,13 +155,14 @@ def _observations(
             continue
         run_id = step.compensation_run_id if t.reason.startswith("compensat") else step.job_run_id
         run_id = run_id or f"replay:{t.step_id}"
+        ended = _instant(t.detail.get("run_ended_at"))
         if t.reason == "step_completed":
-            outcomes[run_id] = RunOutcome(RunStatus.COMPLETED, dict(t.detail.get("outputs") or {}))
+            outcomes[run_id] = RunOutcome(RunStatus.COMPLETED, dict(t.detail.get("outputs") or {}), ended_at=ended)
         elif t.reason == "output_missing" or t.reason == "compensated":
-            outcomes[run_id] = RunOutcome(RunStatus.COMPLETED, {})
+            outcomes[run_id] = RunOutcome(RunStatus.COMPLETED, {}, ended_at=ended)
         else:
             status = RunStatus(t.detail.get("run_status", RunStatus.FAILED.value))
-            outcomes[run_id] = RunOutcome(status, None, code)
+            outcomes[run_id] = RunOutcome(status, None, code, ended_at=ended)
     return outcomes, state
 
 
@@ -195,3 +200,16 @@ def _apply_external(state: WorkflowState, group: list[WorkflowTransition]) -> Wo
         else:
             steps[t.step_id] = replace(steps[t.step_id], status=StepStatus(t.to_status))
     return replace(state, status=status, steps=steps)
+
+
+def _advance_of(t: WorkflowTransition) -> Any:
+    """Which advance wrote a transition: its recorded number, or (the SLA monitor's escalation,
+    which writes none) its instant."""
+    advance = t.detail.get("advance")
+    return ("advance", advance) if isinstance(advance, int) else ("at", t.at)
+
+
+def _instant(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))

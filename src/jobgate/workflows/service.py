@@ -65,6 +65,8 @@ class StartWorkflow:
     trigger_run_id: str | None = None  # the job run that started it (a workflow definition fired as a job)
     trigger_type: TriggerType = TriggerType.MANUAL
     role: str | None = None
+    definition_version: int | None = None  # the trigger run's version (a workflow fired as a job)
+    traceparent: str | None = None  # the caller's W3C trace context: the steps join that trace
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,12 @@ class WorkflowView:
 
     @property
     def running_steps(self) -> list[str]:
-        return [s.step_id for s in self.steps if s.status in ("RUNNING", "COMPENSATING")]
+        return [s.step_id for s in self.steps if s.status in ("RUNNING", "STOPPING", "COMPENSATING")]
 
     @property
     def completed_steps(self) -> list[str]:
-        done = [s for s in self.steps if s.completed_order is not None]
+        """Steps completed and standing, in the order they completed (a compensated one is not)."""
+        done = [s for s in self.steps if s.status == "COMPLETED"]
         return [s.step_id for s in sorted(done, key=lambda s: s.completed_order or 0)]
 
     @property
@@ -118,7 +121,15 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
         role=request.role,
     )
     with engine.store.read() as tx:
-        definition = engine.definition(tx, tenant, request.job_definition_id)
+        key = _repeat_key(request)
+        found = None if key is None else tx.workflow_by_key(key)
+        if found is not None:  # the same request again: the workflow run it started, whatever changed since
+            if found.job_definition_id != request.job_definition_id:
+                raise ConflictError(
+                    "this key already started a workflow run of another definition", field="idempotency_key"
+                )
+            return found, False
+        definition = engine.definition(tx, tenant, request.job_definition_id, request.definition_version)
         if not is_workflow(definition):
             raise ValidationError(
                 f"{definition.job_definition_id} is a job, not a workflow: submit it as a run",
@@ -127,21 +138,20 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
         spec = spec_for(definition)
         policy = engine.scheduler_policy(actor=actor, now=now)
         period = None
-        if request.trigger_run_id is None:  # a trigger run passed these gates when it was created
-            try:
+        try:
+            if request.trigger_run_id is None:  # a trigger run passed these gates when it was created
                 period = engine.check_gates(
                     tx, definition, submit, now, approved={}, safe_modes={}, policy=policy, counts={}
                 )
-            except GovernanceRefusal as exc:
-                engine.record_refusal(submit, exc, actor=actor, now=now)
-                raise
+            pinned = _check_step_definitions(engine, tx, spec, tenant)
+        except GovernanceRefusal as exc:
+            engine.record_refusal(submit, exc, actor=actor, now=now)
+            raise
         params = engine.validate_preconditions(definition, submit)
-        steps_digests = _check_step_definitions(engine, tx, spec, tenant)
         snapshot = engine.resolve_config(definition, request.scope, period, policy)
-        existing_key = _workflow_key(request, definition)
-        found = tx.workflow_by_key(existing_key)
-    if found is not None:
-        return found, False
+    existing_key = key or digest(
+        {"tenant_id": tenant, "workflow": definition.job_definition_id, "request": uuid.uuid4().hex}
+    )
     workflow_run_id = f"TGWF-{now.year}-{uuid.uuid4().hex[:20]}"
     trigger = {
         "trigger_type": request.trigger_type.value,
@@ -149,7 +159,11 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
         "reason": request.reason,
         "trigger_run_id": request.trigger_run_id,
         "client_key": request.client_key,
-        "step_definitions": steps_digests,  # the exact content each step's definition had at start
+        "role": request.role,  # the scheduler policy's ceilings apply to the steps as to the starter
+        "traceparent": request.traceparent,
+        # The exact version (and content digest) of each step's definition at the start: the
+        # steps run these, so a later edit of a step's definition cannot change a running workflow.
+        "step_definitions": pinned,
     }
     record = WorkflowRecord(
         workflow_run_id=workflow_run_id,
@@ -216,25 +230,40 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
                     "definition_digest": definition.digest,
                     "config_digest": snapshot.config_digest,
                     "idempotency_key": existing_key,
-                    "step_definitions": steps_digests,
+                    "step_definitions": pinned,
                 },
             ),
         )
     return record, True
 
 
-def _workflow_key(request: StartWorkflow, definition: JobDefinition) -> str:
+def _repeat_key(request: StartWorkflow) -> str | None:
+    """The key that makes a start repeatable: the caller's key, or the trigger run's id."""
     tenant = request.scope.tenant_id
     if request.client_key is not None:
         return client_request_key(tenant, "workflow:" + request.client_key)
     if request.trigger_run_id is not None:
         return digest({"tenant_id": tenant, "workflow_of_run": request.trigger_run_id})
-    return digest({"tenant_id": tenant, "workflow": definition.job_definition_id, "request": uuid.uuid4().hex})
+    return None
 
 
-def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, tenant: str) -> dict[str, str]:
-    """Every definition a step or a compensation names exists, is a job and is approved now."""
-    out: dict[str, str] = {}
+def step_run_key(tenant_id: str, workflow_run_id: str, step_id: str, *, compensation: bool) -> str:
+    """A step run's idempotency key: the workflow and the step alone, in a shape no caller's key
+    (``client_request_key``) can take."""
+    return digest(
+        {
+            "tenant_id": tenant_id,
+            "workflow_run_id": workflow_run_id,
+            "workflow_step": step_id,
+            "compensation": compensation,
+        }
+    )
+
+
+def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, tenant: str) -> dict[str, dict[str, Any]]:
+    """Every definition a step or a compensation names exists, is a job and is approved now;
+    returns the version and digest of each, which the steps will run."""
+    out: dict[str, dict[str, Any]] = {}
     approved: dict[tuple[str, str, str], bool] = {}
     for job in spec.jobs:
         try:
@@ -244,7 +273,7 @@ def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, ten
         if is_workflow(definition):
             raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
         engine.check_approved(tx, definition, tenant, approved)
-        out[job] = definition.digest
+        out[job] = {"version": definition.version, "digest": definition.digest}
     return out
 
 
@@ -252,32 +281,39 @@ def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, ten
 def cancel_workflow(
     engine: Engine, workflow_run_id: str, *, actor: str, tenant_id: str | None = None
 ) -> WorkflowRecord:
-    """Ask for the workflow to stop; the coordinator cancels pending steps and stops running ones."""
+    """Ask for the workflow to stop; the coordinator cancels pending steps and stops running ones.
+
+    Refused while it compensates: undoing half a compensation would leave the saga neither done
+    nor undone; it ends FAILED (or ESCALATED) on its own."""
     now = engine.clock.now()
-    with engine.store.write() as tx:
+    with engine.store.write(tenant_id=tenant_id) as tx:
         record = tx.workflow_get(workflow_run_id, tenant_id)
         if record is None:
             raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
-        if record.status not in WORKFLOW_ACTIVE:
-            raise ConflictError(
-                f"workflow run is {record.status.value}; only an active one can be cancelled", field="status"
-            )
-        tx.workflow_request_cancel(workflow_run_id)
+        if record.phase == Phase.COMPENSATING.value and record.status in WORKFLOW_ACTIVE:
+            raise ConflictError("the workflow run is compensating; it cannot be cancelled now", field="status")
+        if record.status not in WORKFLOW_ACTIVE or not tx.workflow_request_cancel(workflow_run_id):
+            current = tx.workflow_get(workflow_run_id, tenant_id)
+            status = (current or record).status.value
+            raise ConflictError(f"workflow run is {status}; only an active one can be cancelled", field="status")
         audit.record(
             tx, audit.event(record.tenant_id, actor, "workflow.cancel_requested", "workflow", workflow_run_id, now)
         )
     advance(engine, workflow_run_id, actor=actor)
-    view = workflow_view(engine, workflow_run_id, tenant_id)
-    return view.record
+    return workflow_view(engine, workflow_run_id, tenant_id).record
 
 
 # ---------------------------------------------------------------------- read
-def workflow_view(engine: Engine, workflow_run_id: str, tenant_id: str | None = None) -> WorkflowView:
-    with engine.store.read() as tx:
+def workflow_view(
+    engine: Engine, workflow_run_id: str, tenant_id: str | None = None, *, transitions: bool = True
+) -> WorkflowView:
+    """The workflow run, scoped to ``tenant_id`` (row-level security binds too on PostgreSQL)."""
+    with engine.store.read(tenant_id=tenant_id) as tx:
         record = tx.workflow_get(workflow_run_id, tenant_id)
         if record is None:
             raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
-        return WorkflowView(record, tx.workflow_steps(workflow_run_id), tx.workflow_transitions(workflow_run_id))
+        history = tx.workflow_transitions(workflow_run_id) if transitions else []
+        return WorkflowView(record, tx.workflow_steps(workflow_run_id), history)
 
 
 # ---------------------------------------------------------------------- advance
@@ -314,9 +350,25 @@ def advance(engine: Engine, workflow_run_id: str, *, actor: str = COORDINATOR) -
         if outcome is not None:
             return outcome
     log.warning(
-        "workflow %s: lost the advance race five times", workflow_run_id, extra={"action": "workflow_contended"}
+        "workflow %s: lost the advance race five times",
+        workflow_run_id,
+        extra={"action": "workflow_contended", "workflow_run_id": workflow_run_id},
     )
     return False
+
+
+def stored_spec(tx: StoreTx, record: WorkflowRecord) -> WorkflowSpec | None:
+    """The spec of the exact content the workflow run started with, read as stored (its digest
+    pins it) rather than re-validated against today's configuration: removing a retry policy
+    or a target must not wedge the workflows already running (their steps meet today's
+    configuration when they start, and are refused there). None when the stored content no
+    longer matches its digest."""
+    from jobgate.definitions.schema import content_digest
+
+    stored = tx.definition_get(record.tenant_id, record.job_definition_id, record.definition_version)
+    if stored is None or content_digest(stored.content) != record.definition_digest:
+        return None
+    return workflow_spec_of(stored.content, record.job_definition_id)
 
 
 def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | None:
@@ -328,24 +380,26 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         steps = tx.workflow_steps(workflow_run_id)
         if record.status not in WORKFLOW_ACTIVE:  # ended from outside (the SLA monitor's escalation)
             return _halt_ended(engine, record, steps, actor, now)
-        definition = engine.definition(tx, record.tenant_id, record.job_definition_id, record.definition_version)
-        watched = [s.job_run_id for s in steps if s.status == "RUNNING" and s.job_run_id]
+        spec = stored_spec(tx, record)
+        watched = [s.job_run_id for s in steps if s.status in ("RUNNING", "STOPPING") and s.job_run_id]
         watched += [s.compensation_run_id for s in steps if s.status == "COMPENSATING" and s.compensation_run_id]
         outcomes = {
-            r.job_run_id: RunOutcome(r.status, r.result, r.error_code)
+            r.job_run_id: RunOutcome(r.status, r.result, r.error_code, ended_at=r.ended_at)
             for r in tx.runs_get(watched)
             if r.status.is_terminal
         }
         # Revoking the workflow's approval stops it from starting anything more (its running
         # steps finish; the next step is refused, and the step's failure policy applies).
-        approved = bool(tx.approvals_active([(record.tenant_id, record.job_definition_id, record.definition_digest)]))
-    spec = spec_for(definition)
+        approved = _approved(tx, record)
+    if spec is None:
+        return _escalate_unreadable(engine, record, steps, actor, now)
     state = state_of(record, steps)
     prepared: dict[tuple[str, bool], PreparedSubmission] = {}
+    refusals: Refusals = {}
     decided = plan(spec, state, outcomes)
     for _ in range(len(spec.steps) + 1):
         if approved:
-            refused = _prepare_starts(engine, record, decided.starts, prepared, actor, now)
+            refused = _prepare_starts(engine, record, decided.starts, prepared, refusals, actor, now)
         else:
             refused = {
                 f"refused:{start.step_id}": RunOutcome(
@@ -364,12 +418,62 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         return False
     with engine.store.write() as tx:
         locked = tx.workflow_lock(workflow_run_id)
-        if locked is None or locked.version != record.version:
-            return None  # someone advanced it meanwhile: decide again from what they wrote
+        if locked is None or locked.version != record.version or _approved(tx, record) != approved:
+            return None  # someone advanced it (or the approval changed) meanwhile: decide again
         wanted = [prepared[(s.step_id, s.compensation)] for s in decided.starts]
         results = engine.create_submissions(tx, wanted, now)
         run_ids = {(s.step_id, s.compensation): r.run.job_run_id for s, r in zip(decided.starts, results, strict=True)}
         update = _update(record, steps, decided, run_ids, actor, now, next_seq=_next_seq(tx, workflow_run_id))
+        if not tx.workflow_apply(update):
+            return None
+        _stop_runs(tx, decided, actor, now)
+        _announce(tx, record, decided, now)
+        # A refused step start is a material fact: audited with the decision it caused, once
+        # (a coordinator that lost the race above wrote nothing).
+        landed = {
+            (c.step_id, c.reason == "compensation_refused")
+            for c in decided.changes
+            if isinstance(c, StepChange) and c.reason in ("step_refused", "compensation_refused")
+        }
+        for key, (request, exc) in refusals.items():
+            if key in landed:
+                audit.record(tx, engine.refusal_event(request, exc, actor=actor, now=now))
+    return True
+
+
+def _approved(tx: StoreTx, record: WorkflowRecord) -> bool:
+    return bool(tx.approvals_active([(record.tenant_id, record.job_definition_id, record.definition_digest)]))
+
+
+def _escalate_unreadable(
+    engine: Engine, record: WorkflowRecord, steps: Sequence[StepRecord], actor: str, now: datetime
+) -> bool | None:
+    """The stored definition no longer matches the digest the workflow started with: nothing
+    more may start from it; a human must look (ESCALATED), and replay will name the difference."""
+    changes: list[StepChange | WorkflowChange] = [
+        StepChange(s.step_id, StepStatus(s.status), StepStatus.CANCELLED, "workflow_halted")
+        for s in steps
+        if s.status in ("PENDING", "RUNNING", "STOPPING")
+    ]
+    changes.append(
+        WorkflowChange(
+            record.status,
+            RunStatus.ESCALATED,
+            "definition_unreadable",
+            Phase(record.phase),
+            "definition_digest_mismatch",
+            "the stored workflow definition no longer matches the digest the run started with",
+        )
+    )
+    stops = tuple(
+        StopRun(s.step_id, s.job_run_id) for s in steps if s.status in ("RUNNING", "STOPPING") and s.job_run_id
+    )
+    decided = Plan(tuple(changes), (), stops)
+    with engine.store.write() as tx:
+        locked = tx.workflow_lock(record.workflow_run_id)
+        if locked is None or locked.version != record.version:
+            return None
+        update = _update(record, steps, decided, {}, actor, now, next_seq=_next_seq(tx, record.workflow_run_id))
         if not tx.workflow_apply(update):
             return None
         _stop_runs(tx, decided, actor, now)
@@ -382,7 +486,7 @@ def _halt_ended(
 ) -> bool | None:
     """A workflow ended by someone else (ESCALATED by the SLA monitor) starts nothing more: its
     pending steps are cancelled and its running ones stopped, as its own failure would do."""
-    open_steps = [s for s in steps if s.status in ("PENDING", "RUNNING", "COMPENSATING")]
+    open_steps = [s for s in steps if s.status in ("PENDING", "RUNNING", "STOPPING", "COMPENSATING")]
     if not open_steps:
         return False
     changes = tuple(
@@ -406,8 +510,35 @@ def _halt_ended(
 
 
 def _next_seq(tx: StoreTx, workflow_run_id: str) -> int:
-    transitions = tx.workflow_transitions(workflow_run_id)
-    return (transitions[-1].seq if transitions else 0) + 1
+    return tx.workflow_next_seq(workflow_run_id)
+
+
+Refusals = dict[tuple[str, bool], tuple[SubmitRequest, GovernanceRefusal]]
+
+
+def _step_request(record: WorkflowRecord, start: StartRun) -> SubmitRequest:
+    """A step's run: the definition version pinned at the workflow's start, the starter's role
+    (policy ceilings), its trace, and a key no caller can choose."""
+    suffix = ":compensate" if start.compensation else ""
+    pinned = (record.trigger.get("step_definitions") or {}).get(start.job)
+    version = pinned.get("version") if isinstance(pinned, dict) else None
+    traceparent = record.trigger.get("traceparent")
+    role = record.trigger.get("role")
+    return SubmitRequest(
+        job_definition_id=start.job,
+        trigger_type=TriggerType.WORKFLOW,
+        params=dict(start.params),
+        scope=Scope.from_dict(record.scope),
+        requested_by=record.requested_by,
+        reason=f"workflow {record.workflow_run_id} step {start.step_id}{suffix}",
+        run_key=step_run_key(record.tenant_id, record.workflow_run_id, start.step_id, compensation=start.compensation),
+        workflow_run_id=record.workflow_run_id,
+        retry_policy=start.retry_policy,
+        timeout_policy=start.timeout_policy,
+        definition_version=version if isinstance(version, int) else None,
+        role=role if isinstance(role, str) else None,
+        policy_context={"traceparent": traceparent} if isinstance(traceparent, str) else {},
+    )
 
 
 def _prepare_starts(
@@ -415,30 +546,23 @@ def _prepare_starts(
     record: WorkflowRecord,
     starts: Sequence[StartRun],
     prepared: dict[tuple[str, bool], PreparedSubmission],
+    refusals: Refusals,
     actor: str,
     now: datetime,
 ) -> dict[str, RunOutcome]:
-    """Prepare each step run through the engine's gates; a refused one fails its step."""
+    """Prepare the step runs through the engine's gates, admitted one by one into a growing
+    batch so the batch's quotas count every step admitted before it; a refused one fails its
+    step. Refusals are not audited here: only the coordinator whose decision lands does it."""
+    todo = [s for s in starts if (s.step_id, s.compensation) not in prepared]
+    if not todo:
+        return {}
+    accepted: list[tuple[StartRun, SubmitRequest]] = []
+    batch: list[PreparedSubmission] = []
     refused: dict[str, RunOutcome] = {}
-    for start in starts:
-        key = (start.step_id, start.compensation)
-        if key in prepared:
-            continue
-        suffix = ":compensate" if start.compensation else ""
-        request = SubmitRequest(
-            job_definition_id=start.job,
-            trigger_type=TriggerType.WORKFLOW,
-            params=dict(start.params),
-            scope=Scope.from_dict(record.scope),
-            requested_by=record.requested_by,
-            reason=f"workflow {record.workflow_run_id} step {start.step_id}{suffix}",
-            client_key=f"workflow:{record.workflow_run_id}:{start.step_id}{suffix}",
-            workflow_run_id=record.workflow_run_id,
-            retry_policy=start.retry_policy,
-            timeout_policy=start.timeout_policy,
-        )
+    for start in todo:
+        request = _step_request(record, start)
         try:
-            prepared[key] = engine.prepare_submissions([request], now=now, actor=actor)[0]
+            batch = engine.prepare_submissions([r for _, r in accepted] + [request], now=now, actor=actor, record=False)
         except JobgateError as exc:
             log.warning(
                 "workflow %s: step %s refused: %s",
@@ -450,6 +574,12 @@ def _prepare_starts(
             refused[f"refused:{start.step_id}"] = RunOutcome(
                 RunStatus.FAILED, None, getattr(exc, "code", None) or "refused", str(exc)
             )
+            if isinstance(exc, GovernanceRefusal):
+                refusals[(start.step_id, start.compensation)] = (request, exc)
+            continue
+        accepted.append((start, request))
+    for (start, _), made in zip(accepted, batch, strict=True):
+        prepared[(start.step_id, start.compensation)] = made
     return refused
 
 
@@ -467,6 +597,7 @@ def _update(
     values: dict[str, Any] = {}
     transitions: list[WorkflowTransition] = []
     seq = next_seq
+    advance = record.version + 1  # the version this advance writes: replay groups an advance's changes by it
     for change in decided.changes:
         if isinstance(change, WorkflowChange):
             values["status"] = change.to_status
@@ -479,7 +610,7 @@ def _update(
                 values["started_at"] = now
             if change.to_status not in WORKFLOW_ACTIVE:
                 values["ended_at"] = now
-            detail: dict[str, Any] = {}
+            detail: dict[str, Any] = {"advance": advance}
             if change.error_code:
                 detail["error_code"] = change.error_code
             transitions.append(
@@ -507,7 +638,7 @@ def _update(
                     change.reason,
                     actor,
                     now,
-                    _step_detail(change, by_id[change.step_id]),
+                    {**_step_detail(change, by_id[change.step_id]), "advance": advance},
                 )
             )
         seq += 1
@@ -559,10 +690,13 @@ def _stop_runs(tx: StoreTx, decided: Plan, actor: str, now: datetime) -> None:
         run = tx.run_get(stop.job_run_id)
         if run is None or run.status.is_terminal:
             continue
-        if run.status.is_pending:
-            tx.runs_apply([cancel_change(run, actor=actor, reason="workflow stopped", now=now)])
-        elif run.status is RunStatus.RUNNING:
-            tx.run_request_stop(run.job_run_id)
+        if run.status.is_pending and tx.runs_apply(
+            [cancel_change(run, actor=actor, reason="workflow stopped", now=now)]
+        ):
+            continue
+        # Running, or it started between the read and the cancel (a worker's commit on
+        # PostgreSQL): ask its worker to stop it. A run that ended meanwhile needs nothing.
+        tx.run_request_stop(run.job_run_id)
 
 
 def _announce(tx: StoreTx, record: WorkflowRecord, decided: Plan, now: datetime) -> None:

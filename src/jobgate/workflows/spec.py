@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -55,6 +55,7 @@ _PARAM_REF = re.compile(r"params\.([A-Za-z_][A-Za-z0-9_]*)")
 _OUTPUT_REF = re.compile(r"steps\.([A-Za-z0-9][A-Za-z0-9_.:-]*)\.outputs\.([A-Za-z_][A-Za-z0-9_]*)")
 _WORKFLOW_REF = re.compile(r"workflow\.(workflow_run_id|tenant_id)")
 _OUTPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _CONDITION = re.compile(r"\s*(\S+)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*")
 
 
@@ -132,6 +133,7 @@ def parse_workflow(
     source: str,
     retry_policies: Mapping[str, Any] | None = None,
     timeout_policies: Mapping[str, Any] | None = None,
+    param_names: Collection[str] | None = None,
     at: str = "workflow",
 ) -> WorkflowSpec:
     """Validate a ``workflow`` block. Policy names are checked when the registries are given
@@ -169,7 +171,7 @@ def parse_workflow(
     spec = WorkflowSpec(tuple(steps))
     _check_acyclic(r, spec, at)
     for i, s in enumerate(spec.steps):
-        _check_references(r, spec, s, join(join(at, "steps"), i))
+        _check_references(r, spec, s, join(join(at, "steps"), i), param_names)
     return spec
 
 
@@ -327,8 +329,11 @@ def ancestors(spec: WorkflowSpec, step_id: str) -> set[str]:
     return out
 
 
-def _check_references(r: Reader, spec: WorkflowSpec, step: StepSpec, where: str) -> None:
-    """A step reads outputs only of steps that surely ran before it, and only declared ones."""
+def _check_references(
+    r: Reader, spec: WorkflowSpec, step: StepSpec, where: str, param_names: Collection[str] | None
+) -> None:
+    """A step reads outputs only of steps that surely ran before it, and only declared ones;
+    and only parameters the workflow declares (a typo must not silently skip a step)."""
     before = ancestors(spec, step.step_id)
     templates = [(join(join(where, "params"), k), v) for k, v in step.params.items()]
     if step.compensate is not None:
@@ -346,6 +351,11 @@ def _check_references(r: Reader, spec: WorkflowSpec, step: StepSpec, where: str)
     if step.when is not None:
         refs.append((join(where, "when"), step.when.reference, before))
     for field_path, ref, scope in refs:
+        if ref.kind == "params" and param_names is not None and ref.name not in param_names:
+            declared = ", ".join(sorted(param_names)) or "none"
+            r.fail(
+                field_path, f"reads parameter {ref.name!r}, which the workflow does not declare (declared: {declared})"
+            )
         if ref.kind != "step":
             continue
         if ref.name not in scope:
@@ -401,10 +411,9 @@ def holds(condition: Condition, params: Values, outputs: Mapping[str, Values], w
     value = resolve(condition.reference, params, outputs, workflow)
     literal = condition.literal
     if isinstance(literal, int | float) and not isinstance(literal, bool) and isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
+        if not _JSON_NUMBER.fullmatch(value):  # "1_000", " 7 ", "١٢" are text, not numbers
             return condition.op == "!="
+        value = float(value)
         if not math.isfinite(value):
             return condition.op == "!="
     if condition.op == "==":

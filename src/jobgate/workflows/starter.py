@@ -33,6 +33,8 @@ def start_workflow_job(ctx: Any) -> dict[str, Any]:
             reason=f"started by run {run.job_run_id}",
             trigger_run_id=run.job_run_id,
             trigger_type=run.trigger_type,
+            definition_version=run.definition_version,  # the version its trigger run was admitted for
+            traceparent=run.traceparent,
         ),
         actor=run.requested_by or "scheduler",
     )

@@ -20,6 +20,7 @@ from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
+from jobgate.core.trace import parse_traceparent
 from jobgate.service.tokens import Principal
 from jobgate.workflows import service
 from jobgate.workflows.service import StartWorkflow, WorkflowView
@@ -45,6 +46,7 @@ def start_workflow(
     caller: Caller,
     state: State,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    traceparent: Annotated[str | None, Header(max_length=200)] = None,
 ) -> WorkflowRunOut:
     """Start a workflow run of an approved workflow definition."""
     ensure_may_use(caller, body.job_definition_id)
@@ -58,6 +60,7 @@ def start_workflow(
             reason=body.reason,
             client_key=idempotency_key,
             role=caller.role.value,
+            traceparent=parse_traceparent(traceparent),
         ),
         actor=caller.actor,
     )
@@ -74,21 +77,32 @@ def list_workflows(
     status: RunStatus | None = None,
     job_definition_id: str | None = None,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: str | None = None,
 ) -> Page[WorkflowRunOut]:
-    """Newest first."""
-    with state.engine.store.read() as tx:
-        records = tx.workflows_list(
-            caller.tenant_id,
-            status=None if status is None else status.value,
-            job_definition_id=job_definition_id,
-            limit=limit,
-        )
-    items = [
-        WorkflowRunOut.of(service.workflow_view(state.engine, r.workflow_run_id, caller.tenant_id))
-        for r in records
-        if caller.may_use(r.job_definition_id)
-    ]
-    return Page[WorkflowRunOut](items=items)
+    """Newest first; ``next_cursor`` fetches the next page."""
+    before = pagination.decode_time_key(cursor)
+    items: list[WorkflowRunOut] = []
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        while len(items) < limit:
+            page = tx.workflows_list(
+                caller.tenant_id,
+                status=None if status is None else status.value,
+                job_definition_id=job_definition_id,
+                before=before,
+                limit=limit,
+            )
+            for r in page:
+                before = (r.created_at, r.workflow_run_id)
+                if caller.may_use(r.job_definition_id):
+                    view = WorkflowView(r, tx.workflow_steps(r.workflow_run_id), [])
+                    items.append(WorkflowRunOut.of(view))
+                    if len(items) == limit:
+                        break
+            if len(page) < limit:
+                before = None
+                break
+    next_cursor = None if before is None or len(items) < limit else pagination.encode_time_key(*before)
+    return Page[WorkflowRunOut](items=items, next_cursor=next_cursor)
 
 
 @router.get("/workflows/{workflow_run_id}", response_model=WorkflowRunOut)

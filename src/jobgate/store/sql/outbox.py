@@ -210,15 +210,22 @@ def runs_retire(
 ) -> list[str]:
     """Delete up to ``limit`` finished runs of ``tenant_id`` that ended before ``ended_before``,
     with their transitions, resolved dead letters, licence slots and delivered events. A run
-    with an event not yet delivered or an open dead letter is kept (its record is still in use)."""
+    with an event not yet delivered or an open dead letter is kept (its record is still in use),
+    and so is a step run of a workflow run still active (its coordinator may not have read it)."""
     from sqlalchemy import and_, delete, exists
 
-    from jobgate.store.tables import dead_letters, job_runs, licence_slots, run_transitions
+    from jobgate.store.tables import dead_letters, job_runs, licence_slots, run_transitions, workflow_runs
 
     r = job_runs.c
     terminal = ("COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED", "ESCALATED")
     busy_event = exists().where(and_(outbox.c.job_run_id == r.job_run_id, _undelivered(conn, ordered_ids)))
     open_letter = exists().where(and_(dead_letters.c.job_run_id == r.job_run_id, dead_letters.c.resolved_at.is_(None)))
+    active_workflow = exists().where(
+        and_(
+            workflow_runs.c.workflow_run_id == r.workflow_run_id,
+            workflow_runs.c.status.in_(("CREATED", "SCHEDULED", "DISPATCHED", "RUNNING")),
+        )
+    )
     q = (
         select(r.job_run_id)
         .where(
@@ -227,6 +234,7 @@ def runs_retire(
             r.ended_at < codec.to_us(ended_before),
             ~busy_event,
             ~open_letter,
+            ~active_workflow,
         )
         .limit(limit)
     )

@@ -24,7 +24,7 @@ T = workflow_transitions.c
 J = job_runs.c
 _ACTIVE = ("CREATED", "SCHEDULED", "DISPATCHED", "RUNNING")
 _TERMINAL = tuple(s.value for s in TERMINAL)
-_OPEN_STEPS = ("PENDING", "RUNNING", "COMPENSATING")
+_OPEN_STEPS = ("PENDING", "RUNNING", "STOPPING", "COMPENSATING")
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ def workflows_due(conn: Connection, limit: int) -> list[str]:
         select(S.workflow_run_id)
         .join(job_runs, J.job_run_id == S.job_run_id)
         .join(workflow_runs, W.workflow_run_id == S.workflow_run_id)
-        .where(S.status == "RUNNING", J.status.in_(_TERMINAL), active)
+        .where(S.status.in_(("RUNNING", "STOPPING")), J.status.in_(_TERMINAL), active)
     )
     compensation_done = (
         select(S.workflow_run_id)
@@ -357,26 +357,17 @@ def workflow_apply(conn: Connection, u: WorkflowUpdate) -> bool:
 
 
 def workflow_request_cancel(conn: Connection, workflow_run_id: str, tenant_id: str | None) -> bool:
+    """Mark it and move its version on, so a coordinator that decided from the state before the
+    cancel loses its compare-and-set and decides again (seeing the cancel)."""
     q = update(workflow_runs).where(W.workflow_run_id == workflow_run_id, W.status.in_(_ACTIVE))
     if tenant_id is not None:
         q = q.where(W.tenant_id == tenant_id)
-    return conn.execute(q.values(cancel_requested=True)).rowcount == 1
+    return conn.execute(q.values(cancel_requested=True, version=W.version + 1)).rowcount == 1
 
 
 def workflow_next_seq(conn: Connection, workflow_run_id: str) -> int:
     value = conn.execute(select(func.max(T.seq)).where(T.workflow_run_id == workflow_run_id)).scalar()
     return int(value or 0) + 1
-
-
-def workflow_ids_for_runs(conn: Connection, job_run_ids: Sequence[str]) -> list[str]:
-    if not job_run_ids:
-        return []
-    rows = conn.execute(
-        select(S.workflow_run_id).where(
-            or_(S.job_run_id.in_(list(job_run_ids)), S.compensation_run_id.in_(list(job_run_ids)))
-        )
-    ).fetchall()
-    return sorted({r[0] for r in rows})
 
 
 def workflows_active_exist(conn: Connection) -> bool:

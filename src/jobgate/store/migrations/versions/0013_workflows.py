@@ -20,7 +20,7 @@ VISIBLE = "current_setting('jobgate.tenant', true) IN ('*', tenant_id)"  # as in
 TABLES = ("workflow_runs", "workflow_steps", "workflow_transitions")
 STATUSES = ", ".join(f"'{s.value}'" for s in RunStatus)
 ACTIVE = "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING')"
-OPEN_STEP = "status IN ('PENDING', 'RUNNING', 'COMPENSATING')"
+OPEN_STEP = "status IN ('PENDING', 'RUNNING', 'STOPPING', 'COMPENSATING')"
 
 
 def upgrade() -> None:
