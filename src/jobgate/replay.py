@@ -222,25 +222,39 @@ def replay_job(ctx: Any) -> dict[str, Any]:
     from jobgate.core.events import replay_mismatch
     from jobgate.store.base import RunFilter
     from jobgate.store.sql import claims, governance
+    from jobgate.workflows.replay import replay_workflow
 
     engine = ctx.host_engine
     if engine is None:
         raise NonRetryableError("the replay job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
-    if ctx.params.get("target_run"):
-        chosen, seed = [str(ctx.params["target_run"])], None
+    target = str(ctx.params.get("target_run") or "")
+    chosen_workflows: list[str] = []
+    if target:
+        chosen, seed = ([], None) if target.startswith("TGWF-") else ([target], None)
+        chosen_workflows = [target] if target.startswith("TGWF-") else []
     else:
         seed = str(ctx.params.get("seed") or ctx.idempotency_key)
+        size = int(ctx.params.get("sample_size") or 10)
         with engine.store.read(tenant_id=tenant) as tx:
             finished = [
                 r.job_run_id
                 for r in tx.runs_list(RunFilter(tenant_id=tenant, statuses=tuple(TERMINAL_STATUSES), limit=10_000))
                 if r.job_run_id != ctx.job_run_id
             ]
-        chosen = sample(finished, int(ctx.params.get("sample_size") or 10), seed)
+            ended_workflows = [
+                w.workflow_run_id
+                for w in tx.workflows_list(tenant, limit=10_000)
+                if w.status in TERMINAL_STATUSES
+            ]
+        chosen = sample(finished, size, seed)
+        # Workflow runs' state sequences are sampled the same way (seed 000 §14: replayable).
+        chosen_workflows = sample(ended_workflows, int(ctx.params.get("workflow_sample_size") or size), seed)
     reports = [replay(engine, run_id, tenant_id=tenant) for run_id in chosen]
+    workflow_reports = [replay_workflow(engine, wid, tenant_id=tenant) for wid in chosen_workflows]
     mismatches = [r for r in reports if not r.match]
-    if mismatches:
+    workflow_mismatches = [r for r in workflow_reports if not r.match]
+    if mismatches or workflow_mismatches:
 
         def effect(conn: Any) -> None:
             now = datetime.now(UTC)
@@ -250,21 +264,38 @@ def replay_job(ctx: Any) -> dict[str, Any]:
                     replay_run_id=ctx.job_run_id, now=now,
                 ))
                 for r in mismatches
+            ] + [
+                (None, tenant, replay_mismatch(
+                    tenant_id=tenant, workflow_run_id=w.workflow_run_id, difference=str(w.first_difference),
+                    replay_run_id=ctx.job_run_id, now=now,
+                ))
+                for w in workflow_mismatches
             ]  # fmt: skip
             claims.outbox_append(conn, events, int(now.timestamp() * 1_000_000))
             audit_events = [
                 AuditEvent(tenant, ctx.job_run_id, "replay.mismatch", "run", r.job_run_id, now, "critical",
                            {"first_difference": r.first_difference, "original_hash": r.original_hash})
                 for r in mismatches
+            ] + [
+                AuditEvent(tenant, ctx.job_run_id, "replay.mismatch", "workflow", w.workflow_run_id, now, "critical",
+                           {"first_difference": w.first_difference, "original_hash": w.original_hash})
+                for w in workflow_mismatches
             ]  # fmt: skip
             governance.audit_append(conn, audit_events, lock_rows=conn.dialect.name == "postgresql")
 
         ctx.on_complete(effect)
     for r in mismatches:
         ctx.log(f"REPLAY MISMATCH {r.job_run_id}: {r.first_difference}")
+    for w in workflow_mismatches:
+        ctx.log(f"REPLAY MISMATCH {w.workflow_run_id}: {w.first_difference}")
     return {
         "seed": seed,
         "replayed": len(reports),
         "matched": len(reports) - len(mismatches),
         "mismatches": [{"job_run_id": r.job_run_id, "first_difference": r.first_difference} for r in mismatches],
+        "workflows_replayed": len(workflow_reports),
+        "workflows_matched": len(workflow_reports) - len(workflow_mismatches),
+        "workflow_mismatches": [
+            {"workflow_run_id": w.workflow_run_id, "first_difference": w.first_difference} for w in workflow_mismatches
+        ],
     }

@@ -173,6 +173,22 @@ def test_a_replay_mismatch_is_critical_and_names_the_difference() -> None:
     }
 
 
+def test_a_workflow_replay_mismatch_names_the_workflow_run_and_a_subject_is_required() -> None:
+    from jobgate.contracts import validate
+
+    _, body = events.replay_mismatch(
+        tenant_id="acme",
+        workflow_run_id="TGWF-2026-0123456789abcdef0123",
+        difference="seq 4",
+        replay_run_id="TGJOBRUN-01a22d55b92d50cff444ee84095f9c52",
+        now=NOW,
+    )
+    assert body["workflow_run_id"] == "TGWF-2026-0123456789abcdef0123" and "job_run_id" not in body
+    validate("comp.TG.EVENT.REPLAY-MISMATCH.v1_0", {**body, "event_id": 7, "recorded_at": Z_NOW})
+    with pytest.raises(ValueError, match="exactly one"):
+        events.replay_mismatch(tenant_id="a", difference="d", replay_run_id="r", now=NOW)
+
+
 @pytest.mark.parametrize("available", [False, True])
 def test_a_dependency_outage_is_reported_with_its_start(available: bool) -> None:
     kind, body = events.dependency_changed(

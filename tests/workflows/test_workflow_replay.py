@@ -99,3 +99,42 @@ def test_an_edited_decision_is_a_mismatch(engine: Engine, marker: Path, column: 
         )
     report = replay_workflow(engine, wid)
     assert not report.match and "seq 4" in str(report.first_difference)
+
+
+def test_the_replay_job_samples_workflow_runs_too_and_names_an_altered_one(engine: Engine, marker: Path) -> None:
+    from runtime_support import wait_status
+
+    from helpers import define
+    from jobgate.service import audit
+    from jobgate.service.engine import SubmitRequest
+    from jobgate.store.sql.governance import AuditFilter
+
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}, {"id": "b", "job": j["record"]}])
+    ids = [start(engine, wf) for _ in range(2)]
+    replayer = define(
+        engine,
+        job_class="REPLAY_JOB",
+        handler="jobgate.replay:replay_job",
+        params=[{"name": "sample_size", "default": "10"}, {"name": "seed", "default": ""}],
+    )
+    with coordinating(engine):
+        for wid in ids:
+            wait_workflow(engine, wid)
+        with engine.store.write() as tx:  # one workflow's record is altered after the fact
+            tx.conn.execute(
+                text(
+                    "UPDATE workflow_transitions SET reason = 'condition_false' WHERE workflow_run_id = :w AND seq = 4"
+                ),
+                {"w": ids[1]},
+            )
+        run = engine.submit(SubmitRequest(replayer, params={"seed": "s1"})).run
+        done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED, timeout=20)
+    assert done.result is not None
+    assert done.result["workflows_replayed"] == 2 and done.result["workflows_matched"] == 1
+    assert [m["workflow_run_id"] for m in done.result["workflow_mismatches"]] == [ids[1]]
+    (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="replay.mismatch"))
+    assert entry.event.target_type == "workflow" and entry.event.target_id == ids[1]
+    with engine.store.read() as tx:
+        payloads = tx.conn.execute(text("SELECT payload FROM outbox WHERE event_type = 'replay_mismatch'")).scalars()
+        assert any(ids[1] in p for p in payloads)

@@ -200,13 +200,26 @@ def safe_mode_changed(
     return kind, body
 
 
-def replay_mismatch(*, tenant_id: str, job_run_id: str, difference: str, replay_run_id: str, now: datetime) -> Event:
+def replay_mismatch(
+    *,
+    tenant_id: str,
+    difference: str,
+    replay_run_id: str,
+    now: datetime,
+    job_run_id: str | None = None,
+    workflow_run_id: str | None = None,
+) -> Event:
+    """A run (``job_run_id``) or a workflow run's state sequence (``workflow_run_id``) that no
+    longer replays to its recorded hash."""
+    if (job_run_id is None) == (workflow_run_id is None):
+        raise ValueError("name exactly one of job_run_id and workflow_run_id")
+    subject = {"job_run_id": job_run_id} if job_run_id is not None else {"workflow_run_id": workflow_run_id}
     body = {
         "event_type": EventType.REPLAY_MISMATCH.qualified,
         "engine_cmi": ENGINE_CMI,
         "severity": "critical",
         "tenant_id": tenant_id,
-        "job_run_id": job_run_id,
+        **subject,
         "first_difference": difference,
         "detected_by": replay_run_id,
         "created_at": isoformat_utc(now),
