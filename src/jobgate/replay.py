@@ -243,9 +243,7 @@ def replay_job(ctx: Any) -> dict[str, Any]:
                 if r.job_run_id != ctx.job_run_id
             ]
             ended_workflows = [
-                w.workflow_run_id
-                for w in tx.workflows_list(tenant, limit=10_000)
-                if w.status in TERMINAL_STATUSES
+                w.workflow_run_id for w in tx.workflows_list(tenant, limit=10_000) if w.status in TERMINAL_STATUSES
             ]
         chosen = sample(finished, size, seed)
         # Workflow runs' state sequences are sampled the same way (seed 000 §14: replayable).

@@ -20,9 +20,10 @@ def publish(world: World, tenant: str, name: str) -> None:
     period = periods.parse(name)
     engine = world.engine
     doc = rollup.compute(engine, tenant, period)
+    sink = FileSink(engine.config.telemetry_sink_path)
+    held = rollup.deliver(sink, tenant, period, doc)
     with engine.store.write() as tx:
-        sink = FileSink(engine.config.telemetry_sink_path)
-        rollup.publish(tx.conn, tenant, period, doc, sink, now=engine.clock.now(), job_run_id=None)
+        rollup.publish(tx.conn, tenant, period, held, sink.name, now=engine.clock.now(), job_run_id=None)
 
 
 def test_a_published_period_is_answered_as_published(world: World) -> None:
@@ -33,12 +34,30 @@ def test_a_published_period_is_answered_as_published(world: World) -> None:
     assert got.status_code == 200
     [item] = got.json()["items"]
     assert item["state"] == "published" and item["figures"]["jobs_scheduled"] == 99
-    assert item["sink"].startswith("file:") and item["period_start"] == "2026-01-01T00:00:00Z"
+    sink_file = world.engine.config.telemetry_sink_path
+    assert item["sink"] == f"file:{sink_file.name}" and str(sink_file.parent) not in item["sink"]  # not the folders
+    assert item["period_start"] == "2026-01-01T00:00:00Z"
     listed = world.client.get(API, headers=world.headers("acme", Role.OPERATOR)).json()
     assert [i["period"] for i in listed["items"]] == ["2026-Q1"]
     # another tenant has published nothing and sees nothing of acme's
     theirs = world.client.get(API, headers=world.headers("other", Role.ADMIN)).json()
     assert theirs == {"tenant_id": "other", "items": []}
+
+
+def test_a_stored_sink_address_is_shown_as_scheme_and_host_only(world: World) -> None:
+    """Rows stored by earlier versions kept a URL's path (a webhook's path may be its secret)
+    or the server's file path: the API shows scheme and host, or the file's name."""
+    publish(world, "acme", "2026-Q1")
+    headers = world.headers("acme", Role.AUDITOR)
+    for stored, shown in (
+        ("http:http://aii.example.org:8443/ingest/SECRET", "http://aii.example.org:8443"),
+        ("https://user:pw@aii.example.org/x?token=SECRET", "https://aii.example.org"),
+        ("file:/srv/jobgate/data/telemetry/aii.jsonl", "file:aii.jsonl"),
+    ):
+        with world.engine.store.write() as tx:
+            tx.conn.execute(telemetry_publications.update().values(sink=stored))
+        [item] = world.client.get(API, params={"period": "2026-Q1"}, headers=headers).json()["items"]
+        assert item["sink"] == shown
 
 
 def test_an_unpublished_period_is_computed_for_the_caller_tenant(world: World) -> None:

@@ -21,6 +21,7 @@ from jobgate.core.settle import (
     cancel_decision,
     dead_letter_for,
     queue_timeout_decision,
+    repeat_dead_letter_id,
     settle_attempt,
     settle_without_attempt,
 )
@@ -321,6 +322,13 @@ def test_dead_letter_for(run_id: str, attempt: int, expected: str) -> None:
     assert letter.dead_letter_id.startswith(DEAD_LETTER_PREFIX)
     assert (letter.job_run_id, letter.attempts, letter.requires_manual_review) == (run_id, attempt, True)
     assert (letter.resolved_at, letter.resolution) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"), [(1, "TGDLQ-abc-3"), (2, "TGDLQ-abc-3.2"), (3, "TGDLQ-abc-3.3"), (0, "TGDLQ-abc-3")]
+)
+def test_repeat_dead_letter_ids_keep_the_first_and_number_the_rest(n: int, expected: str) -> None:
+    assert repeat_dead_letter_id("TGDLQ-abc-3", n) == expected
 
 
 # --- settle_without_attempt ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ class Recorder:
     status: int = 200  # what GET answers
     fail_first: int = 0  # POSTs answered 500 before the first 200
     post_status: int = 200  # what a POST gets after the failures
+    post_delay: float = 0.0  # seconds a POST waits before its answer (a slow receiver)
     posts: int = 0
     gets: int = 0
     accepted: list[dict[str, Any]] = field(default_factory=list)
@@ -53,6 +55,8 @@ class _Handler(BaseHTTPRequestHandler):
             if status == 200:
                 rec.accepted.append(json.loads(body))
                 rec.headers.append(dict(self.headers.items()))
+            delay = rec.post_delay
+        time.sleep(delay)
         self._answer(status, b"{}")
 
     def _answer(self, status: int, body: bytes) -> None:

@@ -5,6 +5,7 @@ publisher carries on and the alerts are kept in the local log. Both backends."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +18,10 @@ from sqlalchemy import text
 
 from helpers import define, make_config
 from jobgate.contracts import event_contract, validate
+from jobgate.core.events import EventType
 from jobgate.core.models import OutboxEvent
 from jobgate.core.states import RunStatus
+from jobgate.runtime import alert_sink as alert_sink_module
 from jobgate.runtime.alert_sink import WebhookAlertSink, alert_sink
 from jobgate.runtime.outbox import JsonLinesSink, RecordingSink, publish_once
 from jobgate.runtime.process import default_sinks
@@ -113,9 +116,114 @@ def test_a_receiver_that_is_down_does_not_stop_the_publisher_and_alerts_go_to_th
         log_path = tmp_path / "data" / "alerts-undelivered.jsonl"
         logged = [json.loads(line) for line in log_path.read_text().splitlines()]
         assert sorted(r["alert_id"] for r in logged) == sorted(event_ids(engine, "job_dead_lettered"))
-        assert all(r["url"] == url and r["alert"]["alert_id"] == r["alert_id"] for r in logged)
+        shown = url.rstrip("/")  # scheme and host: a webhook's path or query may be its secret
+        assert all(r["url"] == shown and r["webhook"] == 1 and r["alert"]["alert_id"] == r["alert_id"] for r in logged)
         assert "after 3 attempts" in logged[0]["problem"]  # the first alert was retried,
         assert all("cooling down" in r["problem"] for r in logged[1:])  # the rest did not wait on it again
+
+
+def add_events(engine: Engine, alerts: int, others: int) -> None:
+    """``alerts`` dead-letter events and ``others`` completions, interleaved, in the outbox."""
+    now = engine.clock.now()
+    kinds = [EventType.JOB_DEAD_LETTERED] * alerts + [EventType.JOB_COMPLETED] * others
+    with engine.store.write() as tx:
+        tx.outbox_append(
+            [(None, "default", (kind, {"event_type": f"trustgate.scheduler.{kind.value}", "n": i}))
+             for i, kind in enumerate(sorted(kinds, key=lambda k: k.value))],
+            now,
+        )  # fmt: skip
+
+
+def test_a_slow_receiver_gets_every_alert_within_the_batch_budget(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A healthy receiver taking 0.3 s per alert, a 1 s budget per batch: five alerts do not fit
+    in one batch. Those past the budget wait for the next batch (not the local log), no batch
+    runs over its budget, and each alert is delivered once."""
+    monkeypatch.setattr(alert_sink_module, "BATCH_BUDGET_SECONDS", 1.0)
+    with local_server(Recorder(post_delay=0.3)) as (url, receiver):
+        alerts = {"webhook_url": f"{url}/hooks/T000/SECRET", "timeout_seconds": 0.6, "max_attempts": 3}
+        with engine_with(database_url, tmp_path, alerts=alerts) as engine:
+            add_events(engine, alerts=5, others=2)
+            sink = alert_sink(engine.config.alerts, engine.config.data_dir)
+            assert sink is not None
+            recording = RecordingSink()
+            spent: list[float] = []
+            while True:
+                started = time.monotonic()
+                n = publish_once(engine.store, [recording, sink], engine.clock)
+                spent.append(time.monotonic() - started)
+                if n == 0:
+                    break
+            with engine.store.read() as tx:
+                assert tx.outbox_backlog() == 0
+            expected = event_ids(engine, "job_dead_lettered")
+            every = event_ids(engine, "job_dead_lettered", "job_completed")
+    assert sorted(a["alert_id"] for a in receiver.accepted) == sorted(expected)  # each once
+    assert receiver.posts == 5
+    assert not (tmp_path / "data" / "alerts-undelivered.jsonl").exists()  # the receiver was up
+    assert sink.deferred >= 1 and len(spent) >= 3  # it took more than one batch
+    assert max(spent) < 1.0 + 0.4, spent  # within the budget (and the other sinks' moment)
+    assert {e.event_id for e in recording.events} == every  # the other sink got all (some twice: at least once)
+
+
+def test_a_receiver_that_stays_down_reaches_the_local_log_across_batches(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retries cut by the budget continue in the next batch, counted: after ``max_attempts`` the
+    alert goes to the local log, and the rest follow it there while the webhook cools down."""
+    monkeypatch.setattr(alert_sink_module, "BATCH_BUDGET_SECONDS", 1.0)
+    with local_server(Recorder(post_status=503, post_delay=0.4)) as (url, receiver):
+        alerts = {"webhook_url": f"{url}/hook?token=SECRET", "timeout_seconds": 0.6, "max_attempts": 4,
+                  "backoff_seconds": 0.05, "max_backoff_seconds": 0.05, "cooldown_seconds": 600}  # fmt: skip
+        with engine_with(database_url, tmp_path, alerts=alerts) as engine:
+            add_events(engine, alerts=3, others=0)
+            sink = alert_sink(engine.config.alerts, engine.config.data_dir)
+            assert sink is not None
+            for _ in range(10):  # a batch cut at its first alert delivers nothing, yet moves it on
+                publish_once(engine.store, [sink], engine.clock)
+                with engine.store.read() as tx:
+                    if tx.outbox_backlog() == 0:
+                        break
+            else:
+                pytest.fail("the alerts were never delivered or logged")
+            expected = event_ids(engine, "job_dead_lettered")
+    assert receiver.posts == 4  # the first alert's four attempts, over more than one batch
+    assert sink.deferred >= 1
+    logged = [json.loads(x) for x in (tmp_path / "data" / "alerts-undelivered.jsonl").read_text().splitlines()]
+    assert sorted(r["alert_id"] for r in logged) == sorted(expected)
+    assert "HTTP 503 after 4 attempts" in logged[0]["problem"]
+    assert all(r["url"] == url and "SECRET" not in json.dumps(r) for r in logged)
+
+
+def test_the_publisher_renews_its_lock_before_calling_the_sinks(engine: Engine) -> None:
+    from datetime import timedelta
+
+    from jobgate.runtime.leadership import Lease
+    from jobgate.runtime.outbox import LOCK_MARGIN, PUBLISHER_LOCK, SINK_BUDGET, OutboxPublisher
+
+    t0 = engine.clock.now()
+    lease = Lease(engine.store, PUBLISHER_LOCK, "p1", timedelta(seconds=10))
+    token = lease.hold(t0)
+    assert token is not None
+    later = t0 + timedelta(seconds=3)  # before a third of the ttl: a plain hold writes nothing
+    assert lease.hold(later) == token
+    with engine.store.read() as tx:
+        held = tx.lock_get(PUBLISHER_LOCK)
+    assert held is not None and held.expires_at == t0 + timedelta(seconds=10)
+    # 7 s left is less than a batch's budget and margin (8 s): renewed before the sinks run.
+    assert lease.hold(later, min_remaining=SINK_BUDGET + LOCK_MARGIN) == token
+    with engine.store.read() as tx:
+        held = tx.lock_get(PUBLISHER_LOCK)
+    assert held is not None and held.expires_at == later + timedelta(seconds=10)
+    # A publisher whose lock is gone by then calls no sink and marks nothing.
+    add_events(engine, alerts=1, others=1)
+    called = RecordingSink()
+    assert publish_once(engine.store, [called], engine.clock, still_held=lambda: False) == 0
+    assert called.events == []
+    publisher = OutboxPublisher(engine.store, [called], engine.clock, owner="p2")
+    assert publisher._hold_lock() is None  # p1 holds it
+    assert publish_once(engine.store, [called], engine.clock, lock=("p1", token), still_held=lambda: True) == 2
 
 
 def test_a_refusal_is_not_retried_and_is_logged(tmp_path: Path) -> None:

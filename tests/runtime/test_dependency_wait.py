@@ -30,6 +30,7 @@ from jobgate.contracts import event_contract, validate
 from jobgate.core.models import DeadLetterReason, Scope
 from jobgate.core.states import RunStatus
 from jobgate.health.rules import alert_body
+from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service import doctor
@@ -212,7 +213,7 @@ def test_outage_markers_open_and_close_once(engine: Engine) -> None:
         (marker,) = tx.outages_open()
     assert marker.owner == "w1" and marker.acquired_at == t0
     # Its observer stops renewing: another takes it over quietly, and the outage keeps its start.
-    later = t0 + timedelta(minutes=5)
+    later = t0 + timedelta(seconds=40)  # expired at t0 + 32 s
     with engine.store.write() as tx:
         assert tx.outage_down("dal", "w2", later, ttl) == (False, t0)
         closed = tx.outage_up("dal")
@@ -220,6 +221,82 @@ def test_outage_markers_open_and_close_once(engine: Engine) -> None:
         assert tx.outage_up("dal") is None  # closed once
         assert tx.outages_open() == []
         assert tx.outage_down("dal", "w3", later, ttl) == (True, later)  # a new outage
+    # A marker nobody renewed (or closed) for a whole TTL after it expired was watched by no
+    # one: the dependency down much later is a new outage, with its own start, reported again.
+    much_later = later + timedelta(minutes=5)
+    with engine.store.write() as tx:
+        assert tx.outage_down("dal", "w4", much_later, ttl) == (True, much_later)
+        (marker,) = tx.outages_open()
+    assert marker.owner == "w4" and marker.acquired_at == much_later
+
+
+def test_a_host_without_the_dependency_configured_only_leaves_its_runs_alone(database_url: str, tmp_path: Path) -> None:
+    """The definition was stored where ``dal`` is configured; this worker's host has no check
+    for it. It must not claim the runs, and must not report an outage or dead-letter them."""
+    deps = {"dal": {"url": closed_port_url(), "max_wait_seconds": 60}}
+    with engine_with(database_url, tmp_path / "a", dependencies=deps) as configured:
+        job = define(configured, dependencies=["dal"])
+        (run_id,) = submit(configured, job, 1, "u")
+        with engine_with(database_url, tmp_path / "b") as bare:
+            monitor = DependencyMonitor(bare, observer="w-bare", probe=lambda check: pytest.fail("nothing to probe"))
+            t0 = bare.clock.now()
+            for hours in (0, 2, 4):  # far past any wait bound
+                monitor.tick(t0 + timedelta(hours=hours))
+            assert monitor.blocked == {get_run(bare, run_id).definition_digest}  # not claimed here
+            assert monitor.states() == {}
+            with bare.store.read() as tx:
+                assert tx.outages_open() == []
+            assert outbox_count(bare, "dependency_unavailable") == 0
+            run = get_run(bare, run_id)
+            assert (run.status, run.attempt) == (RunStatus.SCHEDULED, 0) and dead_letters(bare, run_id) == []
+
+
+def test_a_recovery_whose_report_failed_is_reported_at_the_next_pass(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write that closes the outage marker fails once: the monitor keeps the dependency
+    down (its runs keep waiting) and closes the marker, with its event, at the next pass."""
+    from jobgate.store.sqlstore import StoreTx
+
+    job = define(engine)
+    with engine.store.read() as tx:
+        digest = tx.definition_get("default", job)
+    assert digest is not None
+    problem: list[str | None] = ["answered HTTP 503"]
+    monitor = DependencyMonitor(engine, observer="w-test", probe=lambda check: problem[0])
+    monitor._needs = {digest.digest: ("anchor_sink",)}  # as if the definition declared it
+    monitor._tenants = {"anchor_sink": frozenset({"default"})}
+    monitor._next_scan = engine.clock.now() + timedelta(days=1)
+    t0 = engine.clock.now()
+    monitor.tick(t0)
+    assert outbox_count(engine, "dependency_unavailable") == 1
+    problem[0] = None  # it is back; the database refuses the first write that says so
+    original = StoreTx.outage_up
+    calls: list[int] = []
+
+    def failing_once(self: StoreTx, dependency: str) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database blip")
+        return original(self, dependency)
+
+    monkeypatch.setattr(StoreTx, "outage_up", failing_once)
+    with pytest.raises(RuntimeError):
+        monitor.tick(t0 + timedelta(seconds=2))
+    assert monitor.states()["anchor_sink"].up is False and monitor.blocked  # still waiting here
+    monitor.tick(t0 + timedelta(seconds=4))
+    assert len(calls) == 2
+    assert monitor.states()["anchor_sink"].up is True and not monitor.blocked
+    with engine.store.read() as tx:
+        assert tx.outages_open() == []
+    assert outbox_count(engine, "dependency_recovered") == 1
+    # The next outage is a new one, reported with its own start.
+    problem[0] = "answered HTTP 503"
+    monitor.tick(t0 + timedelta(hours=3))
+    with engine.store.read() as tx:
+        (marker,) = tx.outages_open()
+    assert marker.acquired_at == t0 + timedelta(hours=3)
+    assert outbox_count(engine, "dependency_unavailable") == 2
 
 
 @pytest.mark.parametrize("declared", [["dal", "nope"], ["dal", "dal"], "dal"])

@@ -125,6 +125,7 @@ def test_a_scrape_counts_what_the_runs_did(engine: Engine) -> None:
         wait_status(engine, waiting, RunStatus.RETRY_WAIT)
         control.cancel_run(engine, waiting, actor="ops", tenant_id="acme")
         worker_id = worker.worker_id
+        live, _ = scrape(engine, "acme")  # lease renewals are the live workers'
     _record_sla_and_workflows(engine)
 
     samples, types = scrape(engine, "acme")
@@ -135,7 +136,7 @@ def test_a_scrape_counts_what_the_runs_did(engine: Engine) -> None:
         # (the text format has no gauge histogram type: its buckets are typed histogram)
         assert types[f.name.removesuffix("_total")] == ("histogram" if f.kind == "gaugehistogram" else f.kind)
         sample = f.name + ("_bucket" if "histogram" in f.kind else "")
-        for labels in samples[sample]:
+        for labels in {**samples.get(sample, {}), **live.get(sample, {})}:
             assert {k for k, _ in labels} - {"le"} == set(f.labels), (f.name, labels)
 
     assert by_class(samples, "tg_scheduler_job_created_total") == {
@@ -219,10 +220,12 @@ def test_a_scrape_counts_what_the_runs_did(engine: Engine) -> None:
     assert samples["tg_scheduler_workflow_latency_ms_sum"][key] == 4300.0
     assert samples["tg_scheduler_workflow_latency_ms_count"][key] == 2
 
-    # Lease renewals: the slow run's lease was renewed, counted where it was renewed.
-    renewals = samples["tg_scheduler_lease_renewals_total"][(("worker", worker_id),)]
+    # Lease renewals: the slow run's lease was renewed, counted where it was renewed, shown
+    # while the worker lives. Its series ends when it stops (workers rows are kept for good).
+    renewals = live["tg_scheduler_lease_renewals_total"][(("worker", worker_id),)]
     assert renewals >= 1
     assert renewals == scalar(engine, "SELECT lease_renewals FROM workers WHERE worker_id = :w", w=worker_id)
+    assert samples.get("tg_scheduler_lease_renewals_total", {}) == {}
 
     # Tenants: the API's scrape is one tenant's; the CLI's has both.
     assert all(dict(k).get("tenant") in (None, "acme") for series in samples.values() for k in series)

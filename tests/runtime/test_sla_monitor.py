@@ -174,6 +174,91 @@ def test_a_run_that_ended_after_its_deadline_between_two_passes_is_still_reporte
     assert sla.check(engine, t0 + 200 * S).breaches == 0  # judged once, by the transition that ended it
 
 
+def test_a_transition_that_commits_late_is_still_judged(engine: Engine, database_url: str) -> None:
+    """PostgreSQL: a run's late end is inserted (its id taken) by a transaction that stays open,
+    stamped long before it commits, while a higher id, stamped even earlier, commits. The
+    cursor must not pass the missing id while it may still commit."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has one writer at a time: ids become visible in order")
+    job = define(engine, sla_policy="sla_60")
+    late, other = submit(engine, job), submit(engine, job)
+    t0 = max(late.created_at, other.created_at)
+    prime(engine, t0)
+    started = {r.job_run_id: r for r in start(engine, t0 + S)}
+    holding, release = threading.Event(), threading.Event()
+
+    def slow_writer() -> None:  # ends ``late`` after its deadline, and does not commit yet
+        run = started[late.job_run_id]
+        s = settle_attempt(
+            run, Outcome(OutcomeKind.SUCCEEDED), settling_policy(engine.config, run), now=t0 + 70 * S,
+            actor="w-test", started_at=t0 + S,
+        )  # fmt: skip
+        with engine.store.write() as tx:
+            assert tx.runs_apply([settlement_change(s, run, worker_id="w-test", now=t0 + 70 * S)])
+            holding.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    try:
+        assert holding.wait(10)
+        settle(engine, started[other.job_run_id], OutcomeKind.SUCCEEDED, t0 + 10 * S)  # a higher id, committed
+        state = sla.MonitorState()
+        assert sla.check(engine, t0 + 50 * S, state=state).breaches == 0  # ``late`` still looks RUNNING
+        assert sla.check(engine, t0 + 55 * S, state=state).breaches == 0
+        with engine.store.read() as tx:
+            cursor = sla.rows.cursor_get(tx.conn, sla.rows.RUNS_CURSOR)
+            ids = [r[0] for r in tx.conn.execute(text("SELECT id FROM run_transitions ORDER BY id"))]
+        gap = next(i for i in range(ids[0], ids[-1]) if i not in ids)  # the uncommitted end's id
+        assert cursor == gap - 1  # held just before it, though a higher id has committed
+    finally:
+        release.set()
+        writer.join(30)
+    assert get_run(engine, late.job_run_id).status is RunStatus.COMPLETED
+    result = sla.check(engine, t0 + 100 * S, state=state)
+    assert result.breaches == 1  # judged by the transition that ended it, committed late
+    assert records(engine, late.job_run_id) == [("sla_deadline", "breach"), ("sla_deadline", "reminder")]
+    assert records(engine, other.job_run_id) == []
+
+
+def test_a_rolled_back_gap_is_passed_after_the_grace(engine: Engine, database_url: str) -> None:
+    """A transaction that took transition ids and rolled back leaves a gap for good: the cursor
+    passes it once it has been missing for ``GAP_GRACE`` on the monitor's clock, no sooner."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite: ids become visible in order, a rolled-back id is taken again")
+    job = define(engine, sla_policy="sla_60")
+    first, second = submit(engine, job), submit(engine, job)
+    t0 = max(first.created_at, second.created_at)
+    prime(engine, t0)
+    started = {r.job_run_id: r for r in start(engine, t0 + S)}
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), engine.store.write() as tx:  # takes an id, then rolls back
+        run = started[first.job_run_id]
+        s = settle_attempt(run, Outcome(OutcomeKind.SUCCEEDED), settling_policy(engine.config, run),
+                           now=t0 + 2 * S, actor="w-test", started_at=t0 + S)  # fmt: skip
+        tx.runs_apply([settlement_change(s, run, worker_id="w-test", now=t0 + 2 * S)])
+        raise Rollback
+    settle(engine, started[second.job_run_id], OutcomeKind.SUCCEEDED, t0 + 3 * S)
+    with engine.store.read() as tx:
+        head = sla.rows.max_id(tx.conn, False)
+
+    def cursor() -> int:
+        with engine.store.read() as tx:
+            value = sla.rows.cursor_get(tx.conn, sla.rows.RUNS_CURSOR)
+        assert value is not None
+        return value
+
+    sla.check(engine, t0 + 10 * S)
+    assert cursor() < head
+    sla.check(engine, t0 + 10 * S + sla.GAP_GRACE - timedelta(microseconds=1))
+    assert cursor() < head  # not yet
+    sla.check(engine, t0 + 10 * S + sla.GAP_GRACE)
+    assert cursor() == head
+
+
 # --- timeouts ------------------------------------------------------------------------------------
 
 

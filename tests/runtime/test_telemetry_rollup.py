@@ -1,6 +1,7 @@
 """The AII_TELEMETRY_JOB: a closed period's seed 000 §51 figures, published once per tenant and
 period — run twice, run concurrently, crash between the sink write and the commit — to a file
-sink or an HTTP sink with an Idempotency-Key."""
+sink or an HTTP sink with an Idempotency-Key; the sink is written outside any transaction (a
+slow one blocks no other writer) and its address never shows beyond scheme and host."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import running_worker, scalar, wait_all, wait_status
+from runtime_support import get_run, running_worker, scalar, wait_all, wait_status, wait_until
 from sqlalchemy import text
 
 from helpers import config_document, define
 from jobgate.config import build_config
+from jobgate.core.errors import RetryableError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine, SubmitRequest
@@ -176,8 +178,8 @@ def test_the_job_publishes_what_is_due_and_refuses_an_open_period(engine: Engine
 
 
 def test_concurrent_publishers_make_one_publication(engine: Engine, tmp_path: Path) -> None:
-    """Two transactions publish the same period at the same moment; the sink is slow, so the
-    first holds its row while the second tries: one row, one line, and only one 'True'."""
+    """Two publishers of the same period at the same moment, each as a run does it: the sink
+    (slow) outside any transaction, then the row. One line, one row, and only one 'True'."""
     period = periods.parse(DAY)
     doc = rollup.compute(engine, TENANT, period)
     sink = SlowFileSink(tmp_path / "sink.jsonl")
@@ -186,8 +188,11 @@ def test_concurrent_publishers_make_one_publication(engine: Engine, tmp_path: Pa
 
     def publisher() -> None:
         start.wait()
+        held = rollup.deliver(sink, TENANT, period, doc)
         with engine.store.write() as tx:
-            made.append(rollup.publish(tx.conn, TENANT, period, doc, sink, now=engine.clock.now(), job_run_id=None))
+            made.append(
+                rollup.publish(tx.conn, TENANT, period, held, sink.name, now=engine.clock.now(), job_run_id=None)
+            )
 
     threads = [threading.Thread(target=publisher) for _ in range(2)]
     for t in threads:
@@ -195,8 +200,9 @@ def test_concurrent_publishers_make_one_publication(engine: Engine, tmp_path: Pa
     for t in threads:
         t.join(30)
     assert sorted(made) == [False, True]
-    assert len(sink.records()) == 1 and sink.writes == 1
-    assert len(publications(engine)) == 1
+    assert len(sink.records()) == 1 and sink.writes == 2  # both wrote; the file kept one line
+    [published] = publications(engine)
+    assert published.digest == _digest(sink.records()[0])
 
 
 def test_a_crash_after_the_sink_write_publishes_once_when_retried(engine: Engine, tmp_path: Path) -> None:
@@ -207,42 +213,105 @@ def test_a_crash_after_the_sink_write_publishes_once_when_retried(engine: Engine
     class Crash(Exception):
         pass
 
-    with pytest.raises(Crash), engine.store.write() as tx:  # the sink got it; the commit never came
-        assert rollup.publish(tx.conn, TENANT, period, first, sink, now=engine.clock.now(), job_run_id="a")
+    held = rollup.deliver(sink, TENANT, period, first)  # the sink got it; the completion never came
+    with pytest.raises(Crash), engine.store.write() as tx:
+        assert rollup.publish(tx.conn, TENANT, period, held, sink.name, now=engine.clock.now(), job_run_id="a")
         raise Crash
     assert publications(engine) == [] and len(sink.records()) == 1
     # The retry computes other figures (say a late commit landed): the sink keeps its record,
     # and the publication records what the sink holds.
+    again = rollup.deliver(sink, TENANT, period, {"period": DAY, "jobs_scheduled": 8})
+    assert again == held
     with engine.store.write() as tx:
-        assert rollup.publish(tx.conn, TENANT, period, {"period": DAY, "jobs_scheduled": 8}, sink,
-                              now=engine.clock.now(), job_run_id="b")  # fmt: skip
+        assert rollup.publish(tx.conn, TENANT, period, again, sink.name, now=engine.clock.now(), job_run_id="b")
     [published] = publications(engine)
     assert published.figures == first and len(sink.records()) == 1
     assert published.digest == _digest(sink.records()[0])
+    assert published.sink == "file:sink.jsonl"  # the file's name, not the server's folders
 
 
-def test_a_failing_sink_records_nothing(engine: Engine) -> None:
-    with Receiver(status=503) as receiver, pytest.raises(Exception, match="503"), engine.store.write() as tx:
+def test_a_failing_sink_records_nothing(engine: Engine, tmp_path: Path) -> None:
+    job = telemetry_job(engine)
+    with Receiver(status=503) as receiver:
         sink = HttpSink(receiver.url, timeout=5)
-        rollup.publish(tx.conn, TENANT, periods.parse(DAY), {"period": DAY}, sink, now=NOON, job_run_id=None)
+        with pytest.raises(RetryableError, match="answered HTTP 503"):
+            rollup.deliver(sink, TENANT, periods.parse(DAY), {"period": DAY})
+        failing = make_engine(engine.store.url, tmp_path / "b", sink_url=receiver.url)
+        try:
+            with running_worker(failing):
+                run_id = submit(failing, job, period=DAY)
+                wait_until(lambda: get_run(failing, run_id).error_code is not None, what="a failed attempt")
+        finally:
+            failing.store.dispose()
     assert publications(engine) == []
+    run = get_run(engine, run_id)
+    assert run.error_code == "TELEMETRY_SINK_UNAVAILABLE" and run.status is not RunStatus.COMPLETED
 
 
 def test_the_http_sink_gets_an_idempotency_key(database_url: str, tmp_path: Path) -> None:
     with Receiver(status=200) as receiver:
-        engine = make_engine(database_url, tmp_path, sink_url=receiver.url + "?token=s3cret")
+        url = receiver.url.replace("http://", "http://aii:s3cret@") + "?token=TOPSECRET"
+        engine = make_engine(database_url, tmp_path, sink_url=url)
         try:
             job = telemetry_job(engine)
             with running_worker(engine):
-                runs = [submit(engine, job, period=DAY) for _ in range(2)]
+                runs = [submit(engine, job, period=DAY) for _ in range(2)]  # at once: both may send
                 wait_all(engine, runs, RunStatus.COMPLETED)
+                sent = len(receiver.received)
+                later = submit(engine, job, period=DAY)  # after the row committed: nothing to send
+                wait_status(engine, later, RunStatus.COMPLETED)
             [published] = publications(engine)
         finally:
             engine.store.dispose()
-    [(headers, body)] = receiver.received  # the second run published nothing
-    assert headers["Idempotency-Key"] == f"aii-telemetry:{TENANT}:{DAY}"
-    assert body["period"] == DAY and body["tenant_id"] == TENANT and body["jobs_scheduled"] == 0
-    assert published.sink == f"http:{receiver.url}" and "s3cret" not in published.sink
+    assert 1 <= sent <= 2 and len(receiver.received) == sent
+    for headers, body in receiver.received:  # a repeat carries the same key, for the receiver to drop
+        assert headers["Idempotency-Key"] == f"aii-telemetry:{TENANT}:{DAY}"
+        assert body["period"] == DAY and body["tenant_id"] == TENANT and body["jobs_scheduled"] == 0
+    assert published.sink == receiver.url.removesuffix("/aii")  # scheme and host only
+
+
+def test_a_refusing_sink_leaves_no_secret_in_the_run(database_url: str, tmp_path: Path) -> None:
+    """A 401 from a sink whose URL carries a user, a password, a path and a token: the run's
+    error (what the API returns) names the status and the sink's scheme and host only."""
+    with Receiver(status=401) as receiver:
+        url = receiver.url.replace("http://", "http://aii:s3cret@") + "/ingest?token=TOPSECRET"
+        engine = make_engine(database_url, tmp_path, sink_url=url)
+        try:
+            job = telemetry_job(engine)
+            with running_worker(engine):
+                run_id = submit(engine, job, period=DAY)
+                wait_until(lambda: get_run(engine, run_id).status.is_terminal, what="the run to end")
+            run = get_run(engine, run_id)
+            log_text = (Path(engine.config.data_dir) / "runs" / run_id / "run.log").read_text()
+        finally:
+            engine.store.dispose()
+    shown = receiver.url.removesuffix("/aii")
+    assert run.error_code == "TELEMETRY_SINK_REFUSED"  # a refusal: not retried
+    assert run.error_message == f"telemetry sink {shown} answered HTTP 401"
+    for secret in ("s3cret", "TOPSECRET", "aii:", "/ingest"):
+        assert secret not in log_text
+    assert len(receiver.received) == 1
+
+
+def test_a_slow_http_sink_does_not_hold_up_other_writers(database_url: str, tmp_path: Path) -> None:
+    """The sink is written outside any transaction: while it takes 2 s to answer, a submission
+    (a write) of another job commits at once, on SQLite (one write lock) as on PostgreSQL."""
+    with Receiver(status=200, delay=2.0) as receiver:
+        engine = make_engine(database_url, tmp_path, sink_url=receiver.url, timeout_seconds=10)
+        try:
+            job = telemetry_job(engine)
+            other = define(engine, tenant_id=TENANT, queue="nobody")
+            with running_worker(engine):
+                run_id = submit(engine, job, period=DAY)
+                assert receiver.arrived.wait(10), "the sink was not called"
+                started = time.monotonic()
+                submit(engine, other)
+                took = time.monotonic() - started
+                wait_status(engine, run_id, RunStatus.COMPLETED)
+            assert len(publications(engine)) == 1
+        finally:
+            engine.store.dispose()
+    assert took < 1.0, f"a submission waited {took:.2f} s for the sink"
 
 
 class SlowFileSink(FileSink):
@@ -257,10 +326,13 @@ class SlowFileSink(FileSink):
 
 
 class Receiver:
-    """A local HTTP endpoint that records what it is sent and answers ``status``."""
+    """A local HTTP endpoint that records what it is sent and answers ``status``, after
+    ``delay`` seconds (``arrived`` is set when a request came in)."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, delay: float = 0.0) -> None:
         self.status = status
+        self.delay = delay
+        self.arrived = threading.Event()
         self.received: list[tuple[dict[str, str], dict[str, Any]]] = []
         outer = self
 
@@ -268,6 +340,8 @@ class Receiver:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.received.append((dict(self.headers), body))
+                outer.arrived.set()
+                time.sleep(outer.delay)
                 self.send_response(outer.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -292,3 +366,21 @@ def _digest(record: dict[str, Any]) -> str:
     from jobgate.core.canonical import digest
 
     return digest(record)
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("https://aii:s3cret@aii.example.org:8443/ingest/T0/SECRET?token=x#f", "https://aii.example.org:8443"),
+        ("http://[::1]:8080/hook", "http://[::1]:8080"),
+        ("http:http://aii.example.org/ingest", "http://aii.example.org"),  # as stored by earlier versions
+        ("file:/srv/jobgate/data/telemetry/aii.jsonl", "file:aii.jsonl"),
+        ("file:aii.jsonl", "file:aii.jsonl"),
+        ("http://aii.example.org", "http://aii.example.org"),
+    ],
+)
+def test_sink_names_show_scheme_and_host_only(given: str, shown: str) -> None:
+    from jobgate.telemetry.redact import shown_sink
+
+    assert shown_sink(given) == shown
+    assert shown_sink(shown) == shown  # idempotent

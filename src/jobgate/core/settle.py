@@ -45,7 +45,10 @@ class Settlement:
 def dead_letter_for(
     run: JobRun, reason: DeadLetterReason, *, error_code: str | None, requires_review: bool, now: datetime
 ) -> DeadLetter:
-    """One dead letter per (run, attempt): its id is derived, so a replay names it the same."""
+    """The dead letter of ``run`` at its current attempt. Its id is derived from the run and the
+    attempt, so a settlement computed twice names it the same. A requeue keeps the attempt
+    counter, so the same run can be dead-lettered again at the same attempt (before it starts
+    another); the store then records that one under ``repeat_dead_letter_id`` (``.2``, ``.3``…)."""
     return DeadLetter(
         dead_letter_id=f"{DEAD_LETTER_PREFIX}{run.job_run_id.removeprefix('TGJOBRUN-')}-{run.attempt}",
         job_run_id=run.job_run_id,
@@ -57,6 +60,12 @@ def dead_letter_for(
         requires_manual_review=requires_review,
         created_at=now,
     )
+
+
+def repeat_dead_letter_id(first_id: str, n: int) -> str:
+    """The id of the ``n``-th dead letter of one run at one attempt (``first_id`` is the first's,
+    from ``dead_letter_for``): the first keeps its derived id, later ones get ``.n`` appended."""
+    return first_id if n <= 1 else f"{first_id}.{n}"
 
 
 def settle_attempt(

@@ -119,8 +119,9 @@ def observe(state: State, problem: str | None, now: datetime) -> tuple[State, Ch
 
 
 def blocked(needs: Mapping[str, tuple[str, ...]], states: Mapping[str, State]) -> frozenset[str]:
-    """Keys (definition digests) whose declared dependencies are not all known to be up; a
-    dependency no longer configured is never up (its runs wait, then are dead-lettered)."""
+    """Keys (definition digests) whose declared dependencies are not all known to be up. A
+    dependency without a state (not checked yet, or with no check on this host) holds its runs
+    here; only a dependency seen down has an outage (and a wait bound)."""
     return frozenset(
         key for key, names in needs.items() if any((s := states.get(n)) is None or s.up is not True for n in names)
     )

@@ -29,9 +29,7 @@ TARGET_PREFIX = "target:"
 
 # Alertable events written by other parts of jobgate under these names (their builders may be
 # added to ``core.events`` independently); every ``EventType`` is accepted as well.
-EXTRA_EVENT_TYPES = frozenset(
-    {"sla_breach", "workflow_escalated", "dependency_unavailable", "dependency_recovered"}
-)
+EXTRA_EVENT_TYPES = frozenset({"sla_breach", "workflow_escalated", "dependency_unavailable", "dependency_recovered"})
 DEFAULT_ALERT_TYPES = frozenset(
     {
         "job_dead_lettered",

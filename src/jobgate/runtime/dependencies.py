@@ -20,7 +20,12 @@ Design (seed 000 §58 "DAL unavailable: queue DAL-dependent jobs"):
 * An outage is reported once for the cluster: a ``dependency_unavailable`` event when it
   begins and ``dependency_recovered`` when it ends, per tenant whose definitions declare the
   dependency, decided by a marker row (``store.sql.outages``), plus a log line. ``jobgate
-  doctor`` lists open outages.
+  doctor`` lists open outages. This process's view of a dependency moves only after the
+  marker write it implies has committed, so a write that fails is made again at the next pass
+  (a recovery is never lost, and the next outage never inherits an unclosed marker).
+* A dependency a stored definition declares but this host has no check for is not an outage:
+  this host only leaves those runs to the workers that have it (no marker, no event, no dead
+  letter from here).
 
 What the cache cannot see: a dependency that fails between two checks fails the attempts
 that use it (their retry policy applies, as for any failure); and a definition version
@@ -43,7 +48,6 @@ from jobgate.core.settle import settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.health import probes, rules
 from jobgate.health.rules import Change, Check, State
-from jobgate.health.settings import DependencySpec
 from jobgate.runtime.changes import settlement_change
 from jobgate.service.engine import Engine
 
@@ -53,7 +57,6 @@ ERROR_CODE = "DEPENDENCY_UNAVAILABLE"
 SCAN_INTERVAL = timedelta(seconds=1)  # how often stored definitions are looked at for new versions
 MARKER_TTL = timedelta(seconds=30)  # an outage marker outlives its observer by this much
 SWEEP_LIMIT = 200
-NOT_CONFIGURED = "not configured on this host"
 
 Probe = Callable[[Check], str | None]
 
@@ -76,6 +79,7 @@ class DependencyMonitor:
         self._needs: dict[str, tuple[str, ...]] = {}  # definition digest -> dependency names
         self._tenants: dict[str, frozenset[str]] = {}  # dependency name -> tenants declaring it
         self._states: dict[str, State] = {}
+        self._unconfigured: set[str] = set()  # declared but without a check here (logged once)
         self._fingerprint: tuple[int, int] | None = None
         self._next_scan: datetime | None = None
         self._stop = threading.Event()
@@ -132,7 +136,7 @@ class DependencyMonitor:
             state = self._states.get(name) or State(name)
             check = self._checks.get(name)
             if check is None:
-                self._apply(name, state, NOT_CONFIGURED, now)
+                self._not_configured(name)
                 continue
             if now >= rules.next_check(state, check.ttl, now):
                 self._apply(name, state, self._probe(check), now)
@@ -173,32 +177,58 @@ class DependencyMonitor:
         return wake
 
     # ------------------------------------------------------------------ reporting
+    def _not_configured(self, name: str) -> None:
+        """A stored definition declares ``name`` but this host has no check for it: this host
+        does not claim those runs (``rules.blocked`` holds a dependency without a state), and
+        that is all. It is not an outage of the dependency (a host configured for it may run
+        them), so nothing is reported and nothing is dead-lettered from here."""
+        if name not in self._unconfigured:
+            self._unconfigured.add(name)
+            log.warning(
+                "dependency %s is declared by stored definitions but not configured on this host: "
+                "their runs are left to workers that have it",
+                name,
+                extra={"action": "dependency_not_configured", "dependency": name},
+            )
+
     def _apply(self, name: str, state: State, problem: str | None, now: datetime) -> None:
+        """Fold one check into the state, the cluster's outage marker first.
+
+        The state moves only once its report is written: a recovery whose marker write fails
+        leaves the dependency down here (its runs still wait), so the next pass checks again
+        and closes the marker then; an outage is held at once (runs must not start against a
+        dependency seen down), and its marker is written again at every check while it lasts.
+        """
         new, change = rules.observe(state, problem, now)
-        self._states[name] = new
         if new.up is False:
-            self._report_down(new, now, opened_here=change is Change.WENT_DOWN)
+            self._states[name] = new
+            self._states[name] = self._report_down(new, now, opened_here=change is Change.WENT_DOWN)
         elif change is Change.RECOVERED or state.up is None:
             # Also at the first check: an outage reported before every worker restarted ends here.
             self._report_up(new, now, recovered_here=change is Change.RECOVERED)
+            self._states[name] = new
+        else:
+            self._states[name] = new
 
-    def _report_down(self, state: State, now: datetime, *, opened_here: bool) -> None:
-        """Keep the cluster's outage marker open; the observer that opens it writes the events."""
+    def _report_down(self, state: State, now: datetime, *, opened_here: bool) -> State:
+        """Keep the cluster's outage marker open; the observer that opens it writes the events.
+        Returns the state with the outage's start as the cluster knows it."""
         tenants = sorted(self._tenants.get(state.name, ()))
         with self.engine.store.write() as tx:
             opened, since = tx.outage_down(state.name, self.observer, now, MARKER_TTL)
             if opened:  # in the transaction that opened the marker: reported exactly once
                 tx.outbox_append([(None, t, self._event(t, state, False, since, now)) for t in tenants], now)
-        if state.since is not None and since < state.since:
-            # Another worker saw the outage begin earlier: the wait bound counts from then.
-            self._states[state.name] = replace(state, since=since)
-        if opened_here:
+        if opened_here or opened:
             log.warning(
                 "dependency %s is down (%s): runs that declare it wait in the queue",
                 state.name,
                 state.problem,
                 extra={"action": "dependency_unavailable", "dependency": state.name, "reported": opened},
             )
+        if state.since is not None and since < state.since:
+            # Another worker saw the outage begin earlier: the wait bound counts from then.
+            return replace(state, since=since)
+        return state
 
     def _report_up(self, state: State, now: datetime, *, recovered_here: bool) -> None:
         tenants = sorted(self._tenants.get(state.name, ()))
@@ -230,13 +260,14 @@ class DependencyMonitor:
         """Dead-letter runs that waited ``max_wait`` for a dependency that is still down."""
         for name, state in self._states.items():
             spec = self._checks.get(name)
-            max_wait = spec.max_wait if spec is not None else DependencySpec(name).max_wait
-            cutoff = rules.wait_cutoff(state, max_wait, now)
+            if spec is None:
+                continue  # not checked on this host: never judged down from here
+            cutoff = rules.wait_cutoff(state, spec.max_wait, now)
             if cutoff is None:
                 continue
             digests = sorted(d for d, names in self._needs.items() if name in names)
             if digests:
-                self._dead_letter(name, state, digests, cutoff, max_wait, now)
+                self._dead_letter(name, state, digests, cutoff, spec.max_wait, now)
 
     def _dead_letter(
         self, name: str, state: State, digests: list[str], cutoff: datetime, max_wait: timedelta, now: datetime

@@ -25,10 +25,18 @@ class Lease:
         self.ttl = ttl
         self.token: int | None = None
         self._renew_at: datetime | None = None
+        self._expires_at: datetime | None = None
 
-    def hold(self, now: datetime) -> int | None:
-        """Take or renew the lock; the fencing token while held, None while another holds it."""
-        if self.token is not None and self._renew_at is not None and now < self._renew_at:
+    def hold(self, now: datetime, *, min_remaining: timedelta | None = None) -> int | None:
+        """Take or renew the lock; the fencing token while held, None while another holds it.
+        ``min_remaining``: renew now unless the lock has at least that long left (a caller
+        about to do something that must finish while it holds the lock)."""
+        if (
+            self.token is not None
+            and self._renew_at is not None
+            and now < self._renew_at
+            and (min_remaining is None or (self._expires_at is not None and now + min_remaining <= self._expires_at))
+        ):
             return self.token
         if self.token is None:
             with self.store.read() as tx:
@@ -42,6 +50,7 @@ class Lease:
             log.info("%s: %s %s", self.owner, state, self.name, extra={"action": "leadership", "lock": self.name})
         self.token = token
         self._renew_at = now + self.ttl / 3 if token is not None else None
+        self._expires_at = now + self.ttl if token is not None else None
         return token
 
     def lost(self) -> None:
@@ -50,6 +59,7 @@ class Lease:
             log.info("%s: lost %s", self.owner, self.name, extra={"action": "leadership", "lock": self.name})
         self.token = None
         self._renew_at = None
+        self._expires_at = None
 
     def release(self) -> None:
         """Hand over at once instead of at expiry (a clean shutdown)."""

@@ -8,6 +8,12 @@ and marking delivered is fenced by the lock token. A sink that fails leaves the 
 undelivered and it is retried on the next turn; a holder that stalled past the lock's expiry
 may deliver a batch again. Either way consumers may see an event twice and de-duplicate by
 ``event_id``.
+
+Time: a sink may spend at most ``SINK_BUDGET`` on a batch; the publisher renews its lock just
+before it calls the sinks whenever less than that (and a margin) is left of it, so a batch is
+delivered and marked within the lock it was read under. A sink that runs out of its budget
+part-way raises ``Deferred`` with how many events it handled: those are marked delivered, and
+the rest are read again in the next batch (and given to every sink again: at least once).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
@@ -30,8 +36,23 @@ from jobgate.store.sqlstore import Store
 log = logging.getLogger("jobgate.events")
 
 
+# What one batch may spend in a slow sink (the alert webhooks), and what the publisher's lock
+# must still have left when the sinks are called: the budget, the other sinks and the marking.
+SINK_BUDGET = timedelta(seconds=6)
+LOCK_MARGIN = timedelta(seconds=2)
+
+
 class EventSink(Protocol):
     def publish(self, events: Sequence[OutboxEvent]) -> None: ...
+
+
+class Deferred(Exception):
+    """Raised by a sink that handled only the first ``handled`` events of a batch (its time ran
+    out); the publisher marks those delivered and reads the rest again next turn."""
+
+    def __init__(self, handled: int, reason: str) -> None:
+        super().__init__(f"{reason}; {handled} events handled, the rest next batch")
+        self.handled = handled
 
 
 def envelope(e: OutboxEvent) -> dict[str, object]:
@@ -97,20 +118,37 @@ PUBLISHER_LOCK = "outbox-publisher"
 
 
 def publish_once(
-    store: Store, sinks: Sequence[EventSink], clock: Clock, *, batch: int = 500, lock: tuple[str, int] | None = None
+    store: Store,
+    sinks: Sequence[EventSink],
+    clock: Clock,
+    *,
+    batch: int = 500,
+    lock: tuple[str, int] | None = None,
+    still_held: Callable[[], bool] | None = None,
 ) -> int:
     """Deliver one batch; returns how many events were delivered (0 when the outbox is empty).
 
     Sinks are called outside any write transaction, so slow sink I/O never holds up workers.
     ``lock`` is the (owner, token) of the publisher lock: marking delivered is fenced by it, so
     a publisher that lost its lock cannot mark a batch another one is delivering.
+    ``still_held`` is asked just before the sinks are called (the publisher renews its lock
+    there); False means the lock is gone and nothing is delivered. A sink that raises
+    ``Deferred`` shortens the batch to what it handled: later sinks get that part only.
     """
     with store.read() as tx:
         pending = tx.outbox_pending(batch)
     if not pending:
         return 0
+    if still_held is not None and not still_held():
+        return 0
     for sink in sinks:
-        sink.publish(pending)
+        try:
+            sink.publish(pending)
+        except Deferred as cut:
+            log.info("%s", cut, extra={"action": "outbox_batch_deferred", "handled": cut.handled})
+            pending = pending[: cut.handled]
+    if not pending:
+        return 0
     with store.write() as tx:
         if lock is not None and not tx.lock_holds(PUBLISHER_LOCK, lock[0], lock[1], clock.now()):
             return 0
@@ -146,12 +184,28 @@ class OutboxPublisher:
     def _hold_lock(self) -> int | None:
         return self._lease.hold(self.clock.now())
 
+    def _still_held(self, token: int) -> Callable[[], bool]:
+        """Just before the sinks: renew the lock unless it has the sinks' budget and a margin
+        left, so the batch is delivered and marked before it can expire."""
+        needed = min(SINK_BUDGET + LOCK_MARGIN, self.lock_ttl)
+        return lambda: self._lease.hold(self.clock.now(), min_remaining=needed) == token
+
+    def _publish(self, token: int, batch: int) -> int:
+        return publish_once(
+            self.store,
+            self.sinks,
+            self.clock,
+            lock=(self.owner, token),
+            batch=batch,
+            still_held=self._still_held(token),
+        )
+
     def run(self) -> None:
         while not self._stop.is_set():
             try:
                 token = self._hold_lock()
                 if token is not None:
-                    n = publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token), batch=self.batch)
+                    n = self._publish(token, self.batch)
                     self.delivered += n
                     if n == self.batch:
                         continue  # a backlog: keep going; otherwise let events gather for a turn
@@ -162,7 +216,7 @@ class OutboxPublisher:
         # Drain what is left so a clean shutdown leaves nothing undelivered, then hand over.
         try:
             token = self._hold_lock()
-            while token is not None and publish_once(self.store, self.sinks, self.clock, lock=(self.owner, token)):
+            while token is not None and self._publish(token, 500):
                 pass
             if token is not None:
                 self._lease.release()

@@ -482,7 +482,11 @@ class Worker:
         """Apply settlements one by one so a single bad row cannot stall the others forever."""
         if len(pending) <= 1:
             if pending:
-                log.error("run %s: settlement cannot be written; leaving it to the rescuer", pending[0][1])
+                log.error(
+                    "run %s: settlement cannot be written; leaving it to the rescuer",
+                    pending[0][1],
+                    extra=self._run_fields(pending[0][1], action="settlement_unwritable"),
+                )
                 self._running.pop(pending[0][1], None)
             self._pending = []
             return
@@ -500,7 +504,11 @@ class Worker:
                     if events:
                         tx.audit_append(events)
             except Exception:
-                log.exception("run %s: settlement cannot be written; leaving it to the rescuer", item[1])
+                log.exception(
+                    "run %s: settlement cannot be written; leaving it to the rescuer",
+                    item[1],
+                    extra=self._run_fields(item[1], action="settlement_unwritable"),
+                )
             self._running.pop(item[1], None)
             self._effects.pop(item[1], None)
             self._audit_pending.pop(item[1], None)
@@ -600,7 +608,11 @@ class Worker:
             else:
                 result = flight.executor.execute(flight.ctx)
         except Exception as exc:  # an executor bug must not kill the worker
-            log.exception("executor failed for run %s", flight.run.job_run_id)
+            log.exception(
+                "executor failed for run %s",
+                flight.run.job_run_id,
+                extra=self._run_fields(flight.run.job_run_id, action="executor_failed", attempt=flight.run.attempt),
+            )
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
         self._results.put((flight, result))
         self._wake.set()
@@ -618,7 +630,12 @@ class Worker:
             with self.engine.store.write() as tx:
                 tx.run_progress(run_id, token, fraction, message)
         except Exception:
-            log.warning("run %s: progress not recorded", run_id, exc_info=True)
+            log.warning(
+                "run %s: progress not recorded",
+                run_id,
+                exc_info=True,
+                extra=self._run_fields(run_id, action="progress_not_recorded"),
+            )
 
     def _collect_results(self, now: datetime) -> None:
         while True:
@@ -747,7 +764,12 @@ class Worker:
                 grace = grace_for(flight.executor, self.settings.stop_grace)
                 if now - flight.interrupted_at > grace + timedelta(seconds=1):
                     log.error(
-                        "run %s: executor ignored stop for %s; abandoning its thread", flight.run.job_run_id, grace
+                        "run %s: executor ignored stop for %s; abandoning its thread",
+                        flight.run.job_run_id,
+                        grace,
+                        extra=self._run_fields(
+                            flight.run.job_run_id, action="executor_abandoned", attempt=flight.run.attempt
+                        ),
                     )
                     if flight.interrupt is OutcomeKind.LEASE_EXPIRED:
                         self._running.pop(flight.run.job_run_id, None)
@@ -773,7 +795,7 @@ class Worker:
             log.warning(
                 "run %s: no longer held by this worker; stopping it",
                 rid,
-                extra={"action": "lease_lost", "job_run_id": rid},
+                extra=self._run_fields(rid, action="lease_lost", attempt=flights[rid].run.attempt),
             )
             self._interrupt(flights[rid], OutcomeKind.LEASE_EXPIRED, now)
         for rid in wanted - taken:

@@ -17,9 +17,13 @@ Which subjects can still produce a new reminder or breach, and so are read each 
    transition that finished it, and never read again; after a restart the cursor resumes where
    it stopped, so downtime loses nothing. The first pass on a database without a cursor
    starts at the newest transition: history from before the monitor existed is not re-judged.
-   On PostgreSQL a transaction can commit a lower id after a higher one, so the cursor only
-   passes transitions older than ``settle`` (5 s); the ones after it are read again next pass
-   and skipped by id.
+   On PostgreSQL a transaction can commit a lower id after a higher one, and a transition's
+   ``at`` is application time, not commit time (a worker writing settlements again after a
+   database blip stamps old instants on new ids), so the cursor follows what has committed:
+   it never passes a missing id (a transaction still open) unless the id was already issued
+   ``GAP_GRACE`` ago on the monitor's own clock (a mark row records the head id seen and
+   when), after which the gap is taken for a rolled-back transaction. Transitions past the
+   cursor are read again next pass and skipped by id.
 
 Recording is once-only by the unique (tenant, subject, kind, phase) key: ``INSERT ... ON
 CONFLICT DO NOTHING`` tells the one monitor that inserted the record to write its event
@@ -36,6 +40,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy import Connection
 
 from jobgate.core.models import JobRun
 from jobgate.core.policies import SlaPolicy
@@ -60,7 +66,7 @@ PAGE = 500  # open subjects per read
 PAGES_PER_PASS = 20  # per arm; a longer list continues where it stopped on the next pass
 CURSOR_WINDOW = 5000  # transition ids per read
 WINDOWS_PER_PASS = 20
-SETTLE = timedelta(seconds=5)
+GAP_GRACE = timedelta(seconds=30)  # how long a missing transition id may still commit (PostgreSQL)
 
 DefinitionKey = tuple[str, str, int]
 
@@ -319,10 +325,15 @@ class _Scan:
     safe: int
     found: list[tuple[Left, Any]] = field(default_factory=list)
     behind: bool = False
+    mark: int | None = None  # PostgreSQL: the head id seen now, to record as the next horizon mark
 
 
 def _cursor_name(workflows: bool) -> str:
     return rows.WORKFLOWS_CURSOR if workflows else rows.RUNS_CURSOR
+
+
+def _mark_name(workflows: bool) -> str:
+    return _cursor_name(workflows) + ":horizon"
 
 
 def _skip(engine: Engine, *, workflows: bool) -> _Scan:
@@ -341,6 +352,10 @@ def _scan(engine: Engine, state: MonitorState, now: datetime, *, workflows: bool
         head = rows.max_id(tx.conn, workflows)
         if cursor is None:  # a first start: from now on, not the history before the monitor
             return _Scan(workflows, None, head)
+        reach = min(head, cursor + WINDOWS_PER_PASS * CURSOR_WINDOW)
+        safe, mark = reach, None  # SQLite: ids become visible in order, so all read are in
+        if not engine.store.ordered_ids:  # PostgreSQL: before the rows, how far all have committed
+            safe, mark = _committed_through(tx.conn, workflows, cursor, reach, head, now)
         after = cursor
         found: list[tuple[Left, Any]] = []
         for _ in range(WINDOWS_PER_PASS):
@@ -351,12 +366,23 @@ def _scan(engine: Engine, state: MonitorState, now: datetime, *, workflows: bool
             batch: list[tuple[Left, Any]] = list(left(tx.conn, after=after, upto=upto, sla_definitions=sla_defs))
             found += [(t, subject) for t, subject in batch if t.id not in seen]
             after = upto
-        if engine.store.ordered_ids:
-            safe = after  # SQLite: ids become visible in order, so all up to here are in
-        else:  # PostgreSQL: pass only what every writer near it has committed
-            settled = rows.settled_through(tx.conn, workflows=workflows, after=cursor, upto=after, before=now - SETTLE)
-            safe = cursor if settled is None else settled
-    return _Scan(workflows, cursor, safe, found, after < head)
+    return _Scan(workflows, cursor, min(safe, after), found, after < head, mark)
+
+
+def _committed_through(
+    conn: Connection, workflows: bool, cursor: int, reach: int, head: int, now: datetime
+) -> tuple[int, int | None]:
+    """How far the cursor may move on PostgreSQL, and the head to record as the new horizon
+    mark (None: keep the one recorded). Every id up to the first missing one has committed.
+    Past a missing id only when it is covered by a mark at least ``GAP_GRACE`` old: it was
+    issued that long ago and has not committed since, so it is taken for rolled back."""
+    recorded = rows.mark_get(conn, _mark_name(workflows))
+    base, mark = cursor, None
+    if recorded is None or recorded[1] > now:  # none yet, or from a clock that has gone back
+        mark = head
+    elif now - recorded[1] >= GAP_GRACE:
+        base, mark = max(cursor, min(recorded[0], reach)), head
+    return rows.contiguous_through(conn, workflows=workflows, after=base, upto=reach), mark
 
 
 def _ended_runs(engine: Engine, scan: _Scan, subjects: _Subjects) -> None:
@@ -383,9 +409,12 @@ def _advance(engine: Engine, state: MonitorState, now: datetime, scan: _Scan) ->
     """After the pass's records committed: move the durable cursor as far as is settled, and
     remember the ids judged beyond it (read again next pass, not judged again)."""
     name = _cursor_name(scan.workflows)
-    if scan.cursor is None or scan.safe > scan.cursor:
+    if scan.cursor is None or scan.safe > scan.cursor or scan.mark is not None:
         with engine.store.write() as tx:
-            rows.cursor_put(tx.conn, name, scan.safe, now)
+            if scan.cursor is None or scan.safe > scan.cursor:
+                rows.cursor_put(tx.conn, name, scan.safe, now)
+            if scan.mark is not None:
+                rows.mark_put(tx.conn, _mark_name(scan.workflows), scan.mark, now)
     seen = state.seen.setdefault(name, set())
     seen.update(t.id for t, _ in scan.found)
     state.seen[name] = {i for i in seen if i > scan.safe}

@@ -13,7 +13,9 @@ For each subject with something due, in one transaction per batch of subjects:
    transition carries its usual event (``job_escalated`` or ``job_dead_lettered``), the
    workflow's ``workflow_escalated``; these are what alert sinks deliver as escalations. The
    breach rows are then marked ``escalated``, so an escalation happens once; one that lost a
-   race (the run moved meanwhile) is tried again while the subject stays open.
+   race (the run moved meanwhile) is tried again while the subject stays open. Each escalation
+   runs in a savepoint: one that fails is undone and logged alone, and never takes the other
+   subjects' records of the batch with it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.runtime.changes import settlement_change
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunChange
+from jobgate.store.sql import fast
 from jobgate.store.sql import sla as rows
 from jobgate.store.sql.sla import BreachRecord, WorkflowSubject
 from jobgate.store.sqlstore import StoreTx
@@ -171,10 +174,39 @@ def _write(tx: StoreTx, items: list[tuple[Subject, list[BreachRecord]]], now: da
     escalated = 0
     for subject, recorded in items:
         cause = next((r for r in recorded if r.requires_escalation), None) or causes.get(subject.subject_id)
-        if cause is not None and _to_escalate(subject, [*recorded, cause]) and _escalate(tx, subject, cause, now):
-            rows.breaches_mark_escalated(tx.conn, subject.tenant_id, subject.subject_id)
+        if cause is not None and _to_escalate(subject, [*recorded, cause]) and _escalate_alone(tx, subject, cause, now):
             escalated += 1
     return reminders, breaches, escalated
+
+
+def _escalate_alone(tx: StoreTx, subject: Subject, cause: BreachRecord, now: datetime) -> bool:
+    """One escalation in a savepoint of the batch's transaction: if it fails, only it is undone
+    and logged (the breach stays not ``escalated``, so the next pass tries again), and the
+    batch keeps the records, events and audit entries of every other subject."""
+    fast.execute(tx.conn, "SAVEPOINT jobgate_escalation")
+    try:
+        done = _escalate(tx, subject, cause, now)
+        if done:
+            rows.breaches_mark_escalated(tx.conn, subject.tenant_id, subject.subject_id)
+    except Exception:
+        fast.execute(tx.conn, "ROLLBACK TO SAVEPOINT jobgate_escalation")
+        fast.execute(tx.conn, "RELEASE SAVEPOINT jobgate_escalation")
+        log.warning(
+            "%s %s: escalation failed; tried again at the next pass",
+            subject.kind.value,
+            subject.subject_id,
+            exc_info=True,
+            extra={
+                "action": "sla_escalation_failed",
+                "job_run_id": subject.run.job_run_id if subject.run else None,
+                "workflow_run_id": subject.workflow.workflow_run_id if subject.workflow else None,
+                "tenant_id": subject.tenant_id,
+                "kind": cause.kind,
+            },
+        )
+        return False
+    fast.execute(tx.conn, "RELEASE SAVEPOINT jobgate_escalation")
+    return done
 
 
 def _record_of(subject: Subject, d: Due, now: datetime) -> BreachRecord:

@@ -26,6 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from jobgate.core.models import JobClass
+from jobgate.service.cluster import STALE_AFTER
 from jobgate.service.engine import Engine
 from jobgate.store.sql import metrics as q
 from jobgate.store.sql.metrics import Distribution, Group, RunCounts
@@ -79,7 +80,7 @@ CATALOGUE = (
         LABELS,
         "Runs created in the last hour: last claim minus the due time it answered, in milliseconds.",
     ),
-    Family("tg_scheduler_lease_renewals_total", "counter", ("worker",), "Run leases renewed, by worker."),
+    Family("tg_scheduler_lease_renewals_total", "counter", ("worker",), "Run leases renewed, by live worker."),
 )
 _HELP = {f.name: f.help for f in CATALOGUE}
 
@@ -97,7 +98,8 @@ class Snapshot:
 
 
 def read(engine: Engine, tenant_id: str | None) -> Snapshot:
-    since = engine.clock.now() - CLAIM_WINDOW
+    now = engine.clock.now()
+    since = now - CLAIM_WINDOW
     with engine.store.read(tenant_id=tenant_id) as tx:
         c = tx.conn
         q.without_jit(c)
@@ -107,7 +109,7 @@ def read(engine: Engine, tenant_id: str | None) -> Snapshot:
             breaches=q.sla_breach_counts(c, tenant_id),
             workflow_latency=q.workflow_latency(c, tenant_id, WORKFLOW_LATENCY_BUCKETS_MS),
             claim_latency=q.claim_latency(c, tenant_id, since, CLAIM_LATENCY_BUCKETS_MS),
-            lease_renewals=q.lease_renewals(c),
+            lease_renewals=q.lease_renewals(c, now - STALE_AFTER),  # live workers only, as /api/v1/workers
         )
 
 

@@ -8,19 +8,25 @@ period ended, so the figures of a closed period are a function of records stampe
 ``job_success_rate`` = ``jobs_completed / jobs_scheduled``), ``null`` when nothing was
 scheduled; ``replay_backlog`` is the REPLAY_JOB runs open at the period's end.
 
-**Once per period.** The AII_TELEMETRY_JOB computes the figures in its attempt and publishes in
-its own fenced completion transaction (``ctx.on_complete``): the publication row is inserted
-with ``ON CONFLICT DO NOTHING`` on (tenant, period) and only the transaction that inserted it
-writes the sink, before it commits. Two runs at once: the second waits on the first's row and
-inserts nothing. A crash after the sink write and before the commit leaves no row, so the
-retried attempt publishes again, and the sink, idempotent by (tenant, period), keeps its one
-record (the row stores what the sink holds). A sink that fails fails the attempt: nothing is
-recorded, the retry policy applies. A period is published only once it has ended and
-``telemetry.settle`` has passed (commits stamped just before the end have landed).
+**Once per period.** The AII_TELEMETRY_JOB computes the figures in its attempt, skips the
+periods already published, and writes the sink in the attempt too, outside any database
+transaction: a slow sink (an HTTP call up to its timeout) holds no lock that other writers wait
+for (on SQLite, the one write lock of the whole database). The publication row is then
+inserted in the run's own fenced completion (``ctx.on_complete``) with ``ON CONFLICT DO
+NOTHING`` on (tenant, period): exactly one row per period, whoever commits first. What this
+leaves to the sink is a repeat: an attempt that wrote the sink and failed before its
+completion committed is retried, and two runs at once may both write it. The sinks are
+idempotent by (tenant, period) for that (``telemetry.sinks``): the file keeps its first line
+and answers it back, so never a second line for a period, and the row records that line; the
+HTTP sink delivers at least once with the same ``Idempotency-Key`` every time. A sink that
+fails fails the attempt (nothing is recorded; the retry policy applies). A period is published
+only once it has ended and ``telemetry.settle`` has passed (commits stamped just before the end
+have landed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,29 +106,39 @@ def record(tenant_id: str, period: Period, doc: dict[str, Any]) -> dict[str, Any
     }
 
 
+_RECORD_ONLY = ("tenant_id", "period_start", "period_end")  # in what the sink gets, not in the figures
+
+
+def deliver(sink: TelemetrySink, tenant_id: str, period: Period, doc: dict[str, Any]) -> dict[str, Any]:
+    """Write ``doc`` for (tenant, period) to the sink; returns the record the sink holds for
+    the period (an earlier writer's, if there was one). Called outside any transaction."""
+    return sink.submit(record(tenant_id, period, doc))
+
+
 def publish(
     conn: Connection,
     tenant_id: str,
     period: Period,
-    doc: dict[str, Any],
-    sink: TelemetrySink,
+    held: dict[str, Any],
+    sink_name: str,
     *,
     now: datetime,
     job_run_id: str | None,
 ) -> bool:
-    """Publish ``doc`` for (tenant, period) inside the caller's transaction: True if this
-    call published it, False if it was published already (the sink is then not written).
-    The row is inserted first and the sink written before the caller commits; if the sink
-    fails, the exception undoes the row with the rest of the transaction."""
-    sent = record(tenant_id, period, doc)  # the digest is of what the sink receives
-    row = Publication(tenant_id, period.name, period.start, period.end, doc, digest(sent), now, sink.name, job_run_id)
-    if not store.publication_put(conn, row):
-        return False
-    held = sink.submit(sent)
-    if held != sent:  # the sink kept an earlier attempt's record: the row records what it holds
-        kept = {k: v for k, v in held.items() if k not in ("tenant_id", "period_start", "period_end")}
-        store.publication_replace_figures(conn, tenant_id, period.name, kept, digest(held))
-    return True
+    """Record that (tenant, period) was published, inside the caller's transaction (the run's
+    fenced completion), as ``held``: what ``deliver`` said the sink holds. True if this call
+    recorded it, False if a row was there already (``ON CONFLICT DO NOTHING``)."""
+    figures = {k: v for k, v in held.items() if k not in _RECORD_ONLY}
+    row = Publication(
+        tenant_id, period.name, period.start, period.end, figures, digest(held), now, sink_name, job_run_id
+    )
+    return store.publication_put(conn, row)
+
+
+def published(engine: Engine, tenant_id: str, chosen: Sequence[Period]) -> set[str]:
+    """Which of ``chosen`` the tenant has published already."""
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        return {p.name for p in chosen if store.publication_get(tx.conn, tenant_id, p.name) is not None}
 
 
 @dataclass(frozen=True)
@@ -151,8 +167,9 @@ def plan(engine: Engine, tenant_id: str, *, now: datetime, requested: str | None
 
 def telemetry_job(ctx: Any) -> dict[str, Any]:
     """The AII_TELEMETRY_JOB handler (``handler: jobgate.telemetry.rollup:telemetry_job``):
-    computes the figures of every period due for the run's tenant and publishes each once, in
-    the run's fenced completion. Param ``period`` (optional) publishes that settled period."""
+    computes the figures of every period due for the run's tenant and not yet published, writes
+    them to the sink in the attempt, and records each publication once in the run's fenced
+    completion. Param ``period`` (optional) publishes that settled period."""
     engine: Engine | None = ctx.host_engine
     if engine is None:
         raise NonRetryableError("the telemetry job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
@@ -164,19 +181,27 @@ def telemetry_job(ctx: Any) -> dict[str, Any]:
         chosen = plan(engine, tenant, now=now, requested=ctx.params.get("period") or None)
     except ValidationError as exc:
         raise NonRetryableError(exc.message, error_code="BAD_PERIOD") from None
-    computed = [(p, compute(engine, tenant, p, None if eco is None else str(eco))) for p in chosen.periods]
+    done = published(engine, tenant, chosen.periods)
+    computed = [
+        (p, compute(engine, tenant, p, None if eco is None else str(eco))) for p in chosen.periods if p.name not in done
+    ]
+    for name in sorted(done):
+        ctx.log(f"telemetry {tenant} {name}: already published")
     sink = sink_for(engine.config)
+    # The sink is written here, in the attempt, outside any transaction (see the module docstring).
+    held = [(period, deliver(sink, tenant, period, doc)) for period, doc in computed]
 
     def effect(conn: Connection) -> None:
         at = engine.clock.now()
-        for period, doc in computed:
-            made = publish(conn, tenant, period, doc, sink, now=at, job_run_id=ctx.job_run_id)
+        for period, kept in held:
+            made = publish(conn, tenant, period, kept, sink.name, now=at, job_run_id=ctx.job_run_id)
             ctx.log(f"telemetry {tenant} {period.name}: {'published to ' + sink.name if made else 'already published'}")
 
-    ctx.on_complete(effect)
+    if held:
+        ctx.on_complete(effect)
     return {
         "tenant_id": tenant,
         "period_kind": chosen.kind.value,
-        "periods": [p.name for p, _ in computed],
+        "periods": [p.name for p in chosen.periods],
         "sink": sink.name,
     }

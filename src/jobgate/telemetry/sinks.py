@@ -1,10 +1,19 @@
 """Where telemetry publications go: an append-only JSON-lines file, or an HTTP endpoint.
 
-Both are idempotent by (tenant, period), because a publisher may write the sink and then die
-before its database transaction commits; the retried attempt writes again, and the sink must
-keep one record. The file keeps the first line it holds for the key and answers it back (the
-publication row then records exactly what the sink holds); the HTTP sink sends an
-``Idempotency-Key`` naming the tenant and period, for the receiver to drop a repeat.
+A sink is written outside any database transaction (``telemetry.rollup``), so a publisher may
+write it and then fail before its publication row commits, and two runs may write the same
+period at once; the retried or concurrent writer then writes again. So both sinks are
+idempotent by (tenant, period):
+
+* the file keeps the first line it holds for the key, under an exclusive file lock, and
+  answers it back (the publication row then records exactly what the file holds): never a
+  second line for a period;
+* the HTTP sink delivers at least once, each time with the same ``Idempotency-Key``
+  (``aii-telemetry:<tenant>:<period>``), for the receiver to drop a repeat.
+
+A sink is named by what may be shown of it (``telemetry.redact``), and a failure is reported
+with that name and the HTTP status or error type only: the URL's credentials, query or path
+never reach a run's error, a log line or the API.
 """
 
 from __future__ import annotations
@@ -14,7 +23,13 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+
+from jobgate.core.errors import NonRetryableError, RetryableError
+from jobgate.health.rules import retryable_status
+from jobgate.telemetry.redact import shown_file, shown_url
+
+SINK_REFUSED = "TELEMETRY_SINK_REFUSED"  # a 4xx answer: retrying will not change it
+SINK_UNAVAILABLE = "TELEMETRY_SINK_UNAVAILABLE"  # no answer, a timeout, 408, 429 or 5xx
 
 
 class TelemetrySink(Protocol):
@@ -36,7 +51,7 @@ class FileSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.name = f"file:{path}"
+        self.name = shown_file(path)
 
     def submit(self, record: dict[str, Any]) -> dict[str, Any]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,25 +87,33 @@ class FileSink:
 
 class HttpSink:
     """POSTs the record as JSON to the configured URL (never one from a request), with an
-    ``Idempotency-Key``; any non-2xx answer fails the attempt, to be retried by its policy."""
+    ``Idempotency-Key``. A 2xx answer is delivery; a 4xx refusal (but 408 and 429) fails the
+    attempt for good, anything else fails it to be retried by its policy. The error names the
+    sink by scheme and host only."""
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url
         self.timeout = timeout
-        parts = urlsplit(url)
-        shown = parts._replace(netloc=parts.hostname or "", query="", fragment="")
-        if parts.port is not None:
-            shown = shown._replace(netloc=f"{parts.hostname}:{parts.port}")
-        self.name = f"http:{urlunsplit(shown)}"  # no credentials or query in what is stored
+        self.name = shown_url(url)  # no credentials, path or query in what is stored or shown
 
     def submit(self, record: dict[str, Any]) -> dict[str, Any]:
         import httpx
 
-        response = httpx.post(
-            self.url, json=record, timeout=self.timeout, headers={"Idempotency-Key": idempotency_key(record)}
-        )
-        response.raise_for_status()
-        return record
+        try:
+            response = httpx.post(
+                self.url, json=record, timeout=self.timeout, headers={"Idempotency-Key": idempotency_key(record)}
+            )
+        except httpx.HTTPError as exc:  # its message may quote the URL: only its type is kept
+            raise RetryableError(
+                f"telemetry sink {self.name}: {type(exc).__name__}", error_code=SINK_UNAVAILABLE
+            ) from None
+        status = response.status_code
+        if 200 <= status < 300:
+            return record
+        message = f"telemetry sink {self.name} answered HTTP {status}"
+        if retryable_status(status):
+            raise RetryableError(message, error_code=SINK_UNAVAILABLE)
+        raise NonRetryableError(message, error_code=SINK_REFUSED)
 
 
 def sink_for(config: Any) -> TelemetrySink:

@@ -21,6 +21,7 @@ from jobgate.service.tokens import Principal
 from jobgate.store.sql import telemetry as store
 from jobgate.store.sql.telemetry import Publication
 from jobgate.telemetry import periods, rollup
+from jobgate.telemetry.redact import shown_sink
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])
 
@@ -56,7 +57,7 @@ class TelemetryPeriodOut(BaseModel):
             period_end=p.period_end,
             state="published",
             published_at=p.published_at,
-            sink=p.sink,
+            sink=shown_sink(p.sink),  # scheme and host, or a file's name: nothing of its secrets or folders
             digest=p.digest,
             job_run_id=p.job_run_id,
             figures=p.figures,

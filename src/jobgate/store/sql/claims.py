@@ -44,7 +44,7 @@ from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, RunStatus
 from jobgate.store import codec
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim
-from jobgate.store.sql import fast
+from jobgate.store.sql import fast, letters
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
     LEASED_SQL,
@@ -562,10 +562,31 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges)
     if done:
         transitions = [prepared.transitions[ch.job_run_id] for ch in done]
         fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
-        letters = [prepared.letters[ch.job_run_id] for ch in done if ch.job_run_id in prepared.letters]
-        if letters:
-            conn.execute(_INSERT_DEAD_LETTERS, letters)
-        events = [row for ch in done for row in prepared.events[ch.job_run_id]]
+        derived = {ch.job_run_id: ch.dead_letter.dead_letter_id for ch in done if ch.dead_letter is not None}
+        # A run requeued and dead-lettered again at the same attempt: its repeat is numbered.
+        repeats = letters.letters_renumber(conn, derived) if derived else {}
+        if repeats:
+            done = [letters.renumbered(ch, repeats[ch.job_run_id]) if ch.job_run_id in repeats else ch for ch in done]
+        if derived:
+            conn.execute(
+                _INSERT_DEAD_LETTERS,
+                [
+                    codec.dead_letter_row(ch.dead_letter)
+                    if ch.job_run_id in repeats
+                    else prepared.letters[ch.job_run_id]
+                    for ch in done
+                    if ch.dead_letter is not None
+                ],
+            )
+        events = [
+            row
+            for ch in done
+            for row in (
+                _event_rows(ch.job_run_id, ch.tenant_id, ch.events, ch.transition.at)
+                if ch.job_run_id in repeats
+                else prepared.events[ch.job_run_id]
+            )
+        ]
         fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, events)
     return done
 

@@ -197,7 +197,10 @@ def claim_latency(
     return _distribution(conn, rows, bounds_ms)
 
 
-def lease_renewals(conn: Connection) -> dict[str, int]:
-    """Run leases each registered worker has renewed (workers serve every tenant)."""
-    q = select(workers.c.worker_id, workers.c.lease_renewals)
+def lease_renewals(conn: Connection, alive_since: datetime) -> dict[str, int]:
+    """Run leases each live worker has renewed (workers serve every tenant): those not stopped
+    that heartbeat at or after ``alive_since``. A worker's row outlives its process, and one
+    series per process ever started would grow without bound; a stopped worker's series ends."""
+    W = workers.c
+    q = select(W.worker_id, W.lease_renewals).where(W.stopped_at.is_(None), W.heartbeat_at >= codec.to_us(alive_since))
     return {worker: int(n) for worker, n in conn.execute(q)}

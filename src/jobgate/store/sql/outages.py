@@ -5,9 +5,12 @@ A marker is *open* while an outage is on (``expires_at`` in the future: the work
 opened it renews it at every check) and *closed* (``expires_at = 0``) once the dependency is
 back. Opening and closing are compare-and-sets on the row's token, so of several workers that
 see the same change at once exactly one is told it opened (or closed) the outage, and only
-that one writes the event. An open marker whose observer died expires; the next worker that
-sees the dependency down takes it over quietly (the outage is the same one, already
-reported), keeping when it began.
+that one writes the event. An open marker whose observer died expires; a worker that sees the
+dependency down within a TTL of that takes it over quietly (the outage is the same one,
+already reported), keeping when it began. A marker nobody renewed for a whole TTL after it
+expired was watched by no one (every worker stopped, or the one that saw the recovery could
+not close it): what is down now is a new outage, reported with its own start, so runs that
+wait for it are not dead-lettered at once on the strength of an old one.
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ def outage_down(conn: Connection, dependency: str, owner: str, now_us: int, ttl_
         )
         return bool(taken), codec.from_us(now_us)
     same = (L.name == name) & (L.token == row.token)
-    if row.expires_at == 0:  # closed: a new outage
+    abandoned = row.expires_at != 0 and row.expires_at + ttl_us <= now_us
+    if row.expires_at == 0 or abandoned:  # closed, or left unwatched for a whole TTL: a new outage
         opened = conn.execute(
             update(locks)
-            .where(same, L.expires_at == 0)
+            .where(same, L.expires_at == row.expires_at)
             .values(owner=owner, token=row.token + 1, acquired_at=now_us, expires_at=now_us + ttl_us)
         ).rowcount
         return opened == 1, codec.from_us(now_us)

@@ -247,15 +247,22 @@ def max_id(conn: Connection, workflows: bool) -> int:
     return int(conn.execute(select(func.max(column))).scalar() or 0)
 
 
-def settled_through(conn: Connection, *, workflows: bool, after: int, upto: int, before: datetime) -> int | None:
-    """The highest id in (after, upto] written before ``before``: on PostgreSQL a transaction may
-    commit a lower id after a higher one, so the cursor only passes rows old enough that every
-    transaction that wrote near them has ended."""
-    table = workflow_transitions if workflows else run_transitions
-    c = table.c
-    q = select(func.max(c.id)).where(c.id > after, c.id <= upto, c.at < codec.to_us(before))
-    value = conn.execute(q).scalar()
-    return None if value is None else int(value)
+def contiguous_through(conn: Connection, *, workflows: bool, after: int, upto: int) -> int:
+    """The highest id ``h`` in [after, upto] such that every id in (after, h] is visible now.
+
+    On PostgreSQL ids are taken when a row is inserted and become visible when its transaction
+    commits, in any order: a missing id is a transaction still open (or one rolled back). Read
+    before the rows themselves (each statement of a read-committed transaction sees at least
+    what the one before it saw), every id up to ``h`` is then in the reads that follow."""
+    c = (workflow_transitions if workflows else run_transitions).c
+    in_range = (c.id > after, c.id <= upto)
+    ids = select(c.id.label("id"), func.lag(c.id, 1, after).over(order_by=c.id).label("prev")).where(*in_range)
+    sub = ids.subquery()
+    before_gap = conn.execute(select(sub.c.prev).where(sub.c.id - sub.c.prev > 1).order_by(sub.c.id).limit(1)).scalar()
+    if before_gap is not None:
+        return int(before_gap)
+    last = conn.execute(select(func.max(c.id)).where(*in_range)).scalar()
+    return after if last is None else int(last)
 
 
 def runs_left(conn: Connection, *, after: int, upto: int, sla_definitions: Sequence[str]) -> list[tuple[Left, JobRun]]:
@@ -322,6 +329,25 @@ def workflows_left(
 def cursor_get(conn: Connection, name: str) -> int | None:
     row = conn.execute(select(outbox_cursors.c.delivered_through).where(outbox_cursors.c.name == name)).first()
     return None if row is None else int(row[0])
+
+
+def mark_get(conn: Connection, name: str) -> tuple[int, datetime] | None:
+    """A value recorded with the instant it was recorded at (an ``outbox_cursors`` row)."""
+    C = outbox_cursors.c
+    row = conn.execute(select(C.delivered_through, C.updated_at).where(C.name == name)).first()
+    return None if row is None else (int(row[0]), codec.from_us(row[1]))
+
+
+def mark_put(conn: Connection, name: str, value: int, now: datetime) -> None:
+    """Record ``value`` as of ``now``, replacing what the row held (moving either way)."""
+    C = outbox_cursors.c
+    done = conn.execute(
+        update(outbox_cursors).where(C.name == name).values(delivered_through=value, updated_at=codec.to_us(now))
+    ).rowcount
+    if not done:
+        conn.execute(
+            _insert_ignore(conn, outbox_cursors).values(name=name, delivered_through=value, updated_at=codec.to_us(now))
+        )
 
 
 def cursor_put(conn: Connection, name: str, value: int, now: datetime) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -126,8 +126,7 @@ def publication_put(conn: Connection, p: Publication) -> bool:
 
     ``ON CONFLICT DO NOTHING`` on the primary key: a concurrent publisher of the same period
     waits for the first one's transaction and then inserts nothing (PostgreSQL), or finds its
-    row (SQLite, one writer at a time). Either way exactly one row, and the caller knows
-    whether it is the one that must write the sink.
+    row (SQLite, one writer at a time). Either way exactly one row.
     """
     values = {
         "tenant_id": p.tenant_id,
@@ -144,18 +143,6 @@ def publication_put(conn: Connection, p: Publication) -> bool:
     stmt = insert(telemetry_publications).values(**values).on_conflict_do_nothing()
     made = conn.execute(stmt.returning(telemetry_publications.c.period)).first()  # no row: there was one
     return made is not None
-
-
-def publication_replace_figures(
-    conn: Connection, tenant_id: str, period: str, figures: dict[str, object], digest: str
-) -> None:
-    """Make the row record what the sink holds (an earlier, uncommitted attempt's record)."""
-    p = telemetry_publications.c
-    conn.execute(
-        update(telemetry_publications)
-        .where(p.tenant_id == tenant_id, p.period == period)
-        .values(figures=codec.dumps(figures), digest=digest)
-    )
 
 
 def _publication(row: object) -> Publication:

@@ -33,9 +33,7 @@ def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute("ALTER TABLE telemetry_publications ENABLE ROW LEVEL SECURITY")
         op.execute("ALTER TABLE telemetry_publications FORCE ROW LEVEL SECURITY")
-        op.execute(
-            f"CREATE POLICY jobgate_tenant ON telemetry_publications USING ({VISIBLE}) WITH CHECK ({VISIBLE})"
-        )
+        op.execute(f"CREATE POLICY jobgate_tenant ON telemetry_publications USING ({VISIBLE}) WITH CHECK ({VISIBLE})")
     with op.batch_alter_table("workers") as batch:
         batch.add_column(sa.Column("lease_renewals", sa.BigInteger(), nullable=False, server_default="0"))
 
