@@ -267,3 +267,39 @@ def test_the_starters_role_bounds_the_steps_priority(engine: Engine, tmp_path: P
     assert done.record.status is RunStatus.FAILED and ran(marker) == []
     refused = next(t for t in done.transitions if t.reason == "step_refused")
     assert "SP-PRIORITY" in refused.detail["why"], refused.detail
+
+
+def test_retention_keeps_the_step_runs_of_a_workflow_still_running(engine: Engine, marker: Path) -> None:
+    from datetime import timedelta
+
+    from jobgate.runtime.outbox import RecordingSink, publish_once
+
+    def deliver_all() -> None:  # retention keeps runs whose events are undelivered: deliver them
+        while publish_once(engine.store, [RecordingSink()], engine.clock):
+            pass
+
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [
+            {"id": "a", "job": j["record"], "params": {"name": "a"}},
+            {"id": "b", "job": j["wait"], "params": {"name": "b"}},
+        ],
+    )
+    wid = start(engine, wf)
+    other = engine.submit(SubmitRequest(j["record"], params={"name": "lone"})).run.job_run_id
+    later = engine.clock.now() + timedelta(days=1)
+    with coordinating(engine):
+        wait_until(lambda: ran(marker, "started") == ["b"] and "lone" in ran(marker), what="step b and the lone run")
+        wait_until(lambda: count(engine, "job_runs", f"job_run_id = '{other}' AND status = 'COMPLETED'") == 1)
+        deliver_all()
+        a_run = str(view(engine, wid).steps[0].job_run_id)
+        with engine.store.write() as tx:  # a finished step run of a running workflow is kept
+            gone = tx.runs_retire("default", later, 100)
+        assert other in gone and a_run not in gone
+        Path(str(marker) + ".gate").touch()
+        wait_workflow(engine, wid)
+    deliver_all()
+    with engine.store.write() as tx:  # the workflow ended: its step runs may go like any run
+        gone = tx.runs_retire("default", later, 100)
+    assert a_run in gone
