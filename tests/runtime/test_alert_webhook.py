@@ -23,7 +23,7 @@ from jobgate.core.models import OutboxEvent
 from jobgate.core.states import RunStatus
 from jobgate.runtime import alert_sink as alert_sink_module
 from jobgate.runtime.alert_sink import WebhookAlertSink, alert_sink
-from jobgate.runtime.outbox import JsonLinesSink, RecordingSink, publish_once
+from jobgate.runtime.outbox import Deferred, JsonLinesSink, RecordingSink, publish_once
 from jobgate.runtime.process import default_sinks
 from jobgate.service import safemode
 from jobgate.service.engine import Engine, SubmitRequest
@@ -266,3 +266,38 @@ def _event(event_id: int, event_type: str) -> OutboxEvent:
 
     payload = json.dumps({"event_type": f"trustgate.scheduler.{event_type}", "tenant_id": "default"})
     return OutboxEvent(event_id, None, "default", event_type, payload, datetime(2026, 3, 1, tzinfo=UTC))
+
+
+@pytest.mark.parametrize(("timeout", "backoff"), [(2.0, 0.05), (0.8, 0.3)])
+def test_with_the_real_clock_every_batch_makes_an_attempt_and_the_outbox_moves_on(
+    tmp_path: Path, timeout: float, backoff: float
+) -> None:
+    """A timeout as long as the budget, or a backoff cut to "what is left minus the timeout"
+    (a real sleep overshoots): each batch still makes its first attempt, so the alert reaches
+    the local log after its attempts instead of being deferred for ever."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: every attempt fails at once
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/hook"
+    alerts = {
+        "webhook_url": closed,
+        "timeout_seconds": timeout,
+        "max_attempts": 3,
+        "backoff_seconds": backoff,
+        "max_backoff_seconds": backoff,
+        "cooldown_seconds": 600,
+    }
+    config = make_config(tmp_path, alerts=alerts)
+    sink = WebhookAlertSink(config.alerts, undelivered_log=tmp_path / "undelivered.jsonl", budget=1.0)
+    events = [_event(1, "job_dead_lettered")]
+    for _ in range(6):
+        try:
+            sink.publish(events)
+            break
+        except Deferred as deferred:
+            assert deferred.handled == 0
+    else:
+        pytest.fail("the alert was deferred at every batch: the outbox would never move again")
+    (record,) = [json.loads(x) for x in (tmp_path / "undelivered.jsonl").read_text().splitlines()]
+    assert record["alert_id"] == 1 and "after 3 attempts" in record["problem"]

@@ -303,3 +303,31 @@ def test_retention_keeps_the_step_runs_of_a_workflow_still_running(engine: Engin
     with engine.store.write() as tx:  # the workflow ended: its step runs may go like any run
         gone = tx.runs_retire("default", later, 100)
     assert a_run in gone
+
+
+def test_a_cancel_request_never_lands_on_a_compensating_workflow(engine: Engine, marker: Path) -> None:
+    from sqlalchemy import text
+
+    j = jobs(engine)
+    wid = start(engine, workflow(engine, [{"id": "a", "job": j["record"]}]))
+    with engine.store.write() as tx:  # the coordinator committed its switch to compensating first
+        tx.conn.execute(text("UPDATE workflow_runs SET phase = 'compensating' WHERE workflow_run_id = :w"), {"w": wid})
+        assert not tx.workflow_request_cancel(wid)
+    assert not view(engine, wid).record.cancel_requested
+
+
+def test_the_run_of_a_step_being_stopped_cannot_be_requeued(engine: Engine, marker: Path) -> None:
+    from sqlalchemy import text
+
+    dlq = define(engine, handler="workflow_handlers:fail", params=[{"name": "name"}], retry_policy="test_fixed_v1")
+    wid = start(engine, workflow(engine, [{"id": "a", "job": dlq, "params": {"name": "a"}}]))
+    advance(engine, wid)
+    run_id = str(view(engine, wid).steps[0].job_run_id)
+    with engine.store.write() as tx:  # as if a sibling's failure had asked this step to stop
+        tx.conn.execute(text("UPDATE workflow_steps SET status = 'STOPPING' WHERE workflow_run_id = :w"), {"w": wid})
+        tx.conn.execute(
+            text("UPDATE job_runs SET status = 'DEAD_LETTERED', ended_at = 1 WHERE job_run_id = :r"), {"r": run_id}
+        )
+    with pytest.raises(ConflictError) as info:
+        control.requeue_run(engine, run_id, actor="op")
+    assert info.value.field == "workflow_run_id"

@@ -364,3 +364,24 @@ def test_every_change_follows_the_workflow_and_step_state_machines() -> None:
             else:
                 assert c.to_status in STEP_ALLOWED[c.from_status], c
     assert seen >= 10 and isinstance(sim.state, WorkflowState)
+
+
+def test_a_cancel_does_not_skip_a_compensation_already_decided() -> None:
+    sim = Sim(
+        spec_of(
+            [
+                {"id": "a", "job": "j", "compensate": {"job": "u"}},
+                {"id": "b", "job": "j", "on_failure": "compensate"},
+                {"id": "c", "job": "j", "depends_on": ["a"]},
+            ]
+        )
+    )
+    sim.step()
+    sim.finish("a")
+    sim.finish("b", BROKEN)  # c is STOPPING: the failure's decision waits for it
+    assert sim.step_status("c") is StepStatus.STOPPING
+    sim.state = replace(sim.state, cancel_requested=True)
+    sim.finish("c", RunOutcome(RunStatus.CANCELLED))
+    assert sim.started[-1] == "undo:a" and sim.status is RunStatus.RUNNING  # compensating, not CANCELLED
+    sim.finish("undo:a")
+    assert sim.status is RunStatus.FAILED and sim.step_status("a") is StepStatus.COMPENSATED

@@ -83,7 +83,10 @@ class WebhookAlertSink:
         self._monotonic = monotonic
         self._now = now
         self._headers = {"Content-Type": "application/json", **dict(settings.headers)}
-        self._timeout = min(settings.timeout.total_seconds(), self.budget)  # an attempt always fits a fresh budget
+        # An attempt always fits a fresh budget, with room to spare: the first attempt of a batch
+        # is made unconditionally (so every batch moves on), and it must not overrun the budget.
+        self._timeout = min(settings.timeout.total_seconds(), self.budget * 0.8)
+        self._attempted = False  # has this batch made an attempt yet
         self._cooling: dict[str, float] = {}  # url -> monotonic instant until which it is not tried
         self._accepted: OrderedDict[tuple[int, str], None] = OrderedDict()
         self._tries: OrderedDict[tuple[int, str], tuple[int, str]] = OrderedDict()  # attempts made, last problem
@@ -98,6 +101,7 @@ class WebhookAlertSink:
             return  # the common batch: nothing to alert on
         with self._lock:
             deadline = self._monotonic() + self.budget
+            self._attempted = False
             for index, event in enumerate(events):
                 if event.event_type not in types:
                     continue
@@ -132,9 +136,13 @@ class WebhookAlertSink:
             if attempt > 1:  # the backoff, cut to leave the attempt its whole timeout
                 delay = rules.retry_delay(attempt - 1, s.backoff, s.max_backoff).total_seconds()
                 self._sleep(max(0.0, min(delay, deadline - self._monotonic() - self._timeout)))
-            if deadline - self._monotonic() < self._timeout:
+            # Deferred only once this batch has made an attempt: otherwise a carried-over alert
+            # whose backoff ate the (overshooting) sleep could be deferred at every batch, and the
+            # outbox would never move again.
+            if self._attempted and deadline - self._monotonic() < self._timeout:
                 self._keep_tries(key, attempt - 1, problem)
                 raise _OutOfTime
+            self._attempted = True
             try:
                 response = httpx.post(url, content=data, headers=headers, timeout=self._timeout, follow_redirects=False)
             except httpx.HTTPError as exc:

@@ -204,10 +204,16 @@ def check_step_requeue(tx: StoreTx, run: JobRun) -> None:
     """A workflow step's run may be requeued only while its workflow still waits for it: once
     the workflow has acted on its failure (failed, compensated, escalated), running the step
     again would act outside the workflow that owns it."""
-    workflow = tx.workflow_get(str(run.workflow_run_id))
-    waiting = workflow is not None and any(
-        s.job_run_id == run.job_run_id and s.status in ("RUNNING", "STOPPING")
-        for s in tx.workflow_steps(workflow.workflow_run_id)
+    workflow = tx.workflow_lock(str(run.workflow_run_id))
+    # Only a step still RUNNING waits for this run (a STOPPING one was asked to stop). The
+    # version moves on, so a coordinator that decided from the run's end loses its race.
+    waiting = (
+        workflow is not None
+        and any(
+            s.job_run_id == run.job_run_id and s.status == "RUNNING"
+            for s in tx.workflow_steps(workflow.workflow_run_id)
+        )
+        and tx.workflow_bump(workflow.workflow_run_id)
     )
     if workflow is None or not waiting:
         state = "gone" if workflow is None else f"{workflow.status.value}, and has acted on this step's end"

@@ -317,6 +317,9 @@ class StoreTx:
     def workflows_active_exist(self) -> bool:
         return workflows.workflows_active_exist(self.conn)
 
+    def workflow_bump(self, workflow_run_id: str) -> bool:
+        return workflows.workflow_bump(self.conn, workflow_run_id)
+
     def workflow_next_seq(self, workflow_run_id: str) -> int:
         return workflows.workflow_next_seq(self.conn, workflow_run_id)
 

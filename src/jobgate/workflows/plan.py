@@ -214,7 +214,9 @@ def plan(spec: WorkflowSpec, state: WorkflowState, outcomes: Mapping[str, RunOut
     if state.status not in WORKFLOW_ACTIVE:
         return b.plan()
     _observe(spec, b, outcomes)
-    if state.cancel_requested:
+    failing = any(st.status is StepStatus.FAILED for st in b.steps.values())
+    if state.cancel_requested and b.state.phase is Phase.FORWARD and not failing:
+        # (A workflow already failing follows its failure policy — its compensation too.)
         _halt(spec, b, "workflow_cancelled", wait=False)
         b.workflow(RunStatus.CANCELLED, "cancelled_by_user")
         return b.plan()

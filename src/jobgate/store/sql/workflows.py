@@ -359,10 +359,19 @@ def workflow_apply(conn: Connection, u: WorkflowUpdate) -> bool:
 def workflow_request_cancel(conn: Connection, workflow_run_id: str, tenant_id: str | None) -> bool:
     """Mark it and move its version on, so a coordinator that decided from the state before the
     cancel loses its compare-and-set and decides again (seeing the cancel)."""
-    q = update(workflow_runs).where(W.workflow_run_id == workflow_run_id, W.status.in_(_ACTIVE))
+    q = update(workflow_runs).where(
+        W.workflow_run_id == workflow_run_id, W.status.in_(_ACTIVE), W.phase == "forward"
+    )  # a compensation that began meanwhile (it committed first) runs to its end
     if tenant_id is not None:
         q = q.where(W.tenant_id == tenant_id)
     return conn.execute(q.values(cancel_requested=True, version=W.version + 1)).rowcount == 1
+
+
+def workflow_bump(conn: Connection, workflow_run_id: str) -> bool:
+    """Move the version on: a coordinator that decided from the state before (a requeue of a
+    step's run) loses its compare-and-set and decides again."""
+    q = update(workflow_runs).where(W.workflow_run_id == workflow_run_id, W.status.in_(_ACTIVE))
+    return conn.execute(q.values(version=W.version + 1)).rowcount == 1
 
 
 def workflow_next_seq(conn: Connection, workflow_run_id: str) -> int:
