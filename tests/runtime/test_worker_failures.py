@@ -310,22 +310,25 @@ def test_a_retry_that_waits_too_long_for_a_worker_is_dead_lettered_by_its_queue_
         "initial_delay_seconds": 60,
         "max_delay_seconds": 60,
     }
-    custom = Engine(engine.store, make_config(tmp_path, retry_policies=[slow_retry]))
+    # A queue timeout long enough that the first claim never misses it on a busy machine (the
+    # test is about the wait for the retry, judged below at chosen instants).
+    queue_3s = {"timeout_policy_id": "test_queue_3s_v1", "queue_timeout_seconds": 3}
+    custom = Engine(engine.store, make_config(tmp_path, retry_policies=[slow_retry], timeout_policies=[queue_3s]))
     job = define(
         custom,
         handler="engine_handlers:fail_retryable",
         retry_policy="test_slow_retry_v1",
-        timeout_policy="test_queue_timeout_v1",
+        timeout_policy="test_queue_3s_v1",
     )
     with running_worker(custom) as worker:
         wait_until(worker.idle.is_set, timeout=10, what="the worker to be idle")  # the first claim is not timed
         rid = custom.submit(SubmitRequest(job)).run.job_run_id
         waiting = wait_status(custom, rid, RunStatus.RETRY_WAIT)
     assert waiting.next_retry_at is not None and waiting.due_at == waiting.next_retry_at
-    assert waiting.queue_deadline_at == waiting.next_retry_at + timedelta(seconds=0.2)
+    assert waiting.queue_deadline_at == waiting.next_retry_at + timedelta(seconds=3)
 
-    assert rescuer.sweep(custom, waiting.next_retry_at + timedelta(seconds=0.1)) == rescuer.SweepResult(0, 0, 0)
-    late = waiting.next_retry_at + timedelta(seconds=1)
+    assert rescuer.sweep(custom, waiting.next_retry_at + timedelta(seconds=2.9)) == rescuer.SweepResult(0, 0, 0)
+    late = waiting.next_retry_at + timedelta(seconds=4)
     assert rescuer.sweep(custom, late) == rescuer.SweepResult(0, 0, 1)
     dead = get_run(custom, rid)
     assert dead.status is RunStatus.DEAD_LETTERED and dead.attempt == 1
