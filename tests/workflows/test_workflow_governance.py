@@ -16,6 +16,7 @@ from helpers import count, define, make_config
 from jobgate.core.errors import ConflictError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
+from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sqlstore import Store
@@ -23,7 +24,6 @@ from jobgate.workflows.replay import replay_workflow
 from jobgate.workflows.service import (
     StartWorkflow,
     advance,
-    advance_due,
     cancel_workflow,
     start_workflow,
 )
@@ -234,7 +234,7 @@ def test_racing_coordinators_audit_a_refused_step_once(engine: Engine, marker: P
 
     def race() -> None:
         while not stop.is_set():
-            advance_due(engine)
+            WorkflowCoordinator(engine).pass_once()
 
     racers = [threading.Thread(target=race, daemon=True) for _ in range(3)]
     for t in racers:

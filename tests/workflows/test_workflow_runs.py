@@ -15,9 +15,10 @@ from helpers import count, define
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
+from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.workflows import service
-from jobgate.workflows.service import StartWorkflow, advance, advance_due, cancel_workflow, start_workflow
+from jobgate.workflows.service import StartWorkflow, advance, cancel_workflow, start_workflow
 
 
 def ran(marker: Path, what: str = "ran") -> list[str]:
@@ -277,7 +278,7 @@ def test_concurrent_coordinators_and_a_worker_restart_between_steps_run_each_ste
     def race() -> None:
         while not stop.is_set():
             try:
-                advance_due(engine)
+                WorkflowCoordinator(engine).pass_once()
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 

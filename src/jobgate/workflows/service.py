@@ -450,23 +450,51 @@ def _escalate_unreadable(
 ) -> bool | None:
     """The stored definition no longer matches the digest the workflow started with: nothing
     more may start from it; a human must look (ESCALATED), and replay will name the difference."""
-    changes: list[StepChange | WorkflowChange] = [
-        StepChange(s.step_id, StepStatus(s.status), StepStatus.CANCELLED, "workflow_halted")
-        for s in steps
-        if s.status in ("PENDING", "RUNNING", "STOPPING")
-    ]
-    changes.append(
-        WorkflowChange(
-            record.status,
-            RunStatus.ESCALATED,
-            "definition_unreadable",
-            Phase(record.phase),
-            "definition_digest_mismatch",
-            "the stored workflow definition no longer matches the digest the run started with",
-        )
+    escalate = WorkflowChange(
+        record.status,
+        RunStatus.ESCALATED,
+        "definition_unreadable",
+        Phase(record.phase),
+        "definition_digest_mismatch",
+        "the stored workflow definition no longer matches the digest the run started with",
     )
+    return _halt(engine, record, steps, actor, now, then=escalate)
+
+
+def _halt_ended(
+    engine: Engine, record: WorkflowRecord, steps: Sequence[StepRecord], actor: str, now: datetime
+) -> bool | None:
+    """A workflow ended by someone else (ESCALATED by the SLA monitor) starts nothing more: its
+    pending steps are cancelled and its running ones stopped, as its own failure would do."""
+    if not any(s.status in _OPEN for s in steps):
+        return False
+    return _halt(engine, record, steps, actor, now)
+
+
+_OPEN = ("PENDING", "RUNNING", "STOPPING", "COMPENSATING")
+
+
+def _halt(
+    engine: Engine,
+    record: WorkflowRecord,
+    steps: Sequence[StepRecord],
+    actor: str,
+    now: datetime,
+    *,
+    then: WorkflowChange | None = None,
+) -> bool | None:
+    """Cancel every open step and stop its run (a compensating step: its compensation run),
+    then apply ``then``, in one compare-and-set; None when another advance won the race."""
+    open_steps = [s for s in steps if s.status in _OPEN]
+    changes: list[StepChange | WorkflowChange] = [
+        StepChange(s.step_id, StepStatus(s.status), StepStatus.CANCELLED, "workflow_halted") for s in open_steps
+    ]
+    if then is not None:
+        changes.append(then)
     stops = tuple(
-        StopRun(s.step_id, s.job_run_id) for s in steps if s.status in ("RUNNING", "STOPPING") and s.job_run_id
+        StopRun(s.step_id, run_id)
+        for s in open_steps
+        if (run_id := s.compensation_run_id if s.status == "COMPENSATING" else s.job_run_id) is not None
     )
     decided = Plan(tuple(changes), (), stops)
     with engine.store.write() as tx:
@@ -478,34 +506,6 @@ def _escalate_unreadable(
             return None
         _stop_runs(tx, decided, actor, now)
         _announce(tx, record, decided, now)
-    return True
-
-
-def _halt_ended(
-    engine: Engine, record: WorkflowRecord, steps: Sequence[StepRecord], actor: str, now: datetime
-) -> bool | None:
-    """A workflow ended by someone else (ESCALATED by the SLA monitor) starts nothing more: its
-    pending steps are cancelled and its running ones stopped, as its own failure would do."""
-    open_steps = [s for s in steps if s.status in ("PENDING", "RUNNING", "STOPPING", "COMPENSATING")]
-    if not open_steps:
-        return False
-    changes = tuple(
-        StepChange(s.step_id, StepStatus(s.status), StepStatus.CANCELLED, "workflow_halted") for s in open_steps
-    )
-    stops = tuple(
-        StopRun(s.step_id, run_id)
-        for s in open_steps
-        if (run_id := s.compensation_run_id if s.status == "COMPENSATING" else s.job_run_id) is not None
-    )
-    decided = Plan(changes, (), stops)
-    with engine.store.write() as tx:
-        locked = tx.workflow_lock(record.workflow_run_id)
-        if locked is None or locked.version != record.version:
-            return None
-        update = _update(record, steps, decided, {}, actor, now, next_seq=_next_seq(tx, record.workflow_run_id))
-        if not tx.workflow_apply(update):
-            return None
-        _stop_runs(tx, decided, actor, now)
     return True
 
 
@@ -738,21 +738,3 @@ def _announce(tx: StoreTx, record: WorkflowRecord, decided: Plan, now: datetime)
                 payload={"error_code": code, "definition_digest": record.definition_digest},
             ),
         )
-
-
-def advance_due(engine: Engine, *, limit: int = 100) -> int:
-    """One coordinator pass: advance every workflow with something to decide."""
-    with engine.store.read() as tx:
-        due = tx.workflows_due(limit)
-    advanced = 0
-    for workflow_run_id in due:
-        try:
-            if advance(engine, workflow_run_id):
-                advanced += 1
-        except Exception:  # one broken workflow must not stall the others
-            log.exception(
-                "workflow %s: advance failed",
-                workflow_run_id,
-                extra={"action": "workflow_advance_failed", "workflow_run_id": workflow_run_id},
-            )
-    return advanced
