@@ -47,37 +47,42 @@ def _bind(names: tuple[str, ...] | None, defaults: dict[str, Any], params: Mappi
     return tuple(params[n] for n in names)
 
 
-_PLACEHOLDER = {"sqlite": "?", "postgresql": "%s"}
-_MAX_PARAMS = 30000  # below SQLite's 32766 host parameters and PostgreSQL's 65535
+_MAX_PARAMS = 30000  # below SQLite's 32766 host parameters
 _MAX_ROWS = 500
-_insert_sql: dict[tuple[str, str, tuple[str, ...], int], str] = {}
+_PG_ROWS = 5000  # rows per unnest statement: bounds the arrays held in memory at once
+_insert_sql: dict[tuple[str, tuple[str, ...], int], str] = {}
 
 
-def _multi_insert_sql(dialect: str, table: str, columns: tuple[str, ...], n: int) -> str:
-    key = (dialect, table, columns, n)
+def _multi_insert_sql(table: str, columns: tuple[str, ...], n: int) -> str:
+    """SQLite's multi-row ``INSERT ... VALUES``."""
+    key = (table, columns, n)
     sql = _insert_sql.get(key)
     if sql is None:
-        width = len(columns)
-        if dialect == "postgresql":  # numbered, for ``_cursor``'s raw cursor
-            rows = ("(" + ", ".join(f"${r * width + c + 1}" for c in range(width)) + ")" for r in range(n))
-        else:
-            rows = ("(" + ", ".join([_PLACEHOLDER[dialect]] * width) + ")" for _ in range(n))
+        rows = ("(" + ", ".join(["?"] * len(columns)) + ")" for _ in range(n))
         sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join(rows)
         _insert_sql[key] = sql
     return sql
 
 
-def _cursor(conn: Connection) -> Any:
-    """A cursor on the transaction's own connection. On PostgreSQL a raw cursor, which takes
-    ``$1``-numbered SQL as it is: psycopg's usual cursor parses every statement for ``%s``
-    marks, and a multi-row INSERT of 500 runs (22,000 marks, too long for its cache) took
-    30 ms to parse each time, half of a bulk submit's time."""
-    dbapi = conn.connection.dbapi_connection
-    if conn.dialect.name == "postgresql":
-        import psycopg
+def pg_array_types(table: Table, columns: tuple[str, ...]) -> list[str]:
+    """PostgreSQL array types of ``columns``, for ``$n::type[]`` parameters."""
+    from sqlalchemy.dialects import postgresql
 
-        return psycopg.RawCursor(dbapi)  # type: ignore[call-overload]
-    return dbapi.cursor()  # type: ignore[union-attr]
+    dialect = postgresql.dialect()
+    return [table.c[name].type.compile(dialect=dialect) + "[]" for name in columns]
+
+
+_unnest_sql: dict[tuple[str, tuple[str, ...], str], str] = {}
+
+
+def _unnest_insert_sql(table: Table, columns: tuple[str, ...], suffix: str) -> str:
+    key = (table.name, columns, suffix)
+    sql = _unnest_sql.get(key)
+    if sql is None:
+        arrays = ", ".join(f"%b::{t}" for t in pg_array_types(table, columns))
+        sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) {suffix}".rstrip()
+        _unnest_sql[key] = sql
+    return sql
 
 
 def insert_rows(
@@ -87,17 +92,29 @@ def insert_rows(
 
     ``suffix`` ends each statement (``ON CONFLICT DO NOTHING RETURNING ...``); whatever the
     statements return comes back.
+
+    On PostgreSQL the rows go in as one array per column (``INSERT ... SELECT * FROM
+    unnest(%b::varchar[], ...)``): the statement's text is the same whatever the number of
+    rows, so it is parsed and planned like a small one, where a 500-row ``VALUES`` list has
+    22,000 parameters to parse, send and plan one by one. The arrays travel in binary
+    (``%b``): psycopg escapes each string of a text-format array with a regular expression,
+    eight times slower (measured: 12 ms against 1.4 ms for 5,000 run ids).
     """
     if not rows:
         return []
-    per_statement = max(1, min(_MAX_ROWS, _MAX_PARAMS // len(columns)))
     dialect = conn.dialect.name
     out: list[tuple[Any, ...]] = []
-    cursor = _cursor(conn)
+    if dialect == "postgresql":
+        sql = _unnest_insert_sql(table, columns, suffix)
+        for start in range(0, len(rows), _PG_ROWS):
+            out.extend(run_arrays(conn, sql, rows[start : start + _PG_ROWS])[1])
+        return out
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
+        per_statement = max(1, min(_MAX_ROWS, _MAX_PARAMS // len(columns)))
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
-            sql = _multi_insert_sql(dialect, table.name, columns, len(chunk))
+            sql = _multi_insert_sql(table.name, columns, len(chunk))
             cursor.execute(f"{sql} {suffix}" if suffix else sql, list(chain.from_iterable(chunk)))
             if cursor.description is not None:  # the suffix returns rows
                 out.extend(tuple(r) for r in cursor.fetchall())
@@ -110,6 +127,18 @@ def run(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
     """Execute one statement with parameters; returns the number of rows it changed."""
     sql, names, defaults = _compile(conn, stmt)
     return run_sql(conn, sql, _bind(names, defaults, params))
+
+
+def run_arrays(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> tuple[int, list[tuple[Any, ...]]]:
+    """Execute PostgreSQL ``sql`` whose ``%b`` parameters take ``rows`` as one array per
+    column; returns the number of rows it changed and the rows it returned (if any)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, [list(column) for column in zip(*rows, strict=True)])
+        returned = [tuple(r) for r in cursor.fetchall()] if cursor.description is not None else []
+        return int(cursor.rowcount), returned
+    finally:
+        cursor.close()
 
 
 def run_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
@@ -297,10 +297,11 @@ def workflows_list(
     return [_record(r) for r in conn.execute(q).fetchall()]
 
 
-def workflows_due(conn: Connection, limit: int) -> list[str]:
+def _due_statements() -> tuple[Any, ...]:
     """Workflows with something to decide: not started, cancel asked, a step whose run (or
     compensation run) has finished, or steps left open by a workflow ended from outside (the
-    SLA monitor's escalation). Each arm reads an index that holds only open rows."""
+    SLA monitor's escalation). Each arm reads an index that holds only open rows. Built once:
+    every worker's coordinator asks several times a second, mostly to hear "nothing"."""
     active = W.status.in_(_ACTIVE)
     starting = select(W.workflow_run_id).where(
         active, or_(W.status.in_(("CREATED", "SCHEDULED")), W.cancel_requested.is_(True))
@@ -322,9 +323,16 @@ def workflows_due(conn: Connection, limit: int) -> list[str]:
         .join(workflow_runs, W.workflow_run_id == S.workflow_run_id)
         .where(S.status.in_(_OPEN_STEPS), W.status.not_in(_ACTIVE))
     )
+    return tuple(q.limit(bindparam("limit")) for q in (starting, step_done, compensation_done, halted))
+
+
+_DUE = _due_statements()
+
+
+def workflows_due(conn: Connection, limit: int) -> list[str]:
     ids: list[str] = []
-    for q in (starting, step_done, compensation_done, halted):
-        for (wid,) in conn.execute(q.limit(limit)).fetchall():
+    for q in _DUE:
+        for (wid,) in conn.execute(q, {"limit": limit}):
             if wid not in ids:
                 ids.append(wid)
     return ids[:limit]
