@@ -65,10 +65,10 @@ def _multi_insert_sql(table: str, columns: tuple[str, ...], n: int) -> str:
 
 
 def pg_array_types(table: Table, columns: tuple[str, ...]) -> list[str]:
-    """PostgreSQL array types of ``columns``, for ``$n::type[]`` parameters."""
-    from sqlalchemy.dialects import postgresql
+    """PostgreSQL array types of ``columns``, for ``%b::type[]`` parameters."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-    dialect = postgresql.dialect()
+    dialect = PGDialect_psycopg()
     return [table.c[name].type.compile(dialect=dialect) + "[]" for name in columns]
 
 
