@@ -25,6 +25,7 @@ import orjson
 from sqlalchemy import (
     ARRAY,
     Connection,
+    Dialect,
     String,
     and_,
     bindparam,
@@ -461,11 +462,11 @@ def _cas_sqlite_sql(key: _GroupKey, n: int) -> str:
     return f"UPDATE job_runs SET {sets} FROM (VALUES {', '.join([row] * n)}) AS v WHERE {where}"
 
 
-def _cas_postgres_sql(key: _GroupKey) -> str:
+def _cas_postgres_sql(dialect: Dialect, key: _GroupKey) -> str:
     """The same for PostgreSQL, the rows as one array per column (``unnest``): one statement
     text whatever the number of rows, where ``executemany`` paid a statement per row."""
     columns = key[6]
-    types = fast.pg_array_types(job_runs, ("job_run_id", "lease_token", "lease_expires_at", *columns))
+    types = fast.pg_array_types(dialect, job_runs, ("job_run_id", "lease_token", "lease_expires_at", *columns))
     arrays = ", ".join(f"%b::{t}" for t in types)
     names = ", ".join(["id", "token", "expired_before", *(f"c{i}" for i in range(len(columns)))])
     sets = _cas_sets(key, lambda i: f"v.c{i}")
@@ -488,7 +489,7 @@ def _cas_rows(conn: Connection, key: _GroupKey, rows: Sequence[tuple[Any, ...]])
         return changed
     sql = _cas_sql_cache.get((key, 0))
     if sql is None:
-        sql = _cas_sql_cache[(key, 0)] = _cas_postgres_sql(key)
+        sql = _cas_sql_cache[(key, 0)] = _cas_postgres_sql(conn.dialect, key)
     return fast.run_arrays(conn, sql, rows)[0]
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Dialect, Table
 
 # Keyed by the statement object's id; the entry keeps the statement alive so the id stays unique.
 _compiled: dict[tuple[int, str], tuple[str, tuple[str, ...] | None, dict[str, Any], Any]] = {}
@@ -64,22 +64,19 @@ def _multi_insert_sql(table: str, columns: tuple[str, ...], n: int) -> str:
     return sql
 
 
-def pg_array_types(table: Table, columns: tuple[str, ...]) -> list[str]:
+def pg_array_types(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> list[str]:
     """PostgreSQL array types of ``columns``, for ``%b::type[]`` parameters."""
-    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-
-    dialect = PGDialect_psycopg()
     return [table.c[name].type.compile(dialect=dialect) + "[]" for name in columns]
 
 
 _unnest_sql: dict[tuple[str, tuple[str, ...], str], str] = {}
 
 
-def _unnest_insert_sql(table: Table, columns: tuple[str, ...], suffix: str) -> str:
+def _unnest_insert_sql(dialect: Dialect, table: Table, columns: tuple[str, ...], suffix: str) -> str:
     key = (table.name, columns, suffix)
     sql = _unnest_sql.get(key)
     if sql is None:
-        arrays = ", ".join(f"%b::{t}" for t in pg_array_types(table, columns))
+        arrays = ", ".join(f"%b::{t}" for t in pg_array_types(dialect, table, columns))
         sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) {suffix}".rstrip()
         _unnest_sql[key] = sql
     return sql
@@ -105,7 +102,7 @@ def insert_rows(
     dialect = conn.dialect.name
     out: list[tuple[Any, ...]] = []
     if dialect == "postgresql":
-        sql = _unnest_insert_sql(table, columns, suffix)
+        sql = _unnest_insert_sql(conn.dialect, table, columns, suffix)
         for start in range(0, len(rows), _PG_ROWS):
             out.extend(run_arrays(conn, sql, rows[start : start + _PG_ROWS])[1])
         return out
