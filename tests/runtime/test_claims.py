@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
-from tests.helpers import define
+from tests.helpers import count, define
 
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.settle import settle_attempt
+from jobgate.core.states import RunStatus
+from jobgate.runtime.changes import settlement_change
+from jobgate.service.engine import Engine, SubmitRequest, retry_policy
 from jobgate.store.base import RunsClaim
 
 
@@ -50,3 +55,37 @@ def test_an_unreadable_claimed_row_does_not_cost_the_others_their_start(engine: 
     assert sorted(r.job_run_id for r in runs) == sorted(ids[:1] + ids[2:])
     assert [run_id for run_id, _ in batch.unreadable] == [ids[1]]
     assert "FUTURE_JOB" in batch.unreadable[0][1]
+
+
+def test_a_batch_of_completions_applies_the_fresh_ones_and_writes_nothing_for_a_stale_one(engine: Engine) -> None:
+    """One group of same-kind changes, one of them fenced by a token that is no longer the
+    run's: only the others change, and only they get a transition and an event."""
+    job = define(engine)
+    ids = submit(engine, job, 3)
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        runs = tx.runs_claim(RunsClaim("w", ("default",), 3, now, now + timedelta(seconds=30), start_now=3)).runs()
+    changes = []
+    for run in sorted(runs, key=lambda r: r.job_run_id):
+        held = run if run.job_run_id != ids[1] else replace(run, lease_token=run.lease_token - 1)  # taken over
+        done = settle_attempt(
+            held,
+            Outcome(OutcomeKind.SUCCEEDED),
+            retry_policy(engine.config, held.retry_policy),
+            now=now,
+            actor="w",
+            started_at=held.started_at or now,
+            result={"ok": True},
+        )
+        changes.append(settlement_change(done, held, worker_id="w", now=now))
+    events_before, transitions_before = count(engine, "outbox"), count(engine, "run_transitions")
+    with engine.store.write() as tx:
+        applied = tx.runs_apply(changes)
+    assert sorted(c.job_run_id for c in applied) == sorted([ids[0], ids[2]])
+    with engine.store.read() as tx:
+        statuses = {i: tx.run_get(i).status for i in ids}  # type: ignore[union-attr]
+    assert statuses == {ids[0]: RunStatus.COMPLETED, ids[1]: RunStatus.RUNNING, ids[2]: RunStatus.COMPLETED}
+    assert count(engine, "run_transitions") == transitions_before + 2
+    assert count(engine, "run_transitions", f"job_run_id = '{ids[1]}' AND to_status = 'COMPLETED'") == 0
+    assert count(engine, "outbox", f"job_run_id = '{ids[1]}' AND event_type = 'job_completed'") == 0
+    assert count(engine, "outbox") > events_before

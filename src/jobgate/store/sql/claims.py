@@ -9,8 +9,9 @@ On SQLite every batch is one statement that yields at most one row: the ``sqlite
 releases the GIL at each row step, and each release can cost a wait behind the worker's
 executor threads while the database's single write lock is held (see ``fast``). So the
 compare-and-sets are one ``UPDATE ... FROM (VALUES ...)``, claimed rows are read back as one
-``json_group_array``, and inserts are multi-row. PostgreSQL gets the same batches through
-``executemany`` and ``RETURNING``, which psycopg sends without a per-row GIL round trip.
+``json_group_array``, and inserts are multi-row. On PostgreSQL rows travel as one binary
+array per column (``unnest``), and a group of status changes is one statement that also
+writes the transitions and events of the rows it changed.
 """
 
 from __future__ import annotations
@@ -466,12 +467,50 @@ def _cas_postgres_sql(dialect: Dialect, key: _GroupKey) -> str:
     """The same for PostgreSQL, the rows as one array per column (``unnest``): one statement
     text whatever the number of rows, where ``executemany`` paid a statement per row."""
     columns = key[6]
-    types = fast.pg_array_types(dialect, job_runs, ("job_run_id", "lease_token", "lease_expires_at", *columns))
-    arrays = ", ".join(f"%b::{t}" for t in types)
+    rows = fast.unnest(dialect, job_runs, ("job_run_id", "lease_token", "lease_expires_at", *columns))
     names = ", ".join(["id", "token", "expired_before", *(f"c{i}" for i in range(len(columns)))])
     sets = _cas_sets(key, lambda i: f"v.c{i}")
     where = _cas_where(key, "v.id", "v.token", "v.expired_before")
-    return f"UPDATE job_runs SET {sets} FROM unnest({arrays}) AS v({names}) WHERE {where}"
+    return f"UPDATE job_runs SET {sets} FROM {rows} AS v({names}) WHERE {where}"
+
+
+def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool) -> str:
+    """A group's compare-and-set, the transitions and the events of the rows it changed, as one
+    statement: the rows that did not match write nothing, and no savepoint or second round
+    trip is needed to learn which they were (``RETURNING``)."""
+
+    def insert_changed(name: str, table: Any, columns: tuple[str, ...]) -> str:
+        rows = fast.unnest(dialect, table, columns)
+        listed = ", ".join(columns)
+        return (
+            f"{name} AS (INSERT INTO {table.name} ({listed}) SELECT * FROM {rows} AS x({listed})"
+            " WHERE x.job_run_id IN (SELECT job_run_id FROM changed))"
+        )
+
+    parts = [
+        f"changed AS ({_cas_postgres_sql(dialect, key)} RETURNING job_runs.job_run_id)",
+        insert_changed("recorded", run_transitions, codec.TRANSITION_COLUMNS),
+    ]
+    if with_events:
+        parts.append(insert_changed("announced", outbox, _OUTBOX_COLUMNS))
+    return "WITH " + ", ".join(parts) + " SELECT job_run_id FROM changed"
+
+
+_apply_sql_cache: dict[tuple[_GroupKey, bool], str] = {}
+
+
+def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> list[RunChange]:
+    """PostgreSQL's ``runs_apply`` for changes without dead letters: one statement per group."""
+    accepted: set[str] = set()
+    for key, items, rows in prepared.groups:
+        transitions = [prepared.transitions[ch.job_run_id] for ch in items]
+        events = [row for ch in items for row in prepared.events[ch.job_run_id]]
+        sql = _apply_sql_cache.get((key, bool(events)))
+        if sql is None:
+            sql = _apply_sql_cache[(key, bool(events))] = _apply_postgres_sql(conn.dialect, key, bool(events))
+        row_sets = (rows, transitions, events) if events else (rows, transitions)
+        accepted.update(r[0] for r in fast.run_arrays(conn, sql, *row_sets)[1])
+    return [ch for ch in prepared.changes if ch.job_run_id in accepted]
 
 
 _cas_sql_cache: dict[tuple[_GroupKey, int], str] = {}
@@ -538,11 +577,16 @@ def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
 def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges) -> list[RunChange]:
     """Apply compare-and-set status changes; return those that matched, in input order.
 
-    Each kind of change is one batch. When every row matched (the normal case) that is all;
-    when some did not, the group is rolled back to a savepoint and applied row by row, so the
-    caller learns exactly which changes were made and writes consequences only for those.
+    Each kind of change is one batch. On PostgreSQL the batch's ``RETURNING`` says which rows
+    matched, and its transitions and events are written in the same statement for those alone.
+    Otherwise (SQLite, or a batch with dead letters to number): when every row matched (the
+    normal case) that is all; when some did not, the group is rolled back to a savepoint and
+    applied row by row, so the caller learns exactly which changes were made and writes
+    consequences only for those.
     """
     prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
+    if conn.dialect.name == "postgresql" and not prepared.letters:
+        return _apply_postgres(conn, prepared)
     accepted: set[str] = set()
     for key, items, rows in prepared.groups:
         fast.execute(conn, "SAVEPOINT jobgate_cas")

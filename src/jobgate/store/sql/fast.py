@@ -69,6 +69,11 @@ def pg_array_types(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> 
     return [table.c[name].type.compile(dialect=dialect) + "[]" for name in columns]
 
 
+def unnest(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> str:
+    """``unnest(%b::type[], ...)``: rows of ``columns`` of ``table`` as one array parameter each."""
+    return "unnest(" + ", ".join(f"%b::{t}" for t in pg_array_types(dialect, table, columns)) + ")"
+
+
 _unnest_sql: dict[tuple[str, tuple[str, ...], str], str] = {}
 
 
@@ -76,9 +81,10 @@ def _unnest_insert_sql(dialect: Dialect, table: Table, columns: tuple[str, ...],
     key = (table.name, columns, suffix)
     sql = _unnest_sql.get(key)
     if sql is None:
-        arrays = ", ".join(f"%b::{t}" for t in pg_array_types(dialect, table, columns))
-        sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) {suffix}".rstrip()
-        _unnest_sql[key] = sql
+        rows = unnest(dialect, table, columns)
+        sql = _unnest_sql[key] = (
+            f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {rows} {suffix}".rstrip()
+        )
     return sql
 
 
@@ -126,12 +132,14 @@ def run(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
     return run_sql(conn, sql, _bind(names, defaults, params))
 
 
-def run_arrays(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> tuple[int, list[tuple[Any, ...]]]:
-    """Execute PostgreSQL ``sql`` whose ``%b`` parameters take ``rows`` as one array per
-    column; returns the number of rows it changed and the rows it returned (if any)."""
+def run_arrays(conn: Connection, sql: str, *row_sets: Sequence[Sequence[Any]]) -> tuple[int, list[tuple[Any, ...]]]:
+    """Execute PostgreSQL ``sql`` whose ``%b`` parameters take each of ``row_sets`` (in order,
+    none empty) as one array per column; returns the number of rows it changed and the rows
+    it returned (if any)."""
+    params = [list(column) for rows in row_sets for column in zip(*rows, strict=True)]
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.execute(sql, [list(column) for column in zip(*rows, strict=True)])
+        cursor.execute(sql, params)
         returned = [tuple(r) for r in cursor.fetchall()] if cursor.description is not None else []
         return int(cursor.rowcount), returned
     finally:
