@@ -65,8 +65,16 @@ def _multi_insert_sql(table: str, columns: tuple[str, ...], n: int) -> str:
 
 
 def pg_array_types(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> list[str]:
-    """PostgreSQL array types of ``columns``, for ``%b::type[]`` parameters."""
-    return [table.c[name].type.compile(dialect=dialect) + "[]" for name in columns]
+    """PostgreSQL array types of ``columns``, for ``%b::type[]`` parameters.
+
+    Without lengths: a cast to ``varchar(n)`` cuts an over-long value short without a word,
+    where storing it in the ``varchar(n)`` column refuses it, as a plain ``INSERT`` would."""
+    out = []
+    for name in columns:
+        column_type = table.c[name].type
+        bare = column_type.compile(dialect=dialect).split("(")[0]
+        out.append(f"{bare}[]")
+    return out
 
 
 def unnest(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> str:
