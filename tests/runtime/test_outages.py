@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from runtime_support import get_run, running_worker, wait_until
 from sqlalchemy import text
@@ -91,6 +93,25 @@ def test_passing_errors_are_told_from_lasting_ones(engine: Engine) -> None:
         tx.conn.execute(text("INSERT INTO locks (name) VALUES (NULL)"))
     assert not is_transient(lasting.value)
     assert is_transient(OperationalError("SELECT 1", {}, Exception("server closed the connection")))
+
+
+@pytest.mark.parametrize(
+    ("error", "passing"),
+    [
+        (psycopg.errors.DeadlockDetected("deadlock detected"), True),
+        (psycopg.errors.SerializationFailure("could not serialize access"), True),
+        (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
+        (psycopg.OperationalError("server closed the connection unexpectedly"), True),
+        (sqlite3.OperationalError("database is locked"), True),
+        (psycopg.errors.StringDataRightTruncation("value too long for type character varying(64)"), False),
+        (psycopg.errors.UniqueViolation("duplicate key value"), False),
+        (sqlite3.IntegrityError("UNIQUE constraint failed"), False),
+        (ValueError("not a database error"), False),
+    ],
+)
+def test_errors_straight_from_the_driver_are_judged_like_wrapped_ones(error: Exception, passing: bool) -> None:
+    """The hot path executes through the driver's own cursor: its errors arrive unwrapped."""
+    assert is_transient(error) is passing
 
 
 def test_a_worker_survives_a_killed_listening_and_pool_sessions_and_keeps_claiming(engine: Engine) -> None:

@@ -8,6 +8,9 @@ retried blindly.
 
 from __future__ import annotations
 
+import sqlite3
+
+import psycopg
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 # SQLSTATE classes and codes (PostgreSQL appendix A).
@@ -16,11 +19,21 @@ _TRANSIENT_CODES = {"40001", "40P01"}  # serialization failure, deadlock detecte
 
 
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, OperationalError | InterfaceError):
-        return True
+    """True for a passing error, whether SQLAlchemy wrapped it or it came straight from the
+    driver: the hot path executes through the driver's own cursor (``sql.fast``), so a
+    deadlock at a worker's settlement arrives as psycopg's own ``DeadlockDetected``."""
     if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated:
+        if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
             return True
-        code = getattr(exc.orig, "sqlstate", None) or ""
-        return code in _TRANSIENT_CODES or code[:2] in _TRANSIENT_CLASSES
-    return False
+        return _transient_driver_error(exc.orig)
+    return _transient_driver_error(exc)
+
+
+def _transient_driver_error(err: BaseException | None) -> bool:
+    if isinstance(err, _DRIVER_PASSING):
+        return True  # as SQLAlchemy's OperationalError and InterfaceError above
+    code = getattr(err, "sqlstate", None) or ""
+    return code in _TRANSIENT_CODES or code[:2] in _TRANSIENT_CLASSES
+
+
+_DRIVER_PASSING = (psycopg.OperationalError, psycopg.InterfaceError, sqlite3.OperationalError, sqlite3.InterfaceError)

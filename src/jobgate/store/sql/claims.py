@@ -480,12 +480,8 @@ def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool) -> 
     trip is needed to learn which they were (``RETURNING``)."""
 
     def insert_changed(name: str, table: Any, columns: tuple[str, ...]) -> str:
-        rows = fast.unnest(dialect, table, columns)
-        listed = ", ".join(columns)
-        return (
-            f"{name} AS (INSERT INTO {table.name} ({listed}) SELECT * FROM {rows} AS x({listed})"
-            " WHERE x.job_run_id IN (SELECT job_run_id FROM changed))"
-        )
+        rows = fast.ordered_rows(dialect, table, columns, "x.job_run_id IN (SELECT job_run_id FROM changed)")
+        return f"{name} AS (INSERT INTO {table.name} ({', '.join(columns)}) {rows})"
 
     parts = [
         f"changed AS ({_cas_postgres_sql(dialect, key)} RETURNING job_runs.job_run_id)",

@@ -82,6 +82,16 @@ def unnest(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> str:
     return "unnest(" + ", ".join(f"%b::{t}" for t in pg_array_types(dialect, table, columns)) + ")"
 
 
+def ordered_rows(dialect: Dialect, table: Table, columns: tuple[str, ...], where: str = "") -> str:
+    """``SELECT`` of array rows in the order they were given (``WITH ORDINALITY``), so ids a
+    sequence assigns while inserting them follow that order: a run's events and transitions
+    are read back by id."""
+    listed = ", ".join(f"x.{c}" for c in columns)
+    filtered = f" WHERE {where}" if where else ""
+    source = unnest(dialect, table, columns)
+    return f"SELECT {listed} FROM {source} WITH ORDINALITY AS x({', '.join(columns)}, _ord){filtered} ORDER BY x._ord"
+
+
 _unnest_sql: dict[tuple[str, tuple[str, ...], str], str] = {}
 
 
@@ -89,10 +99,8 @@ def _unnest_insert_sql(dialect: Dialect, table: Table, columns: tuple[str, ...],
     key = (table.name, columns, suffix)
     sql = _unnest_sql.get(key)
     if sql is None:
-        rows = unnest(dialect, table, columns)
-        sql = _unnest_sql[key] = (
-            f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {rows} {suffix}".rstrip()
-        )
+        rows = ordered_rows(dialect, table, columns)
+        sql = _unnest_sql[key] = f"INSERT INTO {table.name} ({', '.join(columns)}) {rows} {suffix}".rstrip()
     return sql
 
 
