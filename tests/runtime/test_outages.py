@@ -103,6 +103,8 @@ def test_passing_errors_are_told_from_lasting_ones(engine: Engine) -> None:
         (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
         (psycopg.OperationalError("server closed the connection unexpectedly"), True),
         (sqlite3.OperationalError("database is locked"), True),
+        (sqlite3.OperationalError("no such table: audit_log"), False),
+        (psycopg.errors.UndefinedTable('relation "audit_log" does not exist'), False),
         (psycopg.errors.StringDataRightTruncation("value too long for type character varying(64)"), False),
         (psycopg.errors.UniqueViolation("duplicate key value"), False),
         (sqlite3.IntegrityError("UNIQUE constraint failed"), False),

@@ -30,10 +30,12 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _transient_driver_error(err: BaseException | None) -> bool:
-    if isinstance(err, _DRIVER_PASSING):
-        return True  # as SQLAlchemy's OperationalError and InterfaceError above
-    code = getattr(err, "sqlstate", None) or ""
-    return code in _TRANSIENT_CODES or code[:2] in _TRANSIENT_CLASSES
-
-
-_DRIVER_PASSING = (psycopg.OperationalError, psycopg.InterfaceError, sqlite3.OperationalError, sqlite3.InterfaceError)
+    code = getattr(err, "sqlstate", None)
+    if code:
+        return code in _TRANSIENT_CODES or code[:2] in _TRANSIENT_CLASSES
+    if isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
+        return True  # no SQLSTATE: the connection itself failed
+    if isinstance(err, sqlite3.OperationalError):
+        # SQLite's OperationalError also says "no such table"; only a busy file is passing.
+        return "locked" in str(err) or "busy" in str(err)
+    return False
