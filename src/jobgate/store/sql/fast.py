@@ -181,19 +181,6 @@ def execute(conn: Connection, sql: str) -> None:
         cursor.close()
 
 
-def executemany(conn: Connection, stmt: Any, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Run ``stmt`` once per row; returns the number of rows the statement changed in total."""
-    if not rows:
-        return 0
-    sql, names, defaults = _compile(conn, stmt)
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.executemany(sql, [_bind(names, defaults, r) for r in rows])
-        return int(cursor.rowcount)
-    finally:
-        cursor.close()
-
-
 def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Execute one query straight through the driver; rows as plain tuples in select order."""
     sql, names, defaults = _compile(conn, stmt)
