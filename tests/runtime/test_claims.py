@@ -89,3 +89,44 @@ def test_a_batch_of_completions_applies_the_fresh_ones_and_writes_nothing_for_a_
     assert count(engine, "run_transitions", f"job_run_id = '{ids[1]}' AND to_status = 'COMPLETED'") == 0
     assert count(engine, "outbox", f"job_run_id = '{ids[1]}' AND event_type = 'job_completed'") == 0
     assert count(engine, "outbox") > events_before
+
+
+def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistics_say(engine: Engine) -> None:
+    """Statistics taken before the runs were claimed say almost none is leased. With the expected
+    status written as a literal, the planner then read the partial index of leased runs (every
+    leased run, and the dead entries of those that left) to find a batch; the batch needs one
+    primary-key probe per row."""
+    if engine.store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL planner question")
+    from jobgate.store.sql import claims, fast
+
+    job = define(engine)
+    submit(engine, job, 3000)
+    with engine.store.write() as tx:
+        tx.conn.exec_driver_sql("ANALYZE job_runs")  # nothing leased yet
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        runs = tx.runs_claim(RunsClaim("w", ("default",), 3000, now, now + timedelta(hours=1), start_now=3000)).runs()
+    changes = [
+        settlement_change(
+            settle_attempt(
+                run,
+                Outcome(OutcomeKind.SUCCEEDED),
+                retry_policy(engine.config, run.retry_policy),
+                now=now,
+                actor="w",
+                started_at=run.started_at or now,
+                result={"ok": True},
+            ),
+            run,
+            worker_id="w",
+            now=now,
+        )
+        for run in runs[:64]
+    ]
+    [(key, _items, rows)] = claims.prepare_changes(changes).groups
+    with engine.store.write() as tx:
+        _, plan = fast.run_arrays(tx.conn, "EXPLAIN " + claims._cas_postgres_sql(tx.conn.dialect, key), rows)
+    text_plan = "\n".join(line for (line,) in plan)
+    assert "pk_job_runs" in text_plan, text_plan
+    assert "ix_job_runs_leased" not in text_plan, text_plan
