@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
+from sqlalchemy import ARRAY, ColumnElement, Connection, String, and_, bindparam, func, or_, select
 
 from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
@@ -138,12 +138,21 @@ def runs_by_keys(conn: Connection, keys: Sequence[str]) -> list[JobRun]:
 
 
 def _runs_where(conn: Connection, column: ColumnElement[str], values: Sequence[str]) -> list[JobRun]:
+    if conn.dialect.name == "postgresql":
+        # One array parameter: the same statement text for any number of values. An IN list
+        # of 500 parameters was a new text for psycopg to parse on every batch, 17 % of a bulk
+        # submit's time (py-spy).
+        found = conn.execute(select(job_runs).where(column == func.any(_VALUES)), {"values": list(values)})
+        return [codec.run_from_row(r) for r in found.mappings()]
     out: list[JobRun] = []
     for start in range(0, len(values), 500):
         chunk = values[start : start + 500]
         rows = conn.execute(select(job_runs).where(column.in_(chunk))).mappings()
         out.extend(codec.run_from_row(r) for r in rows)
     return out
+
+
+_VALUES = bindparam("values", type_=ARRAY(String))
 
 
 def run_get(conn: Connection, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
