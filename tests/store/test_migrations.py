@@ -75,3 +75,52 @@ def test_processes_starting_at_once_converge_on_one_schema(database_url: str, tm
             with admin.begin() as conn:
                 conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
             admin.dispose()
+
+
+def test_events_written_before_the_outbox_cursor_keep_their_delivery_state(database_url: str) -> None:
+    """Migration 0017 on PostgreSQL: events already delivered are not delivered again, those
+    still pending are delivered next, in id order, before anything written afterwards."""
+    if not database_url.startswith("postgresql"):
+        import pytest
+
+        pytest.skip("SQLite delivered by cursor before 0017 and still does")
+    from datetime import UTC, datetime
+
+    from jobgate.clock import SystemClock
+    from jobgate.core.events import EventType
+    from jobgate.runtime.outbox import RecordingSink, publish_once
+    from jobgate.store.migrate import upgrade
+
+    schema = f"jobgate_0017_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(_url(PG_URL))
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}" AUTHORIZATION {APP_ROLE}'))
+    url = database_url.split("?")[0] + f"?options=-csearch_path%3D{schema}"
+    try:
+        old = Store(url, migrate=False)
+        with old._writer.connect() as conn:
+            upgrade(conn, "0016")
+            for i, delivered in enumerate([True, False, True, False], start=1):
+                conn.execute(
+                    text(
+                        "INSERT INTO outbox (tenant_id, job_run_id, event_type, payload, created_at, delivered_at) "
+                        "VALUES ('default', :rid, 'job_started', :payload, 1, :delivered)"
+                    ),
+                    {"rid": f"r{i}", "payload": f'{{"n":{i}}}', "delivered": 1 if delivered else None},
+                )
+            conn.commit()
+        old.dispose()
+        store = Store(url)  # migrates to the head
+        with store.write() as tx:
+            tx.outbox_append([("r5", "default", (EventType.JOB_STARTED, {"n": 5}))], datetime.now(UTC))
+        sink = RecordingSink()
+        with store.read() as tx:
+            assert tx.outbox_backlog() == 3
+        assert publish_once(store, [sink], SystemClock()) == 3
+        assert [e.payload["n"] for e in sink.events] == [2, 4, 5]
+        assert publish_once(store, [sink], SystemClock()) == 0
+        store.dispose()
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
