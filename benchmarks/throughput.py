@@ -28,6 +28,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/jobgate_bench"
 PEERS_DIR = Path(os.environ.get("JOBGATE_PEERS_DIR") or REPO.parent / "shared" / "bench" / "peers")
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS_DIR))
@@ -276,7 +277,7 @@ def main() -> None:
     p.add_argument("--peers", nargs="?", const="default", help="also run the peers harness (names, comma-separated)")
     args = p.parse_args()
     if args.backend == "postgres" and not args.db:
-        args.db = os.environ.get("JOBGATE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_bench")
+        args.db = os.environ.get("JOBGATE_BENCH_POSTGRES_URL", DEFAULT_PG_URL)
     print(f"machine: {machine()}")
     print(
         f"jobgate: backend={args.backend} jobs={args.jobs} workers={args.workers} concurrency={args.concurrency} "
