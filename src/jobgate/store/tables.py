@@ -207,13 +207,13 @@ outbox = Table(
     Column("event_type", String(100), nullable=False),
     Column("payload", Text, nullable=False),
     Column("created_at", BigInteger, nullable=False),
-    Column("delivered_at", BigInteger),  # no longer written (migration 0017): delivery is a cursor
-    # PostgreSQL: the id of the transaction that wrote the event (a column default, migration
-    # 0017). Concurrent writers commit out of id order, so the publisher delivers in (xid, id)
-    # order and only events of transactions older than every one still running: those can no
-    # longer be joined by an event that sorts before them. SQLite (one writer) leaves it NULL.
-    Column("xid", BigInteger),
-    Index("ix_outbox_xid", "xid", "id", sqlite_where=text("xid IS NOT NULL")),
+    Column("delivered_at", BigInteger),
+    Index(
+        "ix_outbox_pending",
+        "id",
+        sqlite_where=text("delivered_at IS NULL"),
+        postgresql_where=text("delivered_at IS NULL"),
+    ),
     # SQLite delivers by cursor over ids: they must never be reused, even after deletions.
     sqlite_autoincrement=True,
 )
@@ -260,9 +260,6 @@ outbox_cursors = Table(
     Column("name", String(100), primary_key=True),
     Column("delivered_through", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
-    # The transaction id of the event at ``delivered_through`` (PostgreSQL's outbox cursor is
-    # the pair; migration 0017).
-    Column("delivered_xid", BigInteger, nullable=False, server_default="0"),
 )
 
 # Schedules (issue 3). ``watermark`` is the instant through which every slot of the schedule

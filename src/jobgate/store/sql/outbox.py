@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, ColumnElement, Connection, bindparam, func, select, text, tuple_, update
+from sqlalchemy import ARRAY, BigInteger, ColumnElement, Connection, bindparam, func, select, update
 
 from jobgate.core.models import OutboxEvent
 from jobgate.store import codec
@@ -16,49 +16,29 @@ from jobgate.store.sql import fast
 from jobgate.store.tables import locks, outbox, outbox_cursors, workers
 
 _CURSOR = "default"
-_K = outbox_cursors.c
-
-# Delivery is a cursor on both backends; what differs is the order events become final in.
-#
-# SQLite (``ordered_ids``): one writer at a time, so ids become visible in increasing order and
-# the cursor is the last id delivered.
-#
-# PostgreSQL: concurrent transactions commit out of id order, so a cursor over ids alone would
-# pass an event whose transaction had not committed yet and never come back for it. Each event
-# carries the id of the transaction that wrote it (``xid``, a column default); the publisher
-# reads in (xid, id) order and only events of transactions older than the oldest one still
-# running (the snapshot's ``xmin``). Nothing can later commit an event that sorts before
-# those, so the cursor is the (xid, id) of the last event delivered. A run's own events keep
-# their order: the transaction that ends a run starts after the one that started it committed,
-# and a later transaction gets a larger id.
-_FINISHED = text("(pg_snapshot_xmin(pg_current_snapshot())::text)::bigint")
 
 
 def _delivered_through(conn: Connection) -> int:
-    row = conn.execute(select(_K.delivered_through).where(_K.name == _CURSOR)).first()
+    row = conn.execute(select(outbox_cursors.c.delivered_through).where(outbox_cursors.c.name == _CURSOR)).first()
     return 0 if row is None else int(row[0])
-
-
-def _position(conn: Connection) -> tuple[int, int]:
-    """PostgreSQL's cursor: the (xid, id) of the last event delivered."""
-    row = conn.execute(select(_K.delivered_xid, _K.delivered_through).where(_K.name == _CURSOR)).first()
-    return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
 
 def _undelivered(conn: Connection, ordered_ids: bool) -> ColumnElement[bool]:
     if ordered_ids:
         return outbox.c.id > _delivered_through(conn)
-    xid, through = _position(conn)
-    return tuple_(outbox.c.xid, outbox.c.id) > tuple_(xid, through)
+    return outbox.c.delivered_at.is_(None)
 
 
 def outbox_pending(conn: Connection, limit: int, *, ordered_ids: bool) -> list[OutboxEvent]:
-    """Undelivered events in delivery order (a run's in the order they were written)."""
+    """Undelivered events, oldest first: per-run order is insertion order.
+
+    ``ordered_ids``: ids become visible in increasing order (one writer at a time), so
+    "undelivered" is "above the cursor". Otherwise each delivered row is marked.
+    """
     if ordered_ids:
         found = fast.rows(conn, _PENDING_ABOVE, {"through": _delivered_through(conn), "limit": limit})
     else:
-        xid, through = _position(conn)
-        found = fast.rows(conn, _PENDING_AFTER, {"xid": xid, "through": through, "limit": limit})
+        found = fast.rows(conn, _PENDING_UNMARKED, {"limit": limit})
     return [codec.outbox_from_tuple(r) for r in found]
 
 
@@ -74,43 +54,37 @@ _PENDING_COLUMNS = (
 _PENDING_ABOVE = (
     select(*_PENDING_COLUMNS).where(outbox.c.id > bindparam("through")).order_by(outbox.c.id).limit(bindparam("limit"))
 )
-_PENDING_AFTER = (
-    select(*_PENDING_COLUMNS)
-    .where(tuple_(outbox.c.xid, outbox.c.id) > tuple_(bindparam("xid"), bindparam("through")), outbox.c.xid < _FINISHED)
-    .order_by(outbox.c.xid, outbox.c.id)
-    .limit(bindparam("limit"))
+_PENDING_UNMARKED = (
+    select(*_PENDING_COLUMNS).where(outbox.c.delivered_at.is_(None)).order_by(outbox.c.id).limit(bindparam("limit"))
 )
 
 
 def outbox_mark_delivered(conn: Connection, ids: Sequence[int], now_us: int, *, ordered_ids: bool) -> None:
-    """Move the cursor past ``ids`` (a prefix of what ``outbox_pending`` returned); never back."""
     if not ids:
         return
     if ordered_ids:
-        xid, through = 0, max(ids)
-        moved = _K.delivered_through < through
-    else:
-        last = fast.rows(conn, _LAST_OF, {"ids": list(ids)})
-        if not last:
-            return  # retired meanwhile: nothing left to pass
-        xid, through = int(last[0][0]), int(last[0][1])
-        moved = tuple_(_K.delivered_xid, _K.delivered_through) < tuple_(xid, through)
-    done = conn.execute(
-        update(outbox_cursors)
-        .where(_K.name == _CURSOR, moved)
-        .values(delivered_xid=xid, delivered_through=through, updated_at=now_us)
-    ).rowcount
-    if not done and conn.execute(select(_K.name).where(_K.name == _CURSOR)).first() is None:
-        row = {"name": _CURSOR, "delivered_xid": xid, "delivered_through": through, "updated_at": now_us}
-        conn.execute(outbox_cursors.insert().values(**row))
+        through = max(ids)
+        done = conn.execute(
+            update(outbox_cursors)
+            .where(outbox_cursors.c.name == _CURSOR, outbox_cursors.c.delivered_through < through)
+            .values(delivered_through=through, updated_at=now_us)
+        ).rowcount
+        if (
+            not done
+            and conn.execute(select(outbox_cursors.c.name).where(outbox_cursors.c.name == _CURSOR)).first() is None
+        ):
+            conn.execute(outbox_cursors.insert().values(name=_CURSOR, delivered_through=through, updated_at=now_us))
+        return
+    for start in range(0, len(ids), 5000):
+        fast.run(conn, _MARK_DELIVERED, {"ids": list(ids[start : start + 5000]), "now": now_us})
 
 
-# The last of a delivered batch in delivery order (one array parameter for any batch size).
-_LAST_OF = (
-    select(outbox.c.xid, outbox.c.id)
+# One array parameter (``= ANY``): the statement is the same text for any number of ids, where
+# an ``IN`` list was compiled by SQLAlchemy and parsed by psycopg afresh for each batch.
+_MARK_DELIVERED = (
+    update(outbox)
     .where(outbox.c.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))))
-    .order_by(outbox.c.xid.desc(), outbox.c.id.desc())
-    .limit(1)
+    .values(delivered_at=bindparam("now"))
 )
 
 
