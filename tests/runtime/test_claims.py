@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 from tests.helpers import count, define
 
 from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.models import JobRun
 from jobgate.core.settle import settle_attempt
 from jobgate.core.states import RunStatus
 from jobgate.runtime.changes import settlement_change
 from jobgate.service.engine import Engine, SubmitRequest, retry_policy
-from jobgate.store.base import RunsClaim
+from jobgate.store.base import RunChange, RunsClaim
 
 
 def submit(engine: Engine, job: str, n: int) -> list[str]:
@@ -27,6 +28,20 @@ def claim(engine: Engine, queues: tuple[str, ...], limit: int) -> list[str]:
     with engine.store.write() as tx:
         batch = tx.runs_claim(RunsClaim("w", queues, limit, now, now + timedelta(seconds=30), start_now=limit))
     return [r.job_run_id for r in batch.runs()]
+
+
+def succeeded(engine: Engine, run: JobRun, now: datetime) -> RunChange:
+    """The settlement change of a successful attempt of ``run`` (as the worker writes it)."""
+    done = settle_attempt(
+        run,
+        Outcome(OutcomeKind.SUCCEEDED),
+        retry_policy(engine.config, run.retry_policy),
+        now=now,
+        actor="w",
+        started_at=run.started_at or now,
+        result={"ok": True},
+    )
+    return settlement_change(done, run, worker_id="w", now=now)
 
 
 def test_a_queue_named_twice_is_claimed_from_once(engine: Engine) -> None:
@@ -68,16 +83,7 @@ def test_a_batch_of_completions_applies_the_fresh_ones_and_writes_nothing_for_a_
     changes = []
     for run in sorted(runs, key=lambda r: r.job_run_id):
         held = run if run.job_run_id != ids[1] else replace(run, lease_token=run.lease_token - 1)  # taken over
-        done = settle_attempt(
-            held,
-            Outcome(OutcomeKind.SUCCEEDED),
-            retry_policy(engine.config, held.retry_policy),
-            now=now,
-            actor="w",
-            started_at=held.started_at or now,
-            result={"ok": True},
-        )
-        changes.append(settlement_change(done, held, worker_id="w", now=now))
+        changes.append(succeeded(engine, held, now))
     events_before, transitions_before = count(engine, "outbox"), count(engine, "run_transitions")
     with engine.store.write() as tx:
         applied = tx.runs_apply(changes)
@@ -107,23 +113,7 @@ def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistic
     now = engine.clock.now()
     with engine.store.write() as tx:
         runs = tx.runs_claim(RunsClaim("w", ("default",), 3000, now, now + timedelta(hours=1), start_now=3000)).runs()
-    changes = [
-        settlement_change(
-            settle_attempt(
-                run,
-                Outcome(OutcomeKind.SUCCEEDED),
-                retry_policy(engine.config, run.retry_policy),
-                now=now,
-                actor="w",
-                started_at=run.started_at or now,
-                result={"ok": True},
-            ),
-            run,
-            worker_id="w",
-            now=now,
-        )
-        for run in runs[:64]
-    ]
+    changes = [succeeded(engine, run, now) for run in runs[:64]]
     [(key, _items, rows)] = claims.prepare_changes(changes).groups
     with engine.store.write() as tx:
         _, plan = fast.run_arrays(tx.conn, "EXPLAIN " + claims._cas_postgres_sql(tx.conn.dialect, key), rows)
