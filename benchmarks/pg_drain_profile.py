@@ -1,9 +1,12 @@
 """Where a PostgreSQL drain spends its time: CPU per process class and WAL per job.
 
-    python benchmarks/pg_drain_profile.py [--jobs 20000] [--workers 2] [--reps 3] [--db URL]
+    python benchmarks/pg_drain_profile.py [--jobs 20000] [--workers 2] [--reps 3] [--db URL] [--phase e2e]
 
-Submits N runs with the workers stopped (the throughput benchmark's bulk phase), starts the
-worker processes, and once they are draining reads, over the drain:
+``--phase drain`` (the default) submits N runs with the workers stopped (the throughput
+benchmark's bulk phase), starts the worker processes, and measures their drain of the backlog.
+``--phase e2e`` measures the throughput benchmark's end-to-end phase instead: the workers are
+running, and this process submits the N runs in batches of 500 while they drain; its own CPU
+(class ``benchmark``) is then the cost of submitting. Over the measured phase it reads:
   - CPU seconds of every process on this host by class (PostgreSQL server processes, jobgate
     workers, Redis, this process, the rest) from ``/proc/<pid>/stat``, so the figure is CPU
     spent, not wall time, and holds up better than throughput on a noisy VM;
@@ -102,24 +105,31 @@ def run_once(args: argparse.Namespace) -> dict[str, float]:
         reps=1,
         peers=None,
     )
+    e2e = args.phase == "e2e"
+    warmup = 200 if e2e else 0  # e2e: the workers are up and have run a few jobs before the clock starts
     with tempfile.TemporaryDirectory(prefix="jobgate-pgprof-") as tmp:
         bench = throughput.Bench(bench_args, Path(tmp))
         common.reset_sink()
-        bench.submit_bulk(bench.requests(args.jobs))
+        bench.submit_bulk(bench.requests(warmup if e2e else args.jobs))
         with psycopg.connect(args.db, autocommit=True) as pg:
-            if _statements(pg) is not None:
-                pg.execute("SELECT pg_stat_statements_reset()")
             bench.start_workers()
             try:
                 sink = common.sink()
                 # Measure from the first completion: process start-up (imports) is not the drain.
                 deadline = time.monotonic() + common.DRAIN_TIMEOUT
-                while int(sink.get("done") or 0) == 0:
+                while int(sink.get("done") or 0) < (warmup if e2e else 1):
                     if time.monotonic() > deadline:
                         raise SystemExit("workers did not start")
                     time.sleep(0.005)
+                if _statements(pg) is not None:
+                    pg.execute("SELECT pg_stat_statements_reset()")
+                if e2e:
+                    common.reset_sink()
+                    reqs = bench.requests(args.jobs)
                 done0, cpu0, t0 = int(sink.get("done") or 0), cpu_by_class(), time.perf_counter()
                 wal0 = pg.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+                if e2e:
+                    bench.submit_bulk(reqs, batch=500)
                 while int(sink.get("done") or 0) < args.jobs:
                     if time.monotonic() > deadline:
                         raise SystemExit("drain timed out")
@@ -130,12 +140,13 @@ def run_once(args: argparse.Namespace) -> dict[str, float]:
                 top = _statements(pg)
             finally:
                 bench.stop_workers()
-        bench.check_completed(args.jobs)
+        bench.check_completed(args.jobs + warmup)
         bench.engine.store.dispose()
     jobs = args.jobs - done0
     used = {k: cpu1.get(k, 0.0) - cpu0.get(k, 0.0) for k in cpu1}
     print(
-        f"  drained {jobs} in {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s; CPU ms per job: "
+        f"  {'ran end to end' if e2e else 'drained'} {jobs} in {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s; "
+        + "CPU ms per job: "
         + ", ".join(f"{k} {1000 * v / jobs:.3f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0.01)
         + f"; cores busy {sum(used.values()) / seconds:.2f}; WAL {wal / jobs:,.0f} bytes per job",
         flush=True,
@@ -158,19 +169,23 @@ def main() -> None:
     p.add_argument("--db", default=os.environ.get("JOBGATE_BENCH_POSTGRES_URL", throughput.DEFAULT_PG_URL))
     p.add_argument("--jobs", type=int, default=20000)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=96)  # as throughput.py on PostgreSQL
+    p.add_argument("--phase", choices=["drain", "e2e"], default="drain")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args()
     print(f"machine: {machine()}")
-    print(f"jobgate drain profile: jobs={args.jobs} workers={args.workers} concurrency={args.concurrency}", flush=True)
+    print(
+        f"jobgate profile: phase={args.phase} jobs={args.jobs} workers={args.workers} concurrency={args.concurrency}",
+        flush=True,
+    )
     runs = []
     for rep in range(args.reps):
         print(f"rep {rep + 1}:", flush=True)
         runs.append(run_once(args))
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(
-        f"RESULT backend=postgres jobs={args.jobs} drain_per_s={med['drain_per_s']:.0f} "
+        f"RESULT backend=postgres phase={args.phase} jobs={args.jobs} drain_per_s={med['drain_per_s']:.0f} "
         f"cpu_ms_per_job={med['cpu_ms_per_job']:.3f} postgres_ms_per_job={med['postgres_ms_per_job']:.3f} "
         f"workers_ms_per_job={med['workers_ms_per_job']:.3f} wal_bytes_per_job={med['wal_bytes_per_job']:.0f} "
         f"reps={args.reps}"

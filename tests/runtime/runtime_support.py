@@ -132,9 +132,9 @@ def marker_lines(path: Path) -> list[list[str]]:
 
 
 @contextmanager
-def running_worker(engine: Engine, **overrides: Any) -> Iterator[Worker]:
+def running_worker(engine: Engine, *, worker_class: type[Worker] = Worker, **overrides: Any) -> Iterator[Worker]:
     """A ``Worker`` running in a thread; stopped gracefully and joined on exit (fails if it hangs)."""
-    worker = Worker(engine, WorkerSettings(**{**TEST_SETTINGS, **overrides}))
+    worker = worker_class(engine, WorkerSettings(**{**TEST_SETTINGS, **overrides}))
     thread = threading.Thread(target=worker.run, name=f"test-worker-{worker.worker_id}", daemon=True)
     thread.start()
     try:

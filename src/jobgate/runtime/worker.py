@@ -236,9 +236,11 @@ class Worker:
             return False
         renew = now >= self._next_renew and bool(self._running or self._buffer)
         claim = 0 if self._stopping.is_set() else self._claim_room()
-        want_claim = bool(claim) and (self._watcher.changed() or self._poll_due(now))
+        # A claim that came back full says more runs are waiting: the next cycle claims again
+        # without waiting for a notification (none comes for a backlog) or the next poll.
+        want_claim = bool(claim) and (self._more_waiting or self._watcher.changed() or self._poll_due(now))
         if want_claim and not (self._pending or renew or self._startable()):
-            want_claim = self._claimable(now)  # a read first: don't take the write lock for nothing
+            want_claim = self._more_waiting = self._claimable(now)  # a read first: don't lock for nothing
         if self._pending or renew or want_claim or self._startable():
             self._cycle(now, renew=renew, claim=claim if want_claim else 0)
             if renew:
@@ -250,6 +252,7 @@ class Worker:
         return False
 
     _last_poll: datetime | None = None
+    _more_waiting = False  # the last claim was full: the queue likely holds more
 
     def _poll_due(self, now: datetime) -> bool:
         if self._last_poll is None or now - self._last_poll >= self.settings.poll_interval:
@@ -388,6 +391,8 @@ class Worker:
             time.sleep(min(0.05 * 2 ** min(self._cycle_failures - 1, 7), 5.0))
             return
         self._cycle_failures = 0
+        if claim:
+            self._more_waiting = batch is not None and batch.count >= claim
         claimed = batch.runs() if batch is not None else []  # decoded now the write lock is released
         for run_id, error in batch.unreadable if batch is not None else []:
             log.error(
