@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -21,6 +22,14 @@ from jobgate.store.base import RunFilter
 
 log = logging.getLogger("jobgate.process")
 SWITCH_INTERVAL = float(os.environ.get("JOBGATE_SWITCH_INTERVAL", "0.0005"))
+# Allocations between two young-generation collections of the cyclic garbage collector (Python's
+# default is 700). A worker allocates a few hundred objects per run it claims, starts and settles,
+# nearly all freed at once by reference counting: at 700 the collector ran many times a second,
+# and every tenth young collection every hundredth walked the whole heap. At 20,000 the worker
+# processes of the PostgreSQL end-to-end benchmark spent about 8 % less CPU per job (CPU of the
+# worker processes over that of the submitting process, alternating runs: 2.72-3.01 against
+# 3.05-3.15). Cyclic garbage then waits a little longer to be freed: a few megabytes at most.
+GC_THRESHOLD = int(os.environ.get("JOBGATE_GC_THRESHOLD", "20000"))
 
 
 def worker_settings(engine: Engine, **overrides: object) -> WorkerSettings:
@@ -89,6 +98,8 @@ class WorkerProcess:
         # which stretched one batched transaction from a few ms to ~100 ms. A short interval
         # hands the GIL back quickly.
         sys.setswitchinterval(SWITCH_INTERVAL)
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(GC_THRESHOLD, older, oldest)
         if self.publisher is not None:
             t = threading.Thread(target=self.publisher.run, name="jobgate-outbox", daemon=True)
             t.start()
