@@ -120,3 +120,33 @@ def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistic
     text_plan = "\n".join(line for (line,) in plan)
     assert "pk_job_runs" in text_plan, text_plan
     assert "ix_job_runs_leased" not in text_plan, text_plan
+
+
+def test_a_claim_locks_no_more_runs_than_it_takes_so_a_concurrent_claim_gets_the_rest(engine: Engine) -> None:
+    """Two workers claiming at once share the queue: the first holds its transaction open, the
+    second finds every run the first did not take (it read twice as many as it took before, and
+    held them locked until it committed)."""
+    if engine.store.dialect != "postgresql":
+        pytest.skip("SQLite has one writer at a time: claims never overlap")
+    job = define(engine)
+    runs = submit(engine, job, 6)
+    now = engine.clock.now()
+    with engine.store.write() as first:
+        taken = first.runs_claim(RunsClaim("w1", ("default",), 3, now, now + timedelta(seconds=30), start_now=3))
+        assert taken.count == 3 and taken.more  # it found all it could take: more may be waiting
+        with engine.store.write() as second:
+            rest = second.runs_claim(RunsClaim("w2", ("default",), 5, now, now + timedelta(seconds=30), start_now=5))
+    first_ids = {r.job_run_id for r in taken.runs()}
+    second_ids = {r.job_run_id for r in rest.runs()}
+    assert len(second_ids) == 3 and not rest.more  # the queue had only those left
+    assert first_ids | second_ids == set(runs) and not first_ids & second_ids
+
+
+def test_a_claim_cut_short_by_a_limit_says_more_runs_may_be_waiting(engine: Engine) -> None:
+    job = define(engine, concurrency_limit=2)
+    submit(engine, job, 6)
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        batch = tx.runs_claim(RunsClaim("w", ("default",), 4, now, now + timedelta(seconds=30), start_now=4))
+    # Two of the four candidates read were refused by the limit; the worker looks again next cycle.
+    assert batch.count == 2 and batch.more

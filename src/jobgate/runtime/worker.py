@@ -236,8 +236,8 @@ class Worker:
             return False
         renew = now >= self._next_renew and bool(self._running or self._buffer)
         claim = 0 if self._stopping.is_set() else self._claim_room()
-        # A claim that came back full says more runs are waiting: the next cycle claims again
-        # without waiting for a notification (none comes for a backlog) or the next poll.
+        # A claim that found all the runs it could take says more are waiting: the next cycle
+        # claims again without waiting for a notification (none comes for a backlog) or a poll.
         want_claim = bool(claim) and (self._more_waiting or self._watcher.changed() or self._poll_due(now))
         if want_claim and not (self._pending or renew or self._startable()):
             want_claim = self._more_waiting = self._claimable(now)  # a read first: don't lock for nothing
@@ -252,7 +252,7 @@ class Worker:
         return False
 
     _last_poll: datetime | None = None
-    _more_waiting = False  # the last claim was full: the queue likely holds more
+    _more_waiting = False  # the last claim found all it could take: the queue likely holds more
 
     def _poll_due(self, now: datetime) -> bool:
         if self._last_poll is None or now - self._last_poll >= self.settings.poll_interval:
@@ -392,7 +392,7 @@ class Worker:
             return
         self._cycle_failures = 0
         if claim:
-            self._more_waiting = batch is not None and batch.count >= claim
+            self._more_waiting = batch is not None and batch.more
         claimed = batch.runs() if batch is not None else []  # decoded now the write lock is released
         for run_id, error in batch.unreadable if batch is not None else []:
             log.error(

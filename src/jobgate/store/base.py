@@ -100,10 +100,13 @@ class ClaimedRuns:
     is no longer held.
     """
 
-    def __init__(self, decode: Callable[[], list[JobRun]], count: int) -> None:
+    def __init__(self, decode: Callable[[], list[JobRun]], count: int, *, more: bool = False) -> None:
         self._decode: Callable[[], list[JobRun]] | None = decode
         self._runs: list[JobRun] = []
         self.count = count
+        # The claim found as many candidates as it could take: more runs are likely waiting, and
+        # the worker claims again in its next cycle (no notification announces a backlog).
+        self.more = more
         # (job_run_id, error) of claimed rows this version cannot read: they stay leased, out of
         # this worker's hands, for the rescuer once their lease expires.
         self.unreadable: list[tuple[str, str]] = []
