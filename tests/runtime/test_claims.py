@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -120,6 +121,44 @@ def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistic
     text_plan = "\n".join(line for (line,) in plan)
     assert "pk_job_runs" in text_plan, text_plan
     assert "ix_job_runs_leased" not in text_plan, text_plan
+
+
+@pytest.mark.parametrize("start", [True, False], ids=["start", "dispatch"])
+def test_a_claim_finds_its_runs_by_primary_key_and_records_both_steps_in_order(engine: Engine, start: bool) -> None:
+    """The claim's one statement joins the ids the candidate read locked to the run table by
+    primary key, with statistics of a table where every run waits (the claim index is the
+    tempting wrong choice), and writes each run's transitions, claimed before started."""
+    if engine.store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL statement")
+    from jobgate.store.sql import claims, fast
+
+    job = define(engine)
+    ids = submit(engine, job, 3000)
+    with engine.store.write() as tx:
+        tx.conn.exec_driver_sql("ANALYZE job_runs")  # every run claimable
+    now = engine.clock.now()
+    params = {"owner": "w", "exp": 0, "now": 0, "ids": ids[:64], "previous": ["SCHEDULED"] * 64}
+    with engine.store.write() as tx:
+        sql = claims._PG_START if start else claims._PG_DISPATCH
+        plan = fast.returning_sql(tx.conn, "EXPLAIN " + sql, params)
+    text_plan = "\n".join(row["QUERY PLAN"] for row in plan)
+    assert "pk_job_runs" in text_plan and "ix_job_runs_claim" not in text_plan, text_plan
+
+    with engine.store.write() as tx:
+        batch = tx.runs_claim(
+            RunsClaim("w", ("default",), 2, now, now + timedelta(hours=1), start_now=2 if start else 0)
+        )
+    for run in batch.runs():
+        steps = [(t.from_status, t.to_status, t.reason, t.attempt, t.actor) for t in _transitions(engine, run)]
+        claimed = (RunStatus.SCHEDULED, RunStatus.DISPATCHED, "claimed", 0, "w")
+        started = (RunStatus.DISPATCHED, RunStatus.RUNNING, "started", 1, "w")
+        assert steps[2:] == ([claimed, started] if start else [claimed])
+        assert run.status is (RunStatus.RUNNING if start else RunStatus.DISPATCHED)
+
+
+def _transitions(engine: Engine, run: JobRun) -> list[Any]:
+    with engine.store.read() as tx:
+        return list(tx.run_transitions(run.job_run_id))
 
 
 def test_a_claim_locks_no_more_runs_than_it_takes_so_a_concurrent_claim_gets_the_rest(engine: Engine) -> None:

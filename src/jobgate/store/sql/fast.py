@@ -195,9 +195,14 @@ def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[tuple[A
 def returning(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Execute one statement with RETURNING straight through the driver; rows as plain dicts."""
     sql, names, defaults = _compile(conn, stmt)
+    return returning_sql(conn, sql, _bind(names, defaults, params))
+
+
+def returning_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``returning`` for hand-built SQL in the driver's own parameter style."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.execute(sql, _bind(names, defaults, params))
+        cursor.execute(sql, params)
         columns = [d[0] for d in cursor.description]
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     finally:
