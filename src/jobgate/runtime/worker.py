@@ -125,7 +125,9 @@ class Worker:
         self._spans = attempt_spans(engine.config.tracing)  # None unless tracing.otel: nothing imported
         # Results carry their flight, not just the run id: a late result of an abandoned attempt
         # must never settle a later attempt of the same run.
-        self._results: queue.Queue[tuple[_InFlight, ExecutionResult]] = queue.Queue()
+        # A ``SimpleQueue`` (in C, one lock) rather than ``queue.Queue`` (Python conditions):
+        # every executor thread hands every result through it.
+        self._results: queue.SimpleQueue[tuple[_InFlight, ExecutionResult]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -620,7 +622,8 @@ class Worker:
             )
             result = ExecutionResult(Outcome(OutcomeKind.RETRYABLE_FAILURE, "EXECUTOR_ERROR", type(exc).__name__))
         self._results.put((flight, result))
-        self._wake.set()
+        if not self._wake.is_set():  # setting it again takes its lock for nothing
+            self._wake.set()
 
     def _lock(self, run_id: str, kind: str, key: str, ttl: timedelta) -> HeldLock:
         """A handler's named lock, owned by this worker's attempt of the run."""

@@ -104,11 +104,14 @@ class PythonExecutor:
         return _as_result(value)
 
 
+_SUCCEEDED = ExecutionResult(Outcome(OutcomeKind.SUCCEEDED))  # immutable: shared by every plain success
+
+
 def _as_result(value: object) -> ExecutionResult:
     """Accept ``None`` or a JSON object; the recorded result is the JSON round trip, i.e. exactly
     what the store will hold, detached from any object the handler keeps mutating."""
     if value is None:
-        return ExecutionResult(Outcome(OutcomeKind.SUCCEEDED))
+        return _SUCCEEDED
     if not isinstance(value, dict):
         return _failure(
             OutcomeKind.NON_RETRYABLE_FAILURE,
