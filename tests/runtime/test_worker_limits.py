@@ -4,6 +4,8 @@ exactly-once execution when two workers drain the same queue."""
 from __future__ import annotations
 
 import itertools
+import time
+from datetime import timedelta
 from pathlib import Path
 
 from runtime_support import (
@@ -18,6 +20,7 @@ from runtime_support import (
 from helpers import define
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.store.base import RunsClaim
 from jobgate.store.sqlstore import Store
 
 
@@ -126,3 +129,38 @@ def test_two_workers_drain_300_runs_each_exactly_once(engine: Engine, database_u
     # Both really worked the queue (each holds at most 4 runs at a time, so neither can take all).
     assert a.settled > 0 and b.settled > 0
     assert scalar(engine, f"SELECT count(DISTINCT actor) {started}") == 2
+
+
+def test_a_worker_whose_queue_is_at_its_rate_waits_instead_of_claiming_over_and_over(engine: Engine) -> None:
+    """A backlog behind a queue rate: the claim finds runs but may start none, and says nothing
+    more is waiting; the worker waits for its poll instead of running a claiming transaction
+    every few milliseconds (it did, on SQLite, for one review: hundreds of cycles a second)."""
+    job = define(engine, queue="slow")
+    engine.submit_many([SubmitRequest(job, request_id=f"slow-{i}") for i in range(50)])
+    with running_worker(engine, concurrency=4, queues=("slow",), queue_rates={"slow": (0.2, 1)}) as worker:
+        wait_until(lambda: worker.stats.started >= 1, what="the one run the rate allows")
+        cycles = worker.stats.cycles
+        time.sleep(1.0)  # the rate allows nothing more for 5 s
+        idle_cycles = worker.stats.cycles - cycles
+    assert worker.stats.started == 1
+    # At most a look per poll (every 20 ms in these tests); it was over 300 a second.
+    assert idle_cycles <= 60, idle_cycles
+
+
+def test_runs_of_a_queue_at_its_rate_do_not_hide_the_runs_of_another_queue(engine: Engine) -> None:
+    """The candidate read takes exactly as many runs as the claim may: a rate-limited queue with
+    no room now is left out of it, or its runs (ranked first) would fill it and the other
+    queue's runs behind them would wait for a later claim."""
+    slow, fast = define(engine, queue="slow"), define(engine, queue="fast")
+    engine.submit_many([SubmitRequest(slow, request_id=f"s{i}") for i in range(4)])
+    made = engine.submit_many([SubmitRequest(fast, request_id=f"f{i}") for i in range(2)])
+    fast_ids = {r.run.job_run_id for r in made}
+    rates = {"slow": (0.2, 1)}
+    now = engine.clock.now()
+    later = now + timedelta(seconds=30)
+    with engine.store.write() as tx:  # the slow queue's one run for the next five seconds
+        first = tx.runs_claim(RunsClaim("w", ("slow",), 1, now, later, rates, start_now=1)).runs()
+    assert len(first) == 1
+    with engine.store.write() as tx:
+        batch = tx.runs_claim(RunsClaim("w", ("slow", "fast"), 2, now, later, rates, start_now=2))
+    assert {r.job_run_id for r in batch.runs()} == fast_ids

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from jobgate.core.errors import ConfigurationError
 from jobgate.core.states import LEASED, PENDING
 from jobgate.runtime.alert_sink import alert_sink
 from jobgate.runtime.coordinator import WorkflowCoordinator
@@ -29,7 +30,23 @@ SWITCH_INTERVAL = float(os.environ.get("JOBGATE_SWITCH_INTERVAL", "0.0005"))
 # processes of the PostgreSQL end-to-end benchmark spent about 8 % less CPU per job (CPU of the
 # worker processes over that of the submitting process, alternating runs: 2.72-3.01 against
 # 3.05-3.15). Cyclic garbage then waits a little longer to be freed: a few megabytes at most.
-GC_THRESHOLD = int(os.environ.get("JOBGATE_GC_THRESHOLD", "20000"))
+GC_THRESHOLD_DEFAULT = 20000
+
+
+def gc_threshold() -> int:
+    """``JOBGATE_GC_THRESHOLD``, or the default. Zero would turn the cyclic collector off for the
+    whole process (and an API server that embeds a worker), so it is refused like any value that
+    is not a positive whole number."""
+    raw = os.environ.get("JOBGATE_GC_THRESHOLD", str(GC_THRESHOLD_DEFAULT))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigurationError(
+            f"must be a whole number of allocations, at least 1 (got {raw!r})", field="JOBGATE_GC_THRESHOLD"
+        )
+    return value
 
 
 def worker_settings(engine: Engine, **overrides: object) -> WorkerSettings:
@@ -97,9 +114,10 @@ class WorkerProcess:
         # interval each re-acquisition can wait behind busy executor threads (the convoy effect),
         # which stretched one batched transaction from a few ms to ~100 ms. A short interval
         # hands the GIL back quickly.
+        threshold = gc_threshold()  # refused before anything starts
         sys.setswitchinterval(SWITCH_INTERVAL)
         _, older, oldest = gc.get_threshold()
-        gc.set_threshold(GC_THRESHOLD, older, oldest)
+        gc.set_threshold(threshold, older, oldest)
         if self.publisher is not None:
             t = threading.Thread(target=self.publisher.run, name="jobgate-outbox", daemon=True)
             t.start()

@@ -295,7 +295,7 @@ class Worker:
         return bool(self._buffer) and self._busy_threads < self.settings.concurrency
 
     def _wait_for_work(self, claim_room: int) -> None:
-        if not self._results.empty() or self._pending:
+        if not self._results.empty() or self._pending or (self._more_waiting and claim_room):
             return
         # Poll fast for new commits when there is room; the watcher makes that cheap.
         timeout = 0.002 if claim_room and self._watcher.cheap else self.settings.poll_interval.total_seconds()

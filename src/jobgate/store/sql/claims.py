@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -363,13 +363,17 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
     their transitions (claimed, and started) and the started runs' ``job_started`` events.
     """
     now = codec.to_us(p.now)
+    p = _without_queues_at_their_rate(conn, p, now)
+    if not p.queues:
+        return ClaimedRuns(list, 0)
     candidates = _candidates(conn, p, now, skip_locked=skip_locked)
-    more = len(candidates) >= p.limit  # the read was cut at the limit: more runs may be waiting
     if not candidates:
         return ClaimedRuns(list, 0)
     chosen = _apply_limits(conn, candidates, p, now)
     if not chosen:
-        return ClaimedRuns(list, 0, more=more)
+        # Every candidate refused by a limit: claiming again at once would refuse them again.
+        return ClaimedRuns(list, 0)
+    more = len(candidates) >= p.limit  # the read was cut at the limit: more runs may be waiting
     previous = {row.job_run_id: row.status for row in candidates}
     facts, claimed, recorded = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], previous, p)
     claimed.more = more
@@ -399,6 +403,28 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
     fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
     fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, started)
     return claimed
+
+
+def _without_queues_at_their_rate(conn: Connection, p: RunsClaim, now: int) -> RunsClaim:
+    """``p`` without the rate-limited queues that have no room for a run now.
+
+    Definitions at their limits are skipped by the candidate read itself; a queue's rate is the
+    worker's setting, not the runs', so it is read here. Without this, the runs of a queue at its
+    rate filled the candidate read (it takes exactly as many as the claim may) and hid the runs
+    of the other queues behind them. ``_apply_limits`` still decides, under its lock."""
+    rated = [q for q in dict.fromkeys(p.queues) if q in p.queue_rates]
+    if not rated:
+        return p
+    keys = {f"queue:{q}": q for q in rated}
+    tats = dict(conn.execute(select(rate_limits.c.key, rate_limits.c.tat).where(rate_limits.c.key.in_(keys))).all())
+    now_dt = codec.from_us(now)
+    full = set()
+    for key, queue in keys.items():
+        rate, burst = p.queue_rates[queue]
+        tat = None if tats.get(key) is None else codec.from_us(tats[key])
+        if ratelimit.admit(tat, now_dt, rate=rate, burst=burst, wanted=1)[0] == 0:
+            full.add(queue)
+    return replace(p, queues=tuple(q for q in p.queues if q not in full)) if full else p
 
 
 def _apply_limits(conn: Connection, candidates: Sequence[Candidate], p: RunsClaim, now: int) -> list[str]:
