@@ -295,7 +295,11 @@ class Worker:
         return bool(self._buffer) and self._busy_threads < self.settings.concurrency
 
     def _wait_for_work(self, claim_room: int) -> None:
-        if not self._results.empty() or self._pending or (self._more_waiting and claim_room):
+        # Not even when the last claim found more: waiting here for the attempts it started to
+        # finish is what makes the next cycle's batch big. Returning at once made smaller,
+        # costlier cycles that took CPU from the submitting process (PostgreSQL benchmark, one
+        # run each: 2,573 jobs/s end to end against 2,922 and 3,328 without it).
+        if not self._results.empty() or self._pending:
             return
         # Poll fast for new commits when there is room; the watcher makes that cheap.
         timeout = 0.002 if claim_room and self._watcher.cheap else self.settings.poll_interval.total_seconds()
