@@ -294,11 +294,10 @@ def _by_claim_order(runs: list[JobRun]) -> list[JobRun]:
 
 def _claim_ids(
     conn: Connection, start_ids: Sequence[str], dispatch_ids: Sequence[str], previous: dict[str, str], p: RunsClaim
-) -> tuple[list[_Claimed], ClaimedRuns, bool]:
-    """Start ``start_ids`` (those with an attempt left), dispatch the rest and the others.
-
-    Returns the facts of the runs claimed, the runs, and whether their transitions were
-    recorded already (PostgreSQL records them in the claim's statement)."""
+) -> tuple[list[_Claimed], ClaimedRuns]:
+    """Start ``start_ids`` (those with an attempt left), dispatch the rest and the others, and
+    record their transitions (``previous``: each run's status before the claim). Returns the
+    facts of the runs claimed and the runs."""
     now, exp = codec.to_us(p.now), codec.to_us(p.lease_expires_at)
     if conn.dialect.name != "sqlite":
         claimed: list[JobRun] = []
@@ -326,7 +325,7 @@ def _claim_ids(
             for r in claimed
         ]
         done = _by_claim_order(claimed)
-        return facts, ClaimedRuns(lambda: done, len(done)), True
+        return facts, ClaimedRuns(lambda: done, len(done))
     # SQLite: the write lock is ours, so the rows leased to us among these ids after the two
     # updates are exactly the ones they changed (candidates were unleased when read). Started
     # rows are no longer claimable, so the dispatch over every id changes only the others.
@@ -340,6 +339,7 @@ def _claim_ids(
     fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
     found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
     facts = [_Claimed(*(row[i] for i in _FACT_INDEXES)) for row in found]
+    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, _claim_transitions(facts, previous, p, now))
 
     def decode() -> list[JobRun]:
         runs: list[JobRun] = []
@@ -351,7 +351,23 @@ def _claim_ids(
         return _by_claim_order(runs)
 
     batch = ClaimedRuns(decode, len(found))
-    return facts, batch, False
+    return facts, batch
+
+
+def _claim_transitions(
+    facts: Sequence[_Claimed], previous: dict[str, str], p: RunsClaim, now: int
+) -> list[tuple[Any, ...]]:
+    """SQLite's transitions of a claim, as PostgreSQL's claim statement writes them: claimed,
+    then started for the runs started at once."""
+    rows: list[tuple[Any, ...]] = []
+    for r in facts:
+        was_started = r.status == _RUNNING
+        attempt = r.attempt - 1 if was_started else r.attempt
+        was = previous[r.job_run_id]
+        rows.append((r.job_run_id, r.tenant_id, was, _DISPATCHED, attempt, _CLAIMED, p.worker_id, now, None))
+        if was_started:
+            rows.append((r.job_run_id, r.tenant_id, _DISPATCHED, _RUNNING, r.attempt, _STARTED, p.worker_id, now, None))
+    return rows
 
 
 def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedRuns:
@@ -375,21 +391,11 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
         return ClaimedRuns(list, 0)
     more = len(candidates) >= p.limit  # the read was cut at the limit: more runs may be waiting
     previous = {row.job_run_id: row.status for row in candidates}
-    facts, claimed, recorded = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], previous, p)
+    facts, claimed = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], previous, p)
     claimed.more = more
-    transitions: list[tuple[Any, ...]] = []
     started: list[tuple[Any, ...]] = []
     for r in facts:
-        was_started = r.status == _RUNNING
-        if not recorded:
-            attempt = r.attempt - 1 if was_started else r.attempt
-            was = previous[r.job_run_id]
-            transitions.append((r.job_run_id, r.tenant_id, was, _DISPATCHED, attempt, _CLAIMED, p.worker_id, now, None))
-            if was_started:
-                transitions.append(
-                    (r.job_run_id, r.tenant_id, _DISPATCHED, _RUNNING, r.attempt, _STARTED, p.worker_id, now, None)
-                )
-        if was_started:
+        if r.status == _RUNNING:
             fact = events.StartedRun(
                 r.job_run_id,
                 r.job_class,
@@ -400,7 +406,6 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
                 r.attempt,
             )
             started.extend(_event_rows(r.job_run_id, r.tenant_id, [events.started_event(fact, p.now)], p.now))
-    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
     fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, started)
     return claimed
 
