@@ -76,8 +76,9 @@ _TOP_KEYS = (
     "logging",
     "tracing",
     "telemetry",
+    "governance",
 )
-_RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env")
+_RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env", "executes_body")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
 _WORKER_KEYS = (
     "concurrency",
@@ -201,6 +202,15 @@ class SafeModeSettings:
 
 
 @dataclass(frozen=True)
+class GovernanceSettings:
+    """``governance``: ``four_eyes`` makes every content approval a second person's (the
+    principal who applied a version never approves it). Definitions whose runner executes its
+    body as code always need a second person, whatever this says."""
+
+    four_eyes: bool = False
+
+
+@dataclass(frozen=True)
 class TelemetrySettings:
     """AII telemetry rollups (seed 000 §37, §51): the period each publication covers, the sink
     (an append-only file, or an HTTP endpoint from configuration only), and how long after a
@@ -259,6 +269,7 @@ class JobgateConfig:
     logging: LoggingSettings = field(default_factory=LoggingSettings)  # jobgate.logs: format (text|json) and level
     tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
     telemetry: TelemetrySettings = TelemetrySettings()
+    governance: GovernanceSettings = GovernanceSettings()
 
     @property
     def anchor_sink_path(self) -> Path:
@@ -368,7 +379,14 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         logging=parse_logging_settings(r, doc.get("logging")),
         tracing=parse_tracing_settings(r, doc.get("tracing")),
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
+        governance=_governance(r, doc.get("governance")),
     )
+
+
+def _governance(r: Reader, value: Any) -> GovernanceSettings:
+    spec = r.mapping(_or_empty(value), "governance")
+    r.only_keys(spec, "governance", ("four_eyes",))
+    return GovernanceSettings(four_eyes=r.boolean(spec.get("four_eyes", False), "governance.four_eyes"))
 
 
 def _or_empty(value: Any) -> Any:
@@ -430,7 +448,11 @@ def _runner(r: Reader, name: str, value: Any) -> RunnerSpec:
             for k, v in env_doc.items()
         )
     )
-    return RunnerSpec(name, binary, args, codes, grace, artifact, env)
+    # Whether the binary runs the body as a program. Unless the runner says otherwise, a runner
+    # that is handed the body (``{{tmpfile}}``) is taken to execute it: deny by default.
+    takes_body = any("{{tmpfile}}" in arg for arg in args)
+    executes_body = r.boolean(spec.get("executes_body", takes_body), join(at, "executes_body"))
+    return RunnerSpec(name, binary, args, codes, grace, artifact, env, executes_body)
 
 
 def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec]) -> TargetSpec:

@@ -31,6 +31,9 @@ class RunnerSpec:
     stop_grace: timedelta = timedelta(seconds=10)
     artifact: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    # The binary executes the definition's body as code (``python3 {{tmpfile}}``): approving such
+    # a definition approves a program, so it always needs a second person (four eyes).
+    executes_body: bool = True
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ covered by both an offline licence and an online environment check.
   closed: definitions that need it are refused, definitions without permissions are not
   affected.
 
-The judgement (``verdict``) is a pure function of the licence, the environment's answer, the
-permissions and the time; reading the file and calling the endpoint are the thin edges.
+The judgement (``jobgate.core.trust.verdict``) is a pure function of the licence, the
+environment's answer, the permissions and the time; reading the file and calling the endpoint,
+here, are the thin edges.
 """
 
 from __future__ import annotations
@@ -21,34 +22,19 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from jobgate.core.canonical import digest
-from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.errors import ValidationError
+from jobgate.core.trust import Licence, LicenceState, verdict
+
+__all__ = ["EnvironmentCheck", "Licence", "LicenceFile", "LicenceState", "licence_digest", "parse_licence", "verdict"]
 
 log = logging.getLogger("jobgate.trust")
 MAX_LICENCE_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class Licence:
-    licence_id: str
-    holder: str
-    permissions: frozenset[str]
-    expires_at: datetime
-    max_concurrent_runs: int | None
-
-
-@dataclass(frozen=True)
-class LicenceState:
-    """What reading the licence gave: the licence, or why there is none usable."""
-
-    licence: Licence | None
-    problem: str | None = None
 
 
 def licence_digest(document: Mapping[str, Any]) -> str:
@@ -78,33 +64,6 @@ def parse_licence(document: Any, roots: Mapping[str, Any]) -> Licence:
         raise ValidationError("required", field=f"licence.{exc.args[0]}") from None
     except ValueError:
         raise ValidationError("an ISO 8601 instant", field="licence.expires_at") from None
-
-
-def verdict(
-    permissions: Sequence[str], state: LicenceState, environment: frozenset[str] | None, now: datetime
-) -> GovernanceRefusal | None:
-    """Why the gates refuse ``permissions`` (the first reason, naming its rule), or None."""
-    needed = sorted(set(permissions))
-    if not needed:
-        return None
-    lic = state.licence
-    if lic is None:
-        return _refused(f"no valid licence: {state.problem}", "licence_missing")
-    if now >= lic.expires_at:
-        return _refused(f"licence {lic.licence_id} expired at {lic.expires_at.isoformat()}", "licence_expired")
-    for p in needed:
-        if p not in lic.permissions:
-            return _refused(f"licence {lic.licence_id} does not grant {p!r}", f"licence_permission:{p}")
-    if environment is None:
-        return _refused("the environment check cannot be reached (fail closed)", "environment_unreachable")
-    for p in needed:
-        if p not in environment:
-            return _refused(f"the environment does not grant {p!r}", f"environment_permission:{p}")
-    return None
-
-
-def _refused(message: str, rule: str) -> GovernanceRefusal:
-    return GovernanceRefusal(message, code="trust_gate_refused", rule=rule, field="permissions")
 
 
 class LicenceFile:

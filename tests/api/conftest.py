@@ -129,6 +129,13 @@ class World:
             if current is not None and current.active:
                 safemode.deactivate(self.engine, tenant, actor="test", reason="reset")
 
+    def digest(self, job: str, tenant: str = "acme") -> str:
+        """The current content digest of ``job``: what an approver reviews and names."""
+        with self.engine.store.read() as tx:
+            stored = tx.definition_get(tenant, job)
+        assert stored is not None
+        return stored.digest
+
     def approve(self, job: str, tenant: str = "acme") -> None:
         from jobgate.service import approvals
 

@@ -127,7 +127,7 @@ SAMPLES: dict[tuple[str, str], Make] = {
         f"/api/v1/dead-letters/{w.new_run().job_run_id}/requeue", ok={409}
     ),
     ("POST", "/api/v1/definitions/{job_definition_id}/approve"): lambda w: Sample(
-        f"/api/v1/definitions/{ACME_JOB}/approve"
+        f"/api/v1/definitions/{ACME_JOB}/approve", {"digest": w.digest(ACME_JOB)}
     ),
     ("GET", "/api/v1/definitions/{job_definition_id}/approval"): lambda w: Sample(
         f"/api/v1/definitions/{ACME_JOB}/approval"

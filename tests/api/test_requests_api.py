@@ -100,23 +100,35 @@ def test_a_proposal_that_could_never_run_is_refused_at_once(world: World) -> Non
 
 
 def test_define_approve_run_edit_refused_reapprove_through_the_api(world: World) -> None:
+    """A definition whose body is a program: the admin who applied it never approves it; a second
+    person does, naming the digest they reviewed; an edit needs approving again."""
     admin = world.headers("acme", Role.ADMIN)
+    second = tokens.create(world.engine, tenant_id="acme", role="admin", actor="root", principal="reviewer")
+    reviewer = {"Authorization": f"Bearer {second.token}"}
     doc = {"job_definition_id": "etl-export", "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print(1)"}
     assert world.client.post(f"{API}/definitions", json={"definitions": [doc]}, headers=admin).status_code == 200
+    digest = world.digest("etl-export")
     run = {"job_definition_id": "etl-export"}
     refused = world.client.post(f"{API}/runs", json=run, headers=admin)
     assert refused.status_code == 403 and refused.json()["error"] == "definition_not_approved"
-    assert (
-        world.client.post(f"{API}/definitions/etl-export/approve", json={"note": "CR-1"}, headers=admin).status_code
-        == 200
-    )
+    approve = f"{API}/definitions/etl-export/approve"
+    own = world.client.post(approve, json={"digest": digest}, headers=admin)
+    assert own.status_code == 403 and own.json()["error"] == "four_eyes", own.json()
+    assert world.client.post(approve, json={"note": "CR-1"}, headers=reviewer).status_code == 422  # no digest
+    wrong = world.client.post(approve, json={"digest": "sha256:" + "0" * 64}, headers=reviewer)
+    assert wrong.status_code == 409 and digest in wrong.json()["message"]
+    assert world.client.post(approve, json={"digest": digest, "note": "CR-1"}, headers=reviewer).status_code == 200
     assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 201
     edited = {**doc, "body": "print(2)"}
     assert world.client.post(f"{API}/definitions", json={"definitions": [edited]}, headers=admin).status_code == 200
     status = world.client.get(f"{API}/definitions/etl-export/approval", headers=admin).json()
     assert (status["current_version"], status["approved"], len(status["history"])) == (2, False, 1)
+    assert (status["matches"], status["changed"]) == (False, ["content"])
     assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 403
-    assert world.client.post(f"{API}/definitions/etl-export/approve", headers=admin).status_code == 200
+    stale = world.client.post(approve, json={"digest": digest}, headers=reviewer)  # reviewed v1, v2 is current
+    assert stale.status_code == 409 and digest in stale.json()["message"]
+    approved = world.client.post(approve, json={"digest": world.digest("etl-export")}, headers=reviewer)
+    assert approved.status_code == 200 and approved.json()["code_digest"].startswith("sha256:")
     assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 201
     revoked = world.client.delete(f"{API}/definitions/etl-export/approval", headers=admin).json()
     assert len(revoked["cancelled_runs"]) == 2  # every approval revoked: neither run had started

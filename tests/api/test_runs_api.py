@@ -204,7 +204,11 @@ def test_seed_schedule_and_cancel_contract(world: World) -> None:
     assert set(out) == {"status", "job_run_id", "config_snapshot_id", "scheduled_for"} and out["status"] == "scheduled"
     elsewhere = {**body, "scope": {"tenant_id": "other"}}
     foreign = world.client.post("/api/v1/schedule", json=elsewhere, headers=admin(world))
-    assert foreign.status_code == 422 and foreign.json()["field"] == "scope.tenant_id"
+    assert foreign.status_code == 403 and foreign.json() == {
+        "error": "tenant_claim_mismatch",
+        "message": "the tenant comes from your credential; this names another tenant",
+        "field": "scope.tenant_id",
+    }
     cancel = {"job_run_id": out["job_run_id"], "reason": "superseded", "requested_by": "ops@example.com"}
     done = world.client.post("/api/v1/cancel", json=cancel, headers=admin(world))
     assert done.json() == {"status": "cancelled", "job_run_id": out["job_run_id"], "audit_required": True}

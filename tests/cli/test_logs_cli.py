@@ -52,7 +52,8 @@ def test_a_worker_logs_json_lines_carrying_each_runs_id_and_trace(folder: Path) 
     hello = jobgate(folder, "submit", "demo-hello", "-p", "name=ada").stdout.strip()
     flaky = jobgate(folder, "submit", "demo-flaky").stdout.strip()  # fails once, then succeeds
     (folder / "trace-env.yaml").write_text(TRACE_ENV_SCENARIO)
-    jobgate(folder, "apply", "--approve", "trace-env.yaml")
+    jobgate(folder, "apply", "trace-env.yaml", "--by", "author")  # its body is a program: a second person approves
+    jobgate(folder, "definitions", "approve", "trace-env", "--by", "reviewer")
     command = jobgate(folder, "submit", "trace-env").stdout.strip()
 
     proc = jobgate(folder, "--log-format", "json", "--log-level", "debug", "worker", "--exit-when-idle")

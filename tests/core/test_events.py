@@ -17,6 +17,8 @@ from .support import KEY, NOW, RUN_ID, STARTED, make_run
 
 Z_NOW = "2026-03-01T12:00:00Z"
 RUN = make_run()
+# The same run as a claim's rows name it (no JobRun decoded): events written from them read alike.
+REF = events.RunRef(RUN.job_run_id, RUN.job_class.value, RUN.job_definition_id, RUN.tenant_id, RUN.idempotency_key)
 BASE = {
     "job_run_id": RUN_ID,
     "job_class": "MAINTENANCE_JOB",
@@ -120,6 +122,21 @@ BUILDERS: list[tuple[Callable[[], Event], EventType, dict[str, Any]]] = [
         lambda: events.job_stop_requested(RUN, actor="carol", reason="wrong period", now=NOW),
         EventType.JOB_STOP_REQUESTED,
         {"requested_by": "carol", "reason": "wrong period", "attempt": 3, "requested_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_held(REF, code="safe_mode_active", rule="suspended_class:X", message="why", now=NOW),
+        EventType.JOB_HELD,
+        {"hold_reason": "safe_mode_active", "rule": "suspended_class:X", "message": "why", "held_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_released(REF, held_for="safe_mode_active", now=NOW),
+        EventType.JOB_RELEASED,
+        {"hold_reason": "safe_mode_active", "released_at": Z_NOW},
+    ),
+    (
+        lambda: events.job_cancelled(REF, actor="worker-1", reason="approval_revoked", now=NOW),
+        EventType.JOB_CANCELLED,
+        {"requested_by": "worker-1", "reason": "approval_revoked", "cancelled_at": Z_NOW},
     ),
 ]
 

@@ -60,16 +60,20 @@ def test_core_modules_found() -> None:
         "decide",
         "errors",
         "events",
+        "code_identity",
+        "governance",
         "idempotency",
         "models",
         "params",
         "policies",
+        "policy",
         "ratelimit",
         "retry",
         "runs",
         "settle",
         "states",
         "tokens",
+        "trust",
     }
 
 

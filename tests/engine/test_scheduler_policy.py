@@ -14,7 +14,8 @@ from tests.helpers import count, define, make_config
 
 from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Scope, TriggerType
-from jobgate.policy import Admission, evaluate, parse_policy
+from jobgate.core.policy import Admission, evaluate
+from jobgate.policy import parse_policy
 from jobgate.service import audit
 from jobgate.service.engine import SYSTEM_TENANT, Engine, SubmitRequest
 from jobgate.store.sql.governance import AuditFilter

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from helpers import define
 from jobgate.contracts import event_contract, validate
 from jobgate.core.events import EventType
+from jobgate.core.models import DefinitionStatus
 from jobgate.core.states import RunStatus
 from jobgate.health.rules import alert_body
 from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
@@ -54,6 +55,7 @@ def test_every_event_of_a_run_s_life_conforms_to_its_contract(engine: Engine) ->
     review = define(engine, handler="engine_handlers:fail_retryable", retry_policy="test_review_v1")
     slow = define(engine, handler="engine_handlers:sleep", params=SECONDS)
     replayer = define(engine, job_class="REPLAY_JOB", handler="jobgate.replay:replay_job", params=REPLAY_PARAMS)
+    paused = define(engine, handler="engine_handlers:succeed")
 
     never_started = submit(engine, ok)
     control.cancel_run(engine, never_started, actor="ops", reason="not needed")
@@ -64,8 +66,15 @@ def test_every_event_of_a_run_s_life_conforms_to_its_contract(engine: Engine) ->
         "final": submit(engine, final),
         "escalated": submit(engine, review),
         "stopped": submit(engine, slow, seconds="30"),
+        "held": submit(engine, paused),
     }
+    with engine.store.write() as tx:  # suspended while its run waits: the attempt is held, then released
+        tx.definition_set_status("default", paused, DefinitionStatus.SUSPENDED, engine.clock.now())
     with running_worker(engine):
+        wait_status(engine, runs["held"], RunStatus.HELD)
+        with engine.store.write() as tx:
+            tx.definition_set_status("default", paused, DefinitionStatus.ACTIVE, engine.clock.now())
+        wait_status(engine, runs["held"], RunStatus.COMPLETED)
         wait_status(engine, runs["stopped"], RunStatus.RUNNING)
         control.stop_run(engine, runs["stopped"], actor="ops", reason="taking too long")
         wait_status(engine, runs["stopped"], RunStatus.CANCELLED)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from jobgate.api.errors import BadRequest, Forbidden
+from jobgate.api.errors import BadRequest, Forbidden, TenantClaimMismatch
 from jobgate.core.models import JobRun
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
@@ -109,12 +109,94 @@ async def enforce(request: Request) -> None:
     request.state.principal = principal  # known before the role check: a refusal is attributed
     request.state.rule = rule
     check_role(rule, principal)
+    check_query(request, route)
+    await check_tenant_claims(request, principal)
+
+
+def _declared_query(dependant: Any) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _declared_query(sub)
+    return names
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def check_query(request: Request, route: Any) -> None:
+    """A query parameter the route does not declare is refused, naming it: an unknown one (a
+    misspelt filter, an ``expected_digest`` the route has no use for) must never be ignored."""
+    if not request.url.query:
+        return
+    key = id(route)
+    names = _QUERY_NAMES.get(key)
+    if names is None:
+        names = _QUERY_NAMES[key] = frozenset(_declared_query(route.dependant))
+    for name in request.query_params:
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise BadRequest(f"this route has no query parameter {name!r} (it takes: {known})", field=name)
+
+
+# Where a body or a query may claim a tenant: the top level, a scope or a schedule, each document.
+_TENANT_KEYS = ("tenant_id", "tenant")
+_NESTED = ("scope", "schedule")
+
+
+async def check_tenant_claims(request: Request, principal: Principal) -> None:
+    """Seed 001: the tenant comes from the credential alone. A body or query naming another
+    tenant is refused with 403 ``tenant_claim_mismatch``; naming the caller's own is harmless."""
+    for key in _TENANT_KEYS:
+        value = request.query_params.get(key)
+        if value is not None and value != principal.tenant_id:
+            raise TenantClaimMismatch(field=key)
+    if request.method not in ("POST", "PUT", "PATCH", "DELETE"):
+        return
+    try:
+        document = await request.json()
+    except Exception:
+        return  # not JSON: the route's own parsing says so
+    for field, value in _claims(document):
+        if value != principal.tenant_id:
+            raise TenantClaimMismatch(field=field)
+
+
+def _claims(document: Any) -> list[tuple[str, Any]]:
+    if not isinstance(document, dict):
+        return []
+    found = [(k, document[k]) for k in _TENANT_KEYS if document.get(k) is not None]
+    for name in _NESTED:
+        nested = document.get(name)
+        if isinstance(nested, dict):
+            found += [(f"{name}.{k}", nested[k]) for k in _TENANT_KEYS if nested.get(k) is not None]
+    items = document.get("definitions")
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            if isinstance(item, dict) and item.get("tenant_id") is not None:
+                found.append((f"definitions[{i}].tenant_id", item["tenant_id"]))
+    return found
 
 
 def principal(request: Request) -> Principal:
     """The caller, as ``enforce`` established it (a handler dependency)."""
     found: Principal = request.state.principal
     return found
+
+
+def whole_tenant(caller: Annotated[Principal, Depends(principal)]) -> Principal:
+    """The caller of a route that reads or changes the whole tenant (tokens, safe mode's switch,
+    quotas, doctor, metrics, telemetry, the audit log): a token limited to definitions sees and
+    changes only what its limit covers, so it is refused here, naming its limit."""
+    if caller.jobs is not None:
+        limit = ", ".join(caller.jobs[:5]) + (", ..." if len(caller.jobs) > 5 else "")
+        raise Forbidden(
+            f"this token is limited to definitions ({limit}); this route reads or changes the whole tenant",
+            field="jobs",
+        )
+    return caller
+
+
+WholeTenant = Annotated[Principal, Depends(whole_tenant)]
 
 
 def route_rule(request: Request) -> Rule:

@@ -43,6 +43,16 @@ class Forbidden(JobgateError):
     code = "forbidden"
 
 
+class TenantClaimMismatch(Forbidden):
+    """A body or query names another tenant than the caller's (seed 001: 403
+    ``tenant_claim_mismatch``); the tenant comes from the credential alone."""
+
+    code = "tenant_claim_mismatch"
+
+    def __init__(self, *, field: str) -> None:
+        super().__init__("the tenant comes from your credential; this names another tenant", field=field)
+
+
 class BadRequest(ValidationError):
     """Malformed rather than invalid: unreadable JSON, a broken cursor."""
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from jobgate.core.audit import AuditEntry
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
 from jobgate.store.base import StoredDefinition
 from jobgate.store.sql.governance import Approval, RunRequest
@@ -25,6 +26,7 @@ from jobgate.store.sql.tokens import StoredToken
 T = TypeVar("T")
 
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
+_TENANT_CLAIMS = ("tenant_id", "tenant")
 
 
 class Request(BaseModel):
@@ -37,6 +39,10 @@ class Request(BaseModel):
     @classmethod
     def _no_nul(cls, data: Any) -> Any:
         refuse_nul(data, "")
+        if isinstance(data, dict) and any(k in data for k in _TENANT_CLAIMS if k not in cls.model_fields):
+            # A tenant claim the access check found to be the caller's own (another is 403
+            # before validation): the tenant comes from the credential, so it changes nothing.
+            data = {k: v for k, v in data.items() if k not in _TENANT_CLAIMS or k in cls.model_fields}
         return data
 
 
@@ -95,6 +101,11 @@ class RunOut(BaseModel):
     artifact_sha256: str | None
     artifact_size: int | None
     workflow_run_id: str | None
+    hold_reason: str | None = Field(
+        default=None, description="HELD: which gate refused the start of its next attempt (it waits until it clears)"
+    )
+    held_at: datetime | None = None
+    reviewed_by: str | None = Field(default=None, description="the second person who reviewed the run, if any")
 
     @classmethod
     def of(cls, run: JobRun) -> RunOut:
@@ -131,6 +142,9 @@ class RunOut(BaseModel):
             artifact_sha256=run.artifact_sha256,
             artifact_size=run.artifact_size,
             workflow_run_id=run.workflow_run_id,
+            hold_reason=run.hold_reason if run.status is RunStatus.HELD else None,
+            held_at=run.held_at if run.status is RunStatus.HELD else None,
+            reviewed_by=run.reviewed_by,
         )
 
 
@@ -396,6 +410,8 @@ class TokenOut(BaseModel):
     role: str
     jobs: list[str] | None
     label: str
+    principal: str = Field(description="the person (or service account) the token belongs to")
+    minted_by: list[str] = Field(description="the principals whose tokens minted this one, nearest first")
     created_by: str
     created_at: datetime
     expires_at: datetime | None
@@ -408,6 +424,8 @@ class TokenOut(BaseModel):
             role=t.role,
             jobs=None if t.jobs is None else list(t.jobs),
             label=t.label,
+            principal=t.principal_name,
+            minted_by=list(t.minted_by),
             created_by=t.created_by,
             created_at=t.created_at,
             expires_at=t.expires_at,
@@ -420,6 +438,11 @@ class TokenCreateIn(Request):
     label: str = Field(default="", max_length=200)
     jobs: list[str] | None = Field(default=None, max_length=1000)
     expires_in_seconds: int | None = Field(default=None, ge=1, le=3650 * 86400)
+    principal: str | None = Field(
+        default=None,
+        max_length=200,
+        description="whom the token belongs to (default: you); four eyes still counts you as its minter",
+    )
 
 
 class TokenCreatedOut(BaseModel):
@@ -444,13 +467,23 @@ class HealthOut(BaseModel):
 
 
 # ---------------------------------------------------------------- governance
+DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+
 class ApproveIn(Request):
+    digest: str = Field(pattern=DIGEST, description="the content digest you reviewed (409 if the current differs)")
+    code_digest: str | None = Field(
+        default=None, pattern=DIGEST, description="the code digest you reviewed (409 if the code differs)"
+    )
     note: str | None = Field(default=None, max_length=2000)
 
 
 class ApprovalOut(BaseModel):
+    approval_id: int
     digest: str
     version: int
+    code_digest: str | None = Field(description="the code the approval binds (None: approved before code was bound)")
+    code_identity: dict[str, str] | None = Field(description="the named parts the code digest covers")
     approved_by: str
     approved_at: datetime
     note: str | None
@@ -461,8 +494,11 @@ class ApprovalOut(BaseModel):
     @classmethod
     def of(cls, a: Approval) -> ApprovalOut:
         return cls(
+            approval_id=a.approval_id,
             digest=a.digest,
             version=a.version,
+            code_digest=a.code_digest,
+            code_identity=a.code_identity,
             approved_by=a.approved_by,
             approved_at=a.approved_at,
             note=a.note,
@@ -476,7 +512,11 @@ class ApprovalStatusOut(BaseModel):
     job_definition_id: str
     current_version: int
     current_digest: str
+    current_code_digest: str | None = Field(description="the code this server reads for it now (None: unreadable)")
+    code_problem: str | None = Field(description="why the code cannot be read here, if it cannot")
     approved: bool = Field(description="an active approval covers the current content")
+    matches: bool = Field(description="the current content and the code here are both what was approved")
+    changed: list[str] = Field(description="what differs from the approval: 'content', or the code's parts")
     approval: ApprovalOut | None = Field(description="the approval of the current content, if any")
     history: list[ApprovalOut]
 
@@ -547,6 +587,8 @@ class RequestOut(BaseModel):
     decided_by: str | None
     decision_note: str | None
     job_run_id: str | None
+    digest: str | None = Field(default=None, description="the version approval will run: the last dry run's")
+    version: int | None = None
 
     @classmethod
     def of(cls, r: RunRequest) -> RequestOut:
@@ -566,6 +608,8 @@ class RequestOut(BaseModel):
             decided_by=r.decided_by,
             decision_note=r.decision_note,
             job_run_id=r.job_run_id,
+            digest=r.digest,
+            version=r.version,
         )
 
 

@@ -47,7 +47,10 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
         from jobgate.cli.main import _apply
 
         app.config_path = str(directory / CONFIG_FILENAME)
-        _apply(app, [directory / "definitions"], approve_as="demo")  # the demo's admin blesses its own files
+        from jobgate.cli.main import SHIPPED
+
+        # The demo's files, approved by the demo's admin.
+        _apply(app, [directory / "definitions"], approve_as="demo", applied_by=SHIPPED)
     app.config_path = str(directory / CONFIG_FILENAME)
     engine = app.engine()
     plan = yaml.safe_load((directory / "demo-runs.yaml").read_text(encoding="utf-8"))["runs"]

@@ -25,16 +25,42 @@ def register(definitions: click.Group, cli: click.Group) -> None:
 @click.command("approve")
 @click.argument("job")
 @click.option("--note", help="why it is approved (recorded)")
+@click.option("--digest", help="the content digest you reviewed: refused if the current version differs")
+@click.option("--code-digest", help="the code digest you reviewed: refused if the code here differs")
+@click.option("--by", "by", help="who approves (default: the OS user); four eyes compares it with the applier")
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
-def approve(app: AppContext, job: str, note: str | None, tenant: str) -> None:
-    """Approve the current content of JOB (its digest, as stored): from now on it may run."""
-    a = approvals.approve(app.engine(), tenant, job, actor=getpass.getuser(), note=note)
-    data = {"job_definition_id": job, "version": a.version, "digest": a.digest, "approved_by": a.approved_by}
+def approve(
+    app: AppContext,
+    job: str,
+    note: str | None,
+    digest: str | None,
+    code_digest: str | None,
+    by: str | None,
+    tenant: str,
+) -> None:
+    """Approve the current content of JOB (its digest, as stored) and the code it executes on
+    this host (its code digest): from now on it may run. Approving again after a code change
+    binds the new code."""
+    actor = by or getpass.getuser()
+    a = approvals.approve(app.engine(), tenant, job, actor=actor, note=note, digest=digest, code_digest=code_digest)
+    data = {
+        "job_definition_id": job,
+        "version": a.version,
+        "digest": a.digest,
+        "code_digest": a.code_digest,
+        "code_identity": a.code_identity,
+        "approved_by": a.approved_by,
+        "approval_id": a.approval_id,
+    }
     if app.json_output:
         render.emit_json(data)
     else:
-        print(f"{job} v{a.version} approved ({a.digest})")
+        print(f"{job} v{a.version} approved by {a.approved_by}")
+        print(f"  content {a.digest}")
+        print(f"  code    {a.code_digest}")
+        for part, value in sorted((a.code_identity or {}).items()):
+            print(f"    {part}: {value}")
 
 
 @click.command("revoke")
@@ -66,8 +92,10 @@ def approval(app: AppContext, job: str, tenant: str) -> None:
     st = approvals.status(app.engine(), tenant, job)
     rows = [
         {
+            "approval_id": a.approval_id,
             "digest": a.digest,
             "version": a.version,
+            "code_digest": a.code_digest,
             "approved_by": a.approved_by,
             "approved_at": isoformat_utc(a.approved_at),
             "revoked": "" if a.revoked_at is None else f"{a.revoked_by} at {isoformat_utc(a.revoked_at)}",
@@ -75,19 +103,32 @@ def approval(app: AppContext, job: str, tenant: str) -> None:
         }
         for a in st.history
     ]
+    code = None if st.code is None else st.code.digest
     if app.json_output:
         render.emit_json(
             {
                 "job_definition_id": job,
                 "current_version": st.current_version,
                 "current_digest": st.current_digest,
+                "current_code_digest": code,
+                "code_problem": st.code_problem,
                 "approved": st.approved,
+                "matches": st.matches,
+                "code_changed": list(st.code_changed),
                 "history": rows,
             }
         )
         return
-    verdict = "approved" if st.approved else "NOT approved: it will not run"
-    print(f"{job} v{st.current_version} ({st.current_digest}): {verdict}")
+    if not st.approved:
+        verdict = "content NOT approved: it will not run"
+    elif not st.code_matches:
+        changed = ", ".join(st.code_changed) or st.code_problem or "not recorded"
+        verdict = f"content approved, code NOT ({changed}): its runs are held until someone approves it again"
+    else:
+        verdict = "content and code approved"
+    print(f"{job} v{st.current_version}: {verdict}")
+    print(f"  content {st.current_digest}")
+    print(f"  code    {code or st.code_problem}")
     render.records(False, "approvals", rows)
 
 

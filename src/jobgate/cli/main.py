@@ -90,7 +90,7 @@ def init(ctx: click.Context, directory: Path, force: bool) -> None:
     app.config_path = str(target)
     # Whoever creates the folder is its first admin: the demo definitions are approved in their
     # name (recorded in the audit log), so the demo runs; anything applied later needs approving.
-    applied = _apply(app, [directory / "definitions"], approve_as=_actor(None))
+    applied = _apply(app, [directory / "definitions"], approve_as=_actor(None), applied_by=SHIPPED)
     engine = app.engine()
     if app.json_output:
         render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": applied})
@@ -101,19 +101,37 @@ def init(ctx: click.Context, directory: Path, force: bool) -> None:
     render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
 
 
-def _apply(app: AppContext, paths: list[Path], *, approve_as: str | None = None) -> list[dict[str, Any]]:
+# Who applies the definitions jobgate ships (the demo's): the package, not the person approving.
+SHIPPED = "jobgate:shipped-files"
+
+
+def _apply(
+    app: AppContext, paths: list[Path], *, approve_as: str | None = None, applied_by: str | None = None
+) -> list[dict[str, Any]]:
     engine = app.engine()
     try:
         loaded = load_definitions(paths, engine.config)
     except ValidationError as exc:
         approvals.record_load_refusal(engine, DEFAULT_TENANT, exc, actor=approve_as or _actor(None))
         raise
+    applier = applied_by or _actor(None)
+    if approve_as is not None:
+        # Refused before anything is stored: the shortcut cannot give a second person's approval.
+        # A version already stored keeps the applier who stored it.
+        with engine.store.read() as tx:
+            for item in loaded:
+                d = item.definition
+                stored = tx.definition_get(d.tenant_id, d.job_definition_id)
+                kept = stored.applied_by if stored is not None and stored.digest == d.digest else None
+                approvals.check_may_approve(engine, d, approver=approve_as, applier=kept or applier)
     if len(loaded) > 20 and not app.json_output:
         with Progress(transient=True) as bar:
             task = bar.add_task("applying definitions", total=len(loaded))
-            results = engine.apply_definitions(loaded, progress=lambda n: bar.advance(task, n))
+            results = engine.apply_definitions(
+                loaded, progress=lambda n: bar.advance(task, n), applied_by=applier
+            )
     else:
-        results = engine.apply_definitions(loaded)
+        results = engine.apply_definitions(loaded, applied_by=applier)
     approved: set[str] = set()
     if approve_as is not None:
         for item, result in zip(loaded, results, strict=True):
@@ -134,13 +152,15 @@ def _apply(app: AppContext, paths: list[Path], *, approve_as: str | None = None)
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--approve", is_flag=True, help="also approve each definition's content, as you (an admin)")
+@click.option("--approve", is_flag=True, help="also approve each definition's content and code, as you (an admin)")
+@click.option("--by", "by", help="who applies (default: the OS user); four eyes keeps them from approving it")
 @pass_app
-def apply(app: AppContext, paths: tuple[Path, ...], approve: bool) -> None:
+def apply(app: AppContext, paths: tuple[Path, ...], approve: bool, by: str | None) -> None:
     """Load definition files or folders; all are stored, or none if one is invalid. A new or
-    changed definition runs only once an admin approved its content (--approve, or
-    `jobgate definitions approve`)."""
-    applied = _apply(app, list(paths), approve_as=_actor(None) if approve else None)
+    changed definition runs only once an admin approved its content and code (--approve, or
+    `jobgate definitions approve`); --approve is refused, with nothing stored, for definitions
+    that need a second person (governance.four_eyes, or a runner that executes its body)."""
+    applied = _apply(app, list(paths), approve_as=_actor(by) if approve else None, applied_by=_actor(by))
     if app.json_output:
         render.emit_json(applied)
         return

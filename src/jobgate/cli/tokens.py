@@ -28,6 +28,8 @@ def _record(t: StoredToken) -> dict[str, Any]:
         "role": t.role,
         "jobs": None if t.jobs is None else list(t.jobs),
         "label": t.label,
+        "principal": t.principal_name,
+        "minted_by": list(t.minted_by),
         "created_by": t.created_by,
         "created_at": isoformat_utc(t.created_at),
         "expires_at": None if t.expires_at is None else isoformat_utc(t.expires_at),
@@ -41,9 +43,20 @@ def _record(t: StoredToken) -> dict[str, Any]:
 @click.option("--job", "jobs", multiple=True, help="limit the token to this definition (repeatable)")
 @click.option("--label", default="", help="what the token is for")
 @click.option("--expires-in-days", type=click.FloatRange(min=0, min_open=True), help="default: never")
+@click.option(
+    "--principal",
+    help="the person or service account the token belongs to (four eyes compares principals); "
+    "default: the token is a principal of its own",
+)
 @pass_app
 def create(
-    app: AppContext, tenant: str, role: str, jobs: tuple[str, ...], label: str, expires_in_days: float | None
+    app: AppContext,
+    tenant: str,
+    role: str,
+    jobs: tuple[str, ...],
+    label: str,
+    expires_in_days: float | None,
+    principal: str | None,
 ) -> None:
     """Create a token and print it once; it cannot be shown again."""
     made = service.create(
@@ -54,6 +67,7 @@ def create(
         label=label,
         jobs=list(jobs) or None,
         expires_in=None if expires_in_days is None else timedelta(days=expires_in_days),
+        principal=principal,
     )
     if app.json_output:
         render.emit_json({**_record(made.stored), "token": made.token})
@@ -68,7 +82,7 @@ def create(
 def list_tokens(app: AppContext, tenant: str | None) -> None:
     """Every token without its secret: id, tenant, role, limits, dates."""
     records = [_record(t) for t in service.listed(app.engine(), tenant)]
-    columns = ["token_id", "tenant", "role", "label", "created_at", "expires_at", "revoked_at"]
+    columns = ["token_id", "tenant", "role", "principal", "label", "created_at", "expires_at", "revoked_at"]
     render.records(app.json_output, "tokens", records, columns)
 
 

@@ -28,6 +28,8 @@ class EventType(StrEnum):
     JOB_ESCALATED = "job_escalated"
     JOB_REQUEUED = "job_requeued"
     JOB_STOP_REQUESTED = "job_stop_requested"
+    JOB_HELD = "job_held"  # a gate refused the start of an attempt: the run waits, named
+    JOB_RELEASED = "job_released"  # the gate admits the held run again: it is claimable
     SAFE_MODE_ACTIVATION = "safe_mode_activation"  # the seed §48 name (an anchoring candidate)
     SAFE_MODE_DEACTIVATION = "safe_mode_deactivation"
     REPLAY_MISMATCH = "replay_mismatch"  # critical: a run's record no longer replays to its hash
@@ -52,11 +54,22 @@ class EventType(StrEnum):
 Event = tuple[EventType, dict[str, Any]]
 
 
-def _base(kind: EventType, run: JobRun) -> dict[str, Any]:
+class RunRef(NamedTuple):
+    """Who an event is about, for events written from a claim's rows (no ``JobRun`` decoded)."""
+
+    job_run_id: str
+    job_class: str
+    job_definition_id: str
+    tenant_id: str
+    idempotency_key: str
+
+
+def _base(kind: EventType, run: JobRun | RunRef) -> dict[str, Any]:
+    job_class = run.job_class
     return {
         "event_type": kind.qualified,
         "job_run_id": run.job_run_id,
-        "job_class": run.job_class.value,
+        "job_class": job_class if isinstance(job_class, str) else job_class.value,
         "job_definition_id": run.job_definition_id,
         "tenant_id": run.tenant_id,
         "idempotency_key": run.idempotency_key,
@@ -157,7 +170,19 @@ def job_dead_lettered(run: JobRun, dead_letter: DeadLetter) -> Event:
     return EventType.JOB_DEAD_LETTERED, body
 
 
-def job_cancelled(run: JobRun, *, actor: str, reason: str | None, now: datetime) -> Event:
+def job_held(run: RunRef, *, code: str, rule: str | None, message: str, now: datetime) -> Event:
+    body = _base(EventType.JOB_HELD, run)
+    body.update(hold_reason=code, rule=rule, message=message, held_at=isoformat_utc(now))
+    return EventType.JOB_HELD, body
+
+
+def job_released(run: RunRef, *, held_for: str | None, now: datetime) -> Event:
+    body = _base(EventType.JOB_RELEASED, run)
+    body.update(hold_reason=held_for, released_at=isoformat_utc(now))
+    return EventType.JOB_RELEASED, body
+
+
+def job_cancelled(run: JobRun | RunRef, *, actor: str, reason: str | None, now: datetime) -> Event:
     body = _base(EventType.JOB_CANCELLED, run)
     body.update(requested_by=actor, reason=reason, cancelled_at=isoformat_utc(now))
     return EventType.JOB_CANCELLED, body

@@ -281,6 +281,12 @@ class JobRun:
     # The W3C traceparent its trigger carried (``policy_context.traceparent``, validated): the
     # run joins that trace (``core.trace``). Read from the stored trigger, not a column of its own.
     traceparent: str | None = None
+    # HELD: which gate refused the start of its next attempt (``core.governance.Code``), and when.
+    hold_reason: str | None = None
+    held_at: datetime | None = None
+    # The second person who reviewed this run before it could run (an approved request's
+    # approver, the operator who requeued it); safe mode's manual review admits reviewed runs.
+    reviewed_by: str | None = None
 
     def evolve(self, **changes: Any) -> JobRun:
         """A copy with ``changes``, like ``dataclasses.replace`` but without re-running

@@ -242,5 +242,5 @@ def settle_overdue(run: JobRun, *, now: datetime, actor: str) -> Settlement:
     )
 
 
-def cancel_decision() -> Decision:
-    return Decision(RunStatus.CANCELLED, TransitionReason.CANCELLED_BY_USER)
+def cancel_decision(reason: TransitionReason = TransitionReason.CANCELLED_BY_USER) -> Decision:
+    return Decision(RunStatus.CANCELLED, reason)

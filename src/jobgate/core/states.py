@@ -20,6 +20,7 @@ class RunStatus(StrEnum):
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     RETRY_WAIT = "RETRY_WAIT"
+    HELD = "HELD"  # waiting for a governance gate to clear (``core.governance``); not claimable
     FAILED = "FAILED"
     DEAD_LETTERED = "DEAD_LETTERED"
     CANCELLED = "CANCELLED"
@@ -55,9 +56,15 @@ class TransitionReason(StrEnum):
     MAXIMUM_AGE_EXCEEDED = "maximum_age_exceeded"
     SLA_ESCALATION = "sla_escalation"  # the SLA monitor: a deadline requires human escalation
     DEPENDENCY_UNAVAILABLE = "dependency_unavailable"  # waited past the bound for a declared dependency
+    HELD = "held"  # a gate refused the start of an attempt; the hold reason names it
+    RELEASED = "released"  # the gate that held the run admits it again
+    APPROVAL_REVOKED = "approval_revoked"  # the approval the run was admitted under was revoked
+    DEFINITION_RETIRED = "definition_retired"  # the definition was retired before the attempt started
 
 
-PENDING = frozenset({RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RETRY_WAIT})
+PENDING = frozenset(
+    {RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RETRY_WAIT, RunStatus.HELD}
+)
 TERMINAL = frozenset(
     {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DEAD_LETTERED, RunStatus.CANCELLED, RunStatus.ESCALATED}
 )
@@ -67,11 +74,15 @@ LEASED = frozenset({RunStatus.DISPATCHED, RunStatus.RUNNING})
 S = RunStatus
 ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
     S.CREATED: frozenset({S.SCHEDULED, S.CANCELLED}),
-    S.SCHEDULED: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED}),
+    # -> HELD: a gate refused the start of an attempt (safe mode, trust gates, code changed, ...).
+    S.SCHEDULED: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
     # DISPATCHED -> SCHEDULED: claimed but never started (graceful shutdown, lease expiry).
-    S.DISPATCHED: frozenset({S.RUNNING, S.SCHEDULED, S.CANCELLED, S.DEAD_LETTERED}),
+    S.DISPATCHED: frozenset({S.RUNNING, S.SCHEDULED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
     S.RUNNING: frozenset({S.COMPLETED, S.RETRY_WAIT, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED}),
-    S.RETRY_WAIT: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED}),
+    S.RETRY_WAIT: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
+    # Released when its gate admits it again; cancelled by a person or a final rule (approval
+    # revoked); dead-lettered when it waited past its queue timeout or the maximum run age.
+    S.HELD: frozenset({S.SCHEDULED, S.CANCELLED, S.DEAD_LETTERED}),
     # Requeue of a dead letter or an escalated run after review: a new attempt, same key.
     S.DEAD_LETTERED: frozenset({S.SCHEDULED}),
     S.ESCALATED: frozenset({S.SCHEDULED}),

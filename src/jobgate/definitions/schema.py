@@ -83,6 +83,7 @@ JOBGATE_FIELDS = (
     "signature",
     "workflow",
     "dependencies",
+    "code",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner", "workflow")
@@ -158,6 +159,20 @@ def is_cron_shaped(expression: str) -> bool:
     return len(fields) == 5 and all(_CRON_FIELD.fullmatch(f) for f in fields)
 
 
+_CODE_ENTRY = re.compile(r"(package|distribution):[A-Za-z0-9_.\-]+|[^:\x00-\x1f]+")
+
+
+def _code_list(r: Reader, value: Any) -> None:
+    """``code:``: packages (``package:NAME``), installed distributions (``distribution:NAME``) or
+    paths (a file or folder; relative to the configuration's folder) whose files the approval binds."""
+    entries = r.strings(value, "code", unique=True)
+    if not entries:
+        r.fail("code", "name at least one package, distribution or path (or leave code out)")
+    for i, entry in enumerate(entries):
+        if not _CODE_ENTRY.fullmatch(entry):
+            r.fail(join("code", i), "package:NAME, distribution:NAME or a path")
+
+
 def parse_definition(document: Any, source: str, config: JobgateConfig) -> LoadedDefinition:
     """Validate one definition document against ``config`` and build its ``LoadedDefinition``."""
     r = Reader(source)
@@ -208,6 +223,8 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
         check_declared(r, doc["dependencies"], config)
     if "permissions" in doc:
         r.strings(doc["permissions"], "permissions", unique=True)
+    if "code" in doc:  # what the approval's code digest covers (jobgate.governance.code)
+        _code_list(r, doc["code"])
     flags = {key: r.boolean(doc.get(key, False), key) for key in ("audit_required", "dal_anchor_required")}
     queue = r.name(doc.get("queue", DEFAULT_QUEUE), "queue")
     tenant_id = r.name(doc.get("tenant_id", DEFAULT_TENANT), "tenant_id")

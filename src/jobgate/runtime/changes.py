@@ -7,7 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core import events
+from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Decision
+from jobgate.core.governance import Verdict
 from jobgate.core.models import DeadLetterReason, JobRun, Transition
 from jobgate.core.settle import Settlement, settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
@@ -23,6 +25,8 @@ def settlement_change(s: Settlement, run: JobRun, *, worker_id: str, now: dateti
             values["queue_deadline_at"] = s.decision.next_retry_at + (run.queue_deadline_at - run.due_at)
     else:
         values.update(ended_at=now, next_retry_at=None)
+    if run.status is RunStatus.HELD:  # ended while held (queue timeout, maximum age): no longer held
+        values.update(hold_reason=None, held_at=None)
     if s.to_status is RunStatus.COMPLETED:
         values.update(result=s.result or {}, progress=1.0)
         if s.artifact is not None:
@@ -100,3 +104,110 @@ def exhausted_change(run: JobRun, *, actor: str, now: datetime) -> RunChange:
     )
     s = settle_without_attempt(run, decision, now=now, actor=actor, error_code="MAX_ATTEMPTS_REACHED")
     return replace(settlement_change(s, run, worker_id=actor, now=now), expected_token=run.lease_token)
+
+
+def _ref(run: Any) -> events.RunRef:
+    job_class = run.job_class if isinstance(run.job_class, str) else run.job_class.value
+    return events.RunRef(run.job_run_id, job_class, run.job_definition_id, run.tenant_id, run.idempotency_key)
+
+
+def _status(value: Any) -> RunStatus:
+    return value if isinstance(value, RunStatus) else RunStatus(value)
+
+
+def _refusal_detail(verdict: Verdict) -> dict[str, Any]:
+    code = None if verdict.code is None else verdict.code.value
+    return {"code": code, "rule": verdict.rule, "message": verdict.message}
+
+
+def hold_change(run: Any, verdict: Verdict, *, actor: str, now: datetime) -> RunChange:
+    """A waiting (or claimed, unstarted) run whose next attempt a gate refused -> HELD, named by
+    the refusal's code. No attempt is used; a claimed run loses its lease (fenced to it).
+    ``run``: a ``JobRun`` or a claim candidate (anything with their fields)."""
+    source = _status(run.status)
+    code = None if verdict.code is None else verdict.code.value
+    return RunChange(
+        job_run_id=run.job_run_id,
+        tenant_id=run.tenant_id,
+        from_status=source,
+        to_status=RunStatus.HELD,
+        transition=Transition(
+            run.job_run_id,
+            source,
+            RunStatus.HELD,
+            run.attempt,
+            TransitionReason.HELD.value,
+            actor,
+            now,
+            _refusal_detail(verdict),
+        ),
+        expected_token=run.lease_token if source is RunStatus.DISPATCHED else None,
+        values={"hold_reason": code, "held_at": now},
+        events=[events.job_held(_ref(run), code=code or "held", rule=verdict.rule, message=verdict.message, now=now)],
+    )
+
+
+def release_hold_change(run: Any, *, actor: str, now: datetime) -> RunChange:
+    """HELD -> SCHEDULED: the gate that held the run admits it; it keeps its place (due time)."""
+    return RunChange(
+        job_run_id=run.job_run_id,
+        tenant_id=run.tenant_id,
+        from_status=RunStatus.HELD,
+        to_status=RunStatus.SCHEDULED,
+        transition=Transition(
+            run.job_run_id,
+            RunStatus.HELD,
+            RunStatus.SCHEDULED,
+            run.attempt,
+            TransitionReason.RELEASED.value,
+            actor,
+            now,
+            {"hold_reason": run.hold_reason},
+        ),
+        values={"hold_reason": None, "held_at": None},
+        events=[events.job_released(_ref(run), held_for=run.hold_reason, now=now)],
+    )
+
+
+_FINAL_REASONS = {
+    "approval_revoked": TransitionReason.APPROVAL_REVOKED,
+    "definition_retired": TransitionReason.DEFINITION_RETIRED,
+}
+
+
+def refused_cancel_change(run: Any, verdict: Verdict, *, actor: str, now: datetime) -> RunChange:
+    """A run whose next attempt a final rule refused (its approval was revoked, its definition
+    retired) -> CANCELLED: its remaining attempts will never run."""
+    source = _status(run.status)
+    code = None if verdict.code is None else verdict.code.value
+    reason = _FINAL_REASONS.get(code or "", TransitionReason.CANCELLED_BY_USER)
+    return RunChange(
+        job_run_id=run.job_run_id,
+        tenant_id=run.tenant_id,
+        from_status=source,
+        to_status=RunStatus.CANCELLED,
+        transition=Transition(
+            run.job_run_id,
+            source,
+            RunStatus.CANCELLED,
+            run.attempt,
+            reason.value,
+            actor,
+            now,
+            {**_refusal_detail(verdict), "error_code": code},
+        ),
+        expected_token=run.lease_token if source is RunStatus.DISPATCHED else None,
+        revoke_lease=source is RunStatus.DISPATCHED,
+        values={"ended_at": now, "error_code": code, "error_message": verdict.message, "hold_reason": None},
+        events=[events.job_cancelled(_ref(run), actor=actor, reason=code, now=now)],
+    )
+
+
+def gate_audit_event(change: RunChange, *, actor: str, now: datetime) -> AuditEvent:
+    """The audit entry of a hold, a release or a gate's cancellation (seed §49: a governance
+    decision about a run is material), written with the change."""
+    detail = change.transition.detail
+    action = {RunStatus.HELD: "run.held", RunStatus.SCHEDULED: "run.released"}.get(change.to_status, "run.cancelled")
+    code = detail.get("code") or detail.get("hold_reason")
+    payload = {"attempt": change.transition.attempt, "rule": detail.get("rule"), "message": detail.get("message")}
+    return AuditEvent(change.tenant_id, actor, action, "run", change.job_run_id, now, reason=code, payload=payload)

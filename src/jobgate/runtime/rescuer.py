@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.governance import Moment
 from jobgate.core.settle import (
     MAXIMUM_AGE_ERROR,
     queue_timeout_decision,
@@ -31,9 +32,17 @@ from jobgate.core.settle import (
 )
 from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.logs import run_fields
-from jobgate.runtime.changes import release_change, settlement_change
+from jobgate.runtime.changes import (
+    gate_audit_event,
+    refused_cancel_change,
+    release_change,
+    release_hold_change,
+    settlement_change,
+)
 from jobgate.service.engine import Engine, settling_policy
+from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
 from jobgate.store.base import RunChange
+from jobgate.store.sql.claims import Candidate, HeldRow
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")
@@ -47,11 +56,15 @@ class SweepResult:
     queue_expired: int
 
 
-def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
-    """One pass; returns how many runs it moved. Cheap when there is nothing to do (two reads)."""
+def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFacts | None = None) -> SweepResult:
+    """One pass; returns how many runs it moved. Cheap when there is nothing to do (three reads
+    of small partial indexes). ``facts``: the admission facts cache of the caller (a worker's)."""
     with engine.store.read() as tx:
         expired = tx.runs_lease_expired(now, limit)
         queued = tx.runs_queue_expired(now, limit)
+        held = tx.runs_held(limit)
+    if held:
+        release_held(engine, held, now, facts or AttemptFacts(engine))
     if not expired and not queued:
         return SweepResult(0, 0, 0)
     changes: list[RunChange] = []
@@ -114,6 +127,70 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500) -> SweepResult:
         released=sum(1 for r in expired if r.job_run_id in moved and r.status is RunStatus.DISPATCHED),
         queue_expired=sum(1 for r in queued if r.job_run_id in moved),
     )
+
+
+def release_held(engine: Engine, held: Sequence[HeldRow], now: datetime, facts: AttemptFacts) -> int:
+    """Look at held runs again with the admission rule (``core.governance``): release those it
+    admits now (safe mode off, the trust gates back, the code re-approved), cancel those whose
+    refusal became final (approval revoked), dead-letter those past their queue deadline; the
+    others wait. Each move is a recorded transition and an audit entry. Returns how many moved.
+
+    The facts are those read a moment ago; a release on a condition that closed again meanwhile
+    is harmless, since the worker that claims the run asks the rule again."""
+    facts.refresh(now)
+    changes: list[RunChange] = []
+    with engine.store.write() as tx:
+        gate = AttemptGate(facts, tx, now, Moment.RELEASE)
+        gated: list[RunChange] = []
+        for h in held:
+            run = h.candidate
+            if h.queue_deadline_at is not None and h.queue_deadline_at <= now:
+                current = tx.run_get(run.job_run_id)
+                if current is not None and current.status is RunStatus.HELD:
+                    s = settle_without_attempt(
+                        current, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
+                    )
+                    changes.append(settlement_change(s, current, worker_id=RESCUER, now=now))
+                continue
+            verdict = release_verdict(gate, h)
+            if verdict is None:
+                continue
+            held_run = _Held(run, h.hold_reason)
+            if verdict.admitted:
+                gated.append(release_hold_change(held_run, actor=RESCUER, now=now))
+            else:
+                gated.append(refused_cancel_change(held_run, verdict, actor=RESCUER, now=now))
+        done = tx.runs_apply(changes + gated) if changes or gated else []
+        _audit_dead_letters(tx, done, now)
+        audited = [c for c in done if c.to_status is not RunStatus.DEAD_LETTERED]
+        if audited:
+            tx.audit_append([gate_audit_event(c, actor=RESCUER, now=now) for c in audited])
+    for change in done:
+        log.info(
+            "run %s: %s (was held for %s)",
+            change.job_run_id,
+            {RunStatus.SCHEDULED: "released", RunStatus.CANCELLED: "cancelled"}.get(
+                change.to_status, change.to_status.value
+            ),
+            change.transition.detail.get("hold_reason") or change.transition.detail.get("code"),
+            extra={"action": "run_released" if change.to_status is RunStatus.SCHEDULED else "run_closed_while_held"},
+        )
+    return len(done)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A held candidate, in the shape the change builders read (status HELD, its hold reason)."""
+
+    candidate: Candidate
+    hold_reason: str | None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.candidate, name)
+
+    @property
+    def status(self) -> RunStatus:
+        return RunStatus.HELD
 
 
 def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limit: int = 50) -> int:

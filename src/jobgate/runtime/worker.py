@@ -30,13 +30,22 @@ from typing import Any
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import JobgateError, NonRetryableError, ValidationError
+from jobgate.core.governance import Verdict
 from jobgate.core.models import JobRun
 from jobgate.core.policies import RetryPolicy
 from jobgate.core.settle import Settlement, settle_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
-from jobgate.runtime.changes import exhausted_change, release_change, settlement_change, start_change
+from jobgate.runtime.changes import (
+    exhausted_change,
+    gate_audit_event,
+    hold_change,
+    refused_cancel_change,
+    release_change,
+    settlement_change,
+    start_change,
+)
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor, LockProvider
@@ -45,6 +54,7 @@ from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
 from jobgate.service.engine import Engine, settling_policy
+from jobgate.service.gates import AttemptFacts, AttemptGate
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
@@ -142,6 +152,9 @@ class Worker:
         # Declared dependencies (runtime.dependencies): checked off this loop; runs of definition
         # versions in ``self.dependencies.blocked`` are not claimed while a dependency is down.
         self.dependencies = DependencyMonitor(engine, observer=self.worker_id, on_change=self._wake.set)
+        # The facts the admission rule needs at every attempt's start, cached across cycles;
+        # the code this host would run is read off its own disk.
+        self._gate_facts = AttemptFacts(engine, code=engine.code_reader())
         self._named_locks = NamedLocks(engine.store, engine.clock.now)
         self._lock_provider: LockProvider = (self._lock, self._named_locks.release)  # one for every attempt
         self._rescuer_lease = Lease(
@@ -319,6 +332,8 @@ class Worker:
         plain, effectful = self._split_effectful(pending)
         free = max(0, self.settings.concurrency - self._busy_threads)
         t0 = time.perf_counter()
+        if claim or self._buffer:
+            self._gate_facts.refresh(now)  # the policy, the trust gates: read before the write lock
         # Rows are built before the write lock is taken, so the lock is held only to write them.
         prepared = self.engine.store.prepare_changes([c for c, _ in plain]) if plain else None
         try:
@@ -346,6 +361,10 @@ class Worker:
                     held = tx.leases_renew(LeaseRenew(self.worker_id, leases, now + self.settings.lease))
                 buffered = [r for r in self._buffer if held is None or r.job_run_id in held]
                 to_start = buffered[:free]  # claimed earlier: they go first
+                gate = AttemptGate(self._gate_facts, tx, now)
+                refused = self._refused_from_buffer(tx, gate, to_start)
+                if refused:
+                    to_start = [r for r in to_start if r.job_run_id not in refused]
                 starts = [
                     start_change(r, worker_id=self.worker_id, now=now)
                     if r.attempt < r.max_attempts
@@ -365,8 +384,11 @@ class Worker:
                             self.settings.queue_rates,
                             start_now=free - len(to_start),
                             exclude_digests=self.dependencies.blocked,
+                            admit=gate,
                         )
                     )
+                    refused.update((c.job_run_id, (c, v)) for c, v in batch.refused)
+                gated = self._hold_or_cancel(tx, refused, now) if refused else []
                 t_body = time.perf_counter()
             self.stats.lock_wait += t_locked - t0
             self.stats.body += t_body - t_locked
@@ -423,6 +445,7 @@ class Worker:
                     extra=self._run_fields(run_id, action="stale_write_refused"),
                 )
         self._log_settled(done)
+        self._log_gated(gated)
         self.settled += len(accepted)
         self._pending = []
         for _change, run_id in pending:
@@ -439,7 +462,7 @@ class Worker:
                     )
                     self._interrupt(flight, OutcomeKind.LEASE_EXPIRED, now)
         started_ids = {c.job_run_id for c in started if c.to_status is RunStatus.RUNNING}
-        taken = {r.job_run_id for r in to_start}
+        taken = {r.job_run_id for r in to_start} | set(refused)
         for run in to_start:
             if run.job_run_id in started_ids:
                 self._launch(
@@ -450,6 +473,48 @@ class Worker:
             self._launch(run, now)
         self.stats.started += len(started_now)
         self._buffer = [r for r in buffered + claimed if r.job_run_id not in taken]
+
+    # ------------------------------------------------------------------ governance at every start
+    def _refused_from_buffer(
+        self, tx: StoreTx, gate: AttemptGate, to_start: list[JobRun]
+    ) -> dict[str, tuple[Any, Verdict]]:
+        """Runs claimed earlier and about to start now, asked again: the gate that admitted the
+        claim may have closed since (a revocation, safe mode). Those refused are not started."""
+        startable = [r.job_run_id for r in to_start if r.attempt < r.max_attempts]
+        if not startable:
+            return {}
+        facts = tx.runs_gate_facts(startable)
+        return {c.job_run_id: (c, v) for c in facts if not (v := gate.verdict(c)).admitted}
+
+    def _hold_or_cancel(self, tx: StoreTx, refused: dict[str, tuple[Any, Verdict]], now: datetime) -> list[RunChange]:
+        """Hold the runs whose attempt a gate refused (or cancel them, when the refusal is final),
+        with their transitions, events and audit entries, in the claiming transaction."""
+        changes = [
+            refused_cancel_change(c, v, actor=self.worker_id, now=now)
+            if v.final
+            else hold_change(c, v, actor=self.worker_id, now=now)
+            for c, v in refused.values()
+        ]
+        done = tx.runs_apply(changes)
+        if done:
+            tx.audit_append([gate_audit_event(ch, actor=self.worker_id, now=now) for ch in done])
+        return done
+
+    def _log_gated(self, changes: list[RunChange]) -> None:
+        for change in changes:
+            held = change.to_status is RunStatus.HELD
+            log.warning(
+                "run %s: %s before attempt %d: %s",
+                change.job_run_id,
+                "held" if held else "cancelled",
+                change.transition.attempt + 1,
+                change.transition.detail.get("message"),
+                extra=self._run_fields(
+                    change.job_run_id,
+                    action="run_held" if held else "run_cancelled_by_gate",
+                    reason=change.transition.detail.get("code"),
+                ),
+            )
 
     def _log_settled(self, done: list[RunChange]) -> None:
         """One line per settled run, after its settlement committed: completions at debug
@@ -830,7 +895,7 @@ class Worker:
         try:
             if self._rescuer_lease.hold(now) is None:
                 return
-            rescuer.sweep(self.engine, now)
+            rescuer.sweep(self.engine, now, facts=self._gate_facts)
             if now >= self._next_age_check:
                 self._next_age_check = now + self.settings.maximum_age_interval
                 rescuer.close_overdue(self.engine, now, self.settings.maximum_run_age)

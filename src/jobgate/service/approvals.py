@@ -1,18 +1,31 @@
-"""Content approval (seed 004): an admin blesses one definition's exact content, by digest.
+"""Content and code approval (seed 004): an admin blesses one definition version's exact content
+(its digest) and the code it executes (its code digest, ``jobgate.governance.code``).
 
-``approve`` always hashes what jobgate holds — the stored current version, re-read and
-re-digested — so no digest can be submitted by hand, and an edited definition (a new version,
-a new digest) has no approval until someone approves it. Revoking stops future runs: new
-triggers are refused and runs not yet started are cancelled in the same transaction; runs
-already executing continue unless stopped.
+``approve`` hashes what jobgate holds — the stored current version, re-read and re-digested —
+and reads the code off this host; a caller may (the API must) name the digest it reviewed, and
+a different current digest is a conflict naming both: a version applied between review and
+approval is never approved unseen. An edited definition (a new version, a new digest) or edited
+code (a new code digest) has no approval until someone approves it again.
+
+Four eyes (``core.governance.approval_refusal``): with ``governance.four_eyes`` the principal
+who applied a version never approves it, and a definition whose runner executes its body as code
+always needs a second person. Every approval is a row of its own: approving a digest again keeps
+the first approver in the history.
+
+Revoking stops future runs: new triggers are refused, runs not yet started are cancelled in the
+same transaction, and a run executing now gets no further attempt (the worker's gate cancels
+it, ``approval_revoked``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
-from jobgate.core.states import PENDING
+from jobgate.core.code_identity import CodeIdentity, changed_parts
+from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError, ValidationError
+from jobgate.core.governance import ApprovalRule, Person, approval_refusal
+from jobgate.core.models import JobDefinition
+from jobgate.core.states import PENDING, TransitionReason
 from jobgate.service import audit, control
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter, StoredDefinition
@@ -24,17 +37,32 @@ MAX_CANCELLED_PER_REVOKE = 100_000
 
 @dataclass(frozen=True)
 class ApprovalStatus:
-    """What the definition is now, and whether what an admin approved still matches it."""
+    """What the definition is now, and whether what an admin approved still matches it: its
+    content (``approval`` is of the current digest) and its code (``code`` is what this host
+    reads now; ``code_changed`` names the parts that differ from the approved identity)."""
 
     job_definition_id: str
     current_version: int
     current_digest: str
-    approval: Approval | None  # of the current content, active or revoked
+    approval: Approval | None  # of the current content: its newest active approval, else its newest
     history: list[Approval]
+    code: CodeIdentity | None = None  # None: the code cannot be read on this host
+    code_problem: str | None = None
+    code_changed: tuple[str, ...] = ()
 
     @property
     def approved(self) -> bool:
         return self.approval is not None and self.approval.active
+
+    @property
+    def code_matches(self) -> bool:
+        a = self.approval
+        return a is not None and self.code is not None and a.code_digest == self.code.digest
+
+    @property
+    def matches(self) -> bool:
+        """The current content and the code on this host are both what was approved."""
+        return self.approved and self.code_matches
 
 
 @dataclass(frozen=True)
@@ -51,34 +79,128 @@ def _current(engine: Engine, tx: StoreTx, tenant_id: str, job_definition_id: str
     return stored
 
 
-def approve(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str, note: str | None = None) -> Approval:
+def executes_body(engine: Engine, definition: JobDefinition) -> bool:
+    """Whether the definition's runner executes its body as a program (``executes_body``)."""
+    spec = definition.executor
+    if spec.kind != "command" or spec.runner is None:
+        return False
+    runner = engine.config.runners.get(spec.runner)
+    return runner is None or runner.executes_body
+
+
+def check_may_approve(engine: Engine, definition: JobDefinition, *, approver: str, applier: str) -> None:
+    """Raise the four-eyes refusal ``approver`` would meet approving ``definition`` applied by
+    ``applier`` (``jobgate apply --approve`` asks before it stores anything)."""
+    rule = ApprovalRule(engine.config.governance.four_eyes, executes_body(engine, definition))
+    refusal = approval_refusal(rule, Person(approver), [Person(applier)])
+    if refusal is not None:
+        raise GovernanceRefusal(
+            f"{definition.job_definition_id}: {refusal.message}; apply it, then let another person run "
+            f"`jobgate definitions approve {definition.job_definition_id}`",
+            code=refusal.code,
+            rule=refusal.rule,
+            field=refusal.field,
+        )
+
+
+def approve(
+    engine: Engine,
+    tenant_id: str,
+    job_definition_id: str,
+    *,
+    actor: str,
+    note: str | None = None,
+    digest: str | None = None,
+    code_digest: str | None = None,
+    approver: Person | None = None,
+) -> Approval:
+    """Approve the current version's content and the code this host reads for it.
+
+    ``digest`` / ``code_digest``: what the approver reviewed; a different current value is a
+    ``ConflictError`` naming both (nothing is stored). ``approver``: the person, with who minted
+    their credential (four eyes); by default ``actor`` alone."""
     now = engine.clock.now()
+    person = approver or Person(actor)
     with engine.store.write() as tx:
         stored = _current(engine, tx, tenant_id, job_definition_id)
-        approval = Approval(tenant_id, job_definition_id, stored.digest, stored.version, actor, now, note, None, None)
-        tx.approval_put(approval)
-        audit.record(
-            tx,
-            audit.event(
-                tenant_id,
-                actor,
-                "definition.approved",
-                "definition",
-                job_definition_id,
-                now,
-                reason=note,
-                payload={"digest": stored.digest, "version": stored.version},
-            ),
-        )
-    return approval
+        definition = engine.build_definition(stored)
+        if digest is not None and digest != stored.digest:
+            raise ConflictError(
+                f"the current version {stored.version} of {job_definition_id} is {stored.digest}, "
+                f"not the reviewed {digest}: review it again",
+                field="digest",
+            )
+        identity = engine.code_reader().identity(definition)
+        if code_digest is not None and code_digest != identity.digest:
+            raise ConflictError(
+                f"the code of {job_definition_id} here is {identity.digest}, not the reviewed {code_digest}",
+                field="code_digest",
+            )
+        appliers = [Person(stored.applied_by, stored.applied_lineage)] if stored.applied_by else []
+        rule = ApprovalRule(engine.config.governance.four_eyes, executes_body(engine, definition))
+        refusal = approval_refusal(rule, person, appliers)
+        if refusal is None:
+            approval = tx.approval_put(
+                Approval(
+                    tenant_id, job_definition_id, stored.digest, stored.version, actor, now, note, None, None,
+                    identity.digest, identity.as_dict(),
+                )
+            )  # fmt: skip
+            audit.record(
+                tx,
+                audit.event(
+                    tenant_id,
+                    actor,
+                    "definition.approved",
+                    "definition",
+                    job_definition_id,
+                    now,
+                    reason=note,
+                    payload={
+                        "digest": stored.digest,
+                        "version": stored.version,
+                        "code_digest": identity.digest,
+                        "code_identity": identity.as_dict(),
+                        "approval_id": approval.approval_id,
+                    },
+                ),
+            )
+            return approval
+    _record_refusal(engine, tenant_id, actor, job_definition_id, refusal, stored)
+    raise refusal
+
+
+def _record_refusal(
+    engine: Engine,
+    tenant_id: str,
+    actor: str,
+    job_definition_id: str,
+    refusal: GovernanceRefusal,
+    stored: StoredDefinition,
+) -> None:
+    payload = {"rule": refusal.rule, "message": refusal.message, "digest": stored.digest, "version": stored.version}
+    audit.record_now(
+        engine,
+        audit.event(
+            tenant_id, actor, "definition.approval_refused", "definition", job_definition_id, engine.clock.now(),
+            reason=refusal.code, payload=payload,
+        ),
+    )  # fmt: skip
 
 
 def status(engine: Engine, tenant_id: str, job_definition_id: str) -> ApprovalStatus:
     with engine.store.read(tenant_id=tenant_id) as tx:
         stored = _current(engine, tx, tenant_id, job_definition_id)
         history = tx.approvals_list(tenant_id, job_definition_id)
-    mine = next((a for a in history if a.digest == stored.digest), None)
-    return ApprovalStatus(job_definition_id, stored.version, stored.digest, mine, history)
+        mine = tx.approval_get(tenant_id, job_definition_id, stored.digest)
+    code: CodeIdentity | None = None
+    problem = None
+    try:
+        code = engine.code_reader().identity(engine.build_definition(stored))
+    except ValidationError as exc:
+        problem = exc.message
+    changed = () if mine is None or code is None else changed_parts(mine.code_identity or {}, code.parts)
+    return ApprovalStatus(job_definition_id, stored.version, stored.digest, mine, history, code, problem, changed)
 
 
 def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str, reason: str | None = None) -> Revoked:
@@ -101,7 +223,9 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
             )
         )
         changes = [
-            control.cancel_change(run, actor=actor, reason="approval_revoked", now=now)
+            control.cancel_change(
+                run, actor=actor, reason="approval_revoked", now=now, why=TransitionReason.APPROVAL_REVOKED
+            )
             for run in pending
             if run.definition_digest in digests
         ]
@@ -122,9 +246,11 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
     return Revoked(active, cancelled)
 
 
-def record_load_refusal(engine: Engine, tenant_id: str, exc: ValidationError, *, actor: str) -> None:
+def record_load_refusal(
+    engine: Engine, tenant_id: str, exc: ValidationError, *, actor: str, target: str | None = None
+) -> None:
     """A definition refused at load for its signature is a governance fact: it goes to the
-    audit log (nothing else was stored)."""
+    audit log (nothing else was stored), under the definition it names (``target``)."""
     if exc.field != "signature":
         return
     audit.record_now(
@@ -134,9 +260,9 @@ def record_load_refusal(engine: Engine, tenant_id: str, exc: ValidationError, *,
             actor,
             "definition.refused",
             "definition",
-            exc.source or "unknown",
+            target or exc.source or "unknown",
             engine.clock.now(),
             reason="definition_not_signed",
-            payload={"message": exc.message},
+            payload={"message": exc.message, "source": exc.source},
         ),
     )

@@ -59,10 +59,18 @@ def cancel_run(
     return updated
 
 
-def cancel_change(run: JobRun, *, actor: str, reason: str | None, now: datetime) -> RunChange:
-    """The change that cancels a pending run (a claimed-but-unstarted one loses its lease)."""
+def cancel_change(
+    run: JobRun,
+    *,
+    actor: str,
+    reason: str | None,
+    now: datetime,
+    why: TransitionReason = TransitionReason.CANCELLED_BY_USER,
+) -> RunChange:
+    """The change that cancels a pending run (a claimed-but-unstarted one loses its lease).
+    ``why``: the transition's reason (a person, or a revoked approval)."""
     s = settle_without_attempt(
-        run, cancel_decision(), now=now, actor=actor, detail={"reason": reason} if reason else None
+        run, cancel_decision(why), now=now, actor=actor, detail={"reason": reason} if reason else None
     )
     return RunChange(
         job_run_id=run.job_run_id,
@@ -71,7 +79,7 @@ def cancel_change(run: JobRun, *, actor: str, reason: str | None, now: datetime)
         to_status=s.to_status,
         transition=s.transition,
         revoke_lease=run.status is RunStatus.DISPATCHED,
-        values={"ended_at": now},
+        values={"ended_at": now, **({"hold_reason": None, "held_at": None} if run.status is RunStatus.HELD else {})},
         events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
     )
 
@@ -143,6 +151,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
                 transition=transition,
                 values={
                     "max_attempts": run.attempt + 1,
+                    "reviewed_by": actor,  # an operator decided this run should run again
                     "due_at": now,
                     "ended_at": None,
                     "next_retry_at": None,
@@ -174,7 +183,8 @@ def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | N
     """A new run for a terminal run, at most once per source run (seed 001 retry contract).
 
     The retry's trigger id is derived from the source run, so asking twice returns the same
-    retry run (``created`` False the second time). The source run is left as it was.
+    retry run (``created`` False the second time). The source run is left as it was. The retry
+    runs the source run's definition version (pinned), which must still be approved.
     """
     from jobgate.core.models import Scope, TriggerType
     from jobgate.service.engine import SubmitRequest
@@ -195,6 +205,7 @@ def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | N
         request_id=f"retry-of:{run.job_run_id}",
         payload={"retry_of": run.job_run_id},
         retry_of=run.job_run_id,
+        definition_version=run.definition_version,  # the source run's version, not today's
     )
     result = engine.submit(request, actor=actor)
     return result.run, result.created

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,12 +27,12 @@ from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import GovernanceRefusal, JobgateError, NotFoundError, ValidationError
+from jobgate.core.governance import ApprovalFact, Facts, Moment, TrustFact, admit
 from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
     ExecutionWindow,
-    JobClass,
     JobDefinition,
     JobRun,
     Scope,
@@ -41,9 +41,12 @@ from jobgate.core.models import (
 )
 from jobgate.core.params import validate_params
 from jobgate.core.policies import BUILTIN_RETRY_POLICIES, RetryPolicy, TimeoutPolicy
+from jobgate.core.policy import Policy
 from jobgate.core.runs import new_run
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
-from jobgate.policy import Admission, Policy, PolicyFile, evaluate
+from jobgate.governance.code import CodeReader
+from jobgate.policy import PolicyFile
+from jobgate.service import gates
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
 from jobgate.store.sql.governance import AuditFilter
@@ -88,6 +91,9 @@ class SubmitRequest:
     # A workflow step may name its own policies instead of its definition's (seed 000 §8 steps).
     retry_policy: str | None = None
     timeout_policy: str | None = None
+    # When the admission rule is asked (``core.governance.Moment``); None: a trigger, or a
+    # workflow step when ``workflow_run_id`` is set.
+    moment: Moment | None = None
 
 
 @dataclass(frozen=True)
@@ -114,11 +120,15 @@ class TrustGates:
 @dataclass(frozen=True)
 class PreparedSubmission:
     """A validated submission, built and ready to store. ``licensed``: its definition declares
-    permissions, so the run holds one of the licence's concurrent slots while open."""
+    permissions, so the run holds one of the licence's concurrent slots while open. ``facts``:
+    what the admission rule admitted it on; under the write lock they are gathered again."""
 
     create: RunCreate
     snapshot: ConfigSnapshot
     licensed: bool = False
+    request: SubmitRequest | None = None
+    facts: Facts | None = None
+    actor: str | None = None
 
 
 class Engine:
@@ -133,6 +143,13 @@ class Engine:
         self._snapshots: dict[tuple[str, str, int, str], tuple[JobgateConfig, ConfigSnapshot]] = {}
         self._policy_file: tuple[JobgateConfig, PolicyFile] | None = None
         self._gates: tuple[JobgateConfig, TrustGates] | None = None
+        self._code: tuple[JobgateConfig, CodeReader] | None = None
+
+    def code_reader(self) -> CodeReader:
+        """What code definitions execute on this host (shared by approvals and the workers)."""
+        if self._code is None or self._code[0] is not self.config:
+            self._code = (self.config, CodeReader(self.config.registries, self.config.base_dir))
+        return self._code[1]
 
     # ------------------------------------------------------------------ definitions
     def apply_definitions(
@@ -141,8 +158,12 @@ class Engine:
         *,
         tenant_id: str | None = None,
         progress: Callable[[int], None] | None = None,
+        applied_by: str = SYSTEM_ACTOR,
+        applied_lineage: tuple[str, ...] = (),
     ) -> list[ApplyResult]:
-        """Store every definition or none: one transaction for the whole load."""
+        """Store every definition or none: one transaction for the whole load. ``applied_by``
+        (and who minted their credential, ``applied_lineage``) is recorded with each new version:
+        four eyes keeps them from approving it."""
         for item in loaded:
             check_executable(item)
         now = self.clock.now()
@@ -161,6 +182,8 @@ class Engine:
                         status=item.status,
                         source=item.source,
                         now=now,
+                        applied_by=applied_by,
+                        applied_lineage=applied_lineage,
                     )
                 )
                 out.append(
@@ -249,41 +272,6 @@ class Engine:
             self._policy_file[1].confirm(policy)  # recorded: from now on it binds without a new entry
         return policy
 
-    def check_policy(
-        self,
-        tx: StoreTx,
-        policy: Policy,
-        definition: JobDefinition,
-        request: SubmitRequest,
-        now: datetime,
-        counts: dict[str, list[int]],
-    ) -> None:
-        tenant = request.scope.tenant_id
-        if policy.counts_needed and tenant not in counts:
-            day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-            today = tx.runs_created_count(tenant, day, day + timedelta(days=1))
-            counts[tenant] = [today, sum(tx.runs_open_counts(tenant).values())]
-        today, open_runs = counts.get(tenant, [0, 0])
-        refusal = evaluate(
-            policy,
-            Admission(
-                tenant_id=tenant,
-                job_class=definition.job_class.value,
-                trigger_type=request.trigger_type.value,
-                priority=definition.priority.value,
-                reason=request.reason,
-                role=request.role,
-                now=now,
-                runs_today=today,
-                open_runs=open_runs,
-            ),
-        )
-        if refusal is not None:
-            raise refusal
-        if tenant in counts:  # the runs this batch admits count against the next ones
-            counts[tenant][0] += 1
-            counts[tenant][1] += 1
-
     def trust_gates(self) -> TrustGates:
         """The licence file and environment check of the current configuration (built once)."""
         if self._gates is None or self._gates[0] is not self.config:
@@ -335,37 +323,46 @@ class Engine:
                 self.record_refusal(current, exc, actor=actor, now=now)
             raise
 
-    def recheck_under_lock(self, tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> None:
-        """Approval and safe mode again, inside the write transaction that creates the runs: a
-        revocation or a safe-mode switch that committed after the (read-only) preparation
-        refuses them too, instead of slipping past it."""
+    def recheck_under_lock(
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
+    ) -> list[PreparedSubmission]:
+        """The admission rule again, inside the write transaction that creates the runs, with the
+        approvals and safe-mode periods read under the lock: a revocation or a safe-mode switch
+        that committed after the (read-only) preparation refuses them too, instead of slipping
+        past it. A submission prepared under another safe-mode period is prepared again here (its
+        snapshot binds the period's overrides)."""
         keys = {
             (p.create.run.tenant_id, p.create.run.job_definition_id, p.create.run.definition_digest) for p in prepared
         }
         active = tx.approvals_active(list(keys))
-        for key in sorted(keys - active):
-            raise GovernanceRefusal(
-                f"the approval of {key[1]} ({key[2][:19]}…) was revoked meanwhile",
-                code="definition_not_approved",
-                rule="content_approval",
-                field="job_definition_id",
-            )
-        for tenant in sorted({p.create.run.tenant_id for p in prepared}):
-            period = tx.safe_mode_current(tenant)
-            if period is None or not period.active:
+        tenants = sorted({p.create.run.tenant_id for p in prepared})
+        periods = {tenant: tx.safe_mode_current(tenant) for tenant in tenants}
+        out: list[PreparedSubmission] = []
+        for p in prepared:
+            run = p.create.run
+            period = periods[run.tenant_id]
+            fact = gates.safe_mode_fact(period)
+            if p.facts is None or p.request is None:
+                out.append(p)
                 continue
-            for p in prepared:
-                if p.create.run.tenant_id == tenant:
-                    refusal = suspended_class_refusal(period, p.create.run.job_class)
-                    if refusal is not None:
-                        raise refusal
+            seen = p.facts.safe_mode
+            if (None if seen is None else seen.activation) != (None if fact is None else fact.activation):
+                out.append(self._prepare(tx, p.request, now=now, actor=p.actor, moment=p.facts.moment))
+                continue
+            key = (run.tenant_id, run.job_definition_id, run.definition_digest)
+            approval = ApprovalFact(run.definition_digest, None, gates.EPOCH) if key in active else None
+            verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
+            if not verdict.admitted:
+                raise verdict.refusal()
+            out.append(p)
+        return out
 
     def admission_refusal(
         self, tx: StoreTx, run: JobRun, *, actor: str, now: datetime, policy: Policy | None = None
     ) -> GovernanceRefusal | None:
-        """Every gate a new trigger meets, for an existing run about to run again (a requeue):
-        approval of the content it was admitted with, signatures, safe mode, trust gates and
-        the licence's slots, and the scheduler policy. Inside the caller's write transaction."""
+        """The admission rule for an existing run about to run again (a requeue): the approval
+        of the content it was admitted with, signatures, safe mode, trust gates and the licence's
+        slots, and the scheduler policy. Inside the caller's write transaction."""
         stored = tx.definition_get(run.tenant_id, run.job_definition_id, run.definition_version)
         if stored is None:
             return GovernanceRefusal("the definition version this run ran is gone", code="definition_not_approved")
@@ -380,12 +377,68 @@ class Engine:
                 via_request=True,  # an operator's decision on an existing run, not a new manual run
             )
             # The policy was fetched (and any change audited) before the write transaction.
-            self.check_gates(tx, definition, request, now, approved={}, safe_modes={}, policy=policy, counts={})
+            self.check_gates(
+                tx, definition, request, now, approved={}, safe_modes={}, policy=policy, counts={},
+                moment=Moment.REQUEUE,
+            )  # fmt: skip
             if definition.content.get("permissions"):
                 self.check_licence_slots(tx, 1, now)
         except GovernanceRefusal as exc:
             return exc
         return None
+
+    def creation_facts(
+        self,
+        tx: StoreTx,
+        definition: JobDefinition,
+        request: SubmitRequest,
+        now: datetime,
+        *,
+        moment: Moment,
+        approved: dict[tuple[str, str, str], bool],
+        safe_modes: dict[str, SafeModePeriod | None],
+        policy: Policy | None,
+        counts: dict[str, list[int]] | None,
+    ) -> tuple[Facts, SafeModePeriod | None]:
+        """The facts the admission rule judges a new run on (``core.governance``), and the
+        tenant's open safe-mode period (its overrides bind the snapshot)."""
+        tenant = request.scope.tenant_id
+        key = (tenant, definition.job_definition_id, definition.digest)
+        if key not in approved:
+            approved[key] = bool(tx.approvals_active([key]))
+        period = self.safe_mode_period(tx, tenant, safe_modes)
+        subject = gates.subject_of(
+            definition,
+            tenant_id=tenant,
+            trigger_type=request.trigger_type,
+            reviewed=request.via_request,
+            reason=request.reason,
+            role=request.role,
+        )
+        trust_fact = None
+        if subject.permissions:
+            t = self.trust_gates()
+            trust_fact = TrustFact(t.licence.state(), t.environment.permissions())
+        today = open_runs = 0
+        if policy is not None and policy.counts_needed and counts is not None:
+            if tenant not in counts:
+                day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+                created = tx.runs_created_count(tenant, day, day + timedelta(days=1))
+                counts[tenant] = [created, sum(tx.runs_open_counts(tenant).values())]
+            today, open_runs = counts[tenant]
+        facts = Facts(
+            moment=moment,
+            subject=subject,
+            now=now,
+            definition_status=definition.status,
+            approval=ApprovalFact(definition.digest, None, gates.EPOCH) if approved[key] else None,
+            safe_mode=gates.safe_mode_fact(period),
+            trust=trust_fact,
+            policy=policy,
+            runs_today=today,
+            open_runs=open_runs,
+        )
+        return facts, period
 
     def check_gates(
         self,
@@ -398,24 +451,57 @@ class Engine:
         safe_modes: dict[str, SafeModePeriod | None],
         policy: Policy | None,
         counts: dict[str, list[int]] | None,
+        moment: Moment = Moment.TRIGGER,
     ) -> SafeModePeriod | None:
-        """Every governance gate a trigger meets, in order — content approval, safe mode, trust
-        gates, scheduler policy — raising the first refusal. Returns the tenant's open safe-mode
-        period (its overrides bind the snapshot). Shared by new triggers and requeues."""
+        """The admission rule for a new run (``core.governance.admit``): the first refusal is
+        raised. Returns the tenant's open safe-mode period (its overrides bind the snapshot).
+        Shared by new triggers, requests, workflow steps and requeues."""
+        return self._admit(
+            tx, definition, request, now, moment=moment, approved=approved, safe_modes=safe_modes, policy=policy,
+            counts=counts,
+        )[1]  # fmt: skip
+
+    def _admit(
+        self,
+        tx: StoreTx,
+        definition: JobDefinition,
+        request: SubmitRequest,
+        now: datetime,
+        *,
+        moment: Moment,
+        approved: dict[tuple[str, str, str], bool],
+        safe_modes: dict[str, SafeModePeriod | None],
+        policy: Policy | None,
+        counts: dict[str, list[int]] | None,
+    ) -> tuple[Facts, SafeModePeriod | None]:
+        facts, period = self.creation_facts(
+            tx, definition, request, now, moment=moment, approved=approved, safe_modes=safe_modes, policy=policy,
+            counts=counts,
+        )  # fmt: skip
+        verdict = admit(facts)
+        if not verdict.admitted:
+            raise verdict.refusal()
         tenant = request.scope.tenant_id
-        self.check_approved(tx, definition, tenant, approved)
-        period = self.safe_mode_period(tx, tenant, safe_modes)
-        if period is not None:
-            check_safe_mode(period, definition, request)
-        permissions = tuple(definition.content.get("permissions") or ())
-        if permissions:
-            gates = self.trust_gates()
-            refusal = trust.verdict(permissions, gates.licence.state(), gates.environment.permissions(), now)
-            if refusal is not None:
-                raise refusal
-        if policy is not None:
-            self.check_policy(tx, policy, definition, request, now, counts if counts is not None else {})
-        return period
+        if counts is not None and tenant in counts:  # the runs this batch admits count against the next ones
+            counts[tenant][0] += 1
+            counts[tenant][1] += 1
+        if "workflow" in definition.content and moment is not Moment.REQUEUE:
+            self.check_workflow_steps(tx, definition, tenant, approved)
+        return facts, period
+
+    def check_workflow_steps(
+        self, tx: StoreTx, definition: JobDefinition, tenant: str, approved: dict[tuple[str, str, str], bool]
+    ) -> None:
+        """A workflow fired as a run starts its steps: each step's definition must be approved
+        now, or the trigger is refused before anything is stored (not a run that fails later)."""
+        from jobgate.workflows.spec import workflow_spec_of
+
+        for job in workflow_spec_of(definition.content, definition.job_definition_id).jobs:
+            try:
+                step = self.definition(tx, tenant, job)
+            except NotFoundError:
+                raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
+            self.check_approved(tx, step, tenant, approved)
 
     def check_licence_slots(self, tx: StoreTx, wanted: int, now: datetime) -> None:
         """The licence's concurrent runs, cluster-wide: counting locks the licence counter row,
@@ -506,7 +592,7 @@ class Engine:
         one (run, created) per entry of ``prepared``, in order."""
         if not prepared:
             return []
-        self.recheck_under_lock(tx, prepared)
+        prepared = self.recheck_under_lock(tx, prepared, now)
         licensed = [p for p in prepared if p.licensed]
         if licensed:
             self.check_licence_slots(tx, len(licensed), now)
@@ -552,16 +638,22 @@ class Engine:
         *,
         now: datetime,
         actor: str | None,
-        cache: dict[tuple[str, str], JobDefinition],
-        approved: dict[tuple[str, str, str], bool],
-        safe_modes: dict[str, SafeModePeriod | None],
+        cache: dict[tuple[str, str], JobDefinition] | None = None,
+        approved: dict[tuple[str, str, str], bool] | None = None,
+        safe_modes: dict[str, SafeModePeriod | None] | None = None,
         policy: Policy | None = None,
         counts: dict[str, list[int]] | None = None,
+        moment: Moment | None = None,
     ) -> PreparedSubmission:
-        definition = self.resolve_definition(tx, request, cache)
-        period = self.check_gates(
-            tx, definition, request, now, approved=approved, safe_modes=safe_modes, policy=policy, counts=counts
-        )
+        definition = self.resolve_definition(tx, request, {} if cache is None else cache)
+        self.check_active(definition)
+        moment = moment or request.moment
+        if moment is None:
+            moment = Moment.WORKFLOW_STEP if request.workflow_run_id is not None else Moment.TRIGGER
+        facts, period = self._admit(
+            tx, definition, request, now, moment=moment, approved={} if approved is None else approved,
+            safe_modes={} if safe_modes is None else safe_modes, policy=policy, counts=counts,
+        )  # fmt: skip
         permissions = tuple(definition.content.get("permissions") or ())
         snapshot = self.resolve_config(definition, request.scope, period, policy)
         params = self.validate_preconditions(definition, request)
@@ -587,6 +679,8 @@ class Engine:
         )
         if request.workflow_run_id is not None:
             run = run.evolve(workflow_run_id=request.workflow_run_id)
+        if request.via_request:  # a second person reviewed it: its approver (safe mode's manual review)
+            run = run.evolve(reviewed_by=actor or request.requested_by or SYSTEM_ACTOR)
         trigger_doc = {
             "trigger_id": trigger.trigger_id,
             "trigger_type": trigger.trigger_type.value,
@@ -605,6 +699,9 @@ class Engine:
             RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
             snapshot,
             licensed=bool(permissions),
+            request=request,
+            facts=facts,
+            actor=actor,
         )
 
     def compute_idempotency_key(
@@ -638,18 +735,21 @@ class Engine:
     def check_approved(
         self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: dict[tuple[str, str, str], bool]
     ) -> None:
-        """Seed 004: nothing runs unless an admin approved this exact content (its digest)."""
+        """Seed 004: nothing runs unless an admin approved this exact content (its digest): the
+        admission rule's approval check alone (a workflow's step definitions)."""
         key = (tenant_id, definition.job_definition_id, definition.digest)
         if key not in approved:
             approved[key] = bool(tx.approvals_active([key]))
-        if not approved[key]:
-            raise GovernanceRefusal(
-                f"version {definition.version} of {definition.job_definition_id} ({definition.digest[:19]}…) "
-                "has no admin approval of its content",
-                code="definition_not_approved",
-                rule="content_approval",
-                field="job_definition_id",
-            )
+        subject = gates.subject_of(definition, tenant_id=tenant_id, trigger_type=TriggerType.WORKFLOW)
+        facts = Facts(
+            Moment.WORKFLOW_STEP,
+            replace(subject, permissions=()),
+            gates.EPOCH,
+            approval=ApprovalFact(definition.digest, None, gates.EPOCH) if approved[key] else None,
+        )
+        verdict = admit(facts)
+        if not verdict.admitted:
+            raise verdict.refusal()
 
     def safe_mode_period(
         self, tx: StoreTx, tenant_id: str, cache: dict[str, SafeModePeriod | None]
@@ -678,14 +778,18 @@ class Engine:
         self._snapshots[key] = (self.config, snapshot)
         return snapshot
 
-    def validate_preconditions(self, definition: JobDefinition, request: SubmitRequest) -> dict[str, str]:
-        """Refuse what must never run: an inactive definition, bad params (seed 000 §58)."""
+    def check_active(self, definition: JobDefinition) -> None:
+        """An inactive definition is refused as invalid input before any gate is asked."""
         if definition.status is not DefinitionStatus.ACTIVE:
             raise ValidationError(
                 f"definition is {definition.status.value}; only active definitions run",
                 field="status",
                 source=definition.job_definition_id,
             )
+
+    def validate_preconditions(self, definition: JobDefinition, request: SubmitRequest) -> dict[str, str]:
+        """Refuse what must never run: an inactive definition, bad params (seed 000 §58)."""
+        self.check_active(definition)
         for name, document in (("payload", request.payload), ("policy_context", request.policy_context)):
             try:
                 canonical_json(document)  # stored as JSON: NaN, Infinity and non-JSON types refused here
@@ -724,35 +828,6 @@ class Engine:
     def policies_for(self, definition: JobDefinition) -> tuple[RetryPolicy, TimeoutPolicy | None]:
         return retry_policy(self.config, definition.retry_policy), timeout_policy(
             self.config, definition.timeout_policy
-        )
-
-
-def suspended_class_refusal(period: SafeModePeriod, job_class: JobClass) -> GovernanceRefusal | None:
-    """Safe mode's suspension of ``job_class`` (never of the SAFE_MODE_JOB itself), or None."""
-    if job_class is JobClass.SAFE_MODE_JOB or job_class.value not in period.actions.get("suspend_job_classes", ()):
-        return None
-    return GovernanceRefusal(
-        f"safe mode (activation {period.activation}, {period.reason!r}) suspends {job_class.value}",
-        code="safe_mode_active",
-        rule=f"suspended_class:{job_class.value}",
-        field="job_class",
-    )
-
-
-def check_safe_mode(period: SafeModePeriod, definition: JobDefinition, request: SubmitRequest) -> None:
-    """Seed 000 §39-40: while safe mode is on, its recorded actions bind every trigger. The
-    SAFE_MODE_JOB itself is never held back by them."""
-    if definition.job_class is JobClass.SAFE_MODE_JOB:
-        return
-    refusal = suspended_class_refusal(period, definition.job_class)
-    if refusal is not None:
-        raise refusal
-    if period.actions.get("manual_review") and request.trigger_type is TriggerType.MANUAL and not request.via_request:
-        raise GovernanceRefusal(
-            f"safe mode (activation {period.activation}) requires manual runs to be reviewed: propose a request",
-            code="safe_mode_active",
-            rule="manual_review_required",
-            field="trigger_type",
         )
 
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
+from jobgate.core.governance import Moment, Person, request_refusal
 from jobgate.core.models import Scope, TriggerType
 from jobgate.core.params import validate_params
 from jobgate.service import audit
@@ -64,7 +65,11 @@ def propose(
     params: dict[str, str],
     title: str,
     reason: str,
+    requester_lineage: tuple[str, ...] = (),
 ) -> RunRequest:
+    """Record a proposal of the definition's current version (its digest is kept: approval
+    runs that version, or the one a later dry run saw). ``requester_lineage``: who minted the
+    proposer's credential (four eyes)."""
     title, reason = title.strip(), reason.strip()
     if not 0 < len(title) <= MAX_TITLE:
         raise ValidationError(f"1 to {MAX_TITLE} characters", field="title")
@@ -84,6 +89,9 @@ def propose(
         requested_by=requester,
         status="pending",
         created_at=now,
+        digest=definition.digest,
+        version=definition.version,
+        requester_lineage=requester_lineage,
     )
     with engine.store.write() as tx:
         tx.request_put(request)
@@ -97,7 +105,13 @@ def propose(
                 request.request_id,
                 now,
                 reason=reason,
-                payload={"job_definition_id": job_definition_id, "params": dict(params), "title": title},
+                payload={
+                    "job_definition_id": job_definition_id,
+                    "params": dict(params),
+                    "title": title,
+                    "digest": definition.digest,
+                    "version": definition.version,
+                },
             ),
         )
     return request
@@ -115,9 +129,10 @@ def listed(
         return tx.requests_list(tenant_id, status=status, requested_by=requested_by, limit=limit)
 
 
-def dry_run(engine: Engine, request: RunRequest) -> Verdict:
-    """Every admission check the run would meet now, nothing stored, nothing executed."""
-    submission = _submission(request, actor=request.requested_by)
+def dry_run(engine: Engine, request: RunRequest, *, version: int | None = None) -> Verdict:
+    """Every admission check the run would meet now, nothing stored, nothing executed.
+    ``version``: the definition version to judge (default: the current one)."""
+    submission = _submission(request, actor=request.requested_by, version=version, moment=Moment.REQUEST_TEST)
     checks: list[Check] = []
     try:
         engine.prepare_submissions([submission], now=engine.clock.now(), actor=request.requested_by, record=False)
@@ -129,40 +144,64 @@ def dry_run(engine: Engine, request: RunRequest) -> Verdict:
     return Verdict(all(c.ok for c in checks), checks)
 
 
+def _current_version(engine: Engine, tenant_id: str, job_definition_id: str) -> tuple[str, int]:
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        definition = engine.definition(tx, tenant_id, job_definition_id)
+    return definition.digest, definition.version
+
+
 def test(engine: Engine, tenant_id: str, request_id: str, *, actor: str) -> tuple[RunRequest, Verdict]:
+    """Dry-run the request against the definition's current version, and pin that version:
+    approval runs exactly what this test saw."""
     request = _get(engine, tenant_id, request_id)
     if request.status != "pending":
         raise ConflictError(f"request is {request.status}; only a pending request can be tested", field="status")
-    verdict = dry_run(engine, request)
+    digest, version = _current_version(engine, tenant_id, request.job_definition_id)
+    verdict = dry_run(engine, request, version=version)
     now = engine.clock.now()
     with engine.store.write() as tx:
-        if not tx.request_tested(tenant_id, request_id, actor, now, verdict.as_dict()):
+        if not tx.request_tested(tenant_id, request_id, actor, now, verdict.as_dict(), pinned=(digest, version)):
             raise ConflictError("request was decided meanwhile", field="status")
-        audit.record(
-            tx, audit.event(tenant_id, actor, "request.tested", "request", request_id, now, payload=verdict.as_dict())
-        )
+        payload = {**verdict.as_dict(), "digest": digest, "version": version}
+        audit.record(tx, audit.event(tenant_id, actor, "request.tested", "request", request_id, now, payload=payload))
     return _get(engine, tenant_id, request_id), verdict
 
 
-def approve(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note: str | None = None) -> RunRequest:
-    """Create the run (every gate applies now) and link it; the proposer may not approve."""
+def approve(
+    engine: Engine,
+    tenant_id: str,
+    request_id: str,
+    *,
+    actor: str,
+    note: str | None = None,
+    approver: Person | None = None,
+) -> RunRequest:
+    """Create the run of exactly the version the request's last dry run saw (every gate applies
+    now) and link it. Four eyes: the proposer, and anyone whose credential minted or was minted
+    by the proposer's, may not approve. A definition changed since the test is a conflict: test
+    the request again."""
     request = _get(engine, tenant_id, request_id)
     if request.status != "pending":
         raise ConflictError(f"request is {request.status}; only a pending request can be approved", field="status")
     now = engine.clock.now()
-    if actor == request.requested_by:
-        refusal = GovernanceRefusal(
-            "the proposer of a request cannot approve it (four eyes)", code="four_eyes", rule="requester_cannot_approve"
-        )
+    refusal = request_refusal(approver or Person(actor), Person(request.requested_by, request.requester_lineage))
+    if refusal is not None:
         audit.record_now(
             engine,
             audit.event(
                 tenant_id, actor, "request.refused", "request", request_id, now, reason=refusal.code,
-                payload={"rule": refusal.rule},
+                payload={"rule": refusal.rule, "requested_by": request.requested_by},
             ),
         )  # fmt: skip
         raise refusal
-    submission = _submission(request, actor=actor)
+    digest, version = _current_version(engine, tenant_id, request.job_definition_id)
+    if request.digest is not None and request.digest != digest:
+        raise ConflictError(
+            f"{request.job_definition_id} changed since this request was tested: the request saw "
+            f"{request.digest} (v{request.version}), the current version is {digest} (v{version}); test it again",
+            field="digest",
+        )
+    submission = _submission(request, actor=actor, version=request.version, moment=Moment.REQUEST_APPROVAL)
     prepared = engine.prepare_submissions([submission], now=now, actor=actor)  # refusals audited by the engine
     try:
         # The run and the decision commit together: a reject that lands first makes this a
@@ -213,9 +252,13 @@ def reject(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note:
     return _get(engine, tenant_id, request_id)
 
 
-def _submission(request: RunRequest, *, actor: str) -> SubmitRequest:
+def _submission(
+    request: RunRequest, *, actor: str, version: int | None = None, moment: Moment | None = None
+) -> SubmitRequest:
     return SubmitRequest(
         request.job_definition_id,
+        definition_version=version,
+        moment=moment,
         trigger_type=TriggerType.MANUAL,
         params=dict(request.params),
         scope=Scope(tenant_id=request.tenant_id),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
+from jobgate.core.governance import Person
 from jobgate.core.tokens import Role
 from jobgate.service import audit
 from jobgate.service.engine import Engine
@@ -31,28 +33,55 @@ class Unauthenticated(JobgateError):
     code = "unauthenticated"
 
 
+# A principal's name: what records name as the actor. ``token:`` is reserved (a token without a
+# named principal is a principal of its own, ``token:<id>``).
+PRINCIPAL_NAME = re.compile(r"(?!token:)[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}")
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who a request acts as: one tenant, one role, optionally a list of definitions."""
+    """Who a request acts as: a named person (or service account) through one token, in one
+    tenant, with one role, optionally limited to a list of definitions. ``minted_by``: the
+    principals whose tokens minted this token, nearest first (four eyes treats them as one)."""
 
     token_id: str
     tenant_id: str
     role: Role
     jobs: tuple[str, ...] | None
+    name: str | None = None
+    minted_by: tuple[str, ...] = ()
 
     def may_use(self, job_definition_id: str) -> bool:
         return self.jobs is None or job_definition_id in self.jobs
 
     @property
     def actor(self) -> str:
-        """How this principal is named in runs, transitions and records (``requested_by``)."""
+        """How this principal is named in runs, transitions and records (``requested_by``): the
+        person, or ``token:<id>`` for a token that names none."""
+        return self.name or f"token:{self.token_id}"
+
+    @property
+    def credential(self) -> str:
         return f"token:{self.token_id}"
+
+    @property
+    def person(self) -> Person:
+        return Person(self.actor, self.minted_by)
 
 
 @dataclass(frozen=True)
 class CreatedToken:
     token: str  # the only time the raw value exists outside the caller's hands
     stored: StoredToken
+
+
+def check_principal_name(name: str) -> str:
+    if not PRINCIPAL_NAME.fullmatch(name):
+        raise ValidationError(
+            "1-200 letters, digits and _ . @ : + = -, starting with a letter, digit or _ (token: is reserved)",
+            field="principal",
+        )
+    return name
 
 
 def create(
@@ -65,7 +94,13 @@ def create(
     jobs: list[str] | None = None,
     expires_in: timedelta | None = None,
     now: datetime | None = None,
+    principal: str | None = None,
+    minted_by: Principal | None = None,
 ) -> CreatedToken:
+    """Mint a token. ``principal``: the person (or service account) it belongs to. ``minted_by``:
+    the API caller minting it; its principal and theirs are recorded as the new token's lineage,
+    and without ``principal`` the token belongs to the minter (a second credential of the same
+    person, never a second person). A token minted on the host names only its principal."""
     try:
         valid_role = Role(role)
     except ValueError:
@@ -80,6 +115,14 @@ def create(
         raise ValidationError("must be positive and at most ten years", field="expires_in")
     if jobs is not None and (not jobs or any(not j for j in jobs)):
         raise ValidationError("name at least one definition, none empty", field="jobs")
+    if principal is not None:
+        check_principal_name(principal)
+    lineage: tuple[str, ...] = ()
+    if minted_by is not None:
+        lineage = (minted_by.actor, *minted_by.minted_by)
+        if principal is None:
+            principal = minted_by.name
+            lineage = minted_by.minted_by if minted_by.name is not None else lineage
     now = now or engine.clock.now()
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     stored = StoredToken(
@@ -94,10 +137,18 @@ def create(
         expires_at=None if expires_in is None else now + expires_in,
         revoked_at=None,
         revoked_by=None,
+        principal=principal,
+        minted_by=lineage,
     )
     with engine.store.write() as tx:
         tx.token_put(stored)
-        payload = {"role": valid_role.value, "jobs": None if jobs is None else list(stored.jobs or ()), "label": label}
+        payload = {
+            "role": valid_role.value,
+            "jobs": None if jobs is None else list(stored.jobs or ()),
+            "label": label,
+            "principal": stored.principal_name,
+            "minted_by": list(lineage),
+        }
         audit.record(tx, audit.event(tenant_id, actor, "token.created", "token", token_id, now, payload=payload))
     log.info(
         "token %s created for tenant %s, role %s, by %s",
@@ -126,7 +177,9 @@ def authenticate(engine: Engine, authorization: str | None, *, now: datetime | N
         raise _refused(f"token {token_id} revoked")
     if stored.expires_at is not None and stored.expires_at <= now:
         raise _refused(f"token {token_id} expired")
-    return Principal(stored.token_id, stored.tenant_id, Role(stored.role), stored.jobs)
+    return Principal(
+        stored.token_id, stored.tenant_id, Role(stored.role), stored.jobs, stored.principal, stored.minted_by
+    )
 
 
 def _refused(reason: str) -> Unauthenticated:

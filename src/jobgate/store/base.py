@@ -9,7 +9,7 @@ never assumes a write it did not make.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,6 +42,8 @@ class StoredDefinition:
     is_current: bool
     source: str | None
     created_at: datetime
+    applied_by: str | None = None  # None: applied before appliers were recorded
+    applied_lineage: tuple[str, ...] = ()  # who minted the applier's credential, nearest first
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class DefinitionPut:
     status: DefinitionStatus
     source: str | None
     now: datetime
+    applied_by: str | None = None
+    applied_lineage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,10 @@ class RunsClaim:
     start_now: int = 0  # how many of the claimed runs to start at once (free executor threads)
     # Definition digests whose runs wait for a dependency that is down: not claimed at all.
     exclude_digests: frozenset[str] = frozenset()
+    # The admission rule for the attempts about to start: given the candidates (with their
+    # approval, lifecycle and safe-mode facts), the verdicts of those it refuses, by run id.
+    # Refused runs are not claimed; ``ClaimedRuns.refused`` hands them back to the caller.
+    admit: Callable[[Sequence[Any]], Mapping[str, Any]] | None = None
 
 
 class ClaimedRuns:
@@ -110,6 +118,8 @@ class ClaimedRuns:
         # (job_run_id, error) of claimed rows this version cannot read: they stay leased, out of
         # this worker's hands, for the rescuer once their lease expires.
         self.unreadable: list[tuple[str, str]] = []
+        # (candidate, verdict) of the runs the admission rule refused: not claimed.
+        self.refused: list[tuple[Any, Any]] = []
 
     def runs(self) -> list[JobRun]:
         """Claimed runs by priority, then due time: started ones RUNNING, others DISPATCHED."""

@@ -168,6 +168,9 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
             artifact_size=r["artifact_size"],
             bound_retry_policy=shared_loads(r["retry_policy_doc"]),
             traceparent=traceparent_of_trigger(r.get("trigger"), loads),
+            hold_reason=r["hold_reason"],
+            held_at=opt_dt(r["held_at"]),
+            reviewed_by=r["reviewed_by"],
         )
     )
 

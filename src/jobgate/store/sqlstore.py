@@ -91,8 +91,11 @@ class StoreTx:
         return governance.audit_head(self.conn, tenant_id)
 
     # approvals
-    def approval_put(self, a: governance.Approval) -> None:
-        governance.approval_put(self.conn, a)
+    def approval_put(self, a: governance.Approval) -> governance.Approval:
+        return governance.approval_put(self.conn, a)
+
+    def approval_by_id(self, approval_id: int) -> governance.Approval | None:
+        return governance.approval_by_id(self.conn, approval_id)
 
     def approval_get(self, tenant_id: str, job_definition_id: str, digest: str) -> governance.Approval | None:
         return governance.approval_get(self.conn, tenant_id, job_definition_id, digest)
@@ -133,8 +136,16 @@ class StoreTx:
             self.conn, tenant_id, status=status, requested_by=requested_by, before=before, limit=limit
         )
 
-    def request_tested(self, tenant_id: str, request_id: str, by: str, at: datetime, verdict: dict[str, Any]) -> bool:
-        return governance.request_tested(self.conn, tenant_id, request_id, by, at, verdict)
+    def request_tested(
+        self,
+        tenant_id: str,
+        request_id: str,
+        by: str,
+        at: datetime,
+        verdict: dict[str, Any],
+        pinned: tuple[str, int] | None = None,
+    ) -> bool:
+        return governance.request_tested(self.conn, tenant_id, request_id, by, at, verdict, pinned)
 
     def request_decide(
         self,
@@ -350,6 +361,12 @@ class StoreTx:
 
     def runs_claim(self, p: RunsClaim) -> ClaimedRuns:
         return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
+
+    def runs_gate_facts(self, ids: Sequence[str]) -> list[claims.Candidate]:
+        return claims.runs_gate_facts(self.conn, ids)
+
+    def runs_held(self, limit: int) -> list[claims.HeldRow]:
+        return claims.runs_held(self.conn, limit)
 
     def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:
         done = claims.runs_apply(self.conn, changes)

@@ -37,7 +37,10 @@ NAMING = {
 metadata = MetaData(naming_convention=NAMING)
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in RunStatus)
+# A workflow run is never held (its steps' runs are): its statuses are the run statuses but HELD.
+_WORKFLOW_STATUSES = ", ".join(f"'{s.value}'" for s in RunStatus if s is not RunStatus.HELD)
 CLAIMABLE_SQL = "status IN ('SCHEDULED', 'RETRY_WAIT')"
+HELD_SQL = "status = 'HELD'"
 QUEUE_DEADLINE_SQL = f"{CLAIMABLE_SQL} AND queue_deadline_at IS NOT NULL"
 LEASED_SQL = "status IN ('DISPATCHED', 'RUNNING')"
 
@@ -53,6 +56,9 @@ definitions = Table(
     Column("content", Text, nullable=False),
     Column("source", Text),
     Column("created_at", BigInteger, nullable=False),
+    # Who applied this version, and who minted their credential (four eyes, migration 0017).
+    Column("applied_by", String(200)),
+    Column("applied_lineage", Text),
     UniqueConstraint("tenant_id", "job_definition_id", "digest"),
 )
 
@@ -127,6 +133,11 @@ job_runs = Table(
     Column("artifact_path", Text),
     Column("artifact_sha256", String(80)),
     Column("artifact_size", BigInteger),
+    # Governance at the start of every attempt (migration 0017): why a HELD run waits and since
+    # when, and who reviewed the run as a second person (an approved request, a requeue).
+    Column("hold_reason", String(64)),
+    Column("held_at", BigInteger),
+    Column("reviewed_by", String(200)),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="attempt_bounds"),
     CheckConstraint(f"({LEASED_SQL}) = (lease_owner IS NOT NULL)", name="lease_iff_leased"),
@@ -163,6 +174,8 @@ job_runs = Table(
         sqlite_where=text(QUEUE_DEADLINE_SQL),
         postgresql_where=text(QUEUE_DEADLINE_SQL),
     ),
+    # Held runs (the rescuer looks at them again each pass): only they are in it.
+    Index("ix_job_runs_held", "held_at", sqlite_where=text(HELD_SQL), postgresql_where=text(HELD_SQL)),
 )
 
 run_transitions = Table(
@@ -375,6 +388,10 @@ api_tokens = Table(
     Column("expires_at", BigInteger),
     Column("revoked_at", BigInteger),
     Column("revoked_by", String(200)),
+    # The person the token belongs to (NULL: the token is a principal of its own, as before
+    # migration 0017), and the principals whose tokens minted it, nearest first (JSON list).
+    Column("principal", String(200)),
+    Column("minted_by", Text),
     Index("ix_api_tokens_tenant", "tenant_id", "created_at"),
 )
 
@@ -409,18 +426,25 @@ audit_heads = Table(
     Column("entry_hash", String(80), nullable=False),
 )
 
+# Every approval ever given, never rewritten except to revoke it (migration 0017): approving a
+# digest again adds a row, so the history keeps the first approver. A digest is approved while
+# one of its rows is not revoked; the newest such row names the code identity it binds.
 definition_approvals = Table(
     "definition_approvals",
     metadata,
-    Column("tenant_id", String(64), primary_key=True),
-    Column("job_definition_id", String(200), primary_key=True),
-    Column("digest", String(80), primary_key=True),
+    Column("approval_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("job_definition_id", String(200), nullable=False),
+    Column("digest", String(80), nullable=False),
     Column("version", Integer, nullable=False),
+    Column("code_digest", String(80)),
+    Column("code_identity", Text),  # JSON: the named parts the code digest covers
     Column("approved_by", String(200), nullable=False),
     Column("approved_at", BigInteger, nullable=False),
     Column("note", Text),
     Column("revoked_at", BigInteger),
     Column("revoked_by", String(200)),
+    Index("ix_definition_approvals_digest", "tenant_id", "job_definition_id", "digest", "approval_id"),
 )
 
 run_requests = Table(
@@ -442,6 +466,11 @@ run_requests = Table(
     Column("decided_by", String(200)),
     Column("decision_note", Text),
     Column("job_run_id", String(64)),
+    # The version the proposal named, then the one its last dry run saw: approval runs exactly
+    # it (migration 0017). And who minted the proposer's credential (four eyes).
+    Column("digest", String(80)),
+    Column("version", Integer),
+    Column("requester_lineage", Text),
     CheckConstraint("status IN ('pending', 'approved', 'rejected')", name="status"),
     Index("ix_run_requests_tenant", "tenant_id", "status", "created_at"),
 )
@@ -513,7 +542,7 @@ workflow_runs = Table(
     Column("error_message", Text),
     Column("cancel_requested", Boolean, nullable=False, server_default="0"),
     Column("version", Integer, nullable=False, server_default="0"),  # compare-and-set on every advance
-    CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+    CheckConstraint(f"status IN ({_WORKFLOW_STATUSES})", name="status"),
     Index(
         "ix_workflow_runs_active",
         "created_at",

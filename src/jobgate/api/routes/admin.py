@@ -17,8 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from jobgate.api import pagination
-from jobgate.api.access import ADMIN, OPERATE, READ, allow, principal
-from jobgate.api.errors import Forbidden
+from jobgate.api.access import ADMIN, OPERATE, READ, WholeTenant, allow, principal
 from jobgate.api.schemas import (
     CheckOut,
     Page,
@@ -40,15 +39,7 @@ Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def unlimited_principal(caller: Caller) -> Principal:
-    """Token administration needs a token not limited to definitions: a limited admin could
-    otherwise mint itself an unlimited token."""
-    if caller.jobs is not None:
-        raise Forbidden("a token limited to definitions cannot administer tokens", field="jobs")
-    return caller
 
-
-Unlimited = Annotated[Principal, Depends(unlimited_principal)]
 
 
 @router.get("/workers", response_model=WorkersOut)
@@ -83,7 +74,7 @@ def list_workers(state: State, limit: Annotated[int, Query(ge=1, le=100)] = 20) 
 
 @router.get("/quotas/usage", response_model=QuotaUsageOut)
 @allow(READ)
-def quota_usage(caller: Caller, state: State) -> QuotaUsageOut:
+def quota_usage(caller: WholeTenant, state: State) -> QuotaUsageOut:
     """Seed 001: the caller's tenant's runs created in the current UTC day [start, next start);
     every state and every retry counts."""
     now = state.engine.clock.now()
@@ -101,7 +92,7 @@ def quota_usage(caller: Caller, state: State) -> QuotaUsageOut:
 
 @router.get("/doctor", response_model=ReadyOut)
 @allow(OPERATE)
-def run_doctor(caller: Caller, state: State) -> ReadyOut:
+def run_doctor(caller: WholeTenant, state: State) -> ReadyOut:
     """Each check green, amber or red with its reason; ``ready`` is false when any is red."""
     checks = doctor.run_checks(state.engine, tenant_id=caller.tenant_id, embedded_worker=state.embedded_worker)
     return ReadyOut(
@@ -113,7 +104,7 @@ def run_doctor(caller: Caller, state: State) -> ReadyOut:
 @router.get("/tokens", response_model=Page[TokenOut])
 @allow(ADMIN)
 def list_tokens(
-    caller: Unlimited,
+    caller: WholeTenant,
     state: State,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
@@ -125,8 +116,10 @@ def list_tokens(
 
 @router.post("/tokens", status_code=201, response_model=TokenCreatedOut)
 @allow(ADMIN)
-def create_token(body: TokenCreateIn, caller: Unlimited, state: State) -> TokenCreatedOut:
-    """A token of the caller's tenant. The raw value is in this response only."""
+def create_token(body: TokenCreateIn, caller: WholeTenant, state: State) -> TokenCreatedOut:
+    """A token of the caller's tenant. The raw value is in this response only. It belongs to
+    ``principal`` (default: the caller); either way the caller is recorded as its minter, and four
+    eyes never lets a token approve what its minter applied or proposed, nor the other way round."""
     made = tokens.create(
         state.engine,
         tenant_id=caller.tenant_id,
@@ -135,13 +128,15 @@ def create_token(body: TokenCreateIn, caller: Unlimited, state: State) -> TokenC
         label=body.label,
         jobs=body.jobs,
         expires_in=None if body.expires_in_seconds is None else timedelta(seconds=body.expires_in_seconds),
+        principal=body.principal,
+        minted_by=caller,
     )
     return TokenCreatedOut(token=made.token, info=TokenOut.of(made.stored))
 
 
 @router.delete("/tokens/{token_id}", status_code=204, response_class=Response)
 @allow(ADMIN)
-def revoke_token(token_id: str, caller: Unlimited, state: State) -> Response:
+def revoke_token(token_id: str, caller: WholeTenant, state: State) -> Response:
     """Revoke at once: the next request with it is a 401. Revoking twice changes nothing."""
     tokens.revoke(state.engine, caller.tenant_id, token_id, actor=caller.actor)
     return Response(status_code=204)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from jobgate import anchoring
 from jobgate.api import pagination
-from jobgate.api.access import AUDIT, allow, principal
+from jobgate.api.access import AUDIT, WholeTenant, allow, principal
 from jobgate.api.schemas import AuditEntryOut, Page
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import audit
@@ -26,7 +26,7 @@ NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$"
 @router.get("/audit", response_model=Page[AuditEntryOut])
 @allow(AUDIT)
 def list_audit(
-    caller: Caller,
+    caller: WholeTenant,
     state: State,
     actor: Annotated[str | None, Query(max_length=200)] = None,
     action: Annotated[str | None, Query(pattern=NAME)] = None,
@@ -66,7 +66,7 @@ class VerificationOut(BaseModel):
 
 @router.get("/audit/verify", response_model=VerificationOut)
 @allow(AUDIT)
-def verify_audit(caller: Caller, state: State) -> VerificationOut:
+def verify_audit(caller: WholeTenant, state: State) -> VerificationOut:
     """Recompute the tenant's chain, head and anchors (and the sink file's copies)."""
     sink = anchoring.sink_for(state.engine.config)
     witnessed = sink.records() if isinstance(sink, anchoring.FileSink) else None

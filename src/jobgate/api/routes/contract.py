@@ -14,10 +14,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header
 
 from jobgate.api.access import RUN, RUN_CONTROL, allow, check_run_access, principal
+from jobgate.api.errors import TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use, visible_run
 from jobgate.api.schemas import CancelIn, CancelOut, ScheduleIn, ScheduleOut
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import ValidationError
 from jobgate.core.models import Scope
 from jobgate.service import control, manual
 from jobgate.service.tokens import Principal
@@ -39,7 +39,7 @@ def schedule_job(
 ) -> ScheduleOut:
     """Seed 000 §42: schedule one manual run of a definition."""
     if body.scope.tenant_id is not None and body.scope.tenant_id != caller.tenant_id:
-        raise ValidationError("must be your token's tenant (or left out)", field="scope.tenant_id")
+        raise TenantClaimMismatch(field="scope.tenant_id")
     ensure_may_use(caller, body.job_definition_id)
     keys = () if body.scope.eco_number is None else (("eco_number", body.scope.eco_number),)
     scope = Scope(caller.tenant_id, body.scope.environment, body.scope.region, keys)

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query
 
 from jobgate.api import pagination
 from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, allow, principal
-from jobgate.api.errors import Forbidden
+from jobgate.api.errors import Forbidden, TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.schemas import (
     AppliedOut,
@@ -83,8 +83,8 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
     loaded = []
     for i, document in enumerate(body.definitions):
         tenant = document.get("tenant_id")
-        if tenant is not None and tenant != caller.tenant_id:
-            raise ValidationError("must be your token's tenant (or left out)", field=f"definitions[{i}].tenant_id")
+        if tenant is not None and tenant != caller.tenant_id:  # ``enforce`` refused it already; kept as a wall
+            raise TenantClaimMismatch(field=f"definitions[{i}].tenant_id")
         job = document.get("job_definition_id")
         if isinstance(job, str) and not caller.may_use(job):
             raise Forbidden("this token may not change that definition", field=f"definitions[{i}].job_definition_id")
@@ -99,10 +99,13 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         try:
             loaded.append(parse_definition(document, f"definitions[{i}]", state.engine.config))
         except ValidationError as exc:
-            approvals.record_load_refusal(state.engine, caller.tenant_id, exc, actor=caller.actor)
+            named = job if isinstance(job, str) and job else f"definitions[{i}]"
+            approvals.record_load_refusal(state.engine, caller.tenant_id, exc, actor=caller.actor, target=named)
             where = f"definitions[{i}]"
             raise ValidationError(exc.message, field=f"{where}.{exc.field}" if exc.field else where) from None
-    applied = state.engine.apply_definitions(loaded, tenant_id=caller.tenant_id)
+    applied = state.engine.apply_definitions(
+        loaded, tenant_id=caller.tenant_id, applied_by=caller.actor, applied_lineage=caller.minted_by
+    )
     return [
         AppliedOut(job_definition_id=a.job_definition_id, version=a.version, digest=a.digest, created=a.created)
         for a in applied
@@ -111,28 +114,46 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
 
 @router.post("/definitions/{job_definition_id}/approve", response_model=ApprovalOut)
 @allow(ADMIN)
-def approve_definition(
-    job_definition_id: str, caller: Caller, state: State, body: ApproveIn | None = None
-) -> ApprovalOut:
-    """Approve the definition's current content, as jobgate holds it (no digest is accepted)."""
+def approve_definition(job_definition_id: str, body: ApproveIn, caller: Caller, state: State) -> ApprovalOut:
+    """Approve the definition's current content and the code it executes, as jobgate holds and
+    reads them. ``digest`` is the content digest you reviewed (and ``code_digest``, optionally,
+    the code digest): a different current value is 409 naming both, and nothing is approved.
+    Four eyes: the principal who applied the version (or minted, or was minted by, its
+    applier's credential) may not approve it when ``governance.four_eyes`` is on or its runner
+    executes its body as code (403 ``four_eyes``)."""
     ensure_may_use(caller, job_definition_id)
-    note = None if body is None else body.note
-    return ApprovalOut.of(
-        approvals.approve(state.engine, caller.tenant_id, job_definition_id, actor=caller.actor, note=note)
+    approval = approvals.approve(
+        state.engine,
+        caller.tenant_id,
+        job_definition_id,
+        actor=caller.actor,
+        note=body.note,
+        digest=body.digest,
+        code_digest=body.code_digest,
+        approver=caller.person,
     )
+    return ApprovalOut.of(approval)
 
 
 @router.get("/definitions/{job_definition_id}/approval", response_model=ApprovalStatusOut)
 @allow(GOVERNANCE_READ)
 def definition_approval(job_definition_id: str, caller: Caller, state: State) -> ApprovalStatusOut:
-    """Who approved what, and whether the current content still matches it."""
+    """Who approved what, and whether the current content and the code this server reads for
+    it still match (``matches``; ``changed`` names what differs: ``content``, or code parts)."""
     ensure_may_use(caller, job_definition_id)
     st = approvals.status(state.engine, caller.tenant_id, job_definition_id)
+    changed = ([] if st.approved else ["content"]) + list(st.code_changed)
+    if st.approved and st.code is None:
+        changed.append("code (unreadable here)")
     return ApprovalStatusOut(
         job_definition_id=job_definition_id,
         current_version=st.current_version,
         current_digest=st.current_digest,
+        current_code_digest=None if st.code is None else st.code.digest,
+        code_problem=st.code_problem,
         approved=st.approved,
+        matches=st.matches,
+        changed=changed,
         approval=None if st.approval is None else ApprovalOut.of(st.approval),
         history=[ApprovalOut.of(a) for a in st.history],
     )

@@ -17,9 +17,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from jobgate.api.access import OPERATE, PUBLIC, allow
+from jobgate.api.access import OPERATE, PUBLIC, WholeTenant, allow
 from jobgate.api.metrics import TenantRuns
-from jobgate.api.routes.telemetry import WholeTenant
 from jobgate.api.schemas import CheckOut, HealthOut, ReadyOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import doctor

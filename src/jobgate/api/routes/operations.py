@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from jobgate.api import pagination
 from jobgate.api.access import OPERATE, READ, allow, principal
+from jobgate.api.errors import TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use, visible_run
 from jobgate.api.schemas import (
     DeadLetterOut,
@@ -27,7 +28,7 @@ from jobgate.api.schemas import (
     ScheduleItemOut,
 )
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import NotFoundError
 from jobgate.service import control, manual, schedules, triggers
 from jobgate.service.tokens import Principal
 from jobgate.store.sql.schedules import StoredSchedule
@@ -72,7 +73,7 @@ def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, sta
     """Create or replace a schedule (201 created, 200 replaced)."""
     doc = dict(body.schedule)
     if doc.get("tenant") not in (None, caller.tenant_id):
-        raise ValidationError("must be your token's tenant (or left out)", field="schedule.tenant")
+        raise TenantClaimMismatch(field="schedule.tenant")
     doc["tenant"] = caller.tenant_id
     now = state.engine.clock.now()
     schedule = schedules.schedule_from_document(doc, now=now, source="api")

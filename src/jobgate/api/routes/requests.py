@@ -53,6 +53,7 @@ def propose(body: RequestIn, caller: Caller, state: State) -> RequestOut:
         params=body.params,
         title=body.title,
         reason=body.reason,
+        requester_lineage=caller.minted_by,
     )
     return RequestOut.of(made)
 
@@ -88,10 +89,16 @@ def test_request(request_id: str, caller: Caller, state: State) -> TestedOut:
 @router.post("/requests/{request_id}/approve", response_model=RequestOut)
 @allow(REVIEW)
 def approve_request(request_id: str, caller: Caller, state: State, body: DecisionIn | None = None) -> RequestOut:
-    """Create the run and link it (403 for the proposer itself, or when a gate refuses)."""
+    """Create the run of the version the last dry run saw and link it (403 for the proposer, or
+    anyone whose token minted or was minted by the proposer's; 403 when a gate refuses; 409 when
+    the definition changed since the test)."""
     _visible(state, caller, request_id)
     note = None if body is None else body.note
-    return RequestOut.of(requests.approve(state.engine, caller.tenant_id, request_id, actor=caller.actor, note=note))
+    return RequestOut.of(
+        requests.approve(
+            state.engine, caller.tenant_id, request_id, actor=caller.actor, note=note, approver=caller.person
+        )
+    )
 
 
 @router.post("/requests/{request_id}/reject", response_model=RequestOut)

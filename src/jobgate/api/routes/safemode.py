@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from jobgate.api.access import ADMIN, READ, allow, principal
+from jobgate.api.access import ADMIN, READ, WholeTenant, allow, principal
 from jobgate.api.schemas import SafeModeIn, SafeModeOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import safemode
@@ -44,7 +44,7 @@ def safe_mode_state(caller: Caller, state: State) -> SafeModeOut:
 
 @router.post("/safe-mode", response_model=SafeModeOut)
 @allow(ADMIN)
-def switch_safe_mode(body: SafeModeIn, caller: Caller, state: State) -> SafeModeOut:
+def switch_safe_mode(body: SafeModeIn, caller: WholeTenant, state: State) -> SafeModeOut:
     """Activate (``active: true``) or deactivate, with a reason; 409 when already in that state."""
     period, run_id = safemode.switch(
         state.engine, caller.tenant_id, body.active, actor=caller.actor, reason=body.reason

@@ -13,11 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
-from jobgate.api.access import GOVERNANCE_READ, allow, principal
-from jobgate.api.errors import BadRequest, Forbidden
+from jobgate.api.access import GOVERNANCE_READ, WholeTenant, allow
+from jobgate.api.errors import BadRequest
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import ValidationError
-from jobgate.service.tokens import Principal
 from jobgate.store.sql import telemetry as store
 from jobgate.store.sql.telemetry import Publication
 from jobgate.telemetry import periods, rollup
@@ -28,14 +27,7 @@ router = APIRouter(prefix="/api/v1", tags=["telemetry"])
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def whole_tenant(caller: Annotated[Principal, Depends(principal)]) -> Principal:
-    """Tenant-wide aggregates need a token not limited to definitions."""
-    if caller.jobs is not None:
-        raise Forbidden("a token limited to definitions cannot read tenant-wide figures", field="jobs")
-    return caller
 
-
-WholeTenant = Annotated[Principal, Depends(whole_tenant)]
 
 
 class TelemetryPeriodOut(BaseModel):

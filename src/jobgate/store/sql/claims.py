@@ -49,13 +49,17 @@ from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim
 from jobgate.store.sql import fast, letters
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
+    HELD_SQL,
     LEASED_SQL,
     QUEUE_DEADLINE_SQL,
     dead_letters,
+    definition_approvals,
+    definition_heads,
     job_runs,
     outbox,
     rate_limits,
     run_transitions,
+    safe_mode_periods,
     workers,
 )
 
@@ -66,6 +70,7 @@ _LEASED = [s.value for s in LEASED]
 # SQLite cannot prove a query implies the index condition and scans the whole table instead.
 IS_CLAIMABLE = text(CLAIMABLE_SQL)
 IS_LEASED = text(LEASED_SQL)
+IS_HELD = text(HELD_SQL)
 WAITS_WITH_QUEUE_DEADLINE = text(QUEUE_DEADLINE_SQL)
 C = job_runs.c
 
@@ -78,7 +83,13 @@ def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
     """Built once: constructing SQLAlchemy expressions per call costs more than running them.
 
     ``excluded``: an extra filter for the variant that skips runs of given definition digests
-    (those waiting for a dependency that is down); the ordinary claim does not pay for it."""
+    (those waiting for a dependency that is down); the ordinary claim does not pay for it.
+
+    Each candidate comes with what the admission rule needs to judge the attempt about to start
+    (``core.governance``), read in the claiming transaction itself: the newest active approval
+    of its digest, its definition's lifecycle status and its tenant's open safe-mode period.
+    Each is one index probe per candidate; their contents are immutable per id, so the worker
+    caches them by id."""
     active = job_runs.alias("active")
     at_limit = (
         select(func.count())
@@ -93,7 +104,7 @@ def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
     # Runs of a definition at its concurrency limit, or whose rate limit has no room now, are
     # skipped in SQL so they cannot block the runs queued behind them (no head-of-line blocking).
     candidates = (
-        select(C.job_run_id, C.status, C.job_definition_id, C.queue, C.concurrency_limit, C.rate_limit_per_second)
+        select(*_candidate_columns())
         .where(IS_CLAIMABLE, queue_filter, C.due_at <= bindparam("now"))
         .where((C.queue_deadline_at.is_(None)) | (C.queue_deadline_at > bindparam("now")))
         .where(or_(C.concurrency_limit.is_(None), C.concurrency_limit > at_limit))
@@ -102,6 +113,37 @@ def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
         .limit(bindparam("limit"))
     )
     return candidates if excluded is None else candidates.where(excluded)
+
+
+def _candidate_columns(runs: Any = job_runs) -> list[Any]:
+    """The columns of a ``Candidate``, in its field order, for rows of ``runs``."""
+    R = runs.c
+    A, H, P = definition_approvals.c, definition_heads.c, safe_mode_periods.c
+    approval = (
+        select(func.max(A.approval_id))
+        .where(
+            A.tenant_id == R.tenant_id,
+            A.job_definition_id == R.job_definition_id,
+            A.digest == R.definition_digest,
+            A.revoked_at.is_(None),
+        )
+        .scalar_subquery()
+    )
+    lifecycle = (
+        select(H.status)
+        .where(H.tenant_id == R.tenant_id, H.job_definition_id == R.job_definition_id)
+        .scalar_subquery()
+    )
+    safe_mode = (
+        select(func.max(P.activation))
+        .where(P.tenant_id == R.tenant_id, P.deactivated_at.is_(None))
+        .scalar_subquery()
+    )
+    return [
+        R.job_run_id, R.status, R.job_definition_id, R.queue, R.concurrency_limit, R.rate_limit_per_second,
+        R.tenant_id, R.definition_version, R.definition_digest, R.job_class, R.trigger_type, R.priority,
+        R.idempotency_key, R.reviewed_by, R.lease_token, R.attempt, approval, lifecycle, safe_mode,
+    ]  # fmt: skip
 
 
 _pg_candidates_cache: dict[tuple[int, bool, bool], Any] = {}
@@ -128,12 +170,30 @@ def _pg_candidates(queues: int, excluding: bool, skip_locked: bool) -> Any:
 
 
 class Candidate(NamedTuple):
+    """A claimable run as the claim reads it, with the facts the admission rule needs."""
+
     job_run_id: str
     status: str
     job_definition_id: str
     queue: str
     concurrency_limit: int | None
     rate_limit_per_second: float | None
+    tenant_id: str
+    definition_version: int
+    definition_digest: str
+    job_class: str
+    trigger_type: str
+    priority: str
+    idempotency_key: str
+    reviewed_by: str | None
+    lease_token: int
+    attempt: int
+    approval_id: int | None  # the newest active approval of its digest; None: none is active
+    definition_status: str | None
+    safe_mode_activation: int | None  # the tenant's open safe-mode period, if safe mode is on
+
+
+_CANDIDATE_FIELDS = len(Candidate._fields)
 
 
 def _json_values(name: str) -> Any:
@@ -261,8 +321,8 @@ def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) 
         for queue in queues:
             one = {"queue": queue, "now": now, "limit": p.limit, **excluding}
             found.extend(orjson.loads(fast.rows(conn, stmt, one)[0][0]))
-        found.sort(key=lambda r: (r[6], r[7]))
-        return [Candidate(*r[:6]) for r in found[: p.limit]]
+        found.sort(key=lambda r: (r[_CANDIDATE_FIELDS], r[_CANDIDATE_FIELDS + 1]))
+        return [Candidate(*r[:_CANDIDATE_FIELDS]) for r in found[: p.limit]]
     params: dict[str, Any] = {f"queue_{i}": q for i, q in enumerate(queues)}
     params.update(now=now, limit=p.limit)
     if p.exclude_digests:
@@ -385,14 +445,25 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
     candidates = _candidates(conn, p, now, skip_locked=skip_locked)
     if not candidates:
         return ClaimedRuns(list, 0)
-    chosen = _apply_limits(conn, candidates, p, now)
+    more = len(candidates) >= p.limit  # the read was cut at the limit: more runs may be waiting
+    refused: list[tuple[Candidate, Any]] = []
+    if p.admit is not None:
+        # The admission rule, asked for every attempt about to start, inside this transaction;
+        # the refused runs are not claimed (the caller holds or cancels them in this transaction).
+        verdicts = p.admit(candidates)
+        if verdicts:
+            refused = [(c, verdicts[c.job_run_id]) for c in candidates if c.job_run_id in verdicts]
+            candidates = [c for c in candidates if c.job_run_id not in verdicts]
+    chosen = _apply_limits(conn, candidates, p, now) if candidates else []
     if not chosen:
         # Every candidate refused by a limit: claiming again at once would refuse them again.
-        return ClaimedRuns(list, 0)
-    more = len(candidates) >= p.limit  # the read was cut at the limit: more runs may be waiting
+        nothing = ClaimedRuns(list, 0, more=more and bool(refused))
+        nothing.refused = refused
+        return nothing
     previous = {row.job_run_id: row.status for row in candidates}
     facts, claimed = _claim_ids(conn, chosen[: p.start_now], chosen[p.start_now :], previous, p)
     claimed.more = more
+    claimed.refused = refused
     started: list[tuple[Any, ...]] = []
     for r in facts:
         if r.status == _RUNNING:
@@ -772,7 +843,7 @@ def runs_over_age(conn: Connection, created_before: datetime, limit: int) -> lis
     ``limit`` leased ones (each read walks only its small partial index, never finished runs)."""
     cutoff = codec.to_us(created_before)
     out: list[JobRun] = []
-    for open_ in (IS_CLAIMABLE, IS_LEASED):
+    for open_ in (IS_CLAIMABLE, IS_LEASED, IS_HELD):
         q = select(job_runs).where(open_, C.created_at < cutoff).order_by(C.created_at).limit(limit)
         out += [codec.run_from_row(r) for r in conn.execute(q).mappings()]
     return out
@@ -830,3 +901,34 @@ def run_progress(conn: Connection, job_run_id: str, token: int, fraction: float 
         .values(progress=fraction, progress_message=message)
     )
     return conn.execute(stmt).rowcount == 1
+
+
+_GATE_FACTS = select(*_candidate_columns()).where(C.job_run_id.in_(bindparam("ids", expanding=True)))
+
+
+def runs_gate_facts(conn: Connection, ids: Sequence[str]) -> list[Candidate]:
+    """The admission facts of these runs, as a claim's candidate read gives them (for runs a
+    worker claimed earlier and starts now, and for the held runs the rescuer looks at again)."""
+    out: list[Candidate] = []
+    for chunk in _chunks(list(ids)):
+        out.extend(Candidate(*r) for r in conn.execute(_GATE_FACTS, {"ids": list(chunk)}))
+    return out
+
+
+_HELD = select(*_candidate_columns(), C.hold_reason, C.held_at, C.queue_deadline_at).where(IS_HELD)
+
+
+class HeldRow(NamedTuple):
+    """A held run: its admission facts, why and since when it is held, its queue deadline."""
+
+    candidate: Candidate
+    hold_reason: str | None
+    held_at: datetime | None
+    queue_deadline_at: datetime | None
+
+
+def runs_held(conn: Connection, limit: int) -> list[HeldRow]:
+    """Held runs, longest held first (the partial index of held runs: only they are read)."""
+    rows = conn.execute(_HELD.order_by(C.held_at).limit(limit))
+    n = _CANDIDATE_FIELDS
+    return [HeldRow(Candidate(*r[:n]), r[n], codec.opt_dt(r[n + 1]), codec.opt_dt(r[n + 2])) for r in rows]

@@ -30,6 +30,8 @@ def _stored(row: object, head_version: int, status: str) -> StoredDefinition:
         is_current=r["version"] == head_version,
         source=r["source"],
         created_at=codec.from_us(r["created_at"]),
+        applied_by=r["applied_by"],
+        applied_lineage=() if r["applied_lineage"] is None else tuple(codec.loads(r["applied_lineage"])),
     )
 
 
@@ -109,6 +111,8 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
                 content=codec.dumps(p.content),
                 source=p.source,
                 created_at=now,
+                applied_by=p.applied_by,
+                applied_lineage=codec.dumps(list(p.applied_lineage)) if p.applied_lineage else None,
             )
         )
     if head is None:

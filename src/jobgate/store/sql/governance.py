@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, select, update
 
 from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
 from jobgate.store import codec
@@ -148,6 +148,9 @@ D = definition_approvals.c
 
 @dataclass(frozen=True)
 class Approval:
+    """One approval of one definition digest, as given (``approval_id`` orders them). The code
+    identity names what the approver's host found the definition executes (``core.code_identity``)."""
+
     tenant_id: str
     job_definition_id: str
     digest: str
@@ -157,6 +160,9 @@ class Approval:
     note: str | None
     revoked_at: datetime | None
     revoked_by: str | None
+    code_digest: str | None = None
+    code_identity: dict[str, str] | None = None
+    approval_id: int = 0  # assigned when stored
 
     @property
     def active(self) -> bool:
@@ -174,34 +180,45 @@ def _approval(r: Any) -> Approval:
         r.note,
         codec.opt_dt(r.revoked_at),
         r.revoked_by,
+        r.code_digest,
+        None if r.code_identity is None else dict(codec.loads(r.code_identity)),
+        int(r.approval_id),
     )
 
 
-def approval_put(conn: Connection, a: Approval) -> None:
-    """Approve (again): a revoked approval of the same content becomes active once more."""
-    key = and_(D.tenant_id == a.tenant_id, D.job_definition_id == a.job_definition_id, D.digest == a.digest)
+def approval_put(conn: Connection, a: Approval) -> Approval:
+    """Record an approval (a new row, even for a digest approved before: history keeps every
+    approver); returns it with its ``approval_id``."""
     values = {
+        "tenant_id": a.tenant_id,
+        "job_definition_id": a.job_definition_id,
+        "digest": a.digest,
         "version": a.version,
+        "code_digest": a.code_digest,
+        "code_identity": None if a.code_identity is None else codec.dumps(a.code_identity),
         "approved_by": a.approved_by,
         "approved_at": codec.to_us(a.approved_at),
         "note": a.note,
         "revoked_at": None,
         "revoked_by": None,
     }
-    if conn.execute(update(definition_approvals).where(key).values(**values)).rowcount == 0:
-        conn.execute(
-            definition_approvals.insert().values(
-                tenant_id=a.tenant_id, job_definition_id=a.job_definition_id, digest=a.digest, **values
-            )
-        )
+    new_id = conn.execute(definition_approvals.insert().values(**values).returning(D.approval_id)).scalar_one()
+    return replace(a, approval_id=int(new_id), revoked_at=None, revoked_by=None)
 
 
 def approval_get(conn: Connection, tenant_id: str, job_definition_id: str, digest: str) -> Approval | None:
-    row = conn.execute(
-        select(definition_approvals).where(
-            D.tenant_id == tenant_id, D.job_definition_id == job_definition_id, D.digest == digest
-        )
+    """The digest's newest active approval, else its newest one, else None."""
+    rows = conn.execute(
+        select(definition_approvals)
+        .where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id, D.digest == digest)
+        .order_by(D.revoked_at.is_(None).desc(), D.approval_id.desc())
+        .limit(1)
     ).first()
+    return None if rows is None else _approval(rows)
+
+
+def approval_by_id(conn: Connection, approval_id: int) -> Approval | None:
+    row = conn.execute(select(definition_approvals).where(D.approval_id == approval_id)).first()
     return None if row is None else _approval(row)
 
 
@@ -222,7 +239,7 @@ def approvals_list(conn: Connection, tenant_id: str, job_definition_id: str) -> 
     q = (
         select(definition_approvals)
         .where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id)
-        .order_by(D.approved_at)
+        .order_by(D.approval_id)
     )
     return [_approval(r) for r in conn.execute(q)]
 
@@ -230,6 +247,7 @@ def approvals_list(conn: Connection, tenant_id: str, job_definition_id: str) -> 
 def approval_revoke(
     conn: Connection, tenant_id: str, job_definition_id: str, digest: str, by: str, now: datetime
 ) -> bool:
+    """Revoke every active approval of the digest; False when none was active."""
     stmt = (
         update(definition_approvals)
         .where(
@@ -265,6 +283,10 @@ class RunRequest:
     decided_by: str | None = None
     decision_note: str | None = None
     job_run_id: str | None = None
+    # The version the proposal named, then the one its last dry run saw: approval runs it.
+    digest: str | None = None
+    version: int | None = None
+    requester_lineage: tuple[str, ...] = ()  # who minted the proposer's credential
 
 
 def _request(r: Any) -> RunRequest:
@@ -285,6 +307,9 @@ def _request(r: Any) -> RunRequest:
         decided_by=r.decided_by,
         decision_note=r.decision_note,
         job_run_id=r.job_run_id,
+        digest=r.digest,
+        version=r.version,
+        requester_lineage=() if r.requester_lineage is None else tuple(codec.loads(r.requester_lineage)),
     )
 
 
@@ -300,6 +325,9 @@ def request_put(conn: Connection, q: RunRequest) -> None:
             requested_by=q.requested_by,
             status=q.status,
             created_at=codec.to_us(q.created_at),
+            digest=q.digest,
+            version=q.version,
+            requester_lineage=codec.dumps(list(q.requester_lineage)) if q.requester_lineage else None,
         )
     )
 
@@ -331,12 +359,22 @@ def requests_list(
 
 
 def request_tested(
-    conn: Connection, tenant_id: str, request_id: str, by: str, at: datetime, verdict: dict[str, Any]
+    conn: Connection,
+    tenant_id: str,
+    request_id: str,
+    by: str,
+    at: datetime,
+    verdict: dict[str, Any],
+    pinned: tuple[str, int] | None = None,
 ) -> bool:
+    """Record a dry run's verdict and (``pinned``: digest, version) the version it saw."""
+    values: dict[str, Any] = {"tested_at": codec.to_us(at), "tested_by": by, "verdict": codec.dumps(verdict)}
+    if pinned is not None:
+        values.update(digest=pinned[0], version=pinned[1])
     stmt = (
         update(run_requests)
         .where(R.tenant_id == tenant_id, R.request_id == request_id, R.status == "pending")
-        .values(tested_at=codec.to_us(at), tested_by=by, verdict=codec.dumps(verdict))
+        .values(**values)
     )
     return bool(conn.execute(stmt).rowcount)
 
@@ -363,7 +401,7 @@ def request_decide(
 
 # ---------------------------------------------------------------------- licensed slots
 LICENCE_COUNTER = "licence-slots"
-_OPEN = ("SCHEDULED", "RETRY_WAIT", "DISPATCHED", "RUNNING")
+_OPEN = ("SCHEDULED", "RETRY_WAIT", "DISPATCHED", "RUNNING", "HELD")
 
 
 def licence_slots_taken(conn: Connection, *, lock_rows: bool, now_us: int) -> int:

@@ -49,6 +49,7 @@ _RUN_INSERT_COLUMNS = (
     "queue_deadline_at",
     "lease_token",
     "stop_requested",
+    "reviewed_by",
 )
 
 
@@ -88,6 +89,7 @@ def run_values(c: RunCreate) -> tuple[object, ...]:
         codec.opt_us(r.queue_deadline_at),
         0,
         False,
+        r.reviewed_by,
     )
 
 

@@ -27,6 +27,12 @@ class StoredToken:
     expires_at: datetime | None
     revoked_at: datetime | None
     revoked_by: str | None
+    principal: str | None = None  # None: the token is a principal of its own (``token:<id>``)
+    minted_by: tuple[str, ...] = ()  # the principals whose tokens minted this one, nearest first
+
+    @property
+    def principal_name(self) -> str:
+        return self.principal or f"token:{self.token_id}"
 
 
 def _from_row(r: Any) -> StoredToken:
@@ -42,6 +48,8 @@ def _from_row(r: Any) -> StoredToken:
         codec.opt_dt(r.expires_at),
         codec.opt_dt(r.revoked_at),
         r.revoked_by,
+        r.principal,
+        () if r.minted_by is None else tuple(codec.loads(r.minted_by)),
     )
 
 
@@ -57,6 +65,8 @@ def token_put(conn: Connection, t: StoredToken) -> None:
             created_by=t.created_by,
             created_at=codec.to_us(t.created_at),
             expires_at=None if t.expires_at is None else codec.to_us(t.expires_at),
+            principal=t.principal,
+            minted_by=codec.dumps(list(t.minted_by)) if t.minted_by else None,
         )
     )
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from jobgate.core.states import RunStatus
-
 revision = "0013"
 down_revision = "0012"
 branch_labels = None
@@ -18,7 +16,8 @@ depends_on = None
 
 VISIBLE = "current_setting('jobgate.tenant', true) IN ('*', tenant_id)"  # as in 0008
 TABLES = ("workflow_runs", "workflow_steps", "workflow_transitions")
-STATUSES = ", ".join(f"'{s.value}'" for s in RunStatus)
+# Frozen as they were at this revision (0017 adds HELD to job_runs only).
+STATUSES = "'CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING', 'COMPLETED', 'RETRY_WAIT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED', 'ESCALATED'"
 ACTIVE = "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING')"
 OPEN_STEP = "status IN ('PENDING', 'RUNNING', 'STOPPING', 'COMPENSATING')"
 

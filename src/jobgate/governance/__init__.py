@@ -1,0 +1,1 @@
+"""Governance shells: reading what code a definition executes on this host."""

@@ -1,0 +1,228 @@
+"""Reading code identities off this host: what a definition would execute here, digested.
+
+``CodeReader.identity(definition)`` names the parts a definition's approval binds
+(``jobgate.core.code_identity``):
+
+- a Python handler ``module:function``: every file of the handler's top-level package (or the
+  module's own file), as the import system would find it here, plus ``handler`` itself;
+  with an explicit ``code:`` list in the definition, the packages (``package:NAME``), installed
+  distributions (``distribution:NAME``, every file they installed) and paths (a file or a folder,
+  relative to the configuration's folder) it names, instead of the handler's package;
+- a command runner: the resolved binary's bytes, the argument template and the runner's
+  environment (the body is part of the definition's content, so its content digest covers it);
+- an HTTP target: its URL and method (the endpoint's code is not on this host).
+
+A Python handler already imported by a process runs the code it was imported from, not what is
+on disk now. A worker asks with ``as_loaded``: each part of a Python handler is remembered as the
+process first saw it (before the handler was imported), and a part whose files changed since is
+reported with both values, matching no approval: a worker whose code changed under it refuses to
+run until it is restarted on the approved code (or the change is approved and it restarts).
+
+What is not covered: third-party libraries a handler imports are pinned by the deployment (list
+them under ``code:`` to bind them), and the Python interpreter and jobgate itself only through
+the files named above. Reading is cached by file identity (inode, size, modification and change
+times), so checking the identity before every attempt costs a ``stat`` per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobgate.core.canonical import canonical_json
+from jobgate.core.code_identity import CodeIdentity
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import JobDefinition
+from jobgate.registry import Registries, RunnerSpec
+
+_SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+MAX_FILES = 20_000  # a "package" larger than this is a mistake (a home folder on sys.path)
+
+
+class CodeUnreadable(ValidationError):
+    """The code a definition names cannot be read on this host (not installed, not found)."""
+
+    code = "code_unreadable"
+
+
+@dataclass(frozen=True)
+class _Seen:
+    key: tuple[int, int, int, int]
+    sha256: str
+
+
+class FileDigests:
+    """SHA-256 of files, re-read only when a file's identity (inode, size, mtime, ctime) moves."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, _Seen] = {}
+        self._lock = threading.Lock()
+
+    def sha256(self, path: str) -> str:
+        st = os.stat(path)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with self._lock:
+            seen = self._seen.get(path)
+        if seen is not None and seen.key == key:
+            return seen.sha256
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        value = "sha256:" + h.hexdigest()
+        with self._lock:
+            self._seen[path] = _Seen(key, value)
+        return value
+
+
+def _files_under(root: str) -> Iterator[str]:
+    count = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        for name in sorted(files):
+            if name.endswith(_SKIP_SUFFIXES):
+                continue
+            count += 1
+            if count > MAX_FILES:
+                raise CodeUnreadable(f"{root} holds more than {MAX_FILES} files", field="code")
+            yield os.path.join(folder, name)
+
+
+class CodeReader:
+    """The code identities of definitions on this host (one per process: its caches are shared)."""
+
+    def __init__(self, registries: Registries, base_dir: Path | None = None) -> None:
+        self.registries = registries
+        self.base_dir = base_dir or Path.cwd()
+        self.files = FileDigests()
+        self._first_seen: dict[str, str] = {}  # a Python part as this process first read it
+        self._lock = threading.Lock()
+
+    def identity(self, definition: JobDefinition, *, as_loaded: bool = False) -> CodeIdentity:
+        """The named parts of what ``definition`` executes here, or ``CodeUnreadable``.
+
+        ``as_loaded``: as this process would run it (a worker): a Python part whose files
+        changed since the process first read them names both values, and so matches nothing."""
+        spec = definition.executor
+        code = definition.content.get("code")
+        if spec.kind == "python" and spec.handler:
+            parts = {"handler": spec.handler}
+            if code:
+                parts.update(self._listed([str(c) for c in code]))
+            else:
+                top = spec.handler.partition(":")[0].split(".")[0]
+                parts[f"package:{top}"] = self._package(top)
+            return CodeIdentity(self._as_loaded(parts) if as_loaded else parts)
+        if spec.kind == "command" and spec.runner:
+            runner = self.registries.runners.get(spec.runner)
+            if runner is None:
+                raise CodeUnreadable(f"runner {spec.runner!r} is not configured here", field="runner")
+            parts = self._runner(runner)
+            if code:
+                parts.update(self._listed([str(c) for c in code]))
+            return CodeIdentity(parts)
+        if spec.kind == "http" and spec.target:
+            target = self.registries.targets.get(spec.target)
+            if target is None or target.http is None:
+                raise CodeUnreadable(f"HTTP target {spec.target!r} is not configured here", field="target_engine_meid")
+            return CodeIdentity({"url": target.http.url, "method": "POST"})
+        raise CodeUnreadable(f"definition has no executable code ({spec.kind})", field="executor")
+
+    def _as_loaded(self, parts: dict[str, str]) -> dict[str, str]:
+        with self._lock:
+            out = {}
+            for name, value in parts.items():
+                if name == "handler":  # a setting, not files: nothing is loaded from it
+                    out[name] = value
+                    continue
+                first = self._first_seen.setdefault(name, value)
+                out[name] = value if first == value else f"{first} when loaded, {value} on disk now"
+            return out
+
+    # ------------------------------------------------------------------ parts
+    def _package(self, name: str) -> str:
+        """One digest over every file of package (or module) ``name``, by relative path."""
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError) as exc:
+            raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
+        if spec is None:
+            raise CodeUnreadable(f"no module or package {name!r} is importable here", field="handler")
+        roots = list(spec.submodule_search_locations or [])
+        if roots:
+            return self._tree(roots)
+        if spec.origin is None or not os.path.isfile(spec.origin):
+            # Built into the interpreter (or frozen): it is the interpreter's code.
+            return "builtin:" + name
+        return self.files.sha256(spec.origin)
+
+    def _tree(self, roots: list[str]) -> str:
+        listing: list[list[str]] = []
+        for i, root in enumerate(sorted(roots)):
+            for path in _files_under(root):
+                listing.append([str(i), os.path.relpath(path, root), self.files.sha256(path)])
+        return _digest_of(listing)
+
+    def _distribution(self, name: str) -> str:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise CodeUnreadable(f"no installed distribution {name!r}", field="code") from None
+        listing = [[dist.metadata["Name"] or name, dist.version]]
+        for file in sorted(dist.files or [], key=str):
+            located = Path(str(file.locate()))
+            if located.suffix in _SKIP_SUFFIXES or not located.is_file():
+                continue
+            listing.append([str(file), self.files.sha256(str(located))])
+        return _digest_of(listing)
+
+    def _path(self, raw: str) -> str:
+        path = Path(raw)
+        if not path.is_absolute():
+            path = self.base_dir / path
+        if path.is_dir():
+            return self._tree([str(path)])
+        if path.is_file():
+            return self.files.sha256(str(path))
+        raise CodeUnreadable(f"code path {raw!r} is neither a file nor a folder here", field="code")
+
+    def _listed(self, entries: list[str]) -> dict[str, str]:
+        parts: dict[str, str] = {}
+        for entry in entries:
+            kind, sep, name = entry.partition(":")
+            if sep and kind == "package":
+                parts[entry] = self._package(name)
+            elif sep and kind == "distribution":
+                parts[entry] = self._distribution(name)
+            else:
+                parts[f"path:{entry}"] = self._path(entry)
+        return parts
+
+    def _runner(self, runner: RunnerSpec) -> dict[str, str]:
+        binary = runner.binary
+        resolved = shutil.which(binary, path=os.environ.get("PATH")) if "/" not in binary else binary
+        if resolved is None or not os.path.isfile(resolved):
+            raise CodeUnreadable(f"runner {runner.name!r}: binary {binary!r} is not found here", field="binary")
+        real = os.path.realpath(resolved)
+        return {
+            "runner": runner.name,
+            "binary": real,
+            "binary_sha256": self.files.sha256(real),
+            "args": canonical_json(list(runner.args)).decode(),
+            "env": canonical_json(dict(runner.env)).decode(),
+        }
+
+
+def _digest_of(listing: list[list[str]]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(listing)).hexdigest()
+
+
+__all__ = ["CodeReader", "CodeUnreadable", "FileDigests"]

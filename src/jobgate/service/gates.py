@@ -1,0 +1,278 @@
+"""The shell around the admission rule (``jobgate.core.governance``): it gathers the facts of a
+moment, asks ``admit``, and hands back the verdicts. It decides nothing itself.
+
+Two kinds of moment meet the rule here:
+
+- **creations** (a trigger, a request's dry run or approval, a requeue, a workflow step): the
+  engine's submit pipeline builds ``Facts`` from the definition version, the approval rows, the
+  tenant's safe-mode period, the trust gates and the policy (``creation_facts``), once in the
+  read transaction that prepares the run and again under the write lock that stores it;
+- **attempts** (``AttemptGate``): a worker's claim asks the gate for every run it is about to
+  start, inside the claiming transaction. The claim's candidate read carries the ids of the
+  newest active approval, of the open safe-mode period and the definition's lifecycle status;
+  the rows behind those ids are immutable (an approval's content never changes, only whether it
+  is active, which the id already says), so they are read once and cached. The trust gates and
+  the policy are read before the transaction (``AttemptFacts.refresh``): nothing slow happens
+  under the database's write lock. The code the worker would run is read off its own disk
+  (``jobgate.governance.code``), cached by file identity.
+
+A verdict is judged once per distinct set of facts in a pass: a batch of a thousand runs of one
+definition asks the rule once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from jobgate.core.code_identity import changed_parts
+from jobgate.core.errors import GovernanceRefusal, JobgateError
+from jobgate.core.governance import (
+    ApprovalFact,
+    CodeFact,
+    Facts,
+    Moment,
+    SafeModeFact,
+    Subject,
+    TrustFact,
+    Verdict,
+    admit,
+)
+from jobgate.core.models import DefinitionStatus, JobClass, JobDefinition, TriggerType
+from jobgate.core.policy import Policy
+from jobgate.governance.code import CodeReader
+from jobgate.store.sql.governance import Approval
+from jobgate.store.sql.safemode import SafeModePeriod
+from jobgate.store.sqlstore import StoreTx
+
+log = logging.getLogger("jobgate.gates")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def safe_mode_fact(period: SafeModePeriod | None) -> SafeModeFact | None:
+    """The facts of an open safe-mode period (its recorded actions), or None when it is off."""
+    if period is None or not period.active:
+        return None
+    actions = period.actions
+    return SafeModeFact(
+        period.activation,
+        period.reason,
+        frozenset(actions.get("suspend_job_classes") or ()),
+        bool(actions.get("manual_review")),
+    )
+
+
+def approval_fact(approval: Approval | None) -> ApprovalFact | None:
+    if approval is None or not approval.active:
+        return None
+    return ApprovalFact(approval.digest, approval.code_digest, approval.approved_at)
+
+
+def subject_of(
+    definition: JobDefinition,
+    *,
+    tenant_id: str,
+    trigger_type: TriggerType,
+    reviewed: bool = False,
+    reason: str | None = None,
+    role: str | None = None,
+) -> Subject:
+    return Subject(
+        tenant_id=tenant_id,
+        job_definition_id=definition.job_definition_id,
+        version=definition.version,
+        digest=definition.digest,
+        job_class=definition.job_class,
+        trigger_type=trigger_type,
+        priority=definition.priority.value,
+        permissions=tuple(definition.content.get("permissions") or ()),
+        reviewed=reviewed,
+        reason=reason,
+        role=role,
+    )
+
+
+@dataclass
+class AttemptFacts:
+    """What an attempt's verdict needs beyond the candidate row, cached across a worker's cycles:
+    approvals and safe-mode periods by id, definitions by version, and (refreshed before each
+    cycle, outside the transaction) the trust gates' answers and the policy in force."""
+
+    engine: Any  # jobgate.service.engine.Engine (not imported: the engine imports this module)
+    code: CodeReader | None = None  # None: code is not read here (a release sweep judges the rest)
+    approvals: dict[int, Approval] = field(default_factory=dict)
+    periods: dict[tuple[str, int], SafeModePeriod] = field(default_factory=dict)
+    definitions: dict[tuple[str, str, int], JobDefinition | GovernanceRefusal | None] = field(default_factory=dict)
+    trust: TrustFact | None = None
+    policy: Policy | None = None
+    _uses_trust: bool = False
+
+    def refresh(self, now: datetime) -> None:
+        """Read the slow facts before a claiming transaction: the policy file (a change is
+        audited in its own transaction first) and, once a definition with permissions has been
+        seen, the licence and the environment check (a network call at most once a TTL)."""
+        self.policy = self.engine.scheduler_policy(actor="worker", now=now)
+        if self._uses_trust:
+            gates = self.engine.trust_gates()
+            self.trust = TrustFact(gates.licence.state(), gates.environment.permissions())
+
+    def definition(self, tx: StoreTx, tenant: str, job: str, version: int) -> JobDefinition | GovernanceRefusal | None:
+        """The definition version (checked against its digest and signature), the signature
+        refusal it meets, or None when it cannot be read at all (left to dispatch to report)."""
+        key = (tenant, job, version)
+        if key not in self.definitions:
+            found: JobDefinition | GovernanceRefusal | None
+            try:
+                found = self.engine.definition(tx, tenant, job, version)
+            except GovernanceRefusal as exc:
+                found = exc
+            except JobgateError:
+                found = None
+            self.definitions[key] = found
+            if isinstance(found, JobDefinition) and found.content.get("permissions"):
+                self._uses_trust = True
+        return self.definitions[key]
+
+    def approval(self, tx: StoreTx, approval_id: int | None) -> Approval | None:
+        if approval_id is None:
+            return None
+        found = self.approvals.get(approval_id)
+        if found is None:
+            found = tx.approval_by_id(approval_id)
+            if found is None:
+                return None
+            self.approvals[approval_id] = found
+        return found
+
+    def period(self, tx: StoreTx, tenant: str, activation: int | None) -> SafeModePeriod | None:
+        if activation is None:
+            return None
+        found = self.periods.get((tenant, activation))
+        if found is None:
+            current = tx.safe_mode_current(tenant)
+            if current is None or current.activation != activation:
+                return None
+            self.periods[(tenant, activation)] = found = current
+        return found
+
+    def trust_now(self) -> TrustFact:
+        if self.trust is None:  # first sight of a licensed definition: read them now
+            self._uses_trust = True
+            gates = self.engine.trust_gates()
+            self.trust = TrustFact(gates.licence.state(), gates.environment.permissions())
+        return self.trust
+
+
+class AttemptGate:
+    """``RunsClaim.admit`` for one claiming transaction: the verdicts of the candidates refused."""
+
+    def __init__(self, facts: AttemptFacts, tx: StoreTx, now: datetime, moment: Moment = Moment.ATTEMPT) -> None:
+        self.facts = facts
+        self.tx = tx
+        self.now = now
+        self.moment = moment
+        self._memo: dict[tuple[Any, ...], Verdict] = {}
+        self._code: dict[tuple[str, str, int, int], CodeFact] = {}
+
+    def __call__(self, candidates: Sequence[Any]) -> dict[str, Verdict]:
+        refused: dict[str, Verdict] = {}
+        for c in candidates:
+            verdict = self.verdict(c)
+            if not verdict.admitted:
+                refused[c.job_run_id] = verdict
+        return refused
+
+    def verdict(self, c: Any) -> Verdict:
+        """The verdict for one run (a claim ``Candidate`` or anything with its fields)."""
+        key = (
+            c.tenant_id,
+            c.job_definition_id,
+            c.definition_version,
+            c.approval_id,
+            c.definition_status,
+            c.safe_mode_activation,
+            c.trigger_type,
+            c.reviewed_by is not None,
+        )
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._judge(c)
+        return found
+
+    def _judge(self, c: Any) -> Verdict:
+        f = self.facts
+        definition = f.definition(self.tx, c.tenant_id, c.job_definition_id, c.definition_version)
+        signature_problem = definition.message if isinstance(definition, GovernanceRefusal) else None
+        approval = f.approval(self.tx, c.approval_id)
+        if isinstance(definition, JobDefinition):
+            subject = subject_of(
+                definition,
+                tenant_id=c.tenant_id,
+                trigger_type=TriggerType(c.trigger_type),
+                reviewed=c.reviewed_by is not None,
+            )
+        else:
+            if definition is None and signature_problem is None:
+                return Verdict(True)  # unreadable here: dispatch reports why, as for any broken definition
+            subject = Subject(
+                c.tenant_id,
+                c.job_definition_id,
+                c.definition_version,
+                c.definition_digest,
+                JobClass(c.job_class),
+                TriggerType(c.trigger_type),
+                c.priority,
+                reviewed=c.reviewed_by is not None,
+            )
+        code = None
+        if self.moment is Moment.ATTEMPT and isinstance(definition, JobDefinition) and approval is not None:
+            code = self._observe(definition, approval)
+        return admit(
+            Facts(
+                moment=self.moment,
+                subject=subject,
+                now=self.now,
+                definition_status=DefinitionStatus(c.definition_status or DefinitionStatus.ACTIVE.value),
+                approval=approval_fact(approval),
+                signature_problem=signature_problem,
+                code=code,
+                safe_mode=safe_mode_fact(f.period(self.tx, c.tenant_id, c.safe_mode_activation)),
+                trust=f.trust_now() if subject.permissions else None,
+                policy=f.policy,
+            )
+        )
+
+    def _observe(self, definition: JobDefinition, approval: Approval) -> CodeFact | None:
+        reader = self.facts.code
+        if reader is None:
+            return None
+        key = (definition.tenant_id, definition.job_definition_id, definition.version, approval.approval_id)
+        found = self._code.get(key)
+        if found is None:
+            try:
+                observed = reader.identity(definition, as_loaded=True)
+                changed = changed_parts(approval.code_identity or {}, observed.parts)
+                found = CodeFact(observed.digest, changed)
+            except JobgateError as exc:
+                found = CodeFact(None, (), f"cannot read the code here: {exc.message}")
+            self._code[key] = found
+        return found
+
+
+def release_verdict(gate: AttemptGate, held: Any) -> Verdict | None:
+    """What to do with a held run now (``held``: a store ``HeldRow``): its verdict when the rule
+    admits it (release) or its refusal is final (cancel); None while it must wait. A code hold is
+    released only by a newer approval (re-approving is how a code change is accepted); the worker
+    that claims the run next reads its code again."""
+    run = held.candidate
+    verdict = gate.verdict(run)
+    if not verdict.admitted:
+        return verdict if verdict.final else None
+    if held.hold_reason in ("code_changed", "code_not_approved"):
+        approval = gate.facts.approval(gate.tx, run.approval_id)
+        if approval is None or held.held_at is None or approval.approved_at <= held.held_at:
+            return None
+    return verdict
