@@ -7,6 +7,7 @@ reads through the pool).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -87,6 +88,7 @@ def create_app(state: ServerState) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
+    app.add_middleware(_PlainUrls)
     if not state.auth:
         app.add_middleware(_LoopbackCallersOnly)
     app.add_middleware(_Measured, metrics=state.http_metrics)
@@ -124,6 +126,35 @@ class _LoopbackCallersOnly:
                 response = JSONResponse(errors.body("forbidden", message), status_code=403)
                 await response(scope, receive, send)
                 return
+        await self.app(scope, receive, send)
+
+
+# A control character decoded into the path (TAB, CR, LF and NUL above all), raw in the request
+# line, or percent-encoded in the query.
+_CONTROL_TEXT = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_ENCODED = re.compile(rb"%[01][0-9a-fA-F]|%7[fF]|[\x00-\x1f\x7f]")
+
+
+class _PlainUrls:
+    """Refuse, before any routing, a URL whose path or query holds a control character (400).
+
+    Checked on the ASGI scope itself: ``request.url`` goes through ``urllib.parse``, which drops
+    TAB, CR and LF without a word, so a check there saw ``%09`` as nothing at all (and an
+    unmatched route never reached the per-route check)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (
+            _CONTROL_TEXT.search(scope.get("path", ""))
+            or _CONTROL_ENCODED.search(scope.get("raw_path") or b"")
+            or _CONTROL_ENCODED.search(scope.get("query_string") or b"")
+        ):
+            message = "control characters are not accepted in the path or the query"
+            response = JSONResponse(errors.body("bad_request", message, "url"), status_code=400)
+            await response(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 

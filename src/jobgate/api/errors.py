@@ -142,6 +142,7 @@ def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
 def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     codes = {
+        400: "bad_request",
         404: "not_found",
         405: "method_not_allowed",
         401: "unauthenticated",

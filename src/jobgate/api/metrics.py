@@ -68,12 +68,21 @@ class TenantRuns(Collector):
         now = engine.clock.now()
         with engine.store.read(tenant_id=self.tenant_id) as tx:
             counts = tx.runs_open_counts(self.tenant_id)
+            held = tx.runs_held_counts(self.tenant_id)
             due, oldest = tx.runs_due_summary(self.tenant_id, now)
             outbox, _ = tx.outbox_summary(self.tenant_id)
         runs = GaugeMetricFamily("jobgate_runs_open", "Runs not yet terminal", labels=["tenant", "status", "job_class"])
         for (status, job_class), n in sorted(counts.items()):
             runs.add_metric([self.tenant_id, status, job_class], n)
         yield runs
+        holds = GaugeMetricFamily(
+            "jobgate_runs_held",
+            "Runs a governance gate holds, by hold reason",
+            labels=["tenant", "reason", "job_class"],
+        )
+        for (reason, job_class), n in sorted(held.items()):
+            holds.add_metric([self.tenant_id, reason, job_class], n)
+        yield holds
         depth = GaugeMetricFamily("jobgate_queue_due", "Runs due and waiting for a worker", labels=["tenant"])
         depth.add_metric([self.tenant_id], due)
         yield depth

@@ -9,6 +9,7 @@ route is a few lines: check, call the service, convert.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -46,18 +47,31 @@ class Request(BaseModel):
         return data
 
 
-def refuse_nul(value: Any, at: str) -> None:
+MAX_DEPTH = 32  # nesting of a request document: deeper is refused, never a recursion error later
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def refuse_nul(value: Any, at: str, depth: int = 0) -> None:
+    """Refuse what no database text column can store and no canonical JSON can encode: NUL, a
+    lone surrogate (``\\ud800`` in JSON), and documents nested more than ``MAX_DEPTH`` deep;
+    each refusal names the field."""
+    if depth > MAX_DEPTH:
+        raise ValidationError(f"nested more than {MAX_DEPTH} levels deep", field=at or None)
     if isinstance(value, str):
         if "\x00" in value:
             raise ValidationError("the NUL character is not accepted", field=at or None)
+        if _SURROGATE.search(value):
+            raise ValidationError("a lone UTF-16 surrogate is not a character", field=at or None)
     elif isinstance(value, dict):
         for key, item in value.items():
             where = f"{at}.{key}" if at else str(key)
-            refuse_nul(str(key), where)
-            refuse_nul(item, where)
+            if _SURROGATE.search(str(key)):
+                raise ValidationError("a lone UTF-16 surrogate is not a character", field=at or None)
+            refuse_nul(str(key), where, depth)
+            refuse_nul(item, where, depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            refuse_nul(item, f"{at}[{i}]")
+            refuse_nul(item, f"{at}[{i}]", depth + 1)
 
 
 class Page(BaseModel, Generic[T]):

@@ -99,11 +99,12 @@ def run_detail(detail: RunDetailOut) -> None:
         ["field", "value"],
         [
             ("definition", f"{r.job_definition_id} v{r.definition_version} ({r.definition_digest})"),
-            ("status", r.status),
+            ("status", f"{r.status}: held by {r.hold_reason} since {when(r.held_at)}" if r.hold_reason else r.status),
             ("attempt", f"{r.attempt}/{r.max_attempts}"),
             ("priority", r.priority),
             ("trigger", f"{r.trigger_type} {r.trigger_id}"),
             ("requested by", r.requested_by),
+            ("reviewed by", r.reviewed_by or ""),
             ("idempotency key", r.idempotency_key),
             ("config snapshot", f"{r.config_snapshot_id} ({r.config_digest})"),
             ("params", r.params),
@@ -121,7 +122,15 @@ def run_detail(detail: RunDetailOut) -> None:
         "transitions",
         ["#", "at", "from", "to", "attempt", "reason", "actor"],
         [
-            (t.sequence, when(t.at), t.from_status or "", t.to_status, t.attempt, t.reason, t.actor)
+            (
+                t.sequence,
+                when(t.at),
+                t.from_status or "",
+                t.to_status,
+                t.attempt,
+                f"{t.reason} ({t.detail['rule'] or t.detail.get('code')})" if t.detail.get("rule") else t.reason,
+                t.actor,
+            )
             for t in detail.transitions
         ],
     )

@@ -57,10 +57,16 @@ def serve(
     engine = app.engine()
     server = ApiServer(engine, options)
     made = server.bootstrap()
-    if made is not None:
-        where = f" (also written to {bootstrap_token_file})" if bootstrap_token_file else ""
+    if made is not None and bootstrap_token_file is not None:
+        # Written to the file only: a supervisor's log of this output must not keep a secret.
         render.err.print(
-            f"first start: admin token for tenant {made.stored.tenant_id}{where}; it is shown only this once:",
+            f"first start: admin token {made.stored.token_id} for tenant {made.stored.tenant_id} written to "
+            f"{bootstrap_token_file} (readable by its owner only)",
+            markup=False,
+        )
+    elif made is not None:
+        render.err.print(
+            f"first start: admin token for tenant {made.stored.tenant_id}; it is shown only this once:",
             markup=False,
         )
         render.err.print(made.token, markup=False)

@@ -235,10 +235,12 @@ def _code(f: Facts, s: Subject) -> Verdict | None:
         why = f.code.problem or "the code cannot be read on this host"
         return _refused(Code.CODE_CHANGED, "code_identity", f"{why} (approved {approved[:19]}…)", "code_digest")
     parts = f" ({', '.join(f.code.changed)} changed)" if f.code.changed else ""
+    note = f"; {f.code.problem}" if f.code.problem else ""
     return _refused(
         Code.CODE_CHANGED,
         "code_identity",
-        f"the code of {s.job_definition_id} v{s.version} is {f.code.digest[:19]}…, approved {approved[:19]}…{parts}",
+        f"the code of {s.job_definition_id} v{s.version} is {f.code.digest[:19]}…, approved {approved[:19]}…{parts}"
+        + note,
         "code_digest",
     )
 

@@ -96,15 +96,62 @@ def _files_under(root: str) -> Iterator[str]:
             yield os.path.join(folder, name)
 
 
+FILES = FileDigests()  # one cache per process: every reader and the import hook share it
+# A Python part (``package:NAME``) as this process first read it: when the handler's package was
+# imported (``note_import``), or else when a worker first asked.
+_LOADED: dict[str, str] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def note_import(module: str) -> None:
+    """Remember the files of ``module``'s top-level package as they are just before the process
+    imports it: what the process will run, whatever the files say later. Called by the Python
+    executor when it resolves a handler; a package this process imported earlier by other
+    means is remembered as it is now (the best that can still be known)."""
+    top = module.split(".")[0]
+    name = f"package:{top}"
+    if name in _LOADED:
+        return
+    try:
+        value = package_digest(top)
+    except CodeUnreadable:
+        return
+    with _LOADED_LOCK:
+        _LOADED.setdefault(name, value)
+
+
+def package_digest(name: str) -> str:
+    """One digest over every file of package (or module) ``name``, by relative path."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
+    if spec is None:
+        raise CodeUnreadable(f"no module or package {name!r} is importable here", field="handler")
+    roots = list(spec.submodule_search_locations or [])
+    if roots:
+        return tree_digest(roots)
+    if spec.origin is None or not os.path.isfile(spec.origin):
+        # Built into the interpreter (or frozen): it is the interpreter's code.
+        return "builtin:" + name
+    return FILES.sha256(spec.origin)
+
+
+def tree_digest(roots: list[str]) -> str:
+    listing: list[list[str]] = []
+    for i, root in enumerate(sorted(roots)):
+        for path in _files_under(root):
+            listing.append([str(i), os.path.relpath(path, root), FILES.sha256(path)])
+    return _digest_of(listing)
+
+
 class CodeReader:
-    """The code identities of definitions on this host (one per process: its caches are shared)."""
+    """The code identities of definitions on this host."""
 
     def __init__(self, registries: Registries, base_dir: Path | None = None) -> None:
         self.registries = registries
         self.base_dir = base_dir or Path.cwd()
-        self.files = FileDigests()
-        self._first_seen: dict[str, str] = {}  # a Python part as this process first read it
-        self._lock = threading.Lock()
+        self.files = FILES
 
     def identity(self, definition: JobDefinition, *, as_loaded: bool = False) -> CodeIdentity:
         """The named parts of what ``definition`` executes here, or ``CodeUnreadable``.
@@ -137,39 +184,22 @@ class CodeReader:
         raise CodeUnreadable(f"definition has no executable code ({spec.kind})", field="executor")
 
     def _as_loaded(self, parts: dict[str, str]) -> dict[str, str]:
-        with self._lock:
+        with _LOADED_LOCK:
             out = {}
             for name, value in parts.items():
                 if name == "handler":  # a setting, not files: nothing is loaded from it
                     out[name] = value
                     continue
-                first = self._first_seen.setdefault(name, value)
+                first = _LOADED.setdefault(name, value)
                 out[name] = value if first == value else f"{first} when loaded, {value} on disk now"
             return out
 
     # ------------------------------------------------------------------ parts
     def _package(self, name: str) -> str:
-        """One digest over every file of package (or module) ``name``, by relative path."""
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError) as exc:
-            raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
-        if spec is None:
-            raise CodeUnreadable(f"no module or package {name!r} is importable here", field="handler")
-        roots = list(spec.submodule_search_locations or [])
-        if roots:
-            return self._tree(roots)
-        if spec.origin is None or not os.path.isfile(spec.origin):
-            # Built into the interpreter (or frozen): it is the interpreter's code.
-            return "builtin:" + name
-        return self.files.sha256(spec.origin)
+        return package_digest(name)
 
     def _tree(self, roots: list[str]) -> str:
-        listing: list[list[str]] = []
-        for i, root in enumerate(sorted(roots)):
-            for path in _files_under(root):
-                listing.append([str(i), os.path.relpath(path, root), self.files.sha256(path)])
-        return _digest_of(listing)
+        return tree_digest(roots)
 
     def _distribution(self, name: str) -> str:
         try:
@@ -225,4 +255,4 @@ def _digest_of(listing: list[list[str]]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(listing)).hexdigest()
 
 
-__all__ = ["CodeReader", "CodeUnreadable", "FileDigests"]
+__all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "note_import", "package_digest"]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from jobgate.core.errors import ConfigurationError
-from jobgate.core.states import LEASED, PENDING
+from jobgate.core.states import LEASED, PENDING, RunStatus
 from jobgate.runtime.alert_sink import alert_sink
 from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.runtime.outbox import EventSink, JsonLinesSink, LogSink, OutboxPublisher
@@ -152,7 +152,9 @@ class WorkerProcess:
             while not self.worker.wait_stopped(poll):
                 if self.worker.idle.is_set():
                     with store.read() as tx:
-                        busy = bool(tx.runs_list(RunFilter(statuses=tuple(PENDING | LEASED), limit=1)))
+                        # A held run waits for a gate, not for this worker: it keeps nobody busy.
+                        waiting = (PENDING - {RunStatus.HELD}) | LEASED
+                        busy = bool(tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1)))
                         busy = busy or tx.workflows_active_exist()  # the next step is about to be made
                     if not busy:
                         self.stop()

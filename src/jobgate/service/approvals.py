@@ -207,6 +207,7 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
     """Revoke every active approval of the definition and cancel its runs not yet started."""
     now = engine.clock.now()
     with engine.store.write() as tx:
+        tx.gates_closing()  # no claim decides on this approval while it is being revoked
         _current(engine, tx, tenant_id, job_definition_id)
         active = [a for a in tx.approvals_list(tenant_id, job_definition_id) if a.active]
         if not active:

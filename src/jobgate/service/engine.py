@@ -169,6 +169,7 @@ class Engine:
         now = self.clock.now()
         out: list[ApplyResult] = []
         with self.store.write() as tx:
+            tx.gates_closing()  # a status in the files may suspend or retire a definition
             for item in loaded:
                 d = item.definition
                 result = tx.definition_put(

@@ -255,24 +255,43 @@ class AttemptGate:
             try:
                 observed = reader.identity(definition, as_loaded=True)
                 changed = changed_parts(approval.code_identity or {}, observed.parts)
-                found = CodeFact(observed.digest, changed)
+                stale = [n for n, v in observed.parts.items() if v.endswith(" on disk now")]
+                hint = f"this worker loaded {', '.join(stale)} before its files changed: restart it" if stale else None
+                found = CodeFact(observed.digest, changed, hint)
             except JobgateError as exc:
                 found = CodeFact(None, (), f"cannot read the code here: {exc.message}")
             self._code[key] = found
         return found
 
 
+CODE_HOLDS = frozenset({"code_changed", "code_not_approved"})
+MAX_CODE_BACKOFF = 300.0
+
+
 def release_verdict(gate: AttemptGate, held: Any) -> Verdict | None:
     """What to do with a held run now (``held``: a store ``HeldRow``): its verdict when the rule
-    admits it (release) or its refusal is final (cancel); None while it must wait. A code hold is
-    released only by a newer approval (re-approving is how a code change is accepted); the worker
-    that claims the run next reads its code again."""
+    admits it (release) or its refusal is final (cancel); None while it must wait.
+
+    A code hold is released by a newer approval (re-approving is how a code change is accepted),
+    or when the code this host would run matches the approval (the workers were restarted on the
+    approved code). The latter backs off when the run keeps being held again (another host still
+    runs other code): 0, 1, 3, 7 ... up to 300 s after its last hold, so two hosts that disagree do
+    not pass a run between them every second."""
     run = held.candidate
     verdict = gate.verdict(run)
     if not verdict.admitted:
         return verdict if verdict.final else None
-    if held.hold_reason in ("code_changed", "code_not_approved"):
-        approval = gate.facts.approval(gate.tx, run.approval_id)
-        if approval is None or held.held_at is None or approval.approved_at <= held.held_at:
-            return None
-    return verdict
+    if held.hold_reason not in CODE_HOLDS:
+        return verdict
+    approval = gate.facts.approval(gate.tx, run.approval_id)
+    if approval is None or held.held_at is None:
+        return None
+    if approval.approved_at > held.held_at:
+        return verdict
+    if gate.facts.code is None or not AttemptGate(gate.facts, gate.tx, gate.now).verdict(run).admitted:
+        return None
+    holds = sum(
+        1 for t in gate.tx.run_transitions(run.job_run_id) if t.reason == "held" and t.detail.get("code") in CODE_HOLDS
+    )
+    backoff = min(2.0 ** max(holds - 1, 0) - 1.0, MAX_CODE_BACKOFF)
+    return verdict if (gate.now - held.held_at).total_seconds() >= backoff else None

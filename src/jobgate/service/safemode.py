@@ -96,6 +96,7 @@ def _switch(
     now = now or engine.clock.now()
     with engine.store.write() as tx:
         if on:
+            tx.gates_closing()  # no claim decides on the state before this switch while it is made
             period = tx.safe_mode_activate(tenant_id, actor, reason, now, engine.config.safe_mode.actions())
         else:
             period = tx.safe_mode_deactivate(tenant_id, actor, reason, now)

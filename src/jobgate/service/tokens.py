@@ -204,17 +204,30 @@ def bootstrap(engine: Engine, *, tenant_id: str, path: Path | None = None) -> Cr
     """On first start, with no token at all, an admin token for ``tenant_id`` (else None).
 
     With ``path`` the token is also written there, readable by the owner only (0600, created
-    so: never world-readable, not even for a moment); an existing file is refused rather than
-    overwritten.
-    """
+    so: never world-readable, not even for a moment). The file is created first, without
+    following a symbolic link: anything already at ``path`` (a file, a dangling link) is refused
+    before a token exists, so no admin token is ever stored that nobody can see."""
     with engine.store.read() as tx:
         if tx.tokens_exist():
             return None
-    if path is not None and path.exists():
-        raise ValidationError(f"{path} exists; refusing to overwrite it", field="bootstrap_token_file")
-    made = create(engine, tenant_id=tenant_id, role=Role.ADMIN.value, actor="bootstrap", label="bootstrap admin")
+    fd = None
     if path is not None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        if os.path.lexists(path):
+            raise ValidationError(f"{path} exists; refusing to overwrite it", field="bootstrap_token_file")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise ValidationError(f"{path}: {exc.strerror}", field="bootstrap_token_file") from None
+    try:
+        made = create(
+            engine, tenant_id=tenant_id, role=Role.ADMIN.value, actor="bootstrap", label="bootstrap admin"
+        )
+    except BaseException:
+        if fd is not None and path is not None:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+        raise
+    if fd is not None:
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             fh.write(made.token + "\n")
     return made

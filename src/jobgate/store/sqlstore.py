@@ -186,6 +186,7 @@ class StoreTx:
     def definition_set_status(
         self, tenant_id: str, job_definition_id: str, status: DefinitionStatus, now: datetime
     ) -> bool:
+        claims.gates_closing(self.conn)  # suspending or retiring closes a gate for its runs
         return definitions.definition_set_status(self.conn, tenant_id, job_definition_id, status, codec.to_us(now))
 
     def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
@@ -362,6 +363,9 @@ class StoreTx:
     def runs_claim(self, p: RunsClaim) -> ClaimedRuns:
         return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
 
+    def gates_closing(self) -> None:
+        claims.gates_closing(self.conn)
+
     def runs_gate_facts(self, ids: Sequence[str]) -> list[claims.Candidate]:
         return claims.runs_gate_facts(self.conn, ids)
 
@@ -467,6 +471,9 @@ class StoreTx:
 
     def runs_open_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
         return runs.runs_open_counts(self.conn, tenant_id)
+
+    def runs_held_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
+        return runs.runs_held_counts(self.conn, tenant_id)
 
     def runs_due_summary(self, tenant_id: str | None, now: datetime) -> tuple[int, datetime | None]:
         return runs.runs_due_summary(self.conn, tenant_id, now)

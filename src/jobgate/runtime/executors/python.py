@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import sys
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,6 +29,7 @@ from typing import Any
 
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
+from jobgate.governance.code import note_import
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult
 
 MAX_ERROR_MESSAGE = 2000
@@ -45,6 +47,8 @@ def resolve_handler(handler: str) -> Handler:
     attrs = attr_path.split(".")
     if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
         raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
+    if module_name.split(".")[0] not in sys.modules:
+        note_import(module_name)  # the code this process is about to run, for the code identity check
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # an import can fail in any way the module's top level can

@@ -65,6 +65,24 @@ from jobgate.store.tables import (
 
 _CHUNK = 400
 _LIMITS_LOCK = 0x6A6F626C  # "jobl": the advisory lock of limited claims on PostgreSQL
+# "jobG": claims that ask the admission rule hold it shared, writes that close a gate (revoking an
+# approval, switching safe mode on, suspending a definition) exclusive. See ``gates_closing``.
+_GATES_LOCK = 0x6A6F6247
+_GATES_SHARED = f"SELECT pg_advisory_xact_lock_shared({_GATES_LOCK})"
+_GATES_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({_GATES_LOCK})"
+
+
+def gates_closing(conn: Connection) -> None:
+    """Serialise a gate-closing write with the claims deciding attempts (PostgreSQL).
+
+    Under READ COMMITTED a claim's candidate read sees the approvals and safe-mode periods as of
+    its statement's start; without this, a revocation that committed while that read ran could
+    be followed by an attempt started on the approval it had just revoked. With it, a claim
+    either commits before the revocation is written, or reads after it committed. SQLite's single
+    writer serialises them already. An advisory lock lives in memory: taking it costs a claim one
+    round trip and writes nothing."""
+    if conn.dialect.name == "postgresql":
+        fast.execute(conn, _GATES_EXCLUSIVE)
 _LEASED = [s.value for s in LEASED]
 # Literal predicates, identical to the partial indexes' WHERE clauses: with bound parameters
 # SQLite cannot prove a query implies the index condition and scans the whole table instead.
@@ -442,6 +460,8 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
     p = _without_queues_at_their_rate(conn, p, now)
     if not p.queues:
         return ClaimedRuns(list, 0)
+    if p.admit is not None and conn.dialect.name == "postgresql":
+        fast.execute(conn, _GATES_SHARED)  # before the candidate read: see gates_closing
     candidates = _candidates(conn, p, now, skip_locked=skip_locked)
     if not candidates:
         return ClaimedRuns(list, 0)
@@ -909,6 +929,8 @@ _GATE_FACTS = select(*_candidate_columns()).where(C.job_run_id.in_(bindparam("id
 def runs_gate_facts(conn: Connection, ids: Sequence[str]) -> list[Candidate]:
     """The admission facts of these runs, as a claim's candidate read gives them (for runs a
     worker claimed earlier and starts now, and for the held runs the rescuer looks at again)."""
+    if conn.dialect.name == "postgresql":
+        fast.execute(conn, _GATES_SHARED)  # see gates_closing
     out: list[Candidate] = []
     for chunk in _chunks(list(ids)):
         out.extend(Candidate(*r) for r in conn.execute(_GATE_FACTS, {"ids": list(chunk)}))

@@ -264,7 +264,7 @@ def runs_due_summary(conn: Connection, tenant_id: str | None, now: datetime) -> 
     return int(count), None if oldest is None else codec.from_us(oldest)
 
 
-OPEN_STATUSES = (RunStatus.SCHEDULED, RunStatus.RETRY_WAIT, RunStatus.DISPATCHED, RunStatus.RUNNING)
+OPEN_STATUSES = (RunStatus.SCHEDULED, RunStatus.RETRY_WAIT, RunStatus.DISPATCHED, RunStatus.RUNNING, RunStatus.HELD)
 
 
 def runs_open_counts(conn: Connection, tenant_id: str | None) -> dict[tuple[str, str], int]:
@@ -276,3 +276,13 @@ def runs_open_counts(conn: Connection, tenant_id: str | None) -> dict[tuple[str,
         q = q.where(c.tenant_id == tenant_id)
     q = q.group_by(c.status, c.job_class)
     return {(status, job_class): int(n) for status, job_class, n in conn.execute(q)}
+
+
+def runs_held_counts(conn: Connection, tenant_id: str | None) -> dict[tuple[str, str], int]:
+    """Held runs by (hold reason, job class): the partial index of held runs only."""
+    c = job_runs.c
+    q = select(c.hold_reason, c.job_class, func.count()).where(c.status == RunStatus.HELD.value)
+    if tenant_id is not None:
+        q = q.where(c.tenant_id == tenant_id)
+    q = q.group_by(c.hold_reason, c.job_class)
+    return {(str(reason), job_class): int(n) for reason, job_class, n in conn.execute(q)}
