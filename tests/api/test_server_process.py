@@ -142,7 +142,9 @@ def read_events(response: httpx.Response, *, stop_after_id: int | None = None) -
 def test_first_start_writes_the_admin_token_once_owner_only(served: Served) -> None:
     token_file = served.folder / "admin.token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-    assert served.token.startswith("jgt_") and served.token in served.log.read_text()
+    assert served.token.startswith("jgt_")
+    log = served.log.read_text()
+    assert served.token not in log and "written to" in log  # a supervisor's log never keeps the secret
     me = httpx.get(f"{served.url}/api/v1/tokens", headers=served.headers)
     assert me.status_code == 200 and me.json()["items"][0]["role"] == "admin"
     assert httpx.get(f"{served.url}/healthz").json() == {"status": "ok"}
@@ -218,6 +220,18 @@ def test_an_existing_bootstrap_token_file_is_refused(tmp_path: Path) -> None:
     assert (folder / "admin.token").read_text() == "keep me"
     tokens = json.loads(jobgate(folder, "--json", "tokens", "list").stdout)
     assert tokens == []  # nothing created by the refused start
+
+
+def test_a_dangling_symlink_at_the_bootstrap_token_file_is_refused_before_any_token(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    (folder / "admin.token").symlink_to(folder / "nowhere" / "token")
+    proc = jobgate(
+        folder, "serve", "--port", str(free_port()), "--bootstrap-token-file", "admin.token", check=False, timeout=30
+    )
+    assert proc.returncode == 1 and "refusing to overwrite" in proc.stderr, proc.stderr
+    assert not (folder / "nowhere").exists() and (folder / "admin.token").is_symlink()
+    assert json.loads(jobgate(folder, "--json", "tokens", "list").stdout) == []  # no admin token nobody can see
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The run state machine: the full 10x10 matrix, terminal states, and the CAS source sets."""
+"""The run state machine: the full 11x11 matrix, terminal states, and the CAS source sets."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from jobgate.core.states import (
 
 S = RunStatus
 
-# An independent copy of seed 000 §14, so an accidental edit of the table in src fails here.
+# An independent copy of seed 000 §14, so an accidental edit of the table in src fails here, plus
+# jobgate's HELD: a run whose next attempt a governance gate refused (core.governance) waits there.
 EXPECTED_EDGES: frozenset[tuple[RunStatus, RunStatus]] = frozenset(
     {
         (S.CREATED, S.SCHEDULED),
@@ -45,6 +46,12 @@ EXPECTED_EDGES: frozenset[tuple[RunStatus, RunStatus]] = frozenset(
         (S.RETRY_WAIT, S.DEAD_LETTERED),
         (S.DEAD_LETTERED, S.SCHEDULED),
         (S.ESCALATED, S.SCHEDULED),
+        (S.SCHEDULED, S.HELD),
+        (S.DISPATCHED, S.HELD),
+        (S.RETRY_WAIT, S.HELD),
+        (S.HELD, S.SCHEDULED),
+        (S.HELD, S.CANCELLED),
+        (S.HELD, S.DEAD_LETTERED),
     }
 )
 
@@ -69,11 +76,12 @@ def test_status_set_is_the_seed_set() -> None:
         "DEAD_LETTERED",
         "CANCELLED",
         "ESCALATED",
+        "HELD",
     ]
     assert all(s.value == s.name for s in RunStatus)
-    assert len(MATRIX) == 100
-    assert len(ALLOWED_PAIRS) == 20
-    assert len(REFUSED_PAIRS) == 80
+    assert len(MATRIX) == 121
+    assert len(ALLOWED_PAIRS) == 26
+    assert len(REFUSED_PAIRS) == 95
 
 
 def test_table_has_one_row_per_status_and_matches_the_seed() -> None:
@@ -116,7 +124,8 @@ def test_no_self_transitions(status: RunStatus) -> None:
 
 def test_terminal_and_pending_sets() -> None:
     assert {S.COMPLETED, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED} == TERMINAL
-    assert {S.CREATED, S.SCHEDULED, S.DISPATCHED, S.RETRY_WAIT} == PENDING
+    assert {S.CREATED, S.SCHEDULED, S.DISPATCHED, S.RETRY_WAIT, S.HELD} == PENDING
+    assert S.HELD not in CLAIMABLE  # a held run waits for its gate, not for a worker
     assert {S.SCHEDULED, S.RETRY_WAIT} == CLAIMABLE
     assert {S.DISPATCHED, S.RUNNING} == LEASED
     assert not PENDING & TERMINAL
@@ -160,15 +169,16 @@ def test_sources_of_is_the_inverse_of_the_table(target: RunStatus) -> None:
     ("target", "sources"),
     [
         (S.CREATED, set()),
-        (S.SCHEDULED, {S.CREATED, S.DISPATCHED, S.DEAD_LETTERED, S.ESCALATED}),
+        (S.SCHEDULED, {S.CREATED, S.DISPATCHED, S.DEAD_LETTERED, S.ESCALATED, S.HELD}),
         (S.DISPATCHED, {S.SCHEDULED, S.RETRY_WAIT}),
         (S.RUNNING, {S.DISPATCHED}),
         (S.COMPLETED, {S.RUNNING}),
         (S.RETRY_WAIT, {S.RUNNING}),
         (S.FAILED, {S.RUNNING}),
-        (S.DEAD_LETTERED, {S.SCHEDULED, S.DISPATCHED, S.RUNNING, S.RETRY_WAIT}),
-        (S.CANCELLED, {S.CREATED, S.SCHEDULED, S.DISPATCHED, S.RUNNING, S.RETRY_WAIT}),
+        (S.DEAD_LETTERED, {S.SCHEDULED, S.DISPATCHED, S.RUNNING, S.RETRY_WAIT, S.HELD}),
+        (S.CANCELLED, {S.CREATED, S.SCHEDULED, S.DISPATCHED, S.RUNNING, S.RETRY_WAIT, S.HELD}),
         (S.ESCALATED, {S.RUNNING}),
+        (S.HELD, {S.SCHEDULED, S.DISPATCHED, S.RETRY_WAIT}),
     ],
     ids=lambda v: v.value if isinstance(v, RunStatus) else None,
 )

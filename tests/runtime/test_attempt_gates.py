@@ -27,8 +27,8 @@ from tests.engine.test_trust_gates import VENDOR, Environment, licence_document
 
 from helpers import define, make_config
 from jobgate.core.models import DefinitionStatus
-from jobgate.governance import code
 from jobgate.core.states import RunStatus
+from jobgate.governance import code
 from jobgate.service import approvals, audit, control, safemode
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sql.governance import AuditFilter

@@ -74,15 +74,35 @@ def cli(
 @cli.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="overwrite an existing jobgate.yaml and demo definitions")
+@click.option(
+    "--production",
+    is_flag=True,
+    help="a production folder: governance.four_eyes on, no demo definitions, nothing applied or approved",
+)
 @click.pass_context
-def init(ctx: click.Context, directory: Path, force: bool) -> None:
-    """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied."""
+def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> None:
+    """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied.
+    With --production: the production configuration (four eyes on) and an empty definitions folder."""
     app: AppContext = ctx.obj
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / CONFIG_FILENAME
     if target.exists() and not force:
         raise ValidationError(f"{target} exists; use --force to overwrite", field="directory")
     demo = resources.files("jobgate") / "demo"
+    if production:
+        with resources.as_file(demo) as src:
+            shutil.copy(src / "jobgate.production.yaml", target)
+        (directory / "definitions").mkdir(exist_ok=True)
+        app.config_path = str(target)
+        engine = app.engine()
+        if app.json_output:
+            render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": []})
+            return
+        render.out.print(f"initialised {directory.resolve()} (production: four eyes on, nothing applied)")
+        render.out.print(f"  database   {engine.store.safe_url}")
+        render.out.print("next: put definitions in definitions/, `jobgate apply definitions/ --by YOU`, and have")
+        render.out.print("      a second person run `jobgate definitions approve JOB --by THEM`")
+        return
     with resources.as_file(demo) as src:
         shutil.copy(src / CONFIG_FILENAME, target)
         shutil.copy(src / "demo-runs.yaml", directory / "demo-runs.yaml")

@@ -20,11 +20,11 @@ class RunStatus(StrEnum):
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     RETRY_WAIT = "RETRY_WAIT"
-    HELD = "HELD"  # waiting for a governance gate to clear (``core.governance``); not claimable
     FAILED = "FAILED"
     DEAD_LETTERED = "DEAD_LETTERED"
     CANCELLED = "CANCELLED"
     ESCALATED = "ESCALATED"
+    HELD = "HELD"  # jobgate's: waiting for a governance gate to clear (``core.governance``); not claimable
 
     @property
     def is_terminal(self) -> bool:

@@ -194,7 +194,11 @@ def approve(
             ),
         )  # fmt: skip
         raise refusal
-    digest, version = _current_version(engine, tenant_id, request.job_definition_id)
+    try:
+        digest, version = _current_version(engine, tenant_id, request.job_definition_id)
+    except GovernanceRefusal as exc:  # the stored content itself is refused (its signature): on the record
+        engine.record_refusal(_submission(request, actor=actor), exc, actor=actor, now=now)
+        raise
     if request.digest is not None and request.digest != digest:
         raise ConflictError(
             f"{request.job_definition_id} changed since this request was tested: the request saw "

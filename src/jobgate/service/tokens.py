@@ -119,10 +119,10 @@ def create(
         check_principal_name(principal)
     lineage: tuple[str, ...] = ()
     if minted_by is not None:
-        lineage = (minted_by.actor, *minted_by.minted_by)
-        if principal is None:
-            principal = minted_by.name
-            lineage = minted_by.minted_by if minted_by.name is not None else lineage
+        if principal is None:  # another credential of the minter: the same principal, the same lineage
+            principal, lineage = minted_by.actor, minted_by.minted_by
+        else:
+            lineage = (minted_by.actor, *minted_by.minted_by)
     now = now or engine.clock.now()
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     stored = StoredToken(
