@@ -51,7 +51,11 @@ class Finished:
         return json.loads(self.home.joinpath(*parts).read_text(encoding="utf-8"))
 
     def lines(self, *parts: str) -> list[dict[str, Any]]:
+        """The JSON lines of a stand-in's file; none when nothing was ever written to it (a case
+        checked before any other case's run sent a line)."""
         path = self.home.joinpath(*parts)
+        if not path.exists():
+            return []
         return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
