@@ -277,6 +277,35 @@ def _advance(w: World, job: str, workflow_run_id: Any) -> None:
     advance(w.current, workflow_run_id)
 
 
+def _compensating_workflow(w: World, job: str) -> Any:
+    """Step ``done`` completes, step ``breaks`` fails, so ``done`` is undone by ``job``."""
+    ok = define(w.engine, job_definition_id=f"ok-{job}", handler="engine_handlers:succeed")
+    bad = define(w.engine, job_definition_id=f"bad-{job}", handler="engine_handlers:fail_final")
+    steps = {
+        "steps": [{"id": "done", "job": ok, "compensate": {"job": job}}, {"id": "breaks", "job": bad}],
+        "on_failure": "compensate",
+    }
+    flow = define(w.engine, handler=None, job_definition_id=f"saga-{job}", workflow=steps)
+    record, _ = start_workflow(w.engine, StartWorkflow(flow, requested_by="ada"), actor="ada")
+    return record.workflow_run_id
+
+
+def _run_until_compensation(w: World, job: str, workflow_run_id: Any) -> None:
+    """Run the saga's steps (the worker and the coordinator, in this thread) until it ends."""
+    from tests.runtime.runtime_support import wait_until
+
+    from jobgate.workflows.service import workflow_view
+
+    ended = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ESCALATED, RunStatus.CANCELLED)
+    with running_worker(w.current):
+
+        def done() -> bool:
+            advance(w.current, workflow_run_id)
+            return workflow_view(w.current, workflow_run_id).record.status in ended
+
+        wait_until(done, timeout=20, what="the saga to end")
+
+
 PATHS = {
     p.name: p
     for p in (
@@ -301,6 +330,7 @@ PATHS = {
         Path_("retry", _retry, _terminal_run),
         Path_("requeue", _requeue, _dead_letter),
         Path_("workflow step", _advance, _start_workflow),
+        Path_("compensation", _run_until_compensation, _compensating_workflow),
     )
 }
 

@@ -141,6 +141,7 @@ def release_held(engine: Engine, held: Sequence[HeldRow], now: datetime, facts: 
     changes: list[RunChange] = []
     with engine.store.write() as tx:
         gate = AttemptGate(facts, tx, now, Moment.RELEASE)
+        gate.prefetch([h.candidate for h in held])
         gated: list[RunChange] = []
         for h in held:
             run = h.candidate

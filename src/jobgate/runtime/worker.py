@@ -484,7 +484,8 @@ class Worker:
         if not startable:
             return {}
         facts = tx.runs_gate_facts(startable)
-        return {c.job_run_id: (c, v) for c in facts if not (v := gate.verdict(c)).admitted}
+        refused = gate.refused(facts)
+        return {c.job_run_id: (c, refused[c.job_run_id]) for c in facts if c.job_run_id in refused}
 
     def _hold_or_cancel(self, tx: StoreTx, refused: dict[str, tuple[Any, Verdict]], now: datetime) -> list[RunChange]:
         """Hold the runs whose attempt a gate refused (or cancel them, when the refusal is final),

@@ -19,6 +19,7 @@ it, ``approval_revoked``).
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 
 from jobgate.core.code_identity import CodeIdentity, changed_parts
@@ -33,6 +34,12 @@ from jobgate.store.sql.governance import Approval
 from jobgate.store.sqlstore import StoreTx
 
 MAX_CANCELLED_PER_REVOKE = 100_000
+# What an approval's code digest does not cover, said in the approval's audit entry.
+NOT_COVERED = (
+    "third-party libraries the code imports, unless listed under `code:` (the deployment pins them); "
+    "the interpreter"
+)
+INTERPRETER = f"{platform.python_implementation()} {platform.python_version()}"
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,8 @@ def approve(
                         "code_digest": identity.digest,
                         "code_identity": identity.as_dict(),
                         "approval_id": approval.approval_id,
+                        "not_covered": NOT_COVERED,
+                        "interpreter": INTERPRETER,
                     },
                 ),
             )

@@ -167,7 +167,10 @@ class AttemptFacts:
 
 
 class AttemptGate:
-    """``RunsClaim.admit`` for one claiming transaction: the verdicts of the candidates refused."""
+    """``RunsClaim.admit`` for one claiming transaction: the verdicts of the candidates refused.
+
+    The approvals, lifecycle statuses and safe-mode periods of the candidates' definitions are
+    read in this transaction, once per distinct definition (``StoreTx.admission_facts``)."""
 
     def __init__(self, facts: AttemptFacts, tx: StoreTx, now: datetime, moment: Moment = Moment.ATTEMPT) -> None:
         self.facts = facts
@@ -176,37 +179,61 @@ class AttemptGate:
         self.moment = moment
         self._memo: dict[tuple[Any, ...], Verdict] = {}
         self._code: dict[tuple[str, str, int, int], CodeFact] = {}
+        self._fetched: set[tuple[str, str]] = set()
+        self._approvals: dict[tuple[str, str, str], int] = {}
+        self._statuses: dict[tuple[str, str], str] = {}
+        self._safe_modes: dict[str, int] = {}
 
     def __call__(self, candidates: Sequence[Any]) -> dict[str, Verdict]:
+        return self.refused(candidates)
+
+    def refused(self, runs: Sequence[Any]) -> dict[str, Verdict]:
+        """The verdicts of the runs the rule refuses, by run id (the others are admitted)."""
+        self.prefetch(runs)
         refused: dict[str, Verdict] = {}
-        for c in candidates:
+        for c in runs:
             verdict = self.verdict(c)
             if not verdict.admitted:
                 refused[c.job_run_id] = verdict
         return refused
 
+    def prefetch(self, runs: Sequence[Any]) -> None:
+        """Read the admission facts of the runs' definitions not read yet in this transaction."""
+        missing = [c for c in runs if (c.tenant_id, c.job_definition_id) not in self._fetched]
+        if not missing:
+            return
+        found = self.tx.admission_facts(missing)
+        self._approvals.update(found.approvals)
+        self._statuses.update(found.statuses)
+        self._safe_modes.update(found.safe_modes)
+        self._fetched.update((c.tenant_id, c.job_definition_id) for c in missing)
+
+    def approval_id(self, c: Any) -> int | None:
+        return self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_digest))
+
     def verdict(self, c: Any) -> Verdict:
-        """The verdict for one run (a claim ``Candidate`` or anything with its fields)."""
+        """The verdict for one run (a claim ``Candidate``, or anything with its fields) whose
+        facts were prefetched."""
+        self.prefetch([c])
+        approval_id = self.approval_id(c)
         key = (
             c.tenant_id,
             c.job_definition_id,
             c.definition_version,
-            c.approval_id,
-            c.definition_status,
-            c.safe_mode_activation,
+            approval_id,
             c.trigger_type,
             c.reviewed_by is not None,
         )
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self._judge(c)
+            found = self._memo[key] = self._judge(c, approval_id)
         return found
 
-    def _judge(self, c: Any) -> Verdict:
+    def _judge(self, c: Any, approval_id: int | None) -> Verdict:
         f = self.facts
         definition = f.definition(self.tx, c.tenant_id, c.job_definition_id, c.definition_version)
         signature_problem = definition.message if isinstance(definition, GovernanceRefusal) else None
-        approval = f.approval(self.tx, c.approval_id)
+        approval = f.approval(self.tx, approval_id)
         if isinstance(definition, JobDefinition):
             subject = subject_of(
                 definition,
@@ -235,11 +262,13 @@ class AttemptGate:
                 moment=self.moment,
                 subject=subject,
                 now=self.now,
-                definition_status=DefinitionStatus(c.definition_status or DefinitionStatus.ACTIVE.value),
+                definition_status=DefinitionStatus(
+                    self._statuses.get((c.tenant_id, c.job_definition_id), DefinitionStatus.ACTIVE.value)
+                ),
                 approval=approval_fact(approval),
                 signature_problem=signature_problem,
                 code=code,
-                safe_mode=safe_mode_fact(f.period(self.tx, c.tenant_id, c.safe_mode_activation)),
+                safe_mode=safe_mode_fact(f.period(self.tx, c.tenant_id, self._safe_modes.get(c.tenant_id))),
                 trust=f.trust_now() if subject.permissions else None,
                 policy=f.policy,
             )
@@ -283,7 +312,7 @@ def release_verdict(gate: AttemptGate, held: Any) -> Verdict | None:
         return verdict if verdict.final else None
     if held.hold_reason not in CODE_HOLDS:
         return verdict
-    approval = gate.facts.approval(gate.tx, run.approval_id)
+    approval = gate.facts.approval(gate.tx, gate.approval_id(run))
     if approval is None or held.held_at is None:
         return None
     if approval.approved_at > held.held_at:

@@ -366,6 +366,9 @@ class StoreTx:
     def gates_closing(self) -> None:
         claims.gates_closing(self.conn)
 
+    def admission_facts(self, candidates: Sequence[Any]) -> claims.AdmissionFacts:
+        return claims.admission_facts(self.conn, candidates)
+
     def runs_gate_facts(self, ids: Sequence[str]) -> list[claims.Candidate]:
         return claims.runs_gate_facts(self.conn, ids)
 

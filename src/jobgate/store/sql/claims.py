@@ -53,13 +53,10 @@ from jobgate.store.tables import (
     LEASED_SQL,
     QUEUE_DEADLINE_SQL,
     dead_letters,
-    definition_approvals,
-    definition_heads,
     job_runs,
     outbox,
     rate_limits,
     run_transitions,
-    safe_mode_periods,
     workers,
 )
 
@@ -103,11 +100,9 @@ def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
     ``excluded``: an extra filter for the variant that skips runs of given definition digests
     (those waiting for a dependency that is down); the ordinary claim does not pay for it.
 
-    Each candidate comes with what the admission rule needs to judge the attempt about to start
-    (``core.governance``), read in the claiming transaction itself: the newest active approval
-    of its digest, its definition's lifecycle status and its tenant's open safe-mode period.
-    Each is one index probe per candidate; their contents are immutable per id, so the worker
-    caches them by id."""
+    Each candidate comes with the columns the admission rule judges it by (``core.governance``);
+    the approvals, lifecycle statuses and safe-mode periods those name are read once per claim
+    for the distinct definitions among them (``admission_facts``)."""
     active = job_runs.alias("active")
     at_limit = (
         select(func.count())
@@ -136,32 +131,67 @@ def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
 def _candidate_columns(runs: Any = job_runs) -> list[Any]:
     """The columns of a ``Candidate``, in its field order, for rows of ``runs``."""
     R = runs.c
-    A, H, P = definition_approvals.c, definition_heads.c, safe_mode_periods.c
-    approval = (
-        select(func.max(A.approval_id))
-        .where(
-            A.tenant_id == R.tenant_id,
-            A.job_definition_id == R.job_definition_id,
-            A.digest == R.definition_digest,
-            A.revoked_at.is_(None),
-        )
-        .scalar_subquery()
-    )
-    lifecycle = (
-        select(H.status)
-        .where(H.tenant_id == R.tenant_id, H.job_definition_id == R.job_definition_id)
-        .scalar_subquery()
-    )
-    safe_mode = (
-        select(func.max(P.activation))
-        .where(P.tenant_id == R.tenant_id, P.deactivated_at.is_(None))
-        .scalar_subquery()
-    )
     return [
         R.job_run_id, R.status, R.job_definition_id, R.queue, R.concurrency_limit, R.rate_limit_per_second,
         R.tenant_id, R.definition_version, R.definition_digest, R.job_class, R.trigger_type, R.priority,
-        R.idempotency_key, R.reviewed_by, R.lease_token, R.attempt, approval, lifecycle, safe_mode,
+        R.idempotency_key, R.reviewed_by, R.lease_token, R.attempt,
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AdmissionFacts:
+    """What the database says of a claim's definitions and tenants, read in its transaction: the
+    newest active approval of each digest (its id; the row behind an id never changes), each
+    definition's lifecycle status, each tenant's open safe-mode period (its activation)."""
+
+    approvals: dict[tuple[str, str, str], int]
+    statuses: dict[tuple[str, str], str]
+    safe_modes: dict[str, int]
+
+
+# One statement for the three: a claim reads them for its distinct definitions, not per candidate
+# (three correlated sub-selects per candidate had doubled the candidate read on SQLite).
+_FACTS_SQLITE = (
+    "SELECT 'a', tenant_id, job_definition_id, digest, max(approval_id) FROM definition_approvals"
+    " WHERE revoked_at IS NULL AND tenant_id IN (SELECT value FROM json_each(:tenants))"
+    " AND job_definition_id IN (SELECT value FROM json_each(:jobs)) GROUP BY tenant_id, job_definition_id, digest"
+    " UNION ALL SELECT 'h', tenant_id, job_definition_id, status, NULL FROM definition_heads"
+    " WHERE tenant_id IN (SELECT value FROM json_each(:tenants))"
+    " AND job_definition_id IN (SELECT value FROM json_each(:jobs))"
+    " UNION ALL SELECT 's', tenant_id, NULL, NULL, max(activation) FROM safe_mode_periods"
+    " WHERE deactivated_at IS NULL AND tenant_id IN (SELECT value FROM json_each(:tenants)) GROUP BY tenant_id"
+)
+_FACTS_POSTGRES = (
+    "SELECT 'a', tenant_id, job_definition_id, digest, max(approval_id) FROM definition_approvals"
+    " WHERE revoked_at IS NULL AND tenant_id = ANY(%(tenants)s::varchar[])"
+    " AND job_definition_id = ANY(%(jobs)s::varchar[]) GROUP BY tenant_id, job_definition_id, digest"
+    " UNION ALL SELECT 'h', tenant_id, job_definition_id, status, NULL::bigint FROM definition_heads"
+    " WHERE tenant_id = ANY(%(tenants)s::varchar[]) AND job_definition_id = ANY(%(jobs)s::varchar[])"
+    " UNION ALL SELECT 's', tenant_id, NULL::varchar, NULL::varchar, max(activation)::bigint FROM safe_mode_periods"
+    " WHERE deactivated_at IS NULL AND tenant_id = ANY(%(tenants)s::varchar[]) GROUP BY tenant_id"
+)
+
+
+def admission_facts(conn: Connection, candidates: Sequence[Any]) -> AdmissionFacts:
+    """The approvals, lifecycle statuses and safe-mode periods of ``candidates``' definitions and
+    tenants (anything with their ``tenant_id`` and ``job_definition_id``), in one statement."""
+    tenants = sorted({c.tenant_id for c in candidates})
+    jobs = sorted({c.job_definition_id for c in candidates})
+    if conn.dialect.name == "sqlite":
+        found = fast.rows_sql(
+            conn, _FACTS_SQLITE, {"tenants": orjson.dumps(tenants).decode(), "jobs": orjson.dumps(jobs).decode()}
+        )
+    else:
+        found = fast.rows_sql(conn, _FACTS_POSTGRES, {"tenants": tenants, "jobs": jobs})
+    facts = AdmissionFacts({}, {}, {})
+    for kind, tenant, job, value, number in found:
+        if kind == "a":
+            facts.approvals[(tenant, job, value)] = int(number)
+        elif kind == "h":
+            facts.statuses[(tenant, job)] = value
+        elif number is not None:
+            facts.safe_modes[tenant] = int(number)
+    return facts
 
 
 _pg_candidates_cache: dict[tuple[int, bool, bool], Any] = {}
@@ -206,9 +236,6 @@ class Candidate(NamedTuple):
     reviewed_by: str | None
     lease_token: int
     attempt: int
-    approval_id: int | None  # the newest active approval of its digest; None: none is active
-    definition_status: str | None
-    safe_mode_activation: int | None  # the tenant's open safe-mode period, if safe mode is on
 
 
 _CANDIDATE_FIELDS = len(Candidate._fields)

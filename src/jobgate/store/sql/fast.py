@@ -192,6 +192,16 @@ def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[tuple[A
         cursor.close()
 
 
+def rows_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """``rows`` for hand-built SQL in the driver's own parameter style."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
 def returning(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Execute one statement with RETURNING straight through the driver; rows as plain dicts."""
     sql, names, defaults = _compile(conn, stmt)

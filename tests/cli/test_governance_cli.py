@@ -1,0 +1,65 @@
+"""Governance from the host's command line: four eyes for programs, approvals pinned to the
+reviewed digest and showing both digests, token principals, a production folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.test_cli import jobgate
+
+SCRIPT = "job_definition_id: adhoc-script\njob_class: MAINTENANCE_JOB\nrunner: python-script\nbody: |\n  print(1)\n"
+
+
+def test_apply_approve_is_refused_for_a_program_and_stores_nothing(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    (folder / "script.yaml").write_text(SCRIPT)
+    refused = jobgate(folder, "apply", "--approve", "script.yaml", "--by", "alice", check=False)
+    assert refused.returncode == 1 and "four_eyes" in refused.stderr, refused.stderr
+    listed = json.loads(jobgate(folder, "--json", "definitions", "list").stdout)
+    assert "adhoc-script" not in {d["job_definition_id"] for d in listed}
+    jobgate(folder, "apply", "script.yaml", "--by", "alice")
+    own = jobgate(folder, "definitions", "approve", "adhoc-script", "--by", "alice", check=False)
+    assert own.returncode == 1 and "four_eyes" in own.stderr
+    approved = json.loads(jobgate(folder, "--json", "definitions", "approve", "adhoc-script", "--by", "bob").stdout)
+    assert approved["approved_by"] == "bob" and approved["code_digest"].startswith("sha256:")
+    assert {"runner", "binary", "binary_sha256", "args", "env"} <= set(approved["code_identity"])
+
+
+def test_approve_names_both_digests_and_refuses_one_not_reviewed(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    status = json.loads(jobgate(folder, "--json", "definitions", "approval", "demo-hello").stdout)
+    assert status["matches"] and status["current_code_digest"].startswith("sha256:")
+    stale = jobgate(folder, "definitions", "approve", "demo-hello", "--digest", "sha256:" + "0" * 64, check=False)
+    assert stale.returncode == 1 and status["current_digest"] in stale.stderr
+    shown = jobgate(folder, "definitions", "approve", "demo-hello", "--digest", status["current_digest"]).stdout
+    assert f"content {status['current_digest']}" in shown and "code    sha256:" in shown
+    history = json.loads(jobgate(folder, "--json", "definitions", "approval", "demo-hello").stdout)["history"]
+    assert len(history) == 2 and history[0]["approval_id"] < history[1]["approval_id"]  # the first approver stays
+
+
+def test_tokens_belong_to_principals(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    made = json.loads(jobgate(folder, "--json", "tokens", "create", "--role", "admin", "--principal", "alice").stdout)
+    assert made["principal"] == "alice" and made["minted_by"] == []
+    plain = json.loads(jobgate(folder, "--json", "tokens", "create", "--role", "operator").stdout)
+    assert plain["principal"] == f"token:{plain['token_id']}"
+    bad = jobgate(folder, "tokens", "create", "--role", "admin", "--principal", "token:abc", check=False)
+    assert bad.returncode == 1 and "principal" in bad.stderr
+
+
+def test_init_production_turns_four_eyes_on_and_applies_nothing(tmp_path: Path) -> None:
+    out = json.loads(jobgate(tmp_path, "--json", "init", "--production", "prod").stdout)
+    assert out["applied"] == []
+    folder = tmp_path / "prod"
+    assert "four_eyes: true" in (folder / "jobgate.yaml").read_text()
+    (folder / "definitions" / "hello.yaml").write_text(
+        "job_definition_id: hello\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+    )
+    jobgate(folder, "apply", "definitions", "--by", "alice")
+    own = jobgate(folder, "definitions", "approve", "hello", "--by", "alice", check=False)
+    assert own.returncode == 1 and "four_eyes" in own.stderr
+    jobgate(folder, "definitions", "approve", "hello", "--by", "bob")
