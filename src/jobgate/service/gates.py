@@ -192,7 +192,7 @@ class AttemptGate:
         self.prefetch(runs)
         refused: dict[str, Verdict] = {}
         for c in runs:
-            verdict = self.verdict(c)
+            verdict = self._verdict(c)
             if not verdict.admitted:
                 refused[c.job_run_id] = verdict
         return refused
@@ -215,15 +215,13 @@ class AttemptGate:
         """The verdict for one run (a claim ``Candidate``, or anything with its fields) whose
         facts were prefetched."""
         self.prefetch([c])
-        approval_id = self.approval_id(c)
-        key = (
-            c.tenant_id,
-            c.job_definition_id,
-            c.definition_version,
-            approval_id,
-            c.trigger_type,
-            c.reviewed_by is not None,
-        )
+        return self._verdict(c)
+
+    def _verdict(self, c: Any) -> Verdict:
+        # Judged once per distinct set of facts in this transaction: a claim's batch is mostly
+        # runs of a few definitions, so this is a dictionary lookup per run.
+        approval_id = self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_digest))
+        key = (c.tenant_id, c.job_definition_id, c.definition_version, approval_id, c.trigger_type, c.reviewed_by)
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = self._judge(c, approval_id)
