@@ -342,3 +342,18 @@ def test_runs_show_names_the_hold(safe_engine: Engine) -> None:
         "held",
         "suspended_class:FEDERATION_SYNC_JOB",
     )
+
+
+def test_a_workflow_run_whose_step_lost_its_approval_ends_naming_the_refusal(engine: Engine, marker: Path) -> None:
+    """Found 8: a workflow fired as a run, whose step's approval is revoked after the trigger run
+    was admitted, ends with the refusal's code (audited), not an exception's class name."""
+    step = define(engine, handler="engine_handlers:marker")
+    flow = define(engine, handler=None, workflow={"steps": [{"id": "only", "job": step}]})
+    run_id = submit(engine, flow)
+    approvals.revoke(engine, "default", step, actor="root")
+    with running_worker(engine):
+        run = wait_until(lambda: get_run(engine, run_id).status.is_terminal, what="the trigger run to end")
+    run = get_run(engine, run_id)
+    assert run.error_code == "definition_not_approved" and marker_lines(marker) == []
+    refusals = audit.search(engine, AuditFilter(tenant_id="default", action="run.refused", target_id=flow))
+    assert [e.event.reason for e in refusals] == ["definition_not_approved"]

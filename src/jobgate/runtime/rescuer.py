@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.governance import Moment
+from jobgate.core.models import JobRun
 from jobgate.core.settle import (
     MAXIMUM_AGE_ERROR,
     queue_timeout_decision,
@@ -42,7 +43,6 @@ from jobgate.runtime.changes import (
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
 from jobgate.store.base import RunChange
-from jobgate.store.sql.claims import Candidate, HeldRow
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")
@@ -129,39 +129,36 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFact
     )
 
 
-def release_held(engine: Engine, held: Sequence[HeldRow], now: datetime, facts: AttemptFacts) -> int:
+def release_held(engine: Engine, held: Sequence[JobRun], now: datetime, facts: AttemptFacts) -> int:
     """Look at held runs again with the admission rule (``core.governance``): release those it
     admits now (safe mode off, the trust gates back, the code re-approved), cancel those whose
     refusal became final (approval revoked), dead-letter those past their queue deadline; the
     others wait. Each move is a recorded transition and an audit entry. Returns how many moved.
 
-    The facts are those read a moment ago; a release on a condition that closed again meanwhile
-    is harmless, since the worker that claims the run asks the rule again."""
+    The runs are those read a moment ago; each change is a compare-and-set on HELD, and a release
+    on a condition that closed again meanwhile is harmless: the worker that claims the run asks
+    the rule again."""
     facts.refresh(now)
-    changes: list[RunChange] = []
     with engine.store.write() as tx:
+        tx.gates_shared()
         gate = AttemptGate(facts, tx, now, Moment.RELEASE)
-        gate.prefetch([h.candidate for h in held])
-        gated: list[RunChange] = []
-        for h in held:
-            run = h.candidate
-            if h.queue_deadline_at is not None and h.queue_deadline_at <= now:
-                current = tx.run_get(run.job_run_id)
-                if current is not None and current.status is RunStatus.HELD:
-                    s = settle_without_attempt(
-                        current, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
-                    )
-                    changes.append(settlement_change(s, current, worker_id=RESCUER, now=now))
+        gate.prefetch(held)
+        changes: list[RunChange] = []
+        for run in held:
+            if run.queue_deadline_at is not None and run.queue_deadline_at <= now:
+                s = settle_without_attempt(
+                    run, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
+                )
+                changes.append(settlement_change(s, run, worker_id=RESCUER, now=now))
                 continue
-            verdict = release_verdict(gate, h)
+            verdict = release_verdict(gate, run)
             if verdict is None:
                 continue
-            held_run = _Held(run, h.hold_reason)
             if verdict.admitted:
-                gated.append(release_hold_change(held_run, actor=RESCUER, now=now))
+                changes.append(release_hold_change(run, actor=RESCUER, now=now))
             else:
-                gated.append(refused_cancel_change(held_run, verdict, actor=RESCUER, now=now))
-        done = tx.runs_apply(changes + gated) if changes or gated else []
+                changes.append(refused_cancel_change(run, verdict, actor=RESCUER, now=now))
+        done = tx.runs_apply(changes) if changes else []
         _audit_dead_letters(tx, done, now)
         audited = [c for c in done if c.to_status is not RunStatus.DEAD_LETTERED]
         if audited:
@@ -177,21 +174,6 @@ def release_held(engine: Engine, held: Sequence[HeldRow], now: datetime, facts: 
             extra={"action": "run_released" if change.to_status is RunStatus.SCHEDULED else "run_closed_while_held"},
         )
     return len(done)
-
-
-@dataclass(frozen=True)
-class _Held:
-    """A held candidate, in the shape the change builders read (status HELD, its hold reason)."""
-
-    candidate: Candidate
-    hold_reason: str | None
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.candidate, name)
-
-    @property
-    def status(self) -> RunStatus:
-        return RunStatus.HELD
 
 
 def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limit: int = 50) -> int:

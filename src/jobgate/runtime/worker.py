@@ -334,11 +334,14 @@ class Worker:
         t0 = time.perf_counter()
         if claim or self._buffer:
             self._gate_facts.refresh(now)  # the policy, the trust gates: read before the write lock
+        gated_cycle = bool(claim or self._buffer)
         # Rows are built before the write lock is taken, so the lock is held only to write them.
         prepared = self.engine.store.prepare_changes([c for c, _ in plain]) if plain else None
         try:
             with self.engine.store.write() as tx:
                 t_locked = time.perf_counter()
+                if gated_cycle:
+                    tx.gates_shared()  # first, before this cycle locks any row (see StoreTx.gates_shared)
                 done = tx.runs_apply(prepared) if prepared is not None else []
                 if effectful:
                     done += self._complete_with_effects(tx, effectful, now)
@@ -480,21 +483,24 @@ class Worker:
     ) -> dict[str, tuple[Any, Verdict]]:
         """Runs claimed earlier and about to start now, asked again: the gate that admitted the
         claim may have closed since (a revocation, safe mode). Those refused are not started."""
-        startable = [r.job_run_id for r in to_start if r.attempt < r.max_attempts]
+        startable = [r for r in to_start if r.attempt < r.max_attempts]
         if not startable:
             return {}
-        facts = tx.runs_gate_facts(startable)
-        refused = gate.refused(facts)
-        return {c.job_run_id: (c, refused[c.job_run_id]) for c in facts if c.job_run_id in refused}
+        refused = gate.refused(startable)
+        return {r.job_run_id: (r, refused[r.job_run_id]) for r in startable if r.job_run_id in refused}
 
     def _hold_or_cancel(self, tx: StoreTx, refused: dict[str, tuple[Any, Verdict]], now: datetime) -> list[RunChange]:
         """Hold the runs whose attempt a gate refused (or cancel them, when the refusal is final),
-        with their transitions, events and audit entries, in the claiming transaction."""
+        with their transitions, events and audit entries, in the claiming transaction. Claim
+        candidates carry only what the rule judges: their runs are read here (rarely needed)."""
+        candidates = [rid for rid, (c, _v) in refused.items() if not isinstance(c, JobRun)]
+        runs: dict[str, Any] = {r.job_run_id: r for r in tx.runs_get(candidates)} if candidates else {}
         changes = [
-            refused_cancel_change(c, v, actor=self.worker_id, now=now)
+            refused_cancel_change(run, v, actor=self.worker_id, now=now)
             if v.final
-            else hold_change(c, v, actor=self.worker_id, now=now)
-            for c, v in refused.values()
+            else hold_change(run, v, actor=self.worker_id, now=now)
+            for rid, (c, v) in refused.items()
+            if (run := c if isinstance(c, JobRun) else runs.get(rid)) is not None
         ]
         done = tx.runs_apply(changes)
         if done:

@@ -41,7 +41,7 @@ from jobgate.core.governance import (
     Verdict,
     admit,
 )
-from jobgate.core.models import DefinitionStatus, JobClass, JobDefinition, TriggerType
+from jobgate.core.models import DefinitionStatus, JobClass, JobDefinition, JobRun, TriggerType
 from jobgate.core.policy import Policy
 from jobgate.governance.code import CodeReader
 from jobgate.store.sql.governance import Approval
@@ -95,6 +95,14 @@ def subject_of(
     )
 
 
+@dataclass(frozen=True)
+class SignatureRefused:
+    """A stored version whose signature no longer holds (its digest still names its approval)."""
+
+    refusal: GovernanceRefusal
+    digest: str
+
+
 @dataclass
 class AttemptFacts:
     """What an attempt's verdict needs beyond the candidate row, cached across a worker's cycles:
@@ -105,7 +113,7 @@ class AttemptFacts:
     code: CodeReader | None = None  # None: code is not read here (a release sweep judges the rest)
     approvals: dict[int, Approval] = field(default_factory=dict)
     periods: dict[tuple[str, int], SafeModePeriod] = field(default_factory=dict)
-    definitions: dict[tuple[str, str, int], JobDefinition | GovernanceRefusal | None] = field(default_factory=dict)
+    definitions: dict[tuple[str, str, int], JobDefinition | SignatureRefused | None] = field(default_factory=dict)
     trust: TrustFact | None = None
     policy: Policy | None = None
     _uses_trust: bool = False
@@ -119,16 +127,17 @@ class AttemptFacts:
             gates = self.engine.trust_gates()
             self.trust = TrustFact(gates.licence.state(), gates.environment.permissions())
 
-    def definition(self, tx: StoreTx, tenant: str, job: str, version: int) -> JobDefinition | GovernanceRefusal | None:
+    def definition(self, tx: StoreTx, tenant: str, job: str, version: int) -> JobDefinition | SignatureRefused | None:
         """The definition version (checked against its digest and signature), the signature
         refusal it meets, or None when it cannot be read at all (left to dispatch to report)."""
         key = (tenant, job, version)
         if key not in self.definitions:
-            found: JobDefinition | GovernanceRefusal | None
+            found: JobDefinition | SignatureRefused | None
+            stored = tx.definition_get(tenant, job, version)
             try:
-                found = self.engine.definition(tx, tenant, job, version)
+                found = None if stored is None else self.engine.build_definition(stored)
             except GovernanceRefusal as exc:
-                found = exc
+                found = None if stored is None else SignatureRefused(exc, stored.digest)
             except JobgateError:
                 found = None
             self.definitions[key] = found
@@ -180,7 +189,7 @@ class AttemptGate:
         self._memo: dict[tuple[Any, ...], Verdict] = {}
         self._code: dict[tuple[str, str, int, int], CodeFact] = {}
         self._fetched: set[tuple[str, str]] = set()
-        self._approvals: dict[tuple[str, str, str], int] = {}
+        self._approvals: dict[tuple[str, str, int], int] = {}
         self._statuses: dict[tuple[str, str], str] = {}
         self._safe_modes: dict[str, int] = {}
 
@@ -209,7 +218,7 @@ class AttemptGate:
         self._fetched.update((c.tenant_id, c.job_definition_id) for c in missing)
 
     def approval_id(self, c: Any) -> int | None:
-        return self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_digest))
+        return self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_version))
 
     def verdict(self, c: Any) -> Verdict:
         """The verdict for one run (a claim ``Candidate``, or anything with its fields) whose
@@ -220,7 +229,7 @@ class AttemptGate:
     def _verdict(self, c: Any) -> Verdict:
         # Judged once per distinct set of facts in this transaction: a claim's batch is mostly
         # runs of a few definitions, so this is a dictionary lookup per run.
-        approval_id = self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_digest))
+        approval_id = self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_version))
         key = (c.tenant_id, c.job_definition_id, c.definition_version, approval_id, c.trigger_type, c.reviewed_by)
         found = self._memo.get(key)
         if found is None:
@@ -230,26 +239,27 @@ class AttemptGate:
     def _judge(self, c: Any, approval_id: int | None) -> Verdict:
         f = self.facts
         definition = f.definition(self.tx, c.tenant_id, c.job_definition_id, c.definition_version)
-        signature_problem = definition.message if isinstance(definition, GovernanceRefusal) else None
         approval = f.approval(self.tx, approval_id)
-        if isinstance(definition, JobDefinition):
-            subject = subject_of(
-                definition,
-                tenant_id=c.tenant_id,
-                trigger_type=TriggerType(c.trigger_type),
-                reviewed=c.reviewed_by is not None,
-            )
-        else:
-            if definition is None and signature_problem is None:
-                return Verdict(True)  # unreadable here: dispatch reports why, as for any broken definition
+        signature_problem = None
+        if isinstance(definition, SignatureRefused):
+            signature_problem = definition.refusal.message
             subject = Subject(
                 c.tenant_id,
                 c.job_definition_id,
                 c.definition_version,
-                c.definition_digest,
+                definition.digest,
                 JobClass(c.job_class),
                 TriggerType(c.trigger_type),
-                c.priority,
+                "normal",  # unused: the signature refuses before safe mode and policy are asked
+                reviewed=c.reviewed_by is not None,
+            )
+        elif definition is None:
+            return Verdict(True)  # unreadable here: dispatch reports why, as for any broken definition
+        else:
+            subject = subject_of(
+                definition,
+                tenant_id=c.tenant_id,
+                trigger_type=TriggerType(c.trigger_type),
                 reviewed=c.reviewed_by is not None,
             )
         code = None
@@ -295,25 +305,24 @@ CODE_HOLDS = frozenset({"code_changed", "code_not_approved"})
 MAX_CODE_BACKOFF = 300.0
 
 
-def release_verdict(gate: AttemptGate, held: Any) -> Verdict | None:
-    """What to do with a held run now (``held``: a store ``HeldRow``): its verdict when the rule
-    admits it (release) or its refusal is final (cancel); None while it must wait.
+def release_verdict(gate: AttemptGate, run: JobRun) -> Verdict | None:
+    """What to do with a held run now: its verdict when the rule admits it (release) or its
+    refusal is final (cancel); None while it must wait.
 
     A code hold is released by a newer approval (re-approving is how a code change is accepted),
     or when the code this host would run matches the approval (the workers were restarted on the
     approved code). The latter backs off when the run keeps being held again (another host still
     runs other code): 0, 1, 3, 7 ... up to 300 s after its last hold, so two hosts that disagree do
     not pass a run between them every second."""
-    run = held.candidate
     verdict = gate.verdict(run)
     if not verdict.admitted:
         return verdict if verdict.final else None
-    if held.hold_reason not in CODE_HOLDS:
+    if run.hold_reason not in CODE_HOLDS:
         return verdict
     approval = gate.facts.approval(gate.tx, gate.approval_id(run))
-    if approval is None or held.held_at is None:
+    if approval is None or run.held_at is None:
         return None
-    if approval.approved_at > held.held_at:
+    if approval.approved_at > run.held_at:
         return verdict
     if gate.facts.code is None or not AttemptGate(gate.facts, gate.tx, gate.now).verdict(run).admitted:
         return None
@@ -321,4 +330,4 @@ def release_verdict(gate: AttemptGate, held: Any) -> Verdict | None:
         1 for t in gate.tx.run_transitions(run.job_run_id) if t.reason == "held" and t.detail.get("code") in CODE_HOLDS
     )
     backoff = min(2.0 ** max(holds - 1, 0) - 1.0, MAX_CODE_BACKOFF)
-    return verdict if (gate.now - held.held_at).total_seconds() >= backoff else None
+    return verdict if (gate.now - run.held_at).total_seconds() >= backoff else None

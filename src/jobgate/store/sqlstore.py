@@ -76,6 +76,7 @@ class StoreTx:
 
     def __init__(self, conn: Connection, *, skip_locked: bool, ordered_ids: bool, notify: bool = False) -> None:
         self.conn = conn
+        self._gates_shared = False
         self._skip_locked = skip_locked
         self._ordered_ids = ordered_ids
         self._notify = notify  # PostgreSQL: announce claimable runs to listening workers
@@ -361,18 +362,27 @@ class StoreTx:
         return runs.run_attempts_list(self.conn, job_run_id)
 
     def runs_claim(self, p: RunsClaim) -> ClaimedRuns:
+        if p.admit is not None:
+            self.gates_shared()  # before the candidate read locks any row
         return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
 
     def gates_closing(self) -> None:
         claims.gates_closing(self.conn)
 
+    def gates_shared(self) -> None:
+        """Take the gates' lock shared, once per transaction, before any row is locked: a
+        transaction that asks the admission rule is serialised with the writes that close a
+        gate (``claims.gates_closing``), and never waits for that lock while it holds row locks
+        a revocation needs (which would deadlock)."""
+        if not self._gates_shared:
+            claims.gates_shared(self.conn)
+            self._gates_shared = True
+
     def admission_facts(self, candidates: Sequence[Any]) -> claims.AdmissionFacts:
+        self.gates_shared()
         return claims.admission_facts(self.conn, candidates)
 
-    def runs_gate_facts(self, ids: Sequence[str]) -> list[claims.Candidate]:
-        return claims.runs_gate_facts(self.conn, ids)
-
-    def runs_held(self, limit: int) -> list[claims.HeldRow]:
+    def runs_held(self, limit: int) -> list[JobRun]:
         return claims.runs_held(self.conn, limit)
 
     def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:

@@ -69,6 +69,12 @@ _GATES_SHARED = f"SELECT pg_advisory_xact_lock_shared({_GATES_LOCK})"
 _GATES_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({_GATES_LOCK})"
 
 
+def gates_shared(conn: Connection) -> None:
+    """The shared side of ``gates_closing``: taken by a transaction that asks the admission rule."""
+    if conn.dialect.name == "postgresql":
+        fast.execute(conn, _GATES_SHARED)
+
+
 def gates_closing(conn: Connection) -> None:
     """Serialise a gate-closing write with the claims deciding attempts (PostgreSQL).
 
@@ -133,42 +139,45 @@ def _candidate_columns(runs: Any = job_runs) -> list[Any]:
     R = runs.c
     return [
         R.job_run_id, R.status, R.job_definition_id, R.queue, R.concurrency_limit, R.rate_limit_per_second,
-        R.tenant_id, R.definition_version, R.definition_digest, R.job_class, R.trigger_type, R.priority,
-        R.idempotency_key, R.reviewed_by, R.lease_token, R.attempt,
+        R.tenant_id, R.definition_version, R.job_class, R.trigger_type, R.reviewed_by,
     ]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class AdmissionFacts:
     """What the database says of a claim's definitions and tenants, read in its transaction: the
-    newest active approval of each digest (its id; the row behind an id never changes), each
-    definition's lifecycle status, each tenant's open safe-mode period (its activation)."""
+    newest active approval of each version (its id; the row behind an id never changes; a
+    version has one digest), each definition's lifecycle status, each tenant's open safe-mode
+    period (its activation)."""
 
-    approvals: dict[tuple[str, str, str], int]
+    approvals: dict[tuple[str, str, int], int]
     statuses: dict[tuple[str, str], str]
     safe_modes: dict[str, int]
 
 
 # One statement for the three: a claim reads them for its distinct definitions, not per candidate
 # (three correlated sub-selects per candidate had doubled the candidate read on SQLite).
+# (kind, tenant, definition, status, number, version): 'a' an approval (its id, its version), 'h'
+# a definition's lifecycle status, 's' a tenant's open safe-mode period (its activation).
 _FACTS_SQLITE = (
-    "SELECT 'a', tenant_id, job_definition_id, digest, max(approval_id) FROM definition_approvals"
+    "SELECT 'a', tenant_id, job_definition_id, NULL, max(approval_id), version FROM definition_approvals"
     " WHERE revoked_at IS NULL AND tenant_id IN (SELECT value FROM json_each(:tenants))"
-    " AND job_definition_id IN (SELECT value FROM json_each(:jobs)) GROUP BY tenant_id, job_definition_id, digest"
-    " UNION ALL SELECT 'h', tenant_id, job_definition_id, status, NULL FROM definition_heads"
+    " AND job_definition_id IN (SELECT value FROM json_each(:jobs)) GROUP BY tenant_id, job_definition_id, version"
+    " UNION ALL SELECT 'h', tenant_id, job_definition_id, status, NULL, NULL FROM definition_heads"
     " WHERE tenant_id IN (SELECT value FROM json_each(:tenants))"
     " AND job_definition_id IN (SELECT value FROM json_each(:jobs))"
-    " UNION ALL SELECT 's', tenant_id, NULL, NULL, max(activation) FROM safe_mode_periods"
+    " UNION ALL SELECT 's', tenant_id, NULL, NULL, max(activation), NULL FROM safe_mode_periods"
     " WHERE deactivated_at IS NULL AND tenant_id IN (SELECT value FROM json_each(:tenants)) GROUP BY tenant_id"
 )
 _FACTS_POSTGRES = (
-    "SELECT 'a', tenant_id, job_definition_id, digest, max(approval_id) FROM definition_approvals"
-    " WHERE revoked_at IS NULL AND tenant_id = ANY(%(tenants)s::varchar[])"
-    " AND job_definition_id = ANY(%(jobs)s::varchar[]) GROUP BY tenant_id, job_definition_id, digest"
-    " UNION ALL SELECT 'h', tenant_id, job_definition_id, status, NULL::bigint FROM definition_heads"
+    "SELECT 'a', tenant_id, job_definition_id, NULL::varchar, max(approval_id)::bigint, version"
+    " FROM definition_approvals WHERE revoked_at IS NULL AND tenant_id = ANY(%(tenants)s::varchar[])"
+    " AND job_definition_id = ANY(%(jobs)s::varchar[]) GROUP BY tenant_id, job_definition_id, version"
+    " UNION ALL SELECT 'h', tenant_id, job_definition_id, status, NULL::bigint, NULL::integer FROM definition_heads"
     " WHERE tenant_id = ANY(%(tenants)s::varchar[]) AND job_definition_id = ANY(%(jobs)s::varchar[])"
-    " UNION ALL SELECT 's', tenant_id, NULL::varchar, NULL::varchar, max(activation)::bigint FROM safe_mode_periods"
-    " WHERE deactivated_at IS NULL AND tenant_id = ANY(%(tenants)s::varchar[]) GROUP BY tenant_id"
+    " UNION ALL SELECT 's', tenant_id, NULL::varchar, NULL::varchar, max(activation)::bigint, NULL::integer"
+    " FROM safe_mode_periods WHERE deactivated_at IS NULL AND tenant_id = ANY(%(tenants)s::varchar[])"
+    " GROUP BY tenant_id"
 )
 
 
@@ -184,11 +193,11 @@ def admission_facts(conn: Connection, candidates: Sequence[Any]) -> AdmissionFac
     else:
         found = fast.rows_sql(conn, _FACTS_POSTGRES, {"tenants": tenants, "jobs": jobs})
     facts = AdmissionFacts({}, {}, {})
-    for kind, tenant, job, value, number in found:
+    for kind, tenant, job, status, number, version in found:
         if kind == "a":
-            facts.approvals[(tenant, job, value)] = int(number)
+            facts.approvals[(tenant, job, int(version))] = int(number)
         elif kind == "h":
-            facts.statuses[(tenant, job)] = value
+            facts.statuses[(tenant, job)] = status
         elif number is not None:
             facts.safe_modes[tenant] = int(number)
     return facts
@@ -228,14 +237,9 @@ class Candidate(NamedTuple):
     rate_limit_per_second: float | None
     tenant_id: str
     definition_version: int
-    definition_digest: str
     job_class: str
     trigger_type: str
-    priority: str
-    idempotency_key: str
     reviewed_by: str | None
-    lease_token: int
-    attempt: int
 
 
 _CANDIDATE_FIELDS = len(Candidate._fields)
@@ -487,8 +491,6 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
     p = _without_queues_at_their_rate(conn, p, now)
     if not p.queues:
         return ClaimedRuns(list, 0)
-    if p.admit is not None and conn.dialect.name == "postgresql":
-        fast.execute(conn, _GATES_SHARED)  # before the candidate read: see gates_closing
     candidates = _candidates(conn, p, now, skip_locked=skip_locked)
     if not candidates:
         return ClaimedRuns(list, 0)
@@ -950,34 +952,7 @@ def run_progress(conn: Connection, job_run_id: str, token: int, fraction: float 
     return conn.execute(stmt).rowcount == 1
 
 
-_GATE_FACTS = select(*_candidate_columns()).where(C.job_run_id.in_(bindparam("ids", expanding=True)))
-
-
-def runs_gate_facts(conn: Connection, ids: Sequence[str]) -> list[Candidate]:
-    """The admission facts of these runs, as a claim's candidate read gives them (for runs a
-    worker claimed earlier and starts now, and for the held runs the rescuer looks at again)."""
-    if conn.dialect.name == "postgresql":
-        fast.execute(conn, _GATES_SHARED)  # see gates_closing
-    out: list[Candidate] = []
-    for chunk in _chunks(list(ids)):
-        out.extend(Candidate(*r) for r in conn.execute(_GATE_FACTS, {"ids": list(chunk)}))
-    return out
-
-
-_HELD = select(*_candidate_columns(), C.hold_reason, C.held_at, C.queue_deadline_at).where(IS_HELD)
-
-
-class HeldRow(NamedTuple):
-    """A held run: its admission facts, why and since when it is held, its queue deadline."""
-
-    candidate: Candidate
-    hold_reason: str | None
-    held_at: datetime | None
-    queue_deadline_at: datetime | None
-
-
-def runs_held(conn: Connection, limit: int) -> list[HeldRow]:
+def runs_held(conn: Connection, limit: int) -> list[JobRun]:
     """Held runs, longest held first (the partial index of held runs: only they are read)."""
-    rows = conn.execute(_HELD.order_by(C.held_at).limit(limit))
-    n = _CANDIDATE_FIELDS
-    return [HeldRow(Candidate(*r[:n]), r[n], codec.opt_dt(r[n + 1]), codec.opt_dt(r[n + 2])) for r in rows]
+    q = select(job_runs).where(IS_HELD).order_by(C.held_at).limit(limit)
+    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
