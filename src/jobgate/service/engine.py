@@ -352,9 +352,10 @@ class Engine:
                 continue
             key = (run.tenant_id, run.job_definition_id, run.definition_digest)
             approval = ApprovalFact(run.definition_digest, None, gates.EPOCH) if key in active else None
-            verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
-            if not verdict.admitted:
-                raise verdict.refusal()
+            if approval != p.facts.approval or fact != seen:  # what the lock shows changed: ask again
+                verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
+                if not verdict.admitted:
+                    raise verdict.refusal()
             out.append(p)
         return out
 

@@ -101,6 +101,7 @@ class SignatureRefused:
 
     refusal: GovernanceRefusal
     digest: str
+    job_class: str
 
 
 @dataclass
@@ -137,7 +138,7 @@ class AttemptFacts:
             try:
                 found = None if stored is None else self.engine.build_definition(stored)
             except GovernanceRefusal as exc:
-                found = None if stored is None else SignatureRefused(exc, stored.digest)
+                found = None if stored is None else SignatureRefused(exc, stored.digest, stored.job_class)
             except JobgateError:
                 found = None
             self.definitions[key] = found
@@ -200,8 +201,14 @@ class AttemptGate:
         """The verdicts of the runs the rule refuses, by run id (the others are admitted)."""
         self.prefetch(runs)
         refused: dict[str, Verdict] = {}
+        memo = self._memo
         for c in runs:
-            verdict = self._verdict(c)
+            # The facts of a (tenant, definition, version) are fixed within this transaction, so
+            # a batch costs one small tuple and one dictionary lookup per run.
+            key = (c.tenant_id, c.job_definition_id, c.definition_version, c.trigger_type, c.reviewed_by)
+            verdict = memo.get(key)
+            if verdict is None:
+                verdict = memo[key] = self._judge(c, self.approval_id(c))
             if not verdict.admitted:
                 refused[c.job_run_id] = verdict
         return refused
@@ -227,13 +234,10 @@ class AttemptGate:
         return self._verdict(c)
 
     def _verdict(self, c: Any) -> Verdict:
-        # Judged once per distinct set of facts in this transaction: a claim's batch is mostly
-        # runs of a few definitions, so this is a dictionary lookup per run.
-        approval_id = self._approvals.get((c.tenant_id, c.job_definition_id, c.definition_version))
-        key = (c.tenant_id, c.job_definition_id, c.definition_version, approval_id, c.trigger_type, c.reviewed_by)
+        key = (c.tenant_id, c.job_definition_id, c.definition_version, c.trigger_type, c.reviewed_by)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self._judge(c, approval_id)
+            found = self._memo[key] = self._judge(c, self.approval_id(c))
         return found
 
     def _judge(self, c: Any, approval_id: int | None) -> Verdict:
@@ -248,7 +252,7 @@ class AttemptGate:
                 c.job_definition_id,
                 c.definition_version,
                 definition.digest,
-                JobClass(c.job_class),
+                JobClass(definition.job_class),
                 TriggerType(c.trigger_type),
                 "normal",  # unused: the signature refuses before safe mode and policy are asked
                 reviewed=c.reviewed_by is not None,

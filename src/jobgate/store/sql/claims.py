@@ -139,7 +139,7 @@ def _candidate_columns(runs: Any = job_runs) -> list[Any]:
     R = runs.c
     return [
         R.job_run_id, R.status, R.job_definition_id, R.queue, R.concurrency_limit, R.rate_limit_per_second,
-        R.tenant_id, R.definition_version, R.job_class, R.trigger_type, R.reviewed_by,
+        R.tenant_id, R.definition_version, R.trigger_type, R.reviewed_by,
     ]  # fmt: skip
 
 
@@ -237,7 +237,6 @@ class Candidate(NamedTuple):
     rate_limit_per_second: float | None
     tenant_id: str
     definition_version: int
-    job_class: str
     trigger_type: str
     reviewed_by: str | None
 
