@@ -75,3 +75,80 @@ def test_processes_starting_at_once_converge_on_one_schema(database_url: str, tm
             with admin.begin() as conn:
                 conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
             admin.dispose()
+
+
+def _fresh_url(database_url: str, tmp_path: Path, name: str) -> tuple[str, object]:
+    """An empty database of the backend: a new SQLite file, or a new PostgreSQL schema (and a
+    function that drops it)."""
+    if not database_url.startswith("postgresql"):
+        return f"sqlite:///{tmp_path}/{name}.db", lambda: None
+    schema = f"jobgate_{name}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(_url(PG_URL))
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}" AUTHORIZATION {APP_ROLE}'))
+
+    def drop() -> None:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+    return database_url.split("?")[0] + f"?options=-csearch_path%3D{schema}", drop
+
+
+def test_0017_keeps_every_approval_in_order_binding_no_code(database_url: str, tmp_path: Path) -> None:
+    """A database of 0016 with approvals (one revoked): after 0017 every approval is a row of its
+    own, in the order given, none binding code (their runs are held until approved again), and
+    the schema is exactly the declared one."""
+    from alembic import command
+
+    from jobgate.store.migrate import upgrade
+
+    url, drop = _fresh_url(database_url, tmp_path, "upgrade")
+    engine = create_engine(_url(url))
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET jobgate.tenant = '*'"))
+            command.upgrade(alembic_config(conn), "0016")  # type: ignore[arg-type]
+            conn.commit()
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL jobgate.tenant = '*'"))
+            rows = [
+                ("job-a", "sha256:a", 1, 10, None),
+                ("job-a", "sha256:b", 2, 20, 30),
+                ("job-b", "sha256:c", 1, 5, None),
+            ]
+            for job, digest, version, at, revoked in rows:
+                conn.execute(
+                    text(
+                        "INSERT INTO definition_approvals (tenant_id, job_definition_id, digest, version, approved_by,"
+                        " approved_at, revoked_at, revoked_by) VALUES ('default', :j, :d, :v, 'ada', :at, :r, :rb)"
+                    ),
+                    {"j": job, "d": digest, "v": version, "at": at, "r": revoked, "rb": "root" if revoked else None},
+                )
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET jobgate.tenant = '*'"))
+                conn.commit()
+            upgrade(conn)
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL jobgate.tenant = '*'"))
+            found = conn.execute(
+                text(
+                    "SELECT approval_id, job_definition_id, digest, code_digest, revoked_at FROM definition_approvals"
+                    " ORDER BY approval_id"
+                )
+            ).all()
+            assert [(r[1], r[2], r[3], r[4]) for r in found] == [
+                ("job-b", "sha256:c", None, None),
+                ("job-a", "sha256:a", None, None),
+                ("job-a", "sha256:b", None, 30),
+            ]  # in the order they were given, no code bound
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()
+        drop()  # type: ignore[operator]
