@@ -16,6 +16,7 @@ writes the transitions and events of the rows it changed.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -242,6 +243,9 @@ class Candidate(NamedTuple):
 
 
 _CANDIDATE_FIELDS = len(Candidate._fields)
+# A candidate from its row without ``Candidate.__new__``'s argument handling: half the cost, for
+# every candidate of every claim (the row has exactly the fields, in order).
+_candidate = functools.partial(tuple.__new__, Candidate)
 
 
 def _json_values(name: str) -> Any:
@@ -370,13 +374,13 @@ def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) 
             one = {"queue": queue, "now": now, "limit": p.limit, **excluding}
             found.extend(orjson.loads(fast.rows(conn, stmt, one)[0][0]))
         found.sort(key=lambda r: (r[_CANDIDATE_FIELDS], r[_CANDIDATE_FIELDS + 1]))
-        return [Candidate(*r[:_CANDIDATE_FIELDS]) for r in found[: p.limit]]
+        return [_candidate(r[:_CANDIDATE_FIELDS]) for r in found[: p.limit]]
     params: dict[str, Any] = {f"queue_{i}": q for i, q in enumerate(queues)}
     params.update(now=now, limit=p.limit)
     if p.exclude_digests:
         params["exclude"] = sorted(p.exclude_digests)
     stmt = _pg_candidates(len(queues), bool(p.exclude_digests), skip_locked)
-    return [Candidate(*r) for r in fast.rows(conn, stmt, params)]
+    return [_candidate(r) for r in fast.rows(conn, stmt, params)]
 
 
 class _Claimed(NamedTuple):
