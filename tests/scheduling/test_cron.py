@@ -178,3 +178,20 @@ def test_fires_are_utc_and_strictly_after_the_start() -> None:
     got = list(slots(cron("0 * * * *"), utc("2026-01-01T05:00Z"), utc("2026-01-01T07:00Z")))
     assert [s.fire_at for s in got] == [utc("2026-01-01T06:00Z"), utc("2026-01-01T07:00Z")]
     assert all(s.fire_at.utcoffset() == timedelta(0) for s in got)
+
+
+def test_a_plan_from_inside_a_repeated_hour_owes_nothing_already_run() -> None:
+    # Oslo's 02:30 ran in the first pass (00:30Z). Every tick in the second pass (01:00Z-02:00Z)
+    # plans from a watermark in that pass: nothing is owed until the next night, and `next`
+    # (and a backfill's range) never starts with an instant before its lower bound.
+    from jobgate.scheduling.plan import plan
+
+    schedule = cron("30 2 * * *", "Europe/Oslo")
+    for minute in range(0, 60, 5):
+        mark = utc("2026-10-25T01:00Z") + timedelta(minutes=minute)
+        made = plan(schedule, watermark=mark, now=mark + timedelta(seconds=30))
+        assert made.fires == () and made.misses == ()
+        assert [s.fire_at for s in next_fires(schedule, mark, 2)] == [
+            utc("2026-10-26T01:30Z"),
+            utc("2026-10-27T01:30Z"),
+        ]

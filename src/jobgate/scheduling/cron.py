@@ -14,8 +14,9 @@ cron documents. ``@reboot`` has no place in a durable scheduler and is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
@@ -33,6 +34,11 @@ MACROS = {
 }
 
 
+# ``5-5/2`` is the range 5..5 stepped by 2, so only 5; cronsim reads a one-value range before a
+# step as a start (``5/2``: 5, 7, 9, ...). Written as the single value it means, it is exact.
+_ONE_VALUE_RANGE = re.compile(r"(?<![0-9A-Za-z])([0-9]+)-\1/[0-9]+(?![0-9])")
+
+
 def expand(expression: str) -> str:
     """The five-field form of ``expression`` (macros expanded, white space normalised)."""
     text = " ".join(expression.split())
@@ -41,7 +47,7 @@ def expand(expression: str) -> str:
             known = ", ".join(MACROS)
             raise ValidationError(f"unknown cron macro {text!r} (known: {known})", field="cron")
         return MACROS[text.lower()]
-    return text
+    return _ONE_VALUE_RANGE.sub(r"\1", text)
 
 
 def validate(expression: str) -> str:
@@ -61,6 +67,108 @@ def validate(expression: str) -> str:
 
 
 def fire_times(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
-    """Matching instants strictly after ``after``, in UTC, ascending, without end."""
-    for local in CronSim(expand(expression), after.astimezone(zone)):
-        yield local.astimezone(UTC)
+    """Matching instants strictly after ``after``, in UTC, strictly ascending, without end.
+
+    cronsim answers only the calendar question, in naive wall-clock time where it has no zone
+    logic to get wrong: which wall-clock minutes match. Turning each into real instants is done
+    here, by the rules above. cronsim's own zone handling, asked directly, yielded the first pass
+    of a repeated hour when started inside the second (an instant before ``after``: the scheduler
+    planned a slot that had run), and in zones whose shift is not a whole hour (Lord Howe,
+    Chatham) it stepped over real instants of wildcard-hour expressions.
+    """
+    text = expand(expression)
+    minute, hour = text.split(" ")[:2]
+    fixed = not minute.startswith("*") and not hour.startswith("*")  # Debian cron's distinction
+    walls = _Walls(text, _first_wall(after.astimezone(zone), zone))
+    last = after.astimezone(UTC)
+    for wall in walls:
+        for at in _instants(wall, zone, fixed, walls):
+            if at > last:  # a skipped time fires at the jump: several may land on one instant
+                last = at
+                yield at
+
+
+_SECOND = timedelta(seconds=1)
+
+
+class _Walls:
+    """The matching wall-clock times (naive, ascending) from cronsim; one can be put back."""
+
+    def __init__(self, text: str, start: datetime) -> None:
+        self._sim = CronSim(text, start - _SECOND)  # cronsim yields strictly after its start
+        self._back: list[datetime] = []
+
+    def __iter__(self) -> Iterator[datetime]:
+        return self
+
+    def __next__(self) -> datetime:
+        return self._back.pop() if self._back else next(self._sim)
+
+    def put_back(self, wall: datetime) -> None:
+        self._back.append(wall)
+
+
+def _first_wall(local: datetime, zone: ZoneInfo) -> datetime:
+    """The earliest wall-clock time that can still map to an instant after ``local``: its own
+    minute, or, when ``local`` is in the first pass of a repeated hour, the start of that hour
+    (whose second pass is yet to come)."""
+    wall = local.replace(tzinfo=None, second=0, microsecond=0)
+    early, late = _offsets(wall, zone)
+    if local.fold == 0 and early > late:
+        first = (wall - early).replace(tzinfo=UTC)
+        return _local(_transition(first, (wall - late).replace(tzinfo=UTC), zone), late)
+    return wall
+
+
+def _instants(wall: datetime, zone: ZoneInfo, fixed: bool, walls: _Walls) -> list[datetime]:
+    """The instants a matching wall-clock time fires at, ascending. A time that exists once: that
+    instant. A skipped time: a fixed-time job fires once at the jump, a wildcard one not at all
+    (it fires at the real instants around it). A repeated time: a fixed-time job fires at the
+    first pass; a wildcard one at both, so the rest of the repeated span's matches are taken
+    from ``walls`` and all first passes come before all second passes."""
+    early, late = _offsets(wall, zone)
+    if early == late:
+        return [(wall - early).replace(tzinfo=UTC)]
+    if early < late:  # in a gap: fold=0 reads the offset before the jump, the smaller one
+        return (
+            [_transition((wall - late).replace(tzinfo=UTC), (wall - early).replace(tzinfo=UTC), zone)] if fixed else []
+        )
+    first = (wall - early).replace(tzinfo=UTC)
+    if fixed:
+        return [first]
+    repeated_until = _local(_transition(first, (wall - late).replace(tzinfo=UTC), zone), early)
+    group = [wall]
+    for more in walls:
+        if more >= repeated_until:
+            walls.put_back(more)
+            break
+        group.append(more)
+    return [(w - early).replace(tzinfo=UTC) for w in group] + [(w - late).replace(tzinfo=UTC) for w in group]
+
+
+def _offsets(wall: datetime, zone: ZoneInfo) -> tuple[timedelta, timedelta]:
+    """The UTC offsets of a wall-clock time read as its first and its second occurrence: equal
+    for a time that exists once, first > second in a repeated span, first < second in a gap."""
+    early = wall.replace(tzinfo=zone, fold=0).utcoffset()
+    late = wall.replace(tzinfo=zone, fold=1).utcoffset()
+    assert early is not None and late is not None
+    return early, late
+
+
+def _transition(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
+    """The instant, to the second, in ``(before, after]`` at which the zone's offset changes
+    (``before`` and ``after`` are on either side of one change)."""
+    offset = before.astimezone(zone).utcoffset()
+    low, high = 0, int((after - before) / _SECOND)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if (before + middle * _SECOND).astimezone(zone).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return before + high * _SECOND
+
+
+def _local(instant: datetime, offset: timedelta) -> datetime:
+    """The naive wall-clock time of a UTC instant at ``offset``."""
+    return instant.replace(tzinfo=None) + offset
