@@ -147,9 +147,7 @@ def _apply(
     if len(loaded) > 20 and not app.json_output:
         with Progress(transient=True) as bar:
             task = bar.add_task("applying definitions", total=len(loaded))
-            results = engine.apply_definitions(
-                loaded, progress=lambda n: bar.advance(task, n), applied_by=applier
-            )
+            results = engine.apply_definitions(loaded, progress=lambda n: bar.advance(task, n), applied_by=applier)
     else:
         results = engine.apply_definitions(loaded, applied_by=applier)
     approved: set[str] = set()

@@ -219,9 +219,7 @@ def bootstrap(engine: Engine, *, tenant_id: str, path: Path | None = None) -> Cr
         except OSError as exc:
             raise ValidationError(f"{path}: {exc.strerror}", field="bootstrap_token_file") from None
     try:
-        made = create(
-            engine, tenant_id=tenant_id, role=Role.ADMIN.value, actor="bootstrap", label="bootstrap admin"
-        )
+        made = create(engine, tenant_id=tenant_id, role=Role.ADMIN.value, actor="bootstrap", label="bootstrap admin")
     except BaseException:
         if fd is not None and path is not None:
             os.close(fd)

@@ -39,9 +39,6 @@ Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
-
-
-
 @router.get("/workers", response_model=WorkersOut)
 @allow(READ)
 def list_workers(state: State, limit: Annotated[int, Query(ge=1, le=100)] = 20) -> WorkersOut:

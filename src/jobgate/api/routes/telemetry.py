@@ -27,9 +27,6 @@ router = APIRouter(prefix="/api/v1", tags=["telemetry"])
 State = Annotated[ServerState, Depends(server_state)]
 
 
-
-
-
 class TelemetryPeriodOut(BaseModel):
     period: str
     period_start: datetime

@@ -87,6 +87,8 @@ def gates_closing(conn: Connection) -> None:
     round trip and writes nothing."""
     if conn.dialect.name == "postgresql":
         fast.execute(conn, _GATES_EXCLUSIVE)
+
+
 _LEASED = [s.value for s in LEASED]
 # Literal predicates, identical to the partial indexes' WHERE clauses: with bound parameters
 # SQLite cannot prove a query implies the index condition and scans the whole table instead.

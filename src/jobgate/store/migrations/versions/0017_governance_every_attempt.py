@@ -75,8 +75,12 @@ def upgrade() -> None:
     op.drop_table("definition_approvals")
     op.rename_table("definition_approvals_0017", "definition_approvals")
     if postgres:
-        op.execute("ALTER TABLE definition_approvals RENAME CONSTRAINT pk_definition_approvals_0017 TO pk_definition_approvals")
-        op.execute("ALTER SEQUENCE definition_approvals_0017_approval_id_seq RENAME TO definition_approvals_approval_id_seq")
+        op.execute(
+            "ALTER TABLE definition_approvals RENAME CONSTRAINT pk_definition_approvals_0017 TO pk_definition_approvals"
+        )
+        op.execute(
+            "ALTER SEQUENCE definition_approvals_0017_approval_id_seq RENAME TO definition_approvals_approval_id_seq"
+        )
         op.execute("ALTER TABLE definition_approvals ENABLE ROW LEVEL SECURITY")
         op.execute("ALTER TABLE definition_approvals FORCE ROW LEVEL SECURITY")
         op.execute(f"CREATE POLICY jobgate_tenant ON definition_approvals USING ({VISIBLE}) WITH CHECK ({VISIBLE})")
