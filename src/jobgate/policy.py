@@ -37,8 +37,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConfigurationError
-from jobgate.core.models import JobClass, Priority, TriggerType
-from jobgate.core.policy import PRIORITY_ORDER, Blackout, Policy
+from jobgate.core.models import JobClass, TriggerType
+from jobgate.core.policy import CEILINGS, Blackout, Policy
 from jobgate.definitions.documents import Reader, join, parse_yaml, read_text
 
 
@@ -115,8 +115,8 @@ def _rule_id(r: Reader, spec: Mapping[str, Any], at: str) -> str:
 
 def _priority(r: Reader, value: Any, at: str) -> str:
     name = r.string(value, at)
-    if name not in PRIORITY_ORDER or name not in {p.value for p in Priority}:
-        r.fail(at, f"one of {', '.join(PRIORITY_ORDER)}")
+    if name not in CEILINGS:
+        r.fail(at, f"one of {', '.join(CEILINGS)} (background is never capped)")
     return name
 
 

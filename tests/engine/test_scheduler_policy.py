@@ -13,8 +13,8 @@ import yaml
 from tests.helpers import count, define, make_config
 
 from jobgate.core.errors import ConfigurationError, GovernanceRefusal
-from jobgate.core.models import Scope, TriggerType
-from jobgate.core.policy import Admission, evaluate
+from jobgate.core.models import Priority, Scope, TriggerType
+from jobgate.core.policy import CEILINGS, Admission, evaluate
 from jobgate.policy import parse_policy
 from jobgate.service import audit
 from jobgate.service.engine import SYSTEM_TENANT, Engine, SubmitRequest
@@ -106,7 +106,7 @@ def governed(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, Path]]
     store = Store(database_url)
     engine = Engine(store, make_config(tmp_path, policy=str(path)))
     define(engine, job_definition_id="job")
-    define(engine, job_definition_id="export", job_class="FEDERATION_SYNC_JOB")
+    define(engine, job_definition_id="export", job_class="FEDERATION_SYNC_JOB", trigger_type="event")
     yield engine, path
     store.dispose()
 
@@ -179,3 +179,36 @@ def test_each_rule_refuses_through_the_engine_stores_nothing_and_is_audited(
         assert entry.event.payload["rule"] == rule
     finally:
         store.dispose()
+
+
+@pytest.mark.parametrize("priority", [p.value for p in Priority])
+@pytest.mark.parametrize("ceiling", CEILINGS)
+def test_every_priority_is_judged_against_every_ceiling(priority: str, ceiling: str) -> None:
+    # Found 4 (issue 19): the ceiling's order once lacked ``background`` and crashed on it. The
+    # order is the one of ``Priority`` (critical first), so a run is refused exactly when its
+    # priority is more urgent than the ceiling.
+    policy = parse_policy({"policy_id": "P", "version": 1, "priority": {"id": "SP-P", "max": ceiling}}, "p.yaml")
+    refusal = evaluate(policy, admission(priority=priority))
+    order = [p.value for p in Priority]
+    assert (refusal is not None) == (order.index(priority) < order.index(ceiling))
+
+
+def test_a_background_definition_runs_under_a_priority_rule(database_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump({"policy_id": "P", "version": 1, "priority": {"id": "SP-P", "max": "normal"}}))
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, policy=str(path)))
+    try:
+        define(engine, job_definition_id="report", priority="background")
+        run = engine.submit(SubmitRequest("report", scope=Scope(), requested_by="ada", reason="ok"), actor="ada").run
+        assert run.priority is Priority.BACKGROUND
+    finally:
+        store.dispose()
+
+
+def test_an_unknown_priority_in_the_policy_names_the_allowed_list() -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        parse_policy({"policy_id": "P", "version": 1, "priority": {"id": "X", "by_tenant": {"a": "urgent"}}}, "p.yaml")
+    assert "priority.by_tenant.a" in str(
+        bad.value
+    ) and "low, normal, high, critical (background is never capped)" in str(bad.value)

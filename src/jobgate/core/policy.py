@@ -15,9 +15,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from jobgate.core.errors import GovernanceRefusal
-from jobgate.core.models import TriggerType
+from jobgate.core.models import Priority, TriggerType
 
-PRIORITY_ORDER = ("low", "normal", "high", "critical")
+# Lowest first: the order ceilings compare in, from the one list of priorities there is (a
+# copy of it lacked ``background``, and a background run under a priority rule crashed).
+PRIORITY_ORDER = tuple(p.value for p in reversed(Priority))
+# What a ceiling may name (the seed contract): background is below every ceiling, never capped.
+CEILINGS = PRIORITY_ORDER[1:]
 
 
 @dataclass(frozen=True)
