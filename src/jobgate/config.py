@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.core.policies import (
@@ -77,6 +78,7 @@ _TOP_KEYS = (
     "tracing",
     "telemetry",
     "governance",
+    "scheduling",
 )
 _RUNNER_KEYS = ("binary", "args", "non_retryable_exit_codes", "stop_grace_seconds", "artifact", "env", "executes_body")
 _TARGET_KEYS = ("cmi", "handler", "runner", "http", "description")
@@ -211,6 +213,15 @@ class GovernanceSettings:
 
 
 @dataclass(frozen=True)
+class SchedulingSettings:
+    """``scheduling``: the defaults of the schedules definitions keep (``trigger_type`` with a
+    ``schedule_expression``) when they do not say: their timezone and their misfire policy."""
+
+    timezone: str = "UTC"
+    misfire: str = "fire_once"
+
+
+@dataclass(frozen=True)
 class TelemetrySettings:
     """AII telemetry rollups (seed 000 §37, §51): the period each publication covers, the sink
     (an append-only file, or an HTTP endpoint from configuration only), and how long after a
@@ -270,6 +281,7 @@ class JobgateConfig:
     tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
     telemetry: TelemetrySettings = TelemetrySettings()
     governance: GovernanceSettings = GovernanceSettings()
+    scheduling: SchedulingSettings = SchedulingSettings()
 
     @property
     def anchor_sink_path(self) -> Path:
@@ -380,6 +392,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         tracing=parse_tracing_settings(r, doc.get("tracing")),
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
         governance=_governance(r, doc.get("governance")),
+        scheduling=_scheduling(r, doc.get("scheduling")),
     )
 
 
@@ -387,6 +400,23 @@ def _governance(r: Reader, value: Any) -> GovernanceSettings:
     spec = r.mapping(_or_empty(value), "governance")
     r.only_keys(spec, "governance", ("four_eyes",))
     return GovernanceSettings(four_eyes=r.boolean(spec.get("four_eyes", False), "governance.four_eyes"))
+
+
+MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
+
+
+def _scheduling(r: Reader, value: Any) -> SchedulingSettings:
+    spec = r.mapping(_or_empty(value), "scheduling")
+    r.only_keys(spec, "scheduling", ("timezone", "misfire"))
+    zone = r.string(spec.get("timezone", "UTC"), "scheduling.timezone")
+    try:
+        ZoneInfo(zone)
+    except (ValueError, ZoneInfoNotFoundError):
+        r.fail("scheduling.timezone", f"unknown IANA timezone {zone!r}")
+    misfire = r.string(spec.get("misfire", "fire_once"), "scheduling.misfire")
+    if misfire not in MISFIRE_POLICIES:
+        r.fail("scheduling.misfire", f"one of {', '.join(MISFIRE_POLICIES)}")
+    return SchedulingSettings(timezone=zone, misfire=misfire)
 
 
 def _or_empty(value: Any) -> Any:

@@ -160,9 +160,13 @@ class World:
 
 
 def build_world(engine: Engine, *, auth: bool = True) -> World:
+    # A definition's trigger_type is enforced; manual runs are always allowed. The shared job is
+    # also fired by events, acme's by the interval schedules these tests add (an adaptive
+    # definition may be started by interval and adaptive schedules, and keeps none of its own).
+    n = [{"name": "n", "pattern": "[0-9]{1,6}"}]
     for tenant in TENANTS:
-        define(engine, job_definition_id=SHARED_JOB, tenant_id=tenant, params=[{"name": "n", "pattern": "[0-9]{1,6}"}])
-    define(engine, job_definition_id=ACME_JOB, tenant_id="acme", params=[{"name": "n", "pattern": "[0-9]{1,6}"}])
+        define(engine, job_definition_id=SHARED_JOB, tenant_id=tenant, trigger_type="event", params=n)
+    define(engine, job_definition_id=ACME_JOB, tenant_id="acme", trigger_type="adaptive", params=n)
     define(
         engine,
         job_definition_id=ACME_FLOW,

@@ -115,6 +115,7 @@ SAMPLES: dict[tuple[str, str], Make] = {
         ok={201},
         other={422},  # the document names a definition the caller's tenant does not have
     ),
+    ("GET", "/api/v1/schedules/{schedule_id}/misses"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}/misses"),
     ("POST", "/api/v1/schedules/{schedule_id}/enable"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}/enable"),
     ("POST", "/api/v1/schedules/{schedule_id}/disable"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}/disable"),
     ("DELETE", "/api/v1/schedules/{schedule_id}"): lambda w: Sample(f"/api/v1/schedules/{w.schedule()}", ok={204}),

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from tests.api.conftest import ACME_JOB, World
+from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 from tests.helpers import define
 
 from jobgate.contracts import validate, violations
@@ -81,7 +81,7 @@ def test_the_seed_schedule_response_conforms_new_and_repeated(world: World) -> N
 
 def test_a_runtime_event_is_judged_alike_by_the_contract_and_the_api(world: World) -> None:
     h = world.headers("acme", Role.OPERATOR)
-    doc = {"id": "on-upload", "job": ACME_JOB, "event_type": "file.uploaded", "payload_params": ["n"]}
+    doc = {"id": "on-upload", "job": SHARED_JOB, "event_type": "file.uploaded", "payload_params": ["n"]}
     assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h).status_code == 201
     event: dict[str, Any] = {"event_type": "file.uploaded", "event_id": "upload-1", "data": {"n": "7"}}
     validate(EVENT, event)

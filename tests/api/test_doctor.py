@@ -55,10 +55,13 @@ def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> Non
     jobgate(tmp_path, "init", "site")
     folder = tmp_path / "site"
     jobgate(folder, "submit", "demo-hello")
-    jobgate(folder, "schedules", "add", "beat", "demo-hello", "--every", "60")
+    jobgate(folder, "schedules", "add", "beat", "demo-window", "--window", "60")
     proc = jobgate(folder, "--json", "doctor", check=False)
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
-    assert list(checks) == ["database", "migrations", "queue", "workers", "scheduler leader", "outbox", "dependencies"]
+    assert list(checks) == [
+        "database", "migrations", "queue", "workers", "scheduler leader", "outbox", "dependencies", "schedules",
+    ]  # fmt: skip
+    assert checks["schedules"]["status"] == "green"
     assert checks["migrations"]["status"] == "green" and checks["queue"]["detail"].startswith("1 due")
     assert checks["scheduler leader"]["status"] == "red"  # a schedule and no scheduler running
     assert proc.returncode == 1 and "red" in proc.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from tests.api.conftest import ACME_JOB, World, build_world
-from tests.helpers import count, make_config
+from tests.helpers import count, define, make_config
 
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
@@ -45,7 +45,8 @@ def test_a_limited_admin_cannot_administer_tokens_or_other_definitions(world: Wo
 
 def test_a_limited_operators_event_fires_only_its_definitions_schedules(world: World) -> None:
     admin = world.headers("acme", Role.ADMIN)
-    for sid, job in (("hidden", ACME_JOB), ("mine", "shared-job")):
+    hidden = define(world.engine, job_definition_id="acme-on-event", tenant_id="acme", trigger_type="event")
+    for sid, job in (("hidden", hidden), ("mine", "shared-job")):
         doc = {"id": sid, "job": job, "event_type": "deploy.done"}
         assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=admin).status_code == 201
     event = {"event_type": "deploy.done", "event_id": "e1"}

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 
-from tests.api.conftest import ACME_JOB, World
+from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 from tests.helpers import count, define
 
 from jobgate.core.tokens import Role
@@ -18,7 +18,7 @@ API = "/api/v1"
 
 def test_schedule_lifecycle_is_recorded_with_the_token(world: World) -> None:
     h = world.headers("acme", Role.OPERATOR)
-    doc = {"id": "nightly", "job": ACME_JOB, "cron": "0 2 * * *", "timezone": "Europe/Helsinki"}
+    doc = {"id": "nightly", "job": ACME_JOB, "every_seconds": 86400, "timezone": "Europe/Helsinki"}
     made = world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h)
     assert made.status_code == 201 and made.json()["document"]["tenant"] == "acme"
     assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h).status_code == 200
@@ -48,7 +48,7 @@ def test_a_bad_schedule_names_the_field_and_stores_nothing(world: World) -> None
 
 def test_an_event_fires_subscribed_schedules_once_per_source_event(world: World) -> None:
     h = world.headers("acme", Role.OPERATOR)
-    doc = {"id": "on-upload", "job": ACME_JOB, "event_type": "file.uploaded", "payload_params": ["n"]}
+    doc = {"id": "on-upload", "job": SHARED_JOB, "event_type": "file.uploaded", "payload_params": ["n"]}
     assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h).status_code == 201
     event = {"event_type": "file.uploaded", "event_id": "upload-1", "data": {"n": "7"}}
     first = world.client.post(f"{API}/events", json=event, headers=h).json()
@@ -163,3 +163,36 @@ def test_safe_mode_through_the_api(world: World) -> None:
     assert world.client.get(f"{API}/safe-mode", headers=world.headers("other", Role.ADMIN)).json()["active"] is False
     off = world.client.post(f"{API}/safe-mode", json={"active": False, "reason": "done"}, headers=admin).json()
     assert (off["active"], off["reason"]) == (False, "done")
+
+
+def test_misses_are_listed_paged_filtered_and_a_run_shows_its_slot(world: World) -> None:
+    from datetime import timedelta
+
+    from jobgate.runtime.scheduler import Scheduler
+
+    job = define(world.engine, job_definition_id=f"acme-hourly-{uuid.uuid4().hex[:6]}", tenant_id="acme",
+                 trigger_type="cron", schedule_expression="0 * * * *")  # fmt: skip
+    with world.engine.store.read() as tx:
+        mark = tx.schedule_get("acme", job).watermark  # type: ignore[union-attr]
+    hour = mark.replace(minute=0, second=0, microsecond=0)
+    # Five hourly slots after the watermark, the latest 30 minutes late: 4 coalesced, 1 run.
+    Scheduler(world.engine, owner="api-test").tick(hour + timedelta(hours=5, minutes=30))
+    h = world.headers("acme", Role.OPERATOR)
+    first = world.client.get(f"{API}/schedules/{job}/misses", params={"limit": 3}, headers=h).json()
+    assert [m["reason"] for m in first["items"]] == ["coalesced"] * 3 and first["next_cursor"]
+    rest = world.client.get(
+        f"{API}/schedules/{job}/misses", params={"limit": 3, "cursor": first["next_cursor"]}, headers=h
+    ).json()
+    assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+    assert rest["items"][0]["fire_at"] > first["items"][-1]["fire_at"]
+    none = world.client.get(f"{API}/schedules/{job}/misses", params={"reason": "refused"}, headers=h).json()
+    assert none["items"] == []
+    bad = world.client.get(f"{API}/schedules/{job}/misses", params={"reason": "bogus"}, headers=h)
+    assert bad.status_code == 422 and "reason" in str(bad.json())
+    other = world.headers("other", Role.OPERATOR)
+    assert world.client.get(f"{API}/schedules/{job}/misses", headers=other).status_code == 404
+    runs = world.client.get(f"{API}/runs", params={"job_definition_id": job}, headers=h).json()["items"]
+    (run,) = runs
+    assert run["schedule_id"] == job and run["slot_at"] > rest["items"][0]["fire_at"]  # the latest slot ran
+    listed = {s["schedule_id"]: s for s in world.client.get(f"{API}/schedules", headers=h).json()["items"]}
+    assert listed[job]["owner"] == "definition" and listed[job]["state"] == "active"

@@ -48,7 +48,7 @@ def test_the_schedule_changes_dsail_reads_conform(tmp_path: Path) -> None:
     """What DSAIL learns of its recommendations (applied, refused) and of operators' changes."""
     folder = tmp_path / "demo"
     assert jobgate(tmp_path, "init", "demo").returncode == 0
-    add = ["schedules", "add", "adapt", "demo-hello", "--every", "3600", "--adaptive"]
+    add = ["schedules", "add", "adapt", "TGJOBDEF-AUDIT-ANCHOR-001", "--every", "3600", "--adaptive"]
     assert jobgate(folder, *add, "--min-every", "600", "--max-every", "7200").returncode == 0
     assert jobgate(folder, "schedules", "recommend", "adapt", "--every", "1800", "--by", "dsail").returncode == 0
     assert jobgate(folder, "schedules", "recommend", "adapt", "--every", "60", "--by", "dsail").returncode == 1

@@ -47,10 +47,11 @@ def test_each_fire_makes_exactly_one_run_while_leaders_are_killed(tmp_path: Path
     jobgate(tmp_path, "init", "demo")
     folder, db, log = tmp_path / "demo", tmp_path / "demo" / "jobgate.db", tmp_path / "schedulers.log"
     jobgate(
-        folder, "schedules", "add", "beat", "demo-hello", "--every", "1", "--misfire", "fire_all",
+        folder, "schedules", "add", "beat", "TGJOBDEF-AUDIT-ANCHOR-001", "--every", "1", "--misfire", "fire_all",
         "--grace-seconds", "60", "--max-catchup", "1000",
     )  # fmt: skip
-    created = json.loads(jobgate(folder, "--json", "schedules", "list").stdout)[0]["planned_through"]
+    listed = json.loads(jobgate(folder, "--json", "schedules", "list").stdout)
+    (created,) = [s["planned_through"] for s in listed if s["schedule_id"] == "beat"]  # (and the demo's own)
     procs = [start_scheduler(folder, log), start_scheduler(folder, log)]
     kills = 0
     deadline = time.monotonic() + SECONDS
@@ -73,9 +74,10 @@ def test_each_fire_makes_exactly_one_run_while_leaders_are_killed(tmp_path: Path
             p.wait(timeout=30)
     jobgate(folder, "scheduler", "--once")  # decide every slot up to now
     with sqlite3.connect(db) as conn:
-        triggers = [r[0] for r in conn.execute("SELECT trigger_id FROM job_runs WHERE requested_by = 'scheduler'")]
+        beat = "requested_by = 'scheduler' AND trigger_id LIKE 'TGTRIG-beat@%'"
+        triggers = [r[0] for r in conn.execute(f"SELECT trigger_id FROM job_runs WHERE {beat}")]
         through = conn.execute("SELECT watermark FROM schedules WHERE schedule_id = 'beat'").fetchone()[0]
-        misses = conn.execute("SELECT count(*) FROM schedule_misses").fetchone()[0]
+        misses = conn.execute("SELECT count(*) FROM schedule_misses WHERE schedule_id = 'beat'").fetchone()[0]
     start = datetime.fromisoformat(created.replace("Z", "+00:00"))
     end = datetime.fromisoformat("1970-01-01T00:00:00+00:00") + timedelta(microseconds=through)
     # The interval counts from the moment the schedule was added; slots are whole seconds after it.

@@ -35,9 +35,13 @@ def trigger_of(engine: Engine, job_run_id: str) -> dict[str, Any]:
 
 
 def test_the_trigger_of_every_trigger_type_conforms(engine: Engine) -> None:
-    job = define(engine)
     start = datetime(2026, 6, 25, 18, tzinfo=UTC)
     for kind in TriggerType:
+        # A definition of each trigger type (a trigger_type is enforced): cron and interval ones
+        # keep a schedule, so they say when.
+        when = {TriggerType.CRON: "0 2 * * *", TriggerType.INTERVAL: "1h"}.get(kind)
+        declared = TriggerType.MANUAL if kind is TriggerType.WORKFLOW else kind
+        job = define(engine, trigger_type=declared.value, **({"schedule_expression": when} if when else {}))
         request = SubmitRequest(
             job,
             trigger_type=kind,
@@ -60,7 +64,7 @@ def policy_schedule(engine: Engine, job: str, condition: str) -> None:
 
 
 def test_a_queue_metric_that_conforms_is_recorded_and_fires_its_policy(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="policy")
     policy_schedule(engine, job, "queue.dal_anchor.depth > 1000")
     metric = {"name": "queue.dal_anchor.depth", "value": 1500, "source": "dal-collector", "tenant_id": "default"}
     validate(METRIC, metric)
@@ -98,7 +102,7 @@ def test_a_queue_metric_is_refused_alike_by_the_contract_and_the_recorder(
 
 
 def test_an_alert_that_conforms_is_recorded_as_facts_and_fires(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="policy")
     policy_schedule(engine, job, "alert.replay_drift.ratio > 0.05")
     alert = {"name": "replay_drift", "status": "firing", "data": {"ratio": 0.2, "window": "1h"}, "tenant_id": "default"}
     validate(ALERT, alert)

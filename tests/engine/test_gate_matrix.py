@@ -165,6 +165,9 @@ class Path_:
     name: str
     fire: Callable[[World, str, Any], None]
     prepare: Callable[[World, str], Any] = lambda w, job: None
+    # The definition's trigger_type (and schedule_expression: the schedule it keeps), which the
+    # path's trigger must match (issue 19: trigger_type is enforced on every path).
+    trigger: dict[str, Any] = field(default_factory=lambda: {"trigger_type": "manual"})
 
 
 def _python(w: World, job: str, _: Any) -> None:
@@ -197,6 +200,11 @@ def _schedule(**doc: Any) -> Callable[[World, str], Any]:
         return now
 
     return prepare
+
+
+def _owned(w: World, job: str) -> Any:
+    """The definition keeps its own schedule (made when it was applied): nothing to add."""
+    return w.engine.clock.now()
 
 
 def _tick(w: World, job: str, since: Any) -> None:
@@ -313,19 +321,27 @@ PATHS = {
         Path_("manual (POST /runs)", _api),
         Path_("seed contract (POST /schedule)", _contract),
         Path_("CLI submit", _cli),
-        Path_("cron", _tick, _schedule(cron="* * * * *")),
-        Path_("interval", _tick, _schedule(every_seconds=60)),
-        Path_("batch window", _tick, _schedule(window_seconds=60)),
+        Path_("cron", _tick, _owned, {"trigger_type": "cron", "schedule_expression": "* * * * *"}),
+        Path_("interval", _tick, _owned, {"trigger_type": "interval", "schedule_expression": "every: 60s"}),
+        Path_("batch window", _tick, _schedule(window_seconds=60), {"trigger_type": "batch_window"}),
         Path_(
-            "adaptive", _tick, _schedule(every_seconds=60, adaptive=True, min_every_seconds=30, max_every_seconds=120)
+            "adaptive",
+            _tick,
+            _schedule(every_seconds=60, adaptive=True, min_every_seconds=30, max_every_seconds=120),
+            {"trigger_type": "adaptive"},
         ),
-        Path_("safe mode", _safe_mode_fire, _schedule(safe_mode=True)),
-        Path_("configuration", _configuration_fire, _schedule(config_profile="default")),
-        Path_("event", _event, _schedule(event_type="matrix.done")),
-        Path_("queue", _event, _schedule(event_type="matrix.done", queue=True)),
-        Path_("policy", _fact, _schedule(condition="matrix.level > 3")),
-        Path_("alert", _alert, _schedule(condition="alert.matrix_alert == 1", alert=True)),
-        Path_("backfill", _backfill, _schedule(every_seconds=60)),
+        Path_("safe mode", _safe_mode_fire, _schedule(safe_mode=True), {"trigger_type": "safe_mode"}),
+        Path_(
+            "configuration",
+            _configuration_fire,
+            _schedule(config_profile="default"),
+            {"trigger_type": "configuration"},
+        ),
+        Path_("event", _event, _schedule(event_type="matrix.done"), {"trigger_type": "event"}),
+        Path_("queue", _event, _schedule(event_type="matrix.done", queue=True), {"trigger_type": "queue"}),
+        Path_("policy", _fact, _schedule(condition="matrix.level > 3"), {"trigger_type": "policy"}),
+        Path_("alert", _alert, _schedule(condition="alert.matrix_alert == 1", alert=True), {"trigger_type": "alert"}),
+        Path_("backfill", _backfill, _owned, {"trigger_type": "interval", "schedule_expression": "60"}),
         Path_("request", _approve_request, _propose),
         Path_("retry", _retry, _terminal_run),
         Path_("requeue", _requeue, _dead_letter),
@@ -335,8 +351,8 @@ PATHS = {
 }
 
 
-def _definition(w: World, gate: Gate) -> str:
-    fields = {"job_definition_id": f"matrix-{gate.name.replace('_', '-')}", **gate.fields}
+def _definition(w: World, gate: Gate, path: Path_) -> str:
+    fields = {"job_definition_id": f"matrix-{gate.name.replace('_', '-')}", **gate.fields, **path.trigger}
     if gate.name == "signature":  # stored unsigned: refused once signatures are required
         return define(w.engine, **fields)
     return define(w.engine, **fields)
@@ -356,7 +372,7 @@ def _refusal_codes(w: World) -> set[str]:
 @pytest.mark.parametrize("path_name", list(PATHS))
 def test_every_path_meets_every_gate(world: World, path_name: str, gate_name: str) -> None:
     path, gate = PATHS[path_name], GATES[gate_name]
-    job = _definition(world, gate)
+    job = _definition(world, gate, path)
     prepared = path.prepare(world, job)
     before = _runs(world, job)
     gate.close(world, job)

@@ -85,10 +85,12 @@ def test_a_requeue_of_content_no_longer_approved_is_refused(engine: Engine) -> N
 
 
 def test_a_cron_fire_of_an_unapproved_definition_is_skipped_and_recorded(engine: Engine) -> None:
-    job = define(engine, approve=False)
+    job = define(engine, trigger_type="adaptive")
     now = engine.clock.now()
     doc = {"id": "every-minute", "job": job, "every_seconds": 60, "anchor": (now - timedelta(minutes=3)).isoformat()}
     schedules.put_schedules(engine, [schedules.schedule_from_document(doc, now=now)], source="test", now=now)
+    # A new version nobody approved: the schedule's fires meet it.
+    define(engine, job_definition_id=job, trigger_type="adaptive", description="edited", approve=False)
     Scheduler(engine).tick(now + timedelta(minutes=2))
     assert count(engine, "job_runs") == 0
     with engine.store.read() as tx:

@@ -44,7 +44,7 @@ def request(job: str, **kw: object) -> SubmitRequest:
 
 
 def test_a_requeue_meets_the_safe_mode_gate(guarded: Engine) -> None:
-    job = define(guarded, job_definition_id="export", job_class="FEDERATION_SYNC_JOB")
+    job = define(guarded, job_definition_id="export", job_class="FEDERATION_SYNC_JOB", trigger_type="event")
     run_id = guarded.submit(request(job), actor="ada").run.job_run_id
     with guarded.store.write() as tx:
         tx.conn.execute(text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r"), {"r": run_id})
@@ -68,7 +68,7 @@ def test_a_revocation_between_preparation_and_creation_still_refuses(engine: Eng
 
 
 def test_safe_mode_switched_on_after_preparation_still_refuses(guarded: Engine) -> None:
-    job = define(guarded, job_definition_id="export", job_class="FEDERATION_SYNC_JOB")
+    job = define(guarded, job_definition_id="export", job_class="FEDERATION_SYNC_JOB", trigger_type="event")
     now = guarded.clock.now()
     event = request(job, trigger_type=TriggerType.EVENT, source_event_id="e1", event_type="x.y")
     prepared = guarded.prepare_submissions([event], now=now)

@@ -165,7 +165,7 @@ def test_a_batch_window_is_one_run_however_often_it_is_triggered(engine: Engine)
 
     from jobgate.core.models import ExecutionWindow
 
-    job = define(engine, trigger_type="batch_window", schedule_expression="0 * * * *")
+    job = define(engine, trigger_type="batch_window", schedule_expression="1h")
     window = ExecutionWindow(datetime(2026, 6, 25, 18, tzinfo=UTC), datetime(2026, 6, 25, 19, tzinfo=UTC))
     first = engine.submit(SubmitRequest(job, trigger_type=TriggerType.BATCH_WINDOW, window=window))
     again = engine.submit(SubmitRequest(job, trigger_type=TriggerType.BATCH_WINDOW, window=window))

@@ -29,7 +29,7 @@ def emit(engine: Engine, event_type: str, event_id: str, **data: object) -> list
 
 
 def test_an_event_fires_its_subscribers_once_and_a_duplicate_is_a_no_op(engine: Engine) -> None:
-    job = define(engine, params=[{"name": "name", "pattern": "[A-Za-z]{1,20}"}])
+    job = define(engine, trigger_type="event", params=[{"name": "name", "pattern": "[A-Za-z]{1,20}"}])
     subscribe(engine, "on-done", job, "pipeline.completed", payload_params=("name",))
     assert emit(engine, "pipeline.completed", "ev-1", name="Ada", secret="hunter2") == [("on-done", True, None)]
     assert emit(engine, "pipeline.completed", "ev-1", name="Ada") == [("on-done", False, None)]
@@ -40,9 +40,9 @@ def test_an_event_fires_its_subscribers_once_and_a_duplicate_is_a_no_op(engine: 
 
 
 def test_a_refused_or_paused_subscriber_is_recorded_and_stores_no_run(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="event")
     subscribe(engine, "a", job, "x.y")
-    paused = define(engine)
+    paused = define(engine, trigger_type="event")
     subscribe(engine, "b", paused, "x.y", paused=True)
     with engine.store.write() as tx:
         tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, T0)
@@ -62,7 +62,7 @@ def test_a_refused_or_paused_subscriber_is_recorded_and_stores_no_run(engine: En
 def test_a_bad_event_is_refused_naming_the_field(
     engine: Engine, event_id: str, data: dict[str, object], field: str
 ) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="event")
     subscribe(engine, "a", job, "x.y")
     with pytest.raises(ValidationError) as err:
         emit_event(engine, event_type="x.y", event_id=event_id, data=data, tenant_id="default", actor="t")
@@ -94,7 +94,7 @@ def observe(engine: Engine, name: str, value: float) -> list[str]:
 
 
 def test_a_policy_fires_once_per_episode_not_once_per_evaluation(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="policy")
     watch(engine, "drift", job, "replay.drift_ratio > 0.05")
     series = [0.01, 0.07, 0.09, 0.08, 0.02, 0.03, 0.11, 0.12]
     fired = [observe(engine, "replay.drift_ratio", v) for v in series]
@@ -109,14 +109,14 @@ def test_a_policy_fires_once_per_episode_not_once_per_evaluation(engine: Engine)
 
 
 def test_other_facts_do_not_touch_a_policy(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="policy")
     watch(engine, "drift", job, "replay.drift_ratio > 0.05")
     assert observe(engine, "queue.depth", 1000) == []
     assert count(engine, "job_runs") == 0
 
 
 def test_an_alert_fires_once_while_it_keeps_firing(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="alert")
     watch(engine, "on-drift", job, "alert.replay_drift.ratio > 0.05", ScheduleKind.ALERT)
     post = lambda firing, **data: [  # noqa: E731
         f.schedule_id
@@ -131,7 +131,7 @@ def test_an_alert_fires_once_while_it_keeps_firing(engine: Engine) -> None:
 
 
 def test_a_refused_policy_fire_is_recorded_and_stores_no_run(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="policy")
     watch(engine, "drift", job, "x > 1")
     with engine.store.write() as tx:
         tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, T0)

@@ -94,7 +94,7 @@ def runs(engine: Engine) -> list[tuple[str, str]]:
 
 
 def test_a_safe_mode_schedule_fires_only_while_safe_mode_is_on(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="safe_mode")
     safe_schedule(engine, job, every=10 * MIN)
     s = Scheduler(engine, owner="a")
     assert s.tick(T0 + 30 * MIN).fired == 0  # off: nothing, however long
@@ -112,7 +112,7 @@ def test_a_safe_mode_schedule_fires_only_while_safe_mode_is_on(engine: Engine) -
 
 
 def test_an_activation_while_the_scheduler_was_down_follows_the_misfire_policy(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="safe_mode")
     safe_schedule(engine, job, every=10 * MIN, misfire=MisfirePolicy.FIRE_ALL)
     safemode.activate(engine, "default", actor="ada", reason="incident", now=T0 + MIN)
     safemode.deactivate(engine, "default", actor="ada", reason="over", now=T0 + 25 * MIN)
@@ -126,7 +126,7 @@ def test_an_activation_while_the_scheduler_was_down_follows_the_misfire_policy(e
 def test_a_schedule_watching_the_policy_bundle_fires_only_when_the_bundle_changes(
     engine: Engine, tmp_path: Path
 ) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="configuration")
     engine.config = make_config(tmp_path, profiles={"prod": {"policy_bundle": "FAGF-2026.1", "sample": 5}})
     schedule = Schedule("on-bundle", job, ScheduleKind.CONFIGURATION, T0, config_profile="prod")
     put_schedules(engine, [check_schedule(_watching(schedule))], source="test", now=T0)
@@ -148,7 +148,7 @@ def _watching(s: Schedule) -> Schedule:
 
 
 def test_watching_a_key_the_profile_lacks_is_refused_and_nothing_is_stored(engine: Engine, tmp_path: Path) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="configuration")
     engine.config = make_config(tmp_path, profiles={"prod": {"policy_bundle": "FAGF-2026.1"}})
     schedule = Schedule("c", job, ScheduleKind.CONFIGURATION, T0, config_profile="prod", config_watch=("polcy",))
     with pytest.raises(ValidationError, match="no key 'polcy'") as err:
@@ -161,7 +161,7 @@ def test_watching_a_key_the_profile_lacks_is_refused_and_nothing_is_stored(engin
 
 
 def test_adding_updating_pausing_resuming_and_deleting_are_each_recorded_with_who(engine: Engine) -> None:
-    job = define(engine)
+    job = define(engine, trigger_type="cron", schedule_expression="0 0 29 2 *")
     s = check_schedule(Schedule("h", job, ScheduleKind.CRON, T0, cron="0 * * * *"))
     put_schedules(engine, [s], source="seed.yaml", now=T0, actor="ada")
     put_schedules(engine, [s], source="seed.yaml", now=T0 + MIN, actor="ada")  # the same: nothing to record

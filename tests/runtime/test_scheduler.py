@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from tests.helpers import count, define, make_config
+from tests import helpers
+from tests.helpers import count, make_config
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DefinitionStatus, TriggerType
@@ -15,9 +16,16 @@ from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill, put_schedules, recommend_interval
+from jobgate.store.base import RunCreate, RunFilter
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+
+
+def define(engine: Engine, **fields: object) -> str:
+    """A definition these tests' schedules may fire (a trigger_type is enforced): cron, so it keeps
+    a schedule of its own, on 29 February only: never due in the March 2026 the tests plan in."""
+    return helpers.define(engine, **{"trigger_type": "cron", "schedule_expression": "0 0 29 2 *", **fields})
 
 
 def add(engine: Engine, schedule: Schedule, watermark: datetime = T0) -> Schedule:
@@ -126,7 +134,7 @@ def test_a_paused_schedule_fires_nothing_and_records_its_slots(engine: Engine) -
 
 
 def test_batch_windows_fire_once_per_closed_window(engine: Engine) -> None:
-    job = define(engine)
+    job = helpers.define(engine, trigger_type="batch_window")
     add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR, misfire=MisfirePolicy.FIRE_ALL))
     s = Scheduler(engine, owner="a")
     s.tick(T0 + 2 * HOUR + timedelta(minutes=30))
@@ -137,16 +145,68 @@ def test_batch_windows_fire_once_per_closed_window(engine: Engine) -> None:
     assert '"window":["2026-03-01T02:00:00Z","2026-03-01T03:00:00Z"]' in rows[-1][0]
 
 
+def test_a_failing_schedule_is_marked_backs_off_and_never_delays_the_others(engine: Engine) -> None:
+    from jobgate.service import doctor
+
+    job = define(engine)
+    add(engine, hourly(job))
+    add(engine, Schedule("broken", job, ScheduleKind.CRON, T0, cron="30 * * * *"))
+    with engine.store.write() as tx:  # a row no plan can use (written by hand, or an older version)
+        tx.conn.execute(text("UPDATE schedules SET timezone = 'Mars/Olympus' WHERE schedule_id = 'broken'"))
+    s = Scheduler(engine, owner="a")
+    assert s.tick(T0 + HOUR).fired == 1  # the healthy schedule fired; the broken one did not stop it
+    with engine.store.read() as tx:
+        broken = tx.schedule_get("default", "broken")
+    assert broken is not None and broken.state == "failing" and broken.failures == 1
+    assert broken.last_error == "internal error (ZoneInfoNotFoundError)"
+    assert broken.retry_at == T0 + HOUR + timedelta(seconds=2)
+    (check,) = [c for c in doctor.run_checks(engine) if c.name == "schedules"]
+    assert check.level is doctor.Level.AMBER and "broken (1 in a row" in check.detail
+    s.tick(T0 + HOUR + timedelta(seconds=1))  # backing off: not tried
+    with engine.store.read() as tx:
+        assert tx.schedule_get("default", "broken").failures == 1  # type: ignore[union-attr]
+    s.tick(T0 + HOUR + timedelta(seconds=2))  # tried, failed again: the back-off doubles
+    with engine.store.read() as tx:
+        again = tx.schedule_get("default", "broken")
+    assert again is not None and again.failures == 2 and again.retry_at == T0 + HOUR + timedelta(seconds=6)
+    with engine.store.write() as tx:
+        tx.conn.execute(text("UPDATE schedules SET timezone = 'UTC' WHERE schedule_id = 'broken'"))
+    # Healed: the 00:30 slot it owed while failing is caught up by its misfire policy (fire_once: one
+    # late run), and 01:30 fires on time.
+    assert s.tick(T0 + HOUR + timedelta(minutes=31)).fired == 2
+    with engine.store.read() as tx:
+        healed = tx.schedule_get("default", "broken")
+    assert healed is not None and healed.state == "active" and healed.last_error is None
+    (check,) = [c for c in doctor.run_checks(engine) if c.name == "schedules"]
+    assert check.level is doctor.Level.GREEN
+
+
+def test_refused_fires_mark_the_schedule_failing_and_back_off(engine: Engine) -> None:
+    job = define(engine, approve=False)
+    add(engine, hourly(job))
+    s = Scheduler(engine, owner="a")
+    assert s.tick(T0 + HOUR).fired == 0
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "hourly")
+        misses = tx.misses_list("default", "hourly")
+    assert stored is not None and stored.state == "failing" and "no admin approval" in (stored.last_error or "")
+    assert misses == [(T0 + HOUR, "refused")]
+
+
 # --- backfill ------------------------------------------------------------------------------
 
 
 def test_backfill_makes_one_run_per_slot_and_nothing_on_a_second_request(engine: Engine) -> None:
     job = define(engine)
     add(engine, hourly(job), watermark=T0 + 100 * HOUR)
-    first = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 5 * HOUR)
+    first = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 5 * HOUR
+    )
     assert [s.fire_at for s in first] == [T0 + k * HOUR for k in range(5)]  # [from, to): 00:00 in, 05:00 out
     assert all(s.created for s in first)
-    again = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 5 * HOUR)
+    again = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 5 * HOUR
+    )
     assert not any(s.created for s in again)
     assert [s.job_run_id for s in again] == [s.job_run_id for s in first]
     assert count(engine, "job_runs") == 5
@@ -156,13 +216,64 @@ def test_backfill_does_not_repeat_a_slot_the_scheduler_fired(engine: Engine) -> 
     job = define(engine)
     add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
     Scheduler(engine, owner="a").tick(T0 + 2 * HOUR)  # fires 01:00 and 02:00
-    result = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 4 * HOUR)
+    result = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 4 * HOUR
+    )
     assert [s.created for s in result] == [True, False, False, True]
     assert count(engine, "job_runs") == 4
 
 
-def test_backfill_of_windows_takes_whole_windows_inside_the_range(engine: Engine) -> None:
+def test_a_slot_has_one_run_whatever_the_configuration_did_since(engine: Engine) -> None:
+    # Found 2: safe mode (or an edit of the bound profile) changes the configuration digest, so
+    # the idempotency key; the slot is still the one it was. The dry run and the real run agree.
+    from jobgate.service import safemode
+
     job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="a").tick(T0 + 2 * HOUR)  # fires 01:00 and 02:00
+    safemode.activate(engine, "default", actor="ada", reason="incident", now=T0 + 2 * HOUR)
+    dry = backfill(
+        engine,
+        tenant_id="default",
+        job_definition_id=job,
+        schedule_id="hourly",
+        start=T0,
+        end=T0 + 4 * HOUR,
+        dry_run=True,
+    )
+    assert [s.job_run_id is not None for s in dry] == [False, True, True, False]
+    real = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 4 * HOUR
+    )
+    assert [s.created for s in real] == [True, False, False, True]
+    assert [s.job_run_id for s in real][1:3] == [s.job_run_id for s in dry][1:3]
+    assert count(engine, "job_runs") == 4
+    safemode.deactivate(engine, "default", actor="ada", reason="over", now=T0 + 3 * HOUR)
+    again = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 4 * HOUR
+    )
+    assert not any(s.created for s in again) and count(engine, "job_runs") == 4
+    # The scheduler, planning a slot that was backfilled meanwhile, makes nothing either.
+    with engine.store.read() as tx:
+        slots = tx.conn.execute(text("SELECT slot FROM job_runs ORDER BY slot")).scalars().all()
+    assert slots == [f"TGTRIG-hourly@2026-03-01T0{h}:00:00Z" for h in range(4)]
+
+
+def test_the_store_refuses_a_second_run_for_a_slot(engine: Engine) -> None:
+    # The rule is the database's, not the planner's: a run inserted for a held slot is not made.
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="a").tick(T0 + HOUR)
+    with engine.store.read() as tx:
+        run = tx.runs_list(RunFilter(limit=10))[0]
+    twin = run.evolve(job_run_id="TGJOBRUN-twin", idempotency_key="other-key")
+    with engine.store.write() as tx:
+        made = tx.runs_create([RunCreate(twin, {}, (), None, None)])
+    assert made == [(run, False)] and count(engine, "job_runs") == 1
+
+
+def test_backfill_of_windows_takes_whole_windows_inside_the_range(engine: Engine) -> None:
+    job = helpers.define(engine, trigger_type="batch_window")
     add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR), watermark=T0 + 100 * HOUR)
     result = backfill(
         engine, tenant_id="default", job_definition_id=job, start=T0 + timedelta(minutes=30), end=T0 + 4 * HOUR
@@ -178,13 +289,21 @@ def test_a_dry_run_backfill_stores_nothing_and_a_bad_range_is_refused(engine: En
 
     job = define(engine)
     add(engine, hourly(job), watermark=T0 + 100 * HOUR)
-    plan = backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0 + 3 * HOUR, dry_run=True)
+    plan = backfill(
+        engine,
+        tenant_id="default",
+        job_definition_id=job,
+        schedule_id="hourly",
+        start=T0,
+        end=T0 + 3 * HOUR,
+        dry_run=True,
+    )
     assert len(plan) == 3 and all(s.job_run_id is None and not s.created for s in plan)
     assert count(engine, "job_runs") == 0
     with pytest.raises(ValidationError) as err:
-        backfill(engine, tenant_id="default", job_definition_id=job, start=T0, end=T0)
+        backfill(engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0)
     assert err.value.field == "to"
-    other = define(engine)
+    other = helpers.define(engine)  # manual: no schedule
     with pytest.raises(ValidationError) as err:
         backfill(engine, tenant_id="default", job_definition_id=other, start=T0, end=T0 + HOUR)
     assert err.value.field == "job" and "no schedule" in err.value.message
@@ -231,7 +350,7 @@ def adaptive(job: str) -> Schedule:
 
 
 def test_a_recommendation_moves_an_adaptive_interval_only_within_its_bounds(engine: Engine) -> None:
-    job = define(engine)
+    job = helpers.define(engine, trigger_type="adaptive")
     add(engine, adaptive(job))
     engine.clock = FixedClock(T0 + timedelta(minutes=25))
     assert recommend_interval(engine, tenant_id="default", schedule_id="adapt", every=HOUR, source="dsail")
@@ -276,7 +395,7 @@ class FixedClock:
 
 
 def test_a_configuration_schedule_fires_once_per_newly_activated_snapshot(engine: Engine, tmp_path: Path) -> None:
-    job = define(engine)
+    job = helpers.define(engine, trigger_type="configuration")
     original = engine.config
     engine.config = make_config(tmp_path, profiles={"risk": {"threshold": 5}})
     put_schedules(
@@ -297,10 +416,10 @@ def test_a_configuration_schedule_fires_once_per_newly_activated_snapshot(engine
 
 
 def test_a_configuration_schedule_for_an_unknown_profile_is_refused(engine: Engine) -> None:
-    job = define(engine)
+    job = helpers.define(engine, trigger_type="configuration")
     schedule = check_schedule(Schedule("c", job, ScheduleKind.CONFIGURATION, T0, config_profile="nope"))
     with pytest.raises(ValidationError) as err:
         put_schedules(engine, [schedule], source="test", now=T0)
     assert err.value.field == "config_profile"
     with engine.store.read() as tx:
-        assert tx.schedules_list() == []
+        assert [i.schedule.schedule_id for i in tx.schedules_list()] == []  # a configuration definition keeps none

@@ -152,3 +152,61 @@ def test_0017_keeps_every_approval_in_order_binding_no_code(database_url: str, t
     finally:
         engine.dispose()
         drop()  # type: ignore[operator]
+
+
+def test_0018_gives_each_slot_to_its_earliest_run(database_url: str, tmp_path: Path) -> None:
+    """Runs of 0017 (two of one slot, made before slots were unique; a manual run): after 0018
+    the earliest run of each slot holds it, the later twin and the manual run hold none."""
+    from alembic import command
+
+    from jobgate.store.migrate import upgrade
+
+    url, drop = _fresh_url(database_url, tmp_path, "slots")
+    engine = create_engine(_url(url))
+    runs = [  # run id (time first), trigger id, trigger type
+        ("TGJOBRUN-001", "TGTRIG-nightly@2026-03-01T02:00:00Z", "cron"),
+        ("TGJOBRUN-002", "TGTRIG-nightly@2026-03-01T02:00:00Z", "backfill"),
+        ("TGJOBRUN-003", "TGTRIG-nightly@2026-03-02T02:00:00Z", "backfill"),
+        ("TGJOBRUN-004", "TGTRIG-by-hand", "manual"),
+    ]
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET jobgate.tenant = '*'"))
+            command.upgrade(alembic_config(conn), "0017")  # type: ignore[arg-type]
+            conn.commit()
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL jobgate.tenant = '*'"))
+            for run_id, trigger, kind in runs:
+                conn.execute(
+                    text(
+                        "INSERT INTO job_runs (job_run_id, tenant_id, idempotency_key, job_definition_id,"
+                        " definition_version, definition_digest, job_class, trigger_id, trigger_type, trigger, scope,"
+                        " params, config_snapshot_id, config_digest, status, max_attempts, priority, priority_rank,"
+                        " queue, retry_policy, created_at, due_at) VALUES (:id, 'default', :id, 'job', 1, 'd',"
+                        " 'MAINTENANCE_JOB', :t, :k, '{}', '{}', '{}', 's', 'c', 'SCHEDULED', 1, 'normal', 2,"
+                        " 'default', 'p', 1, 1)"
+                    ),
+                    {"id": run_id, "t": trigger, "k": kind},
+                )
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET jobgate.tenant = '*'"))
+                conn.commit()
+            upgrade(conn)
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL jobgate.tenant = '*'"))
+            found = conn.execute(text("SELECT job_run_id, slot FROM job_runs ORDER BY job_run_id")).all()
+        assert [tuple(r) for r in found] == [
+            ("TGJOBRUN-001", "TGTRIG-nightly@2026-03-01T02:00:00Z"),
+            ("TGJOBRUN-002", None),
+            ("TGJOBRUN-003", "TGTRIG-nightly@2026-03-02T02:00:00Z"),
+            ("TGJOBRUN-004", None),
+        ]
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()
+        drop()  # type: ignore[operator]

@@ -20,6 +20,7 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
+from jobgate.scheduling.plan import parse_slot
 from jobgate.store.base import StoredDefinition
 from jobgate.store.sql.governance import Approval, RunRequest
 from jobgate.store.sql.tokens import StoredToken
@@ -120,9 +121,14 @@ class RunOut(BaseModel):
     )
     held_at: datetime | None = None
     reviewed_by: str | None = Field(default=None, description="the second person who reviewed the run, if any")
+    schedule_id: str | None = Field(
+        default=None, description="the schedule whose slot this run is (scheduled, backfilled)"
+    )
+    slot_at: datetime | None = Field(default=None, description="the instant of that slot (a batch window's end)")
 
     @classmethod
     def of(cls, run: JobRun) -> RunOut:
+        slot = parse_slot(run.slot)
         return cls(
             job_run_id=run.job_run_id,
             tenant_id=run.tenant_id,
@@ -159,6 +165,8 @@ class RunOut(BaseModel):
             hold_reason=run.hold_reason if run.status is RunStatus.HELD else None,
             held_at=run.held_at if run.status is RunStatus.HELD else None,
             reviewed_by=run.reviewed_by,
+            schedule_id=None if slot is None else slot[0],
+            slot_at=None if slot is None else slot[1],
         )
 
 
@@ -352,14 +360,29 @@ class ScheduleItemOut(BaseModel):
     job_definition_id: str
     kind: str
     paused: bool
+    state: str = Field(description="active, paused, paused: unapproved (resumes when approved), or failing")
+    owner: str = Field(description="definition (kept by its trigger_type and schedule_expression), or who stored it")
+    failures: int = Field(default=0, description="plans or fires that failed in a row")
+    last_error: str | None = None
+    retry_at: datetime | None = Field(default=None, description="a failing schedule is tried again then")
     document: dict[str, Any]
     watermark: datetime
     created_at: datetime
     updated_at: datetime
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ScheduleCreateIn(Request):
     schedule: dict[str, Any]
+    allow_pending: bool = Field(
+        default=False, description="store it paused (unapproved) when its definition is not approved, instead of 409"
+    )
+
+
+class MissOut(BaseModel):
+    fire_at: datetime
+    reason: str = Field(description="coalesced, beyond_max_catchup, skipped, paused, refused or overlap")
+    recorded_at: datetime
 
 
 class ScheduleChangedOut(BaseModel):

@@ -103,6 +103,7 @@ def run_detail(detail: RunDetailOut) -> None:
             ("attempt", f"{r.attempt}/{r.max_attempts}"),
             ("priority", r.priority),
             ("trigger", f"{r.trigger_type} {r.trigger_id}"),
+            ("slot", f"{when(r.slot_at)} of schedule {r.schedule_id}" if r.schedule_id else ""),
             ("requested by", r.requested_by),
             ("reviewed by", r.reviewed_by or ""),
             ("idempotency key", r.idempotency_key),

@@ -21,7 +21,7 @@ from jobgate.core.errors import ValidationError
 from jobgate.definitions.documents import parse_yaml, read_text
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.scheduling.model import Schedule, ScheduleKind
-from jobgate.scheduling.plan import next_fires
+from jobgate.scheduling.plan import MissReason, next_fires
 from jobgate.service import schedules as service
 from jobgate.service import triggers
 
@@ -51,13 +51,20 @@ def schedules_list(app: AppContext, tenant: str) -> None:
             "when": _when(i.schedule),
             "timezone": i.schedule.timezone,
             "misfire": i.schedule.misfire.value,
-            "paused": i.schedule.paused,
+            "state": i.state,
             "planned_through": isoformat_utc(i.watermark),
-            "source": i.source,
+            "owner": _owner(i.source),
+            **({"last_error": i.last_error} if i.last_error else {}),
         }
         for i in items
     ]
     render.records(app.json_output, "schedules", rows)
+
+
+def _owner(source: str) -> str:
+    """Who keeps the schedule: its definition (``trigger_type`` + ``schedule_expression``), or
+    whoever stored it (the CLI, the API, a seed file)."""
+    return "definition" if source == service.DEFINITION_SOURCE else source
 
 
 def _when(s: Schedule) -> str:
@@ -104,9 +111,13 @@ def _when(s: Schedule) -> str:
 @click.option("--max-catchup", type=int, default=100, show_default=True)
 @click.option("--overlap", default="allow", show_default=True, type=click.Choice(["allow", "forbid", "replace"]))
 @click.option("--tenant", default="default", show_default=True)
+@click.option("--allow-pending", is_flag=True, help="store it paused until its definition is approved")
 @pass_app
-def schedules_add(app: AppContext, /, schedule_id: str, job: str, params: tuple[str, ...], **options: Any) -> None:
-    """Add (or update) a schedule for JOB."""
+def schedules_add(
+    app: AppContext, /, schedule_id: str, job: str, params: tuple[str, ...], allow_pending: bool, **options: Any
+) -> None:
+    """Add (or update) a schedule for JOB. Refused when it could not fire (params the definition
+    refuses, an unapproved definition: see --allow-pending)."""
     now = app.engine().clock.now()
     doc = {k: v for k, v in options.items() if v is not None and v != () and v is not False}
     doc.update(id=schedule_id, job=job, params=_params(params))
@@ -115,18 +126,30 @@ def schedules_add(app: AppContext, /, schedule_id: str, job: str, params: tuple[
             doc[key] = list(doc[key])
     doc["tenant"] = doc.pop("tenant", "default")
     schedule = service.schedule_from_document(doc, now=now, source="cli")
-    (created,) = service.put_schedules(app.engine(), [schedule], source="cli", now=now, actor=getpass.getuser())
+    warnings: list[str] = []
+    (created,) = service.put_schedules(
+        app.engine(), [schedule], source="cli", now=now, actor=getpass.getuser(),
+        allow_pending=allow_pending, warnings=warnings,
+    )  # fmt: skip
+    _warn(app, warnings)
     _say(
         app,
-        {"schedule_id": schedule_id, "created": created},
+        {"schedule_id": schedule_id, "created": created, "warnings": warnings},
         f"schedule {schedule_id} {'added' if created else 'updated'}",
     )
 
 
+def _warn(app: AppContext, warnings: list[str]) -> None:
+    if not app.json_output:
+        for line in warnings:
+            click.echo(f"warning: {line}", err=True)
+
+
 @schedules.command("apply")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--allow-pending", is_flag=True, help="store schedules of unapproved definitions paused until approved")
 @pass_app
-def schedules_apply(app: AppContext, path: Path) -> None:
+def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
     """Seed schedules from a YAML file (``schedules: [{id, job, cron, params, ...}]``); all or none."""
     document = parse_yaml(read_text(path, error=ValidationError), source=str(path), error=ValidationError)
     entries = document.get("schedules") if isinstance(document, dict) else None
@@ -141,7 +164,12 @@ def schedules_apply(app: AppContext, path: Path) -> None:
             items.append(service.schedule_from_document(entry, now=now, source=str(path)))
         except ValidationError as exc:
             raise ValidationError(exc.message, field=exc.field, source=f"{path}: {exc.source}") from None
-    created = service.put_schedules(app.engine(), items, source=str(path.name), now=now, actor=getpass.getuser())
+    warnings: list[str] = []
+    created = service.put_schedules(
+        app.engine(), items, source=str(path.name), now=now, actor=getpass.getuser(),
+        allow_pending=allow_pending, warnings=warnings,
+    )  # fmt: skip
+    _warn(app, warnings)
     _say(
         app,
         [{"schedule_id": s.schedule_id, "created": c} for s, c in zip(items, created, strict=True)],
@@ -191,6 +219,27 @@ def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
         for c in items
     ]  # fmt: skip
     render.records(app.json_output, f"changes of {schedule_id}", rows)
+
+
+@schedules.command("misses")
+@click.argument("schedule_id")
+@click.option("--reason", type=click.Choice([r.value for r in MissReason]), help="only misses for this reason")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--after", help="only misses after this instant (the last one of the previous page)")
+@click.option("--tenant", default="default", show_default=True)
+@pass_app
+def schedules_misses(
+    app: AppContext, schedule_id: str, reason: str | None, limit: int, after: str | None, tenant: str
+) -> None:
+    """The slots a schedule owed and did not fire, with why (coalesced into a catch-up run,
+    beyond max_catchup, skipped, paused, refused, overlap), oldest first."""
+    since = None if after is None else service.parse_instant(after, field="after")
+    page = service.misses(app.engine(), tenant, schedule_id, reason=reason, after=since, limit=limit)
+    rows = [
+        {"fire_at": isoformat_utc(m.fire_at), "reason": m.reason, "recorded_at": isoformat_utc(m.recorded_at)}
+        for m in page
+    ]
+    render.records(app.json_output, f"misses of {schedule_id}", rows)
 
 
 @schedules.command("pause")

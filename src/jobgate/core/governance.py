@@ -68,6 +68,7 @@ class Code(StrEnum):
     SAFE_MODE = "safe_mode_active"
     TRUST_GATE = "trust_gate_refused"
     POLICY = "policy_refused"
+    TRIGGER_NOT_ALLOWED = "trigger_type_not_allowed"
 
 
 # Refusals an attempt cannot wait out: its remaining attempts are cancelled.
@@ -89,6 +90,7 @@ class Subject:
     reviewed: bool = False  # a second person reviewed this run (an approved request, a requeue)
     reason: str | None = None  # the trigger's stated reason (policy: manual runs must say why)
     role: str | None = None  # the requester's role, when known (policy: priority ceilings)
+    declared_trigger: TriggerType | None = None  # the definition's ``trigger_type``; None: not asked
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ def admit(f: Facts) -> Verdict:
     """The first rule that refuses ``f.subject`` at ``f.moment``, in a fixed order (lifecycle,
     approval, signature, code, safe mode, trust gates, policy), or ``ADMITTED``."""
     s = f.subject
-    for check in (_lifecycle, _approval, _signature, _code, _safe_mode, _trust, _policy):
+    for check in (_lifecycle, _trigger, _approval, _signature, _code, _safe_mode, _trust, _policy):
         found = check(f, s)
         if found is not None:
             return found
@@ -190,6 +192,48 @@ def _lifecycle(f: Facts, s: Subject) -> Verdict | None:
         f"definition is {f.definition_status.value}; only active definitions run",
         "status",
     )
+
+
+_TIMED = frozenset({TriggerType.CRON, TriggerType.INTERVAL, TriggerType.BATCH_WINDOW, TriggerType.ADAPTIVE})
+
+
+def allowed_triggers(declared: TriggerType) -> frozenset[TriggerType]:
+    """What may start a definition whose ``trigger_type`` is ``declared``: that trigger; a
+    manual run (an operator's, under every other rule); a workflow step (the workflow's own
+    trigger was judged); for a timed definition, a backfill of its slots. An interval and an
+    adaptive interval are one rhythm. A ``manual`` definition is started by nothing else."""
+    allowed = {declared, TriggerType.MANUAL, TriggerType.WORKFLOW}
+    if declared in _TIMED:
+        allowed.add(TriggerType.BACKFILL)
+    if declared in (TriggerType.INTERVAL, TriggerType.ADAPTIVE):
+        allowed |= {TriggerType.INTERVAL, TriggerType.ADAPTIVE}
+    return frozenset(allowed)
+
+
+def trigger_refusal(declared: TriggerType, trigger: TriggerType, job_definition_id: str) -> str | None:
+    """Why ``trigger`` may not start the definition (None: it may)."""
+    allowed = allowed_triggers(declared)
+    if trigger in allowed:
+        return None
+    names = ", ".join(sorted(t.value for t in allowed - {TriggerType.WORKFLOW}))
+    return (
+        f"{job_definition_id} has trigger_type {declared.value}: {_article(trigger.value)} {trigger.value} trigger "
+        "may not start it "
+        f"(allowed: {names})"
+    )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _trigger(f: Facts, s: Subject) -> Verdict | None:
+    if s.declared_trigger is None or not f.moment.creates:
+        return None
+    why = trigger_refusal(s.declared_trigger, s.trigger_type, s.job_definition_id)
+    if why is None:
+        return None
+    return _refused(Code.TRIGGER_NOT_ALLOWED, "definition_trigger_type", why, "trigger_type")
 
 
 def _approval(f: Facts, s: Subject) -> Verdict | None:

@@ -287,6 +287,9 @@ class JobRun:
     # The second person who reviewed this run before it could run (an approved request's
     # approver, the operator who requeued it); safe mode's manual review admits reviewed runs.
     reviewed_by: str | None = None
+    # The schedule slot this run is the one run of (``schedule_id@instant``, a scheduled fire or a
+    # backfill): unique per tenant in the store, whatever the configuration did since.
+    slot: str | None = None
 
     def evolve(self, **changes: Any) -> JobRun:
         """A copy with ``changes``, like ``dataclasses.replace`` but without re-running

@@ -11,10 +11,10 @@ from jobgate.definitions.scenario import parse_scenario
 from jobgate.definitions.schema import (
     DEFINITION_FIELDS,
     LoadedDefinition,
-    interval_seconds,
     is_cron_shaped,
     parse_definition,
 )
+from jobgate.scheduling.intervals import interval_seconds
 
 __all__ = [
     "DEFINITION_FIELDS",

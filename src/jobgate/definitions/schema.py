@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.canonical import canonical_json, digest
 from jobgate.core.errors import ValidationError
@@ -44,6 +45,8 @@ from jobgate.definitions.documents import (
     kind_of,
 )
 from jobgate.registry import RunnerSpec
+from jobgate.scheduling import cron
+from jobgate.scheduling.intervals import interval_seconds
 
 if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
     from jobgate.config import JobgateConfig
@@ -84,6 +87,8 @@ JOBGATE_FIELDS = (
     "workflow",
     "dependencies",
     "code",
+    "schedule_timezone",
+    "schedule_misfire",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner", "workflow")
@@ -97,11 +102,13 @@ SCHEDULED_TRIGGERS = frozenset({TriggerType.CRON, TriggerType.INTERVAL, TriggerT
 
 PARAM_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?#-]+")
-_INTERVAL = re.compile(r"([1-9][0-9]*)\s*([smhd]?)")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RESERVED_LIST = ", ".join(sorted(RESERVED))
-_INTERVAL_RULE = "must be a whole number of seconds, optionally with unit s, m, h or d (e.g. 900 or 15m)"
+_INTERVAL_RULE = (
+    "must be a whole number of seconds, optionally with unit s, m, h or d, optionally after 'every:' "
+    "(e.g. 900, 15m or every: 15m)"
+)
+MISFIRE_CHOICES = ("fire_once", "fire_all", "skip")
 _CRON_RULE = "must be a 5-field cron expression (minute hour day-of-month month day-of-week)"
 
 
@@ -140,17 +147,6 @@ class LoadedDefinition:
     def schedule_expression(self) -> str | None:
         value = self.definition.content.get("schedule_expression")
         return value if isinstance(value, str) else None
-
-
-def interval_seconds(expression: str) -> int | None:
-    """Seconds of an ``interval`` schedule (``900``, ``15m``, ``1h``, ``2d``), ``None`` if malformed.
-
-    Kept here, beside the rule that accepts it, so the planner cannot read the format differently.
-    """
-    match = _INTERVAL.fullmatch(expression.strip())
-    if match is None:
-        return None
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def is_cron_shaped(expression: str) -> bool:
@@ -289,18 +285,40 @@ def content_digest(document: Mapping[str, Any]) -> str:
 
 
 def _check_schedule(r: Reader, doc: Mapping[str, Any], trigger: TriggerType) -> None:
+    """``schedule_expression`` (with ``schedule_timezone`` and ``schedule_misfire``) is the
+    schedule the definition keeps: a cron expression for ``cron``, an interval for ``interval``,
+    the window length for ``batch_window``. Each is checked in full here, so a definition that
+    is stored has a schedule that fires."""
     if "schedule_expression" not in doc:
         if trigger in (TriggerType.CRON, TriggerType.INTERVAL):
             r.fail("schedule_expression", f"required when trigger_type is {trigger.value}")
+        for key in ("schedule_timezone", "schedule_misfire"):
+            if key in doc:
+                r.fail(key, "only with a schedule_expression")
         return
     expression = r.string(doc["schedule_expression"], "schedule_expression")
     if trigger not in SCHEDULED_TRIGGERS:
         r.fail("schedule_expression", f"only used by cron, interval and batch_window triggers, not {trigger}")
-    if trigger is TriggerType.INTERVAL:
+    if trigger in (TriggerType.INTERVAL, TriggerType.BATCH_WINDOW):
         if interval_seconds(expression) is None:
             r.fail("schedule_expression", _INTERVAL_RULE)
-    elif not is_cron_shaped(expression):
-        r.fail("schedule_expression", _CRON_RULE)
+    else:
+        if interval_seconds(expression) is not None:
+            r.fail("schedule_expression", "an interval: use trigger_type interval (cron takes a cron expression)")
+        if not expression.startswith("@") and not is_cron_shaped(expression):
+            r.fail("schedule_expression", _CRON_RULE)
+        try:
+            cron.validate(expression)
+        except ValidationError as exc:
+            r.fail("schedule_expression", exc.message)
+    if "schedule_timezone" in doc:
+        zone = r.string(doc["schedule_timezone"], "schedule_timezone")
+        try:
+            ZoneInfo(zone)
+        except (ValueError, ZoneInfoNotFoundError):
+            r.fail("schedule_timezone", f"unknown IANA timezone {zone!r}")
+    if "schedule_misfire" in doc and r.string(doc["schedule_misfire"], "schedule_misfire") not in MISFIRE_CHOICES:
+        r.fail("schedule_misfire", f"one of {', '.join(MISFIRE_CHOICES)}")
 
 
 def _params(r: Reader, value: Any) -> tuple[ParamSpec, ...]:

@@ -49,6 +49,13 @@ log = logging.getLogger("jobgate.scheduler")
 
 LEADER_LOCK = "scheduler-leader"
 SCHEDULER_ACTOR = "scheduler"
+MAX_BACKOFF = timedelta(minutes=5)  # the longest a failing schedule waits between tries
+
+
+class FiresRefused(JobgateError):
+    """A schedule's fires were refused (recorded as misses); the schedule is marked failing."""
+
+    code = "schedule_fires_refused"
 
 
 @dataclass
@@ -97,18 +104,60 @@ class Scheduler:
             safe_mode = _safe_mode_periods(tx, stored)
         self._known = stored
         for item in stored:
-            if item.schedule.kind is ScheduleKind.CONFIGURATION:
-                self._configuration(item, token, now, result)
+            if item.retry_at is not None and now < item.retry_at:
+                continue  # failing: backing off
+            try:
+                self._one(item, token, now, result, safe_mode.get(item.schedule.tenant_id, []))
+            except Exception as exc:
+                self._failed(item, exc, now)
                 continue
-            if item.schedule.kind is ScheduleKind.SAFE_MODE:
-                periods = safe_mode.get(item.schedule.tenant_id, [])
-                p = plan_periods(item.schedule, watermark=item.watermark, now=now, periods=periods)
-            else:
-                p = plan(item.schedule, watermark=item.watermark, now=now)
-            if not p.fires and not p.misses and p.watermark == item.watermark:
-                continue  # nothing owed: keep the watermark, write nothing
-            self._execute(item.schedule, item.watermark, p, token, now, result)
+            if item.failures:
+                self._recovered(item)
         return result
+
+    def _one(self, item: StoredSchedule, token: int, now: datetime, result: TickResult, periods: list[Period]) -> None:
+        if item.schedule.kind is ScheduleKind.CONFIGURATION:
+            self._configuration(item, token, now, result)
+            return
+        if item.schedule.kind is ScheduleKind.SAFE_MODE:
+            p = plan_periods(item.schedule, watermark=item.watermark, now=now, periods=periods)
+        else:
+            p = plan(item.schedule, watermark=item.watermark, now=now)
+        if not p.fires and not p.misses and p.watermark == item.watermark:
+            return  # nothing owed: keep the watermark, write nothing
+        self._execute(item.schedule, item.watermark, p, token, now, result)
+
+    def _failed(self, item: StoredSchedule, exc: Exception, now: datetime) -> None:
+        """One schedule's plan or fire failed: it is marked failing (its error kept, tried again
+        after a back-off that doubles up to ``MAX_BACKOFF``) and the tick goes on with the others.
+        When even that cannot be written (the database is gone) the tick fails as a whole."""
+        s = item.schedule
+        error = str(exc) if isinstance(exc, JobgateError) else f"internal error ({type(exc).__name__})"
+        delay = min(MAX_BACKOFF, timedelta(seconds=2 ** min(item.failures + 1, 16)))
+        try:
+            with self.engine.store.write() as tx:
+                tx.schedule_failed(s.tenant_id, s.schedule_id, error, now + delay)
+        except Exception:
+            raise exc from None
+        log.warning(
+            "schedule %s failing (%d in a row): %s; tried again in %.0f s",
+            s.schedule_id,
+            item.failures + 1,
+            error,
+            delay.total_seconds(),
+            extra={"action": "schedule_failing", "schedule_id": s.schedule_id, "tenant_id": s.tenant_id},
+        )
+
+    def _recovered(self, item: StoredSchedule) -> None:
+        s = item.schedule
+        with self.engine.store.write() as tx:
+            tx.schedule_recovered(s.tenant_id, s.schedule_id)
+        log.info(
+            "schedule %s recovered after %d failures",
+            s.schedule_id,
+            item.failures,
+            extra={"action": "schedule_recovered", "schedule_id": s.schedule_id, "tenant_id": s.tenant_id},
+        )
 
     def _execute(
         self, schedule: Schedule, watermark: datetime, p: Plan, token: int, now: datetime, result: TickResult
@@ -130,11 +179,14 @@ class Scheduler:
                     trigger_id=f.trigger_id,
                     window=f.window,
                     params=f.params,  # rendered by the plan
+                    slot=f.trigger_id,  # one run per slot, ever
                 )
                 for f in fires
             ]
             prepared = self.engine.prepare_submissions(requests, now=now)
+            refusal: JobgateError | None = None
         except JobgateError as exc:
+            refusal = exc
             # The definition cannot run now (unknown, not active, params refused): the slots are
             # recorded as refused, never dropped in silence, and the schedule moves on.
             log.warning(
@@ -154,6 +206,8 @@ class Scheduler:
         for warning in p.warnings:
             log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
         result.warnings += p.warnings
+        if refusal is not None:  # recorded; and the schedule is failing until a fire is admitted
+            raise FiresRefused(f"its fires are refused: {refusal}", source=schedule.schedule_id)
 
     def _configuration(self, item: StoredSchedule, token: int, now: datetime, result: TickResult) -> None:
         """Fire once for each snapshot of the watched profile that becomes active (a new digest)."""

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DEFAULT_TENANT, TriggerType
 from jobgate.scheduling import conditions, cron, magic
@@ -196,3 +198,35 @@ def check_schedule(s: Schedule) -> Schedule:
     except ValidationError as exc:
         raise ValidationError(exc.message, field=exc.field, source=s.schedule_id) from None
     return s
+
+
+def schedule_document(s: Schedule) -> dict[str, Any]:
+    """What a schedule is, as a document in the terms of ``schedule_from_document`` (plus its
+    kind): the record kept of each creation and update."""
+    doc: dict[str, Any] = {
+        "id": s.schedule_id,
+        "job": s.job_definition_id,
+        "kind": s.kind.value,
+        "tenant": s.tenant_id,
+        "timezone": s.timezone,
+        "anchor": isoformat_utc(s.anchor),
+        "params": dict(s.params),
+        "misfire": s.misfire.value,
+        "misfire_grace_seconds": s.misfire_grace.total_seconds(),
+        "max_catchup": s.max_catchup,
+        "overlap": s.overlap.value,
+        "paused": s.paused,
+    }
+    optional = {
+        "cron": s.cron,
+        "every_seconds": None if s.every is None else s.every.total_seconds(),
+        "event_type": s.event_type,
+        "payload_params": list(s.payload_params) or None,
+        "condition": s.condition,
+        "min_every_seconds": None if s.min_every is None else s.min_every.total_seconds(),
+        "max_every_seconds": None if s.max_every is None else s.max_every.total_seconds(),
+        "config_profile": s.config_profile,
+        "watch": list(s.config_watch) or None,
+    }
+    doc.update({k: v for k, v in optional.items() if v is not None})
+    return doc

@@ -133,6 +133,17 @@ def trigger_id(schedule: Schedule, slot: Slot) -> str:
     return f"{TRIGGER_PREFIX}{schedule.schedule_id}@{isoformat_utc(slot.fire_at)}"
 
 
+def parse_slot(slot: str | None) -> tuple[str, datetime] | None:
+    """The (schedule id, instant) a run's slot names (``trigger_id``'s form); None for no slot."""
+    if slot is None or not slot.startswith(TRIGGER_PREFIX) or "@" not in slot:
+        return None
+    schedule_id, _, at = slot[len(TRIGGER_PREFIX) :].rpartition("@")
+    try:
+        return schedule_id, datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def plan(schedule: Schedule, *, watermark: datetime, now: datetime, until: datetime | None = None) -> Plan:
     """The fires and misses owed for the slots in ``(watermark, min(now, until)]``; lateness is
     measured from ``now``, and the watermark moves to the end of the range."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
+from datetime import datetime
 
 from jobgate.core.code_identity import CodeIdentity, changed_parts
 from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError, ValidationError
@@ -31,13 +32,13 @@ from jobgate.service import audit, control
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter, StoredDefinition
 from jobgate.store.sql.governance import Approval
+from jobgate.store.sql.schedules import PAUSED_UNAPPROVED, ScheduleChange
 from jobgate.store.sqlstore import StoreTx
 
 MAX_CANCELLED_PER_REVOKE = 100_000
 # What an approval's code digest does not cover, said in the approval's audit entry.
 NOT_COVERED = (
-    "third-party libraries the code imports, unless listed under `code:` (the deployment pins them); "
-    "the interpreter"
+    "third-party libraries the code imports, unless listed under `code:` (the deployment pins them); the interpreter"
 )
 INTERPRETER = f"{platform.python_implementation()} {platform.python_version()}"
 
@@ -174,9 +175,21 @@ def approve(
                     },
                 ),
             )
+            _resume_waiting_schedules(tx, tenant_id, job_definition_id, actor, now)
             return approval
     _record_refusal(engine, tenant_id, actor, job_definition_id, refusal, stored)
     raise refusal
+
+
+def _resume_waiting_schedules(tx: StoreTx, tenant_id: str, job_definition_id: str, actor: str, now: datetime) -> None:
+    """Schedules stored paused until their definition is approved (``--allow-pending``) resume
+    with the approval, in its transaction; each resumption is recorded as the approver's."""
+    for item in tx.schedules_list(tenant_id):
+        s = item.schedule
+        if s.job_definition_id == job_definition_id and s.paused and item.pause_reason == PAUSED_UNAPPROVED:
+            tx.schedule_set_paused(tenant_id, s.schedule_id, False, now)
+            change = ScheduleChange(now, "resumed", "paused", "active", True, actor, "definition approved")
+            tx.change_record(tenant_id, s.schedule_id, change)
 
 
 def _record_refusal(

@@ -21,6 +21,7 @@ from jobgate.store.base import WorkerInfo
 from jobgate.store.migrate import HEAD
 from jobgate.store.sql.outages import OUTAGE_PREFIX
 from jobgate.store.sql.outbox import LockInfo
+from jobgate.store.sql.schedules import StoredSchedule
 
 log = logging.getLogger("jobgate.doctor")
 
@@ -55,6 +56,7 @@ class Facts:
     outbox: int
     oldest_outbox: datetime | None
     outages: list[LockInfo] = field(default_factory=list)  # open dependency outages (runtime.dependencies)
+    failing: list[StoredSchedule] = field(default_factory=list)  # schedules whose plan or fire failed
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -120,6 +122,17 @@ def judge_dependencies(now: datetime, outages: list[LockInfo]) -> Check:
     return Check("dependencies", Level.AMBER, "; ".join(parts) + ": runs that declare it wait")
 
 
+def judge_schedules(now: datetime, failing: list[StoredSchedule]) -> Check:
+    """Schedules whose plan or fire failed: they are backing off (the others fire regardless)."""
+    if not failing:
+        return Check("schedules", Level.GREEN, "no schedule is failing")
+    parts = []
+    for item in sorted(failing, key=lambda i: (i.schedule.tenant_id, i.schedule.schedule_id)):
+        retry = "" if item.retry_at is None else f", next try in {_age(item.retry_at, now)}"
+        parts.append(f"{item.schedule.schedule_id} ({item.failures} in a row: {item.last_error}{retry})")
+    return Check("schedules", Level.AMBER, f"{len(failing)} failing: " + "; ".join(parts))
+
+
 def gather(engine: Engine, tenant_id: str | None) -> Facts:
     now = engine.clock.now()
     with engine.store.read(tenant_id=tenant_id) as tx:
@@ -127,10 +140,11 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         due, oldest_due = tx.runs_due_summary(tenant_id, now)
         workers = tx.workers_list()
         leader = tx.lock_get(LEADER_LOCK)
-        schedules = len(tx.schedules_list(tenant_id))
+        stored = tx.schedules_list(tenant_id)
         outbox, oldest_outbox = tx.outbox_summary(tenant_id)
         outages = tx.outages_open()
-    return Facts(now, revision, due, oldest_due, workers, leader, schedules, outbox, oldest_outbox, outages)
+    failing = [s for s in stored if s.failures]
+    return Facts(now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing)
 
 
 def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker: bool = False) -> list[Check]:
@@ -148,6 +162,7 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
         judge_leader(f.now, f.leader, f.schedules),
         judge_outbox(f.now, f.outbox, f.oldest_outbox),
         judge_dependencies(f.now, f.outages),
+        judge_schedules(f.now, f.failing),
     ]
 
 

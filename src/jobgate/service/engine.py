@@ -46,11 +46,14 @@ from jobgate.core.runs import new_run
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.governance.code import CodeReader
 from jobgate.policy import PolicyFile
+from jobgate.scheduling.model import schedule_document
+from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
 from jobgate.service import gates
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
 from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sql.safemode import SafeModePeriod
+from jobgate.store.sql.schedules import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange
 from jobgate.store.sqlstore import Store, StoreTx
 
 SYSTEM_ACTOR = "system"
@@ -94,6 +97,9 @@ class SubmitRequest:
     # When the admission rule is asked (``core.governance.Moment``); None: a trigger, or a
     # workflow step when ``workflow_run_id`` is set.
     moment: Moment | None = None
+    # A schedule's slot (``schedule_id@instant``): the one run it may ever have, whatever the
+    # key (which includes the configuration digest) says. Set by the scheduler and by backfill.
+    slot: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,9 +196,48 @@ class Engine:
                 out.append(
                     ApplyResult(d.job_definition_id, result.definition.version, d.digest, result.created, item.source)
                 )
+                if result.created:
+                    self.keep_owned_schedule(tx, tenant_id or d.tenant_id, d, actor=applied_by, now=now)
                 if progress:
                     progress(1)
         return out
+
+    def keep_owned_schedule(
+        self, tx: StoreTx, tenant_id: str, definition: JobDefinition, *, actor: str, now: datetime
+    ) -> None:
+        """A new version's own schedule (``trigger_type`` + ``schedule_expression``), in the
+        version's transaction: stored paused until the version is approved (the approval resumes
+        it), removed when the version declares none. A schedule of that name stored by someone
+        else is not taken over: the apply is refused."""
+        name = owned_schedule_id(definition.job_definition_id)
+        existing = tx.schedule_get(tenant_id, name)
+        if existing is not None and existing.source != OWNED_SOURCE:
+            raise ValidationError(
+                f"a schedule {name!r} stored by {existing.source} exists: delete or rename it, so the "
+                "definition can keep its own",
+                field="schedule_expression",
+                source=definition.job_definition_id,
+            )
+        wanted = owned_schedule(
+            definition,
+            tenant_id=tenant_id,
+            anchor=now if existing is None else existing.schedule.anchor,
+            timezone=self.config.scheduling.timezone,
+            misfire=self.config.scheduling.misfire,
+        )
+        before = None if existing is None else canonical_json(schedule_document(existing.schedule)).decode()
+        if wanted is None:
+            if existing is not None:
+                tx.schedule_delete(tenant_id, name)
+                tx.change_record(tenant_id, name, ScheduleChange(now, "deleted", before, "deleted", True, actor, None))
+            return
+        wanted = replace(wanted, paused=True)
+        made = tx.schedule_put(wanted, watermark=now, source=OWNED_SOURCE, now=now, pause_reason=PAUSED_UNAPPROVED)
+        after = canonical_json(schedule_document(wanted)).decode()
+        reason = f"version of {definition.job_definition_id}; paused until approved"
+        tx.change_record(
+            tenant_id, name, ScheduleChange(now, "created" if made else "updated", before, after, True, actor, reason)
+        )
 
     def definition(
         self, tx: StoreTx, tenant_id: str, job_definition_id: str, version: int | None = None
@@ -582,8 +627,10 @@ class Engine:
 
     def existing_results(self, tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dict[str, JobRun]:
         """Seed §11 ``job_already_completed``: a trigger whose run exists gets that run back,
-        whatever its state, and nothing is written for it. Keyed by idempotency key."""
-        return {r.idempotency_key: r for r in tx.runs_by_keys([p.create.run.idempotency_key for p in prepared])}
+        whatever its state, and nothing is written for it. Found by idempotency key, or by slot
+        (a schedule's slot has one run even when the configuration, so the key, changed since);
+        keyed by the prepared run's idempotency key."""
+        return tx.run_holders([p.create.run for p in prepared])
 
     def acquire_lock_and_create(
         self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
@@ -681,6 +728,8 @@ class Engine:
         )
         if request.workflow_run_id is not None:
             run = run.evolve(workflow_run_id=request.workflow_run_id)
+        if request.slot is not None:
+            run = run.evolve(slot=request.slot)
         if request.via_request:  # a second person reviewed it: its approver (safe mode's manual review)
             run = run.evolve(reviewed_by=actor or request.requested_by or SYSTEM_ACTOR)
         trigger_doc = {

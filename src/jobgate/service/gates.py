@@ -92,6 +92,7 @@ def subject_of(
         reviewed=reviewed,
         reason=reason,
         role=role,
+        declared_trigger=definition.trigger_type,
     )
 
 

@@ -9,23 +9,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
-from jobgate.core.models import DEFAULT_TENANT, ConfigSnapshot, ExecutionWindow, Scope, TriggerType
+from jobgate.core.governance import trigger_refusal
+from jobgate.core.models import (
+    DEFAULT_TENANT,
+    ConfigSnapshot,
+    DefinitionStatus,
+    ExecutionWindow,
+    JobDefinition,
+    Scope,
+    TriggerType,
+)
+from jobgate.core.params import validate_params
 from jobgate.scheduling import magic
-from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
-from jobgate.scheduling.plan import regrid, slots, trigger_id
+from jobgate.scheduling.model import (
+    MisfirePolicy,
+    OverlapPolicy,
+    Schedule,
+    ScheduleKind,
+    check_schedule,
+    schedule_document,
+)
+from jobgate.scheduling.plan import MissReason, regrid, slots, trigger_id
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.snapshots import resolve_snapshot, watched_digest
-from jobgate.store.sql.schedules import ScheduleChange
+from jobgate.store.sql.schedules import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
 
 log = logging.getLogger("jobgate.schedules")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DEFINITION_SOURCE = OWNED_SOURCE  # a schedule kept by its definition's trigger_type + schedule_expression
 _KEYS = {
     "id",
     "job",
@@ -110,6 +128,9 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
     params = doc.get("params") or {}
     if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
         raise ValidationError("a mapping of parameter names to values", field="params", source=schedule_id)
+    for name, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValidationError("must be a string or a number", field=f"params.{name}", source=schedule_id)
     for key in ("timezone", "cron", "event_type", "condition", "config_profile", "job"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
             raise ValidationError("must be text", field=key, source=schedule_id)
@@ -154,6 +175,7 @@ def fire_request(
     event_type: str | None = None,
     payload: Mapping[str, Any] | None = None,
     policy_context: Mapping[str, Any] | None = None,
+    slot: str | None = None,
 ) -> SubmitRequest:
     """The submission a schedule makes when it fires at ``at``: its definition, tenant and trigger
     type, and its params with magic params rendered for this fire (``params`` when the caller
@@ -173,24 +195,53 @@ def fire_request(
         payload=dict(payload or {}),
         policy_context=dict(policy_context or {}),
         window=window,
+        slot=slot,
     )
 
 
 def put_schedules(
-    engine: Engine, items: Sequence[Schedule], *, source: str, now: datetime, actor: str = "system"
+    engine: Engine,
+    items: Sequence[Schedule],
+    *,
+    source: str,
+    now: datetime,
+    actor: str = "system",
+    allow_pending: bool = False,
+    warnings: list[str] | None = None,
 ) -> list[bool]:
-    """Store every schedule or none (one transaction); each must name an existing definition.
-    Returns, per schedule, whether it was created (False: updated). Each creation, and each
-    update that changes what the schedule is, is recorded with ``actor`` in its changes."""
+    """Store every schedule or none (one transaction). Returns, per schedule, whether it was
+    created (False: updated). Each creation, and each update that changes what the schedule is,
+    is recorded with ``actor`` in its changes.
+
+    A schedule that could never fire is refused before anything is written, naming the field:
+    an unknown definition, params its definition would refuse. One whose definition (content or
+    code) is not approved is refused too, unless ``allow_pending``: then it is stored paused
+    (``unapproved``), resumes by itself when the definition is approved, and a warning is added
+    to ``warnings``."""
     # The profile and the keys it watches exist (checked before anything is written).
     current = {(s.tenant_id, s.schedule_id): _current_snapshot(engine, s) for s in items if s.config_profile}
+    pending = {(s.tenant_id, s.schedule_id): _pending_reason(engine, s, now) for s in items}
+    for s in items:
+        reason = pending[(s.tenant_id, s.schedule_id)]
+        if reason is not None and not allow_pending:
+            raise ValidationError(
+                f"{reason}: its fires would be refused (approve it first, or store the schedule paused until "
+                "then with --allow-pending)",
+                field="job",
+                source=s.schedule_id,
+            )
+        if reason is not None and warnings is not None:
+            warnings.append(f"schedule {s.schedule_id} is stored paused ({PAUSED_UNAPPROVED}): {reason}")
     created: list[bool] = []
     with engine.store.write() as tx:
         for s in items:
-            if not tx.definition_versions(s.tenant_id, s.job_definition_id):
-                raise ValidationError(f"no job definition {s.job_definition_id!r}", field="job", source=s.schedule_id)
+            unapproved = pending[(s.tenant_id, s.schedule_id)] is not None
             before = tx.schedule_get(s.tenant_id, s.schedule_id)
-            made = tx.schedule_put(s, watermark=now, source=source, now=now)
+            if unapproved:
+                s = replace(s, paused=True)
+            made = tx.schedule_put(
+                s, watermark=now, source=source, now=now, pause_reason=PAUSED_UNAPPROVED if unapproved else None
+            )
             if made and (s.tenant_id, s.schedule_id) in current:
                 # It answers snapshots activated from now on, not the one already active.
                 seen = watched_digest(current[(s.tenant_id, s.schedule_id)], s.config_watch)
@@ -213,36 +264,46 @@ def put_schedules(
     return created
 
 
-def schedule_document(s: Schedule) -> dict[str, Any]:
-    """What a schedule is, as a document in the terms of ``schedule_from_document`` (plus its
-    kind): the record kept of each creation and update."""
-    doc: dict[str, Any] = {
-        "id": s.schedule_id,
-        "job": s.job_definition_id,
-        "kind": s.kind.value,
-        "tenant": s.tenant_id,
-        "timezone": s.timezone,
-        "anchor": isoformat_utc(s.anchor),
-        "params": dict(s.params),
-        "misfire": s.misfire.value,
-        "misfire_grace_seconds": s.misfire_grace.total_seconds(),
-        "max_catchup": s.max_catchup,
-        "overlap": s.overlap.value,
-        "paused": s.paused,
-    }
-    optional = {
-        "cron": s.cron,
-        "every_seconds": None if s.every is None else s.every.total_seconds(),
-        "event_type": s.event_type,
-        "payload_params": list(s.payload_params) or None,
-        "condition": s.condition,
-        "min_every_seconds": None if s.min_every is None else s.min_every.total_seconds(),
-        "max_every_seconds": None if s.max_every is None else s.max_every.total_seconds(),
-        "config_profile": s.config_profile,
-        "watch": list(s.config_watch) or None,
-    }
-    doc.update({k: v for k, v in optional.items() if v is not None})
-    return doc
+def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
+    """Why the schedule's fires would be refused until someone approves its definition (None:
+    they would be admitted, as far as can be known now). Raises for what only an edit of the
+    schedule or of its definition can fix: an unknown or inactive definition, refused params."""
+    from jobgate.service import approvals  # approvals resumes schedules: imported late, one way
+
+    with engine.store.read(tenant_id=s.tenant_id) as tx:
+        if not tx.definition_versions(s.tenant_id, s.job_definition_id):
+            raise ValidationError(f"no job definition {s.job_definition_id!r}", field="job", source=s.schedule_id)
+        definition = engine.definition(tx, s.tenant_id, s.job_definition_id)
+    if definition.status is not DefinitionStatus.ACTIVE:
+        raise ValidationError(
+            f"definition {s.job_definition_id!r} is {definition.status.value}; only active definitions run",
+            field="job",
+            source=s.schedule_id,
+        )
+    why = trigger_refusal(definition.trigger_type, s.kind.trigger_type, s.job_definition_id)
+    if why is not None:
+        raise ValidationError(why, field="job", source=s.schedule_id)
+    _check_params(definition, s, now)
+    status = approvals.status(engine, s.tenant_id, s.job_definition_id)
+    version = f"definition {s.job_definition_id!r} version {status.current_version}"
+    if not status.approved:
+        return f"{version} is not approved"
+    if not status.code_matches:
+        if status.code is None:
+            return f"the code of {version} cannot be read on this host ({status.code_problem})"
+        changed = ", ".join(status.code_changed) or "no code identity was approved"
+        return f"the code of {version} is not the approved code ({changed})"
+    return None
+
+
+def _check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
+    """The params a fire would carry, rendered as of ``now``, satisfy the definition's declared
+    params (names, patterns; required ones, except those an event's payload may supply)."""
+    window = ExecutionWindow(now - s.every, now) if s.kind is ScheduleKind.BATCH_WINDOW and s.every else None
+    rendered = magic.render(s.params, now, s.zone, window)
+    supplied = set(s.payload_params)
+    specs = [replace(spec, required=False) if spec.name in supplied else spec for spec in definition.params]
+    validate_params(specs, rendered, source=s.schedule_id)
 
 
 def _current_snapshot(engine: Engine, s: Schedule) -> ConfigSnapshot:
@@ -268,6 +329,13 @@ def set_paused(
     """Pause or resume; the switch is recorded with ``actor``. False (nothing written) when the
     schedule already was in that state, so scripts may repeat it safely."""
     action = "paused" if paused else "resumed"
+    if not paused:  # resuming: its fires must be admissible, as when it was stored
+        with engine.store.read(tenant_id=tenant_id) as tx:
+            found = tx.schedule_get(tenant_id, schedule_id)
+        if found is not None and found.schedule.paused:
+            reason = _pending_reason(engine, found.schedule, now)
+            if reason is not None:
+                raise ValidationError(f"{reason}: approve it first", field="job", source=schedule_id)
     with engine.store.write() as tx:
         stored = tx.schedule_get(tenant_id, schedule_id)
         if stored is None:
@@ -280,6 +348,19 @@ def set_paused(
         tx.change_record(tenant_id, schedule_id, change)
     log.info("schedule %s %s by %s", schedule_id, action, actor, extra={"action": f"schedule_{action}"})
     return True
+
+
+def misses(
+    engine: Engine, tenant_id: str, schedule_id: str, *, reason: str | None, after: datetime | None, limit: int
+) -> list[RecordedMiss]:
+    """A page of the schedule's recorded misses, oldest first (``after``: the previous page's last)."""
+    if reason is not None and reason not in {r.value for r in MissReason}:
+        known = ", ".join(r.value for r in MissReason)
+        raise ValidationError(f"{reason!r} is not one of {known}", field="reason")
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        if tx.schedule_get(tenant_id, schedule_id) is None:
+            raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
+        return tx.misses_page(tenant_id, schedule_id, reason=reason, after=after, limit=limit)
 
 
 def delete(engine: Engine, tenant_id: str, schedule_id: str, *, now: datetime, actor: str = "system") -> None:
@@ -378,6 +459,7 @@ def backfill(
             trigger_id=trigger_id(schedule, s),
             window=s.window,
             trigger_type=TriggerType.BACKFILL,
+            slot=trigger_id(schedule, s),
         )
         for s in owed
     ]

@@ -171,6 +171,7 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
             hold_reason=r["hold_reason"],
             held_at=opt_dt(r["held_at"]),
             reviewed_by=r["reviewed_by"],
+            slot=r["slot"],
         )
     )
 

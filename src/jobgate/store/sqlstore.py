@@ -194,8 +194,12 @@ class StoreTx:
         definitions.snapshot_put(self.conn, snapshot, codec.to_us(now))
 
     # schedules
-    def schedule_put(self, s: Schedule, *, watermark: datetime, source: str, now: datetime) -> bool:
-        return schedules.schedule_put(self.conn, s, watermark=watermark, source=source, now=now)
+    def schedule_put(
+        self, s: Schedule, *, watermark: datetime, source: str, now: datetime, pause_reason: str | None = None
+    ) -> bool:
+        return schedules.schedule_put(
+            self.conn, s, watermark=watermark, source=source, now=now, pause_reason=pause_reason
+        )
 
     def schedules_list(self, tenant_id: str | None = None) -> list[schedules.StoredSchedule]:
         return schedules.schedules_list(self.conn, tenant_id)
@@ -203,8 +207,19 @@ class StoreTx:
     def schedule_get(self, tenant_id: str, schedule_id: str) -> schedules.StoredSchedule | None:
         return schedules.schedule_get(self.conn, tenant_id, schedule_id)
 
-    def schedule_set_paused(self, tenant_id: str, schedule_id: str, paused: bool, now: datetime) -> bool:
-        return schedules.schedule_set_paused(self.conn, tenant_id, schedule_id, paused, now)
+    def schedule_set_paused(
+        self, tenant_id: str, schedule_id: str, paused: bool, now: datetime, reason: str | None = None
+    ) -> bool:
+        return schedules.schedule_set_paused(self.conn, tenant_id, schedule_id, paused, now, reason)
+
+    def schedules_failing_count(self) -> int:
+        return schedules.schedules_failing_count(self.conn)
+
+    def schedule_failed(self, tenant_id: str, schedule_id: str, error: str, retry_at: datetime) -> None:
+        schedules.schedule_failed(self.conn, tenant_id, schedule_id, error, retry_at)
+
+    def schedule_recovered(self, tenant_id: str, schedule_id: str) -> None:
+        schedules.schedule_recovered(self.conn, tenant_id, schedule_id)
 
     def schedule_delete(self, tenant_id: str, schedule_id: str) -> bool:
         return schedules.schedule_delete(self.conn, tenant_id, schedule_id)
@@ -217,6 +232,11 @@ class StoreTx:
 
     def misses_list(self, tenant_id: str, schedule_id: str) -> list[tuple[datetime, str]]:
         return schedules.misses_list(self.conn, tenant_id, schedule_id)
+
+    def misses_page(
+        self, tenant_id: str, schedule_id: str, *, reason: str | None, after: datetime | None, limit: int
+    ) -> list[schedules.RecordedMiss]:
+        return schedules.misses_page(self.conn, tenant_id, schedule_id, reason=reason, after=after, limit=limit)
 
     def schedule_episode(
         self, tenant_id: str, schedule_id: str, expected: tuple[bool, int], to: tuple[bool, int]
@@ -351,6 +371,9 @@ class StoreTx:
 
     def runs_by_keys(self, idempotency_keys: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_keys(self.conn, idempotency_keys)
+
+    def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
+        return runs.holders(self.conn, candidates)
 
     def runs_list(self, f: RunFilter) -> list[JobRun]:
         return runs.runs_list(self.conn, f)

@@ -138,6 +138,10 @@ job_runs = Table(
     Column("hold_reason", String(64)),
     Column("held_at", BigInteger),
     Column("reviewed_by", String(200)),
+    # The schedule slot (``schedule_id@instant``) a scheduled or backfilled run is the one run of
+    # (migration 0018). Its own unique index, not the idempotency key: the key includes the
+    # configuration digest (seed §24), and a slot has one run whatever the configuration did.
+    Column("slot", String(300)),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="attempt_bounds"),
     CheckConstraint(f"({LEASED_SQL}) = (lease_owner IS NOT NULL)", name="lease_iff_leased"),
@@ -176,6 +180,14 @@ job_runs = Table(
     ),
     # Held runs (the rescuer looks at them again each pass): only they are in it.
     Index("ix_job_runs_held", "held_at", sqlite_where=text(HELD_SQL), postgresql_where=text(HELD_SQL)),
+    Index(
+        "ux_job_runs_slot",
+        "tenant_id",
+        "slot",
+        unique=True,
+        sqlite_where=text("slot IS NOT NULL"),
+        postgresql_where=text("slot IS NOT NULL"),
+    ),
 )
 
 run_transitions = Table(
@@ -313,6 +325,14 @@ schedules = Table(
     Column("source", String(32), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # Why a paused schedule is paused (migration 0018): ``unapproved`` resumes by itself when its
+    # definition's current version is approved; anything else (an operator) only by hand.
+    Column("pause_reason", String(32)),
+    # A schedule whose plan or fire failed (migration 0018): failures in a row, the last error (a
+    # user-facing message, never a trace), and when the scheduler tries it again (back-off).
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text),
+    Column("retry_at", BigInteger),
 )
 
 # Slots a schedule owed but did not fire (downtime, pause): recorded, never silently dropped.

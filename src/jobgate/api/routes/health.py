@@ -49,9 +49,13 @@ def _readiness(state: ServerState) -> list[CheckOut]:
     try:
         with state.engine.store.read() as tx:
             revision = tx.schema_revision()
+            failing = tx.schedules_failing_count()
         schema = doctor.judge_schema(revision)
         out = [CheckOut(name="database", status="green", detail="reachable")]
         out.append(CheckOut(name=schema.name, status=schema.level.value, detail=schema.detail))
+        # Amber, not red: the node serves, and its other schedules fire. A count only (anonymous).
+        detail = f"{failing} failing (see jobgate doctor)" if failing else "none failing"
+        out.append(CheckOut(name="schedules", status="amber" if failing else "green", detail=detail))
     except Exception as exc:
         return [CheckOut(name="database", status="red", detail=f"unreachable: {type(exc).__name__}")]
     if state.stopping.is_set():

@@ -21,6 +21,7 @@ from jobgate.api.schemas import (
     EventFireOut,
     EventIn,
     EventOut,
+    MissOut,
     Page,
     RunOut,
     ScheduleChangedOut,
@@ -29,6 +30,8 @@ from jobgate.api.schemas import (
 )
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
+from jobgate.scheduling.model import schedule_document
+from jobgate.scheduling.plan import MissReason
 from jobgate.service import control, manual, schedules, triggers
 from jobgate.service.tokens import Principal
 from jobgate.store.sql.schedules import StoredSchedule
@@ -39,17 +42,23 @@ Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def _schedule_out(item: StoredSchedule) -> ScheduleItemOut:
+def _schedule_out(item: StoredSchedule, warnings: list[str] | None = None) -> ScheduleItemOut:
     s = item.schedule
     return ScheduleItemOut(
         schedule_id=s.schedule_id,
         job_definition_id=s.job_definition_id,
         kind=s.kind.value,
         paused=s.paused,
-        document=schedules.schedule_document(s),
+        state=item.state,
+        owner="definition" if item.source == schedules.DEFINITION_SOURCE else item.source,
+        failures=item.failures,
+        last_error=item.last_error,
+        retry_at=item.retry_at,
+        document=schedule_document(s),
         watermark=item.watermark,
         created_at=item.created_at,
         updated_at=item.updated_at,
+        warnings=warnings or [],
     )
 
 
@@ -83,13 +92,43 @@ def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, sta
             existing = tx.schedule_get(caller.tenant_id, schedule.schedule_id)
         if existing is not None and not caller.may_use(existing.schedule.job_definition_id):
             raise NotFoundError(f"no schedule {schedule.schedule_id!r} you may replace", field="schedule.id")
-    (created,) = schedules.put_schedules(state.engine, [schedule], source="api", now=now, actor=caller.actor)
+    warnings: list[str] = []
+    (created,) = schedules.put_schedules(
+        state.engine, [schedule], source="api", now=now, actor=caller.actor,
+        allow_pending=body.allow_pending, warnings=warnings,
+    )  # fmt: skip
     if not created:
         response.status_code = 200
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         stored = tx.schedule_get(caller.tenant_id, schedule.schedule_id)
     assert stored is not None
-    return _schedule_out(stored)
+    return _schedule_out(stored, warnings)
+
+
+@router.get("/schedules/{schedule_id}/misses", response_model=Page[MissOut])
+@allow(READ)
+def schedule_misses(
+    schedule_id: str,
+    caller: Caller,
+    state: State,
+    reason: Annotated[MissReason | None, Query(description="only misses for this reason")] = None,
+    limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
+) -> Page[MissOut]:
+    """The slots the schedule owed and did not fire, oldest first, with why."""
+    _visible_schedule(state, caller, schedule_id)
+    last = pagination.decode_time_key(cursor)
+    after = None if last is None else last[0]
+    page = schedules.misses(
+        state.engine, caller.tenant_id, schedule_id, reason=None if reason is None else reason.value,
+        after=after, limit=limit + 1,
+    )  # fmt: skip
+    more = len(page) > limit
+    page = page[:limit]
+    items = [MissOut(fire_at=m.fire_at, reason=m.reason, recorded_at=m.recorded_at) for m in page]
+    return Page[MissOut](
+        items=items, next_cursor=pagination.encode_time_key(page[-1].fire_at, schedule_id) if more else None
+    )
 
 
 def _visible_schedule(state: ServerState, caller: Principal, schedule_id: str) -> StoredSchedule:

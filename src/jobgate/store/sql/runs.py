@@ -50,6 +50,7 @@ _RUN_INSERT_COLUMNS = (
     "lease_token",
     "stop_requested",
     "reviewed_by",
+    "slot",
 )
 
 
@@ -90,6 +91,7 @@ def run_values(c: RunCreate) -> tuple[object, ...]:
         0,
         False,
         r.reviewed_by,
+        r.slot,
     )
 
 
@@ -102,9 +104,9 @@ def _insert_ignoring_duplicates(conn: Connection, rows: list[tuple[object, ...]]
 
 
 def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
-    """Insert the runs whose idempotency key is new; return, for every request in order, the run
-    stored under its key and whether this call created it (a key repeated in one call is created
-    once, for its first occurrence)."""
+    """Insert the runs whose idempotency key and slot are new; return, for every request in
+    order, the run stored under its key (or holding its slot) and whether this call created it
+    (a key or slot repeated in one call is created once, for its first occurrence)."""
     if not creates:
         return []
     fresh: dict[str, RunCreate] = {}
@@ -121,13 +123,28 @@ def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[Jo
     if len(made) == len(fresh):
         stored = {key: c.run for key, c in fresh.items()}
     else:
-        stored = {r.idempotency_key: r for r in runs_by_keys(conn, list(fresh))}
+        stored = holders(conn, [c.run for c in fresh.values()])
     out: list[tuple[JobRun, bool]] = []
     for c in creates:
         run = stored[c.run.idempotency_key]
         out.append((run, run.job_run_id in made))
         made.discard(run.job_run_id)  # a key repeated inside one call is created once
     return out
+
+
+def holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str, JobRun]:
+    """For each of these (unstored) runs that has one, the stored run under its idempotency key
+    or, failing that, holding its slot; keyed by the given run's idempotency key."""
+    by_key = {r.idempotency_key: r for r in runs_by_keys(conn, [r.idempotency_key for r in runs])}
+    wanted = [r for r in runs if r.idempotency_key not in by_key and r.slot is not None]
+    if not wanted:
+        return by_key
+    by_slot = {(r.tenant_id, r.slot): r for r in _runs_where(conn, job_runs.c.slot, [w.slot for w in wanted if w.slot])}
+    for w in wanted:
+        found = by_slot.get((w.tenant_id, w.slot))
+        if found is not None:
+            by_key[w.idempotency_key] = found
+    return by_key
 
 
 def runs_by_ids(conn: Connection, ids: Sequence[str]) -> list[JobRun]:

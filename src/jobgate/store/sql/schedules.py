@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, func, select, update
 
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind
 from jobgate.scheduling.plan import Miss
@@ -16,6 +16,8 @@ from jobgate.store.sql import fast
 from jobgate.store.tables import facts, schedule_changes, schedule_misses, schedules
 
 S = schedules.c
+PAUSED_UNAPPROVED = "unapproved"  # a pause reason: waiting for the definition's approval
+OWNED_SOURCE = "definition"  # the ``source`` of a schedule its definition keeps (scheduling.owned)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,19 @@ class StoredSchedule:
     episode_open: bool = False  # policy and alert schedules
     episodes: int = 0
     config_digest_seen: str | None = None  # configuration schedules
+    pause_reason: str | None = None  # ``unapproved``: resumes when its definition is approved
+    failures: int = 0  # plans or fires that failed in a row
+    last_error: str | None = None
+    retry_at: datetime | None = None  # backing off until then
+
+    @property
+    def state(self) -> str:
+        """``failing``, ``paused`` (with its reason), or ``active``."""
+        if self.failures:
+            return "failing"
+        if self.schedule.paused:
+            return f"paused: {self.pause_reason}" if self.pause_reason else "paused"
+        return "active"
 
 
 def _us(d: timedelta) -> int:
@@ -59,9 +74,12 @@ def _definition_values(s: Schedule) -> dict[str, Any]:
     }
 
 
-def schedule_put(conn: Connection, s: Schedule, *, watermark: datetime, source: str, now: datetime) -> bool:
-    """Create the schedule, or update what it is (never its watermark); True when created."""
-    values = _definition_values(s)
+def schedule_put(
+    conn: Connection, s: Schedule, *, watermark: datetime, source: str, now: datetime, pause_reason: str | None = None
+) -> bool:
+    """Create the schedule, or update what it is (never its watermark); True when created.
+    ``pause_reason`` says why a paused schedule is paused (None for a running one)."""
+    values = {**_definition_values(s), "pause_reason": pause_reason if s.paused else None}
     changed = conn.execute(
         update(schedules)
         .where(S.tenant_id == s.tenant_id, S.schedule_id == s.schedule_id)
@@ -116,6 +134,10 @@ def _from_row(r: Any) -> StoredSchedule:
         bool(r.episode_open),
         int(r.episodes),
         r.config_digest_seen,
+        r.pause_reason,
+        int(r.failures),
+        r.last_error,
+        codec.opt_dt(r.retry_at),
     )
 
 
@@ -126,18 +148,43 @@ def schedules_list(conn: Connection, tenant_id: str | None = None) -> list[Store
     return [_from_row(r) for r in conn.execute(q)]
 
 
+def schedules_failing_count(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(schedules).where(S.failures > 0)).scalar_one())
+
+
 def schedule_get(conn: Connection, tenant_id: str, schedule_id: str) -> StoredSchedule | None:
     row = conn.execute(select(schedules).where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)).first()
     return None if row is None else _from_row(row)
 
 
-def schedule_set_paused(conn: Connection, tenant_id: str, schedule_id: str, paused: bool, now: datetime) -> bool:
+def schedule_set_paused(
+    conn: Connection, tenant_id: str, schedule_id: str, paused: bool, now: datetime, reason: str | None = None
+) -> bool:
     stmt = (
         update(schedules)
         .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)
-        .values(paused=paused, updated_at=codec.to_us(now))
+        .values(paused=paused, pause_reason=reason if paused else None, updated_at=codec.to_us(now))
     )
     return bool(conn.execute(stmt).rowcount)
+
+
+def schedule_failed(conn: Connection, tenant_id: str, schedule_id: str, error: str, retry_at: datetime) -> None:
+    """One more failure in a row: the error kept, the next try at ``retry_at``."""
+    stmt = (
+        update(schedules)
+        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)
+        .values(failures=S.failures + 1, last_error=error[:2000], retry_at=codec.to_us(retry_at))
+    )
+    conn.execute(stmt)
+
+
+def schedule_recovered(conn: Connection, tenant_id: str, schedule_id: str) -> None:
+    stmt = (
+        update(schedules)
+        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id, S.failures > 0)
+        .values(failures=0, last_error=None, retry_at=None)
+    )
+    conn.execute(stmt)
 
 
 def schedule_delete(conn: Connection, tenant_id: str, schedule_id: str) -> bool:
@@ -178,6 +225,27 @@ def misses_list(conn: Connection, tenant_id: str, schedule_id: str, limit: int =
         .limit(limit)
     )
     return [(codec.from_us(r.fire_at), r.reason) for r in conn.execute(q)]
+
+
+@dataclass(frozen=True)
+class RecordedMiss:
+    fire_at: datetime
+    reason: str
+    recorded_at: datetime
+
+
+def misses_page(
+    conn: Connection, tenant_id: str, schedule_id: str, *, reason: str | None, after: datetime | None, limit: int
+) -> list[RecordedMiss]:
+    """Recorded misses of one schedule, oldest first, after ``after`` (keyset paging)."""
+    m = schedule_misses.c
+    q = select(m.fire_at, m.reason, m.recorded_at).where(m.tenant_id == tenant_id, m.schedule_id == schedule_id)
+    if reason is not None:
+        q = q.where(m.reason == reason)
+    if after is not None:
+        q = q.where(m.fire_at > codec.to_us(after))
+    rows = conn.execute(q.order_by(m.fire_at).limit(limit))
+    return [RecordedMiss(codec.from_us(r.fire_at), r.reason, codec.from_us(r.recorded_at)) for r in rows]
 
 
 def schedule_episode(

@@ -1,0 +1,232 @@
+"""Definitions keep their own schedules; every trigger path honours a definition's trigger_type;
+schedules that could never fire are refused when they are stored (issue 19, Found 3 and 5)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from tests.helpers import count, define
+
+from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.models import Scope, TriggerType
+from jobgate.definitions.schema import parse_definition
+from jobgate.runtime.scheduler import Scheduler
+from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+from jobgate.service import approvals
+from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.schedules import put_schedules, schedule_from_document, set_paused
+
+SEED_15 = {
+    "job_definition_id": "TGJOBDEF-REPLAY-SAMPLING-001",
+    "job_code": "TG-REPLAY-SAMPLING-DAILY",
+    "job_class": "REPLAY_JOB",
+    "trigger_type": "cron",
+    "schedule_expression": "0 2 * * *",
+    "handler": "engine_handlers:succeed",
+    "priority": "high",
+}
+
+
+def apply(engine: Engine, **fields: Any) -> str:
+    doc = {**SEED_15, **fields}
+    engine.apply_definitions([parse_definition(doc, "test", engine.config)], applied_by="ada")
+    return str(doc["job_definition_id"])
+
+
+def stored(engine: Engine, schedule_id: str = "TGJOBDEF-REPLAY-SAMPLING-001") -> Any:
+    with engine.store.read() as tx:
+        return tx.schedule_get("default", schedule_id)
+
+
+def at(text_: str) -> datetime:
+    return datetime.fromisoformat(text_.replace("Z", "+00:00"))
+
+
+def test_the_seed_15_definition_keeps_a_schedule_that_fires_once_approved(engine: Engine) -> None:
+    job = apply(engine)
+    item = stored(engine)
+    assert item is not None and item.source == "definition" and item.schedule.cron == "0 2 * * *"
+    assert item.state == "paused: unapproved"  # nothing fires before an admin approved the content
+    approvals.approve(engine, "default", job, actor="bob")
+    item = stored(engine)
+    assert item.state == "active"
+    now = engine.clock.now()
+    day = now.replace(hour=2, minute=0, second=0, microsecond=0)
+    day += timedelta(days=1) if day <= now else timedelta(0)  # the next 02:00 UTC
+    scheduler = Scheduler(engine, owner="s")
+    assert scheduler.tick(day + timedelta(seconds=5)).fired == 1
+    with engine.store.read() as tx:
+        (slot,) = tx.conn.execute(text("SELECT slot FROM job_runs")).scalars().all()
+    assert slot == f"TGTRIG-TGJOBDEF-REPLAY-SAMPLING-001@{day:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def test_a_new_version_updates_its_schedule_and_waits_for_its_approval(engine: Engine) -> None:
+    job = apply(engine)
+    approvals.approve(engine, "default", job, actor="bob")
+    first = stored(engine)
+    apply(engine, schedule_expression="30 3 * * 1-5", schedule_timezone="Europe/Oslo", schedule_misfire="skip")
+    item = stored(engine)
+    assert item.schedule.cron == "30 3 * * 1-5" and item.schedule.timezone == "Europe/Oslo"
+    assert item.schedule.misfire.value == "skip" and item.watermark == first.watermark
+    assert item.state == "paused: unapproved"
+    approvals.approve(engine, "default", job, actor="bob")
+    assert stored(engine).state == "active"
+    apply(engine, trigger_type="manual", schedule_expression=None)  # no longer scheduled: removed
+    assert stored(engine) is None
+    with engine.store.read() as tx:
+        fields = [c.field for c in tx.changes_list("default", "TGJOBDEF-REPLAY-SAMPLING-001")]
+    assert fields == ["created", "resumed", "updated", "resumed", "deleted"]
+
+
+def test_interval_and_window_expressions_and_the_configured_defaults(engine: Engine) -> None:
+    apply(engine, job_definition_id="every-15", trigger_type="interval", schedule_expression="every: 15m")
+    apply(engine, job_definition_id="hourly-window", trigger_type="batch_window", schedule_expression="1h")
+    interval, window = stored(engine, "every-15"), stored(engine, "hourly-window")
+    assert interval.schedule.kind is ScheduleKind.INTERVAL and interval.schedule.every == timedelta(minutes=15)
+    assert window.schedule.kind is ScheduleKind.BATCH_WINDOW and window.schedule.every == timedelta(hours=1)
+    assert interval.schedule.timezone == engine.config.scheduling.timezone == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"schedule_expression": "61 2 * * *"}, "schedule_expression"),
+        ({"schedule_expression": "every: 15m"}, "schedule_expression"),  # an interval under cron
+        ({"schedule_timezone": "Mars/Olympus"}, "schedule_timezone"),
+        ({"schedule_misfire": "sometimes"}, "schedule_misfire"),
+        ({"trigger_type": "manual", "schedule_expression": None, "schedule_timezone": "UTC"}, "schedule_timezone"),
+    ],
+)
+def test_a_schedule_that_cannot_fire_is_refused_with_its_definition(
+    engine: Engine, fields: dict[str, Any], field: str
+) -> None:
+    doc = {k: v for k, v in {**SEED_15, **fields}.items() if v is not None}
+    with pytest.raises(ValidationError) as err:
+        parse_definition(doc, "test", engine.config)
+    assert err.value.field == field
+    assert count(engine, "definitions") == 0 and count(engine, "schedules") == 0
+
+
+def test_a_schedule_of_that_name_from_someone_else_is_not_taken_over(engine: Engine) -> None:
+    other = define(engine, trigger_type="cron", schedule_expression="0 5 * * *", job_definition_id="other")
+    with engine.store.write() as tx:
+        s = check_schedule(
+            Schedule(
+                "TGJOBDEF-REPLAY-SAMPLING-001", other, ScheduleKind.CRON, at("2026-01-01T00:00Z"), cron="0 1 * * *"
+            )
+        )
+        tx.schedule_put(s, watermark=s.anchor, source="cli", now=s.anchor)
+    with pytest.raises(ValidationError) as err:
+        apply(engine)
+    assert err.value.field == "schedule_expression" and "stored by cli" in err.value.message
+    assert count(engine, "definitions", "job_definition_id = 'TGJOBDEF-REPLAY-SAMPLING-001'") == 0
+    assert stored(engine).schedule.job_definition_id == "other"
+
+
+# --- trigger_type on every path --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("declared", "trigger", "allowed"),
+    [
+        ("manual", TriggerType.CRON, False),
+        ("manual", TriggerType.EVENT, False),
+        ("manual", TriggerType.MANUAL, True),
+        ("cron", TriggerType.MANUAL, True),
+        ("cron", TriggerType.INTERVAL, False),
+        ("cron", TriggerType.BACKFILL, True),
+        ("event", TriggerType.CRON, False),
+        ("interval", TriggerType.ADAPTIVE, True),
+    ],
+)
+def test_a_trigger_the_definition_does_not_declare_is_refused_and_nothing_is_stored(
+    engine: Engine, declared: str, trigger: TriggerType, allowed: bool
+) -> None:
+    extra = {"schedule_expression": "0 2 * * *"} if declared == "cron" else {}
+    extra = {"schedule_expression": "15m"} if declared == "interval" else extra
+    job = define(engine, trigger_type=declared, **extra)
+    request = SubmitRequest(
+        job,
+        trigger_type=trigger,
+        scope=Scope(),
+        reason="test",
+        source_event_id="e-1" if trigger is TriggerType.EVENT else None,
+        trigger_id=f"TGTRIG-{trigger.value}",
+    )
+    if allowed:
+        assert engine.submit(request).created
+        return
+    with pytest.raises(GovernanceRefusal) as refused:
+        engine.submit(request)
+    assert refused.value.code == "trigger_type_not_allowed" and refused.value.field == "trigger_type"
+    assert f"trigger_type {declared}" in refused.value.message
+    assert count(engine, "job_runs") == 0
+
+
+# --- schedules refused when stored --------------------------------------------------------------
+
+
+def _doc(job: str, **extra: Any) -> Schedule:
+    return schedule_from_document({"id": "nightly", "job": job, "cron": "0 2 * * *", **extra}, now=engine_now())
+
+
+def engine_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"other": "1"}, "params.other"),  # not declared
+        ({"day": "1; rm -rf /"}, "params.day"),  # against the declared pattern
+        ({}, "params.day"),  # required and missing
+        ({"day": "{{current_month}}"}, "params.day"),  # a magic param whose value never matches
+    ],
+)
+def test_params_the_definition_refuses_are_refused_when_the_schedule_is_stored(
+    engine: Engine, params: dict[str, str], field: str
+) -> None:
+    job = define(engine, trigger_type="cron", schedule_expression="0 4 * * *", job_definition_id="j",
+                 params=[{"name": "day", "required": True, "pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}])  # fmt: skip
+    before = count(engine, "schedules")
+    with pytest.raises(ValidationError) as err:
+        put_schedules(engine, [_doc(job, params=params)], source="test", now=engine_now())
+    assert err.value.field == field and err.value.source == "nightly"
+    assert count(engine, "schedules") == before and count(engine, "schedule_changes", "schedule_id = 'nightly'") == 0
+
+
+def test_a_non_string_param_is_refused_in_the_document() -> None:
+    with pytest.raises(ValidationError) as err:
+        schedule_from_document({"id": "n", "job": "j", "cron": "0 2 * * *", "params": {"day": ["x"]}}, now=engine_now())
+    assert err.value.field == "params.day"
+
+
+def test_a_schedule_for_a_manual_definition_is_refused_naming_its_trigger_type(engine: Engine) -> None:
+    job = define(engine)  # trigger_type manual
+    with pytest.raises(ValidationError) as err:
+        put_schedules(engine, [_doc(job)], source="test", now=engine_now())
+    assert err.value.field == "job" and "trigger_type manual" in err.value.message
+    assert count(engine, "schedules") == 0
+
+
+def test_an_unapproved_definition_is_refused_or_waits_paused_when_asked(engine: Engine) -> None:
+    job = define(engine, approve=False, trigger_type="cron", schedule_expression="0 4 * * *", job_definition_id="j")
+    with engine.store.write() as tx:  # the definition's own schedule is not the point here
+        tx.schedule_delete("default", "j")
+    with pytest.raises(ValidationError) as err:
+        put_schedules(engine, [_doc(job)], source="test", now=engine_now())
+    assert (
+        err.value.field == "job" and "is not approved" in err.value.message and "--allow-pending" in err.value.message
+    )
+    assert count(engine, "schedules") == 0
+    warnings: list[str] = []
+    put_schedules(engine, [_doc(job)], source="test", now=engine_now(), allow_pending=True, warnings=warnings)
+    assert stored(engine, "nightly").state == "paused: unapproved"
+    assert warnings and "stored paused (unapproved)" in warnings[0]
+    with pytest.raises(ValidationError):  # resuming it by hand is refused while it would not fire
+        set_paused(engine, "default", "nightly", False, now=engine_now(), actor="ops")
+    approvals.approve(engine, "default", job, actor="bob")  # the approval resumes it
+    assert stored(engine, "nightly").state == "active"
