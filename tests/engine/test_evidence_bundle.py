@@ -99,5 +99,15 @@ def test_export_and_verify_from_the_command_line(tmp_path: Path) -> None:
         folder, "evidence", "verify", "bad.zip", "--public-key", f"{KEY.key_id}={KEY.public_b64}", check=False
     )
     assert bad.returncode == 1 and "FAILED" in bad.stdout
+    # Without a trusted key nothing vouches for the bundle, whatever signature it carries.
+    unsigned = jobgate(folder, "evidence", "verify", "run.zip", check=False)
+    assert unsigned.returncode == 1 and "UNSIGNED" in unsigned.stdout and "--public-key" in unsigned.stderr
+    allowed = jobgate(folder, "evidence", "verify", "run.zip", "--allow-unsigned")
+    assert allowed.returncode == 0 and "UNSIGNED" in allowed.stdout
+    rogue = signing.generate(KEY.key_id)  # the same key id, another key
+    rogue_check = jobgate(
+        folder, "evidence", "verify", "run.zip", "--public-key", f"{rogue.key_id}={rogue.public_b64}", check=False
+    )
+    assert rogue_check.returncode == 1 and "manifest.sig" in rogue_check.stdout
     again = jobgate(folder, "evidence", "export", run_id, "--out", "run.zip", check=False)
     assert again.returncode == 1 and "exists" in again.stderr

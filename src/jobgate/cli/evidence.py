@@ -33,9 +33,11 @@ def export(app: AppContext, run_id: str, out: Path) -> None:
 @evidence_group.command("verify")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--public-key", "keys", multiple=True, metavar="KEY_ID=BASE64", help="the signer's public key")
-def verify(bundle: Path, keys: tuple[str, ...]) -> None:
-    """Check a bundle with nothing but the bundle (and the signer's public key); exit 1 naming
-    every file that fails."""
+@click.option("--allow-unsigned", is_flag=True, help="without a trusted key, report UNSIGNED but exit 0")
+def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool) -> None:
+    """Check a bundle with nothing but the bundle and the signer's public key; exit 1 naming
+    every file that fails. Without a key nobody vouches for the bundle, whatever signature it
+    carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned."""
     from jobgate.evidence import verify_bundle
 
     public = {}
@@ -45,9 +47,17 @@ def verify(bundle: Path, keys: tuple[str, ...]) -> None:
             raise ValidationError(f"{item!r} is not KEY_ID=BASE64", field="--public-key")
         public[key_id] = value
     result = verify_bundle(bundle.read_bytes(), public_keys=public or None)
-    if result.ok:
-        print(f"ok: {bundle}" + (f" (signed by {result.signed_by})" if result.signed_by else " (no signature checked)"))
+    if result.ok and result.signed_by:
+        print(f"ok: {bundle} (signed by {result.signed_by})")
         return
+    if result.ok:
+        line = f"UNSIGNED: {bundle}: consistent in itself, but no trusted key was given, so nothing vouches for it"
+        print(line)
+        if allow_unsigned:
+            return
+        raise ValidationError(
+            "give the signer's key with --public-key KEY_ID=BASE64 (or --allow-unsigned)", field="--public-key"
+        )
     for problem in result.problems:
         print(f"FAILED {problem}")
     raise ValidationError(f"{len(result.problems)} problem(s) in {bundle}", field="bundle")
