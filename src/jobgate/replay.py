@@ -20,7 +20,7 @@ status, attempt and error code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,10 +28,11 @@ from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import ExecutionWindow, JobRun, Transition, Trigger, TriggerType
+from jobgate.core.policies import TimeoutPolicy
 from jobgate.core.runs import new_run
 from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
 from jobgate.core.states import RunStatus, check_transition
-from jobgate.service.engine import Engine, run_retry_policy, timeout_policy
+from jobgate.service.engine import Engine, run_retry_policy
 from jobgate.snapshots import resolve_snapshot
 
 RECORD_FIELDS = (
@@ -115,15 +116,23 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
 
     if stored is None:
         return differs("definition_version: the version the run names is not stored")
+    # An audit replay takes the policies as the run recorded them, so a policy since edited or
+    # removed from jobgate.yaml changes nothing (seed §53: no live condition); a simulation takes
+    # today's, and says so.
+    recorded_retry = run_retry_policy(engine.config, run)
+    recorded_timeout = _recorded_timeout(run, stored.content.get("timeout_policy"))
+    config = engine.config if simulation else _with_recorded_policies(engine.config, recorded_retry, recorded_timeout)
     try:
-        definition = engine.build_definition(stored)  # re-digests the stored content
+        definition = engine.build_definition(stored, config)  # re-digests the stored content
     except JobgateError as exc:
         return differs(f"definition_digest: the stored content no longer matches ({exc.code})")
     if simulation:
         snapshot = resolve_snapshot(engine.config, definition.config_profile, run.tenant_id)
+        policy, timeout = engine.policies_for(definition)
     elif snapshot is None or digest(snapshot.content) != snapshot.config_digest:
         return differs("config_snapshot: missing, or its content no longer matches its digest")
-    policy = run_retry_policy(engine.config, run)
+    else:
+        policy, timeout = recorded_retry, recorded_timeout
     created = [t for t in transitions if t.reason in ("created", "admitted")]
     actor = created[0].actor if created else (run.requested_by or "system")
     rebuilt, first = new_run(
@@ -133,7 +142,7 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         snapshot,
         dict(run.params),
         policy,
-        timeout_policy(engine.config, definition.timeout_policy),
+        timeout,
         now=run.created_at,
         due_at=run.due_at,
         actor=actor,
@@ -155,6 +164,25 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
     return ReplayReport(
         job_run_id, False, original, again, _first_difference(run, transitions, final, replayed), simulation
     )
+
+
+def _recorded_timeout(run: JobRun, policy_id: Any) -> TimeoutPolicy | None:
+    """The timeout policy as the run recorded it: its execution timeout, and its queue timeout as
+    the distance from its due time to its queue deadline."""
+    if not isinstance(policy_id, str):
+        return None
+    queue = None if run.queue_deadline_at is None else run.queue_deadline_at - run.due_at
+    return TimeoutPolicy(policy_id, run.execution_timeout, queue)
+
+
+def _with_recorded_policies(config: Any, retry: Any, timeout: TimeoutPolicy | None) -> Any:
+    """Today's configuration with the run's own policies under their names: the stored content
+    names them, and must parse whether or not today's file still has them."""
+    retry_policies = {**config.retry_policies, retry.retry_policy_id: retry}
+    timeouts = dict(config.timeout_policies)
+    if timeout is not None:
+        timeouts[timeout.timeout_policy_id] = timeout
+    return replace(config, retry_policies=retry_policies, timeout_policies=timeouts)
 
 
 def _replay_step(t: Transition, state: dict[str, Any], policy: Any, key: str) -> Transition | None:

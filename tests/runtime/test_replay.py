@@ -127,3 +127,28 @@ def test_parameters_edited_after_the_fact_do_not_replay(engine: Engine) -> None:
         )
     report = replay(engine, run_id)
     assert not report.match and str(report.first_difference).startswith(("params", "transitions[0].params_digest"))
+
+
+def test_a_replay_takes_the_policies_the_run_recorded_not_todays_file(engine: Engine, tmp_path: object) -> None:
+    # Found 4 (issue 20): a retry and a timeout policy removed from jobgate.yaml since the run
+    # made an untouched run replay MISMATCH, claiming a tampering that never happened.
+    from dataclasses import replace
+
+    flaky = define(
+        engine, handler="engine_handlers:fail_until", retry_policy="test_fixed_v1", params=OK_ON,
+        timeout_policy="test_exec_timeout_v1",
+    )  # fmt: skip
+    run_id = submit(engine, flaky, ok_on="2")
+    with running_worker(engine):
+        wait_status(engine, run_id, RunStatus.COMPLETED)
+    original = engine.config
+    retry = {k: v for k, v in original.retry_policies.items() if k != "test_fixed_v1"}
+    timeouts = {k: v for k, v in original.timeout_policies.items() if k != "test_exec_timeout_v1"}
+    engine.config = replace(original, retry_policies=retry, timeout_policies=timeouts)
+    try:
+        report = replay(engine, run_id)
+        assert report.match, report.first_difference
+        simulated = replay(engine, run_id, simulation=True)  # today's file: the policy is gone, and it says so
+        assert not simulated.match and simulated.simulation
+    finally:
+        engine.config = original

@@ -84,6 +84,17 @@ def test_every_kind_of_workflow_replays_to_the_same_hash_and_an_edit_is_named(en
     assert not report.match and report.first_difference is not None and "seq" in report.first_difference
 
 
+def test_a_workflow_rows_status_edited_is_a_mismatch(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    wid = start(engine, workflow(engine, [{"id": "a", "job": j["record"]}]))
+    with coordinating(engine):
+        assert wait_workflow(engine, wid).record.status is RunStatus.COMPLETED
+    with engine.store.write() as tx:
+        tx.conn.execute(text("UPDATE workflow_runs SET status = 'FAILED' WHERE workflow_run_id = :w"), {"w": wid})
+    report = replay_workflow(engine, wid)
+    assert not report.match and report.first_difference == "status: recorded FAILED, the sequence ends COMPLETED"
+
+
 @pytest.mark.parametrize("column", ["reason", "to_status"])
 def test_an_edited_decision_is_a_mismatch(engine: Engine, marker: Path, column: str) -> None:
     j = jobs(engine)
@@ -99,6 +110,7 @@ def test_an_edited_decision_is_a_mismatch(engine: Engine, marker: Path, column: 
         )
     report = replay_workflow(engine, wid)
     assert not report.match and "seq 4" in str(report.first_difference)
+    assert f"{column}: recorded 'SKIPPED', replay decides" in str(report.first_difference)  # the field, both values
 
 
 def test_the_replay_job_samples_workflow_runs_too_and_names_an_altered_one(engine: Engine, marker: Path) -> None:

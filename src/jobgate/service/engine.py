@@ -247,11 +247,12 @@ class Engine:
             raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
         return self.build_definition(stored)
 
-    def build_definition(self, stored: StoredDefinition) -> JobDefinition:
-        """Re-read stored content through today's registries (a target that vanished is refused)."""
+    def build_definition(self, stored: StoredDefinition, config: JobgateConfig | None = None) -> JobDefinition:
+        """Re-read stored content through today's registries (a target that vanished is refused),
+        or through ``config``'s (an audit replay's: today's with the run's recorded policies)."""
         source = stored.source or f"stored:{stored.job_definition_id}"
         try:
-            loaded = parse_definition(stored.content, source, self.config)
+            loaded = parse_definition(stored.content, source, config or self.config)
         except ValidationError as exc:
             if exc.field != "signature":
                 raise

@@ -56,6 +56,9 @@ class WorkflowReplayReport:
     first_difference: str | None
 
 
+_KEY_FIELDS = ("step_id", "from_status", "to_status", "reason", "error_code", "outputs", "params", "job")
+
+
 def sequence_key(
     step_id: str | None,
     from_status: str | None,
@@ -122,18 +125,18 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
         keys = [_key_of(c) for c in decided.changes]
         for offset, (want, got) in enumerate(zip([_recorded_key(t) for t in group], keys, strict=False)):
             if want != got:
-                return WorkflowReplayReport(
-                    workflow_run_id,
-                    False,
-                    original,
-                    None,
-                    f"seq {group[offset].seq}: recorded {want[:4]}, replay decides {got[:4]}",
+                col = next(i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b)
+                return differs(
+                    f"seq {group[offset].seq} ({want[0] or 'workflow'}): {_KEY_FIELDS[col]}: recorded {want[col]!r}, "
+                    f"replay decides {got[col]!r}"
                 )
         if len(keys) != len(group):
             return differs(f"seq {group[0].seq}: the advance recorded {len(group)} changes, replay decides {len(keys)}")
         produced += keys
         assert decided.state is not None
         state = _with_run_ids(decided.state, group)
+    if state.status is not record.status:  # the row itself, not only its transitions
+        return differs(f"status: recorded {record.status.value}, the sequence ends {state.status.value}")
     replayed = digest(produced)
     return WorkflowReplayReport(workflow_run_id, replayed == original, original, replayed, None)
 
