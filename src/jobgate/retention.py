@@ -7,15 +7,18 @@ MAINTENANCE_JOB, and only what policy allows:
   latest anchored window, so every audit entry about them is already under an anchor;
 * never an audit entry: the audit log and its anchors are the permanent record (a run's
   entries keep naming it after its row is gone);
-* every deletion is itself audited (``retention.deleted``: how many, up to when).
+* every deletion is itself audited (``retention.deleted``: how many, up to when);
+* a deleted run's work folder and log go with it.
 
 With no retention configured nothing is ever deleted.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from jobgate.core.audit import AuditEvent
@@ -59,14 +62,9 @@ def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_r
     cutoff = cutoff_for(engine, tenant_id, now)
     if cutoff is None:
         return Retired(tenant_id, None, 0)
-    if dry_run:
+    if dry_run:  # the deletion's own predicate, counted: the two agree
         with engine.store.read() as tx:
-            from jobgate.core.states import TERMINAL
-            from jobgate.store.base import RunFilter
-
-            due = [r for r in tx.runs_list(RunFilter(tenant_id=tenant_id, statuses=tuple(TERMINAL), limit=100_000))
-                   if r.ended_at is not None and r.ended_at < cutoff]  # fmt: skip
-        return Retired(tenant_id, cutoff, len(due))
+            return Retired(tenant_id, cutoff, tx.runs_retirable_count(tenant_id, cutoff))
     deleted = 0
     while True:
         with engine.store.write() as tx:
@@ -82,8 +80,20 @@ def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_r
                     ]
                 )  # fmt: skip
         deleted += len(ids)
+        _remove_folders(engine, ids)
         if len(ids) < BATCH:
             return Retired(tenant_id, cutoff, deleted)
+
+
+def _remove_folders(engine: Engine, job_run_ids: list[str]) -> None:
+    """The deleted runs' work folders and logs (``data_dir/runs/<id>``), after their rows are gone:
+    only a folder that is a direct child named exactly by the id, never through a link."""
+    root = (Path(engine.config.data_dir) / "runs").resolve()
+    for job_run_id in job_run_ids:
+        folder = root / job_run_id
+        if folder.is_symlink() or not folder.is_dir() or folder.resolve().parent != root:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def retention_job(ctx: Any) -> dict[str, Any]:

@@ -51,10 +51,32 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         with engine.store.write() as tx:
             sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
             anchoring.anchor_due(tx.conn, "default", now=later, window=timedelta(hours=1), sink=sink)
+        # An open dead letter keeps its run too; the dry run counts by the deletion's own rule.
+        lettered = submit(engine, job)
+        with engine.store.write() as tx:
+            tx.conn.execute(
+                text("UPDATE job_runs SET status = 'DEAD_LETTERED', ended_at = 1 WHERE job_run_id = :r"),
+                {"r": lettered},
+            )
+            tx.conn.execute(
+                text(
+                    "INSERT INTO dead_letters (dead_letter_id, job_run_id, tenant_id, job_class, reason, attempts,"
+                    " requires_manual_review, created_at) VALUES ('DL-1', :r, 'default', 'MAINTENANCE_JOB', 'x', 1,"
+                    " false, 1)"
+                ),
+                {"r": lettered},
+            )
+        folders = {r: Path(engine.config.data_dir) / "runs" / r for r in [*delivered, waiting]}
+        for folder in folders.values():  # a run's log and work files, as a runner leaves them
+            (folder / "attempt-1").mkdir(parents=True, exist_ok=True)
+            (folder / "run.log").write_text("line\n")
+        assert retire(engine, "default", now=later, dry_run=True).deleted == 2
         done = retire(engine, "default", now=later)
         with engine.store.read() as tx:
-            left = {r.job_run_id for r in tx.runs_get([*delivered, undelivered, waiting])}
-        assert left == {undelivered, waiting} and done.deleted == 2
+            left = {r.job_run_id for r in tx.runs_get([*delivered, undelivered, waiting, lettered])}
+        assert left == {undelivered, waiting, lettered} and done.deleted == 2
+        assert not any(folders[r].exists() for r in delivered)  # their work folders and logs went with them
+        assert (folders[waiting] / "run.log").exists()  # a kept run keeps its files
         (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="retention.deleted"))
         assert sorted(entry.event.payload["runs"]) == sorted(delivered)
         assert count(engine, "run_transitions", f"job_run_id = '{delivered[0]}'") == 0

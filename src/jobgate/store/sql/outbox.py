@@ -213,16 +213,13 @@ def lock_release(conn: Connection, name: str, owner: str, token: int) -> None:
     )
 
 
-def runs_retire(
-    conn: Connection, tenant_id: str, ended_before: datetime, limit: int, *, ordered_ids: bool
-) -> list[str]:
-    """Delete up to ``limit`` finished runs of ``tenant_id`` that ended before ``ended_before``,
-    with their transitions, resolved dead letters, licence slots and delivered events. A run
-    with an event not yet delivered or an open dead letter is kept (its record is still in use),
-    and so is a step run of a workflow run still active (its coordinator may not have read it)."""
-    from sqlalchemy import and_, delete, exists
+def _retirable(conn: Connection, tenant_id: str, ended_before: datetime, *, ordered_ids: bool) -> Any:
+    """The predicate of the runs retention may delete: finished before ``ended_before``, no event
+    undelivered, no open dead letter, not a step of a workflow run still active. One predicate
+    for the deletion and for its dry run, so the two agree."""
+    from sqlalchemy import and_, exists
 
-    from jobgate.store.tables import dead_letters, job_runs, licence_slots, run_transitions, workflow_runs
+    from jobgate.store.tables import dead_letters, job_runs, workflow_runs
 
     r = job_runs.c
     terminal = ("COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED", "ESCALATED")
@@ -234,19 +231,35 @@ def runs_retire(
             workflow_runs.c.status.in_(("CREATED", "SCHEDULED", "DISPATCHED", "RUNNING")),
         )
     )
-    q = (
-        select(r.job_run_id)
-        .where(
-            r.tenant_id == tenant_id,
-            r.status.in_(terminal),
-            r.ended_at < codec.to_us(ended_before),
-            ~busy_event,
-            ~open_letter,
-            ~active_workflow,
-        )
-        .limit(limit)
+    return and_(
+        r.tenant_id == tenant_id,
+        r.status.in_(terminal),
+        r.ended_at < codec.to_us(ended_before),
+        ~busy_event,
+        ~open_letter,
+        ~active_workflow,
     )
-    ids = [row[0] for row in conn.execute(q)]
+
+
+def runs_retirable_count(conn: Connection, tenant_id: str, ended_before: datetime, *, ordered_ids: bool) -> int:
+    from jobgate.store.tables import job_runs
+
+    where = _retirable(conn, tenant_id, ended_before, ordered_ids=ordered_ids)
+    return int(conn.execute(select(func.count()).select_from(job_runs).where(where)).scalar_one())
+
+
+def runs_retire(
+    conn: Connection, tenant_id: str, ended_before: datetime, limit: int, *, ordered_ids: bool
+) -> list[str]:
+    """Delete up to ``limit`` runs ``_retirable`` names, with their transitions, resolved dead
+    letters, licence slots and delivered events."""
+    from sqlalchemy import delete
+
+    from jobgate.store.tables import dead_letters, job_runs, licence_slots, run_transitions
+
+    r = job_runs.c
+    where = _retirable(conn, tenant_id, ended_before, ordered_ids=ordered_ids)
+    ids = [row[0] for row in conn.execute(select(r.job_run_id).where(where).limit(limit))]
     if not ids:
         return []
     conn.execute(delete(run_transitions).where(run_transitions.c.job_run_id.in_(ids)))
