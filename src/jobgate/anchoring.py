@@ -29,6 +29,7 @@ from sqlalchemy import Connection
 from jobgate.core import merkle
 from jobgate.core.audit import GENESIS, AuditEntry, first_broken
 from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.core.errors import JobgateError, MalformedRecordError
 from jobgate.store.sql import governance
 from jobgate.store.sql.governance import Anchor
 
@@ -40,6 +41,17 @@ class AnchorSink(Protocol):
     name: str
 
     def submit(self, record: dict[str, Any]) -> None: ...
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every anchor record the sink holds: what verification checks the database against.
+        Raises ``SinkUnreadable`` when it cannot be read (verification fails closed)."""
+        ...
+
+
+class SinkUnreadable(JobgateError):
+    """The anchor sink could not be read: verification cannot vouch for the anchors."""
+
+    code = "sink_unreadable"
 
 
 class FileSink:
@@ -81,6 +93,26 @@ class HttpSink:
         import httpx
 
         httpx.post(self.url, json=record, timeout=self.timeout).raise_for_status()
+
+    def records(self) -> list[dict[str, Any]]:
+        """``GET`` on the same URL: the records it accepted, as a JSON list (or ``{"records":
+        [...]}``). The URL is configuration (it may carry a credential): never in a message."""
+        import httpx
+
+        try:
+            answer = httpx.get(self.url, timeout=self.timeout, headers={"Accept": "application/json"})
+            answer.raise_for_status()
+            data = answer.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise SinkUnreadable(
+                f"the HTTP anchor sink could not be read ({type(exc).__name__})", field="evidence.anchor_sink_url"
+            ) from None
+        found = data.get("records") if isinstance(data, dict) else data
+        if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+            raise SinkUnreadable(
+                "the HTTP anchor sink did not answer a list of anchor records", field="evidence.anchor_sink_url"
+            )
+        return found
 
 
 def window_end(at: datetime, size: timedelta) -> datetime:
@@ -180,7 +212,14 @@ def verify_tenant(
     entries: list[AuditEntry] = []
     after = 0
     while True:  # in pages: memory stays bounded by the page, not the log
-        page = governance.audit_list(conn, governance.AuditFilter(tenant_id=tenant_id, after_seq=after, limit=5000))
+        try:
+            page = governance.audit_list(conn, governance.AuditFilter(tenant_id=tenant_id, after_seq=after, limit=5000))
+        except MalformedRecordError as exc:  # a row no append wrote: named, as a failed check
+            seq = _seq_of(exc.source)
+            anchors = governance.anchors_list(conn, tenant_id)
+            return Verification(
+                tenant_id, len(entries), len(anchors), False, seq, f"{exc.source}: {exc.field}: {exc.message}"
+            )
         if not page:
             break
         entries.extend(page)
@@ -201,14 +240,16 @@ def verify_tenant(
     head_seq, head_hash = governance.audit_head(conn, tenant_id)
     last_seq, last_hash = (entries[-1].seq, entries[-1].entry_hash) if entries else (0, GENESIS)
     if (head_seq, head_hash) != (last_seq, last_hash):
-        return Verification(
-            tenant_id,
-            count,
-            len(anchors),
-            False,
-            last_seq + 1,
-            f"the chain ends at {last_seq} but its head says {head_seq}: entries are missing",
-        )
+        if head_seq > last_seq:
+            at, why = last_seq + 1, f"the chain ends at {last_seq} but its head says {head_seq}: entries are missing"
+        elif head_seq < last_seq:
+            at, why = (
+                head_seq + 1,
+                f"entries {head_seq + 1}-{last_seq} follow the head ({head_seq}): not appended by jobgate",
+            )
+        else:
+            at, why = last_seq, f"entry {last_seq} is not the one the head recorded: it was rewritten"
+        return Verification(tenant_id, count, len(anchors), False, at, why)
     by_seq = {e.seq: e for e in entries}
     prev_chain = GENESIS_CHAIN
     witnessed: dict[tuple[str, int], set[str]] = {}
@@ -251,11 +292,20 @@ def verify_tenant(
     return Verification(tenant_id, count, len(anchors), True)
 
 
+def _seq_of(source: str | None) -> int | None:
+    """The position named by a ``MalformedRecordError``'s source (``audit entry 12 of acme``)."""
+    parts = (source or "").split()
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+
+
 def inclusion_proof(conn: Connection, tenant_id: str, seq: int) -> dict[str, Any] | None:
     """The proof that entry ``seq`` is in an anchored root: the entry hash, the steps, the
-    root, and the anchor; None when no anchor covers it yet."""
-    for a in governance.anchors_list(conn, tenant_id):
-        if a.mode == "batch" and a.first_seq <= seq <= a.last_seq:
+    root, and the anchor (its window's batch anchor, else a direct anchor of that entry); None
+    when no anchor covers it yet."""
+    anchors = governance.anchors_list(conn, tenant_id)
+    ordered = [a for a in anchors if a.mode == "batch"] + [a for a in anchors if a.mode != "batch"]
+    for a in ordered:
+        if a.first_seq <= seq <= a.last_seq:
             entries = governance.audit_range(conn, tenant_id, a.first_seq, a.last_seq)
             index = seq - a.first_seq
             return {

@@ -51,6 +51,15 @@ def test_schema_workers_leader_and_outbox() -> None:
     assert doctor.worst([doctor.Check("a", Level.GREEN, ""), doctor.Check("b", Level.AMBER, "")]) is Level.AMBER
 
 
+def test_anchoring_is_amber_once_the_oldest_unanchored_entry_waited_two_windows() -> None:
+    hour = timedelta(hours=1)
+    assert doctor.judge_anchoring(NOW, [], hour).level is Level.GREEN
+    fresh = doctor.judge_anchoring(NOW, [("acme", NOW - 90 * timedelta(minutes=1))], hour)
+    assert fresh.level is Level.GREEN and "(acme) is 90 min old" in fresh.detail
+    stale = doctor.judge_anchoring(NOW, [("acme", NOW - 30 * timedelta(minutes=1)), ("b", NOW - 3 * hour)], hour)
+    assert stale.level is Level.AMBER and "(b) is 180 min old" in stale.detail
+
+
 def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> None:
     jobgate(tmp_path, "init", "site")
     folder = tmp_path / "site"
@@ -60,6 +69,7 @@ def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> Non
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
     assert list(checks) == [
         "database", "migrations", "queue", "workers", "scheduler leader", "outbox", "dependencies", "schedules",
+        "anchoring",
     ]  # fmt: skip
     assert checks["schedules"]["status"] == "green"
     assert checks["migrations"]["status"] == "green" and checks["queue"]["detail"].startswith("1 due")

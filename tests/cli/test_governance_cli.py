@@ -63,3 +63,17 @@ def test_init_production_turns_four_eyes_on_and_applies_nothing(tmp_path: Path) 
     own = jobgate(folder, "definitions", "approve", "hello", "--by", "alice", check=False)
     assert own.returncode == 1 and "four_eyes" in own.stderr
     jobgate(folder, "definitions", "approve", "hello", "--by", "bob")
+
+
+def test_audit_verify_fails_closed_when_the_http_sink_cannot_be_read(tmp_path: Path) -> None:
+    from tests.runtime.local_http import closed_port_url
+
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    config = folder / "jobgate.yaml"
+    config.write_text(config.read_text() + f"\nevidence:\n  anchor_sink_url: {closed_port_url()}secret-token\n")
+    refused = jobgate(folder, "audit", "verify", check=False)
+    assert refused.returncode == 1 and "sink_unreadable" in refused.stderr and "--offline" in refused.stderr
+    assert "secret-token" not in refused.stderr + refused.stdout and "Traceback" not in refused.stderr
+    offline = jobgate(folder, "audit", "verify", "--offline")
+    assert offline.returncode == 0 and "not checked against the sink" in offline.stderr

@@ -137,12 +137,12 @@ def test_a_chain_rewritten_from_scratch_fails_against_the_anchors(anchored: tupl
     )  # ...that the anchor refutes
 
 
-def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine, anchoring.FileSink]) -> None:
-    engine, sink = anchored
+def _rewrite_entries_and_anchors(engine: Engine) -> None:
+    """Edit entry 2, then recompute every hash, the head and both anchors in the database, as an
+    attacker with write access would: consistent inside it, refuted only by the sink's copy."""
     sql(engine, "UPDATE audit_log SET reason = 'edited' WHERE seq = 2")
     with engine.store.read() as tx:
         entries = governance.audit_range(tx.conn, "default", 1, 6)
-    # The attacker recomputes the entries' hashes and the anchors in the database...
     rewritten = chain([e.event for e in entries], 0, "sha256:" + "0" * 64)
     with engine.store.write() as tx:
         for e in rewritten:
@@ -162,8 +162,39 @@ def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine,
             prev = new_chain
     with engine.store.read() as tx:
         assert anchoring.verify_tenant(tx.conn, "default").ok  # consistent inside the database...
+
+
+def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    _rewrite_entries_and_anchors(engine)
     result = check(engine, sink)
     assert not result.ok and "sink" in str(result.problem)  # ...but not with the sink outside it
+
+
+def test_an_http_sink_is_read_back_and_refutes_a_rewrite(engine: Engine) -> None:
+    from tests.runtime.local_http import Recorder, closed_port_url, local_server
+
+    with local_server(Recorder(serve_accepted=True)) as (url, recorder):
+        sink = anchoring.HttpSink(url, timeout=5)
+        with engine.store.write() as tx:
+            tx.audit_append(
+                [
+                    AuditEvent("default", "a", "test.fact", "test", str(i), at, payload={})
+                    for i, at in enumerate(TIMES, 1)
+                ]
+            )
+        with engine.store.write() as tx:
+            anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
+        assert len(recorder.accepted) == 2 and sink.records() == recorder.accepted
+        with engine.store.read() as tx:
+            assert anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records()).ok
+        _rewrite_entries_and_anchors(engine)
+        with engine.store.read() as tx:
+            result = anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records())
+        assert not result.ok and "differs from the sink's copy" in str(result.problem)
+    with pytest.raises(anchoring.SinkUnreadable) as unreadable:  # fails closed, and names no URL
+        anchoring.HttpSink(closed_port_url(), timeout=2).records()
+    assert "127.0.0.1" not in unreadable.value.message and unreadable.value.field == "evidence.anchor_sink_url"
 
 
 def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[Engine, anchoring.FileSink]) -> None:
@@ -175,3 +206,85 @@ def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[
         assert p is not None
         assert merkle.verify(p["entry_hash"], p["proof"], p["root"])
         assert not merkle.verify(p["entry_hash"], p["proof"], proofs[0]["root"] if p["seq"] > 3 else proofs[5]["root"])  # type: ignore[index]
+
+
+def test_the_oldest_unanchored_entry_is_the_first_no_anchor_covers(engine: Engine, tmp_path: Path) -> None:
+    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+    with engine.store.write() as tx:
+        tx.audit_append(
+            [AuditEvent("default", "a", "test.fact", "test", str(i), at, payload={}) for i, at in enumerate(TIMES, 1)]
+        )
+    with engine.store.read() as tx:
+        assert tx.oldest_unanchored(None) == [("default", TIMES[0])]  # nothing anchored yet
+    with engine.store.write() as tx:  # 11:05: only the 10:xx window has ended
+        anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=1, minutes=5), window=WINDOW, sink=sink)
+        (entry,) = governance.audit_range(tx.conn, "default", 4, 4)
+        anchoring.anchor_direct(tx.conn, entry, now=T0 + timedelta(hours=1, minutes=6), sink=sink)
+    with engine.store.read() as tx:
+        # 1-3 in the batch, 4 anchored directly: 5 is the oldest entry nothing covers.
+        assert tx.oldest_unanchored("default") == [("default", TIMES[4])]
+        assert tx.oldest_unanchored("other") == []
+    with engine.store.write() as tx:
+        anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+    with engine.store.read() as tx:
+        assert tx.oldest_unanchored(None) == []
+
+
+@pytest.mark.parametrize(("column", "value"), [("payload", "{not json"), ("payload", "[1, 2]"), ("payload", "")])
+def test_a_malformed_entry_is_named_not_a_crash(
+    anchored: tuple[Engine, anchoring.FileSink], column: str, value: str
+) -> None:
+    engine, sink = anchored
+    literal = f"'{value}'" if column == "payload" else value
+    sql(engine, f"UPDATE audit_log SET {column} = {literal} WHERE tenant_id = 'default' AND seq = 3")
+    result = check(engine, sink)
+    assert not result.ok and result.first_bad_seq == 3
+    assert result.problem is not None and "audit entry 3 of default" in result.problem and column in result.problem
+
+
+def test_an_entry_anchored_directly_has_a_proof(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    with engine.store.write() as tx:
+        (entry,) = tx.audit_append([AuditEvent("default", "ops", "safe_mode.activated", "tenant", "default", T0)])
+        anchoring.anchor_direct(tx.conn, entry, now=T0 + timedelta(hours=3), sink=sink)
+    with engine.store.read() as tx:
+        found = anchoring.inclusion_proof(tx.conn, "default", entry.seq)
+    assert found is not None and found["anchor"]["mode"] == "direct"
+    assert merkle.verify(found["entry_hash"], found["proof"], found["root"])
+
+
+def _forge_after(engine: Engine, seq: int, *, replace_it: bool) -> None:
+    """A well-formed entry at ``seq + 1`` (a new one, or the existing one rewritten), linked and
+    hashed as jobgate would, without touching the head."""
+    with engine.store.read() as tx:
+        (before,) = governance.audit_range(tx.conn, "default", seq, seq)
+    forged = chain([AuditEvent("default", "mallory", "test.fact", "test", "x", TIMES[-1])], seq, before.entry_hash)[0]
+    if replace_it:
+        sql(engine, "DELETE FROM audit_log WHERE tenant_id = 'default' AND seq = :s", s=seq + 1)
+    sql(
+        engine,
+        "INSERT INTO audit_log (tenant_id, seq, at, actor, action, target_type, target_id, reason, payload,"
+        " prev_hash, entry_hash) VALUES ('default', :s, :at, 'mallory', 'test.fact', 'test', 'x', NULL, '{}', :p, :h)",
+        s=seq + 1,
+        at=codec.to_us(TIMES[-1]),
+        p=forged.prev_hash,
+        h=forged.entry_hash,
+    )
+
+
+def test_an_entry_appended_behind_the_heads_back_is_named(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    _forge_after(engine, 6, replace_it=False)
+    result = check(engine, sink)
+    assert not result.ok and result.first_bad_seq == 7 and "follow the head (6)" in str(result.problem)
+
+
+def test_the_last_entry_rewritten_is_named_not_a_missing_tail(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, sink = anchored
+    _forge_after(engine, 5, replace_it=True)
+    result = check(engine, sink)
+    assert (
+        not result.ok
+        and result.first_bad_seq == 6
+        and "entry 6 is not the one the head recorded" in str(result.problem)
+    )

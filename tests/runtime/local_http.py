@@ -24,6 +24,7 @@ class Recorder:
     posts: int = 0
     gets: int = 0
     accepted: list[dict[str, Any]] = field(default_factory=list)
+    serve_accepted: bool = False  # GET answers the accepted bodies (a sink that can be read back)
     headers: list[dict[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -44,6 +45,9 @@ class _Handler(BaseHTTPRequestHandler):
         with rec.lock:
             rec.gets += 1
             status = rec.status
+            if rec.serve_accepted and status < 300:
+                self._answer(status, json.dumps(rec.accepted).encode())
+                return
         self._answer(status, b'{"status": "ok"}' if status < 300 else b'{"status": "down"}')
 
     def do_POST(self) -> None:

@@ -182,3 +182,15 @@ def test_adding_updating_pausing_resuming_and_deleting_are_each_recorded_with_wh
     ]
     assert '"cron":"0 * * * *"' in (changes[1].old_value or "") and '"cron":"30 * * * *"' in changes[1].new_value
     assert (changes[2].old_value, changes[2].new_value) == ("active", "paused")
+    # ... and each is in the hash-chained audit log, with who did it.
+    from jobgate.service import audit
+    from jobgate.store.sql.governance import AuditFilter
+
+    entries = audit.search(engine, AuditFilter(tenant_id="default", target_type="schedule", target_id="h"))
+    assert [(e.event.action, e.event.actor) for e in entries] == [
+        ("schedule.created", "ada"),
+        ("schedule.updated", "bob"),
+        ("schedule.paused", "bob"),
+        ("schedule.resumed", "cy"),
+        ("schedule.deleted", "cy"),
+    ]

@@ -168,16 +168,28 @@ def audit_list(
 
 @audit_group.command("verify")
 @click.option("--tenant", help="one tenant's chain (default: every chain)")
+@click.option("--offline", is_flag=True, help="do not read the anchor sink (a warning says the anchors are unchecked)")
 @pass_app
-def audit_verify(app: AppContext, tenant: str | None) -> None:
-    """Recompute every chain, its head and its anchors (and the sink's copies); exit 1 naming
-    the first entry that fails."""
+def audit_verify(app: AppContext, tenant: str | None, offline: bool) -> None:
+    """Recompute every chain, its head and its anchors, and check the anchors against the
+    sink's copies (a file, or an HTTP sink read back); exit 1 naming the first entry that
+    fails, or when the sink cannot be read (``--offline`` to verify the database alone)."""
     from jobgate import anchoring
     from jobgate.store.sql import governance as rows
 
     engine = app.engine()
     sink = anchoring.sink_for(engine.config)
-    witnessed = sink.records() if isinstance(sink, anchoring.FileSink) else None
+    witnessed = None
+    if offline:
+        render.err.print("warning: --offline: the anchors are not checked against the sink", markup=False)
+    else:
+        try:
+            witnessed = sink.records()
+        except anchoring.SinkUnreadable as exc:  # fails closed
+            raise anchoring.SinkUnreadable(
+                f"{exc.message}: the anchors cannot be checked (--offline verifies the database alone)",
+                field=exc.field,
+            ) from None
     with engine.store.read() as tx:
         tenants = (
             [tenant]

@@ -53,6 +53,14 @@ class GovernanceRefusal(JobgateError):
         self.rule = rule
 
 
+class MalformedRecordError(ConflictError):
+    """A stored record that cannot be read as what it claims to be (a payload that is not JSON,
+    a time that is not a number): it was written by something other than jobgate. ``source``
+    names the record (``audit entry 12 of acme``), ``field`` the column."""
+
+    code = "record_malformed"
+
+
 class QuotaExceededError(JobgateError):
     """A tenant used up a configured allowance (runs per day); nothing was stored."""
 

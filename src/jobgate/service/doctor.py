@@ -57,6 +57,8 @@ class Facts:
     oldest_outbox: datetime | None
     outages: list[LockInfo] = field(default_factory=list)  # open dependency outages (runtime.dependencies)
     failing: list[StoredSchedule] = field(default_factory=list)  # schedules whose plan or fire failed
+    unanchored: list[tuple[str, datetime]] = field(default_factory=list)  # per tenant, its oldest unanchored entry
+    anchor_window: timedelta = timedelta(hours=1)
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -133,6 +135,19 @@ def judge_schedules(now: datetime, failing: list[StoredSchedule]) -> Check:
     return Check("schedules", Level.AMBER, f"{len(failing)} failing: " + "; ".join(parts))
 
 
+def judge_anchoring(now: datetime, unanchored: list[tuple[str, datetime]], window: timedelta) -> Check:
+    """Audit entries no anchor covers yet can be rewritten with the chain (seed §30-31): amber
+    once the oldest has waited more than two anchor windows (the anchor job is not running, or
+    failing)."""
+    if not unanchored:
+        return Check("anchoring", Level.GREEN, "every audit entry is anchored")
+    tenant, oldest = min(unanchored, key=lambda u: u[1])
+    text = f"the oldest unanchored audit entry ({tenant}) is {_age(now, oldest)} old"
+    if now - oldest > 2 * window:
+        return Check("anchoring", Level.AMBER, f"{text}: more than two anchor windows; is the anchor job running?")
+    return Check("anchoring", Level.GREEN, f"{text} (anchored every {_age(now, now - window)})")
+
+
 def gather(engine: Engine, tenant_id: str | None) -> Facts:
     now = engine.clock.now()
     with engine.store.read(tenant_id=tenant_id) as tx:
@@ -143,8 +158,12 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         stored = tx.schedules_list(tenant_id)
         outbox, oldest_outbox = tx.outbox_summary(tenant_id)
         outages = tx.outages_open()
+        unanchored = tx.oldest_unanchored(tenant_id)
     failing = [s for s in stored if s.failures]
-    return Facts(now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing)
+    return Facts(
+        now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing,
+        unanchored, engine.config.evidence.anchor_window,
+    )  # fmt: skip
 
 
 def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker: bool = False) -> list[Check]:
@@ -163,6 +182,7 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
         judge_outbox(f.now, f.outbox, f.oldest_outbox),
         judge_dependencies(f.now, f.outages),
         judge_schedules(f.now, f.failing),
+        judge_anchoring(f.now, f.unanchored, f.anchor_window),
     ]
 
 

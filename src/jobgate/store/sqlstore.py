@@ -91,6 +91,9 @@ class StoreTx:
     def audit_head(self, tenant_id: str) -> tuple[int, str]:
         return governance.audit_head(self.conn, tenant_id)
 
+    def oldest_unanchored(self, tenant_id: str | None) -> list[tuple[str, datetime]]:
+        return governance.oldest_unanchored(self.conn, tenant_id)
+
     # approvals
     def approval_put(self, a: governance.Approval) -> governance.Approval:
         return governance.approval_put(self.conn, a)
@@ -252,7 +255,20 @@ class StoreTx:
         return schedules.schedule_config_seen(self.conn, tenant_id, schedule_id, expected, digest)
 
     def change_record(self, tenant_id: str, schedule_id: str, change: schedules.ScheduleChange) -> None:
+        """A schedule's change, recorded twice in its transaction: in its own history (``schedules
+        changes``) and, as ``schedule.<what>``, in the tenant's hash-chained audit log."""
         schedules.change_record(self.conn, tenant_id, schedule_id, change)
+        event = AuditEvent(
+            tenant_id,
+            change.source,
+            f"schedule.{change.field}",
+            "schedule",
+            schedule_id,
+            change.changed_at,
+            reason=change.reason,
+            payload={"from": change.old_value, "to": change.new_value, "accepted": change.accepted},
+        )
+        self.audit_append([event])
 
     def changes_list(self, tenant_id: str, schedule_id: str) -> list[schedules.ScheduleChange]:
         return schedules.changes_list(self.conn, tenant_id, schedule_id)
@@ -501,6 +517,9 @@ class StoreTx:
 
     def runs_retire(self, tenant_id: str, ended_before: datetime, limit: int) -> list[str]:
         return outbox.runs_retire(self.conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+
+    def runs_retirable_count(self, tenant_id: str, ended_before: datetime) -> int:
+        return outbox.runs_retirable_count(self.conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)
 
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
         return outbox.outbox_summary(self.conn, tenant_id, ordered_ids=self._ordered_ids)

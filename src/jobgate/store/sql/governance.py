@@ -7,9 +7,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, func, select, update
 
 from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
+from jobgate.core.errors import MalformedRecordError
 from jobgate.store import codec
 from jobgate.store.sql import fast
 from jobgate.store.tables import (
@@ -92,17 +93,29 @@ def _row(e: AuditEntry) -> tuple[Any, ...]:
 
 
 def _entry(r: Any) -> AuditEntry:
+    """An audit row as an entry; a row no append could have written is named, not a crash."""
+    source = f"audit entry {r.seq} of {r.tenant_id}"
+    try:
+        payload = codec.loads(r.payload)
+    except (ValueError, TypeError):
+        payload = None
+    if not isinstance(payload, dict):
+        raise MalformedRecordError("not a JSON object: jobgate did not write it", field="payload", source=source)
+    try:
+        at, seq = codec.from_us(r.at), int(r.seq)
+    except (ValueError, TypeError, OverflowError):
+        raise MalformedRecordError("not a time jobgate writes", field="at", source=source) from None
     event = AuditEvent(
         tenant_id=r.tenant_id,
         actor=r.actor,
         action=r.action,
         target_type=r.target_type,
         target_id=r.target_id,
-        at=codec.from_us(r.at),
+        at=at,
         reason=r.reason,
-        payload=codec.loads(r.payload),
+        payload=payload,
     )
-    return AuditEntry(event, int(r.seq), r.prev_hash, r.entry_hash)
+    return AuditEntry(event, seq, r.prev_hash, r.entry_hash)
 
 
 @dataclass(frozen=True)
@@ -493,6 +506,35 @@ def anchor_put(conn: Connection, a: Anchor) -> bool:
         "root", "prev_chain", "chain", "created_at", "sink",
     )  # fmt: skip
     return bool(fast.insert_rows(conn, anchors, columns, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"))
+
+
+def oldest_unanchored(conn: Connection, tenant_id: str | None) -> list[tuple[str, datetime]]:
+    """Per tenant with entries (of ``tenant_id`` only, when given), the time of its oldest audit
+    entry no anchor covers yet: the first after the last batch anchor that no direct anchor took."""
+    heads = select(audit_heads.c.tenant_id, audit_heads.c.seq)
+    if tenant_id is not None:
+        heads = heads.where(audit_heads.c.tenant_id == tenant_id)
+    out: list[tuple[str, datetime]] = []
+    for tenant, head in conn.execute(heads).all():
+        batch = conn.execute(
+            select(func.max(N.last_seq)).where(N.tenant_id == tenant, N.mode == "batch")
+        ).scalar_one_or_none()
+        last = int(batch or 0)
+        if int(head) <= last:
+            continue
+        direct = {
+            int(r[0])
+            for r in conn.execute(
+                select(N.first_seq).where(N.tenant_id == tenant, N.mode == "direct", N.first_seq > last)
+            )
+        }
+        rows = conn.execute(
+            select(A.seq, A.at).where(A.tenant_id == tenant, A.seq > last).order_by(A.seq).limit(len(direct) + 1)
+        ).all()
+        first = next((r for r in rows if int(r[0]) not in direct), None)
+        if first is not None:
+            out.append((str(tenant), codec.from_us(first[1])))
+    return out
 
 
 def audit_range(conn: Connection, tenant_id: str, first_seq: int, last_seq: int) -> list[AuditEntry]:
