@@ -288,3 +288,14 @@ def test_the_last_entry_rewritten_is_named_not_a_missing_tail(anchored: tuple[En
         and result.first_bad_seq == 6
         and "entry 6 is not the one the head recorded" in str(result.problem)
     )
+
+
+def test_a_chain_whose_head_row_was_deleted_is_still_verified(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+    engine, _ = anchored
+    with engine.store.write() as tx:  # a second tenant, no anchors, its head row then deleted
+        tx.audit_append([AuditEvent("acme", "a", "test.fact", "test", "1", T0)])
+    sql(engine, "DELETE FROM audit_heads WHERE tenant_id = 'acme'")
+    with engine.store.read() as tx:
+        assert governance.audit_tenants(tx.conn) == ["acme", "default"]
+        result = anchoring.verify_tenant(tx.conn, "acme")
+    assert not result.ok and result.first_bad_seq == 1 and "follow the head (0)" in str(result.problem)

@@ -558,4 +558,7 @@ def audit_last_before(conn: Connection, tenant_id: str, after_seq: int, before: 
 
 
 def audit_tenants(conn: Connection) -> list[str]:
-    return [r[0] for r in conn.execute(select(audit_heads.c.tenant_id).order_by(audit_heads.c.tenant_id))]
+    """Every tenant with a chain: by its head, its entries or its anchors. Not by the head alone: a
+    tenant whose head row was deleted would otherwise not be verified at all."""
+    found = select(audit_heads.c.tenant_id).union(select(A.tenant_id).distinct(), select(N.tenant_id).distinct())
+    return sorted({str(r[0]) for r in conn.execute(found)})
