@@ -23,6 +23,7 @@ from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, chec
 from jobgate.service import safemode
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill
+from jobgate.snapshots import resolve_snapshot
 from jobgate.store.sqlstore import Store
 
 START = datetime(2026, 10, 24, 23, 35, tzinfo=UTC)  # 01:35 CEST; the fold is 00:00Z-02:00Z
@@ -111,4 +112,8 @@ def test_every_slot_has_exactly_one_run_across_processes(pg_engine: Engine, pg_s
     expected = {f"TGTRIG-every-10@{at:%Y-%m-%dT%H:%M:%SZ}" for at in every_ten if at <= end}
     expected.add("TGTRIG-at-0230@2026-10-25T00:30:00Z")  # 02:30 CEST, the first pass only
     assert set(slots) == expected
-    assert len({r[2] for r in rows}) > 1  # the configurations really differed among the runs
+    # The premise: the two configurations bind different snapshots, so a slot's fire under one
+    # and its backfill under the other have different idempotency keys (which of them made each
+    # slot's run depends on the race; that only one did is the point).
+    digests = {resolve_snapshot(_config(tmp_path, which), "nightly", "default").config_digest for which in (0, 1)}
+    assert len(digests) == 2
