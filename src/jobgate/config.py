@@ -180,6 +180,9 @@ class EvidenceSettings:
     anchor_sink_url: str | None = None
     signing_key: Path | None = None  # private key that signs evidence bundles' manifests
     signing_key_id: str = "evidence"
+    # How often the leader chains new seals into the audit log (``core.seals``): the longest a
+    # sealed record waits before rewriting it also means rewriting the audit chain.
+    seal_interval: timedelta = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -619,7 +622,16 @@ def _retention(r: Reader, value: Any) -> timedelta | None:
 def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
     spec = r.mapping(_or_empty(value), "evidence")
     r.only_keys(
-        spec, "evidence", ("anchor_window_seconds", "anchor_sink", "anchor_sink_url", "signing_key", "signing_key_id")
+        spec,
+        "evidence",
+        (
+            "anchor_window_seconds",
+            "anchor_sink",
+            "anchor_sink_url",
+            "signing_key",
+            "signing_key_id",
+            "seal_interval_seconds",
+        ),
     )
     d = EvidenceSettings()
     window = d.anchor_window
@@ -637,7 +649,12 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
     key_id = (
         "evidence" if spec.get("signing_key_id") is None else r.name(spec["signing_key_id"], "evidence.signing_key_id")
     )
-    return EvidenceSettings(window, sink, url, key, key_id)
+    seal_interval = d.seal_interval
+    if spec.get("seal_interval_seconds") is not None:
+        seal_interval = r.duration(spec["seal_interval_seconds"], "evidence.seal_interval_seconds")
+        if not timedelta(seconds=1) <= seal_interval <= timedelta(hours=1):
+            r.fail("evidence.seal_interval_seconds", "between 1 and 3600 seconds")
+    return EvidenceSettings(window, sink, url, key, key_id, seal_interval)
 
 
 def _trust_gates(r: Reader, value: Any, base_dir: Path) -> TrustGateSettings:

@@ -154,6 +154,7 @@ SAMPLES: dict[tuple[str, str], Make] = {
         Sample("/api/v1/safe-mode", {"active": True, "reason": "drill"}, other={200}),
     )[1],
     ("GET", "/api/v1/audit/verify"): lambda w: Sample("/api/v1/audit/verify", other={200}),
+    ("GET", "/api/v1/audit/verify/records"): lambda w: Sample("/api/v1/audit/verify/records", other={200}),
     ("GET", "/api/v1/workers"): lambda w: Sample("/api/v1/workers", other={200}),
     ("GET", "/api/v1/quotas/usage"): lambda w: Sample("/api/v1/quotas/usage", other={200}),
     ("GET", "/api/v1/doctor"): lambda w: Sample("/api/v1/doctor", other={200}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+from typing import Any
 
 import click
 
@@ -169,11 +170,18 @@ def audit_list(
 @audit_group.command("verify")
 @click.option("--tenant", help="one tenant's chain (default: every chain)")
 @click.option("--offline", is_flag=True, help="do not read the anchor sink (a warning says the anchors are unchecked)")
+@click.option(
+    "--records",
+    is_flag=True,
+    help="also recompute every sealed record (runs, definitions, approvals, ...) from its rows",
+)
 @pass_app
-def audit_verify(app: AppContext, tenant: str | None, offline: bool) -> None:
+def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bool) -> None:
     """Recompute every chain, its head and its anchors, and check the anchors against the
     sink's copies (a file, or an HTTP sink read back); exit 1 naming the first entry that
-    fails, or when the sink cannot be read (``--offline`` to verify the database alone)."""
+    fails, or when the sink cannot be read (``--offline`` to verify the database alone).
+    With ``--records``, every sealed record is recomputed from its rows as well, and the first
+    record that differs from its seal is named with the part and column."""
     from jobgate import anchoring
     from jobgate.store.sql import governance as rows
 
@@ -213,9 +221,71 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool) -> None:
         ],
     )
     failed = [r for r in results if not r.ok]
+    reports = []
+    if records:
+        if not tenant:  # every tenant with records, also one whose chain is gone
+            with engine.store.read() as tx:
+                tenants = sorted(set(tenants) | set(tx.seals_tenants()))
+        reports = audit.verify_records(engine, tenants)
+    for report in reports:
+        _render_records(app, report)
     if failed:
         first = failed[0]
         raise ValidationError(f"tenant {first.tenant_id}: {first.problem}", field="audit")
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        finding = bad[0].findings[0]
+        raise ValidationError(f"tenant {bad[0].tenant_id}: {finding.message()}", field="records")
+
+
+def _render_records(app: AppContext, report: Any) -> None:
+    checked = ", ".join(f"{n} {kind}" for kind, n in report.checked.items() if n)
+    summary = {
+        "tenant": report.tenant_id,
+        "checked": checked or "nothing",
+        "batches": report.batches,
+        "pending": report.pending,
+        "ok": report.ok,
+        "findings": len(report.findings),
+    }
+    render.records(app.json_output, "sealed records", [summary])
+    if report.findings:
+        rows = [
+            {
+                "kind": f.kind,
+                "record": f.record_id,
+                "problem": f.problem,
+                "part": f.part,
+                "column": f.column,
+                "message": f.message(),
+            }
+            for f in report.findings
+        ]
+        render.records(
+            app.json_output, "records that differ", rows, columns=["kind", "record", "problem", "part", "column"]
+        )
+    if report.pending:
+        render.err.print(
+            f"note: {report.pending} seal(s) of {report.tenant_id} are not chained yet (the next batch chains them;"
+            " `jobgate audit seal` now)",
+            markup=False,
+        )
+
+
+@audit_group.command("seal")
+@click.option("--tenant", help="one tenant (default: every tenant with seals waiting)")
+@pass_app
+def audit_seal(app: AppContext, tenant: str | None) -> None:
+    """Chain the seals not yet chained into the audit log now (what the leader does every
+    ``evidence.seal_interval_seconds``)."""
+    engine = app.engine()
+    batches = audit.seal_pending(engine, engine.clock.now(), tenant)
+    render.records(
+        app.json_output,
+        "seal batches",
+        [{"tenant": b.tenant_id, "seq": b.seq, "seals": b.count, "root": b.root} for b in batches],
+        columns=["tenant", "seq", "seals", "root"],
+    )
 
 
 @audit_group.command("anchor")

@@ -53,6 +53,7 @@ from jobgate.runtime.leadership import Lease
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
+from jobgate.service import audit
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.service.gates import AttemptFacts, AttemptGate
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
@@ -186,6 +187,7 @@ class Worker:
         now = self.engine.clock.now()
         self._next_renew = self._next_rescue = self._next_stop_check = self._next_beat = now
         self._next_age_check = now
+        self._next_seal_batch = now
         self._shutdown_deadline: datetime | None = None
         self._heartbeat(now)
         self.dependencies.start()
@@ -908,6 +910,13 @@ class Worker:
                 rescuer.close_overdue(self.engine, now, self.settings.maximum_run_age)
         except Exception:
             log.exception("rescuer sweep failed")
+            return
+        if now >= self._next_seal_batch:  # the cluster's one sweeper also chains the seals
+            self._next_seal_batch = now + self.engine.config.evidence.seal_interval
+            try:
+                audit.seal_pending(self.engine, now)
+            except Exception:
+                log.exception("seal batch failed; the seals wait for the next one")
 
     def _heartbeat(self, now: datetime) -> None:
         s = self.settings

@@ -14,9 +14,10 @@ from typing import Any
 from jobgate.core.audit import AuditEntry, AuditEvent
 from jobgate.service.engine import Engine
 from jobgate.store.sql.governance import AuditFilter
+from jobgate.store.sql.seals import Batch, RecordsReport
 from jobgate.store.sqlstore import StoreTx
 
-__all__ = ["AuditFilter", "event", "record", "record_now", "search"]
+__all__ = ["AuditFilter", "event", "record", "record_now", "seal_pending", "search", "verify_records"]
 
 
 def event(
@@ -42,6 +43,24 @@ def record_now(engine: Engine, *events: AuditEvent) -> list[AuditEntry]:
     """Append in a transaction of its own (a refusal: nothing else is written)."""
     with engine.store.write() as tx:
         return tx.audit_append(list(events))
+
+
+def seal_pending(engine: Engine, now: datetime, tenant_id: str | None = None) -> list[Batch]:
+    """Chain every seal not yet chained into its tenant's audit log (``core.seals``): one
+    ``records.sealed`` entry per tenant with seals waiting, its Merkle root over them."""
+    with engine.store.write() as tx:
+        tenants = [tenant_id] if tenant_id else tx.seals_pending_tenants()
+        return [b for t in tenants for b in tx.seals_chain(t, now)]
+
+
+def verify_records(engine: Engine, tenants: list[str]) -> list[RecordsReport]:
+    """Recompute every sealed record of each tenant against its latest seal, and each batch of
+    seals against the root its audit entry chained (read-only)."""
+    out = []
+    for t in tenants:
+        with engine.store.read(tenant_id=t) as tx:
+            out.append(tx.seals_verify(t))
+    return out
 
 
 def search(engine: Engine, f: AuditFilter) -> list[AuditEntry]:

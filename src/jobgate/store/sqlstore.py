@@ -69,6 +69,7 @@ from jobgate.store.sql import (
     tokens,
     workflows,
 )
+from jobgate.store.sql import seals as record_seals
 
 
 class StoreTx:
@@ -80,6 +81,23 @@ class StoreTx:
         self._skip_locked = skip_locked
         self._ordered_ids = ordered_ids
         self._notify = notify  # PostgreSQL: announce claimable runs to listening workers
+
+    def _reseal(self, kind: str, tenant_id: str, **match: Any) -> None:
+        """Seal the records a write just changed (``core.seals``), in the write's transaction."""
+        record_seals.reseal(self.conn, kind, tenant_id, match)
+
+    # seals (``core.seals``): chained in batches by the leader, verified record by record
+    def seals_chain(self, tenant_id: str, at: datetime) -> list[record_seals.Batch]:
+        return record_seals.chain_pending(self.conn, tenant_id, at, self.audit_append)
+
+    def seals_tenants(self) -> list[str]:
+        return record_seals.record_tenants(self.conn)
+
+    def seals_pending_tenants(self) -> list[str]:
+        return record_seals.pending_tenants(self.conn)
+
+    def seals_verify(self, tenant_id: str) -> record_seals.RecordsReport:
+        return record_seals.verify_records(self.conn, tenant_id)
 
     # the audit chain (PostgreSQL locks each chain's head row; SQLite has one writer)
     def audit_append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:
@@ -96,7 +114,9 @@ class StoreTx:
 
     # approvals
     def approval_put(self, a: governance.Approval) -> governance.Approval:
-        return governance.approval_put(self.conn, a)
+        stored = governance.approval_put(self.conn, a)
+        self._reseal("approval", a.tenant_id, approval_id=stored.approval_id)
+        return stored
 
     def approval_by_id(self, approval_id: int) -> governance.Approval | None:
         return governance.approval_by_id(self.conn, approval_id)
@@ -111,7 +131,9 @@ class StoreTx:
         return governance.approvals_list(self.conn, tenant_id, job_definition_id)
 
     def approval_revoke(self, tenant_id: str, job_definition_id: str, digest: str, by: str, now: datetime) -> bool:
-        return governance.approval_revoke(self.conn, tenant_id, job_definition_id, digest, by, now)
+        revoked = governance.approval_revoke(self.conn, tenant_id, job_definition_id, digest, by, now)
+        self._reseal("approval", tenant_id, job_definition_id=job_definition_id, digest=digest)
+        return revoked
 
     # licensed slots (trust gates)
     def licence_slots_taken(self, now: datetime) -> int:
@@ -123,6 +145,7 @@ class StoreTx:
     # run requests (four eyes)
     def request_put(self, q: governance.RunRequest) -> None:
         governance.request_put(self.conn, q)
+        self._reseal("request", q.tenant_id, request_id=q.request_id)
 
     def request_get(self, tenant_id: str, request_id: str) -> governance.RunRequest | None:
         return governance.request_get(self.conn, tenant_id, request_id)
@@ -149,7 +172,9 @@ class StoreTx:
         verdict: dict[str, Any],
         pinned: tuple[str, int] | None = None,
     ) -> bool:
-        return governance.request_tested(self.conn, tenant_id, request_id, by, at, verdict, pinned)
+        tested = governance.request_tested(self.conn, tenant_id, request_id, by, at, verdict, pinned)
+        self._reseal("request", tenant_id, request_id=request_id)
+        return tested
 
     def request_decide(
         self,
@@ -162,13 +187,19 @@ class StoreTx:
         note: str | None,
         job_run_id: str | None,
     ) -> bool:
-        return governance.request_decide(
+        decided = governance.request_decide(
             self.conn, tenant_id, request_id, status=status, by=by, at=at, note=note, job_run_id=job_run_id
         )
+        self._reseal("request", tenant_id, request_id=request_id)
+        return decided
 
     # definitions and snapshots
     def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
-        return definitions.definition_put(self.conn, p)
+        result = definitions.definition_put(self.conn, p)
+        if result.created:
+            self._reseal("definition", p.tenant_id, job_definition_id=p.job_definition_id)
+        self._reseal("definition_status", p.tenant_id, job_definition_id=p.job_definition_id)
+        return result
 
     def definition_get(
         self, tenant_id: str, job_definition_id: str, version: int | None = None
@@ -191,18 +222,23 @@ class StoreTx:
         self, tenant_id: str, job_definition_id: str, status: DefinitionStatus, now: datetime
     ) -> bool:
         claims.gates_closing(self.conn)  # suspending or retiring closes a gate for its runs
-        return definitions.definition_set_status(self.conn, tenant_id, job_definition_id, status, codec.to_us(now))
+        changed = definitions.definition_set_status(self.conn, tenant_id, job_definition_id, status, codec.to_us(now))
+        self._reseal("definition_status", tenant_id, job_definition_id=job_definition_id)
+        return changed
 
     def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
         definitions.snapshot_put(self.conn, snapshot, codec.to_us(now))
+        self._reseal("snapshot", snapshot.tenant_id, config_snapshot_id=snapshot.config_snapshot_id)
 
     # schedules
     def schedule_put(
         self, s: Schedule, *, watermark: datetime, source: str, now: datetime, pause_reason: str | None = None
     ) -> bool:
-        return schedules.schedule_put(
+        changed = schedules.schedule_put(
             self.conn, s, watermark=watermark, source=source, now=now, pause_reason=pause_reason
         )
+        self._reseal("schedule", s.tenant_id, schedule_id=s.schedule_id)
+        return changed
 
     def schedules_list(self, tenant_id: str | None = None) -> list[schedules.StoredSchedule]:
         return schedules.schedules_list(self.conn, tenant_id)
@@ -213,7 +249,9 @@ class StoreTx:
     def schedule_set_paused(
         self, tenant_id: str, schedule_id: str, paused: bool, now: datetime, reason: str | None = None
     ) -> bool:
-        return schedules.schedule_set_paused(self.conn, tenant_id, schedule_id, paused, now, reason)
+        changed = schedules.schedule_set_paused(self.conn, tenant_id, schedule_id, paused, now, reason)
+        self._reseal("schedule", tenant_id, schedule_id=schedule_id)
+        return changed
 
     def schedules_failing_count(self) -> int:
         return schedules.schedules_failing_count(self.conn)
@@ -225,7 +263,9 @@ class StoreTx:
         schedules.schedule_recovered(self.conn, tenant_id, schedule_id)
 
     def schedule_delete(self, tenant_id: str, schedule_id: str) -> bool:
-        return schedules.schedule_delete(self.conn, tenant_id, schedule_id)
+        deleted = schedules.schedule_delete(self.conn, tenant_id, schedule_id)
+        self._reseal("schedule", tenant_id, schedule_id=schedule_id)
+        return deleted
 
     def schedule_advance(self, tenant_id: str, schedule_id: str, expected: datetime, to: datetime) -> bool:
         return schedules.schedule_advance(self.conn, tenant_id, schedule_id, expected, to)
@@ -249,7 +289,9 @@ class StoreTx:
     def schedule_retime(
         self, tenant_id: str, schedule_id: str, expected_every: timedelta, every: timedelta, anchor: datetime
     ) -> bool:
-        return schedules.schedule_retime(self.conn, tenant_id, schedule_id, expected_every, every, anchor)
+        changed = schedules.schedule_retime(self.conn, tenant_id, schedule_id, expected_every, every, anchor)
+        self._reseal("schedule", tenant_id, schedule_id=schedule_id)
+        return changed
 
     def schedule_config_seen(self, tenant_id: str, schedule_id: str, expected: str | None, digest: str) -> bool:
         return schedules.schedule_config_seen(self.conn, tenant_id, schedule_id, expected, digest)
@@ -258,6 +300,7 @@ class StoreTx:
         """A schedule's change, recorded twice in its transaction: in its own history (``schedules
         changes``) and, as ``schedule.<what>``, in the tenant's hash-chained audit log."""
         schedules.change_record(self.conn, tenant_id, schedule_id, change)
+        self._reseal("schedule_change", tenant_id, schedule_id=schedule_id)
         event = AuditEvent(
             tenant_id,
             change.source,
@@ -282,6 +325,7 @@ class StoreTx:
     # api tokens
     def token_put(self, t: tokens.StoredToken) -> None:
         tokens.token_put(self.conn, t)
+        self._reseal("token", t.tenant_id, token_id=t.token_id)
 
     def token_get(self, token_id: str) -> tokens.StoredToken | None:
         return tokens.token_get(self.conn, token_id)
@@ -293,7 +337,9 @@ class StoreTx:
         return tokens.tokens_exist(self.conn)
 
     def token_revoke(self, tenant_id: str, token_id: str, actor: str, now: datetime) -> bool:
-        return tokens.token_revoke(self.conn, tenant_id, token_id, actor, now)
+        revoked = tokens.token_revoke(self.conn, tenant_id, token_id, actor, now)
+        self._reseal("token", tenant_id, token_id=token_id)
+        return revoked
 
     # safe mode
     def safe_mode_current(self, tenant_id: str) -> safemode.SafeModePeriod | None:
@@ -302,12 +348,16 @@ class StoreTx:
     def safe_mode_activate(
         self, tenant_id: str, actor: str, reason: str, now: datetime, actions: dict[str, Any] | None = None
     ) -> safemode.SafeModePeriod | None:
-        return safemode.activate(self.conn, tenant_id, actor, reason, now, actions)
+        period = safemode.activate(self.conn, tenant_id, actor, reason, now, actions)
+        self._reseal("safe_mode", tenant_id)
+        return period
 
     def safe_mode_deactivate(
         self, tenant_id: str, actor: str, reason: str, now: datetime
     ) -> safemode.SafeModePeriod | None:
-        return safemode.deactivate(self.conn, tenant_id, actor, reason, now)
+        period = safemode.deactivate(self.conn, tenant_id, actor, reason, now)
+        self._reseal("safe_mode", tenant_id)
+        return period
 
     def safe_mode_periods(
         self, tenant_id: str, *, ending_after: datetime | None = None, limit: int = 1000
@@ -492,7 +542,7 @@ class StoreTx:
         return runs.dead_letter_open_for(self.conn, job_run_id)
 
     def dead_letter_resolve(self, dead_letter_id: str, resolution: str, now: datetime) -> None:
-        from sqlalchemy import update
+        from sqlalchemy import select, update
 
         from jobgate.store.tables import dead_letters
 
@@ -501,6 +551,11 @@ class StoreTx:
             .where(dead_letters.c.dead_letter_id == dead_letter_id)
             .values(resolved_at=codec.to_us(now), resolution=resolution)
         )
+        run_id = self.conn.execute(
+            select(dead_letters.c.job_run_id).where(dead_letters.c.dead_letter_id == dead_letter_id)
+        ).scalar()
+        if run_id is not None:  # a dead-lettered run resolved in place is sealed again
+            record_seals.reseal_run(self.conn, str(run_id), codec.to_us(now))
 
     # outbox and workers
     def outbox_append(self, items: Sequence[tuple[str | None, str, Event]], now: datetime) -> None:
@@ -516,7 +571,10 @@ class StoreTx:
         return outbox.outbox_backlog(self.conn, ordered_ids=self._ordered_ids)
 
     def runs_retire(self, tenant_id: str, ended_before: datetime, limit: int) -> list[str]:
-        return outbox.runs_retire(self.conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+        retired = outbox.runs_retire(self.conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+        if retired:  # each retired run leaves a tombstone closing its seal
+            record_seals.retire_runs(self.conn, tenant_id, retired, codec.to_us(ended_before))
+        return retired
 
     def runs_retirable_count(self, tenant_id: str, ended_before: datetime) -> int:
         return outbox.runs_retirable_count(self.conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)

@@ -221,6 +221,7 @@ dead_letters = Table(
     Column("resolved_at", BigInteger),
     Column("resolution", Text),
     Index("ix_dead_letters_tenant_open", "tenant_id", "resolved_at"),
+    Index("ix_dead_letters_run", "job_run_id"),  # a run's letters, for its seal (migration 0019)
 )
 
 outbox = Table(
@@ -530,6 +531,36 @@ anchors = Table(
     Column("chain", String(80), nullable=False),  # SHA-256(prev_chain | root)
     Column("created_at", BigInteger, nullable=False),
     Column("sink", String(200), nullable=False),
+)
+
+# Seals (migration 0019, ``core.seals``): the hash of every record auditors read, written with the
+# change that made it; ``batch_seq`` is the audit entry (``records.sealed``) whose Merkle root
+# chained it, NULL until the leader's next batch.
+record_seals = Table(
+    "record_seals",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("record_id", String(300), nullable=False),
+    Column("event", String(16), nullable=False),  # sealed | retired | deleted
+    Column("extent", Integer),  # runs and workflows: how many transitions the seal covers
+    Column("identity", String(80), nullable=False),
+    Column("outcome", String(80)),
+    Column("history", String(80)),
+    Column("seal", String(80), nullable=False),
+    Column("fingerprints", Text),  # per column CRC-32s: which column changed, for the report only
+    Column("sealed_at", BigInteger, nullable=False),
+    Column("batch_seq", BigInteger),
+    Index("ix_record_seals_record", "tenant_id", "kind", "record_id", "id"),
+    Index("ix_record_seals_batch", "tenant_id", "batch_seq", "id"),
+    Index(
+        "ix_record_seals_pending",
+        "tenant_id",
+        "id",
+        sqlite_where=text("batch_seq IS NULL"),
+        postgresql_where=text("batch_seq IS NULL"),
+    ),
 )
 
 # Workflows (migration 0013): one row per workflow run, one per step of it, and every state

@@ -44,10 +44,11 @@ from sqlalchemy import (
 from jobgate.core import events, ratelimit
 from jobgate.core.events import Event
 from jobgate.core.models import JobRun
-from jobgate.core.states import LEASED, RunStatus, TransitionReason
+from jobgate.core.states import LEASED, TERMINAL, RunStatus, TransitionReason
 from jobgate.store import codec
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim
 from jobgate.store.sql import fast, letters
+from jobgate.store.sql import seals as record_seals
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
     HELD_SQL,
@@ -787,7 +788,18 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges)
     """
     prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
     if conn.dialect.name == "postgresql" and not prepared.letters:
-        return _apply_postgres(conn, prepared)
+        done = _apply_postgres(conn, prepared)
+    else:
+        done = _apply_generic(conn, prepared)
+    # Every run that has just ended is sealed in the transaction that ended it (``core.seals``).
+    ended = [ch.job_run_id for ch in done if ch.to_status in TERMINAL]
+    if ended:
+        record_seals.seal_runs(conn, ended, codec.to_us(max(ch.transition.at for ch in done)))
+    return done
+
+
+def _apply_generic(conn: Connection, prepared: PreparedChanges) -> list[RunChange]:
+    """SQLite's ``runs_apply`` (and PostgreSQL's for batches with dead letters to number)."""
     accepted: set[str] = set()
     for key, items, rows in prepared.groups:
         fast.execute(conn, "SAVEPOINT jobgate_cas")

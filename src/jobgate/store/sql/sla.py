@@ -28,6 +28,7 @@ from jobgate.core.models import JobRun
 from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.sql import fast
+from jobgate.store.sql import seals as record_seals
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
     LEASED_SQL,
@@ -540,4 +541,5 @@ def workflow_escalate(
             detail=codec.dumps(detail),
         )
     )
+    record_seals.seal_workflow(conn, w.workflow_run_id, now_us)
     return True

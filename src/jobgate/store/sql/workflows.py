@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
+from jobgate.store.sql import seals as record_seals
 from jobgate.store.tables import job_runs, workflow_runs, workflow_steps, workflow_transitions
 
 W = workflow_runs.c
@@ -361,6 +362,9 @@ def workflow_apply(conn: Connection, u: WorkflowUpdate) -> bool:
         )
     if u.transitions:
         conn.execute(workflow_transitions.insert(), [_transition_row(t, u.tenant_id) for t in u.transitions])
+    if u.values.get("status") is not None:  # an end is sealed with it (``core.seals``)
+        at = max((t.at for t in u.transitions), default=None)
+        record_seals.seal_workflow(conn, u.workflow_run_id, codec.to_us(at or datetime.now(UTC)))
     return True
 
 

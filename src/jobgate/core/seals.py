@@ -1,0 +1,380 @@
+"""Seals: the hash of each record auditors read, committed with the change that made it.
+
+The audit chain (``core.audit``) covers what jobgate *said* happened; a seal covers the rows
+that *are* the record: a run as its terminal transition left it, a definition version, an
+approval, a token, a schedule, a request, a safe-mode period, a workflow run. Each write that
+changes such a record commits, in its own transaction, a seal row holding the record's hash;
+the leader then chains every seal not yet chained into the tenant's audit log as one Merkle
+root (``records.sealed``), so a seal cannot be rewritten once it is in a batch without
+breaking the chain, and the anchors (``anchoring``) carry the chain outside the database.
+
+Verification (``store.sql.seals.verify_records``) recomputes every record's hash from the
+stored rows and compares it with the record's latest seal: a changed column, a deleted or
+inserted row, a seal rewritten after its batch all show, and the finding names the record,
+the part that differs and, where it can, the column.
+
+The rules, enough to reimplement a check from this docstring and an export:
+
+* a value list is hashed as ``sha256:`` + SHA-256 of its JSON text (no spaces, UTF-8, keys of
+  objects never occur: records are lists of column values in the order of ``*_COLUMNS``);
+* a run has three parts: ``identity`` (what it was asked to do: ``RUN_IDENTITY`` columns),
+  ``outcome`` (how it ended: ``RUN_OUTCOME`` columns, then its dead letters' ``LETTER_COLUMNS``)
+  and ``history`` (its transitions' ``TRANSITION_COLUMNS``, in order); ``extent`` is how many
+  transitions the seal covers. A run requeued after its seal keeps the sealed prefix of its
+  history and its identity, which verification checks; its new end gets a new seal;
+* every other kind has one part, ``identity``, over its ``SPECS`` columns;
+* a seal is the hash of ``[kind, record_id, event, extent, identity, outcome, history]``;
+  ``event`` is ``sealed``, or ``retired`` / ``deleted`` for the tombstone retention or a
+  deletion leaves (its identity the seal it closes);
+* a batch's root is ``core.merkle.root`` over its seals in id order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A row as the database returns it (SQLAlchemy's RowMapping), or any mapping of column values.
+Record = Mapping[Any, Any]
+
+SEALED = "sealed"
+RETIRED = "retired"
+DELETED = "deleted"
+
+RUN_IDENTITY = (
+    "job_run_id",
+    "tenant_id",
+    "idempotency_key",
+    "job_definition_id",
+    "definition_version",
+    "definition_digest",
+    "job_class",
+    "trigger_id",
+    "trigger_type",
+    "trigger",
+    "scope",
+    "params",
+    "workflow_run_id",
+    "config_snapshot_id",
+    "config_digest",
+    "max_attempts",
+    "priority",
+    "queue",
+    "retry_policy",
+    "retry_policy_doc",
+    "execution_timeout_us",
+    "requested_by",
+    "created_at",
+    "slot",
+)
+RUN_OUTCOME = (
+    "status",
+    "attempt",
+    "due_at",
+    "queue_deadline_at",
+    "started_at",
+    "ended_at",
+    "next_retry_at",
+    "error_code",
+    "error_message",
+    "result",
+    "result_ref",
+    "artifact_path",
+    "artifact_sha256",
+    "artifact_size",
+    "hold_reason",
+    "held_at",
+    "reviewed_by",
+)
+TRANSITION_COLUMNS = ("from_status", "to_status", "attempt", "reason", "actor", "at", "detail")
+LETTER_COLUMNS = (
+    "dead_letter_id",
+    "reason",
+    "last_error_code",
+    "attempts",
+    "requires_manual_review",
+    "created_at",
+    "resolved_at",
+    "resolution",
+)
+
+WORKFLOW_IDENTITY = (
+    "workflow_run_id",
+    "tenant_id",
+    "idempotency_key",
+    "job_definition_id",
+    "definition_version",
+    "definition_digest",
+    "job_class",
+    "params",
+    "scope",
+    "trigger",
+    "config_snapshot_id",
+    "config_digest",
+    "requested_by",
+    "created_at",
+)
+WORKFLOW_OUTCOME = ("status", "phase", "started_at", "ended_at", "error_code", "error_message")
+STEP_COLUMNS = (
+    "step_id",
+    "position",
+    "status",
+    "job_run_id",
+    "compensation_run_id",
+    "outputs",
+    "completed_order",
+    "started_at",
+    "ended_at",
+    "error_code",
+)
+WORKFLOW_TRANSITION_COLUMNS = ("seq", "step_id", "from_status", "to_status", "reason", "actor", "at", "detail")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A kind of single-row record: its table, the columns naming it, the columns sealed.
+
+    Columns left out are operational state that changes without changing what the record says
+    (a schedule's watermark and failure count, a definition head's update time)."""
+
+    kind: str
+    table: str
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+
+
+SPECS: dict[str, Spec] = {
+    s.kind: s
+    for s in (
+        Spec(
+            "definition",
+            "definitions",
+            ("job_definition_id", "version"),
+            (
+                "tenant_id",
+                "job_definition_id",
+                "version",
+                "digest",
+                "job_code",
+                "job_class",
+                "content",
+                "source",
+                "created_at",
+                "applied_by",
+                "applied_lineage",
+            ),
+        ),
+        Spec(
+            "definition_status",
+            "definition_heads",
+            ("job_definition_id",),
+            ("tenant_id", "job_definition_id", "current_version", "status"),
+        ),
+        Spec(
+            "snapshot",
+            "config_snapshots",
+            ("config_snapshot_id",),
+            ("config_snapshot_id", "tenant_id", "profile", "config_digest", "content", "created_at"),
+        ),
+        Spec(
+            "approval",
+            "definition_approvals",
+            ("approval_id",),
+            (
+                "approval_id",
+                "tenant_id",
+                "job_definition_id",
+                "digest",
+                "version",
+                "code_digest",
+                "code_identity",
+                "approved_by",
+                "approved_at",
+                "note",
+                "revoked_at",
+                "revoked_by",
+            ),
+        ),
+        Spec(
+            "token",
+            "api_tokens",
+            ("token_id",),
+            (
+                "token_id",
+                "tenant_id",
+                "role",
+                "jobs",
+                "label",
+                "secret_hash",
+                "created_by",
+                "created_at",
+                "expires_at",
+                "revoked_at",
+                "revoked_by",
+                "principal",
+                "minted_by",
+            ),
+        ),
+        Spec(
+            "schedule",
+            "schedules",
+            ("schedule_id",),
+            (
+                "tenant_id",
+                "schedule_id",
+                "job_definition_id",
+                "kind",
+                "timezone",
+                "cron",
+                "every_us",
+                "anchor",
+                "params",
+                "misfire",
+                "misfire_grace_us",
+                "max_catchup",
+                "overlap",
+                "paused",
+                "pause_reason",
+                "event_type",
+                "payload_params",
+                "condition",
+                "min_every_us",
+                "max_every_us",
+                "config_profile",
+                "config_watch",
+                "source",
+                "created_at",
+            ),
+        ),
+        Spec(
+            "schedule_change",
+            "schedule_changes",
+            ("id",),
+            (
+                "id",
+                "tenant_id",
+                "schedule_id",
+                "changed_at",
+                "field",
+                "old_value",
+                "new_value",
+                "accepted",
+                "source",
+                "reason",
+            ),
+        ),
+        Spec(
+            "request",
+            "run_requests",
+            ("request_id",),
+            (
+                "request_id",
+                "tenant_id",
+                "job_definition_id",
+                "params",
+                "title",
+                "reason",
+                "requested_by",
+                "status",
+                "created_at",
+                "tested_at",
+                "tested_by",
+                "verdict",
+                "decided_at",
+                "decided_by",
+                "decision_note",
+                "job_run_id",
+                "digest",
+                "version",
+                "requester_lineage",
+            ),
+        ),
+        Spec(
+            "safe_mode",
+            "safe_mode_periods",
+            ("activation",),
+            (
+                "tenant_id",
+                "activation",
+                "activated_at",
+                "activated_by",
+                "reason",
+                "deactivated_at",
+                "deactivated_by",
+                "deactivation_reason",
+                "actions",
+            ),
+        ),
+    )
+}
+RUN = "run"
+WORKFLOW = "workflow"
+KINDS = (RUN, WORKFLOW, *SPECS)
+
+
+def value_hash(values: Sequence[Any]) -> str:
+    """The hash of a list of column values (see the module's rules)."""
+    text = json.dumps(values, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record_id(spec: Spec, row: Record) -> str:
+    """A single-row record's id: its key columns joined by ``@`` (``nightly@3``)."""
+    return "@".join(str(row[c]) for c in spec.key)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a seal is made of; a single-row record has ``identity`` only."""
+
+    identity: str
+    outcome: str | None = None
+    history: str | None = None
+    extent: int | None = None
+
+
+def run_parts(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> Parts:
+    """A run's parts from its row, its transitions in order and its dead letters in order."""
+    outcome = [run[c] for c in RUN_OUTCOME]
+    outcome.append([[d[c] for c in LETTER_COLUMNS] for d in letters])
+    return Parts(
+        identity=value_hash([run[c] for c in RUN_IDENTITY]),
+        outcome=value_hash(outcome),
+        history=history_hash(transitions),
+        extent=len(transitions),
+    )
+
+
+def history_hash(transitions: Sequence[Record]) -> str:
+    return value_hash([[t[c] for c in TRANSITION_COLUMNS] for t in transitions])
+
+
+def workflow_parts(workflow: Record, steps: Sequence[Record], transitions: Sequence[Record]) -> Parts:
+    """A workflow run's parts: its row, its steps by position, its state sequence in order."""
+    outcome = [workflow[c] for c in WORKFLOW_OUTCOME]
+    outcome.append([[s[c] for c in STEP_COLUMNS] for s in steps])
+    return Parts(
+        identity=value_hash([workflow[c] for c in WORKFLOW_IDENTITY]),
+        outcome=value_hash(outcome),
+        history=value_hash([[t[c] for c in WORKFLOW_TRANSITION_COLUMNS] for t in transitions]),
+        extent=len(transitions),
+    )
+
+
+def row_parts(spec: Spec, row: Record) -> Parts:
+    return Parts(identity=value_hash([row[c] for c in spec.columns]))
+
+
+def seal_of(kind: str, rid: str, event: str, parts: Parts) -> str:
+    return value_hash([kind, rid, event, parts.extent, parts.identity, parts.outcome, parts.history])
+
+
+def first_difference(spec_columns: Sequence[str], row: Record, sealed: Record) -> str | None:
+    """The first column whose value differs between two versions of a record, if any."""
+    for c in spec_columns:
+        if row.get(c) != sealed.get(c):
+            return c
+    return None

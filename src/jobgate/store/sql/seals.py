@@ -1,0 +1,721 @@
+"""Seal rows: written with each change to a sealed record, chained in batches, verified.
+
+``core.seals`` says what a record's hash is; this module reads the rows, writes the seal rows
+(``record_seals``), chains the pending ones into the audit log as Merkle roots, and verifies
+every record of a tenant against its latest seal and every batch against its audit entry.
+
+Writing is cheap on purpose: a run's terminal transition adds one read of its rows and one
+insert, in the same transaction, and takes no lock another writer waits on (the chain's head
+is locked only by the batch, once every few seconds, by the one leader).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, func, select, update
+
+from jobgate.core import merkle, seals
+from jobgate.core.audit import AuditEvent
+from jobgate.core.seals import Record
+from jobgate.core.states import TERMINAL, RunStatus
+from jobgate.store import codec
+from jobgate.store.sql import fast
+from jobgate.store.tables import (
+    audit_log,
+    dead_letters,
+    job_runs,
+    metadata,
+    record_seals,
+    run_transitions,
+    workflow_runs,
+    workflow_steps,
+    workflow_transitions,
+)
+
+S = record_seals.c
+BATCH_ACTION = "records.sealed"
+BATCH_LIMIT = 50_000  # seals per batch entry: a long backlog becomes several entries
+_TERMINAL = tuple(s.value for s in TERMINAL)
+_WORKFLOW_TERMINAL = tuple(s.value for s in TERMINAL if s is not RunStatus.HELD)
+_SEAL_COLUMNS = (
+    "tenant_id",
+    "kind",
+    "record_id",
+    "event",
+    "extent",
+    "identity",
+    "outcome",
+    "history",
+    "seal",
+    "fingerprints",
+    "sealed_at",
+)
+
+
+def _crcs(values: Iterable[Any]) -> str:
+    return "".join(f"{zlib.crc32(str(v).encode('utf-8')):08x}" for v in values)
+
+
+def _run_fingerprints(run: Record, ts: Sequence[Record], ls: Sequence[Record]) -> str:
+    identity = _crcs(run[c] for c in seals.RUN_IDENTITY)
+    outcome = _crcs(run[c] for c in seals.RUN_OUTCOME) + _crcs(tuple(d[c] for c in seals.LETTER_COLUMNS) for d in ls)
+    history = _crcs(tuple(t[c] for c in seals.TRANSITION_COLUMNS) for t in ts)
+    return f"{identity}|{outcome}|{history}"
+
+
+def _row(
+    tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, fingerprints: str | None, now: int
+) -> tuple[Any, ...]:
+    seal = seals.seal_of(kind, rid, event, parts)
+    return (
+        tenant,
+        kind,
+        rid,
+        event,
+        parts.extent,
+        parts.identity,
+        parts.outcome,
+        parts.history,
+        seal,
+        fingerprints,
+        now,
+    )
+
+
+def _by_run(rows: Iterable[Record], key: str = "job_run_id") -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = defaultdict(list)
+    for r in rows:
+        out[r[key]].append(r)
+    return out
+
+
+def _cols(table: Table, *names: Iterable[str]) -> list[Any]:
+    """The named columns only: what a seal reads, whatever columns later versions add."""
+    seen: dict[str, Any] = {}
+    for group in names:
+        for n in group:
+            seen.setdefault(n, table.c[n])
+    return list(seen.values())
+
+
+_RUN_READ = ("job_run_id", "tenant_id", *seals.RUN_IDENTITY, *seals.RUN_OUTCOME)
+_TRANSITION_READ = ("id", "job_run_id", "tenant_id", *seals.TRANSITION_COLUMNS)
+_LETTER_READ = ("job_run_id", "tenant_id", *seals.LETTER_COLUMNS)
+_WORKFLOW_READ = ("workflow_run_id", "tenant_id", *seals.WORKFLOW_IDENTITY, *seals.WORKFLOW_OUTCOME)
+_STEP_READ = ("workflow_run_id", *seals.STEP_COLUMNS)
+_WT_READ = ("workflow_run_id", *seals.WORKFLOW_TRANSITION_COLUMNS)
+
+
+def _spec_cols(spec: seals.Spec, table: Table) -> list[Any]:
+    return _cols(table, ("tenant_id",), spec.key, spec.columns)
+
+
+def _chunks(items: Sequence[Any], n: int = 500) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def seal_runs(conn: Connection, job_run_ids: Sequence[str], now: int) -> int:
+    """Seal the runs ``job_run_ids`` as their rows stand in this transaction (their terminal
+    transition has just been written). Returns how many seals it wrote."""
+    out: list[tuple[Any, ...]] = []
+    for chunk in _chunks(list(job_run_ids)):
+        runs = (
+            conn.execute(select(*_cols(job_runs, _RUN_READ)).where(job_runs.c.job_run_id.in_(chunk))).mappings().all()
+        )
+        history = _by_run(
+            conn.execute(
+                select(*_cols(run_transitions, _TRANSITION_READ))
+                .where(run_transitions.c.job_run_id.in_(chunk))
+                .order_by(run_transitions.c.job_run_id, run_transitions.c.id)
+            ).mappings()
+        )
+        lettered = [r["job_run_id"] for r in runs if _ever_dead_lettered(history.get(r["job_run_id"], ()))]
+        letters = _letters(conn, lettered)
+        for run in runs:
+            rid = run["job_run_id"]
+            ts, ls = history.get(rid, []), letters.get(rid, [])
+            parts = seals.run_parts(run, ts, ls)
+            out.append(_row(run["tenant_id"], seals.RUN, rid, seals.SEALED, parts, _run_fingerprints(run, ts, ls), now))
+    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, out)
+    return len(out)
+
+
+def _ever_dead_lettered(transitions: Iterable[Record]) -> bool:
+    return any(t["to_status"] == RunStatus.DEAD_LETTERED.value for t in transitions)
+
+
+def _letters(conn: Connection, job_run_ids: Sequence[str]) -> dict[str, list[Record]]:
+    if not job_run_ids:
+        return {}
+    d = dead_letters.c
+    q = (
+        select(*_cols(dead_letters, _LETTER_READ))
+        .where(d.job_run_id.in_(job_run_ids))
+        .order_by(d.job_run_id, d.created_at, d.dead_letter_id)
+    )
+    return _by_run(conn.execute(q).mappings())
+
+
+def reseal_run(conn: Connection, job_run_id: str, now: int) -> None:
+    """Seal a terminal run again after a change that keeps it terminal (its dead letter resolved)."""
+    status = conn.execute(select(job_runs.c.status).where(job_runs.c.job_run_id == job_run_id)).scalar()
+    if status in _TERMINAL:
+        seal_runs(conn, [job_run_id], now)
+
+
+def retire_runs(conn: Connection, tenant_id: str, job_run_ids: Sequence[str], now: int) -> None:
+    """Tombstones for runs retention deletes: the seal each closes is their identity."""
+    latest = _latest_seals(conn, tenant_id, seals.RUN, job_run_ids)
+    rows = []
+    for rid in job_run_ids:
+        closed = latest[rid]["seal"] if rid in latest else "unsealed"
+        rows.append(_row(tenant_id, seals.RUN, rid, seals.RETIRED, seals.Parts(identity=closed), None, now))
+    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
+
+
+def _latest_seals(conn: Connection, tenant_id: str, kind: str, ids: Sequence[str]) -> dict[str, Record]:
+    out: dict[str, Record] = {}
+    for chunk in _chunks(list(ids)):
+        q = (
+            select(record_seals)
+            .where(S.tenant_id == tenant_id, S.kind == kind, S.record_id.in_(chunk))
+            .order_by(S.record_id, S.id)
+        )
+        for r in conn.execute(q).mappings():
+            out[r["record_id"]] = r
+    return out
+
+
+def _table(name: str) -> Table:
+    return metadata.tables[name]
+
+
+def reseal(conn: Connection, kind: str, tenant_id: str, match: Record) -> None:
+    """Seal the single-row records of ``kind`` (``core.seals.SPECS``) that ``match`` names, as
+    they stand in this transaction: a new seal for each whose content differs from its latest
+    one; a tombstone when ``match`` names one record by its whole key and its row is gone."""
+    spec = seals.SPECS[kind]
+    table = _table(spec.table)
+    where = [table.c[k] == v for k, v in match.items()]
+    where.append(table.c.tenant_id == tenant_id)
+    rows = conn.execute(select(*_spec_cols(spec, table)).where(and_(*where))).mappings().all()
+    now = codec.to_us(datetime.now(UTC))
+    if not rows:
+        if set(spec.key) <= set(match):
+            rid = "@".join(str(match[c]) for c in spec.key)
+            latest = _latest_seals(conn, tenant_id, kind, [rid]).get(rid)
+            if latest is not None and latest["event"] == seals.SEALED:
+                tomb = _row(tenant_id, kind, rid, seals.DELETED, seals.Parts(identity=latest["seal"]), None, now)
+                fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, [tomb])
+        return
+    ids = [seals.record_id(spec, row) for row in rows]
+    latest_by_id = _latest_seals(conn, tenant_id, kind, ids)
+    out = []
+    for rid, row in zip(ids, rows, strict=True):
+        parts = seals.row_parts(spec, row)
+        latest = latest_by_id.get(rid)
+        if latest is not None and latest["event"] == seals.SEALED and latest["identity"] == parts.identity:
+            continue
+        out.append(_row(tenant_id, kind, rid, seals.SEALED, parts, _crcs(row[c] for c in spec.columns), now))
+    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, out)
+
+
+def seal_workflow(conn: Connection, workflow_run_id: str, now: int) -> None:
+    """Seal a workflow run that has just ended: its row, its steps and its state sequence."""
+    w = (
+        conn.execute(
+            select(*_cols(workflow_runs, _WORKFLOW_READ)).where(workflow_runs.c.workflow_run_id == workflow_run_id)
+        )
+        .mappings()
+        .first()
+    )
+    if w is None or w["status"] not in _WORKFLOW_TERMINAL:
+        return
+    steps, ts = _workflow_rows(conn, [workflow_run_id])
+    parts = seals.workflow_parts(w, steps.get(workflow_run_id, []), ts.get(workflow_run_id, []))
+    row = _row(w["tenant_id"], seals.WORKFLOW, workflow_run_id, seals.SEALED, parts, None, now)
+    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, [row])
+
+
+def _workflow_rows(conn: Connection, ids: Sequence[str]) -> tuple[dict[str, list[Record]], dict[str, list[Record]]]:
+    st, wt = workflow_steps.c, workflow_transitions.c
+    steps = _by_run(
+        conn.execute(
+            select(*_cols(workflow_steps, _STEP_READ))
+            .where(st.workflow_run_id.in_(ids))
+            .order_by(st.workflow_run_id, st.position, st.step_id)
+        ).mappings(),
+        "workflow_run_id",
+    )
+    ts = _by_run(
+        conn.execute(
+            select(*_cols(workflow_transitions, _WT_READ))
+            .where(wt.workflow_run_id.in_(ids))
+            .order_by(wt.workflow_run_id, wt.seq)
+        ).mappings(),
+        "workflow_run_id",
+    )
+    return steps, ts
+
+
+# -- chaining -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    tenant_id: str
+    seq: int  # the audit entry's position
+    count: int
+    root: str
+
+
+def pending_tenants(conn: Connection) -> list[str]:
+    q = select(S.tenant_id).where(S.batch_seq.is_(None)).group_by(S.tenant_id)
+    return sorted(r[0] for r in conn.execute(q))
+
+
+def record_tenants(conn: Connection) -> list[str]:
+    """Every tenant with a seal or a sealed kind of record: a tenant whose audit chain is gone
+    still has its records checked."""
+    found: set[str] = set()
+    for table in (record_seals, job_runs, workflow_runs, *(_table(s.table) for s in seals.SPECS.values())):
+        found.update(str(r[0]) for r in conn.execute(select(table.c.tenant_id).distinct()))
+    return sorted(found)
+
+
+def pending_count(conn: Connection, tenant_id: str | None = None) -> int:
+    q = select(func.count()).select_from(record_seals).where(S.batch_seq.is_(None))
+    if tenant_id is not None:
+        q = q.where(S.tenant_id == tenant_id)
+    return int(conn.execute(q).scalar_one())
+
+
+def chain_pending(conn: Connection, tenant_id: str, at: datetime, append: Any) -> list[Batch]:
+    """Chain the tenant's pending seals into its audit log, ``BATCH_LIMIT`` per entry.
+
+    ``append`` is the transaction's audit append (it locks the chain's head on PostgreSQL). The
+    seals a concurrent transaction commits meanwhile wait for the next batch: a batch takes
+    exactly the rows it read and marks exactly those."""
+    out: list[Batch] = []
+    while True:
+        q = (
+            select(S.id, S.seal, S.kind)
+            .where(S.tenant_id == tenant_id, S.batch_seq.is_(None))
+            .order_by(S.id)
+            .limit(BATCH_LIMIT)
+        )
+        rows = conn.execute(q).all()
+        if not rows:
+            return out
+        root = merkle.root([r[1] for r in rows])
+        kinds: dict[str, int] = defaultdict(int)
+        for r in rows:
+            kinds[r[2]] += 1
+        payload = {
+            "root": root,
+            "count": len(rows),
+            "first_id": rows[0][0],
+            "last_id": rows[-1][0],
+            "kinds": dict(kinds),
+        }
+        (entry,) = append(
+            [
+                AuditEvent(
+                    tenant_id,
+                    "jobgate",
+                    BATCH_ACTION,
+                    "records",
+                    f"{rows[0][0]}-{rows[-1][0]}",
+                    at,
+                    reason=None,
+                    payload=payload,
+                )
+            ]
+        )
+        ids = [r[0] for r in rows]
+        for chunk in _chunks(ids, 5000):
+            conn.execute(update(record_seals).where(S.id.in_(chunk)).values(batch_seq=entry.seq))
+        out.append(Batch(tenant_id, entry.seq, len(rows), root))
+        if len(rows) < BATCH_LIMIT:
+            return out
+
+
+# -- verifying ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One record that does not match its seal (or a batch that does not match its entry)."""
+
+    kind: str
+    record_id: str
+    problem: str  # changed | unsealed | deleted | history_cut | batch_changed | batch_missing | ...
+    part: str | None = None
+    column: str | None = None
+    seal_id: int | None = None
+
+    def message(self) -> str:
+        where = f"{self.kind} {self.record_id}"
+        if self.problem == "changed":
+            col = f", column {self.column}" if self.column else ""
+            return f"{where}: its {self.part} differs from seal #{self.seal_id}{col}"
+        return {
+            "unsealed": f"{where}: ended but has no seal",
+            "deleted": f"{where}: sealed (seal #{self.seal_id}) but its row is gone",
+            "history_cut": f"{where}: has fewer transitions than seal #{self.seal_id} covers",
+            "seal_changed": f"{where}: seal #{self.seal_id} does not hash to its own parts",
+            "batch_changed": f"{where}: the seals that audit entry (records.sealed) chained no longer give its root:"
+            " a seal in it was rewritten, added or removed",
+            "batch_missing": f"{where}: the seals that audit entry (records.sealed) chained are gone",
+            "batch_unknown": f"{where}: seals name a batch no records.sealed audit entry records",
+        }.get(self.problem, f"{where}: {self.problem}")
+
+
+@dataclass
+class RecordsReport:
+    tenant_id: str
+    checked: dict[str, int] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    batches: int = 0
+    pending: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+MAX_FINDINGS = 100
+
+
+def verify_records(conn: Connection, tenant_id: str) -> RecordsReport:
+    """Recompute every record of ``tenant_id`` and compare it with its latest seal; check every
+    batch of seals against the root its audit entry chained."""
+    report = RecordsReport(tenant_id)
+    report.pending = pending_count(conn, tenant_id)
+    # Records first: a finding that names the record beats one that names the batch it is in.
+    _verify_runs(conn, tenant_id, report)
+    _verify_workflows(conn, tenant_id, report)
+    for kind in seals.SPECS:
+        _verify_rows(conn, tenant_id, kind, report)
+    _verify_batches(conn, tenant_id, report)
+    return report
+
+
+def _add(report: RecordsReport, finding: Finding) -> None:
+    if len(report.findings) < MAX_FINDINGS:
+        report.findings.append(finding)
+
+
+def _collate(conn: Connection, column: Any) -> Any:
+    """Byte order on both backends: the merge below compares ids the way Python does."""
+    return column.collate("C") if conn.dialect.name == "postgresql" else column
+
+
+def _verify_batches(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
+    a = audit_log.c
+    entries: dict[int, dict[str, Any]] = {}
+    q = select(a.seq, a.payload, a.target_id).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION)
+    for seq, payload, target in conn.execute(q):
+        try:
+            doc = codec.loads(payload)
+        except ValueError:
+            doc = {}
+        entries[int(seq)] = {"root": doc.get("root"), "count": doc.get("count"), "target": target}
+    report.batches = len(entries)
+    current: int | None = None
+    leaves: list[str] = []
+
+    def close(seq: int, leaves: list[str]) -> None:
+        entry = entries.pop(seq, None)
+        if entry is None:
+            _add(report, Finding("batch", str(seq), "batch_unknown"))
+        elif entry["count"] != len(leaves) or entry["root"] != merkle.root(leaves):
+            _add(report, Finding("audit entry", f"{seq} (seals {entry['target']})", "batch_changed"))
+
+    q2 = (
+        select(S.batch_seq, S.seal)
+        .where(S.tenant_id == tenant_id, S.batch_seq.is_not(None))
+        .order_by(S.batch_seq, S.id)
+    )
+    for seq, seal in conn.execution_options(yield_per=20_000).execute(q2):
+        if seq != current:
+            if current is not None:
+                close(current, leaves)
+            current, leaves = int(seq), []
+        leaves.append(seal)
+    if current is not None:
+        close(current, leaves)
+    for seq, entry in sorted(entries.items()):
+        _add(report, Finding("audit entry", f"{seq} (seals {entry['target']})", "batch_missing"))
+
+
+def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[Record]:
+    """The latest seal of each record of ``kind``, in record id order."""
+    q = select(record_seals).where(S.tenant_id == tenant_id, S.kind == kind).order_by(_collate(conn, S.record_id), S.id)
+    previous: Record | None = None
+    for r in conn.execution_options(yield_per=20_000).execute(q).mappings():
+        if previous is not None and previous["record_id"] != r["record_id"]:
+            yield previous
+        previous = r
+    if previous is not None:
+        yield previous
+
+
+def _grouped(rows: Iterable[Record], key: str) -> Iterator[tuple[str, list[Record]]]:
+    current: str | None = None
+    group: list[Record] = []
+    for r in rows:
+        if r[key] != current:
+            if current is not None:
+                yield current, group
+            current, group = r[key], []
+        group.append(r)
+    if current is not None:
+        yield current, group
+
+
+def _merge(
+    records: Iterator[Record], key: str, latest: Iterator[Record]
+) -> Iterator[tuple[str, Record | None, Record | None]]:
+    """Pair each record with its latest seal (either may be missing), both in id order."""
+    r = next(records, None)
+    s = next(latest, None)
+    while r is not None or s is not None:
+        rid = None if r is None else r[key]
+        sid = None if s is None else s["record_id"]
+        if sid is None or (rid is not None and rid < sid):
+            assert rid is not None
+            yield rid, r, None
+            r = next(records, None)
+        elif rid is None or sid < rid:
+            yield sid, None, s
+            s = next(latest, None)
+        else:
+            yield rid, r, s
+            r, s = next(records, None), next(latest, None)
+
+
+def _check_seal(kind: str, rid: str, seal: Record, report: RecordsReport) -> bool:
+    parts = seals.Parts(seal["identity"], seal["outcome"], seal["history"], seal["extent"])
+    if seals.seal_of(kind, rid, seal["event"], parts) != seal["seal"]:
+        _add(report, Finding(kind, rid, "seal_changed", seal_id=seal["id"]))
+        return False
+    return True
+
+
+def _column(fingerprints: str | None, names: Sequence[str], current: str, section: int) -> str | None:
+    """The first column whose CRC differs from the one recorded with the seal (a hint)."""
+    if not fingerprints:
+        return None
+    recorded = fingerprints.split("|")[section] if "|" in fingerprints else fingerprints
+    for i, name in enumerate(names):
+        if recorded[i * 8 : i * 8 + 8] != current[i * 8 : i * 8 + 8]:
+            return name
+    return None
+
+
+def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
+    r, t = job_runs.c, run_transitions.c
+    runs = conn.execution_options(yield_per=10_000).execute(
+        select(*_cols(job_runs, _RUN_READ)).where(r.tenant_id == tenant_id).order_by(_collate(conn, r.job_run_id))
+    )
+    trans = conn.execution_options(yield_per=20_000).execute(
+        select(*_cols(run_transitions, _TRANSITION_READ))
+        .where(t.tenant_id == tenant_id)
+        .order_by(_collate(conn, t.job_run_id), t.id)
+    )
+    history = _grouped(trans.mappings(), "job_run_id")
+    letters = _by_run(
+        conn.execute(
+            select(*_cols(dead_letters, _LETTER_READ))
+            .where(dead_letters.c.tenant_id == tenant_id)
+            .order_by(dead_letters.c.job_run_id, dead_letters.c.created_at, dead_letters.c.dead_letter_id)
+        ).mappings()
+    )
+    pending_history = next(history, None)
+    checked = 0
+    for rid, run, seal in _merge(iter(runs.mappings()), "job_run_id", _latest_stream(conn, tenant_id, seals.RUN)):
+        ts: list[Record] = []
+        while pending_history is not None and pending_history[0] < rid:
+            _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
+            pending_history = next(history, None)
+        if pending_history is not None and pending_history[0] == rid:
+            ts = pending_history[1]
+            pending_history = next(history, None)
+        checked += 1
+        _verify_run(rid, run, seal, ts, letters.get(rid, []), report)
+    while pending_history is not None:
+        _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
+        pending_history = next(history, None)
+    report.checked[seals.RUN] = checked
+
+
+def _verify_run(
+    rid: str,
+    run: Record | None,
+    seal: Record | None,
+    ts: Sequence[Record],
+    ls: Sequence[Record],
+    report: RecordsReport,
+) -> None:
+    if seal is not None and not _check_seal(seals.RUN, rid, seal, report):
+        return
+    if run is None:
+        if seal is not None and seal["event"] != seals.RETIRED:
+            _add(report, Finding(seals.RUN, rid, "deleted", seal_id=seal["id"]))
+        return
+    ended = any(x["to_status"] in _TERMINAL for x in ts) or run["status"] in _TERMINAL
+    if seal is None or seal["event"] != seals.SEALED:
+        if ended:
+            _add(report, Finding(seals.RUN, rid, "unsealed"))
+        return
+    extent = int(seal["extent"] or 0)
+    if len(ts) < extent:
+        _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=seal["id"]))
+        return
+    fingerprints = seal["fingerprints"]
+    if len(ts) > extent:  # moved on since (requeued): the sealed prefix and the identity still hold
+        if run["status"] in _TERMINAL:
+            _add(report, Finding(seals.RUN, rid, "unsealed"))
+            return
+        parts = seals.Parts(
+            seals.value_hash([run[c] for c in seals.RUN_IDENTITY]), None, seals.history_hash(ts[:extent])
+        )
+        _compare_run(rid, parts, seal, run, ts[:extent], (), fingerprints, report, outcome=False)
+        return
+    _compare_run(rid, seals.run_parts(run, ts, ls), seal, run, ts, ls, fingerprints, report, outcome=True)
+
+
+def _compare_run(
+    rid: str,
+    parts: seals.Parts,
+    seal: Record,
+    run: Record,
+    ts: Sequence[Record],
+    ls: Sequence[Record],
+    fingerprints: str | None,
+    report: RecordsReport,
+    *,
+    outcome: bool,
+) -> None:
+    now = _run_fingerprints(run, ts, ls).split("|")
+    if parts.identity != seal["identity"]:
+        col = _column(fingerprints, seals.RUN_IDENTITY, now[0], 0)
+        _add(report, Finding(seals.RUN, rid, "changed", "identity", col, seal["id"]))
+    elif parts.history != seal["history"]:
+        col = _index_hint(fingerprints, now[2], 2, "transition")
+        _add(report, Finding(seals.RUN, rid, "changed", "history", col, seal["id"]))
+    elif outcome and parts.outcome != seal["outcome"]:
+        names = [*seals.RUN_OUTCOME, *(f"dead letter {i + 1}" for i in range(max(len(ls), 8)))]
+        col = _column(fingerprints, names, now[1], 1)
+        _add(report, Finding(seals.RUN, rid, "changed", "outcome", col, seal["id"]))
+
+
+def _index_hint(fingerprints: str | None, current: str, section: int, noun: str) -> str | None:
+    if not fingerprints or "|" not in fingerprints:
+        return None
+    recorded = fingerprints.split("|")[section]
+    for i in range(0, max(len(recorded), len(current)), 8):
+        if recorded[i : i + 8] != current[i : i + 8]:
+            return f"{noun} {i // 8 + 1}"
+    return None
+
+
+def _verify_workflows(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
+    w = workflow_runs.c
+    rows = conn.execute(
+        select(*_cols(workflow_runs, _WORKFLOW_READ))
+        .where(w.tenant_id == tenant_id)
+        .order_by(_collate(conn, w.workflow_run_id))
+    ).mappings()
+    checked = 0
+    batch: list[tuple[str, Record | None, Record | None]] = []
+    for item in _merge(iter(rows), "workflow_run_id", _latest_stream(conn, tenant_id, seals.WORKFLOW)):
+        batch.append(item)
+        if len(batch) >= 500:
+            checked += _verify_workflow_batch(conn, batch, report)
+            batch = []
+    checked += _verify_workflow_batch(conn, batch, report)
+    report.checked[seals.WORKFLOW] = checked
+
+
+def _verify_workflow_batch(
+    conn: Connection,
+    batch: Sequence[tuple[str, Record | None, Record | None]],
+    report: RecordsReport,
+) -> int:
+    if not batch:
+        return 0
+    steps, ts = _workflow_rows(conn, [rid for rid, row, _ in batch if row is not None])
+    for rid, row, seal in batch:
+        if seal is not None and not _check_seal(seals.WORKFLOW, rid, seal, report):
+            continue
+        if row is None:
+            if seal is not None and seal["event"] == seals.SEALED:
+                _add(report, Finding(seals.WORKFLOW, rid, "deleted", seal_id=seal["id"]))
+            continue
+        ended = row["status"] in _WORKFLOW_TERMINAL
+        if seal is None:
+            if ended:
+                _add(report, Finding(seals.WORKFLOW, rid, "unsealed"))
+            continue
+        parts = seals.workflow_parts(row, steps.get(rid, []), ts.get(rid, []))
+        for part in ("identity", "history", "outcome"):
+            if getattr(parts, part) != seal[part]:
+                _add(report, Finding(seals.WORKFLOW, rid, "changed", part, None, seal["id"]))
+                break
+    return len(batch)
+
+
+def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsReport) -> None:
+    spec = seals.SPECS[kind]
+    table = _table(spec.table)
+    latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
+    checked = 0
+    for row in conn.execute(select(*_spec_cols(spec, table)).where(table.c.tenant_id == tenant_id)).mappings():
+        checked += 1
+        rid = seals.record_id(spec, row)
+        seal = latest.pop(rid, None)
+        if seal is None or seal["event"] != seals.SEALED:
+            _add(report, Finding(kind, rid, "unsealed"))
+            continue
+        if not _check_seal(kind, rid, seal, report):
+            continue
+        parts = seals.row_parts(spec, row)
+        if parts.identity != seal["identity"]:
+            col = _column(seal["fingerprints"], spec.columns, _crcs(row[c] for c in spec.columns), 0)
+            _add(report, Finding(kind, rid, "changed", "content", col, seal["id"]))
+    for rid, seal in sorted(latest.items()):
+        if _check_seal(kind, rid, seal, report) and seal["event"] == seals.SEALED:
+            _add(report, Finding(kind, rid, "deleted", seal_id=seal["id"]))
+    report.checked[kind] = checked
+
+
+def records_since(conn: Connection, tenant_id: str, kind: str, record_ids: Sequence[str]) -> list[Record]:
+    """Every seal of these records, oldest first (evidence bundles carry them)."""
+    out: list[Record] = []
+    for chunk in _chunks(list(record_ids)):
+        q = select(record_seals).where(S.tenant_id == tenant_id, S.kind == kind, S.record_id.in_(chunk)).order_by(S.id)
+        out.extend(conn.execute(q).mappings().all())
+    return out
+
+
+def seal_audit_entry(conn: Connection, tenant_id: str, batch_seq: int) -> Record | None:
+    a = audit_log.c
+    q = select(audit_log).where(a.tenant_id == tenant_id, a.seq == batch_seq, a.action == BATCH_ACTION)
+    return conn.execute(q).mappings().first()
+
+
+def batch_leaves(conn: Connection, tenant_id: str, batch_seq: int) -> list[tuple[int, str]]:
+    q = select(S.id, S.seal).where(S.tenant_id == tenant_id, S.batch_seq == batch_seq).order_by(S.id)
+    return [(int(r[0]), str(r[1])) for r in conn.execute(q)]

@@ -1,0 +1,417 @@
+"""The tamper suite: one direct edit of the database (or of the anchor sink's file) at a time,
+each on a fresh copy of a governed world, each caught by ``jobgate audit verify --records``
+with a message naming the record.
+
+The world (``world.py``) has completed, dead-lettered and cancelled runs, a workflow run,
+definitions and their versions, a snapshot, approvals (one revoked), tokens (one revoked), a
+paused schedule and its changes, a rejected request, a safe-mode period, the audit chain, its
+anchors and the sink's copies. The attacker writes as the database's owner (past row security),
+and may recompute any hash: only what a seal, a batch root chained into the audit log, an
+anchor or the sink's copy pins down can be caught, and the README's table says what cannot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Connection, text
+from world import Copies, World, build
+
+from jobgate.cli.main import cli
+from jobgate.core import seals
+from jobgate.core.errors import JobgateError
+
+Tamper = str | Callable[[Connection, dict[str, Any]], None]
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def copies(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Copies]:
+    folder = tmp_path_factory.mktemp(f"world-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{folder}/jobgate.db"
+    else:
+        url = request.getfixturevalue("pg_schema_url")
+        from tests.conftest import _truncate_pg
+
+        _truncate_pg(url)
+    with pytest.MonkeyPatch.context() as patch:  # the workflow step's handler marks its runs
+        patch.setenv("JOBGATE_TEST_MARKER", str(folder / "marker.txt"))
+        world = build(folder, url)
+    made = Copies(world, folder)
+    yield made
+    made.close()
+
+
+def verify(world: World) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        cli, ["--config", str(world.config_file), "--db", world.url, "audit", "verify", "--records"]
+    )
+    out = result.output
+    if isinstance(result.exception, JobgateError):  # what ``main`` prints on stderr, exit 1
+        out += f"error: {result.exception.code}: {result.exception}\n"
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, out
+
+
+def test_the_untouched_world_verifies(copies: Copies) -> None:
+    world = copies.fresh()
+    code, out = verify(world)
+    assert code == 0, out
+    assert "sealed records" in out and "pending" in out
+
+
+def _sql(statement: str) -> Callable[[Connection, dict[str, Any]], None]:
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        conn.execute(text(statement.format(**ids)))
+
+    return apply
+
+
+def _rewrite_run_and_its_seal(conn: Connection, ids: dict[str, Any]) -> None:
+    """The consistent rewrite: the run's error and its seal row, recomputed with the published
+    rules. The batch root in the audit log no longer matches."""
+    rid = ids["run"]
+    conn.execute(text("UPDATE job_runs SET error_message = 'forged' WHERE job_run_id = :r"), {"r": rid})
+    run = conn.execute(text("SELECT * FROM job_runs WHERE job_run_id = :r"), {"r": rid}).mappings().one()
+    ts = (
+        conn.execute(text("SELECT * FROM run_transitions WHERE job_run_id = :r ORDER BY id"), {"r": rid})
+        .mappings()
+        .all()
+    )
+    parts = seals.run_parts(run, ts, [])
+    seal = seals.seal_of("run", rid, "sealed", parts)
+    conn.execute(
+        text(
+            "UPDATE record_seals SET outcome = :o, seal = :s WHERE id ="
+            " (SELECT max(id) FROM record_seals WHERE kind = 'run' AND record_id = :r)"
+        ),
+        {"o": parts.outcome, "s": seal, "r": rid},
+    )
+
+
+def _forge_run(conn: Connection, ids: dict[str, Any]) -> None:
+    """A whole finished run that never happened: a copy of a real one under a new id."""
+    row = dict(conn.execute(text("SELECT * FROM job_runs WHERE job_run_id = :r"), {"r": ids["run"]}).mappings().one())
+    row.update(job_run_id="TGJOBRUN-forged", idempotency_key="forged-key", slot=None)
+    cols = ", ".join(row)
+    conn.execute(text(f"INSERT INTO job_runs ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+
+
+def _forge_approval(conn: Connection, ids: dict[str, Any]) -> None:
+    row = dict(
+        conn.execute(text("SELECT * FROM definition_approvals WHERE approval_id = :a"), {"a": ids["approval"]})
+        .mappings()
+        .one()
+    )
+    row.update(approval_id=9999, approved_by="mallory")
+    cols = ", ".join(row)
+    conn.execute(text(f"INSERT INTO definition_approvals ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+
+
+def _forge_token(conn: Connection, ids: dict[str, Any]) -> None:
+    row = dict(conn.execute(text("SELECT * FROM api_tokens WHERE token_id = :t"), {"t": ids["token"]}).mappings().one())
+    row.update(token_id="forgedtoken00000", role="admin", secret_hash="0" * 64)
+    cols = ", ".join(row)
+    conn.execute(text(f"INSERT INTO api_tokens ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+
+
+def _forge_letter(conn: Connection, ids: dict[str, Any]) -> None:
+    row = dict(
+        conn.execute(text("SELECT * FROM dead_letters WHERE job_run_id = :r"), {"r": ids["dead"]}).mappings().one()
+    )
+    row.update(dead_letter_id="TGDL-forged", job_run_id=ids["run"])
+    cols = ", ".join(row)
+    conn.execute(text(f"INSERT INTO dead_letters ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+
+
+def _extra_transition(conn: Connection, ids: dict[str, Any]) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO run_transitions (job_run_id, tenant_id, from_status, to_status, attempt, reason, actor, at)"
+            " SELECT job_run_id, tenant_id, to_status, to_status, attempt, reason, 'mallory', at + 1"
+            " FROM run_transitions WHERE id = (SELECT max(id) FROM run_transitions WHERE job_run_id = :r)"
+        ),
+        {"r": ids["run"]},
+    )
+
+
+def _sink_edit(change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> Callable[[World], None]:
+    def apply(world: World) -> None:
+        lines = [json.loads(x) for x in world.sink.read_text().splitlines() if x.strip()]
+        world.sink.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in change(lines)))
+
+    return apply
+
+
+def _sink_root(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    lines[0]["root"] = "sha256:" + "1" * 64
+    return lines
+
+
+def _delete_run_and_history(conn: Connection, ids: dict[str, Any]) -> None:
+    for table in ("run_transitions", "job_runs"):
+        conn.execute(text(f"DELETE FROM {table} WHERE job_run_id = :r"), {"r": ids["run"]})
+
+
+def _dead_letter_as_success(conn: Connection, ids: dict[str, Any]) -> None:
+    """The reported case: a dead-lettered run made COMPLETED, its transition, status and open
+    dead letter all changed together."""
+    for statement in (
+        "UPDATE job_runs SET status = 'COMPLETED', error_code = NULL, error_message = NULL WHERE job_run_id = :r",
+        "UPDATE run_transitions SET to_status = 'COMPLETED', reason = 'completed'"
+        " WHERE job_run_id = :r AND to_status = 'DEAD_LETTERED'",
+        "DELETE FROM dead_letters WHERE job_run_id = :r",
+    ):
+        conn.execute(text(statement), {"r": ids["dead"]})
+
+
+FIRST_T = "(SELECT min(id) FROM run_transitions WHERE job_run_id = '{run}')"
+LAST_T = "(SELECT max(id) FROM run_transitions WHERE job_run_id = '{run}')"
+CHANGE = "(SELECT min(id) FROM schedule_changes WHERE schedule_id = '{schedule}')"
+SEAL = "(SELECT min(id) FROM record_seals WHERE kind = 'run' AND record_id = '{run}')"
+BATCH = "(SELECT min(seq) FROM audit_log WHERE action = 'records.sealed')"
+
+
+def _run(assignment: str, target: str = "run") -> Callable[[Connection, dict[str, Any]], None]:
+    return _sql(f"UPDATE job_runs SET {assignment} WHERE job_run_id = '{{{target}}}'")
+
+
+def _row(table: str, assignment: str, where: str) -> Callable[[Connection, dict[str, Any]], None]:
+    return _sql(f"UPDATE {table} SET {assignment} WHERE {where}")
+
+
+# (name, tamper, what the message must name: a key of the world's ids, or a literal fragment)
+TAMPERS: list[tuple[str, Tamper, str]] = [
+    # runs: every column an auditor reads
+    ("run status", _run("status = 'FAILED'"), "run"),
+    ("run error message", _run("error_message = 'x'"), "run"),
+    ("run result", _run("result = '{{\"ok\": false}}'"), "run"),
+    ("run params", _run('params = \'{{"month": "1999-01"}}\''), "run"),
+    ("run definition digest", _run("definition_digest = 'sha256:00'"), "run"),
+    ("run definition version", _run("definition_version = 9"), "run"),
+    ("run config digest", _run("config_digest = 'sha256:00'"), "run"),
+    ("run snapshot", _run("config_snapshot_id = 'other'"), "run"),
+    ("run requester", _run("requested_by = 'mallory'"), "run"),
+    ("run reviewer", _run("reviewed_by = 'mallory'"), "run"),
+    ("run trigger", _run("trigger = '{{}}'"), "run"),
+    ("run trigger type", _run("trigger_type = 'cron'"), "run"),
+    ("run created at", _run("created_at = created_at - 1"), "run"),
+    ("run ended at", _run("ended_at = ended_at + 1"), "run"),
+    ("run attempts used", _run("attempt = 0"), "run"),
+    ("run artifact digest", _run("artifact_sha256 = 'ab'"), "run"),
+    ("run queue", _run("queue = 'other'"), "run"),
+    ("run priority", _run("priority = 'critical'"), "run"),
+    ("cancelled run completed", _run("status = 'COMPLETED'", "cancelled"), "cancelled"),
+    ("run deleted", _sql("DELETE FROM job_runs WHERE job_run_id = '{run}'"), "run"),
+    ("run deleted with its history", _delete_run_and_history, "run"),
+    ("dead letter rewritten as a success", _dead_letter_as_success, "dead"),
+    ("run and seal rewritten consistently", _rewrite_run_and_its_seal, "records.sealed"),
+    ("forged finished run", _forge_run, "TGJOBRUN-forged"),
+    # transitions (the attempts are read from them)
+    ("transition actor", _row("run_transitions", "actor = 'mallory'", f"id = {FIRST_T}"), "run"),
+    ("transition reason", _row("run_transitions", "reason = 'forged'", f"id = {LAST_T}"), "run"),
+    ("transition time", _row("run_transitions", "at = at + 1", f"id = {LAST_T}"), "run"),
+    ("transition detail", _row("run_transitions", "detail = '{{}}'", f"id = {LAST_T}"), "run"),
+    ("transition attempt number", _row("run_transitions", "attempt = 3", f"id = {LAST_T}"), "run"),
+    ("transition to status", _row("run_transitions", "to_status = 'FAILED'", f"id = {LAST_T}"), "run"),
+    ("transition deleted", _sql(f"DELETE FROM run_transitions WHERE id = {FIRST_T}"), "run"),
+    ("last transition deleted", _sql(f"DELETE FROM run_transitions WHERE id = {LAST_T}"), "run"),
+    ("transition inserted", _extra_transition, "run"),
+    # dead letters
+    ("dead letter deleted", _sql("DELETE FROM dead_letters WHERE job_run_id = '{dead}'"), "dead"),
+    (
+        "dead letter resolved behind the back",
+        _row("dead_letters", "resolved_at = 1, resolution = 'discarded'", "job_run_id = '{dead}'"),
+        "dead",
+    ),
+    ("dead letter error code", _row("dead_letters", "last_error_code = 'OTHER'", "job_run_id = '{dead}'"), "dead"),
+    (
+        "dead letter review flag",
+        _row("dead_letters", "requires_manual_review = NOT requires_manual_review", "job_run_id = '{dead}'"),
+        "dead",
+    ),
+    ("dead letter forged", _forge_letter, "run"),
+    # definitions, their status, snapshots
+    ("definition content", _row("definitions", "content = '{{}}'", "job_definition_id = '{definition}'"), "definition"),
+    (
+        "definition digest",
+        _row("definitions", "digest = 'sha256:00'", "job_definition_id = '{definition}'"),
+        "definition",
+    ),
+    ("definition code", _row("definitions", "job_code = 'other'", "job_definition_id = '{definition}'"), "definition"),
+    ("definition applier", _row("definitions", "applied_by = 'x'", "job_definition_id = '{definition}'"), "definition"),
+    (
+        "definition version deleted",
+        _sql("DELETE FROM definitions WHERE job_definition_id = '{definition}'"),
+        "definition",
+    ),
+    (
+        "definition status",
+        _row("definition_heads", "status = 'retired'", "job_definition_id = '{definition}'"),
+        "definition",
+    ),
+    (
+        "definition head version",
+        _row("definition_heads", "current_version = 7", "job_definition_id = '{definition}'"),
+        "definition",
+    ),
+    ("snapshot content", _row("config_snapshots", "content = '{{}}'", "config_snapshot_id = '{snapshot}'"), "snapshot"),
+    (
+        "snapshot digest",
+        _row("config_snapshots", "config_digest = 'x'", "config_snapshot_id = '{snapshot}'"),
+        "snapshot",
+    ),
+    ("snapshot deleted", _sql("DELETE FROM config_snapshots WHERE config_snapshot_id = '{snapshot}'"), "snapshot"),
+    # approvals and revocations
+    ("approver", _row("definition_approvals", "approved_by = 'mallory'", "approval_id = {approval}"), "approval"),
+    ("approved digest", _row("definition_approvals", "digest = 'sha256:00'", "approval_id = {approval}"), "approval"),
+    (
+        "approved code",
+        _row("definition_approvals", "code_digest = 'sha256:00'", "approval_id = {approval}"),
+        "approval",
+    ),
+    (
+        "revocation undone",
+        _row("definition_approvals", "revoked_at = NULL, revoked_by = NULL", "approval_id = {revoked_approval}"),
+        "revoked_approval",
+    ),
+    (
+        "revoker",
+        _row("definition_approvals", "revoked_by = 'x'", "approval_id = {revoked_approval}"),
+        "revoked_approval",
+    ),
+    ("approval deleted", _sql("DELETE FROM definition_approvals WHERE approval_id = {approval}"), "approval"),
+    ("approval forged", _forge_approval, "9999"),
+    # tokens
+    ("token role", _row("api_tokens", "role = 'admin'", "token_id = '{token}'"), "token"),
+    (
+        "token revocation undone",
+        _row("api_tokens", "revoked_at = NULL, revoked_by = NULL", "token_id = '{revoked_token}'"),
+        "revoked_token",
+    ),
+    ("token secret", _row("api_tokens", f"secret_hash = '{'0' * 64}'", "token_id = '{token}'"), "token"),
+    ("token job list", _row("api_tokens", "jobs = '[]'", "token_id = '{token}'"), "token"),
+    ("token principal", _row("api_tokens", "principal = 'mallory'", "token_id = '{token}'"), "token"),
+    ("token forged", _forge_token, "forgedtoken00000"),
+    # schedules and their changes
+    ("schedule cron", _row("schedules", "cron = '* * * * *'", "schedule_id = '{schedule}'"), "schedule"),
+    (
+        "schedule resumed",
+        _row("schedules", "paused = false, pause_reason = NULL", "schedule_id = '{schedule}'"),
+        "schedule",
+    ),
+    ("schedule timezone", _row("schedules", "timezone = 'Asia/Tokyo'", "schedule_id = '{schedule}'"), "schedule"),
+    ("schedule params", _row("schedules", 'params = \'{{"x": "1"}}\'', "schedule_id = '{schedule}'"), "schedule"),
+    ("schedule deleted", _sql("DELETE FROM schedules WHERE schedule_id = '{schedule}'"), "schedule"),
+    ("schedule change value", _row("schedule_changes", "new_value = 'forged'", f"id = {CHANGE}"), "schedule_change"),
+    ("schedule change deleted", _sql(f"DELETE FROM schedule_changes WHERE id = {CHANGE}"), "schedule_change"),
+    # requests (four eyes)
+    ("request decision", _row("run_requests", "status = 'approved'", "request_id = '{request}'"), "request"),
+    ("request decider", _row("run_requests", "decided_by = 'rita'", "request_id = '{request}'"), "request"),
+    ("request params", _row("run_requests", "params = '{{}}'", "request_id = '{request}'"), "request"),
+    ("request deleted", _sql("DELETE FROM run_requests WHERE request_id = '{request}'"), "request"),
+    # safe mode
+    ("safe mode reason", _sql("UPDATE safe_mode_periods SET reason = 'forged'"), "safe_mode"),
+    (
+        "safe mode reopened",
+        _sql("UPDATE safe_mode_periods SET deactivated_at = NULL, deactivated_by = NULL"),
+        "safe_mode",
+    ),
+    ("safe mode period deleted", _sql("DELETE FROM safe_mode_periods"), "safe_mode"),
+    # workflow runs, their steps and state sequence
+    ("workflow status", _row("workflow_runs", "status = 'FAILED'", "workflow_run_id = '{workflow}'"), "workflow"),
+    (
+        "workflow params",
+        _row("workflow_runs", 'params = \'{{"x": "1"}}\'', "workflow_run_id = '{workflow}'"),
+        "workflow",
+    ),
+    ("workflow error", _row("workflow_runs", "error_message = 'x'", "workflow_run_id = '{workflow}'"), "workflow"),
+    ("workflow step status", _row("workflow_steps", "status = 'FAILED'", "workflow_run_id = '{workflow}'"), "workflow"),
+    (
+        "workflow transition actor",
+        _row("workflow_transitions", "actor = 'mallory'", "workflow_run_id = '{workflow}'"),
+        "workflow",
+    ),
+    ("workflow deleted", _sql("DELETE FROM workflow_runs WHERE workflow_run_id = '{workflow}'"), "workflow"),
+    # the audit chain, its head, its anchors
+    ("audit entry payload", _row("audit_log", "payload = '{{}}'", "seq = 3"), "entry 3"),
+    ("audit entry actor", _row("audit_log", "actor = 'mallory'", "seq = 2"), "entry 2"),
+    ("audit entry deleted", _sql("DELETE FROM audit_log WHERE seq = 4"), "entry 4"),
+    ("audit head moved back", _row("audit_heads", "seq = seq - 1", "tenant_id = 'default'"), "head"),
+    ("audit head deleted", _sql("DELETE FROM audit_heads"), "default"),
+    ("seal batch root", _row("audit_log", 'payload = \'{{"root": "x"}}\'', f"seq = {BATCH}"), "entry"),
+    ("anchor root", _row("anchors", "root = 'sha256:00'", "anchor_seq = 1"), "anchor 1"),
+    ("anchor window", _row("anchors", "window_start = window_start - 3600000000", "anchor_seq = 1"), "anchor 1"),
+    ("anchor created at", _row("anchors", "created_at = created_at + 1", "anchor_seq = 1"), "anchor 1"),
+    ("anchor deleted", _sql("DELETE FROM anchors WHERE anchor_seq = (SELECT max(anchor_seq) FROM anchors)"), "anchor"),
+    # the seals themselves
+    ("seal rewritten", _row("record_seals", "seal = 'sha256:00'", f"id = {SEAL}"), "run"),
+    ("seal identity rewritten", _row("record_seals", "identity = 'sha256:00'", f"id = {SEAL}"), "run"),
+    ("seal deleted", _sql(f"DELETE FROM record_seals WHERE id = {SEAL}"), "run"),
+    ("seal taken out of its batch", _row("record_seals", "batch_seq = NULL", f"id = {SEAL}"), "records"),
+    ("every seal deleted", _sql("DELETE FROM record_seals"), "has no seal"),
+]
+SINK_TAMPERS: list[tuple[str, Callable[[World], None], str]] = [
+    ("sink copy root changed", _sink_edit(_sink_root), "anchor 1"),
+    ("sink copy removed", _sink_edit(lambda lines: lines[1:]), "anchor 1"),
+]
+
+
+def _expected(fragment: str, ids: dict[str, Any]) -> str:
+    return str(ids[fragment]) if fragment in ids else fragment
+
+
+@pytest.mark.parametrize(("name", "tamper", "names"), TAMPERS, ids=[t[0] for t in TAMPERS])
+def test_a_direct_edit_is_caught_and_named(copies: Copies, name: str, tamper: Any, names: str) -> None:
+    world = copies.fresh()
+    copies.tamper(lambda conn: tamper(conn, world.ids))
+    code, out = verify(world)
+    assert code != 0, f"{name}: not detected\n{out}"
+    error = next((line for line in out.splitlines() if line.startswith("error: ")), "")
+    assert _expected(names, world.ids) in error, f"{name}: the message does not name {names}\n{out}"
+
+
+@pytest.mark.parametrize(("name", "tamper", "names"), SINK_TAMPERS, ids=[t[0] for t in SINK_TAMPERS])
+def test_an_edited_sink_copy_is_caught(copies: Copies, name: str, tamper: Any, names: str) -> None:
+    world = copies.fresh()
+    tamper(world)
+    code, out = verify(world)
+    error = next((line for line in out.splitlines() if line.startswith("error: ")), "")
+    assert code != 0 and names in error, f"{name}\n{out}"
+
+
+EVIDENCE_TABLES = (
+    "job_runs",
+    "run_transitions",
+    "dead_letters",
+    "definitions",
+    "definition_heads",
+    "config_snapshots",
+    "definition_approvals",
+    "api_tokens",
+    "schedules",
+    "schedule_changes",
+    "run_requests",
+    "safe_mode_periods",
+    "workflow_runs",
+    "workflow_steps",
+    "workflow_transitions",
+    "audit_log",
+    "audit_heads",
+    "anchors",
+    "record_seals",
+)
+
+
+def test_the_suite_edits_every_table_that_holds_evidence() -> None:
+    source = Path(__file__).read_text()
+    start = source.index("TAMPERS: list")
+    covered = {t for t in EVIDENCE_TABLES if f"{t} " in source[start:] or f'"{t}"' in source[start:]}
+    assert covered == set(EVIDENCE_TABLES)
+    assert len(TAMPERS) + len(SINK_TAMPERS) >= 60
