@@ -16,14 +16,17 @@ by default, or an HTTP endpoint from configuration.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from cryptography.exceptions import InvalidSignature
 from sqlalchemy import Connection
 
 from jobgate.core import merkle
@@ -33,6 +36,11 @@ from jobgate.core.errors import JobgateError, MalformedRecordError
 from jobgate.store.sql import governance
 from jobgate.store.sql import seals as record_seals
 from jobgate.store.sql.governance import Anchor
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from jobgate.evidence_keys import Signer
 
 GENESIS_CHAIN = "sha256:" + "0" * 64
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -125,6 +133,16 @@ def chain_hash(prev_chain: str, root: str) -> str:
     return digest({"prev_chain": prev_chain, "root": root})
 
 
+UNSIGNED_FIELDS = ("sink", "key_id", "signature")
+
+
+def anchor_message(a: Anchor) -> str:
+    """What an anchor's signature covers: every field but the sink's name and the signature
+    itself — the root, the window, the entries covered, the previous chain and the times."""
+    doc = {k: v for k, v in record_of(a).items() if k not in UNSIGNED_FIELDS}
+    return digest(doc)
+
+
 def record_of(a: Anchor) -> dict[str, Any]:
     out = asdict(a)
     for key in ("window_start", "window_end", "created_at"):
@@ -132,10 +150,21 @@ def record_of(a: Anchor) -> dict[str, Any]:
     return out
 
 
-def anchor_due(conn: Connection, tenant_id: str, *, now: datetime, window: timedelta, sink: AnchorSink) -> list[Anchor]:
+def anchor_due(
+    conn: Connection,
+    tenant_id: str,
+    *,
+    now: datetime,
+    window: timedelta,
+    sink: AnchorSink,
+    signer: Signer | None = None,
+) -> list[Anchor]:
     """Anchor every window of ``tenant_id`` that has ended and has unanchored entries; each
     anchor is stored and submitted to the sink. Runs inside the caller's transaction."""
     made: list[Anchor] = []
+    # The chain's head is locked first: an entry committing meanwhile waits, and is then recorded
+    # after the anchored window (``audit_append``), never inside a window already anchored.
+    governance.audit_head_lock(conn, tenant_id, lock_rows=_locks_rows(conn))
     # Seals still waiting for the leader's batch are chained first: the anchor then covers them.
     record_seals.chain_pending(
         conn, tenant_id, now, lambda events: governance.audit_append(conn, events, lock_rows=_locks_rows(conn))
@@ -153,16 +182,18 @@ def anchor_due(conn: Connection, tenant_id: str, *, now: datetime, window: timed
         assert upto is not None  # ``first`` itself was written before ``end``
         entries = governance.audit_range(conn, tenant_id, after + 1, upto)
         start = end - window if last_batch is None else last_batch.window_end
-        made.append(_store(conn, tenant_id, "batch", start, end, entries, now, sink))
+        made.append(_store(conn, tenant_id, "batch", start, end, entries, now, sink, signer))
 
 
 def _locks_rows(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-def anchor_direct(conn: Connection, entry: AuditEntry, *, now: datetime, sink: AnchorSink) -> Anchor:
+def anchor_direct(
+    conn: Connection, entry: AuditEntry, *, now: datetime, sink: AnchorSink, signer: Signer | None = None
+) -> Anchor:
     """Anchor one critical entry at once (a one-leaf tree: its root is the leaf's digest)."""
-    return _store(conn, entry.event.tenant_id, "direct", entry.event.at, entry.event.at, [entry], now, sink)
+    return _store(conn, entry.event.tenant_id, "direct", entry.event.at, entry.event.at, [entry], now, sink, signer)
 
 
 def _store(
@@ -174,6 +205,7 @@ def _store(
     entries: Sequence[AuditEntry],
     now: datetime,
     sink: AnchorSink,
+    signer: Signer | None = None,
 ) -> Anchor:
     root = merkle.root([e.entry_hash for e in entries])
     previous = governance.anchor_last(conn, tenant_id)
@@ -193,6 +225,8 @@ def _store(
         created_at=now,
         sink=sink.name,
     )
+    if signer is not None:
+        anchor = replace(anchor, key_id=signer.key_id, signature=signer.sign(anchor_message(anchor)))
     if not governance.anchor_put(conn, anchor):
         raise RuntimeError(f"anchor {anchor.anchor_seq} of {tenant_id} was written meanwhile; anchor again")
     sink.submit(record_of(anchor))
@@ -210,13 +244,20 @@ class Verification:
     ok: bool
     first_bad_seq: int | None = None
     problem: str | None = None
+    unsigned_anchors: int = 0  # accepted unsigned (made before the key: ``unsigned_anchors_before``)
 
 
 def verify_tenant(
-    conn: Connection, tenant_id: str, *, sink_records: Sequence[dict[str, Any]] | None = None
+    conn: Connection,
+    tenant_id: str,
+    *,
+    sink_records: Sequence[dict[str, Any]] | None = None,
+    keys: Mapping[str, Ed25519PublicKey] | None = None,
+    unsigned_before: int = 0,
 ) -> Verification:
-    """Recompute every entry's hash and link, the head, and every anchor's root and chain
-    (against the sink's copy too, when given): a flipped byte, a deleted, reordered or inserted
+    """Recompute every entry's hash and link, the head, and every anchor's root, chain, times
+    and signature (with ``keys``: every anchor from ``unsigned_before`` on must be signed by one
+    of them), and compare each anchor with the sink's copy when given: a flipped byte, a deleted, reordered or inserted
     entry, a truncated tail and a chain rewritten from scratch all fail here."""
     entries: list[AuditEntry] = []
     after = 0
@@ -261,6 +302,8 @@ def verify_tenant(
         return Verification(tenant_id, count, len(anchors), False, at, why)
     by_seq = {e.seq: e for e in entries}
     prev_chain = GENESIS_CHAIN
+    previous_batch: Anchor | None = None
+    unsigned = 0
     witnessed: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in sink_records or ():
         witnessed.setdefault((r["tenant_id"], int(r["anchor_seq"])), []).append(r)
@@ -281,6 +324,15 @@ def verify_tenant(
                 tenant_id, count, len(anchors), False, a.first_seq,
                 f"anchor {a.anchor_seq} (entries {a.first_seq}-{a.last_seq}) no longer matches the entries it covers",
             )  # fmt: skip
+        signed = _signature_problem(a, keys, unsigned_before) if keys is not None else None
+        if signed is not None:
+            return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {signed}")
+        unsigned += a.signature is None
+        timing = _timing_problem(a, previous_batch, covered[-1]) if covered[-1] is not None else None
+        if timing is not None:
+            return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {timing}")
+        if a.mode == "batch":
+            previous_batch = a
         copies = witnessed.get((tenant_id, a.anchor_seq), [])
         differs = _differs_from_copies(record_of(a), copies) if sink_records is not None else None
         if differs is not None:
@@ -300,7 +352,38 @@ def verify_tenant(
             tenant_id, count, len(anchors), False, last_seq + 1,
             f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
         )  # fmt: skip
-    return Verification(tenant_id, count, len(anchors), True)
+    return Verification(tenant_id, count, len(anchors), True, unsigned_anchors=unsigned)
+
+
+def _signature_problem(a: Anchor, keys: Mapping[str, Ed25519PublicKey], unsigned_before: int) -> str | None:
+    if a.signature is None:
+        if a.anchor_seq < unsigned_before:
+            return None
+        return "is not signed (every anchor must carry the evidence key's signature)"
+    key = keys.get(a.key_id or "")
+    if key is None:
+        known = ", ".join(sorted(keys)) or "none"
+        return f"is signed by {a.key_id!r}, which is not a trusted evidence key (trusted: {known})"
+    try:
+        key.verify(base64.b64decode(a.signature, validate=True), anchor_message(a).encode("utf-8"))
+    except (InvalidSignature, ValueError, binascii.Error):
+        return f"has a signature by {a.key_id!r} that does not match its content"
+    return None
+
+
+def _timing_problem(a: Anchor, previous: Anchor | None, last: AuditEntry) -> str | None:
+    """What is wrong with an anchor's times, if anything: a batch is made after its window
+    ended, its window follows the previous batch's, and it covers only entries recorded before
+    its window's end (entries are never back-dated past an anchored window: ``audit_append``)."""
+    if a.mode != "batch":
+        return None if a.created_at >= last.event.at else "was made before the entry it anchors"
+    if not a.window_start < a.window_end <= a.created_at:
+        return "has a window that had not ended when it was made"
+    if previous is not None and (a.window_start != previous.window_end or a.first_seq != previous.last_seq + 1):
+        return f"does not follow anchor {previous.anchor_seq}'s window"
+    if last.event.at >= a.window_end:
+        return f"covers entry {last.seq}, recorded after its window ended"
+    return None
 
 
 def _differs_from_copies(stored: dict[str, Any], copies: Sequence[dict[str, Any]]) -> str | None:
@@ -363,12 +446,15 @@ def anchor_job(ctx: Any) -> dict[str, Any]:
     config = ctx.host_config
     if config is None:
         raise NonRetryableError("the anchor job runs inside a jobgate worker", error_code="NO_HOST_CONFIG")
+    from jobgate.evidence_keys import signer_for
+
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     sink = sink_for(config)
     window = config.evidence.anchor_window
+    signer = signer_for(config)
 
     def effect(conn: Connection) -> None:
-        made = anchor_due(conn, tenant, now=datetime.now(UTC), window=window, sink=sink)
+        made = anchor_due(conn, tenant, now=datetime.now(UTC), window=window, sink=sink, signer=signer)
         ctx.log(f"anchored {len(made)} window(s) of {tenant} to {sink.name}")
 
     ctx.on_complete(effect)

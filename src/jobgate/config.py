@@ -183,6 +183,11 @@ class EvidenceSettings:
     # How often the leader chains new seals into the audit log (``core.seals``): the longest a
     # sealed record waits before rewriting it also means rewriting the audit chain.
     seal_interval: timedelta = timedelta(seconds=5)
+    # Public keys of earlier evidence keys (after a rotation): their anchors still verify.
+    trusted_keys: dict[str, str] = field(default_factory=dict)
+    # Anchors made before the deployment had an evidence key (an upgrade): those numbered below
+    # this are accepted unsigned; every later one must carry a valid signature.
+    unsigned_anchors_before: int = 0
 
 
 @dataclass(frozen=True)
@@ -285,6 +290,12 @@ class JobgateConfig:
     telemetry: TelemetrySettings = TelemetrySettings()
     governance: GovernanceSettings = GovernanceSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
+
+    @property
+    def evidence_key_path(self) -> Path:
+        """The deployment's Ed25519 evidence key (signs anchors and bundles): ``evidence.signing_key``,
+        else ``<data_dir>/keys/evidence.key`` (what ``jobgate init`` creates)."""
+        return self.evidence.signing_key or Path(self.data_dir) / "keys" / "evidence.key"
 
     @property
     def anchor_sink_path(self) -> Path:
@@ -631,6 +642,8 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
             "signing_key",
             "signing_key_id",
             "seal_interval_seconds",
+            "trusted_keys",
+            "unsigned_anchors_before",
         ),
     )
     d = EvidenceSettings()
@@ -654,7 +667,11 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
         seal_interval = r.duration(spec["seal_interval_seconds"], "evidence.seal_interval_seconds")
         if not timedelta(seconds=1) <= seal_interval <= timedelta(hours=1):
             r.fail("evidence.seal_interval_seconds", "between 1 and 3600 seconds")
-    return EvidenceSettings(window, sink, url, key, key_id, seal_interval)
+    trusted = _roots(r, spec.get("trusted_keys"), base_dir, "evidence.trusted_keys")
+    before = 0
+    if spec.get("unsigned_anchors_before") is not None:
+        before = r.integer(spec["unsigned_anchors_before"], "evidence.unsigned_anchors_before", minimum=0)
+    return EvidenceSettings(window, sink, url, key, key_id, seal_interval, trusted, before)
 
 
 def _trust_gates(r: Reader, value: Any, base_dir: Path) -> TrustGateSettings:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgate import anchoring, signing
+from jobgate import anchoring, evidence_keys, signing
 from jobgate.api.views import run_detail_view
 from jobgate.core import merkle
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
@@ -109,11 +109,10 @@ def build_bundle(engine: Engine, job_run_id: str, *, tenant_id: str | None = Non
         "files": {name: "sha256:" + hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
     }
     files["manifest.json"] = _json(manifest)
-    key_file = engine.config.evidence.signing_key
-    if key_file is not None:
-        private = key_file.read_text(encoding="ascii").strip()
+    signer = evidence_keys.signer_for(engine.config)
+    if signer is not None:
         message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
-        files["manifest.sig"] = _json(signing.sign(message, engine.config.evidence.signing_key_id, private))
+        files["manifest.sig"] = _json(signing.sign(message, signer.key_id, signer.private_b64))
     return pack(files)
 
 

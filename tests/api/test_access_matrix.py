@@ -155,6 +155,7 @@ SAMPLES: dict[tuple[str, str], Make] = {
     )[1],
     ("GET", "/api/v1/audit/verify"): lambda w: Sample("/api/v1/audit/verify", other={200}),
     ("GET", "/api/v1/audit/verify/records"): lambda w: Sample("/api/v1/audit/verify/records", other={200}),
+    ("GET", "/api/v1/audit/keys"): lambda w: Sample("/api/v1/audit/keys", other={200}),
     ("GET", "/api/v1/workers"): lambda w: Sample("/api/v1/workers", other={200}),
     ("GET", "/api/v1/quotas/usage"): lambda w: Sample("/api/v1/quotas/usage", other={200}),
     ("GET", "/api/v1/doctor"): lambda w: Sample("/api/v1/doctor", other={200}),

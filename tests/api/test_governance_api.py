@@ -183,3 +183,25 @@ def test_a_body_naming_the_callers_own_tenant_is_accepted(world: World) -> None:
     body = {"job_definition_id": ACME_JOB, "tenant_id": "acme", "params": {"n": "1"}}
     assert world.client.post(f"{API}/runs", json=body, headers=world.headers("acme", Role.ADMIN)).status_code == 201
 
+
+
+def test_the_records_verification_names_a_tampered_record_and_the_keys_are_published(world: World) -> None:
+    from sqlalchemy import text
+
+    from jobgate import evidence_keys
+    from jobgate.service import audit
+
+    auditor = world.headers("acme", Role.AUDITOR)
+    assert world.client.get("/api/v1/audit/keys", headers=auditor).json() == []  # no key: none published
+    clean = world.client.get("/api/v1/audit/verify/records", headers=auditor).json()
+    assert clean["ok"] and clean["checked"]["token"] >= 1, clean
+    evidence_keys.create(world.engine.config)
+    (key,) = world.client.get("/api/v1/audit/keys", headers=auditor).json()
+    assert key["algorithm"] == "Ed25519" and key["status"] == "current"
+    audit.seal_pending(world.engine, world.engine.clock.now())
+    with world.engine.store.write() as tx:  # a direct edit: a token of acme made admin
+        tx.conn.execute(text("UPDATE api_tokens SET role = 'admin' WHERE tenant_id = 'acme' AND role = 'auditor'"))
+    found = world.client.get("/api/v1/audit/verify/records", headers=auditor).json()
+    assert not found["ok"] and found["findings"][0]["kind"] == "token" and found["findings"][0]["column"] == "role"
+    other = world.client.get("/api/v1/audit/verify/records", headers=world.headers("other", Role.AUDITOR)).json()
+    assert other["ok"] and other["tenant_id"] == "other"  # another tenant's records are not in it

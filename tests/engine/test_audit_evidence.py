@@ -299,3 +299,50 @@ def test_a_chain_whose_head_row_was_deleted_is_still_verified(anchored: tuple[En
         assert governance.audit_tenants(tx.conn) == ["acme", "default"]
         result = anchoring.verify_tenant(tx.conn, "acme")
     assert not result.ok and result.first_bad_seq == 1 and "follow the head (0)" in str(result.problem)
+
+
+def test_an_entry_committed_after_its_window_was_anchored_is_recorded_after_it(
+    anchored: tuple[Engine, anchoring.FileSink],
+) -> None:
+    """Windows follow from the chain alone: a late entry (its event in an anchored window) is
+    recorded at the window's end, so the next batch holds it and the anchored one stays whole."""
+    engine, sink = anchored
+    late = AuditEvent("default", "slow", "test.late", "test", "late", T0 + timedelta(minutes=10))
+    with engine.store.write() as tx:
+        (entry,) = tx.audit_append([late])
+    assert entry.event.at == T0 + timedelta(hours=2)  # the end of the last anchored window
+    with engine.store.write() as tx:
+        made = anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=4), window=WINDOW, sink=sink)
+    assert [(a.first_seq, a.last_seq, a.window_start) for a in made] == [(7, 7, T0 + timedelta(hours=2))]
+    result = check(engine, sink)
+    assert result.ok, result.problem
+
+
+def test_entry_times_never_go_back_along_the_chain(engine: Engine) -> None:
+    minutes = (30, 10, 45, 40)
+    with engine.store.write() as tx:
+        tx.audit_append([AuditEvent("t", "a", "x", "t", "1", T0 + timedelta(minutes=minutes[0]))])
+    for i, m in enumerate(minutes[1:], 2):  # each in its own transaction, as concurrent writers commit
+        with engine.store.write() as tx:
+            tx.audit_append([AuditEvent("t", "a", "x", "t", str(i), T0 + timedelta(minutes=m))])
+    with engine.store.read() as tx:
+        times = [e.event.at for e in tx.audit_list(governance.AuditFilter(tenant_id="t", limit=10))]
+    assert sorted(times) == times == [T0 + timedelta(minutes=m) for m in (30, 30, 45, 45)]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        ("UPDATE anchors SET created_at = window_end - 1 WHERE anchor_seq = 1", "had not ended"),
+        ("UPDATE anchors SET window_end = window_end + 3600000000 WHERE anchor_seq = 1", "follow anchor 1"),
+        ("UPDATE anchors SET window_start = window_start + 60000000 WHERE anchor_seq = 2", "follow anchor 1"),
+    ],
+)
+def test_an_anchor_whose_times_do_not_fit_is_named_without_the_sink(
+    anchored: tuple[Engine, anchoring.FileSink], tamper: str, problem: str
+) -> None:
+    engine, _sink = anchored
+    sql(engine, tamper)
+    with engine.store.read() as tx:
+        result = anchoring.verify_tenant(tx.conn, "default")
+    assert not result.ok and problem in (result.problem or ""), result.problem

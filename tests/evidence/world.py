@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from support import coordinating, jobs, start, wait_workflow, workflow
 
 from helpers import PG_URL, config_document, define
-from jobgate import anchoring
+from jobgate import anchoring, evidence_keys
 from jobgate.config import build_config
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
@@ -46,6 +46,7 @@ def build(folder: Path, url: str) -> World:
     config_file = folder / "jobgate.yaml"
     config_file.write_text(yaml.safe_dump(doc))
     config = build_config(doc, base_dir=folder, path=config_file)
+    evidence_keys.create(config)  # as `jobgate init` does: anchors and bundles are signed
     store = Store(url)
     engine = Engine(store, config)
     try:
@@ -108,6 +109,7 @@ def _populate(engine: Engine) -> dict[str, Any]:
             now=now + timedelta(hours=3),
             window=timedelta(hours=1),
             sink=anchoring.FileSink(engine.config.anchor_sink_path),
+            signer=evidence_keys.signer_for(engine.config),
         )
     assert made
     return {

@@ -15,6 +15,7 @@ import click
 import yaml
 from rich.progress import Progress
 
+from jobgate import evidence_keys
 from jobgate.api.schemas import RunOut
 from jobgate.cli import render
 from jobgate.cli.context import AppContext
@@ -22,6 +23,7 @@ from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import JobRun
 from jobgate.runtime.process import WorkerProcess, worker_settings
+from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
 
 
@@ -53,6 +55,7 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
         _apply(app, [directory / "definitions"], approve_as="demo", applied_by=SHIPPED)
     app.config_path = str(directory / CONFIG_FILENAME)
     engine = app.engine()
+    evidence_keys.ensure(engine.config)
     plan = yaml.safe_load((directory / "demo-runs.yaml").read_text(encoding="utf-8"))["runs"]
     stamp = time.strftime("%Y%m%dT%H%M%S")
     requests = [
@@ -87,6 +90,7 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
     finally:
         proc.stop()
         proc.join()
+    audit.seal_pending(engine, engine.clock.now())  # the last runs' seals, chained before it reports
     by_id = {r.job_run_id: r for r in finished}
     ordered = [by_id[i] for i in ids if i in by_id]
     unfinished = [r for r in ordered if not r.status.is_terminal]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from jobgate import evidence_keys
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
@@ -26,7 +27,8 @@ def export(app: AppContext, run_id: str, out: Path) -> None:
     engine = app.engine()
     data = build_bundle(engine, run_id)
     write_bundle(out, data)
-    signed = "signed" if engine.config.evidence.signing_key else "unsigned (no evidence.signing_key)"
+    signer = evidence_keys.signer_for(engine.config)
+    signed = f"signed by {signer.key_id}" if signer else "unsigned (no evidence key: jobgate keys evidence --create)"
     render.err.print(f"{out}: {len(data)} bytes, {signed}", markup=False)
 
 

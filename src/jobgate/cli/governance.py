@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from jobgate import evidence_keys
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
@@ -187,6 +188,12 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
 
     engine = app.engine()
     sink = anchoring.sink_for(engine.config)
+    keys = evidence_keys.trusted_keys(engine.config)
+    if not keys:
+        render.err.print(
+            "warning: no evidence key: the anchors' signatures are not checked (jobgate keys evidence --create)",
+            markup=False,
+        )
     witnessed = None
     if offline:
         render.err.print("warning: --offline: the anchors are not checked against the sink", markup=False)
@@ -204,7 +211,16 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
             if tenant
             else sorted(set(rows.audit_tenants(tx.conn)) | {str(r["tenant_id"]) for r in witnessed or ()})
         )  # a chain wiped out entirely is still named by its anchors in the sink
-        results = [anchoring.verify_tenant(tx.conn, t, sink_records=witnessed) for t in tenants]
+        results = [
+            anchoring.verify_tenant(
+                tx.conn,
+                t,
+                sink_records=witnessed,
+                keys=keys or None,
+                unsigned_before=engine.config.evidence.unsigned_anchors_before,
+            )
+            for t in tenants
+        ]
     render.records(
         app.json_output,
         "audit chains",
@@ -303,6 +319,7 @@ def audit_anchor(app: AppContext, tenant: str) -> None:
             now=engine.clock.now(),
             window=engine.config.evidence.anchor_window,
             sink=anchoring.sink_for(engine.config),
+            signer=evidence_keys.signer_for(engine.config),
         )
     render.records(
         app.json_output,

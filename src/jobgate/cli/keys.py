@@ -28,7 +28,30 @@ _SIGNATURE_BLOCK = re.compile(r"^signature:.*(?:\n[ \t]+.*)*\n?", re.MULTILINE)
 
 @click.group("keys")
 def keys() -> None:
-    """Ed25519 keys for signed definitions."""
+    """Ed25519 keys: signed definitions, and the deployment's evidence key."""
+
+
+@keys.command("evidence")
+@click.option("--create", is_flag=True, help="create the evidence key if the deployment has none")
+@pass_app
+def evidence(app: AppContext, create: bool) -> None:
+    """The evidence key that signs anchors and bundles: its id and public key (publish it to
+    whoever verifies; ``GET /api/v1/audit/keys`` serves the same), with the rotated keys still
+    trusted. ``--create`` makes it (owner-only file, ``evidence.signing_key`` or
+    ``<data_dir>/keys/evidence.key``) when there is none."""
+    from jobgate import evidence_keys
+
+    config = app.config()
+    if create and evidence_keys.signer_for(config) is None:
+        evidence_keys.create(config)
+        render.err.print(f"evidence key created at {config.evidence_key_path} (owner-only)", markup=False)
+    published = evidence_keys.published(config)
+    if not published:
+        raise ValidationError(
+            "this deployment has no evidence key; `jobgate keys evidence --create` makes one",
+            field="evidence.signing_key",
+        )
+    render.records(app.json_output, "evidence keys", published, columns=["key_id", "algorithm", "status", "public_key"])
 
 
 @keys.command("generate")

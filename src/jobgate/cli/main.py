@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 from rich.progress import Progress
 
+from jobgate import evidence_keys
 from jobgate.cli import render
 from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
@@ -95,11 +96,15 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
         (directory / "definitions").mkdir(exist_ok=True)
         app.config_path = str(target)
         engine = app.engine()
+        key = evidence_keys.ensure(engine.config)
         if app.json_output:
             render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": []})
             return
         render.out.print(f"initialised {directory.resolve()} (production: four eyes on, nothing applied)")
         render.out.print(f"  database   {engine.store.safe_url}")
+        render.out.print(
+            f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)"
+        )
         render.out.print("next: put definitions in definitions/, `jobgate apply definitions/ --by YOU`, and have")
         render.out.print("      a second person run `jobgate definitions approve JOB --by THEM`")
         return
@@ -112,12 +117,14 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
     # name (recorded in the audit log), so the demo runs; anything applied later needs approving.
     applied = _apply(app, [directory / "definitions"], approve_as=_actor(None), applied_by=SHIPPED)
     engine = app.engine()
+    key = evidence_keys.ensure(engine.config)  # anchors and bundles are signed from the start
     if app.json_output:
         render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": applied})
         return
     render.out.print(f"initialised {directory.resolve()}")
     render.out.print(f"  database   {engine.store.safe_url}")
     render.out.print(f"  applied    {len(applied)} definitions, approved by {_actor(None)}")
+    render.out.print(f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)")
     render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
 
 

@@ -20,6 +20,7 @@ from jobgate.core import events
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ConflictError, JobgateError, ValidationError
 from jobgate.core.models import Scope, TriggerType
+from jobgate.evidence_keys import signer_for
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sql.safemode import SafeModePeriod
@@ -121,7 +122,9 @@ def _switch(
             ),
         )
         # A critical artifact: anchored directly, not at the end of its window (seed §48).
-        anchoring.anchor_direct(tx.conn, recorded[0], now=now, sink=anchoring.sink_for(engine.config))
+        anchoring.anchor_direct(
+            tx.conn, recorded[0], now=now, sink=anchoring.sink_for(engine.config), signer=signer_for(engine.config)
+        )
     log.warning(
         "safe mode %s for tenant %s by %s: %s",
         "ON" if on else "off",

@@ -531,6 +531,9 @@ anchors = Table(
     Column("chain", String(80), nullable=False),  # SHA-256(prev_chain | root)
     Column("created_at", BigInteger, nullable=False),
     Column("sink", String(200), nullable=False),
+    # The evidence key's signature of the anchor (migration 0019), NULL when made without a key.
+    Column("key_id", String(64)),
+    Column("signature", Text),
 )
 
 # Seals (migration 0019, ``core.seals``): the hash of every record auditors read, written with the

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
-from jobgate import anchoring
+from jobgate import anchoring, evidence_keys
 from jobgate.api import pagination
 from jobgate.api.access import AUDIT, WholeTenant, allow, principal
 from jobgate.api.schemas import AuditEntryOut, Page
@@ -62,6 +62,8 @@ class VerificationOut(BaseModel):
     ok: bool
     first_bad_seq: int | None
     problem: str | None
+    unsigned_anchors: int = 0  # accepted unsigned: made before the evidence key existed
+    signatures_checked: bool = True  # False: the deployment has no evidence key
 
 
 @router.get("/audit/verify", response_model=VerificationOut)
@@ -78,9 +80,32 @@ def verify_audit(caller: WholeTenant, state: State) -> VerificationOut:
         return VerificationOut(
             tenant_id=caller.tenant_id, entries=head, anchors=0, ok=False, first_bad_seq=None, problem=exc.message
         )
+    keys = evidence_keys.trusted_keys(state.engine.config)
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-        result = anchoring.verify_tenant(tx.conn, caller.tenant_id, sink_records=witnessed)
-    return VerificationOut(**result.__dict__)
+        result = anchoring.verify_tenant(
+            tx.conn,
+            caller.tenant_id,
+            sink_records=witnessed,
+            keys=keys or None,
+            unsigned_before=state.engine.config.evidence.unsigned_anchors_before,
+        )
+    return VerificationOut(**result.__dict__, signatures_checked=bool(keys))
+
+
+class EvidenceKeyOut(BaseModel):
+    key_id: str
+    algorithm: str
+    public_key: str  # base64 of the raw 32-byte Ed25519 public key
+    status: str  # current | trusted (a rotated key whose anchors still verify)
+
+
+@router.get("/audit/keys", response_model=list[EvidenceKeyOut])
+@allow(AUDIT)
+def evidence_keys_published(caller: WholeTenant, state: State) -> list[EvidenceKeyOut]:
+    """The public evidence keys anchors and evidence bundles are signed with: check an anchor's
+    ``signature`` (Ed25519 over ``anchoring.anchor_message``) or a bundle's ``manifest.sig``."""
+    del caller
+    return [EvidenceKeyOut(**k) for k in evidence_keys.published(state.engine.config)]
 
 
 class RecordFindingOut(BaseModel):

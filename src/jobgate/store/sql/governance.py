@@ -63,7 +63,7 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
         )
         q = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == tenant_id)
         seq, head = conn.execute(q.with_for_update() if lock_rows else q).one()
-        entries = chain(items, int(seq), str(head))
+        entries = chain(_in_order(conn, tenant_id, int(seq), items), int(seq), str(head))
         fast.insert_rows(conn, audit_log, _AUDIT_COLUMNS, [_row(e) for e in entries])
         last = entries[-1]
         conn.execute(
@@ -72,6 +72,42 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
             .values(seq=last.seq, entry_hash=last.entry_hash)
         )
         out.extend(entries)
+    return out
+
+
+def audit_head_lock(conn: Connection, tenant_id: str, *, lock_rows: bool) -> None:
+    """Hold the tenant's chain head until the transaction ends (PostgreSQL; SQLite's single
+    writer holds everything already): appends to the chain wait meanwhile."""
+    if not lock_rows:
+        return
+    fast.insert_rows(
+        conn,
+        audit_heads,
+        ("tenant_id", "seq", "entry_hash"),
+        [(tenant_id, 0, GENESIS)],
+        suffix="ON CONFLICT DO NOTHING",
+    )
+    conn.execute(select(audit_heads.c.seq).where(audit_heads.c.tenant_id == tenant_id).with_for_update())
+
+
+def _in_order(conn: Connection, tenant_id: str, head_seq: int, items: list[AuditEvent]) -> list[AuditEvent]:
+    """The events with their times made non-decreasing along the chain and never before the end
+    of the last anchored window: an event whose transaction commits late (its window already
+    ended, or anchored) is recorded at the chain's time, not back-dated. So which window holds
+    an entry follows from the chain alone, and an anchor once made never misses an entry that
+    belongs in it (``anchoring``; the event's own time stays in ``at`` unless it was earlier)."""
+    bounds = [conn.execute(select(func.max(N.window_end)).where(N.tenant_id == tenant_id, N.mode == "batch")).scalar()]
+    if head_seq:
+        bounds.append(conn.execute(select(A.at).where(A.tenant_id == tenant_id, A.seq == head_seq)).scalar())
+    known = [int(b) for b in bounds if b is not None]
+    if not known:
+        return items
+    floor = max(known)
+    out: list[AuditEvent] = []
+    for e in items:
+        at_us = max(codec.to_us(e.at), int(floor))
+        floor = at_us
+        out.append(e if at_us == codec.to_us(e.at) else replace(e, at=codec.from_us(at_us)))
     return out
 
 
@@ -462,6 +498,10 @@ class Anchor:
     chain: str
     created_at: datetime
     sink: str
+    # Ed25519 over ``anchoring.anchor_message`` with the deployment's evidence key (schema
+    # 0019); None: made without a key (before it existed, or none is configured).
+    key_id: str | None = None
+    signature: str | None = None
 
 
 def _anchor(r: Any) -> Anchor:
@@ -479,6 +519,8 @@ def _anchor(r: Any) -> Anchor:
         r.chain,
         codec.from_us(r.created_at),
         r.sink,
+        r.key_id,
+        r.signature,
     )
 
 
@@ -499,11 +541,12 @@ def anchor_put(conn: Connection, a: Anchor) -> bool:
     """Insert; False when that position is taken (another anchorer won: the caller retries)."""
     row = (
         a.tenant_id, a.anchor_seq, a.mode, codec.to_us(a.window_start), codec.to_us(a.window_end), a.first_seq,
-        a.last_seq, a.leaf_count, a.root, a.prev_chain, a.chain, codec.to_us(a.created_at), a.sink,
+        a.last_seq, a.leaf_count, a.root, a.prev_chain, a.chain, codec.to_us(a.created_at), a.sink, a.key_id,
+        a.signature,
     )  # fmt: skip
     columns = (
         "tenant_id", "anchor_seq", "mode", "window_start", "window_end", "first_seq", "last_seq", "leaf_count",
-        "root", "prev_chain", "chain", "created_at", "sink",
+        "root", "prev_chain", "chain", "created_at", "sink", "key_id", "signature",
     )  # fmt: skip
     return bool(fast.insert_rows(conn, anchors, columns, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"))
 

@@ -608,7 +608,11 @@ def _compare_run(
     *,
     outcome: bool,
 ) -> None:
-    now = _run_fingerprints(run, ts, ls).split("|")
+    if (parts.identity, parts.history) == (seal["identity"], seal["history"]) and (
+        not outcome or parts.outcome == seal["outcome"]
+    ):
+        return
+    now = _run_fingerprints(run, ts, ls).split("|")  # only to name the column of a mismatch
     if parts.identity != seal["identity"]:
         col = _column(fingerprints, seals.RUN_IDENTITY, now[0], 0)
         _add(report, Finding(seals.RUN, rid, "changed", "identity", col, seal["id"]))

@@ -1,4 +1,5 @@
-"""seals: the hash of every record auditors read, written with the change that made it
+"""seals: the hash of every record auditors read, written with the change that made it;
+signed anchors
 
 Revision ID: 0019
 Revises: 0018
@@ -7,7 +8,9 @@ Revises: 0018
 ends, a workflow run when it ends, and every change to a definition version or status, a
 configuration snapshot, an approval, a token, a schedule, a schedule change, a request or a
 safe-mode period. ``batch_seq`` names the ``records.sealed`` audit entry whose Merkle root
-chained the row. ``ix_dead_letters_run`` finds a run's dead letters for its seal.
+chained the row. ``ix_dead_letters_run`` finds a run's dead letters for its seal. ``anchors`` gets ``key_id`` and
+``signature``: each anchor is signed with the deployment's Ed25519 evidence key (NULL for the
+anchors made before, which ``evidence.unsigned_anchors_before`` accepts by name).
 
 Existing records are sealed as they stand at the upgrade, and chained by the first batch after
 it: what changed before the upgrade cannot be told from the rows, and the upgrade says so in
@@ -57,6 +60,8 @@ def upgrade() -> None:
         postgresql_where=sa.text(PENDING),
     )
     op.create_index("ix_dead_letters_run", "dead_letters", ["job_run_id"])
+    op.add_column("anchors", sa.Column("key_id", sa.String(length=64), nullable=True))
+    op.add_column("anchors", sa.Column("signature", sa.Text(), nullable=True))
     if op.get_bind().dialect.name == "postgresql":  # tenant-scoped like every tenant's table
         op.execute("ALTER TABLE record_seals ENABLE ROW LEVEL SECURITY")
         op.execute("ALTER TABLE record_seals FORCE ROW LEVEL SECURITY")
@@ -96,6 +101,9 @@ def _seal_existing(conn: sa.Connection) -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("anchors") as batch:
+        batch.drop_column("signature")
+        batch.drop_column("key_id")
     op.drop_index("ix_dead_letters_run", table_name="dead_letters")
     op.drop_index("ix_record_seals_pending", table_name="record_seals")
     op.drop_index("ix_record_seals_batch", table_name="record_seals")

@@ -1,0 +1,95 @@
+"""The deployment's evidence key: the Ed25519 key that signs anchors and evidence bundles.
+
+A database writer can recompute every hash jobgate stores (entries, seals, roots, chains); what
+they cannot make is a signature by a key they do not hold. The private key lives in a file
+outside the database (``evidence.signing_key``, or ``<data_dir>/keys/evidence.key``, created
+owner-only by ``jobgate init``, ``jobgate demo`` or ``jobgate keys evidence --create``); its
+public half is published (``jobgate keys evidence``, ``GET /api/v1/audit/keys``, every
+evidence bundle), so anyone can check an anchor or a bundle without trusting the operator.
+After a rotation the old public keys stay trusted through ``evidence.trusted_keys``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from jobgate import signing
+from jobgate.core.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Signer:
+    key_id: str
+    private_b64: str
+
+    def sign(self, message: str) -> str:
+        """The base64 Ed25519 signature of ``message``."""
+        return signing.sign(message, self.key_id, self.private_b64)["value"]
+
+    @property
+    def public_b64(self) -> str:
+        import base64
+
+        raw = signing.private_key(self.private_b64).public_key().public_bytes_raw()
+        return base64.b64encode(raw).decode()
+
+
+def signer_for(config: Any) -> Signer | None:
+    """The configured evidence key, or None when the deployment has none (a file that exists
+    but cannot be read as a key is an error, never a silent fallback to unsigned)."""
+    path: Path = config.evidence_key_path
+    if not path.exists():
+        if config.evidence.signing_key is not None:  # configured explicitly, and missing
+            raise ValidationError(f"{path} does not exist", field="evidence.signing_key")
+        return None
+    try:
+        private = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"{path} cannot be read: {exc}", field="evidence.signing_key") from None
+    signing.private_key(private, field="evidence.signing_key")
+    return Signer(config.evidence.signing_key_id, private)
+
+
+def trusted_keys(config: Any) -> dict[str, Ed25519PublicKey]:
+    """Every key an anchor may be signed by: the current one and the rotated ones kept."""
+    out = {
+        k: signing.public_key(v, field=f"evidence.trusted_keys.{k}") for k, v in config.evidence.trusted_keys.items()
+    }
+    signer = signer_for(config)
+    if signer is not None:
+        out[signer.key_id] = signing.public_key(signer.public_b64, field="evidence.signing_key")
+    return out
+
+
+def published(config: Any) -> list[dict[str, str]]:
+    """The public keys as published: current first, then the rotated ones still trusted."""
+    signer = signer_for(config)
+    keys = []
+    if signer is not None:
+        keys.append(
+            {"key_id": signer.key_id, "algorithm": "Ed25519", "public_key": signer.public_b64, "status": "current"}
+        )
+    for key_id, public in sorted(config.evidence.trusted_keys.items()):
+        if signer is None or key_id != signer.key_id:
+            keys.append({"key_id": key_id, "algorithm": "Ed25519", "public_key": public, "status": "trusted"})
+    return keys
+
+
+def create(config: Any) -> Signer:
+    """Create the evidence key file (owner-only); refuses to overwrite an existing one."""
+    path: Path = config.evidence_key_path
+    if path.exists():
+        raise ValidationError(f"{path} exists; refusing to overwrite the evidence key", field="evidence.signing_key")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    pair = signing.generate(config.evidence.signing_key_id)
+    signing.write_private_key(path, pair)
+    return Signer(pair.key_id, pair.private_b64)
+
+
+def ensure(config: Any) -> Signer:
+    """The evidence key, created if the deployment has none yet (``init``, ``demo``)."""
+    return signer_for(config) or create(config)

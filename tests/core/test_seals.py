@@ -1,0 +1,78 @@
+"""The seal rules (``core.seals``): the published encoding, and which columns a seal covers."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobgate.core import seals
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.text(),  # every code point, control characters and surrogate-free astral planes included
+)
+VALUES = st.lists(st.one_of(SCALARS, st.lists(st.lists(SCALARS, max_size=4), max_size=4)), max_size=12)
+
+
+@given(VALUES)
+def test_the_fast_encoding_writes_the_reference_bytes(values: list[Any]) -> None:
+    expected = "sha256:" + hashlib.sha256(seals.json_text(values).encode("utf-8")).hexdigest()
+    assert seals.value_hash(values) == expected
+
+
+def test_an_integer_beyond_64_bits_still_hashes_by_the_reference_encoding() -> None:
+    values = [2**70, "x"]
+    assert seals.value_hash(values) == "sha256:" + hashlib.sha256(b'[1180591620717411303424,"x"]').hexdigest()
+
+
+def _run() -> dict[str, Any]:
+    row: dict[str, Any] = {c: f"v-{c}" for c in (*seals.RUN_IDENTITY, *seals.RUN_OUTCOME)}
+    row.update(lease_owner=None, lease_expires_at=None, progress=None, stop_requested=False)
+    return row
+
+
+TRANSITIONS = [
+    {"from_status": None, "to_status": "CREATED", "attempt": 0, "reason": "created", "actor": "a", "at": 1, "detail": None},
+    {"from_status": "CREATED", "to_status": "COMPLETED", "attempt": 1, "reason": "done", "actor": "w", "at": 2, "detail": None},
+]  # fmt: skip
+
+
+@given(st.sampled_from([*seals.RUN_IDENTITY, *seals.RUN_OUTCOME]))
+def test_every_sealed_column_of_a_run_changes_its_seal(column: str) -> None:
+    base = seals.run_parts(_run(), TRANSITIONS, [])
+    changed = {**_run(), column: "tampered"}
+    after = seals.run_parts(changed, TRANSITIONS, [])
+    assert seals.seal_of("run", "r", seals.SEALED, after) != seals.seal_of("run", "r", seals.SEALED, base)
+
+
+@given(st.sampled_from(["lease_owner", "lease_expires_at", "progress", "stop_requested"]))
+def test_operational_columns_leave_the_seal_alone(column: str) -> None:
+    base = seals.run_parts(_run(), TRANSITIONS, [])
+    assert seals.run_parts({**_run(), column: "x"}, TRANSITIONS, []) == base
+
+
+@given(st.integers(0, 1), st.sampled_from(seals.TRANSITION_COLUMNS))
+def test_every_column_of_every_transition_is_in_the_history(index: int, column: str) -> None:
+    changed = [dict(t) for t in TRANSITIONS]
+    changed[index][column] = "tampered"
+    assert seals.history_hash(changed) != seals.history_hash(TRANSITIONS)
+    assert seals.history_hash(TRANSITIONS[:1]) != seals.history_hash(TRANSITIONS)
+
+
+def test_the_seal_binds_the_kind_the_id_and_the_event() -> None:
+    parts = seals.run_parts(_run(), TRANSITIONS, [])
+    one = seals.seal_of("run", "r", seals.SEALED, parts)
+    assert one != seals.seal_of("run", "other", seals.SEALED, parts)
+    assert one != seals.seal_of("workflow", "r", seals.SEALED, parts)
+    assert one != seals.seal_of("run", "r", seals.RETIRED, parts)
+
+
+def test_each_single_row_kind_seals_its_key_and_tenant() -> None:
+    for spec in seals.SPECS.values():
+        assert "tenant_id" in spec.columns, spec.kind
+        assert set(spec.key) <= set(spec.columns), spec.kind

@@ -1,0 +1,140 @@
+"""Signed anchors: each anchor carries the evidence key's Ed25519 signature over its root, window,
+entries, previous chain and times, so a writer who can rewrite the database *and* the sink, but
+does not hold the key, is still caught; the public keys are published."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+from tests.helpers import make_config
+
+from jobgate import anchoring, evidence_keys, signing
+from jobgate.cli.main import cli
+from jobgate.core.audit import AuditEvent
+from jobgate.service.engine import Engine
+from jobgate.store.sqlstore import Store
+
+T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+WINDOW = timedelta(hours=1)
+
+
+def _world(engine: Engine, tmp_path: Path, *, signed: bool = True) -> anchoring.FileSink:
+    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+    with engine.store.write() as tx:
+        tx.audit_append(
+            [AuditEvent("default", "a", "test.fact", "test", str(i), T0 + timedelta(minutes=20 * i)) for i in range(6)]
+        )
+    signer = evidence_keys.signer_for(engine.config) if signed else None
+    with engine.store.write() as tx:
+        made = anchoring.anchor_due(
+            tx.conn, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink, signer=signer
+        )
+    assert len(made) == 2
+    return sink
+
+
+@pytest.fixture
+def keyed(database_url: str, tmp_path: Path) -> Iterator[Engine]:
+    config = make_config(tmp_path)
+    evidence_keys.create(config)
+    store = Store(database_url)
+    yield Engine(store, config)
+    store.dispose()
+
+
+def _verify(engine: Engine, sink: anchoring.FileSink | None = None, **kw: object) -> anchoring.Verification:
+    keys = evidence_keys.trusted_keys(engine.config)
+    with engine.store.read() as tx:
+        return anchoring.verify_tenant(
+            tx.conn,
+            "default",
+            sink_records=None if sink is None else sink.records(),
+            keys=keys,
+            **kw,  # type: ignore[arg-type]
+        )
+
+
+def test_anchors_are_signed_and_verify_with_the_published_key(keyed: Engine, tmp_path: Path) -> None:
+    sink = _world(keyed, tmp_path)
+    result = _verify(keyed, sink)
+    assert result.ok and result.unsigned_anchors == 0, result.problem
+    copies = sink.records()
+    assert all(c["key_id"] == "evidence" and c["signature"] for c in copies)  # the sink's copy carries it
+    (published,) = evidence_keys.published(keyed.config)
+    key = signing.public_key(published["public_key"], field="k")
+    for a in copies:  # anyone can check an anchor with the public key alone
+        import base64
+
+        message = anchoring.anchor_message(anchoring.Anchor(**{
+            **{k: a[k] for k in ("tenant_id", "anchor_seq", "mode", "first_seq", "last_seq", "leaf_count", "root",
+                                 "prev_chain", "chain", "sink", "key_id", "signature")},
+            **{k: datetime.fromisoformat(a[k].replace("Z", "+00:00")) for k in ("window_start", "window_end", "created_at")},
+        }))  # fmt: skip
+        key.verify(base64.b64decode(a["signature"]), message.encode())
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "UPDATE anchors SET window_start = window_start - 3600000000 WHERE anchor_seq = 1",
+        "UPDATE anchors SET created_at = created_at + 1 WHERE anchor_seq = 2",
+        "UPDATE anchors SET leaf_count = leaf_count + 0, sink = 'elsewhere', key_id = 'other' WHERE anchor_seq = 2",
+        "UPDATE anchors SET signature = NULL, key_id = NULL WHERE anchor_seq = 1",
+    ],
+)
+def test_a_rewritten_anchor_fails_its_signature_without_the_sink(keyed: Engine, tmp_path: Path, tamper: str) -> None:
+    _world(keyed, tmp_path)
+    with keyed.store.write() as tx:
+        tx.conn.execute(text(tamper))
+    result = _verify(keyed)  # offline: the sink is not read, the signature alone catches it
+    assert not result.ok and "anchor" in (result.problem or "")
+    assert any(w in (result.problem or "") for w in ("signature", "not signed", "trusted")), result.problem
+
+
+def test_a_rogue_key_is_not_trusted_and_a_rotated_one_is(keyed: Engine, tmp_path: Path, database_url: str) -> None:
+    sink = _world(keyed, tmp_path)
+    old = evidence_keys.published(keyed.config)[0]
+    # Rotation: a new key signs from now on; the old public key stays trusted by configuration.
+    rotated_dir = tmp_path / "rotated"
+    config = make_config(rotated_dir, evidence={"signing_key_id": "evidence-2", "trusted_keys": {}})
+    evidence_keys.create(config)
+    rotated = Engine(keyed.store, config)
+    assert "is signed by 'evidence'" in (_verify(rotated, sink).problem or "")
+    kept = make_config(
+        rotated_dir, evidence={"signing_key_id": "evidence-2", "trusted_keys": {"evidence": old["public_key"]}}
+    )
+    assert _verify(Engine(keyed.store, kept), sink).ok
+    assert [k["status"] for k in evidence_keys.published(kept)] == ["current", "trusted"]
+
+
+def test_unsigned_anchors_are_refused_unless_named_as_made_before_the_key(keyed: Engine, tmp_path: Path) -> None:
+    _world(keyed, tmp_path, signed=False)
+    refused = _verify(keyed)
+    assert not refused.ok and "anchor 1 is not signed" in (refused.problem or "")
+    accepted = _verify(keyed, unsigned_before=3)
+    assert accepted.ok and accepted.unsigned_anchors == 2
+
+
+def test_keys_evidence_creates_and_shows_the_key(tmp_path: Path) -> None:
+    folder = tmp_path / "site"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["init", str(folder)]).exit_code == 0
+    key_file = folder / "data" / "keys" / "evidence.key"
+    assert key_file.exists() and key_file.stat().st_mode & 0o777 == 0o600  # init made it, owner-only
+    shown = runner.invoke(cli, ["--config", str(folder / "jobgate.yaml"), "--json", "keys", "evidence"])
+    assert shown.exit_code == 0, shown.output
+    (key,) = json.loads(shown.stdout)
+    assert key["algorithm"] == "Ed25519" and key["status"] == "current"
+    assert signing.public_key(key["public_key"], field="k") is not None
+    key_file.unlink()
+    missing = runner.invoke(cli, ["--config", str(folder / "jobgate.yaml"), "keys", "evidence"])
+    assert missing.exit_code != 0 and "keys evidence --create" in str(missing.exception)
+    created = runner.invoke(cli, ["--config", str(folder / "jobgate.yaml"), "--json", "keys", "evidence", "--create"])
+    assert created.exit_code == 0 and key_file.exists()
+    assert json.loads(created.stdout)[0]["public_key"] != key["public_key"]
