@@ -113,8 +113,8 @@ def _run_rows(first: int, n: int, start_us: int) -> tuple[list[dict[str, object]
                 "job_definition_id": "bench-record", "definition_version": 1,
                 "definition_digest": "sha256:" + "d" * 64, "job_class": "OBSERVABILITY_JOB",
                 "trigger_id": f"TGTRIG-{i}", "trigger_type": "manual",
-                "trigger": '{"trigger_id":"TGTRIG-%d","trigger_type":"manual","requested_by":"bench"}' % i,
-                "scope": "{}", "params": '{"i":"%d","t":"0"}' % i, "workflow_run_id": None,
+                "trigger": f'{{"trigger_id":"TGTRIG-{i}","trigger_type":"manual","requested_by":"bench"}}',
+                "scope": "{}", "params": f'{{"i":"{i}","t":"0"}}', "workflow_run_id": None,
                 "config_snapshot_id": "TGCFG-bench", "config_digest": "sha256:" + "c" * 64, "status": "COMPLETED",
                 "attempt": 1, "max_attempts": 3, "priority": "normal", "priority_rank": 2, "queue": "default",
                 "retry_policy": "standard_v1", "retry_policy_doc": None, "execution_timeout_us": None,
@@ -143,7 +143,8 @@ def sealed_runs(a: argparse.Namespace) -> None:
     from jobgate.core import seals
     from jobgate.store.sql import fast
     from jobgate.store.sql import seals as record_seals
-    from jobgate.store.tables import job_runs, record_seals as seal_table, run_transitions
+    from jobgate.store.tables import job_runs, run_transitions
+    from jobgate.store.tables import record_seals as seal_table
 
     root = Path(tempfile.mkdtemp(prefix="jobgate-seal-bench-"))
     url = a.db if a.backend == "postgres" else f"sqlite:///{root}/sealed.db"

@@ -36,10 +36,12 @@ def _run() -> dict[str, Any]:
     return row
 
 
-TRANSITIONS = [
-    {"from_status": None, "to_status": "CREATED", "attempt": 0, "reason": "created", "actor": "a", "at": 1, "detail": None},
-    {"from_status": "CREATED", "to_status": "COMPLETED", "attempt": 1, "reason": "done", "actor": "w", "at": 2, "detail": None},
-]  # fmt: skip
+def _transition(src: str | None, dst: str, attempt: int, at: int) -> dict[str, Any]:
+    return {"from_status": src, "to_status": dst, "attempt": attempt, "reason": dst.lower(), "actor": "w", "at": at,
+            "detail": None}  # fmt: skip
+
+
+TRANSITIONS = [_transition(None, "CREATED", 0, 1), _transition("CREATED", "COMPLETED", 1, 2)]
 
 
 @given(st.sampled_from([*seals.RUN_IDENTITY, *seals.RUN_OUTCOME]))
