@@ -1,16 +1,16 @@
-"""Evidence bundles (seed 001 §7): everything an auditor needs about one run, in one zip,
-checkable offline with nothing but the bundle and a public key.
+"""Evidence bundles (seed 001 §7): everything an auditor needs about a run, a workflow run, a
+definition or a period, in one zip, checkable offline with nothing but the bundle and a public
+key.
 
-A bundle holds ``run.json`` (the run, every transition, its attempts, its dead letter),
-``definition.json`` (the version that ran, as stored), ``approvals.json``, ``config_snapshot.json``,
-``audit.json`` (the entries about the run and its definition), ``proofs.json`` (their
-inclusion proofs in anchored roots, where anchored), and ``manifest.json`` with the SHA-256 of
-every other file — signed (``manifest.sig``, Ed25519 over the manifest's digest) when
-``evidence.signing_key`` is configured.
+What the files hold is ``evidence_scope``'s: the rows each sealed record is made of, the seals
+with their proofs in their batches, the audit entries and their proofs in signed anchors, the
+published keys. ``manifest.json`` lists the SHA-256 of every other file and is signed
+(``manifest.sig``, Ed25519 over the manifest's digest) with the deployment's evidence key.
 
-``verify_bundle`` re-derives everything it can without the database: each file against the
-manifest, the manifest against its signature, the definition's and the snapshot's digests
-against their content, each audit entry's hash, and each proof against its root.
+``verify_bundle`` re-derives everything without the database: each file against the manifest,
+the manifest against its signature, and then ``evidence_scope.check_contents``: every seal from
+its rows, every seal into its batch root, every entry's hash, every proof into its anchor, and
+every anchor's signature.
 """
 
 from __future__ import annotations
@@ -20,92 +20,27 @@ import io
 import json
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobgate import anchoring, evidence_keys, signing
-from jobgate.api.views import run_detail_view
-from jobgate.core import merkle
-from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
-from jobgate.core.canonical import digest, isoformat_utc
+from jobgate import evidence_keys, signing
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.definitions.schema import content_digest
+from jobgate.evidence_scope import ExportScope, bundle_files, check_contents
 from jobgate.service.engine import Engine
-from jobgate.store.sql import governance
 
-FORMAT = "jobgate-evidence/1"
+FORMAT = "jobgate-evidence/2"
 MAX_BUNDLE_BYTES = 256 << 20
 
 
-def _json(value: Any) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode("utf-8")
-
-
-def _entry_doc(e: AuditEntry) -> dict[str, Any]:
-    ev = e.event
-    return {
-        "tenant_id": ev.tenant_id,
-        "seq": e.seq,
-        "at": isoformat_utc(ev.at),
-        "actor": ev.actor,
-        "action": ev.action,
-        "target_type": ev.target_type,
-        "target_id": ev.target_id,
-        "reason": ev.reason,
-        "payload": dict(ev.payload),
-        "prev_hash": e.prev_hash,
-        "entry_hash": e.entry_hash,
-    }
-
-
-def build_bundle(engine: Engine, job_run_id: str, *, tenant_id: str | None = None) -> bytes:
-    """The zip's bytes for one run (read in one transaction, so the files agree)."""
-    detail = run_detail_view(engine, job_run_id, tenant_id)
-    run = detail.run
-    with engine.store.read(tenant_id=tenant_id) as tx:
-        stored = tx.definition_get(run.tenant_id, run.job_definition_id, run.definition_version)
-        snapshot = tx.snapshot_get(run.config_snapshot_id)
-        approvals = tx.approvals_list(run.tenant_id, run.job_definition_id)
-        about = [
-            e
-            for target in (run.job_run_id, run.job_definition_id)
-            for e in tx.audit_list(governance.AuditFilter(tenant_id=run.tenant_id, target_id=target, limit=100_000))
-        ]
-        proofs = [p for e in about if (p := anchoring.inclusion_proof(tx.conn, run.tenant_id, e.seq)) is not None]
-    if stored is None or snapshot is None:
-        raise NotFoundError("the run's definition version or snapshot is missing", field="job_run_id")
-    definition_doc = {
-        "job_definition_id": stored.job_definition_id,
-        "version": stored.version,
-        "digest": stored.digest,
-        "content": stored.content,
-    }
-    approval_docs = [
-        {
-            **a.__dict__,
-            "approved_at": isoformat_utc(a.approved_at),
-            "revoked_at": a.revoked_at and isoformat_utc(a.revoked_at),
-        }
-        for a in approvals
-    ]
-    snapshot_doc = {
-        "config_snapshot_id": snapshot.config_snapshot_id,
-        "config_digest": snapshot.config_digest,
-        "content": snapshot.content,
-    }
-    files = {
-        "run.json": _json(detail.model_dump(mode="json")),
-        "definition.json": _json(definition_doc),
-        "approvals.json": _json(approval_docs),
-        "config_snapshot.json": _json(snapshot_doc),
-        "audit.json": _json(sorted((_entry_doc(e) for e in about), key=lambda d: d["seq"])),
-        "proofs.json": _json(proofs),
-    }
+def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
+    """The zip's bytes for ``scope`` (``evidence_scope``), its manifest signed with the
+    deployment's evidence key when it has one."""
+    files = bundle_files(engine, scope)
     manifest = {
         "format": FORMAT,
-        "job_run_id": run.job_run_id,
-        "tenant_id": run.tenant_id,
+        "tenant_id": scope.tenant_id,
+        "scope": scope.describe(),
         "files": {name: "sha256:" + hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
     }
     files["manifest.json"] = _json(manifest)
@@ -114,6 +49,19 @@ def build_bundle(engine: Engine, job_run_id: str, *, tenant_id: str | None = Non
         message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
         files["manifest.sig"] = _json(signing.sign(message, signer.key_id, signer.private_b64))
     return pack(files)
+
+
+def run_scope(engine: Engine, job_run_id: str, tenant_id: str | None = None) -> ExportScope:
+    """The scope of one run, in its own tenant (or in ``tenant_id`` only, when given)."""
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        run = tx.run_get(job_run_id, tenant_id)
+    if run is None:
+        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+    return ExportScope(tenant_id=run.tenant_id, job_run_id=run.job_run_id)
+
+
+def _json(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
 def pack(files: dict[str, bytes]) -> bytes:
@@ -146,6 +94,8 @@ class BundleCheck:
     ok: bool
     problems: list[str]
     signed_by: str | None
+    notes: list[str] = field(default_factory=list)  # what it cannot vouch for yet (not chained, not anchored)
+    anchors_checked: int = 0  # anchors whose signature a trusted key verified
 
 
 def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> BundleCheck:
@@ -186,7 +136,9 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
             raise TypeError("files is not a mapping of names to digests")
     except (ValueError, KeyError, TypeError):
         return BundleCheck(False, ["manifest.json is not a manifest"], None)
-    required = {"run.json", "definition.json", "approvals.json", "config_snapshot.json", "audit.json", "proofs.json"}
+    if manifest.get("format") != FORMAT:
+        return BundleCheck(False, [f"manifest.json: format {manifest.get('format')!r}, not {FORMAT}"], None)
+    required = {"definitions.json", "snapshots.json", "approvals.json", "seals.json", "audit.json", "proofs.json"}
     problems += [f"{name}: not in the manifest" for name in sorted(required - set(listed))]
     damaged = {p.split(":", 1)[0] for p in problems}
     for name, want in sorted(listed.items()):
@@ -216,43 +168,16 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
                 min(len(canonical), len(data)),
             )
             problems.append(f"{_placed(data, members, at)}: the archive differs from the exported bytes at offset {at}")
+    notes: list[str] = []
+    anchors = 0
     if not problems:
         try:
-            problems += _content_checks(files)
+            checked = check_contents(files, public_keys)
+            problems += checked.problems
+            notes, anchors = checked.notes, checked.anchors_checked
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # signed, but not a bundle's shape
             problems.append(f"the bundle's files are not what an export writes ({type(exc).__name__}: {exc})")
-    return BundleCheck(not problems, problems, signed_by)
-
-
-def _content_checks(files: dict[str, bytes]) -> list[str]:
-    """What the files claim about themselves: digests re-derived from their content."""
-    out: list[str] = []
-    definition = json.loads(files["definition.json"])
-    if content_digest(definition["content"]) != definition["digest"]:
-        out.append("definition.json: content does not match its digest")
-    snapshot = json.loads(files["config_snapshot.json"])
-    if digest(snapshot["content"]) != snapshot["config_digest"]:
-        out.append("config_snapshot.json: content does not match its digest")
-    from datetime import datetime
-
-    for e in json.loads(files["audit.json"]):
-        event = AuditEvent(
-            e["tenant_id"], e["actor"], e["action"], e["target_type"], e["target_id"],
-            datetime.fromisoformat(e["at"].replace("Z", "+00:00")), e["reason"], e["payload"],
-        )  # fmt: skip
-        if entry_hash(event, e["seq"], e["prev_hash"]) != e["entry_hash"]:
-            out.append(f"audit.json: entry {e['seq']} does not match its hash")
-    entries = {e["seq"]: e["entry_hash"] for e in json.loads(files["audit.json"])}
-    for p in json.loads(files["proofs.json"]):
-        if entries.get(p["seq"]) != p["entry_hash"]:
-            out.append(f"proofs.json: the proof of entry {p['seq']} is not for the entry in audit.json")
-        elif p["root"] != p["anchor"]["root"] or p["anchor"]["chain"] != anchoring.chain_hash(
-            p["anchor"]["prev_chain"], p["root"]
-        ):
-            out.append(f"proofs.json: entry {p['seq']}'s root is not its anchor's")
-        elif not merkle.verify(p["entry_hash"], p["proof"], p["root"]):
-            out.append(f"proofs.json: the proof of entry {p['seq']} does not reach its root")
-    return out
+    return BundleCheck(not problems, problems, signed_by, notes, anchors)
 
 
 def write_bundle(path: Path, data: bytes) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -317,19 +317,27 @@ WORKFLOW = "workflow"
 KINDS = (RUN, WORKFLOW, *SPECS)
 
 
-def value_hash(values: Sequence[Any]) -> str:
-    """The hash of a list of column values (see the module's rules).
+def encode(values: Sequence[Any]) -> bytes:
+    """A value list's text, as bytes (see the module's rules).
 
     The text is exactly ``json.dumps(values, separators=(",", ":"), ensure_ascii=False)``;
     orjson writes the same bytes for these values (strings, integers, booleans, None and lists
-    of them: ``tests/core/test_seals.py`` checks it) ten times faster, which is what verifying a
-    million runs spends its time on. What orjson refuses (an integer beyond 64 bits) goes
-    through the standard library."""
+    of them: ``tests/core/test_seals.py`` checks it) ten times faster, which is what sealing in
+    the worker's transaction and verifying a million runs spend their time on. What orjson
+    refuses (an integer beyond 64 bits) goes through the standard library."""
     try:
-        data = orjson.dumps(values)
+        return orjson.dumps(values)
     except TypeError:
-        data = json_text(values).encode("utf-8")
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+        return json_text(values).encode("utf-8")
+
+
+def hash_of(text: bytes) -> str:
+    return "sha256:" + hashlib.sha256(text).hexdigest()
+
+
+def value_hash(values: Sequence[Any]) -> str:
+    """The hash of a list of column values."""
+    return hash_of(encode(values))
 
 
 def json_text(values: Sequence[Any]) -> str:
@@ -344,23 +352,44 @@ def record_id(spec: Spec, row: Record) -> str:
 
 @dataclass(frozen=True)
 class Parts:
-    """What a seal is made of; a single-row record has ``identity`` only."""
+    """What a seal is made of; a single-row record has ``identity`` only.
+
+    ``content`` is the encoded value lists the hashes were taken of (``{"identity": [...], ...}``
+    as JSON): kept with the seal, so a record that differs later is reported with the column and
+    both values, not just "it changed". It is not part of the seal (the hashes are)."""
 
     identity: str
     outcome: str | None = None
     history: str | None = None
     extent: int | None = None
+    content: str | None = field(default=None, compare=False)
+
+
+def _content(**texts: bytes) -> str:
+    return "{" + ",".join(f'"{k}":{v.decode("utf-8")}' for k, v in texts.items()) + "}"
+
+
+def run_values(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> dict[str, list[Any]]:
+    """The value lists of a run's three parts (what ``run_parts`` hashes)."""
+    outcome: list[Any] = [run[c] for c in RUN_OUTCOME]
+    outcome.append([[d[c] for c in LETTER_COLUMNS] for d in letters])
+    return {
+        "identity": [run[c] for c in RUN_IDENTITY],
+        "outcome": outcome,
+        "history": [[t[c] for c in TRANSITION_COLUMNS] for t in transitions],
+    }
 
 
 def run_parts(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> Parts:
     """A run's parts from its row, its transitions in order and its dead letters in order."""
-    outcome = [run[c] for c in RUN_OUTCOME]
-    outcome.append([[d[c] for c in LETTER_COLUMNS] for d in letters])
+    values = run_values(run, transitions, letters)
+    identity, outcome, history = (encode(values[k]) for k in ("identity", "outcome", "history"))
     return Parts(
-        identity=value_hash([run[c] for c in RUN_IDENTITY]),
-        outcome=value_hash(outcome),
-        history=history_hash(transitions),
+        identity=hash_of(identity),
+        outcome=hash_of(outcome),
+        history=hash_of(history),
         extent=len(transitions),
+        content=_content(identity=identity, outcome=outcome, history=history),
     )
 
 
@@ -370,27 +399,37 @@ def history_hash(transitions: Sequence[Record]) -> str:
 
 def workflow_parts(workflow: Record, steps: Sequence[Record], transitions: Sequence[Record]) -> Parts:
     """A workflow run's parts: its row, its steps by position, its state sequence in order."""
-    outcome = [workflow[c] for c in WORKFLOW_OUTCOME]
+    outcome: list[Any] = [workflow[c] for c in WORKFLOW_OUTCOME]
     outcome.append([[s[c] for c in STEP_COLUMNS] for s in steps])
+    texts = {
+        "identity": encode([workflow[c] for c in WORKFLOW_IDENTITY]),
+        "outcome": encode(outcome),
+        "history": encode([[t[c] for c in WORKFLOW_TRANSITION_COLUMNS] for t in transitions]),
+    }
     return Parts(
-        identity=value_hash([workflow[c] for c in WORKFLOW_IDENTITY]),
-        outcome=value_hash(outcome),
-        history=value_hash([[t[c] for c in WORKFLOW_TRANSITION_COLUMNS] for t in transitions]),
+        identity=hash_of(texts["identity"]),
+        outcome=hash_of(texts["outcome"]),
+        history=hash_of(texts["history"]),
         extent=len(transitions),
+        content=_content(**texts),
     )
 
 
 def row_parts(spec: Spec, row: Record) -> Parts:
-    return Parts(identity=value_hash([row[c] for c in spec.columns]))
+    text = encode([row[c] for c in spec.columns])
+    return Parts(identity=hash_of(text), content=_content(identity=text))
 
 
 def seal_of(kind: str, rid: str, event: str, parts: Parts) -> str:
     return value_hash([kind, rid, event, parts.extent, parts.identity, parts.outcome, parts.history])
 
 
-def first_difference(spec_columns: Sequence[str], row: Record, sealed: Record) -> str | None:
-    """The first column whose value differs between two versions of a record, if any."""
-    for c in spec_columns:
-        if row.get(c) != sealed.get(c):
-            return c
+def difference(names: Sequence[str], sealed: Sequence[Any], now: Sequence[Any]) -> tuple[str, Any, Any] | None:
+    """The first position where two value lists differ: its name, the sealed value, today's."""
+    for i in range(max(len(sealed), len(now))):
+        was = sealed[i] if i < len(sealed) else None
+        is_ = now[i] if i < len(now) else None
+        if i >= len(sealed) or i >= len(now) or was != is_:
+            name = names[i] if i < len(names) else f"item {i + 1}"
+            return name, was, is_
     return None

@@ -828,10 +828,14 @@ class Store:
             raise ValueError(f"not a tenant id: {tenant_id!r}")
         conn.exec_driver_sql("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant_id))
 
-    @staticmethod
-    def prepare_changes(changes: Sequence[RunChange]) -> claims.PreparedChanges:
-        """Build a batch's statements and rows without a connection (before taking the write lock)."""
-        return claims.prepare_changes(changes)
+    def prepare_changes(self, changes: Sequence[RunChange]) -> claims.PreparedChanges:
+        """Build a batch's statements and rows before taking the write lock, and the seals of
+        the runs it ends (read from a snapshot, hashed while others hold the lock)."""
+        prepared = claims.prepare_changes(changes)
+        if any(ch.to_status.is_terminal for ch in changes):
+            with self.read() as tx:
+                prepared.seals.update(record_seals.presealed(tx.conn, changes, prepared.transitions))
+        return prepared
 
     def change_watcher(
         self, on_change: Callable[[], None] | None = None

@@ -552,7 +552,7 @@ record_seals = Table(
     Column("outcome", String(80)),
     Column("history", String(80)),
     Column("seal", String(80), nullable=False),
-    Column("fingerprints", Text),  # per column CRC-32s: which column changed, for the report only
+    Column("content", Text),  # the value lists as sealed: names the column and both values of a change
     Column("sealed_at", BigInteger, nullable=False),
     Column("batch_seq", BigInteger),
     Index("ix_record_seals_record", "tenant_id", "kind", "record_id", "id"),

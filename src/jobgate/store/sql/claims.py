@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -752,6 +752,7 @@ class PreparedChanges:
     transitions: dict[str, tuple[Any, ...]]
     events: dict[str, list[tuple[Any, ...]]]
     letters: dict[str, dict[str, Any]]
+    seals: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # precomputed seal rows, by run
 
 
 def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
@@ -791,10 +792,16 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges)
         done = _apply_postgres(conn, prepared)
     else:
         done = _apply_generic(conn, prepared)
-    # Every run that has just ended is sealed in the transaction that ended it (``core.seals``).
+    # Every run that has just ended is sealed in the transaction that ended it (``core.seals``):
+    # with the seal computed before the lock where the caller could (``Store.prepare_changes``),
+    # else here.
     ended = [ch.job_run_id for ch in done if ch.to_status in TERMINAL]
     if ended:
-        record_seals.seal_runs(conn, ended, codec.to_us(max(ch.transition.at for ch in done)))
+        ready = [prepared.seals[i] for i in ended if i in prepared.seals]
+        record_seals.insert_sealed(conn, ready)
+        rest = [i for i in ended if i not in prepared.seals]
+        if rest:
+            record_seals.seal_runs(conn, rest, codec.to_us(max(ch.transition.at for ch in done)))
     return done
 
 

@@ -11,9 +11,9 @@ is locked only by the batch, once every few seconds, by the one leader).
 
 from __future__ import annotations
 
-import zlib
+import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,25 +53,12 @@ _SEAL_COLUMNS = (
     "outcome",
     "history",
     "seal",
-    "fingerprints",
+    "content",
     "sealed_at",
 )
 
 
-def _crcs(values: Iterable[Any]) -> str:
-    return "".join(f"{zlib.crc32(str(v).encode('utf-8')):08x}" for v in values)
-
-
-def _run_fingerprints(run: Record, ts: Sequence[Record], ls: Sequence[Record]) -> str:
-    identity = _crcs(run[c] for c in seals.RUN_IDENTITY)
-    outcome = _crcs(run[c] for c in seals.RUN_OUTCOME) + _crcs(tuple(d[c] for c in seals.LETTER_COLUMNS) for d in ls)
-    history = _crcs(tuple(t[c] for c in seals.TRANSITION_COLUMNS) for t in ts)
-    return f"{identity}|{outcome}|{history}"
-
-
-def _row(
-    tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, fingerprints: str | None, now: int
-) -> tuple[Any, ...]:
+def _row(tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, now: int) -> tuple[Any, ...]:
     seal = seals.seal_of(kind, rid, event, parts)
     return (
         tenant,
@@ -83,7 +70,7 @@ def _row(
         parts.outcome,
         parts.history,
         seal,
-        fingerprints,
+        parts.content,
         now,
     )
 
@@ -145,7 +132,7 @@ def seal_runs(conn: Connection, job_run_ids: Sequence[str], now: int) -> int:
             rid = run["job_run_id"]
             ts, ls = history.get(rid, []), letters.get(rid, [])
             parts = seals.run_parts(run, ts, ls)
-            out.append(_row(run["tenant_id"], seals.RUN, rid, seals.SEALED, parts, _run_fingerprints(run, ts, ls), now))
+            out.append(_row(run["tenant_id"], seals.RUN, rid, seals.SEALED, parts, now))
     fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, out)
     return len(out)
 
@@ -179,7 +166,7 @@ def retire_runs(conn: Connection, tenant_id: str, job_run_ids: Sequence[str], no
     rows = []
     for rid in job_run_ids:
         closed = latest[rid]["seal"] if rid in latest else "unsealed"
-        rows.append(_row(tenant_id, seals.RUN, rid, seals.RETIRED, seals.Parts(identity=closed), None, now))
+        rows.append(_row(tenant_id, seals.RUN, rid, seals.RETIRED, seals.Parts(identity=closed), now))
     fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
 
 
@@ -215,7 +202,7 @@ def reseal(conn: Connection, kind: str, tenant_id: str, match: Record) -> None:
             rid = "@".join(str(match[c]) for c in spec.key)
             latest = _latest_seals(conn, tenant_id, kind, [rid]).get(rid)
             if latest is not None and latest["event"] == seals.SEALED:
-                tomb = _row(tenant_id, kind, rid, seals.DELETED, seals.Parts(identity=latest["seal"]), None, now)
+                tomb = _row(tenant_id, kind, rid, seals.DELETED, seals.Parts(identity=latest["seal"]), now)
                 fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, [tomb])
         return
     ids = [seals.record_id(spec, row) for row in rows]
@@ -226,7 +213,7 @@ def reseal(conn: Connection, kind: str, tenant_id: str, match: Record) -> None:
         latest = latest_by_id.get(rid)
         if latest is not None and latest["event"] == seals.SEALED and latest["identity"] == parts.identity:
             continue
-        out.append(_row(tenant_id, kind, rid, seals.SEALED, parts, _crcs(row[c] for c in spec.columns), now))
+        out.append(_row(tenant_id, kind, rid, seals.SEALED, parts, now))
     fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, out)
 
 
@@ -243,7 +230,7 @@ def seal_workflow(conn: Connection, workflow_run_id: str, now: int) -> None:
         return
     steps, ts = _workflow_rows(conn, [workflow_run_id])
     parts = seals.workflow_parts(w, steps.get(workflow_run_id, []), ts.get(workflow_run_id, []))
-    row = _row(w["tenant_id"], seals.WORKFLOW, workflow_run_id, seals.SEALED, parts, None, now)
+    row = _row(w["tenant_id"], seals.WORKFLOW, workflow_run_id, seals.SEALED, parts, now)
     fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, [row])
 
 
@@ -363,12 +350,14 @@ class Finding:
     part: str | None = None
     column: str | None = None
     seal_id: int | None = None
+    detail: str | None = None  # "sealed X, now Y", where the seal kept the values
 
     def message(self) -> str:
         where = f"{self.kind} {self.record_id}"
         if self.problem == "changed":
             col = f", column {self.column}" if self.column else ""
-            return f"{where}: its {self.part} differs from seal #{self.seal_id}{col}"
+            detail = f" ({self.detail})" if self.detail else ""
+            return f"{where}: its {self.part} differs from seal #{self.seal_id}{col}{detail}"
         return {
             "unsealed": f"{where}: ended but has no seal",
             "deleted": f"{where}: sealed (seal #{self.seal_id}) but its row is gone",
@@ -513,15 +502,27 @@ def _check_seal(kind: str, rid: str, seal: Record, report: RecordsReport) -> boo
     return True
 
 
-def _column(fingerprints: str | None, names: Sequence[str], current: str, section: int) -> str | None:
-    """The first column whose CRC differs from the one recorded with the seal (a hint)."""
-    if not fingerprints:
-        return None
-    recorded = fingerprints.split("|")[section] if "|" in fingerprints else fingerprints
-    for i, name in enumerate(names):
-        if recorded[i * 8 : i * 8 + 8] != current[i * 8 : i * 8 + 8]:
-            return name
-    return None
+def _explain(content: str | None, part: str, names: Sequence[str], now: Sequence[Any]) -> tuple[str | None, str | None]:
+    """The column of ``part`` that differs from the values kept with the seal, and a short
+    "sealed X, now Y" (None when the seal kept no values: made by an older version)."""
+    if not content:
+        return None, None
+    try:
+        sealed = json.loads(content).get(part)
+    except (ValueError, AttributeError):
+        return None, None
+    if not isinstance(sealed, list):
+        return None, None
+    found = seals.difference(names, sealed, list(now))
+    if found is None:
+        return None, None
+    name, was, is_ = found
+    return name, f"sealed {_short(was)}, now {_short(is_)}"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
@@ -583,56 +584,31 @@ def _verify_run(
     if len(ts) < extent:
         _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=seal["id"]))
         return
-    fingerprints = seal["fingerprints"]
     if len(ts) > extent:  # moved on since (requeued): the sealed prefix and the identity still hold
         if run["status"] in _TERMINAL:
             _add(report, Finding(seals.RUN, rid, "unsealed"))
             return
-        parts = seals.Parts(
-            seals.value_hash([run[c] for c in seals.RUN_IDENTITY]), None, seals.history_hash(ts[:extent])
-        )
-        _compare_run(rid, parts, seal, run, ts[:extent], (), fingerprints, report, outcome=False)
+        _compare_run(rid, seal, seals.run_values(run, ts[:extent], ls), report, outcome=False)
         return
-    _compare_run(rid, seals.run_parts(run, ts, ls), seal, run, ts, ls, fingerprints, report, outcome=True)
+    _compare_run(rid, seal, seals.run_values(run, ts, ls), report, outcome=True)
 
 
 def _compare_run(
-    rid: str,
-    parts: seals.Parts,
-    seal: Record,
-    run: Record,
-    ts: Sequence[Record],
-    ls: Sequence[Record],
-    fingerprints: str | None,
-    report: RecordsReport,
-    *,
-    outcome: bool,
+    rid: str, seal: Record, values: Mapping[str, list[Any]], report: RecordsReport, *, outcome: bool
 ) -> None:
-    if (parts.identity, parts.history) == (seal["identity"], seal["history"]) and (
-        not outcome or parts.outcome == seal["outcome"]
-    ):
+    for part in ("identity", "history", "outcome"):
+        if part == "outcome" and not outcome:
+            continue
+        if seals.value_hash(values[part]) == seal[part]:
+            continue
+        names: Sequence[str] = {
+            "identity": seals.RUN_IDENTITY,
+            "outcome": (*seals.RUN_OUTCOME, "dead_letters"),
+            "history": [f"transition {i + 1}" for i in range(len(values["history"]) + 1)],
+        }[part]
+        column, detail = _explain(seal["content"], part, names, values[part])
+        _add(report, Finding(seals.RUN, rid, "changed", part, column, seal["id"], detail))
         return
-    now = _run_fingerprints(run, ts, ls).split("|")  # only to name the column of a mismatch
-    if parts.identity != seal["identity"]:
-        col = _column(fingerprints, seals.RUN_IDENTITY, now[0], 0)
-        _add(report, Finding(seals.RUN, rid, "changed", "identity", col, seal["id"]))
-    elif parts.history != seal["history"]:
-        col = _index_hint(fingerprints, now[2], 2, "transition")
-        _add(report, Finding(seals.RUN, rid, "changed", "history", col, seal["id"]))
-    elif outcome and parts.outcome != seal["outcome"]:
-        names = [*seals.RUN_OUTCOME, *(f"dead letter {i + 1}" for i in range(max(len(ls), 8)))]
-        col = _column(fingerprints, names, now[1], 1)
-        _add(report, Finding(seals.RUN, rid, "changed", "outcome", col, seal["id"]))
-
-
-def _index_hint(fingerprints: str | None, current: str, section: int, noun: str) -> str | None:
-    if not fingerprints or "|" not in fingerprints:
-        return None
-    recorded = fingerprints.split("|")[section]
-    for i in range(0, max(len(recorded), len(current)), 8):
-        if recorded[i : i + 8] != current[i : i + 8]:
-            return f"{noun} {i // 8 + 1}"
-    return None
 
 
 def _verify_workflows(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
@@ -697,8 +673,8 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
             continue
         parts = seals.row_parts(spec, row)
         if parts.identity != seal["identity"]:
-            col = _column(seal["fingerprints"], spec.columns, _crcs(row[c] for c in spec.columns), 0)
-            _add(report, Finding(kind, rid, "changed", "content", col, seal["id"]))
+            column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
+            _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
     for rid, seal in sorted(latest.items()):
         if _check_seal(kind, rid, seal, report) and seal["event"] == seals.SEALED:
             _add(report, Finding(kind, rid, "deleted", seal_id=seal["id"]))
@@ -723,3 +699,163 @@ def seal_audit_entry(conn: Connection, tenant_id: str, batch_seq: int) -> Record
 def batch_leaves(conn: Connection, tenant_id: str, batch_seq: int) -> list[tuple[int, str]]:
     q = select(S.id, S.seal).where(S.tenant_id == tenant_id, S.batch_seq == batch_seq).order_by(S.id)
     return [(int(r[0]), str(r[1])) for r in conn.execute(q)]
+
+
+# -- the auditor's export: raw rows and the proofs of their seals ------------------------------
+
+
+def _plain(rows: Iterable[Record]) -> list[dict[str, Any]]:
+    return [dict(r) for r in rows]
+
+
+def raw_runs(conn: Connection, job_run_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Each run as its seal covers it: the sealed columns of its row, its transitions in order and
+    its dead letters (what ``core.seals.run_parts`` takes), in the order asked."""
+    out: dict[str, dict[str, Any]] = {}
+    for chunk in _chunks(list(job_run_ids)):
+        runs = conn.execute(select(*_cols(job_runs, _RUN_READ)).where(job_runs.c.job_run_id.in_(chunk))).mappings()
+        history = _by_run(
+            conn.execute(
+                select(*_cols(run_transitions, _TRANSITION_READ))
+                .where(run_transitions.c.job_run_id.in_(chunk))
+                .order_by(run_transitions.c.job_run_id, run_transitions.c.id)
+            ).mappings()
+        )
+        letters = _letters(conn, list(chunk))
+        for r in runs:
+            rid = r["job_run_id"]
+            out[rid] = {
+                "row": {c: r[c] for c in (*seals.RUN_IDENTITY, *seals.RUN_OUTCOME)},
+                "transitions": [{c: t[c] for c in seals.TRANSITION_COLUMNS} for t in history.get(rid, [])],
+                "dead_letters": [{c: d[c] for c in seals.LETTER_COLUMNS} for d in letters.get(rid, [])],
+            }
+    return [out[i] for i in job_run_ids if i in out]
+
+
+def raw_workflow(conn: Connection, workflow_run_id: str) -> dict[str, Any] | None:
+    w = (
+        conn.execute(
+            select(*_cols(workflow_runs, _WORKFLOW_READ)).where(workflow_runs.c.workflow_run_id == workflow_run_id)
+        )
+        .mappings()
+        .first()
+    )
+    if w is None:
+        return None
+    steps, ts = _workflow_rows(conn, [workflow_run_id])
+    return {
+        "row": {c: w[c] for c in (*seals.WORKFLOW_IDENTITY, *seals.WORKFLOW_OUTCOME)},
+        "steps": [{c: s[c] for c in seals.STEP_COLUMNS} for s in steps.get(workflow_run_id, [])],
+        "transitions": [{c: t[c] for c in seals.WORKFLOW_TRANSITION_COLUMNS} for t in ts.get(workflow_run_id, [])],
+    }
+
+
+def raw_rows(conn: Connection, kind: str, tenant_id: str, match: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sealed columns of the single-row records of ``kind`` that ``match`` names."""
+    spec = seals.SPECS[kind]
+    table = _table(spec.table)
+    where = [table.c[k] == v for k, v in match.items()] + [table.c.tenant_id == tenant_id]
+    rows = conn.execute(select(*_cols(table, spec.columns)).where(and_(*where))).mappings()
+    return [{c: r[c] for c in spec.columns} for r in rows]
+
+
+def seal_proofs(conn: Connection, tenant_id: str, records: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The latest seal of each (kind, record id), with its Merkle proof in its batch (when chained):
+    what ties a record in an export to the ``records.sealed`` entry, and so to the anchors."""
+    out: list[dict[str, Any]] = []
+    leaves_of: dict[int, list[str]] = {}
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for kind, rid in records:
+        by_kind[kind].append(rid)
+    for kind, ids in sorted(by_kind.items()):
+        latest = _latest_seals(conn, tenant_id, kind, ids)
+        for rid in ids:
+            s = latest.get(rid)
+            if s is None:
+                continue
+            doc = {
+                c: s[c]
+                for c in ("id", "kind", "record_id", "event", "extent", "identity", "outcome", "history", "seal")
+            }
+            doc["batch_seq"] = s["batch_seq"]
+            if s["batch_seq"] is not None:
+                seq = int(s["batch_seq"])
+                if seq not in leaves_of:
+                    leaves_of[seq] = [x[1] for x in batch_leaves(conn, tenant_id, seq)]
+                index = _index_of(conn, tenant_id, seq, int(s["id"]))
+                doc["proof"] = [list(step) for step in merkle.proof(leaves_of[seq], index)]
+            out.append(doc)
+    return out
+
+
+def _index_of(conn: Connection, tenant_id: str, batch_seq: int, seal_id: int) -> int:
+    q = (
+        select(func.count())
+        .select_from(record_seals)
+        .where(S.tenant_id == tenant_id, S.batch_seq == batch_seq, S.id < seal_id)
+    )
+    return int(conn.execute(q).scalar_one())
+
+
+# -- sealing before the write lock -----------------------------------------------------------
+
+
+def presealed(
+    conn: Connection, changes: Sequence[Any], transitions: Mapping[str, tuple[Any, ...]]
+) -> dict[str, tuple[Any, ...]]:
+    """Seal rows for terminal ``changes`` computed *before* their write transaction, from the rows
+    as they stand now and the change itself: the worker reads and hashes while other writers hold
+    SQLite's one write lock, and inside it only inserts.
+
+    Sound because a change is applied only by compare-and-set on the run's status (and, for a
+    worker, its fencing token): if it is applied, nothing else changed the run's transitions or
+    sealed columns since it was read here (progress, lease renewals and stop requests touch none
+    of them). Changes that write a dead letter are sealed in the transaction (their letter may be
+    renumbered there)."""
+    wanted = [ch for ch in changes if ch.to_status in TERMINAL and ch.dead_letter is None]
+    if not wanted:
+        return {}
+    ids = [ch.job_run_id for ch in wanted]
+    names = _RUN_READ
+    rows: dict[str, dict[str, Any]] = {}
+    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for chunk in _chunks(ids):
+        for r in conn.execute(select(*_cols(job_runs, names)).where(job_runs.c.job_run_id.in_(chunk))):
+            rows[r[0]] = dict(zip(_unique(names), r, strict=True))
+        tq = (
+            select(*_cols(run_transitions, _TRANSITION_READ))
+            .where(run_transitions.c.job_run_id.in_(chunk))
+            .order_by(run_transitions.c.job_run_id, run_transitions.c.id)
+        )
+        for t in conn.execute(tq):
+            history[t[1]].append(dict(zip(_unique(_TRANSITION_READ), t, strict=True)))
+    lettered = [i for i in ids if _ever_dead_lettered(history.get(i, ()))]
+    letters = _letters(conn, lettered)
+    out: dict[str, tuple[Any, ...]] = {}
+    for ch in wanted:
+        row = rows.get(ch.job_run_id)
+        if row is None:
+            continue
+        after = dict(row)
+        after["status"] = ch.to_status.value
+        if ch.start_attempt:
+            after["attempt"] = int(row["attempt"]) + 1
+        for column, value in ch.values.items():
+            if column in after:
+                after[column] = codec.column(value)
+        new = dict(zip(codec.TRANSITION_COLUMNS, transitions[ch.job_run_id], strict=True))
+        ts = [*history.get(ch.job_run_id, []), new]
+        parts = seals.run_parts(after, ts, letters.get(ch.job_run_id, []))
+        out[ch.job_run_id] = _row(
+            ch.tenant_id, seals.RUN, ch.job_run_id, seals.SEALED, parts, codec.to_us(ch.transition.at)
+        )
+    return out
+
+
+def _unique(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` without repeats, in order (what ``_cols`` selects)."""
+    return tuple(dict.fromkeys(names))
+
+
+def insert_sealed(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)

@@ -46,7 +46,7 @@ def upgrade() -> None:
         sa.Column("outcome", sa.String(length=80), nullable=True),
         sa.Column("history", sa.String(length=80), nullable=True),
         sa.Column("seal", sa.String(length=80), nullable=False),
-        sa.Column("fingerprints", sa.Text(), nullable=True),
+        sa.Column("content", sa.Text(), nullable=True),
         sa.Column("sealed_at", sa.BigInteger(), nullable=False),
         sa.Column("batch_seq", sa.BigInteger(), nullable=True),
     )

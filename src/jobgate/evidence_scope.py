@@ -1,0 +1,324 @@
+"""What an evidence bundle holds, for one run, a workflow run, a definition or a period.
+
+An auditor asks for a scope (``ExportScope``); the bundle then carries, for every run in it,
+the rows its seal covers (``runs/<id>.json``: the sealed columns, every transition, its dead
+letters), the workflow runs, the definition versions and configuration snapshots the runs were
+bound to, the approvals of those definitions, the latest seal of each of these records with
+its Merkle proof in its ``records.sealed`` batch, the audit entries about them and the batch
+entries, each entry's inclusion proof in its signed anchor, and the published evidence keys.
+
+From that alone (``check_contents``) a verifier recomputes every record's seal with the rules
+of ``core.seals``, follows each seal to its batch root, the root to its audit entry, the entry
+to its anchor, and checks the anchor's signature with the key it trusts: a chain from the rows
+an auditor reads to a signature nobody without the key can make.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobgate import anchoring, evidence_keys, signing
+from jobgate.core import merkle, seals
+from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
+from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.definitions.schema import content_digest
+from jobgate.service.engine import Engine
+from jobgate.store.base import RunFilter
+from jobgate.store.sql import governance
+from jobgate.store.sql import seals as record_seals
+from jobgate.store.sqlstore import StoreTx
+
+MAX_RUNS = 10_000  # a larger scope is refused: narrow the period
+
+
+@dataclass(frozen=True)
+class ExportScope:
+    """One of: a run, a workflow run, a definition (optionally within a period), a period."""
+
+    tenant_id: str = "default"
+    job_run_id: str | None = None
+    workflow_run_id: str | None = None
+    job_definition_id: str | None = None
+    start: datetime | None = None  # runs created at or after
+    end: datetime | None = None  # ... and before
+
+    def check(self) -> None:
+        chosen = [x for x in (self.job_run_id, self.workflow_run_id) if x]
+        period = self.start is not None or self.end is not None
+        if len(chosen) + bool(self.job_definition_id or period) != 1:
+            raise ValidationError("name one run, one workflow run, a definition or a period", field="scope")
+        if period and (self.start is None or self.end is None or self.start >= self.end):
+            raise ValidationError("a period needs a start before its end", field="scope")
+
+    def describe(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"tenant_id": self.tenant_id}
+        for key in ("job_run_id", "workflow_run_id", "job_definition_id"):
+            if getattr(self, key):
+                doc[key] = getattr(self, key)
+        if self.start is not None and self.end is not None:
+            doc["from"], doc["to"] = isoformat_utc(self.start), isoformat_utc(self.end)
+        return doc
+
+
+def _json(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+
+
+def entry_doc(e: AuditEntry) -> dict[str, Any]:
+    ev = e.event
+    return {
+        "tenant_id": ev.tenant_id,
+        "seq": e.seq,
+        "at": isoformat_utc(ev.at),
+        "actor": ev.actor,
+        "action": ev.action,
+        "target_type": ev.target_type,
+        "target_id": ev.target_id,
+        "reason": ev.reason,
+        "payload": dict(ev.payload),
+        "prev_hash": e.prev_hash,
+        "entry_hash": e.entry_hash,
+    }
+
+
+def _run_ids(tx: StoreTx, scope: ExportScope) -> list[str]:
+    if scope.job_run_id:
+        run = tx.run_get(scope.job_run_id, scope.tenant_id)
+        if run is None:
+            raise NotFoundError(f"no run {scope.job_run_id!r} in tenant {scope.tenant_id}", field="job_run_id")
+        return [run.job_run_id]
+    if scope.workflow_run_id:
+        if tx.workflow_get(scope.workflow_run_id, scope.tenant_id) is None:
+            raise NotFoundError(f"no workflow run {scope.workflow_run_id!r}", field="workflow_run_id")
+        return [s.job_run_id for s in tx.workflow_steps(scope.workflow_run_id) if s.job_run_id] + [
+            s.compensation_run_id for s in tx.workflow_steps(scope.workflow_run_id) if s.compensation_run_id
+        ]
+    f = RunFilter(
+        tenant_id=scope.tenant_id,
+        job_definition_id=scope.job_definition_id,
+        created_from=scope.start,
+        created_to=scope.end,
+        limit=MAX_RUNS + 1,
+    )
+    runs = tx.runs_list(f)
+    if len(runs) > MAX_RUNS:
+        raise ValidationError(f"more than {MAX_RUNS} runs in this scope: narrow the period", field="scope")
+    if scope.job_definition_id and not runs and tx.definition_get(scope.tenant_id, scope.job_definition_id) is None:
+        raise NotFoundError(f"no definition {scope.job_definition_id!r}", field="job_definition_id")
+    return sorted(r.job_run_id for r in runs)
+
+
+def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
+    """Every file of the bundle but the manifest, read in one transaction (so they agree)."""
+    scope.check()
+    tenant = scope.tenant_id
+    with engine.store.read(tenant_id=tenant) as tx:
+        ids = _run_ids(tx, scope)
+        conn = tx.conn
+        runs = record_seals.raw_runs(conn, ids)
+        workflow_ids = sorted({str(r["row"]["workflow_run_id"]) for r in runs if r["row"]["workflow_run_id"]})
+        if scope.workflow_run_id and scope.workflow_run_id not in workflow_ids:
+            workflow_ids.append(scope.workflow_run_id)
+        workflows = {w: record_seals.raw_workflow(conn, w) for w in workflow_ids}
+        bound = sorted({(str(r["row"]["job_definition_id"]), int(r["row"]["definition_version"])) for r in runs})
+        for w in workflows.values():
+            if w is not None:
+                bound.append((str(w["row"]["job_definition_id"]), int(w["row"]["definition_version"])))
+        if scope.job_definition_id:
+            bound += [
+                (scope.job_definition_id, d.version) for d in tx.definition_versions(tenant, scope.job_definition_id)
+            ]
+        bound = sorted(set(bound))
+        definitions = [
+            row
+            for job, version in bound
+            for row in record_seals.raw_rows(conn, "definition", tenant, {"job_definition_id": job, "version": version})
+        ]
+        snapshot_ids = sorted({str(r["row"]["config_snapshot_id"]) for r in runs})
+        snapshots = [
+            row
+            for sid in snapshot_ids
+            for row in record_seals.raw_rows(conn, "snapshot", tenant, {"config_snapshot_id": sid})
+        ]
+        jobs = sorted({job for job, _ in bound})
+        approvals = [
+            row for job in jobs for row in record_seals.raw_rows(conn, "approval", tenant, {"job_definition_id": job})
+        ]
+        records = (
+            [(seals.RUN, str(r["row"]["job_run_id"])) for r in runs]
+            + [(seals.WORKFLOW, w) for w in workflow_ids]
+            + [("definition", f"{d['job_definition_id']}@{d['version']}") for d in definitions]
+            + [("snapshot", str(s["config_snapshot_id"])) for s in snapshots]
+            + [("approval", str(a["approval_id"])) for a in approvals]
+        )
+        sealed = record_seals.seal_proofs(conn, tenant, records)
+        batch_seqs = sorted({int(s["batch_seq"]) for s in sealed if s["batch_seq"] is not None})
+        entries: dict[int, AuditEntry] = {}
+        for target in [*ids, *workflow_ids, *jobs]:
+            for e in tx.audit_list(governance.AuditFilter(tenant_id=tenant, target_id=target, limit=100_000)):
+                entries[e.seq] = e
+        for seq in batch_seqs:
+            for e in governance.audit_range(conn, tenant, seq, seq):
+                entries[e.seq] = e
+        proofs = [p for seq in sorted(entries) if (p := anchoring.inclusion_proof(conn, tenant, seq)) is not None]
+    files: dict[str, bytes] = {f"runs/{r['row']['job_run_id']}.json": _json(r) for r in runs}
+    files.update({f"workflows/{w}.json": _json(doc) for w, doc in workflows.items() if doc is not None})
+    files["definitions.json"] = _json(definitions)
+    files["snapshots.json"] = _json(snapshots)
+    files["approvals.json"] = _json(approvals)
+    files["seals.json"] = _json(sealed)
+    files["audit.json"] = _json([entry_doc(entries[s]) for s in sorted(entries)])
+    files["proofs.json"] = _json(proofs)
+    files["keys.json"] = _json(evidence_keys.published(engine.config))
+    return files
+
+
+# -- checking a bundle's contents, offline ----------------------------------------------------
+
+
+@dataclass
+class ContentCheck:
+    problems: list[str]
+    notes: list[str]  # what the bundle cannot vouch for yet (a seal not chained, an entry not anchored)
+    anchors_checked: int = 0
+
+
+def _load(files: Mapping[str, bytes], name: str) -> Any:
+    return json.loads(files[name]) if name in files else []
+
+
+def check_contents(files: Mapping[str, bytes], keys: Mapping[str, str] | None) -> ContentCheck:
+    """Recompute everything the files claim: digests, seals, batch roots, entry hashes, proofs,
+    and (with ``keys``) every anchor's signature."""
+    out = ContentCheck([], [])
+    definitions = {(d["job_definition_id"], d["version"]): d for d in _load(files, "definitions.json")}
+    for (job, version), d in sorted(definitions.items()):
+        if content_digest(json.loads(d["content"])) != d["digest"]:
+            out.problems.append(f"definitions.json: {job} version {version}: content does not match its digest")
+    snapshots = {s["config_snapshot_id"]: s for s in _load(files, "snapshots.json")}
+    for sid, s in sorted(snapshots.items()):
+        if digest(json.loads(s["content"])) != s["config_digest"]:
+            out.problems.append(f"snapshots.json: {sid}: content does not match its digest")
+    sealed = {(s["kind"], s["record_id"]): s for s in _load(files, "seals.json")}
+    entries = _check_entries(_load(files, "audit.json"), out)
+    for s in sealed.values():
+        _check_seal_chain(s, entries, out)
+    for name in sorted(n for n in files if n.startswith("runs/")):
+        doc = json.loads(files[name])
+        row = doc["row"]
+        rid = row["job_run_id"]
+        d = definitions.get((row["job_definition_id"], row["definition_version"]))
+        if d is None or d["digest"] != row["definition_digest"]:
+            out.problems.append(f"{name}: its definition version is not in definitions.json with its digest")
+        snap = snapshots.get(row["config_snapshot_id"])
+        if snap is None or snap["config_digest"] != row["config_digest"]:
+            out.problems.append(f"{name}: its snapshot is not in snapshots.json with its digest")
+        parts = seals.run_parts(row, doc["transitions"], doc["dead_letters"])
+        _check_record(name, seals.RUN, rid, parts, sealed, out)
+    for name in sorted(n for n in files if n.startswith("workflows/")):
+        doc = json.loads(files[name])
+        parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])
+        _check_record(name, seals.WORKFLOW, doc["row"]["workflow_run_id"], parts, sealed, out)
+    for kind, file, rows in (
+        ("definition", "definitions.json", definitions.values()),
+        ("snapshot", "snapshots.json", snapshots.values()),
+        ("approval", "approvals.json", _load(files, "approvals.json")),
+    ):
+        spec = seals.SPECS[kind]
+        for row in rows:
+            rid = seals.record_id(spec, row)
+            _check_record(f"{file}: {rid}", kind, rid, seals.row_parts(spec, row), sealed, out)
+    _check_proofs(_load(files, "proofs.json"), entries, keys, out)
+    return out
+
+
+def _check_entries(docs: list[dict[str, Any]], out: ContentCheck) -> dict[int, dict[str, Any]]:
+    entries: dict[int, dict[str, Any]] = {}
+    for e in docs:
+        event = AuditEvent(
+            e["tenant_id"], e["actor"], e["action"], e["target_type"], e["target_id"],
+            datetime.fromisoformat(e["at"].replace("Z", "+00:00")), e["reason"], e["payload"],
+        )  # fmt: skip
+        if entry_hash(event, e["seq"], e["prev_hash"]) != e["entry_hash"]:
+            out.problems.append(f"audit.json: entry {e['seq']} does not match its hash")
+            continue
+        entries[e["seq"]] = e
+    return entries
+
+
+def _check_record(
+    where: str, kind: str, rid: str, parts: seals.Parts, sealed: Mapping[tuple[str, str], Any], out: ContentCheck
+) -> None:
+    s = sealed.get((kind, rid))
+    if s is None:
+        out.notes.append(f"{where}: not sealed (it has not ended, or predates seals)")
+        return
+    if s["extent"] is not None and parts.extent is not None and parts.extent > s["extent"]:
+        out.notes.append(f"{where}: moved on since its seal (requeued); its sealed history is checked by the database")
+        return
+    for part in ("identity", "outcome", "history"):
+        if getattr(parts, part) != s[part]:
+            out.problems.append(f"{where}: its {part} differs from its seal #{s['id']}")
+            return
+
+
+def _check_seal_chain(s: Mapping[str, Any], entries: Mapping[int, Mapping[str, Any]], out: ContentCheck) -> None:
+    where = f"seals.json: {s['kind']} {s['record_id']}"
+    parts = seals.Parts(s["identity"], s["outcome"], s["history"], s["extent"])
+    if seals.seal_of(s["kind"], s["record_id"], s["event"], parts) != s["seal"]:
+        out.problems.append(f"{where}: the seal does not hash to its parts")
+        return
+    if s["batch_seq"] is None:
+        out.notes.append(f"{where}: not chained yet (exported within seconds of its change)")
+        return
+    entry = entries.get(s["batch_seq"])
+    if entry is None or entry["action"] != record_seals.BATCH_ACTION:
+        out.problems.append(f"{where}: its batch entry {s['batch_seq']} is not in audit.json")
+    elif not merkle.verify(s["seal"], s.get("proof") or [], entry["payload"].get("root", "")):
+        out.problems.append(f"{where}: its proof does not reach the root of audit entry {s['batch_seq']}")
+
+
+def _check_proofs(
+    proofs: list[dict[str, Any]],
+    entries: Mapping[int, Mapping[str, Any]],
+    keys: Mapping[str, str] | None,
+    out: ContentCheck,
+) -> None:
+    trusted = {k: signing.public_key(v, field=k) for k, v in (keys or {}).items()}
+    proven = set()
+    for p in proofs:
+        seq = p["seq"]
+        entry = entries.get(seq)
+        anchor = p["anchor"]
+        if entry is None or entry["entry_hash"] != p["entry_hash"]:
+            out.problems.append(f"proofs.json: the proof of entry {seq} is not for the entry in audit.json")
+        elif p["root"] != anchor["root"] or anchor["chain"] != anchoring.chain_hash(anchor["prev_chain"], p["root"]):
+            out.problems.append(f"proofs.json: entry {seq}'s root is not its anchor's")
+        elif not merkle.verify(p["entry_hash"], p["proof"], p["root"]):
+            out.problems.append(f"proofs.json: the proof of entry {seq} does not reach its root")
+        elif trusted:
+            problem = _anchor_signature(anchor, trusted)
+            if problem:
+                out.problems.append(f"proofs.json: entry {seq}'s anchor {anchor['anchor_seq']} {problem}")
+            else:
+                out.anchors_checked += 1
+        proven.add(seq)
+    unanchored = sorted(set(entries) - proven)
+    if unanchored:
+        out.notes.append(f"audit.json: {len(unanchored)} entr(y/ies) not anchored yet (first {unanchored[0]})")
+
+
+def _anchor_signature(anchor: Mapping[str, Any], trusted: Mapping[str, Any]) -> str | None:
+    if not anchor.get("signature"):
+        return "is not signed"
+    message = digest({k: v for k, v in anchor.items() if k not in anchoring.UNSIGNED_FIELDS})
+    try:
+        signing.verify(message, {"key_id": anchor["key_id"], "value": anchor["signature"]}, trusted, what="the anchor")
+    except ValidationError as exc:
+        return str(exc.message)
+    return None
