@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from jobgate import anchoring, evidence_keys, signing
+from jobgate.api.views import run_detail_view
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
 from jobgate.core.canonical import digest, isoformat_utc
@@ -166,7 +167,10 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
             for e in governance.audit_range(conn, tenant, seq, seq):
                 entries[e.seq] = e
         proofs = [p for seq in sorted(entries) if (p := anchoring.inclusion_proof(conn, tenant, seq)) is not None]
-    files: dict[str, bytes] = {f"runs/{r['row']['job_run_id']}.json": _json(r) for r in runs}
+    files: dict[str, bytes] = {}
+    for r in runs:  # the rows the seal covers, and the run as the API shows it (its contract's shape)
+        rid = str(r["row"]["job_run_id"])
+        files[f"runs/{rid}.json"] = _json({**r, "detail": run_detail_view(engine, rid, tenant).model_dump(mode="json")})
     files.update({f"workflows/{w}.json": _json(doc) for w, doc in workflows.items() if doc is not None})
     files["definitions.json"] = _json(definitions)
     files["snapshots.json"] = _json(snapshots)

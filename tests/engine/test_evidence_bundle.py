@@ -1,5 +1,6 @@
 """Evidence bundles: export, then verify with nothing but the bundle and the public key; any
-byte changed anywhere in the zip fails verification, naming the file."""
+byte changed anywhere in the zip fails verification, naming the file; a bundle for a period, a
+definition or a workflow run carries every run's rows, seals and proofs into signed anchors."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.helpers import define, make_config
 
 from jobgate import signing
 from jobgate.core.models import Scope
-from jobgate.evidence import build_bundle, verify_bundle
+from jobgate.evidence import build_bundle, run_scope, verify_bundle
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sqlstore import Store
@@ -30,7 +31,7 @@ def bundle(database_url: str, tmp_path: Path) -> Iterator[bytes]:
     define(engine, job_definition_id="payroll")
     run = engine.submit(SubmitRequest("payroll", scope=Scope(), requested_by="ada", reason="month end"), actor="ada")
     control.cancel_run(engine, run.run.job_run_id, actor="ops", reason="wrong month")
-    yield build_bundle(engine, run.run.job_run_id)
+    yield build_bundle(engine, run_scope(engine, run.run.job_run_id))
     store.dispose()
 
 
@@ -42,9 +43,10 @@ def test_a_bundle_verifies_offline_and_says_who_signed(bundle: bytes) -> None:
     result = verify_bundle(bundle, public_keys=keys())
     assert result.ok and result.signed_by == KEY.key_id, result.problems
     names = zipfile.ZipFile(io.BytesIO(bundle)).namelist()
-    assert names == sorted(
-        ["approvals.json", "audit.json", "config_snapshot.json", "definition.json", "manifest.json",
-         "manifest.sig", "proofs.json", "run.json"]
+    runs = [n for n in names if n.startswith("runs/")]
+    assert len(runs) == 1 and sorted(set(names) - set(runs)) == sorted(
+        ["approvals.json", "audit.json", "definitions.json", "keys.json", "manifest.json", "manifest.sig",
+         "proofs.json", "seals.json", "snapshots.json"]
     )  # fmt: skip
     audit = zipfile.ZipFile(io.BytesIO(bundle)).read("audit.json").decode()
     assert "definition.approved" in audit and "run.cancelled" in audit and "run.scheduled_manually" in audit
@@ -63,9 +65,12 @@ def _rewrite(bundle: bytes, name: str, change: bytes) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "name", ["run.json", "definition.json", "approvals.json", "config_snapshot.json", "audit.json", "manifest.json"]
+    "name",
+    ["runs/", "definitions.json", "approvals.json", "snapshots.json", "seals.json", "audit.json", "manifest.json"],
 )
 def test_a_changed_file_is_named(bundle: bytes, name: str) -> None:
+    if name == "runs/":
+        name = next(n for n in zipfile.ZipFile(io.BytesIO(bundle)).namelist() if n.startswith("runs/"))
     result = verify_bundle(_rewrite(bundle, name, b"'"), public_keys=keys())
     assert not result.ok
     assert any(
@@ -111,3 +116,135 @@ def test_export_and_verify_from_the_command_line(tmp_path: Path) -> None:
     assert rogue_check.returncode == 1 and "manifest.sig" in rogue_check.stdout
     again = jobgate(folder, "evidence", "export", run_id, "--out", "run.zip", check=False)
     assert again.returncode == 1 and "exists" in again.stderr
+
+
+def _resign(bundle: bytes, change: dict[str, bytes]) -> bytes:
+    """The bundle with files replaced and its manifest rebuilt and re-signed with the real key:
+    an insider who holds the evidence key but cannot rewrite the anchors already published."""
+    import hashlib
+    import json
+
+    from jobgate.evidence import pack
+
+    source = zipfile.ZipFile(io.BytesIO(bundle))
+    files = {n: source.read(n) for n in source.namelist() if n not in ("manifest.json", "manifest.sig")}
+    files.update(change)
+    manifest = json.loads(source.read("manifest.json"))
+    manifest["files"] = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
+    files["manifest.sig"] = (json.dumps(signing.sign(message, KEY.key_id, KEY.private_b64)) + "\n").encode()
+    return pack(files)
+
+
+@pytest.fixture
+def period(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str, list[str]]]:
+    """Three finished runs of one definition, their seals chained and anchored, all signed."""
+    from datetime import timedelta
+
+    from jobgate import anchoring, evidence_keys
+    from jobgate.service import audit
+
+    key_file = tmp_path / "evidence.key"
+    key_file.write_text(KEY.private_b64)
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, evidence={"signing_key": str(key_file), "signing_key_id": KEY.key_id}))
+    job = define(engine, job_definition_id="ledger-close")
+    ids = []
+    for month in ("09", "10", "11"):
+        req = SubmitRequest(job, scope=Scope(), requested_by="ada", reason=month, request_id=f"close-{month}")
+        made = engine.submit(req, actor="ada").run.job_run_id
+        control.cancel_run(engine, made, actor="ops", reason="closed by hand")
+        ids.append(made)
+    now = engine.clock.now()
+    audit.seal_pending(engine, now)
+    with engine.store.write() as tx:
+        sink = anchoring.sink_for(engine.config)
+        signer = evidence_keys.signer_for(engine.config)
+        assert anchoring.anchor_due(
+            tx.conn, "default", now=now + timedelta(hours=2), window=timedelta(hours=1), sink=sink, signer=signer
+        )
+    yield engine, job, ids
+    store.dispose()
+
+
+def test_a_period_export_ties_every_run_to_a_signed_anchor(period: tuple[Engine, str, list[str]]) -> None:
+    from datetime import timedelta
+
+    from jobgate.evidence_scope import ExportScope
+
+    engine, job, ids = period
+    now = engine.clock.now()
+    for scope in (
+        ExportScope(start=now - timedelta(hours=1), end=now + timedelta(minutes=1)),
+        ExportScope(job_definition_id=job),
+    ):
+        bundle = build_bundle(engine, scope)
+        names = zipfile.ZipFile(io.BytesIO(bundle)).namelist()
+        assert sorted(n for n in names if n.startswith("runs/")) == sorted(f"runs/{i}.json" for i in ids)
+        result = verify_bundle(bundle, public_keys=keys())
+        assert result.ok, result.problems
+        assert result.anchors_checked > 0 and not result.notes, result.notes  # every seal chained and anchored
+
+
+def test_a_record_rewritten_in_a_re_signed_bundle_breaks_its_seal(period: tuple[Engine, str, list[str]]) -> None:
+    import json
+
+    engine, _job, ids = period
+    bundle = build_bundle(engine, run_scope(engine, ids[0]))
+    name = f"runs/{ids[0]}.json"
+    doc = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read(name))
+    doc["row"]["status"] = "COMPLETED"  # the manifest re-signed: only the seal chain can tell
+    forged = _resign(bundle, {name: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any(p.startswith(name) and "differs from its seal" in p for p in result.problems)
+    seals_doc = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read("seals.json"))
+    for s in seals_doc:  # ... and rewriting the seal too breaks its proof into the batch root
+        if s["record_id"] == ids[0]:
+            s["outcome"] = "sha256:" + "0" * 64
+    forged = _resign(bundle, {"seals.json": (json.dumps(seals_doc, indent=2, sort_keys=True) + "\n").encode()})
+    assert not verify_bundle(forged, public_keys=keys()).ok
+
+
+def test_the_command_exports_a_definition_and_verifies_in_an_empty_folder(
+    period: tuple[Engine, str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from jobgate.cli.main import cli
+
+    engine, job, _ids = period
+    out = tmp_path / "ledger.zip"
+    config = tmp_path / "jobgate.yaml"
+    import yaml
+    from tests.helpers import config_document
+
+    config.write_text(
+        yaml.safe_dump(
+            config_document(
+                tmp_path, evidence={"signing_key": str(tmp_path / "evidence.key"), "signing_key_id": KEY.key_id}
+            )
+        )
+    )
+    runner = CliRunner()
+    made = runner.invoke(
+        cli,
+        [
+            "--config",
+            str(config),
+            "--db",
+            engine.store.url,
+            "evidence",
+            "export",
+            "--definition",
+            job,
+            "--out",
+            str(out),
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)  # nothing but the bundle and the key
+    checked = runner.invoke(cli, ["evidence", "verify", str(out), "--public-key", f"{KEY.key_id}={KEY.public_b64}"])
+    assert checked.exit_code == 0 and "ok:" in checked.output and "anchor signature" in checked.output, checked.output

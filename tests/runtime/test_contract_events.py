@@ -111,15 +111,16 @@ def test_every_event_of_a_run_s_life_conforms_to_its_contract(engine: Engine) ->
 
 
 def test_an_evidence_bundle_s_run_and_snapshot_conform(engine: Engine) -> None:
-    from jobgate.evidence import build_bundle
+    from jobgate.evidence import build_bundle, run_scope
 
     job = define(engine, handler="engine_handlers:fail_until", retry_policy="test_fixed_v1", params=OK_ON)
     run_id = submit(engine, job, ok_on="2")
     with running_worker(engine):
         wait_status(engine, run_id, RunStatus.COMPLETED)
-    with zipfile.ZipFile(io.BytesIO(build_bundle(engine, run_id))) as bundle:
-        run = json.loads(bundle.read("run.json"))["run"]
-        snapshot = json.loads(bundle.read("config_snapshot.json"))
+    with zipfile.ZipFile(io.BytesIO(build_bundle(engine, run_scope(engine, run_id)))) as bundle:
+        run = json.loads(bundle.read(f"runs/{run_id}.json"))["detail"]["run"]
+        (row,) = json.loads(bundle.read("snapshots.json"))
+    snapshot = {k: row[k] for k in ("config_snapshot_id", "config_digest")} | {"content": json.loads(row["content"])}
     assert run["status"] == "COMPLETED" and run["attempt"] == 2 and run["result"] == {"attempt": 2}
     validate("comp.TG.OUTPUT.JOB-RUN.v1_0", run)
     validate("comp.TG.OUTPUT.RESOLVED-CONFIG.v1_0", snapshot)

@@ -227,8 +227,8 @@ class StoreTx:
         return changed
 
     def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
-        definitions.snapshot_put(self.conn, snapshot, codec.to_us(now))
-        self._reseal("snapshot", snapshot.tenant_id, config_snapshot_id=snapshot.config_snapshot_id)
+        if definitions.snapshot_put(self.conn, snapshot, codec.to_us(now)):  # immutable: sealed once, stored
+            self._reseal("snapshot", snapshot.tenant_id, config_snapshot_id=snapshot.config_snapshot_id)
 
     # schedules
     def schedule_put(

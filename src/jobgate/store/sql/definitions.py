@@ -194,11 +194,12 @@ def definition_set_status(
     return conn.execute(stmt).rowcount == 1
 
 
-def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> None:
+def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> bool:
     """Insert the snapshot unless it exists: snapshots are immutable and keyed by their digest,
-    so two concurrent submissions binding the same one both succeed and store it once."""
+    so two concurrent submissions binding the same one both succeed and store it once. True: this
+    call stored it."""
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    conn.execute(
+    return 1 == conn.execute(
         insert(config_snapshots)
         .values(
             config_snapshot_id=s.config_snapshot_id,
@@ -209,7 +210,7 @@ def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> None:
             created_at=now_us,
         )
         .on_conflict_do_nothing()
-    )
+    ).rowcount
 
 
 def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | None:
