@@ -162,13 +162,13 @@ def anchor_due(
     """Anchor every window of ``tenant_id`` that has ended and has unanchored entries; each
     anchor is stored and submitted to the sink. Runs inside the caller's transaction."""
     made: list[Anchor] = []
-    # The chain's head is locked first: an entry committing meanwhile waits, and is then recorded
-    # after the anchored window (``audit_append``), never inside a window already anchored.
-    governance.audit_head_lock(conn, tenant_id, lock_rows=_locks_rows(conn))
     # Seals still waiting for the leader's batch are chained first: the anchor then covers them.
     record_seals.chain_pending(
         conn, tenant_id, now, lambda events: governance.audit_append(conn, events, lock_rows=_locks_rows(conn))
     )
+    # The chain's head stays locked: an entry committing meanwhile waits, and is then recorded
+    # after the anchored window (``audit_append``), never inside a window already anchored.
+    governance.audit_head_lock(conn, tenant_id, lock_rows=_locks_rows(conn))
     while True:
         last_batch = governance.anchor_last(conn, tenant_id, "batch")
         after = 0 if last_batch is None else last_batch.last_seq

@@ -374,7 +374,7 @@ TAMPERS: list[tuple[str, Tamper, str]] = [
     ("seal rewritten", _row("record_seals", "seal = 'sha256:00'", f"id = {SEAL}"), "run"),
     ("seal identity rewritten", _row("record_seals", "identity = 'sha256:00'", f"id = {SEAL}"), "run"),
     ("seal deleted", _sql(f"DELETE FROM record_seals WHERE id = {SEAL}"), "run"),
-    ("seal taken out of its batch", _row("record_seals", "batch_seq = NULL", f"id = {SEAL}"), "records"),
+    ("seal moved out of its batch", _row("record_seals", "id = id + 1000000", f"id = {SEAL}"), "records"),
     ("every seal deleted", _sql("DELETE FROM record_seals"), "has no seal"),
 ]
 SINK_TAMPERS: list[tuple[str, Callable[[World], None], str]] = [

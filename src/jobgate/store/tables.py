@@ -436,6 +436,7 @@ audit_log = Table(
     UniqueConstraint("tenant_id", "seq", name="uq_audit_log_tenant_seq"),
     Index("ix_audit_log_tenant_at", "tenant_id", "at"),
     Index("ix_audit_log_target", "tenant_id", "target_type", "target_id"),
+    Index("ix_audit_log_action", "tenant_id", "action", "seq"),  # the last seal batch (migration 0019)
 )
 
 # The head of each tenant's chain: appending locks this row, so concurrent appends queue.
@@ -537,8 +538,8 @@ anchors = Table(
 )
 
 # Seals (migration 0019, ``core.seals``): the hash of every record auditors read, written with the
-# change that made it; ``batch_seq`` is the audit entry (``records.sealed``) whose Merkle root
-# chained it, NULL until the leader's next batch.
+# change that made it. Rows are never updated: the ``records.sealed`` audit entries chain them as
+# id ranges (``store.sql.seals``).
 record_seals = Table(
     "record_seals",
     metadata,
@@ -554,16 +555,8 @@ record_seals = Table(
     Column("seal", String(80), nullable=False),
     Column("content", Text),  # the value lists as sealed: names the column and both values of a change
     Column("sealed_at", BigInteger, nullable=False),
-    Column("batch_seq", BigInteger),
     Index("ix_record_seals_record", "tenant_id", "kind", "record_id", "id"),
-    Index("ix_record_seals_batch", "tenant_id", "batch_seq", "id"),
-    Index(
-        "ix_record_seals_pending",
-        "tenant_id",
-        "id",
-        sqlite_where=text("batch_seq IS NULL"),
-        postgresql_where=text("batch_seq IS NULL"),
-    ),
+    Index("ix_record_seals_tenant", "tenant_id", "id"),
 )
 
 # Workflows (migration 0013): one row per workflow run, one per step of it, and every state

@@ -199,7 +199,7 @@ def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> bool:
     so two concurrent submissions binding the same one both succeed and store it once. True: this
     call stored it."""
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    return 1 == conn.execute(
+    stored = conn.execute(
         insert(config_snapshots)
         .values(
             config_snapshot_id=s.config_snapshot_id,
@@ -210,7 +210,9 @@ def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> bool:
             created_at=now_us,
         )
         .on_conflict_do_nothing()
-    ).rowcount
+        .returning(config_snapshots.c.config_snapshot_id)
+    ).first()
+    return stored is not None
 
 
 def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | None:

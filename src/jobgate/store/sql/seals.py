@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, func, select, update
+from sqlalchemy import Connection, Table, and_, func, select
 
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEvent
@@ -75,6 +75,13 @@ def _row(tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, now: 
     )
 
 
+def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert seal rows, holding the seal writers' lock shared (see ``SEAL_WRITERS``)."""
+    if rows:
+        lock_for_writing(conn)
+        fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
+
+
 def _by_run(rows: Iterable[Record], key: str = "job_run_id") -> dict[str, list[Record]]:
     out: dict[str, list[Record]] = defaultdict(list)
     for r in rows:
@@ -114,27 +121,36 @@ def _chunks(items: Sequence[Any], n: int = 500) -> Iterator[Sequence[Any]]:
 def seal_runs(conn: Connection, job_run_ids: Sequence[str], now: int) -> int:
     """Seal the runs ``job_run_ids`` as their rows stand in this transaction (their terminal
     transition has just been written). Returns how many seals it wrote."""
-    out: list[tuple[Any, ...]] = []
-    for chunk in _chunks(list(job_run_ids)):
-        runs = (
-            conn.execute(select(*_cols(job_runs, _RUN_READ)).where(job_runs.c.job_run_id.in_(chunk))).mappings().all()
+    rows, history, letters = _read_runs(conn, job_run_ids)
+    out = [
+        _row(
+            run["tenant_id"],
+            seals.RUN,
+            rid,
+            seals.SEALED,
+            seals.run_parts(run, history.get(rid, []), letters.get(rid, [])),
+            now,
         )
-        history = _by_run(
-            conn.execute(
-                select(*_cols(run_transitions, _TRANSITION_READ))
-                .where(run_transitions.c.job_run_id.in_(chunk))
-                .order_by(run_transitions.c.job_run_id, run_transitions.c.id)
-            ).mappings()
-        )
-        lettered = [r["job_run_id"] for r in runs if _ever_dead_lettered(history.get(r["job_run_id"], ()))]
-        letters = _letters(conn, lettered)
-        for run in runs:
-            rid = run["job_run_id"]
-            ts, ls = history.get(rid, []), letters.get(rid, [])
-            parts = seals.run_parts(run, ts, ls)
-            out.append(_row(run["tenant_id"], seals.RUN, rid, seals.SEALED, parts, now))
-    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, out)
+        for rid, run in rows.items()
+    ]
+    _insert(conn, out)
     return len(out)
+
+
+def _read_runs(
+    conn: Connection, job_run_ids: Sequence[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]], dict[str, list[Record]]]:
+    """The sealed columns of each run, its transitions in order and its dead letters."""
+    run_names, t_names = _unique(_RUN_READ), _unique(_TRANSITION_READ)
+    rows: dict[str, dict[str, Any]] = {}
+    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for chunk in _chunks(list(job_run_ids)):
+        for r in _by_ids(conn, "job_runs", run_names, chunk):
+            rows[r[0]] = dict(zip(run_names, r, strict=True))
+        for t in _by_ids(conn, "run_transitions", t_names, chunk, order="job_run_id, id"):
+            history[t[1]].append(dict(zip(t_names, t, strict=True)))
+    lettered = [i for i in rows if _ever_dead_lettered(history.get(i, ()))]
+    return rows, history, _letters(conn, lettered)
 
 
 def _ever_dead_lettered(transitions: Iterable[Record]) -> bool:
@@ -167,7 +183,7 @@ def retire_runs(conn: Connection, tenant_id: str, job_run_ids: Sequence[str], no
     for rid in job_run_ids:
         closed = latest[rid]["seal"] if rid in latest else "unsealed"
         rows.append(_row(tenant_id, seals.RUN, rid, seals.RETIRED, seals.Parts(identity=closed), now))
-    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
+    _insert(conn, rows)
 
 
 def _latest_seals(conn: Connection, tenant_id: str, kind: str, ids: Sequence[str]) -> dict[str, Record]:
@@ -203,7 +219,7 @@ def reseal(conn: Connection, kind: str, tenant_id: str, match: Record) -> None:
             latest = _latest_seals(conn, tenant_id, kind, [rid]).get(rid)
             if latest is not None and latest["event"] == seals.SEALED:
                 tomb = _row(tenant_id, kind, rid, seals.DELETED, seals.Parts(identity=latest["seal"]), now)
-                fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, [tomb])
+                _insert(conn, [tomb])
         return
     ids = [seals.record_id(spec, row) for row in rows]
     latest_by_id = _latest_seals(conn, tenant_id, kind, ids)
@@ -214,7 +230,7 @@ def reseal(conn: Connection, kind: str, tenant_id: str, match: Record) -> None:
         if latest is not None and latest["event"] == seals.SEALED and latest["identity"] == parts.identity:
             continue
         out.append(_row(tenant_id, kind, rid, seals.SEALED, parts, now))
-    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, out)
+    _insert(conn, out)
 
 
 def seal_workflow(conn: Connection, workflow_run_id: str, now: int) -> None:
@@ -231,7 +247,7 @@ def seal_workflow(conn: Connection, workflow_run_id: str, now: int) -> None:
     steps, ts = _workflow_rows(conn, [workflow_run_id])
     parts = seals.workflow_parts(w, steps.get(workflow_run_id, []), ts.get(workflow_run_id, []))
     row = _row(w["tenant_id"], seals.WORKFLOW, workflow_run_id, seals.SEALED, parts, now)
-    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, [row])
+    _insert(conn, [row])
 
 
 def _workflow_rows(conn: Connection, ids: Sequence[str]) -> tuple[dict[str, list[Record]], dict[str, list[Record]]]:
@@ -266,9 +282,61 @@ class Batch:
     root: str
 
 
+# On PostgreSQL a seal's id is taken when it is inserted and becomes visible when its transaction
+# commits, so a lower id can appear after a higher one. Every transaction that writes seals holds
+# this advisory lock shared (``lock_for_writing``); the batch takes it exclusively for an instant
+# before reading the highest id, so every id up to that horizon is committed (or gone) when it
+# reads the batch's rows, and a batch is exactly the tenant's seals in an id range.
+SEAL_WRITERS = 0x6A6F6273  # "jobs"
+
+
+def lock_for_writing(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        fast.execute(conn, f"SELECT pg_advisory_xact_lock_shared({SEAL_WRITERS})")
+
+
+def _horizon(conn: Connection) -> int:
+    """The highest seal id below which every seal is committed (see ``SEAL_WRITERS``)."""
+    if conn.dialect.name == "postgresql":  # a session lock, let go at once: writers wait an instant
+        fast.execute(conn, f"SELECT pg_advisory_lock({SEAL_WRITERS})")
+        fast.execute(conn, f"SELECT pg_advisory_unlock({SEAL_WRITERS})")
+    return int(conn.execute(select(func.max(S.id))).scalar() or 0)
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """A ``records.sealed`` entry: the tenant's seals with ``after < id <= last_id`` are its leaves."""
+
+    seq: int
+    after: int
+    last_id: int
+    count: int
+    root: str | None
+
+
+def batch_entries(conn: Connection, tenant_id: str) -> list[BatchEntry]:
+    a = audit_log.c
+    q = select(a.seq, a.payload).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION).order_by(a.seq)
+    out = []
+    for seq, payload in conn.execute(q):
+        try:
+            doc = codec.loads(payload)
+            out.append(BatchEntry(int(seq), int(doc["after"]), int(doc["last_id"]), int(doc["count"]), doc.get("root")))
+        except (ValueError, KeyError, TypeError):
+            out.append(BatchEntry(int(seq), -1, -1, -1, None))  # not a batch entry jobgate wrote
+    return out
+
+
+def _last_chained(conn: Connection, tenant_id: str) -> int:
+    a = audit_log.c
+    q = select(a.payload).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION).order_by(a.seq.desc()).limit(1)
+    payload = conn.execute(q).scalar()
+    return 0 if payload is None else int(codec.loads(payload)["last_id"])
+
+
 def pending_tenants(conn: Connection) -> list[str]:
-    q = select(S.tenant_id).where(S.batch_seq.is_(None)).group_by(S.tenant_id)
-    return sorted(r[0] for r in conn.execute(q))
+    tenants = [r[0] for r in conn.execute(select(S.tenant_id).distinct())]
+    return sorted(t for t in tenants if pending_count(conn, t))
 
 
 def record_tenants(conn: Connection) -> list[str]:
@@ -281,23 +349,27 @@ def record_tenants(conn: Connection) -> list[str]:
 
 
 def pending_count(conn: Connection, tenant_id: str | None = None) -> int:
-    q = select(func.count()).select_from(record_seals).where(S.batch_seq.is_(None))
-    if tenant_id is not None:
-        q = q.where(S.tenant_id == tenant_id)
-    return int(conn.execute(q).scalar_one())
+    """Seals not chained yet: after the last batch of their tenant."""
+    tenants = [tenant_id] if tenant_id else [r[0] for r in conn.execute(select(S.tenant_id).distinct())]
+    total = 0
+    for t in tenants:
+        q = select(func.count()).select_from(record_seals).where(S.tenant_id == t, S.id > _last_chained(conn, t))
+        total += int(conn.execute(q).scalar_one())
+    return total
 
 
 def chain_pending(conn: Connection, tenant_id: str, at: datetime, append: Any) -> list[Batch]:
-    """Chain the tenant's pending seals into its audit log, ``BATCH_LIMIT`` per entry.
-
-    ``append`` is the transaction's audit append (it locks the chain's head on PostgreSQL). The
-    seals a concurrent transaction commits meanwhile wait for the next batch: a batch takes
-    exactly the rows it read and marks exactly those."""
+    """Chain the tenant's seals written since its last batch into its audit log, at most
+    ``BATCH_LIMIT`` per entry; the entry records the id range (``after``, ``last_id``], its count
+    and its Merkle root. ``append`` is the transaction's audit append (it locks the chain's head
+    on PostgreSQL, so take this before any other lock another writer could hold)."""
     out: list[Batch] = []
-    while True:
+    horizon = _horizon(conn)
+    after = _last_chained(conn, tenant_id)
+    while after < horizon:
         q = (
             select(S.id, S.seal, S.kind)
-            .where(S.tenant_id == tenant_id, S.batch_seq.is_(None))
+            .where(S.tenant_id == tenant_id, S.id > after, S.id <= horizon)
             .order_by(S.id)
             .limit(BATCH_LIMIT)
         )
@@ -308,33 +380,13 @@ def chain_pending(conn: Connection, tenant_id: str, at: datetime, append: Any) -
         kinds: dict[str, int] = defaultdict(int)
         for r in rows:
             kinds[r[2]] += 1
-        payload = {
-            "root": root,
-            "count": len(rows),
-            "first_id": rows[0][0],
-            "last_id": rows[-1][0],
-            "kinds": dict(kinds),
-        }
-        (entry,) = append(
-            [
-                AuditEvent(
-                    tenant_id,
-                    "jobgate",
-                    BATCH_ACTION,
-                    "records",
-                    f"{rows[0][0]}-{rows[-1][0]}",
-                    at,
-                    reason=None,
-                    payload=payload,
-                )
-            ]
-        )
-        ids = [r[0] for r in rows]
-        for chunk in _chunks(ids, 5000):
-            conn.execute(update(record_seals).where(S.id.in_(chunk)).values(batch_seq=entry.seq))
+        last = int(rows[-1][0])
+        payload = {"root": root, "count": len(rows), "after": after, "last_id": last, "kinds": dict(kinds)}
+        event = AuditEvent(tenant_id, "jobgate", BATCH_ACTION, "records", f"{after + 1}-{last}", at, payload=payload)
+        (entry,) = append([event])
         out.append(Batch(tenant_id, entry.seq, len(rows), root))
-        if len(rows) < BATCH_LIMIT:
-            return out
+        after = last
+    return out
 
 
 # -- verifying ------------------------------------------------------------------------------
@@ -366,7 +418,7 @@ class Finding:
             "batch_changed": f"{where}: the seals that audit entry (records.sealed) chained no longer give its root:"
             " a seal in it was rewritten, added or removed",
             "batch_missing": f"{where}: the seals that audit entry (records.sealed) chained are gone",
-            "batch_unknown": f"{where}: seals name a batch no records.sealed audit entry records",
+            "batch_gap": f"{where}: does not start where the previous records.sealed entry ended",
         }.get(self.problem, f"{where}: {self.problem}")
 
 
@@ -411,41 +463,34 @@ def _collate(conn: Connection, column: Any) -> Any:
 
 
 def _verify_batches(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
-    a = audit_log.c
-    entries: dict[int, dict[str, Any]] = {}
-    q = select(a.seq, a.payload, a.target_id).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION)
-    for seq, payload, target in conn.execute(q):
-        try:
-            doc = codec.loads(payload)
-        except ValueError:
-            doc = {}
-        entries[int(seq)] = {"root": doc.get("root"), "count": doc.get("count"), "target": target}
+    """Each batch entry against the seals in its id range, the ranges one after the other."""
+    entries = batch_entries(conn, tenant_id)
     report.batches = len(entries)
-    current: int | None = None
-    leaves: list[str] = []
+    q = select(S.id, S.seal).where(S.tenant_id == tenant_id).order_by(S.id)
+    result = conn.execution_options(yield_per=20_000).execute(q)
+    try:
+        _walk_batches(entries, iter(result), report)
+    finally:
+        result.close()  # the seals after the last batch are not read (a server-side cursor on PostgreSQL)
 
-    def close(seq: int, leaves: list[str]) -> None:
-        entry = entries.pop(seq, None)
-        if entry is None:
-            _add(report, Finding("batch", str(seq), "batch_unknown"))
-        elif entry["count"] != len(leaves) or entry["root"] != merkle.root(leaves):
-            _add(report, Finding("audit entry", f"{seq} (seals {entry['target']})", "batch_changed"))
 
-    q2 = (
-        select(S.batch_seq, S.seal)
-        .where(S.tenant_id == tenant_id, S.batch_seq.is_not(None))
-        .order_by(S.batch_seq, S.id)
-    )
-    for seq, seal in conn.execution_options(yield_per=20_000).execute(q2):
-        if seq != current:
-            if current is not None:
-                close(current, leaves)
-            current, leaves = int(seq), []
-        leaves.append(seal)
-    if current is not None:
-        close(current, leaves)
-    for seq, entry in sorted(entries.items()):
-        _add(report, Finding("audit entry", f"{seq} (seals {entry['target']})", "batch_missing"))
+def _walk_batches(entries: Sequence[BatchEntry], seals_iter: Iterator[Any], report: RecordsReport) -> None:
+    current = next(seals_iter, None)
+    previous_last = 0
+    for e in entries:
+        name = f"{e.seq} (seals {e.after + 1}-{e.last_id})"
+        if e.after != previous_last:
+            _add(report, Finding("audit entry", name, "batch_gap"))
+        leaves: list[str] = []
+        while current is not None and int(current[0]) <= e.last_id:
+            if int(current[0]) > e.after:
+                leaves.append(str(current[1]))
+            current = next(seals_iter, None)
+        if not leaves and e.count:
+            _add(report, Finding("audit entry", name, "batch_missing"))
+        elif e.count != len(leaves) or e.root != (merkle.root(leaves) if leaves else None):
+            _add(report, Finding("audit entry", name, "batch_changed"))
+        previous_last = max(previous_last, e.last_id)
 
 
 def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[Record]:
@@ -690,14 +735,8 @@ def records_since(conn: Connection, tenant_id: str, kind: str, record_ids: Seque
     return out
 
 
-def seal_audit_entry(conn: Connection, tenant_id: str, batch_seq: int) -> Record | None:
-    a = audit_log.c
-    q = select(audit_log).where(a.tenant_id == tenant_id, a.seq == batch_seq, a.action == BATCH_ACTION)
-    return conn.execute(q).mappings().first()
-
-
-def batch_leaves(conn: Connection, tenant_id: str, batch_seq: int) -> list[tuple[int, str]]:
-    q = select(S.id, S.seal).where(S.tenant_id == tenant_id, S.batch_seq == batch_seq).order_by(S.id)
+def batch_leaves(conn: Connection, tenant_id: str, entry: BatchEntry) -> list[tuple[int, str]]:
+    q = select(S.id, S.seal).where(S.tenant_id == tenant_id, S.id > entry.after, S.id <= entry.last_id).order_by(S.id)
     return [(int(r[0]), str(r[1])) for r in conn.execute(q)]
 
 
@@ -763,7 +802,8 @@ def seal_proofs(conn: Connection, tenant_id: str, records: Sequence[tuple[str, s
     """The latest seal of each (kind, record id), with its Merkle proof in its batch (when chained):
     what ties a record in an export to the ``records.sealed`` entry, and so to the anchors."""
     out: list[dict[str, Any]] = []
-    leaves_of: dict[int, list[str]] = {}
+    entries = batch_entries(conn, tenant_id)
+    leaves_of: dict[int, list[tuple[int, str]]] = {}
     by_kind: dict[str, list[str]] = defaultdict(list)
     for kind, rid in records:
         by_kind[kind].append(rid)
@@ -777,24 +817,16 @@ def seal_proofs(conn: Connection, tenant_id: str, records: Sequence[tuple[str, s
                 c: s[c]
                 for c in ("id", "kind", "record_id", "event", "extent", "identity", "outcome", "history", "seal")
             }
-            doc["batch_seq"] = s["batch_seq"]
-            if s["batch_seq"] is not None:
-                seq = int(s["batch_seq"])
-                if seq not in leaves_of:
-                    leaves_of[seq] = [x[1] for x in batch_leaves(conn, tenant_id, seq)]
-                index = _index_of(conn, tenant_id, seq, int(s["id"]))
-                doc["proof"] = [list(step) for step in merkle.proof(leaves_of[seq], index)]
+            entry = next((e for e in entries if e.after < int(s["id"]) <= e.last_id), None)
+            doc["batch_seq"] = None if entry is None else entry.seq
+            if entry is not None:
+                if entry.seq not in leaves_of:
+                    leaves_of[entry.seq] = batch_leaves(conn, tenant_id, entry)
+                leaves = leaves_of[entry.seq]
+                index = next(i for i, (sid, _) in enumerate(leaves) if sid == int(s["id"]))
+                doc["proof"] = [list(step) for step in merkle.proof([x[1] for x in leaves], index)]
             out.append(doc)
     return out
-
-
-def _index_of(conn: Connection, tenant_id: str, batch_seq: int, seal_id: int) -> int:
-    q = (
-        select(func.count())
-        .select_from(record_seals)
-        .where(S.tenant_id == tenant_id, S.batch_seq == batch_seq, S.id < seal_id)
-    )
-    return int(conn.execute(q).scalar_one())
 
 
 # -- sealing before the write lock -----------------------------------------------------------
@@ -815,22 +847,7 @@ def presealed(
     wanted = [ch for ch in changes if ch.to_status in TERMINAL and ch.dead_letter is None]
     if not wanted:
         return {}
-    ids = [ch.job_run_id for ch in wanted]
-    names = _RUN_READ
-    rows: dict[str, dict[str, Any]] = {}
-    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for chunk in _chunks(ids):
-        for r in conn.execute(select(*_cols(job_runs, names)).where(job_runs.c.job_run_id.in_(chunk))):
-            rows[r[0]] = dict(zip(_unique(names), r, strict=True))
-        tq = (
-            select(*_cols(run_transitions, _TRANSITION_READ))
-            .where(run_transitions.c.job_run_id.in_(chunk))
-            .order_by(run_transitions.c.job_run_id, run_transitions.c.id)
-        )
-        for t in conn.execute(tq):
-            history[t[1]].append(dict(zip(_unique(_TRANSITION_READ), t, strict=True)))
-    lettered = [i for i in ids if _ever_dead_lettered(history.get(i, ()))]
-    letters = _letters(conn, lettered)
+    rows, history, letters = _read_runs(conn, [ch.job_run_id for ch in wanted])
     out: dict[str, tuple[Any, ...]] = {}
     for ch in wanted:
         row = rows.get(ch.job_run_id)
@@ -852,10 +869,24 @@ def presealed(
     return out
 
 
+def _by_ids(
+    conn: Connection, table: str, names: Sequence[str], ids: Sequence[str], *, order: str = ""
+) -> list[tuple[Any, ...]]:
+    """Rows of ``table`` whose ``job_run_id`` is one of ``ids``, straight through the driver: the
+    worker reads these for every run it ends, and SQLAlchemy's row processing cost more than the
+    query (the columns are plain integers and text)."""
+    tail = f" ORDER BY {order}" if order else ""
+    cols = ", ".join(names)
+    if conn.dialect.name == "postgresql":
+        return fast.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id = ANY(%s){tail}", [list(ids)])
+    marks = ", ".join("?" * len(ids))
+    return fast.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id IN ({marks}){tail}", list(ids))
+
+
 def _unique(names: Sequence[str]) -> tuple[str, ...]:
     """``names`` without repeats, in order (what ``_cols`` selects)."""
     return tuple(dict.fromkeys(names))
 
 
 def insert_sealed(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-    fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
+    _insert(conn, rows)

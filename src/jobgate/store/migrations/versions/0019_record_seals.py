@@ -7,8 +7,8 @@ Revises: 0018
 ``record_seals`` holds one row per sealed state of a record (``core.seals``): a run when it
 ends, a workflow run when it ends, and every change to a definition version or status, a
 configuration snapshot, an approval, a token, a schedule, a schedule change, a request or a
-safe-mode period. ``batch_seq`` names the ``records.sealed`` audit entry whose Merkle root
-chained the row. ``ix_dead_letters_run`` finds a run's dead letters for its seal. ``anchors`` gets ``key_id`` and
+safe-mode period; rows are never updated: each ``records.sealed`` audit entry chains a tenant's
+seals in an id range by their Merkle root (``ix_audit_log_action`` finds the last one). ``ix_dead_letters_run`` finds a run's dead letters for its seal. ``anchors`` gets ``key_id`` and
 ``signature``: each anchor is signed with the deployment's Ed25519 evidence key (NULL for the
 anchors made before, which ``evidence.unsigned_anchors_before`` accepts by name).
 
@@ -29,7 +29,6 @@ down_revision = "0018"
 branch_labels = None
 depends_on = None
 
-PENDING = "batch_seq IS NULL"
 VISIBLE = "current_setting('jobgate.tenant', true) IN ('*', tenant_id)"
 
 
@@ -48,17 +47,10 @@ def upgrade() -> None:
         sa.Column("seal", sa.String(length=80), nullable=False),
         sa.Column("content", sa.Text(), nullable=True),
         sa.Column("sealed_at", sa.BigInteger(), nullable=False),
-        sa.Column("batch_seq", sa.BigInteger(), nullable=True),
     )
     op.create_index("ix_record_seals_record", "record_seals", ["tenant_id", "kind", "record_id", "id"])
-    op.create_index("ix_record_seals_batch", "record_seals", ["tenant_id", "batch_seq", "id"])
-    op.create_index(
-        "ix_record_seals_pending",
-        "record_seals",
-        ["tenant_id", "id"],
-        sqlite_where=sa.text(PENDING),
-        postgresql_where=sa.text(PENDING),
-    )
+    op.create_index("ix_record_seals_tenant", "record_seals", ["tenant_id", "id"])
+    op.create_index("ix_audit_log_action", "audit_log", ["tenant_id", "action", "seq"])
     op.create_index("ix_dead_letters_run", "dead_letters", ["job_run_id"])
     op.add_column("anchors", sa.Column("key_id", sa.String(length=64), nullable=True))
     op.add_column("anchors", sa.Column("signature", sa.Text(), nullable=True))
@@ -105,7 +97,7 @@ def downgrade() -> None:
         batch.drop_column("signature")
         batch.drop_column("key_id")
     op.drop_index("ix_dead_letters_run", table_name="dead_letters")
-    op.drop_index("ix_record_seals_pending", table_name="record_seals")
-    op.drop_index("ix_record_seals_batch", table_name="record_seals")
+    op.drop_index("ix_audit_log_action", table_name="audit_log")
+    op.drop_index("ix_record_seals_tenant", table_name="record_seals")
     op.drop_index("ix_record_seals_record", table_name="record_seals")
     op.drop_table("record_seals")
