@@ -829,10 +829,12 @@ class Store:
         conn.exec_driver_sql("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant_id))
 
     def prepare_changes(self, changes: Sequence[RunChange]) -> claims.PreparedChanges:
-        """Build a batch's statements and rows before taking the write lock, and the seals of
-        the runs it ends (read from a snapshot, hashed while others hold the lock)."""
+        """Build a batch's statements and rows before taking the write lock, and, on SQLite, the
+        seals of the runs it ends (read and hashed while another writer holds the one write lock).
+        PostgreSQL has no such lock: there a separate read transaction only adds round trips, and
+        the seals are computed inside the write transaction from the rows it wrote."""
         prepared = claims.prepare_changes(changes)
-        if any(ch.to_status.is_terminal for ch in changes):
+        if self.dialect == "sqlite" and any(ch.to_status.is_terminal for ch in changes):
             with self.read() as tx:
                 prepared.seals.update(record_seals.presealed(tx.conn, changes, prepared.transitions))
         return prepared
