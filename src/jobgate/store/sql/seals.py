@@ -75,11 +75,27 @@ def _row(tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, now: 
     )
 
 
+_pg_insert_sql: list[str] = []
+
+
 def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert seal rows, holding the seal writers' lock shared (see ``SEAL_WRITERS``)."""
-    if rows:
-        lock_for_writing(conn)
+    """Insert seal rows, holding the seal writers' lock shared (see ``SEAL_WRITERS``): on
+    PostgreSQL in the insert's own statement (a round trip per settlement less)."""
+    if not rows:
+        return
+    if conn.dialect.name != "postgresql":
         fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
+        return
+    if not _pg_insert_sql:
+        source = fast.ordered_rows(conn.dialect, record_seals, _SEAL_COLUMNS).replace(
+            " ORDER BY x._ord", ", seal_writers ORDER BY x._ord"
+        )
+        _pg_insert_sql.append(
+            f"WITH seal_writers AS (SELECT pg_advisory_xact_lock_shared({SEAL_WRITERS})) "
+            f"INSERT INTO record_seals ({', '.join(_SEAL_COLUMNS)}) {source}"
+        )
+    for start in range(0, len(rows), 5000):
+        fast.run_arrays(conn, _pg_insert_sql[0], rows[start : start + 5000])
 
 
 def _by_run(rows: Iterable[Record], key: str = "job_run_id") -> dict[str, list[Record]]:
@@ -284,15 +300,10 @@ class Batch:
 
 # On PostgreSQL a seal's id is taken when it is inserted and becomes visible when its transaction
 # commits, so a lower id can appear after a higher one. Every transaction that writes seals holds
-# this advisory lock shared (``lock_for_writing``); the batch takes it exclusively for an instant
+# this advisory lock shared (``_insert``); the batch takes it exclusively for an instant
 # before reading the highest id, so every id up to that horizon is committed (or gone) when it
 # reads the batch's rows, and a batch is exactly the tenant's seals in an id range.
 SEAL_WRITERS = 0x6A6F6273  # "jobs"
-
-
-def lock_for_writing(conn: Connection) -> None:
-    if conn.dialect.name == "postgresql":
-        fast.execute(conn, f"SELECT pg_advisory_xact_lock_shared({SEAL_WRITERS})")
 
 
 def _horizon(conn: Connection) -> int:
