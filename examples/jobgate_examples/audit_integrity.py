@@ -17,6 +17,7 @@ from typing import Any
 
 from jobgate import ExecutionContext, NonRetryableError, anchoring
 from jobgate.core import merkle
+from jobgate.evidence_keys import signer_for, trusted_keys
 from jobgate.store.sql import governance
 from jobgate_examples.common import get_json, home, param, safe_id, write_json
 
@@ -35,7 +36,9 @@ def _witnessed(config: Any) -> list[dict[str, Any]] | None:
 def verify_chain(ctx: ExecutionContext) -> dict[str, Any]:
     engine, config, tenant = _host(ctx)
     with engine.store.read(tenant_id=tenant) as tx:
-        result = anchoring.verify_tenant(tx.conn, tenant, sink_records=_witnessed(config))
+        result = anchoring.verify_tenant(
+            tx.conn, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None
+        )
         head_seq, head_hash = governance.audit_head(tx.conn, tenant)
     if not result.ok:
         raise NonRetryableError(
@@ -79,7 +82,9 @@ def anchor_proof(ctx: ExecutionContext) -> dict[str, Any]:
         entries = governance.audit_range(conn, tenant, seq, seq)
         if not entries or entries[0].entry_hash != head_hash:
             raise RuntimeError(f"audit entry {seq} is not the one verified")
-        made = anchoring.anchor_direct(conn, entries[0], now=datetime.now(UTC), sink=anchoring.sink_for(config))
+        made = anchoring.anchor_direct(
+            conn, entries[0], now=datetime.now(UTC), sink=anchoring.sink_for(config), signer=signer_for(config)
+        )
         ctx.log(f"anchored entry {seq} as anchor {made.anchor_seq} ({made.root})")
 
     ctx.on_complete(effect)
@@ -92,7 +97,9 @@ def report(ctx: ExecutionContext) -> dict[str, Any]:
     engine, config, tenant = _host(ctx)
     seq, head_hash = int(param(ctx, "head_seq")), param(ctx, "head_hash")
     with engine.store.read(tenant_id=tenant) as tx:
-        result = anchoring.verify_tenant(tx.conn, tenant, sink_records=_witnessed(config))
+        result = anchoring.verify_tenant(
+            tx.conn, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None
+        )
         anchors = governance.anchors_list(tx.conn, tenant)
     direct = [a for a in anchors if a.mode == "direct" and a.first_seq == seq == a.last_seq]
     proven = bool(direct) and merkle.verify(head_hash, [], direct[-1].root)

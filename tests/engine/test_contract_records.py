@@ -128,12 +128,17 @@ def test_anchor_records_as_the_sink_receives_them_conform(engine: Engine, tmp_pa
 
     for _ in range(3):
         define(engine)  # each approval is an audit entry
+    from jobgate import evidence_keys
+
     sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
     later = engine.clock.now() + timedelta(hours=2)
+    signer = evidence_keys.create(engine.config)  # signed, as every deployment's anchors are
     with engine.store.write() as tx:
-        batches = anchoring.anchor_due(tx.conn, "default", now=later, window=timedelta(hours=1), sink=sink)
+        batches = anchoring.anchor_due(
+            tx.conn, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer
+        )
         (first,) = governance.audit_range(tx.conn, "default", 1, 1)
-        anchoring.anchor_direct(tx.conn, first, now=later, sink=sink)  # as a safe-mode switch is anchored
+        anchoring.anchor_direct(tx.conn, first, now=later, sink=sink)  # unsigned: still the contract's shape
     records = sink.records()
     assert batches and [r["mode"] for r in records] == ["batch"] * len(batches) + ["direct"]
     for record in records:

@@ -23,6 +23,8 @@ def is_transient(exc: BaseException) -> bool:
     driver: the hot path executes through the driver's own cursor (``sql.fast``), so a
     deadlock at a worker's settlement arrives as psycopg's own ``DeadlockDetected``."""
     if isinstance(exc, DBAPIError):
+        if isinstance(exc.orig, sqlite3.Error):  # SQLite's own error says what it is, wrapped or not
+            return exc.connection_invalidated or _transient_driver_error(exc.orig)
         if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
             return True
         return _transient_driver_error(exc.orig)
