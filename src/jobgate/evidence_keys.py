@@ -11,6 +11,7 @@ After a rotation the old public keys stay trusted through ``evidence.trusted_key
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,6 @@ class Signer:
 
     @property
     def public_b64(self) -> str:
-        import base64
-
         raw = signing.private_key(self.private_b64).public_key().public_bytes_raw()
         return base64.b64encode(raw).decode()
 

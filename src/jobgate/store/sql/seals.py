@@ -737,15 +737,6 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
     report.checked[kind] = checked
 
 
-def records_since(conn: Connection, tenant_id: str, kind: str, record_ids: Sequence[str]) -> list[Record]:
-    """Every seal of these records, oldest first (evidence bundles carry them)."""
-    out: list[Record] = []
-    for chunk in _chunks(list(record_ids)):
-        q = select(record_seals).where(S.tenant_id == tenant_id, S.kind == kind, S.record_id.in_(chunk)).order_by(S.id)
-        out.extend(conn.execute(q).mappings().all())
-    return out
-
-
 def batch_leaves(conn: Connection, tenant_id: str, entry: BatchEntry) -> list[tuple[int, str]]:
     q = select(S.id, S.seal).where(S.tenant_id == tenant_id, S.id > entry.after, S.id <= entry.last_id).order_by(S.id)
     return [(int(r[0]), str(r[1])) for r in conn.execute(q)]
