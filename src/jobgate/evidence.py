@@ -22,11 +22,10 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from jobgate import evidence_keys, signing
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.evidence_scope import ExportScope, bundle_files, check_contents
+from jobgate.evidence_scope import ExportScope, bundle_files, check_contents, json_file
 from jobgate.service.engine import Engine
 
 FORMAT = "jobgate-evidence/2"
@@ -43,11 +42,11 @@ def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
         "scope": scope.describe(),
         "files": {name: "sha256:" + hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
     }
-    files["manifest.json"] = _json(manifest)
+    files["manifest.json"] = json_file(manifest)
     signer = evidence_keys.signer_for(engine.config)
     if signer is not None:
         message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
-        files["manifest.sig"] = _json(signing.sign(message, signer.key_id, signer.private_b64))
+        files["manifest.sig"] = json_file(signing.sign(message, signer.key_id, signer.private_b64))
     return pack(files)
 
 
@@ -58,10 +57,6 @@ def run_scope(engine: Engine, job_run_id: str, tenant_id: str | None = None) -> 
     if run is None:
         raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
     return ExportScope(tenant_id=run.tenant_id, job_run_id=run.job_run_id)
-
-
-def _json(value: Any) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
 def pack(files: dict[str, bytes]) -> bytes:

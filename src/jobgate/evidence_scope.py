@@ -66,7 +66,8 @@ class ExportScope:
         return doc
 
 
-def _json(value: Any) -> bytes:
+def json_file(value: Any) -> bytes:
+    """A bundle file's bytes: indented, sorted keys, UTF-8, one trailing newline."""
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
@@ -170,15 +171,17 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     for r in runs:  # the rows the seal covers, and the run as the API shows it (its contract's shape)
         rid = str(r["row"]["job_run_id"])
-        files[f"runs/{rid}.json"] = _json({**r, "detail": run_detail_view(engine, rid, tenant).model_dump(mode="json")})
-    files.update({f"workflows/{w}.json": _json(doc) for w, doc in workflows.items() if doc is not None})
-    files["definitions.json"] = _json(definitions)
-    files["snapshots.json"] = _json(snapshots)
-    files["approvals.json"] = _json(approvals)
-    files["seals.json"] = _json(sealed)
-    files["audit.json"] = _json([entry_doc(entries[s]) for s in sorted(entries)])
-    files["proofs.json"] = _json(proofs)
-    files["keys.json"] = _json(evidence_keys.published(engine.config))
+        files[f"runs/{rid}.json"] = json_file(
+            {**r, "detail": run_detail_view(engine, rid, tenant).model_dump(mode="json")}
+        )
+    files.update({f"workflows/{w}.json": json_file(doc) for w, doc in workflows.items() if doc is not None})
+    files["definitions.json"] = json_file(definitions)
+    files["snapshots.json"] = json_file(snapshots)
+    files["approvals.json"] = json_file(approvals)
+    files["seals.json"] = json_file(sealed)
+    files["audit.json"] = json_file([entry_doc(entries[s]) for s in sorted(entries)])
+    files["proofs.json"] = json_file(proofs)
+    files["keys.json"] = json_file(evidence_keys.published(engine.config))
     return files
 
 

@@ -97,39 +97,28 @@ def _rewrite_run_and_its_seal(conn: Connection, ids: dict[str, Any]) -> None:
     )
 
 
-def _forge_run(conn: Connection, ids: dict[str, Any]) -> None:
-    """A whole finished run that never happened: a copy of a real one under a new id."""
-    row = dict(conn.execute(text("SELECT * FROM job_runs WHERE job_run_id = :r"), {"r": ids["run"]}).mappings().one())
-    row.update(job_run_id="TGJOBRUN-forged", idempotency_key="forged-key", slot=None)
-    cols = ", ".join(row)
-    conn.execute(text(f"INSERT INTO job_runs ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+def _forge(table: str, key: str, source: str, **changes: Any) -> Callable[[Connection, dict[str, Any]], None]:
+    """A row that never happened: a copy of a real one (``key`` = the world's id ``source``)
+    with ``changes``, inserted whole."""
+
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        found = conn.execute(text(f"SELECT * FROM {table} WHERE {key} = :k"), {"k": ids[source]}).mappings().one()
+        row = {**found, **{c: ids.get(v, v) if isinstance(v, str) else v for c, v in changes.items()}}
+        cols = ", ".join(row)
+        conn.execute(text(f"INSERT INTO {table} ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+
+    return apply
 
 
-def _forge_approval(conn: Connection, ids: dict[str, Any]) -> None:
-    row = dict(
-        conn.execute(text("SELECT * FROM definition_approvals WHERE approval_id = :a"), {"a": ids["approval"]})
-        .mappings()
-        .one()
-    )
-    row.update(approval_id=9999, approved_by="mallory")
-    cols = ", ".join(row)
-    conn.execute(text(f"INSERT INTO definition_approvals ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
-
-
-def _forge_token(conn: Connection, ids: dict[str, Any]) -> None:
-    row = dict(conn.execute(text("SELECT * FROM api_tokens WHERE token_id = :t"), {"t": ids["token"]}).mappings().one())
-    row.update(token_id="forgedtoken00000", role="admin", secret_hash="0" * 64)
-    cols = ", ".join(row)
-    conn.execute(text(f"INSERT INTO api_tokens ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
-
-
-def _forge_letter(conn: Connection, ids: dict[str, Any]) -> None:
-    row = dict(
-        conn.execute(text("SELECT * FROM dead_letters WHERE job_run_id = :r"), {"r": ids["dead"]}).mappings().one()
-    )
-    row.update(dead_letter_id="TGDL-forged", job_run_id=ids["run"])
-    cols = ", ".join(row)
-    conn.execute(text(f"INSERT INTO dead_letters ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row)
+_forge_run = _forge(
+    "job_runs", "job_run_id", "run", job_run_id="TGJOBRUN-forged", idempotency_key="forged-key", slot=None
+)
+_forge_approval = _forge("definition_approvals", "approval_id", "approval", approval_id=9999, approved_by="mallory")
+_forge_token = _forge(
+    "api_tokens", "token_id", "token", token_id="forgedtoken00000", role="admin", secret_hash="0" * 64
+)
+# a dead letter of the dead-lettered run, copied onto a run that completed
+_forge_letter = _forge("dead_letters", "job_run_id", "dead", dead_letter_id="TGDL-forged", job_run_id="run")
 
 
 def _extra_transition(conn: Connection, ids: dict[str, Any]) -> None:

@@ -184,7 +184,6 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
     With ``--records``, every sealed record is recomputed from its rows as well, and the first
     record that differs from its seal is named with the part and column."""
     from jobgate import anchoring
-    from jobgate.store.sql import governance as rows
 
     engine = app.engine()
     sink = anchoring.sink_for(engine.config)
@@ -207,9 +206,7 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
             ) from None
     with engine.store.read() as tx:
         tenants = (
-            [tenant]
-            if tenant
-            else sorted(set(rows.audit_tenants(tx.conn)) | {str(r["tenant_id"]) for r in witnessed or ()})
+            [tenant] if tenant else sorted(set(tx.audit_tenants()) | {str(r["tenant_id"]) for r in witnessed or ()})
         )  # a chain wiped out entirely is still named by its anchors in the sink
         results = [
             anchoring.verify_tenant(
@@ -237,12 +234,7 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
         ],
     )
     failed = [r for r in results if not r.ok]
-    reports = []
-    if records:
-        if not tenant:  # every tenant with records, also one whose chain is gone
-            with engine.store.read() as tx:
-                tenants = sorted(set(tenants) | set(tx.seals_tenants()))
-        reports = audit.verify_records(engine, tenants)
+    reports = audit.verify_records(engine, [tenant] if tenant else None) if records else []
     for report in reports:
         _render_records(app, report)
     if failed:

@@ -53,9 +53,13 @@ def seal_pending(engine: Engine, now: datetime, tenant_id: str | None = None) ->
         return [b for t in tenants for b in tx.seals_chain(t, now)]
 
 
-def verify_records(engine: Engine, tenants: list[str]) -> list[RecordsReport]:
+def verify_records(engine: Engine, tenants: list[str] | None = None) -> list[RecordsReport]:
     """Recompute every sealed record of each tenant against its latest seal, and each batch of
-    seals against the root its audit entry chained (read-only)."""
+    seals against the root its audit entry chained (read-only). ``None``: every tenant with a
+    chain, seals or sealed records, also one whose audit chain is gone."""
+    if tenants is None:
+        with engine.store.read() as tx:
+            tenants = sorted(set(tx.audit_tenants()) | set(tx.seals_tenants()))
     out = []
     for t in tenants:
         with engine.store.read(tenant_id=t) as tx:

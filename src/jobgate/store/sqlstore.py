@@ -90,6 +90,9 @@ class StoreTx:
     def seals_chain(self, tenant_id: str, at: datetime) -> list[record_seals.Batch]:
         return record_seals.chain_pending(self.conn, tenant_id, at, self.audit_append)
 
+    def audit_tenants(self) -> list[str]:
+        return governance.audit_tenants(self.conn)
+
     def seals_tenants(self) -> list[str]:
         return record_seals.record_tenants(self.conn)
 

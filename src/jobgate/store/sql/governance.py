@@ -54,13 +54,7 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
     for e in events:
         by_tenant.setdefault(e.tenant_id, []).append(e)
     for tenant_id, items in sorted(by_tenant.items()):
-        fast.insert_rows(
-            conn,
-            audit_heads,
-            ("tenant_id", "seq", "entry_hash"),
-            [(tenant_id, 0, GENESIS)],
-            suffix="ON CONFLICT DO NOTHING",
-        )
+        _ensure_head(conn, tenant_id)
         q = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == tenant_id)
         seq, head = conn.execute(q.with_for_update() if lock_rows else q).one()
         entries = chain(_in_order(conn, tenant_id, int(seq), items), int(seq), str(head))
@@ -75,11 +69,8 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
     return out
 
 
-def audit_head_lock(conn: Connection, tenant_id: str, *, lock_rows: bool) -> None:
-    """Hold the tenant's chain head until the transaction ends (PostgreSQL; SQLite's single
-    writer holds everything already): appends to the chain wait meanwhile."""
-    if not lock_rows:
-        return
+def _ensure_head(conn: Connection, tenant_id: str) -> None:
+    """The tenant's chain head, at the genesis when the chain has no entry yet."""
     fast.insert_rows(
         conn,
         audit_heads,
@@ -87,6 +78,14 @@ def audit_head_lock(conn: Connection, tenant_id: str, *, lock_rows: bool) -> Non
         [(tenant_id, 0, GENESIS)],
         suffix="ON CONFLICT DO NOTHING",
     )
+
+
+def audit_head_lock(conn: Connection, tenant_id: str, *, lock_rows: bool) -> None:
+    """Hold the tenant's chain head until the transaction ends (PostgreSQL; SQLite's single
+    writer holds everything already): appends to the chain wait meanwhile."""
+    if not lock_rows:
+        return
+    _ensure_head(conn, tenant_id)
     conn.execute(select(audit_heads.c.seq).where(audit_heads.c.tenant_id == tenant_id).with_for_update())
 
 
