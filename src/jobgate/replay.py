@@ -2,8 +2,10 @@
 same decision code, and compare ``Hash(JobRun_original)`` with ``Hash(JobRun_replay)``.
 
 The inputs are what the run recorded: the definition version it ran (stored content, checked
-against its digest), the configuration snapshot (checked against its digest), the trigger, the
-retry policy bound at creation, its creation time and due time, and for each attempt the
+against its digest, read without today's registries), the configuration snapshot (checked
+against its digest), the trigger, the retry policy bound at creation, its binding (target kind,
+the code digest its approval pinned and its timeout policy, ``core.runs.binding``, recorded
+with its creation and sealed), its creation time and due time, and for each attempt the
 recorded outcome (kind and error code) and when it ended. Creation is redone with
 ``core.runs.new_run``; each attempt's end with ``core.decide`` (the retry delay is a function
 of the idempotency key, so it comes out the same); the other transitions (claims, starts,
@@ -27,11 +29,12 @@ from typing import Any
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
-from jobgate.core.models import ExecutionWindow, JobRun, Transition, Trigger, TriggerType
+from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.policies import TimeoutPolicy
 from jobgate.core.runs import new_run
 from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
 from jobgate.core.states import RunStatus, check_transition
+from jobgate.definitions.schema import recorded_definition
 from jobgate.service.engine import Engine, run_retry_policy
 from jobgate.snapshots import resolve_snapshot
 
@@ -50,6 +53,8 @@ class ReplayReport:
     replay_hash: str | None
     first_difference: str | None
     simulation: bool = False
+    binding: dict[str, Any] | None = None  # the target, code digest and timeout the run was bound to
+    notes: tuple[str, ...] = ()
 
 
 def decision_record(run: JobRun, transitions: list[Transition]) -> dict[str, Any]:
@@ -112,27 +117,34 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
     original = run_hash(run, transitions)
 
     def differs(where: str) -> ReplayReport:
-        return ReplayReport(job_run_id, False, original, None, where, simulation)
+        return ReplayReport(job_run_id, False, original, None, where, simulation, _binding(transitions))
 
     if stored is None:
         return differs("definition_version: the version the run names is not stored")
-    # An audit replay takes the policies as the run recorded them, so a policy since edited or
-    # removed from jobgate.yaml changes nothing (seed §53: no live condition); a simulation takes
-    # today's, and says so.
-    recorded_retry = run_retry_policy(engine.config, run)
-    recorded_timeout = _recorded_timeout(run, stored.content.get("timeout_policy"))
-    config = engine.config if simulation else _with_recorded_policies(engine.config, recorded_retry, recorded_timeout)
-    try:
-        definition = engine.build_definition(stored, config)  # re-digests the stored content
-    except JobgateError as exc:
-        return differs(f"definition_digest: the stored content no longer matches ({exc.code})")
-    if simulation:
+    bound = _binding(transitions)
+    notes: list[str] = []
+    if simulation:  # today's definition, configuration and policies: what the run would do now
+        try:
+            definition = engine.build_definition(stored)
+        except JobgateError as exc:
+            return differs(f"definition: today's configuration refuses it ({exc.code}: {exc.message})")
         snapshot = resolve_snapshot(engine.config, definition.config_profile, run.tenant_id)
         policy, timeout = engine.policies_for(definition)
-    elif snapshot is None or digest(snapshot.content) != snapshot.config_digest:
-        return differs("config_snapshot: missing, or its content no longer matches its digest")
+        notes.append("simulation: today's definition, configuration and policies, not the record")
     else:
-        policy, timeout = recorded_retry, recorded_timeout
+        # An audit replay reads the record alone (seed §53: no live condition): the stored
+        # content checked against its digest, the policies and the target as the run bound them.
+        try:
+            definition = recorded_definition(stored.content, stored.digest, _executor(bound, stored.content))
+        except JobgateError as exc:
+            return differs(f"definition_digest: {exc.message}")
+        definition = replace(definition, version=stored.version, tenant_id=stored.tenant_id)
+        if snapshot is None or digest(snapshot.content) != snapshot.config_digest:
+            return differs("config_snapshot: missing, or its content no longer matches its digest")
+        if run.bound_retry_policy is None:
+            notes.append(f"retry policy {run.retry_policy} was not bound with the run: today's definition of it used")
+        policy = run_retry_policy(engine.config, run)
+        timeout = _bound_timeout(bound, run, stored.content.get("timeout_policy"))
     created = [t for t in transitions if t.reason in ("created", "admitted")]
     actor = created[0].actor if created else (run.requested_by or "system")
     rebuilt, first = new_run(
@@ -147,6 +159,7 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         due_at=run.due_at,
         actor=actor,
         key=run.idempotency_key,
+        code_digest=None if bound is None else bound.get("code_digest"),
     )
     replayed = list(first)
     state = {"status": RunStatus.SCHEDULED, "attempt": 0, "max": rebuilt.max_attempts, "error": None}
@@ -159,30 +172,37 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         status=state["status"], attempt=state["attempt"], max_attempts=state["max"], error_code=state["error"]
     )
     again = run_hash(final, replayed)
-    if again == original:
-        return ReplayReport(job_run_id, True, original, again, None, simulation)
-    return ReplayReport(
-        job_run_id, False, original, again, _first_difference(run, transitions, final, replayed), simulation
-    )
+    difference = None if again == original else _first_difference(run, transitions, final, replayed)
+    return ReplayReport(job_run_id, difference is None, original, again, difference, simulation, bound, tuple(notes))
 
 
-def _recorded_timeout(run: JobRun, policy_id: Any) -> TimeoutPolicy | None:
-    """The timeout policy as the run recorded it: its execution timeout, and its queue timeout as
-    the distance from its due time to its queue deadline."""
+def _binding(transitions: list[Transition]) -> dict[str, Any] | None:
+    """What the run's creation recorded it is bound to (``core.runs.binding``); None for runs
+    created before bindings were recorded."""
+    bound = transitions[0].detail.get("bound") if transitions else None
+    return dict(bound) if isinstance(bound, dict) else None
+
+
+def _executor(bound: dict[str, Any] | None, content: dict[str, Any]) -> ExecutorSpec:
+    """The target the run was bound to; for an older run without a binding, what its content
+    names (a handler), else unrecorded: the decision replayed does not depend on it."""
+    target = (bound or {}).get("target")
+    if isinstance(target, dict) and isinstance(target.get("kind"), str):
+        return ExecutorSpec(target["kind"], target.get("handler"), target.get("runner"), target.get("target"))
+    handler = content.get("handler")
+    return ExecutorSpec("python", handler=handler) if isinstance(handler, str) else ExecutorSpec("unrecorded")
+
+
+def _bound_timeout(bound: dict[str, Any] | None, run: JobRun, policy_id: Any) -> TimeoutPolicy | None:
+    """The timeout policy as the run bound it; for an older run, as its columns recorded it (its
+    execution timeout, and its queue timeout as the distance from due time to queue deadline)."""
+    if bound is not None:
+        doc = bound.get("timeout_policy")
+        return None if doc is None else TimeoutPolicy.from_dict(dict(doc), source=f"run {run.job_run_id}")
     if not isinstance(policy_id, str):
         return None
     queue = None if run.queue_deadline_at is None else run.queue_deadline_at - run.due_at
     return TimeoutPolicy(policy_id, run.execution_timeout, queue)
-
-
-def _with_recorded_policies(config: Any, retry: Any, timeout: TimeoutPolicy | None) -> Any:
-    """Today's configuration with the run's own policies under their names: the stored content
-    names them, and must parse whether or not today's file still has them."""
-    retry_policies = {**config.retry_policies, retry.retry_policy_id: retry}
-    timeouts = dict(config.timeout_policies)
-    if timeout is not None:
-        timeouts[timeout.timeout_policy_id] = timeout
-    return replace(config, retry_policies=retry_policies, timeout_policies=timeouts)
 
 
 def _replay_step(t: Transition, state: dict[str, Any], policy: Any, key: str) -> Transition | None:

@@ -70,7 +70,12 @@ def test_new_run_transitions() -> None:
     run, transitions = build()
     created, admitted = transitions
     assert (created.from_status, created.to_status, created.reason) == (None, RunStatus.CREATED, "created")
-    assert created.detail == {"trigger_type": "batch_window", "params_digest": digest(dict(run.params))}
+    assert {k: v for k, v in created.detail.items() if k != "bound"} == {
+        "trigger_type": "batch_window",
+        "params_digest": digest(dict(run.params)),
+    }
+    assert created.detail["bound"]["code_digest"] is None  # build() passes no approval's code
+    assert created.detail["bound"]["target"]["kind"] in ("python", "command", "http")
     assert (admitted.from_status, admitted.to_status, admitted.reason) == (
         RunStatus.CREATED,
         RunStatus.SCHEDULED,

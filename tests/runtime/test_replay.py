@@ -129,9 +129,12 @@ def test_parameters_edited_after_the_fact_do_not_replay(engine: Engine) -> None:
     assert not report.match and str(report.first_difference).startswith(("params", "transitions[0].params_digest"))
 
 
-def test_a_replay_takes_the_policies_the_run_recorded_not_todays_file(engine: Engine, tmp_path: object) -> None:
+def test_a_replay_reads_the_record_alone_not_todays_file(engine: Engine) -> None:
     # Found 4 (issue 20): a retry and a timeout policy removed from jobgate.yaml since the run
-    # made an untouched run replay MISMATCH, claiming a tampering that never happened.
+    # made an untouched run replay MISMATCH, claiming a tampering that never happened. The rule:
+    # an audit replay reads nothing of today's configuration, so the run replays the same against
+    # a configuration that has none of what the definition named (policies, profile, handlers'
+    # registries, signing now required with no trusted root).
     from dataclasses import replace
 
     flaky = define(
@@ -142,13 +145,51 @@ def test_a_replay_takes_the_policies_the_run_recorded_not_todays_file(engine: En
     with running_worker(engine):
         wait_status(engine, run_id, RunStatus.COMPLETED)
     original = engine.config
-    retry = {k: v for k, v in original.retry_policies.items() if k != "test_fixed_v1"}
-    timeouts = {k: v for k, v in original.timeout_policies.items() if k != "test_exec_timeout_v1"}
-    engine.config = replace(original, retry_policies=retry, timeout_policies=timeouts)
+    bare = replace(
+        original, runners={}, targets={}, profiles={}, retry_policies={}, timeout_policies={}, sla_policies={},
+        signing=replace(original.signing, require_signed_definitions=True), dependencies={},
+    )  # fmt: skip
+    assert "test_fixed_v1" not in bare.retry_policies and "test_exec_timeout_v1" not in bare.timeout_policies
+    engine.config = bare
     try:
         report = replay(engine, run_id)
         assert report.match, report.first_difference
-        simulated = replay(engine, run_id, simulation=True)  # today's file: the policy is gone, and it says so
+        assert report.notes == () and report.binding is not None
+        assert report.binding["target"] == {"kind": "python", "handler": "engine_handlers:fail_until"}
+        assert report.binding["timeout_policy"]["timeout_policy_id"] == "test_exec_timeout_v1"
+        with engine.store.read() as tx:
+            run = tx.run_get(run_id)
+            assert run is not None
+            key = (run.tenant_id, run.job_definition_id, run.definition_digest)
+            assert report.binding["code_digest"] == tx.approvals_active([key])[key] is not None  # its approval's
+        simulated = replay(engine, run_id, simulation=True)  # today's file refuses it, and it says so
         assert not simulated.match and simulated.simulation
     finally:
         engine.config = original
+
+
+def test_the_binding_is_sealed_and_a_run_without_one_still_replays(engine: Engine) -> None:
+    # Runs created before bindings were recorded replay from their content and columns; a binding
+    # edited or stripped afterwards is a change to a sealed record, which the seal names.
+    from jobgate.service import audit
+
+    ok = define(engine, handler="engine_handlers:succeed")
+    run_id = submit(engine, ok)
+    with running_worker(engine):
+        wait_status(engine, run_id, RunStatus.COMPLETED)
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+    with engine.store.write() as tx:
+        row = tx.conn.execute(
+            text("SELECT id, detail FROM run_transitions WHERE job_run_id = :r AND reason = 'created'"), {"r": run_id}
+        ).one()
+        detail = json.loads(row.detail)
+        assert detail["bound"]["target"] == {"kind": "python", "handler": "engine_handlers:succeed"}
+        del detail["bound"]
+        tx.conn.execute(
+            text("UPDATE run_transitions SET detail = :d WHERE id = :i"), {"d": json.dumps(detail), "i": row.id}
+        )
+    report = replay(engine, run_id)
+    assert report.match and report.binding is None, report.first_difference
+    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    assert found and found[0].record_id == run_id, found
+    assert (found[0].part, found[0].column) == ("history", "transition 1") and "bound" in str(found[0].detail)

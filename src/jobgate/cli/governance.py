@@ -367,6 +367,15 @@ def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
         kind = "simulation" if simulate else "audit replay"
         verdict = "MATCH" if report.match else f"MISMATCH at {report.first_difference}"
         print(f"{run_id} ({kind}): {verdict}\n  original {report.original_hash}\n  replay   {report.replay_hash}")
+        bound = report.binding or {}
+        target = bound.get("target") or {}
+        if target:
+            named = target.get("handler") or target.get("runner") or target.get("target") or ""
+            print(f"  target   {target.get('kind')} {named}".rstrip())
+        if bound:
+            print(f"  code     {bound.get('code_digest') or 'not bound (approved before code was)'}")
+        for note in report.notes:
+            print(f"  note     {note}")
     if not report.match:
         raise ValidationError(f"replay differs: {report.first_difference}", field="replay")
 

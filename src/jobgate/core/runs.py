@@ -25,13 +25,16 @@ def new_run(
     due_at: datetime | None = None,
     actor: str,
     key: str | None = None,
+    code_digest: str | None = None,
 ) -> tuple[JobRun, tuple[Transition, ...]]:
     """The run a trigger maps to, admitted straight to SCHEDULED, and its two first transitions.
 
     The idempotency key identifies the run: the store keeps it unique, which turns a second
     creation of the same run into a no-op. The run id is the creation time and part of the key
     (``run_id_for``). ``key`` replaces the computed key where the trigger itself defines
-    identity (the retry of a run).
+    identity (the retry of a run). ``code_digest`` is the code its approval binds: with what it
+    executes and its timeout policy it is recorded in the creation (``binding``), so a replay
+    needs nothing but the record.
     """
     key = key or idempotency_key(
         job_definition_id=definition.job_definition_id,
@@ -83,8 +86,42 @@ def new_run(
             now,
             # The parameters' digest, recorded with the creation: a replay recomputes it from
             # the run's stored parameters, so parameters edited afterwards do not replay.
-            {"trigger_type": trigger.trigger_type.value, "params_digest": digest(dict(params))},
+            {
+                "trigger_type": trigger.trigger_type.value,
+                "params_digest": digest(dict(params)),
+                "bound": binding(definition, timeout, code_digest),
+            },
         ),
         Transition(run_id, RunStatus.CREATED, RunStatus.SCHEDULED, 0, TransitionReason.ADMITTED.value, actor, now),
     )
     return run, transitions
+
+
+def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_digest: str | None) -> JsonObject:
+    """What a run is bound to beyond its definition's digest and its snapshot: the kind of target
+    it executes (handler, runner or registered target), the code digest its approval pins, and its
+    timeout policy as it stood (the retry policy is bound on the run itself). Recorded with the
+    run's creation and sealed with it: "which code, which target, which limits" has one answer
+    however the configuration changed since, and a replay reads it from the record alone."""
+    ex = definition.executor
+    target: JsonObject = {"kind": ex.kind}
+    for name, value in (("handler", ex.handler), ("runner", ex.runner), ("target", ex.target)):
+        if value is not None:
+            target[name] = value
+    if definition.target_engine_cmi is not None:
+        target["cmi"] = definition.target_engine_cmi
+    return {"target": target, "code_digest": code_digest, "timeout_policy": timeout_document(timeout)}
+
+
+def timeout_document(timeout: TimeoutPolicy | None) -> JsonObject | None:
+    """A timeout policy as data (``TimeoutPolicy.from_dict`` reads it back)."""
+    if timeout is None:
+        return None
+    doc: JsonObject = {"timeout_policy_id": timeout.timeout_policy_id}
+    for name, value in (
+        ("execution_timeout_seconds", timeout.execution_timeout),
+        ("queue_timeout_seconds", timeout.queue_timeout),
+    ):
+        if value is not None:
+            doc[name] = value.total_seconds()
+    return doc

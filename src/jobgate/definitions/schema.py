@@ -277,6 +277,46 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     return LoadedDefinition(definition, body, status, source)
 
 
+def recorded_definition(content: Mapping[str, Any], stored_digest: str, executor: ExecutorSpec) -> JobDefinition:
+    """A stored version as its record says, read without today's registries: an audit replay
+    rebuilds a run from this, so a policy, profile, runner or target since removed from
+    ``jobgate.yaml`` cannot make an honest record look tampered (seed 000 §53: no live condition).
+
+    The content must still match its digest (else ``ValidationError`` on ``digest``); what it
+    executes comes from the run's binding (``executor``), not from today's target registry.
+    Version and status are the caller's (``_with_version``-style); the fields are the ones the
+    content was validated with when it was stored."""
+    doc = dict(content)
+    if content_digest(doc) != stored_digest:
+        raise ValidationError(f"stored content no longer matches its digest {stored_digest}", field="digest")
+    job_id = str(doc.get("job_definition_id"))
+    try:
+        return JobDefinition(
+            job_definition_id=job_id,
+            version=0,
+            digest=stored_digest,
+            content=doc,
+            job_code=str(doc.get("job_code", job_id)),
+            job_class=JobClass(str(doc.get("job_class"))),
+            canonical_name=str(doc.get("canonical_name", doc.get("job_code", job_id))),
+            trigger_type=TriggerType(doc.get("trigger_type", TriggerType.MANUAL.value)),
+            priority=Priority(doc.get("priority", Priority.NORMAL.value)),
+            retry_policy=str(doc.get("retry_policy", DEFAULT_RETRY_POLICY)),
+            timeout_policy=doc.get("timeout_policy"),
+            sla_policy=doc.get("sla_policy"),
+            config_profile=str(doc.get("config_profile", DEFAULT_CONFIG_PROFILE)),
+            executor=executor,
+            queue=str(doc.get("queue", DEFAULT_QUEUE)),
+            tenant_id=str(doc.get("tenant_id", DEFAULT_TENANT)),
+            audit_required=bool(doc.get("audit_required", False)),
+            dal_anchor_required=bool(doc.get("dal_anchor_required", False)),
+            target_engine_meid=doc.get("target_engine_meid"),
+            target_engine_cmi=doc.get("target_engine_cmi"),
+        )
+    except ValueError as exc:  # an enum value no version was ever stored with
+        raise ValidationError(f"stored content is not a definition: {exc}", field="content") from None
+
+
 def content_digest(document: Mapping[str, Any]) -> str:
     """What approvals pin and signatures sign: the canonical digest of the document as written,
     without ``status`` (lifecycle) and without ``signature`` (it attests the content; it is not

@@ -60,6 +60,15 @@ SYSTEM_ACTOR = "system"
 SYSTEM_TENANT = "_system"  # the deployment's own audit chain (the scheduler policy)
 log = logging.getLogger("jobgate.engine")
 
+# What a batch learnt of approvals, by (tenant, definition, digest): the active approval's fact
+# (with the code digest it binds, recorded in each run it admits), or None (not approved).
+Approved = dict[tuple[str, str, str], ApprovalFact | None]
+
+
+def approval_fact(tx: StoreTx, key: tuple[str, str, str]) -> ApprovalFact | None:
+    active = tx.approvals_active([key])
+    return ApprovalFact(key[2], active[key], gates.EPOCH) if key in active else None
+
 
 @dataclass(frozen=True)
 class SubmitRequest:
@@ -341,7 +350,7 @@ class Engine:
         A governance refusal is audited unless ``record`` is off (a dry run records its own
         verdict instead)."""
         cache: dict[tuple[str, str], JobDefinition] = {}
-        approved: dict[tuple[str, str, str], bool] = {}
+        approved: Approved = {}
         safe_modes: dict[str, SafeModePeriod | None] = {}
         current: SubmitRequest | None = None
         policy = self.scheduler_policy(actor=actor, now=now)
@@ -397,7 +406,7 @@ class Engine:
                 out.append(self._prepare(tx, p.request, now=now, actor=p.actor, moment=p.facts.moment))
                 continue
             key = (run.tenant_id, run.job_definition_id, run.definition_digest)
-            approval = ApprovalFact(run.definition_digest, None, gates.EPOCH) if key in active else None
+            approval = ApprovalFact(run.definition_digest, active[key], gates.EPOCH) if key in active else None
             if approval != p.facts.approval or fact != seen:  # what the lock shows changed: ask again
                 verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
                 if not verdict.admitted:
@@ -443,7 +452,7 @@ class Engine:
         now: datetime,
         *,
         moment: Moment,
-        approved: dict[tuple[str, str, str], bool],
+        approved: Approved,
         safe_modes: dict[str, SafeModePeriod | None],
         policy: Policy | None,
         counts: dict[str, list[int]] | None,
@@ -453,7 +462,7 @@ class Engine:
         tenant = request.scope.tenant_id
         key = (tenant, definition.job_definition_id, definition.digest)
         if key not in approved:
-            approved[key] = bool(tx.approvals_active([key]))
+            approved[key] = approval_fact(tx, key)
         period = self.safe_mode_period(tx, tenant, safe_modes)
         subject = gates.subject_of(
             definition,
@@ -479,7 +488,7 @@ class Engine:
             subject=subject,
             now=now,
             definition_status=definition.status,
-            approval=ApprovalFact(definition.digest, None, gates.EPOCH) if approved[key] else None,
+            approval=approved[key],
             safe_mode=gates.safe_mode_fact(period),
             trust=trust_fact,
             policy=policy,
@@ -495,7 +504,7 @@ class Engine:
         request: SubmitRequest,
         now: datetime,
         *,
-        approved: dict[tuple[str, str, str], bool],
+        approved: Approved,
         safe_modes: dict[str, SafeModePeriod | None],
         policy: Policy | None,
         counts: dict[str, list[int]] | None,
@@ -517,7 +526,7 @@ class Engine:
         now: datetime,
         *,
         moment: Moment,
-        approved: dict[tuple[str, str, str], bool],
+        approved: Approved,
         safe_modes: dict[str, SafeModePeriod | None],
         policy: Policy | None,
         counts: dict[str, list[int]] | None,
@@ -537,9 +546,7 @@ class Engine:
             self.check_workflow_steps(tx, definition, tenant, approved)
         return facts, period
 
-    def check_workflow_steps(
-        self, tx: StoreTx, definition: JobDefinition, tenant: str, approved: dict[tuple[str, str, str], bool]
-    ) -> None:
+    def check_workflow_steps(self, tx: StoreTx, definition: JobDefinition, tenant: str, approved: Approved) -> None:
         """A workflow fired as a run starts its steps: each step's definition must be approved
         now, or the trigger is refused before anything is stored (not a run that fails later)."""
         from jobgate.workflows.spec import workflow_spec_of
@@ -689,7 +696,7 @@ class Engine:
         now: datetime,
         actor: str | None,
         cache: dict[tuple[str, str], JobDefinition] | None = None,
-        approved: dict[tuple[str, str, str], bool] | None = None,
+        approved: Approved | None = None,
         safe_modes: dict[str, SafeModePeriod | None] | None = None,
         policy: Policy | None = None,
         counts: dict[str, list[int]] | None = None,
@@ -726,6 +733,7 @@ class Engine:
             due_at=request.due_at,
             actor=actor or request.requested_by or SYSTEM_ACTOR,
             key=key,
+            code_digest=None if facts.approval is None else facts.approval.code_digest,
         )
         if request.workflow_run_id is not None:
             run = run.evolve(workflow_run_id=request.workflow_run_id)
@@ -784,20 +792,18 @@ class Engine:
             cache[key] = self.definition(tx, request.scope.tenant_id, request.job_definition_id)
         return cache[key]
 
-    def check_approved(
-        self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: dict[tuple[str, str, str], bool]
-    ) -> None:
+    def check_approved(self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: Approved) -> None:
         """Seed 004: nothing runs unless an admin approved this exact content (its digest): the
         admission rule's approval check alone (a workflow's step definitions)."""
         key = (tenant_id, definition.job_definition_id, definition.digest)
         if key not in approved:
-            approved[key] = bool(tx.approvals_active([key]))
+            approved[key] = approval_fact(tx, key)
         subject = gates.subject_of(definition, tenant_id=tenant_id, trigger_type=TriggerType.WORKFLOW)
         facts = Facts(
             Moment.WORKFLOW_STEP,
             replace(subject, permissions=()),
             gates.EPOCH,
-            approval=ApprovalFact(definition.digest, None, gates.EPOCH) if approved[key] else None,
+            approval=approved[key],
         )
         verdict = admit(facts)
         if not verdict.admitted:

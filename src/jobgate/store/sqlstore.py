@@ -127,7 +127,7 @@ class StoreTx:
     def approval_get(self, tenant_id: str, job_definition_id: str, digest: str) -> governance.Approval | None:
         return governance.approval_get(self.conn, tenant_id, job_definition_id, digest)
 
-    def approvals_active(self, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    def approvals_active(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str | None]:
         return governance.approvals_active(self.conn, keys)
 
     def approvals_list(self, tenant_id: str, job_definition_id: str) -> list[governance.Approval]:

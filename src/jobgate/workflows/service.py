@@ -25,7 +25,7 @@ from jobgate.core.models import JobDefinition, Scope, TriggerType
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
 from jobgate.service.control import cancel_change
-from jobgate.service.engine import Engine, PreparedSubmission, SubmitRequest
+from jobgate.service.engine import Approved, Engine, PreparedSubmission, SubmitRequest
 from jobgate.store.sql.workflows import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.store.sqlstore import StoreTx
 from jobgate.workflows.plan import (
@@ -264,7 +264,7 @@ def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, ten
     """Every definition a step or a compensation names exists, is a job and is approved now;
     returns the version and digest of each, which the steps will run."""
     out: dict[str, dict[str, Any]] = {}
-    approved: dict[tuple[str, str, str], bool] = {}
+    approved: Approved = {}
     for job in spec.jobs:
         try:
             definition = engine.definition(tx, tenant, job)

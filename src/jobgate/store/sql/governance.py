@@ -270,17 +270,18 @@ def approval_by_id(conn: Connection, approval_id: int) -> Approval | None:
     return None if row is None else _approval(row)
 
 
-def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
-    """Which of the (tenant, definition, digest) keys have an active approval (one query)."""
+def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str | None]:
+    """Which of the (tenant, definition, digest) keys have an active approval, with the code
+    digest each binds (None: approved before code identity was recorded); one query."""
     if not keys:
-        return set()
+        return {}
     tenants = sorted({k[0] for k in keys})
     jobs = sorted({k[1] for k in keys})
-    q = select(D.tenant_id, D.job_definition_id, D.digest).where(
+    q = select(D.tenant_id, D.job_definition_id, D.digest, D.code_digest).where(
         D.tenant_id.in_(tenants), D.job_definition_id.in_(jobs), D.revoked_at.is_(None)
     )
     wanted = set(keys)
-    return {k for k in ((r[0], r[1], r[2]) for r in conn.execute(q)) if k in wanted}
+    return {(r[0], r[1], r[2]): r[3] for r in conn.execute(q) if (r[0], r[1], r[2]) in wanted}
 
 
 def approvals_list(conn: Connection, tenant_id: str, job_definition_id: str) -> list[Approval]:
