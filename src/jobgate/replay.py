@@ -31,7 +31,7 @@ from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.policies import TimeoutPolicy
-from jobgate.core.runs import new_run
+from jobgate.core.runs import bound_executor, new_run
 from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
 from jobgate.core.states import RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
@@ -186,9 +186,9 @@ def _binding(transitions: list[Transition]) -> dict[str, Any] | None:
 def _executor(bound: dict[str, Any] | None, content: dict[str, Any]) -> ExecutorSpec:
     """The target the run was bound to; for an older run without a binding, what its content
     names (a handler), else unrecorded: the decision replayed does not depend on it."""
-    target = (bound or {}).get("target")
-    if isinstance(target, dict) and isinstance(target.get("kind"), str):
-        return ExecutorSpec(target["kind"], target.get("handler"), target.get("runner"), target.get("target"))
+    executor = bound_executor(bound)
+    if executor is not None:
+        return executor
     handler = content.get("handler")
     return ExecutorSpec("python", handler=handler) if isinstance(handler, str) else ExecutorSpec("unrecorded")
 

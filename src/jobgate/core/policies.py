@@ -159,6 +159,15 @@ class TimeoutPolicy:
                 raise ValidationError("unknown field", field=key, source=source)
         return cls(policy_id, seconds("execution_timeout_seconds"), seconds("queue_timeout_seconds"))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration shape; ``from_dict(to_dict())`` gives back an equal policy."""
+        doc: dict[str, Any] = {"timeout_policy_id": self.timeout_policy_id}
+        if self.execution_timeout is not None:
+            doc["execution_timeout_seconds"] = self.execution_timeout.total_seconds()
+        if self.queue_timeout is not None:
+            doc["queue_timeout_seconds"] = self.queue_timeout.total_seconds()
+        return doc
+
 
 SLA_FIELDS = (
     "sla_policy_id",

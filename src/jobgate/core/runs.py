@@ -6,7 +6,7 @@ from datetime import datetime
 
 from jobgate.core.canonical import digest
 from jobgate.core.idempotency import idempotency_key, run_id_for
-from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun, JsonObject, Transition, Trigger
+from jobgate.core.models import ConfigSnapshot, ExecutorSpec, JobDefinition, JobRun, JsonObject, Transition, Trigger
 from jobgate.core.policies import RetryPolicy, TimeoutPolicy
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
@@ -110,18 +110,16 @@ def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_diges
             target[name] = value
     if definition.target_engine_cmi is not None:
         target["cmi"] = definition.target_engine_cmi
-    return {"target": target, "code_digest": code_digest, "timeout_policy": timeout_document(timeout)}
+    return {
+        "target": target,
+        "code_digest": code_digest,
+        "timeout_policy": None if timeout is None else timeout.to_dict(),
+    }
 
 
-def timeout_document(timeout: TimeoutPolicy | None) -> JsonObject | None:
-    """A timeout policy as data (``TimeoutPolicy.from_dict`` reads it back)."""
-    if timeout is None:
+def bound_executor(bound: JsonObject | None) -> ExecutorSpec | None:
+    """The target a binding names (``binding``'s reader); None when it names none."""
+    target = (bound or {}).get("target")
+    if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
         return None
-    doc: JsonObject = {"timeout_policy_id": timeout.timeout_policy_id}
-    for name, value in (
-        ("execution_timeout_seconds", timeout.execution_timeout),
-        ("queue_timeout_seconds", timeout.queue_timeout),
-    ):
-        if value is not None:
-            doc[name] = value.total_seconds()
-    return doc
+    return ExecutorSpec(target["kind"], target.get("handler"), target.get("runner"), target.get("target"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -65,8 +65,8 @@ log = logging.getLogger("jobgate.engine")
 Approved = dict[tuple[str, str, str], ApprovalFact | None]
 
 
-def approval_fact(tx: StoreTx, key: tuple[str, str, str]) -> ApprovalFact | None:
-    active = tx.approvals_active([key])
+def approval_fact(active: Mapping[tuple[str, str, str], str | None], key: tuple[str, str, str]) -> ApprovalFact | None:
+    """The admission rule's approval fact for ``key`` from ``StoreTx.approvals_active``'s answer."""
     return ApprovalFact(key[2], active[key], gates.EPOCH) if key in active else None
 
 
@@ -406,7 +406,7 @@ class Engine:
                 out.append(self._prepare(tx, p.request, now=now, actor=p.actor, moment=p.facts.moment))
                 continue
             key = (run.tenant_id, run.job_definition_id, run.definition_digest)
-            approval = ApprovalFact(run.definition_digest, active[key], gates.EPOCH) if key in active else None
+            approval = approval_fact(active, key)
             if approval != p.facts.approval or fact != seen:  # what the lock shows changed: ask again
                 verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
                 if not verdict.admitted:
@@ -462,7 +462,7 @@ class Engine:
         tenant = request.scope.tenant_id
         key = (tenant, definition.job_definition_id, definition.digest)
         if key not in approved:
-            approved[key] = approval_fact(tx, key)
+            approved[key] = approval_fact(tx.approvals_active([key]), key)
         period = self.safe_mode_period(tx, tenant, safe_modes)
         subject = gates.subject_of(
             definition,
@@ -797,7 +797,7 @@ class Engine:
         admission rule's approval check alone (a workflow's step definitions)."""
         key = (tenant_id, definition.job_definition_id, definition.digest)
         if key not in approved:
-            approved[key] = approval_fact(tx, key)
+            approved[key] = approval_fact(tx.approvals_active([key]), key)
         subject = gates.subject_of(definition, tenant_id=tenant_id, trigger_type=TriggerType.WORKFLOW)
         facts = Facts(
             Moment.WORKFLOW_STEP,
