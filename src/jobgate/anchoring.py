@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from jobgate.evidence_keys import Signer
+    from jobgate.timestamping import TimestampAuthority, TimestampTrust
 
 GENESIS_CHAIN = "sha256:" + "0" * 64
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -133,12 +134,13 @@ def chain_hash(prev_chain: str, root: str) -> str:
     return digest({"prev_chain": prev_chain, "root": root})
 
 
-UNSIGNED_FIELDS = ("sink", "key_id", "signature")
+UNSIGNED_FIELDS = ("sink", "key_id", "signature", "timestamp_token")
 
 
 def anchor_message(a: Anchor) -> str:
-    """What an anchor's signature covers: every field but the sink's name and the signature
-    itself — the root, the window, the entries covered, the previous chain and the times."""
+    """What an anchor's signature and its timestamp token cover: every field but the sink's
+    name, the signature and the token themselves — the root, the window, the entries covered,
+    the previous chain and the times."""
     doc = {k: v for k, v in record_of(a).items() if k not in UNSIGNED_FIELDS}
     return digest(doc)
 
@@ -158,9 +160,11 @@ def anchor_due(
     window: timedelta,
     sink: AnchorSink,
     signer: Signer | None = None,
+    stamper: TimestampAuthority | None = None,
 ) -> list[Anchor]:
     """Anchor every window of ``tenant_id`` that has ended and has unanchored entries; each
-    anchor is stored and submitted to the sink. Runs inside the caller's transaction."""
+    anchor is signed (``signer``), timestamped (``stamper``), stored and submitted to the sink.
+    Runs inside the caller's transaction."""
     made: list[Anchor] = []
     # Seals still waiting for the leader's batch are chained first: the anchor then covers them.
     record_seals.chain_pending(
@@ -182,7 +186,7 @@ def anchor_due(
         assert upto is not None  # ``first`` itself was written before ``end``
         entries = governance.audit_range(conn, tenant_id, after + 1, upto)
         start = end - window if last_batch is None else last_batch.window_end
-        made.append(_store(conn, tenant_id, "batch", start, end, entries, now, sink, signer))
+        made.append(_store(conn, tenant_id, "batch", start, end, entries, now, sink, signer, stamper))
 
 
 def _locks_rows(conn: Connection) -> bool:
@@ -206,6 +210,7 @@ def _store(
     now: datetime,
     sink: AnchorSink,
     signer: Signer | None = None,
+    stamper: TimestampAuthority | None = None,
 ) -> Anchor:
     root = merkle.root([e.entry_hash for e in entries])
     previous = governance.anchor_last(conn, tenant_id)
@@ -227,6 +232,9 @@ def _store(
     )
     if signer is not None:
         anchor = replace(anchor, key_id=signer.key_id, signature=signer.sign(anchor_message(anchor)))
+    if stamper is not None and mode == "batch":  # a direct anchor is dated by the next batch's token
+        token = stamper.stamp(anchor_message(anchor), created_at=now, not_before=end)
+        anchor = replace(anchor, timestamp_token=token)
     if not governance.anchor_put(conn, anchor):
         raise RuntimeError(f"anchor {anchor.anchor_seq} of {tenant_id} was written meanwhile; anchor again")
     sink.submit(record_of(anchor))
@@ -254,11 +262,14 @@ def verify_tenant(
     sink_records: Sequence[dict[str, Any]] | None = None,
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     unsigned_before: int = 0,
+    timestamps: TimestampTrust | None = None,
 ) -> Verification:
     """Recompute every entry's hash and link, the head, and every anchor's root, chain, times
     and signature (with ``keys``: every anchor from ``unsigned_before`` on must be signed by one
-    of them), and compare each anchor with the sink's copy when given: a flipped byte, a deleted, reordered or inserted
-    entry, a truncated tail and a chain rewritten from scratch all fail here."""
+    of them) and timestamp token (with ``timestamps``: every batch anchor from its
+    ``unstamped_before`` on must carry a token that verifies against its roots), and compare
+    each anchor with the sink's copy when given: a flipped byte, a deleted, reordered or
+    inserted entry, a truncated tail and a chain rewritten from scratch all fail here."""
     entries: list[AuditEntry] = []
     after = 0
     while True:  # in pages: memory stays bounded by the page, not the log
@@ -328,6 +339,9 @@ def verify_tenant(
         if signed is not None:
             return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {signed}")
         unsigned += a.signature is None
+        stamped = _stamp_problem(a, timestamps) if timestamps is not None else None
+        if stamped is not None:
+            return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {stamped}")
         timing = _timing_problem(a, previous_batch, covered[-1]) if covered[-1] is not None else None
         if timing is not None:
             return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {timing}")
@@ -369,6 +383,16 @@ def _signature_problem(a: Anchor, keys: Mapping[str, Ed25519PublicKey], unsigned
     except (InvalidSignature, ValueError, binascii.Error):
         return f"has a signature by {a.key_id!r} that does not match its content"
     return None
+
+
+def _stamp_problem(a: Anchor, trust: TimestampTrust) -> str | None:
+    if a.mode != "batch":
+        return None  # dated by the next batch anchor's token (its chain names this one)
+    if a.timestamp_token is None:
+        if a.anchor_seq < trust.unstamped_before:
+            return None
+        return "is not timestamped (every batch anchor must carry the timestamping authority's token)"
+    return trust.problem(a.timestamp_token, anchor_message(a), created_at=a.created_at, not_before=a.window_end)
 
 
 def _timing_problem(a: Anchor, previous: Anchor | None, last: AuditEntry) -> str | None:
@@ -429,6 +453,41 @@ def inclusion_proof(conn: Connection, tenant_id: str, seq: int) -> dict[str, Any
 
 
 # ---------------------------------------------------------------------------- the job and the sink
+def anchor_configured(conn: Connection, config: Any, tenant_id: str, now: datetime) -> list[Anchor]:
+    """``anchor_due`` with the deployment's window, sink, evidence key and timestamping
+    authority: the one way the job and ``jobgate audit anchor`` make anchors."""
+    from jobgate.evidence_keys import signer_for
+    from jobgate.timestamping import authority_for
+
+    return anchor_due(
+        conn,
+        tenant_id,
+        now=now,
+        window=config.evidence.anchor_window,
+        sink=sink_for(config),
+        signer=signer_for(config),
+        stamper=authority_for(config),
+    )
+
+
+def verify_configured(
+    conn: Connection, config: Any, tenant_id: str, *, sink_records: Sequence[dict[str, Any]] | None
+) -> Verification:
+    """``verify_tenant`` with what the deployment trusts: its evidence keys (current and
+    rotated), the anchors accepted unsigned or unstamped, the timestamping authority's roots."""
+    from jobgate.evidence_keys import trusted_keys
+    from jobgate.timestamping import trust_for
+
+    return verify_tenant(
+        conn,
+        tenant_id,
+        sink_records=sink_records,
+        keys=trusted_keys(config) or None,
+        unsigned_before=config.evidence.unsigned_anchors_before,
+        timestamps=trust_for(config),
+    )
+
+
 def sink_for(config: Any) -> AnchorSink:
     """The configured sink: ``evidence.anchor_sink_url`` if set, else the append-only file."""
     if config.evidence.anchor_sink_url:
@@ -446,15 +505,12 @@ def anchor_job(ctx: Any) -> dict[str, Any]:
     config = ctx.host_config
     if config is None:
         raise NonRetryableError("the anchor job runs inside a jobgate worker", error_code="NO_HOST_CONFIG")
-    from jobgate.evidence_keys import signer_for
-
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     sink = sink_for(config)
     window = config.evidence.anchor_window
-    signer = signer_for(config)
 
     def effect(conn: Connection) -> None:
-        made = anchor_due(conn, tenant, now=datetime.now(UTC), window=window, sink=sink, signer=signer)
+        made = anchor_configured(conn, config, tenant, datetime.now(UTC))
         ctx.log(f"anchored {len(made)} window(s) of {tenant} to {sink.name}")
 
     ctx.on_complete(effect)

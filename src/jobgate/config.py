@@ -45,6 +45,7 @@ from jobgate.registry import (
 )
 from jobgate.runtime.otel import TracingSettings, parse_tracing_settings
 from jobgate.telemetry.periods import PeriodKind
+from jobgate.timestamping import TimestampSettings
 
 CONFIG_FILENAME = "jobgate.yaml"
 DEFAULT_PROFILE = "default"
@@ -188,6 +189,8 @@ class EvidenceSettings:
     # Anchors made before the deployment had an evidence key (an upgrade): those numbered below
     # this are accepted unsigned; every later one must carry a valid signature.
     unsigned_anchors_before: int = 0
+    # An RFC 3161 timestamping authority that stamps every batch anchor (``timestamping``).
+    timestamp_authority: TimestampSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -644,6 +647,7 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
             "seal_interval_seconds",
             "trusted_keys",
             "unsigned_anchors_before",
+            "timestamp_authority",
         ),
     )
     d = EvidenceSettings()
@@ -671,7 +675,35 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
     before = 0
     if spec.get("unsigned_anchors_before") is not None:
         before = r.integer(spec["unsigned_anchors_before"], "evidence.unsigned_anchors_before", minimum=0)
-    return EvidenceSettings(window, sink, url, key, key_id, seal_interval, trusted, before)
+    tsa = None
+    if spec.get("timestamp_authority") is not None:
+        tsa = _timestamp_authority(r, spec["timestamp_authority"], base_dir)
+    return EvidenceSettings(window, sink, url, key, key_id, seal_interval, trusted, before, tsa)
+
+
+def _timestamp_authority(r: Reader, value: Any, base_dir: Path) -> TimestampSettings:
+    where = "evidence.timestamp_authority"
+    spec = r.mapping(value, where)
+    r.only_keys(spec, where, ("url", "ca_bundle", "timeout_seconds", "max_skew_seconds", "unstamped_anchors_before"))
+    for required in ("url", "ca_bundle"):
+        if spec.get(required) is None:
+            r.fail(f"{where}.{required}", "required")
+    url = r.string(spec["url"], f"{where}.url")
+    if not url.startswith(("http://", "https://")):
+        r.fail(f"{where}.url", "an http:// or https:// URL")
+    d = TimestampSettings(url, base_dir / r.string(spec["ca_bundle"], f"{where}.ca_bundle"))
+    timeout, skew, before = d.timeout, d.max_skew, 0
+    if spec.get("timeout_seconds") is not None:
+        timeout = r.duration(spec["timeout_seconds"], f"{where}.timeout_seconds")
+        if not timedelta(seconds=1) <= timeout <= timedelta(minutes=5):
+            r.fail(f"{where}.timeout_seconds", "between 1 and 300 seconds")
+    if spec.get("max_skew_seconds") is not None:
+        skew = r.duration(spec["max_skew_seconds"], f"{where}.max_skew_seconds")
+        if not timedelta(seconds=1) <= skew <= timedelta(hours=1):
+            r.fail(f"{where}.max_skew_seconds", "between 1 and 3600 seconds")
+    if spec.get("unstamped_anchors_before") is not None:
+        before = r.integer(spec["unstamped_anchors_before"], f"{where}.unstamped_anchors_before", minimum=0)
+    return TimestampSettings(d.url, d.ca_bundle, timeout, skew, before)
 
 
 def _trust_gates(r: Reader, value: Any, base_dir: Path) -> TrustGateSettings:

@@ -27,6 +27,7 @@ from jobgate import evidence_keys, signing
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.evidence_scope import ExportScope, bundle_files, check_contents, json_file
 from jobgate.service.engine import Engine
+from jobgate.timestamping import TimestampTrust
 
 FORMAT = "jobgate-evidence/2"
 MAX_BUNDLE_BYTES = 256 << 20
@@ -91,11 +92,15 @@ class BundleCheck:
     signed_by: str | None
     notes: list[str] = field(default_factory=list)  # what it cannot vouch for yet (not chained, not anchored)
     anchors_checked: int = 0  # anchors whose signature a trusted key verified
+    timestamps_checked: int = 0  # batch anchors whose RFC 3161 token verified against the given roots
 
 
-def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> BundleCheck:
+def verify_bundle(
+    data: bytes, *, public_keys: dict[str, str] | None = None, timestamps: TimestampTrust | None = None
+) -> BundleCheck:
     """Check a bundle offline. ``public_keys`` (key id -> base64): the signature must verify
-    with one of them; without keys, an unsigned bundle is checked for internal consistency."""
+    with one of them; without keys, an unsigned bundle is checked for internal consistency.
+    ``timestamps``: every batch anchor must carry an RFC 3161 token that verifies with its roots."""
     problems: list[str] = []
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
@@ -164,15 +169,15 @@ def verify_bundle(data: bytes, *, public_keys: dict[str, str] | None = None) -> 
             )
             problems.append(f"{_placed(data, members, at)}: the archive differs from the exported bytes at offset {at}")
     notes: list[str] = []
-    anchors = 0
+    anchors = stamps = 0
     if not problems:
         try:
-            checked = check_contents(files, public_keys)
+            checked = check_contents(files, public_keys, timestamps)
             problems += checked.problems
-            notes, anchors = checked.notes, checked.anchors_checked
+            notes, anchors, stamps = checked.notes, checked.anchors_checked, checked.timestamps_checked
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # signed, but not a bundle's shape
             problems.append(f"the bundle's files are not what an export writes ({type(exc).__name__}: {exc})")
-    return BundleCheck(not problems, problems, signed_by, notes, anchors)
+    return BundleCheck(not problems, problems, signed_by, notes, anchors, stamps)
 
 
 def write_bundle(path: Path, data: bytes) -> None:

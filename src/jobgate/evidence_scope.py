@@ -33,6 +33,7 @@ from jobgate.store.base import RunFilter
 from jobgate.store.sql import governance
 from jobgate.store.sql import seals as record_seals
 from jobgate.store.sqlstore import StoreTx
+from jobgate.timestamping import TimestampTrust
 
 MAX_RUNS = 10_000  # a larger scope is refused: narrow the period
 
@@ -193,15 +194,19 @@ class ContentCheck:
     problems: list[str]
     notes: list[str]  # what the bundle cannot vouch for yet (a seal not chained, an entry not anchored)
     anchors_checked: int = 0
+    timestamps_checked: int = 0  # anchors whose RFC 3161 token verified against the given roots
 
 
 def _load(files: Mapping[str, bytes], name: str) -> Any:
     return json.loads(files[name]) if name in files else []
 
 
-def check_contents(files: Mapping[str, bytes], keys: Mapping[str, str] | None) -> ContentCheck:
+def check_contents(
+    files: Mapping[str, bytes], keys: Mapping[str, str] | None, timestamps: TimestampTrust | None = None
+) -> ContentCheck:
     """Recompute everything the files claim: digests, seals, batch roots, entry hashes, proofs,
-    and (with ``keys``) every anchor's signature."""
+    (with ``keys``) every anchor's signature and (with ``timestamps``) every batch anchor's
+    RFC 3161 token."""
     out = ContentCheck([], [])
     definitions = {(d["job_definition_id"], d["version"]): d for d in _load(files, "definitions.json")}
     for (job, version), d in sorted(definitions.items()):
@@ -240,7 +245,10 @@ def check_contents(files: Mapping[str, bytes], keys: Mapping[str, str] | None) -
         for row in rows:
             rid = seals.record_id(spec, row)
             _check_record(f"{file}: {rid}", kind, rid, seals.row_parts(spec, row), sealed, out)
-    _check_proofs(_load(files, "proofs.json"), entries, keys, out)
+    proofs = _load(files, "proofs.json")
+    _check_proofs(proofs, entries, keys, out)
+    if timestamps is not None:
+        _check_timestamps(proofs, timestamps, out)
     return out
 
 
@@ -318,6 +326,28 @@ def _check_proofs(
     unanchored = sorted(set(entries) - proven)
     if unanchored:
         out.notes.append(f"audit.json: {len(unanchored)} entr(y/ies) not anchored yet (first {unanchored[0]})")
+
+
+def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: ContentCheck) -> None:
+    """Each batch anchor the proofs name, once: its token must verify against ``trust``'s roots
+    (a direct anchor is dated by the next batch anchor's token, ``timestamping``)."""
+    anchors = {p["anchor"]["anchor_seq"]: p["anchor"] for p in proofs if p["anchor"].get("mode") == "batch"}
+    for seq, anchor in sorted(anchors.items()):
+        token = anchor.get("timestamp_token")
+        if not token:
+            out.problems.append(f"proofs.json: anchor {seq} is not timestamped")
+            continue
+        message = digest({k: v for k, v in anchor.items() if k not in anchoring.UNSIGNED_FIELDS})
+        problem = trust.problem(
+            token,
+            message,
+            created_at=datetime.fromisoformat(anchor["created_at"]),
+            not_before=datetime.fromisoformat(anchor["window_end"]),
+        )
+        if problem:
+            out.problems.append(f"proofs.json: anchor {seq} {problem}")
+        else:
+            out.timestamps_checked += 1
 
 
 def _anchor_signature(anchor: Mapping[str, Any], trusted: Mapping[str, Any]) -> str | None:

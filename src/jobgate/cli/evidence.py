@@ -75,11 +75,18 @@ def _names(data: bytes) -> list[str]:
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--public-key", "keys", multiple=True, metavar="KEY_ID=BASE64", help="the signer's public key")
 @click.option("--allow-unsigned", is_flag=True, help="without a trusted key, report UNSIGNED but exit 0")
-def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool) -> None:
+@click.option(
+    "--tsa-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="PEM roots of the timestamping authority: every batch anchor's RFC 3161 token must verify",
+)
+def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Path | None) -> None:
     """Check a bundle with nothing but the bundle and the signer's public key; exit 1 naming
     every file that fails. Without a key nobody vouches for the bundle, whatever signature it
-    carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned."""
+    carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned.
+    With --tsa-ca, each anchor's timestamp token is checked too (who stamped it, and when)."""
     from jobgate.evidence import verify_bundle
+    from jobgate.timestamping import TimestampTrust, load_roots
 
     public = {}
     for item in keys:
@@ -87,11 +94,15 @@ def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool) -> None:
         if not sep:
             raise ValidationError(f"{item!r} is not KEY_ID=BASE64", field="--public-key")
         public[key_id] = value
-    result = verify_bundle(bundle.read_bytes(), public_keys=public or None)
+    stamps = None if tsa_ca is None else TimestampTrust(load_roots(tsa_ca, field="--tsa-ca"))
+    result = verify_bundle(bundle.read_bytes(), public_keys=public or None, timestamps=stamps)
     for note in result.notes:
         print(f"note: {note}")
     if result.ok and result.signed_by:
-        print(f"ok: {bundle} (signed by {result.signed_by}; {result.anchors_checked} anchor signature(s) checked)")
+        checked = f"{result.anchors_checked} anchor signature(s)"
+        if stamps is not None:
+            checked += f", {result.timestamps_checked} timestamp token(s)"
+        print(f"ok: {bundle} (signed by {result.signed_by}; {checked} checked)")
         return
     if result.ok:
         line = f"UNSIGNED: {bundle}: consistent in itself, but no trusted key was given, so nothing vouches for it"

@@ -208,16 +208,7 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
         tenants = (
             [tenant] if tenant else sorted(set(tx.audit_tenants()) | {str(r["tenant_id"]) for r in witnessed or ()})
         )  # a chain wiped out entirely is still named by its anchors in the sink
-        results = [
-            anchoring.verify_tenant(
-                tx.conn,
-                t,
-                sink_records=witnessed,
-                keys=keys or None,
-                unsigned_before=engine.config.evidence.unsigned_anchors_before,
-            )
-            for t in tenants
-        ]
+        results = [anchoring.verify_configured(tx.conn, engine.config, t, sink_records=witnessed) for t in tenants]
     render.records(
         app.json_output,
         "audit chains",
@@ -305,14 +296,7 @@ def audit_anchor(app: AppContext, tenant: str) -> None:
 
     engine = app.engine()
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(
-            tx.conn,
-            tenant,
-            now=engine.clock.now(),
-            window=engine.config.evidence.anchor_window,
-            sink=anchoring.sink_for(engine.config),
-            signer=evidence_keys.signer_for(engine.config),
-        )
+        made = anchoring.anchor_configured(tx.conn, engine.config, tenant, engine.clock.now())
     render.records(
         app.json_output,
         "anchors",

@@ -535,6 +535,8 @@ anchors = Table(
     # The evidence key's signature of the anchor (migration 0019), NULL when made without a key.
     Column("key_id", String(64)),
     Column("signature", Text),
+    # The RFC 3161 token a timestamping authority gave the anchor (migration 0020), base64 DER.
+    Column("timestamp_token", Text),
 )
 
 # Seals (migration 0019, ``core.seals``): the hash of every record auditors read, written with the

@@ -502,6 +502,9 @@ class Anchor:
     # 0019); None: made without a key (before it existed, or none is configured).
     key_id: str | None = None
     signature: str | None = None
+    # An RFC 3161 timestamping authority's token over the same message (schema 0020), base64
+    # of its DER TimeStampResp; None: made without a TSA configured, or a direct anchor.
+    timestamp_token: str | None = None
 
 
 def _anchor(r: Any) -> Anchor:
@@ -521,6 +524,7 @@ def _anchor(r: Any) -> Anchor:
         r.sink,
         r.key_id,
         r.signature,
+        r.timestamp_token,
     )
 
 
@@ -542,11 +546,11 @@ def anchor_put(conn: Connection, a: Anchor) -> bool:
     row = (
         a.tenant_id, a.anchor_seq, a.mode, codec.to_us(a.window_start), codec.to_us(a.window_end), a.first_seq,
         a.last_seq, a.leaf_count, a.root, a.prev_chain, a.chain, codec.to_us(a.created_at), a.sink, a.key_id,
-        a.signature,
+        a.signature, a.timestamp_token,
     )  # fmt: skip
     columns = (
         "tenant_id", "anchor_seq", "mode", "window_start", "window_end", "first_seq", "last_seq", "leaf_count",
-        "root", "prev_chain", "chain", "created_at", "sink", "key_id", "signature",
+        "root", "prev_chain", "chain", "created_at", "sink", "key_id", "signature", "timestamp_token",
     )  # fmt: skip
     return bool(fast.insert_rows(conn, anchors, columns, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"))
 
