@@ -10,7 +10,8 @@ Phases, mirroring ../shared/bench/peers/common.py so the figures compare:
      plus the latency of one committed state transition (a cancel) p50/p99.
 The job body is the peers' ``record`` (one Redis round trip); after every drain the benchmark
 checks that each job ran exactly once (Redis count and bitcount) and that every run is COMPLETED.
-Ends with one line: RESULT backend=... jobs=N submit_per_s=X process_per_s=X end_to_end_per_s=X p50_ms=X p99_ms=X ...
+Ends with one line: RESULT backend=... jobs=N submit_per_s=X process_per_s=X end_to_end_per_s=X
+e2e_cpu_us_per_job=X (CPU the machine spent per job end to end: /proc/stat) p50_ms=X p99_ms=X ...
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS_DIR))
 
 import common  # type: ignore[import-not-found]  # noqa: E402
-from figures import machine, pct  # noqa: E402
+from figures import busy_cpu_seconds, machine, pct  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
 from jobgate.core.models import Scope  # noqa: E402
@@ -174,6 +175,7 @@ class Bench:
             # 3. end to end with workers running
             common.reset_sink()
             reqs = self.requests(a.jobs)
+            cpu0 = busy_cpu_seconds()
             t0 = time.perf_counter()
             self.submit_bulk(reqs, batch=500)
             res["e2e_submit_s"] = time.perf_counter() - t0  # how much of the phase submitting took
@@ -183,6 +185,9 @@ class Bench:
                 if time.perf_counter() - t0 > common.DRAIN_TIMEOUT:
                     raise SystemExit("end-to-end phase timed out")
             res["end_to_end_per_s"] = a.jobs / (time.perf_counter() - t0)
+            # CPU the whole machine spent per job end to end (submit, claim, run, settle, seal):
+            # the steadier figure for comparing two trees on a noisy machine.
+            res["e2e_cpu_us_per_job"] = (busy_cpu_seconds() - cpu0) / a.jobs * 1e6
             res["exactly_once"] &= common.verify(a.jobs, settle=0)["exactly_once"]
             total += a.jobs
             # 4. light load latency. "Light load" means the system has caught up: wait until the
@@ -333,6 +338,7 @@ def main() -> None:
     print(
         f"RESULT backend={args.backend} jobs={args.jobs} submit_per_s={med['submit_per_s']:.0f} "
         f"process_per_s={med['process_per_s']:.0f} end_to_end_per_s={med['end_to_end_per_s']:.0f} "
+        f"e2e_cpu_us_per_job={med['e2e_cpu_us_per_job']:.0f} "
         f"p50_ms={med['p50_ms']:.1f} p99_ms={med['p99_ms']:.1f} submit_single_per_s={med['submit_single_per_s']:.0f} "
         f"created_p50_ms={med['created_p50_ms']:.1f} created_p99_ms={med['created_p99_ms']:.1f} "
         f"transition_p50_ms={med['transition_p50_ms']:.1f} transition_p99_ms={med['transition_p99_ms']:.1f} "

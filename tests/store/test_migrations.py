@@ -210,3 +210,63 @@ def test_0018_gives_each_slot_to_its_earliest_run(database_url: str, tmp_path: P
     finally:
         engine.dispose()
         drop()  # type: ignore[operator]
+
+
+def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url: str, tmp_path: Path) -> None:
+    """Runs of 0020 (one ended and sealed under the list rule, one still queued): after 0021 each
+    row's count and chain match its transitions, the ended run has a seal under the chain rule,
+    and every record verifies."""
+    from alembic import command
+
+    from helpers import define, make_config
+    from jobgate.core import seals
+    from jobgate.service import audit, control
+    from jobgate.service.engine import Engine, SubmitRequest
+    from jobgate.store.migrate import upgrade
+
+    url, drop = _fresh_url(database_url, tmp_path, "chains")
+    store = Store(url)
+    try:
+        engine = Engine(store, make_config(tmp_path))
+        job = define(engine, handler="jobgate.standins:hello")
+        ended = engine.submit(SubmitRequest(job)).run.job_run_id
+        queued = engine.submit(SubmitRequest(job)).run.job_run_id
+        control.cancel_run(engine, ended, actor="ops", reason="test")
+        raw = create_engine(_url(url))
+        try:
+            with raw.connect() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(text("SET jobgate.tenant = '*'"))
+                    conn.commit()
+                command.downgrade(alembic_config(conn), "0020")  # type: ignore[arg-type]
+                conn.commit()
+                upgrade(conn)
+        finally:
+            raw.dispose()
+        chains = {}
+        with store.read() as tx:
+            for rid in (ended, queued):
+                count, extent, chain = tx.conn.execute(
+                    text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
+                    {"r": rid},
+                ).one()
+                history = [
+                    list(t)
+                    for t in tx.conn.execute(
+                        text(
+                            "SELECT from_status, to_status, attempt, reason, actor, at, detail FROM run_transitions"
+                            " WHERE job_run_id = :r ORDER BY id"
+                        ),
+                        {"r": rid},
+                    )
+                ]
+                assert count == extent == len(history) and chain == seals.history_of(history)
+                chains[rid] = chain
+            latest = tx.conn.execute(
+                text("SELECT history FROM record_seals WHERE record_id = :r ORDER BY id DESC LIMIT 1"), {"r": ended}
+            ).scalar_one()
+            assert latest == chains[ended]  # sealed again under the chain rule
+        assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+    finally:
+        store.dispose()
+        drop()  # type: ignore[operator]

@@ -120,6 +120,8 @@ class ClaimedRuns:
         self.unreadable: list[tuple[str, str]] = []
         # (candidate, verdict) of the runs the admission rule refused: not claimed.
         self.refused: list[tuple[Any, Any]] = []
+        # Makes the claimed runs' history chains (``store.sql.chains``), decoded after commit.
+        self.chains: Callable[[], list[tuple[str, Any]]] | None = None
 
     def runs(self) -> list[JobRun]:
         """Claimed runs by priority, then due time: started ones RUNNING, others DISPATCHED."""

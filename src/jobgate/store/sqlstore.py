@@ -56,6 +56,7 @@ from jobgate.store.base import (
 )
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
+from jobgate.store.sql import chains as run_chains
 from jobgate.store.sql import (
     claims,
     definitions,
@@ -72,11 +73,33 @@ from jobgate.store.sql import (
 from jobgate.store.sql import seals as record_seals
 
 
+def prepare_chained(known: run_chains.Chains | None, changes: Sequence[RunChange]) -> claims.PreparedChanges:
+    """``claims.prepare_changes`` with the history chains ``known`` extended: the chained
+    changes carry their new chain, and the runs they end come with their seal rows."""
+    if known is None:
+        return claims.prepare_changes(changes)
+    extended = run_chains.extend(known.get, changes, record_seals.run_seal_row)
+    prepared = claims.prepare_changes(extended.changes)
+    prepared.seals.update(extended.seals)
+    prepared.chains.update(extended.after)
+    return prepared
+
+
 class StoreTx:
     """Operations inside one open transaction. Obtained from ``Store.write()`` / ``Store.read()``."""
 
-    def __init__(self, conn: Connection, *, skip_locked: bool, ordered_ids: bool, notify: bool = False) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        skip_locked: bool,
+        ordered_ids: bool,
+        notify: bool = False,
+        chains: run_chains.Chains | None = None,
+    ) -> None:
         self.conn = conn
+        self._chains = chains  # the store's known history chains (``store.sql.chains``), writers only
+        self.chains_learned = run_chains.Pending.empty()  # committed into them with the transaction
         self._gates_shared = False
         self._skip_locked = skip_locked
         self._ordered_ids = ordered_ids
@@ -456,7 +479,10 @@ class StoreTx:
     def runs_claim(self, p: RunsClaim) -> ClaimedRuns:
         if p.admit is not None:
             self.gates_shared()  # before the candidate read locks any row
-        return claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
+        batch = claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
+        if self._chains is not None and batch.chains is not None:
+            self.chains_learned.claimed.append(batch.chains)
+        return batch
 
     def gates_closing(self) -> None:
         claims.gates_closing(self.conn)
@@ -478,7 +504,13 @@ class StoreTx:
         return claims.runs_held(self.conn, limit)
 
     def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:
+        if not isinstance(changes, claims.PreparedChanges):
+            changes = prepare_chained(self._chains, changes)
         done = claims.runs_apply(self.conn, changes)
+        if changes.chains:
+            applied = {ch.job_run_id for ch in done}
+            for rid, chain in changes.chains.items():
+                self.chains_learned.updates[rid] = chain if rid in applied else None
         if self._notify and any(ch.to_status is RunStatus.SCHEDULED for ch in done):
             fast.execute(self.conn, NOTIFY_SQL)  # released to the queue: claimable again now
         return done
@@ -780,6 +812,7 @@ class Store:
                 f"unsupported scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql://…", field="database"
             )
         self._lock = threading.Lock()
+        self._chains = run_chains.Chains()
         if migrate:
             self.migrate()
 
@@ -816,7 +849,15 @@ class Store:
         """
         with self._writer.begin() as conn:
             self._scope(conn, tenant_id)
-            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids, notify=self.notify)
+            tx = StoreTx(
+                conn,
+                skip_locked=self.skip_locked,
+                ordered_ids=self.ordered_ids,
+                notify=self.notify,
+                chains=self._chains,
+            )
+            yield tx
+        self._chains.commit(tx.chains_learned)  # committed: what it learned holds
 
     @contextlib.contextmanager
     def read(self, tenant_id: str | None = None) -> Iterator[StoreTx]:
@@ -836,10 +877,11 @@ class Store:
         seals of the runs it ends (read and hashed while another writer holds the one write lock).
         PostgreSQL has no such lock: there a separate read transaction only adds round trips, and
         the seals are computed inside the write transaction from the rows it wrote."""
-        prepared = claims.prepare_changes(changes)
-        if self.dialect == "sqlite" and any(ch.to_status.is_terminal for ch in changes):
+        prepared = prepare_chained(self._chains, changes)
+        unsealed = [ch for ch in prepared.changes if ch.to_status.is_terminal and ch.job_run_id not in prepared.seals]
+        if self.dialect == "sqlite" and unsealed:
             with self.read() as tx:
-                prepared.seals.update(record_seals.presealed(tx.conn, changes, prepared.transitions))
+                prepared.seals.update(record_seals.presealed(tx.conn, unsealed, prepared.transitions))
         return prepared
 
     def change_watcher(

@@ -142,6 +142,14 @@ job_runs = Table(
     # (migration 0018). Its own unique index, not the idempotency key: the key includes the
     # configuration digest (seed §24), and a slot has one run whatever the configuration did.
     Column("slot", String(300)),
+    # How many transitions the run has (every writer of one adds to it), and the history chain
+    # (``core.seals.history_step``) over its first ``history_extent``, kept by the writers that
+    # know it (migration 0021): a worker extends it from what its claim returned and seals the
+    # run at its end without reading its transitions back. A cache, never evidence: a seal's
+    # history is recomputed from the transitions themselves when verified.
+    Column("transition_count", Integer, nullable=False, server_default="0"),
+    Column("history_hash", String(80)),
+    Column("history_extent", Integer),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="attempt_bounds"),
     CheckConstraint(f"({LEASED_SQL}) = (lease_owner IS NOT NULL)", name="lease_iff_leased"),

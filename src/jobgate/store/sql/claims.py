@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -47,7 +47,7 @@ from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, TERMINAL, RunStatus, TransitionReason
 from jobgate.store import codec
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim
-from jobgate.store.sql import fast, letters
+from jobgate.store.sql import chains, fast, letters
 from jobgate.store.sql import seals as record_seals
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
@@ -61,6 +61,7 @@ from jobgate.store.tables import (
     run_transitions,
     workers,
 )
+from jobgate.store.tables import record_seals as record_seals_table
 
 _CHUNK = 400
 _LIMITS_LOCK = 0x6A6F626C  # "jobl": the advisory lock of limited claims on PostgreSQL
@@ -278,13 +279,18 @@ def _sqlite_claim_statements() -> tuple[Any, Any, Any, Any]:
             started_at=func.coalesce(C.started_at, bindparam("now")),
             progress=null(),
             progress_message=null(),
+            transition_count=C.transition_count + literal_column("2"),  # claimed, started
             **claim,
         )
     )
     dispatch = (
         update(job_runs)
         .where(ids, IS_CLAIMABLE)
-        .values(status=literal_column(f"'{RunStatus.DISPATCHED.value}'"), **claim)
+        .values(
+            status=literal_column(f"'{RunStatus.DISPATCHED.value}'"),
+            transition_count=C.transition_count + literal_column("1"),
+            **claim,
+        )
     )
     # SQLite's json_array takes at most 127 arguments; a run row has fewer columns.
     read_claimed = select(func.json_group_array(func.json_array(*job_runs.c))).where(
@@ -326,6 +332,7 @@ def _pg_claim_sql(start: bool) -> str:
         "lease_owner = %(owner)s",
         "lease_token = job_runs.lease_token + 1",
         "lease_expires_at = %(exp)s",
+        f"transition_count = job_runs.transition_count + {2 if start else 1}",
     ]
     where = "job_runs.job_run_id = picked.id"
     claimed_step = f"(1, c.claimed_from, '{_DISPATCHED}', c.attempt{' - 1' if start else ''}, '{_CLAIMED}')"
@@ -416,16 +423,20 @@ def _claim_ids(
     now, exp = codec.to_us(p.now), codec.to_us(p.lease_expires_at)
     if conn.dialect.name != "sqlite":
         claimed: list[JobRun] = []
+        raws: list[dict[str, Any]] = []
         if start_ids:
             values = {"owner": p.worker_id, "exp": exp, "now": now, "ids": list(start_ids)}
             values["previous"] = [previous[i] for i in start_ids]
-            claimed.extend(codec.run_from_row(r) for r in fast.returning_sql(conn, _PG_START, values))
+            raws.extend(fast.returning_sql(conn, _PG_START, values))
+            claimed.extend(codec.run_from_row(r) for r in raws)
         started = {r.job_run_id for r in claimed}
         rest = [i for i in start_ids if i not in started] + list(dispatch_ids)  # no attempt left: dispatch
         if rest:
             values = {"owner": p.worker_id, "exp": exp, "now": now, "ids": rest}
             values["previous"] = [previous[i] for i in rest]
-            claimed.extend(codec.run_from_row(r) for r in fast.returning_sql(conn, _PG_DISPATCH, values))
+            dispatched = fast.returning_sql(conn, _PG_DISPATCH, values)
+            raws.extend(dispatched)
+            claimed.extend(codec.run_from_row(r) for r in dispatched)
         facts = [
             _Claimed(
                 r.job_run_id,
@@ -440,7 +451,9 @@ def _claim_ids(
             for r in claimed
         ]
         done = _by_claim_order(claimed)
-        return facts, ClaimedRuns(lambda: done, len(done))
+        out = ClaimedRuns(lambda: done, len(done))
+        out.chains = functools.partial(_chains, raws, facts, previous, p, now)
+        return facts, out
     # SQLite: the write lock is ours, so the rows leased to us among these ids after the two
     # updates are exactly the ones they changed (candidates were unleased when read). Started
     # rows are no longer claimable, so the dispatch over every id changes only the others.
@@ -466,7 +479,29 @@ def _claim_ids(
         return _by_claim_order(runs)
 
     batch = ClaimedRuns(decode, len(found))
+    batch.chains = functools.partial(
+        _chains, [dict(zip(_RUN_COLUMNS, r, strict=True)) for r in found], facts, previous, p, now
+    )
     return facts, batch
+
+
+def _chains(
+    rows: Sequence[Mapping[str, Any] | Sequence[Any]],
+    facts: Sequence[_Claimed],
+    previous: dict[str, str],
+    p: RunsClaim,
+    now: int,
+) -> list[tuple[str, chains.Chain | None]]:
+    """Each claimed run's history chain, extended by the claim's own transitions (rows as
+    mappings, or as SQLite's value lists in ``_RUN_COLUMNS`` order). Called after commit."""
+    by_run: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for t in _claim_transitions(facts, previous, p, now):
+        by_run[t[0]].append(t)
+    out: list[tuple[str, chains.Chain | None]] = []
+    for r in rows:
+        row = r if isinstance(r, Mapping) else dict(zip(_RUN_COLUMNS, r, strict=True))
+        out.append((row["job_run_id"], chains.from_claim(row, by_run[row["job_run_id"]])))
+    return out
 
 
 def _claim_transitions(
@@ -630,7 +665,7 @@ _GroupKey = tuple[RunStatus, RunStatus, bool, bool, bool, bool, tuple[str, ...]]
 def _cas_sets(key: _GroupKey, value: Any) -> str:
     """The SET list of a group's compare-and-set; ``value(i)`` names the i-th new value."""
     _src, dst, _fenced, revoke, start, _expiry, columns = key
-    sets = [f"status = '{dst.value}'"]
+    sets = [f"status = '{dst.value}'", "transition_count = job_runs.transition_count + 1"]  # its transition
     if dst not in LEASED:
         sets += ["lease_owner = NULL", "lease_expires_at = NULL", "stop_requested = false"]
     if revoke:
@@ -680,13 +715,13 @@ def _cas_postgres_sql(dialect: Dialect, key: _GroupKey) -> str:
     return f"UPDATE job_runs SET {sets} FROM {rows} AS v({names}) WHERE {where}"
 
 
-def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool) -> str:
-    """A group's compare-and-set, the transitions and the events of the rows it changed, as one
-    statement: the rows that did not match write nothing, and no savepoint or second round
-    trip is needed to learn which they were (``RETURNING``)."""
+def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, with_seals: bool) -> str:
+    """A group's compare-and-set, the transitions, the events and the precomputed seals of the
+    rows it changed, as one statement: the rows that did not match write nothing, and no
+    savepoint or second round trip is needed to learn which they were (``RETURNING``)."""
 
-    def insert_changed(name: str, table: Any, columns: tuple[str, ...]) -> str:
-        rows = fast.ordered_rows(dialect, table, columns, "x.job_run_id IN (SELECT job_run_id FROM changed)")
+    def insert_changed(name: str, table: Any, columns: tuple[str, ...], key_column: str = "job_run_id") -> str:
+        rows = fast.ordered_rows(dialect, table, columns, f"x.{key_column} IN (SELECT job_run_id FROM changed)")
         return f"{name} AS (INSERT INTO {table.name} ({', '.join(columns)}) {rows})"
 
     parts = [
@@ -695,24 +730,34 @@ def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool) -> 
     ]
     if with_events:
         parts.append(insert_changed("announced", outbox, _OUTBOX_COLUMNS))
+    if with_seals:  # holding the seal writers' lock shared, as every seal insert does
+        sealed = insert_changed("sealed", record_seals_table, record_seals.SEAL_COLUMNS, "record_id")
+        lock = f"seal_writers AS (SELECT pg_advisory_xact_lock_shared({record_seals.SEAL_WRITERS}))"
+        parts += [lock, sealed.replace(" WHERE x.record_id", ", seal_writers WHERE x.record_id")]
     return "WITH " + ", ".join(parts) + " SELECT job_run_id FROM changed"
 
 
-_apply_sql_cache: dict[tuple[_GroupKey, bool], str] = {}
+_apply_sql_cache: dict[tuple[_GroupKey, bool, bool], str] = {}
 
 
-def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> list[RunChange]:
-    """PostgreSQL's ``runs_apply`` for changes without dead letters: one statement per group."""
+def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> tuple[list[RunChange], set[str]]:
+    """PostgreSQL's ``runs_apply`` for changes without dead letters: one statement per group.
+    Returns the changes applied and the runs whose precomputed seals the statements wrote."""
     accepted: set[str] = set()
+    sealed: set[str] = set()
     for key, items, rows in prepared.groups:
         transitions = [prepared.transitions[ch.job_run_id] for ch in items]
         events = [row for ch in items for row in prepared.events[ch.job_run_id]]
-        sql = _apply_sql_cache.get((key, bool(events)))
+        ready = [prepared.seals[ch.job_run_id] for ch in items if ch.job_run_id in prepared.seals]
+        shape = (key, bool(events), bool(ready))
+        sql = _apply_sql_cache.get(shape)
         if sql is None:
-            sql = _apply_sql_cache[(key, bool(events))] = _apply_postgres_sql(conn.dialect, key, bool(events))
-        row_sets = (rows, transitions, events) if events else (rows, transitions)
-        accepted.update(r[0] for r in fast.run_arrays(conn, sql, *row_sets)[1])
-    return [ch for ch in prepared.changes if ch.job_run_id in accepted]
+            sql = _apply_sql_cache[shape] = _apply_postgres_sql(conn.dialect, *shape)
+        row_sets = [rows, transitions] + ([events] if events else []) + ([ready] if ready else [])
+        changed = {r[0] for r in fast.run_arrays(conn, sql, *row_sets)[1]}
+        accepted |= changed
+        sealed |= {ch.job_run_id for ch in items if ch.job_run_id in prepared.seals} & changed
+    return [ch for ch in prepared.changes if ch.job_run_id in accepted], sealed
 
 
 _cas_sql_cache: dict[tuple[_GroupKey, int], str] = {}
@@ -753,6 +798,8 @@ class PreparedChanges:
     events: dict[str, list[tuple[Any, ...]]]
     letters: dict[str, dict[str, Any]]
     seals: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # precomputed seal rows, by run
+    # The history chain each chained change leaves if it applies (``store.sql.chains``).
+    chains: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
@@ -788,14 +835,15 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges)
     consequences only for those.
     """
     prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
+    written: set[str] = set()
     if conn.dialect.name == "postgresql" and not prepared.letters:
-        done = _apply_postgres(conn, prepared)
+        done, written = _apply_postgres(conn, prepared)
     else:
         done = _apply_generic(conn, prepared)
     # Every run that has just ended is sealed in the transaction that ended it (``core.seals``):
-    # with the seal computed before the lock where the caller could (``Store.prepare_changes``),
-    # else here.
-    ended = [ch.job_run_id for ch in done if ch.to_status in TERMINAL]
+    # with the seal computed before the lock where the caller could (``Store.prepare_changes``:
+    # on PostgreSQL then written by the change's own statement), else here.
+    ended = [ch.job_run_id for ch in done if ch.to_status in TERMINAL and ch.job_run_id not in written]
     if ended:
         ready = [prepared.seals[i] for i in ended if i in prepared.seals]
         record_seals.insert_sealed(conn, ready)

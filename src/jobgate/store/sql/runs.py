@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import ARRAY, ColumnElement, Connection, String, and_, bindparam, func, or_, select
 
+from jobgate.core import seals
 from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.states import RunStatus
@@ -51,11 +52,15 @@ _RUN_INSERT_COLUMNS = (
     "stop_requested",
     "reviewed_by",
     "slot",
+    "transition_count",
+    "history_hash",
+    "history_extent",
 )
 
 
-def run_values(c: RunCreate) -> tuple[object, ...]:
-    """A new run's column values, in ``_RUN_INSERT_COLUMNS`` order."""
+def run_values(c: RunCreate, transitions: Sequence[tuple[Any, ...]]) -> tuple[object, ...]:
+    """A new run's column values, in ``_RUN_INSERT_COLUMNS`` order; ``transitions`` are its
+    creation's transitions as rows (their history chain is kept on the run)."""
     r = c.run
     return (
         r.job_run_id,
@@ -92,6 +97,9 @@ def run_values(c: RunCreate) -> tuple[object, ...]:
         False,
         r.reviewed_by,
         r.slot,
+        len(transitions),
+        seals.history_of([t[2:] for t in transitions]),
+        len(transitions),
     )
 
 
@@ -112,13 +120,9 @@ def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[Jo
     fresh: dict[str, RunCreate] = {}
     for c in creates:
         fresh.setdefault(c.run.idempotency_key, c)
-    made = _insert_ignoring_duplicates(conn, [run_values(c) for c in fresh.values()])
-    rows = [
-        codec.transition_values(t, c.run.tenant_id)
-        for c in fresh.values()
-        if c.run.job_run_id in made
-        for t in c.transitions
-    ]
+    recorded = {key: [codec.transition_values(t, c.run.tenant_id) for t in c.transitions] for key, c in fresh.items()}
+    made = _insert_ignoring_duplicates(conn, [run_values(c, recorded[key]) for key, c in fresh.items()])
+    rows = [row for key, c in fresh.items() if c.run.job_run_id in made for row in recorded[key]]
     fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
     if len(made) == len(fresh):
         stored = {key: c.run for key, c in fresh.items()}

@@ -43,7 +43,7 @@ BATCH_ACTION = "records.sealed"
 BATCH_LIMIT = 50_000  # seals per batch entry: a long backlog becomes several entries
 _TERMINAL = tuple(s.value for s in TERMINAL)
 _WORKFLOW_TERMINAL = tuple(s.value for s in TERMINAL if s is not RunStatus.HELD)
-_SEAL_COLUMNS = (
+SEAL_COLUMNS = (
     "tenant_id",
     "kind",
     "record_id",
@@ -75,6 +75,11 @@ def _row(tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, now: 
     )
 
 
+def run_seal_row(tenant: str, job_run_id: str, parts: seals.Parts, now: int) -> tuple[Any, ...]:
+    """The seal row of a run's end (``SEAL_COLUMNS`` order)."""
+    return _row(tenant, seals.RUN, job_run_id, seals.SEALED, parts, now)
+
+
 _pg_insert_sql: list[str] = []
 
 
@@ -84,15 +89,15 @@ def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     if not rows:
         return
     if conn.dialect.name != "postgresql":
-        fast.insert_rows(conn, record_seals, _SEAL_COLUMNS, rows)
+        fast.insert_rows(conn, record_seals, SEAL_COLUMNS, rows)
         return
     if not _pg_insert_sql:
-        source = fast.ordered_rows(conn.dialect, record_seals, _SEAL_COLUMNS).replace(
+        source = fast.ordered_rows(conn.dialect, record_seals, SEAL_COLUMNS).replace(
             " ORDER BY x._ord", ", seal_writers ORDER BY x._ord"
         )
         _pg_insert_sql.append(
             f"WITH seal_writers AS (SELECT pg_advisory_xact_lock_shared({SEAL_WRITERS})) "
-            f"INSERT INTO record_seals ({', '.join(_SEAL_COLUMNS)}) {source}"
+            f"INSERT INTO record_seals ({', '.join(SEAL_COLUMNS)}) {source}"
         )
     for start in range(0, len(rows), 5000):
         fast.run_arrays(conn, _pg_insert_sql[0], rows[start : start + 5000])
@@ -439,6 +444,8 @@ class Finding:
         where = f"{self.kind} {self.record_id}"
         if self.problem == "changed":
             col = f", column {self.column}" if self.column else ""
+            if not self.column and self.part == "history":  # sealed from its chain: no values kept
+                col = " (one of its transitions was changed, removed or added)"
             detail = f" ({self.detail})" if self.detail else ""
             return f"{where}: its {self.part} differs from seal #{self.seal_id}{col}{detail}"
         return {
@@ -584,11 +591,16 @@ def _explain(content: str | None, part: str, names: Sequence[str], now: Sequence
     if not content:
         return None, None
     try:
-        sealed = json.loads(content).get(part)
+        kept = json.loads(content)
+        digests = kept.get("digests")
+        sealed = kept.get(part) if digests is None else digests.get(part)
     except (ValueError, AttributeError):
         return None, None
     if not isinstance(sealed, list):
         return None, None
+    if digests is not None:  # a run's seal keeps a digest per column: the column, not the values
+        found = seals.difference(names, sealed, seals.column_digests(list(now)))
+        return (None, None) if found is None else (found[0], None)
     found = seals.difference(names, sealed, list(now))
     if found is None:
         return None, None
@@ -675,7 +687,8 @@ def _compare_run(
     for part in ("identity", "history", "outcome"):
         if part == "outcome" and not outcome:
             continue
-        if seals.value_hash(values[part]) == seal[part]:
+        hashed = seals.history_of(values[part]) if part == "history" else seals.value_hash(values[part])
+        if hashed == seal[part]:
             continue
         names: Sequence[str] = {
             "identity": seals.RUN_IDENTITY,

@@ -1,0 +1,144 @@
+"""The history chains a worker knows, so it seals the runs it ends without reading them back.
+
+A run's seal hashes its history as a chain (``core.seals.history_step``). ``job_runs`` keeps
+the chain over its first ``history_extent`` transitions beside ``transition_count``, which
+every writer of a transition increments: when the two agree, the chain covers the whole
+history and the run has no dead letters (a change that writes one clears the chain, so a run
+that was ever dead-lettered is sealed the reading way). A claim returns the row; the claimer
+extends the chain with the claim's own transitions and, at each later change it makes under
+that lease, with the change's transition: the seal of the run's end is then computed before
+the settling transaction, and on PostgreSQL written by the settling statement itself.
+
+Sound because only the lease holder writes a fenced change, a change is applied only by
+compare-and-set on the run's status and fencing token, and every transition changes the
+status: if the change applies, no transition was written since the claim the chain came from.
+Whatever this misses is sealed the reading way, and ``verify_records`` recomputes every seal
+from the transitions themselves, so a wrong chain could only ever raise a false alarm, never
+hide a change. A chain becomes known only when the transaction that made it commits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from jobgate.core import seals
+from jobgate.core.states import LEASED, TERMINAL
+from jobgate.store import codec
+from jobgate.store.base import RunChange
+
+SEALED_COLUMNS = tuple(dict.fromkeys((*seals.RUN_IDENTITY, *seals.RUN_OUTCOME)))
+LIMIT = 100_000  # chains kept per store: far above any worker's runs in hand
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A leased run as its holder knows it: the lease's token, the sealed columns as the row
+    stands, and the history chain over all ``extent`` of its transitions."""
+
+    token: int
+    row: Mapping[str, Any]
+    history: str
+    extent: int
+
+
+def from_claim(row: Mapping[str, Any], transitions: Sequence[Sequence[Any]]) -> Chain | None:
+    """The chain of a run a claim just took: ``row`` is its row after the claim, ``transitions``
+    the claim's own (``codec.TRANSITION_COLUMNS`` tuples, in order). None when the row's chain
+    does not cover every transition before the claim."""
+    history, extent, count = row["history_hash"], row["history_extent"], row["transition_count"]
+    if history is None or extent is None or int(extent) + len(transitions) != int(count):
+        return None
+    return Chain(
+        int(row["lease_token"]),
+        {c: row[c] for c in SEALED_COLUMNS},
+        seals.history_of([t[2:] for t in transitions], history),
+        int(count),
+    )
+
+
+@dataclass(frozen=True)
+class Extended:
+    """Changes with their chains extended: the changes (chained ones carry the new chain's
+    ``history_hash`` and ``history_extent``), the chain each leaves if it applies (None: the
+    run leaves its holder's hands), and the seal rows of the runs they end."""
+
+    changes: list[RunChange]
+    after: dict[str, Chain | None]
+    seals: dict[str, Any]
+
+
+def extend(known: Callable[[str], Chain | None], changes: Sequence[RunChange], seal_row: Any) -> Extended:
+    """Extend the chain of every fenced change whose run's chain is known under its token.
+    ``seal_row(tenant, run_id, parts, at_us)`` makes a seal row (``store.sql.seals``)."""
+    out: list[RunChange] = []
+    after: dict[str, Chain | None] = {}
+    sealed: dict[str, Any] = {}
+    for ch in changes:
+        chain = known(ch.job_run_id) if ch.expected_token is not None else None
+        if chain is None or chain.token != ch.expected_token:
+            out.append(ch)
+            continue
+        transition = codec.transition_values(ch.transition, ch.tenant_id)
+        history = seals.history_step(chain.history, transition[2:])
+        extent = chain.extent + 1
+        if ch.dead_letter is not None:  # sealed by reading (its letter may be renumbered); chain cleared
+            out.append(replace(ch, values={**ch.values, "history_hash": None, "history_extent": None}))
+            after[ch.job_run_id] = None
+            continue
+        row = dict(chain.row)
+        row["status"] = ch.to_status.value
+        if ch.start_attempt:
+            row["attempt"] = int(row["attempt"]) + 1
+        for column, value in ch.values.items():
+            if column in row:
+                row[column] = codec.column(value)
+        out.append(replace(ch, values={**ch.values, "history_hash": history, "history_extent": extent}))
+        if ch.to_status in TERMINAL:
+            parts = seals.run_parts_extended(row, history, extent, ())
+            sealed[ch.job_run_id] = seal_row(ch.tenant_id, ch.job_run_id, parts, codec.to_us(ch.transition.at))
+        keeps = ch.to_status in LEASED and not ch.revoke_lease
+        after[ch.job_run_id] = Chain(chain.token, row, history, extent) if keeps else None
+    return Extended(out, after, sealed)
+
+
+class Chains:
+    """A store's known chains. A transaction collects what it learns (``Pending``); the store
+    commits it when the transaction commits, and forgets it when it rolls back."""
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self._known: dict[str, Chain] = {}
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(self, job_run_id: str) -> Chain | None:
+        return self._known.get(job_run_id)
+
+    def commit(self, pending: Pending) -> None:
+        if not pending.updates and not pending.claimed:
+            return
+        learned: dict[str, Chain | None] = dict(pending.updates)
+        for make in pending.claimed:  # decoded now, after the commit (outside SQLite's write lock)
+            learned.update(make())
+        with self._lock:
+            for rid, chain in learned.items():
+                if chain is None:
+                    self._known.pop(rid, None)
+                else:
+                    self._known[rid] = chain
+            while len(self._known) > self._limit:  # runs lost to the rescuer: the oldest go
+                self._known.pop(next(iter(self._known)))
+
+
+@dataclass
+class Pending:
+    """What one transaction learned about chains, applied only if it commits."""
+
+    updates: dict[str, Chain | None]
+    claimed: list[Callable[[], Iterable[tuple[str, Chain | None]]]]
+
+    @classmethod
+    def empty(cls) -> Pending:
+        return cls({}, [])

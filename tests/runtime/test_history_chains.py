@@ -1,0 +1,110 @@
+"""History chains: a worker seals the runs it ends from the chain its claim returned.
+
+``job_runs`` keeps ``transition_count`` (every writer adds to it) and the history chain over
+``history_extent`` transitions (``store.sql.chains``). Whatever path a run takes — retried,
+dead-lettered and requeued, cancelled while queued, rescued — its row's chain, where it claims
+to cover the whole history, equals the chain recomputed from its transitions, and its seal
+verifies; runs a worker ends under its lease are sealed from the chain (no history values kept
+with the seal, so nothing was read back), the others by reading.
+"""
+
+from __future__ import annotations
+
+import json
+
+from runtime_support import running_worker, wait_status
+from sqlalchemy import text
+
+from helpers import define
+from jobgate.core import seals
+from jobgate.core.states import RunStatus
+from jobgate.service import audit, control
+from jobgate.service.engine import Engine, SubmitRequest
+
+OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]
+
+
+def _chain_state(engine: Engine, rid: str) -> tuple[int, int | None, str | None, list[list[object]]]:
+    with engine.store.read() as tx:
+        row = tx.conn.execute(
+            text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
+            {"r": rid},
+        ).one()
+        history = [
+            list(t)
+            for t in tx.conn.execute(
+                text(
+                    "SELECT from_status, to_status, attempt, reason, actor, at, detail FROM run_transitions"
+                    " WHERE job_run_id = :r ORDER BY id"
+                ),
+                {"r": rid},
+            )
+        ]
+    return int(row[0]), row[1], row[2], history
+
+
+def _sealed_from_chain(engine: Engine, rid: str) -> bool:
+    with engine.store.read() as tx:
+        content = tx.conn.execute(
+            text("SELECT content FROM record_seals WHERE kind = 'run' AND record_id = :r ORDER BY id DESC LIMIT 1"),
+            {"r": rid},
+        ).scalar_one()
+    return "history" not in json.loads(content)["digests"]  # a seal made by reading keeps one per transition
+
+
+def _assert_consistent(engine: Engine, rid: str) -> None:
+    count, extent, chain, history = _chain_state(engine, rid)
+    assert count == len(history)
+    if chain is not None and extent == count:
+        assert chain == seals.history_of(history)
+
+
+def test_a_worker_seals_what_it_ends_from_its_chain(engine: Engine) -> None:
+    job = define(engine, handler="engine_handlers:fail_until", retry_policy="test_fixed_v1", params=OK_ON)
+    first = engine.submit(SubmitRequest(job, params={"ok_on": "1"})).run.job_run_id
+    retried = engine.submit(SubmitRequest(job, params={"ok_on": "3"})).run.job_run_id  # two retries first
+    with running_worker(engine):
+        for rid in (first, retried):
+            wait_status(engine, rid, RunStatus.COMPLETED)
+    for rid in (first, retried):
+        count, extent, chain, history = _chain_state(engine, rid)
+        assert count == extent == len(history) and chain == seals.history_of(history)
+        assert _sealed_from_chain(engine, rid)  # nothing read back to seal it
+    assert _chain_state(engine, retried)[0] == 11  # created, admitted, 3 x (claimed, started, ended)
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+
+
+def test_dead_lettered_requeued_and_cancelled_runs_are_sealed_by_reading(engine: Engine) -> None:
+    dead = define(engine, handler="engine_handlers:fail_final")
+    ok = define(engine)
+    lettered = engine.submit(SubmitRequest(dead)).run.job_run_id
+    cancelled = engine.submit(SubmitRequest(ok)).run.job_run_id
+    control.cancel_run(engine, cancelled, actor="ops", reason="not needed")
+    with running_worker(engine):
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+        _, extent, chain, _ = _chain_state(engine, lettered)
+        assert chain is None and extent is None  # a dead letter clears the chain
+        assert not _sealed_from_chain(engine, lettered)
+        control.requeue_run(engine, lettered, actor="ops")
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+    for rid in (lettered, cancelled):
+        _assert_consistent(engine, rid)
+        assert not _sealed_from_chain(engine, rid)
+    assert _chain_state(engine, cancelled)[0] == 3  # created, admitted, cancelled: counted by every writer
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+
+
+def test_a_changed_transition_breaks_a_chained_seal(engine: Engine) -> None:
+    job = define(engine)
+    rid = engine.submit(SubmitRequest(job)).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, rid, RunStatus.COMPLETED)
+    assert _sealed_from_chain(engine, rid)
+    with engine.store.write() as tx:
+        tx.conn.execute(
+            text("UPDATE run_transitions SET actor = 'mallory' WHERE job_run_id = :r AND reason = 'started'"),
+            {"r": rid},
+        )
+    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    assert [(f.record_id, f.part) for f in found] == [(rid, "history")]
+    assert "one of its transitions was changed, removed or added" in found[0].message()
