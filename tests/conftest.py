@@ -76,9 +76,26 @@ def _truncate_pg(url: str) -> None:
     eng.dispose()
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once for the session: each test gets a copy, where migrating a
+    fresh file cost 0.15 s for every one of some two thousand tests (the migration history is
+    tested on its own, in tests/store/test_migrations.py)."""
+    import sqlite3
+
+    path = tmp_path_factory.mktemp("template") / "jobgate.db"
+    Store(f"sqlite:///{path}").dispose()
+    with sqlite3.connect(path) as conn:  # everything in the main file, nothing left in the WAL
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
+        import shutil
+
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "jobgate.db")
         return f"sqlite:///{tmp_path}/jobgate.db"
     url: str = request.getfixturevalue("pg_schema_url")
     _truncate_pg(url)
