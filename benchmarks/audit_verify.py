@@ -170,7 +170,7 @@ def sealed_runs(a: argparse.Namespace) -> None:
             fast.insert_rows(tx.conn, job_runs, cols, [tuple(r[c] for c in cols) for r in runs])
             tcols = tuple(transitions[0])
             fast.insert_rows(tx.conn, run_transitions, tcols, [tuple(r[c] for c in tcols) for r in transitions])
-            fast.insert_rows(tx.conn, seal_table, record_seals._SEAL_COLUMNS, seal_rows)
+            fast.insert_rows(tx.conn, seal_table, record_seals.SEAL_COLUMNS, seal_rows)
         if done and done % 200_000 == 0:
             print(f"  ... {done:,} runs written", flush=True)
     with store.write() as tx:
