@@ -59,6 +59,18 @@ def from_claim(row: Mapping[str, Any], transitions: Sequence[Sequence[Any]]) -> 
     )
 
 
+def row_after(row: Mapping[str, Any], ch: RunChange) -> dict[str, Any]:
+    """A run's sealed columns as ``ch`` leaves them, if it applies."""
+    after = dict(row)
+    after["status"] = ch.to_status.value
+    if ch.start_attempt:
+        after["attempt"] = int(row["attempt"]) + 1
+    for column, value in ch.values.items():
+        if column in after:
+            after[column] = codec.column(value)
+    return after
+
+
 @dataclass(frozen=True)
 class Extended:
     """Changes with their chains extended: the changes (chained ones carry the new chain's
@@ -88,13 +100,7 @@ def extend(known: Callable[[str], Chain | None], changes: Sequence[RunChange], s
             out.append(replace(ch, values={**ch.values, "history_hash": None, "history_extent": None}))
             after[ch.job_run_id] = None
             continue
-        row = dict(chain.row)
-        row["status"] = ch.to_status.value
-        if ch.start_attempt:
-            row["attempt"] = int(row["attempt"]) + 1
-        for column, value in ch.values.items():
-            if column in row:
-                row[column] = codec.column(value)
+        row = row_after(chain.row, ch)
         out.append(replace(ch, values={**ch.values, "history_hash": history, "history_extent": extent}))
         if ch.to_status in TERMINAL:
             parts = seals.run_parts_extended(row, history, extent, ())

@@ -25,7 +25,7 @@ from jobgate.core.audit import AuditEvent
 from jobgate.core.seals import Record
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
-from jobgate.store.sql import fast
+from jobgate.store.sql import chains, fast
 from jobgate.store.tables import (
     audit_log,
     dead_letters,
@@ -888,13 +888,7 @@ def presealed(
         row = rows.get(ch.job_run_id)
         if row is None:
             continue
-        after = dict(row)
-        after["status"] = ch.to_status.value
-        if ch.start_attempt:
-            after["attempt"] = int(row["attempt"]) + 1
-        for column, value in ch.values.items():
-            if column in after:
-                after[column] = codec.column(value)
+        after = chains.row_after(row, ch)
         new = dict(zip(codec.TRANSITION_COLUMNS, transitions[ch.job_run_id], strict=True))
         ts = [*history.get(ch.job_run_id, []), new]
         parts = seals.run_parts(after, ts, letters.get(ch.job_run_id, []))
