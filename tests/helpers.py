@@ -86,3 +86,15 @@ def count(engine: Engine, table: str, where: str = "") -> int:
     with engine.store.read() as tx:
         sql = f"SELECT count(*) FROM {table}" + (f" WHERE {where}" if where else "")
         return int(tx.conn.execute(text(sql)).scalar_one())
+
+
+def history_values(conn: Any, job_run_id: str) -> list[list[Any]]:
+    """A run's transitions as the value lists its seal's history chains (``core.seals``)."""
+    rows = conn.execute(
+        text(
+            "SELECT from_status, to_status, attempt, reason, actor, at, detail FROM run_transitions"
+            " WHERE job_run_id = :r ORDER BY id"
+        ),
+        {"r": job_run_id},
+    )
+    return [list(t) for t in rows]

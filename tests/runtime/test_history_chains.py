@@ -15,7 +15,7 @@ import json
 from runtime_support import running_worker, wait_status
 from sqlalchemy import text
 
-from helpers import define
+from helpers import define, history_values
 from jobgate.core import seals
 from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
@@ -30,16 +30,7 @@ def _chain_state(engine: Engine, rid: str) -> tuple[int, int | None, str | None,
             text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
             {"r": rid},
         ).one()
-        history = [
-            list(t)
-            for t in tx.conn.execute(
-                text(
-                    "SELECT from_status, to_status, attempt, reason, actor, at, detail FROM run_transitions"
-                    " WHERE job_run_id = :r ORDER BY id"
-                ),
-                {"r": rid},
-            )
-        ]
+        history = history_values(tx.conn, rid)
     return int(row[0]), row[1], row[2], history
 
 

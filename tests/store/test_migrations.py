@@ -218,7 +218,7 @@ def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url:
     and every record verifies."""
     from alembic import command
 
-    from helpers import define, make_config
+    from helpers import define, history_values, make_config
     from jobgate.core import seals
     from jobgate.service import audit, control
     from jobgate.service.engine import Engine, SubmitRequest
@@ -250,16 +250,7 @@ def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url:
                     text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
                     {"r": rid},
                 ).one()
-                history = [
-                    list(t)
-                    for t in tx.conn.execute(
-                        text(
-                            "SELECT from_status, to_status, attempt, reason, actor, at, detail FROM run_transitions"
-                            " WHERE job_run_id = :r ORDER BY id"
-                        ),
-                        {"r": rid},
-                    )
-                ]
+                history = history_values(tx.conn, rid)
                 assert count == extent == len(history) and chain == seals.history_of(history)
                 chains[rid] = chain
             latest = tx.conn.execute(
