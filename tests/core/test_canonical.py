@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobgate.core import canonical
 from jobgate.core.canonical import DIGEST_PREFIX, canonical_json, digest, isoformat_utc, sha256_hex
 
 
@@ -190,3 +191,21 @@ def test_values_the_fast_encoder_would_write_differently_take_the_standard_libra
     for value in ({"f": 1.0}, {"big": 1 << 70}, {"ctl": "a\u0001b"}, {"k\x1f": 1}, [1e16, 0.1]):
         stdlib = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         assert canonical_json(value) == stdlib
+
+
+class _Key(str):
+    """A subclass: the quick check leaves it to the careful one."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=plain_values | json_values)
+def test_the_quick_plainness_check_agrees_with_the_careful_one(value: Any) -> None:
+    """``_plain`` decides the submit path's documents; where it decides, ``_check`` agrees."""
+    quick = canonical._plain(value)
+    assert quick is None or quick == canonical._check(value, "$")
+
+
+def test_the_quick_check_leaves_what_it_cannot_tell_to_the_careful_one() -> None:
+    for value in ({"f": 1.5}, [_Key("a")], {_Key("k"): 1}, {1: "x"}, {"nan": float("nan")}, object()):
+        assert canonical._plain(value) is None
+    assert canonical_json({_Key("k"): [_Key("v")]}) == b'{"k":["v"]}'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import zlib
 from typing import Any
 
@@ -104,3 +105,15 @@ def test_a_run_sealed_from_its_chain_equals_one_sealed_by_reading(values: list[A
     chained = seals.run_parts_extended(run, seals.history_of(history), 1, [])
     assert read == chained  # the same seal, whichever way it was made (content aside)
     assert seals.column_digests(values) == [format(zlib.crc32(seals.encode([v])) & 0xFFFF, "04x") for v in values]
+
+
+def test_a_runs_column_digests_are_kept_as_one_string_and_read_in_either_form() -> None:
+    values = ["a", 1, None, ["x"]]
+    digests = seals.column_digests(values)
+    run = {c: values[i % len(values)] for i, c in enumerate((*seals.RUN_IDENTITY, *seals.RUN_OUTCOME))}
+    content = json.loads(seals.run_parts_extended(run, seals.HISTORY_GENESIS, 0, []).content or "{}")
+    kept = content["digests"]["identity"]
+    assert isinstance(kept, str) and len(kept) == 4 * len(seals.RUN_IDENTITY)
+    assert seals.split_digests(kept) == seals.column_digests([run[c] for c in seals.RUN_IDENTITY])
+    assert seals.split_digests(digests) == digests  # a seal written before the joined form
+    assert seals.split_digests(None) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from jobgate.core.canonical import digest
+from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.idempotency import idempotency_key, run_id_for
 from jobgate.core.models import ConfigSnapshot, ExecutorSpec, JobDefinition, JobRun, JsonObject, Transition, Trigger
 from jobgate.core.policies import RetryPolicy, TimeoutPolicy
@@ -95,6 +95,33 @@ def new_run(
         Transition(run_id, RunStatus.CREATED, RunStatus.SCHEDULED, 0, TransitionReason.ADMITTED.value, actor, now),
     )
     return run, transitions
+
+
+_TRIGGER_NAMES = ("trigger_id", "trigger_type")
+
+
+def trigger_document(trigger: Trigger) -> JsonObject:
+    """The trigger as a run records it (``job_runs.trigger``, sealed with the run's identity).
+
+    Fields without a value (None, an empty payload or policy context) are left out: readers take
+    a missing field for None or empty, and every run's row carries this document, so its bytes
+    are paid for on every creation, claim and seal (a run row that outgrows a quarter page
+    costs the table a page in four)."""
+    doc: JsonObject = {
+        "trigger_id": trigger.trigger_id,
+        "trigger_type": trigger.trigger_type.value,
+        "requested_by": trigger.requested_by,
+        "reason": trigger.reason,
+        "request_id": trigger.request_id,
+        "source_event_id": trigger.source_event_id,
+        "event_type": trigger.event_type,
+        "policy_context": trigger.policy_context,
+        "payload": trigger.payload,
+        "window": None
+        if trigger.window is None
+        else [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)],
+    }
+    return {k: v for k, v in doc.items() if k in _TRIGGER_NAMES or (v is not None and v != {})}
 
 
 def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_digest: str | None) -> JsonObject:

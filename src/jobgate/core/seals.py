@@ -360,7 +360,7 @@ class Parts:
     """What a seal is made of; a single-row record has ``identity`` only.
 
     ``content`` is the encoded value lists the hashes were taken of (``{"identity": [...], ...}``
-    as JSON), or for a run their ``column_digests`` (``{"digests": {"identity": [...], ...}}``):
+    as JSON), or for a run their ``column_digests`` joined (``{"digests": {"identity": "a1b2c3d4…"}}``):
     kept with the seal, so a record that differs later is reported with the column (and, where
     the values were kept, both values), not just "it changed". It is not part of the seal."""
 
@@ -377,14 +377,29 @@ def _content(**texts: bytes) -> str:
 
 def column_digests(values: Sequence[Any]) -> list[str]:
     """A short digest of each value (four hex digits of the CRC-32 of its text): what a run's
-    seal keeps to name the column that changed, in about 300 bytes where the values took 1,200
-    (a seal is written for every run that ends, in the settling transaction). Diagnosis only:
-    the seal itself is over the full hashes."""
-    return [format(zlib.crc32(encode([v])) & 0xFFFF, "04x") for v in values]
+    seal keeps to name the column that changed, in a few bytes a column (a seal is written for
+    every run that ends, in the settling transaction). Diagnosis only: the seal itself is over
+    the full hashes."""
+    try:
+        return [_FOUR_HEX % (_crc32(orjson.dumps([v])) & 0xFFFF) for v in values]
+    except TypeError:  # an integer beyond 64 bits: the reference encoder (``encode``)
+        return [_FOUR_HEX % (_crc32(encode([v])) & 0xFFFF) for v in values]
+
+
+_FOUR_HEX = "%04x"
+_crc32 = zlib.crc32
+
+
+def split_digests(kept: Any) -> list[str] | None:
+    """A part's column digests as a seal keeps them: one string of four hex digits a column
+    (older seals: a list of them); None when ``kept`` is neither."""
+    if isinstance(kept, str):
+        return [kept[i : i + 4] for i in range(0, len(kept), 4)]
+    return kept if isinstance(kept, list) else None
 
 
 def _digests(**parts: Sequence[Any]) -> str:
-    return orjson.dumps({"digests": {k: column_digests(v) for k, v in parts.items()}}).decode("utf-8")
+    return orjson.dumps({"digests": {k: "".join(column_digests(v)) for k, v in parts.items()}}).decode("utf-8")
 
 
 def run_values(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> dict[str, list[Any]]:

@@ -25,7 +25,7 @@ from jobgate import trust
 from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
-from jobgate.core.canonical import canonical_json, isoformat_utc
+from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import ApprovalFact, Facts, Moment, TrustFact, admit
 from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
@@ -42,7 +42,7 @@ from jobgate.core.models import (
 from jobgate.core.params import validate_params
 from jobgate.core.policies import BUILTIN_RETRY_POLICIES, RetryPolicy, TimeoutPolicy
 from jobgate.core.policy import Policy
-from jobgate.core.runs import new_run
+from jobgate.core.runs import new_run, trigger_document
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.governance.code import CodeReader
 from jobgate.policy import PolicyFile
@@ -741,20 +741,7 @@ class Engine:
             run = run.evolve(slot=request.slot)
         if request.via_request:  # a second person reviewed it: its approver (safe mode's manual review)
             run = run.evolve(reviewed_by=actor or request.requested_by or SYSTEM_ACTOR)
-        trigger_doc = {
-            "trigger_id": trigger.trigger_id,
-            "trigger_type": trigger.trigger_type.value,
-            "requested_by": trigger.requested_by,
-            "reason": trigger.reason,
-            "request_id": trigger.request_id,
-            "source_event_id": trigger.source_event_id,
-            "event_type": trigger.event_type,
-            "policy_context": trigger.policy_context,
-            "payload": trigger.payload,
-            "window": None
-            if trigger.window is None
-            else [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)],
-        }
+        trigger_doc = trigger_document(trigger)
         return PreparedSubmission(
             RunCreate(run, trigger_doc, transitions, definition.concurrency_limit, definition.rate_limit_per_second),
             snapshot,

@@ -593,7 +593,7 @@ def _explain(content: str | None, part: str, names: Sequence[str], now: Sequence
     try:
         kept = json.loads(content)
         digests = kept.get("digests")
-        sealed = kept.get(part) if digests is None else digests.get(part)
+        sealed = kept.get(part) if digests is None else seals.split_digests(digests.get(part))
     except (ValueError, AttributeError):
         return None, None
     if not isinstance(sealed, list):
