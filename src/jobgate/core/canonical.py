@@ -64,9 +64,9 @@ def _plain(value: Any) -> bool | None:
     created digests several documents, so this is on the submit path."""
     kind = type(value)
     if kind is str:
-        return value.isprintable()
+        return bool(value.isprintable())
     if kind is int:
-        return -_INT64 <= value < _INT64
+        return bool(-_INT64 <= value < _INT64)
     if value is None or kind is bool:
         return True
     plain: bool | None = True

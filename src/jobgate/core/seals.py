@@ -376,18 +376,33 @@ def _content(**texts: bytes) -> str:
 
 
 def column_digests(values: Sequence[Any]) -> list[str]:
-    """A short digest of each value (four hex digits of the CRC-32 of its text): what a run's
-    seal keeps to name the column that changed, in a few bytes a column (a seal is written for
-    every run that ends, in the settling transaction). Diagnosis only: the seal itself is over
-    the full hashes."""
-    try:
-        return [_FOUR_HEX % (_crc32(orjson.dumps([v])) & 0xFFFF) for v in values]
-    except TypeError:  # an integer beyond 64 bits: the reference encoder (``encode``)
-        return [_FOUR_HEX % (_crc32(encode([v])) & 0xFFFF) for v in values]
+    """A short digest of each value (four hex digits of the CRC-32 of ``encode([value])``): what
+    a run's seal keeps to name the column that changed, in a few bytes a column (a seal is
+    written for every run that ends, in the settling transaction). Diagnosis only: the seal
+    itself is over the full hashes."""
+    return [_column_digest(v) for v in values]
 
 
 _FOUR_HEX = "%04x"
 _crc32 = zlib.crc32
+_NULL_DIGEST = _FOUR_HEX % (_crc32(b"[null]") & 0xFFFF)
+# Most of a run's columns repeat from run to run (its definition, digests, policy, queue): their
+# digests are remembered. Emptied when full, so run ids and keys never crowd the repeats out.
+_text_digests: dict[str, str] = {}
+_TEXT_DIGESTS = 4096
+
+
+def _column_digest(value: Any) -> str:
+    if value is None:
+        return _NULL_DIGEST
+    if type(value) is str:
+        found = _text_digests.get(value)
+        if found is None:
+            if len(_text_digests) >= _TEXT_DIGESTS:
+                _text_digests.clear()
+            found = _text_digests[value] = _FOUR_HEX % (_crc32(orjson.dumps([value])) & 0xFFFF)
+        return found
+    return _FOUR_HEX % (_crc32(encode([value])) & 0xFFFF)
 
 
 def split_digests(kept: Any) -> list[str] | None:

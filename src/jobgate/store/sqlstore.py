@@ -79,7 +79,7 @@ def prepare_chained(known: run_chains.Chains | None, changes: Sequence[RunChange
     if known is None:
         return claims.prepare_changes(changes)
     extended = run_chains.extend(known.get, changes, record_seals.run_seal_row)
-    prepared = claims.prepare_changes(extended.changes)
+    prepared = claims.prepare_changes(changes, values=extended.values, transitions=extended.transitions)
     prepared.seals.update(extended.seals)
     prepared.chains.update(extended.after)
     return prepared

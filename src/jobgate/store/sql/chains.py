@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from jobgate.core import seals
@@ -45,18 +46,40 @@ class Chain:
 
 
 def from_claim(row: Mapping[str, Any], transitions: Sequence[Sequence[Any]]) -> Chain | None:
-    """The chain of a run a claim just took: ``row`` is its row after the claim, ``transitions``
-    the claim's own (``codec.TRANSITION_COLUMNS`` tuples, in order). None when the row's chain
-    does not cover every transition before the claim."""
-    history, extent, count = row["history_hash"], row["history_extent"], row["transition_count"]
+    """The chain of a run a claim just took: ``row`` is its row after the claim (a mapping),
+    ``transitions`` the claim's own (``codec.TRANSITION_COLUMNS`` tuples, in order). None when
+    the row's chain does not cover every transition before the claim."""
+    return _chain(
+        row["lease_token"],
+        row["history_hash"],
+        row["history_extent"],
+        row["transition_count"],
+        {c: row[c] for c in SEALED_COLUMNS},
+        transitions,
+    )
+
+
+_CHAIN_COLUMNS = ("lease_token", "history_hash", "history_extent", "transition_count")
+_getters: dict[tuple[str, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}
+
+
+def from_values(columns: tuple[str, ...], values: Sequence[Any], transitions: Sequence[Sequence[Any]]) -> Chain | None:
+    """``from_claim`` for a row as a value list in ``columns`` order (SQLite's claim returns
+    every column of every run it took): the sealed columns are picked without building a
+    mapping of the whole row."""
+    get = _getters.get(columns)
+    if get is None:
+        get = _getters[columns] = itemgetter(*(columns.index(c) for c in (*_CHAIN_COLUMNS, *SEALED_COLUMNS)))
+    token, history, extent, count, *sealed = get(values)
+    return _chain(token, history, extent, count, dict(zip(SEALED_COLUMNS, sealed, strict=True)), transitions)
+
+
+def _chain(
+    token: Any, history: Any, extent: Any, count: Any, sealed: dict[str, Any], transitions: Sequence[Sequence[Any]]
+) -> Chain | None:
     if history is None or extent is None or int(extent) + len(transitions) != int(count):
         return None
-    return Chain(
-        int(row["lease_token"]),
-        {c: row[c] for c in SEALED_COLUMNS},
-        seals.history_of([t[2:] for t in transitions], history),
-        int(count),
-    )
+    return Chain(int(token), sealed, seals.history_of([t[2:] for t in transitions], history), int(count))
 
 
 def row_after(row: Mapping[str, Any], ch: RunChange) -> dict[str, Any]:
@@ -73,41 +96,47 @@ def row_after(row: Mapping[str, Any], ch: RunChange) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Extended:
-    """Changes with their chains extended: the changes (chained ones carry the new chain's
-    ``history_hash`` and ``history_extent``), the chain each leaves if it applies (None: the
-    run leaves its holder's hands), and the seal rows of the runs they end."""
+    """Changes with their chains extended: the columns each chained change sets besides its own
+    (``history_hash`` and ``history_extent``), the transitions as rows (computed once, for the
+    chain and for the insert), the chain each change leaves if it applies (None: the run leaves
+    its holder's hands), and the seal rows of the runs they end."""
 
-    changes: list[RunChange]
+    values: dict[str, dict[str, Any]]
+    transitions: dict[str, tuple[Any, ...]]
     after: dict[str, Chain | None]
     seals: dict[str, Any]
+
+
+_CLEARED = {"history_hash": None, "history_extent": None}
 
 
 def extend(known: Callable[[str], Chain | None], changes: Sequence[RunChange], seal_row: Any) -> Extended:
     """Extend the chain of every fenced change whose run's chain is known under its token.
     ``seal_row(tenant, run_id, parts, at_us)`` makes a seal row (``store.sql.seals``)."""
-    out: list[RunChange] = []
+    values: dict[str, dict[str, Any]] = {}
+    transitions: dict[str, tuple[Any, ...]] = {}
     after: dict[str, Chain | None] = {}
     sealed: dict[str, Any] = {}
     for ch in changes:
-        chain = known(ch.job_run_id) if ch.expected_token is not None else None
+        rid = ch.job_run_id
+        chain = known(rid) if ch.expected_token is not None else None
         if chain is None or chain.token != ch.expected_token:
-            out.append(ch)
             continue
-        transition = codec.transition_values(ch.transition, ch.tenant_id)
+        if ch.dead_letter is not None:  # sealed by reading (its letter may be renumbered); chain cleared
+            values[rid] = _CLEARED
+            after[rid] = None
+            continue
+        transition = transitions[rid] = codec.transition_values(ch.transition, ch.tenant_id)
         history = seals.history_step(chain.history, transition[2:])
         extent = chain.extent + 1
-        if ch.dead_letter is not None:  # sealed by reading (its letter may be renumbered); chain cleared
-            out.append(replace(ch, values={**ch.values, "history_hash": None, "history_extent": None}))
-            after[ch.job_run_id] = None
-            continue
+        values[rid] = {"history_hash": history, "history_extent": extent}
         row = row_after(chain.row, ch)
-        out.append(replace(ch, values={**ch.values, "history_hash": history, "history_extent": extent}))
         if ch.to_status in TERMINAL:
             parts = seals.run_parts_extended(row, history, extent, ())
-            sealed[ch.job_run_id] = seal_row(ch.tenant_id, ch.job_run_id, parts, codec.to_us(ch.transition.at))
+            sealed[rid] = seal_row(ch.tenant_id, rid, parts, transition[7])
         keeps = ch.to_status in LEASED and not ch.revoke_lease
-        after[ch.job_run_id] = Chain(chain.token, row, history, extent) if keeps else None
-    return Extended(out, after, sealed)
+        after[rid] = Chain(chain.token, row, history, extent) if keeps else None
+    return Extended(values, transitions, after, sealed)
 
 
 class Chains:

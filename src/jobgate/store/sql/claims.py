@@ -306,6 +306,7 @@ def _sqlite_read_candidates(excluded: Any = None) -> Any:
 
 
 _RUN_COLUMNS = tuple(c.name for c in job_runs.c)
+assert _RUN_COLUMNS[0] == "job_run_id"  # SQLite's claimed rows are read by position
 _SQLITE_CANDIDATES, _SQLITE_START, _SQLITE_DISPATCH, _SQLITE_CLAIMED = _sqlite_claim_statements()
 _SQLITE_CANDIDATES_EXCLUDING = _sqlite_read_candidates(C.definition_digest.not_in(_json_values("exclude")))
 
@@ -479,9 +480,7 @@ def _claim_ids(
         return _by_claim_order(runs)
 
     batch = ClaimedRuns(decode, len(found))
-    batch.chains = functools.partial(
-        _chains, [dict(zip(_RUN_COLUMNS, r, strict=True)) for r in found], facts, previous, p, now
-    )
+    batch.chains = functools.partial(_chains, found, facts, previous, p, now)
     return facts, batch
 
 
@@ -499,8 +498,10 @@ def _chains(
         by_run[t[0]].append(t)
     out: list[tuple[str, chains.Chain | None]] = []
     for r in rows:
-        row = r if isinstance(r, Mapping) else dict(zip(_RUN_COLUMNS, r, strict=True))
-        out.append((row["job_run_id"], chains.from_claim(row, by_run[row["job_run_id"]])))
+        if isinstance(r, Mapping):
+            out.append((r["job_run_id"], chains.from_claim(r, by_run[r["job_run_id"]])))
+        else:  # SQLite's value lists: the run id is the first column
+            out.append((r[0], chains.from_values(_RUN_COLUMNS, r, by_run[r[0]])))
     return out
 
 
@@ -779,9 +780,9 @@ def _cas_rows(conn: Connection, key: _GroupKey, rows: Sequence[tuple[Any, ...]])
     return fast.run_arrays(conn, sql, rows)[0]
 
 
-def _values(ch: RunChange, columns: tuple[str, ...]) -> tuple[Any, ...]:
+def _values(ch: RunChange, values: Mapping[str, Any], columns: tuple[str, ...]) -> tuple[Any, ...]:
     expired = None if ch.lease_expired_before is None else codec.to_us(ch.lease_expired_before)
-    return (ch.job_run_id, ch.expected_token, expired, *(codec.column(ch.values[c]) for c in columns))
+    return (ch.job_run_id, ch.expected_token, expired, *(codec.column(values[c]) for c in columns))
 
 
 @dataclass(frozen=True)
@@ -802,9 +803,19 @@ class PreparedChanges:
     chains: dict[str, Any] = field(default_factory=dict)
 
 
-def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
-    groups: dict[_GroupKey, list[RunChange]] = defaultdict(list)
+def prepare_changes(
+    changes: Sequence[RunChange],
+    *,
+    values: Mapping[str, Mapping[str, Any]] | None = None,
+    transitions: Mapping[str, tuple[Any, ...]] | None = None,
+) -> PreparedChanges:
+    """Group ``changes`` by kind and make their rows. ``values``: columns set besides a change's
+    own, by run (the history chains, ``store.sql.chains``); ``transitions``: transition rows
+    already made, by run."""
+    groups: dict[_GroupKey, list[tuple[RunChange, Mapping[str, Any]]]] = defaultdict(list)
     for ch in changes:
+        more = values.get(ch.job_run_id) if values else None
+        columns = {**ch.values, **more} if more else ch.values
         key = (
             ch.from_status,
             ch.to_status,
@@ -812,13 +823,20 @@ def prepare_changes(changes: Sequence[RunChange]) -> PreparedChanges:
             ch.revoke_lease,
             ch.start_attempt,
             ch.lease_expired_before is not None,
-            tuple(sorted(ch.values)),
+            tuple(sorted(columns)),
         )
-        groups[key].append(ch)
+        groups[key].append((ch, columns))
+    made = transitions or {}
     return PreparedChanges(
         changes=list(changes),
-        groups=[(k, items, [_values(ch, k[6]) for ch in items]) for k, items in groups.items()],
-        transitions={ch.job_run_id: codec.transition_values(ch.transition, ch.tenant_id) for ch in changes},
+        groups=[
+            (k, [ch for ch, _ in items], [_values(ch, columns, k[6]) for ch, columns in items])
+            for k, items in groups.items()
+        ],
+        transitions={
+            ch.job_run_id: made.get(ch.job_run_id) or codec.transition_values(ch.transition, ch.tenant_id)
+            for ch in changes
+        },
         events={ch.job_run_id: _event_rows(ch.job_run_id, ch.tenant_id, ch.events, ch.transition.at) for ch in changes},
         letters={ch.job_run_id: codec.dead_letter_row(ch.dead_letter) for ch in changes if ch.dead_letter},
     )
