@@ -463,10 +463,15 @@ def history_hash(transitions: Sequence[Record]) -> str:
 def run_parts_extended(run: Record, history: str, extent: int, letters: Sequence[Record]) -> Parts:
     """A run's parts from its row, the history its writer extended (``history_step``) over
     ``extent`` transitions, and its dead letters: how a worker seals the run it holds without
-    reading its transitions back. ``content`` keeps the identity and outcome value lists."""
-    identity: list[Any] = [run[c] for c in RUN_IDENTITY]
+    reading its transitions back. ``content`` keeps the identity and outcome column digests."""
     outcome: list[Any] = [run[c] for c in RUN_OUTCOME]
     outcome.append([[d[c] for c in LETTER_COLUMNS] for d in letters])
+    return run_parts_of([run[c] for c in RUN_IDENTITY], outcome, history, extent)
+
+
+def run_parts_of(identity: Sequence[Any], outcome: Sequence[Any], history: str, extent: int) -> Parts:
+    """``run_parts_extended`` from the value lists themselves: ``identity`` in ``RUN_IDENTITY``
+    order, ``outcome`` in ``RUN_OUTCOME`` order followed by the dead letters' value lists."""
     return Parts(
         identity=value_hash(identity),
         outcome=value_hash(outcome),

@@ -30,17 +30,21 @@ from jobgate.core.states import LEASED, TERMINAL
 from jobgate.store import codec
 from jobgate.store.base import RunChange
 
-SEALED_COLUMNS = tuple(dict.fromkeys((*seals.RUN_IDENTITY, *seals.RUN_OUTCOME)))
+SEALED_COLUMNS = (*seals.RUN_IDENTITY, *seals.RUN_OUTCOME)  # the two share no column
 LIMIT = 100_000  # chains kept per store: far above any worker's runs in hand
+_IDENTITY = len(seals.RUN_IDENTITY)
+_INDEX = {c: i for i, c in enumerate(SEALED_COLUMNS)}
+_STATUS, _ATTEMPT = _INDEX["status"], _INDEX["attempt"]
 
 
 @dataclass(frozen=True, slots=True)
 class Chain:
-    """A leased run as its holder knows it: the lease's token, the sealed columns as the row
-    stands, and the history chain over all ``extent`` of its transitions."""
+    """A leased run as its holder knows it: the lease's token, the sealed columns' values as the
+    row stands (in ``SEALED_COLUMNS`` order), and the history chain over all ``extent`` of its
+    transitions."""
 
     token: int
-    row: Mapping[str, Any]
+    values: tuple[Any, ...]
     history: str
     extent: int
 
@@ -54,28 +58,30 @@ def from_claim(row: Mapping[str, Any], transitions: Sequence[Sequence[Any]]) -> 
         row["history_hash"],
         row["history_extent"],
         row["transition_count"],
-        {c: row[c] for c in SEALED_COLUMNS},
+        tuple(row[c] for c in SEALED_COLUMNS),
         transitions,
     )
 
 
-_CHAIN_COLUMNS = ("lease_token", "history_hash", "history_extent", "transition_count")
-_getters: dict[tuple[str, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}
+_getters: dict[tuple[str, ...], tuple[Callable[[Sequence[Any]], Any], Callable[[Sequence[Any]], Any]]] = {}
 
 
 def from_values(columns: tuple[str, ...], values: Sequence[Any], transitions: Sequence[Sequence[Any]]) -> Chain | None:
     """``from_claim`` for a row as a value list in ``columns`` order (SQLite's claim returns
-    every column of every run it took): the sealed columns are picked without building a
-    mapping of the whole row."""
-    get = _getters.get(columns)
-    if get is None:
-        get = _getters[columns] = itemgetter(*(columns.index(c) for c in (*_CHAIN_COLUMNS, *SEALED_COLUMNS)))
-    token, history, extent, count, *sealed = get(values)
-    return _chain(token, history, extent, count, dict(zip(SEALED_COLUMNS, sealed, strict=True)), transitions)
+    every column of every run it took): the values are picked by position, nothing decoded."""
+    getters = _getters.get(columns)
+    if getters is None:
+        chain_columns = ("lease_token", "history_hash", "history_extent", "transition_count")
+        getters = _getters[columns] = (
+            itemgetter(*(columns.index(c) for c in chain_columns)),
+            itemgetter(*(columns.index(c) for c in SEALED_COLUMNS)),
+        )
+    token, history, extent, count = getters[0](values)
+    return _chain(token, history, extent, count, getters[1](values), transitions)
 
 
 def _chain(
-    token: Any, history: Any, extent: Any, count: Any, sealed: dict[str, Any], transitions: Sequence[Sequence[Any]]
+    token: Any, history: Any, extent: Any, count: Any, sealed: tuple[Any, ...], transitions: Sequence[Sequence[Any]]
 ) -> Chain | None:
     if history is None or extent is None or int(extent) + len(transitions) != int(count):
         return None
@@ -92,6 +98,19 @@ def row_after(row: Mapping[str, Any], ch: RunChange) -> dict[str, Any]:
         if column in after:
             after[column] = codec.column(value)
     return after
+
+
+def values_after(values: tuple[Any, ...], ch: RunChange) -> tuple[Any, ...]:
+    """``row_after`` for a chain's values (``SEALED_COLUMNS`` order)."""
+    after = list(values)
+    after[_STATUS] = ch.to_status.value
+    if ch.start_attempt:
+        after[_ATTEMPT] = int(values[_ATTEMPT]) + 1
+    for column, value in ch.values.items():
+        i = _INDEX.get(column)
+        if i is not None:
+            after[i] = codec.column(value)
+    return tuple(after)
 
 
 @dataclass(frozen=True)
@@ -130,12 +149,12 @@ def extend(known: Callable[[str], Chain | None], changes: Sequence[RunChange], s
         history = seals.history_step(chain.history, transition[2:])
         extent = chain.extent + 1
         values[rid] = {"history_hash": history, "history_extent": extent}
-        row = row_after(chain.row, ch)
+        now = values_after(chain.values, ch)
         if ch.to_status in TERMINAL:
-            parts = seals.run_parts_extended(row, history, extent, ())
+            parts = seals.run_parts_of(now[:_IDENTITY], [*now[_IDENTITY:], []], history, extent)
             sealed[rid] = seal_row(ch.tenant_id, rid, parts, transition[7])
         keeps = ch.to_status in LEASED and not ch.revoke_lease
-        after[rid] = Chain(chain.token, row, history, extent) if keeps else None
+        after[rid] = Chain(chain.token, now, history, extent) if keeps else None
     return Extended(values, transitions, after, sealed)
 
 

@@ -453,7 +453,7 @@ def _claim_ids(
         ]
         done = _by_claim_order(claimed)
         out = ClaimedRuns(lambda: done, len(done))
-        out.chains = functools.partial(_chains, raws, facts, previous, p, now)
+        out.chains = lambda: _chains(raws, _claim_transitions(facts, previous, p, now))
         return facts, out
     # SQLite: the write lock is ours, so the rows leased to us among these ids after the two
     # updates are exactly the ones they changed (candidates were unleased when read). Started
@@ -468,7 +468,8 @@ def _claim_ids(
     fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
     found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
     facts = [_Claimed(*(row[i] for i in _FACT_INDEXES)) for row in found]
-    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, _claim_transitions(facts, previous, p, now))
+    made = _claim_transitions(facts, previous, p, now)
+    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, made)
 
     def decode() -> list[JobRun]:
         runs: list[JobRun] = []
@@ -480,21 +481,17 @@ def _claim_ids(
         return _by_claim_order(runs)
 
     batch = ClaimedRuns(decode, len(found))
-    batch.chains = functools.partial(_chains, found, facts, previous, p, now)
+    batch.chains = functools.partial(_chains, found, made)
     return facts, batch
 
 
 def _chains(
-    rows: Sequence[Mapping[str, Any] | Sequence[Any]],
-    facts: Sequence[_Claimed],
-    previous: dict[str, str],
-    p: RunsClaim,
-    now: int,
+    rows: Sequence[Mapping[str, Any] | Sequence[Any]], made: Sequence[tuple[Any, ...]]
 ) -> list[tuple[str, chains.Chain | None]]:
-    """Each claimed run's history chain, extended by the claim's own transitions (rows as
-    mappings, or as SQLite's value lists in ``_RUN_COLUMNS`` order). Called after commit."""
+    """Each claimed run's history chain, extended by the claim's own transitions ``made`` (rows
+    as mappings, or as SQLite's value lists in ``_RUN_COLUMNS`` order). Called after commit."""
     by_run: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for t in _claim_transitions(facts, previous, p, now):
+    for t in made:
         by_run[t[0]].append(t)
     out: list[tuple[str, chains.Chain | None]] = []
     for r in rows:
