@@ -272,6 +272,45 @@ def test_the_store_refuses_a_second_run_for_a_slot(engine: Engine) -> None:
     assert made == [(run, False)] and count(engine, "job_runs") == 1
 
 
+def test_runs_made_together_are_stored_in_run_id_order_and_a_slot_goes_to_its_first_request(
+    engine: Engine,
+) -> None:
+    # Stored in run id order (a claim then takes neighbouring rows); within one call a slot goes
+    # to the first request naming it, whatever the ids, and the later one is told its holder.
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="a").tick(T0 + HOUR)
+    with engine.store.read() as tx:
+        run = tx.runs_list(RunFilter(limit=10))[0]
+    with engine.store.write() as tx:
+        tx.conn.execute(text("DELETE FROM run_transitions"))
+        tx.conn.execute(text("DELETE FROM job_runs"))
+    later = [run.evolve(job_run_id=f"TGJOBRUN-{c}", idempotency_key=f"key-{c}", slot=None) for c in "dbca"]
+    first = run.evolve(job_run_id="TGJOBRUN-z", idempotency_key="key-z", slot="S")
+    second = run.evolve(job_run_id="TGJOBRUN-0", idempotency_key="key-0", slot="S")
+    creates = [RunCreate(r, {}, (), None, None) for r in (*later, first, second)]
+    with engine.store.write() as tx:
+        made = tx.runs_create(creates)
+    assert [(r.job_run_id, new) for r, new in made] == [
+        *((r.job_run_id, True) for r in later),
+        ("TGJOBRUN-z", True),
+        ("TGJOBRUN-z", False),
+    ]
+    with engine.store.read() as tx:
+        stored = (
+            tx.conn.execute(
+                text(
+                    "SELECT job_run_id FROM job_runs ORDER BY rowid"
+                    if engine.store.dialect == "sqlite"
+                    else "SELECT job_run_id FROM job_runs ORDER BY ctid"
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert stored == ["TGJOBRUN-a", "TGJOBRUN-b", "TGJOBRUN-c", "TGJOBRUN-d", "TGJOBRUN-z"]
+
+
 def test_backfill_of_windows_takes_whole_windows_inside_the_range(engine: Engine) -> None:
     job = helpers.define(engine, trigger_type="batch_window")
     add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR), watermark=T0 + 100 * HOUR)
