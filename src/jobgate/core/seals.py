@@ -386,6 +386,7 @@ def column_digests(values: Sequence[Any]) -> list[str]:
 _FOUR_HEX = "%04x"
 _crc32 = zlib.crc32
 _NULL_DIGEST = _FOUR_HEX % (_crc32(b"[null]") & 0xFFFF)
+_INT64 = 1 << 63
 # Most of a run's columns repeat from run to run (its definition, digests, policy, queue): their
 # digests are remembered. Emptied when full, so run ids and keys never crowd the repeats out.
 _text_digests: dict[str, str] = {}
@@ -395,7 +396,10 @@ _TEXT_DIGESTS = 4096
 def _column_digest(value: Any) -> str:
     if value is None:
         return _NULL_DIGEST
-    if type(value) is str:
+    kind = type(value)
+    if kind is int and -_INT64 <= value < _INT64:  # its text is its digits: no encoder needed
+        return _FOUR_HEX % (_crc32(b"[%d]" % value) & 0xFFFF)
+    if kind is str:
         found = _text_digests.get(value)
         if found is None:
             if len(_text_digests) >= _TEXT_DIGESTS:
@@ -414,7 +418,8 @@ def split_digests(kept: Any) -> list[str] | None:
 
 
 def _digests(**parts: Sequence[Any]) -> str:
-    return orjson.dumps({"digests": {k: "".join(column_digests(v)) for k, v in parts.items()}}).decode("utf-8")
+    """``{"digests": {part: "<four hex digits a column>", ...}}`` (hex digits need no escaping)."""
+    return '{"digests":{' + ",".join(f'"{k}":"{"".join(column_digests(v))}"' for k, v in parts.items()) + "}}"
 
 
 def run_values(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> dict[str, list[Any]]:
