@@ -117,3 +117,15 @@ def test_a_runs_column_digests_are_kept_as_one_string_and_read_in_either_form() 
     assert seals.split_digests(kept) == seals.column_digests([run[c] for c in seals.RUN_IDENTITY])
     assert seals.split_digests(digests) == digests  # a seal written before the joined form
     assert seals.split_digests(None) is None
+
+
+_TRANSITION_VALUE = st.one_of(st.none(), st.integers(-(2**70), 2**70), st.text(max_size=12), st.booleans())
+
+
+@given(st.lists(st.lists(_TRANSITION_VALUE, min_size=7, max_size=7), max_size=6))
+def test_the_written_out_history_equals_its_steps(transitions: list[list[Any]]) -> None:
+    """``history_of`` inlines ``history_step`` for speed; integers beyond 64 bits take the steps."""
+    link = seals.HISTORY_GENESIS
+    for t in transitions:
+        link = seals.history_step(link, t)
+    assert seals.history_of(transitions) == link

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, func, select
+from sqlalchemy import Connection, Table, and_, bindparam, func, select
 
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEvent
@@ -495,6 +495,18 @@ def _add(report: RecordsReport, finding: Finding) -> None:
         report.findings.append(finding)
 
 
+_statements: dict[tuple[str, str], Any] = {}
+
+
+def _statement(conn: Connection, name: str, build: Callable[[], Any]) -> Any:
+    """A streamed query, built once per dialect (``fast`` compiles each statement object once)."""
+    key = (name, conn.dialect.name)
+    found = _statements.get(key)
+    if found is None:
+        found = _statements[key] = build()
+    return found
+
+
 def _collate(conn: Connection, column: Any) -> Any:
     """Byte order on both backends: the merge below compares ids the way Python does."""
     return column.collate("C") if conn.dialect.name == "postgresql" else column
@@ -533,9 +545,17 @@ def _walk_batches(entries: Sequence[BatchEntry], seals_iter: Iterator[Any], repo
 
 def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[Record]:
     """The latest seal of each record of ``kind``, in record id order."""
-    q = select(record_seals).where(S.tenant_id == tenant_id, S.kind == kind).order_by(_collate(conn, S.record_id), S.id)
+    q = _statement(
+        conn,
+        "latest",
+        lambda: (
+            select(record_seals)
+            .where(S.tenant_id == bindparam("tenant"), S.kind == bindparam("kind"))
+            .order_by(_collate(conn, S.record_id), S.id)
+        ),
+    )
     previous: Record | None = None
-    for r in conn.execution_options(yield_per=20_000).execute(q).mappings():
+    for r in fast.stream(conn, q, {"tenant": tenant_id, "kind": kind}, size=20_000):
         if previous is not None and previous["record_id"] != r["record_id"]:
             yield previous
         previous = r
@@ -615,15 +635,34 @@ def _short(value: Any) -> str:
 
 def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
     r, t = job_runs.c, run_transitions.c
-    runs = conn.execution_options(yield_per=10_000).execute(
-        select(*_cols(job_runs, _RUN_READ)).where(r.tenant_id == tenant_id).order_by(_collate(conn, r.job_run_id))
+    runs = fast.stream(
+        conn,
+        _statement(
+            conn,
+            "runs",
+            lambda: (
+                select(*_cols(job_runs, _RUN_READ))
+                .where(r.tenant_id == bindparam("tenant"))
+                .order_by(_collate(conn, r.job_run_id))
+            ),
+        ),
+        {"tenant": tenant_id},
     )
-    trans = conn.execution_options(yield_per=20_000).execute(
-        select(*_cols(run_transitions, _TRANSITION_READ))
-        .where(t.tenant_id == tenant_id)
-        .order_by(_collate(conn, t.job_run_id), t.id)
+    trans = fast.stream(
+        conn,
+        _statement(
+            conn,
+            "transitions",
+            lambda: (
+                select(*_cols(run_transitions, _TRANSITION_READ))
+                .where(t.tenant_id == bindparam("tenant"))
+                .order_by(_collate(conn, t.job_run_id), t.id)
+            ),
+        ),
+        {"tenant": tenant_id},
+        size=20_000,
     )
-    history = _grouped(trans.mappings(), "job_run_id")
+    history = _grouped(trans, "job_run_id")
     letters = _by_run(
         conn.execute(
             select(*_cols(dead_letters, _LETTER_READ))
@@ -633,7 +672,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     )
     pending_history = next(history, None)
     checked = 0
-    for rid, run, seal in _merge(iter(runs.mappings()), "job_run_id", _latest_stream(conn, tenant_id, seals.RUN)):
+    for rid, run, seal in _merge(runs, "job_run_id", _latest_stream(conn, tenant_id, seals.RUN)):
         ts: list[Record] = []
         while pending_history is not None and pending_history[0] < rid:
             _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
