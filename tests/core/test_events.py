@@ -48,7 +48,7 @@ def test_qualified_names(kind: EventType) -> None:
 
 BUILDERS: list[tuple[Callable[[], Event], EventType, dict[str, Any]]] = [
     (
-        lambda: events.job_started(RUN, 4, NOW),
+        lambda: events.started_event(events.StartedRun.of(RUN, 4), NOW),
         EventType.JOB_STARTED,
         {"engine_cmi": ENGINE_CMI, "config_snapshot_id": "snap-1", "attempt": 4, "started_at": Z_NOW},
     ),

@@ -10,13 +10,14 @@ import pytest
 from sqlalchemy import text
 from tests.helpers import count, define
 
+from jobgate.core import transitions
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.models import JobRun
 from jobgate.core.settle import settle_attempt
 from jobgate.core.states import RunStatus
-from jobgate.runtime.changes import settlement_change
+from jobgate.core.transitions import RunChange
 from jobgate.service.engine import Engine, SubmitRequest, retry_policy
-from jobgate.store.base import RunChange, RunsClaim
+from jobgate.store.base import RunsClaim
 
 
 def submit(engine: Engine, job: str, n: int) -> list[str]:
@@ -42,7 +43,7 @@ def succeeded(engine: Engine, run: JobRun, now: datetime) -> RunChange:
         started_at=run.started_at or now,
         result={"ok": True},
     )
-    return settlement_change(done, run, worker_id="w", now=now)
+    return transitions.settled(done, run, now=now)
 
 
 def test_a_queue_named_twice_is_claimed_from_once(engine: Engine) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy import select, text
 from helpers import config_document, count, define, make_config
 from jobgate.config import JobgateConfig
 from jobgate.contracts import event_contract, validate
+from jobgate.core import transitions as moves
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.models import DeadLetterReason, JobRun
 from jobgate.core.settle import settle_attempt
@@ -28,7 +29,6 @@ from jobgate.core.sla import DeadlineKind, Phase, record_id
 from jobgate.core.states import RunStatus
 from jobgate.replay import replay
 from jobgate.runtime import rescuer
-from jobgate.runtime.changes import settlement_change
 from jobgate.runtime.sla import LEADER_LOCK, SlaMonitor
 from jobgate.service import control, sla
 from jobgate.service.engine import Engine, SubmitRequest, settling_policy
@@ -86,7 +86,7 @@ def settle(engine: Engine, run: JobRun, kind: OutcomeKind, now: datetime, code: 
         started_at=run.started_at or now,
     )  # fmt: skip
     with engine.store.write() as tx:
-        assert tx.runs_apply([settlement_change(s, run, worker_id="w-test", now=now)])
+        assert tx.runs_apply([moves.settled(s, run, now=now)])
     return get_run(engine, run.job_run_id)
 
 
@@ -194,7 +194,7 @@ def test_a_transition_that_commits_late_is_still_judged(engine: Engine, database
             actor="w-test", started_at=t0 + S,
         )  # fmt: skip
         with engine.store.write() as tx:
-            assert tx.runs_apply([settlement_change(s, run, worker_id="w-test", now=t0 + 70 * S)])
+            assert tx.runs_apply([moves.settled(s, run, now=t0 + 70 * S)])
             holding.set()
             release.wait(30)
 
@@ -239,7 +239,7 @@ def test_a_rolled_back_gap_is_passed_after_the_grace(engine: Engine, database_ur
         run = started[first.job_run_id]
         s = settle_attempt(run, Outcome(OutcomeKind.SUCCEEDED), settling_policy(engine.config, run),
                            now=t0 + 2 * S, actor="w-test", started_at=t0 + S)  # fmt: skip
-        tx.runs_apply([settlement_change(s, run, worker_id="w-test", now=t0 + 2 * S)])
+        tx.runs_apply([moves.settled(s, run, now=t0 + 2 * S)])
         raise Rollback
     settle(engine, started[second.job_run_id], OutcomeKind.SUCCEEDED, t0 + 3 * S)
     with engine.store.read() as tx:

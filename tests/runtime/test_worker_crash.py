@@ -31,10 +31,10 @@ from runtime_support import (
 
 from helpers import config_document, count, define
 from jobgate.config import JobgateConfig
+from jobgate.core import transitions as moves
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.settle import settle_attempt
 from jobgate.core.states import RunStatus
-from jobgate.runtime.changes import settlement_change
 from jobgate.runtime.rescuer import RESCUER
 from jobgate.service.engine import Engine, SubmitRequest, retry_policy
 
@@ -158,7 +158,7 @@ def test_a_sigkilled_worker_process_is_recovered_after_its_lease_and_its_late_wr
             started_at=stale.started_at or engine.clock.now(),
             result={"late": True},
         )
-        change = settlement_change(late, stale, worker_id=stale.lease_owner or "", now=engine.clock.now())
+        change = moves.settled(late, stale, now=engine.clock.now())
         outbox_before = count(engine, "outbox")
         with engine.store.write() as tx:
             assert tx.runs_apply([change]) == []

@@ -76,21 +76,6 @@ def _base(kind: EventType, run: JobRun | RunRef) -> dict[str, Any]:
     }
 
 
-def job_started(run: JobRun, attempt: int, now: datetime) -> Event:
-    return started_event(
-        StartedRun(
-            run.job_run_id,
-            run.job_class.value,
-            run.job_definition_id,
-            run.tenant_id,
-            run.idempotency_key,
-            run.config_snapshot_id,
-            attempt,
-        ),
-        now,
-    )
-
-
 class StartedRun(NamedTuple):
     """What a ``job_started`` event says about its run: a claim writes these events from the
     rows it updated, before (and without) decoding them into ``JobRun`` values."""
@@ -103,8 +88,22 @@ class StartedRun(NamedTuple):
     config_snapshot_id: str
     attempt: int
 
+    @classmethod
+    def of(cls, run: JobRun, attempt: int) -> StartedRun:
+        """The facts of ``run`` starting its ``attempt``."""
+        return cls(
+            run.job_run_id,
+            run.job_class.value,
+            run.job_definition_id,
+            run.tenant_id,
+            run.idempotency_key,
+            run.config_snapshot_id,
+            attempt,
+        )
+
 
 def started_event(run: StartedRun, now: datetime) -> Event:
+    """``job_started``: the one builder, for a claim's rows and for a worker's buffered start."""
     body = {
         "event_type": EventType.JOB_STARTED.qualified,
         "job_run_id": run.job_run_id,

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from jobgate.core import events
+from jobgate.core import events, transitions
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Decision
 from jobgate.core.models import DeadLetterReason
@@ -48,7 +48,6 @@ from jobgate.core.settle import settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.health import probes, rules
 from jobgate.health.rules import Change, Check, State
-from jobgate.runtime.changes import settlement_change
 from jobgate.service.engine import Engine
 
 log = logging.getLogger("jobgate.dependencies")
@@ -287,8 +286,7 @@ class DependencyMonitor:
             s = settle_without_attempt(
                 run, decision, now=now, actor=self.observer, error_code=ERROR_CODE, detail={"dependency": name}
             )
-            change = settlement_change(s, run, worker_id=self.observer, now=now)
-            changes.append(replace(change, values={**change.values, "error_message": message}))
+            changes.append(transitions.settled(s, run, now=now, error_message=message))
         with self.engine.store.write() as tx:
             done = tx.runs_apply(changes)
             if done:

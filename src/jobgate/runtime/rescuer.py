@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jobgate.core.audit import AuditEvent
+from jobgate.core import transitions
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.governance import Moment
 from jobgate.core.models import JobRun
@@ -32,17 +32,10 @@ from jobgate.core.settle import (
     settle_without_attempt,
 )
 from jobgate.core.states import LEASED, RunStatus, TransitionReason
+from jobgate.core.transitions import RunChange
 from jobgate.logs import run_fields
-from jobgate.runtime.changes import (
-    gate_audit_event,
-    refused_cancel_change,
-    release_change,
-    release_hold_change,
-    settlement_change,
-)
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
-from jobgate.store.base import RunChange
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")
@@ -71,8 +64,11 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFact
     released = 0
     for run in expired:
         if run.status is RunStatus.DISPATCHED:
-            change = release_change(run, actor=RESCUER, now=now, reason=TransitionReason.LEASE_EXPIRED, fenced=False)
-            changes.append(_expired_only(change, run.lease_token, now))
+            changes.append(
+                transitions.released(
+                    run, actor=RESCUER, now=now, reason=TransitionReason.LEASE_EXPIRED, lease_expired_before=now
+                )
+            )
             released += 1
             continue
         policy = settling_policy(engine.config, run)
@@ -91,20 +87,16 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFact
             started_at=run.started_at or now,
         )
         changes.append(
-            _expired_only(
-                settlement_change(s, run, worker_id=run.lease_owner or RESCUER, now=now, revoke=True),
-                run.lease_token,
-                now,
-            )
+            transitions.settled(s, run, now=now, fenced_to=run.lease_token, revoke=True, lease_expired_before=now)
         )
     for run in queued:
         s = settle_without_attempt(
             run, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
         )
-        changes.append(settlement_change(s, run, worker_id=RESCUER, now=now))
+        changes.append(transitions.settled(s, run, now=now))
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
-        _audit_dead_letters(tx, done, now)
+        _audit_ends(engine, tx, done, [*expired, *queued], now)
     moved = {c.job_run_id for c in done}
     for run in expired:
         if run.job_run_id in moved:
@@ -149,20 +141,22 @@ def release_held(engine: Engine, held: Sequence[JobRun], now: datetime, facts: A
                 s = settle_without_attempt(
                     run, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
                 )
-                changes.append(settlement_change(s, run, worker_id=RESCUER, now=now))
+                changes.append(transitions.settled(s, run, now=now))
                 continue
             verdict = release_verdict(gate, run)
             if verdict is None:
                 continue
             if verdict.admitted:
-                changes.append(release_hold_change(run, actor=RESCUER, now=now))
+                changes.append(transitions.hold_released(run, actor=RESCUER, now=now))
             else:
-                changes.append(refused_cancel_change(run, verdict, actor=RESCUER, now=now))
+                changes.append(transitions.refused(run, verdict, actor=RESCUER, now=now))
         done = tx.runs_apply(changes) if changes else []
-        _audit_dead_letters(tx, done, now)
-        audited = [c for c in done if c.to_status is not RunStatus.DEAD_LETTERED]
-        if audited:
-            tx.audit_append([gate_audit_event(c, actor=RESCUER, now=now) for c in audited])
+        # A queue timeout is an end like any other; a release or a final refusal is a gate's
+        # decision, audited as one (the worker's claim audits its holds the same way).
+        _audit_ends(engine, tx, [c for c in done if c.to_status is RunStatus.DEAD_LETTERED], held, now)
+        gated = [c for c in done if c.to_status is not RunStatus.DEAD_LETTERED]
+        if gated:
+            tx.audit_append([transitions.gate_audit_event(c, actor=RESCUER, now=now) for c in gated])
     for change in done:
         log.info(
             "run %s: %s (was held for %s)",
@@ -185,15 +179,16 @@ def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limi
         overdue = tx.runs_over_age(now - maximum_age, limit)
     changes: list[RunChange] = []
     for run in overdue:
-        change = settlement_change(settle_overdue(run, now=now, actor=RESCUER), run, worker_id=RESCUER, now=now)
-        if run.status in LEASED:
-            change = replace(change, expected_token=run.lease_token, revoke_lease=True)
-        changes.append(change)
+        leased = run.status in LEASED  # fenced to the token seen, and revoked
+        s = settle_overdue(run, now=now, actor=RESCUER)
+        changes.append(
+            transitions.settled(s, run, now=now, fenced_to=run.lease_token if leased else None, revoke=leased)
+        )
     if not changes:
         return 0
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
-        _audit_dead_letters(tx, done, now)
+        _audit_ends(engine, tx, done, overdue, now)
     runs = {r.job_run_id: r for r in overdue}
     for change in done:
         run = runs[change.job_run_id]
@@ -213,20 +208,25 @@ def close_overdue(engine: Engine, now: datetime, maximum_age: timedelta, *, limi
     return len(done)
 
 
-def _expired_only(change: RunChange, token: int, now: datetime) -> RunChange:
-    return replace(change, expected_token=token, revoke_lease=True, lease_expired_before=now)
+def _audit_ends(engine: Engine, tx: StoreTx, done: Sequence[RunChange], runs: Sequence[JobRun], now: datetime) -> None:
+    """The audit entries of the material ends among ``done`` (``transitions.material``, the
+    worker's rule too), written with the changes."""
+    by_id = {r.job_run_id: r for r in runs}
+    material = []
+    for change in done:
+        run = by_id[change.job_run_id]
 
+        def required(run: JobRun = run) -> bool:
+            try:
+                return engine.definition(
+                    tx, run.tenant_id, run.job_definition_id, run.definition_version
+                ).audit_required
+            except Exception:  # the definition cannot be read: record rather than guess
+                return True
 
-def _audit_dead_letters(tx: StoreTx, done: Sequence[RunChange], now: datetime) -> None:
-    """Seed §49: a dead letter or an escalation the rescuer decides (an expired lease with no
-    attempt left, a queue timeout, the maximum age) is material, recorded with the change."""
-    material = [
-        AuditEvent(
-            c.tenant_id, RESCUER, f"run.{c.to_status.value.lower()}", "run", c.job_run_id, now,
-            reason=c.transition.reason,
-        )
-        for c in done
-        if c.to_status in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED, RunStatus.FAILED)
-    ]  # fmt: skip
+        if transitions.material(change, audit_required=required):
+            material.append(
+                transitions.end_audit_event(change, actor=RESCUER, now=now, job_definition_id=run.job_definition_id)
+            )
     if material:
         tx.audit_append(material)

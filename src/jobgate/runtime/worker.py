@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobgate.core import transitions
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import JobgateError, NonRetryableError, ValidationError
@@ -35,17 +36,9 @@ from jobgate.core.models import JobRun
 from jobgate.core.policies import RetryPolicy
 from jobgate.core.settle import Settlement, settle_attempt
 from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.core.transitions import RunChange
 from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
-from jobgate.runtime.changes import (
-    exhausted_change,
-    gate_audit_event,
-    hold_change,
-    refused_cancel_change,
-    release_change,
-    settlement_change,
-    start_change,
-)
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor, LockProvider
@@ -56,7 +49,7 @@ from jobgate.runtime.threads import TaskThreads
 from jobgate.service import audit
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.service.gates import AttemptFacts, AttemptGate
-from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim, WorkerBeat
+from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim, WorkerBeat
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
 
@@ -371,9 +364,9 @@ class Worker:
                 if refused:
                     to_start = [r for r in to_start if r.job_run_id not in refused]
                 starts = [
-                    start_change(r, worker_id=self.worker_id, now=now)
+                    transitions.started(r, worker_id=self.worker_id, now=now)
                     if r.attempt < r.max_attempts
-                    else exhausted_change(r, actor=self.worker_id, now=now)
+                    else transitions.exhausted(r, actor=self.worker_id, now=now)
                     for r in to_start
                 ]
                 started = tx.runs_apply(starts) if starts else []
@@ -498,15 +491,15 @@ class Worker:
         candidates = [rid for rid, (c, _v) in refused.items() if not isinstance(c, JobRun)]
         runs: dict[str, Any] = {r.job_run_id: r for r in tx.runs_get(candidates)} if candidates else {}
         changes = [
-            refused_cancel_change(run, v, actor=self.worker_id, now=now)
+            transitions.refused(run, v, actor=self.worker_id, now=now)
             if v.final
-            else hold_change(run, v, actor=self.worker_id, now=now)
+            else transitions.held(run, v, actor=self.worker_id, now=now)
             for rid, (c, v) in refused.items()
             if (run := c if isinstance(c, JobRun) else runs.get(rid)) is not None
         ]
         done = tx.runs_apply(changes)
         if done:
-            tx.audit_append([gate_audit_event(ch, actor=self.worker_id, now=now) for ch in done])
+            tx.audit_append([transitions.gate_audit_event(ch, actor=self.worker_id, now=now) for ch in done])
         return done
 
     def _log_gated(self, changes: list[RunChange]) -> None:
@@ -645,7 +638,7 @@ class Worker:
                     actor=self.worker_id,
                     started_at=record.started_at,
                 )
-                out += tx.runs_apply([settlement_change(failed, record.run, worker_id=self.worker_id, now=now)])
+                out += tx.runs_apply([transitions.settled(failed, record.run, now=now)])
         return out
 
     # ------------------------------------------------------------------ execution
@@ -782,35 +775,26 @@ class Worker:
             flight.span = None
 
     def _queue_settlement(self, settlement: Settlement, run: JobRun, now: datetime) -> None:
-        change = settlement_change(settlement, run, worker_id=self.worker_id, now=now)
+        change = transitions.settled(settlement, run, now=now)
         self._pending.append((change, run.job_run_id))
         self._running.pop(run.job_run_id, None)
         self._audit_pending[run.job_run_id] = run
 
     def _material(self, change: RunChange, run: JobRun, now: datetime) -> AuditEvent | None:
-        """Seed §49: dead letters, escalations and exhausted retries are material, and so is
-        every end of a run whose definition says ``audit_required``. Recorded in the same
+        """The audit entry of a material end (``transitions.material``), recorded in the same
         transaction as the settlement: if the audit log cannot be written, the settlement is
         not either (fail closed, seed §58), and the worker tries again."""
-        to = change.to_status
-        if to is None or not to.is_terminal:
-            return None
-        if to not in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
+
+        def required() -> bool:
             try:
-                required = self.dispatcher.definition(run).audit_required
+                return self.dispatcher.definition(run).audit_required
             except Exception:  # the definition cannot be read: record rather than guess
-                required = True
-            if not required:
-                return None
-        return AuditEvent(
-            tenant_id=run.tenant_id,
-            actor=self.worker_id,
-            action=f"run.{to.value.lower()}",
-            target_type="run",
-            target_id=run.job_run_id,
-            at=now,
-            reason=change.values.get("error_code"),
-            payload={"attempt": run.attempt, "job_definition_id": run.job_definition_id},
+                return True
+
+        if not transitions.material(change, audit_required=required):
+            return None
+        return transitions.end_audit_event(
+            change, actor=self.worker_id, now=now, job_definition_id=run.job_definition_id
         )
 
     def _stop_requested(self, run: JobRun) -> bool:
@@ -891,7 +875,7 @@ class Worker:
         if not self._buffer:
             return
         changes = [
-            release_change(r, actor=self.worker_id, now=now, reason=TransitionReason.RELEASED_ON_SHUTDOWN)
+            transitions.released(r, actor=self.worker_id, now=now, reason=TransitionReason.RELEASED_ON_SHUTDOWN)
             for r in self._buffer
         ]
         with self.engine.store.write() as tx:

@@ -23,12 +23,13 @@ import platform
 from dataclasses import dataclass
 from datetime import datetime
 
+from jobgate.core import transitions
 from jobgate.core.code_identity import CodeIdentity, changed_parts
 from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError, ValidationError
 from jobgate.core.governance import ApprovalRule, Person, approval_refusal
 from jobgate.core.models import JobDefinition
 from jobgate.core.states import PENDING, TransitionReason
-from jobgate.service import audit, control
+from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter, StoredDefinition
 from jobgate.store.sql.governance import Approval
@@ -246,7 +247,7 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
             )
         )
         changes = [
-            control.cancel_change(
+            transitions.cancelled(
                 run, actor=actor, reason="approval_revoked", now=now, why=TransitionReason.APPROVAL_REVOKED
             )
             for run in pending

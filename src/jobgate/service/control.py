@@ -7,16 +7,13 @@ run's state is a ``ConflictError`` (409 at the API), never a silent no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
-from jobgate.core import events
+from jobgate.core import events, transitions
 from jobgate.core.errors import ConflictError, NotFoundError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
-from jobgate.core.settle import cancel_decision, settle_without_attempt
-from jobgate.core.states import RunStatus, TransitionReason
+from jobgate.core.states import RunStatus
 from jobgate.service import audit
 from jobgate.service.engine import Engine
-from jobgate.store.base import RunChange
 from jobgate.store.sqlstore import StoreTx
 
 
@@ -50,38 +47,13 @@ def cancel_run(
         if not run.status.is_pending:
             hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
             raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
-        change = cancel_change(run, actor=actor, reason=reason, now=now)
+        change = transitions.cancelled(run, actor=actor, reason=reason, now=now)
         if not tx.runs_apply([change]):
             raise ConflictError("run changed state while being cancelled; try again", field="status")
         audit.record(tx, audit.event(run.tenant_id, actor, "run.cancelled", "run", run.job_run_id, now, reason=reason))
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
-
-
-def cancel_change(
-    run: JobRun,
-    *,
-    actor: str,
-    reason: str | None,
-    now: datetime,
-    why: TransitionReason = TransitionReason.CANCELLED_BY_USER,
-) -> RunChange:
-    """The change that cancels a pending run (a claimed-but-unstarted one loses its lease).
-    ``why``: the transition's reason (a person, or a revoked approval)."""
-    s = settle_without_attempt(
-        run, cancel_decision(why), now=now, actor=actor, detail={"reason": reason} if reason else None
-    )
-    return RunChange(
-        job_run_id=run.job_run_id,
-        tenant_id=run.tenant_id,
-        from_status=run.status,
-        to_status=s.to_status,
-        transition=s.transition,
-        revoke_lease=run.status is RunStatus.DISPATCHED,
-        values={"ended_at": now, **({"hold_reason": None, "held_at": None} if run.status is RunStatus.HELD else {})},
-        events=[events.job_cancelled(run, actor=actor, reason=reason, now=now)],
-    )
 
 
 def stop_run(
@@ -134,31 +106,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             check_step_requeue(tx, run)
         refusal = engine.admission_refusal(tx, run, actor=actor, now=now, policy=policy)
         if refusal is None:
-            transition = Transition(
-                run.job_run_id,
-                run.status,
-                RunStatus.SCHEDULED,
-                run.attempt,
-                TransitionReason.REQUEUED.value,
-                actor,
-                now,
-            )
-            change = RunChange(
-                job_run_id=run.job_run_id,
-                tenant_id=run.tenant_id,
-                from_status=run.status,
-                to_status=RunStatus.SCHEDULED,
-                transition=transition,
-                values={
-                    "max_attempts": run.attempt + 1,
-                    "reviewed_by": actor,  # an operator decided this run should run again
-                    "due_at": now,
-                    "ended_at": None,
-                    "next_retry_at": None,
-                    "queue_deadline_at": None,
-                },
-                events=[events.job_requeued(run, actor=actor, now=now)],
-            )
+            change = transitions.requeued(run, actor=actor, now=now)
             if not tx.runs_apply([change]):
                 raise ConflictError("run changed state while being requeued; try again", field="status")
             letter = tx.dead_letter_open_for(job_run_id)

@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobgate.core import events
+from jobgate.core import events, transitions
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Decision
 from jobgate.core.models import DeadLetterReason, JobRun
 from jobgate.core.settle import settle_without_attempt
 from jobgate.core.sla import DeadlineKind, Due, Phase, SubjectKind, escalation_target, record_id
 from jobgate.core.states import LEASED, RunStatus, TransitionReason
-from jobgate.runtime.changes import settlement_change
+from jobgate.core.transitions import RunChange
 from jobgate.service.engine import Engine
-from jobgate.store.base import RunChange
 from jobgate.store.sql import fast
 from jobgate.store.sql import sla as rows
 from jobgate.store.sql.sla import BreachRecord, WorkflowSubject
@@ -324,13 +323,18 @@ def escalation_change(run: JobRun, *, now: datetime, detail: dict[str, Any]) -> 
             requires_manual_review=True,
         )
     s = settle_without_attempt(run, decision, now=now, actor=ACTOR, error_code=ESCALATION_ERROR, detail=detail)
-    change = settlement_change(s, run, worker_id=ACTOR, now=now)
     message = f"SLA escalation: {detail.get('kind', 'a deadline')} passed ({detail.get('sla_breach_id')})"
-    change = replace(change, values={**change.values, "error_message": message})
-    if run.status is RunStatus.RUNNING:
-        # Fenced on the token seen, and revoked: the worker's completion can no longer match.
-        return replace(change, expected_token=run.lease_token, revoke_lease=True)
-    return replace(change, revoke_lease=run.status in LEASED)
+    # A running run: fenced on the token seen, and revoked, so the worker's completion can no
+    # longer match; a claimed one loses its lease.
+    running = run.status is RunStatus.RUNNING
+    return transitions.settled(
+        s,
+        run,
+        now=now,
+        error_message=message,
+        fenced_to=run.lease_token if running else None,
+        revoke=run.status in LEASED,
+    )
 
 
 def _workflow_escalated(w: WorkflowSubject, now: datetime) -> events.Event:

@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobgate.core.events import Event
 from jobgate.core.models import (
     Attempt,
     ConfigSnapshot,
-    DeadLetter,
     DefinitionStatus,
     JobRun,
     JsonObject,
@@ -131,29 +129,6 @@ class ClaimedRuns:
 
 
 @dataclass(frozen=True)
-class RunChange:
-    """One compare-and-set status change and everything written with it if it matches.
-
-    ``expected_token`` (a worker's write) fences the change to the lease holder;
-    ``revoke_lease`` bumps the token so a holder who is not the writer (a rescued or cancelled
-    run) can no longer write. ``values`` are further columns set on the run.
-    """
-
-    job_run_id: str
-    tenant_id: str
-    from_status: RunStatus
-    to_status: RunStatus
-    transition: Transition
-    expected_token: int | None = None
-    revoke_lease: bool = False
-    start_attempt: bool = False
-    values: dict[str, Any] = field(default_factory=dict)
-    events: Sequence[Event] = ()
-    dead_letter: DeadLetter | None = None
-    lease_expired_before: datetime | None = None  # rescue only: the lease must still be expired
-
-
-@dataclass(frozen=True)
 class RunFilter:
     tenant_id: str | None = None
     statuses: tuple[RunStatus, ...] = ()
@@ -203,7 +178,6 @@ __all__ = [
     "DefinitionPut",
     "DefinitionPutResult",
     "LeaseRenew",
-    "RunChange",
     "RunCreate",
     "RunFilter",
     "RunsClaim",

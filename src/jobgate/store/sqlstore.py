@@ -38,6 +38,7 @@ from jobgate.core.models import (
     Transition,
 )
 from jobgate.core.states import RunStatus
+from jobgate.core.transitions import RunChange
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import Miss
 from jobgate.store import codec
@@ -46,7 +47,6 @@ from jobgate.store.base import (
     DefinitionPut,
     DefinitionPutResult,
     LeaseRenew,
-    RunChange,
     RunCreate,
     RunFilter,
     RunsClaim,

@@ -17,14 +17,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from jobgate.core import events
+from jobgate.core import events, transitions
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobDefinition, Scope, TriggerType
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
-from jobgate.service.control import cancel_change
 from jobgate.service.engine import Approved, Engine, PreparedSubmission, SubmitRequest
 from jobgate.store.sql.workflows import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.store.sqlstore import StoreTx
@@ -691,7 +690,7 @@ def _stop_runs(tx: StoreTx, decided: Plan, actor: str, now: datetime) -> None:
         if run is None or run.status.is_terminal:
             continue
         if run.status.is_pending and tx.runs_apply(
-            [cancel_change(run, actor=actor, reason="workflow stopped", now=now)]
+            [transitions.cancelled(run, actor=actor, reason="workflow stopped", now=now)]
         ):
             continue
         # Running, or it started between the read and the cancel (a worker's commit on

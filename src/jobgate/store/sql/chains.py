@@ -27,8 +27,8 @@ from typing import Any
 
 from jobgate.core import seals
 from jobgate.core.states import LEASED, TERMINAL
+from jobgate.core.transitions import RunChange
 from jobgate.store import codec
-from jobgate.store.base import RunChange
 
 SEALED_COLUMNS = (*seals.RUN_IDENTITY, *seals.RUN_OUTCOME)  # the two share no column
 LIMIT = 100_000  # chains kept per store: far above any worker's runs in hand

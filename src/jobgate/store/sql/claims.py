@@ -45,8 +45,9 @@ from jobgate.core import events, ratelimit
 from jobgate.core.events import Event
 from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, TERMINAL, RunStatus, TransitionReason
+from jobgate.core.transitions import RunChange, check_change
 from jobgate.store import codec
-from jobgate.store.base import ClaimedRuns, LeaseRenew, RunChange, RunsClaim
+from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim
 from jobgate.store.sql import chains, fast, letters
 from jobgate.store.sql import seals as record_seals
 from jobgate.store.tables import (
@@ -850,6 +851,8 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges)
     consequences only for those.
     """
     prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
+    for ch in prepared.changes:  # made by ``core.transitions``, which checked; checked again at the door
+        check_change(ch)
     written: set[str] = set()
     if conn.dialect.name == "postgresql" and not prepared.letters:
         done, written = _apply_postgres(conn, prepared)

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, select
 
 from jobgate.core.events import Event
 from jobgate.core.settle import repeat_dead_letter_id
-from jobgate.store.base import RunChange
+from jobgate.core.transitions import RunChange
 from jobgate.store.tables import dead_letters
 
 D = dead_letters.c
