@@ -39,6 +39,7 @@ from jobgate.config import default_config  # noqa: E402
 from jobgate.core.audit import AuditEvent  # noqa: E402
 from jobgate.service.engine import Engine  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
+from jobgate.testing import connection  # noqa: E402
 
 
 def main() -> None:
@@ -79,13 +80,13 @@ def main() -> None:
     sink = anchoring.FileSink(root / "anchors.jsonl")
     with engine.store.write() as tx:
         made = anchoring.anchor_due(
-            tx.conn, tenant, now=start + timedelta(days=365), window=timedelta(hours=1), sink=sink
+            tx, tenant, now=start + timedelta(days=365), window=timedelta(hours=1), sink=sink
         )
     times = []
     for _ in range(a.reps):
         t = time.perf_counter()
         with engine.store.read() as tx:
-            result = anchoring.verify_tenant(tx.conn, tenant, sink_records=sink.records())
+            result = anchoring.verify_tenant(tx, tenant, sink_records=sink.records())
         times.append(time.perf_counter() - t)
         assert result.ok and result.entries == a.entries, result
     median = statistics.median(times)
@@ -167,10 +168,10 @@ def sealed_runs(a: argparse.Namespace) -> None:
             )  # fmt: skip
         with store.write() as tx:
             cols = tuple(runs[0])
-            fast.insert_rows(tx.conn, job_runs, cols, [tuple(r[c] for c in cols) for r in runs])
+            fast.insert_rows(connection(tx), job_runs, cols, [tuple(r[c] for c in cols) for r in runs])
             tcols = tuple(transitions[0])
-            fast.insert_rows(tx.conn, run_transitions, tcols, [tuple(r[c] for c in tcols) for r in transitions])
-            fast.insert_rows(tx.conn, seal_table, record_seals.SEAL_COLUMNS, seal_rows)
+            fast.insert_rows(connection(tx), run_transitions, tcols, [tuple(r[c] for c in tcols) for r in transitions])
+            fast.insert_rows(connection(tx), seal_table, record_seals.SEAL_COLUMNS, seal_rows)
         if done and done % 200_000 == 0:
             print(f"  ... {done:,} runs written", flush=True)
     with store.write() as tx:

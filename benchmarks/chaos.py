@@ -48,6 +48,7 @@ from jobgate.definitions import load_definitions  # noqa: E402
 from jobgate.service import approvals  # noqa: E402
 from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
+from jobgate.testing import connection  # noqa: E402
 
 ADMIN_URL = os.environ.get("JOBGATE_CHAOS_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 DATABASE = "jobgate_chaos"
@@ -116,7 +117,7 @@ class Chaos:
         for applied in self.engine.apply_definitions(load_definitions([root / "definitions"], config)):
             approvals.approve(self.engine, "default", applied.job_definition_id, actor="bench")  # an admin's blessing
         with self.engine.store.write() as tx:
-            tx.conn.exec_driver_sql(
+            connection(tx).exec_driver_sql(
                 "CREATE TABLE chaos_effects (job_run_id VARCHAR(64) NOT NULL, attempt INTEGER NOT NULL, "
                 "worker_pid INTEGER NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())"
             )

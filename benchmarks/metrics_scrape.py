@@ -33,6 +33,7 @@ from jobgate.store import codec  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 from jobgate.store.tables import dead_letters, job_runs, run_transitions, workflow_runs  # noqa: E402
 from jobgate.telemetry.metrics import exposition  # noqa: E402
+from jobgate.testing import connection  # noqa: E402
 
 CLASSES = ("REPLAY_JOB", "DAL_ANCHOR_JOB", "MAINTENANCE_JOB", "FEDERATION_SYNC_JOB", "SAFE_MODE_JOB")
 # (share of runs, final status, attempts, statuses passed through after SCHEDULED)
@@ -145,12 +146,12 @@ def seed(engine: Engine, tenant: str, n: int, span: timedelta = timedelta(days=1
                     }
                 )
         with engine.store.write() as tx:
-            tx.conn.execute(job_runs.insert(), runs)
-            tx.conn.execute(run_transitions.insert(), moves)
+            connection(tx).execute(job_runs.insert(), runs)
+            connection(tx).execute(run_transitions.insert(), moves)
             if letters:
-                tx.conn.execute(dead_letters.insert(), letters)
+                connection(tx).execute(dead_letters.insert(), letters)
             if flows:
-                tx.conn.execute(workflow_runs.insert(), flows)
+                connection(tx).execute(workflow_runs.insert(), flows)
 
 
 def timed(engine: Engine, tenant: str | None, reps: int) -> tuple[list[float], bytes]:
@@ -180,7 +181,7 @@ def main() -> None:
     seed_s = time.perf_counter() - t
     if a.backend == "postgres":  # the statistics autovacuum would have gathered by now
         with engine.store.write() as tx:
-            tx.conn.exec_driver_sql("ANALYZE")
+            connection(tx).exec_driver_sql("ANALYZE")
     one, text = timed(engine, tenant, a.reps)
     every, _ = timed(engine, None, a.reps)
     created = sum(

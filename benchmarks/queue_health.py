@@ -35,6 +35,7 @@ from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
 from jobgate.store.base import RunsClaim  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 from jobgate.store.tables import job_runs  # noqa: E402
+from jobgate.testing import connection  # noqa: E402
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/jobgate_bench"
 DEFINITION = """
@@ -69,9 +70,9 @@ def fill_history(engine: Engine, n: int) -> None:
 
     t0 = time.perf_counter()
     with engine.store.write() as tx:
-        tx.conn.execute(text(sql), {"n": n, "t": template.job_run_id})
+        connection(tx).execute(text(sql), {"n": n, "t": template.job_run_id})
         if pg:
-            tx.conn.exec_driver_sql("ANALYZE job_runs")
+            connection(tx).exec_driver_sql("ANALYZE job_runs")
     print(f"  added {n:,} finished runs in {time.perf_counter() - t0:.1f} s")
 
 
@@ -93,7 +94,7 @@ def claim_latencies(engine: Engine, rounds: int, batch: int = 10) -> list[float]
         if len(ids) != batch:
             raise SystemExit(f"round {r}: claimed {len(ids)} of {batch}")
         with engine.store.write() as tx:
-            tx.conn.exec_driver_sql(
+            connection(tx).exec_driver_sql(
                 "UPDATE job_runs SET status = 'COMPLETED', lease_owner = NULL, lease_expires_at = NULL "
                 f"WHERE job_run_id IN ({', '.join(repr(i) for i in ids)})"
             )

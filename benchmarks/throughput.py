@@ -44,6 +44,7 @@ from jobgate.service import approvals, control  # noqa: E402
 from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 from jobgate.store.tables import metadata  # noqa: E402
+from jobgate.testing import connection  # noqa: E402
 
 DEFINITION = """
 job_definition_id: bench-record
@@ -83,7 +84,7 @@ class Bench:
         if args.db and self.engine.store.dialect == "postgresql":
             tables = ", ".join(t.name for t in metadata.sorted_tables)
             with self.engine.store.write() as tx:  # a clean slate in the benchmark database
-                tx.conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
+                connection(tx).exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
         for applied in self.engine.apply_definitions(load_definitions([root / "definitions"], config)):
             approvals.approve(self.engine, "default", applied.job_definition_id, actor="bench")  # an admin's blessing
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -144,7 +145,7 @@ class Bench:
 
     def check_completed(self, expected_total: int) -> None:
         with self.engine.store.read() as tx:
-            rows = tx.conn.exec_driver_sql("SELECT status, count(*) FROM job_runs GROUP BY status").all()
+            rows = connection(tx).exec_driver_sql("SELECT status, count(*) FROM job_runs GROUP BY status").all()
         counts = {s: n for s, n in rows}
         if counts.get("COMPLETED", 0) != expected_total or len(counts) != 1:
             raise SystemExit(f"database check failed: expected {expected_total} COMPLETED, found {counts}")
@@ -249,7 +250,7 @@ class Bench:
             trans.append((time.perf_counter() - t1) * 1000)
         res["transition_p50_ms"], res["transition_p99_ms"] = pct(trans, 50), pct(trans, 99)
         with self.engine.store.write() as tx:  # leave a clean table for the next repetition
-            tx.conn.exec_driver_sql("DELETE FROM job_runs")
+            connection(tx).exec_driver_sql("DELETE FROM job_runs")
         return res
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from jobgate.config import JobgateConfig, build_config
 from jobgate.definitions import parse_definition
 from jobgate.service.engine import Engine
+from jobgate.testing import connection
 
 # The PostgreSQL server the suite uses (as its superuser, to make schemas) and the ordinary
 # role every PostgreSQL test connects as, so row-level security binds them.
@@ -85,7 +86,7 @@ def define(engine: Engine, *, approve: bool = True, **fields: Any) -> str:
 def count(engine: Engine, table: str, where: str = "") -> int:
     with engine.store.read() as tx:
         sql = f"SELECT count(*) FROM {table}" + (f" WHERE {where}" if where else "")
-        return int(tx.conn.execute(text(sql)).scalar_one())
+        return int(connection(tx).execute(text(sql)).scalar_one())
 
 
 def history_values(conn: Any, job_run_id: str) -> list[list[Any]]:

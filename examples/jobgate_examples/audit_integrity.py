@@ -18,7 +18,7 @@ from typing import Any
 from jobgate import ExecutionContext, NonRetryableError, anchoring
 from jobgate.core import merkle
 from jobgate.evidence_keys import signer_for, trusted_keys
-from jobgate.store.sql import governance
+from jobgate.store.sqlstore import StoreTx
 from jobgate_examples.common import get_json, home, param, safe_id, write_json
 
 
@@ -36,10 +36,8 @@ def _witnessed(config: Any) -> list[dict[str, Any]] | None:
 def verify_chain(ctx: ExecutionContext) -> dict[str, Any]:
     engine, config, tenant = _host(ctx)
     with engine.store.read(tenant_id=tenant) as tx:
-        result = anchoring.verify_tenant(
-            tx.conn, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None
-        )
-        head_seq, head_hash = governance.audit_head(tx.conn, tenant)
+        result = anchoring.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
+        head_seq, head_hash = tx.audit_head(tenant)
     if not result.ok:
         raise NonRetryableError(
             f"audit chain of {tenant} fails at entry {result.first_bad_seq}: {result.problem}",
@@ -78,16 +76,16 @@ def anchor_proof(ctx: ExecutionContext) -> dict[str, Any]:
     _engine, config, tenant = _host(ctx)
     seq, head_hash = int(param(ctx, "head_seq")), param(ctx, "head_hash")
 
-    def effect(conn: Any) -> None:
-        entries = governance.audit_range(conn, tenant, seq, seq)
+    def effect(tx: StoreTx) -> None:
+        entries = tx.anchors.entries(tenant, seq, seq)
         if not entries or entries[0].entry_hash != head_hash:
             raise RuntimeError(f"audit entry {seq} is not the one verified")
         made = anchoring.anchor_direct(
-            conn, entries[0], now=datetime.now(UTC), sink=anchoring.sink_for(config), signer=signer_for(config)
+            tx, entries[0], now=datetime.now(UTC), sink=anchoring.sink_for(config), signer=signer_for(config)
         )
         ctx.log(f"anchored entry {seq} as anchor {made.anchor_seq} ({made.root})")
 
-    ctx.on_complete(effect)
+    ctx.on_complete_store(effect)
     return {"anchored_seq": seq, "root": merkle.root([head_hash])}
 
 
@@ -97,10 +95,8 @@ def report(ctx: ExecutionContext) -> dict[str, Any]:
     engine, config, tenant = _host(ctx)
     seq, head_hash = int(param(ctx, "head_seq")), param(ctx, "head_hash")
     with engine.store.read(tenant_id=tenant) as tx:
-        result = anchoring.verify_tenant(
-            tx.conn, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None
-        )
-        anchors = governance.anchors_list(tx.conn, tenant)
+        result = anchoring.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
+        anchors = tx.anchors.of(tenant)
     direct = [a for a in anchors if a.mode == "direct" and a.first_seq == seq == a.last_seq]
     proven = bool(direct) and merkle.verify(head_hash, [], direct[-1].root)
     conflicts = int(param(ctx, "conflicts"))

@@ -27,20 +27,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
-from sqlalchemy import Connection
 
 from jobgate.core import merkle
 from jobgate.core.audit import GENESIS, AuditEntry, first_broken
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import JobgateError, MalformedRecordError
-from jobgate.store.sql import governance
-from jobgate.store.sql import seals as record_seals
-from jobgate.store.sql.governance import Anchor
+from jobgate.core.records import Anchor, AuditFilter
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from jobgate.evidence_keys import Signer
+    from jobgate.store.sqlstore import StoreTx
     from jobgate.timestamping import TimestampAuthority, TimestampTrust
 
 GENESIS_CHAIN = "sha256:" + "0" * 64
@@ -153,7 +151,7 @@ def record_of(a: Anchor) -> dict[str, Any]:
 
 
 def anchor_due(
-    conn: Connection,
+    tx: StoreTx,
     tenant_id: str,
     *,
     now: datetime,
@@ -167,41 +165,35 @@ def anchor_due(
     Runs inside the caller's transaction."""
     made: list[Anchor] = []
     # Seals still waiting for the leader's batch are chained first: the anchor then covers them.
-    record_seals.chain_pending(
-        conn, tenant_id, now, lambda events: governance.audit_append(conn, events, lock_rows=_locks_rows(conn))
-    )
+    tx.seals_chain(tenant_id, now)
     # The chain's head stays locked: an entry committing meanwhile waits, and is then recorded
     # after the anchored window (``audit_append``), never inside a window already anchored.
-    governance.audit_head_lock(conn, tenant_id, lock_rows=_locks_rows(conn))
+    tx.anchors.head_lock(tenant_id)
     while True:
-        last_batch = governance.anchor_last(conn, tenant_id, "batch")
+        last_batch = tx.anchors.last(tenant_id, "batch")
         after = 0 if last_batch is None else last_batch.last_seq
-        first = governance.audit_first_after(conn, tenant_id, after)
+        first = tx.anchors.first_after(tenant_id, after)
         if first is None:
             return made
         end = window_end(first.event.at, window)
         if end > now:
             return made
-        upto = governance.audit_last_before(conn, tenant_id, after, end)
+        upto = tx.anchors.last_before(tenant_id, after, end)
         assert upto is not None  # ``first`` itself was written before ``end``
-        entries = governance.audit_range(conn, tenant_id, after + 1, upto)
+        entries = tx.anchors.entries(tenant_id, after + 1, upto)
         start = end - window if last_batch is None else last_batch.window_end
-        made.append(_store(conn, tenant_id, "batch", start, end, entries, now, sink, signer, stamper))
-
-
-def _locks_rows(conn: Connection) -> bool:
-    return conn.dialect.name == "postgresql"
+        made.append(_store(tx, tenant_id, "batch", start, end, entries, now, sink, signer, stamper))
 
 
 def anchor_direct(
-    conn: Connection, entry: AuditEntry, *, now: datetime, sink: AnchorSink, signer: Signer | None = None
+    tx: StoreTx, entry: AuditEntry, *, now: datetime, sink: AnchorSink, signer: Signer | None = None
 ) -> Anchor:
     """Anchor one critical entry at once (a one-leaf tree: its root is the leaf's digest)."""
-    return _store(conn, entry.event.tenant_id, "direct", entry.event.at, entry.event.at, [entry], now, sink, signer)
+    return _store(tx, entry.event.tenant_id, "direct", entry.event.at, entry.event.at, [entry], now, sink, signer)
 
 
 def _store(
-    conn: Connection,
+    tx: StoreTx,
     tenant_id: str,
     mode: str,
     start: datetime,
@@ -213,7 +205,7 @@ def _store(
     stamper: TimestampAuthority | None = None,
 ) -> Anchor:
     root = merkle.root([e.entry_hash for e in entries])
-    previous = governance.anchor_last(conn, tenant_id)
+    previous = tx.anchors.last(tenant_id)
     prev_chain = GENESIS_CHAIN if previous is None else previous.chain
     anchor = Anchor(
         tenant_id=tenant_id,
@@ -235,7 +227,7 @@ def _store(
     if stamper is not None and mode == "batch":  # a direct anchor is dated by the next batch's token
         token = stamper.stamp(anchor_message(anchor), created_at=now, not_before=end)
         anchor = replace(anchor, timestamp_token=token)
-    if not governance.anchor_put(conn, anchor):
+    if not tx.anchors.put(anchor):
         raise RuntimeError(f"anchor {anchor.anchor_seq} of {tenant_id} was written meanwhile; anchor again")
     sink.submit(record_of(anchor))
     return anchor
@@ -256,7 +248,7 @@ class Verification:
 
 
 def verify_tenant(
-    conn: Connection,
+    tx: StoreTx,
     tenant_id: str,
     *,
     sink_records: Sequence[dict[str, Any]] | None = None,
@@ -274,10 +266,10 @@ def verify_tenant(
     after = 0
     while True:  # in pages: memory stays bounded by the page, not the log
         try:
-            page = governance.audit_list(conn, governance.AuditFilter(tenant_id=tenant_id, after_seq=after, limit=5000))
+            page = tx.audit_list(AuditFilter(tenant_id=tenant_id, after_seq=after, limit=5000))
         except MalformedRecordError as exc:  # a row no append wrote: named, as a failed check
             seq = _seq_of(exc.source)
-            anchors = governance.anchors_list(conn, tenant_id)
+            anchors = tx.anchors.of(tenant_id)
             return Verification(
                 tenant_id, len(entries), len(anchors), False, seq, f"{exc.source}: {exc.field}: {exc.message}"
             )
@@ -287,7 +279,7 @@ def verify_tenant(
         after = page[-1].seq
     count = len(entries)
     bad = first_broken(entries)
-    anchors = governance.anchors_list(conn, tenant_id)
+    anchors = tx.anchors.of(tenant_id)
     if bad is not None:
         e = entries[bad]
         return Verification(
@@ -298,7 +290,7 @@ def verify_tenant(
             bad + 1,
             f"entry {bad + 1} does not follow from the one before (stored seq {e.seq})",
         )
-    head_seq, head_hash = governance.audit_head(conn, tenant_id)
+    head_seq, head_hash = tx.audit_head(tenant_id)
     last_seq, last_hash = (entries[-1].seq, entries[-1].entry_hash) if entries else (0, GENESIS)
     if (head_seq, head_hash) != (last_seq, last_hash):
         if head_seq > last_seq:
@@ -431,15 +423,15 @@ def _seq_of(source: str | None) -> int | None:
     return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
 
 
-def inclusion_proof(conn: Connection, tenant_id: str, seq: int) -> dict[str, Any] | None:
+def inclusion_proof(tx: StoreTx, tenant_id: str, seq: int) -> dict[str, Any] | None:
     """The proof that entry ``seq`` is in an anchored root: the entry hash, the steps, the
     root, and the anchor (its window's batch anchor, else a direct anchor of that entry); None
     when no anchor covers it yet."""
-    anchors = governance.anchors_list(conn, tenant_id)
+    anchors = tx.anchors.of(tenant_id)
     ordered = [a for a in anchors if a.mode == "batch"] + [a for a in anchors if a.mode != "batch"]
     for a in ordered:
         if a.first_seq <= seq <= a.last_seq:
-            entries = governance.audit_range(conn, tenant_id, a.first_seq, a.last_seq)
+            entries = tx.anchors.entries(tenant_id, a.first_seq, a.last_seq)
             index = seq - a.first_seq
             return {
                 "tenant_id": tenant_id,
@@ -453,14 +445,14 @@ def inclusion_proof(conn: Connection, tenant_id: str, seq: int) -> dict[str, Any
 
 
 # ---------------------------------------------------------------------------- the job and the sink
-def anchor_configured(conn: Connection, config: Any, tenant_id: str, now: datetime) -> list[Anchor]:
+def anchor_configured(tx: StoreTx, config: Any, tenant_id: str, now: datetime) -> list[Anchor]:
     """``anchor_due`` with the deployment's window, sink, evidence key and timestamping
     authority: the one way the job and ``jobgate audit anchor`` make anchors."""
     from jobgate.evidence_keys import signer_for
     from jobgate.timestamping import authority_for
 
     return anchor_due(
-        conn,
+        tx,
         tenant_id,
         now=now,
         window=config.evidence.anchor_window,
@@ -471,7 +463,7 @@ def anchor_configured(conn: Connection, config: Any, tenant_id: str, now: dateti
 
 
 def verify_configured(
-    conn: Connection, config: Any, tenant_id: str, *, sink_records: Sequence[dict[str, Any]] | None
+    tx: StoreTx, config: Any, tenant_id: str, *, sink_records: Sequence[dict[str, Any]] | None
 ) -> Verification:
     """``verify_tenant`` with what the deployment trusts: its evidence keys (current and
     rotated), the anchors accepted unsigned or unstamped, the timestamping authority's roots."""
@@ -479,7 +471,7 @@ def verify_configured(
     from jobgate.timestamping import trust_for
 
     return verify_tenant(
-        conn,
+        tx,
         tenant_id,
         sink_records=sink_records,
         keys=trusted_keys(config) or None,
@@ -509,9 +501,9 @@ def anchor_job(ctx: Any) -> dict[str, Any]:
     sink = sink_for(config)
     window = config.evidence.anchor_window
 
-    def effect(conn: Connection) -> None:
-        made = anchor_configured(conn, config, tenant, datetime.now(UTC))
+    def effect(tx: StoreTx) -> None:
+        made = anchor_configured(tx, config, tenant, datetime.now(UTC))
         ctx.log(f"anchored {len(made)} window(s) of {tenant} to {sink.name}")
 
-    ctx.on_complete(effect)
+    ctx.on_complete_store(effect)
     return {"tenant_id": tenant, "window_seconds": window.total_seconds(), "sink": sink.name}

@@ -27,11 +27,10 @@ from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.records import AuditFilter
 from jobgate.definitions.schema import content_digest
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
-from jobgate.store.sql import governance
-from jobgate.store.sql import seals as record_seals
 from jobgate.store.sqlstore import StoreTx
 from jobgate.timestamping import TimestampTrust
 
@@ -122,12 +121,12 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
     tenant = scope.tenant_id
     with engine.store.read(tenant_id=tenant) as tx:
         ids = _run_ids(tx, scope)
-        conn = tx.conn
-        runs = record_seals.raw_runs(conn, ids)
+        rows = tx.evidence
+        runs = rows.raw_runs(ids)
         workflow_ids = sorted({str(r["row"]["workflow_run_id"]) for r in runs if r["row"]["workflow_run_id"]})
         if scope.workflow_run_id and scope.workflow_run_id not in workflow_ids:
             workflow_ids.append(scope.workflow_run_id)
-        workflows = {w: record_seals.raw_workflow(conn, w) for w in workflow_ids}
+        workflows = {w: rows.raw_workflow(w) for w in workflow_ids}
         bound = sorted({(str(r["row"]["job_definition_id"]), int(r["row"]["definition_version"])) for r in runs})
         for w in workflows.values():
             if w is not None:
@@ -140,17 +139,17 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         definitions = [
             row
             for job, version in bound
-            for row in record_seals.raw_rows(conn, "definition", tenant, {"job_definition_id": job, "version": version})
+            for row in rows.raw_rows("definition", tenant, {"job_definition_id": job, "version": version})
         ]
         snapshot_ids = sorted({str(r["row"]["config_snapshot_id"]) for r in runs})
         snapshots = [
             row
             for sid in snapshot_ids
-            for row in record_seals.raw_rows(conn, "snapshot", tenant, {"config_snapshot_id": sid})
+            for row in rows.raw_rows("snapshot", tenant, {"config_snapshot_id": sid})
         ]
         jobs = sorted({job for job, _ in bound})
         approvals = [
-            row for job in jobs for row in record_seals.raw_rows(conn, "approval", tenant, {"job_definition_id": job})
+            row for job in jobs for row in rows.raw_rows("approval", tenant, {"job_definition_id": job})
         ]
         records = (
             [(seals.RUN, str(r["row"]["job_run_id"])) for r in runs]
@@ -159,16 +158,16 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
             + [("snapshot", str(s["config_snapshot_id"])) for s in snapshots]
             + [("approval", str(a["approval_id"])) for a in approvals]
         )
-        sealed = record_seals.seal_proofs(conn, tenant, records)
+        sealed = rows.seal_proofs(tenant, records)
         batch_seqs = sorted({int(s["batch_seq"]) for s in sealed if s["batch_seq"] is not None})
         entries: dict[int, AuditEntry] = {}
         for target in [*ids, *workflow_ids, *jobs]:
-            for e in tx.audit_list(governance.AuditFilter(tenant_id=tenant, target_id=target, limit=100_000)):
+            for e in tx.audit_list(AuditFilter(tenant_id=tenant, target_id=target, limit=100_000)):
                 entries[e.seq] = e
         for seq in batch_seqs:
-            for e in governance.audit_range(conn, tenant, seq, seq):
+            for e in tx.anchors.entries(tenant, seq, seq):
                 entries[e.seq] = e
-        proofs = [p for seq in sorted(entries) if (p := anchoring.inclusion_proof(conn, tenant, seq)) is not None]
+        proofs = [p for seq in sorted(entries) if (p := anchoring.inclusion_proof(tx, tenant, seq)) is not None]
     files: dict[str, bytes] = {}
     for r in runs:  # the rows the seal covers, and the run as the API shows it (its contract's shape)
         rid = str(r["row"]["job_run_id"])
@@ -292,7 +291,7 @@ def _check_seal_chain(s: Mapping[str, Any], entries: Mapping[int, Mapping[str, A
         out.notes.append(f"{where}: not chained yet (exported within seconds of its change)")
         return
     entry = entries.get(s["batch_seq"])
-    if entry is None or entry["action"] != record_seals.BATCH_ACTION:
+    if entry is None or entry["action"] != seals.BATCH_ACTION:
         out.problems.append(f"{where}: its batch entry {s['batch_seq']} is not in audit.json")
     elif not merkle.verify(s["seal"], s.get("proof") or [], entry["payload"].get("root", "")):
         out.problems.append(f"{where}: its proof does not reach the root of audit entry {s['batch_seq']}")

@@ -263,13 +263,12 @@ def replay_job(ctx: Any) -> dict[str, Any]:
     a daily schedule draws a different, reproducible sample each day). Every mismatch becomes a
     critical ``replay_mismatch`` event and an audit entry, written exactly once with the run's
     completion."""
-    from datetime import UTC
 
     from jobgate.core.audit import AuditEvent
     from jobgate.core.errors import NonRetryableError
     from jobgate.core.events import replay_mismatch
     from jobgate.store.base import RunFilter
-    from jobgate.store.sql import claims, governance
+    from jobgate.store.sqlstore import StoreTx
     from jobgate.workflows.replay import replay_workflow
 
     engine = ctx.host_engine
@@ -302,8 +301,8 @@ def replay_job(ctx: Any) -> dict[str, Any]:
     workflow_mismatches = [r for r in workflow_reports if not r.match]
     if mismatches or workflow_mismatches:
 
-        def effect(conn: Any) -> None:
-            now = datetime.now(UTC)
+        def effect(tx: StoreTx) -> None:
+            now = engine.clock.now()
             events = [
                 (r.job_run_id, tenant, replay_mismatch(
                     tenant_id=tenant, job_run_id=r.job_run_id, difference=str(r.first_difference),
@@ -317,7 +316,7 @@ def replay_job(ctx: Any) -> dict[str, Any]:
                 ))
                 for w in workflow_mismatches
             ]  # fmt: skip
-            claims.outbox_append(conn, events, int(now.timestamp() * 1_000_000))
+            tx.outbox_append(events, now)
             audit_events = [
                 AuditEvent(tenant, ctx.job_run_id, "replay.mismatch", "run", r.job_run_id, now, "critical",
                            {"first_difference": r.first_difference, "original_hash": r.original_hash})
@@ -327,9 +326,9 @@ def replay_job(ctx: Any) -> dict[str, Any]:
                            {"first_difference": w.first_difference, "original_hash": w.original_hash})
                 for w in workflow_mismatches
             ]  # fmt: skip
-            governance.audit_append(conn, audit_events, lock_rows=conn.dialect.name == "postgresql")
+            tx.audit_append(audit_events)
 
-        ctx.on_complete(effect)
+        ctx.on_complete_store(effect)
     for r in mismatches:
         ctx.log(f"REPLAY MISMATCH {r.job_run_id}: {r.first_difference}")
     for w in workflow_mismatches:

@@ -23,7 +23,6 @@ from typing import Any
 
 from jobgate.core.audit import AuditEvent
 from jobgate.service.engine import Engine
-from jobgate.store.sql import governance
 
 BATCH = 1000
 ACTOR = "retention"
@@ -44,9 +43,9 @@ def cutoff_for(engine: Engine, tenant_id: str, now: datetime) -> datetime | None
     if keep is None:
         return None
     with engine.store.read() as tx:
-        anchored = governance.anchor_last(tx.conn, tenant_id, "batch")
+        anchored = tx.anchors.last(tenant_id, "batch")
         has_log = tx.audit_head(tenant_id)[0] > 0
-        pending = None if anchored is None else governance.audit_first_after(tx.conn, tenant_id, anchored.last_seq)
+        pending = None if anchored is None else tx.anchors.first_after(tenant_id, anchored.last_seq)
     if has_log and anchored is None:
         return None  # its audit entries are not anchored yet: nothing may go
     bounds = [now - keep]

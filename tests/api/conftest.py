@@ -26,6 +26,7 @@ from jobgate.service import control, tokens
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 TENANTS = ("acme", "other")
 ACME_JOB = "acme-job"  # defined in acme only: another tenant naming it must get a 404
@@ -84,7 +85,7 @@ class World:
         path = folder / "report.txt"
         path.write_bytes(content)
         with self.engine.store.write() as tx:
-            tx.conn.execute(
+            connection(tx).execute(
                 text(
                     "UPDATE job_runs SET artifact_path = :p, artifact_sha256 = :h, artifact_size = :n "
                     "WHERE job_run_id = :r"

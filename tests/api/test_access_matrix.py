@@ -22,6 +22,7 @@ from jobgate.api.access import Rule, rule_of
 from jobgate.api.app import api_routes
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
+from jobgate.testing import connection
 
 
 @dataclass
@@ -71,7 +72,7 @@ def _sla_breaches(w: World) -> Sample:
     run = w.new_run()
     with w.engine.store.write() as tx:
         sla_rows.breach_insert(
-            tx.conn,
+            connection(tx),
             sla_rows.BreachRecord(
                 f"TGSLA-{uuid.uuid4().hex}", "acme", "run", run.job_run_id, run.job_class.value,
                 run.job_definition_id, None, "sla_deadline", "breach", "sla_hour", run.created_at + timedelta(hours=1),

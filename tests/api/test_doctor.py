@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from tests.cli.test_cli import jobgate
 
+from jobgate.core.records import LockInfo
 from jobgate.service import doctor
 from jobgate.service.doctor import Level
 from jobgate.store.base import WorkerInfo
 from jobgate.store.migrate import HEAD
-from jobgate.store.sql.outbox import LockInfo
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

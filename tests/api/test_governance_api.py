@@ -12,10 +12,11 @@ from tests.api.conftest import ACME_JOB, World
 from tests.helpers import count
 from tests.runtime.runtime_support import running_worker, wait_status
 
+from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
 from jobgate.service import audit, tokens
-from jobgate.store.sql.governance import AuditFilter
+from jobgate.testing import connection
 
 API = "/api/v1"
 
@@ -112,9 +113,7 @@ def test_a_signature_refusal_is_audited_under_the_definition_it_names(world: Wor
     from jobgate.service.engine import Engine
 
     ops = signing.generate("ops")
-    config = make_config(
-        tmp_path, signing={"require_signed_definitions": True, "trust_roots": {"ops": ops.public_b64}}
-    )
+    config = make_config(tmp_path, signing={"require_signed_definitions": True, "trust_roots": {"ops": ops.public_b64}})
     signed = Engine(world.engine.store, config)
     client = TestClient(create_app(ServerState(signed, auth=True)), raise_server_exceptions=False)
     doc = {"job_definition_id": "unsigned-job", "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print(1)"}
@@ -167,7 +166,12 @@ def test_an_unknown_query_parameter_is_refused_naming_it(world: World) -> None:
         ("POST", "/runs", {"job_definition_id": ACME_JOB, "tenant": "other"}, "tenant"),
         ("POST", "/schedule", {"job_definition_id": ACME_JOB, "scope": {"tenant_id": "other"}}, "scope.tenant_id"),
         ("GET", "/runs?tenant_id=other", None, "tenant_id"),
-        ("POST", "/requests", {"job_definition_id": ACME_JOB, "title": "t", "reason": "r", "tenant_id": "x"}, "tenant_id"),  # noqa: E501
+        (
+            "POST",
+            "/requests",
+            {"job_definition_id": ACME_JOB, "title": "t", "reason": "r", "tenant_id": "x"},
+            "tenant_id",
+        ),
     ],
 )
 def test_a_body_or_query_naming_another_tenant_is_403_tenant_claim_mismatch(
@@ -182,7 +186,6 @@ def test_a_body_or_query_naming_another_tenant_is_403_tenant_claim_mismatch(
 def test_a_body_naming_the_callers_own_tenant_is_accepted(world: World) -> None:
     body = {"job_definition_id": ACME_JOB, "tenant_id": "acme", "params": {"n": "1"}}
     assert world.client.post(f"{API}/runs", json=body, headers=world.headers("acme", Role.ADMIN)).status_code == 201
-
 
 
 def test_the_records_verification_names_a_tampered_record_and_the_keys_are_published(world: World) -> None:
@@ -200,7 +203,9 @@ def test_the_records_verification_names_a_tampered_record_and_the_keys_are_publi
     assert key["algorithm"] == "Ed25519" and key["status"] == "current"
     audit.seal_pending(world.engine, world.engine.clock.now())
     with world.engine.store.write() as tx:  # a direct edit: a token of acme made admin
-        tx.conn.execute(text("UPDATE api_tokens SET role = 'admin' WHERE tenant_id = 'acme' AND role = 'auditor'"))
+        connection(tx).execute(
+            text("UPDATE api_tokens SET role = 'admin' WHERE tenant_id = 'acme' AND role = 'auditor'")
+        )
     found = world.client.get("/api/v1/audit/verify/records", headers=auditor).json()
     assert not found["ok"] and found["findings"][0]["kind"] == "token" and found["findings"][0]["column"] == "role"
     other = world.client.get("/api/v1/audit/verify/records", headers=world.headers("other", Role.AUDITOR)).json()

@@ -21,6 +21,7 @@ from jobgate.core.tokens import Role
 from jobgate.service import tokens
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 API = "/api/v1"
 
@@ -53,7 +54,7 @@ def test_a_limited_operators_event_fires_only_its_definitions_schedules(world: W
     fired = world.client.post(f"{API}/events", json=event, headers=limited(world, "operator")).json()["fired"]
     assert [f["schedule_id"] for f in fired] == ["mine"]
     with world.engine.store.read() as tx:
-        runs = tx.conn.exec_driver_sql("SELECT job_definition_id FROM job_runs").scalars().all()
+        runs = connection(tx).exec_driver_sql("SELECT job_definition_id FROM job_runs").scalars().all()
     assert runs == ["shared-job"]  # the hidden definition's schedule did not fire
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from tests.api.conftest import ACME_JOB, World
 from tests.helpers import count, define
 
+from jobgate.core.records import AuditFilter
 from jobgate.core.tokens import Role
 from jobgate.service import audit, tokens
-from jobgate.store.sql.governance import AuditFilter
 
 API = "/api/v1"
 

@@ -12,6 +12,7 @@ from jobgate.store.sql import telemetry as store
 from jobgate.store.tables import telemetry_publications
 from jobgate.telemetry import periods, rollup
 from jobgate.telemetry.sinks import FileSink
+from jobgate.testing import connection
 
 API = "/api/v1/telemetry"
 
@@ -23,13 +24,15 @@ def publish(world: World, tenant: str, name: str) -> None:
     sink = FileSink(engine.config.telemetry_sink_path)
     held = rollup.deliver(sink, tenant, period, doc)
     with engine.store.write() as tx:
-        rollup.publish(tx.conn, tenant, period, held, sink.name, now=engine.clock.now(), job_run_id=None)
+        rollup.publish(tx, tenant, period, held, sink.name, now=engine.clock.now(), job_run_id=None)
 
 
 def test_a_published_period_is_answered_as_published(world: World) -> None:
     publish(world, "acme", "2026-Q1")
     with world.engine.store.write() as tx:  # a tampered row shows that the answer is the stored one
-        tx.conn.execute(telemetry_publications.update().values(figures='{"period":"2026-Q1","jobs_scheduled":99}'))
+        connection(tx).execute(
+            telemetry_publications.update().values(figures='{"period":"2026-Q1","jobs_scheduled":99}')
+        )
     got = world.client.get(API, params={"period": "2026-Q1"}, headers=world.headers("acme", Role.AUDITOR))
     assert got.status_code == 200
     [item] = got.json()["items"]
@@ -55,7 +58,7 @@ def test_a_stored_sink_address_is_shown_as_scheme_and_host_only(world: World) ->
         ("file:/srv/jobgate/data/telemetry/aii.jsonl", "file:aii.jsonl"),
     ):
         with world.engine.store.write() as tx:
-            tx.conn.execute(telemetry_publications.update().values(sink=stored))
+            connection(tx).execute(telemetry_publications.update().values(sink=stored))
         [item] = world.client.get(API, params={"period": "2026-Q1"}, headers=headers).json()["items"]
         assert item["sink"] == shown
 
@@ -73,7 +76,7 @@ def test_an_unpublished_period_is_computed_for_the_caller_tenant(world: World) -
     closed = world.client.get(API, params={"period": "2026-01"}, headers=world.headers("acme", Role.ADMIN)).json()
     assert closed["items"][0]["state"] == "closed" and closed["items"][0]["figures"]["jobs_scheduled"] == 0
     with world.engine.store.read() as tx:  # reading computes; it never publishes
-        assert store.publications_list(tx.conn, "acme") == []
+        assert store.publications_list(connection(tx), "acme") == []
 
 
 def test_a_malformed_period_is_400_naming_the_field_and_a_future_one_422(world: World) -> None:

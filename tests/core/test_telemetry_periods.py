@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobgate.core.errors import ValidationError
-from jobgate.store.sql.telemetry import PeriodCounts
+from jobgate.core.records import PeriodCounts
 from jobgate.telemetry import periods
 from jobgate.telemetry.periods import PeriodKind
 from jobgate.telemetry.rollup import MAX_CATCHUP, due, figures

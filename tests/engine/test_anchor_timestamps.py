@@ -28,6 +28,7 @@ from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import ValidationError
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=3)
@@ -48,11 +49,11 @@ class World:
 
     def anchor(self, config: Any = None, now: datetime = NOW) -> list[anchoring.Anchor]:
         with self.engine.store.write() as tx:
-            return anchoring.anchor_configured(tx.conn, config or self.engine.config, "default", now)
+            return anchoring.anchor_configured(tx, config or self.engine.config, "default", now)
 
     def verify(self, config: Any = None) -> anchoring.Verification:
         with self.engine.store.read() as tx:
-            return anchoring.verify_configured(tx.conn, config or self.engine.config, "default", sink_records=None)
+            return anchoring.verify_configured(tx, config or self.engine.config, "default", sink_records=None)
 
     def config(self, **tsa: Any) -> Any:
         settings = {"url": self.url, "ca_bundle": "tsa-roots.pem", **tsa}
@@ -106,7 +107,7 @@ def test_a_rewritten_token_or_anchor_is_caught_without_any_key_or_sink(world: Wo
     """No evidence key is configured here: the token alone catches the change."""
     world.anchor()
     with world.engine.store.write() as tx:
-        tx.conn.execute(text(tamper))
+        connection(tx).execute(text(tamper))
     result = world.verify()
     assert not result.ok
     assert found in (result.problem or ""), result.problem
@@ -184,7 +185,7 @@ def test_audit_verify_cli_checks_the_tokens(world: World) -> None:
     ok = runner.invoke(cli, verify)
     assert ok.exit_code == 0, ok.output
     with world.engine.store.write() as tx:
-        tx.conn.execute(text("UPDATE anchors SET timestamp_token = NULL WHERE anchor_seq = 1"))
+        connection(tx).execute(text("UPDATE anchors SET timestamp_token = NULL WHERE anchor_seq = 1"))
     failed = runner.invoke(cli, verify)
     assert failed.exit_code != 0
     assert "anchor 1 is not timestamped" in failed.output
@@ -225,8 +226,8 @@ def test_a_bundle_s_anchors_are_checked_offline_with_the_authority_s_roots(world
 
     world.anchor()
     with world.engine.store.read() as tx:
-        entries = governance.audit_range(tx.conn, "default", 1, 6)
-        proofs = [anchoring.inclusion_proof(tx.conn, "default", e.seq) for e in entries]
+        entries = governance.audit_range(connection(tx), "default", 1, 6)
+        proofs = [anchoring.inclusion_proof(tx, "default", e.seq) for e in entries]
     files = {"audit.json": json_file([entry_doc(e) for e in entries]), "proofs.json": json_file(proofs)}
     trust = timestamping.TimestampTrust((world.tsa.root,))
     checked = check_contents(files, None, trust)
@@ -259,16 +260,16 @@ def test_the_key_s_holder_cannot_re_date_an_anchor(world: World) -> None:
     assert signer is not None
     world.anchor()
     with world.engine.store.write() as tx:
-        first = governance.anchors_list(tx.conn, "default")[0]
+        first = governance.anchors_list(connection(tx), "default")[0]
         moved = replace(first, created_at=first.created_at - timedelta(minutes=50))
         resigned = signer.sign(anchoring.anchor_message(moved))
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE anchors SET created_at = created_at - 3000000000, signature = :s WHERE anchor_seq = 1"),
             {"s": resigned},
         )
     with world.engine.store.read() as tx:
         keys = evidence_keys.trusted_keys(world.engine.config)
-        signature_only = anchoring.verify_tenant(tx.conn, "default", keys=keys)
+        signature_only = anchoring.verify_tenant(tx, "default", keys=keys)
     assert signature_only.ok  # the key's holder re-dated it, and the signature agrees
     result = world.verify()
     assert not result.ok and "anchor 1 has a timestamp token that does not verify" in (result.problem or "")

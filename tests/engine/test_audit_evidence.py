@@ -13,9 +13,11 @@ from sqlalchemy import text
 from jobgate import anchoring
 from jobgate.core import merkle
 from jobgate.core.audit import AuditEvent, chain
+from jobgate.core.records import AuditFilter
 from jobgate.service.engine import Engine
 from jobgate.store import codec
 from jobgate.store.sql import governance
+from jobgate.testing import connection
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 WINDOW = timedelta(hours=1)
@@ -34,21 +36,19 @@ def anchored(engine: Engine, tmp_path: Path) -> tuple[Engine, anchoring.FileSink
             ]
         )
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(
-            tx.conn, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink
-        )
+        made = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
     assert [(a.first_seq, a.last_seq) for a in made] == [(1, 3), (4, 6)]
     return engine, sink
 
 
 def check(engine: Engine, sink: anchoring.FileSink) -> anchoring.Verification:
     with engine.store.read() as tx:
-        return anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records())
+        return anchoring.verify_tenant(tx, "default", sink_records=sink.records())
 
 
 def sql(engine: Engine, statement: str, **params: object) -> None:
     with engine.store.write() as tx:
-        tx.conn.execute(text(statement), params)
+        connection(tx).execute(text(statement), params)
 
 
 def test_a_clean_log_verifies_and_windows_tile_the_chain(anchored: tuple[Engine, anchoring.FileSink]) -> None:
@@ -57,7 +57,7 @@ def test_a_clean_log_verifies_and_windows_tile_the_chain(anchored: tuple[Engine,
     assert result.ok and (result.entries, result.anchors) == (6, 2)
     assert [r["anchor_seq"] for r in sink.records()] == [1, 2]
     with engine.store.write() as tx:  # nothing more is due: anchoring again adds nothing
-        again = anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+        again = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
     assert again == []
 
 
@@ -95,7 +95,7 @@ def test_an_inserted_entry_is_named(anchored: tuple[Engine, anchoring.FileSink])
     for seq in (6, 5, 4):  # make room after entry 3
         sql(engine, "UPDATE audit_log SET seq = :n WHERE seq = :s", n=seq + 1, s=seq)
     with engine.store.read() as tx:
-        (third,) = governance.audit_range(tx.conn, "default", 3, 3)
+        (third,) = governance.audit_range(connection(tx), "default", 3, 3)
     forged = chain([AuditEvent("default", "mallory", "test.fact", "test", "x", TIMES[2])], 3, third.entry_hash)[0]
     sql(
         engine,
@@ -112,7 +112,7 @@ def test_an_inserted_entry_is_named(anchored: tuple[Engine, anchoring.FileSink])
 def test_a_truncated_tail_is_caught_by_the_anchor(anchored: tuple[Engine, anchoring.FileSink]) -> None:
     engine, sink = anchored
     with engine.store.read() as tx:
-        (fourth,) = governance.audit_range(tx.conn, "default", 4, 4)
+        (fourth,) = governance.audit_range(connection(tx), "default", 4, 4)
     sql(engine, "DELETE FROM audit_log WHERE seq > 4")
     sql(engine, "UPDATE audit_heads SET seq = 4, entry_hash = :h WHERE tenant_id = 'default'", h=fourth.entry_hash)
     result = check(engine, sink)
@@ -122,13 +122,13 @@ def test_a_truncated_tail_is_caught_by_the_anchor(anchored: tuple[Engine, anchor
 def test_a_chain_rewritten_from_scratch_fails_against_the_anchors(anchored: tuple[Engine, anchoring.FileSink]) -> None:
     engine, sink = anchored
     with engine.store.read() as tx:
-        entries = governance.audit_range(tx.conn, "default", 1, 6)
+        entries = governance.audit_range(connection(tx), "default", 1, 6)
     events = [e.event for e in entries]
     events[1] = replace(events[1], actor="mallory")
     rewritten = chain(events, 0, "sha256:" + "0" * 64)
     sql(engine, "DELETE FROM audit_log")
     with engine.store.write() as tx:
-        tx.conn.execute(text("UPDATE audit_heads SET seq = 0, entry_hash = :g"), {"g": "sha256:" + "0" * 64})
+        connection(tx).execute(text("UPDATE audit_heads SET seq = 0, entry_hash = :g"), {"g": "sha256:" + "0" * 64})
         tx.audit_append(events)  # a perfectly consistent chain...
     assert [e.entry_hash for e in rewritten][-1]
     result = check(engine, sink)
@@ -142,26 +142,26 @@ def _rewrite_entries_and_anchors(engine: Engine) -> None:
     attacker with write access would: consistent inside it, refuted only by the sink's copy."""
     sql(engine, "UPDATE audit_log SET reason = 'edited' WHERE seq = 2")
     with engine.store.read() as tx:
-        entries = governance.audit_range(tx.conn, "default", 1, 6)
+        entries = governance.audit_range(connection(tx), "default", 1, 6)
     rewritten = chain([e.event for e in entries], 0, "sha256:" + "0" * 64)
     with engine.store.write() as tx:
         for e in rewritten:
-            tx.conn.execute(
+            connection(tx).execute(
                 text("UPDATE audit_log SET prev_hash = :p, entry_hash = :h WHERE seq = :s"),
                 {"p": e.prev_hash, "h": e.entry_hash, "s": e.seq},
             )
-        tx.conn.execute(text("UPDATE audit_heads SET entry_hash = :h"), {"h": rewritten[-1].entry_hash})
+        connection(tx).execute(text("UPDATE audit_heads SET entry_hash = :h"), {"h": rewritten[-1].entry_hash})
         prev = anchoring.GENESIS_CHAIN
         for n, (first, last) in enumerate([(1, 3), (4, 6)], 1):
             root = merkle.root([e.entry_hash for e in rewritten[first - 1 : last]])
             new_chain = anchoring.chain_hash(prev, root)
-            tx.conn.execute(
+            connection(tx).execute(
                 text("UPDATE anchors SET root = :r, prev_chain = :p, chain = :c WHERE anchor_seq = :n"),
                 {"r": root, "p": prev, "c": new_chain, "n": n},
             )
             prev = new_chain
     with engine.store.read() as tx:
-        assert anchoring.verify_tenant(tx.conn, "default").ok  # consistent inside the database...
+        assert anchoring.verify_tenant(tx, "default").ok  # consistent inside the database...
 
 
 def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine, anchoring.FileSink]) -> None:
@@ -184,13 +184,13 @@ def test_an_http_sink_is_read_back_and_refutes_a_rewrite(engine: Engine) -> None
                 ]
             )
         with engine.store.write() as tx:
-            anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
+            anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
         assert len(recorder.accepted) == 2 and sink.records() == recorder.accepted
         with engine.store.read() as tx:
-            assert anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records()).ok
+            assert anchoring.verify_tenant(tx, "default", sink_records=sink.records()).ok
         _rewrite_entries_and_anchors(engine)
         with engine.store.read() as tx:
-            result = anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records())
+            result = anchoring.verify_tenant(tx, "default", sink_records=sink.records())
         assert not result.ok and "differs from the sink's copy" in str(result.problem)
     with pytest.raises(anchoring.SinkUnreadable) as unreadable:  # fails closed, and names no URL
         anchoring.HttpSink(closed_port_url(), timeout=2).records()
@@ -200,8 +200,8 @@ def test_an_http_sink_is_read_back_and_refutes_a_rewrite(engine: Engine) -> None
 def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[Engine, anchoring.FileSink]) -> None:
     engine, _ = anchored
     with engine.store.read() as tx:
-        proofs = [anchoring.inclusion_proof(tx.conn, "default", seq) for seq in range(1, 7)]
-        assert anchoring.inclusion_proof(tx.conn, "default", 7) is None
+        proofs = [anchoring.inclusion_proof(tx, "default", seq) for seq in range(1, 7)]
+        assert anchoring.inclusion_proof(tx, "default", 7) is None
     for p in proofs:
         assert p is not None
         assert merkle.verify(p["entry_hash"], p["proof"], p["root"])
@@ -217,15 +217,15 @@ def test_the_oldest_unanchored_entry_is_the_first_no_anchor_covers(engine: Engin
     with engine.store.read() as tx:
         assert tx.oldest_unanchored(None) == [("default", TIMES[0])]  # nothing anchored yet
     with engine.store.write() as tx:  # 11:05: only the 10:xx window has ended
-        anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=1, minutes=5), window=WINDOW, sink=sink)
-        (entry,) = governance.audit_range(tx.conn, "default", 4, 4)
-        anchoring.anchor_direct(tx.conn, entry, now=T0 + timedelta(hours=1, minutes=6), sink=sink)
+        anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=1, minutes=5), window=WINDOW, sink=sink)
+        (entry,) = governance.audit_range(connection(tx), "default", 4, 4)
+        anchoring.anchor_direct(tx, entry, now=T0 + timedelta(hours=1, minutes=6), sink=sink)
     with engine.store.read() as tx:
         # 1-3 in the batch, 4 anchored directly: 5 is the oldest entry nothing covers.
         assert tx.oldest_unanchored("default") == [("default", TIMES[4])]
         assert tx.oldest_unanchored("other") == []
     with engine.store.write() as tx:
-        anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+        anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
     with engine.store.read() as tx:
         assert tx.oldest_unanchored(None) == []
 
@@ -246,9 +246,9 @@ def test_an_entry_anchored_directly_has_a_proof(anchored: tuple[Engine, anchorin
     engine, sink = anchored
     with engine.store.write() as tx:
         (entry,) = tx.audit_append([AuditEvent("default", "ops", "safe_mode.activated", "tenant", "default", T0)])
-        anchoring.anchor_direct(tx.conn, entry, now=T0 + timedelta(hours=3), sink=sink)
+        anchoring.anchor_direct(tx, entry, now=T0 + timedelta(hours=3), sink=sink)
     with engine.store.read() as tx:
-        found = anchoring.inclusion_proof(tx.conn, "default", entry.seq)
+        found = anchoring.inclusion_proof(tx, "default", entry.seq)
     assert found is not None and found["anchor"]["mode"] == "direct"
     assert merkle.verify(found["entry_hash"], found["proof"], found["root"])
 
@@ -257,7 +257,7 @@ def _forge_after(engine: Engine, seq: int, *, replace_it: bool) -> None:
     """A well-formed entry at ``seq + 1`` (a new one, or the existing one rewritten), linked and
     hashed as jobgate would, without touching the head."""
     with engine.store.read() as tx:
-        (before,) = governance.audit_range(tx.conn, "default", seq, seq)
+        (before,) = governance.audit_range(connection(tx), "default", seq, seq)
     forged = chain([AuditEvent("default", "mallory", "test.fact", "test", "x", TIMES[-1])], seq, before.entry_hash)[0]
     if replace_it:
         sql(engine, "DELETE FROM audit_log WHERE tenant_id = 'default' AND seq = :s", s=seq + 1)
@@ -296,8 +296,8 @@ def test_a_chain_whose_head_row_was_deleted_is_still_verified(anchored: tuple[En
         tx.audit_append([AuditEvent("acme", "a", "test.fact", "test", "1", T0)])
     sql(engine, "DELETE FROM audit_heads WHERE tenant_id = 'acme'")
     with engine.store.read() as tx:
-        assert governance.audit_tenants(tx.conn) == ["acme", "default"]
-        result = anchoring.verify_tenant(tx.conn, "acme")
+        assert governance.audit_tenants(connection(tx)) == ["acme", "default"]
+        result = anchoring.verify_tenant(tx, "acme")
     assert not result.ok and result.first_bad_seq == 1 and "follow the head (0)" in str(result.problem)
 
 
@@ -312,7 +312,7 @@ def test_an_entry_committed_after_its_window_was_anchored_is_recorded_after_it(
         (entry,) = tx.audit_append([late])
     assert entry.event.at == T0 + timedelta(hours=2)  # the end of the last anchored window
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(tx.conn, "default", now=T0 + timedelta(hours=4), window=WINDOW, sink=sink)
+        made = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=4), window=WINDOW, sink=sink)
     assert [(a.first_seq, a.last_seq, a.window_start) for a in made] == [(7, 7, T0 + timedelta(hours=2))]
     result = check(engine, sink)
     assert result.ok, result.problem
@@ -326,7 +326,7 @@ def test_entry_times_never_go_back_along_the_chain(engine: Engine) -> None:
         with engine.store.write() as tx:
             tx.audit_append([AuditEvent("t", "a", "x", "t", str(i), T0 + timedelta(minutes=m))])
     with engine.store.read() as tx:
-        times = [e.event.at for e in tx.audit_list(governance.AuditFilter(tenant_id="t", limit=10))]
+        times = [e.event.at for e in tx.audit_list(AuditFilter(tenant_id="t", limit=10))]
     assert sorted(times) == times == [T0 + timedelta(minutes=m) for m in (30, 30, 45, 45)]
 
 
@@ -344,5 +344,5 @@ def test_an_anchor_whose_times_do_not_fit_is_named_without_the_sink(
     engine, _sink = anchored
     sql(engine, tamper)
     with engine.store.read() as tx:
-        result = anchoring.verify_tenant(tx.conn, "default")
+        result = anchoring.verify_tenant(tx, "default")
     assert not result.ok and problem in (result.problem or ""), result.problem

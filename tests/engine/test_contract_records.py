@@ -19,6 +19,7 @@ from jobgate.core.models import ExecutionWindow, TriggerType
 from jobgate.service import schedules, triggers
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.snapshots import resolve_snapshot
+from jobgate.testing import connection
 
 TRIGGER = "comp.TG.INPUT.SCHEDULER-TRIGGER.v1_0"
 METRIC = "comp.TG.INPUT.QUEUE-METRIC.v1_0"
@@ -134,11 +135,9 @@ def test_anchor_records_as_the_sink_receives_them_conform(engine: Engine, tmp_pa
     later = engine.clock.now() + timedelta(hours=2)
     signer = evidence_keys.create(engine.config)  # signed, as every deployment's anchors are
     with engine.store.write() as tx:
-        batches = anchoring.anchor_due(
-            tx.conn, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer
-        )
-        (first,) = governance.audit_range(tx.conn, "default", 1, 1)
-        anchoring.anchor_direct(tx.conn, first, now=later, sink=sink)  # unsigned: still the contract's shape
+        batches = anchoring.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer)
+        (first,) = governance.audit_range(connection(tx), "default", 1, 1)
+        anchoring.anchor_direct(tx, first, now=later, sink=sink)  # unsigned: still the contract's shape
     records = sink.records()
     assert batches and [r["mode"] for r in records] == ["batch"] * len(batches) + ["direct"]
     for record in records:

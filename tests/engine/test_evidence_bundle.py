@@ -162,7 +162,7 @@ def period(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str, lis
         sink = anchoring.sink_for(engine.config)
         signer = evidence_keys.signer_for(engine.config)
         assert anchoring.anchor_due(
-            tx.conn, "default", now=now + timedelta(hours=2), window=timedelta(hours=1), sink=sink, signer=signer
+            tx, "default", now=now + timedelta(hours=2), window=timedelta(hours=1), sink=sink, signer=signer
         )
     yield engine, job, ids
     store.dispose()

@@ -12,10 +12,10 @@ from tests.helpers import count, define, make_config
 
 from jobgate.core.errors import ConflictError, GovernanceRefusal
 from jobgate.core.governance import Person
+from jobgate.core.records import AuditFilter
 from jobgate.definitions import parse_definition
 from jobgate.service import approvals, audit, control, requests
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
 
 

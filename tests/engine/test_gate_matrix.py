@@ -40,6 +40,7 @@ from jobgate.runtime.scheduler import Scheduler
 from jobgate.service import approvals, control, requests, safemode, schedules, tokens, triggers
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 from jobgate.workflows.service import StartWorkflow, advance, start_workflow
 
 OPEN_POLICY = "policy_id: MATRIX\nversion: 1\n"
@@ -266,7 +267,7 @@ def _dead_letter(w: World, job: str) -> Any:
     run = w.engine.submit(SubmitRequest(job, requested_by="ada", reason="matrix"), actor="ada").run
     with w.engine.store.write() as tx:
         dead = text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r")
-        tx.conn.execute(dead, {"r": run.job_run_id})
+        connection(tx).execute(dead, {"r": run.job_run_id})
     return run.job_run_id
 
 
@@ -364,7 +365,7 @@ def _runs(w: World, job: str) -> int:
 
 def _refusal_codes(w: World) -> set[str]:
     with w.engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT reason FROM audit_log WHERE action = 'run.refused'")).scalars().all()
+        rows = connection(tx).execute(text("SELECT reason FROM audit_log WHERE action = 'run.refused'")).scalars().all()
     return {str(r) for r in rows}
 
 

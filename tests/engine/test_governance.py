@@ -13,10 +13,11 @@ from tests.helpers import count, define
 from jobgate.core.audit import AuditEvent, first_broken
 from jobgate.core.errors import ConflictError, GovernanceRefusal
 from jobgate.core.models import Scope
+from jobgate.core.records import AuditFilter
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.service import approvals, audit, control, schedules
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
+from jobgate.testing import connection
 
 
 def submit(engine: Engine, job: str, **params: str) -> str:
@@ -73,7 +74,9 @@ def test_a_requeue_of_content_no_longer_approved_is_refused(engine: Engine) -> N
     job = define(engine)
     run_id = submit(engine, job)
     with engine.store.write() as tx:  # as if it had been dead-lettered
-        tx.conn.execute(text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r"), {"r": run_id})
+        connection(tx).execute(
+            text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r"), {"r": run_id}
+        )
     approvals.revoke(engine, "default", job, actor="root")
     with pytest.raises(GovernanceRefusal):
         control.requeue_run(engine, run_id, actor="ops")

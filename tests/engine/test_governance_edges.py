@@ -26,6 +26,7 @@ from jobgate.service import approvals, control, safemode
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sql import governance
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 
 @pytest.fixture
@@ -47,7 +48,9 @@ def test_a_requeue_meets_the_safe_mode_gate(guarded: Engine) -> None:
     job = define(guarded, job_definition_id="export", job_class="FEDERATION_SYNC_JOB", trigger_type="event")
     run_id = guarded.submit(request(job), actor="ada").run.job_run_id
     with guarded.store.write() as tx:
-        tx.conn.execute(text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r"), {"r": run_id})
+        connection(tx).execute(
+            text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r"), {"r": run_id}
+        )
     safemode.activate(guarded, "default", actor="root", reason="incident")
     with pytest.raises(GovernanceRefusal) as refused:
         control.requeue_run(guarded, run_id, actor="ops")
@@ -94,18 +97,18 @@ def test_deleted_tail_anchors_are_caught_by_the_sink(engine: Engine, tmp_path: P
             [AuditEvent("default", "a", "x", "t", str(i), t0 + timedelta(minutes=25 * i)) for i in range(6)]
         )
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(
-            tx.conn, "default", now=t0 + timedelta(hours=5), window=timedelta(hours=1), sink=sink
-        )
+        made = anchoring.anchor_due(tx, "default", now=t0 + timedelta(hours=5), window=timedelta(hours=1), sink=sink)
     last = made[-1]
     with engine.store.write() as tx:  # the tail and its anchor are removed, the head made to fit
-        (keep,) = governance.audit_range(tx.conn, "default", last.first_seq - 1, last.first_seq - 1)
-        tx.conn.execute(text("DELETE FROM audit_log WHERE seq >= :s"), {"s": last.first_seq})
-        tx.conn.execute(text("DELETE FROM anchors WHERE anchor_seq = :n"), {"n": last.anchor_seq})
-        tx.conn.execute(text("UPDATE audit_heads SET seq = :s, entry_hash = :h"), {"s": keep.seq, "h": keep.entry_hash})
+        (keep,) = governance.audit_range(connection(tx), "default", last.first_seq - 1, last.first_seq - 1)
+        connection(tx).execute(text("DELETE FROM audit_log WHERE seq >= :s"), {"s": last.first_seq})
+        connection(tx).execute(text("DELETE FROM anchors WHERE anchor_seq = :n"), {"n": last.anchor_seq})
+        connection(tx).execute(
+            text("UPDATE audit_heads SET seq = :s, entry_hash = :h"), {"s": keep.seq, "h": keep.entry_hash}
+        )
     with engine.store.read() as tx:
-        assert anchoring.verify_tenant(tx.conn, "default").ok  # the database alone agrees with itself...
-        result = anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records())
+        assert anchoring.verify_tenant(tx, "default").ok  # the database alone agrees with itself...
+        result = anchoring.verify_tenant(tx, "default", sink_records=sink.records())
     assert not result.ok and "in the sink but not in the database" in str(result.problem)  # ...the sink does not
 
 

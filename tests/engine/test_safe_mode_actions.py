@@ -11,9 +11,9 @@ from tests.helpers import count, define, make_config
 
 from jobgate.core.errors import ConflictError, GovernanceRefusal
 from jobgate.core.models import Scope
+from jobgate.core.records import AuditFilter
 from jobgate.service import audit, requests, safemode
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
 
 SAFE = {

@@ -15,10 +15,10 @@ from tests.helpers import count, define, make_config
 from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Priority, Scope, TriggerType
 from jobgate.core.policy import CEILINGS, Admission, evaluate
+from jobgate.core.records import AuditFilter
 from jobgate.policy import parse_policy
 from jobgate.service import audit
 from jobgate.service.engine import SYSTEM_TENANT, Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
 
 POLICY: dict[str, Any] = {

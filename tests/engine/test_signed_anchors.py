@@ -21,6 +21,7 @@ from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import digest
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 WINDOW = timedelta(hours=1)
@@ -34,9 +35,7 @@ def _world(engine: Engine, tmp_path: Path, *, signed: bool = True) -> anchoring.
         )
     signer = evidence_keys.signer_for(engine.config) if signed else None
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(
-            tx.conn, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink, signer=signer
-        )
+        made = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink, signer=signer)
     assert len(made) == 2
     return sink
 
@@ -54,7 +53,7 @@ def _verify(engine: Engine, sink: anchoring.FileSink | None = None, **kw: object
     keys = evidence_keys.trusted_keys(engine.config)
     with engine.store.read() as tx:
         return anchoring.verify_tenant(
-            tx.conn,
+            tx,
             "default",
             sink_records=None if sink is None else sink.records(),
             keys=keys,
@@ -88,7 +87,7 @@ def test_anchors_are_signed_and_verify_with_the_published_key(keyed: Engine, tmp
 def test_a_rewritten_anchor_fails_its_signature_without_the_sink(keyed: Engine, tmp_path: Path, tamper: str) -> None:
     _world(keyed, tmp_path)
     with keyed.store.write() as tx:
-        tx.conn.execute(text(tamper))
+        connection(tx).execute(text(tamper))
     result = _verify(keyed)  # offline: the sink is not read, the signature alone catches it
     assert not result.ok and "anchor" in (result.problem or "")
     assert any(w in (result.problem or "") for w in ("signature", "not signed", "trusted")), result.problem

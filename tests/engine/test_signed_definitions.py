@@ -16,11 +16,11 @@ from tests.helpers import count, define, make_config
 from jobgate import signing
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
+from jobgate.core.records import AuditFilter
 from jobgate.definitions import parse_definition
 from jobgate.definitions.schema import content_digest
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
 
 KEY = signing.generate("release-2026")

@@ -17,6 +17,7 @@ from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
 from jobgate.service.engine import Engine
+from jobgate.testing import connection
 
 
 def test_a_token_is_shown_once_and_only_its_hash_is_stored(engine: Engine) -> None:
@@ -24,7 +25,7 @@ def test_a_token_is_shown_once_and_only_its_hash_is_stored(engine: Engine) -> No
     assert made.token.startswith("jgt_") and len(made.token) == 4 + 12 + 1 + 43
     token_id, secret = rules.parse(made.token) or ("", "")
     with engine.store.read() as tx:
-        row = tx.conn.execute(text("SELECT * FROM api_tokens")).mappings().one()
+        row = connection(tx).execute(text("SELECT * FROM api_tokens")).mappings().one()
     assert secret not in str(dict(row)) and row["secret_hash"] == rules.secret_hash(secret)
     who = tokens.authenticate(engine, f"Bearer {made.token}")
     assert (who.token_id, who.tenant_id, who.role, who.jobs) == (token_id, "acme", Role.OPERATOR, None)

@@ -18,9 +18,9 @@ from tests.helpers import count, define, make_config
 from jobgate import signing, trust
 from jobgate.core.errors import GovernanceRefusal
 from jobgate.core.models import Scope
+from jobgate.core.records import AuditFilter
 from jobgate.service import audit, control
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
 
 VENDOR = signing.generate("vendor")

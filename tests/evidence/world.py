@@ -104,7 +104,7 @@ def _populate(engine: Engine) -> dict[str, Any]:
     audit.seal_pending(engine, now)
     with engine.store.write() as tx:  # every window ended: all of it anchored, to the file sink
         made = anchoring.anchor_due(
-            tx.conn,
+            tx,
             TENANT,
             now=now + timedelta(hours=3),
             window=timedelta(hours=1),

@@ -22,6 +22,7 @@ from jobgate.core.states import RunStatus
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
 from jobgate.store import codec
+from jobgate.testing import connection
 
 POLL = 0.01
 
@@ -108,10 +109,14 @@ class StoredEvent:
 def events(engine: Engine, job_run_id: str) -> list[StoredEvent]:
     """The run's outbox rows in id (= delivery) order; delivered = no longer pending in the store."""
     with engine.store.read() as tx:
-        rows = tx.conn.execute(
-            text("SELECT id, event_type, payload FROM outbox WHERE job_run_id = :rid ORDER BY id"),
-            {"rid": job_run_id},
-        ).all()
+        rows = (
+            connection(tx)
+            .execute(
+                text("SELECT id, event_type, payload FROM outbox WHERE job_run_id = :rid ORDER BY id"),
+                {"rid": job_run_id},
+            )
+            .all()
+        )
         pending = {e.event_id for e in tx.outbox_pending(1_000_000)}
     return [StoredEvent(int(r[0]), str(r[1]), codec.loads(r[2]), int(r[0]) not in pending) for r in rows]
 
@@ -122,7 +127,7 @@ def event_types(engine: Engine, job_run_id: str) -> list[str]:
 
 def scalar(engine: Engine, sql: str, **params: Any) -> Any:
     with engine.store.read() as tx:
-        return tx.conn.execute(text(sql), params).scalar_one()
+        return connection(tx).execute(text(sql), params).scalar_one()
 
 
 def marker_lines(path: Path) -> list[list[str]]:

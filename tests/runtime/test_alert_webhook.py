@@ -28,6 +28,7 @@ from jobgate.runtime.process import default_sinks
 from jobgate.service import safemode
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 FAST = {"backoff_seconds": 0.01, "max_backoff_seconds": 0.05, "timeout_seconds": 2}
 
@@ -62,7 +63,7 @@ def drain(engine: Engine, sinks: list[Any]) -> None:
 
 def event_ids(engine: Engine, *types: str) -> set[int]:
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT id, event_type FROM outbox")).all()
+        rows = connection(tx).execute(text("SELECT id, event_type FROM outbox")).all()
     return {int(r[0]) for r in rows if r[1] in types}
 
 
@@ -95,7 +96,7 @@ def test_every_alert_reaches_a_flaky_receiver_once_with_a_stable_id(database_url
 
 def _all_types(engine: Engine) -> set[str]:
     with engine.store.read() as tx:
-        return {r[0] for r in tx.conn.execute(text("SELECT DISTINCT event_type FROM outbox"))}
+        return {r[0] for r in connection(tx).execute(text("SELECT DISTINCT event_type FROM outbox"))}
 
 
 def test_a_receiver_that_is_down_does_not_stop_the_publisher_and_alerts_go_to_the_local_log(

@@ -29,7 +29,7 @@ def test_the_anchor_job_anchors_ended_windows_once(database_url: str, tmp_path: 
         records = sink.records()
         assert records and records[0]["first_seq"] == 1
         with engine.store.read() as tx:
-            result = anchoring.verify_tenant(tx.conn, "default", sink_records=records)
+            result = anchoring.verify_tenant(tx, "default", sink_records=records)
         assert result.ok and result.anchors == len(records), result
     finally:
         store.dispose()

@@ -27,11 +27,11 @@ from tests.engine.test_trust_gates import VENDOR, Environment, licence_document
 
 from helpers import define, make_config
 from jobgate.core.models import DefinitionStatus
+from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.governance import code
 from jobgate.service import approvals, audit, control, safemode
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
 
 
@@ -102,9 +102,7 @@ def test_revoking_cancels_a_claimed_run_before_it_starts(engine: Engine, marker:
     assert marker_lines(marker) == []
 
 
-def test_trust_gates_are_asked_again_before_every_attempt(
-    database_url: str, tmp_path: Path, marker: Path
-) -> None:
+def test_trust_gates_are_asked_again_before_every_attempt(database_url: str, tmp_path: Path, marker: Path) -> None:
     """Found 2: a licensed run's environment check goes down during attempt 1: attempt 2 is held
     (``trust_gate_refused``) until the check answers again, then runs."""
     env = Environment()

@@ -18,6 +18,7 @@ from jobgate.core.states import RunStatus
 from jobgate.core.transitions import RunChange
 from jobgate.service.engine import Engine, SubmitRequest, retry_policy
 from jobgate.store.base import RunsClaim
+from jobgate.testing import connection
 
 
 def submit(engine: Engine, job: str, n: int) -> list[str]:
@@ -64,7 +65,9 @@ def test_an_unreadable_claimed_row_does_not_cost_the_others_their_start(engine: 
     job = define(engine)
     ids = submit(engine, job, 4)
     with engine.store.write() as tx:  # as a newer version might write it
-        tx.conn.execute(text("UPDATE job_runs SET job_class = 'FUTURE_JOB' WHERE job_run_id = :id"), {"id": ids[1]})
+        connection(tx).execute(
+            text("UPDATE job_runs SET job_class = 'FUTURE_JOB' WHERE job_run_id = :id"), {"id": ids[1]}
+        )
     now = engine.clock.now()
     with engine.store.write() as tx:
         batch = tx.runs_claim(RunsClaim("w", ("default",), 4, now, now + timedelta(seconds=30), start_now=4))
@@ -111,14 +114,16 @@ def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistic
     job = define(engine)
     submit(engine, job, 3000)
     with engine.store.write() as tx:
-        tx.conn.exec_driver_sql("ANALYZE job_runs")  # nothing leased yet
+        connection(tx).exec_driver_sql("ANALYZE job_runs")  # nothing leased yet
     now = engine.clock.now()
     with engine.store.write() as tx:
         runs = tx.runs_claim(RunsClaim("w", ("default",), 3000, now, now + timedelta(hours=1), start_now=3000)).runs()
     changes = [succeeded(engine, run, now) for run in runs[:64]]
     [(key, _items, rows)] = claims.prepare_changes(changes).groups
     with engine.store.write() as tx:
-        _, plan = fast.run_arrays(tx.conn, "EXPLAIN " + claims._cas_postgres_sql(tx.conn.dialect, key), rows)
+        _, plan = fast.run_arrays(
+            connection(tx), "EXPLAIN " + claims._cas_postgres_sql(connection(tx).dialect, key), rows
+        )
     text_plan = "\n".join(line for (line,) in plan)
     assert "pk_job_runs" in text_plan, text_plan
     assert "ix_job_runs_leased" not in text_plan, text_plan
@@ -136,12 +141,12 @@ def test_a_claim_finds_its_runs_by_primary_key_and_records_both_steps_in_order(e
     job = define(engine)
     ids = submit(engine, job, 3000)
     with engine.store.write() as tx:
-        tx.conn.exec_driver_sql("ANALYZE job_runs")  # every run claimable
+        connection(tx).exec_driver_sql("ANALYZE job_runs")  # every run claimable
     now = engine.clock.now()
     params = {"owner": "w", "exp": 0, "now": 0, "ids": ids[:64], "previous": ["SCHEDULED"] * 64}
     with engine.store.write() as tx:
         sql = claims._PG_START if start else claims._PG_DISPATCH
-        plan = fast.returning_sql(tx.conn, "EXPLAIN " + sql, params)
+        plan = fast.returning_sql(connection(tx), "EXPLAIN " + sql, params)
     text_plan = "\n".join(row["QUERY PLAN"] for row in plan)
     assert "pk_job_runs" in text_plan and "ix_job_runs_claim" not in text_plan, text_plan
 

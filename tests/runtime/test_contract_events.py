@@ -21,6 +21,7 @@ from jobgate.health.rules import alert_body
 from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
 from jobgate.service import control, safemode
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.testing import connection
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]
 SECONDS = [{"name": "seconds", "pattern": "[0-9.]+"}]
@@ -87,7 +88,7 @@ def test_every_event_of_a_run_s_life_conforms_to_its_contract(engine: Engine) ->
         wait_until(lambda: _attempt(engine, runs["dead"]) == 4, what="the requeued attempt")
         wait_status(engine, runs["dead"], RunStatus.DEAD_LETTERED)
         with engine.store.write() as tx:  # a finished run's record altered after the fact
-            tx.conn.execute(
+            connection(tx).execute(
                 text(
                     "UPDATE run_transitions SET reason = 'retry_scheduled' "
                     "WHERE job_run_id = :r AND to_status = 'COMPLETED'"

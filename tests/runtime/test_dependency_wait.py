@@ -38,6 +38,7 @@ from jobgate.service.doctor import Level
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 CREATED_ONLY = [(None, "CREATED", "created", 0), ("CREATED", "SCHEDULED", "admitted", 0)]
 
@@ -148,7 +149,7 @@ def test_an_outage_seen_by_two_workers_is_reported_once(database_url: str, tmp_p
             assert outbox_count(engine, "dependency_recovered") == 2
             with engine.store.read() as tx:
                 sql = text("SELECT tenant_id FROM outbox WHERE event_type = 'dependency_unavailable'")
-                assert sorted(r[0] for r in tx.conn.execute(sql)) == ["default", "other"]
+                assert sorted(r[0] for r in connection(tx).execute(sql)) == ["default", "other"]
 
 
 def test_the_monitor_holds_runs_until_the_first_check_answers(database_url: str, tmp_path: Path) -> None:

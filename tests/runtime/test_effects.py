@@ -11,13 +11,14 @@ from sqlalchemy import text
 from helpers import define
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.testing import connection
 
 PARAMS = [{"name": "seconds", "pattern": "[0-9.]+"}, {"name": "fail_effect_on", "pattern": "[0-9]"}]
 
 
 def effects(engine: Engine) -> list[tuple[str, int]]:
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT job_run_id, attempt FROM test_effects ORDER BY job_run_id")).all()
+        rows = connection(tx).execute(text("SELECT job_run_id, attempt FROM test_effects ORDER BY job_run_id")).all()
     return [(r[0], int(r[1])) for r in rows]
 
 
@@ -26,10 +27,10 @@ def ledger(engine: Engine) -> Iterator[Engine]:
     """The handlers' own table, beside jobgate's (dropped afterwards: PostgreSQL keeps the schema
     for the whole session, and other tests compare it with jobgate's declared tables)."""
     with engine.store.write() as tx:
-        tx.conn.execute(text("CREATE TABLE test_effects (job_run_id VARCHAR(64), attempt INTEGER)"))
+        connection(tx).execute(text("CREATE TABLE test_effects (job_run_id VARCHAR(64), attempt INTEGER)"))
     yield engine
     with engine.store.write() as tx:
-        tx.conn.execute(text("DROP TABLE test_effects"))
+        connection(tx).execute(text("DROP TABLE test_effects"))
 
 
 def ledger_job(engine: Engine) -> str:
@@ -53,7 +54,7 @@ def test_an_attempt_whose_lease_was_taken_commits_no_effect(ledger: Engine) -> N
     with running_worker(engine) as worker:
         wait_until(lambda: run.job_run_id in worker._running, what="the worker runs it")
         with engine.store.write() as tx:  # another holder takes the run (as the rescuer would)
-            tx.conn.execute(
+            connection(tx).execute(
                 text("UPDATE job_runs SET lease_token = lease_token + 1 WHERE job_run_id = :r"), {"r": run.job_run_id}
             )
         # The worker learns it lost the run at its completion (refused) or at its next lease

@@ -13,6 +13,7 @@ from jobgate.core.models import DefinitionStatus
 from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
 from jobgate.service.triggers import emit_event, post_alert, record_fact
+from jobgate.testing import connection
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -35,7 +36,7 @@ def test_an_event_fires_its_subscribers_once_and_a_duplicate_is_a_no_op(engine: 
     assert emit(engine, "pipeline.completed", "ev-1", name="Ada") == [("on-done", False, None)]
     assert emit(engine, "pipeline.finished", "ev-2") == []
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT params, trigger_type FROM job_runs")).all()
+        rows = connection(tx).execute(text("SELECT params, trigger_type FROM job_runs")).all()
     assert rows == [('{"name":"Ada"}', "event")]  # only the listed field reaches the job
 
 
@@ -100,7 +101,7 @@ def test_a_policy_fires_once_per_episode_not_once_per_evaluation(engine: Engine)
     fired = [observe(engine, "replay.drift_ratio", v) for v in series]
     assert fired == [[], ["drift"], [], [], [], [], ["drift"], []]
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT trigger_id, trigger_type FROM job_runs ORDER BY trigger_id")).all()
+        rows = connection(tx).execute(text("SELECT trigger_id, trigger_type FROM job_runs ORDER BY trigger_id")).all()
         stored = tx.schedule_get("default", "drift")
         history = tx.facts_list("default", "replay.drift_ratio")
     assert [tuple(r) for r in rows] == [("TGTRIG-drift@episode-1", "policy"), ("TGTRIG-drift@episode-2", "policy")]

@@ -20,26 +20,35 @@ from jobgate.core import seals
 from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.testing import connection
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]
 
 
 def _chain_state(engine: Engine, rid: str) -> tuple[int, int | None, str | None, list[list[object]]]:
     with engine.store.read() as tx:
-        row = tx.conn.execute(
-            text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
-            {"r": rid},
-        ).one()
-        history = history_values(tx.conn, rid)
+        row = (
+            connection(tx)
+            .execute(
+                text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
+                {"r": rid},
+            )
+            .one()
+        )
+        history = history_values(connection(tx), rid)
     return int(row[0]), row[1], row[2], history
 
 
 def _sealed_from_chain(engine: Engine, rid: str) -> bool:
     with engine.store.read() as tx:
-        content = tx.conn.execute(
-            text("SELECT content FROM record_seals WHERE kind = 'run' AND record_id = :r ORDER BY id DESC LIMIT 1"),
-            {"r": rid},
-        ).scalar_one()
+        content = (
+            connection(tx)
+            .execute(
+                text("SELECT content FROM record_seals WHERE kind = 'run' AND record_id = :r ORDER BY id DESC LIMIT 1"),
+                {"r": rid},
+            )
+            .scalar_one()
+        )
     return "history" not in json.loads(content)["digests"]  # a seal made by reading keeps one per transition
 
 
@@ -92,7 +101,7 @@ def test_a_changed_transition_breaks_a_chained_seal(engine: Engine) -> None:
         wait_status(engine, rid, RunStatus.COMPLETED)
     assert _sealed_from_chain(engine, rid)
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE run_transitions SET actor = 'mallory' WHERE job_run_id = :r AND reason = 'started'"),
             {"r": rid},
         )

@@ -25,6 +25,7 @@ from jobgate.store import codec
 from jobgate.store.sqlstore import Store
 from jobgate.store.tables import sla_breaches, workflow_runs
 from jobgate.telemetry.metrics import CATALOGUE, exposition
+from jobgate.testing import connection
 
 SEED_NAMES = {
     "tg_scheduler_job_created_total",
@@ -268,18 +269,18 @@ def _record_sla_and_workflows(engine: Engine) -> None:
     with engine.store.write() as tx:
         for i, phase in enumerate(("breach", "breach", "reminder")):
             row = {**breach, "sla_breach_id": uuid.uuid4().hex, "subject_id": f"run-{i}", "phase": phase}
-            tx.conn.execute(sla_breaches.insert().values(**row))
+            connection(tx).execute(sla_breaches.insert().values(**row))
         for took_ms in (300, 4000, None):
             key = f"TGWF-{uuid.uuid4().hex[:12]}"
             status = "RUNNING" if took_ms is None else "COMPLETED"
             ended = None if took_ms is None else now + took_ms * 1000
             row = {**flow, "workflow_run_id": key, "idempotency_key": key, "status": status, "ended_at": ended}
-            tx.conn.execute(workflow_runs.insert().values(**row))
+            connection(tx).execute(workflow_runs.insert().values(**row))
 
 
 def _rows(engine: Engine, sql: str, **params: Any) -> list[Any]:
     with engine.store.read() as tx:
-        return list(tx.conn.execute(text(sql), params).all())
+        return list(connection(tx).execute(text(sql), params).all())
 
 
 def test_an_empty_database_exposes_every_family(engine: Engine) -> None:

@@ -11,6 +11,7 @@ from tests.helpers import define
 
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.notify import APPLICATION_NAME, PgChangeWatcher
+from jobgate.testing import connection
 
 
 @pytest.fixture
@@ -51,10 +52,14 @@ def test_a_killed_listening_session_reconnects_and_reports_a_change(pg: Engine) 
     watcher, woken = listening(pg)
     try:
         with pg.store.write() as tx:
-            killed = tx.conn.execute(
-                text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :a"),
-                {"a": APPLICATION_NAME},
-            ).scalar_one()
+            killed = (
+                connection(tx)
+                .execute(
+                    text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :a"),
+                    {"a": APPLICATION_NAME},
+                )
+                .scalar_one()
+            )
         assert killed >= 1
         assert woken.wait(10)  # reconnected: whatever happened meanwhile is looked at
         assert watcher.listening.wait(10)

@@ -19,6 +19,7 @@ from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
+from jobgate.testing import connection
 
 SECONDS = [{"name": "seconds", "pattern": "[0-9.]+"}]
 
@@ -27,12 +28,14 @@ def kill_other_sessions(engine: Engine) -> int:
     """Terminate every other session of this database role, as a failover or an operator would."""
     with engine.store.write() as tx:
         return int(
-            tx.conn.execute(
+            connection(tx)
+            .execute(
                 text(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE usename = current_user AND pid <> pg_backend_pid() AND datname = current_database()"
                 )
-            ).scalar_one()
+            )
+            .scalar_one()
         )
 
 
@@ -90,7 +93,7 @@ def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
 
 def test_passing_errors_are_told_from_lasting_ones(engine: Engine) -> None:
     with pytest.raises(Exception) as lasting, engine.store.write() as tx:
-        tx.conn.execute(text("INSERT INTO locks (name) VALUES (NULL)"))
+        connection(tx).execute(text("INSERT INTO locks (name) VALUES (NULL)"))
     assert not is_transient(lasting.value)
     assert is_transient(OperationalError("SELECT 1", {}, Exception("server closed the connection")))
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from jobgate.core.events import Event, EventType
 from jobgate.runtime.outbox import RecordingSink, publish_once
 from jobgate.service.engine import Engine
+from jobgate.testing import connection
 
 
 def _event(name: str) -> Event:
@@ -80,4 +81,4 @@ def test_a_publisher_that_delivers_part_of_a_batch_resumes_after_that_part(engin
     assert _names(sink) == ["0", "1", "2", "3", "4"]
     with engine.store.read() as tx:
         assert tx.outbox_backlog() == 0
-        assert tx.conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 5  # kept, not deleted
+        assert connection(tx).execute(text("SELECT count(*) FROM outbox")).scalar_one() == 5  # kept, not deleted

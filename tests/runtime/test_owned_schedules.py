@@ -18,6 +18,7 @@ from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 from jobgate.service import approvals
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.service.schedules import put_schedules, schedule_from_document, set_paused
+from jobgate.testing import connection
 
 SEED_15 = {
     "job_definition_id": "TGJOBDEF-REPLAY-SAMPLING-001",
@@ -59,7 +60,7 @@ def test_the_seed_15_definition_keeps_a_schedule_that_fires_once_approved(engine
     scheduler = Scheduler(engine, owner="s")
     assert scheduler.tick(day + timedelta(seconds=5)).fired == 1
     with engine.store.read() as tx:
-        (slot,) = tx.conn.execute(text("SELECT slot FROM job_runs")).scalars().all()
+        (slot,) = connection(tx).execute(text("SELECT slot FROM job_runs")).scalars().all()
     assert slot == f"TGTRIG-TGJOBDEF-REPLAY-SAMPLING-001@{day:%Y-%m-%dT%H:%M:%SZ}"
 
 

@@ -14,6 +14,7 @@ from jobgate.core.states import RunStatus
 from jobgate.replay import replay
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.testing import connection
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]
 
@@ -53,7 +54,7 @@ def test_an_altered_transition_or_snapshot_is_named(engine: Engine) -> None:
     with running_worker(engine):
         wait_status(engine, run_id, RunStatus.COMPLETED)
     with engine.store.write() as tx:  # someone makes the first attempt look like a success
-        tx.conn.execute(
+        connection(tx).execute(
             text(
                 "UPDATE run_transitions SET to_status = 'FAILED', reason = 'failed_non_retryable' "
                 "WHERE job_run_id = :r AND reason = 'retry_scheduled'"
@@ -71,7 +72,7 @@ def test_an_altered_transition_or_snapshot_is_named(engine: Engine) -> None:
     assert snapshot is not None
     altered = {**snapshot.content, "values": {"tampered": True}}
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE config_snapshots SET content = :c WHERE config_snapshot_id = :s"),
             {"c": json.dumps(altered), "s": run.config_snapshot_id},
         )
@@ -100,7 +101,7 @@ def test_a_replay_job_samples_reproducibly_and_raises_a_critical_event_on_mismat
         for r in runs:
             wait_status(engine, r, RunStatus.COMPLETED)
         with engine.store.write() as tx:  # one run's record is altered after the fact
-            tx.conn.execute(
+            connection(tx).execute(
                 text(
                     "UPDATE run_transitions SET reason = 'retry_scheduled' "
                     "WHERE job_run_id = :r AND to_status = 'COMPLETED'"
@@ -114,7 +115,11 @@ def test_a_replay_job_samples_reproducibly_and_raises_a_critical_event_on_mismat
     (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="replay.mismatch"))
     assert entry.event.target_id == runs[1] and entry.event.reason == "critical"
     with engine.store.read() as tx:
-        kinds = tx.conn.execute(text("SELECT event_type FROM outbox WHERE job_run_id = :r"), {"r": runs[1]}).scalars()
+        kinds = (
+            connection(tx)
+            .execute(text("SELECT event_type FROM outbox WHERE job_run_id = :r"), {"r": runs[1]})
+            .scalars()
+        )
         assert "replay_mismatch" in list(kinds)
 
 
@@ -122,7 +127,7 @@ def test_parameters_edited_after_the_fact_do_not_replay(engine: Engine) -> None:
     ok = define(engine, handler="engine_handlers:succeed", params=OK_ON)
     run_id = submit(engine, ok, ok_on="1")
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE job_runs SET params = :p WHERE job_run_id = :r"), {"p": '{"ok_on":"9"}', "r": run_id}
         )
     report = replay(engine, run_id)
@@ -179,13 +184,18 @@ def test_the_binding_is_sealed_and_a_run_without_one_still_replays(engine: Engin
         wait_status(engine, run_id, RunStatus.COMPLETED)
     assert all(r.ok for r in audit.verify_records(engine, ["default"]))
     with engine.store.write() as tx:
-        row = tx.conn.execute(
-            text("SELECT id, detail FROM run_transitions WHERE job_run_id = :r AND reason = 'created'"), {"r": run_id}
-        ).one()
+        row = (
+            connection(tx)
+            .execute(
+                text("SELECT id, detail FROM run_transitions WHERE job_run_id = :r AND reason = 'created'"),
+                {"r": run_id},
+            )
+            .one()
+        )
         detail = json.loads(row.detail)
         assert detail["bound"]["target"] == {"kind": "python", "handler": "engine_handlers:succeed"}
         del detail["bound"]
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE run_transitions SET detail = :d WHERE id = :i"), {"d": json.dumps(detail), "i": row.id}
         )
     report = replay(engine, run_id)

@@ -11,13 +11,14 @@ from sqlalchemy import text
 
 from helpers import count, define, make_config
 from jobgate import anchoring
+from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.retention import retire
 from jobgate.runtime.outbox import publish_once
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 
 def submit(engine: Engine, job: str) -> str:
@@ -38,7 +39,7 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         while publish_once(engine.store, [], engine.clock):  # every event so far is delivered...
             pass
         with engine.store.write() as tx:  # ...but one more for this run, not yet
-            tx.conn.execute(
+            connection(tx).execute(
                 text(
                     "INSERT INTO outbox (job_run_id, tenant_id, event_type, payload, created_at) "
                     "VALUES (:r, 'default', 'late', '{}', 0)"
@@ -50,15 +51,15 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         assert retire(engine, "default", now=later).deleted == 0  # nothing anchored yet: nothing goes
         with engine.store.write() as tx:
             sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
-            anchoring.anchor_due(tx.conn, "default", now=later, window=timedelta(hours=1), sink=sink)
+            anchoring.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink)
         # An open dead letter keeps its run too; the dry run counts by the deletion's own rule.
         lettered = submit(engine, job)
         with engine.store.write() as tx:
-            tx.conn.execute(
+            connection(tx).execute(
                 text("UPDATE job_runs SET status = 'DEAD_LETTERED', ended_at = 1 WHERE job_run_id = :r"),
                 {"r": lettered},
             )
-            tx.conn.execute(
+            connection(tx).execute(
                 text(
                     "INSERT INTO dead_letters (dead_letter_id, job_run_id, tenant_id, job_class, reason, attempts,"
                     " requires_manual_review, created_at) VALUES ('DL-1', :r, 'default', 'MAINTENANCE_JOB', 'x', 1,"
@@ -81,7 +82,7 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         assert sorted(entry.event.payload["runs"]) == sorted(delivered)
         assert count(engine, "run_transitions", f"job_run_id = '{delivered[0]}'") == 0
         with engine.store.read() as tx:
-            assert anchoring.verify_tenant(tx.conn, "default", sink_records=sink.records()).ok  # audit log untouched
+            assert anchoring.verify_tenant(tx, "default", sink_records=sink.records()).ok  # audit log untouched
     finally:
         store.dispose()
 

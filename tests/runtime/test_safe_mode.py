@@ -17,6 +17,7 @@ from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, chec
 from jobgate.service import safemode
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import delete, put_schedules, set_paused
+from jobgate.testing import connection
 
 T0 = datetime(2026, 6, 25, 18, 30, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -33,7 +34,7 @@ def test_safe_mode_switches_on_and_off_and_keeps_every_period(engine: Engine) ->
     assert [(p.activation, p.active) for p in safemode.history(engine, "default")] == [(1, False), (2, True)]
     assert safemode.status(engine, "other") is None  # per tenant
     with engine.store.read() as tx:
-        kinds = [r[0] for r in tx.conn.execute(text("SELECT event_type FROM outbox ORDER BY id"))]
+        kinds = [r[0] for r in connection(tx).execute(text("SELECT event_type FROM outbox ORDER BY id"))]
     assert kinds == ["safe_mode_activation", "safe_mode_deactivation", "safe_mode_activation"]
 
 
@@ -89,7 +90,7 @@ def safe_schedule(engine: Engine, job: str, **kw: object) -> None:
 
 def runs(engine: Engine) -> list[tuple[str, str]]:
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT trigger_type, trigger_id FROM job_runs ORDER BY trigger_id")).all()
+        rows = connection(tx).execute(text("SELECT trigger_type, trigger_id FROM job_runs ORDER BY trigger_id")).all()
     return [(r[0], r[1]) for r in rows]
 
 

@@ -17,6 +17,7 @@ from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, Sch
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill, put_schedules, recommend_interval
 from jobgate.store.base import RunCreate, RunFilter
+from jobgate.testing import connection
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -64,7 +65,11 @@ def test_runs_carry_the_slot_identity_and_rendered_params(engine: Engine) -> Non
     add(engine, hourly(job, params={"day": "{{current_date}}"}, misfire=MisfirePolicy.FIRE_ALL))
     Scheduler(engine, owner="a").tick(T0 + 2 * HOUR)
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT trigger_id, trigger_type, params FROM job_runs ORDER BY trigger_id")).all()
+        rows = (
+            connection(tx)
+            .execute(text("SELECT trigger_id, trigger_type, params FROM job_runs ORDER BY trigger_id"))
+            .all()
+        )
     assert [r[0] for r in rows] == ["TGTRIG-hourly@2026-03-01T01:00:00Z", "TGTRIG-hourly@2026-03-01T02:00:00Z"]
     assert {r[1] for r in rows} == {TriggerType.CRON.value}
     assert all('"day":"2026-03-01"' in r[2] for r in rows)
@@ -109,7 +114,7 @@ def test_a_plan_made_by_a_deposed_leader_is_not_executed(engine: Engine) -> None
     assert old.tick(T0 + 2 * HOUR - timedelta(seconds=1)).fired == 0
     assert scheduled_runs(engine) == 1
     with engine.store.read() as tx:
-        owner = tx.conn.execute(text("SELECT owner FROM locks WHERE name = :n"), {"n": LEADER_LOCK}).scalar_one()
+        owner = connection(tx).execute(text("SELECT owner FROM locks WHERE name = :n"), {"n": LEADER_LOCK}).scalar_one()
     assert owner == "new"
 
 
@@ -140,7 +145,7 @@ def test_batch_windows_fire_once_per_closed_window(engine: Engine) -> None:
     s.tick(T0 + 2 * HOUR + timedelta(minutes=30))
     s.tick(T0 + 3 * HOUR)
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text('SELECT "trigger" FROM job_runs ORDER BY created_at')).all()
+        rows = connection(tx).execute(text('SELECT "trigger" FROM job_runs ORDER BY created_at')).all()
     assert len(rows) == 3
     assert '"window":["2026-03-01T02:00:00Z","2026-03-01T03:00:00Z"]' in rows[-1][0]
 
@@ -152,7 +157,7 @@ def test_a_failing_schedule_is_marked_backs_off_and_never_delays_the_others(engi
     add(engine, hourly(job))
     add(engine, Schedule("broken", job, ScheduleKind.CRON, T0, cron="30 * * * *"))
     with engine.store.write() as tx:  # a row no plan can use (written by hand, or an older version)
-        tx.conn.execute(text("UPDATE schedules SET timezone = 'Mars/Olympus' WHERE schedule_id = 'broken'"))
+        connection(tx).execute(text("UPDATE schedules SET timezone = 'Mars/Olympus' WHERE schedule_id = 'broken'"))
     s = Scheduler(engine, owner="a")
     assert s.tick(T0 + HOUR).fired == 1  # the healthy schedule fired; the broken one did not stop it
     with engine.store.read() as tx:
@@ -170,7 +175,7 @@ def test_a_failing_schedule_is_marked_backs_off_and_never_delays_the_others(engi
         again = tx.schedule_get("default", "broken")
     assert again is not None and again.failures == 2 and again.retry_at == T0 + HOUR + timedelta(seconds=6)
     with engine.store.write() as tx:
-        tx.conn.execute(text("UPDATE schedules SET timezone = 'UTC' WHERE schedule_id = 'broken'"))
+        connection(tx).execute(text("UPDATE schedules SET timezone = 'UTC' WHERE schedule_id = 'broken'"))
     # Healed: the 00:30 slot it owed while failing is caught up by its misfire policy (fire_once: one
     # late run), and 01:30 fires on time.
     assert s.tick(T0 + HOUR + timedelta(minutes=31)).fired == 2
@@ -255,7 +260,7 @@ def test_a_slot_has_one_run_whatever_the_configuration_did_since(engine: Engine)
     assert not any(s.created for s in again) and count(engine, "job_runs") == 4
     # The scheduler, planning a slot that was backfilled meanwhile, makes nothing either.
     with engine.store.read() as tx:
-        slots = tx.conn.execute(text("SELECT slot FROM job_runs ORDER BY slot")).scalars().all()
+        slots = connection(tx).execute(text("SELECT slot FROM job_runs ORDER BY slot")).scalars().all()
     assert slots == [f"TGTRIG-hourly@2026-03-01T0{h}:00:00Z" for h in range(4)]
 
 
@@ -283,8 +288,8 @@ def test_runs_made_together_are_stored_in_run_id_order_and_a_slot_goes_to_its_fi
     with engine.store.read() as tx:
         run = tx.runs_list(RunFilter(limit=10))[0]
     with engine.store.write() as tx:
-        tx.conn.execute(text("DELETE FROM run_transitions"))
-        tx.conn.execute(text("DELETE FROM job_runs"))
+        connection(tx).execute(text("DELETE FROM run_transitions"))
+        connection(tx).execute(text("DELETE FROM job_runs"))
     later = [run.evolve(job_run_id=f"TGJOBRUN-{c}", idempotency_key=f"key-{c}", slot=None) for c in "dbca"]
     first = run.evolve(job_run_id="TGJOBRUN-z", idempotency_key="key-z", slot="S")
     second = run.evolve(job_run_id="TGJOBRUN-0", idempotency_key="key-0", slot="S")
@@ -298,7 +303,8 @@ def test_runs_made_together_are_stored_in_run_id_order_and_a_slot_goes_to_its_fi
     ]
     with engine.store.read() as tx:
         stored = (
-            tx.conn.execute(
+            connection(tx)
+            .execute(
                 text(
                     "SELECT job_run_id FROM job_runs ORDER BY rowid"
                     if engine.store.dialect == "sqlite"
@@ -366,7 +372,7 @@ def test_overlap_replace_cancels_the_outstanding_run_and_fires(engine: Engine) -
     s.tick(T0 + HOUR)
     assert s.tick(T0 + 2 * HOUR).fired == 1
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT trigger_id, status FROM job_runs ORDER BY trigger_id")).all()
+        rows = connection(tx).execute(text("SELECT trigger_id, status FROM job_runs ORDER BY trigger_id")).all()
     assert [(r[0][-20:], r[1]) for r in rows] == [
         ("2026-03-01T01:00:00Z", "CANCELLED"),
         ("2026-03-01T02:00:00Z", "SCHEDULED"),
@@ -408,7 +414,9 @@ def test_a_recommendation_moves_an_adaptive_interval_only_within_its_bounds(engi
     # The next fires continue from 00:20 at the new pace: 01:20, 02:20.
     Scheduler(engine, owner="a").tick(T0 + timedelta(hours=2, minutes=21))
     with engine.store.read() as tx:
-        fired = [r[0][-20:] for r in tx.conn.execute(text("SELECT trigger_id FROM job_runs ORDER BY trigger_id"))]
+        fired = [
+            r[0][-20:] for r in connection(tx).execute(text("SELECT trigger_id FROM job_runs ORDER BY trigger_id"))
+        ]
     assert fired[-2:] == ["2026-03-01T01:20:00Z", "2026-03-01T02:20:00Z"]
 
 
@@ -449,7 +457,7 @@ def test_a_configuration_schedule_fires_once_per_newly_activated_snapshot(engine
     assert s.tick(T0 + 2 * HOUR).fired == 1
     assert s.tick(T0 + 3 * HOUR).fired == 0
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT trigger_type, trigger_id FROM job_runs")).all()
+        rows = connection(tx).execute(text("SELECT trigger_type, trigger_id FROM job_runs")).all()
     assert [r[0] for r in rows] == ["configuration"] and "@config-TGCFGSNAP-" in rows[0][1]
     engine.config = original
 

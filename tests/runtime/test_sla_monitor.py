@@ -25,7 +25,7 @@ from jobgate.core import transitions as moves
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.models import DeadLetterReason, JobRun
 from jobgate.core.settle import settle_attempt
-from jobgate.core.sla import DeadlineKind, Phase, record_id
+from jobgate.core.sla import RUNS_CURSOR, DeadlineKind, Phase, record_id
 from jobgate.core.states import RunStatus
 from jobgate.replay import replay
 from jobgate.runtime import rescuer
@@ -34,7 +34,9 @@ from jobgate.service import control, sla
 from jobgate.service.engine import Engine, SubmitRequest, settling_policy
 from jobgate.store import codec
 from jobgate.store.base import RunsClaim
+from jobgate.store.sql import sla as sla_rows
 from jobgate.store.tables import workflow_runs, workflow_transitions
+from jobgate.testing import connection
 
 S = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
@@ -98,7 +100,7 @@ def sla_events(engine: Engine, subject_id: str, kind: str = "sla_breach") -> lis
     """The subject's events of ``kind``, each checked against its contract as delivered."""
     sql = "SELECT id, payload, created_at FROM outbox WHERE event_type = :t ORDER BY id"
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text(sql), {"t": kind}).all()
+        rows = connection(tx).execute(text(sql), {"t": kind}).all()
     found = []
     for event_id, payload, created in rows:
         event = codec.loads(payload)
@@ -110,9 +112,11 @@ def sla_events(engine: Engine, subject_id: str, kind: str = "sla_breach") -> lis
 
 def audit_actions(engine: Engine, target_id: str) -> list[str]:
     with engine.store.read() as tx:
-        rows = tx.conn.execute(
-            text("SELECT action FROM audit_log WHERE target_id = :t ORDER BY seq"), {"t": target_id}
-        ).all()
+        rows = (
+            connection(tx)
+            .execute(text("SELECT action FROM audit_log WHERE target_id = :t ORDER BY seq"), {"t": target_id})
+            .all()
+        )
     return [r[0] for r in rows]
 
 
@@ -207,8 +211,8 @@ def test_a_transition_that_commits_late_is_still_judged(engine: Engine, database
         assert sla.check(engine, t0 + 50 * S, state=state).breaches == 0  # ``late`` still looks RUNNING
         assert sla.check(engine, t0 + 55 * S, state=state).breaches == 0
         with engine.store.read() as tx:
-            cursor = sla.rows.cursor_get(tx.conn, sla.rows.RUNS_CURSOR)
-            ids = [r[0] for r in tx.conn.execute(text("SELECT id FROM run_transitions ORDER BY id"))]
+            cursor = tx.sla.cursor_get(RUNS_CURSOR)
+            ids = [r[0] for r in connection(tx).execute(text("SELECT id FROM run_transitions ORDER BY id"))]
         gap = next(i for i in range(ids[0], ids[-1]) if i not in ids)  # the uncommitted end's id
         assert cursor == gap - 1  # held just before it, though a higher id has committed
     finally:
@@ -243,11 +247,11 @@ def test_a_rolled_back_gap_is_passed_after_the_grace(engine: Engine, database_ur
         raise Rollback
     settle(engine, started[second.job_run_id], OutcomeKind.SUCCEEDED, t0 + 3 * S)
     with engine.store.read() as tx:
-        head = sla.rows.max_id(tx.conn, False)
+        head = tx.sla.max_id(False)
 
     def cursor() -> int:
         with engine.store.read() as tx:
-            value = sla.rows.cursor_get(tx.conn, sla.rows.RUNS_CURSOR)
+            value = tx.sla.cursor_get(RUNS_CURSOR)
         assert value is not None
         return value
 
@@ -300,7 +304,7 @@ def test_a_queue_timeout_is_reported_while_waiting_and_when_the_rescuer_dead_let
     t0 = max(waiting.created_at, rescued.created_at)
     prime(engine, t0)
     with engine.store.write() as tx:  # only ``rescued`` is past its deadline when the rescuer sweeps
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE job_runs SET queue_deadline_at = :d WHERE job_run_id = :r"),
             {"d": codec.to_us(t0 + 100 * S), "r": waiting.job_run_id},
         )
@@ -524,12 +528,16 @@ def test_a_workflow_run_is_reported_while_running_and_escalated_past_its_escalat
     (event,) = sla_events(engine, wf)
     assert event["workflow_run_id"] == wf and "job_run_id" not in event and event["kind"] == "escalation_deadline"
     with engine.store.read() as tx:
-        row = tx.conn.execute(select(workflow_runs).where(workflow_runs.c.workflow_run_id == wf)).one()
-        last = tx.conn.execute(
-            select(workflow_transitions)
-            .where(workflow_transitions.c.workflow_run_id == wf)
-            .order_by(workflow_transitions.c.seq.desc())
-        ).first()
+        row = connection(tx).execute(select(workflow_runs).where(workflow_runs.c.workflow_run_id == wf)).one()
+        last = (
+            connection(tx)
+            .execute(
+                select(workflow_transitions)
+                .where(workflow_transitions.c.workflow_run_id == wf)
+                .order_by(workflow_transitions.c.seq.desc())
+            )
+            .first()
+        )
     assert (row.status, row.version, row.error_code) == ("ESCALATED", 4, "SLA_ESCALATION")
     assert last is not None
     assert (last.seq, last.step_id, last.from_status, last.to_status, last.reason) == (
@@ -545,17 +553,17 @@ def test_a_workflow_that_lost_the_version_race_is_not_overwritten(engine: Engine
     t0 = engine.clock.now()
     wf = _workflow(engine, job, "RUNNING", t0, version=1, seq=1)
     state = sla.MonitorState()
-    original = sla.rows.workflow_escalate
+    original = sla_rows.workflow_escalate
 
     def engine_advanced_first(conn: Any, w: Any, **kw: Any) -> bool:  # the workflow engine wins the race
         conn.execute(workflow_runs.update().where(workflow_runs.c.workflow_run_id == wf).values(version=2))
         return original(conn, w, **kw)
 
-    sla.rows.workflow_escalate = engine_advanced_first  # type: ignore[assignment]
+    sla_rows.workflow_escalate = engine_advanced_first  # type: ignore[assignment]
     try:
         assert sla.check(engine, t0 + 120 * S, state=state).escalations == 0
     finally:
-        sla.rows.workflow_escalate = original  # type: ignore[assignment]
+        sla_rows.workflow_escalate = original  # type: ignore[assignment]
     assert _workflow_status(engine, wf) == ("RUNNING", 2)
     assert sla.check(engine, t0 + 121 * S, state=state).escalations == 1  # tried again while open
     assert _workflow_status(engine, wf) == ("ESCALATED", 3)
@@ -601,7 +609,7 @@ def test_the_one_shot_cli_runs_a_pass(engine: Engine, tmp_path: Path) -> None:
     assert first.exit_code == 0, first.output
     # The run is seconds old: nothing due yet. Age it by an hour in the database, then check.
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             text("UPDATE job_runs SET created_at = created_at - :h WHERE job_run_id = :r"),
             {"h": 3600 * 10**6, "r": run.job_run_id},
         )
@@ -637,7 +645,7 @@ def _workflow(engine: Engine, job: str, status: str, created: datetime, *, versi
         stored = tx.definition_get("default", job)
     assert stored is not None
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             workflow_runs.insert().values(
                 workflow_run_id=wf, tenant_id="default", idempotency_key=uuid.uuid4().hex, job_definition_id=job,
                 definition_version=stored.version, definition_digest=stored.digest, job_class=stored.job_class,
@@ -647,7 +655,7 @@ def _workflow(engine: Engine, job: str, status: str, created: datetime, *, versi
             )
         )  # fmt: skip
         for n in range(1, seq + 1):
-            tx.conn.execute(
+            connection(tx).execute(
                 workflow_transitions.insert().values(
                     workflow_run_id=wf, tenant_id="default", seq=n, step_id=None if n == 1 else "a",
                     from_status=None, to_status="RUNNING", reason="test", actor="test", at=codec.to_us(created),
@@ -658,12 +666,12 @@ def _workflow(engine: Engine, job: str, status: str, created: datetime, *, versi
 
 def _end_workflow(engine: Engine, wf: str, at: datetime, *, seq: int) -> None:
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             workflow_runs.update()
             .where(workflow_runs.c.workflow_run_id == wf)
             .values(status="COMPLETED", ended_at=codec.to_us(at), version=workflow_runs.c.version + 1)
         )
-        tx.conn.execute(
+        connection(tx).execute(
             workflow_transitions.insert().values(
                 workflow_run_id=wf, tenant_id="default", seq=seq, step_id=None, from_status="RUNNING",
                 to_status="COMPLETED", reason="completed", actor="test", at=codec.to_us(at),
@@ -673,7 +681,11 @@ def _end_workflow(engine: Engine, wf: str, at: datetime, *, seq: int) -> None:
 
 def _workflow_status(engine: Engine, wf: str) -> tuple[str, int]:
     with engine.store.read() as tx:
-        row = tx.conn.execute(
-            select(workflow_runs.c.status, workflow_runs.c.version).where(workflow_runs.c.workflow_run_id == wf)
-        ).one()
+        row = (
+            connection(tx)
+            .execute(
+                select(workflow_runs.c.status, workflow_runs.c.version).where(workflow_runs.c.workflow_run_id == wf)
+            )
+            .one()
+        )
     return str(row[0]), int(row[1])

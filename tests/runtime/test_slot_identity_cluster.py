@@ -25,6 +25,7 @@ from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 START = datetime(2026, 10, 24, 23, 35, tzinfo=UTC)  # 01:35 CEST; the fold is 00:00Z-02:00Z
 STEP = timedelta(seconds=30)
@@ -104,7 +105,7 @@ def test_every_slot_has_exactly_one_run_across_processes(pg_engine: Engine, pg_s
         assert p.exitcode == 0
     end = START + (STEPS - 1) * STEP
     with engine.store.read() as tx:
-        rows = tx.conn.execute(text("SELECT trigger_id, slot, config_digest FROM job_runs")).all()
+        rows = connection(tx).execute(text("SELECT trigger_id, slot, config_digest FROM job_runs")).all()
     slots = [r[0] for r in rows]
     assert len(slots) == len(set(slots)), "a slot with two runs"
     assert all(r[1] == r[0] for r in rows), "a run outside its slot"

@@ -23,6 +23,7 @@ from helpers import config_document, define
 from jobgate.config import build_config
 from jobgate.core.errors import RetryableError
 from jobgate.core.models import Scope
+from jobgate.core.records import Publication
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store import codec
@@ -30,6 +31,7 @@ from jobgate.store.sql import telemetry as store
 from jobgate.store.sqlstore import Store
 from jobgate.telemetry import periods, rollup
 from jobgate.telemetry.sinks import FileSink, HttpSink
+from jobgate.testing import connection
 
 TENANT = "acme"
 DAY = "2026-03-10"  # the past day the test's runs are moved into
@@ -79,12 +81,12 @@ def move_into_the_past(engine: Engine, run_ids: list[str], to: datetime = NOON) 
     columns = ("created_at", "due_at", "started_at", "ended_at", "next_retry_at", "queue_deadline_at")
     with engine.store.write() as tx:
         for c in columns:
-            tx.conn.execute(
+            connection(tx).execute(
                 text(f"UPDATE job_runs SET {c} = {c} + :s WHERE job_run_id IN :ids").bindparams(_expanding("ids")),
                 {"s": shift, **ids},
             )
         for table, column in (("run_transitions", "at"), ("dead_letters", "created_at")):
-            tx.conn.execute(
+            connection(tx).execute(
                 text(f"UPDATE {table} SET {column} = {column} + :s WHERE job_run_id IN :ids").bindparams(
                     _expanding("ids")
                 ),
@@ -124,9 +126,9 @@ def a_busy_day(engine: Engine) -> list[str]:
     return made
 
 
-def publications(engine: Engine, tenant: str = TENANT) -> list[store.Publication]:
+def publications(engine: Engine, tenant: str = TENANT) -> list[Publication]:
     with engine.store.read() as tx:
-        return store.publications_list(tx.conn, tenant)
+        return store.publications_list(connection(tx), tenant)
 
 
 def test_a_closed_day_is_published_once_with_its_figures(engine: Engine, tmp_path: Path) -> None:
@@ -190,9 +192,7 @@ def test_concurrent_publishers_make_one_publication(engine: Engine, tmp_path: Pa
         start.wait()
         held = rollup.deliver(sink, TENANT, period, doc)
         with engine.store.write() as tx:
-            made.append(
-                rollup.publish(tx.conn, TENANT, period, held, sink.name, now=engine.clock.now(), job_run_id=None)
-            )
+            made.append(rollup.publish(tx, TENANT, period, held, sink.name, now=engine.clock.now(), job_run_id=None))
 
     threads = [threading.Thread(target=publisher) for _ in range(2)]
     for t in threads:
@@ -215,7 +215,7 @@ def test_a_crash_after_the_sink_write_publishes_once_when_retried(engine: Engine
 
     held = rollup.deliver(sink, TENANT, period, first)  # the sink got it; the completion never came
     with pytest.raises(Crash), engine.store.write() as tx:
-        assert rollup.publish(tx.conn, TENANT, period, held, sink.name, now=engine.clock.now(), job_run_id="a")
+        assert rollup.publish(tx, TENANT, period, held, sink.name, now=engine.clock.now(), job_run_id="a")
         raise Crash
     assert publications(engine) == [] and len(sink.records()) == 1
     # The retry computes other figures (say a late commit landed): the sink keeps its record,
@@ -223,7 +223,7 @@ def test_a_crash_after_the_sink_write_publishes_once_when_retried(engine: Engine
     again = rollup.deliver(sink, TENANT, period, {"period": DAY, "jobs_scheduled": 8})
     assert again == held
     with engine.store.write() as tx:
-        assert rollup.publish(tx.conn, TENANT, period, again, sink.name, now=engine.clock.now(), job_run_id="b")
+        assert rollup.publish(tx, TENANT, period, again, sink.name, now=engine.clock.now(), job_run_id="b")
     [published] = publications(engine)
     assert published.figures == first and len(sink.records()) == 1
     assert published.digest == _digest(sink.records()[0])

@@ -13,10 +13,11 @@ from sqlalchemy import text
 
 from helpers import define
 from jobgate.core.audit import first_broken
+from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import AuditFilter
+from jobgate.testing import connection
 
 
 def submit(engine: Engine, job: str) -> str:
@@ -50,15 +51,17 @@ def test_without_an_audit_log_an_audit_required_run_does_not_settle(engine: Engi
     required = define(engine, handler="engine_handlers:succeed", audit_required=True, retry_policy="test_fixed_v1")
     run_id = submit(engine, required)
     with engine.store.write() as tx:  # the audit store becomes unwritable
-        tx.conn.execute(text("ALTER TABLE audit_log RENAME TO audit_log_away"))
+        connection(tx).execute(text("ALTER TABLE audit_log RENAME TO audit_log_away"))
     try:
         with running_worker(engine, lease=timedelta(seconds=2)) as worker:
             wait_until(lambda: worker.stats.started >= 1, what="the run to start")
             time.sleep(1.0)  # the handler returns at once; its settlement keeps failing meanwhile
             with engine.store.read() as tx:
-                status = tx.conn.execute(
-                    text("SELECT status FROM job_runs WHERE job_run_id = :r"), {"r": run_id}
-                ).scalar()
+                status = (
+                    connection(tx)
+                    .execute(text("SELECT status FROM job_runs WHERE job_run_id = :r"), {"r": run_id})
+                    .scalar()
+                )
             assert status == "RUNNING"  # not completed while its record cannot be kept
             _restore(engine)
             # The settlement that could not be recorded was given up; the run's lease lapses
@@ -73,7 +76,7 @@ def test_without_an_audit_log_an_audit_required_run_does_not_settle(engine: Engi
 def _restore(engine: Engine) -> None:
     try:
         with engine.store.write() as tx:
-            tx.conn.execute(text("ALTER TABLE audit_log_away RENAME TO audit_log"))
+            connection(tx).execute(text("ALTER TABLE audit_log_away RENAME TO audit_log"))
     except Exception:
         pass  # restored already
 

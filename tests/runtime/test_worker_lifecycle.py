@@ -22,6 +22,7 @@ from jobgate.core.states import RunStatus
 from jobgate.runtime.outbox import RecordingSink, publish_once
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.testing import connection
 
 
 def test_a_run_executes_records_everything_and_its_events_are_delivered_once(engine: Engine) -> None:
@@ -92,7 +93,7 @@ def test_runs_start_in_priority_order_not_submission_order(engine: Engine) -> No
 
         started = [
             r[0]
-            for r in tx.conn.execute(
+            for r in connection(tx).execute(
                 text("SELECT job_run_id FROM run_transitions WHERE to_status = 'RUNNING' ORDER BY id")
             )
         ]

@@ -13,6 +13,7 @@ from jobgate.service.engine import Engine
 from jobgate.store.codec import TRANSITION_COLUMNS
 from jobgate.store.sql import fast
 from jobgate.store.tables import run_transitions
+from jobgate.testing import connection
 
 # Text as a driver can carry it: no NUL (PostgreSQL's text cannot hold one) and no lone surrogates.
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
@@ -26,7 +27,7 @@ def _row(i: int, reason: str, detail: str | None, attempt: int = 1) -> tuple[obj
 def _stored(engine: Engine) -> list[tuple[object, ...]]:
     with engine.store.read() as tx:
         names = ", ".join(TRANSITION_COLUMNS)
-        return [tuple(r) for r in tx.conn.execute(text(f"SELECT {names} FROM run_transitions ORDER BY id"))]
+        return [tuple(r) for r in connection(tx).execute(text(f"SELECT {names} FROM run_transitions ORDER BY id"))]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -34,8 +35,8 @@ def _stored(engine: Engine) -> list[tuple[object, ...]]:
 def test_rows_come_back_exactly_as_they_went_in(engine: Engine, values: list[tuple[str, str | None]]) -> None:
     rows = [_row(i, reason[:64], detail) for i, (reason, detail) in enumerate(values)]
     with engine.store.write() as tx:
-        tx.conn.execute(text("DELETE FROM run_transitions"))
-        fast.insert_rows(tx.conn, run_transitions, TRANSITION_COLUMNS, rows)
+        connection(tx).execute(text("DELETE FROM run_transitions"))
+        fast.insert_rows(connection(tx), run_transitions, TRANSITION_COLUMNS, rows)
     assert _stored(engine) == rows
 
 
@@ -44,5 +45,7 @@ def test_a_value_longer_than_its_column_is_refused_not_cut_short(engine: Engine)
         pytest.skip("SQLite does not enforce declared lengths")
     too_long = "r" * 65  # reason is VARCHAR(64)
     with pytest.raises(psycopg.errors.StringDataRightTruncation), engine.store.write() as tx:
-        fast.insert_rows(tx.conn, run_transitions, TRANSITION_COLUMNS, [_row(1, "ok", None), _row(2, too_long, None)])
+        fast.insert_rows(
+            connection(tx), run_transitions, TRANSITION_COLUMNS, [_row(1, "ok", None), _row(2, too_long, None)]
+        )
     assert _stored(engine) == []  # nothing of the refused statement was stored

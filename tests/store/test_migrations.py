@@ -16,6 +16,7 @@ from tests.helpers import APP_ROLE, PG_URL
 from jobgate.store.migrate import HEAD, MIGRATIONS, alembic_config
 from jobgate.store.sqlstore import Store
 from jobgate.store.tables import metadata
+from jobgate.testing import connection
 
 
 def _url(database_url: str) -> str:
@@ -246,16 +247,26 @@ def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url:
         chains = {}
         with store.read() as tx:
             for rid in (ended, queued):
-                count, extent, chain = tx.conn.execute(
-                    text("SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"),
-                    {"r": rid},
-                ).one()
-                history = history_values(tx.conn, rid)
+                count, extent, chain = (
+                    connection(tx)
+                    .execute(
+                        text(
+                            "SELECT transition_count, history_extent, history_hash FROM job_runs WHERE job_run_id = :r"
+                        ),
+                        {"r": rid},
+                    )
+                    .one()
+                )
+                history = history_values(connection(tx), rid)
                 assert count == extent == len(history) and chain == seals.history_of(history)
                 chains[rid] = chain
-            latest = tx.conn.execute(
-                text("SELECT history FROM record_seals WHERE record_id = :r ORDER BY id DESC LIMIT 1"), {"r": ended}
-            ).scalar_one()
+            latest = (
+                connection(tx)
+                .execute(
+                    text("SELECT history FROM record_seals WHERE record_id = :r ORDER BY id DESC LIMIT 1"), {"r": ended}
+                )
+                .scalar_one()
+            )
             assert latest == chains[ended]  # sealed again under the chain rule
         assert all(r.ok for r in audit.verify_records(engine, ["default"]))
     finally:

@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
 
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 NOW = datetime(2026, 6, 25, 18, 30, tzinfo=UTC)
 
@@ -36,13 +37,13 @@ def app_store(database_url: str) -> Iterator[Store]:
 
 def tenants_seen(store: Store, table: str, tenant: str | None) -> list[str]:
     with store.read(tenant_id=tenant) as tx:
-        rows = tx.conn.execute(text(f"SELECT tenant_id FROM {table}")).all()  # no tenant filter
+        rows = connection(tx).execute(text(f"SELECT tenant_id FROM {table}")).all()  # no tenant filter
     return sorted(r[0] for r in rows)
 
 
 def test_a_query_without_a_tenant_filter_sees_only_its_tenants_rows(app_store: Store) -> None:
     with app_store.read() as tx:
-        role = tx.conn.execute(text("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"))
+        role = connection(tx).execute(text("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"))
         assert role.one() == (False, False)  # bound by the policies, like the whole suite
     assert tenants_seen(app_store, "facts", "tenant-a") == ["tenant-a"]
     assert tenants_seen(app_store, "facts", "tenant-b") == ["tenant-b"]
@@ -54,8 +55,8 @@ def test_a_query_without_a_tenant_filter_sees_only_its_tenants_rows(app_store: S
 
 def test_a_transaction_for_one_tenant_cannot_write_anothers_rows(app_store: Store) -> None:
     with app_store.write(tenant_id="tenant-a") as tx:
-        changed = tx.conn.execute(text("UPDATE facts SET value = 0 WHERE tenant_id = 'tenant-b'")).rowcount
-        deleted = tx.conn.execute(text("DELETE FROM safe_mode_periods")).rowcount
+        changed = connection(tx).execute(text("UPDATE facts SET value = 0 WHERE tenant_id = 'tenant-b'")).rowcount
+        deleted = connection(tx).execute(text("DELETE FROM safe_mode_periods")).rowcount
     assert (changed, deleted) == (0, 0)
     with pytest.raises(ProgrammingError, match="row-level security"), app_store.write(tenant_id="tenant-a") as tx:
         tx.fact_record("tenant-b", "replay.drift_ratio", 0.5, NOW, "forged")

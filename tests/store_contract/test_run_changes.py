@@ -22,6 +22,7 @@ from jobgate.core.states import RunStatus
 from jobgate.core.transitions import RunChange
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.base import RunsClaim
+from jobgate.testing import connection
 
 LEASE = timedelta(seconds=30)
 
@@ -38,7 +39,8 @@ def _record(engine: Engine, run_id: str) -> dict[str, Any]:
     started event, with the run's own id taken out."""
     with engine.store.read() as tx:
         row = (
-            tx.conn.execute(
+            connection(tx)
+            .execute(
                 text(
                     "SELECT status, attempt, started_at, progress, progress_message, lease_owner, transition_count "
                     "FROM job_runs WHERE job_run_id = :r"
@@ -50,9 +52,8 @@ def _record(engine: Engine, run_id: str) -> dict[str, Any]:
         )
         ts = tx.run_transitions(run_id)
         events = (
-            tx.conn.execute(
-                text("SELECT event_type, payload FROM outbox WHERE job_run_id = :r ORDER BY id"), {"r": run_id}
-            )
+            connection(tx)
+            .execute(text("SELECT event_type, payload FROM outbox WHERE job_run_id = :r ORDER BY id"), {"r": run_id})
             .mappings()
             .all()
         )

@@ -20,6 +20,7 @@ from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 from jobgate.workflows.replay import replay_workflow
 from jobgate.workflows.service import (
     StartWorkflow,
@@ -311,7 +312,9 @@ def test_a_cancel_request_never_lands_on_a_compensating_workflow(engine: Engine,
     j = jobs(engine)
     wid = start(engine, workflow(engine, [{"id": "a", "job": j["record"]}]))
     with engine.store.write() as tx:  # the coordinator committed its switch to compensating first
-        tx.conn.execute(text("UPDATE workflow_runs SET phase = 'compensating' WHERE workflow_run_id = :w"), {"w": wid})
+        connection(tx).execute(
+            text("UPDATE workflow_runs SET phase = 'compensating' WHERE workflow_run_id = :w"), {"w": wid}
+        )
         assert not tx.workflow_request_cancel(wid)
     assert not view(engine, wid).record.cancel_requested
 
@@ -324,8 +327,10 @@ def test_the_run_of_a_step_being_stopped_cannot_be_requeued(engine: Engine, mark
     advance(engine, wid)
     run_id = str(view(engine, wid).steps[0].job_run_id)
     with engine.store.write() as tx:  # as if a sibling's failure had asked this step to stop
-        tx.conn.execute(text("UPDATE workflow_steps SET status = 'STOPPING' WHERE workflow_run_id = :w"), {"w": wid})
-        tx.conn.execute(
+        connection(tx).execute(
+            text("UPDATE workflow_steps SET status = 'STOPPING' WHERE workflow_run_id = :w"), {"w": wid}
+        )
+        connection(tx).execute(
             text("UPDATE job_runs SET status = 'DEAD_LETTERED', ended_at = 1 WHERE job_run_id = :r"), {"r": run_id}
         )
     with pytest.raises(ConflictError) as info:

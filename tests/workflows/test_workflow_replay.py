@@ -10,6 +10,7 @@ from support import coordinating, jobs, start, wait_workflow, workflow
 
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
+from jobgate.testing import connection
 from jobgate.workflows.replay import replay_workflow
 from jobgate.workflows.service import cancel_workflow
 
@@ -73,7 +74,7 @@ def test_every_kind_of_workflow_replays_to_the_same_hash_and_an_edit_is_named(en
     # Tamper: a recorded output of the dag's step a changes (as if someone edited the record).
     target = ids["dag"]
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             text(
                 "UPDATE workflow_transitions SET detail = :d WHERE workflow_run_id = :w AND step_id = 'd' "
                 "AND to_status = 'RUNNING'"
@@ -90,7 +91,9 @@ def test_a_workflow_rows_status_edited_is_a_mismatch(engine: Engine, marker: Pat
     with coordinating(engine):
         assert wait_workflow(engine, wid).record.status is RunStatus.COMPLETED
     with engine.store.write() as tx:
-        tx.conn.execute(text("UPDATE workflow_runs SET status = 'FAILED' WHERE workflow_run_id = :w"), {"w": wid})
+        connection(tx).execute(
+            text("UPDATE workflow_runs SET status = 'FAILED' WHERE workflow_run_id = :w"), {"w": wid}
+        )
     report = replay_workflow(engine, wid)
     assert not report.match and report.first_difference == "status: recorded FAILED, the sequence ends COMPLETED"
 
@@ -104,7 +107,7 @@ def test_an_edited_decision_is_a_mismatch(engine: Engine, marker: Path, column: 
         wait_workflow(engine, wid)
     assert replay_workflow(engine, wid).match
     with engine.store.write() as tx:
-        tx.conn.execute(
+        connection(tx).execute(
             text(f"UPDATE workflow_transitions SET {column} = 'SKIPPED' WHERE workflow_run_id = :w AND seq = 4"),
             {"w": wid},
         )
@@ -134,7 +137,7 @@ def test_the_replay_job_samples_workflow_runs_too_and_names_an_altered_one(engin
         for wid in ids:
             wait_workflow(engine, wid)
         with engine.store.write() as tx:  # one workflow's record is altered after the fact
-            tx.conn.execute(
+            connection(tx).execute(
                 text(
                     "UPDATE workflow_transitions SET reason = 'condition_false' WHERE workflow_run_id = :w AND seq = 4"
                 ),
@@ -148,5 +151,7 @@ def test_the_replay_job_samples_workflow_runs_too_and_names_an_altered_one(engin
     (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="replay.mismatch"))
     assert entry.event.target_type == "workflow" and entry.event.target_id == ids[1]
     with engine.store.read() as tx:
-        payloads = tx.conn.execute(text("SELECT payload FROM outbox WHERE event_type = 'replay_mismatch'")).scalars()
+        payloads = (
+            connection(tx).execute(text("SELECT payload FROM outbox WHERE event_type = 'replay_mismatch'")).scalars()
+        )
         assert any(ids[1] in p for p in payloads)

@@ -18,12 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from jobgate.core.audit import AuditEntry
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.core.records import Approval, RunRequest, StoredToken
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
 from jobgate.scheduling.plan import parse_slot
 from jobgate.store.base import StoredDefinition
-from jobgate.store.sql.governance import Approval, RunRequest
-from jobgate.store.sql.tokens import StoredToken
 
 T = TypeVar("T")
 

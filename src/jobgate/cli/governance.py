@@ -208,7 +208,7 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
         tenants = (
             [tenant] if tenant else sorted(set(tx.audit_tenants()) | {str(r["tenant_id"]) for r in witnessed or ()})
         )  # a chain wiped out entirely is still named by its anchors in the sink
-        results = [anchoring.verify_configured(tx.conn, engine.config, t, sink_records=witnessed) for t in tenants]
+        results = [anchoring.verify_configured(tx, engine.config, t, sink_records=witnessed) for t in tenants]
     render.records(
         app.json_output,
         "audit chains",
@@ -296,7 +296,7 @@ def audit_anchor(app: AppContext, tenant: str) -> None:
 
     engine = app.engine()
     with engine.store.write() as tx:
-        made = anchoring.anchor_configured(tx.conn, engine.config, tenant, engine.clock.now())
+        made = anchoring.anchor_configured(tx, engine.config, tenant, engine.clock.now())
     render.records(
         app.json_output,
         "anchors",
@@ -314,7 +314,7 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
     from jobgate import anchoring
 
     with app.engine().store.read() as tx:
-        proof = anchoring.inclusion_proof(tx.conn, tenant, seq)
+        proof = anchoring.inclusion_proof(tx, tenant, seq)
     if proof is None:
         raise ValidationError(f"entry {seq} of {tenant} is not anchored yet (or does not exist)", field="seq")
     render.emit_json(proof)

@@ -11,8 +11,8 @@ from jobgate.cli import render
 from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.records import RunRequest
 from jobgate.service import requests
-from jobgate.store.sql.governance import RunRequest
 
 
 def _row(r: RunRequest) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.records import SafeModePeriod
 from jobgate.service import safemode
-from jobgate.store.sql.safemode import SafeModePeriod
 
 
 @click.group("safe-mode")

@@ -39,7 +39,7 @@ def serve(
     concurrency: int | None,
 ) -> None:
     """Serve the HTTP API with the scheduler and an embedded worker, until SIGTERM or Ctrl-C."""
-    from jobgate.runtime.server import ApiServer, ServeOptions, check_options
+    from jobgate.server import ApiServer, ServeOptions, check_options
 
     app.setup_logging()
     options = ServeOptions(

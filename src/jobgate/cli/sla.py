@@ -9,9 +9,9 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.records import BreachRecord
 from jobgate.core.sla import DeadlineKind, Phase
 from jobgate.service import sla
-from jobgate.store.sql.sla import BreachRecord
 
 
 @click.group("sla")

@@ -11,9 +11,9 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.records import StoredToken
 from jobgate.core.tokens import Role
 from jobgate.service import tokens as service
-from jobgate.store.sql.tokens import StoredToken
 
 
 @click.group("tokens")

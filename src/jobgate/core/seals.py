@@ -48,6 +48,7 @@ import orjson
 Record = Mapping[Any, Any]
 
 SEALED = "sealed"
+BATCH_ACTION = "records.sealed"  # the audit entry that chains a batch of seals
 RETIRED = "retired"
 DELETED = "deleted"
 

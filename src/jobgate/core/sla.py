@@ -33,7 +33,7 @@ Pure: no clock, no I/O; the monitor passes the observation in.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -44,6 +44,11 @@ from jobgate.core.states import RunStatus
 
 SLA_RECORD_PREFIX = "TGSLA-"
 DEFAULT_SEVERITY = "warning"  # a timeout of a subject without an SLA policy
+# Which definitions' subjects the monitor looks at, by creation: (definitions, created before, as
+# UTC microseconds) per group of SLA policies that share an offset.
+SlaGroups = Sequence[tuple[Sequence[str], int]]
+RUNS_CURSOR = "sla-monitor:runs"  # how far the monitor has read the runs' ids (named cursor)
+WORKFLOWS_CURSOR = "sla-monitor:workflows"
 
 
 class DeadlineKind(StrEnum):

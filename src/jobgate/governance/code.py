@@ -27,14 +27,18 @@ times), so checking the identity before every attempt costs a ``stat`` per file.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import shutil
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jobgate.core.canonical import canonical_json
 from jobgate.core.code_identity import CodeIdentity
@@ -256,3 +260,36 @@ def _digest_of(listing: list[list[str]]) -> str:
 
 
 __all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "note_import", "package_digest"]
+
+
+def resolve_handler(handler: str) -> Callable[..., object]:
+    """Import ``module:attr[.attr...]`` and return the callable, or raise ``ValidationError``.
+
+    Resolution happens when the executor is built, so a typo in a definition is reported as a
+    refused definition rather than as a failed attempt that retries forever.
+    """
+    module_name, sep, attr_path = handler.partition(":")
+    attrs = attr_path.split(".")
+    if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
+        raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
+    if module_name.split(".")[0] not in sys.modules:
+        note_import(module_name)  # the code this process is about to run, for the code identity check
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # an import can fail in any way the module's top level can
+        raise ValidationError(
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", field="handler"
+        ) from None
+    for attr in attrs:
+        try:
+            target = getattr(target, attr)
+        except AttributeError:
+            raise ValidationError(
+                f"{handler!r}: {module_name!r} has no attribute {attr_path!r}", field="handler"
+            ) from None
+    if not callable(target):
+        raise ValidationError(f"{handler!r} is not callable", field="handler")
+    if inspect.iscoroutinefunction(target):
+        raise ValidationError(f"{handler!r} is a coroutine function; handlers are synchronous", field="handler")
+    fn: Callable[..., object] = target
+    return fn

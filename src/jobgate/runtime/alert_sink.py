@@ -46,12 +46,12 @@ from pathlib import Path
 
 import httpx
 
+from jobgate.core import encoding
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
 from jobgate.health import rules
 from jobgate.health.settings import AlertSettings
 from jobgate.runtime.outbox import SINK_BUDGET, Deferred, envelope
-from jobgate.store import codec
 from jobgate.telemetry.redact import shown_url
 
 log = logging.getLogger("jobgate.alerts")
@@ -106,7 +106,7 @@ class WebhookAlertSink:
                 if event.event_type not in types:
                     continue
                 body = rules.alert_body(envelope(event))
-                data = codec.dumps(body).encode("utf-8")
+                data = encoding.dumps(body).encode("utf-8")
                 for number, url in enumerate(self.settings.webhook_urls, start=1):
                     key = (event.event_id, url)
                     if key in self._accepted:
@@ -191,7 +191,7 @@ class WebhookAlertSink:
         self.undelivered_log.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.undelivered_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, (codec.dumps(record) + "\n").encode("utf-8"))
+            os.write(fd, (encoding.dumps(record) + "\n").encode("utf-8"))
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Protocol
 
 from jobgate.clock import Clock
+from jobgate.core import encoding
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
 from jobgate.runtime.leadership import Lease
-from jobgate.store import codec
 from jobgate.store.sqlstore import Store
 
 log = logging.getLogger("jobgate.events")
@@ -66,7 +66,7 @@ def envelope_json(e: OutboxEvent) -> str:
     body = e.payload_json
     if body.startswith("{") and body != "{}":
         return head + "," + body[1:]
-    return codec.dumps(envelope(e))
+    return encoding.dumps(envelope(e))
 
 
 class JsonLinesSink:

@@ -37,17 +37,18 @@ from jobgate.scheduling.plan import (
     plan,
     plan_periods,
 )
+from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import control
+from jobgate.service.cluster import SCHEDULER_LEADER
 from jobgate.service.engine import Engine, PreparedSubmission
 from jobgate.service.schedules import fire_request
 from jobgate.snapshots import resolve_snapshot, watched_digest
 from jobgate.store.base import RunFilter
-from jobgate.store.sql.schedules import StoredSchedule
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.scheduler")
 
-LEADER_LOCK = "scheduler-leader"
+LEADER_LOCK = SCHEDULER_LEADER
 SCHEDULER_ACTOR = "scheduler"
 MAX_BACKOFF = timedelta(minutes=5)  # the longest a failing schedule waits between tries
 

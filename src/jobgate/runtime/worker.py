@@ -41,7 +41,14 @@ from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
-from jobgate.runtime.executors.base import Effect, ExecutionContext, ExecutionResult, Executor, LockProvider
+from jobgate.runtime.executors.base import (
+    Effect,
+    ExecutionContext,
+    ExecutionResult,
+    Executor,
+    LockProvider,
+    StoreEffect,
+)
 from jobgate.runtime.leadership import Lease
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
@@ -105,7 +112,8 @@ class WorkerStats:
 class _Effects:
     run: JobRun  # as running: to settle a failed effect as a retryable failure of the attempt
     started_at: datetime
-    effects: tuple[Effect, ...]
+    effects: tuple[Effect, ...]  # a handler's: given the transaction's connection
+    store_effects: tuple[StoreEffect, ...] = ()  # jobgate's own jobs': given the transaction
 
 
 @dataclass
@@ -610,19 +618,18 @@ class Worker:
         out: list[RunChange] = []
         for change, run_id in items:
             record = self._effects[run_id]
-            tx.conn.exec_driver_sql("SAVEPOINT jobgate_effect")
             try:
-                matched = tx.runs_apply([change])
-                if matched:
-                    for effect in record.effects:
-                        effect(tx.conn)
-                tx.conn.exec_driver_sql("RELEASE SAVEPOINT jobgate_effect")
+                with tx.savepoint("jobgate_effect"):
+                    matched = tx.runs_apply([change])
+                    if matched:
+                        for effect in record.effects:
+                            effect(tx.effect_connection())
+                        for store_effect in record.store_effects:
+                            store_effect(tx)
                 out += matched
             except Exception as exc:
                 if is_transient(exc):
                     raise  # the whole turn is retried: nothing is lost
-                tx.conn.exec_driver_sql("ROLLBACK TO SAVEPOINT jobgate_effect")
-                tx.conn.exec_driver_sql("RELEASE SAVEPOINT jobgate_effect")
                 log.warning(
                     "run %s: its completion effect failed (%s); the attempt is retried",
                     run_id,
@@ -762,8 +769,15 @@ class Worker:
             result=result.result,
             artifact=artifact,
         )
-        if settlement.decision.to_status is RunStatus.COMPLETED and flight.ctx is not None and flight.ctx.effects:
-            self._effects[run.job_run_id] = _Effects(run, flight.started_at, tuple(flight.ctx.effects))
+        ctx = flight.ctx
+        if (
+            settlement.decision.to_status is RunStatus.COMPLETED
+            and ctx is not None
+            and (ctx.effects or ctx.store_effects)
+        ):
+            self._effects[run.job_run_id] = _Effects(
+                run, flight.started_at, tuple(ctx.effects), tuple(ctx.store_effects)
+            )
         if flight.span is not None:
             error = None if outcome.kind is OutcomeKind.SUCCEEDED else (outcome.error_code or outcome.kind.value)
             self._end_span(flight, settlement.decision.to_status.value, error)

@@ -28,12 +28,12 @@ from jobgate.core.code_identity import CodeIdentity, changed_parts
 from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError, ValidationError
 from jobgate.core.governance import ApprovalRule, Person, approval_refusal
 from jobgate.core.models import JobDefinition
+from jobgate.core.records import Approval
 from jobgate.core.states import PENDING, TransitionReason
+from jobgate.scheduling.records import PAUSED_UNAPPROVED, ScheduleChange
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter, StoredDefinition
-from jobgate.store.sql.governance import Approval
-from jobgate.store.sql.schedules import PAUSED_UNAPPROVED, ScheduleChange
 from jobgate.store.sqlstore import StoreTx
 
 MAX_CANCELLED_PER_REVOKE = 100_000

@@ -12,9 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.audit import AuditEntry, AuditEvent
+from jobgate.core.records import AuditFilter, Batch, RecordsReport
 from jobgate.service.engine import Engine
-from jobgate.store.sql.governance import AuditFilter
-from jobgate.store.sql.seals import Batch, RecordsReport
 from jobgate.store.sqlstore import StoreTx
 
 __all__ = ["AuditFilter", "event", "record", "record_now", "seal_pending", "search", "verify_records"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from jobgate.core.records import LockInfo
 from jobgate.service.engine import Engine
 from jobgate.store.base import WorkerInfo
-from jobgate.store.sql.outbox import LockInfo
 
 STALE_AFTER = timedelta(seconds=15)  # three heartbeats of the default 5 s interval
+# The named locks the cluster's leaders hold (``runtime.leadership``): one scheduler fires.
+SCHEDULER_LEADER = "scheduler-leader"
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from jobgate.runtime.scheduler import LEADER_LOCK
-from jobgate.service.cluster import STALE_AFTER, lock_state, worker_state
+from jobgate.core.records import LockInfo
+from jobgate.scheduling.records import StoredSchedule
+from jobgate.service.cluster import SCHEDULER_LEADER, STALE_AFTER, lock_state, worker_state
 from jobgate.service.engine import Engine
 from jobgate.store.base import WorkerInfo
 from jobgate.store.migrate import HEAD
-from jobgate.store.sql.outages import OUTAGE_PREFIX
-from jobgate.store.sql.outbox import LockInfo
-from jobgate.store.sql.schedules import StoredSchedule
 
 log = logging.getLogger("jobgate.doctor")
 
@@ -118,7 +116,7 @@ def judge_dependencies(now: datetime, outages: list[LockInfo]) -> Check:
         return Check("dependencies", Level.GREEN, "no declared dependency is down")
     parts = []
     for m in sorted(outages, key=lambda m: m.acquired_at):
-        name = m.name.removeprefix(OUTAGE_PREFIX)
+        name = m.name  # the dependency's
         seen = f"seen by {m.owner}" if m.expires_at > now else "no worker is checking it now"
         parts.append(f"{name} down for {_age(now, m.acquired_at)} ({seen})")
     return Check("dependencies", Level.AMBER, "; ".join(parts) + ": runs that declare it wait")
@@ -154,7 +152,7 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         revision = tx.schema_revision()
         due, oldest_due = tx.runs_due_summary(tenant_id, now)
         workers = tx.workers_list()
-        leader = tx.lock_get(LEADER_LOCK)
+        leader = tx.lock_get(SCHEDULER_LEADER)
         stored = tx.schedules_list(tenant_id)
         outbox, oldest_outbox = tx.outbox_summary(tenant_id)
         outages = tx.outages_open()

@@ -42,18 +42,17 @@ from jobgate.core.models import (
 from jobgate.core.params import validate_params
 from jobgate.core.policies import BUILTIN_RETRY_POLICIES, RetryPolicy, TimeoutPolicy
 from jobgate.core.policy import Policy
+from jobgate.core.records import AuditFilter, SafeModePeriod
 from jobgate.core.runs import new_run, trigger_document
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
-from jobgate.governance.code import CodeReader
+from jobgate.governance.code import CodeReader, resolve_handler
 from jobgate.policy import PolicyFile
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
+from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange
 from jobgate.service import gates
 from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import DefinitionPut, RunCreate, StoredDefinition
-from jobgate.store.sql.governance import AuditFilter
-from jobgate.store.sql.safemode import SafeModePeriod
-from jobgate.store.sql.schedules import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange
 from jobgate.store.sqlstore import Store, StoreTx
 
 SYSTEM_ACTOR = "system"
@@ -881,8 +880,6 @@ def check_executable(item: LoadedDefinition) -> None:
     missing package): otherwise it would be found only when a run fails at its first attempt."""
     spec = item.definition.executor
     if spec.kind == "python" and spec.handler:
-        from jobgate.runtime.executors.python import resolve_handler
-
         try:
             resolve_handler(spec.handler)
         except ValidationError as exc:

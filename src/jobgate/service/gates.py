@@ -43,9 +43,8 @@ from jobgate.core.governance import (
 )
 from jobgate.core.models import DefinitionStatus, JobClass, JobDefinition, JobRun, TriggerType
 from jobgate.core.policy import Policy
+from jobgate.core.records import Approval, SafeModePeriod
 from jobgate.governance.code import CodeReader
-from jobgate.store.sql.governance import Approval
-from jobgate.store.sql.safemode import SafeModePeriod
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.gates")

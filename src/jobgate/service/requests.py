@@ -21,9 +21,9 @@ from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, 
 from jobgate.core.governance import Moment, Person, request_refusal
 from jobgate.core.models import Scope, TriggerType
 from jobgate.core.params import validate_params
+from jobgate.core.records import RunRequest
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.governance import RunRequest
 from jobgate.store.sqlstore import StoreTx
 
 MAX_TITLE = 200

@@ -20,10 +20,10 @@ from jobgate.core import events
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ConflictError, JobgateError, ValidationError
 from jobgate.core.models import Scope, TriggerType
+from jobgate.core.records import SafeModePeriod
 from jobgate.evidence_keys import signer_for
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
-from jobgate.store.sql.safemode import SafeModePeriod
 
 log = logging.getLogger("jobgate.safemode")
 
@@ -123,7 +123,7 @@ def _switch(
         )
         # A critical artifact: anchored directly, not at the end of its window (seed §48).
         anchoring.anchor_direct(
-            tx.conn, recorded[0], now=now, sink=anchoring.sink_for(engine.config), signer=signer_for(engine.config)
+            tx, recorded[0], now=now, sink=anchoring.sink_for(engine.config), signer=signer_for(engine.config)
         )
     log.warning(
         "safe mode %s for tenant %s by %s: %s",

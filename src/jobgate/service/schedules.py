@@ -36,9 +36,9 @@ from jobgate.scheduling.model import (
     schedule_document,
 )
 from jobgate.scheduling.plan import MissReason, regrid, slots, trigger_id
+from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.snapshots import resolve_snapshot, watched_digest
-from jobgate.store.sql.schedules import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
 
 log = logging.getLogger("jobgate.schedules")
 

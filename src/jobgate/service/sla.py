@@ -41,12 +41,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
-
+from jobgate.core import encoding
 from jobgate.core.models import JobRun
 from jobgate.core.policies import SlaPolicy
+from jobgate.core.records import BreachRecord, DefinitionPolicies, Left, WorkflowSubject
 from jobgate.core.sla import (
+    RUNS_CURSOR,
+    WORKFLOWS_CURSOR,
     Observation,
+    SlaGroups,
     SubjectKind,
     due,
     earliest_offset,
@@ -56,9 +59,7 @@ from jobgate.core.sla import (
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
 from jobgate.service.sla_record import Settled, Subject, record
-from jobgate.store import codec
-from jobgate.store.sql import sla as rows
-from jobgate.store.sql.sla import BreachRecord, DefinitionPolicies, Left, WorkflowSubject
+from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.sla")
 
@@ -134,8 +135,7 @@ def breaches(
 ) -> list[BreachRecord]:
     """A tenant's reminders and breaches, newest first (read as that tenant)."""
     with engine.store.read(tenant_id=tenant_id) as tx:
-        return rows.breaches_list(
-            tx.conn,
+        return tx.sla.breaches_list(
             tenant_id,
             phase=phase,
             kind=kind,
@@ -150,9 +150,9 @@ def breaches(
 def _refresh_policies(engine: Engine, state: MonitorState) -> dict[DefinitionKey, DefinitionPolicies]:
     """Stored versions are immutable: each one's policy names are read once per monitor."""
     with engine.store.read() as tx:
-        keys = rows.definition_keys(tx.conn)
+        keys = tx.sla.definition_keys()
         missing = [k for k in keys if k not in state.policies]
-        for p in rows.definition_policies(tx.conn, missing) if missing else []:
+        for p in tx.sla.definition_policies(missing) if missing else []:
             state.policies[(p.tenant_id, p.job_definition_id, p.version)] = p
     return state.policies
 
@@ -189,7 +189,7 @@ def _groups(policies: Iterable[DefinitionPolicies], sla_of: Resolve, now: dateti
         policy = sla_of(p)
         if policy is not None:
             by_offset.setdefault(earliest_offset(policy), set()).add(p.job_definition_id)
-    return [(sorted(ids), codec.to_us(now - offset)) for offset, ids in sorted(by_offset.items())]
+    return [(sorted(ids), encoding.to_us(now - offset)) for offset, ids in sorted(by_offset.items())]
 
 
 # ---------------------------------------------------------------- subjects
@@ -268,22 +268,22 @@ def _may_have_timed_out(run: JobRun, status: RunStatus, at: datetime) -> bool:
     )
 
 
-def _open_runs(engine: Engine, state: MonitorState, now: datetime, groups: rows.SlaGroups, subjects: _Subjects) -> bool:
+def _open_runs(engine: Engine, state: MonitorState, now: datetime, groups: SlaGroups, subjects: _Subjects) -> bool:
     """Judge the open runs that may have something due; True if some wait for the next pass."""
     found: list[JobRun] = []
     with engine.store.read() as tx:
         for arm, waiting in (("runs:waiting", True), ("runs:leased", False)):
             for _ in range(PAGES_PER_PASS):
-                page = rows.open_runs_due(
-                    tx.conn, waiting=waiting, now=now, sla_groups=groups, after=state.resume.get(arm), limit=PAGE
+                page = tx.sla.open_runs_due(
+                    waiting=waiting, now=now, sla_groups=groups, after=state.resume.get(arm), limit=PAGE
                 )
                 found += page
                 last = page[-1] if len(page) == PAGE else None
-                state.resume[arm] = None if last is None else (codec.to_us(last.created_at), last.job_run_id)
+                state.resume[arm] = None if last is None else (encoding.to_us(last.created_at), last.job_run_id)
                 if last is None:
                     break
         wanted = {(r.job_run_id, r.attempt) for r in found if _may_have_timed_out(r, r.status, now)}
-        starts = rows.attempt_starts(tx.conn, wanted) if wanted else {}
+        starts = tx.sla.attempt_starts(wanted) if wanted else {}
     for run in found:
         subject, policy = subjects.run(run)
         subject.run = run  # read open now: what an escalation compares and sets against
@@ -295,16 +295,16 @@ def _open_runs(engine: Engine, state: MonitorState, now: datetime, groups: rows.
     return any(state.resume.get(arm) is not None for arm in ("runs:waiting", "runs:leased"))
 
 
-def _open_workflows(
-    engine: Engine, state: MonitorState, now: datetime, groups: rows.SlaGroups, subjects: _Subjects
-) -> bool:
+def _open_workflows(engine: Engine, state: MonitorState, now: datetime, groups: SlaGroups, subjects: _Subjects) -> bool:
     found: list[WorkflowSubject] = []
     with engine.store.read() as tx:
         for _ in range(PAGES_PER_PASS):
-            page = rows.open_workflows_due(tx.conn, sla_groups=groups, after=state.resume.get("workflows"), limit=PAGE)
+            page = tx.sla.open_workflows_due(sla_groups=groups, after=state.resume.get("workflows"), limit=PAGE)
             found += page
             last = page[-1] if len(page) == PAGE else None
-            state.resume["workflows"] = None if last is None else (codec.to_us(last.created_at), last.workflow_run_id)
+            state.resume["workflows"] = (
+                None if last is None else (encoding.to_us(last.created_at), last.workflow_run_id)
+            )
             if last is None:
                 break
     for w in found:
@@ -329,7 +329,7 @@ class _Scan:
 
 
 def _cursor_name(workflows: bool) -> str:
-    return rows.WORKFLOWS_CURSOR if workflows else rows.RUNS_CURSOR
+    return WORKFLOWS_CURSOR if workflows else RUNS_CURSOR
 
 
 def _mark_name(workflows: bool) -> str:
@@ -338,8 +338,8 @@ def _mark_name(workflows: bool) -> str:
 
 def _skip(engine: Engine, *, workflows: bool) -> _Scan:
     with engine.store.read() as tx:
-        cursor = rows.cursor_get(tx.conn, _cursor_name(workflows))
-        head = rows.max_id(tx.conn, workflows)
+        cursor = tx.sla.cursor_get(_cursor_name(workflows))
+        head = tx.sla.max_id(workflows)
     return _Scan(workflows, cursor, max(head, cursor or 0))
 
 
@@ -348,41 +348,41 @@ def _scan(engine: Engine, state: MonitorState, now: datetime, *, workflows: bool
     by an earlier pass (past the cursor, not yet settled) are skipped."""
     seen = state.seen.setdefault(_cursor_name(workflows), set())
     with engine.store.read() as tx:
-        cursor = rows.cursor_get(tx.conn, _cursor_name(workflows))
-        head = rows.max_id(tx.conn, workflows)
+        cursor = tx.sla.cursor_get(_cursor_name(workflows))
+        head = tx.sla.max_id(workflows)
         if cursor is None:  # a first start: from now on, not the history before the monitor
             return _Scan(workflows, None, head)
         reach = min(head, cursor + WINDOWS_PER_PASS * CURSOR_WINDOW)
         safe, mark = reach, None  # SQLite: ids become visible in order, so all read are in
         if not engine.store.ordered_ids:  # PostgreSQL: before the rows, how far all have committed
-            safe, mark = _committed_through(tx.conn, workflows, cursor, reach, head, now)
+            safe, mark = _committed_through(tx, workflows, cursor, reach, head, now)
         after = cursor
         found: list[tuple[Left, Any]] = []
         for _ in range(WINDOWS_PER_PASS):
             if after >= head:
                 break
             upto = min(after + CURSOR_WINDOW, head)
-            left = rows.workflows_left if workflows else rows.runs_left
-            batch: list[tuple[Left, Any]] = list(left(tx.conn, after=after, upto=upto, sla_definitions=sla_defs))
+            left = tx.sla.workflows_left if workflows else tx.sla.runs_left
+            batch: list[tuple[Left, Any]] = list(left(after=after, upto=upto, sla_definitions=sla_defs))
             found += [(t, subject) for t, subject in batch if t.id not in seen]
             after = upto
     return _Scan(workflows, cursor, min(safe, after), found, after < head, mark)
 
 
 def _committed_through(
-    conn: Connection, workflows: bool, cursor: int, reach: int, head: int, now: datetime
+    tx: StoreTx, workflows: bool, cursor: int, reach: int, head: int, now: datetime
 ) -> tuple[int, int | None]:
     """How far the cursor may move on PostgreSQL, and the head to record as the new horizon
     mark (None: keep the one recorded). Every id up to the first missing one has committed.
     Past a missing id only when it is covered by a mark at least ``GAP_GRACE`` old: it was
     issued that long ago and has not committed since, so it is taken for rolled back."""
-    recorded = rows.mark_get(conn, _mark_name(workflows))
+    recorded = tx.sla.mark_get(_mark_name(workflows))
     base, mark = cursor, None
     if recorded is None or recorded[1] > now:  # none yet, or from a clock that has gone back
         mark = head
     elif now - recorded[1] >= GAP_GRACE:
         base, mark = max(cursor, min(recorded[0], reach)), head
-    return rows.contiguous_through(conn, workflows=workflows, after=base, upto=reach), mark
+    return tx.sla.contiguous_through(workflows=workflows, after=base, upto=reach), mark
 
 
 def _ended_runs(engine: Engine, scan: _Scan, subjects: _Subjects) -> None:
@@ -391,7 +391,7 @@ def _ended_runs(engine: Engine, scan: _Scan, subjects: _Subjects) -> None:
     starts: dict[tuple[str, int], datetime] = {}
     if wanted:
         with engine.store.read() as tx:
-            starts = rows.attempt_starts(tx.conn, wanted)
+            starts = tx.sla.attempt_starts(wanted)
     for t, run in pairs:
         subject, policy = subjects.run(run)
         obs = _observe_run(run, policy, status=t.from_status, at=t.at, live=False, attempt=t.attempt, starts=starts)
@@ -412,9 +412,9 @@ def _advance(engine: Engine, state: MonitorState, now: datetime, scan: _Scan) ->
     if scan.cursor is None or scan.safe > scan.cursor or scan.mark is not None:
         with engine.store.write() as tx:
             if scan.cursor is None or scan.safe > scan.cursor:
-                rows.cursor_put(tx.conn, name, scan.safe, now)
+                tx.sla.cursor_put(name, scan.safe, now)
             if scan.mark is not None:
-                rows.mark_put(tx.conn, _mark_name(scan.workflows), scan.mark, now)
+                tx.sla.mark_put(_mark_name(scan.workflows), scan.mark, now)
     seen = state.seen.setdefault(name, set())
     seen.update(t.id for t, _ in scan.found)
     state.seen[name] = {i for i in seen if i > scan.safe}

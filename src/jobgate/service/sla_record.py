@@ -30,14 +30,12 @@ from jobgate.core import events, transitions
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Decision
 from jobgate.core.models import DeadLetterReason, JobRun
+from jobgate.core.records import BreachRecord, WorkflowSubject
 from jobgate.core.settle import settle_without_attempt
 from jobgate.core.sla import DeadlineKind, Due, Phase, SubjectKind, escalation_target, record_id
 from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.core.transitions import RunChange
 from jobgate.service.engine import Engine
-from jobgate.store.sql import fast
-from jobgate.store.sql import sla as rows
-from jobgate.store.sql.sla import BreachRecord, WorkflowSubject
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.sla")
@@ -95,7 +93,7 @@ def record(
     if not candidates:
         return 0, 0, 0
     with engine.store.read() as tx:
-        known = rows.breaches_of(tx.conn, {(s.tenant_id, s.subject_id) for s in candidates})
+        known = tx.sla.breaches_of({(s.tenant_id, s.subject_id) for s in candidates})
     work = [(s, known.get((s.tenant_id, s.subject_id), [])) for s in candidates]
     totals = [0, 0, 0]
     todo = [(s, recorded) for s, recorded in work if _new(s, recorded) or _to_escalate(s, recorded)]
@@ -140,7 +138,7 @@ def _write(tx: StoreTx, items: list[tuple[Subject, list[BreachRecord]]], now: da
     """One batch in one transaction: the new records (one insert), the events and audit entries
     of those this monitor inserted, then the escalations."""
     fresh = [(subject, _record_of(subject, d, now)) for subject, recorded in items for d in _new(subject, recorded)]
-    taken = rows.breaches_insert(tx.conn, [b for _, b in fresh])
+    taken = tx.sla.breaches_insert([b for _, b in fresh])
     outbox: list[tuple[str | None, str, events.Event]] = []
     audits: list[AuditEvent] = []
     causes: dict[str, BreachRecord] = {}
@@ -182,14 +180,12 @@ def _escalate_alone(tx: StoreTx, subject: Subject, cause: BreachRecord, now: dat
     """One escalation in a savepoint of the batch's transaction: if it fails, only it is undone
     and logged (the breach stays not ``escalated``, so the next pass tries again), and the
     batch keeps the records, events and audit entries of every other subject."""
-    fast.execute(tx.conn, "SAVEPOINT jobgate_escalation")
     try:
-        done = _escalate(tx, subject, cause, now)
-        if done:
-            rows.breaches_mark_escalated(tx.conn, subject.tenant_id, subject.subject_id)
+        with tx.savepoint("jobgate_escalation"):
+            done = _escalate(tx, subject, cause, now)
+            if done:
+                tx.sla.breaches_mark_escalated(subject.tenant_id, subject.subject_id)
     except Exception:
-        fast.execute(tx.conn, "ROLLBACK TO SAVEPOINT jobgate_escalation")
-        fast.execute(tx.conn, "RELEASE SAVEPOINT jobgate_escalation")
         log.warning(
             "%s %s: escalation failed; tried again at the next pass",
             subject.kind.value,
@@ -204,7 +200,6 @@ def _escalate_alone(tx: StoreTx, subject: Subject, cause: BreachRecord, now: dat
             },
         )
         return False
-    fast.execute(tx.conn, "RELEASE SAVEPOINT jobgate_escalation")
     return done
 
 
@@ -286,7 +281,7 @@ def _escalate(tx: StoreTx, subject: Subject, cause: BreachRecord, now: datetime)
     else:
         w = subject.workflow
         assert w is not None
-        if not rows.workflow_escalate(tx.conn, w, now=now, actor=ACTOR, error_code=ESCALATION_ERROR, detail=detail):
+        if not tx.sla.workflow_escalate(w, now=now, actor=ACTOR, error_code=ESCALATION_ERROR, detail=detail):
             return False
         tx.outbox_append([(None, w.tenant_id, _workflow_escalated(w, now))], now)
         action = "workflow.escalated"

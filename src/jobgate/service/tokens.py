@@ -19,10 +19,10 @@ from pathlib import Path
 from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Person
+from jobgate.core.records import StoredToken
 from jobgate.core.tokens import Role
 from jobgate.service import audit
 from jobgate.service.engine import Engine
-from jobgate.store.sql.tokens import StoredToken
 
 log = logging.getLogger("jobgate.tokens")
 

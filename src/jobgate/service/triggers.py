@@ -23,9 +23,9 @@ from jobgate.core.errors import JobgateError, ValidationError
 from jobgate.scheduling import conditions
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
+from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.engine import Engine, PreparedSubmission, SubmitRequest
 from jobgate.service.schedules import fire_request
-from jobgate.store.sql.schedules import StoredSchedule
 
 log = logging.getLogger("jobgate.events")
 

@@ -12,6 +12,7 @@ for the lock at the start instead of failing with "database is locked" half-way 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 import threading
 import time
@@ -37,11 +38,26 @@ from jobgate.core.models import (
     OutboxEvent,
     Transition,
 )
+from jobgate.core.records import (
+    Approval,
+    AuditFilter,
+    Batch,
+    LockInfo,
+    RecordsReport,
+    RunRequest,
+    SafeModePeriod,
+    StepRecord,
+    StoredToken,
+    WorkflowRecord,
+    WorkflowTransition,
+    WorkflowUpdate,
+)
 from jobgate.core.states import RunStatus
 from jobgate.core.transitions import RunChange
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import Miss
-from jobgate.store import codec
+from jobgate.scheduling.records import RecordedMiss, ScheduleChange, StoredSchedule
+from jobgate.store import codec, rows
 from jobgate.store.base import (
     ClaimedRuns,
     DefinitionPut,
@@ -97,7 +113,7 @@ class StoreTx:
         notify: bool = False,
         chains: run_chains.Chains | None = None,
     ) -> None:
-        self.conn = conn
+        self._conn = conn
         self._chains = chains  # the store's known history chains (``store.sql.chains``), writers only
         self.chains_learned = run_chains.Pending.empty()  # committed into them with the transaction
         self._gates_shared = False
@@ -105,76 +121,125 @@ class StoreTx:
         self._ordered_ids = ordered_ids
         self._notify = notify  # PostgreSQL: announce claimable runs to listening workers
 
+    @contextlib.contextmanager
+    def savepoint(self, name: str = "jobgate_part") -> Iterator[None]:
+        """A part of the transaction undone alone if the block raises (the error goes on): a
+        completion's effects, one escalation among many. What the part taught the store about
+        history chains is forgotten with it."""
+        if not name.isidentifier():
+            raise ValueError(f"not a savepoint name: {name!r}")
+        updates, claimed = dict(self.chains_learned.updates), len(self.chains_learned.claimed)
+        fast.execute(self._conn, f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            try:
+                fast.execute(self._conn, f"ROLLBACK TO SAVEPOINT {name}")
+                fast.execute(self._conn, f"RELEASE SAVEPOINT {name}")
+            except Exception:  # the connection itself failed: the transaction is lost anyway
+                pass
+            self.chains_learned.updates = updates
+            del self.chains_learned.claimed[claimed:]
+            raise
+        fast.execute(self._conn, f"RELEASE SAVEPOINT {name}")
+
+    # Domains beyond runs, each bound to this transaction (``store.rows``).
+    @functools.cached_property
+    def anchors(self) -> rows.AnchorRows:
+        return rows.AnchorRows(self._conn)
+
+    @functools.cached_property
+    def telemetry(self) -> rows.TelemetryRows:
+        return rows.TelemetryRows(self._conn)
+
+    @functools.cached_property
+    def metrics(self) -> rows.MetricRows:
+        return rows.MetricRows(self._conn)
+
+    @functools.cached_property
+    def sla(self) -> rows.SlaRows:
+        return rows.SlaRows(self._conn)
+
+    @functools.cached_property
+    def evidence(self) -> rows.EvidenceRows:
+        return rows.EvidenceRows(self._conn)
+
+    def effect_connection(self) -> Connection:
+        """The open transaction's connection, for a handler's completion effects only
+        (``ExecutionContext.on_complete``: documented to receive a SQLAlchemy connection inside
+        the transaction). Nothing else in jobgate reaches the database except through this class."""
+        return self._conn
+
     def _reseal(self, kind: str, tenant_id: str, **match: Any) -> None:
         """Seal the records a write just changed (``core.seals``), in the write's transaction."""
-        record_seals.reseal(self.conn, kind, tenant_id, match)
+        record_seals.reseal(self._conn, kind, tenant_id, match)
 
     # seals (``core.seals``): chained in batches by the leader, verified record by record
-    def seals_chain(self, tenant_id: str, at: datetime) -> list[record_seals.Batch]:
-        return record_seals.chain_pending(self.conn, tenant_id, at, self.audit_append)
+    def seals_chain(self, tenant_id: str, at: datetime) -> list[Batch]:
+        return record_seals.chain_pending(self._conn, tenant_id, at, self.audit_append)
 
     def audit_tenants(self) -> list[str]:
-        return governance.audit_tenants(self.conn)
+        return governance.audit_tenants(self._conn)
 
     def seals_tenants(self) -> list[str]:
-        return record_seals.record_tenants(self.conn)
+        return record_seals.record_tenants(self._conn)
 
     def seals_pending_tenants(self) -> list[str]:
-        return record_seals.pending_tenants(self.conn)
+        return record_seals.pending_tenants(self._conn)
 
-    def seals_verify(self, tenant_id: str) -> record_seals.RecordsReport:
-        return record_seals.verify_records(self.conn, tenant_id)
+    def seals_verify(self, tenant_id: str) -> RecordsReport:
+        return record_seals.verify_records(self._conn, tenant_id)
 
     # the audit chain (PostgreSQL locks each chain's head row; SQLite has one writer)
     def audit_append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:
-        return governance.audit_append(self.conn, events, lock_rows=self._skip_locked)
+        return governance.audit_append(self._conn, events, lock_rows=self._skip_locked)
 
-    def audit_list(self, f: governance.AuditFilter) -> list[AuditEntry]:
-        return governance.audit_list(self.conn, f)
+    def audit_list(self, f: AuditFilter) -> list[AuditEntry]:
+        return governance.audit_list(self._conn, f)
 
     def audit_head(self, tenant_id: str) -> tuple[int, str]:
-        return governance.audit_head(self.conn, tenant_id)
+        return governance.audit_head(self._conn, tenant_id)
 
     def oldest_unanchored(self, tenant_id: str | None) -> list[tuple[str, datetime]]:
-        return governance.oldest_unanchored(self.conn, tenant_id)
+        return governance.oldest_unanchored(self._conn, tenant_id)
 
     # approvals
-    def approval_put(self, a: governance.Approval) -> governance.Approval:
-        stored = governance.approval_put(self.conn, a)
+    def approval_put(self, a: Approval) -> Approval:
+        stored = governance.approval_put(self._conn, a)
         self._reseal("approval", a.tenant_id, approval_id=stored.approval_id)
         return stored
 
-    def approval_by_id(self, approval_id: int) -> governance.Approval | None:
-        return governance.approval_by_id(self.conn, approval_id)
+    def approval_by_id(self, approval_id: int) -> Approval | None:
+        return governance.approval_by_id(self._conn, approval_id)
 
-    def approval_get(self, tenant_id: str, job_definition_id: str, digest: str) -> governance.Approval | None:
-        return governance.approval_get(self.conn, tenant_id, job_definition_id, digest)
+    def approval_get(self, tenant_id: str, job_definition_id: str, digest: str) -> Approval | None:
+        return governance.approval_get(self._conn, tenant_id, job_definition_id, digest)
 
     def approvals_active(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str | None]:
-        return governance.approvals_active(self.conn, keys)
+        return governance.approvals_active(self._conn, keys)
 
-    def approvals_list(self, tenant_id: str, job_definition_id: str) -> list[governance.Approval]:
-        return governance.approvals_list(self.conn, tenant_id, job_definition_id)
+    def approvals_list(self, tenant_id: str, job_definition_id: str) -> list[Approval]:
+        return governance.approvals_list(self._conn, tenant_id, job_definition_id)
 
     def approval_revoke(self, tenant_id: str, job_definition_id: str, digest: str, by: str, now: datetime) -> bool:
-        revoked = governance.approval_revoke(self.conn, tenant_id, job_definition_id, digest, by, now)
+        revoked = governance.approval_revoke(self._conn, tenant_id, job_definition_id, digest, by, now)
         self._reseal("approval", tenant_id, job_definition_id=job_definition_id, digest=digest)
         return revoked
 
     # licensed slots (trust gates)
     def licence_slots_taken(self, now: datetime) -> int:
-        return governance.licence_slots_taken(self.conn, lock_rows=self._skip_locked, now_us=codec.to_us(now))
+        return governance.licence_slots_taken(self._conn, lock_rows=self._skip_locked, now_us=codec.to_us(now))
 
     def licence_slots_take(self, runs: Sequence[tuple[str, str]], now: datetime) -> None:
-        governance.licence_slots_take(self.conn, runs, codec.to_us(now))
+        governance.licence_slots_take(self._conn, runs, codec.to_us(now))
 
     # run requests (four eyes)
-    def request_put(self, q: governance.RunRequest) -> None:
-        governance.request_put(self.conn, q)
+    def request_put(self, q: RunRequest) -> None:
+        governance.request_put(self._conn, q)
         self._reseal("request", q.tenant_id, request_id=q.request_id)
 
-    def request_get(self, tenant_id: str, request_id: str) -> governance.RunRequest | None:
-        return governance.request_get(self.conn, tenant_id, request_id)
+    def request_get(self, tenant_id: str, request_id: str) -> RunRequest | None:
+        return governance.request_get(self._conn, tenant_id, request_id)
 
     def requests_list(
         self,
@@ -184,9 +249,9 @@ class StoreTx:
         requested_by: str | None = None,
         before: tuple[datetime, str] | None = None,
         limit: int = 100,
-    ) -> list[governance.RunRequest]:
+    ) -> list[RunRequest]:
         return governance.requests_list(
-            self.conn, tenant_id, status=status, requested_by=requested_by, before=before, limit=limit
+            self._conn, tenant_id, status=status, requested_by=requested_by, before=before, limit=limit
         )
 
     def request_tested(
@@ -198,7 +263,7 @@ class StoreTx:
         verdict: dict[str, Any],
         pinned: tuple[str, int] | None = None,
     ) -> bool:
-        tested = governance.request_tested(self.conn, tenant_id, request_id, by, at, verdict, pinned)
+        tested = governance.request_tested(self._conn, tenant_id, request_id, by, at, verdict, pinned)
         self._reseal("request", tenant_id, request_id=request_id)
         return tested
 
@@ -214,14 +279,14 @@ class StoreTx:
         job_run_id: str | None,
     ) -> bool:
         decided = governance.request_decide(
-            self.conn, tenant_id, request_id, status=status, by=by, at=at, note=note, job_run_id=job_run_id
+            self._conn, tenant_id, request_id, status=status, by=by, at=at, note=note, job_run_id=job_run_id
         )
         self._reseal("request", tenant_id, request_id=request_id)
         return decided
 
     # definitions and snapshots
     def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
-        result = definitions.definition_put(self.conn, p)
+        result = definitions.definition_put(self._conn, p)
         if result.created:
             self._reseal("definition", p.tenant_id, job_definition_id=p.job_definition_id)
         self._reseal("definition_status", p.tenant_id, job_definition_id=p.job_definition_id)
@@ -230,30 +295,30 @@ class StoreTx:
     def definition_get(
         self, tenant_id: str, job_definition_id: str, version: int | None = None
     ) -> StoredDefinition | None:
-        return definitions.definition_get(self.conn, tenant_id, job_definition_id, version)
+        return definitions.definition_get(self._conn, tenant_id, job_definition_id, version)
 
     def definitions_list(self, tenant_id: str) -> list[StoredDefinition]:
-        return definitions.definitions_list(self.conn, tenant_id)
+        return definitions.definitions_list(self._conn, tenant_id)
 
     def definitions_mentioning(self, key: str) -> list[tuple[str, str, dict[str, Any]]]:
-        return definitions.definitions_mentioning(self.conn, key)
+        return definitions.definitions_mentioning(self._conn, key)
 
     def definitions_fingerprint(self) -> tuple[int, int]:
-        return definitions.definitions_fingerprint(self.conn)
+        return definitions.definitions_fingerprint(self._conn)
 
     def definition_versions(self, tenant_id: str, job_definition_id: str) -> list[StoredDefinition]:
-        return definitions.definition_versions(self.conn, tenant_id, job_definition_id)
+        return definitions.definition_versions(self._conn, tenant_id, job_definition_id)
 
     def definition_set_status(
         self, tenant_id: str, job_definition_id: str, status: DefinitionStatus, now: datetime
     ) -> bool:
-        claims.gates_closing(self.conn)  # suspending or retiring closes a gate for its runs
-        changed = definitions.definition_set_status(self.conn, tenant_id, job_definition_id, status, codec.to_us(now))
+        claims.gates_closing(self._conn)  # suspending or retiring closes a gate for its runs
+        changed = definitions.definition_set_status(self._conn, tenant_id, job_definition_id, status, codec.to_us(now))
         self._reseal("definition_status", tenant_id, job_definition_id=job_definition_id)
         return changed
 
     def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
-        if definitions.snapshot_put(self.conn, snapshot, codec.to_us(now)):  # immutable: sealed once, stored
+        if definitions.snapshot_put(self._conn, snapshot, codec.to_us(now)):  # immutable: sealed once, stored
             self._reseal("snapshot", snapshot.tenant_id, config_snapshot_id=snapshot.config_snapshot_id)
 
     # schedules
@@ -261,71 +326,71 @@ class StoreTx:
         self, s: Schedule, *, watermark: datetime, source: str, now: datetime, pause_reason: str | None = None
     ) -> bool:
         changed = schedules.schedule_put(
-            self.conn, s, watermark=watermark, source=source, now=now, pause_reason=pause_reason
+            self._conn, s, watermark=watermark, source=source, now=now, pause_reason=pause_reason
         )
         self._reseal("schedule", s.tenant_id, schedule_id=s.schedule_id)
         return changed
 
-    def schedules_list(self, tenant_id: str | None = None) -> list[schedules.StoredSchedule]:
-        return schedules.schedules_list(self.conn, tenant_id)
+    def schedules_list(self, tenant_id: str | None = None) -> list[StoredSchedule]:
+        return schedules.schedules_list(self._conn, tenant_id)
 
-    def schedule_get(self, tenant_id: str, schedule_id: str) -> schedules.StoredSchedule | None:
-        return schedules.schedule_get(self.conn, tenant_id, schedule_id)
+    def schedule_get(self, tenant_id: str, schedule_id: str) -> StoredSchedule | None:
+        return schedules.schedule_get(self._conn, tenant_id, schedule_id)
 
     def schedule_set_paused(
         self, tenant_id: str, schedule_id: str, paused: bool, now: datetime, reason: str | None = None
     ) -> bool:
-        changed = schedules.schedule_set_paused(self.conn, tenant_id, schedule_id, paused, now, reason)
+        changed = schedules.schedule_set_paused(self._conn, tenant_id, schedule_id, paused, now, reason)
         self._reseal("schedule", tenant_id, schedule_id=schedule_id)
         return changed
 
     def schedules_failing_count(self) -> int:
-        return schedules.schedules_failing_count(self.conn)
+        return schedules.schedules_failing_count(self._conn)
 
     def schedule_failed(self, tenant_id: str, schedule_id: str, error: str, retry_at: datetime) -> None:
-        schedules.schedule_failed(self.conn, tenant_id, schedule_id, error, retry_at)
+        schedules.schedule_failed(self._conn, tenant_id, schedule_id, error, retry_at)
 
     def schedule_recovered(self, tenant_id: str, schedule_id: str) -> None:
-        schedules.schedule_recovered(self.conn, tenant_id, schedule_id)
+        schedules.schedule_recovered(self._conn, tenant_id, schedule_id)
 
     def schedule_delete(self, tenant_id: str, schedule_id: str) -> bool:
-        deleted = schedules.schedule_delete(self.conn, tenant_id, schedule_id)
+        deleted = schedules.schedule_delete(self._conn, tenant_id, schedule_id)
         self._reseal("schedule", tenant_id, schedule_id=schedule_id)
         return deleted
 
     def schedule_advance(self, tenant_id: str, schedule_id: str, expected: datetime, to: datetime) -> bool:
-        return schedules.schedule_advance(self.conn, tenant_id, schedule_id, expected, to)
+        return schedules.schedule_advance(self._conn, tenant_id, schedule_id, expected, to)
 
     def misses_record(self, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
-        schedules.misses_record(self.conn, tenant_id, misses, now)
+        schedules.misses_record(self._conn, tenant_id, misses, now)
 
     def misses_list(self, tenant_id: str, schedule_id: str) -> list[tuple[datetime, str]]:
-        return schedules.misses_list(self.conn, tenant_id, schedule_id)
+        return schedules.misses_list(self._conn, tenant_id, schedule_id)
 
     def misses_page(
         self, tenant_id: str, schedule_id: str, *, reason: str | None, after: datetime | None, limit: int
-    ) -> list[schedules.RecordedMiss]:
-        return schedules.misses_page(self.conn, tenant_id, schedule_id, reason=reason, after=after, limit=limit)
+    ) -> list[RecordedMiss]:
+        return schedules.misses_page(self._conn, tenant_id, schedule_id, reason=reason, after=after, limit=limit)
 
     def schedule_episode(
         self, tenant_id: str, schedule_id: str, expected: tuple[bool, int], to: tuple[bool, int]
     ) -> bool:
-        return schedules.schedule_episode(self.conn, tenant_id, schedule_id, expected, to)
+        return schedules.schedule_episode(self._conn, tenant_id, schedule_id, expected, to)
 
     def schedule_retime(
         self, tenant_id: str, schedule_id: str, expected_every: timedelta, every: timedelta, anchor: datetime
     ) -> bool:
-        changed = schedules.schedule_retime(self.conn, tenant_id, schedule_id, expected_every, every, anchor)
+        changed = schedules.schedule_retime(self._conn, tenant_id, schedule_id, expected_every, every, anchor)
         self._reseal("schedule", tenant_id, schedule_id=schedule_id)
         return changed
 
     def schedule_config_seen(self, tenant_id: str, schedule_id: str, expected: str | None, digest: str) -> bool:
-        return schedules.schedule_config_seen(self.conn, tenant_id, schedule_id, expected, digest)
+        return schedules.schedule_config_seen(self._conn, tenant_id, schedule_id, expected, digest)
 
-    def change_record(self, tenant_id: str, schedule_id: str, change: schedules.ScheduleChange) -> None:
+    def change_record(self, tenant_id: str, schedule_id: str, change: ScheduleChange) -> None:
         """A schedule's change, recorded twice in its transaction: in its own history (``schedules
         changes``) and, as ``schedule.<what>``, in the tenant's hash-chained audit log."""
-        schedules.change_record(self.conn, tenant_id, schedule_id, change)
+        schedules.change_record(self._conn, tenant_id, schedule_id, change)
         self._reseal("schedule_change", tenant_id, schedule_id=schedule_id)
         event = AuditEvent(
             tenant_id,
@@ -339,83 +404,83 @@ class StoreTx:
         )
         self.audit_append([event])
 
-    def changes_list(self, tenant_id: str, schedule_id: str) -> list[schedules.ScheduleChange]:
-        return schedules.changes_list(self.conn, tenant_id, schedule_id)
+    def changes_list(self, tenant_id: str, schedule_id: str) -> list[ScheduleChange]:
+        return schedules.changes_list(self._conn, tenant_id, schedule_id)
 
     def fact_record(self, tenant_id: str, name: str, value: float, now: datetime, source: str) -> None:
-        schedules.fact_record(self.conn, tenant_id, name, value, now, source)
+        schedules.fact_record(self._conn, tenant_id, name, value, now, source)
 
     def facts_list(self, tenant_id: str, name: str, limit: int = 100) -> list[tuple[datetime, float, str]]:
-        return schedules.facts_list(self.conn, tenant_id, name, limit)
+        return schedules.facts_list(self._conn, tenant_id, name, limit)
 
     # api tokens
-    def token_put(self, t: tokens.StoredToken) -> None:
-        tokens.token_put(self.conn, t)
+    def token_put(self, t: StoredToken) -> None:
+        tokens.token_put(self._conn, t)
         self._reseal("token", t.tenant_id, token_id=t.token_id)
 
-    def token_get(self, token_id: str) -> tokens.StoredToken | None:
-        return tokens.token_get(self.conn, token_id)
+    def token_get(self, token_id: str) -> StoredToken | None:
+        return tokens.token_get(self._conn, token_id)
 
-    def tokens_list(self, tenant_id: str | None) -> list[tokens.StoredToken]:
-        return tokens.tokens_list(self.conn, tenant_id)
+    def tokens_list(self, tenant_id: str | None) -> list[StoredToken]:
+        return tokens.tokens_list(self._conn, tenant_id)
 
     def tokens_exist(self) -> bool:
-        return tokens.tokens_exist(self.conn)
+        return tokens.tokens_exist(self._conn)
 
     def token_revoke(self, tenant_id: str, token_id: str, actor: str, now: datetime) -> bool:
-        revoked = tokens.token_revoke(self.conn, tenant_id, token_id, actor, now)
+        revoked = tokens.token_revoke(self._conn, tenant_id, token_id, actor, now)
         self._reseal("token", tenant_id, token_id=token_id)
         return revoked
 
     # safe mode
-    def safe_mode_current(self, tenant_id: str) -> safemode.SafeModePeriod | None:
-        return safemode.current(self.conn, tenant_id)
+    def safe_mode_current(self, tenant_id: str) -> SafeModePeriod | None:
+        return safemode.current(self._conn, tenant_id)
 
     def safe_mode_activate(
         self, tenant_id: str, actor: str, reason: str, now: datetime, actions: dict[str, Any] | None = None
-    ) -> safemode.SafeModePeriod | None:
-        period = safemode.activate(self.conn, tenant_id, actor, reason, now, actions)
+    ) -> SafeModePeriod | None:
+        period = safemode.activate(self._conn, tenant_id, actor, reason, now, actions)
         self._reseal("safe_mode", tenant_id)
         return period
 
     def safe_mode_deactivate(
         self, tenant_id: str, actor: str, reason: str, now: datetime
-    ) -> safemode.SafeModePeriod | None:
-        period = safemode.deactivate(self.conn, tenant_id, actor, reason, now)
+    ) -> SafeModePeriod | None:
+        period = safemode.deactivate(self._conn, tenant_id, actor, reason, now)
         self._reseal("safe_mode", tenant_id)
         return period
 
     def safe_mode_periods(
         self, tenant_id: str, *, ending_after: datetime | None = None, limit: int = 1000
-    ) -> list[safemode.SafeModePeriod]:
-        return safemode.periods(self.conn, tenant_id, ending_after=ending_after, limit=limit)
+    ) -> list[SafeModePeriod]:
+        return safemode.periods(self._conn, tenant_id, ending_after=ending_after, limit=limit)
 
     def snapshot_get(self, config_snapshot_id: str) -> ConfigSnapshot | None:
-        return definitions.snapshot_get(self.conn, config_snapshot_id)
+        return definitions.snapshot_get(self._conn, config_snapshot_id)
 
     # workflows (one compare-and-set per advance; see store/sql/workflows.py)
     def workflow_insert(
         self,
-        w: workflows.WorkflowRecord,
-        steps: Sequence[workflows.StepRecord],
-        transitions: Sequence[workflows.WorkflowTransition],
+        w: WorkflowRecord,
+        steps: Sequence[StepRecord],
+        transitions: Sequence[WorkflowTransition],
     ) -> bool:
-        return workflows.workflow_insert(self.conn, w, steps, transitions)
+        return workflows.workflow_insert(self._conn, w, steps, transitions)
 
-    def workflow_get(self, workflow_run_id: str, tenant_id: str | None = None) -> workflows.WorkflowRecord | None:
-        return workflows.workflow_get(self.conn, workflow_run_id, tenant_id)
+    def workflow_get(self, workflow_run_id: str, tenant_id: str | None = None) -> WorkflowRecord | None:
+        return workflows.workflow_get(self._conn, workflow_run_id, tenant_id)
 
-    def workflow_lock(self, workflow_run_id: str) -> workflows.WorkflowRecord | None:
-        return workflows.workflow_lock(self.conn, workflow_run_id, lock_rows=self._skip_locked)
+    def workflow_lock(self, workflow_run_id: str) -> WorkflowRecord | None:
+        return workflows.workflow_lock(self._conn, workflow_run_id, lock_rows=self._skip_locked)
 
-    def workflow_by_key(self, idempotency_key: str) -> workflows.WorkflowRecord | None:
-        return workflows.workflow_by_key(self.conn, idempotency_key)
+    def workflow_by_key(self, idempotency_key: str) -> WorkflowRecord | None:
+        return workflows.workflow_by_key(self._conn, idempotency_key)
 
-    def workflow_steps(self, workflow_run_id: str) -> list[workflows.StepRecord]:
-        return workflows.workflow_steps_of(self.conn, workflow_run_id)
+    def workflow_steps(self, workflow_run_id: str) -> list[StepRecord]:
+        return workflows.workflow_steps_of(self._conn, workflow_run_id)
 
-    def workflow_transitions(self, workflow_run_id: str) -> list[workflows.WorkflowTransition]:
-        return workflows.workflow_transitions_of(self.conn, workflow_run_id)
+    def workflow_transitions(self, workflow_run_id: str) -> list[WorkflowTransition]:
+        return workflows.workflow_transitions_of(self._conn, workflow_run_id)
 
     def workflows_list(
         self,
@@ -425,67 +490,67 @@ class StoreTx:
         job_definition_id: str | None = None,
         before: tuple[datetime, str] | None = None,
         limit: int = 100,
-    ) -> list[workflows.WorkflowRecord]:
+    ) -> list[WorkflowRecord]:
         return workflows.workflows_list(
-            self.conn, tenant_id, status=status, job_definition_id=job_definition_id, before=before, limit=limit
+            self._conn, tenant_id, status=status, job_definition_id=job_definition_id, before=before, limit=limit
         )
 
     def workflows_due(self, limit: int) -> list[str]:
-        return workflows.workflows_due(self.conn, limit)
+        return workflows.workflows_due(self._conn, limit)
 
-    def workflow_apply(self, update: workflows.WorkflowUpdate) -> bool:
-        return workflows.workflow_apply(self.conn, update)
+    def workflow_apply(self, update: WorkflowUpdate) -> bool:
+        return workflows.workflow_apply(self._conn, update)
 
     def workflow_request_cancel(self, workflow_run_id: str, tenant_id: str | None = None) -> bool:
-        return workflows.workflow_request_cancel(self.conn, workflow_run_id, tenant_id)
+        return workflows.workflow_request_cancel(self._conn, workflow_run_id, tenant_id)
 
     def workflows_active_exist(self) -> bool:
-        return workflows.workflows_active_exist(self.conn)
+        return workflows.workflows_active_exist(self._conn)
 
     def workflow_bump(self, workflow_run_id: str) -> bool:
-        return workflows.workflow_bump(self.conn, workflow_run_id)
+        return workflows.workflow_bump(self._conn, workflow_run_id)
 
     def workflow_next_seq(self, workflow_run_id: str) -> int:
-        return workflows.workflow_next_seq(self.conn, workflow_run_id)
+        return workflows.workflow_next_seq(self._conn, workflow_run_id)
 
     # runs
     def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
-        made = runs.runs_create(self.conn, creates)
+        made = runs.runs_create(self._conn, creates)
         if self._notify and any(created for _, created in made):
-            fast.execute(self.conn, NOTIFY_SQL)
+            fast.execute(self._conn, NOTIFY_SQL)
         return made
 
     def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
-        return runs.run_get(self.conn, job_run_id, tenant_id)
+        return runs.run_get(self._conn, job_run_id, tenant_id)
 
     def runs_get(self, job_run_ids: Sequence[str]) -> list[JobRun]:
-        return runs.runs_by_ids(self.conn, job_run_ids)
+        return runs.runs_by_ids(self._conn, job_run_ids)
 
     def runs_by_keys(self, idempotency_keys: Sequence[str]) -> list[JobRun]:
-        return runs.runs_by_keys(self.conn, idempotency_keys)
+        return runs.runs_by_keys(self._conn, idempotency_keys)
 
     def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
-        return runs.holders(self.conn, candidates)
+        return runs.holders(self._conn, candidates)
 
     def runs_list(self, f: RunFilter) -> list[JobRun]:
-        return runs.runs_list(self.conn, f)
+        return runs.runs_list(self._conn, f)
 
     def run_transitions(self, job_run_id: str) -> list[Transition]:
-        return runs.run_transitions_list(self.conn, job_run_id)
+        return runs.run_transitions_list(self._conn, job_run_id)
 
     def run_attempts(self, job_run_id: str) -> list[Attempt]:
-        return runs.run_attempts_list(self.conn, job_run_id)
+        return runs.run_attempts_list(self._conn, job_run_id)
 
     def runs_claim(self, p: RunsClaim) -> ClaimedRuns:
         if p.admit is not None:
             self.gates_shared()  # before the candidate read locks any row
-        batch = claims.runs_claim(self.conn, p, skip_locked=self._skip_locked)
+        batch = claims.runs_claim(self._conn, p, skip_locked=self._skip_locked)
         if self._chains is not None and batch.chains is not None:
             self.chains_learned.claimed.append(batch.chains)
         return batch
 
     def gates_closing(self) -> None:
-        claims.gates_closing(self.conn)
+        claims.gates_closing(self._conn)
 
     def gates_shared(self) -> None:
         """Take the gates' lock shared, once per transaction, before any row is locked: a
@@ -493,51 +558,51 @@ class StoreTx:
         gate (``claims.gates_closing``), and never waits for that lock while it holds row locks
         a revocation needs (which would deadlock)."""
         if not self._gates_shared:
-            claims.gates_shared(self.conn)
+            claims.gates_shared(self._conn)
             self._gates_shared = True
 
     def admission_facts(self, candidates: Sequence[Any]) -> claims.AdmissionFacts:
         self.gates_shared()
-        return claims.admission_facts(self.conn, candidates)
+        return claims.admission_facts(self._conn, candidates)
 
     def runs_held(self, limit: int) -> list[JobRun]:
-        return claims.runs_held(self.conn, limit)
+        return claims.runs_held(self._conn, limit)
 
     def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:
         if not isinstance(changes, claims.PreparedChanges):
             changes = prepare_chained(self._chains, changes)
-        done = claims.runs_apply(self.conn, changes)
+        done = claims.runs_apply(self._conn, changes)
         if changes.chains:
             applied = {ch.job_run_id for ch in done}
             for rid, chain in changes.chains.items():
                 self.chains_learned.updates[rid] = chain if rid in applied else None
         if self._notify and any(ch.to_status is RunStatus.SCHEDULED for ch in done):
-            fast.execute(self.conn, NOTIFY_SQL)  # released to the queue: claimable again now
+            fast.execute(self._conn, NOTIFY_SQL)  # released to the queue: claimable again now
         return done
 
     def leases_renew(self, p: LeaseRenew) -> set[str]:
-        return claims.leases_renew(self.conn, p)
+        return claims.leases_renew(self._conn, p)
 
     def runs_claimable_exists(self, queues: Sequence[str], now: datetime, exclude_digests: Sequence[str] = ()) -> bool:
-        return claims.runs_claimable_exists(self.conn, queues, now, exclude_digests)
+        return claims.runs_claimable_exists(self._conn, queues, now, exclude_digests)
 
     def runs_waiting_on(self, digests: Sequence[str], due_before: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_waiting_on(self.conn, digests, due_before, limit)
+        return claims.runs_waiting_on(self._conn, digests, due_before, limit)
 
     def runs_lease_expired(self, now: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_lease_expired(self.conn, now, limit)
+        return claims.runs_lease_expired(self._conn, now, limit)
 
     def runs_over_age(self, created_before: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_over_age(self.conn, created_before, limit)
+        return claims.runs_over_age(self._conn, created_before, limit)
 
     def runs_queue_expired(self, now: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_queue_expired(self.conn, now, limit)
+        return claims.runs_queue_expired(self._conn, now, limit)
 
     def runs_stop_requested(self, job_run_ids: Sequence[str]) -> set[str]:
-        return claims.runs_stop_requested(self.conn, job_run_ids)
+        return claims.runs_stop_requested(self._conn, job_run_ids)
 
     def runs_stop_check(self, leases: Sequence[tuple[str, int]]) -> tuple[set[str], set[str]]:
-        return claims.runs_stop_check(self.conn, leases)
+        return claims.runs_stop_check(self._conn, leases)
 
     def run_request_stop(self, job_run_id: str) -> bool:
         from sqlalchemy import update
@@ -549,10 +614,10 @@ class StoreTx:
             .where(job_runs.c.job_run_id == job_run_id, job_runs.c.status == "RUNNING")
             .values(stop_requested=True)
         )
-        return self.conn.execute(stmt).rowcount == 1
+        return self._conn.execute(stmt).rowcount == 1
 
     def run_progress(self, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
-        return claims.run_progress(self.conn, job_run_id, token, fraction, message)
+        return claims.run_progress(self._conn, job_run_id, token, fraction, message)
 
     def dead_letters_list(
         self,
@@ -562,107 +627,107 @@ class StoreTx:
         limit: int = 100,
         before: tuple[datetime, str] | None = None,
     ) -> list[DeadLetter]:
-        return runs.dead_letters_list(self.conn, tenant_id, open_only=open_only, limit=limit, before=before)
+        return runs.dead_letters_list(self._conn, tenant_id, open_only=open_only, limit=limit, before=before)
 
     def runs_created_count(self, tenant_id: str, start: datetime, end: datetime) -> int:
-        return runs.runs_created_count(self.conn, tenant_id, start, end)
+        return runs.runs_created_count(self._conn, tenant_id, start, end)
 
     def run_trigger(self, job_run_id: str) -> dict[str, Any] | None:
-        return runs.run_trigger(self.conn, job_run_id)
+        return runs.run_trigger(self._conn, job_run_id)
 
     def run_progress_get(self, job_run_id: str) -> tuple[float | None, str | None]:
-        return runs.run_progress_get(self.conn, job_run_id)
+        return runs.run_progress_get(self._conn, job_run_id)
 
     def dead_letter_open_for(self, job_run_id: str) -> DeadLetter | None:
-        return runs.dead_letter_open_for(self.conn, job_run_id)
+        return runs.dead_letter_open_for(self._conn, job_run_id)
 
     def dead_letter_resolve(self, dead_letter_id: str, resolution: str, now: datetime) -> None:
         from sqlalchemy import select, update
 
         from jobgate.store.tables import dead_letters
 
-        self.conn.execute(
+        self._conn.execute(
             update(dead_letters)
             .where(dead_letters.c.dead_letter_id == dead_letter_id)
             .values(resolved_at=codec.to_us(now), resolution=resolution)
         )
-        run_id = self.conn.execute(
+        run_id = self._conn.execute(
             select(dead_letters.c.job_run_id).where(dead_letters.c.dead_letter_id == dead_letter_id)
         ).scalar()
         if run_id is not None:  # a dead-lettered run resolved in place is sealed again
-            record_seals.reseal_run(self.conn, str(run_id), codec.to_us(now))
+            record_seals.reseal_run(self._conn, str(run_id), codec.to_us(now))
 
     # outbox and workers
     def outbox_append(self, items: Sequence[tuple[str | None, str, Event]], now: datetime) -> None:
-        claims.outbox_append(self.conn, items, codec.to_us(now))
+        claims.outbox_append(self._conn, items, codec.to_us(now))
 
     def outbox_pending(self, limit: int) -> list[OutboxEvent]:
-        return outbox.outbox_pending(self.conn, limit, ordered_ids=self._ordered_ids)
+        return outbox.outbox_pending(self._conn, limit, ordered_ids=self._ordered_ids)
 
     def outbox_mark_delivered(self, ids: Sequence[int], now: datetime) -> None:
-        outbox.outbox_mark_delivered(self.conn, ids, codec.to_us(now), ordered_ids=self._ordered_ids)
+        outbox.outbox_mark_delivered(self._conn, ids, codec.to_us(now), ordered_ids=self._ordered_ids)
 
     def outbox_backlog(self) -> int:
-        return outbox.outbox_backlog(self.conn, ordered_ids=self._ordered_ids)
+        return outbox.outbox_backlog(self._conn, ordered_ids=self._ordered_ids)
 
     def runs_retire(self, tenant_id: str, ended_before: datetime, limit: int) -> list[str]:
-        retired = outbox.runs_retire(self.conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+        retired = outbox.runs_retire(self._conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
         if retired:  # each retired run leaves a tombstone closing its seal
-            record_seals.retire_runs(self.conn, tenant_id, retired, codec.to_us(ended_before))
+            record_seals.retire_runs(self._conn, tenant_id, retired, codec.to_us(ended_before))
         return retired
 
     def runs_retirable_count(self, tenant_id: str, ended_before: datetime) -> int:
-        return outbox.runs_retirable_count(self.conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)
+        return outbox.runs_retirable_count(self._conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)
 
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
-        return outbox.outbox_summary(self.conn, tenant_id, ordered_ids=self._ordered_ids)
+        return outbox.outbox_summary(self._conn, tenant_id, ordered_ids=self._ordered_ids)
 
     def runs_open_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
-        return runs.runs_open_counts(self.conn, tenant_id)
+        return runs.runs_open_counts(self._conn, tenant_id)
 
     def runs_held_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
-        return runs.runs_held_counts(self.conn, tenant_id)
+        return runs.runs_held_counts(self._conn, tenant_id)
 
     def runs_due_summary(self, tenant_id: str | None, now: datetime) -> tuple[int, datetime | None]:
-        return runs.runs_due_summary(self.conn, tenant_id, now)
+        return runs.runs_due_summary(self._conn, tenant_id, now)
 
     def schema_revision(self) -> str | None:
         from jobgate.store.migrate import current_revision
 
-        return current_revision(self.conn)
+        return current_revision(self._conn)
 
     def lock_acquire(self, name: str, owner: str, now: datetime, ttl: timedelta) -> int | None:
-        return outbox.lock_acquire(self.conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))
+        return outbox.lock_acquire(self._conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))
 
     def lock_holds(self, name: str, owner: str, token: int, now: datetime) -> bool:
-        return outbox.lock_holds(self.conn, name, owner, token, codec.to_us(now))
+        return outbox.lock_holds(self._conn, name, owner, token, codec.to_us(now))
 
-    def lock_get(self, name: str) -> outbox.LockInfo | None:
-        return outbox.lock_get(self.conn, name)
+    def lock_get(self, name: str) -> LockInfo | None:
+        return outbox.lock_get(self._conn, name)
 
-    def locks_list(self, prefix: str = "") -> list[outbox.LockInfo]:
-        return outbox.locks_list(self.conn, prefix)
+    def locks_list(self, prefix: str = "") -> list[LockInfo]:
+        return outbox.locks_list(self._conn, prefix)
 
     def lock_release(self, name: str, owner: str, token: int) -> None:
-        outbox.lock_release(self.conn, name, owner, token)
+        outbox.lock_release(self._conn, name, owner, token)
 
     def outage_down(self, dependency: str, owner: str, now: datetime, ttl: timedelta) -> tuple[bool, datetime]:
-        return outages.outage_down(self.conn, dependency, owner, codec.to_us(now), int(ttl.total_seconds() * 1e6))
+        return outages.outage_down(self._conn, dependency, owner, codec.to_us(now), int(ttl.total_seconds() * 1e6))
 
-    def outage_up(self, dependency: str) -> outbox.LockInfo | None:
-        return outages.outage_up(self.conn, dependency)
+    def outage_up(self, dependency: str) -> LockInfo | None:
+        return outages.outage_up(self._conn, dependency)
 
-    def outages_open(self) -> list[outbox.LockInfo]:
-        return outages.outages_open(self.conn)
+    def outages_open(self) -> list[LockInfo]:
+        return outages.outages_open(self._conn)
 
     def worker_heartbeat(self, b: WorkerBeat) -> None:
-        outbox.worker_heartbeat(self.conn, b)
+        outbox.worker_heartbeat(self._conn, b)
 
     def worker_stopped(self, worker_id: str, now: datetime) -> None:
-        outbox.worker_stopped(self.conn, worker_id, codec.to_us(now))
+        outbox.worker_stopped(self._conn, worker_id, codec.to_us(now))
 
     def workers_list(self) -> list[WorkerInfo]:
-        return outbox.workers_list(self.conn)
+        return outbox.workers_list(self._conn)
 
 
 def _begin_immediate(dbapi_conn: Any, timeout: float = 30.0) -> None:
@@ -881,7 +946,7 @@ class Store:
         unsealed = [ch for ch in prepared.changes if ch.to_status.is_terminal and ch.job_run_id not in prepared.seals]
         if self.dialect == "sqlite" and unsealed:
             with self.read() as tx:
-                prepared.seals.update(record_seals.presealed(tx.conn, unsealed, prepared.transitions))
+                prepared.seals.update(record_seals.presealed(tx._conn, unsealed, prepared.transitions))
         return prepared
 
     def change_watcher(

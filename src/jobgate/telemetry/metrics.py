@@ -26,10 +26,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from jobgate.core.models import JobClass
+from jobgate.core.records import Distribution, Group, RunCounts
 from jobgate.service.cluster import STALE_AFTER
 from jobgate.service.engine import Engine
-from jobgate.store.sql import metrics as q
-from jobgate.store.sql.metrics import Distribution, Group, RunCounts
 
 # Histogram bounds in milliseconds.
 CLAIM_LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
@@ -101,15 +100,15 @@ def read(engine: Engine, tenant_id: str | None) -> Snapshot:
     now = engine.clock.now()
     since = now - CLAIM_WINDOW
     with engine.store.read(tenant_id=tenant_id) as tx:
-        c = tx.conn
-        q.without_jit(c)
+        m = tx.metrics
+        m.without_jit()
         return Snapshot(
-            runs=q.run_counts(c, tenant_id),
-            dead_letters=q.dead_letter_counts(c, tenant_id),
-            breaches=q.sla_breach_counts(c, tenant_id),
-            workflow_latency=q.workflow_latency(c, tenant_id, WORKFLOW_LATENCY_BUCKETS_MS),
-            claim_latency=q.claim_latency(c, tenant_id, since, CLAIM_LATENCY_BUCKETS_MS),
-            lease_renewals=q.lease_renewals(c, now - STALE_AFTER),  # live workers only, as /api/v1/workers
+            runs=m.run_counts(tenant_id),
+            dead_letters=m.dead_letter_counts(tenant_id),
+            breaches=m.sla_breach_counts(tenant_id),
+            workflow_latency=m.workflow_latency(tenant_id, WORKFLOW_LATENCY_BUCKETS_MS),
+            claim_latency=m.claim_latency(tenant_id, since, CLAIM_LATENCY_BUCKETS_MS),
+            lease_renewals=m.lease_renewals(now - STALE_AFTER),  # live workers only, as /api/v1/workers
         )
 
 

@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
-
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import NonRetryableError, ValidationError
+from jobgate.core.records import PeriodCounts, Publication
 from jobgate.service.engine import Engine
-from jobgate.store.sql import telemetry as store
-from jobgate.store.sql.telemetry import PeriodCounts, Publication
+from jobgate.store.sqlstore import StoreTx
 from jobgate.telemetry import periods
 from jobgate.telemetry.periods import Period, PeriodKind
 from jobgate.telemetry.sinks import TelemetrySink, sink_for
@@ -74,7 +72,7 @@ def figures(counts: PeriodCounts, period: Period, eco_number: str | None = None)
 def compute(engine: Engine, tenant_id: str, period: Period, eco_number: str | None = None) -> dict[str, Any]:
     """The figures of ``period`` as the database holds them now (for an open period: so far)."""
     with engine.store.read(tenant_id=tenant_id) as tx:
-        counts = store.period_counts(tx.conn, tenant_id, period.start, period.end)
+        counts = tx.telemetry.period_counts(tenant_id, period.start, period.end)
     return figures(counts, period, eco_number)
 
 
@@ -116,7 +114,7 @@ def deliver(sink: TelemetrySink, tenant_id: str, period: Period, doc: dict[str, 
 
 
 def publish(
-    conn: Connection,
+    tx: StoreTx,
     tenant_id: str,
     period: Period,
     held: dict[str, Any],
@@ -132,13 +130,13 @@ def publish(
     row = Publication(
         tenant_id, period.name, period.start, period.end, figures, digest(held), now, sink_name, job_run_id
     )
-    return store.publication_put(conn, row)
+    return tx.telemetry.publication_put(row)
 
 
 def published(engine: Engine, tenant_id: str, chosen: Sequence[Period]) -> set[str]:
     """Which of ``chosen`` the tenant has published already."""
     with engine.store.read(tenant_id=tenant_id) as tx:
-        return {p.name for p in chosen if store.publication_get(tx.conn, tenant_id, p.name) is not None}
+        return {p.name for p in chosen if tx.telemetry.publication_get(tenant_id, p.name) is not None}
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,7 @@ def plan(engine: Engine, tenant_id: str, *, now: datetime, requested: str | None
             )
         return Plan(tenant_id, period.kind, (period,))
     with engine.store.read(tenant_id=tenant_id) as tx:
-        last = store.publication_last(tx.conn, tenant_id, settings.period.value)
+        last = tx.telemetry.publication_last(tenant_id, settings.period.value)
     last_period = None if last is None else periods.parse(last.period)
     return Plan(tenant_id, settings.period, tuple(due(settings.period, now, settings.settle, last_period)))
 
@@ -191,14 +189,14 @@ def telemetry_job(ctx: Any) -> dict[str, Any]:
     # The sink is written here, in the attempt, outside any transaction (see the module docstring).
     held = [(period, deliver(sink, tenant, period, doc)) for period, doc in computed]
 
-    def effect(conn: Connection) -> None:
+    def effect(tx: StoreTx) -> None:
         at = engine.clock.now()
         for period, kept in held:
-            made = publish(conn, tenant, period, kept, sink.name, now=at, job_run_id=ctx.job_run_id)
+            made = publish(tx, tenant, period, kept, sink.name, now=at, job_run_id=ctx.job_run_id)
             ctx.log(f"telemetry {tenant} {period.name}: {'published to ' + sink.name if made else 'already published'}")
 
     if held:
-        ctx.on_complete(effect)
+        ctx.on_complete_store(effect)
     return {
         "tenant_id": tenant,
         "period_kind": chosen.kind.value,

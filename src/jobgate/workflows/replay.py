@@ -16,10 +16,10 @@ from typing import Any
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.core.records import WorkflowTransition
 from jobgate.core.states import RunStatus
 from jobgate.definitions.schema import content_digest
 from jobgate.service.engine import Engine
-from jobgate.store.sql.workflows import WorkflowTransition
 from jobgate.workflows.plan import (
     RunOutcome,
     StepChange,

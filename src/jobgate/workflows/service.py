@@ -22,10 +22,10 @@ from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobDefinition, Scope, TriggerType
+from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
 from jobgate.service.engine import Approved, Engine, PreparedSubmission, SubmitRequest
-from jobgate.store.sql.workflows import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.store.sqlstore import StoreTx
 from jobgate.workflows.plan import (
     WORKFLOW_ACTIVE,

@@ -32,9 +32,9 @@ from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.plan import MissReason
+from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import control, manual, schedules, triggers
 from jobgate.service.tokens import Principal
-from jobgate.store.sql.schedules import StoredSchedule
 
 router = APIRouter(prefix="/api/v1", tags=["operations"])
 

@@ -17,8 +17,7 @@ from jobgate.api.access import GOVERNANCE_READ, WholeTenant, allow
 from jobgate.api.errors import BadRequest
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import ValidationError
-from jobgate.store.sql import telemetry as store
-from jobgate.store.sql.telemetry import Publication
+from jobgate.core.records import Publication
 from jobgate.telemetry import periods, rollup
 from jobgate.telemetry.redact import shown_sink
 
@@ -73,14 +72,14 @@ def get_telemetry(
     tenant = caller.tenant_id
     if period is None:
         with engine.store.read(tenant_id=tenant) as tx:
-            found = store.publications_list(tx.conn, tenant, limit)
+            found = tx.telemetry.publications_list(tenant, limit)
         return TelemetryOut(tenant_id=tenant, items=[TelemetryPeriodOut.of(p) for p in found])
     try:
         chosen = periods.parse(period)
     except ValidationError as exc:
         raise BadRequest(exc.message, field="period") from None
     with engine.store.read(tenant_id=tenant) as tx:
-        published = store.publication_get(tx.conn, tenant, chosen.name)
+        published = tx.telemetry.publication_get(tenant, chosen.name)
     if published is not None:
         return TelemetryOut(tenant_id=tenant, items=[TelemetryPeriodOut.of(published)])
     now = engine.clock.now()

@@ -13,13 +13,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobgate.core.decide import Outcome, OutcomeKind
+
+if TYPE_CHECKING:
+    from jobgate.store.sqlstore import StoreTx
 
 ProgressReporter = Callable[[float | None, str | None], None]
 # A write a handler wants made in the transaction that completes its run (exactly once).
 Effect = Callable[[Any], None]
+StoreEffect = Callable[["StoreTx"], None]  # a ``jobgate.store.sqlstore.StoreTx``
 # (acquire(run id, kind, key, ttl) -> held lock, release(held)): named locks, from the worker.
 LockProvider = tuple[Callable[[str, str, str, timedelta], Any], Callable[[Any], None]]
 _CANCELLED_LOCK = threading.Lock()
@@ -92,6 +96,7 @@ class ExecutionContext:
         self.report_progress: ProgressReporter = report_progress or (lambda fraction, message: None)
         self._cancelled = cancelled
         self.effects: list[Effect] = []
+        self.store_effects: list[StoreEffect] = []
         self.lock_provider: LockProvider | None = None  # set by the worker
         # The host's configuration and engine, for jobgate's own built-in jobs (anchoring,
         # replay): where the anchor sink is, which database to read. Set by the dispatcher.
@@ -116,6 +121,13 @@ class ExecutionContext:
             yield held
         finally:
             release(held)
+
+    def on_complete_store(self, effect: StoreEffect) -> None:
+        """``on_complete`` for jobgate's own jobs (anchoring, telemetry, replay sampling): the
+        effect gets the open transaction (``StoreTx``) rather than its connection, so what it
+        writes goes through the store like every other write, with the same exactly-once
+        guarantee as ``on_complete``."""
+        self.store_effects.append(effect)
 
     def on_complete(self, effect: Effect) -> None:
         """Make ``effect(connection)`` part of the transaction that completes this run.

@@ -18,56 +18,19 @@ which is shown to people who may not be allowed to read the handler's internals.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import inspect
 import json
-import sys
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from jobgate.core.decide import Outcome, OutcomeKind
-from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
-from jobgate.governance.code import note_import
+from jobgate.core.errors import NonRetryableError, RetryableError
+from jobgate.governance.code import resolve_handler
 from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult
 
 MAX_ERROR_MESSAGE = 2000
 
 Handler = Callable[[ExecutionContext], object]
-
-
-def resolve_handler(handler: str) -> Handler:
-    """Import ``module:attr[.attr...]`` and return the callable, or raise ``ValidationError``.
-
-    Resolution happens when the executor is built, so a typo in a definition is reported as a
-    refused definition rather than as a failed attempt that retries forever.
-    """
-    module_name, sep, attr_path = handler.partition(":")
-    attrs = attr_path.split(".")
-    if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
-        raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
-    if module_name.split(".")[0] not in sys.modules:
-        note_import(module_name)  # the code this process is about to run, for the code identity check
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # an import can fail in any way the module's top level can
-        raise ValidationError(
-            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", field="handler"
-        ) from None
-    for attr in attrs:
-        try:
-            target = getattr(target, attr)
-        except AttributeError:
-            raise ValidationError(
-                f"{handler!r}: {module_name!r} has no attribute {attr_path!r}", field="handler"
-            ) from None
-    if not callable(target):
-        raise ValidationError(f"{handler!r} is not callable", field="handler")
-    if inspect.iscoroutinefunction(target):
-        raise ValidationError(f"{handler!r} is a coroutine function; handlers are synchronous", field="handler")
-    fn: Handler = target
-    return fn
 
 
 def truncate(message: str, limit: int = MAX_ERROR_MESSAGE) -> str:
@@ -79,7 +42,7 @@ class PythonExecutor:
 
     def __init__(self, handler: str) -> None:
         self.handler = handler
-        self._fn = resolve_handler(handler)
+        self._fn: Handler = resolve_handler(handler)
 
     def execute(self, ctx: ExecutionContext) -> ExecutionResult:
         if ctx.is_cancelled():

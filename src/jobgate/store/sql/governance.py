@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +11,7 @@ from sqlalchemy import Connection, func, select, update
 
 from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
 from jobgate.core.errors import MalformedRecordError
+from jobgate.core.records import Anchor, Approval, AuditFilter, RunRequest
 from jobgate.store import codec
 from jobgate.store.sql import fast
 from jobgate.store.tables import (
@@ -153,19 +154,6 @@ def _entry(r: Any) -> AuditEntry:
     return AuditEntry(event, seq, r.prev_hash, r.entry_hash)
 
 
-@dataclass(frozen=True)
-class AuditFilter:
-    tenant_id: str
-    actor: str | None = None
-    action: str | None = None
-    target_type: str | None = None
-    target_id: str | None = None
-    at_from: datetime | None = None
-    at_to: datetime | None = None
-    after_seq: int = 0  # pages in chain order
-    limit: int = 100
-
-
 def audit_list(conn: Connection, f: AuditFilter) -> list[AuditEntry]:
     q = select(audit_log).where(A.tenant_id == f.tenant_id, A.seq > f.after_seq)
     for column, value in (
@@ -192,29 +180,6 @@ def audit_head(conn: Connection, tenant_id: str) -> tuple[int, str]:
 
 # ---------------------------------------------------------------------- approvals
 D = definition_approvals.c
-
-
-@dataclass(frozen=True)
-class Approval:
-    """One approval of one definition digest, as given (``approval_id`` orders them). The code
-    identity names what the approver's host found the definition executes (``core.code_identity``)."""
-
-    tenant_id: str
-    job_definition_id: str
-    digest: str
-    version: int
-    approved_by: str
-    approved_at: datetime
-    note: str | None
-    revoked_at: datetime | None
-    revoked_by: str | None
-    code_digest: str | None = None
-    code_identity: dict[str, str] | None = None
-    approval_id: int = 0  # assigned when stored
-
-    @property
-    def active(self) -> bool:
-        return self.revoked_at is None
 
 
 def _approval(r: Any) -> Approval:
@@ -312,30 +277,6 @@ def approval_revoke(
 
 # ---------------------------------------------------------------------- run requests
 R = run_requests.c
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    request_id: str
-    tenant_id: str
-    job_definition_id: str
-    params: dict[str, str]
-    title: str
-    reason: str
-    requested_by: str
-    status: str  # pending | approved | rejected
-    created_at: datetime
-    tested_at: datetime | None = None
-    tested_by: str | None = None
-    verdict: dict[str, Any] | None = None
-    decided_at: datetime | None = None
-    decided_by: str | None = None
-    decision_note: str | None = None
-    job_run_id: str | None = None
-    # The version the proposal named, then the one its last dry run saw: approval runs it.
-    digest: str | None = None
-    version: int | None = None
-    requester_lineage: tuple[str, ...] = ()  # who minted the proposer's credential
 
 
 def _request(r: Any) -> RunRequest:
@@ -481,30 +422,6 @@ def licence_slots_take(conn: Connection, runs: Sequence[tuple[str, str]], now_us
 
 # ---------------------------------------------------------------------- anchors
 N = anchors.c
-
-
-@dataclass(frozen=True)
-class Anchor:
-    tenant_id: str
-    anchor_seq: int
-    mode: str  # batch | direct
-    window_start: datetime
-    window_end: datetime
-    first_seq: int
-    last_seq: int
-    leaf_count: int
-    root: str
-    prev_chain: str
-    chain: str
-    created_at: datetime
-    sink: str
-    # Ed25519 over ``anchoring.anchor_message`` with the deployment's evidence key (schema
-    # 0019); None: made without a key (before it existed, or none is configured).
-    key_id: str | None = None
-    signature: str | None = None
-    # An RFC 3161 timestamping authority's token over the same message (schema 0020), base64
-    # of its DER TimeStampResp; None: made without a TSA configured, or a direct anchor.
-    timestamp_token: str | None = None
 
 
 def _anchor(r: Any) -> Anchor:

@@ -26,43 +26,16 @@ figures are "as recorded in the database": after a retention sweep they drop.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Connection, Subquery, and_, case, func, literal, not_, or_, select
 
+from jobgate.core.records import Distribution, Group, RunCounts
 from jobgate.core.states import PENDING, RunStatus
 from jobgate.store import codec
 from jobgate.store.tables import dead_letters, job_runs, run_transitions, sla_breaches, workers, workflow_runs
 
 R = job_runs.c
-Group = tuple[str, str]  # (tenant_id, job_class)
-
-
-@dataclass(frozen=True)
-class RunCounts:
-    """One (tenant, job class, queue) group of runs."""
-
-    tenant_id: str
-    job_class: str
-    queue: str
-    created: int
-    started: int  # transitions to RUNNING
-    completed: int
-    failed: int  # runs that ended FAILED (dead letters and escalations are not failures here)
-    retries: int  # transitions to RETRY_WAIT
-    pending: int  # waiting for a worker: CREATED, SCHEDULED, DISPATCHED, RETRY_WAIT
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A histogram of one (tenant, job class) group: cumulative counts per bound, in ms."""
-
-    tenant_id: str
-    job_class: str
-    cumulative: tuple[int, ...]  # observations <= each bound, in the bounds' order
-    count: int
-    sum_ms: float
 
 
 def without_jit(conn: Connection) -> None:

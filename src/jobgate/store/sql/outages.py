@@ -15,13 +15,15 @@ wait for it are not dead-lettered at once on the strength of an old one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection, select, update
 
+from jobgate.core.records import LockInfo
 from jobgate.store import codec
 from jobgate.store.sql import fast
-from jobgate.store.sql.outbox import LockInfo, locks_list
+from jobgate.store.sql.outbox import locks_list
 from jobgate.store.tables import locks
 
 OUTAGE_PREFIX = "dependency-outage:"
@@ -72,6 +74,11 @@ def outage_up(conn: Connection, dependency: str) -> LockInfo | None:
 
 
 def outages_open(conn: Connection) -> list[LockInfo]:
-    """Open outage markers (closed ones stay as rows with ``expires_at`` 0 and are left out);
-    one whose ``expires_at`` has passed lost its observer: no worker is checking it now."""
-    return [m for m in locks_list(conn, OUTAGE_PREFIX) if codec.to_us(m.expires_at) != 0]
+    """Open outage markers, each named by its dependency (closed ones stay as rows with
+    ``expires_at`` 0 and are left out); one whose ``expires_at`` has passed lost its observer:
+    no worker is checking it now."""
+    return [
+        replace(m, name=m.name.removeprefix(OUTAGE_PREFIX))
+        for m in locks_list(conn, OUTAGE_PREFIX)
+        if codec.to_us(m.expires_at) != 0
+    ]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ARRAY, BigInteger, ColumnElement, Connection, bindparam, func, select, update
 
 from jobgate.core.models import OutboxEvent
+from jobgate.core.records import LockInfo
 from jobgate.store import codec
 from jobgate.store.base import WorkerBeat, WorkerInfo
 from jobgate.store.sql import fast
@@ -180,15 +180,6 @@ _LOCK_STATE = select(locks.c.owner, locks.c.token, locks.c.expires_at).where(loc
 def lock_holds(conn: Connection, name: str, owner: str, token: int, now_us: int) -> bool:
     rows = fast.rows(conn, _LOCK_STATE, {"name": name})
     return bool(rows) and rows[0][0] == owner and rows[0][1] == token and rows[0][2] > now_us
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    name: str
-    owner: str
-    token: int  # the fencing token: grows with every new holder
-    acquired_at: datetime
-    expires_at: datetime
 
 
 def lock_get(conn: Connection, name: str) -> LockInfo | None:

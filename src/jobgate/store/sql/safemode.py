@@ -3,34 +3,17 @@ except to close it, so the table is both the current state and its history."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, or_, select, update
 
+from jobgate.core.records import SafeModePeriod
 from jobgate.store import codec
 from jobgate.store.sql import fast
 from jobgate.store.tables import safe_mode_periods
 
 P = safe_mode_periods.c
-
-
-@dataclass(frozen=True)
-class SafeModePeriod:
-    tenant_id: str
-    activation: int  # 1, 2, ... per tenant
-    activated_at: datetime
-    activated_by: str
-    reason: str
-    deactivated_at: datetime | None = None
-    deactivated_by: str | None = None
-    deactivation_reason: str | None = None
-    actions: dict[str, Any] = field(default_factory=dict)  # what this period put in force
-
-    @property
-    def active(self) -> bool:
-        return self.deactivated_at is None
 
 
 def _from_row(r: Any) -> SafeModePeriod:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,38 +10,12 @@ from sqlalchemy import Connection, func, select, update
 
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind
 from jobgate.scheduling.plan import Miss
+from jobgate.scheduling.records import RecordedMiss, ScheduleChange, StoredSchedule
 from jobgate.store import codec
 from jobgate.store.sql import fast
 from jobgate.store.tables import facts, schedule_changes, schedule_misses, schedules
 
 S = schedules.c
-PAUSED_UNAPPROVED = "unapproved"  # a pause reason: waiting for the definition's approval
-OWNED_SOURCE = "definition"  # the ``source`` of a schedule its definition keeps (scheduling.owned)
-
-
-@dataclass(frozen=True)
-class StoredSchedule:
-    schedule: Schedule
-    watermark: datetime
-    source: str
-    created_at: datetime
-    updated_at: datetime
-    episode_open: bool = False  # policy and alert schedules
-    episodes: int = 0
-    config_digest_seen: str | None = None  # configuration schedules
-    pause_reason: str | None = None  # ``unapproved``: resumes when its definition is approved
-    failures: int = 0  # plans or fires that failed in a row
-    last_error: str | None = None
-    retry_at: datetime | None = None  # backing off until then
-
-    @property
-    def state(self) -> str:
-        """``failing``, ``paused`` (with its reason), or ``active``."""
-        if self.failures:
-            return "failing"
-        if self.schedule.paused:
-            return f"paused: {self.pause_reason}" if self.pause_reason else "paused"
-        return "active"
 
 
 def _us(d: timedelta) -> int:
@@ -227,13 +200,6 @@ def misses_list(conn: Connection, tenant_id: str, schedule_id: str, limit: int =
     return [(codec.from_us(r.fire_at), r.reason) for r in conn.execute(q)]
 
 
-@dataclass(frozen=True)
-class RecordedMiss:
-    fire_at: datetime
-    reason: str
-    recorded_at: datetime
-
-
 def misses_page(
     conn: Connection, tenant_id: str, schedule_id: str, *, reason: str | None, after: datetime | None, limit: int
 ) -> list[RecordedMiss]:
@@ -288,17 +254,6 @@ def schedule_retime(
         .values(every_us=_us(every), anchor=codec.to_us(anchor))
     )
     return bool(conn.execute(stmt).rowcount)
-
-
-@dataclass(frozen=True)
-class ScheduleChange:
-    changed_at: datetime
-    field: str
-    old_value: str | None
-    new_value: str
-    accepted: bool
-    source: str
-    reason: str | None
 
 
 def change_record(conn: Connection, tenant_id: str, schedule_id: str, change: ScheduleChange) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +21,7 @@ from sqlalchemy import Connection, Table, and_, bindparam, func, select
 
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEvent
+from jobgate.core.records import Batch, BatchEntry, Finding, RecordsReport
 from jobgate.core.seals import Record
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
@@ -39,7 +39,7 @@ from jobgate.store.tables import (
 )
 
 S = record_seals.c
-BATCH_ACTION = "records.sealed"
+BATCH_ACTION = seals.BATCH_ACTION
 BATCH_LIMIT = 50_000  # seals per batch entry: a long backlog becomes several entries
 _TERMINAL = tuple(s.value for s in TERMINAL)
 _WORKFLOW_TERMINAL = tuple(s.value for s in TERMINAL if s is not RunStatus.HELD)
@@ -295,14 +295,6 @@ def _workflow_rows(conn: Connection, ids: Sequence[str]) -> tuple[dict[str, list
 # -- chaining -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Batch:
-    tenant_id: str
-    seq: int  # the audit entry's position
-    count: int
-    root: str
-
-
 # On PostgreSQL a seal's id is taken when it is inserted and becomes visible when its transaction
 # commits, so a lower id can appear after a higher one. Every transaction that writes seals holds
 # this advisory lock shared (``_insert``); the batch takes it exclusively for an instant
@@ -317,17 +309,6 @@ def _horizon(conn: Connection) -> int:
         fast.execute(conn, f"SELECT pg_advisory_lock({SEAL_WRITERS})")
         fast.execute(conn, f"SELECT pg_advisory_unlock({SEAL_WRITERS})")
     return int(conn.execute(select(func.max(S.id))).scalar() or 0)
-
-
-@dataclass(frozen=True)
-class BatchEntry:
-    """A ``records.sealed`` entry: the tenant's seals with ``after < id <= last_id`` are its leaves."""
-
-    seq: int
-    after: int
-    last_id: int
-    count: int
-    root: str | None
 
 
 def batch_entries(conn: Connection, tenant_id: str) -> list[BatchEntry]:
@@ -426,51 +407,6 @@ def chain_pending(conn: Connection, tenant_id: str, at: datetime, append: Any) -
 
 
 # -- verifying ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One record that does not match its seal (or a batch that does not match its entry)."""
-
-    kind: str
-    record_id: str
-    problem: str  # changed | unsealed | deleted | history_cut | batch_changed | batch_missing | ...
-    part: str | None = None
-    column: str | None = None
-    seal_id: int | None = None
-    detail: str | None = None  # "sealed X, now Y", where the seal kept the values
-
-    def message(self) -> str:
-        where = f"{self.kind} {self.record_id}"
-        if self.problem == "changed":
-            col = f", column {self.column}" if self.column else ""
-            if not self.column and self.part == "history":  # sealed from its chain: no values kept
-                col = " (one of its transitions was changed, removed or added)"
-            detail = f" ({self.detail})" if self.detail else ""
-            return f"{where}: its {self.part} differs from seal #{self.seal_id}{col}{detail}"
-        return {
-            "unsealed": f"{where}: ended but has no seal",
-            "deleted": f"{where}: sealed (seal #{self.seal_id}) but its row is gone",
-            "history_cut": f"{where}: has fewer transitions than seal #{self.seal_id} covers",
-            "seal_changed": f"{where}: seal #{self.seal_id} does not hash to its own parts",
-            "batch_changed": f"{where}: the seals that audit entry (records.sealed) chained no longer give its root:"
-            " a seal in it was rewritten, added or removed",
-            "batch_missing": f"{where}: the seals that audit entry (records.sealed) chained are gone",
-            "batch_gap": f"{where}: does not start where the previous records.sealed entry ended",
-        }.get(self.problem, f"{where}: {self.problem}")
-
-
-@dataclass
-class RecordsReport:
-    tenant_id: str
-    checked: dict[str, int] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
-    batches: int = 0
-    pending: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
 
 
 MAX_FINDINGS = 100

@@ -18,13 +18,14 @@ can never both win.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, false, func, or_, select, text, tuple_, update
 
 from jobgate.core.models import JobRun
+from jobgate.core.records import BreachRecord, DefinitionPolicies, Left, WorkflowSubject
+from jobgate.core.sla import SlaGroups
 from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.sql import fast
@@ -49,12 +50,9 @@ B = sla_breaches.c
 _CHUNK = 400
 _TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal)
 _ACTIVE_WORKFLOW_SQL = "status IN ('CREATED', 'SCHEDULED', 'DISPATCHED', 'RUNNING')"  # ix_workflow_runs_active
-RUNS_CURSOR = "sla-monitor:runs"
-WORKFLOWS_CURSOR = "sla-monitor:workflows"
 
 # (definition ids, created at or before this instant in µs): open subjects old enough for a
 # policy's earliest reminder or deadline, one group per distinct earliest offset.
-SlaGroups = Sequence[tuple[Sequence[str], int]]
 
 
 def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
@@ -67,16 +65,6 @@ def _in_groups(definition: Any, created: Any, groups: SlaGroups) -> ColumnElemen
 
 
 # ---------------------------------------------------------------- definitions
-@dataclass(frozen=True)
-class DefinitionPolicies:
-    """The policy names one stored definition version carries (its content is immutable)."""
-
-    tenant_id: str
-    job_definition_id: str
-    version: int
-    sla_policy: str | None
-    timeout_policy: str | None
-    step_timeouts: bool = False  # a workflow whose steps name timeout policies of their own
 
 
 def _step_timeouts(doc: dict[str, Any]) -> bool:
@@ -173,22 +161,6 @@ def attempt_starts(conn: Connection, keys: Collection[tuple[str, int]]) -> dict[
     return out
 
 
-@dataclass(frozen=True)
-class WorkflowSubject:
-    """What the monitor needs of a workflow run (``version`` for the compare-and-set)."""
-
-    workflow_run_id: str
-    tenant_id: str
-    job_definition_id: str
-    definition_version: int
-    job_class: str
-    status: RunStatus
-    params: dict[str, Any]
-    scope: dict[str, Any]
-    created_at: datetime
-    version: int
-
-
 _WORKFLOW_COLUMNS = (
     W.workflow_run_id,
     W.tenant_id,
@@ -232,15 +204,6 @@ def open_workflows_due(
 
 
 # ---------------------------------------------------------------- subjects that ended
-@dataclass(frozen=True)
-class Left:
-    """A transition out of an open status: the subject was in ``from_status`` until ``at``."""
-
-    id: int
-    from_status: RunStatus
-    to_status: RunStatus
-    attempt: int
-    at: datetime
 
 
 def max_id(conn: Connection, workflows: bool) -> int:
@@ -366,25 +329,6 @@ def cursor_put(conn: Connection, name: str, value: int, now: datetime) -> None:
 
 
 # ---------------------------------------------------------------- breach records
-@dataclass(frozen=True)
-class BreachRecord:
-    """One reminder or breach, recorded once per (tenant, subject, kind, phase)."""
-
-    sla_breach_id: str
-    tenant_id: str
-    subject_kind: str
-    subject_id: str
-    job_class: str
-    job_definition_id: str
-    eco_number: str | None
-    kind: str
-    phase: str
-    sla_policy: str
-    deadline: datetime
-    detected_at: datetime
-    severity: str
-    requires_escalation: bool
-    escalated: bool = False
 
 
 def _record(r: Any) -> BreachRecord:

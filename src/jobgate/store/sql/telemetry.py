@@ -11,7 +11,6 @@ but for a run requeued after the end (its ``ended_at`` is cleared: it counts as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select
@@ -19,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from jobgate.core.models import JobClass
+from jobgate.core.records import PeriodCounts, Publication
 from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.tables import (
@@ -31,33 +31,6 @@ from jobgate.store.tables import (
 )
 
 R = job_runs.c
-
-
-@dataclass(frozen=True)
-class PeriodCounts:
-    scheduled: int  # runs created in the period (the cohort)
-    completed: int  # of those, completed before the period ended
-    retries: int  # transitions of the cohort to RETRY_WAIT before the end
-    dead_lettered: int  # cohort runs dead-lettered before the end (each run once)
-    breached: int  # cohort runs with an SLA breach detected before the end (each run once)
-    dal_scheduled: int  # the cohort's DAL_ANCHOR_JOB runs
-    dal_completed: int
-    workflows_finished: int  # workflows created and finished in the period
-    workflow_latency_us: int  # the sum of their ended_at - created_at
-    replay_backlog: int  # REPLAY_JOB runs created before the end and not finished by it
-
-
-@dataclass(frozen=True)
-class Publication:
-    tenant_id: str
-    period: str
-    period_start: datetime
-    period_end: datetime
-    figures: dict[str, object]
-    digest: str
-    published_at: datetime
-    sink: str
-    job_run_id: str | None
 
 
 def period_counts(conn: Connection, tenant_id: str, start: datetime, end: datetime) -> PeriodCounts:

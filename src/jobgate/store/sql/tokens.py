@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from jobgate.core.records import StoredToken
 from jobgate.store import codec
 from jobgate.store.tables import api_tokens
 
 T = api_tokens.c
-
-
-@dataclass(frozen=True)
-class StoredToken:
-    token_id: str
-    tenant_id: str
-    role: str
-    jobs: tuple[str, ...] | None  # None: every definition of the tenant
-    label: str
-    secret_hash: str
-    created_by: str
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    revoked_by: str | None
-    principal: str | None = None  # None: the token is a principal of its own (``token:<id>``)
-    minted_by: tuple[str, ...] = ()  # the principals whose tokens minted this one, nearest first
-
-    @property
-    def principal_name(self) -> str:
-        return self.principal or f"token:{self.token_id}"
 
 
 def _from_row(r: Any) -> StoredToken:

@@ -8,12 +8,12 @@ advancing one workflow cannot both win, and a coordinator that dies mid-advance 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
+from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
 from jobgate.store.sql import seals as record_seals
@@ -26,73 +26,6 @@ J = job_runs.c
 _ACTIVE = ("CREATED", "SCHEDULED", "DISPATCHED", "RUNNING")
 _TERMINAL = tuple(s.value for s in TERMINAL)
 _OPEN_STEPS = ("PENDING", "RUNNING", "STOPPING", "COMPENSATING")
-
-
-@dataclass(frozen=True)
-class WorkflowRecord:
-    workflow_run_id: str
-    tenant_id: str
-    idempotency_key: str
-    job_definition_id: str
-    definition_version: int
-    definition_digest: str
-    job_class: str
-    status: RunStatus
-    phase: str
-    params: dict[str, str]
-    scope: dict[str, Any]
-    trigger: dict[str, Any]
-    config_snapshot_id: str
-    config_digest: str
-    requested_by: str | None
-    created_at: datetime
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    error_code: str | None = None
-    error_message: str | None = None
-    cancel_requested: bool = False
-    version: int = 0
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    workflow_run_id: str
-    step_id: str
-    tenant_id: str
-    position: int
-    status: str
-    job_run_id: str | None = None
-    compensation_run_id: str | None = None
-    outputs: dict[str, Any] | None = None
-    completed_order: int | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    error_code: str | None = None
-
-
-@dataclass(frozen=True)
-class WorkflowTransition:
-    workflow_run_id: str
-    seq: int
-    step_id: str | None
-    from_status: str | None
-    to_status: str
-    reason: str
-    actor: str
-    at: datetime
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class WorkflowUpdate:
-    """One advance: the new workflow values (empty: unchanged), step rows to write, transitions."""
-
-    workflow_run_id: str
-    tenant_id: str
-    expected_version: int
-    values: dict[str, Any]
-    steps: Sequence[StepRecord]
-    transitions: Sequence[WorkflowTransition]
 
 
 def _record(r: Any) -> WorkflowRecord:

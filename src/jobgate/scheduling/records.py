@@ -1,0 +1,56 @@
+"""The schedule records the store keeps: a schedule with its state, its misses, its changes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobgate.scheduling.model import Schedule
+
+PAUSED_UNAPPROVED = "unapproved"  # a pause reason: waiting for the definition's approval
+
+
+OWNED_SOURCE = "definition"  # the ``source`` of a schedule its definition keeps (scheduling.owned)
+
+
+@dataclass(frozen=True)
+class StoredSchedule:
+    schedule: Schedule
+    watermark: datetime
+    source: str
+    created_at: datetime
+    updated_at: datetime
+    episode_open: bool = False  # policy and alert schedules
+    episodes: int = 0
+    config_digest_seen: str | None = None  # configuration schedules
+    pause_reason: str | None = None  # ``unapproved``: resumes when its definition is approved
+    failures: int = 0  # plans or fires that failed in a row
+    last_error: str | None = None
+    retry_at: datetime | None = None  # backing off until then
+
+    @property
+    def state(self) -> str:
+        """``failing``, ``paused`` (with its reason), or ``active``."""
+        if self.failures:
+            return "failing"
+        if self.schedule.paused:
+            return f"paused: {self.pause_reason}" if self.pause_reason else "paused"
+        return "active"
+
+
+@dataclass(frozen=True)
+class RecordedMiss:
+    fire_at: datetime
+    reason: str
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleChange:
+    changed_at: datetime
+    field: str
+    old_value: str | None
+    new_value: str
+    accepted: bool
+    source: str
+    reason: str | None
