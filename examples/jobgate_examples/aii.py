@@ -14,9 +14,11 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobgate import ExecutionContext, NonRetryableError
+from jobgate import ExecutionContext
 from jobgate.core.models import JobClass
 from jobgate.core.states import RunStatus
+from jobgate.governance.code import host_job
+from jobgate.service.host import Host
 from jobgate.store.base import RunFilter
 from jobgate_examples.common import append_line, audit_on_complete, digest, home, invalid, param
 
@@ -40,11 +42,10 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def aggregate(ctx: ExecutionContext) -> dict[str, Any]:
+@host_job
+def aggregate(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     """The seed §51 figures of the tenant's runs created on ``period`` (a UTC day)."""
-    engine = ctx.host_engine
-    if engine is None:
-        raise NonRetryableError("AII aggregation reads the jobgate database: run it in a worker", error_code="NO_HOST")
+    engine = host.engine
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     try:
         start = datetime.fromisoformat(param(ctx, "period") + "T00:00:00+00:00")

@@ -18,14 +18,16 @@ from typing import Any
 from jobgate import ExecutionContext, NonRetryableError, anchoring
 from jobgate.core import merkle
 from jobgate.evidence_keys import signer_for, trusted_keys
+from jobgate.governance.code import host_job
+from jobgate.service.host import Host
 from jobgate.store.sqlstore import StoreTx
 from jobgate_examples.common import get_json, home, param, safe_id, write_json
 
 
-def _host(ctx: ExecutionContext) -> tuple[Any, Any, str]:
-    if ctx.host_engine is None or ctx.host_config is None:
-        raise NonRetryableError("this step reads the jobgate database: run it in a worker", error_code="NO_HOST")
-    return ctx.host_engine, ctx.host_config, str(ctx.payload.scope.get("tenant_id") or "default")
+def _host(ctx: ExecutionContext, host: Host) -> tuple[Any, Any, str]:
+    """The steps read jobgate's own database: they are host jobs, trusted by the examples'
+    configuration (``worker.trusted_handlers``)."""
+    return host.engine, host.config, str(ctx.payload.scope.get("tenant_id") or "default")
 
 
 def _witnessed(config: Any) -> list[dict[str, Any]] | None:
@@ -33,8 +35,9 @@ def _witnessed(config: Any) -> list[dict[str, Any]] | None:
     return sink.records() if isinstance(sink, anchoring.FileSink) else None
 
 
-def verify_chain(ctx: ExecutionContext) -> dict[str, Any]:
-    engine, config, tenant = _host(ctx)
+@host_job
+def verify_chain(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
+    engine, config, tenant = _host(ctx, host)
     with engine.store.read(tenant_id=tenant) as tx:
         result = anchoring.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
         head_seq, head_hash = tx.audit_head(tenant)
@@ -46,10 +49,11 @@ def verify_chain(ctx: ExecutionContext) -> dict[str, Any]:
     return {"entries": result.entries, "anchors": result.anchors, "head_seq": head_seq, "head_hash": head_hash}
 
 
-def detect_conflicts(ctx: ExecutionContext) -> dict[str, Any]:
+@host_job
+def detect_conflicts(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     """Two copies that disagree: an anchor sequence with two different chains in the sink (a
     fork), a broken link in the DAL ledger, one artifact anchored with two different hashes."""
-    _engine, config, tenant = _host(ctx)
+    _engine, config, tenant = _host(ctx, host)
     found: list[str] = []
     chains: dict[int, set[str]] = defaultdict(set)
     for record in _witnessed(config) or []:
@@ -71,9 +75,10 @@ def detect_conflicts(ctx: ExecutionContext) -> dict[str, Any]:
     return {"conflicts": len(found), "clean": not found, "ledger_entries": len(ledger["entries"])}
 
 
-def anchor_proof(ctx: ExecutionContext) -> dict[str, Any]:
+@host_job
+def anchor_proof(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     """Anchor the verified head entry (a one-leaf tree) to the evidence sink, exactly once."""
-    _engine, config, tenant = _host(ctx)
+    _engine, config, tenant = _host(ctx, host)
     seq, head_hash = int(param(ctx, "head_seq")), param(ctx, "head_hash")
 
     def effect(tx: StoreTx) -> None:
@@ -85,14 +90,15 @@ def anchor_proof(ctx: ExecutionContext) -> dict[str, Any]:
         )
         ctx.log(f"anchored entry {seq} as anchor {made.anchor_seq} ({made.root})")
 
-    ctx.on_complete_store(effect)
+    host.on_complete(ctx, effect)
     return {"anchored_seq": seq, "root": merkle.root([head_hash])}
 
 
-def report(ctx: ExecutionContext) -> dict[str, Any]:
+@host_job
+def report(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     """Verify again, now with the new anchor, check the head entry's proof against the anchored
     root, and write the report."""
-    engine, config, tenant = _host(ctx)
+    engine, config, tenant = _host(ctx, host)
     seq, head_hash = int(param(ctx, "head_seq")), param(ctx, "head_hash")
     with engine.store.read(tenant_id=tenant) as tx:
         result = anchoring.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)

@@ -125,7 +125,14 @@ def write_config(directory: Path, home: Path, url: str, database: str | None) ->
                 "dead_letter_non_retryable": False,
             },
         ],
-        "worker": {"concurrency": 8, "poll_interval_ms": 20, "lease_seconds": 30, "shutdown_grace_seconds": 5},
+        "worker": {
+            "concurrency": 8,
+            "poll_interval_ms": 20,
+            "lease_seconds": 30,
+            "shutdown_grace_seconds": 5,
+            # The audit-integrity and AII steps read jobgate's own database (host jobs).
+            "trusted_handlers": ["jobgate_examples.audit_integrity", "jobgate_examples.aii"],
+        },
         "events": {"log": False},
         "sqlite": {"synchronous": "NORMAL"},
     }

@@ -5,6 +5,7 @@ The public surface for embedding applications and job handlers; everything else 
 
 from importlib.metadata import PackageNotFoundError, version
 
+from jobgate.context import ExecutionContext
 from jobgate.core.errors import (
     ConflictError,
     JobgateError,
@@ -15,7 +16,6 @@ from jobgate.core.errors import (
 )
 from jobgate.core.models import JobRun, Priority, Scope, TriggerType
 from jobgate.core.states import RunStatus
-from jobgate.runtime.executors.base import ExecutionContext
 
 try:
     __version__ = version("jobgate")

@@ -33,11 +33,13 @@ from jobgate.core.audit import GENESIS, AuditEntry, first_broken
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import JobgateError, MalformedRecordError
 from jobgate.core.records import Anchor, AuditFilter
+from jobgate.governance.code import host_job
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from jobgate.evidence_keys import Signer
+    from jobgate.service.host import Host
     from jobgate.store.sqlstore import StoreTx
     from jobgate.timestamping import TimestampAuthority, TimestampTrust
 
@@ -487,23 +489,20 @@ def sink_for(config: Any) -> AnchorSink:
     return FileSink(config.anchor_sink_path)
 
 
-def anchor_job(ctx: Any) -> dict[str, Any]:
+@host_job
+def anchor_job(ctx: Any, host: Host) -> dict[str, Any]:
     """The DAL_ANCHOR_JOB handler (``handler: jobgate.anchoring:anchor_job``): anchors every
     ended window of the run's tenant in the run's own fenced completion, so each anchor is
     written exactly once however often the job is retried or its worker dies; a sink failure
     fails the attempt (retried, then dead-lettered, like any job)."""
-    from jobgate.core.errors import NonRetryableError
-
-    config = ctx.host_config
-    if config is None:
-        raise NonRetryableError("the anchor job runs inside a jobgate worker", error_code="NO_HOST_CONFIG")
+    config = host.config
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     sink = sink_for(config)
     window = config.evidence.anchor_window
 
     def effect(tx: StoreTx) -> None:
-        made = anchor_configured(tx, config, tenant, datetime.now(UTC))
+        made = anchor_configured(tx, config, tenant, host.clock.now())
         ctx.log(f"anchored {len(made)} window(s) of {tenant} to {sink.name}")
 
-    ctx.on_complete_store(effect)
+    host.on_complete(ctx, effect)
     return {"tenant_id": tenant, "window_seconds": window.total_seconds(), "sink": sink.name}

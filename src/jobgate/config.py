@@ -90,6 +90,7 @@ _WORKER_KEYS = (
     "shutdown_grace_seconds",
     "batch_size",
     "maximum_run_age_seconds",
+    "trusted_handlers",
 )
 _SERVER_KEYS = (
     "tenant",
@@ -122,6 +123,9 @@ class WorkerSettings:
     shutdown_grace: timedelta = timedelta(seconds=30)
     batch_size: int = 100
     maximum_run_age: timedelta = timedelta(hours=24)  # open runs older than this are closed
+    # Modules (and their submodules) whose ``host_job`` handlers are given jobgate's ``Host``
+    # (its store, clock and configuration) besides the run's context. jobgate's own are always.
+    trusted_handlers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -585,6 +589,7 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
         shutdown_grace=seconds("shutdown_grace_seconds", d.shutdown_grace, positive=False),
         batch_size=count("batch_size", d.batch_size, 100_000),
         maximum_run_age=seconds("maximum_run_age_seconds", d.maximum_run_age),
+        trusted_handlers=tuple(_module_names(r, spec.get("trusted_handlers"), "worker.trusted_handlers")),
     )
     # Seed 001: the budget is at least the lease (a live lease is never cut short by it) and
     # at most 30 days.
@@ -594,6 +599,15 @@ def _worker(r: Reader, value: Any) -> WorkerSettings:
             f"must be between the lease ({settings.lease.total_seconds():g} s) and 30 days",
         )
     return settings
+
+
+def _module_names(r: Reader, value: Any, field: str) -> list[str]:
+    """Dotted Python module names (``acme.jobs``): each part an identifier."""
+    names = r.strings(value if value is not None else [], field, unique=True)
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            r.fail(field, f"{name!r} is not a Python module name")
+    return names
 
 
 def _telemetry(r: Reader, value: Any, base_dir: Path) -> TelemetrySettings:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind, decide
@@ -35,8 +35,12 @@ from jobgate.core.runs import bound_executor, new_run
 from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
 from jobgate.core.states import RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
+from jobgate.governance.code import host_job
 from jobgate.service.engine import Engine, run_retry_policy
 from jobgate.snapshots import resolve_snapshot
+
+if TYPE_CHECKING:
+    from jobgate.service.host import Host
 
 RECORD_FIELDS = (
     "job_run_id", "tenant_id", "job_definition_id", "definition_version", "definition_digest", "config_snapshot_id",
@@ -256,7 +260,8 @@ def sample(run_ids: list[str], size: int, seed: str) -> list[str]:
     return sorted(random.Random(seed).sample(sorted(run_ids), min(size, len(run_ids))))
 
 
-def replay_job(ctx: Any) -> dict[str, Any]:
+@host_job
+def replay_job(ctx: Any, host: Host) -> dict[str, Any]:
     """The REPLAY_JOB handler (``handler: jobgate.replay:replay_job``): replay one run
     (``target_run``, an auditor's request or a drift alert) or a seeded random sample of the tenant's
     finished runs (``sample_size``, ``seed``; the seed defaults to the run's idempotency key, so
@@ -265,15 +270,12 @@ def replay_job(ctx: Any) -> dict[str, Any]:
     completion."""
 
     from jobgate.core.audit import AuditEvent
-    from jobgate.core.errors import NonRetryableError
     from jobgate.core.events import replay_mismatch
     from jobgate.store.base import RunFilter
     from jobgate.store.sqlstore import StoreTx
     from jobgate.workflows.replay import replay_workflow
 
-    engine = ctx.host_engine
-    if engine is None:
-        raise NonRetryableError("the replay job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    engine = host.engine
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     target = str(ctx.params.get("target_run") or "")
     chosen_workflows: list[str] = []
@@ -328,7 +330,7 @@ def replay_job(ctx: Any) -> dict[str, Any]:
             ]  # fmt: skip
             tx.audit_append(audit_events)
 
-        ctx.on_complete_store(effect)
+        host.on_complete(ctx, effect)
     for r in mismatches:
         ctx.log(f"REPLAY MISMATCH {r.job_run_id}: {r.first_difference}")
     for w in workflow_mismatches:

@@ -19,10 +19,14 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate.core.audit import AuditEvent
+from jobgate.governance.code import host_job
 from jobgate.service.engine import Engine
+
+if TYPE_CHECKING:
+    from jobgate.service.host import Host
 
 BATCH = 1000
 ACTOR = "retention"
@@ -95,13 +99,10 @@ def _remove_folders(engine: Engine, job_run_ids: list[str]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def retention_job(ctx: Any) -> dict[str, Any]:
+@host_job
+def retention_job(ctx: Any, host: Host) -> dict[str, Any]:
     """The MAINTENANCE_JOB handler (``handler: jobgate.retention:retention_job``) for the run's tenant."""
-    from jobgate.core.errors import NonRetryableError
-
-    engine = ctx.host_engine
-    if engine is None:
-        raise NonRetryableError("the retention job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    engine = host.engine
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     done = retire(engine, tenant)
     ctx.log(f"retention: {done.deleted} finished runs of {tenant} deleted (ended before {done.cutoff})")

@@ -23,9 +23,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from jobgate.context import ExecutionContext
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import NonRetryableError, RetryableError
-from jobgate.runtime.executors.base import ExecutionContext
 
 REPLAY_STEPS = (
     "select_replay_population",

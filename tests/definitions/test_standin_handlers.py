@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from jobgate.config import JobgateConfig
+from jobgate.context import DispatchPayload, ExecutionContext
 from jobgate.core.errors import NonRetryableError, RetryableError
-from jobgate.runtime.executors.base import DispatchPayload, ExecutionContext
 from jobgate.snapshots import resolve_snapshot
 from jobgate.standins import (
     dal_anchor,

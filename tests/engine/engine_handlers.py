@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from jobgate import ExecutionContext, NonRetryableError, RetryableError
+from jobgate.governance.code import host_job
+from jobgate.service.host import Host
 
 
 def succeed(ctx: ExecutionContext) -> dict[str, Any]:
@@ -148,3 +150,17 @@ def locked(ctx: ExecutionContext) -> dict[str, Any]:
         time.sleep(float(ctx.params.get("seconds", "0.3")))
         _append(f"end {ctx.job_run_id}")
     return {"token": held.token}
+
+
+def context_surface(ctx: ExecutionContext) -> dict[str, Any]:
+    """What a plain handler can reach through its context: its public attributes."""
+    return {"attributes": sorted(name for name in dir(ctx) if not name.startswith("_"))}
+
+
+@host_job
+def host_reader(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
+    """A handler that asks for jobgate's host (store, clock, configuration): it counts the token
+    table. Given the host only where its module is trusted."""
+    _append(f"host_reader {ctx.job_run_id}")
+    with host.store.read() as tx:
+        return {"tokens": len(tx.tokens_list(None)), "now": host.clock.now().isoformat()}

@@ -35,10 +35,10 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jobgate.core.canonical import canonical_json
 from jobgate.core.code_identity import CodeIdentity
@@ -293,3 +293,34 @@ def resolve_handler(handler: str) -> Callable[..., object]:
         raise ValidationError(f"{handler!r} is a coroutine function; handlers are synchronous", field="handler")
     fn: Callable[..., object] = target
     return fn
+
+
+# ---------------------------------------------------------------------------- jobgate's own jobs
+F = TypeVar("F", bound=Callable[..., Any])
+_HOST_MARK = "__jobgate_host_job__"
+OWN_MODULES = ("jobgate",)
+
+
+def host_job(fn: F) -> F:
+    """Mark a handler as one that takes ``(ctx, host)``."""
+    setattr(fn, _HOST_MARK, True)
+    return fn
+
+
+def wants_host(fn: Callable[..., Any]) -> bool:
+    return bool(getattr(fn, _HOST_MARK, False))
+
+
+def check_trusted(handler: str, fn: Callable[..., Any], trusted: Sequence[str]) -> bool:
+    """Whether ``fn`` (named ``handler``) is given the host; a handler that asks for it from a
+    module neither jobgate's nor trusted is refused (``ValidationError``)."""
+    if not wants_host(fn):
+        return False
+    module = handler.partition(":")[0]
+    if any(module == t or module.startswith(t + ".") for t in (*OWN_MODULES, *trusted)):
+        return True
+    raise ValidationError(
+        f"{handler!r} asks for jobgate's host (store, clock, configuration), and its module is not trusted: "
+        "list it under worker.trusted_handlers to allow it",
+        field="handler",
+    )

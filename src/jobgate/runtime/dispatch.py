@@ -10,14 +10,16 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
+from jobgate.context import DispatchPayload, ExecutionContext
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun
 from jobgate.core.trace import TraceContext, attempt_trace
-from jobgate.runtime.executors.base import DispatchPayload, ExecutionContext, Executor
+from jobgate.runtime.executors.base import Executor
 from jobgate.runtime.executors.command import CommandExecutor
 from jobgate.runtime.executors.http import HttpExecutor
 from jobgate.runtime.executors.python import PythonExecutor
 from jobgate.service.engine import Engine
+from jobgate.service.host import Host
 
 
 class Dispatcher:
@@ -29,7 +31,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._runs_dir = str(Path(engine.config.data_dir) / "runs")
         self._config = engine.config
-        self._engine = engine
+        self._host = Host(engine)  # for jobgate's own jobs only (``PythonExecutor``)
 
     def prepare(self, runs: list[JobRun]) -> None:
         """Load (once) the definitions and snapshots a batch of runs needs, in one read."""
@@ -91,10 +93,7 @@ class Dispatcher:
             execution_timeout=run.execution_timeout,
             max_attempts=run.max_attempts,
         )
-        ctx = ExecutionContext(payload=payload, workdir=f"{run_dir}/attempt-{attempt}", log_path=f"{run_dir}/run.log")
-        ctx.host_config = self._config
-        ctx.host_engine = self._engine
-        return ctx
+        return ExecutionContext(payload=payload, workdir=f"{run_dir}/attempt-{attempt}", log_path=f"{run_dir}/run.log")
 
     def executor(self, run: JobRun) -> Executor:
         definition = self.definition(run)
@@ -105,7 +104,9 @@ class Dispatcher:
                 return cached
             with self._lock:
                 if spec.handler not in self._python:
-                    self._python[spec.handler] = PythonExecutor(spec.handler)
+                    self._python[spec.handler] = PythonExecutor(
+                        spec.handler, self._host, self._config.worker.trusted_handlers
+                    )
                 return self._python[spec.handler]
         registries = self.engine.config.registries
         if spec.kind == "command" and spec.runner:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobgate.context import Effect, ExecutionContext, LockProvider, StoreEffect, store_effects
 from jobgate.core import transitions
 from jobgate.core.audit import AuditEvent
 from jobgate.core.decide import Outcome, OutcomeKind
@@ -41,14 +42,7 @@ from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
-from jobgate.runtime.executors.base import (
-    Effect,
-    ExecutionContext,
-    ExecutionResult,
-    Executor,
-    LockProvider,
-    StoreEffect,
-)
+from jobgate.runtime.executors.base import ExecutionResult, Executor
 from jobgate.runtime.leadership import Lease
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
@@ -773,10 +767,10 @@ class Worker:
         if (
             settlement.decision.to_status is RunStatus.COMPLETED
             and ctx is not None
-            and (ctx.effects or ctx.store_effects)
+            and (ctx.effects or store_effects(ctx))
         ):
             self._effects[run.job_run_id] = _Effects(
-                run, flight.started_at, tuple(ctx.effects), tuple(ctx.store_effects)
+                run, flight.started_at, tuple(ctx.effects), tuple(store_effects(ctx))
             )
         if flight.span is not None:
             error = None if outcome.kind is OutcomeKind.SUCCEEDED else (outcome.error_code or outcome.kind.value)

@@ -45,7 +45,7 @@ from jobgate.core.policy import Policy
 from jobgate.core.records import AuditFilter, SafeModePeriod
 from jobgate.core.runs import new_run, trigger_document
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
-from jobgate.governance.code import CodeReader, resolve_handler
+from jobgate.governance.code import CodeReader, check_trusted, resolve_handler
 from jobgate.policy import PolicyFile
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
@@ -179,7 +179,7 @@ class Engine:
         (and who minted their credential, ``applied_lineage``) is recorded with each new version:
         four eyes keeps them from approving it."""
         for item in loaded:
-            check_executable(item)
+            check_executable(item, self.config.worker.trusted_handlers)
         now = self.clock.now()
         out: list[ApplyResult] = []
         with self.store.write() as tx:
@@ -875,13 +875,14 @@ class Engine:
         )
 
 
-def check_executable(item: LoadedDefinition) -> None:
+def check_executable(item: LoadedDefinition, trusted: Sequence[str]) -> None:
     """Refuse, before anything is stored, a handler that cannot be imported here (a typo, a
-    missing package): otherwise it would be found only when a run fails at its first attempt."""
+    missing package): otherwise it would be found only when a run fails at its first attempt;
+    and one that asks for jobgate's host from a module nobody trusted (``governance.code``)."""
     spec = item.definition.executor
     if spec.kind == "python" and spec.handler:
         try:
-            resolve_handler(spec.handler)
+            check_trusted(spec.handler, resolve_handler(spec.handler), trusted)
         except ValidationError as exc:
             raise ValidationError(exc.message, field="handler", source=item.source) from None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate import anchoring
 from jobgate.core import events
@@ -22,8 +22,12 @@ from jobgate.core.errors import ConflictError, JobgateError, ValidationError
 from jobgate.core.models import Scope, TriggerType
 from jobgate.core.records import SafeModePeriod
 from jobgate.evidence_keys import signer_for
+from jobgate.governance.code import host_job
 from jobgate.service import audit
 from jobgate.service.engine import Engine, SubmitRequest
+
+if TYPE_CHECKING:
+    from jobgate.service.host import Host
 
 log = logging.getLogger("jobgate.safemode")
 
@@ -144,7 +148,8 @@ def _already(on: bool, latest: SafeModePeriod | None) -> str:
     return f"safe mode is not on (switched off at {isoformat_utc(latest.deactivated_at)} by {latest.deactivated_by})"
 
 
-def activate_automatically(ctx: Any) -> dict[str, Any]:
+@host_job
+def activate_automatically(ctx: Any, host: Host) -> dict[str, Any]:
     """Handler for a definition run by a policy or alert trigger (``handler:
     jobgate.service.safemode:activate_automatically``): switches the run's tenant into safe mode
     — only where ``safe_mode.allow_automatic`` says policy allows it, and only from a policy or
@@ -152,9 +157,7 @@ def activate_automatically(ctx: Any) -> dict[str, Any]:
     refusal is in the run's record and the audit log."""
     from jobgate.core.errors import NonRetryableError
 
-    engine = ctx.host_engine
-    if engine is None:
-        raise NonRetryableError("runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    engine = host.engine
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")
     with engine.store.read() as tx:
         run = tx.run_get(ctx.job_run_id)

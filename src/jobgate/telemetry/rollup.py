@@ -29,16 +29,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import NonRetryableError, ValidationError
 from jobgate.core.records import PeriodCounts, Publication
+from jobgate.governance.code import host_job
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import StoreTx
 from jobgate.telemetry import periods
 from jobgate.telemetry.periods import Period, PeriodKind
 from jobgate.telemetry.sinks import TelemetrySink, sink_for
+
+if TYPE_CHECKING:
+    from jobgate.service.host import Host
 
 MAX_CATCHUP = 36  # periods one run publishes after an outage, the oldest first; the rest wait for the next run
 RATE_DIGITS = 6
@@ -163,14 +167,13 @@ def plan(engine: Engine, tenant_id: str, *, now: datetime, requested: str | None
     return Plan(tenant_id, settings.period, tuple(due(settings.period, now, settings.settle, last_period)))
 
 
-def telemetry_job(ctx: Any) -> dict[str, Any]:
+@host_job
+def telemetry_job(ctx: Any, host: Host) -> dict[str, Any]:
     """The AII_TELEMETRY_JOB handler (``handler: jobgate.telemetry.rollup:telemetry_job``):
     computes the figures of every period due for the run's tenant and not yet published, writes
     them to the sink in the attempt, and records each publication once in the run's fenced
     completion. Param ``period`` (optional) publishes that settled period."""
-    engine: Engine | None = ctx.host_engine
-    if engine is None:
-        raise NonRetryableError("the telemetry job runs inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    engine = host.engine
     scope = ctx.payload.scope
     tenant = str(scope.get("tenant_id") or "default")
     eco = scope.get("eco_number")
@@ -196,7 +199,7 @@ def telemetry_job(ctx: Any) -> dict[str, Any]:
             ctx.log(f"telemetry {tenant} {period.name}: {'published to ' + sink.name if made else 'already published'}")
 
     if held:
-        ctx.on_complete_store(effect)
+        host.on_complete(ctx, effect)
     return {
         "tenant_id": tenant,
         "period_kind": chosen.kind.value,

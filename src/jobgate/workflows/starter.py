@@ -7,18 +7,21 @@ there is one workflow run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate.core.errors import GovernanceRefusal, NonRetryableError
 from jobgate.core.models import Scope
+from jobgate.governance.code import host_job
+
+if TYPE_CHECKING:
+    from jobgate.service.host import Host
 
 
-def start_workflow_job(ctx: Any) -> dict[str, Any]:
+@host_job
+def start_workflow_job(ctx: Any, host: Host) -> dict[str, Any]:
     from jobgate.workflows.service import StartWorkflow, start_workflow
 
-    engine = ctx.host_engine
-    if engine is None:
-        raise NonRetryableError("a workflow starts inside a jobgate worker", error_code="NO_HOST_ENGINE")
+    engine = host.engine
     payload = ctx.payload
     with engine.store.read() as tx:
         run = tx.run_get(payload.job_run_id)

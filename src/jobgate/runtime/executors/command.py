@@ -37,18 +37,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from jobgate.context import ExecutionContext
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.core.params import RESERVED, placeholders, render
 from jobgate.registry import RunnerSpec
-from jobgate.runtime.executors.base import (
-    Artifact,
-    ExecutionContext,
-    ExecutionResult,
-    failure,
-    log_best_effort,
-    stopped,
-)
+from jobgate.runtime.executors.base import Artifact, ExecutionResult, failure, log_best_effort, stopped
 
 INHERITED_ENV = ("PATH", "LANG", "HOME")
 _POLL_SECONDS = 0.05

@@ -24,10 +24,11 @@ from typing import Any
 
 import httpx
 
+from jobgate.context import ExecutionContext
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.registry import HttpTargetSpec
-from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult, failure, log_best_effort, stopped
+from jobgate.runtime.executors.base import ExecutionResult, failure, log_best_effort, stopped
 
 # Client errors that mean "not now" rather than "never": Request Timeout, Too Early, Too Many Requests.
 RETRYABLE_CLIENT_ERRORS = frozenset({408, 425, 429})

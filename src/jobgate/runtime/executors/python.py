@@ -18,15 +18,18 @@ which is shown to people who may not be allowed to read the handler's internals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+from jobgate.context import ExecutionContext
 from jobgate.core.decide import Outcome, OutcomeKind
-from jobgate.core.errors import NonRetryableError, RetryableError
-from jobgate.governance.code import resolve_handler
-from jobgate.runtime.executors.base import ExecutionContext, ExecutionResult
+from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
+from jobgate.governance.code import check_trusted, resolve_handler
+from jobgate.runtime.executors.base import ExecutionResult
+from jobgate.service.host import Host
 
 MAX_ERROR_MESSAGE = 2000
 
@@ -38,11 +41,20 @@ def truncate(message: str, limit: int = MAX_ERROR_MESSAGE) -> str:
 
 
 class PythonExecutor:
-    """Runs ``fn(ctx)`` in the calling (worker pool) thread and maps what happens to an ``Outcome``."""
+    """Runs ``fn(ctx)`` in the calling (worker pool) thread and maps what happens to an ``Outcome``.
 
-    def __init__(self, handler: str) -> None:
+    A handler of jobgate's own (``governance.code.host_job``) runs as ``fn(ctx, host)`` when its
+    module is trusted (``check_trusted``: jobgate's, or listed in ``worker.trusted_handlers``);
+    ``host`` is None only where no worker hosts it (a dry run), and such a handler is refused."""
+
+    def __init__(self, handler: str, host: Host | None = None, trusted: Sequence[str] = ()) -> None:
         self.handler = handler
-        self._fn: Handler = resolve_handler(handler)
+        fn = resolve_handler(handler)
+        if check_trusted(handler, fn, trusted):
+            if host is None:
+                raise ValidationError(f"{handler!r} is one of jobgate's own jobs: run it in a worker", field="handler")
+            fn = functools.partial(fn, host=host)
+        self._fn: Handler = fn
 
     def execute(self, ctx: ExecutionContext) -> ExecutionResult:
         if ctx.is_cancelled():
