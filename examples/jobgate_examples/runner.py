@@ -255,7 +255,7 @@ def _drive(engine: Engine, proc: WorkerProcess, cases: Sequence[Case], deadline:
                 actor=ACTOR,
             )
             started[case.key] = record.workflow_run_id
-            proc.coordinator.wake()
+            proc.loops["workflows"].wake()
         for case in cases:
             if case.key in started and case.key not in judged:
                 view = workflow_view(engine, started[case.key])

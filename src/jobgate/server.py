@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +23,7 @@ import uvicorn
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
 from jobgate.core.errors import ValidationError
+from jobgate.runtime.loops import Loop, LoopThread
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.runtime.sla import SlaMonitor
@@ -86,15 +86,16 @@ class ApiServer:
         self.worker = (
             WorkerProcess(engine, worker_settings(engine, concurrency=options.concurrency)) if options.worker else None
         )
-        self.scheduler = Scheduler(engine) if options.scheduler else None
-        # The SLA monitor runs beside the embedded worker (WorkerProcess), or here without one.
-        self.sla_monitor = None if options.worker else SlaMonitor(engine)
-        self._threads: dict[str, threading.Thread] = {}
+        # The scheduler, and the SLA monitor when no embedded worker (WorkerProcess) runs it.
+        loops: list[Loop] = [Scheduler(engine)] if options.scheduler else []
+        if not options.worker:
+            loops.append(SlaMonitor(engine))
+        self._loops = {loop.name: LoopThread(loop, engine.clock) for loop in loops}
         self.state = ServerState(engine, auth=options.auth, embedded_worker=options.worker, loops=self.loops)
         self.app = create_app(self.state)
 
     def loops(self) -> dict[str, bool]:
-        out = {name: t.is_alive() for name, t in self._threads.items()}
+        out = {name: loop.running for name, loop in self._loops.items()}
         if self.worker is not None:
             out["worker"] = not self.worker.worker.wait_stopped(0)
         return out
@@ -109,20 +110,14 @@ class ApiServer:
     def start_loops(self) -> None:
         if self.worker is not None:
             self.worker.start()
-        if self.scheduler is not None:
-            t = threading.Thread(target=self.scheduler.run, name="jobgate-scheduler", daemon=True)
-            t.start()
-            self._threads["scheduler"] = t
-        if self.sla_monitor is not None:
-            self._threads["sla"] = self.sla_monitor.start_thread()
+        for loop in self._loops.values():
+            loop.start()
 
     def begin_stop(self) -> None:
         """Start every graceful stop without waiting: streams end, no new claims or fires."""
         self.state.stopping.set()
-        if self.scheduler is not None:
-            self.scheduler.stop()
-        if self.sla_monitor is not None:
-            self.sla_monitor.stop()
+        for loop in self._loops.values():
+            loop.stop()
         if self.worker is not None:
             self.worker.stop()
 
@@ -131,8 +126,8 @@ class ApiServer:
         self.begin_stop()
         if self.worker is not None:
             self.worker.join()
-        for t in self._threads.values():
-            t.join(timeout=30)
+        for loop in self._loops.values():
+            loop.join(timeout=30)
 
     def serve(self) -> None:
         """Serve until SIGTERM/SIGINT, then shut down gracefully (see the module docstring)."""

@@ -5,7 +5,6 @@ the workflow definitions, and every event the runs emitted, steps' job events in
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from jobgate.contracts import event_contract, validate
 from jobgate.core.events import EventType
 from jobgate.core.tokens import Role
 from jobgate.runtime.coordinator import WorkflowCoordinator
+from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
 from jobgate.service.engine import Engine
 
@@ -79,14 +79,14 @@ def test_workflow_runs_and_their_events_conform_at_every_ending(world: World, en
         return found
 
     coordinator = WorkflowCoordinator(engine, interval=0.02)
-    thread = threading.Thread(target=coordinator.run, daemon=True)
+    thread = LoopThread(coordinator, engine.clock)
     with running_worker(engine):
         thread.start()
         try:
             wait_until(lambda: all(status(n)["status"] in ENDED for n in ids), timeout=30, what="every workflow to end")
         finally:
-            coordinator.stop()
-            thread.join(10)
+            thread.stop()
+            assert thread.join(10)
 
     ended = {name: status(name) for name in ids}
     for document in ended.values():

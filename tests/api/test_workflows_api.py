@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from runtime_support import running_worker, wait_until
 
 from jobgate.runtime.coordinator import WorkflowCoordinator
+from jobgate.runtime.loops import LoopThread
 
 API = "/api/v1"
 
@@ -27,9 +28,7 @@ def test_start_runs_to_completion_and_reports_the_seed_status_shape(world: World
     wid = body["workflow_run_id"]
     assert body["status"] == "SCHEDULED" and body["remaining_steps"] == ["one"] and body["current_step"] is None
     coordinator = WorkflowCoordinator(world.engine, interval=0.02)
-    import threading
-
-    thread = threading.Thread(target=coordinator.run, daemon=True)
+    thread = LoopThread(coordinator, world.engine.clock)
     with running_worker(world.engine):
         thread.start()
         try:
@@ -38,8 +37,8 @@ def test_start_runs_to_completion_and_reports_the_seed_status_shape(world: World
                 what="the workflow to complete",
             )
         finally:
-            coordinator.stop()
-            thread.join(10)
+            thread.stop()
+            assert thread.join(10)
     status = world.client.get(f"{API}/workflows/{wid}", headers=op).json()
     assert {
         k: status[k] for k in ("workflow_run_id", "status", "current_step", "completed_steps", "remaining_steps")

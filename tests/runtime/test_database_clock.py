@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from jobgate.clock import DatabaseClock, SystemClock
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.service.engine import Engine
+from jobgate.testing import SkewedClock
 
 HOUR = timedelta(hours=1)
 
@@ -77,13 +78,7 @@ def test_a_scheduler_on_a_host_an_hour_fast_does_not_take_the_leaders_lease(engi
     fast_host = DatabaseClock(engine.store.database_now, host_now=lambda: datetime.now(UTC) + HOUR)
     standby = Scheduler(Engine(engine.store, engine.config, clock=fast_host), owner="fast")
     assert not standby.tick().leader  # on database time the leader's lease has not expired
-    naive = Scheduler(Engine(engine.store, engine.config, clock=HostClockNow(HOUR)), owner="naive")
+    naive = Scheduler(Engine(engine.store, engine.config, clock=SkewedClock(HOUR)), owner="naive")
     assert naive.tick().leader  # on its own clock it would have taken it: this is what the clock prevents
 
 
-class HostClockNow:
-    def __init__(self, skew: timedelta) -> None:
-        self.skew = skew
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + self.skew

@@ -13,7 +13,7 @@ from jobgate.core.errors import ConfigurationError
 from jobgate.core.models import DeadLetterReason
 from jobgate.core.states import RunStatus
 from jobgate.runtime import rescuer
-from jobgate.runtime.worker import RESCUER_LOCK
+from jobgate.runtime.rescuer import RESCUER_LOCK
 from jobgate.service.engine import Engine, SubmitRequest
 
 DAY = timedelta(hours=24)

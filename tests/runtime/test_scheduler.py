@@ -17,7 +17,7 @@ from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, Sch
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill, put_schedules, recommend_interval
 from jobgate.store.base import RunCreate, RunFilter
-from jobgate.testing import connection
+from jobgate.testing import FakeClock, connection
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -397,7 +397,7 @@ def adaptive(job: str) -> Schedule:
 def test_a_recommendation_moves_an_adaptive_interval_only_within_its_bounds(engine: Engine) -> None:
     job = helpers.define(engine, trigger_type="adaptive")
     add(engine, adaptive(job))
-    engine.clock = FixedClock(T0 + timedelta(minutes=25))
+    engine.clock = FakeClock(T0 + timedelta(minutes=25))
     assert recommend_interval(engine, tenant_id="default", schedule_id="adapt", every=HOUR, source="dsail")
     with pytest.raises(ValidationError) as err:
         recommend_interval(engine, tenant_id="default", schedule_id="adapt", every=timedelta(minutes=1), source="dsail")
@@ -428,14 +428,6 @@ def test_a_recommendation_for_a_non_adaptive_schedule_is_refused(engine: Engine)
     assert err.value.field == "schedule_id"
     with engine.store.read() as tx:
         assert tx.changes_list("default", "hourly") == []
-
-
-class FixedClock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def now(self) -> datetime:
-        return self.at
 
 
 # --- configuration ---------------------------------------------------------------------------

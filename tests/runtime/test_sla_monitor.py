@@ -29,6 +29,7 @@ from jobgate.core.sla import RUNS_CURSOR, DeadlineKind, Phase, record_id
 from jobgate.core.states import RunStatus
 from jobgate.replay import replay
 from jobgate.runtime import rescuer
+from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.sla import LEADER_LOCK, SlaMonitor
 from jobgate.service import control, sla
 from jobgate.service.engine import Engine, SubmitRequest, settling_policy
@@ -417,7 +418,7 @@ def test_one_monitor_leads_and_a_standby_takes_over_when_it_releases(engine: Eng
     result = first.tick(now)
     assert result is not None and result.breaches == 1
     assert second.tick(now) is None  # a standby: no pass
-    first.release()
+    first.close()
     assert second.tick(now) is not None
     with engine.store.read() as tx:
         lock = tx.lock_get(LEADER_LOCK)
@@ -449,8 +450,7 @@ def test_the_monitor_loop_reports_a_breach_while_a_worker_runs_the_job(tmp_path:
     engine = Engine(Store(database_url), config)
     try:
         job = define(engine, sla_policy="one_second", handler="engine_handlers:sleep", params=SECONDS)
-        monitor = SlaMonitor(engine, interval=timedelta(milliseconds=100))
-        thread = monitor.start_thread()
+        monitor = LoopThread(SlaMonitor(engine, interval=timedelta(milliseconds=100)), engine.clock).start()
         run = submit(engine, job, params={"seconds": "30"})
         with running_worker(engine):
             wait_until(lambda: records(engine, run.job_run_id) != [], timeout=15, what="the breach")
@@ -458,8 +458,7 @@ def test_the_monitor_loop_reports_a_breach_while_a_worker_runs_the_job(tmp_path:
             control.stop_run(engine, run.job_run_id, actor="test")
             wait_until(lambda: get_run(engine, run.job_run_id).status.is_terminal, what="stopped")
         monitor.stop()
-        thread.join(10)
-        assert not thread.is_alive()
+        assert monitor.join(10)
         (event,) = sla_events(engine, run.job_run_id)
         assert event["deadline"] == _iso(run.created_at + S)
     finally:

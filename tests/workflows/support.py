@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from runtime_support import running_worker, wait_until
 from helpers import define
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
+from jobgate.runtime.loops import LoopThread
 from jobgate.service.engine import Engine
 from jobgate.workflows.service import StartWorkflow, WorkflowView, start_workflow, workflow_view
 
@@ -74,14 +74,14 @@ def wait_workflow(engine: Engine, workflow_run_id: str, *, timeout: float = 20.0
 def coordinating(engine: Engine, **worker: Any) -> Iterator[WorkflowCoordinator]:
     """A worker and a coordinator, both running, stopped at the end of the block."""
     coordinator = WorkflowCoordinator(engine, interval=0.02)
-    thread = threading.Thread(target=coordinator.run, daemon=True)
+    thread = LoopThread(coordinator, engine.clock)
     with running_worker(engine, **worker):
         thread.start()
         try:
             yield coordinator
         finally:
-            coordinator.stop()
-            thread.join(10)
+            thread.stop()
+            assert thread.join(10)
 
 
 def lines(marker: Path) -> list[list[str]]:

@@ -20,7 +20,7 @@ from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service import control
 from jobgate.service.engine import Engine, SubmitRequest
 from jobgate.store.sqlstore import Store
-from jobgate.testing import connection
+from jobgate.testing import FakeClock, connection
 from jobgate.workflows.replay import replay_workflow
 from jobgate.workflows.service import (
     StartWorkflow,
@@ -182,20 +182,12 @@ def test_steps_run_the_definition_versions_pinned_at_the_start(engine: Engine, m
     assert step_run is not None and step_run.definition_version == pinned["version"] == 1
 
 
-class FrozenClock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        return self.at
-
-
 def test_replay_groups_advances_by_their_number_even_on_a_frozen_clock(
     database_url: str, tmp_path: Path, marker: Path
 ) -> None:
     store = Store(database_url)
     try:
-        engine = Engine(store, make_config(tmp_path), clock=FrozenClock())
+        engine = Engine(store, make_config(tmp_path), clock=FakeClock(datetime(2026, 11, 30, 12, 0, tzinfo=UTC)))
         j = jobs(engine)
         wf = workflow(
             engine,

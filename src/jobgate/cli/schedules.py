@@ -19,6 +19,7 @@ from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.definitions.documents import parse_yaml, read_text
+from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.scheduling.model import Schedule, ScheduleKind
 from jobgate.scheduling.plan import MissReason, next_fires
@@ -491,8 +492,10 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None
         )
         return
 
+    loop = LoopThread(scheduler, engine.clock)
+
     def handle(signum: int, _frame: FrameType | None) -> None:
-        scheduler.stop()
+        loop.stop()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
@@ -502,7 +505,7 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None
         engine.store.safe_url,
         extra={"action": "scheduler_started", "owner": scheduler.owner},
     )
-    scheduler.run()
+    loop.run()
 
 
 def _say(app: AppContext, data: Any, line: str) -> None:

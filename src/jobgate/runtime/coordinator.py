@@ -12,8 +12,8 @@ retried with a growing delay, so it neither floods the log nor starves the other
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from datetime import datetime, timedelta
 
 from jobgate.service.engine import Engine
 from jobgate.workflows.service import advance
@@ -23,25 +23,23 @@ MAX_BACKOFF = 60.0
 
 
 class WorkflowCoordinator:
+    """A ``Loop`` (``runtime.loops``) every process runs: no leader (see the module docstring)."""
+
+    name = "workflows"
+    leader_only = False
+
     def __init__(self, engine: Engine, *, interval: float = 0.2, batch: int = 500) -> None:
         self.engine = engine
-        self.interval = interval
+        self.interval = timedelta(seconds=interval)
         self.batch = batch
-        self._stop = threading.Event()
-        self._wake = threading.Event()
         self._failing: dict[str, tuple[int, float]] = {}  # workflow -> (failures, retry after, monotonic)
 
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                busy = self.pass_once()
-            except Exception:  # the database is away: back off and try again
-                log.warning("workflow pass failed", exc_info=True, extra={"action": "workflow_pass_failed"})
-                busy = False
-                self._stop.wait(1.0)
-            if not busy:
-                self._wake.wait(self.interval)
-                self._wake.clear()
+    def step(self, now: datetime) -> timedelta:
+        """A pass; at once again while a full batch advanced (more may be waiting)."""
+        return timedelta(0) if self.pass_once() else self.interval
+
+    def close(self) -> None:
+        """Nothing held: every advance is a compare-and-set."""
 
     def pass_once(self) -> bool:
         """Advance every workflow with something to decide; True when more may be waiting."""
@@ -70,10 +68,3 @@ class WorkflowCoordinator:
                     extra={"action": "workflow_advance_failed", "workflow_run_id": workflow_run_id},
                 )
         return len(due) >= self.batch and advanced > 0
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()

@@ -35,7 +35,6 @@ stored less than a second ago is not yet known to declare anything.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -48,6 +47,7 @@ from jobgate.core.settle import settle_without_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.health import probes, rules
 from jobgate.health.rules import Change, Check, State
+from jobgate.runtime.loops import LoopThread
 from jobgate.service.engine import Engine
 
 log = logging.getLogger("jobgate.dependencies")
@@ -58,6 +58,7 @@ MARKER_TTL = timedelta(seconds=30)  # an outage marker outlives its observer by 
 SWEEP_LIMIT = 200
 
 Probe = Callable[[Check], str | None]
+MIN_WAIT = timedelta(milliseconds=50)
 
 
 class DependencyMonitor:
@@ -81,26 +82,25 @@ class DependencyMonitor:
         self._unconfigured: set[str] = set()  # declared but without a check here (logged once)
         self._fingerprint: tuple[int, int] | None = None
         self._next_scan: datetime | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._passes = 0
-        self._passed = threading.Condition()
+        self._loop: LoopThread | None = None
 
     # ------------------------------------------------------------------ control
+    name = "dependencies"
+    leader_only = False  # every worker checks for itself: what it claims depends on what it sees
+
     def start(self) -> None:
         """Read the definitions now (so runs needing an unchecked dependency are held from the
-        worker's first claim), then check in the background."""
+        worker's first claim), then check in the background (``runtime.loops``)."""
         try:
             self._scan(self.engine.clock.now())
         except Exception:
             log.warning("dependency monitor: definitions not read; retrying", exc_info=True)
-        self._thread = threading.Thread(target=self._run, name="jobgate-dependencies", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread(self, self.engine.clock).start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop.join(timeout=10)
 
     def states(self) -> dict[str, State]:
         return dict(self._states)
@@ -108,21 +108,15 @@ class DependencyMonitor:
     def wait_passes(self, n: int, timeout: float) -> bool:
         """Wait until the background thread has made ``n`` more passes (a signal for tests and
         tools, instead of sleeping); False if it did not within ``timeout`` seconds."""
-        with self._passed:
-            target = self._passes + n
-            return self._passed.wait_for(lambda: self._passes >= target, timeout)
+        if self._loop is None:
+            return False
+        return self._loop.wait_passes(self._loop.passes + n, timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            wait = SCAN_INTERVAL
-            try:
-                wait = self.tick(self.engine.clock.now())
-            except Exception:
-                log.warning("dependency monitor pass failed; continuing", exc_info=True)
-            with self._passed:
-                self._passes += 1
-                self._passed.notify_all()
-            self._stop.wait(max(0.05, wait.total_seconds()))
+    def step(self, now: datetime) -> timedelta:
+        return max(MIN_WAIT, self.tick(now))
+
+    def close(self) -> None:
+        """Nothing held: outage markers stay for the next observer."""
 
     # ------------------------------------------------------------------ one pass
     def tick(self, now: datetime) -> timedelta:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -157,7 +157,11 @@ def publish_once(
 
 
 class OutboxPublisher:
-    """Delivers the outbox while it holds the publisher lock; other publishers wait as standby."""
+    """Delivers the outbox while it holds the publisher lock; other publishers wait as standby.
+    A ``Loop`` (``runtime.loops``), leader-only."""
+
+    name = "outbox"
+    leader_only = True
 
     def __init__(
         self,
@@ -176,7 +180,6 @@ class OutboxPublisher:
         self.interval = interval
         self.lock_ttl = lock_ttl
         self.owner = owner or f"publisher-{uuid.uuid4().hex[:12]}"
-        self._stop = threading.Event()
         self.delivered = 0
         self.batch = 2000  # events per delivery: each batch costs a write transaction to mark
         self._lease = Lease(store, PUBLISHER_LOCK, self.owner, lock_ttl)
@@ -200,20 +203,18 @@ class OutboxPublisher:
             still_held=self._still_held(token),
         )
 
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                token = self._hold_lock()
-                if token is not None:
-                    n = self._publish(token, self.batch)
-                    self.delivered += n
-                    if n == self.batch:
-                        continue  # a backlog: keep going; otherwise let events gather for a turn
+    def step(self, now: datetime) -> timedelta:
+        """Deliver a batch while this publisher holds the lock; at once again after a full one
+        (a backlog), otherwise after ``interval`` (let events gather for a turn)."""
+        token = self._hold_lock()
+        if token is None:
+            return self.interval
+        n = self._publish(token, self.batch)
+        self.delivered += n
+        return timedelta(0) if n == self.batch else self.interval
 
-            except Exception:
-                log.warning("outbox delivery failed; will retry", exc_info=True)
-            self._stop.wait(self.interval.total_seconds())
-        # Drain what is left so a clean shutdown leaves nothing undelivered, then hand over.
+    def close(self) -> None:
+        """Drain what is left so a clean shutdown leaves nothing undelivered, then hand over."""
         try:
             token = self._hold_lock()
             while token is not None and self._publish(token, 500):
@@ -222,6 +223,3 @@ class OutboxPublisher:
                 self._lease.release()
         except Exception:
             log.warning("outbox drain at shutdown failed; events stay queued", exc_info=True)
-
-    def stop(self) -> None:
-        self._stop.set()

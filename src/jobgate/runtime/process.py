@@ -1,4 +1,4 @@
-"""Running the loops as a process: signals, the outbox publisher thread, clean shutdown."""
+"""A worker process: the worker and its loops, signals, clean shutdown."""
 
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from types import FrameType
 
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.states import LEASED, PENDING, RunStatus
 from jobgate.runtime.alert_sink import alert_sink
 from jobgate.runtime.coordinator import WorkflowCoordinator
+from jobgate.runtime.loops import Loop, LoopThread
 from jobgate.runtime.outbox import EventSink, JsonLinesSink, LogSink, OutboxPublisher
 from jobgate.runtime.sla import SlaMonitor
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
+from jobgate.store.sqlstore import Store
 
 log = logging.getLogger("jobgate.process")
 SWITCH_INTERVAL = float(os.environ.get("JOBGATE_SWITCH_INTERVAL", "0.0005"))
@@ -80,8 +83,30 @@ def default_sinks(engine: Engine) -> list[EventSink]:
     return sinks
 
 
+class Checkpoints:
+    """SQLite: move WAL pages into the database file off the hot path, once a second (a ``Loop``,
+    ``runtime.loops``; nothing to do on PostgreSQL)."""
+
+    name = "checkpoint"
+    leader_only = False
+
+    def __init__(self, store: Store, interval: timedelta = timedelta(seconds=1)) -> None:
+        self.store = store
+        self.interval = interval
+
+    def step(self, now: datetime) -> timedelta:
+        self.store.checkpoint()
+        return self.interval
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
 class WorkerProcess:
-    """A worker plus an outbox publisher; SIGTERM/SIGINT stop both gracefully."""
+    """A worker and the loops every worker process runs beside it (``runtime.loops``): the
+    outbox publisher (unless another process publishes), the workflow coordinator, the SLA
+    monitor (one leads the cluster) and SQLite's checkpoints. SIGTERM/SIGINT stop them
+    gracefully: the worker first, then the loops (the publisher drains what is left)."""
 
     def __init__(
         self,
@@ -92,14 +117,14 @@ class WorkerProcess:
         sinks: Sequence[EventSink] | None = None,
     ) -> None:
         self.worker = Worker(engine, settings)
-        self.publisher = (
-            OutboxPublisher(engine.store, sinks if sinks is not None else default_sinks(engine), engine.clock)
-            if publish
-            else None
-        )
-        self.coordinator = WorkflowCoordinator(engine)
-        self.sla_monitor = SlaMonitor(engine)  # one leads the cluster (runtime.sla)
-        self._threads: list[threading.Thread] = []
+        loops: list[Loop] = []
+        if publish:
+            loops.append(
+                OutboxPublisher(engine.store, sinks if sinks is not None else default_sinks(engine), engine.clock)
+            )
+        loops += [WorkflowCoordinator(engine), SlaMonitor(engine), Checkpoints(engine.store)]
+        self.loops = {loop.name: LoopThread(loop, engine.clock) for loop in loops}
+        self._worker_thread: threading.Thread | None = None
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: FrameType | None) -> None:
@@ -118,28 +143,10 @@ class WorkerProcess:
         sys.setswitchinterval(SWITCH_INTERVAL)
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(threshold, older, oldest)
-        if self.publisher is not None:
-            t = threading.Thread(target=self.publisher.run, name="jobgate-outbox", daemon=True)
-            t.start()
-            self._threads.append(t)
-        t = threading.Thread(target=self.worker.run, name="jobgate-worker", daemon=True)
-        t.start()
-        self._threads.append(t)
-        t = threading.Thread(target=self.coordinator.run, name="jobgate-workflows", daemon=True)
-        t.start()
-        self._threads.append(t)
-        self._threads.append(self.sla_monitor.start_thread())
-        t = threading.Thread(target=self._checkpoint_loop, name="jobgate-checkpoint", daemon=True)
-        t.start()
-
-    def _checkpoint_loop(self) -> None:
-        """SQLite: move WAL pages into the database file off the hot path, once a second."""
-        store = self.worker.engine.store
-        while not self.worker.wait_stopped(1.0):
-            try:
-                store.checkpoint()
-            except Exception:
-                log.warning("checkpoint failed", exc_info=True)
+        for loop in self.loops.values():
+            loop.start()
+        self._worker_thread = threading.Thread(target=self.worker.run, name="jobgate-worker", daemon=True)
+        self._worker_thread.start()
 
     def stop(self) -> None:
         self.worker.stop()
@@ -163,12 +170,12 @@ class WorkerProcess:
         threading.Thread(target=watch, name="jobgate-idle-watch", daemon=True).start()
 
     def join(self) -> None:
-        """Wait for the worker to finish, then let the publisher drain and stop."""
+        """Wait for the worker to finish, then stop the loops (the publisher drains) and wait."""
         while not self.worker.wait_stopped(0.2):
             pass
-        self.coordinator.stop()
-        self.sla_monitor.stop()
-        if self.publisher is not None:
-            self.publisher.stop()
-        for t in self._threads:
-            t.join(timeout=30)
+        for loop in self.loops.values():
+            loop.stop()
+        for loop in self.loops.values():
+            loop.join(timeout=30)
+        if self._worker_thread is not None:
+            self._worker_thread.join(timeout=30)

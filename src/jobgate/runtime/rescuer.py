@@ -34,12 +34,15 @@ from jobgate.core.settle import (
 from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.core.transitions import RunChange
 from jobgate.logs import run_fields
+from jobgate.runtime.leadership import Lease
+from jobgate.service import audit
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")
 RESCUER = "rescuer"
+RESCUER_LOCK = "rescuer-leader"
 
 
 @dataclass(frozen=True)
@@ -230,3 +233,56 @@ def _audit_ends(engine: Engine, tx: StoreTx, done: Sequence[RunChange], runs: Se
             )
     if material:
         tx.audit_append(material)
+
+
+class Rescuer:
+    """The rescuer as a ``Loop`` (``runtime.loops``): leader-only, one sweeper in the cluster.
+
+    Each pass, while it holds the ``rescuer-leader`` lease: recovers runs whose leases expired
+    and dead-letters those past their queue deadline (``sweep``), looks at held runs again,
+    closes runs older than the maximum run age every ``maximum_age_interval``, and chains the
+    seals written since the last batch every ``evidence.seal_interval_seconds``. A worker steps
+    it from its own turn (its admission facts are shared with the held runs' release)."""
+
+    name = "rescuer"
+    leader_only = True
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        owner: str,
+        facts: AttemptFacts,
+        interval: timedelta,
+        maximum_run_age: timedelta,
+        maximum_age_interval: timedelta,
+    ) -> None:
+        self.engine = engine
+        self.interval = interval
+        self.maximum_run_age = maximum_run_age
+        self.maximum_age_interval = maximum_age_interval
+        self._facts = facts
+        self._lease = Lease(engine.store, RESCUER_LOCK, owner, max(3 * interval, timedelta(seconds=3)))
+        self._next_age_check: datetime | None = None
+        self._next_seal_batch: datetime | None = None
+
+    def step(self, now: datetime) -> timedelta:
+        if self._lease.hold(now) is None:
+            return self.interval
+        try:
+            sweep(self.engine, now, facts=self._facts)
+            if self._next_age_check is None or now >= self._next_age_check:
+                self._next_age_check = now + self.maximum_age_interval
+                close_overdue(self.engine, now, self.maximum_run_age)
+        finally:
+            # The cluster's one sweeper also chains the seals, whatever became of the sweep.
+            if self._next_seal_batch is None or now >= self._next_seal_batch:
+                self._next_seal_batch = now + self.engine.config.evidence.seal_interval
+                try:
+                    audit.seal_pending(self.engine, now)
+                except Exception:
+                    log.exception("seal batch failed; the seals wait for the next one")
+        return self.interval
+
+    def close(self) -> None:
+        self._lease.release()

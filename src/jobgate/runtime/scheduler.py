@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,7 +81,6 @@ class Scheduler:
         self.max_sleep = max_sleep
         self._lease = Lease(engine.store, LEADER_LOCK, self.owner, lease)
         self._known: list[StoredSchedule] = []  # the schedules the last tick read
-        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ leadership
     def hold_leadership(self, now: datetime) -> int | None:
@@ -323,14 +321,16 @@ class Scheduler:
             except JobgateError as exc:  # it finished meanwhile: nothing to replace
                 log.info("schedule %s: run %s not replaced: %s", schedule.schedule_id, run.job_run_id, exc)
 
-    # ------------------------------------------------------------------ the loop
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:
-                log.exception("scheduler tick failed; retrying")
-            self._stop.wait(self._sleep_seconds())
+    # ------------------------------------------------------------------ the loop (``runtime.loops``)
+    name = "scheduler"
+    leader_only = True
+
+    def step(self, now: datetime) -> timedelta:
+        """A tick, then sleep until the next slot of any schedule (at most ``max_sleep``)."""
+        self.tick(now)
+        return timedelta(seconds=self._sleep_seconds())
+
+    def close(self) -> None:
         self.release()
 
     def _sleep_seconds(self) -> float:
@@ -345,9 +345,6 @@ class Scheduler:
                 if upcoming:
                     wait = min(wait, max(upcoming[0].fire_at - now, timedelta(0)))
         return max(wait.total_seconds(), 0.01)
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def release(self) -> None:
         """Give up the leader lease (a standby takes over at once instead of after its expiry)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import uuid
 from datetime import datetime, timedelta
 
@@ -30,6 +29,11 @@ LEADER_LOCK = "sla-monitor-leader"
 
 
 class SlaMonitor:
+    """A ``Loop`` (``runtime.loops``): leader-only, a pass about every ``interval``."""
+
+    name = "sla-monitor"
+    leader_only = True
+
     def __init__(
         self,
         engine: Engine,
@@ -43,9 +47,6 @@ class SlaMonitor:
         self.interval = interval
         self.state = sla.MonitorState()
         self._lease = Lease(engine.store, LEADER_LOCK, self.owner, lease)
-        self._stop = threading.Event()
-        self._passes = 0
-        self._changed = threading.Condition()
 
     def tick(self, now: datetime | None = None) -> sla.CheckResult | None:
         """One pass if this monitor leads (None while another does)."""
@@ -53,9 +54,6 @@ class SlaMonitor:
         if self._lease.hold(now) is None:
             return None
         result = sla.check(self.engine, now, state=self.state)
-        with self._changed:
-            self._passes += 1
-            self._changed.notify_all()
         if result.breaches or result.reminders or result.escalations:
             log.info(
                 "sla pass: %d breaches, %d reminders, %d escalations",
@@ -66,37 +64,11 @@ class SlaMonitor:
             )
         return result
 
-    def run(self) -> None:
-        """Pass until stopped, then hand the lock over."""
-        try:
-            while not self._stop.is_set():
-                behind = False
-                try:
-                    result = self.tick()
-                    behind = result is not None and result.behind
-                except Exception:  # the database away, a bad row: log, and try again next turn
-                    log.exception("sla pass failed; retrying", extra={"action": "sla_pass_failed"})
-                if not behind:
-                    self._stop.wait(self.interval.total_seconds())
-        finally:
-            self._lease.release()
+    def step(self, now: datetime) -> timedelta:
+        """A pass that could not read everything is followed at once by the next."""
+        result = self.tick(now)
+        return timedelta(0) if result is not None and result.behind else self.interval
 
-    def wait_passes(self, count: int, timeout: float) -> bool:
-        """Wait until this monitor has made ``count`` passes in all (for tests and shutdown)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._passes >= count, timeout)
-
-    @property
-    def passes(self) -> int:
-        return self._passes
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def release(self) -> None:
+    def close(self) -> None:
+        """Hand the lock over."""
         self._lease.release()
-
-    def start_thread(self) -> threading.Thread:
-        t = threading.Thread(target=self.run, name="jobgate-sla-monitor", daemon=True)
-        t.start()
-        return t

@@ -43,11 +43,9 @@ from jobgate.runtime import rescuer
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionResult, Executor
-from jobgate.runtime.leadership import Lease
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
-from jobgate.service import audit
 from jobgate.service.engine import Engine, settling_policy
 from jobgate.service.gates import AttemptFacts, AttemptGate
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim, WorkerBeat
@@ -68,7 +66,6 @@ _SETTLED_LOG = {
     RunStatus.ESCALATED: (logging.WARNING, "run_escalated"),
 }
 
-RESCUER_LOCK = "rescuer-leader"
 
 
 @dataclass(frozen=True)
@@ -153,8 +150,13 @@ class Worker:
         self._gate_facts = AttemptFacts(engine, code=engine.code_reader())
         self._named_locks = NamedLocks(engine.store, engine.clock.now)
         self._lock_provider: LockProvider = (self._lock, self._named_locks.release)  # one for every attempt
-        self._rescuer_lease = Lease(
-            engine.store, RESCUER_LOCK, self.worker_id, max(3 * self.settings.rescue_interval, timedelta(seconds=3))
+        self._rescuer = rescuer.Rescuer(
+            engine,
+            owner=self.worker_id,
+            facts=self._gate_facts,
+            interval=self.settings.rescue_interval,
+            maximum_run_age=self.settings.maximum_run_age,
+            maximum_age_interval=self.settings.maximum_age_interval,
         )
         self._pending_since: datetime | None = None
         self._abandoned_threads = 0
@@ -181,8 +183,6 @@ class Worker:
     def run(self) -> None:
         now = self.engine.clock.now()
         self._next_renew = self._next_rescue = self._next_stop_check = self._next_beat = now
-        self._next_age_check = now
-        self._next_seal_batch = now
         self._shutdown_deadline: datetime | None = None
         self._heartbeat(now)
         self.dependencies.start()
@@ -223,7 +223,7 @@ class Worker:
                 log.exception("could not record worker stop")
             self._watcher.close()
             self.dependencies.stop()
-            self._rescuer_lease.release()
+            self._rescuer.close()
             self._stopped.set()
 
     def _turn(self) -> bool:
@@ -239,8 +239,7 @@ class Worker:
             self._check_stop_requests()
             self._next_stop_check = now + s.stop_check_interval
         if now >= self._next_rescue:
-            self._rescue(now)
-            self._next_rescue = now + s.rescue_interval
+            self._next_rescue = now + self._rescue(now)
         if now >= self._next_beat:
             self._heartbeat(now)
             self._next_beat = now + s.heartbeat_interval
@@ -891,24 +890,13 @@ class Worker:
         log.info("released %d claimed runs on shutdown", len(changes), extra={"action": "released_on_shutdown"})
         self._buffer = []
 
-    def _rescue(self, now: datetime) -> None:
-        """Sweep, if this worker leads the cluster's rescuer (one at a time)."""
+    def _rescue(self, now: datetime) -> timedelta:
+        """A pass of the cluster's rescuer, if this worker leads it (``rescuer.Rescuer``)."""
         try:
-            if self._rescuer_lease.hold(now) is None:
-                return
-            rescuer.sweep(self.engine, now, facts=self._gate_facts)
-            if now >= self._next_age_check:
-                self._next_age_check = now + self.settings.maximum_age_interval
-                rescuer.close_overdue(self.engine, now, self.settings.maximum_run_age)
+            return self._rescuer.step(now)
         except Exception:
             log.exception("rescuer sweep failed")
-            return
-        if now >= self._next_seal_batch:  # the cluster's one sweeper also chains the seals
-            self._next_seal_batch = now + self.engine.config.evidence.seal_interval
-            try:
-                audit.seal_pending(self.engine, now)
-            except Exception:
-                log.exception("seal batch failed; the seals wait for the next one")
+            return self.settings.rescue_interval
 
     def _heartbeat(self, now: datetime) -> None:
         s = self.settings
