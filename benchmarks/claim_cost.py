@@ -38,8 +38,9 @@ from figures import machine  # noqa: E402
 from jobgate.config import build_config  # noqa: E402
 from jobgate.definitions import parse_definition  # noqa: E402
 from jobgate.service import approvals  # noqa: E402
-from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
+from jobgate.service.engine import Engine  # noqa: E402
 from jobgate.service.gates import AttemptFacts, AttemptGate  # noqa: E402
+from jobgate.service.submission import SubmitRequest  # noqa: E402
 from jobgate.store.base import RunsClaim  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 
@@ -69,7 +70,7 @@ class Bench:
         loaded = parse_definition(JOB, "claim_cost", self.engine.config)
         self.engine.apply_definitions([loaded], applied_by="bench")
         approvals.approve(self.engine, "default", JOB["job_definition_id"], actor="bench-approver")
-        self.facts = AttemptFacts(self.engine, code=self.engine.code_reader())
+        self.facts = AttemptFacts(self.engine, code=self.engine.definitions.code_reader)
 
     def fill(self, n: int, tag: str) -> None:
         requests = [

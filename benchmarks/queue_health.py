@@ -31,7 +31,8 @@ from figures import machine, pct  # noqa: E402
 from jobgate.config import load_config  # noqa: E402
 from jobgate.definitions import load_definitions  # noqa: E402
 from jobgate.service import approvals  # noqa: E402
-from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
+from jobgate.service.engine import Engine  # noqa: E402
+from jobgate.service.submission import SubmitRequest  # noqa: E402
 from jobgate.store.base import RunsClaim  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 from jobgate.store.tables import job_runs  # noqa: E402

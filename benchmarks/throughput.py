@@ -41,7 +41,8 @@ from jobgate.config import load_config  # noqa: E402
 from jobgate.core.models import Scope  # noqa: E402
 from jobgate.definitions import load_definitions  # noqa: E402
 from jobgate.service import approvals, control  # noqa: E402
-from jobgate.service.engine import Engine, SubmitRequest  # noqa: E402
+from jobgate.service.engine import Engine  # noqa: E402
+from jobgate.service.submission import SubmitRequest  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 from jobgate.store.tables import metadata  # noqa: E402
 from jobgate.testing import connection  # noqa: E402

@@ -36,7 +36,8 @@ from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
 from jobgate.core.states import RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
 from jobgate.governance.code import host_job
-from jobgate.service.engine import Engine, run_retry_policy
+from jobgate.service.engine import Engine
+from jobgate.service.policies import policies_for, run_retry_policy
 from jobgate.snapshots import resolve_snapshot
 
 if TYPE_CHECKING:
@@ -129,11 +130,11 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
     notes: list[str] = []
     if simulation:  # today's definition, configuration and policies: what the run would do now
         try:
-            definition = engine.build_definition(stored)
+            definition = engine.definitions.build(stored)
         except JobgateError as exc:
             return differs(f"definition: today's configuration refuses it ({exc.code}: {exc.message})")
         snapshot = resolve_snapshot(engine.config, definition.config_profile, run.tenant_id)
-        policy, timeout = engine.policies_for(definition)
+        policy, timeout = policies_for(engine.config, definition)
         notes.append("simulation: today's definition, configuration and policies, not the record")
     else:
         # An audit replay reads the record alone (seed §53: no live condition): the stored

@@ -23,7 +23,8 @@ from jobgate.api.server_state import ServerState
 from jobgate.core.models import JobRun, Scope
 from jobgate.core.tokens import Role
 from jobgate.service import control, tokens
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection

@@ -13,7 +13,7 @@ from jobgate.config import JobgateConfig
 from jobgate.core.models import Scope
 from jobgate.core.tokens import Role
 from jobgate.service import sla, tokens
-from jobgate.service.engine import SubmitRequest
+from jobgate.service.submission import SubmitRequest
 
 SLA_JOB = "acme-sla-job"
 

@@ -17,7 +17,8 @@ from jobgate.contracts import event_contract, validate, violations
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ExecutionWindow, TriggerType
 from jobgate.service import schedules, triggers
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.snapshots import resolve_snapshot
 from jobgate.testing import connection
 

@@ -16,7 +16,8 @@ from jobgate import signing
 from jobgate.core.models import Scope
 from jobgate.evidence import build_bundle, run_scope, verify_bundle
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 KEY = signing.generate("evidence-2026")

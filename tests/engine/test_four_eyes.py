@@ -15,7 +15,8 @@ from jobgate.core.governance import Person
 from jobgate.core.records import AuditFilter
 from jobgate.definitions import parse_definition
 from jobgate.service import approvals, audit, control, requests
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 

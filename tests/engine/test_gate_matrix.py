@@ -38,7 +38,8 @@ from jobgate.api.server_state import ServerState
 from jobgate.core.states import RunStatus
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.service import approvals, control, requests, safemode, schedules, tokens, triggers
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
 from jobgate.workflows.service import StartWorkflow, advance, start_workflow

@@ -16,7 +16,8 @@ from jobgate.core.models import Scope
 from jobgate.core.records import AuditFilter
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.service import approvals, audit, control, schedules
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 

@@ -23,7 +23,8 @@ from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Scope, TriggerType
 from jobgate.evidence import pack, verify_bundle
 from jobgate.service import approvals, control, safemode
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sql import governance
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
@@ -63,10 +64,10 @@ def test_a_requeue_meets_the_safe_mode_gate(guarded: Engine) -> None:
 def test_a_revocation_between_preparation_and_creation_still_refuses(engine: Engine) -> None:
     job = define(engine)
     now = engine.clock.now()
-    prepared = engine.prepare_submissions([request(job)], now=now, actor="ada")
+    prepared = engine.pipeline.prepare([request(job)], now=now, actor="ada")
     approvals.revoke(engine, "default", job, actor="root")
     with pytest.raises(GovernanceRefusal) as refused, engine.store.write() as tx:
-        engine.create_submissions(tx, prepared, now)
+        engine.pipeline.create(tx, prepared, now)
     assert refused.value.code == "definition_not_approved" and count(engine, "job_runs") == 0
 
 
@@ -74,10 +75,10 @@ def test_safe_mode_switched_on_after_preparation_still_refuses(guarded: Engine) 
     job = define(guarded, job_definition_id="export", job_class="FEDERATION_SYNC_JOB", trigger_type="event")
     now = guarded.clock.now()
     event = request(job, trigger_type=TriggerType.EVENT, source_event_id="e1", event_type="x.y")
-    prepared = guarded.prepare_submissions([event], now=now)
+    prepared = guarded.pipeline.prepare([event], now=now)
     safemode.activate(guarded, "default", actor="root", reason="incident")
     with pytest.raises(GovernanceRefusal) as refused, guarded.store.write() as tx:
-        guarded.create_submissions(tx, prepared, now)
+        guarded.pipeline.create(tx, prepared, now)
     assert refused.value.code == "safe_mode_active"
 
 

@@ -18,7 +18,8 @@ from jobgate.core.policy import CEILINGS, Admission, evaluate
 from jobgate.core.records import AuditFilter
 from jobgate.policy import parse_policy
 from jobgate.service import audit
-from jobgate.service.engine import SYSTEM_TENANT, Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SYSTEM_TENANT, SubmitRequest
 from jobgate.store.sqlstore import Store
 
 POLICY: dict[str, Any] = {

@@ -20,7 +20,8 @@ from jobgate.core.records import AuditFilter
 from jobgate.definitions import parse_definition
 from jobgate.definitions.schema import content_digest
 from jobgate.service import audit
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 KEY = signing.generate("release-2026")

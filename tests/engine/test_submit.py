@@ -12,7 +12,8 @@ from helpers import count, define, make_config
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.models import TriggerType
 from jobgate.core.states import RunStatus
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 

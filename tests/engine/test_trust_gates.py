@@ -20,7 +20,8 @@ from jobgate.core.errors import GovernanceRefusal
 from jobgate.core.models import Scope
 from jobgate.core.records import AuditFilter
 from jobgate.service import audit, control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 VENDOR = signing.generate("vendor")

@@ -26,7 +26,8 @@ from jobgate.runtime.alert_sink import WebhookAlertSink, alert_sink
 from jobgate.runtime.outbox import Deferred, JsonLinesSink, RecordingSink, publish_once
 from jobgate.runtime.process import default_sinks
 from jobgate.service import safemode
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
 

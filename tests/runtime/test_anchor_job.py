@@ -11,7 +11,8 @@ from runtime_support import running_worker, wait_status
 from helpers import define, make_config
 from jobgate import anchoring
 from jobgate.core.states import RunStatus
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 

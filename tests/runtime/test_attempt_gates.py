@@ -31,7 +31,8 @@ from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.governance import code
 from jobgate.service import approvals, audit, control, safemode
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 

@@ -16,7 +16,9 @@ from jobgate.core.models import JobRun
 from jobgate.core.settle import settle_attempt
 from jobgate.core.states import RunStatus
 from jobgate.core.transitions import RunChange
-from jobgate.service.engine import Engine, SubmitRequest, retry_policy
+from jobgate.service.engine import Engine
+from jobgate.service.policies import retry_policy
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.testing import connection
 

@@ -20,7 +20,8 @@ from jobgate.core.states import RunStatus
 from jobgate.health.rules import alert_body
 from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
 from jobgate.service import control, safemode
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]

@@ -23,7 +23,8 @@ from jobgate.replay import replay
 from jobgate.runtime import rescuer
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.service import control, sla, sla_record
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 S = timedelta(seconds=1)
 POLICIES = [

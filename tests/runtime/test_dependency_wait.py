@@ -35,7 +35,8 @@ from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service import doctor
 from jobgate.service.doctor import Level
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection

@@ -10,7 +10,8 @@ from sqlalchemy import text
 
 from helpers import define
 from jobgate.core.states import RunStatus
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 PARAMS = [{"name": "seconds", "pattern": "[0-9.]+"}, {"name": "fail_effect_on", "pattern": "[0-9]"}]

@@ -19,7 +19,8 @@ from helpers import define, history_values
 from jobgate.core import seals
 from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]

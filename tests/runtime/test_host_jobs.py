@@ -18,8 +18,9 @@ from jobgate.config import JobgateConfig
 from jobgate.core.errors import ValidationError
 from jobgate.core.states import RunStatus
 from jobgate.runtime.executors.python import PythonExecutor
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
 from jobgate.service.host import Host
+from jobgate.service.submission import SubmitRequest
 
 
 def test_a_plain_handlers_context_holds_its_run_and_nothing_broader(engine: Engine) -> None:

@@ -20,7 +20,8 @@ from jobgate.config import build_config
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store import codec
 from jobgate.store.sqlstore import Store
 from jobgate.store.tables import sla_breaches, workflow_runs

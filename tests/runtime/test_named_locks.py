@@ -12,7 +12,8 @@ from helpers import define
 from jobgate.core.errors import ValidationError
 from jobgate.core.states import RunStatus
 from jobgate.runtime.named_locks import LockBusy, NamedLocks, lock_name
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 PARAMS = [
     {"name": "key", "pattern": "[A-Za-z0-9%]{1,20}"},

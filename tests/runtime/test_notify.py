@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import text
 from tests.helpers import define
 
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.notify import APPLICATION_NAME, PgChangeWatcher
 from jobgate.testing import connection
 

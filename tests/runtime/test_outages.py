@@ -16,7 +16,8 @@ from sqlalchemy.exc import OperationalError
 
 from helpers import define
 from jobgate.core.states import RunStatus
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
 from jobgate.testing import connection

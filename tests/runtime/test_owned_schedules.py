@@ -16,8 +16,9 @@ from jobgate.definitions.schema import parse_definition
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 from jobgate.service import approvals
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
 from jobgate.service.schedules import put_schedules, schedule_from_document, set_paused
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 SEED_15 = {

@@ -13,7 +13,8 @@ from helpers import define
 from jobgate.core.states import RunStatus
 from jobgate.replay import replay
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]

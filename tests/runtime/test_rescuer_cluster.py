@@ -14,7 +14,8 @@ from jobgate.core.models import DeadLetterReason
 from jobgate.core.states import RunStatus
 from jobgate.runtime import rescuer
 from jobgate.runtime.rescuer import RESCUER_LOCK
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 DAY = timedelta(hours=24)
 SECONDS = [{"name": "seconds", "pattern": "[0-9.]+"}]

@@ -16,7 +16,8 @@ from jobgate.core.states import RunStatus
 from jobgate.retention import retire
 from jobgate.runtime.outbox import publish_once
 from jobgate.service import audit
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
 

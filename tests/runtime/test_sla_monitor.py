@@ -32,7 +32,9 @@ from jobgate.runtime import rescuer
 from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.sla import LEADER_LOCK, SlaMonitor
 from jobgate.service import control, sla
-from jobgate.service.engine import Engine, SubmitRequest, settling_policy
+from jobgate.service.engine import Engine
+from jobgate.service.policies import settling_policy
+from jobgate.service.submission import SubmitRequest
 from jobgate.store import codec
 from jobgate.store.base import RunsClaim
 from jobgate.store.sql import sla as sla_rows

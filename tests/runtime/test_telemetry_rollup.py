@@ -25,7 +25,8 @@ from jobgate.core.errors import RetryableError
 from jobgate.core.models import Scope
 from jobgate.core.records import Publication
 from jobgate.core.states import RunStatus
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store import codec
 from jobgate.store.sql import telemetry as store
 from jobgate.store.sqlstore import Store

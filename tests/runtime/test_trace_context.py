@@ -10,7 +10,8 @@ from runtime_support import marker_lines, running_worker, wait_status
 from helpers import define
 from jobgate.core.states import RunStatus
 from jobgate.core.trace import attempt_trace
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"

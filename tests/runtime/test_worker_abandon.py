@@ -11,7 +11,8 @@ from runtime_support import attempts, wait_status
 from helpers import define, make_config
 from jobgate.core.states import RunStatus
 from jobgate.runtime.worker import Worker, WorkerSettings
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 
 

@@ -16,7 +16,8 @@ from jobgate.core.audit import first_broken
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 

@@ -18,7 +18,8 @@ from runtime_support import running_worker, wait_all
 from helpers import define
 from jobgate.core.states import RunStatus
 from jobgate.runtime.worker import Worker
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 
 class _SlowCycles(Worker):

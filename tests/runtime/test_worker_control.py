@@ -24,7 +24,8 @@ from helpers import define
 from jobgate.core.errors import ConflictError
 from jobgate.core.states import RunStatus
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 SECONDS = [{"name": "seconds", "pattern": "[0-9.]+"}]
 

@@ -36,7 +36,9 @@ from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.settle import settle_attempt
 from jobgate.core.states import RunStatus
 from jobgate.runtime.rescuer import RESCUER
-from jobgate.service.engine import Engine, SubmitRequest, retry_policy
+from jobgate.service.engine import Engine
+from jobgate.service.policies import retry_policy
+from jobgate.service.submission import SubmitRequest
 
 ENGINE_TESTS = Path(__file__).resolve().parent.parent / "engine"
 SRC = Path(__file__).resolve().parents[2] / "src"

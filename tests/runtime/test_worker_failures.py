@@ -25,7 +25,8 @@ from jobgate.core.models import DeadLetterReason
 from jobgate.core.states import RunStatus
 from jobgate.runtime import rescuer
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 OK_ON = [{"name": "ok_on", "pattern": "[0-9]+"}]
 SECONDS = [{"name": "seconds", "pattern": "[0-9.]+"}]

@@ -21,7 +21,8 @@ from jobgate.core.errors import ConflictError
 from jobgate.core.states import RunStatus
 from jobgate.runtime.outbox import RecordingSink, publish_once
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
 

@@ -19,7 +19,8 @@ from runtime_support import (
 
 from helpers import define
 from jobgate.core.states import RunStatus
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.store.sqlstore import Store
 

@@ -23,7 +23,8 @@ from jobgate.core.trace import run_trace_id
 from jobgate.logs import configure
 from jobgate.runtime.executors.python import PythonExecutor
 from jobgate.service import sla
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 
 @pytest.fixture

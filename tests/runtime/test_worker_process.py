@@ -14,7 +14,8 @@ from jobgate.core.errors import ConfigurationError
 from jobgate.core.states import RunStatus
 from jobgate.runtime import process
 from jobgate.runtime.outbox import RecordingSink
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 
 @pytest.fixture

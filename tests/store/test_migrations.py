@@ -222,7 +222,8 @@ def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url:
     from helpers import define, history_values, make_config
     from jobgate.core import seals
     from jobgate.service import audit, control
-    from jobgate.service.engine import Engine, SubmitRequest
+    from jobgate.service.engine import Engine
+    from jobgate.service.submission import SubmitRequest
     from jobgate.store.migrate import upgrade
 
     url, drop = _fresh_url(database_url, tmp_path, "chains")

@@ -20,7 +20,8 @@ from jobgate.core.errors import IllegalTransitionError
 from jobgate.core.models import JobRun, Transition
 from jobgate.core.states import RunStatus
 from jobgate.core.transitions import RunChange
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunsClaim
 from jobgate.testing import connection
 

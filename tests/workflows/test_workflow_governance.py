@@ -18,7 +18,8 @@ from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 from jobgate.testing import FakeClock, connection
 from jobgate.workflows.replay import replay_workflow

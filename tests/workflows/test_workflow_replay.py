@@ -121,7 +121,7 @@ def test_the_replay_job_samples_workflow_runs_too_and_names_an_altered_one(engin
 
     from helpers import define
     from jobgate.service import audit
-    from jobgate.service.engine import SubmitRequest
+    from jobgate.service.submission import SubmitRequest
     from jobgate.store.sql.governance import AuditFilter
 
     j = jobs(engine)

@@ -16,7 +16,8 @@ from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.workflows import service
 from jobgate.workflows.service import StartWorkflow, advance, cancel_workflow, start_workflow
 

@@ -24,7 +24,8 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.models import JobRun
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.service import audit
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 
 @click.command()

@@ -18,7 +18,8 @@ from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, Quot
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunFilter
 
 if TYPE_CHECKING:

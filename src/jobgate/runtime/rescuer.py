@@ -36,8 +36,9 @@ from jobgate.core.transitions import RunChange
 from jobgate.logs import run_fields
 from jobgate.runtime.leadership import Lease
 from jobgate.service import audit
-from jobgate.service.engine import Engine, settling_policy
+from jobgate.service.engine import Engine
 from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
+from jobgate.service.policies import settling_policy
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")

@@ -39,8 +39,9 @@ from jobgate.scheduling.plan import (
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import control
 from jobgate.service.cluster import SCHEDULER_LEADER
-from jobgate.service.engine import Engine, PreparedSubmission
+from jobgate.service.engine import Engine
 from jobgate.service.schedules import fire_request
+from jobgate.service.submission import PreparedSubmission
 from jobgate.snapshots import resolve_snapshot, watched_digest
 from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import StoreTx
@@ -182,7 +183,7 @@ class Scheduler:
                 )
                 for f in fires
             ]
-            prepared = self.engine.prepare_submissions(requests, now=now)
+            prepared = self.engine.pipeline.prepare(requests, now=now)
             refusal: JobgateError | None = None
         except JobgateError as exc:
             refusal = exc
@@ -231,7 +232,7 @@ class Scheduler:
         )
         misses: list[Miss] = []
         try:
-            prepared = self.engine.prepare_submissions([request], now=now)
+            prepared = self.engine.pipeline.prepare([request], now=now)
         except JobgateError as exc:
             log.warning("schedule %s: configuration fire refused: %s", s.schedule_id, exc)
             prepared, misses = [], [Miss(s.schedule_id, now, MissReason.REFUSED)]
@@ -267,14 +268,14 @@ class Scheduler:
                     return False
                 if not advance(tx):
                     return False  # changed under us (another scheduler, an edit): decided again next tick
-                made = self.engine.create_submissions(tx, prepared, now)
+                made = self.engine.pipeline.create(tx, prepared, now)
                 tx.misses_record(schedule.tenant_id, misses, now)
         except GovernanceRefusal as exc:
             # Refused under the write lock (a revoked approval, the licence's slots): the fires
             # are recorded as refused and audited, the schedule moves on; never a crashed tick.
             if not prepared:
                 raise
-            self.engine.record_refusal_for(prepared[0], exc, actor=SCHEDULER_ACTOR, now=now)
+            self.engine.admission.record_refusal_for(prepared[0], exc, actor=SCHEDULER_ACTOR, now=now)
             refused = [Miss(schedule.schedule_id, p.create.run.due_at, MissReason.REFUSED) for p in prepared]
             return self._commit(schedule, advance, [], [*misses, *refused], token, now, result)
         result.fired += sum(1 for r in made if r.created)

@@ -46,8 +46,9 @@ from jobgate.runtime.executors.base import ExecutionResult, Executor
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
-from jobgate.service.engine import Engine, settling_policy
+from jobgate.service.engine import Engine
 from jobgate.service.gates import AttemptFacts, AttemptGate
+from jobgate.service.policies import settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim, WorkerBeat
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
@@ -147,7 +148,7 @@ class Worker:
         self.dependencies = DependencyMonitor(engine, observer=self.worker_id, on_change=self._wake.set)
         # The facts the admission rule needs at every attempt's start, cached across cycles;
         # the code this host would run is read off its own disk.
-        self._gate_facts = AttemptFacts(engine, code=engine.code_reader())
+        self._gate_facts = AttemptFacts(engine, code=engine.definitions.code_reader)
         self._named_locks = NamedLocks(engine.store, engine.clock.now)
         self._lock_provider: LockProvider = (self._lock, self._named_locks.release)  # one for every attempt
         self._rescuer = rescuer.Rescuer(

@@ -84,7 +84,7 @@ def _current(engine: Engine, tx: StoreTx, tenant_id: str, job_definition_id: str
     stored = tx.definition_get(tenant_id, job_definition_id)
     if stored is None:
         raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
-    engine.build_definition(stored)  # re-digests the stored content: a tampered row is refused here
+    engine.definitions.build(stored)  # re-digests the stored content: a tampered row is refused here
     return stored
 
 
@@ -132,14 +132,14 @@ def approve(
     person = approver or Person(actor)
     with engine.store.write() as tx:
         stored = _current(engine, tx, tenant_id, job_definition_id)
-        definition = engine.build_definition(stored)
+        definition = engine.definitions.build(stored)
         if digest is not None and digest != stored.digest:
             raise ConflictError(
                 f"the current version {stored.version} of {job_definition_id} is {stored.digest}, "
                 f"not the reviewed {digest}: review it again",
                 field="digest",
             )
-        identity = engine.code_reader().identity(definition)
+        identity = engine.definitions.code_reader.identity(definition)
         if code_digest is not None and code_digest != identity.digest:
             raise ConflictError(
                 f"the code of {job_definition_id} here is {identity.digest}, not the reviewed {code_digest}",
@@ -219,7 +219,7 @@ def status(engine: Engine, tenant_id: str, job_definition_id: str) -> ApprovalSt
     code: CodeIdentity | None = None
     problem = None
     try:
-        code = engine.code_reader().identity(engine.build_definition(stored))
+        code = engine.definitions.code_reader.identity(engine.definitions.build(stored))
     except ValidationError as exc:
         problem = exc.message
     changed = () if mine is None or code is None else changed_parts(mine.code_identity or {}, code.parts)

@@ -93,7 +93,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     new trigger meets (approval, signatures, safe mode, trust gates and slots, policy).
     """
     now = engine.clock.now()
-    policy = engine.scheduler_policy(actor=actor, now=now)
+    policy = engine.admission.scheduler_policy(actor=actor, now=now)
     with engine.store.write() as tx:
         run = tx.run_get(job_run_id, tenant_id)
         if run is None:
@@ -104,7 +104,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             )
         if run.workflow_run_id is not None:
             check_step_requeue(tx, run)
-        refusal = engine.admission_refusal(tx, run, actor=actor, now=now, policy=policy)
+        refusal = engine.admission.requeue_refusal(tx, run, actor=actor, now=now, policy=policy)
         if refusal is None:
             change = transitions.requeued(run, actor=actor, now=now)
             if not tx.runs_apply([change]):
@@ -135,7 +135,7 @@ def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | N
     runs the source run's definition version (pinned), which must still be approved.
     """
     from jobgate.core.models import Scope, TriggerType
-    from jobgate.service.engine import SubmitRequest
+    from jobgate.service.submission import SubmitRequest
 
     with engine.store.read() as tx:
         run = tx.run_get(job_run_id, tenant_id)

@@ -4,8 +4,8 @@ moment, asks ``admit``, and hands back the verdicts. It decides nothing itself.
 Two kinds of moment meet the rule here:
 
 - **creations** (a trigger, a request's dry run or approval, a requeue, a workflow step): the
-  engine's submit pipeline builds ``Facts`` from the definition version, the approval rows, the
-  tenant's safe-mode period, the trust gates and the policy (``creation_facts``), once in the
+  trigger pipeline builds ``Facts`` from the definition version, the approval rows, the
+  tenant's safe-mode period, the trust gates and the policy (``service.admission``), once in the
   read transaction that prepares the run and again under the write lock that stores it;
 - **attempts** (``AttemptGate``): a worker's claim asks the gate for every run it is about to
   start, inside the claiming transaction. The claim's candidate read carries the ids of the
@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate.core.code_identity import changed_parts
 from jobgate.core.errors import GovernanceRefusal, JobgateError
@@ -46,6 +46,9 @@ from jobgate.core.policy import Policy
 from jobgate.core.records import Approval, SafeModePeriod
 from jobgate.governance.code import CodeReader
 from jobgate.store.sqlstore import StoreTx
+
+if TYPE_CHECKING:  # the engine composes the services that import this module
+    from jobgate.service.engine import Engine
 
 log = logging.getLogger("jobgate.gates")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -110,7 +113,7 @@ class AttemptFacts:
     approvals and safe-mode periods by id, definitions by version, and (refreshed before each
     cycle, outside the transaction) the trust gates' answers and the policy in force."""
 
-    engine: Any  # jobgate.service.engine.Engine (not imported: the engine imports this module)
+    engine: Engine  # read at each use: a replaced configuration is seen at the next cycle
     code: CodeReader | None = None  # None: code is not read here (a release sweep judges the rest)
     approvals: dict[int, Approval] = field(default_factory=dict)
     periods: dict[tuple[str, int], SafeModePeriod] = field(default_factory=dict)
@@ -123,9 +126,9 @@ class AttemptFacts:
         """Read the slow facts before a claiming transaction: the policy file (a change is
         audited in its own transaction first) and, once a definition with permissions has been
         seen, the licence and the environment check (a network call at most once a TTL)."""
-        self.policy = self.engine.scheduler_policy(actor="worker", now=now)
+        self.policy = self.engine.admission.scheduler_policy(actor="worker", now=now)
         if self._uses_trust:
-            gates = self.engine.trust_gates()
+            gates = self.engine.admission.trust_gates
             self.trust = TrustFact(gates.licence.state(), gates.environment.permissions())
 
     def definition(self, tx: StoreTx, tenant: str, job: str, version: int) -> JobDefinition | SignatureRefused | None:
@@ -136,7 +139,7 @@ class AttemptFacts:
             found: JobDefinition | SignatureRefused | None
             stored = tx.definition_get(tenant, job, version)
             try:
-                found = None if stored is None else self.engine.build_definition(stored)
+                found = None if stored is None else self.engine.definitions.build(stored)
             except GovernanceRefusal as exc:
                 found = None if stored is None else SignatureRefused(exc, stored.digest, stored.job_class)
             except JobgateError:
@@ -171,7 +174,7 @@ class AttemptFacts:
     def trust_now(self) -> TrustFact:
         if self.trust is None:  # first sight of a licensed definition: read them now
             self._uses_trust = True
-            gates = self.engine.trust_gates()
+            gates = self.engine.admission.trust_gates
             self.trust = TrustFact(gates.licence.state(), gates.environment.permissions())
         return self.trust
 

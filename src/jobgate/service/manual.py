@@ -26,7 +26,8 @@ from jobgate.core.idempotency import client_request_key, retry_key
 from jobgate.core.models import JobRun, Scope, TriggerType
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 from jobgate.service import control
-from jobgate.service.engine import Engine, SubmitRequest, SubmitResult
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest, SubmitResult
 
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII, no spaces
 

@@ -23,7 +23,8 @@ from jobgate.core.models import Scope, TriggerType
 from jobgate.core.params import validate_params
 from jobgate.core.records import RunRequest
 from jobgate.service import audit
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import StoreTx
 
 MAX_TITLE = 200
@@ -135,7 +136,7 @@ def dry_run(engine: Engine, request: RunRequest, *, version: int | None = None) 
     submission = _submission(request, actor=request.requested_by, version=version, moment=Moment.REQUEST_TEST)
     checks: list[Check] = []
     try:
-        engine.prepare_submissions([submission], now=engine.clock.now(), actor=request.requested_by, record=False)
+        engine.pipeline.prepare([submission], now=engine.clock.now(), actor=request.requested_by, record=False)
         checks.append(Check("admission", True, "definition active and approved, parameters valid, gates passed"))
     except GovernanceRefusal as exc:
         checks.append(Check(exc.code, False, exc.message))
@@ -197,7 +198,7 @@ def approve(
     try:
         digest, version = _current_version(engine, tenant_id, request.job_definition_id)
     except GovernanceRefusal as exc:  # the stored content itself is refused (its signature): on the record
-        engine.record_refusal(_submission(request, actor=actor), exc, actor=actor, now=now)
+        engine.admission.record_refusal(_submission(request, actor=actor), exc, actor=actor, now=now)
         raise
     if request.digest is not None and request.digest != digest:
         raise ConflictError(
@@ -206,19 +207,19 @@ def approve(
             field="digest",
         )
     submission = _submission(request, actor=actor, version=request.version, moment=Moment.REQUEST_APPROVAL)
-    prepared = engine.prepare_submissions([submission], now=now, actor=actor)  # refusals audited by the engine
+    prepared = engine.pipeline.prepare([submission], now=now, actor=actor)  # refusals audited by the engine
     try:
         # The run and the decision commit together: a reject that lands first makes this a
         # conflict with no run, and a refusal under the write lock leaves the request pending.
         with engine.store.write() as tx:
-            run = engine.create_submissions(tx, prepared, now)[0].run
+            run = engine.pipeline.create(tx, prepared, now)[0].run
             if not tx.request_decide(
                 tenant_id, request_id, status="approved", by=actor, at=now, note=note, job_run_id=run.job_run_id
             ):
                 raise ConflictError("request was decided meanwhile", field="status")
             _record_approval(tx, tenant_id, actor, request_id, now, note, run.job_run_id, request.requested_by)
     except GovernanceRefusal as exc:
-        engine.record_refusal(submission, exc, actor=actor, now=now)
+        engine.admission.record_refusal(submission, exc, actor=actor, now=now)
         raise
     return _get(engine, tenant_id, request_id)
 

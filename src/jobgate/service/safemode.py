@@ -24,7 +24,8 @@ from jobgate.core.records import SafeModePeriod
 from jobgate.evidence_keys import signer_for
 from jobgate.governance.code import host_job
 from jobgate.service import audit
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
 
 if TYPE_CHECKING:
     from jobgate.service.host import Host

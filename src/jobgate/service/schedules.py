@@ -37,7 +37,9 @@ from jobgate.scheduling.model import (
 )
 from jobgate.scheduling.plan import MissReason, regrid, slots, trigger_id
 from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
-from jobgate.service.engine import Engine, SubmitRequest
+from jobgate.service.engine import Engine
+from jobgate.service.pipeline import existing_results
+from jobgate.service.submission import SubmitRequest
 from jobgate.snapshots import resolve_snapshot, watched_digest
 
 log = logging.getLogger("jobgate.schedules")
@@ -467,16 +469,16 @@ def backfill(
     for begin in range(0, len(requests), 1000):
         chunk, chunk_slots = requests[begin : begin + 1000], owed[begin : begin + 1000]
         now = engine.clock.now()
-        prepared = engine.prepare_submissions(chunk, now=now, actor=actor)
+        prepared = engine.pipeline.prepare(chunk, now=now, actor=actor)
         if dry_run:
             with engine.store.read() as tx:
-                existing = engine.existing_results(tx, prepared)
+                existing = existing_results(tx, prepared)
             for s, p in zip(chunk_slots, prepared, strict=True):
                 run = existing.get(p.create.run.idempotency_key)
                 out.append(BackfillSlot(s.fire_at, s.window, None if run is None else run.job_run_id, False))
         else:
             with engine.store.write() as tx:
-                made = engine.create_submissions(tx, prepared, now)
+                made = engine.pipeline.create(tx, prepared, now)
             out += [
                 BackfillSlot(s.fire_at, s.window, r.run.job_run_id, r.created)
                 for s, r in zip(chunk_slots, made, strict=True)

@@ -24,8 +24,9 @@ from jobgate.scheduling import conditions
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
 from jobgate.scheduling.records import StoredSchedule
-from jobgate.service.engine import Engine, PreparedSubmission, SubmitRequest
+from jobgate.service.engine import Engine
 from jobgate.service.schedules import fire_request
+from jobgate.service.submission import PreparedSubmission, SubmitRequest
 
 log = logging.getLogger("jobgate.events")
 
@@ -161,7 +162,7 @@ def record_fact(
                 policy_context={"condition": s.condition, "fact": name, "value": value, "source": source},
             )
             try:
-                prepared = engine.prepare_submissions([request], now=now, actor=actor)
+                prepared = engine.pipeline.prepare([request], now=now, actor=actor)
             except JobgateError as exc:
                 refused = str(exc)
         decided.append((item, st, prepared, refused))
@@ -182,7 +183,7 @@ def record_fact(
                 tx.misses_record(s.tenant_id, [Miss(s.schedule_id, now, MissReason.REFUSED)], now)
             run_id = None
             if prepared:
-                (made,) = engine.create_submissions(tx, prepared, now)
+                (made,) = engine.pipeline.create(tx, prepared, now)
                 run_id = made.run.job_run_id
             out.append(PolicyFire(s.schedule_id, s.job_definition_id, st.fire and refused is None, run_id, refused))
     return out

@@ -20,12 +20,16 @@ from typing import Any
 from jobgate.core import events, transitions
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
+from jobgate.core.governance import Moment
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobDefinition, Scope, TriggerType
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
-from jobgate.service.engine import Approved, Engine, PreparedSubmission, SubmitRequest
+from jobgate.service.admission import refusal_event
+from jobgate.service.engine import Engine
+from jobgate.service.pipeline import validate_preconditions
+from jobgate.service.submission import Approved, PreparedSubmission, SubmitRequest
 from jobgate.store.sqlstore import StoreTx
 from jobgate.workflows.plan import (
     WORKFLOW_ACTIVE,
@@ -135,19 +139,20 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
                 field="job_definition_id",
             )
         spec = spec_for(definition)
-        policy = engine.scheduler_policy(actor=actor, now=now)
+        policy = engine.admission.scheduler_policy(actor=actor, now=now)
         period = None
         try:
             if request.trigger_run_id is None:  # a trigger run passed these gates when it was created
-                period = engine.check_gates(
-                    tx, definition, submit, now, approved={}, safe_modes={}, policy=policy, counts={}
+                _, period = engine.admission.check(
+                    tx, definition, submit, now, moment=Moment.TRIGGER, approved={}, safe_modes={}, policy=policy,
+                    counts={},
                 )
             pinned = _check_step_definitions(engine, tx, spec, tenant)
         except GovernanceRefusal as exc:
-            engine.record_refusal(submit, exc, actor=actor, now=now)
+            engine.admission.record_refusal(submit, exc, actor=actor, now=now)
             raise
-        params = engine.validate_preconditions(definition, submit)
-        snapshot = engine.resolve_config(definition, request.scope, period, policy)
+        params = validate_preconditions(definition, submit)
+        snapshot = engine.pipeline.resolve_config(definition, request.scope, period, policy)
     existing_key = key or digest(
         {"tenant_id": tenant, "workflow": definition.job_definition_id, "request": uuid.uuid4().hex}
     )
@@ -271,7 +276,7 @@ def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, ten
             raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
         if is_workflow(definition):
             raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
-        engine.check_approved(tx, definition, tenant, approved)
+        engine.admission.check_approved(tx, definition, tenant, approved)
         out[job] = {"version": definition.version, "digest": definition.digest}
     return out
 
@@ -420,7 +425,7 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         if locked is None or locked.version != record.version or _approved(tx, record) != approved:
             return None  # someone advanced it (or the approval changed) meanwhile: decide again
         wanted = [prepared[(s.step_id, s.compensation)] for s in decided.starts]
-        results = engine.create_submissions(tx, wanted, now)
+        results = engine.pipeline.create(tx, wanted, now)
         run_ids = {(s.step_id, s.compensation): r.run.job_run_id for s, r in zip(decided.starts, results, strict=True)}
         update = _update(record, steps, decided, run_ids, actor, now, next_seq=_next_seq(tx, workflow_run_id))
         if not tx.workflow_apply(update):
@@ -436,7 +441,7 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         }
         for key, (request, exc) in refusals.items():
             if key in landed:
-                audit.record(tx, engine.refusal_event(request, exc, actor=actor, now=now))
+                audit.record(tx, refusal_event(request, exc, actor=actor, now=now))
     return True
 
 
@@ -561,7 +566,7 @@ def _prepare_starts(
     for start in todo:
         request = _step_request(record, start)
         try:
-            batch = engine.prepare_submissions([r for _, r in accepted] + [request], now=now, actor=actor, record=False)
+            batch = engine.pipeline.prepare([r for _, r in accepted] + [request], now=now, actor=actor, record=False)
         except JobgateError as exc:
             log.warning(
                 "workflow %s: step %s refused: %s",

@@ -1,0 +1,168 @@
+"""Definition versions: storing what was applied, and reading a stored version back as a
+definition this host can run.
+
+A stored version is re-read through today's registries: a target that vanished is refused, a
+signature no longer trusted is a governance refusal, and content whose digest no longer matches
+what was stored is refused as tampered. Applying stores every version or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from jobgate.clock import Clock
+from jobgate.config import JobgateConfig
+from jobgate.core.canonical import canonical_json
+from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
+from jobgate.core.models import JobDefinition
+from jobgate.definitions.schema import LoadedDefinition, parse_definition
+from jobgate.governance.code import CodeReader, check_trusted, resolve_handler
+from jobgate.scheduling.model import schedule_document
+from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
+from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange
+from jobgate.service.submission import SYSTEM_ACTOR
+from jobgate.store.base import DefinitionPut, StoredDefinition
+from jobgate.store.sqlstore import Store, StoreTx
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    job_definition_id: str
+    version: int
+    digest: str
+    created: bool
+    source: str | None
+
+
+class Definitions:
+    """Definition versions of one store, read through one configuration's registries."""
+
+    def __init__(self, store: Store, config: JobgateConfig, clock: Clock) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.code_reader = CodeReader(config.registries, config.base_dir)
+
+    def apply(
+        self,
+        loaded: Sequence[LoadedDefinition],
+        *,
+        tenant_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+        applied_by: str = SYSTEM_ACTOR,
+        applied_lineage: tuple[str, ...] = (),
+    ) -> list[ApplyResult]:
+        """Store every definition or none: one transaction for the whole load. ``applied_by``
+        (and who minted their credential, ``applied_lineage``) is recorded with each new version:
+        four eyes keeps them from approving it."""
+        for item in loaded:
+            check_executable(item, self.config.worker.trusted_handlers)
+        now = self.clock.now()
+        out: list[ApplyResult] = []
+        with self.store.write() as tx:
+            tx.gates_closing()  # a status in the files may suspend or retire a definition
+            for item in loaded:
+                d = item.definition
+                result = tx.definition_put(
+                    DefinitionPut(
+                        tenant_id=tenant_id or d.tenant_id,
+                        job_definition_id=d.job_definition_id,
+                        digest=d.digest,
+                        content=d.content,
+                        job_code=d.job_code,
+                        job_class=d.job_class.value,
+                        status=item.status,
+                        source=item.source,
+                        now=now,
+                        applied_by=applied_by,
+                        applied_lineage=applied_lineage,
+                    )
+                )
+                out.append(
+                    ApplyResult(d.job_definition_id, result.definition.version, d.digest, result.created, item.source)
+                )
+                if result.created:
+                    self.keep_owned_schedule(tx, tenant_id or d.tenant_id, d, actor=applied_by, now=now)
+                if progress:
+                    progress(1)
+        return out
+
+    def keep_owned_schedule(
+        self, tx: StoreTx, tenant_id: str, definition: JobDefinition, *, actor: str, now: datetime
+    ) -> None:
+        """A new version's own schedule (``trigger_type`` + ``schedule_expression``), in the
+        version's transaction: stored paused until the version is approved (the approval resumes
+        it), removed when the version declares none. A schedule of that name stored by someone
+        else is not taken over: the apply is refused."""
+        name = owned_schedule_id(definition.job_definition_id)
+        existing = tx.schedule_get(tenant_id, name)
+        if existing is not None and existing.source != OWNED_SOURCE:
+            raise ValidationError(
+                f"a schedule {name!r} stored by {existing.source} exists: delete or rename it, so the "
+                "definition can keep its own",
+                field="schedule_expression",
+                source=definition.job_definition_id,
+            )
+        wanted = owned_schedule(
+            definition,
+            tenant_id=tenant_id,
+            anchor=now if existing is None else existing.schedule.anchor,
+            timezone=self.config.scheduling.timezone,
+            misfire=self.config.scheduling.misfire,
+        )
+        before = None if existing is None else canonical_json(schedule_document(existing.schedule)).decode()
+        if wanted is None:
+            if existing is not None:
+                tx.schedule_delete(tenant_id, name)
+                tx.change_record(tenant_id, name, ScheduleChange(now, "deleted", before, "deleted", True, actor, None))
+            return
+        wanted = replace(wanted, paused=True)
+        made = tx.schedule_put(wanted, watermark=now, source=OWNED_SOURCE, now=now, pause_reason=PAUSED_UNAPPROVED)
+        after = canonical_json(schedule_document(wanted)).decode()
+        reason = f"version of {definition.job_definition_id}; paused until approved"
+        tx.change_record(
+            tenant_id, name, ScheduleChange(now, "created" if made else "updated", before, after, True, actor, reason)
+        )
+
+    def get(self, tx: StoreTx, tenant_id: str, job_definition_id: str, version: int | None = None) -> JobDefinition:
+        """A stored version (the current one when ``version`` is None), checked as ``build``."""
+        stored = tx.definition_get(tenant_id, job_definition_id, version)
+        if stored is None:
+            raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
+        return self.build(stored)
+
+    def build(self, stored: StoredDefinition, config: JobgateConfig | None = None) -> JobDefinition:
+        """Re-read stored content through today's registries (a target that vanished is refused),
+        or through ``config``'s (an audit replay's: today's with the run's recorded policies)."""
+        source = stored.source or f"stored:{stored.job_definition_id}"
+        try:
+            loaded = parse_definition(stored.content, source, config or self.config)
+        except ValidationError as exc:
+            if exc.field != "signature":
+                raise
+            # Stored before signatures were required, or its key is no longer trusted: it
+            # stays refused, as a governance refusal (audited), whatever triggers it.
+            raise GovernanceRefusal(
+                exc.message, code="definition_not_signed", rule="signed_definitions", field="signature"
+            ) from None
+        if loaded.definition.digest != stored.digest:
+            raise ValidationError(
+                f"stored content of version {stored.version} no longer matches its digest {stored.digest}",
+                field="digest",
+                source=source,
+            )
+        return replace(loaded.definition, version=stored.version, status=stored.status, tenant_id=stored.tenant_id)
+
+
+def check_executable(item: LoadedDefinition, trusted: Sequence[str]) -> None:
+    """Refuse, before anything is stored, a handler that cannot be imported here (a typo, a
+    missing package): otherwise it would be found only when a run fails at its first attempt;
+    and one that asks for jobgate's host from a module nobody trusted (``governance.code``)."""
+    spec = item.definition.executor
+    if spec.kind == "python" and spec.handler:
+        try:
+            check_trusted(spec.handler, resolve_handler(spec.handler), trusted)
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field="handler", source=item.source) from None

@@ -1,0 +1,397 @@
+"""The trigger pipeline of seed 000 §10-11, one named step per stage.
+
+``submit`` runs, one named method each: ``resolve_definition`` -> ``resolve_config`` ->
+``validate_preconditions`` -> ``compute_idempotency_key`` -> ``existing_results`` ->
+``acquire_lock_and_create``. The run then waits in SCHEDULED for a worker, which does the
+rest of the seed's pipeline (``jobgate.runtime.worker``: ``_launch`` dispatches, ``_execute``
+tracks, ``_settle`` decides success, retry or failure), and the events written with every
+transition leave through the outbox. A refused trigger stores nothing.
+
+The execution lock is the run row itself: its id is derived from the idempotency key and is
+inserted with ON CONFLICT DO NOTHING inside a write transaction, so of any number of
+concurrent identical triggers exactly one creates the run and the others find it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from jobgate.clock import Clock
+from jobgate.config import JobgateConfig
+from jobgate.core.audit import AuditEvent
+from jobgate.core.canonical import canonical_json
+from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.governance import Moment, admit
+from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
+from jobgate.core.models import (
+    ConfigSnapshot,
+    DefinitionStatus,
+    JobDefinition,
+    JobRun,
+    Scope,
+    Trigger,
+    TriggerType,
+)
+from jobgate.core.params import validate_params
+from jobgate.core.policy import Policy
+from jobgate.core.records import SafeModePeriod
+from jobgate.core.runs import new_run, trigger_document
+from jobgate.service import gates, policies
+from jobgate.service.admission import Admission
+from jobgate.service.definitions import Definitions
+from jobgate.service.submission import (
+    SYSTEM_ACTOR,
+    Approved,
+    PreparedSubmission,
+    SubmitRequest,
+    SubmitResult,
+    approval_fact,
+)
+from jobgate.snapshots import resolve_snapshot
+from jobgate.store.base import RunCreate
+from jobgate.store.sqlstore import Store, StoreTx
+
+
+class Pipeline:
+    """Triggers into runs, over one store and one configuration."""
+
+    def __init__(
+        self, store: Store, config: JobgateConfig, clock: Clock, definitions: Definitions, admission: Admission
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.definitions = definitions
+        self.admission = admission
+        # Snapshots are a pure function of (configuration, profile, tenant): digesting the
+        # profile's values once per submit was a third of a submit's CPU.
+        self._snapshots: dict[tuple[str, str, int, str], ConfigSnapshot] = {}
+
+    def submit_many(self, requests: Sequence[SubmitRequest], *, actor: str | None = None) -> list[SubmitResult]:
+        """Submit a batch in one transaction: all are validated before anything is stored.
+
+        Validation and the building of the runs happen in a read transaction, before the write
+        lock is taken: on SQLite there is one write lock for every worker and submitter, and
+        holding it through this Python work stalled the workers. A definition changed between
+        the two transactions is seen as it was at the read, as if the change came just after.
+        """
+        now = self.clock.now()
+        prepared = self.prepare(requests, now=now, actor=actor)
+        try:
+            with self.store.write() as tx:
+                return self.create(tx, prepared, now)
+        except GovernanceRefusal as exc:  # refused under the write lock (revoked, safe mode, slots): audited
+            first = next((r for r, p in zip(requests, prepared, strict=True) if p.licensed), requests[0])
+            self.admission.record_refusal(first, exc, actor=actor, now=now)
+            raise
+
+    def prepare(
+        self, requests: Sequence[SubmitRequest], *, now: datetime, actor: str | None = None, record: bool = True
+    ) -> list[PreparedSubmission]:
+        """Validate and build runs for ``requests`` in a read transaction (all or an error).
+        A governance refusal is audited unless ``record`` is off (a dry run records its own
+        verdict instead)."""
+        cache: dict[tuple[str, str], JobDefinition] = {}
+        approved: Approved = {}
+        safe_modes: dict[str, SafeModePeriod | None] = {}
+        current: SubmitRequest | None = None
+        policy = self.admission.scheduler_policy(actor=actor, now=now)
+        counts: dict[str, list[int]] = {}  # tenant -> [runs today, open runs], this batch included
+        try:
+            with self.store.read() as tx:
+                out = []
+                for current in requests:
+                    prepared = self.prepare_one(
+                        tx, current, now=now, actor=actor, cache=cache, approved=approved, safe_modes=safe_modes,
+                        policy=policy, counts=counts,
+                    )  # fmt: skip
+                    out.append(prepared)
+                return out
+        except GovernanceRefusal as exc:
+            assert current is not None
+            if record:
+                self.admission.record_refusal(current, exc, actor=actor, now=now)
+            raise
+
+    def prepare_one(
+        self,
+        tx: StoreTx,
+        request: SubmitRequest,
+        *,
+        now: datetime,
+        actor: str | None,
+        cache: dict[tuple[str, str], JobDefinition] | None = None,
+        approved: Approved | None = None,
+        safe_modes: dict[str, SafeModePeriod | None] | None = None,
+        policy: Policy | None = None,
+        counts: dict[str, list[int]] | None = None,
+        moment: Moment | None = None,
+    ) -> PreparedSubmission:
+        """One request through every stage before storing: the definition, the admission rule,
+        the configuration snapshot, the params, the trigger, the policies and the key."""
+        definition = self.resolve_definition(tx, request, {} if cache is None else cache)
+        check_active(definition)
+        moment = moment or request.moment
+        if moment is None:
+            moment = Moment.WORKFLOW_STEP if request.workflow_run_id is not None else Moment.TRIGGER
+        facts, period = self.admission.check(
+            tx, definition, request, now, moment=moment, approved={} if approved is None else approved,
+            safe_modes={} if safe_modes is None else safe_modes, policy=policy, counts=counts,
+        )  # fmt: skip
+        permissions = tuple(definition.content.get("permissions") or ())
+        snapshot = self.resolve_config(definition, request.scope, period, policy)
+        params = validate_preconditions(definition, request)
+        trigger = build_trigger(request, now)
+        retry, timeout = policies.policies_for(self.config, definition)
+        if request.retry_policy is not None:
+            retry = policies.retry_policy(self.config, request.retry_policy)
+        if request.timeout_policy is not None:
+            timeout = policies.timeout_policy(self.config, request.timeout_policy)
+        key = compute_idempotency_key(definition, trigger, request, snapshot)
+        run, transitions = new_run(
+            definition,
+            trigger,
+            request.scope.as_dict(),
+            snapshot,
+            params,
+            retry,
+            timeout,
+            now=now,
+            due_at=request.due_at,
+            actor=actor or request.requested_by or SYSTEM_ACTOR,
+            key=key,
+            code_digest=None if facts.approval is None else facts.approval.code_digest,
+        )
+        if request.workflow_run_id is not None:
+            run = run.evolve(workflow_run_id=request.workflow_run_id)
+        if request.slot is not None:
+            run = run.evolve(slot=request.slot)
+        if request.via_request:  # a second person reviewed it: its approver (safe mode's manual review)
+            run = run.evolve(reviewed_by=actor or request.requested_by or SYSTEM_ACTOR)
+        create = RunCreate(
+            run, trigger_document(trigger), transitions, definition.concurrency_limit, definition.rate_limit_per_second
+        )
+        return PreparedSubmission(
+            create,
+            snapshot,
+            licensed=bool(permissions),
+            request=request,
+            facts=facts,
+            actor=actor,
+        )
+
+    def create(self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime) -> list[SubmitResult]:
+        """Store prepared submissions inside the caller's write transaction (the scheduler
+        advances a schedule's watermark in the same one)."""
+        existing = existing_results(tx, prepared)
+        fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
+        created = iter(self.acquire_lock_and_create(tx, fresh, now))
+        out: list[SubmitResult] = []
+        for p in prepared:
+            key = p.create.run.idempotency_key
+            if key in existing:
+                out.append(SubmitResult(existing[key], False))
+            else:
+                out.append(SubmitResult(*next(created)))
+        return out
+
+    def recheck_under_lock(
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
+    ) -> list[PreparedSubmission]:
+        """The admission rule again, inside the write transaction that creates the runs, with the
+        approvals and safe-mode periods read under the lock: a revocation or a safe-mode switch
+        that committed after the (read-only) preparation refuses them too, instead of slipping
+        past it. A submission prepared under another safe-mode period is prepared again here (its
+        snapshot binds the period's overrides)."""
+        keys = {
+            (p.create.run.tenant_id, p.create.run.job_definition_id, p.create.run.definition_digest) for p in prepared
+        }
+        active = tx.approvals_active(list(keys))
+        tenants = sorted({p.create.run.tenant_id for p in prepared})
+        periods = {tenant: tx.safe_mode_current(tenant) for tenant in tenants}
+        out: list[PreparedSubmission] = []
+        for p in prepared:
+            run = p.create.run
+            fact = gates.safe_mode_fact(periods[run.tenant_id])
+            if p.facts is None or p.request is None:
+                out.append(p)
+                continue
+            seen = p.facts.safe_mode
+            if (None if seen is None else seen.activation) != (None if fact is None else fact.activation):
+                out.append(self.prepare_one(tx, p.request, now=now, actor=p.actor, moment=p.facts.moment))
+                continue
+            key = (run.tenant_id, run.job_definition_id, run.definition_digest)
+            approval = approval_fact(active, key)
+            if approval != p.facts.approval or fact != seen:  # what the lock shows changed: ask again
+                verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
+                if not verdict.admitted:
+                    raise verdict.refusal()
+            out.append(p)
+        return out
+
+    def acquire_lock_and_create(
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
+    ) -> list[tuple[JobRun, bool]]:
+        """Seed §11 ``acquire_execution_lock`` + ``create_job_run``: the run row is the lock. Its
+        idempotency key is unique and it is inserted with ON CONFLICT DO NOTHING, so of
+        concurrent identical triggers exactly one creates it; the others get it back. Returns
+        one (run, created) per entry of ``prepared``, in order."""
+        if not prepared:
+            return []
+        prepared = self.recheck_under_lock(tx, prepared, now)
+        licensed = [p for p in prepared if p.licensed]
+        if licensed:
+            self.admission.check_licence_slots(tx, len(licensed), now)
+        for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
+            tx.snapshot_put(snapshot, now)
+        made = tx.runs_create([p.create for p in prepared])
+        if licensed:
+            tx.licence_slots_take(
+                [
+                    (run.job_run_id, run.tenant_id)
+                    for p, (run, created) in zip(prepared, made, strict=True)
+                    if created and p.licensed
+                ],
+                now,
+            )
+        manual = [
+            manual_scheduling_event(p, run, now)
+            for p, (run, created) in zip(prepared, made, strict=True)
+            if created and run.trigger_type is TriggerType.MANUAL
+        ]
+        if manual:
+            tx.audit_append(manual)
+        return made
+
+    def resolve_definition(
+        self, tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str], JobDefinition]
+    ) -> JobDefinition:
+        """The version a request runs: the one it pins (a workflow step), else the current one."""
+        if request.definition_version is not None:
+            return self.definitions.get(
+                tx, request.scope.tenant_id, request.job_definition_id, request.definition_version
+            )
+        key = (request.scope.tenant_id, request.job_definition_id)
+        if key not in cache:
+            cache[key] = self.definitions.get(tx, request.scope.tenant_id, request.job_definition_id)
+        return cache[key]
+
+    def resolve_config(
+        self,
+        definition: JobDefinition,
+        scope: Scope,
+        safe_mode: SafeModePeriod | None = None,
+        policy: Policy | None = None,
+    ) -> ConfigSnapshot:
+        """The configuration snapshot a run binds: its profile, tenant, safe-mode overrides and
+        the scheduler policy's binding."""
+        overrides = None if safe_mode is None else safe_mode.actions.get("profile_overrides") or None
+        activation = safe_mode.activation if overrides and safe_mode else 0
+        key = (definition.config_profile, scope.tenant_id, activation, "" if policy is None else policy.digest)
+        cached = self._snapshots.get(key)
+        if cached is not None:
+            return cached
+        binding = None if policy is None else policy.binding
+        snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id, overrides, binding)
+        self._snapshots[key] = snapshot
+        return snapshot
+
+
+def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dict[str, JobRun]:
+    """Seed §11 ``job_already_completed``: a trigger whose run exists gets that run back,
+    whatever its state, and nothing is written for it. Found by idempotency key, or by slot
+    (a schedule's slot has one run even when the configuration, so the key, changed since);
+    keyed by the prepared run's idempotency key."""
+    return tx.run_holders([p.create.run for p in prepared])
+
+
+def manual_scheduling_event(prepared: PreparedSubmission, run: JobRun, now: datetime) -> AuditEvent:
+    """Seed §49: manual scheduling is a material action, audited with the run it made."""
+    return AuditEvent(
+        tenant_id=run.tenant_id,
+        actor=run.requested_by or SYSTEM_ACTOR,
+        action="run.scheduled_manually",
+        target_type="run",
+        target_id=run.job_run_id,
+        at=now,
+        reason=prepared.create.trigger.get("reason"),
+        payload={
+            "job_definition_id": run.job_definition_id,
+            "definition_digest": run.definition_digest,
+            "config_digest": run.config_digest,
+            "idempotency_key": run.idempotency_key,
+        },
+    )
+
+
+def compute_idempotency_key(
+    definition: JobDefinition, trigger: Trigger, request: SubmitRequest, snapshot: ConfigSnapshot
+) -> str:
+    """Seed §24: definition, trigger identity, scope, config digest and window; a retry of a
+    terminal run is keyed by its source run alone."""
+    if request.run_key is not None:
+        return request.run_key
+    if request.retry_of is not None:
+        return retry_key(request.retry_of)
+    if request.client_key is not None:
+        return client_request_key(request.scope.tenant_id, request.client_key)
+    return idempotency_key(
+        job_definition_id=definition.job_definition_id,
+        trigger=trigger,
+        scope=request.scope.as_dict(),
+        config_digest=snapshot.config_digest,
+    )
+
+
+def check_active(definition: JobDefinition) -> None:
+    """An inactive definition is refused as invalid input before any gate is asked."""
+    if definition.status is not DefinitionStatus.ACTIVE:
+        raise ValidationError(
+            f"definition is {definition.status.value}; only active definitions run",
+            field="status",
+            source=definition.job_definition_id,
+        )
+
+
+def validate_preconditions(definition: JobDefinition, request: SubmitRequest) -> dict[str, str]:
+    """Refuse what must never run: an inactive definition, bad params (seed 000 §58)."""
+    check_active(definition)
+    for name, document in (("payload", request.payload), ("policy_context", request.policy_context)):
+        try:
+            canonical_json(document)  # stored as JSON: NaN, Infinity and non-JSON types refused here
+        except ValueError as exc:
+            raise ValidationError(str(exc), field=name, source=definition.job_definition_id) from None
+    return validate_params(definition.params, request.params, source=definition.job_definition_id)
+
+
+def build_trigger(request: SubmitRequest, now: datetime) -> Trigger:
+    """The trigger record: its id from the request's, the caller's, or the batch window's."""
+    request_id = request.request_id
+    if request.trigger_type is TriggerType.MANUAL and request_id is None:
+        request_id = f"REQ-{uuid.uuid4().hex}"
+    if request.trigger_id:
+        trigger_id = request.trigger_id
+    elif request_id:
+        trigger_id = f"TGTRIG-{request_id}"
+    elif request.window is not None:  # a batch window identifies the trigger: one run per window
+        trigger_id = f"TGTRIG-window-{request.window.start.isoformat()}-{request.window.end.isoformat()}"
+    else:
+        trigger_id = f"TGTRIG-{uuid.uuid4().hex}"
+    if request.trigger_type in (TriggerType.EVENT, TriggerType.QUEUE) and not request.source_event_id:
+        raise ValidationError("event triggers need the source event id", field="source_event_id")
+    return Trigger(
+        trigger_id=trigger_id,
+        trigger_type=request.trigger_type,
+        requested_by=request.requested_by,
+        reason=request.reason,
+        source_event_id=request.source_event_id,
+        request_id=request_id,
+        event_type=request.event_type,
+        window=request.window,
+        policy_context=dict(request.policy_context),
+        payload=dict(request.payload),
+        created_at=now,
+    )
