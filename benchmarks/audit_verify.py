@@ -34,9 +34,9 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from figures import machine  # noqa: E402
 
-from jobgate import anchoring  # noqa: E402
 from jobgate.config import default_config  # noqa: E402
 from jobgate.core.audit import AuditEvent  # noqa: E402
+from jobgate.evidence import anchors, sinks  # noqa: E402
 from jobgate.service.engine import Engine  # noqa: E402
 from jobgate.store.sqlstore import Store  # noqa: E402
 from jobgate.testing import connection  # noqa: E402
@@ -77,16 +77,16 @@ def main() -> None:
         with engine.store.write() as tx:
             tx.audit_append(events)
     append_s = time.perf_counter() - t
-    sink = anchoring.FileSink(root / "anchors.jsonl")
+    sink = sinks.FileSink(root / "anchors.jsonl")
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(
+        made = anchors.anchor_due(
             tx, tenant, now=start + timedelta(days=365), window=timedelta(hours=1), sink=sink
         )
     times = []
     for _ in range(a.reps):
         t = time.perf_counter()
         with engine.store.read() as tx:
-            result = anchoring.verify_tenant(tx, tenant, sink_records=sink.records())
+            result = anchors.verify_tenant(tx, tenant, sink_records=sink.records())
         times.append(time.perf_counter() - t)
         assert result.ok and result.entries == a.entries, result
     median = statistics.median(times)

@@ -2,7 +2,7 @@
 evidence kept outside the database, anchor a critical proof, report the status.
 
 ``verify_chain`` and ``detect_conflicts`` are independent and run in parallel. The chain is
-verified with jobgate's own check (``jobgate.anchoring.verify_tenant``: every entry's hash and
+verified with jobgate's own check (``jobgate.evidence.anchors.verify_tenant``: every entry's hash and
 link, the head, every anchor against the sink's copy); a broken chain fails the step and the
 step's ``on_failure: escalate`` hands the workflow to a human. ``anchor_proof`` runs only when
 no conflict was found (its ``when``): it anchors the chain's head entry directly, in the
@@ -15,9 +15,10 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from jobgate import ExecutionContext, NonRetryableError, anchoring
+from jobgate import ExecutionContext, NonRetryableError
 from jobgate.core import merkle
-from jobgate.evidence_keys import signer_for, trusted_keys
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence.keys import signer_for, trusted_keys
 from jobgate.governance.code import host_job
 from jobgate.service.host import Host
 from jobgate.store.sqlstore import StoreTx
@@ -31,15 +32,15 @@ def _host(ctx: ExecutionContext, host: Host) -> tuple[Any, Any, str]:
 
 
 def _witnessed(config: Any) -> list[dict[str, Any]] | None:
-    sink = anchoring.sink_for(config)
-    return sink.records() if isinstance(sink, anchoring.FileSink) else None
+    sink = sinks.sink_for(config)
+    return sink.records() if isinstance(sink, sinks.FileSink) else None
 
 
 @host_job
 def verify_chain(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     engine, config, tenant = _host(ctx, host)
     with engine.store.read(tenant_id=tenant) as tx:
-        result = anchoring.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
+        result = anchors.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
         head_seq, head_hash = tx.audit_head(tenant)
     if not result.ok:
         raise NonRetryableError(
@@ -85,8 +86,8 @@ def anchor_proof(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
         entries = tx.anchors.entries(tenant, seq, seq)
         if not entries or entries[0].entry_hash != head_hash:
             raise RuntimeError(f"audit entry {seq} is not the one verified")
-        made = anchoring.anchor_direct(
-            tx, entries[0], now=datetime.now(UTC), sink=anchoring.sink_for(config), signer=signer_for(config)
+        made = anchors.anchor_direct(
+            tx, entries[0], now=datetime.now(UTC), sink=sinks.sink_for(config), signer=signer_for(config)
         )
         ctx.log(f"anchored entry {seq} as anchor {made.anchor_seq} ({made.root})")
 
@@ -101,9 +102,9 @@ def report(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     engine, config, tenant = _host(ctx, host)
     seq, head_hash = int(param(ctx, "head_seq")), param(ctx, "head_hash")
     with engine.store.read(tenant_id=tenant) as tx:
-        result = anchoring.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
-        anchors = tx.anchors.of(tenant)
-    direct = [a for a in anchors if a.mode == "direct" and a.first_seq == seq == a.last_seq]
+        result = anchors.verify_tenant(tx, tenant, sink_records=_witnessed(config), keys=trusted_keys(config) or None)
+        held = tx.anchors.of(tenant)
+    direct = [a for a in held if a.mode == "direct" and a.first_seq == seq == a.last_seq]
     proven = bool(direct) and merkle.verify(head_hash, [], direct[-1].root)
     conflicts = int(param(ctx, "conflicts"))
     if not result.ok:
@@ -119,7 +120,7 @@ def report(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
         "anchors": result.anchors,
         "conflicts": conflicts,
         "head_seq": seq,
-        "head_anchor": None if not direct else anchoring.record_of(direct[-1]),
+        "head_anchor": None if not direct else anchors.record_of(direct[-1]),
     }
     write_json(home(ctx) / "audit" / f"report-{safe_id(param(ctx, 'report_id'), 'report_id')}.json", body)
     return {"status": status, "anchors": result.anchors}

@@ -2,7 +2,7 @@
 
 An envelope is ``{package, package_digest, signature, dal_ref}``: the package (redacted before
 it is signed), the digest of its canonical JSON, an Ed25519 signature over that digest by the
-sender's key (``jobgate.signing``), and the DAL ledger entry that anchored the same digest.
+sender's key (``jobgate.governance.signing``), and the DAL ledger entry that anchored the same digest.
 The receiver recomputes the digest from the package it got, so a change of any byte of the
 package fails both the signature and the DAL check.
 """

@@ -16,7 +16,7 @@ from typing import Any
 
 from jobgate import ExecutionContext
 from jobgate.core.canonical import canonical_json
-from jobgate.signing import sign as ed25519_sign
+from jobgate.governance.signing import sign as ed25519_sign
 from jobgate_examples.common import (
     digest,
     get_json,

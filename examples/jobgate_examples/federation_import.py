@@ -14,8 +14,8 @@ from typing import Any
 
 from jobgate import ExecutionContext, NonRetryableError
 from jobgate.core.errors import ValidationError
-from jobgate.signing import public_key
-from jobgate.signing import verify as ed25519_verify
+from jobgate.governance.signing import public_key
+from jobgate.governance.signing import verify as ed25519_verify
 from jobgate_examples.common import digest, get_json, invalid, param, read_json, safe_id, write_json
 from jobgate_examples.federation import folder, registry
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgate.core.canonical import canonical_json, digest
-from jobgate.signing import generate, sign
+from jobgate.governance.signing import generate, sign
 from jobgate_examples.common import write_json
 from jobgate_examples.ledger import Ledger
 from jobgate_examples.pipeline import score

@@ -34,6 +34,7 @@ from jobgate.core.policies import (
 )
 from jobgate.core.ratelimit import check_rate
 from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
+from jobgate.evidence.timestamping import TimestampSettings
 from jobgate.health.settings import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
 from jobgate.logs import LoggingSettings, parse_logging_settings
 from jobgate.registry import (
@@ -45,7 +46,6 @@ from jobgate.registry import (
 )
 from jobgate.runtime.otel import TracingSettings, parse_tracing_settings
 from jobgate.telemetry.periods import PeriodKind
-from jobgate.timestamping import TimestampSettings
 
 CONFIG_FILENAME = "jobgate.yaml"
 DEFAULT_PROFILE = "default"
@@ -152,7 +152,7 @@ class SigningSettings:
     trust_roots: dict[str, str] = field(default_factory=dict)  # key id -> base64 public key
 
     def roots(self) -> dict[str, Any]:
-        from jobgate.signing import public_key
+        from jobgate.governance.signing import public_key
 
         return {k: public_key(v, field=f"signing.trust_roots.{k}") for k, v in self.trust_roots.items()}
 
@@ -169,7 +169,7 @@ class TrustGateSettings:
     environment_timeout: timedelta = timedelta(seconds=2)
 
     def roots(self) -> dict[str, Any]:
-        from jobgate.signing import public_key
+        from jobgate.governance.signing import public_key
 
         return {
             k: public_key(v, field=f"trust_gates.licence_trust_roots.{k}") for k, v in self.licence_trust_roots.items()
@@ -287,7 +287,7 @@ class JobgateConfig:
     safe_mode: SafeModeSettings = SafeModeSettings()
     signing: SigningSettings = SigningSettings()
     trust_gates: TrustGateSettings = TrustGateSettings()
-    policy: Path | None = None  # the scheduler policy file (jobgate.policy), re-read when it changes
+    policy: Path | None = None  # the scheduler policy file (jobgate.governance.policy_file), re-read when it changes
     evidence: EvidenceSettings = EvidenceSettings()
     finished_runs_retention: timedelta | None = None  # retention.finished_runs_days; None: keep for ever
     alerts: AlertSettings = field(default_factory=AlertSettings)  # jobgate.health.settings: the alert webhook(s)
@@ -763,7 +763,7 @@ def _signing(r: Reader, value: Any, base_dir: Path) -> SigningSettings:
 
 def _roots(r: Reader, value: Any, base_dir: Path, where: str) -> dict[str, str]:
     """Ed25519 public keys by key id: base64 inline, or ``@file`` next to the configuration."""
-    from jobgate.signing import public_key
+    from jobgate.governance.signing import public_key
 
     roots: dict[str, str] = {}
     for key_id, raw in r.mapping(_or_empty(value), where).items():

@@ -107,9 +107,9 @@ def test_a_signature_refusal_is_audited_under_the_definition_it_names(world: Wor
     from fastapi.testclient import TestClient
     from tests.helpers import make_config
 
-    from jobgate import signing
     from jobgate.api.app import create_app
     from jobgate.api.server_state import ServerState
+    from jobgate.governance import signing
     from jobgate.service.engine import Engine
 
     ops = signing.generate("ops")
@@ -191,7 +191,7 @@ def test_a_body_naming_the_callers_own_tenant_is_accepted(world: World) -> None:
 def test_the_records_verification_names_a_tampered_record_and_the_keys_are_published(world: World) -> None:
     from sqlalchemy import text
 
-    from jobgate import evidence_keys
+    from jobgate.evidence import keys as evidence_keys
     from jobgate.service import audit
 
     auditor = world.headers("acme", Role.AUDITOR)

@@ -10,7 +10,7 @@ import pytest
 from jobgate.config import JobgateConfig, build_config
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ValidationError
-from jobgate.snapshots import resolve_snapshot
+from jobgate.service.snapshots import resolve_snapshot
 
 
 def test_snapshot_of_a_profile(demo_config: JobgateConfig) -> None:

@@ -8,15 +8,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import jobgate.governance.policy_file
 import pytest
 import yaml
 
-import jobgate.policy
 from jobgate.config import JobgateConfig
 from jobgate.contracts import violations
 from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.definitions import load_definitions, parse_definition
-from jobgate.policy import parse_policy
+from jobgate.governance.policy_file import parse_policy
 
 JOB = "comp.TG.INPUT.JOB-DEFINITION.v1_0"
 WORKFLOW = "comp.TG.INPUT.WORKFLOW-DEFINITION.v1_0"
@@ -132,7 +132,7 @@ def test_a_workflow_with_a_handler_too_is_refused_by_both(demo_config: JobgateCo
 # ---------------------------------------------------------------- the scheduler policy
 def docstring_policy() -> dict[str, Any]:
     """The example at the top of ``jobgate/policy.py``: the documented format must conform."""
-    doc = jobgate.policy.__doc__ or ""
+    doc = jobgate.governance.policy_file.__doc__ or ""
     block = doc.split("\n\n")[1]
     parsed: dict[str, Any] = yaml.safe_load(textwrap.dedent(block))
     return parsed

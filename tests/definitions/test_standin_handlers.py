@@ -11,7 +11,7 @@ import pytest
 from jobgate.config import JobgateConfig
 from jobgate.context import DispatchPayload, ExecutionContext
 from jobgate.core.errors import NonRetryableError, RetryableError
-from jobgate.snapshots import resolve_snapshot
+from jobgate.service.snapshots import resolve_snapshot
 from jobgate.standins import (
     dal_anchor,
     federation_gateway,

@@ -22,10 +22,10 @@ from sqlalchemy import text
 from tests.helpers import config_document, count, make_config
 from tests.tsa import LocalTsa, serving
 
-from jobgate import anchoring, timestamping
 from jobgate.cli.main import cli
 from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import ValidationError
+from jobgate.evidence import anchors, sinks, timestamping
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
@@ -47,13 +47,13 @@ class World:
                 ]
             )
 
-    def anchor(self, config: Any = None, now: datetime = NOW) -> list[anchoring.Anchor]:
+    def anchor(self, config: Any = None, now: datetime = NOW) -> list[anchors.Anchor]:
         with self.engine.store.write() as tx:
-            return anchoring.anchor_configured(tx, config or self.engine.config, "default", now)
+            return anchors.anchor_configured(tx, config or self.engine.config, "default", now)
 
-    def verify(self, config: Any = None) -> anchoring.Verification:
+    def verify(self, config: Any = None) -> anchors.Verification:
         with self.engine.store.read() as tx:
-            return anchoring.verify_configured(tx, config or self.engine.config, "default", sink_records=None)
+            return anchors.verify_configured(tx, config or self.engine.config, "default", sink_records=None)
 
     def config(self, **tsa: Any) -> Any:
         settings = {"url": self.url, "ca_bundle": "tsa-roots.pem", **tsa}
@@ -79,14 +79,14 @@ def test_every_batch_anchor_carries_a_token_that_verifies(world: World) -> None:
     assert world.tsa.served == 2
     result = world.verify()
     assert result.ok, result.problem
-    copies = anchoring.FileSink(world.engine.config.anchor_sink_path).records()
+    copies = sinks.FileSink(world.engine.config.anchor_sink_path).records()
     assert [c["timestamp_token"] for c in copies] == [a.timestamp_token for a in made]  # the sink keeps it too
     # The token is over the anchor's message, as anyone can check with rfc3161-client alone.
     from rfc3161_client import VerifierBuilder, decode_timestamp_response
 
     response = decode_timestamp_response(base64.b64decode(made[0].timestamp_token or ""))
     verifier = VerifierBuilder(roots=[world.tsa.root]).build()
-    assert verifier.verify_message(response, anchoring.anchor_message(made[0]).encode())
+    assert verifier.verify_message(response, anchors.anchor_message(made[0]).encode())
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_a_token_whose_time_disagrees_with_the_anchor_is_refused_when_made(world
     with pytest.raises(timestamping.TimestampUnavailable, match="more than 300 s apart"):
         world.anchor()
     assert count(world.engine, "anchors") == 0  # nothing stored
-    assert anchoring.FileSink(world.engine.config.anchor_sink_path).records() == []  # nothing sent
+    assert sinks.FileSink(world.engine.config.anchor_sink_path).records() == []  # nothing sent
 
 
 def test_an_unreachable_authority_refuses_the_anchor(world: World) -> None:
@@ -139,7 +139,7 @@ def test_an_unreachable_authority_refuses_the_anchor(world: World) -> None:
     with pytest.raises(timestamping.TimestampUnavailable, match="did not answer"):
         world.anchor(config)
     assert count(world.engine, "anchors") == 0
-    assert anchoring.FileSink(world.engine.config.anchor_sink_path).records() == []
+    assert sinks.FileSink(world.engine.config.anchor_sink_path).records() == []
 
 
 def test_a_certificate_without_the_timestamping_purpose_is_refused(database_url: str, tmp_path: Path) -> None:
@@ -221,13 +221,13 @@ def test_a_bundle_s_anchors_are_checked_offline_with_the_authority_s_roots(world
     """What ``evidence verify --tsa-ca`` runs on a bundle's ``audit.json`` and ``proofs.json``."""
     import json
 
-    from jobgate.evidence_scope import check_contents, entry_doc, json_file
+    from jobgate.evidence.scope import check_contents, entry_doc, json_file
     from jobgate.store.sql import governance
 
     world.anchor()
     with world.engine.store.read() as tx:
         entries = governance.audit_range(connection(tx), "default", 1, 6)
-        proofs = [anchoring.inclusion_proof(tx, "default", e.seq) for e in entries]
+        proofs = [anchors.inclusion_proof(tx, "default", e.seq) for e in entries]
     files = {"audit.json": json_file([entry_doc(e) for e in entries]), "proofs.json": json_file(proofs)}
     trust = timestamping.TimestampTrust((world.tsa.root,))
     checked = check_contents(files, None, trust)
@@ -252,7 +252,7 @@ def test_the_key_s_holder_cannot_re_date_an_anchor(world: World) -> None:
     the TSA's token, made with a key jobgate does not hold, still tells."""
     from dataclasses import replace
 
-    from jobgate import evidence_keys
+    from jobgate.evidence import keys as evidence_keys
     from jobgate.store.sql import governance
 
     evidence_keys.create(world.engine.config)
@@ -262,14 +262,14 @@ def test_the_key_s_holder_cannot_re_date_an_anchor(world: World) -> None:
     with world.engine.store.write() as tx:
         first = governance.anchors_list(connection(tx), "default")[0]
         moved = replace(first, created_at=first.created_at - timedelta(minutes=50))
-        resigned = signer.sign(anchoring.anchor_message(moved))
+        resigned = signer.sign(anchors.anchor_message(moved))
         connection(tx).execute(
             text("UPDATE anchors SET created_at = created_at - 3000000000, signature = :s WHERE anchor_seq = 1"),
             {"s": resigned},
         )
     with world.engine.store.read() as tx:
         keys = evidence_keys.trusted_keys(world.engine.config)
-        signature_only = anchoring.verify_tenant(tx, "default", keys=keys)
+        signature_only = anchors.verify_tenant(tx, "default", keys=keys)
     assert signature_only.ok  # the key's holder re-dated it, and the signature agrees
     result = world.verify()
     assert not result.ok and "anchor 1 has a timestamp token that does not verify" in (result.problem or "")

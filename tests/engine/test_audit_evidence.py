@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from jobgate import anchoring
 from jobgate.core import merkle
 from jobgate.core.audit import AuditEvent, chain
 from jobgate.core.records import AuditFilter
+from jobgate.evidence import anchors, sinks
 from jobgate.service.engine import Engine
 from jobgate.store import codec
 from jobgate.store.sql import governance
@@ -26,8 +26,8 @@ TIMES = [T0 + timedelta(minutes=m) for m in (5, 20, 40, 70, 80, 100)]
 
 
 @pytest.fixture
-def anchored(engine: Engine, tmp_path: Path) -> tuple[Engine, anchoring.FileSink]:
-    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+def anchored(engine: Engine, tmp_path: Path) -> tuple[Engine, sinks.FileSink]:
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
     with engine.store.write() as tx:
         tx.audit_append(
             [
@@ -36,14 +36,14 @@ def anchored(engine: Engine, tmp_path: Path) -> tuple[Engine, anchoring.FileSink
             ]
         )
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
+        made = anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
     assert [(a.first_seq, a.last_seq) for a in made] == [(1, 3), (4, 6)]
     return engine, sink
 
 
-def check(engine: Engine, sink: anchoring.FileSink) -> anchoring.Verification:
+def check(engine: Engine, sink: sinks.FileSink) -> anchors.Verification:
     with engine.store.read() as tx:
-        return anchoring.verify_tenant(tx, "default", sink_records=sink.records())
+        return anchors.verify_tenant(tx, "default", sink_records=sink.records())
 
 
 def sql(engine: Engine, statement: str, **params: object) -> None:
@@ -51,17 +51,17 @@ def sql(engine: Engine, statement: str, **params: object) -> None:
         connection(tx).execute(text(statement), params)
 
 
-def test_a_clean_log_verifies_and_windows_tile_the_chain(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_a_clean_log_verifies_and_windows_tile_the_chain(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     result = check(engine, sink)
     assert result.ok and (result.entries, result.anchors) == (6, 2)
     assert [r["anchor_seq"] for r in sink.records()] == [1, 2]
     with engine.store.write() as tx:  # nothing more is due: anchoring again adds nothing
-        again = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+        again = anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
     assert again == []
 
 
-def test_a_flipped_byte_is_found_at_its_entry(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_a_flipped_byte_is_found_at_its_entry(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     sql(engine, "UPDATE audit_log SET payload = :p WHERE seq = 3", p='{"n":4}')
     result = check(engine, sink)
@@ -77,7 +77,7 @@ def test_a_flipped_byte_is_found_at_its_entry(anchored: tuple[Engine, anchoring.
     ],
 )
 def test_deleted_swapped_and_edited_entries_are_named(
-    anchored: tuple[Engine, anchoring.FileSink], tamper: str, first_bad: int
+    anchored: tuple[Engine, sinks.FileSink], tamper: str, first_bad: int
 ) -> None:
     engine, sink = anchored
     if "CASE" in tamper:  # swap through a free position: the pair (tenant, seq) is unique
@@ -90,7 +90,7 @@ def test_deleted_swapped_and_edited_entries_are_named(
     assert not result.ok and result.first_bad_seq == first_bad, result
 
 
-def test_an_inserted_entry_is_named(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_an_inserted_entry_is_named(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     for seq in (6, 5, 4):  # make room after entry 3
         sql(engine, "UPDATE audit_log SET seq = :n WHERE seq = :s", n=seq + 1, s=seq)
@@ -109,7 +109,7 @@ def test_an_inserted_entry_is_named(anchored: tuple[Engine, anchoring.FileSink])
     assert not result.ok and result.first_bad_seq == 5  # the old fourth entry no longer follows
 
 
-def test_a_truncated_tail_is_caught_by_the_anchor(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_a_truncated_tail_is_caught_by_the_anchor(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     with engine.store.read() as tx:
         (fourth,) = governance.audit_range(connection(tx), "default", 4, 4)
@@ -119,7 +119,7 @@ def test_a_truncated_tail_is_caught_by_the_anchor(anchored: tuple[Engine, anchor
     assert not result.ok and result.first_bad_seq == 4 and "no longer exist" in str(result.problem)
 
 
-def test_a_chain_rewritten_from_scratch_fails_against_the_anchors(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_a_chain_rewritten_from_scratch_fails_against_the_anchors(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     with engine.store.read() as tx:
         entries = governance.audit_range(connection(tx), "default", 1, 6)
@@ -151,20 +151,20 @@ def _rewrite_entries_and_anchors(engine: Engine) -> None:
                 {"p": e.prev_hash, "h": e.entry_hash, "s": e.seq},
             )
         connection(tx).execute(text("UPDATE audit_heads SET entry_hash = :h"), {"h": rewritten[-1].entry_hash})
-        prev = anchoring.GENESIS_CHAIN
+        prev = anchors.GENESIS_CHAIN
         for n, (first, last) in enumerate([(1, 3), (4, 6)], 1):
             root = merkle.root([e.entry_hash for e in rewritten[first - 1 : last]])
-            new_chain = anchoring.chain_hash(prev, root)
+            new_chain = anchors.chain_hash(prev, root)
             connection(tx).execute(
                 text("UPDATE anchors SET root = :r, prev_chain = :p, chain = :c WHERE anchor_seq = :n"),
                 {"r": root, "p": prev, "c": new_chain, "n": n},
             )
             prev = new_chain
     with engine.store.read() as tx:
-        assert anchoring.verify_tenant(tx, "default").ok  # consistent inside the database...
+        assert anchors.verify_tenant(tx, "default").ok  # consistent inside the database...
 
 
-def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_rewriting_the_anchors_too_is_caught_by_the_sink(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     _rewrite_entries_and_anchors(engine)
     result = check(engine, sink)
@@ -175,7 +175,7 @@ def test_an_http_sink_is_read_back_and_refutes_a_rewrite(engine: Engine) -> None
     from tests.runtime.local_http import Recorder, closed_port_url, local_server
 
     with local_server(Recorder(serve_accepted=True)) as (url, recorder):
-        sink = anchoring.HttpSink(url, timeout=5)
+        sink = sinks.HttpSink(url, timeout=5)
         with engine.store.write() as tx:
             tx.audit_append(
                 [
@@ -184,24 +184,24 @@ def test_an_http_sink_is_read_back_and_refutes_a_rewrite(engine: Engine) -> None
                 ]
             )
         with engine.store.write() as tx:
-            anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
+            anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
         assert len(recorder.accepted) == 2 and sink.records() == recorder.accepted
         with engine.store.read() as tx:
-            assert anchoring.verify_tenant(tx, "default", sink_records=sink.records()).ok
+            assert anchors.verify_tenant(tx, "default", sink_records=sink.records()).ok
         _rewrite_entries_and_anchors(engine)
         with engine.store.read() as tx:
-            result = anchoring.verify_tenant(tx, "default", sink_records=sink.records())
+            result = anchors.verify_tenant(tx, "default", sink_records=sink.records())
         assert not result.ok and "differs from the sink's copy" in str(result.problem)
-    with pytest.raises(anchoring.SinkUnreadable) as unreadable:  # fails closed, and names no URL
-        anchoring.HttpSink(closed_port_url(), timeout=2).records()
+    with pytest.raises(sinks.SinkUnreadable) as unreadable:  # fails closed, and names no URL
+        sinks.HttpSink(closed_port_url(), timeout=2).records()
     assert "127.0.0.1" not in unreadable.value.message and unreadable.value.field == "evidence.anchor_sink_url"
 
 
-def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, _ = anchored
     with engine.store.read() as tx:
-        proofs = [anchoring.inclusion_proof(tx, "default", seq) for seq in range(1, 7)]
-        assert anchoring.inclusion_proof(tx, "default", 7) is None
+        proofs = [anchors.inclusion_proof(tx, "default", seq) for seq in range(1, 7)]
+        assert anchors.inclusion_proof(tx, "default", 7) is None
     for p in proofs:
         assert p is not None
         assert merkle.verify(p["entry_hash"], p["proof"], p["root"])
@@ -209,7 +209,7 @@ def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[
 
 
 def test_the_oldest_unanchored_entry_is_the_first_no_anchor_covers(engine: Engine, tmp_path: Path) -> None:
-    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
     with engine.store.write() as tx:
         tx.audit_append(
             [AuditEvent("default", "a", "test.fact", "test", str(i), at, payload={}) for i, at in enumerate(TIMES, 1)]
@@ -217,22 +217,22 @@ def test_the_oldest_unanchored_entry_is_the_first_no_anchor_covers(engine: Engin
     with engine.store.read() as tx:
         assert tx.oldest_unanchored(None) == [("default", TIMES[0])]  # nothing anchored yet
     with engine.store.write() as tx:  # 11:05: only the 10:xx window has ended
-        anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=1, minutes=5), window=WINDOW, sink=sink)
+        anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=1, minutes=5), window=WINDOW, sink=sink)
         (entry,) = governance.audit_range(connection(tx), "default", 4, 4)
-        anchoring.anchor_direct(tx, entry, now=T0 + timedelta(hours=1, minutes=6), sink=sink)
+        anchors.anchor_direct(tx, entry, now=T0 + timedelta(hours=1, minutes=6), sink=sink)
     with engine.store.read() as tx:
         # 1-3 in the batch, 4 anchored directly: 5 is the oldest entry nothing covers.
         assert tx.oldest_unanchored("default") == [("default", TIMES[4])]
         assert tx.oldest_unanchored("other") == []
     with engine.store.write() as tx:
-        anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+        anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
     with engine.store.read() as tx:
         assert tx.oldest_unanchored(None) == []
 
 
 @pytest.mark.parametrize(("column", "value"), [("payload", "{not json"), ("payload", "[1, 2]"), ("payload", "")])
 def test_a_malformed_entry_is_named_not_a_crash(
-    anchored: tuple[Engine, anchoring.FileSink], column: str, value: str
+    anchored: tuple[Engine, sinks.FileSink], column: str, value: str
 ) -> None:
     engine, sink = anchored
     literal = f"'{value}'" if column == "payload" else value
@@ -242,13 +242,13 @@ def test_a_malformed_entry_is_named_not_a_crash(
     assert result.problem is not None and "audit entry 3 of default" in result.problem and column in result.problem
 
 
-def test_an_entry_anchored_directly_has_a_proof(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_an_entry_anchored_directly_has_a_proof(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     with engine.store.write() as tx:
         (entry,) = tx.audit_append([AuditEvent("default", "ops", "safe_mode.activated", "tenant", "default", T0)])
-        anchoring.anchor_direct(tx, entry, now=T0 + timedelta(hours=3), sink=sink)
+        anchors.anchor_direct(tx, entry, now=T0 + timedelta(hours=3), sink=sink)
     with engine.store.read() as tx:
-        found = anchoring.inclusion_proof(tx, "default", entry.seq)
+        found = anchors.inclusion_proof(tx, "default", entry.seq)
     assert found is not None and found["anchor"]["mode"] == "direct"
     assert merkle.verify(found["entry_hash"], found["proof"], found["root"])
 
@@ -272,14 +272,14 @@ def _forge_after(engine: Engine, seq: int, *, replace_it: bool) -> None:
     )
 
 
-def test_an_entry_appended_behind_the_heads_back_is_named(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_an_entry_appended_behind_the_heads_back_is_named(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     _forge_after(engine, 6, replace_it=False)
     result = check(engine, sink)
     assert not result.ok and result.first_bad_seq == 7 and "follow the head (6)" in str(result.problem)
 
 
-def test_the_last_entry_rewritten_is_named_not_a_missing_tail(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_the_last_entry_rewritten_is_named_not_a_missing_tail(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, sink = anchored
     _forge_after(engine, 5, replace_it=True)
     result = check(engine, sink)
@@ -290,19 +290,19 @@ def test_the_last_entry_rewritten_is_named_not_a_missing_tail(anchored: tuple[En
     )
 
 
-def test_a_chain_whose_head_row_was_deleted_is_still_verified(anchored: tuple[Engine, anchoring.FileSink]) -> None:
+def test_a_chain_whose_head_row_was_deleted_is_still_verified(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, _ = anchored
     with engine.store.write() as tx:  # a second tenant, no anchors, its head row then deleted
         tx.audit_append([AuditEvent("acme", "a", "test.fact", "test", "1", T0)])
     sql(engine, "DELETE FROM audit_heads WHERE tenant_id = 'acme'")
     with engine.store.read() as tx:
         assert governance.audit_tenants(connection(tx)) == ["acme", "default"]
-        result = anchoring.verify_tenant(tx, "acme")
+        result = anchors.verify_tenant(tx, "acme")
     assert not result.ok and result.first_bad_seq == 1 and "follow the head (0)" in str(result.problem)
 
 
 def test_an_entry_committed_after_its_window_was_anchored_is_recorded_after_it(
-    anchored: tuple[Engine, anchoring.FileSink],
+    anchored: tuple[Engine, sinks.FileSink],
 ) -> None:
     """Windows follow from the chain alone: a late entry (its event in an anchored window) is
     recorded at the window's end, so the next batch holds it and the anchored one stays whole."""
@@ -312,7 +312,7 @@ def test_an_entry_committed_after_its_window_was_anchored_is_recorded_after_it(
         (entry,) = tx.audit_append([late])
     assert entry.event.at == T0 + timedelta(hours=2)  # the end of the last anchored window
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=4), window=WINDOW, sink=sink)
+        made = anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=4), window=WINDOW, sink=sink)
     assert [(a.first_seq, a.last_seq, a.window_start) for a in made] == [(7, 7, T0 + timedelta(hours=2))]
     result = check(engine, sink)
     assert result.ok, result.problem
@@ -339,10 +339,10 @@ def test_entry_times_never_go_back_along_the_chain(engine: Engine) -> None:
     ],
 )
 def test_an_anchor_whose_times_do_not_fit_is_named_without_the_sink(
-    anchored: tuple[Engine, anchoring.FileSink], tamper: str, problem: str
+    anchored: tuple[Engine, sinks.FileSink], tamper: str, problem: str
 ) -> None:
     engine, _sink = anchored
     sql(engine, tamper)
     with engine.store.read() as tx:
-        result = anchoring.verify_tenant(tx, "default")
+        result = anchors.verify_tenant(tx, "default")
     assert not result.ok and problem in (result.problem or ""), result.problem

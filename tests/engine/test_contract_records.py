@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from helpers import define
-from jobgate import anchoring
 from jobgate.contracts import event_contract, validate, violations
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ExecutionWindow, TriggerType
+from jobgate.evidence import anchors, sinks
 from jobgate.service import schedules, triggers
 from jobgate.service.engine import Engine
+from jobgate.service.snapshots import resolve_snapshot
 from jobgate.service.submission import SubmitRequest
-from jobgate.snapshots import resolve_snapshot
 from jobgate.testing import connection
 
 TRIGGER = "comp.TG.INPUT.SCHEDULER-TRIGGER.v1_0"
@@ -130,15 +130,15 @@ def test_anchor_records_as_the_sink_receives_them_conform(engine: Engine, tmp_pa
 
     for _ in range(3):
         define(engine)  # each approval is an audit entry
-    from jobgate import evidence_keys
+    from jobgate.evidence import keys as evidence_keys
 
-    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
     later = engine.clock.now() + timedelta(hours=2)
     signer = evidence_keys.create(engine.config)  # signed, as every deployment's anchors are
     with engine.store.write() as tx:
-        batches = anchoring.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer)
+        batches = anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer)
         (first,) = governance.audit_range(connection(tx), "default", 1, 1)
-        anchoring.anchor_direct(tx, first, now=later, sink=sink)  # unsigned: still the contract's shape
+        anchors.anchor_direct(tx, first, now=later, sink=sink)  # unsigned: still the contract's shape
     records = sink.records()
     assert batches and [r["mode"] for r in records] == ["batch"] * len(batches) + ["direct"]
     for record in records:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from tests.helpers import define, make_config
 
-from jobgate import signing
 from jobgate.core.models import Scope
-from jobgate.evidence import build_bundle, run_scope, verify_bundle
+from jobgate.evidence.bundles import build_bundle, run_scope, verify_bundle
+from jobgate.governance import signing
 from jobgate.service import control
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -125,7 +125,7 @@ def _resign(bundle: bytes, change: dict[str, bytes]) -> bytes:
     import hashlib
     import json
 
-    from jobgate.evidence import pack
+    from jobgate.evidence.bundles import pack
 
     source = zipfile.ZipFile(io.BytesIO(bundle))
     files = {n: source.read(n) for n in source.namelist() if n not in ("manifest.json", "manifest.sig")}
@@ -143,7 +143,8 @@ def period(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str, lis
     """Three finished runs of one definition, their seals chained and anchored, all signed."""
     from datetime import timedelta
 
-    from jobgate import anchoring, evidence_keys
+    from jobgate.evidence import anchors, sinks
+    from jobgate.evidence import keys as evidence_keys
     from jobgate.service import audit
 
     key_file = tmp_path / "evidence.key"
@@ -160,9 +161,9 @@ def period(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str, lis
     now = engine.clock.now()
     audit.seal_pending(engine, now)
     with engine.store.write() as tx:
-        sink = anchoring.sink_for(engine.config)
+        sink = sinks.sink_for(engine.config)
         signer = evidence_keys.signer_for(engine.config)
-        assert anchoring.anchor_due(
+        assert anchors.anchor_due(
             tx, "default", now=now + timedelta(hours=2), window=timedelta(hours=1), sink=sink, signer=signer
         )
     yield engine, job, ids
@@ -172,7 +173,7 @@ def period(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str, lis
 def test_a_period_export_ties_every_run_to_a_signed_anchor(period: tuple[Engine, str, list[str]]) -> None:
     from datetime import timedelta
 
-    from jobgate.evidence_scope import ExportScope
+    from jobgate.evidence.scope import ExportScope
 
     engine, job, ids = period
     now = engine.clock.now()

@@ -32,10 +32,10 @@ from tests.engine.test_trust_gates import VENDOR, Environment, licence_document
 from tests.helpers import config_document, count, define, make_config
 from tests.runtime.runtime_support import marker_lines, running_worker, wait_status
 
-from jobgate import signing
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
 from jobgate.core.states import RunStatus
+from jobgate.governance import signing
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.service import approvals, control, requests, safemode, schedules, tokens, triggers
 from jobgate.service.engine import Engine

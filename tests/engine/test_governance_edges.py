@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import text
 from tests.helpers import count, define, make_config
 
-from jobgate import anchoring
 from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Scope, TriggerType
-from jobgate.evidence import pack, verify_bundle
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence.bundles import pack, verify_bundle
 from jobgate.service import approvals, control, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -92,13 +92,13 @@ def test_manual_review_cannot_be_claimed_with_a_request_id(guarded: Engine) -> N
 
 def test_deleted_tail_anchors_are_caught_by_the_sink(engine: Engine, tmp_path: Path) -> None:
     t0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
-    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
     with engine.store.write() as tx:
         tx.audit_append(
             [AuditEvent("default", "a", "x", "t", str(i), t0 + timedelta(minutes=25 * i)) for i in range(6)]
         )
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(tx, "default", now=t0 + timedelta(hours=5), window=timedelta(hours=1), sink=sink)
+        made = anchors.anchor_due(tx, "default", now=t0 + timedelta(hours=5), window=timedelta(hours=1), sink=sink)
     last = made[-1]
     with engine.store.write() as tx:  # the tail and its anchor are removed, the head made to fit
         (keep,) = governance.audit_range(connection(tx), "default", last.first_seq - 1, last.first_seq - 1)
@@ -108,8 +108,8 @@ def test_deleted_tail_anchors_are_caught_by_the_sink(engine: Engine, tmp_path: P
             text("UPDATE audit_heads SET seq = :s, entry_hash = :h"), {"s": keep.seq, "h": keep.entry_hash}
         )
     with engine.store.read() as tx:
-        assert anchoring.verify_tenant(tx, "default").ok  # the database alone agrees with itself...
-        result = anchoring.verify_tenant(tx, "default", sink_records=sink.records())
+        assert anchors.verify_tenant(tx, "default").ok  # the database alone agrees with itself...
+        result = anchors.verify_tenant(tx, "default", sink_records=sink.records())
     assert not result.ok and "in the sink but not in the database" in str(result.problem)  # ...the sink does not
 
 

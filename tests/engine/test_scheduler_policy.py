@@ -16,7 +16,7 @@ from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Priority, Scope, TriggerType
 from jobgate.core.policy import CEILINGS, Admission, evaluate
 from jobgate.core.records import AuditFilter
-from jobgate.policy import parse_policy
+from jobgate.governance.policy_file import parse_policy
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SYSTEM_TENANT, SubmitRequest

@@ -15,10 +15,12 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from tests.helpers import make_config
 
-from jobgate import anchoring, evidence_keys, signing
 from jobgate.cli.main import cli
 from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import digest
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence import keys as evidence_keys
+from jobgate.governance import signing
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
@@ -27,15 +29,15 @@ T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 WINDOW = timedelta(hours=1)
 
 
-def _world(engine: Engine, tmp_path: Path, *, signed: bool = True) -> anchoring.FileSink:
-    sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
+def _world(engine: Engine, tmp_path: Path, *, signed: bool = True) -> sinks.FileSink:
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
     with engine.store.write() as tx:
         tx.audit_append(
             [AuditEvent("default", "a", "test.fact", "test", str(i), T0 + timedelta(minutes=20 * i)) for i in range(6)]
         )
     signer = evidence_keys.signer_for(engine.config) if signed else None
     with engine.store.write() as tx:
-        made = anchoring.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink, signer=signer)
+        made = anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink, signer=signer)
     assert len(made) == 2
     return sink
 
@@ -49,10 +51,10 @@ def keyed(database_url: str, tmp_path: Path) -> Iterator[Engine]:
     store.dispose()
 
 
-def _verify(engine: Engine, sink: anchoring.FileSink | None = None, **kw: object) -> anchoring.Verification:
+def _verify(engine: Engine, sink: sinks.FileSink | None = None, **kw: object) -> anchors.Verification:
     keys = evidence_keys.trusted_keys(engine.config)
     with engine.store.read() as tx:
-        return anchoring.verify_tenant(
+        return anchors.verify_tenant(
             tx,
             "default",
             sink_records=None if sink is None else sink.records(),

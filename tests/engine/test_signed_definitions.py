@@ -13,12 +13,12 @@ import pytest
 from tests.cli.test_cli import jobgate
 from tests.helpers import count, define, make_config
 
-from jobgate import signing
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.records import AuditFilter
 from jobgate.definitions import parse_definition
 from jobgate.definitions.schema import content_digest
+from jobgate.governance import signing
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from tests.helpers import count, define, make_config
 
-from jobgate import signing, trust
 from jobgate.core.errors import GovernanceRefusal
 from jobgate.core.models import Scope
 from jobgate.core.records import AuditFilter
+from jobgate.governance import signing, trust
 from jobgate.service import audit, control
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest

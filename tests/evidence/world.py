@@ -17,10 +17,11 @@ from sqlalchemy.engine import make_url
 from support import coordinating, jobs, start, wait_workflow, workflow
 
 from helpers import PG_URL, config_document, define
-from jobgate import anchoring, evidence_keys
 from jobgate.config import build_config
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence import keys as evidence_keys
 from jobgate.service import approvals, audit, control, requests, safemode, schedules, tokens
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -104,12 +105,12 @@ def _populate(engine: Engine) -> dict[str, Any]:
         revoked = tx.approvals_list(TENANT, spare)[0]
     audit.seal_pending(engine, now)
     with engine.store.write() as tx:  # every window ended: all of it anchored, to the file sink
-        made = anchoring.anchor_due(
+        made = anchors.anchor_due(
             tx,
             TENANT,
             now=now + timedelta(hours=3),
             window=timedelta(hours=1),
-            sink=anchoring.FileSink(engine.config.anchor_sink_path),
+            sink=sinks.FileSink(engine.config.anchor_sink_path),
             signer=evidence_keys.signer_for(engine.config),
         )
     assert made

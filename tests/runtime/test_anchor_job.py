@@ -9,8 +9,8 @@ from pathlib import Path
 from runtime_support import running_worker, wait_status
 
 from helpers import define, make_config
-from jobgate import anchoring
 from jobgate.core.states import RunStatus
+from jobgate.evidence import anchors, sinks
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
@@ -26,11 +26,11 @@ def test_the_anchor_job_anchors_ended_windows_once(database_url: str, tmp_path: 
         with running_worker(engine):
             first = engine.submit(SubmitRequest(job, requested_by="ops", reason="hourly"), actor="ops").run
             wait_status(engine, first.job_run_id, RunStatus.COMPLETED)
-        sink = anchoring.FileSink(tmp_path / "sink" / "anchors.jsonl")
+        sink = sinks.FileSink(tmp_path / "sink" / "anchors.jsonl")
         records = sink.records()
         assert records and records[0]["first_seq"] == 1
         with engine.store.read() as tx:
-            result = anchoring.verify_tenant(tx, "default", sink_records=records)
+            result = anchors.verify_tenant(tx, "default", sink_records=records)
         assert result.ok and result.anchors == len(records), result
     finally:
         store.dispose()

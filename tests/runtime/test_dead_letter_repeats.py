@@ -19,7 +19,7 @@ from jobgate.config import JobgateConfig
 from jobgate.contracts import validate
 from jobgate.core.models import DeadLetter, DeadLetterReason, JobRun
 from jobgate.core.states import RunStatus
-from jobgate.replay import replay
+from jobgate.evidence.replay import replay
 from jobgate.runtime import rescuer
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.service import control, sla, sla_record

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from helpers import define
 from jobgate.core.states import RunStatus
-from jobgate.replay import replay
+from jobgate.evidence.replay import replay
 from jobgate.service import control
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -82,7 +82,7 @@ def test_an_altered_transition_or_snapshot_is_named(engine: Engine) -> None:
 
 
 def test_a_replay_job_samples_reproducibly_and_raises_a_critical_event_on_mismatch(engine: Engine) -> None:
-    from jobgate.replay import sample
+    from jobgate.evidence.replay import sample
     from jobgate.service import audit
     from jobgate.store.sql.governance import AuditFilter
 

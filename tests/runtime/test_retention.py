@@ -10,10 +10,10 @@ from runtime_support import running_worker, wait_status
 from sqlalchemy import text
 
 from helpers import count, define, make_config
-from jobgate import anchoring
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
-from jobgate.retention import retire
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence.retention import retire
 from jobgate.runtime.outbox import publish_once
 from jobgate.service import audit
 from jobgate.service.engine import Engine
@@ -51,8 +51,8 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         later = engine.clock.now() + timedelta(days=2)
         assert retire(engine, "default", now=later).deleted == 0  # nothing anchored yet: nothing goes
         with engine.store.write() as tx:
-            sink = anchoring.FileSink(tmp_path / "anchors.jsonl")
-            anchoring.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink)
+            sink = sinks.FileSink(tmp_path / "anchors.jsonl")
+            anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink)
         # An open dead letter keeps its run too; the dry run counts by the deletion's own rule.
         lettered = submit(engine, job)
         with engine.store.write() as tx:
@@ -83,7 +83,7 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         assert sorted(entry.event.payload["runs"]) == sorted(delivered)
         assert count(engine, "run_transitions", f"job_run_id = '{delivered[0]}'") == 0
         with engine.store.read() as tx:
-            assert anchoring.verify_tenant(tx, "default", sink_records=sink.records()).ok  # audit log untouched
+            assert anchors.verify_tenant(tx, "default", sink_records=sink.records()).ok  # audit log untouched
     finally:
         store.dispose()
 

@@ -27,7 +27,7 @@ from jobgate.core.models import DeadLetterReason, JobRun
 from jobgate.core.settle import settle_attempt
 from jobgate.core.sla import RUNS_CURSOR, DeadlineKind, Phase, record_id
 from jobgate.core.states import RunStatus
-from jobgate.replay import replay
+from jobgate.evidence.replay import replay
 from jobgate.runtime import rescuer
 from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.sla import LEADER_LOCK, SlaMonitor

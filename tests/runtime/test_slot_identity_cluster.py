@@ -23,7 +23,7 @@ from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind, chec
 from jobgate.service import safemode
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill
-from jobgate.snapshots import resolve_snapshot
+from jobgate.service.snapshots import resolve_snapshot
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
 

@@ -15,13 +15,13 @@ import click
 import yaml
 from rich.progress import Progress
 
-from jobgate import evidence_keys
 from jobgate.api.schemas import RunOut
 from jobgate.cli import render
 from jobgate.cli.context import AppContext
 from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import JobRun
+from jobgate.evidence import keys as evidence_keys
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.service import audit
 from jobgate.service.engine import Engine

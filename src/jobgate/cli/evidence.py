@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from jobgate import evidence_keys
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
+from jobgate.evidence import keys as evidence_keys
 
 
 @click.group("evidence")
@@ -40,8 +40,8 @@ def export(
     """Write the evidence of a run (RUN_ID), a workflow run, a definition or a period as one zip
     that ``jobgate evidence verify`` checks anywhere: the records' rows, their seals and proofs,
     the audit entries and their signed anchors."""
-    from jobgate.evidence import build_bundle, run_scope, write_bundle
-    from jobgate.evidence_scope import ExportScope
+    from jobgate.evidence.bundles import build_bundle, run_scope, write_bundle
+    from jobgate.evidence.scope import ExportScope
     from jobgate.service.schedules import parse_instant
 
     engine = app.engine()
@@ -85,8 +85,8 @@ def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Pa
     every file that fails. Without a key nobody vouches for the bundle, whatever signature it
     carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned.
     With --tsa-ca, each anchor's timestamp token is checked too (who stamped it, and when)."""
-    from jobgate.evidence import verify_bundle
-    from jobgate.timestamping import TimestampTrust, load_roots
+    from jobgate.evidence.bundles import verify_bundle
+    from jobgate.evidence.timestamping import TimestampTrust, load_roots
 
     public = {}
     for item in keys:

@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
-from jobgate import evidence_keys
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
+from jobgate.evidence import keys as evidence_keys
 from jobgate.service import approvals, audit
 
 
@@ -183,10 +183,10 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
     fails, or when the sink cannot be read (``--offline`` to verify the database alone).
     With ``--records``, every sealed record is recomputed from its rows as well, and the first
     record that differs from its seal is named with the part and column."""
-    from jobgate import anchoring
+    from jobgate.evidence import anchors, sinks
 
     engine = app.engine()
-    sink = anchoring.sink_for(engine.config)
+    sink = sinks.sink_for(engine.config)
     keys = evidence_keys.trusted_keys(engine.config)
     if not keys:
         render.err.print(
@@ -199,8 +199,8 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
     else:
         try:
             witnessed = sink.records()
-        except anchoring.SinkUnreadable as exc:  # fails closed
-            raise anchoring.SinkUnreadable(
+        except sinks.SinkUnreadable as exc:  # fails closed
+            raise sinks.SinkUnreadable(
                 f"{exc.message}: the anchors cannot be checked (--offline verifies the database alone)",
                 field=exc.field,
             ) from None
@@ -208,7 +208,7 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
         tenants = (
             [tenant] if tenant else sorted(set(tx.audit_tenants()) | {str(r["tenant_id"]) for r in witnessed or ()})
         )  # a chain wiped out entirely is still named by its anchors in the sink
-        results = [anchoring.verify_configured(tx, engine.config, t, sink_records=witnessed) for t in tenants]
+        results = [anchors.verify_configured(tx, engine.config, t, sink_records=witnessed) for t in tenants]
     render.records(
         app.json_output,
         "audit chains",
@@ -292,15 +292,15 @@ def audit_seal(app: AppContext, tenant: str | None) -> None:
 @pass_app
 def audit_anchor(app: AppContext, tenant: str) -> None:
     """Anchor the tenant's ended windows now (what the DAL_ANCHOR_JOB does on its schedule)."""
-    from jobgate import anchoring
+    from jobgate.evidence import anchors
 
     engine = app.engine()
     with engine.store.write() as tx:
-        made = anchoring.anchor_configured(tx, engine.config, tenant, engine.clock.now())
+        made = anchors.anchor_configured(tx, engine.config, tenant, engine.clock.now())
     render.records(
         app.json_output,
         "anchors",
-        [anchoring.record_of(a) for a in made],
+        [anchors.record_of(a) for a in made],
         columns=["anchor_seq", "first_seq", "last_seq", "leaf_count", "root"],
     )
 
@@ -311,10 +311,10 @@ def audit_anchor(app: AppContext, tenant: str) -> None:
 @pass_app
 def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
     """The inclusion proof of entry SEQ in its anchored root (JSON), for offline checking."""
-    from jobgate import anchoring
+    from jobgate.evidence import anchors
 
     with app.engine().store.read() as tx:
-        proof = anchoring.inclusion_proof(tx, tenant, seq)
+        proof = anchors.inclusion_proof(tx, tenant, seq)
     if proof is None:
         raise ValidationError(f"entry {seq} of {tenant} is not anchored yet (or does not exist)", field="seq")
     render.emit_json(proof)
@@ -327,7 +327,7 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
 def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
     """Rebuild RUN_ID's record (or a TGWF- workflow run's state sequence) from its recorded
     inputs with the same decision code and compare hashes; exit 1 naming the first difference."""
-    from jobgate.replay import replay
+    from jobgate.evidence.replay import replay
     from jobgate.workflows.replay import replay_workflow
 
     if run_id.startswith("TGWF-"):  # a workflow run: its state sequence (seed §14)
@@ -375,7 +375,7 @@ def retention_group() -> None:
 @pass_app
 def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:
     """What the MAINTENANCE_JOB (jobgate.retention:retention_job) does on its schedule."""
-    from jobgate.retention import retire
+    from jobgate.evidence.retention import retire
 
     done = retire(app.engine(), tenant, dry_run=dry_run)
     if done.cutoff is None:

@@ -15,13 +15,13 @@ from pathlib import Path
 import click
 import yaml
 
-from jobgate import signing
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.definitions import definition_files
 from jobgate.definitions.documents import parse_json, parse_yaml, read_text
 from jobgate.definitions.schema import content_digest
+from jobgate.governance import signing
 
 _SIGNATURE_BLOCK = re.compile(r"^signature:.*(?:\n[ \t]+.*)*\n?", re.MULTILINE)
 
@@ -39,7 +39,7 @@ def evidence(app: AppContext, create: bool) -> None:
     whoever verifies; ``GET /api/v1/audit/keys`` serves the same), with the rotated keys still
     trusted. ``--create`` makes it (owner-only file, ``evidence.signing_key`` or
     ``<data_dir>/keys/evidence.key``) when there is none."""
-    from jobgate import evidence_keys
+    from jobgate.evidence import keys as evidence_keys
 
     config = app.config()
     if create and evidence_keys.signer_for(config) is None:
@@ -122,7 +122,7 @@ def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
 def sign_licence(path: Path, key_id: str, key_file: Path) -> None:
     """Sign a licence file (JSON: licence_id, holder, permissions, expires_at,
     max_concurrent_runs) for ``trust_gates.licence``."""
-    from jobgate.trust import licence_digest
+    from jobgate.governance.trust import licence_digest
 
     document = parse_json(read_text(path), source=str(path))
     if not isinstance(document, dict) or "licence_id" not in document:

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import click
 from rich.progress import Progress
 
-from jobgate import evidence_keys
 from jobgate.cli import render
 from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
@@ -24,6 +23,7 @@ from jobgate.core.errors import JobgateError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
 from jobgate.definitions import load_definitions
+from jobgate.evidence import keys as evidence_keys
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.service import approvals, control
 

@@ -3,7 +3,7 @@
 A policy is a versioned set of rules (trigger types per job class, priority ceilings, a reason
 for manual runs, blackout windows, per-tenant quotas); ``evaluate`` judges one admission
 against it and names the refusing rule. Parsing the file and noticing its changes are the
-shell's (``jobgate.policy``).
+shell's (``jobgate.governance.policy_file``).
 """
 
 from __future__ import annotations

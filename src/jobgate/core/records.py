@@ -90,7 +90,7 @@ class Anchor:
     chain: str
     created_at: datetime
     sink: str
-    # Ed25519 over ``anchoring.anchor_message`` with the deployment's evidence key (schema
+    # Ed25519 over ``evidence.anchors.anchor_message`` with the deployment's evidence key (schema
     # 0019); None: made without a key (before it existed, or none is configured).
     key_id: str | None = None
     signature: str | None = None

@@ -6,7 +6,7 @@ approval, a token, a schedule, a request, a safe-mode period, a workflow run. Ea
 changes such a record commits, in its own transaction, a seal row holding the record's hash;
 the leader then chains every seal not yet chained into the tenant's audit log as one Merkle
 root (``records.sealed``), so a seal cannot be rewritten once it is in a batch without
-breaking the chain, and the anchors (``anchoring``) carry the chain outside the database.
+breaking the chain, and the anchors (``evidence.anchors``) carry the chain outside the database.
 
 Verification (``store.sql.seals.verify_records``) recomputes every record's hash from the
 stored rows and compares it with the record's latest seal: a changed column, a deleted or

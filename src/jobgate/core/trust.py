@@ -2,7 +2,7 @@
 if an offline licence and an online environment check both cover them.
 
 Pure: the licence as read, the environment's answer and the time come in as values; reading
-the file and calling the endpoint are the shell's (``jobgate.trust``).
+the file and calling the endpoint are the shell's (``jobgate.governance.trust``).
 """
 
 from __future__ import annotations

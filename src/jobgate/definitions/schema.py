@@ -241,7 +241,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     content: dict[str, Any] = json.loads(canonical_json({k: v for k, v in document.items() if k != "status"}))
     content_digest_ = content_digest(content)
     if config.signing.require_signed_definitions:
-        from jobgate.signing import verify
+        from jobgate.governance.signing import verify
 
         try:
             verify(content_digest_, content.get("signature"), config.signing.roots(), what=f"definition {job_id}")

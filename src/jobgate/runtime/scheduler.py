@@ -41,8 +41,8 @@ from jobgate.service import control
 from jobgate.service.cluster import SCHEDULER_LEADER
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import fire_request
+from jobgate.service.snapshots import resolve_snapshot, watched_digest
 from jobgate.service.submission import PreparedSubmission
-from jobgate.snapshots import resolve_snapshot, watched_digest
 from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import StoreTx
 

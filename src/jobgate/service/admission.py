@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
-from jobgate import trust
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
@@ -21,7 +20,8 @@ from jobgate.core.governance import Facts, Moment, TrustFact, admit
 from jobgate.core.models import JobDefinition, JobRun, Scope, TriggerType
 from jobgate.core.policy import Policy
 from jobgate.core.records import AuditFilter, SafeModePeriod
-from jobgate.policy import PolicyFile
+from jobgate.governance import trust
+from jobgate.governance.policy_file import PolicyFile
 from jobgate.service import gates
 from jobgate.service.definitions import Definitions
 from jobgate.service.submission import (

@@ -42,6 +42,7 @@ from jobgate.core.runs import new_run, trigger_document
 from jobgate.service import gates, policies
 from jobgate.service.admission import Admission
 from jobgate.service.definitions import Definitions
+from jobgate.service.snapshots import resolve_snapshot
 from jobgate.service.submission import (
     SYSTEM_ACTOR,
     Approved,
@@ -50,7 +51,6 @@ from jobgate.service.submission import (
     SubmitResult,
     approval_fact,
 )
-from jobgate.snapshots import resolve_snapshot
 from jobgate.store.base import RunCreate
 from jobgate.store.sqlstore import Store, StoreTx
 

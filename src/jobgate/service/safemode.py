@@ -15,13 +15,13 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobgate import anchoring
 from jobgate.core import events
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ConflictError, JobgateError, ValidationError
 from jobgate.core.models import Scope, TriggerType
 from jobgate.core.records import SafeModePeriod
-from jobgate.evidence_keys import signer_for
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence.keys import signer_for
 from jobgate.governance.code import host_job
 from jobgate.service import audit
 from jobgate.service.engine import Engine
@@ -127,8 +127,8 @@ def _switch(
             ),
         )
         # A critical artifact: anchored directly, not at the end of its window (seed §48).
-        anchoring.anchor_direct(
-            tx, recorded[0], now=now, sink=anchoring.sink_for(engine.config), signer=signer_for(engine.config)
+        anchors.anchor_direct(
+            tx, recorded[0], now=now, sink=sinks.sink_for(engine.config), signer=signer_for(engine.config)
         )
     log.warning(
         "safe mode %s for tenant %s by %s: %s",

@@ -39,8 +39,8 @@ from jobgate.scheduling.plan import MissReason, regrid, slots, trigger_id
 from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import existing_results
+from jobgate.service.snapshots import resolve_snapshot, watched_digest
 from jobgate.service.submission import SubmitRequest
-from jobgate.snapshots import resolve_snapshot, watched_digest
 
 log = logging.getLogger("jobgate.schedules")
 

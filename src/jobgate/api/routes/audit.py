@@ -8,11 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
-from jobgate import anchoring, evidence_keys
 from jobgate.api import pagination
 from jobgate.api.access import AUDIT, WholeTenant, allow, principal
 from jobgate.api.schemas import AuditEntryOut, Page
 from jobgate.api.server_state import ServerState, server_state
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence import keys as evidence_keys
 from jobgate.service import audit
 from jobgate.service.tokens import Principal
 
@@ -71,10 +72,10 @@ class VerificationOut(BaseModel):
 def verify_audit(caller: WholeTenant, state: State) -> VerificationOut:
     """Recompute the tenant's chain, head and anchors, against the sink's copies (a file, or an
     HTTP sink read back); a sink that cannot be read fails the verification (it says so)."""
-    sink = anchoring.sink_for(state.engine.config)
+    sink = sinks.sink_for(state.engine.config)
     try:
         witnessed = sink.records()
-    except anchoring.SinkUnreadable as exc:
+    except sinks.SinkUnreadable as exc:
         with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
             head, _ = tx.audit_head(caller.tenant_id)
         return VerificationOut(
@@ -82,7 +83,7 @@ def verify_audit(caller: WholeTenant, state: State) -> VerificationOut:
         )
     keys = evidence_keys.trusted_keys(state.engine.config)
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-        result = anchoring.verify_configured(tx, state.engine.config, caller.tenant_id, sink_records=witnessed)
+        result = anchors.verify_configured(tx, state.engine.config, caller.tenant_id, sink_records=witnessed)
     return VerificationOut(**result.__dict__, signatures_checked=bool(keys))
 
 
@@ -97,7 +98,7 @@ class EvidenceKeyOut(BaseModel):
 @allow(AUDIT)
 def evidence_keys_published(caller: WholeTenant, state: State) -> list[EvidenceKeyOut]:
     """The public evidence keys anchors and evidence bundles are signed with: check an anchor's
-    ``signature`` (Ed25519 over ``anchoring.anchor_message``) or a bundle's ``manifest.sig``."""
+    ``signature`` (Ed25519 over ``evidence.anchors.anchor_message``) or a bundle's ``manifest.sig``."""
     del caller
     return [EvidenceKeyOut(**k) for k in evidence_keys.published(state.engine.config)]
 

@@ -95,7 +95,7 @@ def _in_order(conn: Connection, tenant_id: str, head_seq: int, items: list[Audit
     of the last anchored window: an event whose transaction commits late (its window already
     ended, or anchored) is recorded at the chain's time, not back-dated. So which window holds
     an entry follows from the chain alone, and an anchor once made never misses an entry that
-    belongs in it (``anchoring``; the event's own time stays in ``at`` unless it was earlier)."""
+    belongs in it (``evidence.anchors``; the event's own time stays in ``at`` unless it was earlier)."""
     bounds = [conn.execute(select(func.max(N.window_end)).where(N.tenant_id == tenant_id, N.mode == "batch")).scalar()]
     if head_seq:
         bounds.append(conn.execute(select(A.at).where(A.tenant_id == tenant_id, A.seq == head_seq)).scalar())

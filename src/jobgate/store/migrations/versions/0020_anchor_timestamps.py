@@ -5,7 +5,7 @@ Revises: 0019
 
 ``anchors.timestamp_token`` holds, base64, the DER TimeStampResp the configured timestamping
 authority (``evidence.timestamp_authority``) returned for the anchor's message
-(``anchoring.anchor_message``). NULL for anchors made before a TSA was configured, which
+(``evidence.anchors.anchor_message``). NULL for anchors made before a TSA was configured, which
 ``evidence.timestamp_authority.unstamped_anchors_before`` accepts by number, and for direct
 anchors, which the next batch anchor's stamp covers through its chain (``timestamping``).
 """

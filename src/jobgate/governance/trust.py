@@ -43,7 +43,7 @@ def licence_digest(document: Mapping[str, Any]) -> str:
 
 def parse_licence(document: Any, roots: Mapping[str, Any]) -> Licence:
     """A verified licence from its document, or ``ValidationError`` naming the field."""
-    from jobgate.signing import verify
+    from jobgate.governance.signing import verify
 
     if not isinstance(document, dict):
         raise ValidationError("a licence is a JSON object", field="licence")

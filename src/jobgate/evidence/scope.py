@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobgate import anchoring, evidence_keys, signing
 from jobgate.api.views import run_detail_view
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
@@ -29,10 +28,13 @@ from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.records import AuditFilter
 from jobgate.definitions.schema import content_digest
+from jobgate.evidence import anchors
+from jobgate.evidence import keys as evidence_keys
+from jobgate.evidence.timestamping import TimestampTrust
+from jobgate.governance import signing
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import StoreTx
-from jobgate.timestamping import TimestampTrust
 
 MAX_RUNS = 10_000  # a larger scope is refused: narrow the period
 
@@ -167,7 +169,7 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         for seq in batch_seqs:
             for e in tx.anchors.entries(tenant, seq, seq):
                 entries[e.seq] = e
-        proofs = [p for seq in sorted(entries) if (p := anchoring.inclusion_proof(tx, tenant, seq)) is not None]
+        proofs = [p for seq in sorted(entries) if (p := anchors.inclusion_proof(tx, tenant, seq)) is not None]
     files: dict[str, bytes] = {}
     for r in runs:  # the rows the seal covers, and the run as the API shows it (its contract's shape)
         rid = str(r["row"]["job_run_id"])
@@ -311,7 +313,7 @@ def _check_proofs(
         anchor = p["anchor"]
         if entry is None or entry["entry_hash"] != p["entry_hash"]:
             out.problems.append(f"proofs.json: the proof of entry {seq} is not for the entry in audit.json")
-        elif p["root"] != anchor["root"] or anchor["chain"] != anchoring.chain_hash(anchor["prev_chain"], p["root"]):
+        elif p["root"] != anchor["root"] or anchor["chain"] != anchors.chain_hash(anchor["prev_chain"], p["root"]):
             out.problems.append(f"proofs.json: entry {seq}'s root is not its anchor's")
         elif not merkle.verify(p["entry_hash"], p["proof"], p["root"]):
             out.problems.append(f"proofs.json: the proof of entry {seq} does not reach its root")
@@ -330,13 +332,13 @@ def _check_proofs(
 def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: ContentCheck) -> None:
     """Each batch anchor the proofs name, once: its token must verify against ``trust``'s roots
     (a direct anchor is dated by the next batch anchor's token, ``timestamping``)."""
-    anchors = {p["anchor"]["anchor_seq"]: p["anchor"] for p in proofs if p["anchor"].get("mode") == "batch"}
-    for seq, anchor in sorted(anchors.items()):
+    batches = {p["anchor"]["anchor_seq"]: p["anchor"] for p in proofs if p["anchor"].get("mode") == "batch"}
+    for seq, anchor in sorted(batches.items()):
         token = anchor.get("timestamp_token")
         if not token:
             out.problems.append(f"proofs.json: anchor {seq} is not timestamped")
             continue
-        message = digest({k: v for k, v in anchor.items() if k not in anchoring.UNSIGNED_FIELDS})
+        message = digest({k: v for k, v in anchor.items() if k not in anchors.UNSIGNED_FIELDS})
         problem = trust.problem(
             token,
             message,
@@ -352,7 +354,7 @@ def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: 
 def _anchor_signature(anchor: Mapping[str, Any], trusted: Mapping[str, Any]) -> str | None:
     if not anchor.get("signature"):
         return "is not signed"
-    message = digest({k: v for k, v in anchor.items() if k not in anchoring.UNSIGNED_FIELDS})
+    message = digest({k: v for k, v in anchor.items() if k not in anchors.UNSIGNED_FIELDS})
     try:
         signing.verify(message, {"key_id": anchor["key_id"], "value": anchor["signature"]}, trusted, what="the anchor")
     except ValidationError as exc:

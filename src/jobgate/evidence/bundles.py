@@ -2,13 +2,13 @@
 definition or a period, in one zip, checkable offline with nothing but the bundle and a public
 key.
 
-What the files hold is ``evidence_scope``'s: the rows each sealed record is made of, the seals
+What the files hold is ``evidence.scope``'s: the rows each sealed record is made of, the seals
 with their proofs in their batches, the audit entries and their proofs in signed anchors, the
 published keys. ``manifest.json`` lists the SHA-256 of every other file and is signed
 (``manifest.sig``, Ed25519 over the manifest's digest) with the deployment's evidence key.
 
 ``verify_bundle`` re-derives everything without the database: each file against the manifest,
-the manifest against its signature, and then ``evidence_scope.check_contents``: every seal from
+the manifest against its signature, and then ``scope.check_contents``: every seal from
 its rows, every seal into its batch root, every entry's hash, every proof into its anchor, and
 every anchor's signature.
 """
@@ -23,18 +23,19 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobgate import evidence_keys, signing
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.evidence_scope import ExportScope, bundle_files, check_contents, json_file
+from jobgate.evidence import keys as evidence_keys
+from jobgate.evidence.scope import ExportScope, bundle_files, check_contents, json_file
+from jobgate.evidence.timestamping import TimestampTrust
+from jobgate.governance import signing
 from jobgate.service.engine import Engine
-from jobgate.timestamping import TimestampTrust
 
 FORMAT = "jobgate-evidence/2"
 MAX_BUNDLE_BYTES = 256 << 20
 
 
 def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
-    """The zip's bytes for ``scope`` (``evidence_scope``), its manifest signed with the
+    """The zip's bytes for ``scope`` (``evidence.scope``), its manifest signed with the
     deployment's evidence key when it has one."""
     files = bundle_files(engine, scope)
     manifest = {

@@ -1,6 +1,6 @@
 """RFC 3161 timestamps on anchors: a third party's signed word that an anchor existed by then.
 
-The evidence key's signature (``evidence_keys``) says *who* made an anchor; it cannot say
+The evidence key's signature (``evidence.keys``) says *who* made an anchor; it cannot say
 *when*: whoever holds the key can sign a rewritten history with yesterday's dates. A
 timestamping authority (TSA) can: it signs the anchor's digest with its own clock, under a
 certificate chained to a root the auditor trusts, and a token cannot be made later for an
@@ -8,7 +8,7 @@ earlier time. jobgate asks the configured TSA (``evidence.timestamp_authority``)
 on every batch anchor it makes and keeps the token with the anchor (its row, the sink's copy,
 evidence bundles); ``audit verify`` and ``evidence verify --tsa-ca`` check each token offline
 against the configured roots: the token's signature and certificate chain, that it is for this
-anchor's content (``anchoring.anchor_message``), and that its time agrees with the anchor's.
+anchor's content (``anchors.anchor_message``), and that its time agrees with the anchor's.
 
 A direct anchor (one critical entry, at once) is not stamped on its own: asking a remote
 service in the transaction that switches safe mode on would let an unreachable TSA block it.

@@ -18,8 +18,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from jobgate import signing
 from jobgate.core.errors import ValidationError
+from jobgate.governance import signing
 
 
 @dataclass(frozen=True)

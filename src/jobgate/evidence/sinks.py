@@ -1,0 +1,97 @@
+"""Where anchors go outside the database: an append-only local file (the default) or an HTTP
+endpoint named in configuration. Verification reads the sink back and compares it with the
+anchors the database holds, so a sink that cannot be read fails verification closed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from jobgate.core.errors import JobgateError
+
+
+class AnchorSink(Protocol):
+    name: str
+
+    def submit(self, record: dict[str, Any]) -> None: ...
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every anchor record the sink holds: what verification checks the database against.
+        Raises ``SinkUnreadable`` when it cannot be read (verification fails closed)."""
+        ...
+
+
+class SinkUnreadable(JobgateError):
+    """The anchor sink could not be read: verification cannot vouch for the anchors."""
+
+    code = "sink_unreadable"
+
+
+class FileSink:
+    """One JSON line per anchor, appended and fsynced. Idempotent: an anchor already in the file
+    (a retried attempt) is not written twice."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = f"file:{path}"
+
+    def submit(self, record: dict[str, Any]) -> None:
+        key = (record["tenant_id"], record["anchor_seq"])
+        if any((r["tenant_id"], r["anchor_seq"]) == key and r["chain"] == record["chain"] for r in self.records()):
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+class HttpSink:
+    """POSTs each anchor as JSON to an endpoint named in configuration (never in a request)."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.name = f"http:{url}"
+
+    def submit(self, record: dict[str, Any]) -> None:
+        import httpx
+
+        httpx.post(self.url, json=record, timeout=self.timeout).raise_for_status()
+
+    def records(self) -> list[dict[str, Any]]:
+        """``GET`` on the same URL: the records it accepted, as a JSON list (or ``{"records":
+        [...]}``). The URL is configuration (it may carry a credential): never in a message."""
+        import httpx
+
+        try:
+            answer = httpx.get(self.url, timeout=self.timeout, headers={"Accept": "application/json"})
+            answer.raise_for_status()
+            data = answer.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise SinkUnreadable(
+                f"the HTTP anchor sink could not be read ({type(exc).__name__})", field="evidence.anchor_sink_url"
+            ) from None
+        found = data.get("records") if isinstance(data, dict) else data
+        if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+            raise SinkUnreadable(
+                "the HTTP anchor sink did not answer a list of anchor records", field="evidence.anchor_sink_url"
+            )
+        return found
+
+
+def sink_for(config: Any) -> AnchorSink:
+    """The configured sink: ``evidence.anchor_sink_url`` if set, else the append-only file."""
+    if config.evidence.anchor_sink_url:
+        return HttpSink(config.evidence.anchor_sink_url)
+    return FileSink(config.anchor_sink_path)
