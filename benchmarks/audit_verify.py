@@ -142,7 +142,7 @@ TENANT = "bench"
 
 def sealed_runs(a: argparse.Namespace) -> None:
     from jobgate.core import seals
-    from jobgate.store.sql import fast
+    from jobgate.store.sql import driver
     from jobgate.store.sql import seals as record_seals
     from jobgate.store.tables import job_runs, run_transitions
     from jobgate.store.tables import record_seals as seal_table
@@ -168,10 +168,11 @@ def sealed_runs(a: argparse.Namespace) -> None:
             )  # fmt: skip
         with store.write() as tx:
             cols = tuple(runs[0])
-            fast.insert_rows(connection(tx), job_runs, cols, [tuple(r[c] for c in cols) for r in runs])
+            driver.insert_rows(connection(tx), job_runs, cols, [tuple(r[c] for c in cols) for r in runs])
             tcols = tuple(transitions[0])
-            fast.insert_rows(connection(tx), run_transitions, tcols, [tuple(r[c] for c in tcols) for r in transitions])
-            fast.insert_rows(connection(tx), seal_table, record_seals.SEAL_COLUMNS, seal_rows)
+            trows = [tuple(r[c] for c in tcols) for r in transitions]
+            driver.insert_rows(connection(tx), run_transitions, tcols, trows)
+            driver.insert_rows(connection(tx), seal_table, record_seals.SEAL_COLUMNS, seal_rows)
         if done and done % 200_000 == 0:
             print(f"  ... {done:,} runs written", flush=True)
     with store.write() as tx:

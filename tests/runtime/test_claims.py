@@ -111,7 +111,8 @@ def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistic
     primary-key probe per row."""
     if engine.store.dialect != "postgresql":
         pytest.skip("a PostgreSQL planner question")
-    from jobgate.store.sql import claims, fast
+    from jobgate.store.sql import changes as run_changes
+    from jobgate.store.sql import driver
 
     job = define(engine)
     submit(engine, job, 3000)
@@ -121,10 +122,10 @@ def test_a_settlement_batch_finds_its_runs_by_primary_key_whatever_the_statistic
     with engine.store.write() as tx:
         runs = tx.runs_claim(RunsClaim("w", ("default",), 3000, now, now + timedelta(hours=1), start_now=3000)).runs()
     changes = [succeeded(engine, run, now) for run in runs[:64]]
-    [(key, _items, rows)] = claims.prepare_changes(changes).groups
+    [(key, _items, rows)] = run_changes.prepare_changes(changes).groups
     with engine.store.write() as tx:
-        _, plan = fast.run_arrays(
-            connection(tx), "EXPLAIN " + claims._cas_postgres_sql(connection(tx).dialect, key), rows
+        _, plan = driver.run_arrays(
+            connection(tx), "EXPLAIN " + run_changes._cas_postgres_sql(connection(tx).dialect, key), rows
         )
     text_plan = "\n".join(line for (line,) in plan)
     assert "pk_job_runs" in text_plan, text_plan
@@ -138,7 +139,7 @@ def test_a_claim_finds_its_runs_by_primary_key_and_records_both_steps_in_order(e
     tempting wrong choice), and writes each run's transitions, claimed before started."""
     if engine.store.dialect != "postgresql":
         pytest.skip("a PostgreSQL statement")
-    from jobgate.store.sql import claims, fast
+    from jobgate.store.sql import claims, driver
 
     job = define(engine)
     ids = submit(engine, job, 3000)
@@ -148,7 +149,7 @@ def test_a_claim_finds_its_runs_by_primary_key_and_records_both_steps_in_order(e
     params = {"owner": "w", "exp": 0, "now": 0, "ids": ids[:64], "previous": ["SCHEDULED"] * 64}
     with engine.store.write() as tx:
         sql = claims._PG_START if start else claims._PG_DISPATCH
-        plan = fast.returning_sql(connection(tx), "EXPLAIN " + sql, params)
+        plan = driver.returning_sql(connection(tx), "EXPLAIN " + sql, params)
     text_plan = "\n".join(row["QUERY PLAN"] for row in plan)
     assert "pk_job_runs" in text_plan and "ix_job_runs_claim" not in text_plan, text_plan
 

@@ -1,4 +1,4 @@
-"""Bulk rows through ``fast``: what goes in comes back unchanged, and what a column cannot
+"""Bulk rows through ``driver``: what goes in comes back unchanged, and what a column cannot
 hold is refused, on both backends (PostgreSQL takes the rows as binary arrays)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from jobgate.service.engine import Engine
 from jobgate.store.codec import TRANSITION_COLUMNS
-from jobgate.store.sql import fast
+from jobgate.store.sql import driver
 from jobgate.store.tables import run_transitions
 from jobgate.testing import connection
 
@@ -36,7 +36,7 @@ def test_rows_come_back_exactly_as_they_went_in(engine: Engine, values: list[tup
     rows = [_row(i, reason[:64], detail) for i, (reason, detail) in enumerate(values)]
     with engine.store.write() as tx:
         connection(tx).execute(text("DELETE FROM run_transitions"))
-        fast.insert_rows(connection(tx), run_transitions, TRANSITION_COLUMNS, rows)
+        driver.insert_rows(connection(tx), run_transitions, TRANSITION_COLUMNS, rows)
     assert _stored(engine) == rows
 
 
@@ -45,7 +45,7 @@ def test_a_value_longer_than_its_column_is_refused_not_cut_short(engine: Engine)
         pytest.skip("SQLite does not enforce declared lengths")
     too_long = "r" * 65  # reason is VARCHAR(64)
     with pytest.raises(psycopg.errors.StringDataRightTruncation), engine.store.write() as tx:
-        fast.insert_rows(
+        driver.insert_rows(
             connection(tx), run_transitions, TRANSITION_COLUMNS, [_row(1, "ok", None), _row(2, too_long, None)]
         )
     assert _stored(engine) == []  # nothing of the refused statement was stored

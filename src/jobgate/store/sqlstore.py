@@ -73,29 +73,34 @@ from jobgate.store.base import (
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
 from jobgate.store.sql import chains as run_chains
+from jobgate.store.sql import changes as run_changes
 from jobgate.store.sql import (
     claims,
     definitions,
-    fast,
+    driver,
     governance,
+    locks,
     outages,
     outbox,
+    retention,
     runs,
     safemode,
     schedules,
     tokens,
+    workers,
     workflows,
 )
+from jobgate.store.sql import leases as run_leases
 from jobgate.store.sql import seals as record_seals
 
 
-def prepare_chained(known: run_chains.Chains | None, changes: Sequence[RunChange]) -> claims.PreparedChanges:
-    """``claims.prepare_changes`` with the history chains ``known`` extended: the chained
+def prepare_chained(known: run_chains.Chains | None, changes: Sequence[RunChange]) -> run_changes.PreparedChanges:
+    """``run_changes.prepare_changes`` with the history chains ``known`` extended: the chained
     changes carry their new chain, and the runs they end come with their seal rows."""
     if known is None:
-        return claims.prepare_changes(changes)
+        return run_changes.prepare_changes(changes)
     extended = run_chains.extend(known.get, changes, record_seals.run_seal_row)
-    prepared = claims.prepare_changes(changes, values=extended.values, transitions=extended.transitions)
+    prepared = run_changes.prepare_changes(changes, values=extended.values, transitions=extended.transitions)
     prepared.seals.update(extended.seals)
     prepared.chains.update(extended.after)
     return prepared
@@ -129,19 +134,19 @@ class StoreTx:
         if not name.isidentifier():
             raise ValueError(f"not a savepoint name: {name!r}")
         updates, claimed = dict(self.chains_learned.updates), len(self.chains_learned.claimed)
-        fast.execute(self._conn, f"SAVEPOINT {name}")
+        driver.execute(self._conn, f"SAVEPOINT {name}")
         try:
             yield
         except BaseException:
             try:
-                fast.execute(self._conn, f"ROLLBACK TO SAVEPOINT {name}")
-                fast.execute(self._conn, f"RELEASE SAVEPOINT {name}")
+                driver.execute(self._conn, f"ROLLBACK TO SAVEPOINT {name}")
+                driver.execute(self._conn, f"RELEASE SAVEPOINT {name}")
             except Exception:  # the connection itself failed: the transaction is lost anyway
                 pass
             self.chains_learned.updates = updates
             del self.chains_learned.claimed[claimed:]
             raise
-        fast.execute(self._conn, f"RELEASE SAVEPOINT {name}")
+        driver.execute(self._conn, f"RELEASE SAVEPOINT {name}")
 
     # Domains beyond runs, each bound to this transaction (``store.rows``).
     @functools.cached_property
@@ -517,7 +522,7 @@ class StoreTx:
     def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
         made = runs.runs_create(self._conn, creates)
         if self._notify and any(created for _, created in made):
-            fast.execute(self._conn, NOTIFY_SQL)
+            driver.execute(self._conn, NOTIFY_SQL)
         return made
 
     def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
@@ -566,43 +571,43 @@ class StoreTx:
         return claims.admission_facts(self._conn, candidates)
 
     def runs_held(self, limit: int) -> list[JobRun]:
-        return claims.runs_held(self._conn, limit)
+        return run_leases.runs_held(self._conn, limit)
 
-    def runs_apply(self, changes: Sequence[RunChange] | claims.PreparedChanges) -> list[RunChange]:
-        if not isinstance(changes, claims.PreparedChanges):
+    def runs_apply(self, changes: Sequence[RunChange] | run_changes.PreparedChanges) -> list[RunChange]:
+        if not isinstance(changes, run_changes.PreparedChanges):
             changes = prepare_chained(self._chains, changes)
-        done = claims.runs_apply(self._conn, changes)
+        done = run_changes.runs_apply(self._conn, changes)
         if changes.chains:
             applied = {ch.job_run_id for ch in done}
             for rid, chain in changes.chains.items():
                 self.chains_learned.updates[rid] = chain if rid in applied else None
         if self._notify and any(ch.to_status is RunStatus.SCHEDULED for ch in done):
-            fast.execute(self._conn, NOTIFY_SQL)  # released to the queue: claimable again now
+            driver.execute(self._conn, NOTIFY_SQL)  # released to the queue: claimable again now
         return done
 
     def leases_renew(self, p: LeaseRenew) -> set[str]:
-        return claims.leases_renew(self._conn, p)
+        return run_leases.leases_renew(self._conn, p)
 
     def runs_claimable_exists(self, queues: Sequence[str], now: datetime, exclude_digests: Sequence[str] = ()) -> bool:
-        return claims.runs_claimable_exists(self._conn, queues, now, exclude_digests)
+        return run_leases.runs_claimable_exists(self._conn, queues, now, exclude_digests)
 
     def runs_waiting_on(self, digests: Sequence[str], due_before: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_waiting_on(self._conn, digests, due_before, limit)
+        return run_leases.runs_waiting_on(self._conn, digests, due_before, limit)
 
     def runs_lease_expired(self, now: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_lease_expired(self._conn, now, limit)
+        return run_leases.runs_lease_expired(self._conn, now, limit)
 
     def runs_over_age(self, created_before: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_over_age(self._conn, created_before, limit)
+        return run_leases.runs_over_age(self._conn, created_before, limit)
 
     def runs_queue_expired(self, now: datetime, limit: int) -> list[JobRun]:
-        return claims.runs_queue_expired(self._conn, now, limit)
+        return run_leases.runs_queue_expired(self._conn, now, limit)
 
     def runs_stop_requested(self, job_run_ids: Sequence[str]) -> set[str]:
-        return claims.runs_stop_requested(self._conn, job_run_ids)
+        return run_leases.runs_stop_requested(self._conn, job_run_ids)
 
     def runs_stop_check(self, leases: Sequence[tuple[str, int]]) -> tuple[set[str], set[str]]:
-        return claims.runs_stop_check(self._conn, leases)
+        return run_leases.runs_stop_check(self._conn, leases)
 
     def run_request_stop(self, job_run_id: str) -> bool:
         from sqlalchemy import update
@@ -617,7 +622,7 @@ class StoreTx:
         return self._conn.execute(stmt).rowcount == 1
 
     def run_progress(self, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
-        return claims.run_progress(self._conn, job_run_id, token, fraction, message)
+        return run_leases.run_progress(self._conn, job_run_id, token, fraction, message)
 
     def dead_letters_list(
         self,
@@ -659,7 +664,7 @@ class StoreTx:
 
     # outbox and workers
     def outbox_append(self, items: Sequence[tuple[str | None, str, Event]], now: datetime) -> None:
-        claims.outbox_append(self._conn, items, codec.to_us(now))
+        outbox.outbox_append(self._conn, items, codec.to_us(now))
 
     def outbox_pending(self, limit: int) -> list[OutboxEvent]:
         return outbox.outbox_pending(self._conn, limit, ordered_ids=self._ordered_ids)
@@ -671,13 +676,13 @@ class StoreTx:
         return outbox.outbox_backlog(self._conn, ordered_ids=self._ordered_ids)
 
     def runs_retire(self, tenant_id: str, ended_before: datetime, limit: int) -> list[str]:
-        retired = outbox.runs_retire(self._conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+        retired = retention.runs_retire(self._conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
         if retired:  # each retired run leaves a tombstone closing its seal
             record_seals.retire_runs(self._conn, tenant_id, retired, codec.to_us(ended_before))
         return retired
 
     def runs_retirable_count(self, tenant_id: str, ended_before: datetime) -> int:
-        return outbox.runs_retirable_count(self._conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)
+        return retention.runs_retirable_count(self._conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)
 
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
         return outbox.outbox_summary(self._conn, tenant_id, ordered_ids=self._ordered_ids)
@@ -697,19 +702,19 @@ class StoreTx:
         return current_revision(self._conn)
 
     def lock_acquire(self, name: str, owner: str, now: datetime, ttl: timedelta) -> int | None:
-        return outbox.lock_acquire(self._conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))
+        return locks.lock_acquire(self._conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))
 
     def lock_holds(self, name: str, owner: str, token: int, now: datetime) -> bool:
-        return outbox.lock_holds(self._conn, name, owner, token, codec.to_us(now))
+        return locks.lock_holds(self._conn, name, owner, token, codec.to_us(now))
 
     def lock_get(self, name: str) -> LockInfo | None:
-        return outbox.lock_get(self._conn, name)
+        return locks.lock_get(self._conn, name)
 
     def locks_list(self, prefix: str = "") -> list[LockInfo]:
-        return outbox.locks_list(self._conn, prefix)
+        return locks.locks_list(self._conn, prefix)
 
     def lock_release(self, name: str, owner: str, token: int) -> None:
-        outbox.lock_release(self._conn, name, owner, token)
+        locks.lock_release(self._conn, name, owner, token)
 
     def outage_down(self, dependency: str, owner: str, now: datetime, ttl: timedelta) -> tuple[bool, datetime]:
         return outages.outage_down(self._conn, dependency, owner, codec.to_us(now), int(ttl.total_seconds() * 1e6))
@@ -721,13 +726,13 @@ class StoreTx:
         return outages.outages_open(self._conn)
 
     def worker_heartbeat(self, b: WorkerBeat) -> None:
-        outbox.worker_heartbeat(self._conn, b)
+        workers.worker_heartbeat(self._conn, b)
 
     def worker_stopped(self, worker_id: str, now: datetime) -> None:
-        outbox.worker_stopped(self._conn, worker_id, codec.to_us(now))
+        workers.worker_stopped(self._conn, worker_id, codec.to_us(now))
 
     def workers_list(self) -> list[WorkerInfo]:
-        return outbox.workers_list(self._conn)
+        return workers.workers_list(self._conn)
 
 
 def _begin_immediate(dbapi_conn: Any, timeout: float = 30.0) -> None:
@@ -937,7 +942,7 @@ class Store:
             raise ValueError(f"not a tenant id: {tenant_id!r}")
         conn.exec_driver_sql("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant_id))
 
-    def prepare_changes(self, changes: Sequence[RunChange]) -> claims.PreparedChanges:
+    def prepare_changes(self, changes: Sequence[RunChange]) -> run_changes.PreparedChanges:
         """Build a batch's statements and rows before taking the write lock, and, on SQLite, the
         seals of the runs it ends (read and hashed while another writer holds the one write lock).
         PostgreSQL has no such lock: there a separate read transaction only adds round trips, and

@@ -1,13 +1,12 @@
-"""The worker's hot path: claim, apply status changes, renew leases, find expired leases.
+"""The worker's claim: the gates' lock, the admission facts of candidates, rate and
+concurrency limits, and the one statement that claims (and may start) a batch of runs.
 
-Everything here runs inside the caller's write transaction and is batched: one claim
-statement for a batch of runs, one compare-and-set per (from, to) group, one insert per
-kind of row. A change that does not match its expected status and fencing token writes
-nothing at all, not even its transition or events.
+Everything here runs inside the caller's write transaction and is batched. Status changes
+after the claim are ``changes``; leases, stop requests and the rescuer's scans are ``leases``.
 
 On SQLite every batch is one statement that yields at most one row: the ``sqlite3`` driver
 releases the GIL at each row step, and each release can cost a wait behind the worker's
-executor threads while the database's single write lock is held (see ``fast``). So the
+executor threads while the database's single write lock is held (see ``driver``). So the
 compare-and-sets are one ``UPDATE ... FROM (VALUES ...)``, claimed rows are read back as one
 ``json_group_array``, and inserts are multi-row. On PostgreSQL rows travel as one binary
 array per column (``unnest``), and a group of status changes is one statement that also
@@ -19,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -27,7 +26,6 @@ import orjson
 from sqlalchemy import (
     ARRAY,
     Connection,
-    Dialect,
     String,
     bindparam,
     func,
@@ -37,34 +35,28 @@ from sqlalchemy import (
     or_,
     select,
     text,
-    tuple_,
     update,
 )
 
 from jobgate.core import events, ratelimit
-from jobgate.core.events import Event
 from jobgate.core.models import JobRun
-from jobgate.core.states import LEASED, TERMINAL, RunStatus, TransitionReason
-from jobgate.core.transitions import RunChange, check_change
+from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.store import codec
-from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim
-from jobgate.store.sql import chains, fast, letters
-from jobgate.store.sql import seals as record_seals
+from jobgate.store.base import ClaimedRuns, RunsClaim
+from jobgate.store.sql import chains, driver
+from jobgate.store.sql.outbox import OUTBOX_COLUMNS, event_rows
+from jobgate.store.sql.predicates import (
+    IS_CLAIMABLE,
+    IS_LEASED,
+)
 from jobgate.store.tables import (
-    CLAIMABLE_SQL,
-    HELD_SQL,
     LEASED_SQL,
-    QUEUE_DEADLINE_SQL,
-    dead_letters,
     job_runs,
     outbox,
     rate_limits,
     run_transitions,
-    workers,
 )
-from jobgate.store.tables import record_seals as record_seals_table
 
-_CHUNK = 400
 _LIMITS_LOCK = 0x6A6F626C  # "jobl": the advisory lock of limited claims on PostgreSQL
 # "jobG": claims that ask the admission rule hold it shared, writes that close a gate (revoking an
 # approval, switching safe mode on, suspending a definition) exclusive. See ``gates_closing``.
@@ -76,7 +68,7 @@ _GATES_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({_GATES_LOCK})"
 def gates_shared(conn: Connection) -> None:
     """The shared side of ``gates_closing``: taken by a transaction that asks the admission rule."""
     if conn.dialect.name == "postgresql":
-        fast.execute(conn, _GATES_SHARED)
+        driver.execute(conn, _GATES_SHARED)
 
 
 def gates_closing(conn: Connection) -> None:
@@ -89,21 +81,10 @@ def gates_closing(conn: Connection) -> None:
     writer serialises them already. An advisory lock lives in memory: taking it costs a claim one
     round trip and writes nothing."""
     if conn.dialect.name == "postgresql":
-        fast.execute(conn, _GATES_EXCLUSIVE)
+        driver.execute(conn, _GATES_EXCLUSIVE)
 
 
-_LEASED = [s.value for s in LEASED]
-# Literal predicates, identical to the partial indexes' WHERE clauses: with bound parameters
-# SQLite cannot prove a query implies the index condition and scans the whole table instead.
-IS_CLAIMABLE = text(CLAIMABLE_SQL)
-IS_LEASED = text(LEASED_SQL)
-IS_HELD = text(HELD_SQL)
-WAITS_WITH_QUEUE_DEADLINE = text(QUEUE_DEADLINE_SQL)
 C = job_runs.c
-
-
-def _chunks(items: Sequence[Any], size: int = _CHUNK) -> list[Sequence[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _candidates_statement(queue_filter: Any, excluded: Any = None) -> Any:
@@ -193,11 +174,11 @@ def admission_facts(conn: Connection, candidates: Sequence[Any]) -> AdmissionFac
     tenants = sorted({c.tenant_id for c in candidates})
     jobs = sorted({c.job_definition_id for c in candidates})
     if conn.dialect.name == "sqlite":
-        found = fast.rows_sql(
+        found = driver.rows_sql(
             conn, _FACTS_SQLITE, {"tenants": orjson.dumps(tenants).decode(), "jobs": orjson.dumps(jobs).decode()}
         )
     else:
-        found = fast.rows_sql(conn, _FACTS_POSTGRES, {"tenants": tenants, "jobs": jobs})
+        found = driver.rows_sql(conn, _FACTS_POSTGRES, {"tenants": tenants, "jobs": jobs})
     facts = AdmissionFacts({}, {}, {})
     for kind, tenant, job, status, number, version in found:
         if kind == "a":
@@ -384,7 +365,7 @@ def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) 
             excluding = {"exclude": orjson.dumps(sorted(p.exclude_digests)).decode()}
         for queue in queues:
             one = {"queue": queue, "now": now, "limit": p.limit, **excluding}
-            found.extend(orjson.loads(fast.rows(conn, stmt, one)[0][0]))
+            found.extend(orjson.loads(driver.rows(conn, stmt, one)[0][0]))
         found.sort(key=lambda r: (r[_CANDIDATE_FIELDS], r[_CANDIDATE_FIELDS + 1]))
         return [_candidate(r[:_CANDIDATE_FIELDS]) for r in found[: p.limit]]
     params: dict[str, Any] = {f"queue_{i}": q for i, q in enumerate(queues)}
@@ -392,7 +373,7 @@ def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) 
     if p.exclude_digests:
         params["exclude"] = sorted(p.exclude_digests)
     stmt = _pg_candidates(len(queues), bool(p.exclude_digests), skip_locked)
-    return [_candidate(r) for r in fast.rows(conn, stmt, params)]
+    return [_candidate(r) for r in driver.rows(conn, stmt, params)]
 
 
 class _Claimed(NamedTuple):
@@ -429,14 +410,14 @@ def _claim_ids(
         if start_ids:
             values = {"owner": p.worker_id, "exp": exp, "now": now, "ids": list(start_ids)}
             values["previous"] = [previous[i] for i in start_ids]
-            raws.extend(fast.returning_sql(conn, _PG_START, values))
+            raws.extend(driver.returning_sql(conn, _PG_START, values))
             claimed.extend(codec.run_from_row(r) for r in raws)
         started = {r.job_run_id for r in claimed}
         rest = [i for i in start_ids if i not in started] + list(dispatch_ids)  # no attempt left: dispatch
         if rest:
             values = {"owner": p.worker_id, "exp": exp, "now": now, "ids": rest}
             values["previous"] = [previous[i] for i in rest]
-            dispatched = fast.returning_sql(conn, _PG_DISPATCH, values)
+            dispatched = driver.returning_sql(conn, _PG_DISPATCH, values)
             raws.extend(dispatched)
             claimed.extend(codec.run_from_row(r) for r in dispatched)
         facts = [
@@ -461,16 +442,16 @@ def _claim_ids(
     # rows are no longer claimable, so the dispatch over every id changes only the others.
     every = orjson.dumps([*start_ids, *dispatch_ids]).decode()
     if start_ids:
-        fast.run(
+        driver.run(
             conn,
             _SQLITE_START,
             {"ids": orjson.dumps(list(start_ids)).decode(), "owner": p.worker_id, "exp": exp, "now": now},
         )
-    fast.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
-    found = orjson.loads(fast.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
+    driver.run(conn, _SQLITE_DISPATCH, {"ids": every, "owner": p.worker_id, "exp": exp})
+    found = orjson.loads(driver.rows(conn, _SQLITE_CLAIMED, {"ids": every, "owner": p.worker_id})[0][0])
     facts = [_Claimed(*(row[i] for i in _FACT_INDEXES)) for row in found]
     made = _claim_transitions(facts, previous, p, now)
-    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, made)
+    driver.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, made)
 
     def decode() -> list[JobRun]:
         runs: list[JobRun] = []
@@ -565,8 +546,8 @@ def runs_claim(conn: Connection, p: RunsClaim, *, skip_locked: bool) -> ClaimedR
                 r.config_snapshot_id,
                 r.attempt,
             )
-            started.extend(_event_rows(r.job_run_id, r.tenant_id, [events.started_event(fact, p.now)], p.now))
-    fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, started)
+            started.extend(event_rows(r.job_run_id, r.tenant_id, [events.started_event(fact, p.now)], p.now))
+    driver.insert_rows(conn, outbox, OUTBOX_COLUMNS, started)
     return claimed
 
 
@@ -658,391 +639,3 @@ def _upsert_tats(conn: Connection, tats: dict[str, int]) -> None:
 
 
 # (from, to, fenced, revoke lease, start attempt, lease must be expired, value columns)
-_GroupKey = tuple[RunStatus, RunStatus, bool, bool, bool, bool, tuple[str, ...]]
-
-
-def _cas_sets(key: _GroupKey, value: Any) -> str:
-    """The SET list of a group's compare-and-set; ``value(i)`` names the i-th new value."""
-    _src, dst, _fenced, revoke, start, _expiry, columns = key
-    sets = [f"status = '{dst.value}'", "transition_count = job_runs.transition_count + 1"]  # its transition
-    if dst not in LEASED:
-        sets += ["lease_owner = NULL", "lease_expires_at = NULL", "stop_requested = false"]
-    if revoke:
-        sets.append("lease_token = job_runs.lease_token + 1")
-    if start:
-        sets.append("attempt = job_runs.attempt + 1")
-    sets += [f"{c} = {value(i)}" for i, c in enumerate(columns)]
-    return ", ".join(sets)
-
-
-def _cas_where(key: _GroupKey, v_id: str, v_token: str, v_expired: str, *, status: str | None = None) -> str:
-    src, _dst, fenced, _revoke, _start, expiry, _columns = key
-    expected = status or f"'{src.value}'"
-    where = [f"job_runs.job_run_id = {v_id}", f"job_runs.status = {expected}"]
-    if fenced:
-        where.append(f"job_runs.lease_token = {v_token}")
-    if expiry:
-        where.append(f"job_runs.lease_expires_at < {v_expired}")
-    return " AND ".join(where)
-
-
-def _cas_sqlite_sql(key: _GroupKey, n: int) -> str:
-    """A group's compare-and-set for ``n`` rows as one SQLite ``UPDATE ... FROM (VALUES ...)``.
-
-    Each VALUES row is ``(id, token, expired_before, *new values)``, SQLite names its columns
-    ``column1``, ``column2``, ...; the join on the primary key touches only the listed rows.
-    """
-    sets = _cas_sets(key, lambda i: f"v.column{4 + i}")
-    where = _cas_where(key, "v.column1", "v.column2", "v.column3")
-    row = "(" + ", ".join(["?"] * (3 + len(key[6]))) + ")"
-    return f"UPDATE job_runs SET {sets} FROM (VALUES {', '.join([row] * n)}) AS v WHERE {where}"
-
-
-def _cas_postgres_sql(dialect: Dialect, key: _GroupKey) -> str:
-    """The same for PostgreSQL, the rows as one array per column (``unnest``): one statement
-    text whatever the number of rows, where ``executemany`` paid a statement per row."""
-    columns = key[6]
-    rows = fast.unnest(dialect, job_runs, ("job_run_id", "lease_token", "lease_expires_at", *columns))
-    names = ", ".join(["id", "token", "expired_before", *(f"c{i}" for i in range(len(columns)))])
-    sets = _cas_sets(key, lambda i: f"v.c{i}")
-    # The expected status is a sub-select, not a literal: a literal matches the predicate of the
-    # partial index on leased runs, and with the statistics of a table that grew since its last
-    # ANALYZE the planner then read every leased run (and the dead index entries of runs that
-    # left the lease) to find a batch: 3.4 of a 9.7 ms settlement with 12,000 entries, where the
-    # batch needs one primary-key probe per row.
-    where = _cas_where(key, "v.id", "v.token", "v.expired_before", status=f"(SELECT '{key[0].value}'::varchar)")
-    return f"UPDATE job_runs SET {sets} FROM {rows} AS v({names}) WHERE {where}"
-
-
-def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, with_seals: bool) -> str:
-    """A group's compare-and-set, the transitions, the events and the precomputed seals of the
-    rows it changed, as one statement: the rows that did not match write nothing, and no
-    savepoint or second round trip is needed to learn which they were (``RETURNING``)."""
-
-    def insert_changed(name: str, table: Any, columns: tuple[str, ...], key_column: str = "job_run_id") -> str:
-        rows = fast.ordered_rows(dialect, table, columns, f"x.{key_column} IN (SELECT job_run_id FROM changed)")
-        return f"{name} AS (INSERT INTO {table.name} ({', '.join(columns)}) {rows})"
-
-    parts = [
-        f"changed AS ({_cas_postgres_sql(dialect, key)} RETURNING job_runs.job_run_id)",
-        insert_changed("recorded", run_transitions, codec.TRANSITION_COLUMNS),
-    ]
-    if with_events:
-        parts.append(insert_changed("announced", outbox, _OUTBOX_COLUMNS))
-    if with_seals:  # holding the seal writers' lock shared, as every seal insert does
-        sealed = insert_changed("sealed", record_seals_table, record_seals.SEAL_COLUMNS, "record_id")
-        lock = f"seal_writers AS (SELECT pg_advisory_xact_lock_shared({record_seals.SEAL_WRITERS}))"
-        parts += [lock, sealed.replace(" WHERE x.record_id", ", seal_writers WHERE x.record_id")]
-    return "WITH " + ", ".join(parts) + " SELECT job_run_id FROM changed"
-
-
-_apply_sql_cache: dict[tuple[_GroupKey, bool, bool], str] = {}
-
-
-def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> tuple[list[RunChange], set[str]]:
-    """PostgreSQL's ``runs_apply`` for changes without dead letters: one statement per group.
-    Returns the changes applied and the runs whose precomputed seals the statements wrote."""
-    accepted: set[str] = set()
-    sealed: set[str] = set()
-    for key, items, rows in prepared.groups:
-        transitions = [prepared.transitions[ch.job_run_id] for ch in items]
-        events = [row for ch in items for row in prepared.events[ch.job_run_id]]
-        ready = [prepared.seals[ch.job_run_id] for ch in items if ch.job_run_id in prepared.seals]
-        shape = (key, bool(events), bool(ready))
-        sql = _apply_sql_cache.get(shape)
-        if sql is None:
-            sql = _apply_sql_cache[shape] = _apply_postgres_sql(conn.dialect, *shape)
-        row_sets = [rows, transitions] + ([events] if events else []) + ([ready] if ready else [])
-        changed = {r[0] for r in fast.run_arrays(conn, sql, *row_sets)[1]}
-        accepted |= changed
-        sealed |= {ch.job_run_id for ch in items if ch.job_run_id in prepared.seals} & changed
-    return [ch for ch in prepared.changes if ch.job_run_id in accepted], sealed
-
-
-_cas_sql_cache: dict[tuple[_GroupKey, int], str] = {}
-
-
-def _cas_rows(conn: Connection, key: _GroupKey, rows: Sequence[tuple[Any, ...]]) -> int:
-    """Apply one group's compare-and-sets; returns how many rows matched."""
-    if conn.dialect.name == "sqlite":
-        changed = 0
-        for chunk in _chunks(rows, 200):
-            sql = _cas_sql_cache.get((key, len(chunk)))
-            if sql is None:
-                sql = _cas_sql_cache[(key, len(chunk))] = _cas_sqlite_sql(key, len(chunk))
-            changed += fast.run_sql(conn, sql, [value for row in chunk for value in row])
-        return changed
-    sql = _cas_sql_cache.get((key, 0))
-    if sql is None:
-        sql = _cas_sql_cache[(key, 0)] = _cas_postgres_sql(conn.dialect, key)
-    return fast.run_arrays(conn, sql, rows)[0]
-
-
-def _values(ch: RunChange, values: Mapping[str, Any], columns: tuple[str, ...]) -> tuple[Any, ...]:
-    expired = None if ch.lease_expired_before is None else codec.to_us(ch.lease_expired_before)
-    return (ch.job_run_id, ch.expected_token, expired, *(codec.column(values[c]) for c in columns))
-
-
-@dataclass(frozen=True)
-class PreparedChanges:
-    """Changes turned into rows, ready to execute.
-
-    Preparing is pure Python and needs no connection, so a worker does it before it takes the
-    database's write lock: the lock is then held only while the rows are written.
-    """
-
-    changes: list[RunChange]
-    groups: list[tuple[_GroupKey, list[RunChange], list[tuple[Any, ...]]]]
-    transitions: dict[str, tuple[Any, ...]]
-    events: dict[str, list[tuple[Any, ...]]]
-    letters: dict[str, dict[str, Any]]
-    seals: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # precomputed seal rows, by run
-    # The history chain each chained change leaves if it applies (``store.sql.chains``).
-    chains: dict[str, Any] = field(default_factory=dict)
-
-
-def prepare_changes(
-    changes: Sequence[RunChange],
-    *,
-    values: Mapping[str, Mapping[str, Any]] | None = None,
-    transitions: Mapping[str, tuple[Any, ...]] | None = None,
-) -> PreparedChanges:
-    """Group ``changes`` by kind and make their rows. ``values``: columns set besides a change's
-    own, by run (the history chains, ``store.sql.chains``); ``transitions``: transition rows
-    already made, by run."""
-    groups: dict[_GroupKey, list[tuple[RunChange, Mapping[str, Any]]]] = defaultdict(list)
-    for ch in changes:
-        more = values.get(ch.job_run_id) if values else None
-        columns = {**ch.values, **more} if more else ch.values
-        key = (
-            ch.from_status,
-            ch.to_status,
-            ch.expected_token is not None,
-            ch.revoke_lease,
-            ch.start_attempt,
-            ch.lease_expired_before is not None,
-            tuple(sorted(columns)),
-        )
-        groups[key].append((ch, columns))
-    made = transitions or {}
-    return PreparedChanges(
-        changes=list(changes),
-        groups=[
-            (k, [ch for ch, _ in items], [_values(ch, columns, k[6]) for ch, columns in items])
-            for k, items in groups.items()
-        ],
-        transitions={
-            ch.job_run_id: made.get(ch.job_run_id) or codec.transition_values(ch.transition, ch.tenant_id)
-            for ch in changes
-        },
-        events={ch.job_run_id: _event_rows(ch.job_run_id, ch.tenant_id, ch.events, ch.transition.at) for ch in changes},
-        letters={ch.job_run_id: codec.dead_letter_row(ch.dead_letter) for ch in changes if ch.dead_letter},
-    )
-
-
-def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges) -> list[RunChange]:
-    """Apply compare-and-set status changes; return those that matched, in input order.
-
-    Each kind of change is one batch. On PostgreSQL the batch's ``RETURNING`` says which rows
-    matched, and its transitions and events are written in the same statement for those alone.
-    Otherwise (SQLite, or a batch with dead letters to number): when every row matched (the
-    normal case) that is all; when some did not, the group is rolled back to a savepoint and
-    applied row by row, so the caller learns exactly which changes were made and writes
-    consequences only for those.
-    """
-    prepared = changes if isinstance(changes, PreparedChanges) else prepare_changes(changes)
-    for ch in prepared.changes:  # made by ``core.transitions``, which checked; checked again at the door
-        check_change(ch)
-    written: set[str] = set()
-    if conn.dialect.name == "postgresql" and not prepared.letters:
-        done, written = _apply_postgres(conn, prepared)
-    else:
-        done = _apply_generic(conn, prepared)
-    # Every run that has just ended is sealed in the transaction that ended it (``core.seals``):
-    # with the seal computed before the lock where the caller could (``Store.prepare_changes``:
-    # on PostgreSQL then written by the change's own statement), else here.
-    ended = [ch.job_run_id for ch in done if ch.to_status in TERMINAL and ch.job_run_id not in written]
-    if ended:
-        ready = [prepared.seals[i] for i in ended if i in prepared.seals]
-        record_seals.insert_sealed(conn, ready)
-        rest = [i for i in ended if i not in prepared.seals]
-        if rest:
-            record_seals.seal_runs(conn, rest, codec.to_us(max(ch.transition.at for ch in done)))
-    return done
-
-
-def _apply_generic(conn: Connection, prepared: PreparedChanges) -> list[RunChange]:
-    """SQLite's ``runs_apply`` (and PostgreSQL's for batches with dead letters to number)."""
-    accepted: set[str] = set()
-    for key, items, rows in prepared.groups:
-        fast.execute(conn, "SAVEPOINT jobgate_cas")
-        if _cas_rows(conn, key, rows) == len(rows):
-            fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
-            accepted.update(ch.job_run_id for ch in items)
-            continue
-        fast.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_cas")
-        fast.execute(conn, "RELEASE SAVEPOINT jobgate_cas")
-        for ch, row in zip(items, rows, strict=True):
-            if _cas_rows(conn, key, [row]) == 1:
-                accepted.add(ch.job_run_id)
-    done = [ch for ch in prepared.changes if ch.job_run_id in accepted]
-    if done:
-        transitions = [prepared.transitions[ch.job_run_id] for ch in done]
-        fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, transitions)
-        derived = {ch.job_run_id: ch.dead_letter.dead_letter_id for ch in done if ch.dead_letter is not None}
-        # A run requeued and dead-lettered again at the same attempt: its repeat is numbered.
-        repeats = letters.letters_renumber(conn, derived) if derived else {}
-        if repeats:
-            done = [letters.renumbered(ch, repeats[ch.job_run_id]) if ch.job_run_id in repeats else ch for ch in done]
-        if derived:
-            conn.execute(
-                _INSERT_DEAD_LETTERS,
-                [
-                    codec.dead_letter_row(ch.dead_letter)
-                    if ch.job_run_id in repeats
-                    else prepared.letters[ch.job_run_id]
-                    for ch in done
-                    if ch.dead_letter is not None
-                ],
-            )
-        events = [
-            row
-            for ch in done
-            for row in (
-                _event_rows(ch.job_run_id, ch.tenant_id, ch.events, ch.transition.at)
-                if ch.job_run_id in repeats
-                else prepared.events[ch.job_run_id]
-            )
-        ]
-        fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, events)
-    return done
-
-
-_INSERT_DEAD_LETTERS = dead_letters.insert()
-_OUTBOX_COLUMNS = ("job_run_id", "tenant_id", "event_type", "payload", "created_at")
-
-
-def _event_rows(run_id: str | None, tenant: str, items: Sequence[Event], at: datetime) -> list[tuple[Any, ...]]:
-    now = codec.to_us(at)
-    return [(run_id, tenant, kind.value, codec.dumps(body), now) for kind, body in items]
-
-
-def outbox_append(conn: Connection, items: Sequence[tuple[str | None, str, Event]], now: int) -> None:
-    at = codec.from_us(now)
-    rows = [row for rid, tenant, e in items for row in _event_rows(rid, tenant, [e], at)]
-    fast.insert_rows(conn, outbox, _OUTBOX_COLUMNS, rows)
-
-
-def leases_renew(conn: Connection, p: LeaseRenew) -> set[str]:
-    """Extend the holder's leases; return the run ids it still holds (the others were taken)."""
-    held: set[str] = set()
-    exp = codec.to_us(p.lease_expires_at)
-    for chunk in _chunks(list(p.leases)):
-        stmt = (
-            update(job_runs)
-            .where(
-                C.status.in_(_LEASED),
-                C.lease_owner == p.worker_id,
-                C.job_run_id.in_([r[0] for r in chunk]),
-                tuple_(C.job_run_id, C.lease_token).in_(chunk),
-            )
-            .values(lease_expires_at=exp)
-            .returning(C.job_run_id)
-        )
-        held.update(r[0] for r in conn.execute(stmt))
-    if held:  # the lease-renewal metric's source of truth, counted in the renewing transaction
-        W = workers.c
-        conn.execute(
-            update(workers).where(W.worker_id == p.worker_id).values(lease_renewals=W.lease_renewals + len(held))
-        )
-    return held
-
-
-def runs_claimable_exists(
-    conn: Connection, queues: Sequence[str], now: datetime, exclude_digests: Sequence[str] = ()
-) -> bool:
-    q = select(C.job_run_id).where(IS_CLAIMABLE, C.queue.in_(queues), C.due_at <= codec.to_us(now)).limit(1)
-    if exclude_digests:  # runs waiting for a dependency that is down are not work to claim
-        q = q.where(C.definition_digest.not_in(list(exclude_digests)))
-    return conn.execute(q).first() is not None
-
-
-def runs_lease_expired(conn: Connection, now: datetime, limit: int) -> list[JobRun]:
-    q = (
-        select(job_runs)
-        .where(IS_LEASED, C.lease_expires_at < codec.to_us(now))
-        .order_by(C.lease_expires_at)
-        .limit(limit)
-    )
-    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
-
-
-def runs_over_age(conn: Connection, created_before: datetime, limit: int) -> list[JobRun]:
-    """The oldest open runs created before ``created_before``: up to ``limit`` waiting ones and
-    ``limit`` leased ones (each read walks only its small partial index, never finished runs)."""
-    cutoff = codec.to_us(created_before)
-    out: list[JobRun] = []
-    for open_ in (IS_CLAIMABLE, IS_LEASED, IS_HELD):
-        q = select(job_runs).where(open_, C.created_at < cutoff).order_by(C.created_at).limit(limit)
-        out += [codec.run_from_row(r) for r in conn.execute(q).mappings()]
-    return out
-
-
-def runs_queue_expired(conn: Connection, now: datetime, limit: int) -> list[JobRun]:
-    q = select(job_runs).where(WAITS_WITH_QUEUE_DEADLINE, C.queue_deadline_at <= codec.to_us(now)).limit(limit)
-    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
-
-
-def runs_waiting_on(conn: Connection, digests: Sequence[str], due_before: datetime, limit: int) -> list[JobRun]:
-    """Waiting runs of the definition versions ``digests`` due at or before ``due_before``,
-    longest waiting first: those that waited too long for a dependency."""
-    q = (
-        select(job_runs)
-        .where(IS_CLAIMABLE, C.definition_digest.in_(list(digests)), C.due_at <= codec.to_us(due_before))
-        .order_by(C.due_at)
-        .limit(limit)
-    )
-    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
-
-
-def runs_stop_requested(conn: Connection, ids: Sequence[str]) -> set[str]:
-    out: set[str] = set()
-    for chunk in _chunks(list(ids)):
-        q = select(C.job_run_id).where(C.job_run_id.in_(chunk), C.stop_requested.is_(True))
-        out.update(r[0] for r in conn.execute(q))
-    return out
-
-
-def runs_stop_check(conn: Connection, leases: Sequence[tuple[str, int]]) -> tuple[set[str], set[str]]:
-    """For runs a worker is running, (id, its lease token): which a user asked to stop, and which
-    are no longer its to run (the status moved on or the token did: escalated by the SLA
-    monitor, closed by the rescuer). One read, so the worker's stop check stays one query."""
-    stop: set[str] = set()
-    taken: set[str] = set()
-    tokens = dict(leases)
-    for chunk in _chunks(list(tokens)):
-        q = select(C.job_run_id, C.stop_requested, C.status, C.lease_token).where(C.job_run_id.in_(chunk))
-        seen: set[str] = set()
-        for run_id, stop_requested, status, token in conn.execute(q):
-            seen.add(run_id)
-            if status != RunStatus.RUNNING.value or token != tokens[run_id]:
-                taken.add(run_id)
-            elif stop_requested:
-                stop.add(run_id)
-        taken.update(set(chunk) - seen)  # gone altogether (retired)
-    return stop, taken
-
-
-def run_progress(conn: Connection, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
-    stmt = (
-        update(job_runs)
-        .where(C.job_run_id == job_run_id, C.lease_token == token, C.status == RunStatus.RUNNING.value)
-        .values(progress=fraction, progress_message=message)
-    )
-    return conn.execute(stmt).rowcount == 1
-
-
-def runs_held(conn: Connection, limit: int) -> list[JobRun]:
-    """Held runs, longest held first (the partial index of held runs: only they are read)."""
-    q = select(job_runs).where(IS_HELD).order_by(C.held_at).limit(limit)
-    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]

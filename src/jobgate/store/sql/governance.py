@@ -13,7 +13,7 @@ from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
 from jobgate.core.errors import MalformedRecordError
 from jobgate.core.records import Anchor, Approval, AuditFilter, RunRequest
 from jobgate.store import codec
-from jobgate.store.sql import fast
+from jobgate.store.sql import driver
 from jobgate.store.tables import (
     anchors,
     audit_heads,
@@ -59,7 +59,7 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
         q = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == tenant_id)
         seq, head = conn.execute(q.with_for_update() if lock_rows else q).one()
         entries = chain(_in_order(conn, tenant_id, int(seq), items), int(seq), str(head))
-        fast.insert_rows(conn, audit_log, _AUDIT_COLUMNS, [_row(e) for e in entries])
+        driver.insert_rows(conn, audit_log, _AUDIT_COLUMNS, [_row(e) for e in entries])
         last = entries[-1]
         conn.execute(
             update(audit_heads)
@@ -72,7 +72,7 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
 
 def _ensure_head(conn: Connection, tenant_id: str) -> None:
     """The tenant's chain head, at the genesis when the chain has no entry yet."""
-    fast.insert_rows(
+    driver.insert_rows(
         conn,
         audit_heads,
         ("tenant_id", "seq", "entry_hash"),
@@ -399,7 +399,7 @@ def licence_slots_taken(conn: Connection, *, lock_rows: bool, now_us: int) -> in
     count the licensed runs still open: a slot is held from creation until the run ends."""
     from sqlalchemy import func
 
-    fast.insert_rows(
+    driver.insert_rows(
         conn, gate_counters, ("name", "updated_at"), [(LICENCE_COUNTER, now_us)], suffix="ON CONFLICT DO NOTHING"
     )
     q = select(gate_counters.c.name).where(gate_counters.c.name == LICENCE_COUNTER)
@@ -415,7 +415,7 @@ def licence_slots_taken(conn: Connection, *, lock_rows: bool, now_us: int) -> in
 
 
 def licence_slots_take(conn: Connection, runs: Sequence[tuple[str, str]], now_us: int) -> None:
-    fast.insert_rows(
+    driver.insert_rows(
         conn, licence_slots, ("job_run_id", "tenant_id", "created_at"), [(rid, t, now_us) for rid, t in runs]
     )
 
@@ -469,7 +469,7 @@ def anchor_put(conn: Connection, a: Anchor) -> bool:
         "tenant_id", "anchor_seq", "mode", "window_start", "window_end", "first_seq", "last_seq", "leaf_count",
         "root", "prev_chain", "chain", "created_at", "sink", "key_id", "signature", "timestamp_token",
     )  # fmt: skip
-    return bool(fast.insert_rows(conn, anchors, columns, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"))
+    return bool(driver.insert_rows(conn, anchors, columns, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"))
 
 
 def oldest_unanchored(conn: Connection, tenant_id: str | None) -> list[tuple[str, datetime]]:

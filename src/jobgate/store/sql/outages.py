@@ -22,8 +22,8 @@ from sqlalchemy import Connection, select, update
 
 from jobgate.core.records import LockInfo
 from jobgate.store import codec
-from jobgate.store.sql import fast
-from jobgate.store.sql.outbox import locks_list
+from jobgate.store.sql import driver
+from jobgate.store.sql.locks import locks_list
 from jobgate.store.tables import locks
 
 OUTAGE_PREFIX = "dependency-outage:"
@@ -37,7 +37,7 @@ def outage_down(conn: Connection, dependency: str, owner: str, now_us: int, ttl_
     name = OUTAGE_PREFIX + dependency
     row = conn.execute(select(locks).where(L.name == name)).first()
     if row is None:
-        taken = fast.insert_rows(
+        taken = driver.insert_rows(
             conn,
             locks,
             _COLUMNS,

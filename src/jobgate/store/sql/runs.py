@@ -14,7 +14,7 @@ from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
-from jobgate.store.sql import fast
+from jobgate.store.sql import driver
 from jobgate.store.tables import dead_letters, job_runs, run_transitions
 
 _RUN_INSERT_COLUMNS = (
@@ -108,7 +108,7 @@ def _insert_ignoring_duplicates(conn: Connection, rows: list[tuple[object, ...]]
     idempotency key is unique), and tells us which rows this statement made (a concurrent
     creator's rows are not ours)."""
     suffix = "ON CONFLICT DO NOTHING RETURNING job_run_id"
-    return {r[0] for r in fast.insert_rows(conn, job_runs, _RUN_INSERT_COLUMNS, rows, suffix=suffix)}
+    return {r[0] for r in driver.insert_rows(conn, job_runs, _RUN_INSERT_COLUMNS, rows, suffix=suffix)}
 
 
 def _insert_order(fresh: dict[str, RunCreate]) -> list[RunCreate]:
@@ -145,7 +145,7 @@ def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[Jo
     order = _insert_order(fresh)
     made = _insert_ignoring_duplicates(conn, [run_values(c, recorded[c.run.idempotency_key]) for c in order])
     rows = [row for c in order if c.run.job_run_id in made for row in recorded[c.run.idempotency_key]]
-    fast.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
+    driver.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
     if len(made) == len(fresh):
         stored = {key: c.run for key, c in fresh.items()}
     else:

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, or_, select, update
 
 from jobgate.core.records import SafeModePeriod
 from jobgate.store import codec
-from jobgate.store.sql import fast
+from jobgate.store.sql import driver
 from jobgate.store.tables import safe_mode_periods
 
 P = safe_mode_periods.c
@@ -50,7 +50,9 @@ def activate(
         return None
     number = 1 if latest is None else latest.activation + 1
     row = (tenant_id, number, codec.to_us(now), actor, reason, codec.dumps(actions or {}))
-    if not fast.insert_rows(conn, safe_mode_periods, _OPEN_COLUMNS, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"):
+    if not driver.insert_rows(
+        conn, safe_mode_periods, _OPEN_COLUMNS, [row], suffix="ON CONFLICT DO NOTHING RETURNING 1"
+    ):
         return None
     return SafeModePeriod(tenant_id, number, now, actor, reason, actions=dict(actions or {}))
 

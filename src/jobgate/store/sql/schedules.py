@@ -12,7 +12,7 @@ from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, Sch
 from jobgate.scheduling.plan import Miss
 from jobgate.scheduling.records import RecordedMiss, ScheduleChange, StoredSchedule
 from jobgate.store import codec
-from jobgate.store.sql import fast
+from jobgate.store.sql import driver
 from jobgate.store.tables import facts, schedule_changes, schedule_misses, schedules
 
 S = schedules.c
@@ -186,7 +186,7 @@ _MISS_COLUMNS = ("tenant_id", "schedule_id", "fire_at", "reason", "recorded_at")
 
 def misses_record(conn: Connection, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
     rows = [(tenant_id, m.schedule_id, codec.to_us(m.fire_at), m.reason.value, codec.to_us(now)) for m in misses]
-    fast.insert_rows(conn, schedule_misses, _MISS_COLUMNS, rows, suffix="ON CONFLICT DO NOTHING")
+    driver.insert_rows(conn, schedule_misses, _MISS_COLUMNS, rows, suffix="ON CONFLICT DO NOTHING")
 
 
 def misses_list(conn: Connection, tenant_id: str, schedule_id: str, limit: int = 1000) -> list[tuple[datetime, str]]:

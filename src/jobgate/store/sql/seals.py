@@ -25,7 +25,7 @@ from jobgate.core.records import Batch, BatchEntry, Finding, RecordsReport
 from jobgate.core.seals import Record
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
-from jobgate.store.sql import chains, fast
+from jobgate.store.sql import chains, driver
 from jobgate.store.tables import (
     audit_log,
     dead_letters,
@@ -89,10 +89,10 @@ def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     if not rows:
         return
     if conn.dialect.name != "postgresql":
-        fast.insert_rows(conn, record_seals, SEAL_COLUMNS, rows)
+        driver.insert_rows(conn, record_seals, SEAL_COLUMNS, rows)
         return
     if not _pg_insert_sql:
-        source = fast.ordered_rows(conn.dialect, record_seals, SEAL_COLUMNS).replace(
+        source = driver.ordered_rows(conn.dialect, record_seals, SEAL_COLUMNS).replace(
             " ORDER BY x._ord", ", seal_writers ORDER BY x._ord"
         )
         _pg_insert_sql.append(
@@ -100,7 +100,7 @@ def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
             f"INSERT INTO record_seals ({', '.join(SEAL_COLUMNS)}) {source}"
         )
     for start in range(0, len(rows), 5000):
-        fast.run_arrays(conn, _pg_insert_sql[0], rows[start : start + 5000])
+        driver.run_arrays(conn, _pg_insert_sql[0], rows[start : start + 5000])
 
 
 def _by_run(rows: Iterable[Record], key: str = "job_run_id") -> dict[str, list[Record]]:
@@ -306,8 +306,8 @@ SEAL_WRITERS = 0x6A6F6273  # "jobs"
 def _horizon(conn: Connection) -> int:
     """The highest seal id below which every seal is committed (see ``SEAL_WRITERS``)."""
     if conn.dialect.name == "postgresql":  # a session lock, let go at once: writers wait an instant
-        fast.execute(conn, f"SELECT pg_advisory_lock({SEAL_WRITERS})")
-        fast.execute(conn, f"SELECT pg_advisory_unlock({SEAL_WRITERS})")
+        driver.execute(conn, f"SELECT pg_advisory_lock({SEAL_WRITERS})")
+        driver.execute(conn, f"SELECT pg_advisory_unlock({SEAL_WRITERS})")
     return int(conn.execute(select(func.max(S.id))).scalar() or 0)
 
 
@@ -343,7 +343,7 @@ def seal_tenants(conn: Connection) -> list[str]:
         " FROM t WHERE t.tenant_id IS NOT NULL)"
         " SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL"
     )
-    return [str(r[0]) for r in fast.rows_sql(conn, sql, ())]
+    return [str(r[0]) for r in driver.rows_sql(conn, sql, ())]
 
 
 def pending_tenants(conn: Connection) -> list[str]:
@@ -435,7 +435,7 @@ _statements: dict[tuple[str, str], Any] = {}
 
 
 def _statement(conn: Connection, name: str, build: Callable[[], Any]) -> Any:
-    """A streamed query, built once per dialect (``fast`` compiles each statement object once)."""
+    """A streamed query, built once per dialect (``driver`` compiles each statement object once)."""
     key = (name, conn.dialect.name)
     found = _statements.get(key)
     if found is None:
@@ -491,7 +491,7 @@ def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[Reco
         ),
     )
     previous: Record | None = None
-    for r in fast.stream(conn, q, {"tenant": tenant_id, "kind": kind}, size=20_000):
+    for r in driver.stream(conn, q, {"tenant": tenant_id, "kind": kind}, size=20_000):
         if previous is not None and previous["record_id"] != r["record_id"]:
             yield previous
         previous = r
@@ -571,7 +571,7 @@ def _short(value: Any) -> str:
 
 def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
     r, t = job_runs.c, run_transitions.c
-    runs = fast.stream(
+    runs = driver.stream(
         conn,
         _statement(
             conn,
@@ -584,7 +584,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
         ),
         {"tenant": tenant_id},
     )
-    trans = fast.stream(
+    trans = driver.stream(
         conn,
         _statement(
             conn,
@@ -882,9 +882,9 @@ def _by_ids(
     tail = f" ORDER BY {order}" if order else ""
     cols = ", ".join(names)
     if conn.dialect.name == "postgresql":
-        return fast.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id = ANY(%s){tail}", [list(ids)])
+        return driver.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id = ANY(%s){tail}", [list(ids)])
     marks = ", ".join("?" * len(ids))
-    return fast.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id IN ({marks}){tail}", list(ids))
+    return driver.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id IN ({marks}){tail}", list(ids))
 
 
 def _unique(names: Sequence[str]) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from jobgate.core.records import BreachRecord, DefinitionPolicies, Left, Workflo
 from jobgate.core.sla import SlaGroups
 from jobgate.core.states import RunStatus
 from jobgate.store import codec
-from jobgate.store.sql import fast
+from jobgate.store.sql import driver
 from jobgate.store.sql import seals as record_seals
 from jobgate.store.tables import (
     CLAIMABLE_SQL,
@@ -389,7 +389,7 @@ def breaches_insert(conn: Connection, records: Sequence[BreachRecord]) -> set[st
     """Record each of ``records`` unless its (tenant, subject, kind, phase) is recorded already;
     the ids this call recorded. Concurrent monitors: PostgreSQL makes the second wait for the
     first's commit and then do nothing; SQLite has one writer at a time."""
-    found = fast.insert_rows(
+    found = driver.insert_rows(
         conn,
         sla_breaches,
         _BREACH_COLUMNS,
