@@ -8,10 +8,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import jobgate.governance.policy_file
 import pytest
 import yaml
 
+import jobgate.governance.policy_file
 from jobgate.config import JobgateConfig
 from jobgate.contracts import violations
 from jobgate.core.errors import ConfigurationError, ValidationError
