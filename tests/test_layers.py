@@ -140,3 +140,84 @@ def test_nothing_below_the_faces_imports_them(layer: str) -> None:
             if _in(name, "jobgate.api", "jobgate.cli"):
                 found.append(f"{path.relative_to(SRC.parent)}:{line}: imports {name}")
     assert found == []
+
+
+# Built-in job handlers are entry points, named by path in the definitions that run them (and so
+# in their approved digests): they sit at the top of the graph, like the faces, whatever folder
+# holds them. The composition root and the test kit likewise import whatever they assemble.
+ENTRY_POINTS = (
+    "jobgate.anchoring",
+    "jobgate.replay",
+    "jobgate.retention",
+    "jobgate.standins",
+    "jobgate.workflows.starter",
+    "jobgate.telemetry.rollup",
+    "jobgate.server",
+    "jobgate.testing",
+    "jobgate.__main__",
+)
+
+
+def _unit(module: str) -> str:
+    """The unit a module belongs to in the package graph: its top-level package, or itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else module
+
+
+def _package_graph() -> dict[str, dict[str, list[str]]]:
+    graph: dict[str, dict[str, list[str]]] = {}
+    for path in MODULES:
+        module = _module(path)
+        if module == "jobgate" or _in(module, *ENTRY_POINTS):
+            continue
+        for line, name in _imports(path):
+            if _in(name, *ENTRY_POINTS) or name == "jobgate" or _unit(name) == _unit(module):
+                continue
+            where = f"{path.relative_to(SRC.parent)}:{line}"
+            graph.setdefault(_unit(module), {}).setdefault(_unit(name), []).append(where)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The strongly connected components of more than one unit (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(unit: str) -> None:
+        index[unit] = low[unit] = len(index)
+        stack.append(unit)
+        for other in graph.get(unit, {}):
+            if other not in index:
+                visit(other)
+                low[unit] = min(low[unit], low[other])
+            elif other in stack:
+                low[unit] = min(low[unit], index[other])
+        if low[unit] == index[unit]:
+            component = []
+            while (top := stack.pop()) != unit:
+                component.append(top)
+            component.append(unit)
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for unit in list(graph):
+        if unit not in index:
+            visit(unit)
+    return found
+
+
+def test_no_package_imports_itself_back_through_another() -> None:
+    """Packages (and top-level modules) form a graph without cycles, lazy imports included: each
+    cycle is named with the imports that close it."""
+    graph = _package_graph()
+    report = []
+    for component in _cycles(graph):
+        edges = [f"{a} -> {b} ({graph[a][b][0]})" for a in component for b in component if b in graph.get(a, {})]
+        report.append(" | ".join(edges))
+    assert report == []
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    assert _cycles({"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}) == [["a", "b", "c"]]

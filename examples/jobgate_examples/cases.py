@@ -21,7 +21,7 @@ from jobgate.core import merkle
 from jobgate.core.models import JobRun
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
-from jobgate.workflows.service import WorkflowView
+from jobgate.service.workflows import WorkflowView
 from jobgate_examples import world
 from jobgate_examples.ledger import Ledger
 from jobgate_examples.standin_server import FORBIDDEN_FEEDBACK_FIELDS

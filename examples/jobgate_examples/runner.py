@@ -35,9 +35,9 @@ from jobgate.definitions import load_definitions
 from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.service import approvals
 from jobgate.service.engine import Engine
+from jobgate.service.workflows import StartWorkflow, WorkflowView, start_workflow, workflow_view
 from jobgate.store.sqlstore import Store
 from jobgate.workflows.plan import WORKFLOW_ACTIVE
-from jobgate.workflows.service import StartWorkflow, WorkflowView, start_workflow, workflow_view
 from jobgate_examples import world
 from jobgate_examples.cases import CASES, Case, Finished, Unexpected
 from jobgate_examples.standin_server import StandinServer

@@ -37,7 +37,7 @@ import orjson
 
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.trace import run_trace_id
-from jobgate.definitions.documents import Reader
+from jobgate.documents import Reader
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")

@@ -1,14 +1,14 @@
 """The REPLAY_JOB handler. Its path (``jobgate.replay:replay_job``) is part of the definitions
 that name it, and so of their approved digests: it stays here, and replay itself lives in
-``jobgate.evidence.replay``."""
+``jobgate.service.replay``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from jobgate.core.states import TERMINAL as TERMINAL_STATUSES
-from jobgate.evidence.replay import replay, sample
 from jobgate.governance.code import host_job
+from jobgate.service.replay import replay, sample
 
 if TYPE_CHECKING:
     from jobgate.service.host import Host
@@ -25,9 +25,9 @@ def replay_job(ctx: Any, host: Host) -> dict[str, Any]:
 
     from jobgate.core.audit import AuditEvent
     from jobgate.core.events import replay_mismatch
+    from jobgate.service.workflow_replay import replay_workflow
     from jobgate.store.base import RunFilter
     from jobgate.store.sqlstore import StoreTx
-    from jobgate.workflows.replay import replay_workflow
 
     engine = host.engine
     tenant = str(ctx.payload.scope.get("tenant_id") or "default")

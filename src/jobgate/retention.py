@@ -1,13 +1,13 @@
 """The MAINTENANCE_JOB handler. Its path (``jobgate.retention:retention_job``) is part of the
 definitions that name it, and so of their approved digests: it stays here, and retention itself
-lives in ``jobgate.evidence.retention``."""
+lives in ``jobgate.service.retention``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobgate.evidence.retention import retire
 from jobgate.governance.code import host_job
+from jobgate.service.retention import retire
 
 if TYPE_CHECKING:
     from jobgate.service.host import Host

@@ -144,7 +144,7 @@ class World:
         approvals.approve(self.engine, tenant, job, actor="test-admin")
 
     def workflow(self, tenant: str = "acme") -> str:
-        from jobgate.workflows.service import StartWorkflow, start_workflow
+        from jobgate.service.workflows import StartWorkflow, start_workflow
 
         by = self.actor(tenant, Role.ADMIN)
         record, _ = start_workflow(

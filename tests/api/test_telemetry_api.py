@@ -6,11 +6,12 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 from tests.api.conftest import World
 
+from jobgate.core import periods
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
 from jobgate.store.sql import telemetry as store
 from jobgate.store.tables import telemetry_publications
-from jobgate.telemetry import periods, rollup
+from jobgate.telemetry import rollup
 from jobgate.telemetry.sinks import FileSink
 from jobgate.testing import connection
 

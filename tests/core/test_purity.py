@@ -103,3 +103,45 @@ def test_no_clock_or_randomness_calls(path: Path) -> None:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             assert name not in FORBIDDEN_CALLS, f"{path.name}:{node.lineno} calls {name}()"
+
+
+# Pure rules that live beside their shells: the workflow planner (a workflow's next decisions
+# from its recorded state) and the alert rules (alerts from observed facts). Each may import
+# the core and the pure modules named here (document readers and settings: parsing, no I/O),
+# and names ``jobgate.config`` only for annotations.
+SRC = CORE.parent
+PURE_RULES = {
+    SRC / "workflows" / "plan.py": ("jobgate.core", "jobgate.workflows.spec"),
+    SRC / "health" / "rules.py": ("jobgate.core", "jobgate.documents", "jobgate.config.health"),
+}
+ANNOTATION_ONLY = ("jobgate.config",)
+
+
+def _runtime_imports(tree: ast.Module) -> set[str]:
+    """The modules imported outside ``if TYPE_CHECKING:`` blocks."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            hidden.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    shown = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom) and id(n) not in hidden]
+    return imported_modules(ast.Module(body=list(shown), type_ignores=[]))
+
+
+@pytest.mark.parametrize("path", sorted(PURE_RULES), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_pure_rules_outside_the_core_import_no_shell(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    allowed = PURE_RULES[path]
+    for name in _runtime_imports(tree):
+        top = name.split(".")[0]
+        if top == "jobgate":
+            assert any(name == a or name.startswith(a + ".") for a in allowed), f"{path.name} imports {name}"
+        else:
+            assert top == "__future__" or top in sys.stdlib_module_names, f"{path.name} imports {name}"
+            assert top not in FORBIDDEN_MODULES, f"{path.name} imports {name}"
+    for name in imported_modules(tree) - _runtime_imports(tree):
+        assert name.startswith("jobgate.") and name in ANNOTATION_ONLY, f"{path.name} imports {name} for annotations"
+
+
+@pytest.mark.parametrize("path", sorted(PURE_RULES), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_pure_rules_outside_the_core_read_no_clock(path: Path) -> None:
+    test_no_clock_or_randomness_calls(path)

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from jobgate.core import periods
 from jobgate.core.errors import ValidationError
+from jobgate.core.periods import PeriodKind
 from jobgate.core.records import PeriodCounts
-from jobgate.telemetry import periods
-from jobgate.telemetry.periods import PeriodKind
 from jobgate.telemetry.rollup import MAX_CATCHUP, due, figures
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import jobgate.config
+import jobgate
 from jobgate.config import JobgateConfig, load_config
 
-DEMO_DIR = Path(jobgate.config.__file__).parent / "demo"
+DEMO_DIR = Path(jobgate.__file__).parent / "demo"
 
 
 @pytest.fixture(scope="session")

@@ -221,7 +221,7 @@ def test_a_bundle_s_anchors_are_checked_offline_with_the_authority_s_roots(world
     """What ``evidence verify --tsa-ca`` runs on a bundle's ``audit.json`` and ``proofs.json``."""
     import json
 
-    from jobgate.evidence.scope import check_contents, entry_doc, json_file
+    from jobgate.export.scope import check_contents, entry_doc, json_file
     from jobgate.store.sql import governance
 
     world.anchor()

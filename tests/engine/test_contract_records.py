@@ -191,8 +191,9 @@ def test_sla_reminders_and_breaches_conform_as_delivered(engine: Engine, tmp_pat
 
 
 def test_a_telemetry_publication_conforms_as_the_sink_receives_it(engine: Engine) -> None:
-    from jobgate.telemetry import periods, rollup
-    from jobgate.telemetry.periods import PeriodKind
+    from jobgate.core import periods
+    from jobgate.core.periods import PeriodKind
+    from jobgate.telemetry import rollup
 
     ok = define(engine)
     anchor = define(engine, job_class="DAL_ANCHOR_JOB")

@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import define, make_config
 
 from jobgate.core.models import Scope
-from jobgate.evidence.bundles import build_bundle, run_scope, verify_bundle
+from jobgate.export.bundles import build_bundle, run_scope, verify_bundle
 from jobgate.governance import signing
 from jobgate.service import control
 from jobgate.service.engine import Engine
@@ -125,7 +125,7 @@ def _resign(bundle: bytes, change: dict[str, bytes]) -> bytes:
     import hashlib
     import json
 
-    from jobgate.evidence.bundles import pack
+    from jobgate.export.bundles import pack
 
     source = zipfile.ZipFile(io.BytesIO(bundle))
     files = {n: source.read(n) for n in source.namelist() if n not in ("manifest.json", "manifest.sig")}
@@ -173,7 +173,7 @@ def period(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str, lis
 def test_a_period_export_ties_every_run_to_a_signed_anchor(period: tuple[Engine, str, list[str]]) -> None:
     from datetime import timedelta
 
-    from jobgate.evidence.scope import ExportScope
+    from jobgate.export.scope import ExportScope
 
     engine, job, ids = period
     now = engine.clock.now()

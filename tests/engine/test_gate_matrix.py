@@ -40,9 +40,9 @@ from jobgate.runtime.scheduler import Scheduler
 from jobgate.service import approvals, control, requests, safemode, schedules, tokens, triggers
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
+from jobgate.service.workflows import StartWorkflow, advance, start_workflow
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
-from jobgate.workflows.service import StartWorkflow, advance, start_workflow
 
 OPEN_POLICY = "policy_id: MATRIX\nversion: 1\n"
 CLOSED_POLICY = (
@@ -304,7 +304,7 @@ def _run_until_compensation(w: World, job: str, workflow_run_id: Any) -> None:
     """Run the saga's steps (the worker and the coordinator, in this thread) until it ends."""
     from tests.runtime.runtime_support import wait_until
 
-    from jobgate.workflows.service import workflow_view
+    from jobgate.service.workflows import workflow_view
 
     ended = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ESCALATED, RunStatus.CANCELLED)
     with running_worker(w.current):

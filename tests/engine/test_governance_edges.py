@@ -21,7 +21,7 @@ from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Scope, TriggerType
 from jobgate.evidence import anchors, sinks
-from jobgate.evidence.bundles import pack, verify_bundle
+from jobgate.export.bundles import pack, verify_bundle
 from jobgate.service import approvals, control, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from helpers import make_config
+from jobgate.config.health import DEFAULT_ALERT_TYPES, known_event_types
 from jobgate.core.errors import ConfigurationError
 from jobgate.health import rules
 from jobgate.health.rules import Change, ProbeKind, State
-from jobgate.health.settings import DEFAULT_ALERT_TYPES, known_event_types
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)

@@ -21,6 +21,7 @@ from sqlalchemy import text
 
 from helpers import config_document, define
 from jobgate.config import build_config
+from jobgate.core import periods
 from jobgate.core.errors import RetryableError
 from jobgate.core.models import Scope
 from jobgate.core.records import Publication
@@ -30,7 +31,7 @@ from jobgate.service.submission import SubmitRequest
 from jobgate.store import codec
 from jobgate.store.sql import telemetry as store
 from jobgate.store.sqlstore import Store
-from jobgate.telemetry import periods, rollup
+from jobgate.telemetry import rollup
 from jobgate.telemetry.sinks import FileSink, HttpSink
 from jobgate.testing import connection
 

@@ -15,7 +15,7 @@ from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.runtime.loops import LoopThread
 from jobgate.service.engine import Engine
-from jobgate.workflows.service import StartWorkflow, WorkflowView, start_workflow, workflow_view
+from jobgate.service.workflows import StartWorkflow, WorkflowView, start_workflow, workflow_view
 
 H = "workflow_handlers"
 

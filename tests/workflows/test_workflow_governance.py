@@ -20,15 +20,15 @@ from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service import control
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
-from jobgate.store.sqlstore import Store
-from jobgate.testing import FakeClock, connection
-from jobgate.workflows.replay import replay_workflow
-from jobgate.workflows.service import (
+from jobgate.service.workflow_replay import replay_workflow
+from jobgate.service.workflows import (
     StartWorkflow,
     advance,
     cancel_workflow,
     start_workflow,
 )
+from jobgate.store.sqlstore import Store
+from jobgate.testing import FakeClock, connection
 
 
 def ran(marker: Path, what: str = "ran") -> list[str]:

@@ -10,9 +10,9 @@ from support import coordinating, jobs, start, wait_workflow, workflow
 
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
+from jobgate.service.workflow_replay import replay_workflow
+from jobgate.service.workflows import cancel_workflow
 from jobgate.testing import connection
-from jobgate.workflows.replay import replay_workflow
-from jobgate.workflows.service import cancel_workflow
 
 
 def _flows(engine: Engine) -> dict[str, str]:

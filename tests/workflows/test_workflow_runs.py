@@ -16,10 +16,10 @@ from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
+from jobgate.service import workflows as workflow_service
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
-from jobgate.workflows import service
-from jobgate.workflows.service import StartWorkflow, advance, cancel_workflow, start_workflow
+from jobgate.service.workflows import StartWorkflow, advance, cancel_workflow, start_workflow
 
 
 def ran(marker: Path, what: str = "ran") -> list[str]:
@@ -313,7 +313,7 @@ def test_each_workflow_event_is_written_with_its_transition(engine: Engine, mark
     assert count(engine, "outbox", "event_type = 'workflow_started'") == 1
     assert count(engine, "outbox", "event_type = 'workflow_completed'") == 1
     assert count(engine, "audit_log", "action = 'workflow.completed'") == 1
-    assert service.workflow_view(engine, wid).record.ended_at is not None
+    assert workflow_service.workflow_view(engine, wid).record.ended_at is not None
 
 
 def test_revoking_the_workflows_approval_refuses_its_next_step(engine: Engine, marker: Path) -> None:
@@ -345,8 +345,8 @@ def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_i
 
     from helpers import make_config
     from jobgate.service import sla
+    from jobgate.service.workflow_replay import replay_workflow
     from jobgate.store.sqlstore import Store
-    from jobgate.workflows.replay import replay_workflow
 
     policy = {"sla_policy_id": "wf_fast_v1", "deadline_seconds": 1, "escalation_after_seconds": 2}
     store = Store(database_url)

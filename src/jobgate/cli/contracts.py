@@ -13,7 +13,7 @@ import click
 from jobgate.cli import render
 from jobgate.contracts import ContractError, Violation, contract_ids, event_contract, schema, violations
 from jobgate.core.errors import ValidationError
-from jobgate.definitions.documents import parse_json, parse_yaml, read_text
+from jobgate.documents import parse_json, parse_yaml, read_text
 
 
 @click.group("contracts")

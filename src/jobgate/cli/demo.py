@@ -15,7 +15,6 @@ import click
 import yaml
 from rich.progress import Progress
 
-from jobgate.api.schemas import RunOut
 from jobgate.cli import render
 from jobgate.cli.context import AppContext
 from jobgate.config import CONFIG_FILENAME
@@ -26,6 +25,7 @@ from jobgate.runtime.process import WorkerProcess, worker_settings
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
+from jobgate.views.schemas import RunOut
 
 
 @click.command()
@@ -125,7 +125,7 @@ def _report(events_path: Path | None, runs: list[JobRun], directory: Path) -> No
 
 def _report_workflows(engine: Engine, runs: list[JobRun], directory: Path) -> None:
     """The workflow runs the demo's runs started, step by step."""
-    from jobgate.workflows.service import workflow_view
+    from jobgate.service.workflows import workflow_view
 
     for run in runs:
         workflow_run_id = (run.result or {}).get("workflow_run_id")

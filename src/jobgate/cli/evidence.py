@@ -40,8 +40,8 @@ def export(
     """Write the evidence of a run (RUN_ID), a workflow run, a definition or a period as one zip
     that ``jobgate evidence verify`` checks anywhere: the records' rows, their seals and proofs,
     the audit entries and their signed anchors."""
-    from jobgate.evidence.bundles import build_bundle, run_scope, write_bundle
-    from jobgate.evidence.scope import ExportScope
+    from jobgate.export.bundles import build_bundle, run_scope, write_bundle
+    from jobgate.export.scope import ExportScope
     from jobgate.service.schedules import parse_instant
 
     engine = app.engine()
@@ -85,8 +85,8 @@ def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Pa
     every file that fails. Without a key nobody vouches for the bundle, whatever signature it
     carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned.
     With --tsa-ca, each anchor's timestamp token is checked too (who stamped it, and when)."""
-    from jobgate.evidence.bundles import verify_bundle
     from jobgate.evidence.timestamping import TimestampTrust, load_roots
+    from jobgate.export.bundles import verify_bundle
 
     public = {}
     for item in keys:

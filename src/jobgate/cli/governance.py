@@ -327,8 +327,8 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
 def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
     """Rebuild RUN_ID's record (or a TGWF- workflow run's state sequence) from its recorded
     inputs with the same decision code and compare hashes; exit 1 naming the first difference."""
-    from jobgate.evidence.replay import replay
-    from jobgate.workflows.replay import replay_workflow
+    from jobgate.service.replay import replay
+    from jobgate.service.workflow_replay import replay_workflow
 
     if run_id.startswith("TGWF-"):  # a workflow run: its state sequence (seed §14)
         if simulate:
@@ -375,7 +375,7 @@ def retention_group() -> None:
 @pass_app
 def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:
     """What the MAINTENANCE_JOB (jobgate.retention:retention_job) does on its schedule."""
-    from jobgate.evidence.retention import retire
+    from jobgate.service.retention import retire
 
     done = retire(app.engine(), tenant, dry_run=dry_run)
     if done.cutoff is None:

@@ -19,8 +19,8 @@ from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.definitions import definition_files
-from jobgate.definitions.documents import parse_json, parse_yaml, read_text
 from jobgate.definitions.schema import content_digest
+from jobgate.documents import parse_json, parse_yaml, read_text
 from jobgate.governance import signing
 
 _SIGNATURE_BLOCK = re.compile(r"^signature:.*(?:\n[ \t]+.*)*\n?", re.MULTILINE)

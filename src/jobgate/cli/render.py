@@ -11,9 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from jobgate.api.schemas import RunDetailOut, RunOut
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import DeadLetter
+from jobgate.views.schemas import RunDetailOut, RunOut
 
 # Piped output is not cut to 80 columns: tables stay one line per row for grep and less.
 _WIDTH = None if sys.stdout.isatty() else 200

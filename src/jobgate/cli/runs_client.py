@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jobgate.api.schemas import Page, RunCreatedOut, RunDetailOut, RunOut
-from jobgate.api.views import run_detail_view
 from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
@@ -21,6 +19,8 @@ from jobgate.service import control
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunFilter
+from jobgate.views.runs import run_detail_view
+from jobgate.views.schemas import Page, RunCreatedOut, RunDetailOut, RunOut
 
 if TYPE_CHECKING:
     import httpx

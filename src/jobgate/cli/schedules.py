@@ -18,7 +18,7 @@ from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
-from jobgate.definitions.documents import parse_yaml, read_text
+from jobgate.documents import parse_yaml, read_text
 from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.scheduling.model import Schedule, ScheduleKind

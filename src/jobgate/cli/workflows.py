@@ -15,9 +15,9 @@ from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
-from jobgate.workflows import service
+from jobgate.service import workflows as workflow_service
+from jobgate.service.workflows import StartWorkflow, WorkflowView
 from jobgate.workflows.plan import WORKFLOW_ACTIVE
-from jobgate.workflows.service import StartWorkflow, WorkflowView
 
 
 def _summary(view: WorkflowView) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def start(
     """Start a workflow run of WORKFLOW; prints its id (or, with --wait, its final status)."""
     engine = app.engine()
     who = actor or getpass.getuser()
-    record, created = service.start_workflow(
+    record, created = workflow_service.start_workflow(
         engine,
         StartWorkflow(
             workflow,
@@ -112,9 +112,9 @@ def start(
     if not created and not app.json_output:
         render.err.print("(already started: existing workflow run returned)")
     if not wait:
-        render.emit_json(_summary(service.workflow_view(engine, record.workflow_run_id))) if app.json_output else print(
-            record.workflow_run_id
-        )
+        render.emit_json(
+            _summary(workflow_service.workflow_view(engine, record.workflow_run_id))
+        ) if app.json_output else print(record.workflow_run_id)
         return
     view = _wait(engine, record.workflow_run_id, timeout)
     render.emit_json(_summary(view)) if app.json_output else _print(view, transitions=False)
@@ -125,7 +125,7 @@ def start(
 def _wait(engine: Any, workflow_run_id: str, timeout: float) -> WorkflowView:
     deadline = time.monotonic() + timeout
     while True:
-        view = service.workflow_view(engine, workflow_run_id)
+        view = workflow_service.workflow_view(engine, workflow_run_id)
         if view.record.status not in WORKFLOW_ACTIVE:
             return view
         if time.monotonic() > deadline:
@@ -147,7 +147,7 @@ def list_workflows(app: AppContext, status: str | None, job_definition_id: str |
         found = tx.workflows_list(
             tenant, status=status.upper() if status else None, job_definition_id=job_definition_id, limit=limit
         )
-    rows = [_summary(service.workflow_view(engine, r.workflow_run_id, tenant)) for r in found]
+    rows = [_summary(workflow_service.workflow_view(engine, r.workflow_run_id, tenant)) for r in found]
     render.records(
         app.json_output,
         "workflow runs",
@@ -162,7 +162,7 @@ def list_workflows(app: AppContext, status: str | None, job_definition_id: str |
 @click.option("--tenant", default=None, help="only if it belongs to this tenant")
 @pass_app
 def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str | None) -> None:
-    view = service.workflow_view(app.engine(), workflow_run_id, tenant)
+    view = workflow_service.workflow_view(app.engine(), workflow_run_id, tenant)
     if app.json_output:
         out = _summary(view)
         if transitions:
@@ -190,7 +190,9 @@ def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str |
 @pass_app
 def cancel(app: AppContext, workflow_run_id: str, actor: str | None, tenant: str | None) -> None:
     """Cancel pending steps and stop running ones."""
-    record = service.cancel_workflow(app.engine(), workflow_run_id, actor=actor or getpass.getuser(), tenant_id=tenant)
+    record = workflow_service.cancel_workflow(
+        app.engine(), workflow_run_id, actor=actor or getpass.getuser(), tenant_id=tenant
+    )
     render.emit_json(
         {"workflow_run_id": record.workflow_run_id, "status": record.status.value}
     ) if app.json_output else print(f"{workflow_run_id} {record.status.value}")

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from jobgate.core.errors import ValidationError
-from jobgate.definitions.documents import parse_json, parse_yaml, read_text
 from jobgate.definitions.scenario import HEADER_KEY, parse_scenario, split_header, starts_with_header
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
+from jobgate.documents import parse_json, parse_yaml, read_text
 
 if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
     from jobgate.config import JobgateConfig

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import JobClass
-from jobgate.definitions.documents import Reader, join, parse_yaml
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
+from jobgate.documents import Reader, join, parse_yaml
 
 if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
     from jobgate.config import JobgateConfig

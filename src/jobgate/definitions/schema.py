@@ -36,7 +36,7 @@ from jobgate.core.models import (
 )
 from jobgate.core.params import DEFAULT_PARAM_PATTERN, RESERVED, check_pattern, placeholders
 from jobgate.core.ratelimit import check_rate
-from jobgate.definitions.documents import (
+from jobgate.documents import (
     HANDLER_PATTERN,
     HANDLER_RULE,
     Reader,

@@ -1,2 +1,2 @@
-"""Evidence: the audit chain's anchors and their sinks, signed bundles, evidence keys, timestamps,
-replay from the record alone, and retention."""
+"""Evidence: the audit chain's anchors and the sinks that witness them outside the database, the
+evidence keys that sign them, and the timestamps that date them."""

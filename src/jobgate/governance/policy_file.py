@@ -39,7 +39,7 @@ from jobgate.core.canonical import digest
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.models import JobClass, TriggerType
 from jobgate.core.policy import CEILINGS, Blackout, Policy
-from jobgate.definitions.documents import Reader, join, parse_yaml, read_text
+from jobgate.documents import Reader, join, parse_yaml, read_text
 
 
 # -------------------------------------------------------------------- the file

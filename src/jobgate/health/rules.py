@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from jobgate.definitions.documents import Reader, join
-from jobgate.health.settings import ANCHOR_SINK, ENVIRONMENT_CHECK, TARGET_PREFIX, DependencySpec
+from jobgate.config.health import ANCHOR_SINK, ENVIRONMENT_CHECK, TARGET_PREFIX, DependencySpec
+from jobgate.documents import Reader, join
 
 if TYPE_CHECKING:  # annotations only: jobgate.config imports this package
     from jobgate.config import JobgateConfig

@@ -46,11 +46,11 @@ from pathlib import Path
 
 import httpx
 
+from jobgate.config.health import AlertSettings
 from jobgate.core import encoding
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
 from jobgate.health import rules
-from jobgate.health.settings import AlertSettings
 from jobgate.runtime.outbox import SINK_BUDGET, Deferred, envelope
 from jobgate.telemetry.redact import shown_url
 

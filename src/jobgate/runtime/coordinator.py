@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timedelta
 
 from jobgate.service.engine import Engine
-from jobgate.workflows.service import advance
+from jobgate.service.workflows import advance
 
 log = logging.getLogger("jobgate.coordinator")
 MAX_BACKOFF = 60.0

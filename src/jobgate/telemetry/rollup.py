@@ -31,14 +31,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from jobgate.core import periods
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import NonRetryableError, ValidationError
+from jobgate.core.periods import Period, PeriodKind
 from jobgate.core.records import PeriodCounts, Publication
 from jobgate.governance.code import host_job
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import StoreTx
-from jobgate.telemetry import periods
-from jobgate.telemetry.periods import Period, PeriodKind
 from jobgate.telemetry.sinks import TelemetrySink, sink_for
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from jobgate.core.errors import ValidationError
-from jobgate.definitions.documents import NAME_PATTERN, Reader, join
+from jobgate.documents import NAME_PATTERN, Reader, join
 
 
 class FailurePolicy(StrEnum):

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @host_job
 def start_workflow_job(ctx: Any, host: Host) -> dict[str, Any]:
-    from jobgate.workflows.service import StartWorkflow, start_workflow
+    from jobgate.service.workflows import StartWorkflow, start_workflow
 
     engine = host.engine
     payload = ctx.payload

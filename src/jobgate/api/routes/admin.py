@@ -18,7 +18,10 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from jobgate.api import pagination
 from jobgate.api.access import ADMIN, OPERATE, READ, WholeTenant, allow, principal
-from jobgate.api.schemas import (
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.service import cluster, doctor, manual, tokens
+from jobgate.service.tokens import Principal
+from jobgate.views.schemas import (
     CheckOut,
     Page,
     QuotaUsageOut,
@@ -29,9 +32,6 @@ from jobgate.api.schemas import (
     WorkerOut,
     WorkersOut,
 )
-from jobgate.api.server_state import ServerState, server_state
-from jobgate.service import cluster, doctor, manual, tokens
-from jobgate.service.tokens import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["administration"])
 

@@ -10,12 +10,12 @@ from pydantic import BaseModel
 
 from jobgate.api import pagination
 from jobgate.api.access import AUDIT, WholeTenant, allow, principal
-from jobgate.api.schemas import AuditEntryOut, Page
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.evidence import anchors, sinks
 from jobgate.evidence import keys as evidence_keys
 from jobgate.service import audit
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import AuditEntryOut, Page
 
 router = APIRouter(prefix="/api/v1", tags=["audit"])
 

@@ -16,11 +16,11 @@ from fastapi import APIRouter, Depends, Header
 from jobgate.api.access import RUN, RUN_CONTROL, allow, check_run_access, principal
 from jobgate.api.errors import TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use, visible_run
-from jobgate.api.schemas import CancelIn, CancelOut, ScheduleIn, ScheduleOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.models import Scope
 from jobgate.service import control, manual
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import CancelIn, CancelOut, ScheduleIn, ScheduleOut
 
 router = APIRouter(prefix="/api/v1", tags=["seed contract"])
 

@@ -15,7 +15,12 @@ from jobgate.api import pagination
 from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, allow, principal
 from jobgate.api.errors import Forbidden, TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use
-from jobgate.api.schemas import (
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.definitions import parse_definition
+from jobgate.service import approvals
+from jobgate.service.tokens import Principal
+from jobgate.views.schemas import (
     AppliedOut,
     ApprovalOut,
     ApprovalStatusOut,
@@ -26,11 +31,6 @@ from jobgate.api.schemas import (
     Page,
     RevokedOut,
 )
-from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.definitions import parse_definition
-from jobgate.service import approvals
-from jobgate.service.tokens import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["definitions"])
 

@@ -19,10 +19,10 @@ from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.access import OPERATE, PUBLIC, WholeTenant, allow
 from jobgate.api.metrics import TenantRuns
-from jobgate.api.schemas import CheckOut, HealthOut, ReadyOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import doctor
 from jobgate.telemetry.metrics import SchedulerMetrics
+from jobgate.views.schemas import CheckOut, HealthOut, ReadyOut
 
 router = APIRouter(tags=["health"])
 

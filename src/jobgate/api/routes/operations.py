@@ -16,7 +16,14 @@ from jobgate.api import pagination
 from jobgate.api.access import OPERATE, READ, allow, principal
 from jobgate.api.errors import TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use, visible_run
-from jobgate.api.schemas import (
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError
+from jobgate.scheduling.model import schedule_document
+from jobgate.scheduling.plan import MissReason
+from jobgate.scheduling.records import StoredSchedule
+from jobgate.service import control, manual, schedules, triggers
+from jobgate.service.tokens import Principal
+from jobgate.views.schemas import (
     DeadLetterOut,
     EventFireOut,
     EventIn,
@@ -28,13 +35,6 @@ from jobgate.api.schemas import (
     ScheduleCreateIn,
     ScheduleItemOut,
 )
-from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError
-from jobgate.scheduling.model import schedule_document
-from jobgate.scheduling.plan import MissReason
-from jobgate.scheduling.records import StoredSchedule
-from jobgate.service import control, manual, schedules, triggers
-from jobgate.service.tokens import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["operations"])
 

@@ -14,13 +14,13 @@ from fastapi import APIRouter, Depends, Query
 from jobgate.api import pagination
 from jobgate.api.access import PROPOSE, READ, REVIEW, allow, principal
 from jobgate.api.routes.runs import ensure_may_use
-from jobgate.api.schemas import DecisionIn, Page, RejectIn, RequestIn, RequestOut, TestedOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.records import RunRequest
 from jobgate.core.tokens import Role
 from jobgate.service import requests
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import DecisionIn, Page, RejectIn, RequestIn, RequestOut, TestedOut
 
 router = APIRouter(prefix="/api/v1", tags=["requests"])
 

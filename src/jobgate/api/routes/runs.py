@@ -16,7 +16,15 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
-from jobgate.api.schemas import (
+from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.errors import NotFoundError
+from jobgate.core.models import JobRun, Scope
+from jobgate.core.states import RunStatus
+from jobgate.service import control, manual, run_files
+from jobgate.service.tokens import Principal
+from jobgate.store.base import RunFilter
+from jobgate.views.runs import run_detail_view
+from jobgate.views.schemas import (
     Page,
     RunActionIn,
     RunCreatedOut,
@@ -24,14 +32,6 @@ from jobgate.api.schemas import (
     RunDetailOut,
     RunOut,
 )
-from jobgate.api.server_state import ServerState, server_state
-from jobgate.api.views import run_detail_view
-from jobgate.core.errors import NotFoundError
-from jobgate.core.models import JobRun, Scope
-from jobgate.core.states import RunStatus
-from jobgate.service import control, manual, run_files
-from jobgate.service.tokens import Principal
-from jobgate.store.base import RunFilter
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 

@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from jobgate.api.access import ADMIN, READ, WholeTenant, allow, principal
-from jobgate.api.schemas import SafeModeIn, SafeModeOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.records import SafeModePeriod
 from jobgate.service import safemode
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import SafeModeIn, SafeModeOut
 
 router = APIRouter(prefix="/api/v1", tags=["safe mode"])
 

@@ -10,12 +10,12 @@ from pydantic import BaseModel
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, allow, principal
-from jobgate.api.schemas import Page
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.records import BreachRecord
 from jobgate.core.sla import DeadlineKind, Phase
 from jobgate.service import sla
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import Page
 
 router = APIRouter(prefix="/api/v1", tags=["sla"])
 

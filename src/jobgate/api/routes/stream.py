@@ -35,12 +35,12 @@ from starlette.concurrency import run_in_threadpool
 from jobgate.api.access import READ, allow, principal
 from jobgate.api.errors import BadRequest
 from jobgate.api.routes.runs import visible_run
-from jobgate.api.schemas import RunOut, TransitionOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import QuotaExceededError
 from jobgate.core.models import JobRun, Transition
 from jobgate.service import tokens
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import RunOut, TransitionOut
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 

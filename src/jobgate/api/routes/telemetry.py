@@ -16,9 +16,10 @@ from pydantic import BaseModel
 from jobgate.api.access import GOVERNANCE_READ, WholeTenant, allow
 from jobgate.api.errors import BadRequest
 from jobgate.api.server_state import ServerState, server_state
+from jobgate.core import periods
 from jobgate.core.errors import ValidationError
 from jobgate.core.records import Publication
-from jobgate.telemetry import periods, rollup
+from jobgate.telemetry import rollup
 from jobgate.telemetry.redact import shown_sink
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])

@@ -15,15 +15,15 @@ from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, principal
 from jobgate.api.errors import Forbidden
 from jobgate.api.routes.runs import ensure_may_use
-from jobgate.api.schemas import Page, WorkflowRunOut, WorkflowStartIn, WorkflowTransitionOut
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.core.trace import parse_traceparent
+from jobgate.service import workflows as workflow_service
 from jobgate.service.tokens import Principal
-from jobgate.workflows import service
-from jobgate.workflows.service import StartWorkflow, WorkflowView
+from jobgate.service.workflows import StartWorkflow, WorkflowView
+from jobgate.views.schemas import Page, WorkflowRunOut, WorkflowStartIn, WorkflowTransitionOut
 
 router = APIRouter(prefix="/api/v1", tags=["workflows"])
 
@@ -32,7 +32,7 @@ State = Annotated[ServerState, Depends(server_state)]
 
 
 def _visible(state: ServerState, caller: Principal, workflow_run_id: str) -> WorkflowView:
-    view = service.workflow_view(state.engine, workflow_run_id, caller.tenant_id)
+    view = workflow_service.workflow_view(state.engine, workflow_run_id, caller.tenant_id)
     if not caller.may_use(view.record.job_definition_id):
         raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
     return view
@@ -50,7 +50,7 @@ def start_workflow(
 ) -> WorkflowRunOut:
     """Start a workflow run of an approved workflow definition."""
     ensure_may_use(caller, body.job_definition_id)
-    record, created = service.start_workflow(
+    record, created = workflow_service.start_workflow(
         state.engine,
         StartWorkflow(
             job_definition_id=body.job_definition_id,
@@ -66,7 +66,7 @@ def start_workflow(
     )
     if not created:
         response.status_code = 200
-    return WorkflowRunOut.of(service.workflow_view(state.engine, record.workflow_run_id, caller.tenant_id))
+    return WorkflowRunOut.of(workflow_service.workflow_view(state.engine, record.workflow_run_id, caller.tenant_id))
 
 
 @router.get("/workflows", response_model=Page[WorkflowRunOut])
@@ -139,5 +139,5 @@ def cancel_workflow(workflow_run_id: str, caller: Caller, state: State) -> Workf
     view = _visible(state, caller, workflow_run_id)
     if caller.role in RUN_CONTROL.owner_roles and view.record.requested_by != caller.actor:
         raise Forbidden(f"role {caller.role.value} may act on its own workflow runs only", field="workflow_run_id")
-    service.cancel_workflow(state.engine, workflow_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
-    return WorkflowRunOut.of(service.workflow_view(state.engine, workflow_run_id, caller.tenant_id))
+    workflow_service.cancel_workflow(state.engine, workflow_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
+    return WorkflowRunOut.of(workflow_service.workflow_view(state.engine, workflow_run_id, caller.tenant_id))

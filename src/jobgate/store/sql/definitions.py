@@ -38,8 +38,9 @@ def _stored(row: object, head_version: int, status: str) -> StoredDefinition:
 def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
     """Store ``p`` as a new version unless the current version has the same digest.
 
-    Re-applying an older digest makes a new version too (history is append-only); the status
-    from the file becomes the definition's lifecycle status.
+    Re-applying an older digest makes no new version: a digest is stored once per definition, so
+    the head points back at the version that has it (``created`` False). The status from the
+    file becomes the definition's lifecycle status.
     """
     head = conn.execute(
         select(H.current_version, H.status).where(

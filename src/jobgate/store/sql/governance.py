@@ -244,7 +244,7 @@ def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> 
     jobs = sorted({k[1] for k in keys})
     q = select(D.tenant_id, D.job_definition_id, D.digest, D.code_digest).where(
         D.tenant_id.in_(tenants), D.job_definition_id.in_(jobs), D.revoked_at.is_(None)
-    )
+    ).order_by(D.approval_id)  # several active approvals of one digest: the newest names the code
     wanted = set(keys)
     return {(r[0], r[1], r[2]): r[3] for r in conn.execute(q) if (r[0], r[1], r[2]) in wanted}
 

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from jobgate.core.records import LockInfo
 from jobgate.store import codec
 from jobgate.store.sql import driver
+from jobgate.store.sql.predicates import starts_with
 from jobgate.store.tables import locks
 
 _LOCK_COLUMNS = ("name", "owner", "token", "acquired_at", "expires_at")
@@ -59,7 +60,7 @@ def lock_get(conn: Connection, name: str) -> LockInfo | None:
 def locks_list(conn: Connection, prefix: str = "") -> list[LockInfo]:
     q = select(locks).order_by(locks.c.name)
     if prefix:
-        q = q.where(locks.c.name.startswith(prefix, autoescape=True))
+        q = q.where(starts_with(locks.c.name, prefix))
     return [_lock_info(r) for r in conn.execute(q)]
 
 

@@ -15,6 +15,7 @@ from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
 from jobgate.store.sql import driver
+from jobgate.store.sql.predicates import starts_with
 from jobgate.store.tables import dead_letters, job_runs, run_transitions
 
 _RUN_INSERT_COLUMNS = (
@@ -120,13 +121,14 @@ def _insert_order(fresh: dict[str, RunCreate]) -> list[RunCreate]:
     runs whose rows, and whose transitions in the index by run, lie side by side. Inserted in
     the callers' order, a claim of 40 runs of one bulk submission dirtied about one index page
     a run (measured: WAL frames by table while a worker drained a backlog)."""
-    slots: set[str] = set()
+    slots: set[tuple[str, str]] = set()  # a slot is a tenant's: (tenant, slot), as the unique index
     first: list[RunCreate] = []
     for c in fresh.values():
         if c.run.slot is not None:
-            if c.run.slot in slots:
+            slot = (c.run.tenant_id, c.run.slot)
+            if slot in slots:
                 continue
-            slots.add(c.run.slot)
+            slots.add(slot)
         first.append(c)
     first.sort(key=lambda c: c.run.job_run_id)
     return first
@@ -224,7 +226,7 @@ def runs_list(conn: Connection, f: RunFilter) -> list[JobRun]:
     if f.trigger_type:
         q = q.where(c.trigger_type == f.trigger_type)
     if f.trigger_prefix:
-        q = q.where(c.trigger_id.startswith(f.trigger_prefix, autoescape=True))
+        q = q.where(starts_with(c.trigger_id, f.trigger_prefix))
     if f.created_from:
         q = q.where(c.created_at >= codec.to_us(f.created_from))
     if f.created_to:

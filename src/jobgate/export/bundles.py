@@ -25,8 +25,8 @@ from pathlib import Path
 
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.evidence import keys as evidence_keys
-from jobgate.evidence.scope import ExportScope, bundle_files, check_contents, json_file
 from jobgate.evidence.timestamping import TimestampTrust
+from jobgate.export.scope import ExportScope, bundle_files, check_contents, json_file
 from jobgate.governance import signing
 from jobgate.service.engine import Engine
 

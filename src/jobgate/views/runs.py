@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from jobgate.api.schemas import AttemptOut, DeadLetterOut, RunDetailOut, RunOut, TransitionOut
 from jobgate.service import control
 from jobgate.service.engine import Engine
+from jobgate.views.schemas import AttemptOut, DeadLetterOut, RunDetailOut, RunOut, TransitionOut
 
 
 def run_detail_view(engine: Engine, job_run_id: str, tenant_id: str | None = None) -> RunDetailOut:

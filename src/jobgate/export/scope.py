@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobgate.api.views import run_detail_view
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
 from jobgate.core.canonical import digest, isoformat_utc
@@ -35,6 +34,7 @@ from jobgate.governance import signing
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import StoreTx
+from jobgate.views.runs import run_detail_view
 
 MAX_RUNS = 10_000  # a larger scope is refused: narrow the period
 

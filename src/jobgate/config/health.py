@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgate.core.events import EventType
-from jobgate.definitions.documents import Reader, join
+from jobgate.documents import Reader, join
 
 ANCHOR_SINK = "anchor_sink"
 ENVIRONMENT_CHECK = "environment_check"

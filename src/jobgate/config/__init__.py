@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
+from jobgate.config.tracing import TracingSettings, parse_tracing_settings
 from jobgate.core.errors import ConfigurationError, ValidationError
+from jobgate.core.periods import PeriodKind
 from jobgate.core.policies import (
     BUILTIN_RETRY_POLICIES,
     BUILTIN_TIMEOUT_POLICIES,
@@ -33,9 +36,8 @@ from jobgate.core.policies import (
     TimeoutPolicy,
 )
 from jobgate.core.ratelimit import check_rate
-from jobgate.definitions.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
+from jobgate.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
 from jobgate.evidence.timestamping import TimestampSettings
-from jobgate.health.settings import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
 from jobgate.logs import LoggingSettings, parse_logging_settings
 from jobgate.registry import (
     DEFAULT_NON_RETRYABLE_EXIT_CODES,
@@ -44,8 +46,6 @@ from jobgate.registry import (
     RunnerSpec,
     TargetSpec,
 )
-from jobgate.runtime.otel import TracingSettings, parse_tracing_settings
-from jobgate.telemetry.periods import PeriodKind
 
 CONFIG_FILENAME = "jobgate.yaml"
 DEFAULT_PROFILE = "default"
@@ -290,7 +290,7 @@ class JobgateConfig:
     policy: Path | None = None  # the scheduler policy file (jobgate.governance.policy_file), re-read when it changes
     evidence: EvidenceSettings = EvidenceSettings()
     finished_runs_retention: timedelta | None = None  # retention.finished_runs_days; None: keep for ever
-    alerts: AlertSettings = field(default_factory=AlertSettings)  # jobgate.health.settings: the alert webhook(s)
+    alerts: AlertSettings = field(default_factory=AlertSettings)  # jobgate.config.health: the alert webhook(s)
     dependencies: dict[str, DependencySpec] = field(default_factory=dict)  # checks a definition may declare
     logging: LoggingSettings = field(default_factory=LoggingSettings)  # jobgate.logs: format (text|json) and level
     tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
