@@ -113,7 +113,7 @@ def test_every_event_of_a_run_s_life_conforms_to_its_contract(engine: Engine) ->
 
 
 def test_an_evidence_bundle_s_run_and_snapshot_conform(engine: Engine) -> None:
-    from jobgate.evidence.bundles import build_bundle, run_scope
+    from jobgate.export.bundles import build_bundle, run_scope
 
     job = define(engine, handler="engine_handlers:fail_until", retry_policy="test_fixed_v1", params=OK_ON)
     run_id = submit(engine, job, ok_on="2")

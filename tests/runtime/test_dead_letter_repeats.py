@@ -19,11 +19,11 @@ from jobgate.config import JobgateConfig
 from jobgate.contracts import validate
 from jobgate.core.models import DeadLetter, DeadLetterReason, JobRun
 from jobgate.core.states import RunStatus
-from jobgate.evidence.replay import replay
 from jobgate.runtime import rescuer
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.service import control, sla, sla_record
 from jobgate.service.engine import Engine
+from jobgate.service.replay import replay
 from jobgate.service.submission import SubmitRequest
 
 S = timedelta(seconds=1)

@@ -11,9 +11,9 @@ from sqlalchemy import text
 
 from helpers import define
 from jobgate.core.states import RunStatus
-from jobgate.evidence.replay import replay
 from jobgate.service import control
 from jobgate.service.engine import Engine
+from jobgate.service.replay import replay
 from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
@@ -82,8 +82,8 @@ def test_an_altered_transition_or_snapshot_is_named(engine: Engine) -> None:
 
 
 def test_a_replay_job_samples_reproducibly_and_raises_a_critical_event_on_mismatch(engine: Engine) -> None:
-    from jobgate.evidence.replay import sample
     from jobgate.service import audit
+    from jobgate.service.replay import sample
     from jobgate.store.sql.governance import AuditFilter
 
     assert sample([f"r{i}" for i in range(50)], 5, "2026-11-30") == sample(

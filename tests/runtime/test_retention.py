@@ -13,10 +13,10 @@ from helpers import count, define, make_config
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.evidence import anchors, sinks
-from jobgate.evidence.retention import retire
 from jobgate.runtime.outbox import publish_once
 from jobgate.service import audit
 from jobgate.service.engine import Engine
+from jobgate.service.retention import retire
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection

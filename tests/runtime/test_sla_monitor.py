@@ -27,13 +27,13 @@ from jobgate.core.models import DeadLetterReason, JobRun
 from jobgate.core.settle import settle_attempt
 from jobgate.core.sla import RUNS_CURSOR, DeadlineKind, Phase, record_id
 from jobgate.core.states import RunStatus
-from jobgate.evidence.replay import replay
 from jobgate.runtime import rescuer
 from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.sla import LEADER_LOCK, SlaMonitor
 from jobgate.service import control, sla
 from jobgate.service.engine import Engine
 from jobgate.service.policies import settling_policy
+from jobgate.service.replay import replay
 from jobgate.service.submission import SubmitRequest
 from jobgate.store import codec
 from jobgate.store.base import RunsClaim
