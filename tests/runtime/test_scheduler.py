@@ -462,3 +462,20 @@ def test_a_configuration_schedule_for_an_unknown_profile_is_refused(engine: Engi
     assert err.value.field == "config_profile"
     with engine.store.read() as tx:
         assert [i.schedule.schedule_id for i in tx.schedules_list()] == []  # a configuration definition keeps none
+
+
+def test_overlap_replace_by_a_deposed_leader_replaces_nothing(engine: Engine) -> None:
+    """The review's m9: ``replace`` cancelled the outstanding run in its own transaction, before
+    the fire's fenced commit, so a leader that had lost its lease cancelled a run and fired none.
+    Now the replacement lands in the fire's transaction, or not at all."""
+    job = define(engine)
+    add(engine, hourly(job, overlap=OverlapPolicy.REPLACE))
+    old = Scheduler(engine, owner="old", lease=timedelta(seconds=10))
+    assert old.tick(T0 + HOUR).fired == 1
+    new = Scheduler(engine, owner="new", lease=timedelta(seconds=10))
+    assert new.hold_leadership(T0 + HOUR + timedelta(seconds=11)) is not None  # the old lease expired
+    old._lease._renew_at = T0 + 3 * HOUR  # the old leader still believes its token is current
+    assert old.tick(T0 + 2 * HOUR).fired == 0
+    with engine.store.read() as tx:
+        rows = connection(tx).execute(text("SELECT trigger_id, status FROM job_runs ORDER BY trigger_id")).all()
+    assert [(r[0][-20:], r[1]) for r in rows] == [("2026-03-01T01:00:00Z", "SCHEDULED")]

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -163,11 +163,12 @@ class Scheduler:
         self, schedule: Schedule, watermark: datetime, p: Plan, token: int, now: datetime, result: TickResult
     ) -> None:
         fires, misses = list(p.fires), list(p.misses)
+        replaced: list[JobRun] = []
         if schedule.overlap is not OverlapPolicy.ALLOW and fires:
             active = self._active_runs(schedule)
             kept, overlapping = apply_overlap(schedule, p.fires, active=bool(active))
             if kept and active and schedule.overlap is OverlapPolicy.REPLACE:
-                self._replace(schedule, active)
+                replaced = active  # cancelled or stopped in the fire's own fenced transaction
             fires, misses = kept, misses + overlapping
         try:
             requests = [
@@ -201,7 +202,7 @@ class Scheduler:
         advance = lambda tx: tx.schedule_advance(  # noqa: E731
             schedule.tenant_id, schedule.schedule_id, watermark, p.watermark
         )
-        if not self._commit(schedule, advance, prepared, misses, token, now, result):
+        if not self._commit(schedule, advance, prepared, misses, token, now, result, replaced=replaced):
             return
         for warning in p.warnings:
             log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
@@ -255,9 +256,12 @@ class Scheduler:
         token: int,
         now: datetime,
         result: TickResult,
+        *,
+        replaced: Sequence[JobRun] = (),
     ) -> bool:
         """One transaction: the lease is still ours, ``advance`` (the schedule's compare-and-set)
-        matched, then the runs and the misses. False, with nothing written, otherwise."""
+        matched, then the runs, the runs they replace (overlap ``replace``: only when a fire is
+        stored) and the misses. False, with nothing written, otherwise."""
         try:
             with self.engine.store.write() as tx:
                 if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
@@ -269,6 +273,8 @@ class Scheduler:
                 if not advance(tx):
                     return False  # changed under us (another scheduler, an edit): decided again next tick
                 made = self.engine.pipeline.create(tx, prepared, now)
+                if replaced and any(r.created for r in made):
+                    self._replace(tx, schedule, replaced, now)
                 tx.misses_record(schedule.tenant_id, misses, now)
         except GovernanceRefusal as exc:
             # Refused under the write lock (a revoked approval, the licence's slots): the fires
@@ -310,15 +316,15 @@ class Scheduler:
                 )
             )
 
-    def _replace(self, schedule: Schedule, active: list[JobRun]) -> None:
-        """``replace``: cancel the schedule's pending runs and ask its running ones to stop."""
+    def _replace(self, tx: StoreTx, schedule: Schedule, active: Sequence[JobRun], now: datetime) -> None:
+        """``replace``: cancel the schedule's pending runs and ask its running ones to stop, in the
+        fire's transaction, once its run is created: a leader that lost its lease, a schedule
+        changed under it or a refused fire replaces nothing (the two land together or not at all)."""
         reason = f"replaced by the next fire of schedule {schedule.schedule_id}"
         for run in active:
-            try:
-                if run.status is RunStatus.RUNNING:
-                    control.stop_run(self.engine, run.job_run_id, actor=SCHEDULER_ACTOR, reason=reason)
-                else:
-                    control.cancel_run(self.engine, run.job_run_id, actor=SCHEDULER_ACTOR, reason=reason)
+            replace = control.stop_in if run.status is RunStatus.RUNNING else control.cancel_in
+            try:  # each refusal is raised before it writes anything
+                replace(tx, run.job_run_id, actor=SCHEDULER_ACTOR, reason=reason, tenant_id=None, now=now)
             except JobgateError as exc:  # it finished meanwhile: nothing to replace
                 log.info("schedule %s: run %s not replaced: %s", schedule.schedule_id, run.job_run_id, exc)
 

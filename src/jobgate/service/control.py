@@ -7,6 +7,7 @@ run's state is a ``ConflictError`` (409 at the API), never a silent no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from jobgate.core import events, transitions
 from jobgate.core.errors import ConflictError, NotFoundError
@@ -41,19 +42,27 @@ def cancel_run(
     """Cancel a run that has not started. A claimed-but-unstarted run loses its lease too."""
     now = engine.clock.now()
     with engine.store.write() as tx:
-        run = tx.run_get(job_run_id, tenant_id)
-        if run is None:
-            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
-        if not run.status.is_pending:
-            hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
-            raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
-        change = transitions.cancelled(run, actor=actor, reason=reason, now=now)
-        if not tx.runs_apply([change]):
-            raise ConflictError("run changed state while being cancelled; try again", field="status")
-        audit.record(tx, audit.event(run.tenant_id, actor, "run.cancelled", "run", run.job_run_id, now, reason=reason))
+        cancel_in(tx, job_run_id, actor=actor, reason=reason, tenant_id=tenant_id, now=now)
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
+
+
+def cancel_in(
+    tx: StoreTx, job_run_id: str, *, actor: str, reason: str | None, tenant_id: str | None, now: datetime
+) -> None:
+    """``cancel_run`` inside the caller's write transaction (a schedule's ``replace`` cancels in
+    the fire's own fenced transaction). Refused with nothing written unless the run is pending."""
+    run = tx.run_get(job_run_id, tenant_id)
+    if run is None:
+        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+    if not run.status.is_pending:
+        hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
+        raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
+    change = transitions.cancelled(run, actor=actor, reason=reason, now=now)
+    if not tx.runs_apply([change]):
+        raise ConflictError("run changed state while being cancelled; try again", field="status")
+    audit.record(tx, audit.event(run.tenant_id, actor, "run.cancelled", "run", run.job_run_id, now, reason=reason))
 
 
 def stop_run(
@@ -65,24 +74,29 @@ def stop_run(
     when its worker observes the exit.
     """
     with engine.store.write() as tx:
-        run = tx.run_get(job_run_id, tenant_id)
-        if run is None:
-            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
-        if run.status is not RunStatus.RUNNING:
-            hint = " (use cancel for a pending run)" if run.status.is_pending else ""
-            raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
-        if not tx.run_request_stop(job_run_id):
-            raise ConflictError("run finished before the stop was recorded", field="status")
-        now = engine.clock.now()
-        tx.outbox_append(
-            [(run.job_run_id, run.tenant_id, events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now
-        )
-        audit.record(
-            tx, audit.event(run.tenant_id, actor, "run.stop_requested", "run", run.job_run_id, now, reason=reason)
-        )
+        stop_in(tx, job_run_id, actor=actor, reason=reason, tenant_id=tenant_id, now=engine.clock.now())
         updated = tx.run_get(job_run_id)
     assert updated is not None
     return updated
+
+
+def stop_in(
+    tx: StoreTx, job_run_id: str, *, actor: str, reason: str | None, tenant_id: str | None, now: datetime
+) -> None:
+    """``stop_run`` inside the caller's write transaction. Refused with nothing written unless
+    the run is running."""
+    run = tx.run_get(job_run_id, tenant_id)
+    if run is None:
+        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+    if run.status is not RunStatus.RUNNING:
+        hint = " (use cancel for a pending run)" if run.status.is_pending else ""
+        raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
+    if not tx.run_request_stop(job_run_id):
+        raise ConflictError("run finished before the stop was recorded", field="status")
+    tx.outbox_append(
+        [(run.job_run_id, run.tenant_id, events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now
+    )
+    audit.record(tx, audit.event(run.tenant_id, actor, "run.stop_requested", "run", run.job_run_id, now, reason=reason))
 
 
 def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:
