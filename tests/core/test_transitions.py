@@ -165,3 +165,18 @@ def test_a_settled_change_can_carry_a_rules_own_message_and_fencing() -> None:
     assert change.values["error_message"] == "dependency db down"
     assert (change.expected_token, change.revoke_lease) == (7, True)
     assert change.dead_letter is not None
+
+
+def test_a_repeat_dead_letter_is_renamed_with_the_event_that_announces_it() -> None:
+    decision = Decision(
+        S.DEAD_LETTERED, TransitionReason.DEPENDENCY_UNAVAILABLE, dead_letter_reason=DeadLetterReason.MISSING_DEPENDENCY
+    )
+    s = settle_without_attempt(run(S.DISPATCHED), decision, now=NOW, actor="deps", error_code="DEPENDENCY_UNAVAILABLE")
+    change = transitions.settled(s, run(S.DISPATCHED), now=NOW)
+    assert change.dead_letter is not None
+    first = change.dead_letter.dead_letter_id
+    renamed = change.with_dead_letter_id(f"{first}.2")
+    assert renamed.dead_letter is not None and renamed.dead_letter.dead_letter_id == f"{first}.2"
+    named = [body["dead_letter_id"] for _, body in renamed.events if "dead_letter_id" in body]
+    assert named and set(named) == {f"{first}.2"}
+    assert renamed.transition == change.transition and change.dead_letter.dead_letter_id == first  # a copy

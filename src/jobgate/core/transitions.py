@@ -32,7 +32,7 @@ and the rescuer both ask it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -100,6 +100,19 @@ class RunChange:
 
     def __post_init__(self) -> None:
         check_change(self)
+
+    def with_dead_letter_id(self, dead_letter_id: str) -> RunChange:
+        """This change with its dead letter, and the event announcing it, under ``dead_letter_id``
+        (the store numbers a repeat dead letter of one run and attempt, ``settle.repeat_dead_letter_id``:
+        the record and its announcement must name the same id)."""
+        letter = self.dead_letter
+        assert letter is not None, "only a change that dead-letters has a dead letter to rename"
+        old = letter.dead_letter_id
+        renamed: list[Event] = [
+            (kind, {**body, "dead_letter_id": dead_letter_id}) if body.get("dead_letter_id") == old else (kind, body)
+            for kind, body in self.events
+        ]
+        return replace(self, dead_letter=replace(letter, dead_letter_id=dead_letter_id), events=renamed)
 
 
 def check_change(change: RunChange) -> None:

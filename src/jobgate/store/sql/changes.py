@@ -271,7 +271,7 @@ def _apply_generic(conn: Connection, prepared: PreparedChanges) -> list[RunChang
         # A run requeued and dead-lettered again at the same attempt: its repeat is numbered.
         repeats = letters.letters_renumber(conn, derived) if derived else {}
         if repeats:
-            done = [letters.renumbered(ch, repeats[ch.job_run_id]) if ch.job_run_id in repeats else ch for ch in done]
+            done = [ch.with_dead_letter_id(repeats[ch.job_run_id]) if ch.job_run_id in repeats else ch for ch in done]
         if derived:
             conn.execute(
                 _INSERT_DEAD_LETTERS,

@@ -7,7 +7,8 @@ escalation deadline long past, its queue timeout again) would be given an id it 
 and the insert would fail on every try. The store therefore numbers the repeats: the ``n``-th
 dead letter of the same run and attempt is ``TGDLQ-<run>-<attempt>.<n>``
 (``core.settle.repeat_dead_letter_id``), and the ``job_dead_lettered`` event written with it
-names the same id. The first dead letter of an attempt keeps its derived id, so every id
+names the same id (``RunChange.with_dead_letter_id``: the rename is the core's, the store only
+knows which ids are taken). The first dead letter of an attempt keeps its derived id, so every id
 recorded before this rule existed is unchanged.
 
 Only the transaction whose compare-and-set on the run matched writes its dead letter (it then
@@ -17,13 +18,10 @@ holds the run's row), so the read below cannot race another writer of the same r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from sqlalchemy import Connection, select
 
-from jobgate.core.events import Event
 from jobgate.core.settle import repeat_dead_letter_id
-from jobgate.core.transitions import RunChange
 from jobgate.store.tables import dead_letters
 
 D = dead_letters.c
@@ -49,15 +47,3 @@ def letters_renumber(conn: Connection, derived: Mapping[str, str]) -> dict[str, 
             n += 1
         out[run_id] = repeat_dead_letter_id(first, n)
     return out
-
-
-def renumbered(change: RunChange, dead_letter_id: str) -> RunChange:
-    """``change`` with its dead letter, and the event announcing it, under ``dead_letter_id``."""
-    letter = change.dead_letter
-    assert letter is not None
-    old = letter.dead_letter_id
-    events: list[Event] = [
-        (kind, {**body, "dead_letter_id": dead_letter_id}) if body.get("dead_letter_id") == old else (kind, body)
-        for kind, body in change.events
-    ]
-    return replace(change, dead_letter=replace(letter, dead_letter_id=dead_letter_id), events=events)
