@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sys
 from collections.abc import Callable
 from datetime import timedelta
 from importlib import resources
@@ -19,7 +18,7 @@ from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.runs_client import Submission
 from jobgate.config import CONFIG_FILENAME
-from jobgate.core.errors import JobgateError, ValidationError
+from jobgate.core.errors import ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
 from jobgate.definitions import load_definitions
@@ -501,56 +500,3 @@ def worker(
     if exit_when_idle:
         proc.stop_when_idle()
     proc.join()
-
-
-from jobgate.cli import demo as _demo  # noqa: E402  (registers the demo command)
-
-cli.add_command(_demo.demo)
-
-from jobgate.cli import cluster as _cluster  # noqa: E402
-from jobgate.cli import contracts as _contracts  # noqa: E402
-from jobgate.cli import evidence as _evidence  # noqa: E402
-from jobgate.cli import governance as _governance  # noqa: E402
-from jobgate.cli import keys as _keys  # noqa: E402
-from jobgate.cli import metrics as _metrics  # noqa: E402
-from jobgate.cli import requests as _requests  # noqa: E402
-from jobgate.cli import safemode as _safemode  # noqa: E402
-from jobgate.cli import schedules as _schedules  # noqa: E402  (registers the scheduling commands)
-from jobgate.cli import serve as _serve  # noqa: E402
-from jobgate.cli import sla as _sla  # noqa: E402
-from jobgate.cli import tokens as _tokens  # noqa: E402
-from jobgate.cli import workflows as _workflows  # noqa: E402
-
-_schedules.register(cli)
-cli.add_command(_safemode.safe_mode)
-cli.add_command(_cluster.workers_command)
-cli.add_command(_cluster.locks_command)
-cli.add_command(_tokens.tokens)
-cli.add_command(_serve.serve)
-cli.add_command(_serve.doctor_command)
-_governance.register(definitions, cli)
-cli.add_command(_requests.requests_group)
-cli.add_command(_keys.keys)
-cli.add_command(_evidence.evidence_group)
-cli.add_command(_metrics.metrics_command)
-cli.add_command(_contracts.contracts_group)
-cli.add_command(_workflows.workflows_group)
-cli.add_command(_sla.sla_group)
-
-
-def main() -> None:
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        render.err.print("aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except JobgateError as exc:
-        render.err.print(f"error: {exc.code}: {exc}", markup=False)
-        sys.exit(1)
-    except Exception as exc:  # no stack trace for users; the type and first line are enough to report
-        first = (str(exc).splitlines() or [""])[0]
-        render.err.print(f"error: internal: {type(exc).__name__}: {first}", markup=False)
-        sys.exit(70)
