@@ -3,8 +3,9 @@
 ``IdempotencyKey = SHA256(JobDefinitionId || TriggerId || Scope || ConfigDigest || ExecutionWindow)``
 over a canonical encoding. What "trigger id" means depends on the trigger: the source event
 id for events (a redelivered event finds the same run), the authorised request id for manual
-runs, the window for batch and scheduled fires. The run id is derived from the key, so "one
-run per key" is a primary-key fact in the database, not a promise of the code.
+runs, the window for batch and scheduled fires. The key is unique in the store (and the run id
+carries 80 bits of it after its time prefix), so "one run per key" is a fact of the database's
+unique index, not a promise of the code.
 """
 
 from __future__ import annotations
