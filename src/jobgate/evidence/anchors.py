@@ -5,7 +5,8 @@ Batches follow deterministic windows (``evidence.anchor_window_seconds``, hourly
 aligned to the epoch): once a window has ended, the batch after the previous one takes every
 entry up to the last one written before the window's end — a contiguous run of positions,
 so the batches tile the chain with no gap. Each batch's root (``core.merkle``) is chained:
-``chain = digest({prev_chain, root})`` (the canonical JSON of the two, ``chain_hash``). The anchor row and the sink line are written by the
+``chain = digest({prev_chain, root})`` (the canonical JSON of the two, ``chain_hash``). The
+anchor row and the sink line are written by the
 DAL_ANCHOR_JOB's completion (exactly once, in its fenced completion transaction); a sink that
 fails makes the attempt fail, so the job's retry policy and dead letter apply like any job.
 Direct anchors (one leaf, at once) cover single critical entries, e.g. a safe-mode switch.
