@@ -11,7 +11,7 @@ import pytest
 from runtime_support import running_worker, wait_status
 
 from helpers import define, make_config
-from jobgate.config import JobgateConfig
+from jobgate.config import JobgateConfig, tracing
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.states import RunStatus
 from jobgate.core.trace import attempt_trace
@@ -112,11 +112,11 @@ def test_an_adopted_trace_hangs_under_the_callers_span(engine: Engine, exporter:
 
 
 def test_asking_for_otel_without_the_package_names_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(otel, "installed", lambda module: False)
+    monkeypatch.setattr(tracing, "installed", lambda module: False)
     with pytest.raises(ConfigurationError, match=r"tracing\.otel: needs the optional extra"):
         make_config(tmp_path, tracing={"otel": True})
     assert make_config(tmp_path, tracing={"otel": False}).tracing.otel is False  # off: nothing needed
-    monkeypatch.setattr(otel, "installed", lambda module: "exporter" not in module)
+    monkeypatch.setattr(tracing, "installed", lambda module: "exporter" not in module)
     with pytest.raises(ConfigurationError, match=r"tracing\.exporter: otlp needs the package"):
         make_config(tmp_path, tracing={"otel": True})
     for bad, key in [({"exporter": "zipkin"}, "exporter"), ({"endpoint": "ftp://x"}, "endpoint"), ({"otl": 1}, "otl")]:
