@@ -15,7 +15,6 @@ from jobgate.config import JobgateConfig, tracing
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.states import RunStatus
 from jobgate.core.trace import attempt_trace
-from jobgate.runtime import otel
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 
