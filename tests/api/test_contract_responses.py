@@ -5,11 +5,11 @@ takes — a runtime event — judged the same way by the contract and by the API
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 from tests.helpers import define
+from tests.runtime.runtime_support import wait_until
 
 from jobgate.contracts import validate, violations
 from jobgate.core.tokens import Role
@@ -27,14 +27,13 @@ def finish(engine: Engine, run_ids: list[str], *, timeout: float = 20.0) -> None
     """A worker runs until every one of ``run_ids`` is terminal (polled, never slept on blindly)."""
     worker = Worker(engine, WorkerSettings(concurrency=2))
     threading.Thread(target=worker.run, daemon=True).start()
+
+    def ended() -> bool:
+        with engine.store.read() as tx:
+            return all(r.status.is_terminal for r in tx.runs_get(run_ids))
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            with engine.store.read() as tx:
-                if all(r.status.is_terminal for r in tx.runs_get(run_ids)):
-                    return
-            assert time.monotonic() < deadline, "runs did not finish"
-            time.sleep(0.02)
+        wait_until(ended, timeout=timeout, what=f"runs {run_ids} to finish")
     finally:
         worker.stop()
         assert worker.wait_stopped(10)

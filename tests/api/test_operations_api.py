@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 from tests.helpers import count, define
+from tests.runtime.runtime_support import get_run, wait_until
 
 from jobgate.core.tokens import Role
 from jobgate.runtime.worker import Worker, WorkerSettings
@@ -67,13 +67,7 @@ def test_dead_letters_list_and_requeue(world: World, engine: Engine) -> None:
     worker = Worker(engine, WorkerSettings(concurrency=1))
     threading.Thread(target=worker.run, daemon=True).start()
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with engine.store.read() as tx:
-                current = tx.run_get(run.job_run_id)
-            if current is not None and current.status.is_terminal:
-                break
-            time.sleep(0.05)
+        wait_until(lambda: get_run(engine, run.job_run_id).status.is_terminal, timeout=20, what="the run to end")
     finally:
         worker.stop()
         worker.wait_stopped(10)
@@ -107,10 +101,10 @@ def test_expired_tokens_are_refused(world: World) -> None:
     from datetime import timedelta
 
     from jobgate.service import tokens
+    from jobgate.testing import FakeClock
 
     made = tokens.create(world.engine, tenant_id="acme", role="admin", actor="t", expires_in=timedelta(seconds=1))
-    later = world.engine.clock.now() + timedelta(seconds=2)
-    world.engine.clock = type("Later", (), {"now": staticmethod(lambda: later)})()  # type: ignore[assignment]
+    world.engine.clock = FakeClock(world.engine.clock.now() + timedelta(seconds=2))
     assert world.client.get(f"{API}/runs", headers={"Authorization": f"Bearer {made.token}"}).status_code == 401
 
 

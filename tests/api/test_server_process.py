@@ -11,7 +11,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.cli.test_cli import ENV, jobgate
+from tests.runtime.runtime_support import wait_until
 
 HERE = Path(__file__).resolve().parent
 SERVE_ENV = {**ENV, "PYTHONPATH": os.pathsep.join([str(HERE), ENV.get("PYTHONPATH", "")])}
@@ -73,17 +73,17 @@ def start(folder: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Until the server process answers ``/readyz`` (another process: its answer is the signal)."""
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"server not ready in {timeout} s:\n{log.read_text()}")
+            return False
+
+    wait_until(ready, timeout=timeout, what="the server to be ready", last=log.read_text, poll=0.1)
 
 
 @pytest.fixture
@@ -188,12 +188,11 @@ def test_a_reconnect_with_last_event_id_loses_and_repeats_nothing(served: Served
 @pytest.mark.slow
 def test_sigterm_lets_the_running_job_finish_and_exits_cleanly(served: Served) -> None:
     run_id = served.submit(steps="5", pause="0.3")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        status = httpx.get(f"{served.url}/api/v1/runs/{run_id}", headers=served.headers).json()["run"]["status"]
-        if status == "RUNNING":
-            break
-        time.sleep(0.05)
+
+    def status() -> str:
+        return str(httpx.get(f"{served.url}/api/v1/runs/{run_id}", headers=served.headers).json()["run"]["status"])
+
+    wait_until(lambda: status() == "RUNNING", timeout=10, what="the run to be running", last=status, poll=0.05)
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(30) == 0
     out = jobgate(served.folder, "--json", "runs", "show", run_id)
@@ -241,10 +240,11 @@ def test_the_cli_through_a_server_prints_what_it_prints_locally(served: Served) 
     run_id = run_id.strip()
     again = jobgate(served.folder, *remote, "submit", "count-up", "-p", "steps=1", "--request-id", "cli-1")
     assert again.stdout.strip() == run_id and "already submitted" in again.stderr
-    deadline = time.monotonic() + 20
-    while json.loads(jobgate(served.folder, "--json", "runs", "show", run_id).stdout)["run"]["status"] != "COMPLETED":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+
+    def status() -> str:
+        return str(json.loads(jobgate(served.folder, "--json", "runs", "show", run_id).stdout)["run"]["status"])
+
+    wait_until(lambda: status() == "COMPLETED", timeout=20, what="the run to complete", last=status, poll=0.1)
     for command in (("runs", "show", run_id), ("runs", "list")):
         local = jobgate(served.folder, "--json", *command).stdout
         assert jobgate(served.folder, *remote, "--json", *command).stdout == local

@@ -57,6 +57,7 @@ def test_each_fire_makes_exactly_one_run_while_leaders_are_killed(tmp_path: Path
     deadline = time.monotonic() + SECONDS
     try:
         while time.monotonic() < deadline:
+            # real time: scheduler processes fail over on their 2 s leases while a 1 s schedule fires
             time.sleep(4)
             pid = leader_pid(db)
             for p in procs:

@@ -108,6 +108,7 @@ def test_scheduler_once_fires_what_is_due_and_nothing_twice(folder: Path) -> Non
     # A new schedule owes nothing from before it existed; two seconds later it owes two or three
     # slots, all late (grace 0), which fire_once coalesces into one run.
     assert json.loads(jobgate(folder, "--json", "scheduler", "--once").stdout)["fired"] in (0, 1)
+    # real time: the CLI is another process on the host's clock (no clock to inject): 1 s slots must pass
     time.sleep(2.2)
     jobgate(folder, "--json", "scheduler", "--once")
     runs = json.loads(jobgate(folder, "--json", "runs", "list", "--job", job).stdout)

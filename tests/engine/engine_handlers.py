@@ -1,8 +1,14 @@
-"""Job handlers used by the engine tests (importable by worker subprocesses via PYTHONPATH)."""
+"""Job handlers used by the engine tests (importable by worker subprocesses via PYTHONPATH).
+
+A ``time.sleep`` here is the job's work (what is being scheduled: a job that takes time, that
+ignores cancellation, that is meant to be killed), never a test waiting for something; each one
+says so. Tests wait on signals: the marker file's lines, the run's status, or ``open_gate``.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -33,12 +39,10 @@ def fail_until(ctx: ExecutionContext) -> dict[str, Any]:
 
 
 def sleep(ctx: ExecutionContext) -> dict[str, Any]:
-    """Sleeps ``params.seconds`` unless cancelled; records progress."""
+    """Takes ``params.seconds`` unless cancelled (then it returns at once, interrupted)."""
     seconds = float(ctx.params.get("seconds", "1"))
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if ctx.cancelled.wait(0.02):
-            return {"interrupted": True}
+    if ctx.cancelled.wait(seconds):  # the job's work: ``seconds`` long, cut short by a stop
+        return {"interrupted": True}
     return {"slept": seconds}
 
 
@@ -55,7 +59,7 @@ def slow_marker(ctx: ExecutionContext) -> dict[str, Any]:
     path = Path(os.environ["JOBGATE_TEST_MARKER"])
     with path.open("a") as fh:
         fh.write(f"start {ctx.job_run_id} {ctx.attempt} {os.getpid()}\n")
-    time.sleep(float(ctx.params.get("seconds", "5")))
+    time.sleep(float(ctx.params.get("seconds", "5")))  # the job's work: long, deaf to cancellation
     with path.open("a") as fh:
         fh.write(f"done {ctx.job_run_id} {ctx.attempt} {os.getpid()}\n")
     return {}
@@ -70,17 +74,37 @@ def _append(line: str) -> None:
         fh.write(line + "\n")
 
 
+# Gates a test opens while a handler waits at one, keyed by the test's marker file (each test
+# has its own). In this process a handler blocks on the event; a handler in a worker
+# subprocess can only see the gate file.
+_GATES: dict[str, threading.Event] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _gate(marker: Path) -> threading.Event:
+    with _GATES_LOCK:
+        return _GATES.setdefault(str(marker), threading.Event())
+
+
+def open_gate(marker: Path) -> None:
+    """Let the handlers waiting at the gate of ``marker`` go on: in this process (the event) and
+    in worker subprocesses (the file ``<marker>.gate``)."""
+    Path(str(marker) + ".gate").write_text("go")
+    _gate(marker).set()
+
+
 def slow_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
     """Crash-recovery handler. Attempt 1 marks its start and sleeps ``params.seconds`` ignoring
     cancellation (its process is meant to be killed). Later attempts mark their start, then wait
     (at most 10 s) for the gate file ``$JOBGATE_TEST_MARKER.gate`` so a test can act while they run."""
     _append(f"start {ctx.job_run_id} {ctx.attempt} {os.getpid()}")
     if ctx.attempt == 1:
-        time.sleep(float(ctx.params.get("seconds", "30")))
+        time.sleep(float(ctx.params.get("seconds", "30")))  # the job's work, until its process is killed
     else:
         gate = Path(str(_marker_path()) + ".gate")
         deadline = time.monotonic() + 10
         while not gate.exists() and time.monotonic() < deadline:
+            # the job's work: it runs in a worker subprocess, where the gate file is the only signal
             time.sleep(0.01)
     _append(f"done {ctx.job_run_id} {ctx.attempt} {os.getpid()}")
     return {"attempt": ctx.attempt}
@@ -89,7 +113,7 @@ def slow_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
 def overlap(ctx: ExecutionContext) -> dict[str, Any]:
     """Records its execution interval (monotonic clock) so a test can check runs never overlapped."""
     _append(f"start {ctx.job_run_id} {time.monotonic():.6f}")
-    time.sleep(float(ctx.params.get("seconds", "0.2")))
+    time.sleep(float(ctx.params.get("seconds", "0.2")))  # the job's work: an interval others must not overlap
     _append(f"end {ctx.job_run_id} {time.monotonic():.6f}")
     return {}
 
@@ -97,19 +121,17 @@ def overlap(ctx: ExecutionContext) -> dict[str, Any]:
 def slow_fail_until(ctx: ExecutionContext) -> dict[str, Any]:
     """Like ``fail_until``, but each failing attempt first takes ``params.delay`` seconds."""
     if ctx.attempt < int(ctx.params.get("ok_on", "2")):
-        time.sleep(float(ctx.params.get("delay", "0.5")))
+        time.sleep(float(ctx.params.get("delay", "0.5")))  # the job's work before it fails
         raise RetryableError(f"attempt {ctx.attempt} fails", error_code="FLAKY")
     return {"attempt": ctx.attempt}
 
 
 def gated_fail_once(ctx: ExecutionContext) -> dict[str, Any]:
-    """Marks ``waiting``, waits (at most 10 s) for ``$JOBGATE_TEST_MARKER.gate``, then fails
-    retryably on attempt 1 and succeeds on later attempts. Ignores cancellation on purpose."""
+    """Marks ``waiting``, waits (at most 10 s) for the test's ``open_gate``, then fails
+    retryably on attempt 1 and succeeds on later attempts. Ignores cancellation on purpose.
+    In-process only (the worker is a thread of the test): it blocks on the gate's event."""
     _append(f"waiting {ctx.job_run_id} {ctx.attempt}")
-    gate = Path(str(_marker_path()) + ".gate")
-    deadline = time.monotonic() + 10
-    while not gate.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _gate(_marker_path()).wait(10)
     if ctx.attempt == 1:
         raise RetryableError("failed after the gate", error_code="FLAKY")
     return {"attempt": ctx.attempt}
@@ -118,9 +140,9 @@ def gated_fail_once(ctx: ExecutionContext) -> dict[str, Any]:
 def stubborn_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
     """Attempt 1 ignores cancellation and returns late; later attempts take 0.8 s, politely."""
     if ctx.attempt == 1:
-        time.sleep(2.5)
+        time.sleep(2.5)  # the job's work: it does not hear the stop, and returns late
         return {"late_result_of_attempt": 1}
-    ctx.cancelled.wait(0.8)
+    ctx.cancelled.wait(0.8)  # the job's work: 0.8 s, cut short by a stop
     return {"attempt": ctx.attempt}
 
 
@@ -130,7 +152,7 @@ def ledger(ctx: ExecutionContext) -> dict[str, Any]:
     ``seconds``: sleep first; ``fail_effect_on``: the attempt whose effect raises."""
     from sqlalchemy import text
 
-    time.sleep(float(ctx.params.get("seconds", "0")))
+    time.sleep(float(ctx.params.get("seconds", "0")))  # the job's work before its effect
     attempt, run_id = ctx.attempt, ctx.job_run_id
 
     def effect(conn: Any) -> None:
@@ -147,7 +169,7 @@ def locked(ctx: ExecutionContext) -> dict[str, Any]:
     """Holds ``batch:<key>`` for ``seconds``; appends ``start``/``end`` lines to the marker file."""
     with ctx.lock(ctx.params.get("kind", "batch"), ctx.params.get("key", "K"), ttl=timedelta(seconds=30)) as held:
         _append(f"start {ctx.job_run_id} {held.token}")
-        time.sleep(float(ctx.params.get("seconds", "0.3")))
+        time.sleep(float(ctx.params.get("seconds", "0.3")))  # the job's work, holding the lock
         _append(f"end {ctx.job_run_id}")
     return {"token": held.token}
 

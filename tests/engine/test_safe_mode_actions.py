@@ -106,7 +106,8 @@ def test_each_switch_runs_the_safe_mode_job_and_is_audited(guarded: Engine) -> N
 
 def test_automatic_activation_needs_policy_permission_and_a_policy_trigger(database_url: str, tmp_path: Path) -> None:
     import threading
-    import time
+
+    from tests.runtime.runtime_support import wait_until
 
     from jobgate.core.models import TriggerType
     from jobgate.runtime.worker import Worker, WorkerSettings
@@ -131,17 +132,18 @@ def test_automatic_activation_needs_policy_permission_and_a_policy_trigger(datab
         ).run.job_run_id
         worker = Worker(engine, WorkerSettings(concurrency=1))
         threading.Thread(target=worker.run, daemon=True).start()
+        def ended(engine: Engine = engine, run_id: str = run_id) -> bool:
+            with engine.store.read() as tx:
+                found = tx.run_get(run_id)
+            return found is not None and found.status.is_terminal
+
         try:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                with engine.store.read() as tx:
-                    run = tx.run_get(run_id)
-                if run is not None and run.status.is_terminal:
-                    break
-                time.sleep(0.05)
+            wait_until(ended, timeout=20, what=f"the policy run of allow_automatic={allow} to end")
         finally:
             worker.stop()
             worker.wait_stopped(10)
+        with engine.store.read() as tx:
+            run = tx.run_get(run_id)
         state = safemode.status(engine, "default")
         if allow:
             assert run is not None and run.status.value == "COMPLETED" and state is not None and state.active

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+
+from tests.runtime.runtime_support import wait_until
 
 from jobgate.runtime.executors import DispatchPayload, ExecutionContext, ProgressReporter
 
@@ -47,12 +48,9 @@ def make_context(
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``condition`` until it holds; fail the test (never hang) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+    """Poll ``condition`` until it holds (``wait_until``: for what another process does, a
+    file it writes or its exit); fail the test (never hang) after ``timeout`` seconds."""
+    wait_until(condition, timeout=timeout, what=what)
 
 
 def read_log(ctx: ExecutionContext) -> str:

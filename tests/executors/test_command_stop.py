@@ -24,23 +24,24 @@ from jobgate.runtime.executors import CommandExecutor, ExecutionContext, Executi
 
 from .support import make_context, read_log, wait_for
 
+# The children run until a signal ends them: ``signal.pause`` returns only when a handler ran.
 EXITS_ON_TERM = """
-import pathlib, signal, sys, time
+import pathlib, signal, sys
 def bye(signum, frame):
     print('got SIGTERM, leaving', flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, bye)
 pathlib.Path('ready').write_text('ready')
 while True:
-    time.sleep(0.02)
+    signal.pause()
 """
 
 IGNORES_TERM = """
-import os, pathlib, signal, time
+import os, pathlib, signal
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 pathlib.Path('ready').write_text(str(os.getpid()))
 while True:
-    time.sleep(0.02)
+    signal.pause()
 """
 
 # A leader that ignores SIGTERM and has a grandchild that ignores it too: only a group kill reaches both.
@@ -49,10 +50,11 @@ import os, pathlib, signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen([sys.executable, '-c', {IGNORES_TERM!r}], cwd='grandchild')
 while not pathlib.Path('grandchild/ready').exists():
+    # real time: the leader waits for another process, whose file is the only signal it has
     time.sleep(0.01)
 pathlib.Path('ready').write_text(str(os.getpid()))
 while True:
-    time.sleep(0.02)
+    signal.pause()
 """
 
 

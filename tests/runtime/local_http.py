@@ -60,6 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
                 rec.accepted.append(json.loads(body))
                 rec.headers.append(dict(self.headers.items()))
             delay = rec.post_delay
+        # real time: a slow receiver on the wire, measured against the sink's real timeouts and budget
         time.sleep(delay)
         self._answer(status, b"{}")
 

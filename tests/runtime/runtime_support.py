@@ -1,13 +1,16 @@
 """Helpers for the runtime tests: a worker in a thread, waiting on database conditions, reads.
 
-Nothing here sleeps and hopes: every wait polls a condition every 10 ms and fails the test
-with a message after a deadline.
+Nothing here sleeps and hopes. Prefer a signal the code under test gives (a
+``threading.Event``, ``LoopThread.wait_passes``, a ``FakeClock``); where there is none,
+``wait_until`` polls a real condition (often a database read) and fails the test with a
+message after a deadline.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +27,8 @@ from jobgate.service.engine import Engine
 from jobgate.store import codec
 from jobgate.testing import connection
 
-POLL = 0.01
+POLL = 0.01  # the longest pause between two looks of ``wait_until``
+FIRST_POLL = 0.001  # the first pause: most conditions hold within a few milliseconds
 
 # Small timings for tests: fast polling, short grace periods, so a stop never takes long.
 TEST_SETTINGS: dict[str, Any] = {
@@ -37,14 +41,36 @@ TEST_SETTINGS: dict[str, Any] = {
 }
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition") -> float:
-    """Poll ``condition`` every 10 ms; return the seconds waited, or fail after ``timeout``."""
+def wait_until(
+    condition: Callable[[], object],
+    *,
+    timeout: float = 10.0,
+    what: str = "condition",
+    last: Callable[[], object] | None = None,
+    poll: float = POLL,
+) -> float:
+    """Poll ``condition`` until it is true; return the seconds waited.
+
+    For a real condition the code offers no signal for: the first looks come 1 ms apart, then
+    twice as far apart each time, up to ``poll`` (larger for a costly look: a subprocess, an
+    HTTP request). After ``timeout`` the condition is asked one last time, then the test fails
+    naming ``what``, how many looks it took and, with ``last``, what was seen instead (say the
+    run's status)."""
     start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(POLL)
-    return time.monotonic() - start
+    deadline = start + timeout
+    pause = FIRST_POLL
+    looks = 0
+    while True:
+        looks += 1
+        if condition():
+            return time.monotonic() - start
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        time.sleep(min(pause, deadline - now))  # the polling itself: see the docstring
+        pause = min(pause * 2, poll)
+    seen = "" if last is None else f"; last seen: {last()!r}"
+    raise AssertionError(f"timed out after {timeout:g} s ({looks} looks) waiting for {what}{seen}")
 
 
 def get_run(engine: Engine, job_run_id: str) -> JobRun:
@@ -59,6 +85,7 @@ def wait_status(engine: Engine, job_run_id: str, status: RunStatus, *, timeout: 
         lambda: get_run(engine, job_run_id).status is status,
         timeout=timeout,
         what=f"run {job_run_id} to reach {status.value}",
+        last=lambda: get_run(engine, job_run_id).status.value,
     )
     return get_run(engine, job_run_id)
 
@@ -68,7 +95,11 @@ def wait_all(engine: Engine, job_run_ids: list[str], status: RunStatus, *, timeo
         with engine.store.read() as tx:
             return all(r.status is status for r in tx.runs_get(job_run_ids))
 
-    wait_until(done, timeout=timeout, what=f"{len(job_run_ids)} runs to reach {status.value}")
+    def seen() -> dict[str, int]:
+        with engine.store.read() as tx:
+            return dict(Counter(r.status.value for r in tx.runs_get(job_run_ids)))
+
+    wait_until(done, timeout=timeout, what=f"{len(job_run_ids)} runs to reach {status.value}", last=seen)
 
 
 Step = tuple[str | None, str, str, int]

@@ -9,11 +9,11 @@ import json
 import random
 import sys
 import textwrap
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import engine_handlers
 import pytest
 from runtime_support import (
     get_run,
@@ -63,7 +63,7 @@ def audited(engine: Engine, run_id: str) -> list[tuple[str, str | None]]:
 
 
 def open_gate(marker: Path) -> None:
-    Path(str(marker) + ".gate").write_text("go")
+    engine_handlers.open_gate(marker)  # attempt 1 of ``gated_fail_once`` goes on (and fails)
 
 
 def test_a_revoked_approval_cancels_the_attempts_not_yet_started(engine: Engine, marker: Path) -> None:
@@ -307,15 +307,22 @@ def test_a_revoke_racing_the_claims_never_lets_an_attempt_start_after_it(
     engine: Engine, marker: Path, seed: int
 ) -> None:
     """Runs that fail and retry every 0.2 s while a worker claims them; the approval is revoked
-    at a random moment. No attempt may start once the revocation has committed: what started is
+    at a random moment (after a random number of further attempts have started: up to two
+    rounds of retries). No attempt may start once the revocation has committed: what started is
     what had started by the time ``revoke`` returned, and every run ends cancelled."""
     rng = random.Random(seed)
     job = define(engine, handler="engine_handlers:fail_retryable", retry_policy="test_patient_v1")
     ids = [submit(engine, job) for _ in range(8)]
     started_at_revoke: set[tuple[str, int]] = set()
+
+    def attempts_started() -> int:
+        return sum(get_run(engine, r).attempt for r in ids)
+
     with running_worker(engine):
         wait_until(lambda: all(get_run(engine, r).attempt >= 1 for r in ids), what="every run to have started")
-        threading.Event().wait(rng.uniform(0.0, 0.5))
+        more = rng.randint(0, 2 * len(ids))
+        target = attempts_started() + more
+        wait_until(lambda: attempts_started() >= target, what=f"{more} more attempts to start")
         approvals.revoke(engine, "default", job, actor="root")
         for r in ids:
             started_at_revoke |= {(r, a) for (_f, to, _why, a) in transitions(engine, r) if to == "RUNNING"}

@@ -7,58 +7,48 @@ from datetime import UTC, datetime, timedelta
 from jobgate.clock import DatabaseClock, SystemClock
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.service.engine import Engine
-from jobgate.testing import SkewedClock
+from jobgate.testing import FakeClock, SkewedClock
 
 HOUR = timedelta(hours=1)
 
 
-class HostClock:
-    """A host clock we can set."""
-
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-
 def test_the_offset_is_measured_against_the_middle_of_the_round_trip() -> None:
-    host = HostClock(datetime(2026, 1, 1, tzinfo=UTC))
+    host = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))  # the host's clock, moved by the test
     reads = []
 
     def database_now() -> datetime:
-        reads.append(host.at)
-        host.at += timedelta(milliseconds=10)  # a 10 ms round trip
-        return host.at - timedelta(milliseconds=5) + HOUR  # the database is an hour ahead
+        reads.append(host.now())
+        at = host.advance(timedelta(milliseconds=10))  # a 10 ms round trip
+        return at - timedelta(milliseconds=5) + HOUR  # the database is an hour ahead
 
-    clock = DatabaseClock(database_now, refresh=timedelta(seconds=30), host_now=host)
-    assert clock.now() == host.at + HOUR
+    clock = DatabaseClock(database_now, refresh=timedelta(seconds=30), host_now=host.now)
+    assert clock.now() == host.now() + HOUR
     assert clock.offset == HOUR
-    host.at += timedelta(seconds=29)
+    host.advance(timedelta(seconds=29))
     clock.now()
     assert len(reads) == 1  # within the refresh: no query
-    host.at += timedelta(seconds=2)
+    host.advance(timedelta(seconds=2))
     clock.now()
     assert len(reads) == 2
 
 
 def test_an_unreachable_database_keeps_the_last_offset_and_retries_soon() -> None:
-    host = HostClock(datetime(2026, 1, 1, tzinfo=UTC))
+    host = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
     up = True
 
     def database_now() -> datetime:
         if not up:
             raise ConnectionError("server closed the connection")
-        return host.at + HOUR
+        return host.now() + HOUR
 
-    clock = DatabaseClock(database_now, refresh=timedelta(seconds=30), retry=timedelta(seconds=1), host_now=host)
-    assert clock.now() == host.at + HOUR
+    clock = DatabaseClock(database_now, refresh=timedelta(seconds=30), retry=timedelta(seconds=1), host_now=host.now)
+    assert clock.now() == host.now() + HOUR
     up = False
-    host.at += timedelta(seconds=31)
-    assert clock.now() == host.at + HOUR  # no exception, the last offset
+    host.advance(timedelta(seconds=31))
+    assert clock.now() == host.now() + HOUR  # no exception, the last offset
     up = True
-    host.at += timedelta(seconds=2)
-    assert clock.now() == host.at + HOUR
+    host.advance(timedelta(seconds=2))
+    assert clock.now() == host.now() + HOUR
 
 
 def test_each_backend_gives_the_clock_its_processes_share(engine: Engine) -> None:

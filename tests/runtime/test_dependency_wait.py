@@ -77,7 +77,7 @@ def test_runs_wait_without_attempts_while_down_and_run_when_it_is_back(database_
             free = submit(engine, plain, 2, "f")
             with running_worker(engine) as worker:
                 wait_all(engine, free, RunStatus.COMPLETED)  # a run without dependencies is unaffected
-                wait_until(lambda: worker.dependencies.states().get("dal") is not None, what="a first check")
+                ticks(worker, 1)  # the monitor runs (it started with the worker): it has checked once
                 assert worker.dependencies.states()["dal"].up is False
                 ticks(worker, 3)  # several checks, all down, while the worker is idle and polling
                 for run_id in waiting:
@@ -171,7 +171,7 @@ def test_the_monitor_holds_runs_until_the_first_check_answers(database_url: str,
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         try:
-            wait_until(lambda: worker.idle.is_set(), what="the worker idle")
+            assert worker.idle.wait(10), "the worker never idled"
             assert worker.dependencies.blocked  # held: not checked yet
             assert get_run(engine, run_id).status is RunStatus.SCHEDULED
             gate.set()

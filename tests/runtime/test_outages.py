@@ -19,6 +19,7 @@ from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.errors import is_transient
+from jobgate.store.notify import APPLICATION_NAME
 from jobgate.store.sqlstore import StoreTx
 from jobgate.testing import connection
 
@@ -52,6 +53,7 @@ def test_sessions_killed_again_and_again_mid_run_lose_nothing(engine: Engine) ->
         deadline = time.monotonic() + 2.5  # kill repeatedly while attempts end and settle
         while time.monotonic() < deadline:
             killed += kill_other_sessions(engine)
+            # real time: a chaos loop, kills 0.2 s apart over the seconds the server's sessions serve the worker
             time.sleep(0.2)
         assert killed >= 1
         wait_until(
@@ -63,9 +65,9 @@ def test_sessions_killed_again_and_again_mid_run_lose_nothing(engine: Engine) ->
 def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every write fails for 1.5 s while attempts end (as during a server restart): the worker
-    keeps their settlements and writes them when the database is back, instead of giving the
-    runs up to the rescuer (which would retry them, using an attempt each)."""
+    """Every write fails while attempts end (as during a server restart), cycle after cycle: the
+    worker keeps their settlements and writes them when the database is back, instead of giving
+    the runs up to the rescuer (which would retry them, using an attempt each)."""
     job = define(engine, handler="engine_handlers:sleep", params=SECONDS)
     ids = [
         engine.submit(SubmitRequest(job, params={"seconds": "0.5"}, request_id=f"r{i}")).run.job_run_id
@@ -85,7 +87,20 @@ def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
     with running_worker(engine) as worker:
         wait_until(lambda: all(get_run(engine, i).status is RunStatus.RUNNING for i in ids), what="all running")
         outage.set()
-        time.sleep(1.5)  # the attempts end meanwhile; nothing can be written
+        # The attempts end meanwhile; nothing can be written. The worker holds the three
+        # settlements, and its cycles writing them keep failing (three in a row is when it would
+        # write them one by one, were the error not a passing one).
+        wait_until(
+            lambda: sorted(run_id for _, run_id in list(worker._pending)) == sorted(ids),
+            what="the three attempts to end, their settlements held",
+            last=lambda: [run_id for _, run_id in list(worker._pending)],
+        )
+        failed = worker._cycle_failures
+        wait_until(
+            lambda: worker._cycle_failures >= max(failed + 1, 3),
+            what="the worker's cycles to fail writing them, three in a row",
+            last=lambda: worker._cycle_failures,
+        )
         outage.clear()
         wait_until(lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="done")
         assert worker.stale_writes_refused == 0
@@ -120,6 +135,19 @@ def test_errors_straight_from_the_driver_are_judged_like_wrapped_ones(error: Exc
     assert is_transient(error) is passing
 
 
+def listening_sessions(engine: Engine) -> set[int]:
+    """The backend pids of this role's sessions listening for new runs (workers' watchers)."""
+    with engine.store.read() as tx:
+        rows = connection(tx).execute(
+            text(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = :a "
+                "AND usename = current_user AND datname = current_database()"
+            ),
+            {"a": APPLICATION_NAME},
+        )
+        return {int(r[0]) for r in rows}
+
+
 def test_a_worker_survives_a_killed_listening_and_pool_sessions_and_keeps_claiming(engine: Engine) -> None:
     if engine.store.dialect != "postgresql":
         pytest.skip("sessions to kill are PostgreSQL's")
@@ -127,20 +155,15 @@ def test_a_worker_survives_a_killed_listening_and_pool_sessions_and_keeps_claimi
     with running_worker(engine) as worker:
         first = engine.submit(SubmitRequest(job, request_id="before")).run
         wait_until(lambda: get_run(engine, first.job_run_id).status is RunStatus.COMPLETED, what="first done")
-        stop = threading.Event()
-
-        def killer() -> None:
-            while not stop.is_set():
-                kill_other_sessions(engine)
-                stop.wait(0.3)
-
-        thread = threading.Thread(target=killer)
-        thread.start()
-        try:
-            time.sleep(1.0)
-        finally:
-            stop.set()
-            thread.join()
+        for _ in range(3):  # killed again and again: each time, once the worker listens anew
+            wait_until(lambda: listening_sessions(engine) != set(), what="the worker to listen")
+            before = listening_sessions(engine)
+            assert kill_other_sessions(engine) >= 1
+            wait_until(
+                lambda before=before: (now := listening_sessions(engine)) != set() and not now & before,
+                what="the worker to listen again on a new session",
+                last=lambda: listening_sessions(engine),
+            )
         later = engine.submit(SubmitRequest(job, request_id="after")).run
         wait_until(lambda: get_run(engine, later.job_run_id).status is RunStatus.COMPLETED, timeout=20, what="after")
         assert not worker.wait_stopped(0)

@@ -58,7 +58,7 @@ def test_one_worker_leads_the_rescuer_and_hands_over_when_it_stops(engine: Engin
     with running_worker(engine) as first:
         wait_until(lambda: _holder(engine) == first.worker_id, what="the first worker leads")
         with running_worker(engine) as second:
-            wait_until(lambda: second.idle.is_set(), what="the second worker idles")
+            assert second.idle.wait(10), "the second worker never idled"
             assert _holder(engine) == first.worker_id  # a standby does not take it
         assert _holder(engine) == first.worker_id
     with running_worker(engine) as third:

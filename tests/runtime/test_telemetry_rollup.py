@@ -186,7 +186,7 @@ def test_concurrent_publishers_make_one_publication(engine: Engine, tmp_path: Pa
     (slow) outside any transaction, then the row. One line, one row, and only one 'True'."""
     period = periods.parse(DAY)
     doc = rollup.compute(engine, TENANT, period)
-    sink = SlowFileSink(tmp_path / "sink.jsonl")
+    sink = RendezvousFileSink(tmp_path / "sink.jsonl", parties=2)
     start = threading.Barrier(2)
     made: list[bool] = []
 
@@ -296,9 +296,9 @@ def test_a_refusing_sink_leaves_no_secret_in_the_run(database_url: str, tmp_path
 
 
 def test_a_slow_http_sink_does_not_hold_up_other_writers(database_url: str, tmp_path: Path) -> None:
-    """The sink is written outside any transaction: while it takes 2 s to answer, a submission
+    """The sink is written outside any transaction: while it has not answered yet, a submission
     (a write) of another job commits at once, on SQLite (one write lock) as on PostgreSQL."""
-    with Receiver(status=200, delay=2.0) as receiver:
+    with Receiver(status=200, hold=True) as receiver:
         engine = make_engine(database_url, tmp_path, sink_url=receiver.url, timeout_seconds=10)
         try:
             job = telemetry_job(engine)
@@ -309,6 +309,7 @@ def test_a_slow_http_sink_does_not_hold_up_other_writers(database_url: str, tmp_
                 started = time.monotonic()
                 submit(engine, other)
                 took = time.monotonic() - started
+                receiver.release.set()  # the sink answers now, after the submission
                 wait_status(engine, run_id, RunStatus.COMPLETED)
             assert len(publications(engine)) == 1
         finally:
@@ -316,24 +317,31 @@ def test_a_slow_http_sink_does_not_hold_up_other_writers(database_url: str, tmp_
     assert took < 1.0, f"a submission waited {took:.2f} s for the sink"
 
 
-class SlowFileSink(FileSink):
-    def __init__(self, path: Path) -> None:
+class RendezvousFileSink(FileSink):
+    """A file sink whose writers wait for each other at its door: the ``parties`` publishers are
+    all inside the sink before any of them writes (none has published its row yet)."""
+
+    def __init__(self, path: Path, *, parties: int) -> None:
         super().__init__(path)
         self.writes = 0
+        self._door = threading.Barrier(parties)
 
     def submit(self, record: dict[str, Any]) -> dict[str, Any]:
         self.writes += 1
-        time.sleep(0.5)  # the first publisher holds its row meanwhile
+        self._door.wait(timeout=10)  # BrokenBarrierError if another publisher never came
         return super().submit(record)
 
 
 class Receiver:
-    """A local HTTP endpoint that records what it is sent and answers ``status``, after
-    ``delay`` seconds (``arrived`` is set when a request came in)."""
+    """A local HTTP endpoint that records what it is sent and answers ``status`` (``arrived`` is
+    set when a request came in). With ``hold``, it answers only once ``release`` is set (a slow
+    sink, for as long as the test needs)."""
 
-    def __init__(self, status: int, delay: float = 0.0) -> None:
+    def __init__(self, status: int, *, hold: bool = False) -> None:
         self.status = status
-        self.delay = delay
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
         self.arrived = threading.Event()
         self.received: list[tuple[dict[str, str], dict[str, Any]]] = []
         outer = self
@@ -343,7 +351,7 @@ class Receiver:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.received.append((dict(self.headers), body))
                 outer.arrived.set()
-                time.sleep(outer.delay)
+                outer.release.wait(30)
                 self.send_response(outer.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -360,6 +368,7 @@ class Receiver:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -5,8 +5,9 @@ run does not count as done, and is tried again once its lease lapses."""
 
 from __future__ import annotations
 
-import time
+import threading
 from datetime import timedelta
+from typing import Any
 
 from runtime_support import running_worker, wait_status, wait_until
 from sqlalchemy import text
@@ -15,6 +16,7 @@ from helpers import define
 from jobgate.core.audit import first_broken
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
+from jobgate.runtime.worker import Worker
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -48,15 +50,30 @@ def test_dead_letters_escalations_and_audit_required_ends_are_recorded(engine: E
     assert first_broken(audit.search(engine, AuditFilter(tenant_id="default", limit=1000))) is None
 
 
+class _GivingUp(Worker):
+    """Says when it has given up settlements it could not write (after three failed cycles, one
+    by one, then left to the rescuer)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gave_up = threading.Event()
+
+    def _isolate_poison(self, pending: Any) -> None:
+        super()._isolate_poison(pending)
+        self.gave_up.set()
+
+
 def test_without_an_audit_log_an_audit_required_run_does_not_settle(engine: Engine) -> None:
     required = define(engine, handler="engine_handlers:succeed", audit_required=True, retry_policy="test_fixed_v1")
     run_id = submit(engine, required)
     with engine.store.write() as tx:  # the audit store becomes unwritable
         connection(tx).execute(text("ALTER TABLE audit_log RENAME TO audit_log_away"))
     try:
-        with running_worker(engine, lease=timedelta(seconds=2)) as worker:
+        with running_worker(engine, worker_class=_GivingUp, lease=timedelta(seconds=2)) as worker:
+            assert isinstance(worker, _GivingUp)
             wait_until(lambda: worker.stats.started >= 1, what="the run to start")
-            time.sleep(1.0)  # the handler returns at once; its settlement keeps failing meanwhile
+            # The handler returns at once; its settlement keeps failing, until the worker gives it up.
+            assert worker.gave_up.wait(10), "the worker kept trying to settle the run"
             with engine.store.read() as tx:
                 status = (
                     connection(tx)

@@ -10,8 +10,9 @@ benchmark an idle wait of the poll interval (50 ms) between batches.
 
 from __future__ import annotations
 
-import time
+import threading
 from datetime import datetime, timedelta
+from typing import Any
 
 from runtime_support import running_worker, wait_all
 
@@ -23,12 +24,22 @@ from jobgate.service.submission import SubmitRequest
 
 
 class _SlowCycles(Worker):
-    """Holds its loop a moment after each cycle, so the attempts the cycle started have all
-    finished before the loop looks for more work."""
+    """Holds its loop after each cycle until the attempts the cycle started have all finished
+    (their results handed back), so the loop finds them done when it looks for more work."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handed_back = threading.Condition()
+
+    def _execute(self, flight: Any) -> None:
+        super()._execute(flight)  # the result is queued for the loop
+        with self._handed_back:
+            self._handed_back.notify_all()
 
     def _cycle(self, now: datetime, *, renew: bool, claim: int) -> None:
         super()._cycle(now, renew=renew, claim=claim)
-        time.sleep(0.05)
+        with self._handed_back:  # every thread in use has handed its result back (none collected yet)
+            self._handed_back.wait_for(lambda: self._results.qsize() >= self._busy_threads, timeout=10)
 
 
 def test_a_backlog_is_claimed_batch_after_batch_without_waiting_for_a_poll(engine: Engine) -> None:

@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import engine_handlers
 import pytest
 from runtime_support import (
     attempts,
@@ -36,6 +37,7 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 tmp = pathlib.Path("ready.tmp")
 tmp.write_text(str(os.getpid()))
 tmp.rename("ready")
+# real time: the job's work, a command that outlives SIGTERM (and at most 30 s) until SIGKILL
 time.sleep(30)
 """
 
@@ -168,7 +170,6 @@ def test_a_stop_requested_before_a_failing_attempt_ends_is_not_lost(engine: Engi
     # stop was recorded but before the worker looked. The recorded intent must still win.
     warmup = define(engine, handler="engine_handlers:sleep", params=SECONDS)
     job = define(engine, handler="engine_handlers:gated_fail_once", retry_policy="test_fixed_v1")
-    gate = Path(str(marker) + ".gate")
     first = engine.submit(SubmitRequest(warmup, params={"seconds": "0.5"})).run.job_run_id
     with running_worker(engine, stop_check_interval=timedelta(seconds=60)):
         # While ``first`` ran, the worker made its first stop check; the next one is 60 s away.
@@ -176,7 +177,7 @@ def test_a_stop_requested_before_a_failing_attempt_ends_is_not_lost(engine: Engi
         rid = engine.submit(SubmitRequest(job)).run.job_run_id
         wait_until(lambda: ["waiting", rid, "1"] in marker_lines(marker), what="attempt 1 to wait on its gate")
         control.stop_run(engine, rid, actor="alice")
-        gate.touch()
+        engine_handlers.open_gate(marker)
         wait_until(lambda: get_run(engine, rid).status.is_terminal, what="the stopped run to end")
     done = get_run(engine, rid)
     assert done.status is RunStatus.CANCELLED, transitions(engine, rid)

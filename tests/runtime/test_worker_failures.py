@@ -290,7 +290,7 @@ def test_a_run_that_started_is_not_dead_lettered_by_its_queue_timeout_while_wait
     )
     with running_worker(engine) as worker:
         # Submit only once the worker is up and idle, so the first claim is not what is timed.
-        wait_until(worker.idle.is_set, timeout=10, what="the worker to be idle")
+        assert worker.idle.wait(10), "the worker never idled"
         run = engine.submit(SubmitRequest(job, params={"ok_on": "2", "delay": "0.4"})).run
         # Attempt 1 takes 0.4 s (longer than the 0.2 s queue timeout) and fails retryably;
         # the retry is due at once (0 s delay), so attempt 2 should run and succeed.
@@ -322,7 +322,7 @@ def test_a_retry_that_waits_too_long_for_a_worker_is_dead_lettered_by_its_queue_
         timeout_policy="test_queue_3s_v1",
     )
     with running_worker(custom) as worker:
-        wait_until(worker.idle.is_set, timeout=10, what="the worker to be idle")  # the first claim is not timed
+        assert worker.idle.wait(10), "the worker never idled"  # the first claim is not timed
         rid = custom.submit(SubmitRequest(job)).run.job_run_id
         waiting = wait_status(custom, rid, RunStatus.RETRY_WAIT)
     assert waiting.next_retry_at is not None and waiting.due_at == waiting.next_retry_at

@@ -4,9 +4,10 @@ exactly-once execution when two workers drain the same queue."""
 from __future__ import annotations
 
 import itertools
-import time
-from datetime import timedelta
+import threading
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from runtime_support import (
     get_run,
@@ -19,6 +20,7 @@ from runtime_support import (
 
 from helpers import define
 from jobgate.core.states import RunStatus
+from jobgate.runtime.worker import Worker
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunsClaim
@@ -132,16 +134,45 @@ def test_two_workers_drain_300_runs_each_exactly_once(engine: Engine, database_u
     assert scalar(engine, f"SELECT count(DISTINCT actor) {started}") == 2
 
 
+class _CountingPolls(Worker):
+    """Counts the polls that came due (one per ``poll_interval``): a test waits for so many polls
+    rather than for so many seconds."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.polls = 0
+        self._polled = threading.Condition()
+
+    def _poll_due(self, now: datetime) -> bool:
+        due = super()._poll_due(now)
+        if due:
+            with self._polled:
+                self.polls += 1
+                self._polled.notify_all()
+        return due
+
+    def wait_polls(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` polls in all have come due."""
+        with self._polled:
+            return self._polled.wait_for(lambda: self.polls >= count, timeout)
+
+
 def test_a_worker_whose_queue_is_at_its_rate_waits_instead_of_claiming_over_and_over(engine: Engine) -> None:
     """A backlog behind a queue rate: the claim finds runs but may start none, and says nothing
     more is waiting; the worker waits for its poll instead of running a claiming transaction
     every few milliseconds (it did, on SQLite, for one review: hundreds of cycles a second)."""
     job = define(engine, queue="slow")
     engine.submit_many([SubmitRequest(job, request_id=f"slow-{i}") for i in range(50)])
-    with running_worker(engine, concurrency=4, queues=("slow",), queue_rates={"slow": (0.2, 1)}) as worker:
+    rates = {"slow": (0.2, 1)}
+    with running_worker(
+        engine, worker_class=_CountingPolls, concurrency=4, queues=("slow",), queue_rates=rates
+    ) as worker:
+        assert isinstance(worker, _CountingPolls)
         wait_until(lambda: worker.stats.started >= 1, what="the one run the rate allows")
-        cycles = worker.stats.cycles
-        time.sleep(1.0)  # the rate allows nothing more for 5 s
+        cycles, polls = worker.stats.cycles, worker.polls
+        # Fifty polls (a second, at 20 ms): the rate allows nothing more for 5 s. A worker that
+        # claimed over and over would not even get to ask whether its poll is due.
+        assert worker.wait_polls(polls + 50, timeout=10), f"{worker.polls - polls} polls came due"
         idle_cycles = worker.stats.cycles - cycles
     assert worker.stats.started == 1
     # At most a look per poll (every 20 ms in these tests); it was over 300 a second.

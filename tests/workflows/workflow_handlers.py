@@ -1,5 +1,7 @@
 """Handlers the workflow tests' steps run: each leaves a line in the marker file, so a test
-reads which steps really executed, in which order, and how often."""
+reads which steps really executed, in which order, and how often.
+
+A wait or a sleep here is the step's work (what is being scheduled), never a test waiting."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def wait(ctx: ExecutionContext) -> dict[str, Any]:
     gate = Path(os.environ["JOBGATE_TEST_MARKER"] + ".gate")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
+        # The step's work: a stop ends it at once; the gate file is looked at every 20 ms (a
+        # test's ``touch``: an event could not be waited on together with the stop).
         if ctx.cancelled.wait(0.02):
             _mark(ctx, "stopped")
             return {"interrupted": True}
@@ -59,6 +63,6 @@ def slow_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
     later attempts run at once."""
     _mark(ctx, "started")
     if ctx.attempt == 1:
-        time.sleep(30)
+        time.sleep(30)  # the step's work, until its worker process is killed
     _mark(ctx, "ran")
     return {"name": ctx.params.get("name", ""), "value": "", "count": 0, "flag": False}
