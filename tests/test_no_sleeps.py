@@ -29,7 +29,7 @@ REAL_TIME = "# real time:"
 
 # file (relative to tests/) -> (the marker its sleeps carry, why sleeping is right there)
 ALLOWED: dict[str, tuple[str, str]] = {
-    "engine/engine_handlers.py": (
+    "service/engine_handlers.py": (
         "the job's work",
         "job handlers: a sleep is the work being scheduled (a job that takes time, ignores a stop, "
         "is killed), and some run in worker subprocesses where a gate file is the only signal",

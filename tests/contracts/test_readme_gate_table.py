@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.engine.test_gate_matrix import GATES, PATHS
+from tests.service.test_gate_matrix import GATES, PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_START = "| path | approval | safe mode | trust gate | policy | signature | code identity | four eyes |"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 # Worker threads import handlers by module name, exactly as a deployment would.
-ENGINE_TESTS = Path(__file__).resolve().parent.parent / "engine"
+ENGINE_TESTS = Path(__file__).resolve().parent.parent / "service"
 sys.path.insert(0, str(ENGINE_TESTS))
 
 

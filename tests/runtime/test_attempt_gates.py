@@ -23,7 +23,7 @@ from runtime_support import (
     wait_status,
     wait_until,
 )
-from tests.engine.test_trust_gates import VENDOR, Environment, licence_document
+from tests.service.test_trust_gates import VENDOR, Environment, licence_document
 
 from helpers import define, make_config
 from jobgate.core.models import DefinitionStatus

@@ -40,7 +40,7 @@ from jobgate.service.engine import Engine
 from jobgate.service.policies import retry_policy
 from jobgate.service.submission import SubmitRequest
 
-ENGINE_TESTS = Path(__file__).resolve().parent.parent / "engine"
+ENGINE_TESTS = Path(__file__).resolve().parent.parent / "service"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

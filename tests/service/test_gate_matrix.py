@@ -28,9 +28,9 @@ import yaml
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import text
-from tests.engine.test_trust_gates import VENDOR, Environment, licence_document
 from tests.helpers import config_document, count, define, make_config
 from tests.runtime.runtime_support import marker_lines, running_worker, wait_status
+from tests.service.test_trust_gates import VENDOR, Environment, licence_document
 
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
