@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import APP_ROLE, PG_URL, make_config
+from helpers import APP_ROLE, PG_URL, SERVER_URL, make_config
 from jobgate.config import JobgateConfig
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
@@ -29,15 +29,40 @@ TESTS = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
+def _psycopg(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
 def _pg_available() -> str | None:
     try:
-        eng = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+        eng = create_engine(_psycopg(PG_URL))
         with eng.connect() as conn:
             conn.execute(text("SELECT 1"))
         eng.dispose()
         return None
     except Exception as exc:  # the reason is shown in the skip or failure
         return f"{type(exc).__name__}: {exc}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test: the application role every PostgreSQL test connects as and, under
+    pytest-xdist, this worker's own database. Workers start together, so the role is created
+    under an advisory lock; an unreachable server is left to ``pg_schema_url`` to report."""
+    try:
+        admin = create_engine(_psycopg(SERVER_URL), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(hashtext('jobgate tests: roles'))"))
+            if not conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": APP_ROLE}).first():
+                conn.execute(text(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS"))
+            conn.execute(text("SELECT pg_advisory_unlock(hashtext('jobgate tests: roles'))"))
+            database = make_url(PG_URL).database
+            if database != make_url(SERVER_URL).database and not conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": database}
+            ).first():
+                conn.execute(text(f'CREATE DATABASE "{database}"'))
+        admin.dispose()
+    except Exception:  # reported, with its reason, by the first test that needs PostgreSQL
+        pass
 
 
 @pytest.fixture(scope="session")
@@ -49,12 +74,10 @@ def pg_schema_url() -> Iterator[str]:
             pytest.fail(f"PostgreSQL is required in CI and is not reachable at {PG_URL}: {problem}")
         pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {problem}")
     schema = f"jobgate_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+    admin = create_engine(_psycopg(PG_URL))
     with admin.begin() as conn:
         # As in a deployment, jobgate connects as an ordinary role that owns its schema: not a
         # superuser, so the row-level security policies bind every query of the suite.
-        if not conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": APP_ROLE}).first():
-            conn.execute(text(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS"))
         conn.execute(text(f'CREATE SCHEMA "{schema}" AUTHORIZATION {APP_ROLE}'))
     sep = "&" if "?" in PG_URL else "?"
     app_url = make_url(PG_URL).set(username=APP_ROLE).render_as_string(hide_password=False)
@@ -69,7 +92,7 @@ def pg_schema_url() -> Iterator[str]:
 
 
 def _truncate_pg(url: str) -> None:
-    eng = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    eng = create_engine(_psycopg(url))
     with eng.begin() as conn:
         names = ", ".join(t.name for t in metadata.sorted_tables)
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from jobgate.config import JobgateConfig, build_config
 from jobgate.definitions import parse_definition
@@ -16,8 +17,22 @@ from jobgate.testing import connection
 
 # The PostgreSQL server the suite uses (as its superuser, to make schemas) and the ordinary
 # role every PostgreSQL test connects as, so row-level security binds them.
-PG_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")
+SERVER_URL = os.environ.get("JOBGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/jobgate_test")
 APP_ROLE = "jobgate_app"
+
+
+def _worker_database(url: str) -> str:
+    """Under pytest-xdist each worker process has a database of its own (``jobgate_test_gw0``,
+    …): advisory locks and LISTEN channels are database-wide, so two workers' tests sharing one
+    database would see each other's (conftest.py creates it)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    parsed = make_url(url)
+    return parsed.set(database=f"{parsed.database}_{worker}").render_as_string(hide_password=False)
+
+
+PG_URL = _worker_database(SERVER_URL)
 
 
 def config_document(base: Path, **overrides: Any) -> dict[str, Any]:
