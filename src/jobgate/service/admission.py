@@ -9,7 +9,7 @@ gates, the scheduler policy and its counts. The attempt side of the same rule is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
@@ -39,6 +39,20 @@ from jobgate.store.sqlstore import Store, StoreTx
 class TrustGates:
     licence: trust.LicenceFile
     environment: trust.EnvironmentCheck
+
+
+@dataclass
+class AdmissionBatch:
+    """What the admissions of one batch share: the scheduler policy fetched once for it (any
+    change audited first), the approvals and safe-mode periods read so far, and each tenant's
+    counts with the runs this batch admitted already (the policy's quotas count them). A batch
+    of one is ``AdmissionBatch(policy)``; a submission prepared again under the write lock keeps
+    the policy its batch was admitted under."""
+
+    policy: Policy | None = None
+    approved: Approved = field(default_factory=dict)
+    safe_modes: dict[str, SafeModePeriod | None] = field(default_factory=dict)
+    counts: dict[str, list[int]] = field(default_factory=dict)  # tenant -> [runs today, open runs]
 
 
 class Admission:
@@ -93,18 +107,16 @@ class Admission:
         now: datetime,
         *,
         moment: Moment,
-        approved: Approved,
-        safe_modes: dict[str, SafeModePeriod | None],
-        policy: Policy | None,
-        counts: dict[str, list[int]] | None,
+        batch: AdmissionBatch,
     ) -> tuple[Facts, SafeModePeriod | None]:
         """The facts the admission rule judges a new run on (``core.governance``), and the
         tenant's open safe-mode period (its overrides bind the snapshot)."""
         tenant = request.scope.tenant_id
+        approved, policy, counts = batch.approved, batch.policy, batch.counts
         key = (tenant, definition.job_definition_id, definition.digest)
         if key not in approved:
             approved[key] = approval_fact(tx.approvals_active([key]), key)
-        period = self.safe_mode_period(tx, tenant, safe_modes)
+        period = self.safe_mode_period(tx, tenant, batch.safe_modes)
         subject = gates.subject_of(
             definition,
             tenant_id=tenant,
@@ -117,7 +129,7 @@ class Admission:
         if subject.permissions:
             trust_fact = TrustFact(self.trust_gates.licence.state(), self.trust_gates.environment.permissions())
         today = open_runs = 0
-        if policy is not None and policy.counts_needed and counts is not None:
+        if policy is not None and policy.counts_needed:
             if tenant not in counts:
                 day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
                 created = tx.runs_created_count(tenant, day, day + timedelta(days=1))
@@ -145,27 +157,22 @@ class Admission:
         now: datetime,
         *,
         moment: Moment,
-        approved: Approved,
-        safe_modes: dict[str, SafeModePeriod | None],
-        policy: Policy | None,
-        counts: dict[str, list[int]] | None,
+        batch: AdmissionBatch,
     ) -> tuple[Facts, SafeModePeriod | None]:
         """The admission rule for a new run (``core.governance.admit``): the first refusal is
         raised. Returns the facts it admitted on and the tenant's open safe-mode period (its
         overrides bind the snapshot). Shared by triggers, requests, workflow steps and requeues."""
-        facts, period = self.facts(
-            tx, definition, request, now, moment=moment, approved=approved, safe_modes=safe_modes, policy=policy,
-            counts=counts,
-        )  # fmt: skip
+        facts, period = self.facts(tx, definition, request, now, moment=moment, batch=batch)
         verdict = admit(facts)
         if not verdict.admitted:
             raise verdict.refusal()
         tenant = request.scope.tenant_id
-        if counts is not None and tenant in counts:  # the runs this batch admits count against the next ones
-            counts[tenant][0] += 1
-            counts[tenant][1] += 1
+        counts = batch.counts.get(tenant)
+        if counts is not None:  # the runs this batch admits count against the next ones
+            counts[0] += 1
+            counts[1] += 1
         if "workflow" in definition.content and moment is not Moment.REQUEUE:
-            self.check_workflow_steps(tx, definition, tenant, approved)
+            self.check_workflow_steps(tx, definition, tenant, batch.approved)
         return facts, period
 
     def requeue_refusal(
@@ -188,10 +195,7 @@ class Admission:
                 via_request=True,  # an operator's decision on an existing run, not a new manual run
             )
             # The policy was fetched (and any change audited) before the write transaction.
-            self.check(
-                tx, definition, request, now, moment=Moment.REQUEUE, approved={}, safe_modes={}, policy=policy,
-                counts={},
-            )  # fmt: skip
+            self.check(tx, definition, request, now, moment=Moment.REQUEUE, batch=AdmissionBatch(policy))
             if definition.content.get("permissions"):
                 self.check_licence_slots(tx, 1, now)
         except GovernanceRefusal as exc:

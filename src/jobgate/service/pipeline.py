@@ -40,12 +40,11 @@ from jobgate.core.policy import Policy
 from jobgate.core.records import SafeModePeriod
 from jobgate.core.runs import new_run, trigger_document
 from jobgate.service import gates, policies
-from jobgate.service.admission import Admission
+from jobgate.service.admission import Admission, AdmissionBatch
 from jobgate.service.definitions import Definitions
 from jobgate.service.snapshots import resolve_snapshot
 from jobgate.service.submission import (
     SYSTEM_ACTOR,
-    Approved,
     PreparedSubmission,
     SubmitRequest,
     SubmitResult,
@@ -95,20 +94,13 @@ class Pipeline:
         A governance refusal is audited unless ``record`` is off (a dry run records its own
         verdict instead)."""
         cache: dict[tuple[str, str], JobDefinition] = {}
-        approved: Approved = {}
-        safe_modes: dict[str, SafeModePeriod | None] = {}
         current: SubmitRequest | None = None
-        policy = self.admission.scheduler_policy(actor=actor, now=now)
-        counts: dict[str, list[int]] = {}  # tenant -> [runs today, open runs], this batch included
+        batch = AdmissionBatch(self.admission.scheduler_policy(actor=actor, now=now))
         try:
             with self.store.read() as tx:
                 out = []
                 for current in requests:
-                    prepared = self.prepare_one(
-                        tx, current, now=now, actor=actor, cache=cache, approved=approved, safe_modes=safe_modes,
-                        policy=policy, counts=counts,
-                    )  # fmt: skip
-                    out.append(prepared)
+                    out.append(self.prepare_one(tx, current, now=now, actor=actor, batch=batch, cache=cache))
                 return out
         except GovernanceRefusal as exc:
             assert current is not None
@@ -123,11 +115,8 @@ class Pipeline:
         *,
         now: datetime,
         actor: str | None,
+        batch: AdmissionBatch,
         cache: dict[tuple[str, str], JobDefinition] | None = None,
-        approved: Approved | None = None,
-        safe_modes: dict[str, SafeModePeriod | None] | None = None,
-        policy: Policy | None = None,
-        counts: dict[str, list[int]] | None = None,
         moment: Moment | None = None,
     ) -> PreparedSubmission:
         """One request through every stage before storing: the definition, the admission rule,
@@ -137,10 +126,8 @@ class Pipeline:
         moment = moment or request.moment
         if moment is None:
             moment = Moment.WORKFLOW_STEP if request.workflow_run_id is not None else Moment.TRIGGER
-        facts, period = self.admission.check(
-            tx, definition, request, now, moment=moment, approved={} if approved is None else approved,
-            safe_modes={} if safe_modes is None else safe_modes, policy=policy, counts=counts,
-        )  # fmt: skip
+        facts, period = self.admission.check(tx, definition, request, now, moment=moment, batch=batch)
+        policy = batch.policy
         permissions = tuple(definition.content.get("permissions") or ())
         snapshot = self.resolve_config(definition, request.scope, period, policy)
         params = validate_preconditions(definition, request)
@@ -221,7 +208,9 @@ class Pipeline:
                 continue
             seen = p.facts.safe_mode
             if (None if seen is None else seen.activation) != (None if fact is None else fact.activation):
-                out.append(self.prepare_one(tx, p.request, now=now, actor=p.actor, moment=p.facts.moment))
+                # Prepared again under the period the lock shows, by the policy it was admitted under.
+                batch = AdmissionBatch(p.facts.policy)
+                out.append(self.prepare_one(tx, p.request, now=now, actor=p.actor, batch=batch, moment=p.facts.moment))
                 continue
             key = (run.tenant_id, run.job_definition_id, run.definition_digest)
             approval = approval_fact(active, key)

@@ -26,7 +26,7 @@ from jobgate.core.models import JobDefinition, Scope, TriggerType
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
-from jobgate.service.admission import refusal_event
+from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import validate_preconditions
 from jobgate.service.submission import Approved, PreparedSubmission, SubmitRequest
@@ -144,8 +144,7 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
         try:
             if request.trigger_run_id is None:  # a trigger run passed these gates when it was created
                 _, period = engine.admission.check(
-                    tx, definition, submit, now, moment=Moment.TRIGGER, approved={}, safe_modes={}, policy=policy,
-                    counts={},
+                    tx, definition, submit, now, moment=Moment.TRIGGER, batch=AdmissionBatch(policy)
                 )
             pinned = _check_step_definitions(engine, tx, spec, tenant)
         except GovernanceRefusal as exc:
