@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from jobgate.core.errors import GovernanceRefusal
 from jobgate.core.models import Scope
 from jobgate.core.records import AuditFilter
 from jobgate.governance import signing, trust
-from jobgate.service import audit, control
+from jobgate.service import audit, control, schedules, triggers
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
@@ -199,3 +199,27 @@ def test_concurrent_creations_never_exceed_the_licence(gated: tuple[Engine, Envi
         t.join()
     assert outcomes.count("ok") == 2 and outcomes.count("refused") == 4
     assert count(engine, "licence_slots") == 2
+
+
+def test_paths_that_check_slots_only_under_the_lock_audit_the_refusal(gated: tuple[Engine, Environment, Path]) -> None:
+    """Preparing never counts the licence's slots; creating does, under the lock. A backfill and
+    a policy fire refused there store nothing, and the refusal is audited (a fire's with the
+    observation, which is kept)."""
+    engine, _, _ = gated
+    submit(engine), submit(engine)  # both slots held
+    now = engine.clock.now()
+    define(
+        engine, job_definition_id="etl-cron", permissions=["etl"], trigger_type="cron", schedule_expression="0 * * * *"
+    )
+    with pytest.raises(GovernanceRefusal):
+        schedules.backfill(
+            engine, tenant_id="default", job_definition_id="etl-cron", start=now - timedelta(hours=3), end=now
+        )
+    define(engine, job_definition_id="etl-watch", permissions=["etl"], trigger_type="policy")
+    doc = {"id": "when-hot", "job": "etl-watch", "condition": "etl.lag > 5"}
+    schedules.put_schedules(engine, [schedules.schedule_from_document(doc, now=now)], source="t", now=now)
+    (fire,) = triggers.record_fact(engine, tenant_id="default", name="etl.lag", value=9, source="t", actor="t")
+    assert not fire.fired and fire.refused is not None and count(engine, "job_runs") == 2
+    assert refused_rules(engine) == ["licence_concurrency", "licence_concurrency"]
+    with engine.store.read() as tx:
+        assert [value for _, value, _ in tx.facts_list("default", "etl.lag")] == [9.0]

@@ -281,7 +281,7 @@ class Scheduler:
             # are recorded as refused and audited, the schedule moves on; never a crashed tick.
             if not prepared:
                 raise
-            self.engine.admission.record_refusal_for(prepared[0], exc, actor=SCHEDULER_ACTOR, now=now)
+            self.engine.admission.record_refusal_for(prepared, exc, actor=SCHEDULER_ACTOR, now=now)
             refused = [Miss(schedule.schedule_id, p.create.run.due_at, MissReason.REFUSED) for p in prepared]
             return self._commit(schedule, advance, [], [*misses, *refused], token, now, result)
         result.fired += sum(1 for r in made if r.created)

@@ -9,6 +9,7 @@ gates, the scheduler policy and its counts. The attempt side of the same rule is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -29,6 +30,7 @@ from jobgate.service.submission import (
     SYSTEM_TENANT,
     Approved,
     PreparedSubmission,
+    RefusedSubmission,
     SubmitRequest,
     approval_fact,
 )
@@ -251,17 +253,21 @@ class Admission:
         return cache[tenant_id]
 
     def record_refusal_for(
-        self, prepared: PreparedSubmission, exc: GovernanceRefusal, *, actor: str | None, now: datetime
+        self, prepared: Sequence[PreparedSubmission], exc: GovernanceRefusal, *, actor: str | None, now: datetime
     ) -> None:
-        """``record_refusal`` for a submission refused after it was prepared."""
-        run = prepared.create.run
-        request = SubmitRequest(
-            run.job_definition_id,
-            trigger_type=run.trigger_type,
-            scope=Scope.from_dict(run.scope),
-            requested_by=run.requested_by,
-            trigger_id=run.trigger_id,
-        )
+        """``record_refusal`` for submissions refused after they were prepared: the one the
+        refusal names (``RefusedSubmission``), else the first."""
+        request = exc.request if isinstance(exc, RefusedSubmission) else None
+        request = request or prepared[0].request
+        if request is None:  # prepared elsewhere: the request as its run tells it
+            run = prepared[0].create.run
+            request = SubmitRequest(
+                run.job_definition_id,
+                trigger_type=run.trigger_type,
+                scope=Scope.from_dict(run.scope),
+                requested_by=run.requested_by,
+                trigger_id=run.trigger_id,
+            )
         self.record_refusal(request, exc, actor=actor, now=now)
 
     def record_refusal(

@@ -24,7 +24,7 @@ from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, ValidationError
-from jobgate.core.governance import Moment, admit
+from jobgate.core.governance import Moment, SafeModeFact, admit
 from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
 from jobgate.core.models import (
     ConfigSnapshot,
@@ -46,6 +46,7 @@ from jobgate.service.snapshots import resolve_snapshot
 from jobgate.service.submission import (
     SYSTEM_ACTOR,
     PreparedSubmission,
+    RefusedSubmission,
     SubmitRequest,
     SubmitResult,
     approval_fact,
@@ -78,24 +79,38 @@ class Pipeline:
         the two transactions is seen as it was at the read, as if the change came just after.
         """
         now = self.clock.now()
-        prepared = self.prepare(requests, now=now, actor=actor)
+        return self.store_prepared(self.prepare(requests, now=now, actor=actor), now, actor=actor)
+
+    def store_prepared(
+        self, prepared: Sequence[PreparedSubmission], now: datetime, *, actor: str | None
+    ) -> list[SubmitResult]:
+        """Create prepared submissions in a write transaction of their own. A refusal under the
+        lock (a revocation, safe mode, the licence's slots) rolls everything back and is then
+        audited against the submission it refused."""
         try:
             with self.store.write() as tx:
                 return self.create(tx, prepared, now)
-        except GovernanceRefusal as exc:  # refused under the write lock (revoked, safe mode, slots): audited
-            first = next((r for r, p in zip(requests, prepared, strict=True) if p.licensed), requests[0])
-            self.admission.record_refusal(first, exc, actor=actor, now=now)
+        except GovernanceRefusal as exc:
+            self.admission.record_refusal_for(prepared, exc, actor=actor, now=now)
             raise
 
     def prepare(
-        self, requests: Sequence[SubmitRequest], *, now: datetime, actor: str | None = None, record: bool = True
+        self,
+        requests: Sequence[SubmitRequest],
+        *,
+        now: datetime,
+        actor: str | None = None,
+        record: bool = True,
+        batch: AdmissionBatch | None = None,
     ) -> list[PreparedSubmission]:
         """Validate and build runs for ``requests`` in a read transaction (all or an error).
         A governance refusal is audited unless ``record`` is off (a dry run records its own
-        verdict instead)."""
+        verdict instead). ``batch``: the admissions these share with others prepared apart
+        (runs created in one transaction count against one another's quotas)."""
         cache: dict[tuple[str, str], JobDefinition] = {}
         current: SubmitRequest | None = None
-        batch = AdmissionBatch(self.admission.scheduler_policy(actor=actor, now=now))
+        if batch is None:
+            batch = AdmissionBatch(self.admission.scheduler_policy(actor=actor, now=now))
         try:
             with self.store.read() as tx:
                 out = []
@@ -199,6 +214,14 @@ class Pipeline:
         active = tx.approvals_active(list(keys))
         tenants = sorted({p.create.run.tenant_id for p in prepared})
         periods = {tenant: tx.safe_mode_current(tenant) for tenant in tenants}
+        moved = {  # tenants whose safe-mode period changed since some of these were prepared
+            p.create.run.tenant_id
+            for p in prepared
+            if p.facts is not None
+            and p.request is not None
+            and _activation(p.facts.safe_mode) != _activation(gates.safe_mode_fact(periods[p.create.run.tenant_id]))
+        }
+        counts: dict[str, list[int]] = {}  # shared by the submissions prepared again, in order
         out: list[PreparedSubmission] = []
         for p in prepared:
             run = p.create.run
@@ -206,18 +229,24 @@ class Pipeline:
             if p.facts is None or p.request is None:
                 out.append(p)
                 continue
-            seen = p.facts.safe_mode
-            if (None if seen is None else seen.activation) != (None if fact is None else fact.activation):
-                # Prepared again under the period the lock shows, by the policy it was admitted under.
-                batch = AdmissionBatch(p.facts.policy)
-                out.append(self.prepare_one(tx, p.request, now=now, actor=p.actor, batch=batch, moment=p.facts.moment))
+            if run.tenant_id in moved:
+                # Every submission of the tenant prepared again, in order, under the period the
+                # lock shows and by the policy it was admitted under: its snapshot binds the new
+                # overrides, and the quotas count the tenant's runs of this batch once each.
+                batch = AdmissionBatch(p.facts.policy, counts=counts)
+                try:
+                    out.append(
+                        self.prepare_one(tx, p.request, now=now, actor=p.actor, batch=batch, moment=p.facts.moment)
+                    )
+                except GovernanceRefusal as exc:
+                    raise RefusedSubmission(exc, p.request) from None
                 continue
             key = (run.tenant_id, run.job_definition_id, run.definition_digest)
             approval = approval_fact(active, key)
-            if approval != p.facts.approval or fact != seen:  # what the lock shows changed: ask again
+            if approval != p.facts.approval or fact != p.facts.safe_mode:  # what the lock shows changed
                 verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
                 if not verdict.admitted:
-                    raise verdict.refusal()
+                    raise RefusedSubmission(verdict.refusal(), p.request)
             out.append(p)
         return out
 
@@ -233,7 +262,10 @@ class Pipeline:
         prepared = self.recheck_under_lock(tx, prepared, now)
         licensed = [p for p in prepared if p.licensed]
         if licensed:
-            self.admission.check_licence_slots(tx, len(licensed), now)
+            try:
+                self.admission.check_licence_slots(tx, len(licensed), now)
+            except GovernanceRefusal as exc:  # the batch's first licensed submission is refused
+                raise RefusedSubmission(exc, licensed[0].request) from None
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
             tx.snapshot_put(snapshot, now)
         made = tx.runs_create([p.create for p in prepared])
@@ -384,3 +416,7 @@ def build_trigger(request: SubmitRequest, now: datetime) -> Trigger:
         payload=dict(request.payload),
         created_at=now,
     )
+
+
+def _activation(fact: SafeModeFact | None) -> int | None:
+    return None if fact is None else fact.activation

@@ -477,8 +477,7 @@ def backfill(
                 run = existing.get(p.create.run.idempotency_key)
                 out.append(BackfillSlot(s.fire_at, s.window, None if run is None else run.job_run_id, False))
         else:
-            with engine.store.write() as tx:
-                made = engine.pipeline.create(tx, prepared, now)
+            made = engine.pipeline.store_prepared(prepared, now, actor=actor)  # a refusal audited
             out += [
                 BackfillSlot(s.fire_at, s.window, r.run.job_run_id, r.created)
                 for s, r in zip(chunk_slots, made, strict=True)

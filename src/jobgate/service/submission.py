@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobgate.core.errors import GovernanceRefusal
 from jobgate.core.governance import ApprovalFact, Facts, Moment
 from jobgate.core.models import ConfigSnapshot, ExecutionWindow, JobRun, Scope, TriggerType
 from jobgate.service.gates import EPOCH
@@ -69,6 +70,16 @@ class SubmitRequest:
     # A schedule's slot (``schedule_id@instant``): the one run it may ever have, whatever the
     # key (which includes the configuration digest) says. Set by the scheduler and by backfill.
     slot: str | None = None
+
+
+class RefusedSubmission(GovernanceRefusal):
+    """A refusal under the write lock that creates runs, naming the submission it refused: the
+    ``run.refused`` audit entry is about that request, not the batch's first (a revocation of
+    the second definition of a batch was once recorded against the first)."""
+
+    def __init__(self, refusal: GovernanceRefusal, request: SubmitRequest | None) -> None:
+        super().__init__(refusal.message, code=refusal.code, rule=refusal.rule, field=refusal.field)
+        self.request = request
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.canonical import canonical_json
-from jobgate.core.errors import JobgateError, ValidationError
+from jobgate.core.errors import GovernanceRefusal, JobgateError, ValidationError
 from jobgate.scheduling import conditions
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
 from jobgate.scheduling.records import StoredSchedule
+from jobgate.service import audit
+from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import fire_request
 from jobgate.service.submission import PreparedSubmission, SubmitRequest
@@ -147,6 +149,10 @@ def record_fact(
             if i.schedule.kind.conditional and conditions.parse(i.schedule.condition or "").fact == name
         ]
     decided: list[tuple[StoredSchedule, conditions.EpisodeStep, list[PreparedSubmission], str | None]] = []
+    # One admission batch for the observation: its fires are created in one transaction, so the
+    # policy's quotas count each against the others (each prepared alone, two fires on a
+    # quota of one were both admitted).
+    batch = AdmissionBatch(engine.admission.scheduler_policy(actor=actor, now=now)) if watching else None
     for item in watching:
         s = item.schedule
         st = conditions.step(item.episode_open, conditions.parse(s.condition or "").holds(float(value)))
@@ -162,7 +168,7 @@ def record_fact(
                 policy_context={"condition": s.condition, "fact": name, "value": value, "source": source},
             )
             try:
-                prepared = engine.pipeline.prepare([request], now=now, actor=actor)
+                prepared = engine.pipeline.prepare([request], now=now, actor=actor, batch=batch)
             except JobgateError as exc:
                 refused = str(exc)
         decided.append((item, st, prepared, refused))
@@ -179,12 +185,18 @@ def record_fact(
             after = (st.open, item.episodes + (1 if st.fire else 0))
             if not tx.schedule_episode(s.tenant_id, s.schedule_id, (item.episode_open, item.episodes), after):
                 continue  # a concurrent observation decided this schedule's episode first
-            if st.fire and refused is not None:
-                tx.misses_record(s.tenant_id, [Miss(s.schedule_id, now, MissReason.REFUSED)], now)
             run_id = None
             if prepared:
-                (made,) = engine.pipeline.create(tx, prepared, now)
-                run_id = made.run.job_run_id
+                try:
+                    (made,) = engine.pipeline.create(tx, prepared, now)
+                    run_id = made.run.job_run_id
+                except GovernanceRefusal as exc:  # refused under the lock: this fire alone, audited
+                    refused = str(exc)
+                    submitted = prepared[0].request
+                    assert submitted is not None  # prepared here, from a request
+                    audit.record(tx, refusal_event(submitted, exc, actor=actor, now=now))
+            if st.fire and refused is not None:
+                tx.misses_record(s.tenant_id, [Miss(s.schedule_id, now, MissReason.REFUSED)], now)
             out.append(PolicyFire(s.schedule_id, s.job_definition_id, st.fire and refused is None, run_id, refused))
     return out
 
