@@ -336,6 +336,8 @@ def test_revoking_the_workflows_approval_refuses_its_next_step(engine: Engine, m
     assert done.record.status is RunStatus.FAILED and done.record.error_code == "definition_not_approved"
     assert ran(marker) == ["a"]  # a finished; b never ran
     assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]
+    # The refused start of b is on the record, once, as a refusal at preparation would be.
+    assert count(engine, "audit_log", "action = 'run.refused' AND reason = 'definition_not_approved'") == 1
 
 
 def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_its_running_step(

@@ -404,15 +404,7 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         if approved:
             refused = _prepare_starts(engine, record, decided.starts, prepared, refusals, actor, now)
         else:
-            refused = {
-                f"refused:{start.step_id}": RunOutcome(
-                    RunStatus.FAILED,
-                    None,
-                    "definition_not_approved",
-                    f"the approval of workflow {record.job_definition_id} was revoked",
-                )
-                for start in decided.starts
-            }
+            refused = _refuse_starts(record, decided.starts, refusals)
         if not refused:
             break
         outcomes = {**outcomes, **refused}
@@ -542,6 +534,22 @@ def _step_request(record: WorkflowRecord, start: StartRun) -> SubmitRequest:
         role=role if isinstance(role, str) else None,
         policy_context={"traceparent": traceparent} if isinstance(traceparent, str) else {},
     )
+
+
+def _refuse_starts(record: WorkflowRecord, starts: Sequence[StartRun], refusals: Refusals) -> dict[str, RunOutcome]:
+    """Every step start refused because the workflow's own approval was revoked: each fails its
+    step and, like a refusal at preparation, is audited by the coordinator whose decision lands."""
+    refused: dict[str, RunOutcome] = {}
+    for start in starts:
+        exc = GovernanceRefusal(
+            f"the approval of workflow {record.job_definition_id} was revoked",
+            code="definition_not_approved",
+            rule="workflow_approval",
+            field="job_definition_id",
+        )
+        refused[f"refused:{start.step_id}"] = RunOutcome(RunStatus.FAILED, None, exc.code, exc.message)
+        refusals[(start.step_id, start.compensation)] = (_step_request(record, start), exc)
+    return refused
 
 
 def _prepare_starts(
