@@ -220,3 +220,31 @@ def test_a_refused_param_names_the_request_field_and_the_definition_in_the_messa
     refused = world.client.post(RUNS, json={"job_definition_id": ACME_JOB, "params": {"n": "x"}}, headers=admin(world))
     body = refused.json()
     assert refused.status_code == 422 and body["field"] == "params.n" and ACME_JOB in body["message"]
+
+
+@pytest.fixture
+def ceilinged(database_url: str, tmp_path: Path) -> Iterator[World]:
+    """A world whose scheduler policy caps an activator's runs at low priority."""
+    from tests.api.conftest import build_world
+    from tests.helpers import make_config
+
+    from jobgate.service.engine import Engine
+    from jobgate.store.sqlstore import Store
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("policy_id: P\nversion: 1\npriority: {id: SP-P, max: critical, by_role: {activator: low}}\n")
+    store = Store(database_url)
+    w = build_world(Engine(store, make_config(tmp_path, policy=str(policy))))
+    with w.client:
+        yield w
+    store.dispose()
+
+
+def test_a_retry_meets_the_priority_ceiling_of_the_askers_role(ceilinged: World) -> None:
+    """A retry is judged with the caller's role, as a submit is: an activator whose runs are
+    capped below the definition's priority cannot get one by retrying (it once could)."""
+    w = ceilinged
+    done = w.terminal_run(by=w.actor("acme", Role.ACTIVATOR))  # made by the engine, with no role
+    refused = w.client.post(f"{RUNS}/{done.job_run_id}/retry", headers=w.headers("acme", Role.ACTIVATOR))
+    assert refused.status_code == 403 and count(w.engine, "job_runs") == 1
+    assert w.client.post(f"{RUNS}/{done.job_run_id}/retry", headers=admin(w)).status_code == 201

@@ -141,7 +141,9 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     return updated
 
 
-def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> tuple[JobRun, bool]:
+def retry_run(
+    engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None, role: str | None = None
+) -> tuple[JobRun, bool]:
     """A new run for a terminal run, at most once per source run (seed 001 retry contract).
 
     The retry's trigger id is derived from the source run, so asking twice returns the same
@@ -168,6 +170,7 @@ def retry_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | N
         payload={"retry_of": run.job_run_id},
         retry_of=run.job_run_id,
         definition_version=run.definition_version,  # the source run's version, not today's
+        role=role,  # the asker's: a retry meets the policy's priority ceiling for it, as a submit does
     )
     result = engine.submit(request, actor=actor)
     return result.run, result.created

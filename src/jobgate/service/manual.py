@@ -107,15 +107,18 @@ def submit_manual(
     return result
 
 
-def retry_once(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str) -> tuple[JobRun, bool]:
+def retry_once(
+    engine: Engine, job_run_id: str, *, actor: str, tenant_id: str, role: str | None = None
+) -> tuple[JobRun, bool]:
     """Seed 001 retry through the API: an existing retry is returned as is; a new one counts
-    against the daily quota like any other run created through the API."""
+    against the daily quota like any other run created through the API and is judged with the
+    caller's role, as a submit is (the policy's priority ceilings by role)."""
     with engine.store.read(tenant_id=tenant_id) as tx:
         found = tx.runs_by_keys([retry_key(job_run_id)])
     if found and found[0].tenant_id == tenant_id:
         return found[0], False
     check_daily_quota(engine, tenant_id)
-    return control.retry_run(engine, job_run_id, actor=actor, tenant_id=tenant_id)
+    return control.retry_run(engine, job_run_id, actor=actor, tenant_id=tenant_id, role=role)
 
 
 def _check_same(engine: Engine, run: JobRun, fingerprint: str) -> None:

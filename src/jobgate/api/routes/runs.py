@@ -154,7 +154,9 @@ def retry_run(job_run_id: str, response: Response, caller: Caller, state: State)
     first time, 200 with the same retry afterwards, 409 when the run is not terminal."""
     run = visible_run(state, caller, job_run_id)
     check_run_access(RUN_CONTROL, caller, run)
-    retry, created = manual.retry_once(state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
+    retry, created = manual.retry_once(
+        state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id, role=caller.role.value
+    )
     if not created:
         response.status_code = 200
     return RunCreatedOut(created=created, run=RunOut.of(retry))
