@@ -82,36 +82,6 @@ def test_safe_mode_switched_on_after_preparation_still_refuses(guarded: Engine) 
     assert refused.value.code == "safe_mode_active"
 
 
-def test_a_submission_prepared_again_under_the_lock_keeps_its_policy(database_url: str, tmp_path: Path) -> None:
-    """Safe mode switched on between preparation and creation, with overrides and no refusal:
-    the submission is prepared again under the new period, still admitted and bound by the
-    scheduler policy of its batch (it was once prepared again with no policy at all)."""
-    path = tmp_path / "policy.yaml"
-    path.write_text("policy_id: P\nversion: 1\n")
-    config = make_config(
-        tmp_path,
-        policy=str(path),
-        profiles={"default": {"replay_sample_size": 5}},
-        safe_mode={"profile_overrides": {"replay_sample_size": 50}},
-    )
-    store = Store(database_url)
-    engine = Engine(store, config)
-    try:
-        job = define(engine)
-        now = engine.clock.now()
-        prepared = engine.pipeline.prepare([request(job)], now=now, actor="ada")
-        assert prepared[0].facts is not None and prepared[0].facts.policy is not None
-        safemode.activate(engine, "default", actor="root", reason="incident")
-        with engine.store.write() as tx:
-            (result,) = engine.pipeline.create(tx, prepared, now)
-        with engine.store.read() as tx:
-            snapshot = tx.snapshot_get(result.run.config_snapshot_id)
-        assert snapshot is not None and snapshot.content["values"]["replay_sample_size"] == 50  # the new period's
-        assert snapshot.content["scheduler_policy"]["policy_id"] == "P"  # and the batch's policy
-    finally:
-        store.dispose()
-
-
 def test_manual_review_cannot_be_claimed_with_a_request_id(guarded: Engine) -> None:
     job = define(guarded)
     safemode.activate(guarded, "default", actor="root", reason="incident")

@@ -1,6 +1,7 @@
 """Refusals under the write lock that creates runs, on every path that stores prepared
 submissions: the audit entry names the submission refused (not the batch's first), the runs
-prepared again after a safe-mode switch count against one another's quotas, one observation's
+prepared again after a safe-mode switch keep their batch's policy and count against one
+another's quotas, one observation's
 fires share the quota, and a backfill refused under the lock is audited. Nothing is stored."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from jobgate.service.engine import Engine
 from jobgate.service.submission import RefusedSubmission, SubmitRequest
 from jobgate.store.sqlstore import Store
 
-QUOTA_OF_ONE = "policy_id: P\nversion: 1\nquotas: {id: SP-Q, runs_per_day: 1}\n"
+OPEN_POLICY = "policy_id: P\nversion: 1\n"
+QUOTA_OF_ONE = OPEN_POLICY + "quotas: {id: SP-Q, runs_per_day: 1}\n"
 
 
 def request(job: str, request_id: str) -> SubmitRequest:
@@ -35,8 +37,18 @@ def refusals(engine: Engine) -> list[tuple[str, str | None]]:
 @pytest.fixture
 def quota(database_url: str, tmp_path: Path) -> Iterator[Engine]:
     """A policy of one run a day, and safe mode that only overrides a profile value."""
+    yield from _governed(database_url, tmp_path, QUOTA_OF_ONE)
+
+
+@pytest.fixture
+def open_policy(database_url: str, tmp_path: Path) -> Iterator[Engine]:
+    """A policy that admits everything, and safe mode that only overrides a profile value."""
+    yield from _governed(database_url, tmp_path, OPEN_POLICY)
+
+
+def _governed(database_url: str, tmp_path: Path, policy: str) -> Iterator[Engine]:
     path = tmp_path / "policy.yaml"
-    path.write_text(QUOTA_OF_ONE)
+    path.write_text(policy)
     config = make_config(
         tmp_path,
         policy=str(path),
@@ -47,6 +59,24 @@ def quota(database_url: str, tmp_path: Path) -> Iterator[Engine]:
     engine = Engine(store, config)
     yield engine
     store.dispose()
+
+
+def test_a_submission_prepared_again_under_the_lock_keeps_its_policy(open_policy: Engine) -> None:
+    """Safe mode switched on between preparation and creation, with overrides and no refusal:
+    the submission is prepared again under the new period, still admitted and bound by the
+    scheduler policy of its batch (it was once prepared again with no policy at all)."""
+    engine = open_policy
+    job = define(engine)
+    now = engine.clock.now()
+    prepared = engine.pipeline.prepare([request(job, "a")], now=now, actor="ada")
+    assert prepared[0].facts is not None and prepared[0].facts.policy is not None
+    safemode.activate(engine, "default", actor="root", reason="incident")
+    with engine.store.write() as tx:
+        (result,) = engine.pipeline.create(tx, prepared, now)
+    with engine.store.read() as tx:
+        snapshot = tx.snapshot_get(result.run.config_snapshot_id)
+    assert snapshot is not None and snapshot.content["values"]["replay_sample_size"] == 50  # the new period's
+    assert snapshot.content["scheduler_policy"]["policy_id"] == "P"  # and the batch's policy
 
 
 def test_a_refusal_under_the_lock_names_the_submission_it_refused(engine: Engine) -> None:
