@@ -7,14 +7,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from helpers import count, define, make_config
 from jobgate.core.errors import NotFoundError, ValidationError
-from jobgate.core.models import TriggerType
+from jobgate.core.models import DefinitionStatus, TriggerType
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
+from jobgate.testing import connection
 
 
 def test_submit_creates_one_scheduled_run_with_two_transitions(engine: Engine) -> None:
@@ -185,3 +187,35 @@ def test_a_payload_json_cannot_store_is_refused_and_nothing_is_stored(engine: En
         engine.submit(request)
     assert err.value.field == field and "non-finite" in err.value.message
     assert count(engine, "job_runs") == 0
+
+
+# A submission reads its definition's version through a cache of built versions (a version
+# never changes): the cache is keyed on what is stored, so neither a rewritten row nor a
+# lifecycle change is ever served from it.
+
+
+def test_content_rewritten_after_a_submission_is_refused_at_the_next(engine: Engine) -> None:
+    job = define(engine, params=[{"name": "n", "pattern": "[0-9]+"}])
+    engine.submit(SubmitRequest(job, params={"n": "1"}, request_id="before"))
+    with engine.store.write() as tx:  # the stored content changed, its digest kept
+        conn = connection(tx)
+        content = conn.execute(text("SELECT content FROM definitions WHERE job_definition_id = :j"), {"j": job})
+        rewritten = content.scalar_one().replace("[0-9]+", "[0-9a-z]+")
+        conn.execute(
+            text("UPDATE definitions SET content = :c WHERE job_definition_id = :j"), {"c": rewritten, "j": job}
+        )
+    with pytest.raises(ValidationError) as refused:
+        engine.submit(SubmitRequest(job, params={"n": "2"}, request_id="after"))
+    assert refused.value.field == "digest"
+    assert count(engine, "job_runs") == 1
+
+
+def test_a_definition_suspended_after_a_submission_is_refused_at_the_next(engine: Engine) -> None:
+    job = define(engine)
+    engine.submit(SubmitRequest(job, request_id="before"))
+    with engine.store.write() as tx:
+        tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, engine.clock.now())
+    with pytest.raises(ValidationError) as refused:
+        engine.submit(SubmitRequest(job, request_id="after"))
+    assert refused.value.field == "status"
+    assert count(engine, "job_runs") == 1

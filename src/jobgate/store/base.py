@@ -42,6 +42,8 @@ class StoredDefinition:
     created_at: datetime
     applied_by: str | None = None  # None: applied before appliers were recorded
     applied_lineage: tuple[str, ...] = ()  # who minted the applier's credential, nearest first
+    # The content as stored (JSON text): what a reader may key a cache of parsed versions on.
+    content_text: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

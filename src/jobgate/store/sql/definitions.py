@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from jobgate.core.models import ConfigSnapshot, DefinitionStatus
 from jobgate.store import codec
 from jobgate.store.base import DefinitionPut, DefinitionPutResult, StoredDefinition
+from jobgate.store.sql import driver
 from jobgate.store.tables import config_snapshots, definition_heads, definitions
 
 D = definitions.c
@@ -17,7 +19,7 @@ H = definition_heads.c
 
 
 def _stored(row: object, head_version: int, status: str) -> StoredDefinition:
-    r = row._mapping  # type: ignore[attr-defined]
+    r: Mapping[str, Any] = row if isinstance(row, Mapping) else row._mapping  # type: ignore[attr-defined]
     return StoredDefinition(
         tenant_id=r["tenant_id"],
         job_definition_id=r["job_definition_id"],
@@ -32,6 +34,7 @@ def _stored(row: object, head_version: int, status: str) -> StoredDefinition:
         created_at=codec.from_us(r["created_at"]),
         applied_by=r["applied_by"],
         applied_lineage=() if r["applied_lineage"] is None else tuple(codec.loads(r["applied_lineage"])),
+        content_text=r["content"] if isinstance(r["content"], str) else None,
     )
 
 
@@ -140,19 +143,22 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
 def definition_get(
     conn: Connection, tenant_id: str, job_definition_id: str, version: int | None = None
 ) -> StoredDefinition | None:
-    head = conn.execute(
-        select(H.current_version, H.status).where(H.tenant_id == tenant_id, H.job_definition_id == job_definition_id)
-    ).first()
+    key = {"tenant": tenant_id, "job": job_definition_id}
+    head = driver.first(conn, _HEAD, key)
     if head is None:
         return None
-    row = conn.execute(
-        select(definitions).where(
-            D.tenant_id == tenant_id,
-            D.job_definition_id == job_definition_id,
-            D.version == (version if version is not None else head.current_version),
-        )
-    ).first()
-    return None if row is None else _stored(row, head.current_version, head.status)
+    current = int(head["current_version"])
+    row = driver.first(conn, _VERSION, {**key, "version": current if version is None else version})
+    return None if row is None else _stored(row, current, head["status"])
+
+
+# Built once: every submission reads a head and a version (``driver.first``).
+_HEAD = select(H.current_version, H.status).where(
+    H.tenant_id == bindparam("tenant"), H.job_definition_id == bindparam("job")
+)
+_VERSION = select(definitions).where(
+    D.tenant_id == bindparam("tenant"), D.job_definition_id == bindparam("job"), D.version == bindparam("version")
+)
 
 
 def definitions_list(conn: Connection, tenant_id: str) -> list[StoredDefinition]:
@@ -195,25 +201,31 @@ def definition_set_status(
     return conn.execute(stmt).rowcount == 1
 
 
+_SNAPSHOT_COLUMNS = ("config_snapshot_id", "tenant_id", "profile", "config_digest", "content", "created_at")
+
+
 def snapshot_put(conn: Connection, s: ConfigSnapshot, now_us: int) -> bool:
     """Insert the snapshot unless it exists: snapshots are immutable and keyed by their digest,
     so two concurrent submissions binding the same one both succeed and store it once. True: this
     call stored it."""
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stored = conn.execute(
-        insert(config_snapshots)
-        .values(
-            config_snapshot_id=s.config_snapshot_id,
-            tenant_id=s.tenant_id,
-            profile=s.profile,
-            config_digest=s.config_digest,
-            content=codec.dumps(s.content),
-            created_at=now_us,
-        )
-        .on_conflict_do_nothing()
-        .returning(config_snapshots.c.config_snapshot_id)
-    ).first()
-    return stored is not None
+    row = {
+        "config_snapshot_id": s.config_snapshot_id,
+        "tenant_id": s.tenant_id,
+        "profile": s.profile,
+        "config_digest": s.config_digest,
+        "content": codec.dumps(s.content),
+        "created_at": now_us,
+    }
+    return bool(driver.returning(conn, _SNAPSHOT_PUT[conn.dialect.name], row))
+
+
+_SNAPSHOT_PUT = {
+    name: insert(config_snapshots)
+    .values({c: bindparam(c) for c in _SNAPSHOT_COLUMNS})
+    .on_conflict_do_nothing()
+    .returning(config_snapshots.c.config_snapshot_id)
+    for name, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
 
 
 def snapshot_get(conn: Connection, config_snapshot_id: str) -> ConfigSnapshot | None:

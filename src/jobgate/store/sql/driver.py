@@ -208,6 +208,14 @@ def returning(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[di
     return returning_sql(conn, sql, _bind(names, defaults, params))
 
 
+def first(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The first row of a query built once (bind parameters, no expanding ones) as a dict of
+    column names, or None: a submission's reads of definitions, approvals and safe mode, where
+    building and compiling a statement per call cost more than SQLite's own work."""
+    found = returning(conn, stmt, params)
+    return found[0] if found else None
+
+
 def returning_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[dict[str, Any]]:
     """``returning`` for hand-built SQL in the driver's own parameter style."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
 from jobgate.core.errors import MalformedRecordError
@@ -26,6 +26,7 @@ from jobgate.store.tables import (
 )
 
 A = audit_log.c
+N = anchors.c
 _AUDIT_COLUMNS = (
     "tenant_id",
     "seq",
@@ -56,18 +57,25 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
         by_tenant.setdefault(e.tenant_id, []).append(e)
     for tenant_id, items in sorted(by_tenant.items()):
         _ensure_head(conn, tenant_id)
-        q = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == tenant_id)
-        seq, head = conn.execute(q.with_for_update() if lock_rows else q).one()
+        ((seq, head),) = driver.rows(conn, _HEAD_LOCKED if lock_rows else _HEAD, {"tenant": tenant_id})
         entries = chain(_in_order(conn, tenant_id, int(seq), items), int(seq), str(head))
         driver.insert_rows(conn, audit_log, _AUDIT_COLUMNS, [_row(e) for e in entries])
         last = entries[-1]
-        conn.execute(
-            update(audit_heads)
-            .where(audit_heads.c.tenant_id == tenant_id)
-            .values(seq=last.seq, entry_hash=last.entry_hash)
-        )
+        driver.run(conn, _HEAD_MOVE, {"tenant": tenant_id, "seq": last.seq, "hash": last.entry_hash})
         out.extend(entries)
     return out
+
+
+# Built once (``driver``): a manual submission appends an entry in its own transaction.
+_HEAD = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == bindparam("tenant"))
+_HEAD_LOCKED = _HEAD.with_for_update()
+_HEAD_MOVE = (
+    update(audit_heads)
+    .where(audit_heads.c.tenant_id == bindparam("tenant"))
+    .values(seq=bindparam("seq"), entry_hash=bindparam("hash"))
+)
+_LAST_WINDOW = select(func.max(N.window_end)).where(N.tenant_id == bindparam("tenant"), N.mode == "batch")
+_ENTRY_AT = select(A.at).where(A.tenant_id == bindparam("tenant"), A.seq == bindparam("seq"))
 
 
 def _ensure_head(conn: Connection, tenant_id: str) -> None:
@@ -96,9 +104,9 @@ def _in_order(conn: Connection, tenant_id: str, head_seq: int, items: list[Audit
     ended, or anchored) is recorded at the chain's time, not back-dated. So which window holds
     an entry follows from the chain alone, and an anchor once made never misses an entry that
     belongs in it (``evidence.anchors``; the event's own time stays in ``at`` unless it was earlier)."""
-    bounds = [conn.execute(select(func.max(N.window_end)).where(N.tenant_id == tenant_id, N.mode == "batch")).scalar()]
+    bounds = [r[0] for r in driver.rows(conn, _LAST_WINDOW, {"tenant": tenant_id})]
     if head_seq:
-        bounds.append(conn.execute(select(A.at).where(A.tenant_id == tenant_id, A.seq == head_seq)).scalar())
+        bounds.extend(r[0] for r in driver.rows(conn, _ENTRY_AT, {"tenant": tenant_id, "seq": head_seq}))
     known = [int(b) for b in bounds if b is not None]
     if not known:
         return items
@@ -240,13 +248,30 @@ def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> 
     digest each binds (None: approved before code identity was recorded); one query."""
     if not keys:
         return {}
-    tenants = sorted({k[0] for k in keys})
-    jobs = sorted({k[1] for k in keys})
-    q = select(D.tenant_id, D.job_definition_id, D.digest, D.code_digest).where(
-        D.tenant_id.in_(tenants), D.job_definition_id.in_(jobs), D.revoked_at.is_(None)
-    ).order_by(D.approval_id)  # several active approvals of one digest: the newest names the code
     wanted = set(keys)
-    return {(r[0], r[1], r[2]): r[3] for r in conn.execute(q) if (r[0], r[1], r[2]) in wanted}
+    pairs = sorted({(k[0], k[1]) for k in keys})
+    if len(pairs) <= _FEW_DEFINITIONS:  # a submission's case: one statement built once a definition
+        found = [r for t, j in pairs for r in driver.rows(conn, _ACTIVE, {"tenant": t, "job": j})]
+    else:
+        tenants = sorted({k[0] for k in keys})
+        jobs = sorted({k[1] for k in keys})
+        q = (
+            select(*_ACTIVE_COLUMNS)
+            .where(D.tenant_id.in_(tenants), D.job_definition_id.in_(jobs), D.revoked_at.is_(None))
+            .order_by(D.approval_id)
+        )
+        found = [tuple(r) for r in conn.execute(q)]
+    # several active approvals of one digest: the newest (last, by id) names the code
+    return {(r[0], r[1], r[2]): r[3] for r in found if (r[0], r[1], r[2]) in wanted}
+
+
+_FEW_DEFINITIONS = 4
+_ACTIVE_COLUMNS = (D.tenant_id, D.job_definition_id, D.digest, D.code_digest)
+_ACTIVE = (
+    select(*_ACTIVE_COLUMNS)
+    .where(D.tenant_id == bindparam("tenant"), D.job_definition_id == bindparam("job"), D.revoked_at.is_(None))
+    .order_by(D.approval_id)
+)
 
 
 def approvals_list(conn: Connection, tenant_id: str, job_definition_id: str) -> list[Approval]:
@@ -421,7 +446,6 @@ def licence_slots_take(conn: Connection, runs: Sequence[tuple[str, str]], now_us
 
 
 # ---------------------------------------------------------------------- anchors
-N = anchors.c
 
 
 def _anchor(r: Any) -> Anchor:

@@ -3,10 +3,11 @@ except to close it, so the table is both the current state and its history."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, or_, select, update
+from sqlalchemy import Connection, RowMapping, bindparam, or_, select, update
 
 from jobgate.core.records import SafeModePeriod
 from jobgate.store import codec
@@ -16,24 +17,27 @@ from jobgate.store.tables import safe_mode_periods
 P = safe_mode_periods.c
 
 
-def _from_row(r: Any) -> SafeModePeriod:
+def _from_row(r: Mapping[str, Any] | RowMapping) -> SafeModePeriod:
     return SafeModePeriod(
-        r.tenant_id,
-        int(r.activation),
-        codec.from_us(r.activated_at),
-        r.activated_by,
-        r.reason,
-        None if r.deactivated_at is None else codec.from_us(r.deactivated_at),
-        r.deactivated_by,
-        r.deactivation_reason,
-        {} if r.actions is None else dict(codec.loads(r.actions)),
+        r["tenant_id"],
+        int(r["activation"]),
+        codec.from_us(r["activated_at"]),
+        r["activated_by"],
+        r["reason"],
+        None if r["deactivated_at"] is None else codec.from_us(r["deactivated_at"]),
+        r["deactivated_by"],
+        r["deactivation_reason"],
+        {} if r["actions"] is None else dict(codec.loads(r["actions"])),
     )
+
+
+# Built once: every submission reads it, before and under the write lock (``driver.first``).
+_CURRENT = select(safe_mode_periods).where(P.tenant_id == bindparam("tenant")).order_by(P.activation.desc()).limit(1)
 
 
 def current(conn: Connection, tenant_id: str) -> SafeModePeriod | None:
     """The tenant's latest period (open: safe mode is on), or None if it was never activated."""
-    q = select(safe_mode_periods).where(P.tenant_id == tenant_id).order_by(P.activation.desc()).limit(1)
-    row = conn.execute(q).first()
+    row = driver.first(conn, _CURRENT, {"tenant": tenant_id})
     return None if row is None else _from_row(row)
 
 
@@ -91,4 +95,4 @@ def periods(
         q = q.where(or_(P.deactivated_at.is_(None), P.deactivated_at > codec.to_us(ending_after)))
     newest = q.order_by(P.activation.desc()).limit(limit).subquery()
     rows = conn.execute(select(newest).order_by(newest.c.activation)).all()
-    return [_from_row(r) for r in rows]
+    return [_from_row(r._mapping) for r in rows]
