@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, RowMapping, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from jobgate.core.models import ConfigSnapshot, DefinitionStatus
@@ -18,8 +18,7 @@ D = definitions.c
 H = definition_heads.c
 
 
-def _stored(row: object, head_version: int, status: str) -> StoredDefinition:
-    r: Mapping[str, Any] = row if isinstance(row, Mapping) else row._mapping  # type: ignore[attr-defined]
+def _stored(r: Mapping[str, Any] | RowMapping, head_version: int, status: str) -> StoredDefinition:
     return StoredDefinition(
         tenant_id=r["tenant_id"],
         job_definition_id=r["job_definition_id"],
@@ -87,7 +86,7 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
                     .where(H.tenant_id == p.tenant_id, H.job_definition_id == p.job_definition_id)
                     .values(status=p.status.value, updated_at=now)
                 )
-            return DefinitionPutResult(_stored(current, head.current_version, p.status.value), created=False)
+            return DefinitionPutResult(_stored(current._mapping, head.current_version, p.status.value), created=False)
     version = 1 + (
         conn.execute(
             select(func.coalesce(func.max(D.version), 0)).where(
@@ -173,7 +172,7 @@ def definitions_list(conn: Connection, tenant_id: str) -> list[StoredDefinition]
         .where(D.tenant_id == tenant_id)
         .order_by(D.job_definition_id)
     )
-    return [_stored(r, r.current_version, r.status) for r in conn.execute(q)]
+    return [_stored(r._mapping, r.current_version, r.status) for r in conn.execute(q)]
 
 
 def definition_versions(conn: Connection, tenant_id: str, job_definition_id: str) -> list[StoredDefinition]:
@@ -187,7 +186,7 @@ def definition_versions(conn: Connection, tenant_id: str, job_definition_id: str
         .where(D.tenant_id == tenant_id, D.job_definition_id == job_definition_id)
         .order_by(D.version)
     )
-    return [_stored(r, head.current_version, head.status) for r in conn.execute(q)]
+    return [_stored(r._mapping, head.current_version, head.status) for r in conn.execute(q)]
 
 
 def definition_set_status(
