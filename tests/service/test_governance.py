@@ -4,6 +4,7 @@ audit entry names the rule."""
 
 from __future__ import annotations
 
+import random
 import threading
 from datetime import timedelta
 
@@ -118,12 +119,18 @@ def test_approve_hashes_what_is_stored_and_records_who(engine: Engine) -> None:
 
 
 def test_the_chain_links_every_entry_and_concurrent_appends_never_fork_it(engine: Engine) -> None:
+    """Also: times never go back along the chain, though each writer's events carry times of
+    their own, out of order with the others' (an append reads the last entry's time after it
+    holds the head, so it sees the entry the writer before it committed)."""
     errors: list[BaseException] = []
+    base = engine.clock.now()
 
     def append(n: int) -> None:
+        rng = random.Random(n)
         try:
             for i in range(15):
-                event = AuditEvent("default", f"writer-{n}", "test.append", "test", f"{n}-{i}", engine.clock.now())
+                at = base + timedelta(milliseconds=rng.randrange(0, 5_000))
+                event = AuditEvent("default", f"writer-{n}", "test.append", "test", f"{n}-{i}", at)
                 audit.record_now(engine, event)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -137,6 +144,8 @@ def test_the_chain_links_every_entry_and_concurrent_appends_never_fork_it(engine
     entries = audit.search(engine, AuditFilter(tenant_id="default", limit=1000))
     assert [e.seq for e in entries] == list(range(1, 61))
     assert first_broken(entries) is None
+    times = [e.event.at for e in entries]
+    assert times == sorted(times)
     with engine.store.read() as tx:
         assert tx.audit_head("default") == (60, entries[-1].entry_hash)
     other = audit.search(engine, AuditFilter(tenant_id="other"))

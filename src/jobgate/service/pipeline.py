@@ -73,13 +73,42 @@ class Pipeline:
     def submit_many(self, requests: Sequence[SubmitRequest], *, actor: str | None = None) -> list[SubmitResult]:
         """Submit a batch in one transaction: all are validated before anything is stored.
 
-        Validation and the building of the runs happen in a read transaction, before the write
-        lock is taken: on SQLite there is one write lock for every worker and submitter, and
+        On SQLite validation and the building of the runs happen in a read transaction, before
+        the write lock is taken: there is one write lock for every worker and submitter, and
         holding it through this Python work stalled the workers. A definition changed between
         the two transactions is seen as it was at the read, as if the change came just after.
+        PostgreSQL has no such lock, and there a second transaction only adds round trips (a
+        connection check, BEGIN and COMMIT: a fifth of a single submission's), so the runs are
+        prepared inside the transaction that stores them.
         """
         now = self.clock.now()
-        return self.store_prepared(self.prepare(requests, now=now, actor=actor), now, actor=actor)
+        if self.store.prepares_apart:
+            return self.store_prepared(self.prepare(requests, now=now, actor=actor), now, actor=actor)
+        return self.prepare_and_create(requests, now, actor=actor)
+
+    def prepare_and_create(
+        self, requests: Sequence[SubmitRequest], now: datetime, *, actor: str | None
+    ) -> list[SubmitResult]:
+        """``prepare`` and ``store_prepared`` in one write transaction; a refusal, whether while
+        preparing or under the lock, rolls everything back and is then audited against the
+        request it refused, as the two apart do."""
+        cache: dict[tuple[str, str], JobDefinition] = {}
+        batch = AdmissionBatch(self.admission.scheduler_policy(actor=actor, now=now))
+        prepared: list[PreparedSubmission] = []
+        preparing: SubmitRequest | None = None
+        try:
+            with self.store.write() as tx:
+                for preparing in requests:
+                    prepared.append(self.prepare_one(tx, preparing, now=now, actor=actor, batch=batch, cache=cache))
+                preparing = None
+                # read in this very transaction a moment ago: a re-read shows nothing newer
+                return self.create(tx, prepared, now, recheck=False)
+        except GovernanceRefusal as exc:
+            if preparing is not None:
+                self.admission.record_refusal(preparing, exc, actor=actor, now=now)
+            else:
+                self.admission.record_refusal_for(prepared, exc, actor=actor, now=now)
+            raise
 
     def store_prepared(
         self, prepared: Sequence[PreparedSubmission], now: datetime, *, actor: str | None
@@ -185,12 +214,15 @@ class Pipeline:
             actor=actor,
         )
 
-    def create(self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime) -> list[SubmitResult]:
+    def create(
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime, *, recheck: bool = True
+    ) -> list[SubmitResult]:
         """Store prepared submissions inside the caller's write transaction (the scheduler
-        advances a schedule's watermark in the same one)."""
+        advances a schedule's watermark in the same one). ``recheck`` off: they were prepared
+        in ``tx`` itself, so the approvals and safe mode they were admitted under are current."""
         existing = existing_results(tx, prepared)
         fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
-        created = iter(self.acquire_lock_and_create(tx, fresh, now))
+        created = iter(self.acquire_lock_and_create(tx, fresh, now, recheck=recheck))
         out: list[SubmitResult] = []
         for p in prepared:
             key = p.create.run.idempotency_key
@@ -251,7 +283,7 @@ class Pipeline:
         return out
 
     def acquire_lock_and_create(
-        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime
+        self, tx: StoreTx, prepared: Sequence[PreparedSubmission], now: datetime, *, recheck: bool = True
     ) -> list[tuple[JobRun, bool]]:
         """Seed §11 ``acquire_execution_lock`` + ``create_job_run``: the run row is the lock. Its
         idempotency key is unique and it is inserted with ON CONFLICT DO NOTHING, so of
@@ -259,7 +291,8 @@ class Pipeline:
         one (run, created) per entry of ``prepared``, in order."""
         if not prepared:
             return []
-        prepared = self.recheck_under_lock(tx, prepared, now)
+        if recheck:
+            prepared = self.recheck_under_lock(tx, prepared, now)
         licensed = [p for p in prepared if p.licensed]
         if licensed:
             try:

@@ -856,6 +856,9 @@ class Store:
             self.skip_locked = False
             self.notify = False  # workers watch PRAGMA data_version instead
             self.ordered_ids = True  # one writer at a time: ids become visible in order
+            # Python work (validating a submission, building its rows) is done in a read
+            # transaction before the one write lock is taken, so it never holds the workers up.
+            self.prepares_apart = True
         elif self.dialect == "postgresql":
             # The cluster's own processes act for every tenant ('*'); a transaction for one tenant
             # narrows it (``read(tenant_id=...)``), and row-level security holds it to that.
@@ -877,6 +880,7 @@ class Store:
             self.skip_locked = True
             self.notify = True
             self.ordered_ids = False  # concurrent writers may commit a lower id after a higher one
+            self.prepares_apart = False  # row locks only: a separate read transaction only adds round trips
         else:
             raise ConfigurationError(
                 f"unsupported scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql://…", field="database"

@@ -49,7 +49,7 @@ def _bind(names: tuple[str, ...] | None, defaults: dict[str, Any], params: Mappi
 
 _MAX_PARAMS = 30000  # below SQLite's 32766 host parameters
 _MAX_ROWS = 500
-_PG_ROWS = 5000  # rows per unnest statement: bounds the arrays held in memory at once
+PG_ROWS = 5000  # rows per unnest statement: bounds the arrays held in memory at once
 _insert_sql: dict[tuple[str, tuple[str, ...], int], str] = {}
 
 
@@ -125,8 +125,8 @@ def insert_rows(
     out: list[tuple[Any, ...]] = []
     if dialect == "postgresql":
         sql = _unnest_insert_sql(conn.dialect, table, columns, suffix)
-        for start in range(0, len(rows), _PG_ROWS):
-            out.extend(run_arrays(conn, sql, rows[start : start + _PG_ROWS])[1])
+        for start in range(0, len(rows), PG_ROWS):
+            out.extend(run_arrays(conn, sql, rows[start : start + PG_ROWS])[1])
         return out
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:

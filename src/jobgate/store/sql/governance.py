@@ -50,18 +50,18 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
     writer serialises anyway) before the next position is taken, so concurrent appends to a
     chain queue up and the chain never forks. The head is updated in the same transaction as
     the entries: both commit, or neither.
+
+    Three statements a tenant (a manual submission appends one entry, inside its own
+    transaction): the head, the times entries may not precede, the entries with the head's move.
     """
     out: list[AuditEntry] = []
     by_tenant: dict[str, list[AuditEvent]] = {}
     for e in events:
         by_tenant.setdefault(e.tenant_id, []).append(e)
     for tenant_id, items in sorted(by_tenant.items()):
-        _ensure_head(conn, tenant_id)
-        ((seq, head),) = driver.rows(conn, _HEAD_LOCKED if lock_rows else _HEAD, {"tenant": tenant_id})
-        entries = chain(_in_order(conn, tenant_id, int(seq), items), int(seq), str(head))
-        driver.insert_rows(conn, audit_log, _AUDIT_COLUMNS, [_row(e) for e in entries])
-        last = entries[-1]
-        driver.run(conn, _HEAD_MOVE, {"tenant": tenant_id, "seq": last.seq, "hash": last.entry_hash})
+        seq, head, floors = _head_and_floors(conn, tenant_id, lock_rows=lock_rows)
+        entries = chain(_in_order(floors, items), seq, head)
+        _write_entries(conn, tenant_id, entries)
         out.extend(entries)
     return out
 
@@ -76,6 +76,57 @@ _HEAD_MOVE = (
 )
 _LAST_WINDOW = select(func.max(N.window_end)).where(N.tenant_id == bindparam("tenant"), N.mode == "batch")
 _ENTRY_AT = select(A.at).where(A.tenant_id == bindparam("tenant"), A.seq == bindparam("seq"))
+# After the lock, in a statement of its own: under READ COMMITTED only a statement that starts
+# after the lock is granted sees what the append that held it before committed.
+_FLOORS = select(_LAST_WINDOW.scalar_subquery(), _ENTRY_AT.scalar_subquery())
+# SQLite: the one writer holds everything already, so the head and the floors are one read.
+_HEAD_AND_FLOORS = select(
+    audit_heads.c.seq,
+    audit_heads.c.entry_hash,
+    _LAST_WINDOW.scalar_subquery(),
+    select(A.at)
+    .where(A.tenant_id == audit_heads.c.tenant_id, A.seq == audit_heads.c.seq)
+    .scalar_subquery(),
+).where(audit_heads.c.tenant_id == bindparam("tenant"))
+
+
+def _head_and_floors(conn: Connection, tenant_id: str, *, lock_rows: bool) -> tuple[int, str, list[int]]:
+    """The tenant's head (held until the transaction ends where rows are locked) and the times
+    its next entries may not precede: the end of the last anchored window, the last entry's."""
+    for attempt in range(2):
+        found = driver.rows(conn, _HEAD_LOCKED if lock_rows else _HEAD_AND_FLOORS, {"tenant": tenant_id})
+        if found or attempt:
+            break
+        _ensure_head(conn, tenant_id)  # the first entry of the tenant's chain
+    ((seq, head, *bounds),) = found
+    if lock_rows:
+        ((window_end, last_at),) = driver.rows(conn, _FLOORS, {"tenant": tenant_id, "seq": seq})
+        bounds = [window_end, last_at]
+    return int(seq), str(head), [int(b) for b in bounds if b is not None]
+
+
+def _write_entries(conn: Connection, tenant_id: str, entries: Sequence[AuditEntry]) -> None:
+    """The entries and the head's move to the last of them: one statement on PostgreSQL (the
+    move a data-modifying ``WITH`` of the insert), two on SQLite."""
+    rows = [_row(e) for e in entries]
+    last = entries[-1]
+    if conn.dialect.name == "postgresql" and len(rows) <= driver.PG_ROWS:
+        sql = _append_sql(conn)
+        driver.run_sql(conn, sql, [last.seq, last.entry_hash, tenant_id, *(list(c) for c in zip(*rows, strict=True))])
+        return
+    driver.insert_rows(conn, audit_log, _AUDIT_COLUMNS, rows)
+    driver.run(conn, _HEAD_MOVE, {"tenant": tenant_id, "seq": last.seq, "hash": last.entry_hash})
+
+
+_append_sqls: list[str] = []
+
+
+def _append_sql(conn: Connection) -> str:
+    if not _append_sqls:
+        move = "WITH moved AS (UPDATE audit_heads SET seq = %s, entry_hash = %s WHERE tenant_id = %s) "
+        rows = driver.ordered_rows(conn.dialect, audit_log, _AUDIT_COLUMNS)
+        _append_sqls.append(f"{move}INSERT INTO audit_log ({', '.join(_AUDIT_COLUMNS)}) {rows}")
+    return _append_sqls[0]
 
 
 def _ensure_head(conn: Connection, tenant_id: str) -> None:
@@ -98,19 +149,15 @@ def audit_head_lock(conn: Connection, tenant_id: str, *, lock_rows: bool) -> Non
     conn.execute(select(audit_heads.c.seq).where(audit_heads.c.tenant_id == tenant_id).with_for_update())
 
 
-def _in_order(conn: Connection, tenant_id: str, head_seq: int, items: list[AuditEvent]) -> list[AuditEvent]:
+def _in_order(floors: list[int], items: list[AuditEvent]) -> list[AuditEvent]:
     """The events with their times made non-decreasing along the chain and never before the end
     of the last anchored window: an event whose transaction commits late (its window already
     ended, or anchored) is recorded at the chain's time, not back-dated. So which window holds
     an entry follows from the chain alone, and an anchor once made never misses an entry that
     belongs in it (``evidence.anchors``; the event's own time stays in ``at`` unless it was earlier)."""
-    bounds = [r[0] for r in driver.rows(conn, _LAST_WINDOW, {"tenant": tenant_id})]
-    if head_seq:
-        bounds.extend(r[0] for r in driver.rows(conn, _ENTRY_AT, {"tenant": tenant_id, "seq": head_seq}))
-    known = [int(b) for b in bounds if b is not None]
-    if not known:
+    if not floors:
         return items
-    floor = max(known)
+    floor = max(floors)
     out: list[AuditEvent] = []
     for e in items:
         at_us = max(codec.to_us(e.at), int(floor))
