@@ -735,7 +735,10 @@ class StoreTx:
         return workers.workers_list(self._conn)
 
 
-def _begin_immediate(dbapi_conn: Any, timeout: float = 30.0) -> None:
+WRITE_LOCK_TIMEOUT_S = 30.0
+
+
+def _begin_immediate(dbapi_conn: Any, timeout: float = WRITE_LOCK_TIMEOUT_S) -> None:
     """Take SQLite's write lock, retrying every fraction of a millisecond while another writer has it.
 
     SQLite's own busy handler sleeps in growing steps (1, 2, 5, 10 ... 100 ms), so a writer that
@@ -885,7 +888,11 @@ class Store:
             raise ConfigurationError(
                 f"unsupported scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql://…", field="database"
             )
-        self._lock = threading.Lock()
+        # SQLite: the writers of this process take turns here before asking for the file's write
+        # lock, so at most one of them polls for it (``_begin_immediate``) while the others sleep
+        # on a mutex. Sixteen API threads and a worker polling the file lock every fraction of a
+        # millisecond spent more CPU asking than writing (py-spy: 84 % of a request thread's time).
+        self._write_turn = threading.Lock() if self.dialect == "sqlite" else None
         self._chains = run_chains.Chains()
         if migrate:
             self.migrate()
@@ -921,7 +928,7 @@ class Store:
         With ``tenant_id`` the transaction acts for that tenant alone: on PostgreSQL row-level
         security then hides and refuses every other tenant's rows, whatever the queries say.
         """
-        with self._writer.begin() as conn:
+        with self._turn(), self._writer.begin() as conn:
             self._scope(conn, tenant_id)
             tx = StoreTx(
                 conn,
@@ -932,6 +939,19 @@ class Store:
             )
             yield tx
         self._chains.commit(tx.chains_learned)  # committed: what it learned holds
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This process's turn to write (SQLite), waited for as long as the file's lock would be."""
+        if self._write_turn is None:
+            yield
+            return
+        if not self._write_turn.acquire(timeout=WRITE_LOCK_TIMEOUT_S):
+            raise sqlite3.OperationalError("database is locked")
+        try:
+            yield
+        finally:
+            self._write_turn.release()
 
     @contextlib.contextmanager
     def read(self, tenant_id: str | None = None) -> Iterator[StoreTx]:

@@ -2,33 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from jobgate.core.records import StoredToken
 from jobgate.store import codec
+from jobgate.store.sql import driver
 from jobgate.store.tables import api_tokens
 
 T = api_tokens.c
 
 
-def _from_row(r: Any) -> StoredToken:
+def _from_row(r: Mapping[Any, Any]) -> StoredToken:
     return StoredToken(
-        r.token_id,
-        r.tenant_id,
-        r.role,
-        None if r.jobs is None else tuple(codec.loads(r.jobs)),
-        r.label,
-        r.secret_hash,
-        r.created_by,
-        codec.from_us(r.created_at),
-        codec.opt_dt(r.expires_at),
-        codec.opt_dt(r.revoked_at),
-        r.revoked_by,
-        r.principal,
-        () if r.minted_by is None else tuple(codec.loads(r.minted_by)),
+        r["token_id"],
+        r["tenant_id"],
+        r["role"],
+        None if r["jobs"] is None else tuple(codec.loads(r["jobs"])),
+        r["label"],
+        r["secret_hash"],
+        r["created_by"],
+        codec.from_us(r["created_at"]),
+        codec.opt_dt(r["expires_at"]),
+        codec.opt_dt(r["revoked_at"]),
+        r["revoked_by"],
+        r["principal"],
+        () if r["minted_by"] is None else tuple(codec.loads(r["minted_by"])),
     )
 
 
@@ -51,15 +53,20 @@ def token_put(conn: Connection, t: StoredToken) -> None:
 
 
 def token_get(conn: Connection, token_id: str) -> StoredToken | None:
-    row = conn.execute(select(api_tokens).where(T.token_id == token_id)).first()
+    """A token by id: every authenticated request asks, so the statement is built once and
+    run straight through the driver (``driver.first``)."""
+    row = driver.first(conn, _BY_ID, {"token_id": token_id})
     return None if row is None else _from_row(row)
+
+
+_BY_ID = select(api_tokens).where(T.token_id == bindparam("token_id"))
 
 
 def tokens_list(conn: Connection, tenant_id: str | None) -> list[StoredToken]:
     q = select(api_tokens).order_by(T.created_at)
     if tenant_id is not None:
         q = q.where(T.tenant_id == tenant_id)
-    return [_from_row(r) for r in conn.execute(q)]
+    return [_from_row(r) for r in conn.execute(q).mappings()]
 
 
 def tokens_exist(conn: Connection) -> bool:
