@@ -71,7 +71,7 @@ from jobgate.store.base import (
     WorkerInfo,
 )
 from jobgate.store.migrate import upgrade
-from jobgate.store.notify import NOTIFY_SQL, PgChangeWatcher
+from jobgate.store.notify import CHANNEL, NOTIFY_SQL, PgChangeWatcher
 from jobgate.store.sql import chains as run_chains
 from jobgate.store.sql import changes as run_changes
 from jobgate.store.sql import (
@@ -520,10 +520,7 @@ class StoreTx:
 
     # runs
     def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
-        made = runs.runs_create(self._conn, creates)
-        if self._notify and any(created for _, created in made):
-            driver.execute(self._conn, NOTIFY_SQL)
-        return made
+        return runs.runs_create(self._conn, creates, notify_channel=CHANNEL if self._notify else None)
 
     def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
         return runs.run_get(self._conn, job_run_id, tenant_id)

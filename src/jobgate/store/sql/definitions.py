@@ -142,22 +142,23 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
 def definition_get(
     conn: Connection, tenant_id: str, job_definition_id: str, version: int | None = None
 ) -> StoredDefinition | None:
+    """The current version of a definition (or the one named), with its head's status; one
+    statement (every submission reads one)."""
     key = {"tenant": tenant_id, "job": job_definition_id}
-    head = driver.first(conn, _HEAD, key)
-    if head is None:
-        return None
-    current = int(head["current_version"])
-    row = driver.first(conn, _VERSION, {**key, "version": current if version is None else version})
-    return None if row is None else _stored(row, current, head["status"])
+    if version is None:
+        row = driver.first(conn, _CURRENT, key)
+    else:
+        row = driver.first(conn, _PINNED, {**key, "version": version})
+    return None if row is None else _stored(row, int(row["head_version"]), row["head_status"])
 
 
-# Built once: every submission reads a head and a version (``driver.first``).
-_HEAD = select(H.current_version, H.status).where(
-    H.tenant_id == bindparam("tenant"), H.job_definition_id == bindparam("job")
+# Built once (``driver.first``): a version with its head's current version and status.
+_WITH_HEAD = select(definitions, H.current_version.label("head_version"), H.status.label("head_status")).where(
+    D.tenant_id == bindparam("tenant"), D.job_definition_id == bindparam("job")
 )
-_VERSION = select(definitions).where(
-    D.tenant_id == bindparam("tenant"), D.job_definition_id == bindparam("job"), D.version == bindparam("version")
-)
+_SAME_DEFINITION = (H.tenant_id == D.tenant_id) & (H.job_definition_id == D.job_definition_id)
+_CURRENT = _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION & (H.current_version == D.version))
+_PINNED = _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION).where(D.version == bindparam("version"))
 
 
 def definitions_list(conn: Connection, tenant_id: str) -> list[StoredDefinition]:

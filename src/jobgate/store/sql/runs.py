@@ -113,6 +113,43 @@ def _insert_ignoring_duplicates(conn: Connection, rows: list[tuple[object, ...]]
     return {r[0] for r in driver.insert_rows(conn, job_runs, _RUN_INSERT_COLUMNS, rows, suffix=suffix)}
 
 
+def _create_in_one_statement(
+    conn: Connection,
+    run_rows: list[tuple[object, ...]],
+    transition_rows: list[tuple[Any, ...]],
+    notify_channel: str | None,
+) -> set[str]:
+    """PostgreSQL: the runs, the transitions of those this statement made, and the wake-up, in
+    one round trip (data-modifying ``WITH``) where they were three: a single submission waits
+    on each round trip in turn. Returns the ids of the runs it made."""
+    sql = _create_sql(conn, notify_channel)
+    params: list[Any] = [list(col) for col in zip(*run_rows, strict=True)]
+    params += [list(col) for col in zip(*transition_rows, strict=True)]
+    if notify_channel is not None:
+        params.append(notify_channel)
+    return {row[0] for row in driver.rows_sql(conn, sql, params)}
+
+
+_create_sqls: dict[str | None, str] = {}
+
+
+def _create_sql(conn: Connection, notify_channel: str | None) -> str:
+    sql = _create_sqls.get(notify_channel)
+    if sql is None:
+        runs_in = driver.ordered_rows(conn.dialect, job_runs, _RUN_INSERT_COLUMNS)
+        moves_in = driver.ordered_rows(
+            conn.dialect, run_transitions, codec.TRANSITION_COLUMNS, where="x.job_run_id IN (SELECT id FROM made)"
+        )
+        announce = ", pg_notify(%s, '')" if notify_channel is not None else ""
+        sql = _create_sqls[notify_channel] = (
+            f"WITH made AS (INSERT INTO job_runs ({', '.join(_RUN_INSERT_COLUMNS)}) {runs_in} "
+            "ON CONFLICT DO NOTHING RETURNING job_run_id AS id), "
+            f"moved AS (INSERT INTO run_transitions ({', '.join(codec.TRANSITION_COLUMNS)}) {moves_in}) "
+            f"SELECT id{announce} FROM made"
+        )
+    return sql
+
+
 def _insert_order(fresh: dict[str, RunCreate]) -> list[RunCreate]:
     """The runs to insert, in run id order, each slot's first request only (the one a row per
     row insert would have let in; the others find it as the slot's holder).
@@ -135,10 +172,14 @@ def _insert_order(fresh: dict[str, RunCreate]) -> list[RunCreate]:
     return first
 
 
-def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
+def runs_create(
+    conn: Connection, creates: Sequence[RunCreate], *, notify_channel: str | None = None
+) -> list[tuple[JobRun, bool]]:
     """Insert the runs whose idempotency key and slot are new; return, for every request in
     order, the run stored under its key (or holding its slot) and whether this call created it
-    (a key or slot repeated in one call is created once, for its first occurrence)."""
+    (a key or slot repeated in one call is created once, for its first occurrence).
+
+    ``notify_channel`` (PostgreSQL): announced on it when a run was created, delivered at commit."""
     if not creates:
         return []
     fresh: dict[str, RunCreate] = {}
@@ -146,9 +187,16 @@ def runs_create(conn: Connection, creates: Sequence[RunCreate]) -> list[tuple[Jo
         fresh.setdefault(c.run.idempotency_key, c)
     recorded = {key: [codec.transition_values(t, c.run.tenant_id) for t in c.transitions] for key, c in fresh.items()}
     order = _insert_order(fresh)
-    made = _insert_ignoring_duplicates(conn, [run_values(c, recorded[c.run.idempotency_key]) for c in order])
-    rows = [row for c in order if c.run.job_run_id in made for row in recorded[c.run.idempotency_key]]
-    driver.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
+    run_rows = [run_values(c, recorded[c.run.idempotency_key]) for c in order]
+    all_transitions = [row for c in order for row in recorded[c.run.idempotency_key]]
+    if conn.dialect.name == "postgresql" and 0 < len(all_transitions) <= driver.PG_ROWS >= len(run_rows):
+        made = _create_in_one_statement(conn, run_rows, all_transitions, notify_channel)
+    else:
+        made = _insert_ignoring_duplicates(conn, run_rows)
+        rows = [row for c in order if c.run.job_run_id in made for row in recorded[c.run.idempotency_key]]
+        driver.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
+        if notify_channel is not None and made:
+            driver.execute(conn, f"NOTIFY {notify_channel}")
     if len(made) == len(fresh):
         stored = {key: c.run for key, c in fresh.items()}
     else:
