@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -42,3 +43,53 @@ def busy_cpu_seconds() -> float:
         return float("nan")
     user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds one process (all its threads) has used, from ``/proc``; 0 if
+    it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2 :].split()  # from the third field (state) on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def processes_named(name: str) -> list[int]:
+    """Ids of this machine's processes whose command name is ``name`` (the database server's
+    backends: ``postgres``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+    return out
+
+
+class CpuByClass:
+    """CPU seconds spent between ``start`` and ``stop`` by classes of processes (workers, the
+    database server, the submitting process): a phase's cost per job, explained by where it
+    went. A process that starts during the phase counts from zero."""
+
+    def __init__(self, classes: dict[str, Callable[[], list[int]]]) -> None:
+        self._classes = classes
+        self._before: dict[str, dict[int, float]] = {}
+        self.spent: dict[str, float] = {}
+
+    def _sample(self) -> dict[str, dict[int, float]]:
+        return {name: {pid: process_cpu_seconds(pid) for pid in pids()} for name, pids in self._classes.items()}
+
+    def start(self) -> None:
+        self._before = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after = self._sample()
+        self.spent = {
+            name: sum(cpu - self._before[name].get(pid, 0.0) for pid, cpu in now.items())
+            for name, now in after.items()
+        }
+        return self.spent

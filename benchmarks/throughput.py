@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS_DIR))
 
 import common  # type: ignore[import-not-found]  # noqa: E402
-from figures import busy_cpu_seconds, machine, pct  # noqa: E402
+from figures import CpuByClass, busy_cpu_seconds, machine, pct, processes_named  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
 from jobgate.core.models import Scope  # noqa: E402
@@ -124,6 +125,28 @@ class Bench:
         common.stop(self.procs, grace=30)
         self.procs = []
 
+    # cost ------------------------------------------------------------------
+    def cpu_by_class(self) -> CpuByClass:
+        classes: dict[str, Callable[[], list[int]]] = {
+            "worker": lambda: [p.pid for p in self.procs],
+            "submitter": lambda: [os.getpid()],
+        }
+        if self.engine.store.dialect == "postgresql":
+            classes["database"] = lambda: processes_named("postgres")
+        return CpuByClass(classes)
+
+    def wal_lsn(self) -> str | None:
+        """PostgreSQL's current write-ahead log position (None on SQLite)."""
+        if self.engine.store.dialect != "postgresql":
+            return None
+        with self.engine.store.read() as tx:
+            return str(connection(tx).exec_driver_sql("SELECT pg_current_wal_lsn()").scalar_one())
+
+    def wal_bytes_since(self, lsn: str) -> float:
+        with self.engine.store.read() as tx:
+            sql = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(lsn)s::pg_lsn)"
+            return float(connection(tx).exec_driver_sql(sql, {"lsn": lsn}).scalar_one())
+
     # submissions -----------------------------------------------------------
     def requests(self, n: int, *, t_enq: float = 0.0) -> list[SubmitRequest]:
         out = []
@@ -177,6 +200,9 @@ class Bench:
             # 3. end to end with workers running
             common.reset_sink()
             reqs = self.requests(a.jobs)
+            by_class = self.cpu_by_class()
+            wal0 = self.wal_lsn()
+            by_class.start()
             cpu0 = busy_cpu_seconds()
             t0 = time.perf_counter()
             self.submit_bulk(reqs, batch=500)
@@ -190,6 +216,12 @@ class Bench:
             # CPU the whole machine spent per job end to end (submit, claim, run, settle, seal):
             # the steadier figure for comparing two trees on a noisy machine.
             res["e2e_cpu_us_per_job"] = (busy_cpu_seconds() - cpu0) / a.jobs * 1e6
+            # ... and where it went: the worker processes, this submitting process, the database
+            # server's processes (PostgreSQL; SQLite works inside the other two).
+            for name, seconds in by_class.stop().items():
+                res[f"e2e_cpu_us_{name}"] = seconds / a.jobs * 1e6
+            if wal0 is not None:
+                res["e2e_wal_bytes_per_job"] = self.wal_bytes_since(wal0) / a.jobs
             res["exactly_once"] &= common.verify(a.jobs, settle=0)["exactly_once"]
             total += a.jobs
             # 4. light load latency. "Light load" means the system has caught up: wait until the
@@ -337,10 +369,13 @@ def main() -> None:
             extra += f" ratio_vs_{pr['system']}_{pr['backend']}={med['process_per_s'] / rate:.2f}"
         if best:
             extra += f" best_peer_process_per_s={best:.0f}"
+    # where the end-to-end CPU went, by process class, and PostgreSQL's WAL bytes, per job
+    by_class = [k for k in sorted(med) if k.startswith(("e2e_cpu_us_", "e2e_wal_")) and k != "e2e_cpu_us_per_job"]
+    cost = "".join(f"{k}={med[k]:.0f} " for k in by_class)
     print(
         f"RESULT backend={args.backend} jobs={args.jobs} submit_per_s={med['submit_per_s']:.0f} "
         f"process_per_s={med['process_per_s']:.0f} end_to_end_per_s={med['end_to_end_per_s']:.0f} "
-        f"e2e_cpu_us_per_job={med['e2e_cpu_us_per_job']:.0f} "
+        f"e2e_cpu_us_per_job={med['e2e_cpu_us_per_job']:.0f} {cost}"
         f"p50_ms={med['p50_ms']:.1f} p99_ms={med['p99_ms']:.1f} submit_single_per_s={med['submit_single_per_s']:.0f} "
         f"created_p50_ms={med['created_p50_ms']:.1f} created_p99_ms={med['created_p99_ms']:.1f} "
         f"transition_p50_ms={med['transition_p50_ms']:.1f} transition_p99_ms={med['transition_p99_ms']:.1f} "
