@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS_DIR))
 
 import common  # type: ignore[import-not-found]  # noqa: E402
+import preload  # noqa: E402
 from figures import CpuByClass, busy_cpu_seconds, machine, pct, processes_named  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
@@ -167,9 +168,25 @@ class Bench:
         for start in range(0, len(reqs), batch):
             self.engine.submit_many(reqs[start : start + batch], actor="bench")
 
+    def preload(self, n: int) -> int:
+        """``n`` finished runs in the database first (``preload.py``), copies of one run that went
+        through the product here; returns the runs this adds to the measured tenant (the template)."""
+        (template,) = self.requests(1)
+        run = self.engine.submit(template, actor="bench").run
+        common.reset_sink()
+        self.start_workers()
+        try:
+            common.wait_done(1)
+        finally:
+            self.stop_workers()
+        seconds = preload.preload(self.engine.store, run.job_run_id, n)
+        print(f"preload: {n:,} finished runs in {seconds:.0f} s", flush=True)
+        return 1
+
     def check_completed(self, expected_total: int) -> None:
         with self.engine.store.read() as tx:
-            rows = connection(tx).exec_driver_sql("SELECT status, count(*) FROM job_runs GROUP BY status").all()
+            sql = f"SELECT status, count(*) FROM job_runs WHERE tenant_id <> '{preload.TENANT}' GROUP BY status"
+            rows = connection(tx).exec_driver_sql(sql).all()
         counts = {s: n for s, n in rows}
         if counts.get("COMPLETED", 0) != expected_total or len(counts) != 1:
             raise SystemExit(f"database check failed: expected {expected_total} COMPLETED, found {counts}")
@@ -179,6 +196,8 @@ class Bench:
         a = self.args
         res: dict[str, Any] = {}
         total = 0
+        if a.preload:
+            total += self.preload(a.preload)
         # 1. submit (workers stopped)
         common.reset_sink()
         single = min(a.single, a.jobs)
@@ -283,7 +302,7 @@ class Bench:
             trans.append((time.perf_counter() - t1) * 1000)
         res["transition_p50_ms"], res["transition_p99_ms"] = pct(trans, 50), pct(trans, 99)
         with self.engine.store.write() as tx:  # leave a clean table for the next repetition
-            connection(tx).exec_driver_sql("DELETE FROM job_runs")
+            connection(tx).exec_driver_sql(f"DELETE FROM job_runs WHERE tenant_id <> '{preload.TENANT}'")
         return res
 
 
@@ -319,6 +338,7 @@ def main() -> None:
     p.add_argument("--latency-jobs", type=int, default=common.LAT_N)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--preload", type=int, default=0, help="finished runs stored before measuring (scale)")
     p.add_argument("--peers", nargs="?", const="default", help="also run the peers harness (names, comma-separated)")
     args = p.parse_args()
     if args.concurrency is None:
@@ -379,7 +399,8 @@ def main() -> None:
         f"p50_ms={med['p50_ms']:.1f} p99_ms={med['p99_ms']:.1f} submit_single_per_s={med['submit_single_per_s']:.0f} "
         f"created_p50_ms={med['created_p50_ms']:.1f} created_p99_ms={med['created_p99_ms']:.1f} "
         f"transition_p50_ms={med['transition_p50_ms']:.1f} transition_p99_ms={med['transition_p99_ms']:.1f} "
-        f"workers={args.workers} reps={args.reps} exactly_once={'yes' if exactly_once else 'NO'}{extra}"
+        f"workers={args.workers} reps={args.reps} preload={args.preload} "
+        f"exactly_once={'yes' if exactly_once else 'NO'}{extra}"
     )
     if not exactly_once:
         sys.exit(1)
