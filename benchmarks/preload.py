@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from sqlalchemy import Table
 
@@ -84,5 +85,15 @@ def preload(store: Store, template_run_id: str, n: int, *, progress: Callable[[s
         conn = connection(tx)
         if store.dialect == "sqlite":  # the copies' events are delivered: move the cursor past them
             conn.exec_driver_sql("UPDATE outbox_cursors SET delivered_through = (SELECT max(id) FROM outbox)")
-        conn.exec_driver_sql("ANALYZE")  # plans for the tables as they now are
+        # The copies' chain head is their last entry, so the tenant's next entries follow them
+        conn.exec_driver_sql(
+            "INSERT INTO audit_heads (tenant_id, seq, entry_hash) "
+            f"SELECT tenant_id, seq, entry_hash FROM audit_log WHERE tenant_id = '{TENANT}' ORDER BY seq DESC LIMIT 1"
+        )
+        # ... and their seals are chained into it, as the product's sealing would have done
+        # over the year: the measured workers' leader then has only the measured runs to chain.
+        batches = tx.seals_chain(TENANT, datetime.now(UTC))
+        progress(f"preload: the copies' seals chained in {len(batches):,} audit entries")
+    with store.write() as tx:
+        connection(tx).exec_driver_sql("ANALYZE")  # plans for the tables as they now are
     return time.perf_counter() - started
