@@ -118,9 +118,11 @@ class Pipeline:
     def store_prepared(
         self, prepared: Sequence[PreparedSubmission], now: datetime, *, actor: str | None
     ) -> list[SubmitResult]:
-        """Create prepared submissions in a write transaction of their own. A refusal under the
-        lock (a revocation, safe mode, the licence's slots) rolls everything back and is then
-        audited against the submission it refused."""
+        """Create prepared submissions in a write transaction of their own (on SQLite perhaps
+        shared with concurrent callers' submissions, ``group_commit``: a shared transaction that
+        fails is written again caller by caller). A refusal under the lock (a revocation, safe
+        mode, the licence's slots) rolls everything back and is then audited against the
+        submission it refused."""
         try:
             if self.group_commit is not None:
                 return self.group_commit.store(prepared, now)
