@@ -60,18 +60,25 @@ def _start(group: GroupCommit[str, str], items: list[str], out: dict[str, object
     return thread
 
 
-def test_callers_that_arrive_while_one_writes_share_the_next_transaction() -> None:
-    ledger = Ledger()
-    group: GroupCommit[str, str] = GroupCommit(ledger.write)
+def _behind_a_leader(ledger: Ledger, group: GroupCommit[str, str], callers: list[list[str]]) -> dict[str, object]:
+    """``a1`` writes alone and is held open while ``callers`` queue behind it; then all finish.
+    Returns each caller's outcome keyed by its first item."""
     out: dict[str, object] = {}
     ledger.hold.clear()
     first = _start(group, ["a1"], out)
     assert ledger.holding.wait(10)
-    others = [_start(group, [f"b{n}", f"c{n}"], out) for n in range(5)]
-    _wait_for_callers(group, 5)
+    others = [_start(group, items, out) for items in callers]
+    _wait_for_callers(group, len(callers))
     ledger.hold.set()
     for t in [first, *others]:
         t.join(10)
+    return out
+
+
+def test_callers_that_arrive_while_one_writes_share_the_next_transaction() -> None:
+    ledger = Ledger()
+    group: GroupCommit[str, str] = GroupCommit(ledger.write)
+    out = _behind_a_leader(ledger, group, [[f"b{n}", f"c{n}"] for n in range(5)])
     assert ledger.calls[0] == ["a1"]
     assert len(ledger.calls) == 2 and sorted(ledger.calls[1]) == sorted(f"{x}{n}" for n in range(5) for x in "bc")
     assert out["a1"] == ["stored a1"]
@@ -82,16 +89,7 @@ def test_callers_that_arrive_while_one_writes_share_the_next_transaction() -> No
 
 def test_a_failing_caller_in_a_group_fails_alone_and_stores_nothing() -> None:
     ledger = Ledger()
-    group: GroupCommit[str, str] = GroupCommit(ledger.write)
-    out: dict[str, object] = {}
-    ledger.hold.clear()
-    first = _start(group, ["a1"], out)
-    assert ledger.holding.wait(10)
-    others = [_start(group, [name], out) for name in ("g1", "bad1", "g2")]
-    _wait_for_callers(group, 3)
-    ledger.hold.set()
-    for t in [first, *others]:
-        t.join(10)
+    out = _behind_a_leader(ledger, GroupCommit(ledger.write), [["g1"], ["bad1"], ["g2"]])
     assert out["g1"] == ["stored g1"] and out["g2"] == ["stored g2"]
     assert isinstance(out["bad1"], ValueError) and str(out["bad1"]) == "refused: bad1"
     assert "bad1" not in ledger.committed
@@ -100,16 +98,7 @@ def test_a_failing_caller_in_a_group_fails_alone_and_stores_nothing() -> None:
 
 def test_a_group_is_bounded_and_the_lead_passes_on() -> None:
     ledger = Ledger()
-    group: GroupCommit[str, str] = GroupCommit(ledger.write, max_items=3)
-    out: dict[str, object] = {}
-    ledger.hold.clear()
-    first = _start(group, ["a1"], out)
-    assert ledger.holding.wait(10)
-    others = [_start(group, [f"x{n}"], out) for n in range(7)]
-    _wait_for_callers(group, 7)
-    ledger.hold.set()
-    for t in [first, *others]:
-        t.join(10)
+    out = _behind_a_leader(ledger, GroupCommit(ledger.write, max_items=3), [[f"x{n}"] for n in range(7)])
     assert all(len(call) <= 3 for call in ledger.calls)
     assert sorted(ledger.committed) == sorted(["a1", *(f"x{n}" for n in range(7))])
     assert all(out[f"x{n}"] == [f"stored x{n}"] for n in range(7))
