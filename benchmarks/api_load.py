@@ -65,15 +65,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS_DIR))
 
 import common  # type: ignore[import-not-found]  # noqa: E402
+from bench_site import make_site  # noqa: E402
 from figures import machine, pct  # noqa: E402
 
-from jobgate.config import load_config  # noqa: E402
 from jobgate.core.states import RunStatus  # noqa: E402
-from jobgate.definitions import load_definitions  # noqa: E402
-from jobgate.service import approvals  # noqa: E402
-from jobgate.service.engine import Engine  # noqa: E402
-from jobgate.store.sqlstore import Store  # noqa: E402
-from jobgate.store.tables import metadata  # noqa: E402
 from jobgate.testing import connection  # noqa: E402
 
 JOB = "bench-api"
@@ -180,29 +175,8 @@ class Site:
     def __init__(self, args: argparse.Namespace, root: Path) -> None:
         self.args = args
         self.root = root
-        (root / "definitions").mkdir(parents=True)
-        (root / "definitions" / "bench.yaml").write_text(DEFINITION)
-        db = args.db or f"sqlite:///{root}/jobgate.db"
-        self.config_path = root / "jobgate.yaml"
-        self.config_path.write_text(
-            json.dumps(
-                {
-                    "database": db,
-                    "data_dir": str(root / "data"),
-                    "definitions": ["definitions"],
-                    "events": {"jsonl_path": str(root / "data" / "events.jsonl"), "log": False},
-                }
-            )
-        )
-        config = load_config(self.config_path)
-        self.engine = Engine(Store(config.database, synchronous=config.sqlite.synchronous), config)
+        self.config_path, self.engine = make_site(root, DEFINITION, db=args.db)
         self.dialect = self.engine.store.dialect
-        if args.db and self.dialect == "postgresql":
-            tables = ", ".join(t.name for t in metadata.sorted_tables)
-            with self.engine.store.write() as tx:  # a clean slate in the benchmark database
-                connection(tx).exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
-        for applied in self.engine.apply_definitions(load_definitions([root / "definitions"], config)):
-            approvals.approve(self.engine, "default", applied.job_definition_id, actor="bench")
         self.env = child_env()
         made = subprocess.run(
             [*jobgate_cmd(self.config_path), "--json", "tokens", "create", "--role", "operator", "--label", "api-load"],

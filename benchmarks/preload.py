@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from sqlalchemy import Table
+from sqlalchemy import Table, text
 
 from jobgate.store.sqlstore import Store
 from jobgate.store.tables import audit_log, job_runs, outbox, record_seals, run_transitions
@@ -38,14 +38,12 @@ _COPIED: list[tuple[Table, str, dict[str, str]]] = [
     (audit_log, "target_id", {"seq": "{n} * 16 + src.seq % 16"}),
 ]
 
-
 def _run_id(dialect: str) -> str:
     """A copy's run id: the product's prefix and 32 hex digits of its number (real ids begin with
     a timestamp, so none is small enough to meet these)."""
     if dialect == "postgresql":
         return "'TGJOBRUN-' || lpad(to_hex(s.n), 32, '0')"
     return "printf('TGJOBRUN-%032x', s.n)"
-
 
 def _copy_sql(dialect: str, table: Table, key: str, replaced: dict[str, str]) -> str:
     columns = [c.name for c in table.columns if not (c.primary_key and c.autoincrement is not False and c.name == "id")]
@@ -64,12 +62,10 @@ def _copy_sql(dialect: str, table: Table, key: str, replaced: dict[str, str]) ->
         + select.format(series="s")
     )
 
-
 def preload(store: Store, template_run_id: str, n: int, *, progress: Callable[[str], None] = print) -> float:
     """Store ``n`` finished copies of ``template_run_id`` (its transitions, events, seal and
     audit entries with it); returns the seconds it took. Chunks of ``CHUNK`` runs, one
     transaction each, with progress; the planner's statistics are refreshed at the end."""
-    from sqlalchemy import text
 
     started = time.perf_counter()
     statements = [text(_copy_sql(store.dialect, t, key, replaced)) for t, key, replaced in _COPIED]
@@ -97,8 +93,10 @@ def preload(store: Store, template_run_id: str, n: int, *, progress: Callable[[s
     with store.write() as tx:
         connection(tx).exec_driver_sql("ANALYZE")  # plans for the tables as they now are
     # The copies' pages written out now, not by a checkpoint in the middle of the measurement
-    # (PostgreSQL: a gigabyte of dirty buffers; SQLite: the write-ahead log folded back).
-    with store.write() as tx:
-        sql = "CHECKPOINT" if store.dialect == "postgresql" else "PRAGMA wal_checkpoint(TRUNCATE)"
-        connection(tx).exec_driver_sql(sql)
+    # (PostgreSQL: a gigabyte of dirty buffers; SQLite: the write-ahead log copied back).
+    if store.dialect == "postgresql":
+        with store.write() as tx:
+            connection(tx).exec_driver_sql("CHECKPOINT")
+    else:
+        store.checkpoint()  # outside any transaction: SQLite refuses a checkpoint inside one
     return time.perf_counter() - started
