@@ -25,13 +25,15 @@ from jobgate.runtime.executors import CommandExecutor, ExecutionContext, Executi
 from .support import make_context, read_log, wait_for
 
 # The children run until a signal ends them: ``signal.pause`` returns only when a handler ran.
+# Each publishes ``ready`` whole (written aside, then renamed): the test reads it the moment it
+# exists, and a file created by ``write_text`` can be seen before its text is in it.
 EXITS_ON_TERM = """
-import pathlib, signal, sys
+import os, pathlib, signal, sys
 def bye(signum, frame):
     print('got SIGTERM, leaving', flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, bye)
-pathlib.Path('ready').write_text('ready')
+pathlib.Path('ready.part').write_text('ready'); os.replace('ready.part', 'ready')
 while True:
     signal.pause()
 """
@@ -39,7 +41,7 @@ while True:
 IGNORES_TERM = """
 import os, pathlib, signal
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-pathlib.Path('ready').write_text(str(os.getpid()))
+pathlib.Path('ready.part').write_text(str(os.getpid())); os.replace('ready.part', 'ready')
 while True:
     signal.pause()
 """
@@ -52,7 +54,7 @@ child = subprocess.Popen([sys.executable, '-c', {IGNORES_TERM!r}], cwd='grandchi
 while not pathlib.Path('grandchild/ready').exists():
     # real time: the leader waits for another process, whose file is the only signal it has
     time.sleep(0.01)
-pathlib.Path('ready').write_text(str(os.getpid()))
+pathlib.Path('ready.part').write_text(str(os.getpid())); os.replace('ready.part', 'ready')
 while True:
     signal.pause()
 """
