@@ -41,7 +41,7 @@ from sqlalchemy import create_engine, text
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from figures import machine  # noqa: E402
+from figures import child_pythonpath, machine  # noqa: E402
 
 from jobgate.config import load_config  # noqa: E402
 from jobgate.definitions import load_definitions  # noqa: E402
@@ -128,7 +128,7 @@ class Chaos:
 
     # workers ---------------------------------------------------------------
     def start_worker(self) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONPATH=str(HERE), JOBGATE_CHAOS_DB=self.db_url)
+        env = dict(os.environ, PYTHONPATH=child_pythonpath(HERE), JOBGATE_CHAOS_DB=self.db_url)
         cmd = [sys.executable, "-m", "jobgate.cli.entry", "--config", str(self.config_path), "worker"]
         cmd += ["--concurrency", str(self.args.concurrency), "--poll-ms", "200"]
         return subprocess.Popen(cmd, env=env, stdout=self.worker_log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,4 +1,5 @@
-"""What every benchmark prints: the machine it ran on, and percentiles of its samples."""
+"""What every benchmark prints (the machine it ran on, percentiles of its samples, CPU by process)
+and the module path of the processes it starts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ import platform
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+
+
+def child_pythonpath(*dirs: object) -> str:
+    """``PYTHONPATH`` for the processes a benchmark starts: its own folders (the job body, the
+    peers' harness), then the caller's ``PYTHONPATH``. Keeping the caller's is what lets a
+    comparison run another tree (``PYTHONPATH=/other/checkout/src python benchmarks/...``) in
+    the workers and the server too, not only in the benchmark's own process."""
+    own = [str(d) for d in dirs]
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([*own, *inherited])
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -89,7 +100,6 @@ class CpuByClass:
     def stop(self) -> dict[str, float]:
         after = self._sample()
         self.spent = {
-            name: sum(cpu - self._before[name].get(pid, 0.0) for pid, cpu in now.items())
-            for name, now in after.items()
+            name: sum(cpu - self._before[name].get(pid, 0.0) for pid, cpu in now.items()) for name, now in after.items()
         }
         return self.spent

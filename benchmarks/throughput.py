@@ -38,7 +38,7 @@ sys.path.insert(0, str(PEERS_DIR))
 import common  # type: ignore[import-not-found]  # noqa: E402
 import preload  # noqa: E402
 from bench_site import make_site  # noqa: E402
-from figures import CpuByClass, busy_cpu_seconds, machine, pct, processes_named  # noqa: E402
+from figures import CpuByClass, busy_cpu_seconds, child_pythonpath, machine, pct, processes_named  # noqa: E402
 
 from jobgate.core.models import Scope  # noqa: E402
 from jobgate.service import control  # noqa: E402
@@ -69,9 +69,7 @@ class Bench:
 
     # workers ---------------------------------------------------------------
     def start_workers(self) -> None:
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(PEERS_DIR)]), JOBGATE_PEERS_DIR=str(PEERS_DIR)
-        )
+        env = dict(os.environ, PYTHONPATH=child_pythonpath(HERE, PEERS_DIR), JOBGATE_PEERS_DIR=str(PEERS_DIR))
         log = open(Path(tempfile.gettempdir()) / "jobgate-bench-workers.log", "ab")  # noqa: SIM115
         for n in range(self.args.workers):
             cmd = [
