@@ -8,6 +8,8 @@ against a real server process and checks the outcome in the database afterwards.
     python benchmarks/api_load.py --backend sqlite --seconds 30
     python benchmarks/api_load.py --backend postgres --seconds 30        # cleans the target database
     python benchmarks/api_load.py --short                                # CI: ~5 s, 4 clients
+    python benchmarks/api_load.py --seconds 1800 --rate 200 --workers 1 --listers 1 \
+        --no-cli-loop --sample-every 60                                  # a 30-minute soak: memory
 
 What it does:
   1. a fresh folder (configuration, one definition whose body is the peers' ``record``: one
@@ -31,6 +33,13 @@ transport error, the CLI's failures) plus server log lines saying ``database is 
 last line is ``RESULT backend=... clients=N seconds=S submits_per_s=X p50_ms=X p99_ms=X
 errors=N lost=N duplicated=N list_p99_ms=X server_cpu_ms_per_submit=X rss_start_mb=X
 rss_end_mb=X``; the exit status is 1 when errors, lost or duplicated is not 0.
+
+A soak (``--rate``, ``--workers``, ``--sample-every``): the clients post at a steady total rate
+instead of as fast as the server answers, ``--workers`` ``jobgate worker`` processes run beside
+the server's embedded worker, and the RSS of the server and of each worker is printed every
+``--sample-every`` seconds, then at the start and the end (``rss_worker_*`` in the RESULT line:
+the largest worker's). Memory that grows with the number of runs handled shows as a rising
+series; a cache that fills and then holds shows as a step and a plateau.
 
 The clients are threads of this one Python process (the GIL included): the CPU this process
 used during the load is printed, so a client-bound run can be told from a server-bound one.
@@ -66,7 +75,7 @@ sys.path.insert(0, str(PEERS_DIR))
 
 import common  # type: ignore[import-not-found]  # noqa: E402
 from bench_site import make_site  # noqa: E402
-from figures import machine, pct  # noqa: E402
+from figures import child_pythonpath, machine, pct  # noqa: E402
 
 from jobgate.core.states import RunStatus  # noqa: E402
 from jobgate.testing import connection  # noqa: E402
@@ -128,6 +137,25 @@ class Sequence:
             return next(self._next)
 
 
+class Pacer:
+    """A steady total rate across the posting threads (``--rate``): each takes the next slot."""
+
+    def __init__(self, per_second: float | None) -> None:
+        self._gap = 1.0 / per_second if per_second else 0.0
+        self._lock = threading.Lock()
+        self._next = time.monotonic()
+
+    def wait(self, stop: threading.Event) -> None:
+        """Return at this thread's next slot (at once without a rate, or when ``stop`` is set)."""
+        if not self._gap:
+            return
+        with self._lock:
+            slot = self._next = max(self._next + self._gap, time.monotonic())
+        delay = slot - time.monotonic()
+        if delay > 0:
+            stop.wait(delay)
+
+
 # ---------------------------------------------------------------- the server process
 def free_port() -> int:
     with socket.socket() as s:
@@ -160,7 +188,7 @@ def child_env() -> dict[str, str]:
         for k, v in os.environ.items()
         if k not in {"JOBGATE_DATABASE_URL", "JOBGATE_CONFIG", "JOBGATE_SERVER", "JOBGATE_TOKEN"}
     }
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(PEERS_DIR)])
+    env["PYTHONPATH"] = child_pythonpath(HERE, PEERS_DIR)
     env["JOBGATE_PEERS_DIR"] = str(PEERS_DIR)
     return env
 
@@ -190,6 +218,7 @@ class Site:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = root / "serve.log"
         self.server: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
 
     def db_version(self) -> str:
         with self.engine.store.read() as tx:
@@ -219,7 +248,41 @@ class Site:
                     raise SystemExit(f"jobgate serve not ready after {READY_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
                 time.sleep(0.05)  # a poll with a deadline, not a fixed wait
 
+    def start_workers(self, n: int) -> list[int]:
+        """``n`` ``jobgate worker`` processes beside the server (logging into its log), returned
+        once each has announced itself (its first heartbeat), so the first RSS sample is a
+        started worker's."""
+        with self.log_path.open("ab") as log:
+            for _ in range(n):
+                self.workers.append(
+                    subprocess.Popen(
+                        [*jobgate_cmd(self.config_path), "worker"],
+                        env=self.env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        pids = [w.pid for w in self.workers]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while pids:  # each has started once it has written its first heartbeat
+            with self.engine.store.read() as tx:
+                beating = {
+                    int(pid)
+                    for (pid,) in connection(tx).exec_driver_sql("SELECT pid FROM workers WHERE stopped_at IS NULL")
+                }
+            if beating >= set(pids):
+                break
+            dead = [w.pid for w in self.workers if w.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"worker processes {dead or pids} did not start:\n{self.log_tail()}")
+            time.sleep(0.05)  # a poll with a deadline, not a fixed wait
+        return pids
+
     def stop_server(self) -> int | None:
+        workers, self.workers = self.workers, []
+        if workers:
+            common.stop(workers, grace=60)
         if self.server is None:
             return None
         server, self.server = self.server, None
@@ -283,10 +346,13 @@ class Site:
 
 
 # ---------------------------------------------------------------- the load
-def poster(n: int, url: str, token: str, tag: str, seq: Sequence, stop: threading.Event, out: Tally) -> None:
+def poster(
+    n: int, url: str, token: str, tag: str, seq: Sequence, pacer: Pacer, stop: threading.Event, out: Tally
+) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S) as client:
         for k in itertools.count():
+            pacer.wait(stop)
             if stop.is_set():
                 out.ended = time.perf_counter()
                 return
@@ -371,6 +437,37 @@ class CliLoop:
             proc.wait()
 
 
+class MemorySamples:
+    """RSS of the server and of each worker process over the load, printed as it goes."""
+
+    def __init__(self, server: int, workers: list[int]) -> None:
+        self.server, self.workers = server, workers
+        self.rows: list[tuple[float, float, list[float]]] = []
+
+    def sample(self, at_s: float) -> None:
+        row = (at_s, rss_mb(self.server), [rss_mb(w) for w in self.workers])
+        self.rows.append(row)
+        if len(self.rows) > 1:
+            workers = ", ".join(f"{x:.1f}" for x in row[2])
+            print(f"  RSS at {at_s:7.1f} s: server {row[1]:.1f} MB" + (f", workers {workers} MB" if workers else ""))
+
+    def report(self) -> None:
+        if len(self.rows) < 2:
+            return
+        first, last = self.rows[0], self.rows[-1]
+        peak = max(r[1] for r in self.rows)
+        print(f"server RSS: first {first[1]:.1f}, last {last[1]:.1f}, peak {peak:.1f} MB over {len(self.rows)} samples")
+        for n in range(len(self.workers)):
+            series = [r[2][n] for r in self.rows]
+            print(f"worker {n + 1} RSS: first {series[0]:.1f}, last {series[-1]:.1f}, peak {max(series):.1f} MB")
+
+    def result_fields(self) -> str:
+        if not self.workers or not self.rows:
+            return ""
+        first, last = self.rows[0][2], self.rows[-1][2]
+        return f" rss_worker_start_mb={max(first):.1f} rss_worker_end_mb={max(last):.1f}"
+
+
 def fmt(x: float) -> str:
     return "nan" if x != x else f"{x:.1f}"
 
@@ -384,17 +481,20 @@ def run(args: argparse.Namespace, site: Site) -> int:
     seq = Sequence()
     common.reset_sink()
     pid = site.start_server()
+    worker_pids = site.start_workers(args.workers)
     rss_start = rss_mb(pid)
     print(
         f"server: pid {pid} at {site.url}, database {site.db_version()}, {proc_status(pid, 'Threads')} threads, "
-        f"RSS {rss_start:.1f} MB",
+        f"RSS {rss_start:.1f} MB; {len(worker_pids)} worker processes",
         flush=True,
     )
     stop = threading.Event()
+    pacer = Pacer(args.rate)
+    memory = MemorySamples(pid, worker_pids)
     posts = [Tally() for _ in range(args.clients)]
     lists = [Tally() for _ in range(args.listers)]
     threads = [
-        threading.Thread(target=poster, args=(n, site.url, site.token, tag, seq, stop, posts[n]), daemon=True)
+        threading.Thread(target=poster, args=(n, site.url, site.token, tag, seq, pacer, stop, posts[n]), daemon=True)
         for n in range(args.clients)
     ]
     threads += [
@@ -409,7 +509,13 @@ def run(args: argparse.Namespace, site: Site) -> int:
     try:
         for th in threads:
             th.start()
-        stop.wait(args.seconds)
+        memory.sample(0.0)  # the workers' RSS once they have started
+        ends = time.monotonic() + args.seconds
+        every = args.sample_every or args.seconds
+        while not stop.wait(max(0.0, min(every, ends - time.monotonic()))):
+            if time.monotonic() >= ends:
+                break
+            memory.sample(time.perf_counter() - t0)
     finally:
         stop.set()
         deadline = time.monotonic() + REQUEST_TIMEOUT_S + CLI_TIMEOUT_S
@@ -437,6 +543,7 @@ def run(args: argparse.Namespace, site: Site) -> int:
     cpu_load, cpu_total = sum(cpu1) - sum(cpu0), sum(cpu2) - sum(cpu0)
     user, system = cpu2[0] - cpu0[0], cpu2[1] - cpu0[1]
     rss_end = rss_mb(pid)
+    memory.sample(time.perf_counter() - t0)
     threads_end = proc_status(pid, "Threads")
     rows = site.runs()
     by_i: Counter[int] = Counter(i for _, _, i in rows)
@@ -492,6 +599,7 @@ def run(args: argparse.Namespace, site: Site) -> int:
         f"not completed {len(unfinished)}, duplicate rows {duplicated_rows}, replayed keys {post.replayed}, "
         f"runs from unanswered requests {len(extra)}; bodies ran {done} times for {distinct} distinct runs"
     )
+    memory.report()
     print(f"server log: {locked} '{LOCKED}' lines, {log_errors} ERROR/traceback lines")
     for line in examples:
         print(f"  {line}")
@@ -499,7 +607,7 @@ def run(args: argparse.Namespace, site: Site) -> int:
         f"RESULT backend={args.backend} clients={args.clients} seconds={args.seconds:g} "
         f"submits_per_s={submits_per_s:.1f} p50_ms={fmt(p50)} p99_ms={fmt(p99)} errors={errors} lost={lost} "
         f"duplicated={duplicated} list_p99_ms={fmt(lp99)} server_cpu_ms_per_submit={cpu_ms:.2f} "
-        f"rss_start_mb={rss_start:.1f} rss_end_mb={rss_end:.1f}",
+        f"rss_start_mb={rss_start:.1f} rss_end_mb={rss_end:.1f}{memory.result_fields()}",
         flush=True,
     )
     return 1 if errors or lost or duplicated else 0
@@ -516,12 +624,22 @@ def main() -> None:
     p.add_argument("--cli-via-server", action="store_true", help="the CLI loop submits through the API")
     p.add_argument("--worker-concurrency", type=int, help="embedded worker threads (default: the configuration's)")
     p.add_argument("--drain-timeout", type=float, default=300.0, help="seconds to wait for the runs to finish")
+    p.add_argument(
+        "--rate", type=float, help="total POSTs per second across the clients (default: as fast as answered)"
+    )
+    p.add_argument("--workers", type=int, default=0, help="`jobgate worker` processes beside the server")
+    p.add_argument("--sample-every", type=float, help="print the processes' RSS every this many seconds")
     p.add_argument("--short", action="store_true", help="CI mode: ~5 s, 4 clients")
     args = p.parse_args()
     if args.clients is None:
         args.clients = 4 if args.short else 16
     if args.seconds is None:
         args.seconds = 5.0 if args.short else 40.0
+    for name in ("rate", "sample_every"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be greater than 0")
+    if args.workers < 0:
+        p.error("--workers must be 0 or more")
     if args.backend == "postgres" and not args.db:
         args.db = os.environ.get("JOBGATE_BENCH_POSTGRES_URL", DEFAULT_PG_URL)
     if args.backend == "sqlite" and args.db:
