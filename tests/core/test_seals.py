@@ -107,14 +107,23 @@ def test_a_run_sealed_from_its_chain_equals_one_sealed_by_reading(values: list[A
     assert seals.column_digests(values) == [format(zlib.crc32(seals.encode([v])) & 0xFFFF, "04x") for v in values]
 
 
-def test_a_runs_column_digests_are_kept_as_one_string_and_read_in_either_form() -> None:
-    values = ["a", 1, None, ["x"]]
-    digests = seals.column_digests(values)
+def test_a_runs_seal_keeps_the_texts_it_hashed() -> None:
+    values = ["a", 1, None, ["x"], "é"]
     run = {c: values[i % len(values)] for i, c in enumerate((*seals.RUN_IDENTITY, *seals.RUN_OUTCOME))}
-    content = json.loads(seals.run_parts_extended(run, seals.HISTORY_GENESIS, 0, []).content or "{}")
-    kept = content["digests"]["identity"]
-    assert isinstance(kept, str) and len(kept) == 4 * len(seals.RUN_IDENTITY)
-    assert seals.split_digests(kept) == seals.column_digests([run[c] for c in seals.RUN_IDENTITY])
+    chained = seals.run_parts_extended(run, seals.HISTORY_GENESIS, 0, [])
+    kept = json.loads(chained.content or "{}")
+    assert set(kept) == {"identity", "outcome"}  # the history is a chain: its text was never in hand
+    assert kept["identity"] == [run[c] for c in seals.RUN_IDENTITY]
+    assert seals.value_hash(kept["identity"]) == chained.identity
+    assert seals.value_hash(kept["outcome"]) == chained.outcome
+    history = [[None, "CREATED", 0, "created", "ada", 1, None]]
+    read = seals.run_parts(run, [dict(zip(seals.TRANSITION_COLUMNS, history[0], strict=True))], [])
+    assert json.loads(read.content or "{}")["history"] == history  # read: each transition is named
+
+
+def test_older_run_seals_column_digests_are_read_in_either_form() -> None:
+    digests = seals.column_digests(["a", 1, None, ["x"]])
+    assert seals.split_digests("".join(digests)) == digests
     assert seals.split_digests(digests) == digests  # a seal written before the joined form
     assert seals.split_digests(None) is None
 

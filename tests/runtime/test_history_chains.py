@@ -50,7 +50,7 @@ def _sealed_from_chain(engine: Engine, rid: str) -> bool:
             )
             .scalar_one()
         )
-    return "history" not in json.loads(content)["digests"]  # a seal made by reading keeps one per transition
+    return "history" not in json.loads(content)  # a seal made by reading keeps the transitions' text
 
 
 def _assert_consistent(engine: Engine, rid: str) -> None:
@@ -109,3 +109,54 @@ def test_a_changed_transition_breaks_a_chained_seal(engine: Engine) -> None:
     found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
     assert [(f.record_id, f.part) for f in found] == [(rid, "history")]
     assert "one of its transitions was changed, removed or added" in found[0].message()
+
+
+def _latest_run_seal(engine: Engine, rid: str) -> tuple[int, str]:
+    with engine.store.read() as tx:
+        row = (
+            connection(tx)
+            .execute(
+                text(
+                    "SELECT id, content FROM record_seals WHERE kind = 'run' AND record_id = :r"
+                    " ORDER BY id DESC LIMIT 1"
+                ),
+                {"r": rid},
+            )
+            .one()
+        )
+    return int(row[0]), str(row[1])
+
+
+def test_a_changed_column_of_a_chained_seal_is_named_with_both_values(engine: Engine) -> None:
+    job = define(engine)
+    rid = engine.submit(SubmitRequest(job)).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, rid, RunStatus.COMPLETED)
+    assert _sealed_from_chain(engine, rid)
+    with engine.store.write() as tx:
+        connection(tx).execute(text("UPDATE job_runs SET queue = 'elsewhere' WHERE job_run_id = :r"), {"r": rid})
+    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    assert [(f.record_id, f.part, f.column) for f in found] == [(rid, "identity", "queue")]
+    assert found[0].detail == 'sealed "default", now "elsewhere"'
+
+
+def test_a_run_seal_in_the_older_digest_form_still_names_the_column(engine: Engine) -> None:
+    """Seals made before 2026-12-04 kept four hex digits a column; their content is not part of
+    the seal, so the older form verifies as before and names the column (without values)."""
+    job = define(engine)
+    rid = engine.submit(SubmitRequest(job)).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, rid, RunStatus.COMPLETED)
+    seal_id, content = _latest_run_seal(engine, rid)
+    kept = json.loads(content)
+    older = {part: "".join(seals.column_digests(kept[part])) for part in ("identity", "outcome")}
+    with engine.store.write() as tx:
+        older_content = json.dumps({"digests": older})
+        connection(tx).execute(
+            text("UPDATE record_seals SET content = :c WHERE id = :i"), {"c": older_content, "i": seal_id}
+        )
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))  # the older form verifies
+    with engine.store.write() as tx:
+        connection(tx).execute(text("UPDATE job_runs SET error_message = 'x' WHERE job_run_id = :r"), {"r": rid})
+    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    assert [(f.record_id, f.part, f.column, f.detail) for f in found] == [(rid, "outcome", "error_message", None)]

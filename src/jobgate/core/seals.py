@@ -361,9 +361,10 @@ class Parts:
     """What a seal is made of; a single-row record has ``identity`` only.
 
     ``content`` is the encoded value lists the hashes were taken of (``{"identity": [...], ...}``
-    as JSON), or for a run their ``column_digests`` joined (``{"digests": {"identity": "a1b2c3d4…"}}``):
-    kept with the seal, so a record that differs later is reported with the column (and, where
-    the values were kept, both values), not just "it changed". It is not part of the seal."""
+    as JSON; a run's seal made before 2026-12-04 kept ``column_digests`` joined instead,
+    ``{"digests": {"identity": "a1b2c3d4…"}}``): kept with the seal, so a record that differs
+    later is reported with the column and both values (the column alone for the older run
+    seals), not just "it changed". It is not part of the seal."""
 
     identity: str
     outcome: str | None = None
@@ -378,9 +379,9 @@ def _content(**texts: bytes) -> str:
 
 def column_digests(values: Sequence[Any]) -> list[str]:
     """A short digest of each value (four hex digits of the CRC-32 of ``encode([value])``): what
-    a run's seal keeps to name the column that changed, in a few bytes a column (a seal is
-    written for every run that ends, in the settling transaction). Diagnosis only: the seal
-    itself is over the full hashes."""
+    a run's seal kept, before 2026-12-04, to name the column that changed. Verification still
+    computes them to compare today's values with such a seal. Diagnosis only: the seal itself
+    is over the full hashes."""
     return [_column_digest(v) for v in values]
 
 
@@ -418,11 +419,6 @@ def split_digests(kept: Any) -> list[str] | None:
     return kept if isinstance(kept, list) else None
 
 
-def _digests(**parts: Sequence[Any]) -> str:
-    """``{"digests": {part: "<four hex digits a column>", ...}}`` (hex digits need no escaping)."""
-    return '{"digests":{' + ",".join(f'"{k}":"{"".join(column_digests(v))}"' for k, v in parts.items()) + "}}"
-
-
 def run_values(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> dict[str, list[Any]]:
     """The value lists of a run's three parts (what ``run_parts`` hashes)."""
     outcome: list[Any] = [run[c] for c in RUN_OUTCOME]
@@ -437,13 +433,8 @@ def run_values(run: Record, transitions: Sequence[Record], letters: Sequence[Rec
 def run_parts(run: Record, transitions: Sequence[Record], letters: Sequence[Record]) -> Parts:
     """A run's parts from its row, its transitions in order and its dead letters in order."""
     values = run_values(run, transitions, letters)
-    return Parts(
-        identity=value_hash(values["identity"]),
-        outcome=value_hash(values["outcome"]),
-        history=history_of(values["history"]),
-        extent=len(transitions),
-        content=_digests(**values),
-    )
+    history = values["history"]
+    return run_parts_of(values["identity"], values["outcome"], history_of(history), len(history), history)
 
 
 HISTORY_GENESIS = "sha256:" + "0" * 64
@@ -476,21 +467,38 @@ def history_hash(transitions: Sequence[Record]) -> str:
 def run_parts_extended(run: Record, history: str, extent: int, letters: Sequence[Record]) -> Parts:
     """A run's parts from its row, the history its writer extended (``history_step``) over
     ``extent`` transitions, and its dead letters: how a worker seals the run it holds without
-    reading its transitions back. ``content`` keeps the identity and outcome column digests."""
+    reading its transitions back. ``content`` keeps the identity and outcome texts."""
     outcome: list[Any] = [run[c] for c in RUN_OUTCOME]
     outcome.append([[d[c] for c in LETTER_COLUMNS] for d in letters])
     return run_parts_of([run[c] for c in RUN_IDENTITY], outcome, history, extent)
 
 
-def run_parts_of(identity: Sequence[Any], outcome: Sequence[Any], history: str, extent: int) -> Parts:
+def run_parts_of(
+    identity: Sequence[Any],
+    outcome: Sequence[Any],
+    history: str,
+    extent: int,
+    transitions: Sequence[Sequence[Any]] | None = None,
+) -> Parts:
     """``run_parts_extended`` from the value lists themselves: ``identity`` in ``RUN_IDENTITY``
-    order, ``outcome`` in ``RUN_OUTCOME`` order followed by the dead letters' value lists."""
+    order, ``outcome`` in ``RUN_OUTCOME`` order followed by the dead letters' value lists.
+
+    ``content`` keeps the texts the hashes were taken of, as every other kind's seal does:
+    encoding them is the hashing's own work, so naming a changed column (and both values) later
+    costs the worker nothing more. Seals made before 2026-12-04 kept four hex digits a column
+    instead (computing them was two thirds of sealing a run); verification reads both. With
+    ``transitions`` (their ``TRANSITION_COLUMNS`` values, when the sealer read them) it keeps
+    the history's text too, so a changed transition is named by its number."""
+    identity_text, outcome_text = encode(identity), encode(outcome)
+    texts = {"identity": identity_text, "outcome": outcome_text}
+    if transitions is not None:
+        texts["history"] = encode(transitions)
     return Parts(
-        identity=value_hash(identity),
-        outcome=value_hash(outcome),
+        identity=hash_of(identity_text),
+        outcome=hash_of(outcome_text),
         history=history,
         extent=extent,
-        content=_digests(identity=identity, outcome=outcome),
+        content=_content(**texts),
     )
 
 

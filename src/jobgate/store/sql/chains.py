@@ -58,9 +58,12 @@ def from_claim(row: Mapping[str, Any], transitions: Sequence[Sequence[Any]]) -> 
         row["history_hash"],
         row["history_extent"],
         row["transition_count"],
-        tuple(row[c] for c in SEALED_COLUMNS),
+        _sealed_of(row),
         transitions,
     )
+
+
+_sealed_of = itemgetter(*SEALED_COLUMNS)  # a row's sealed values as a tuple, picked in one call
 
 
 _getters: dict[tuple[str, ...], tuple[Callable[[Sequence[Any]], Any], Callable[[Sequence[Any]], Any]]] = {}
