@@ -141,7 +141,7 @@ def test_a_changed_column_of_a_chained_seal_is_named_with_both_values(engine: En
 
 
 def test_a_run_seal_in_the_older_digest_form_still_names_the_column(engine: Engine) -> None:
-    """Seals made before 2026-12-04 kept four hex digits a column; their content is not part of
+    """Run seals of earlier versions kept four hex digits a column; their content is not part of
     the seal, so the older form verifies as before and names the column (without values)."""
     job = define(engine)
     rid = engine.submit(SubmitRequest(job)).run.job_run_id

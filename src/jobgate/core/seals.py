@@ -361,7 +361,7 @@ class Parts:
     """What a seal is made of; a single-row record has ``identity`` only.
 
     ``content`` is the encoded value lists the hashes were taken of (``{"identity": [...], ...}``
-    as JSON; a run's seal made before 2026-12-04 kept ``column_digests`` joined instead,
+    as JSON; a run's seal written by an earlier version kept ``column_digests`` joined instead,
     ``{"digests": {"identity": "a1b2c3d4…"}}``): kept with the seal, so a record that differs
     later is reported with the column and both values (the column alone for the older run
     seals), not just "it changed". It is not part of the seal."""
@@ -379,9 +379,9 @@ def _content(**texts: bytes) -> str:
 
 def column_digests(values: Sequence[Any]) -> list[str]:
     """A short digest of each value (four hex digits of the CRC-32 of ``encode([value])``): what
-    a run's seal kept, before 2026-12-04, to name the column that changed. Verification still
-    computes them to compare today's values with such a seal. Diagnosis only: the seal itself
-    is over the full hashes."""
+    a run's seal written by an earlier version kept to name the column that changed;
+    verification computes them to compare today's values with such a seal. Diagnosis only:
+    the seal itself is over the full hashes."""
     return [_column_digest(v) for v in values]
 
 
@@ -485,7 +485,7 @@ def run_parts_of(
 
     ``content`` keeps the texts the hashes were taken of, as every other kind's seal does:
     encoding them is the hashing's own work, so naming a changed column (and both values) later
-    costs the worker nothing more. Seals made before 2026-12-04 kept four hex digits a column
+    costs the worker nothing more. Run seals of earlier versions kept four hex digits a column
     instead (computing them was two thirds of sealing a run); verification reads both. With
     ``transitions`` (their ``TRANSITION_COLUMNS`` values, when the sealer read them) it keeps
     the history's text too, so a changed transition is named by its number."""
