@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
-from jobgate.service import control
+from jobgate.service import control, manual
 from jobgate.service.engine import Engine
-from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RunFilter
 from jobgate.views.runs import run_detail_view
 from jobgate.views.schemas import Page, RunCreatedOut, RunDetailOut, RunOut
@@ -52,16 +51,16 @@ class LocalRuns:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _request(self, s: Submission, tenant: str, actor: str) -> SubmitRequest:
-        return SubmitRequest(
-            s.job, params=s.params, scope=Scope(tenant), requested_by=actor, reason=s.reason, request_id=s.request_id
-        )
-
     def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut:
         return self.submit_many([s], tenant=tenant, actor=actor)[0]
 
     def submit_many(self, items: Sequence[Submission], *, tenant: str, actor: str) -> list[RunCreatedOut]:
-        results = self.engine.submit_many([self._request(s, tenant, actor) for s in items], actor=actor)
+        """As the API's create-run does (``service.manual``): a request id is the caller's
+        idempotency key, so the same id finds the same run here and through a server, a repeat
+        is answered before any gate, and the same id with other parameters is a conflict. The
+        API's daily quota does not apply to the operator on the host."""
+        asks = [manual.ManualAsk(s.job, s.params, s.reason, s.request_id) for s in items]
+        results = manual.submit_manual_many(self.engine, asks, scope=Scope(tenant), actor=actor, quota=False)
         return [RunCreatedOut(created=r.created, run=RunOut.of(r.run)) for r in results]
 
     def list(
@@ -83,7 +82,7 @@ class LocalRuns:
         return RunOut.of(control.stop_run(self.engine, run_id, actor=actor, reason=reason))
 
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
-        run, created = control.retry_run(self.engine, run_id, actor=actor)
+        run, created = manual.retry_once(self.engine, run_id, actor=actor, tenant_id=None, quota=False)
         return RunCreatedOut(created=created, run=RunOut.of(run))
 
 

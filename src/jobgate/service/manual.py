@@ -17,7 +17,8 @@ boundary can both pass the check: the limit is exact to within the requests in f
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from jobgate.core.canonical import digest
@@ -70,54 +71,120 @@ def submit_manual(
     stated_requester: str | None = None,
     role: str | None = None,
     traceparent: str | None = None,
+    quota: bool = True,
 ) -> SubmitResult:
     """A manual run for an authenticated caller. ``traceparent`` (the request's W3C header)
     is kept in the trigger's ``policy_context`` when valid, so the run joins the caller's
-    trace (``core.trace``); an invalid one is ignored, as the specification asks."""
-    if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
-        raise ValidationError("1-200 visible ASCII characters", field="Idempotency-Key")
-    fingerprint = request_digest(job_definition_id, params, scope)
-    if idempotency_key is not None:  # a repeat gets its run back, whatever changed since
-        with engine.store.read(tenant_id=scope.tenant_id) as tx:
-            found = tx.runs_by_keys([client_request_key(scope.tenant_id, idempotency_key)])
-        if found:
-            _check_same(engine, found[0], fingerprint)
-            return SubmitResult(found[0], False)
-    check_daily_quota(engine, scope.tenant_id)
+    trace (``core.trace``); an invalid one is ignored, as the specification asks. ``quota``
+    off: the operator on the host (``jobgate submit`` on the database), whom the API's daily
+    quota does not limit."""
+    return submit_manual_many(
+        engine,
+        [ManualAsk(job_definition_id, params, reason, idempotency_key, stated_requester, traceparent)],
+        scope=scope,
+        actor=actor,
+        role=role,
+        quota=quota,
+    )[0]
+
+
+@dataclass(frozen=True)
+class ManualAsk:
+    """One manual run asked for: what ``submit_manual`` takes per run."""
+
+    job_definition_id: str
+    params: Mapping[str, str]
+    reason: str | None = None
+    idempotency_key: str | None = None
+    stated_requester: str | None = None
+    traceparent: str | None = None
+
+
+def submit_manual_many(
+    engine: Engine, asks: Sequence[ManualAsk], *, scope: Scope, actor: str, role: str | None = None, quota: bool = True
+) -> list[SubmitResult]:
+    """``submit_manual`` for several runs, created in one transaction. A repeat of an earlier
+    request (its idempotency key) gets its run back before anything else is asked (the quota,
+    the gates: nothing new would run); the same key with a different request is a conflict."""
+    fingerprints: list[str] = []
+    for ask in asks:
+        if ask.idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(ask.idempotency_key):
+            raise ValidationError("1-200 visible ASCII characters", field="Idempotency-Key")
+        fingerprints.append(request_digest(ask.job_definition_id, ask.params, scope))
+    repeats = _repeats(engine, scope.tenant_id, asks, fingerprints)
+    fresh = [i for i in range(len(asks)) if i not in repeats]
+    if fresh and quota:
+        check_daily_quota(engine, scope.tenant_id)
+    requests = [_request(asks[i], fingerprints[i], scope, actor, role) for i in fresh]
+    made = dict(zip(fresh, engine.submit_many(requests, actor=actor) if requests else [], strict=True))
+    for i, result in made.items():
+        if not result.created:  # a concurrent repeat won the insert
+            _check_same(engine, result.run, fingerprints[i])
+    return [repeats[i] if i in repeats else made[i] for i in range(len(asks))]
+
+
+def _repeats(
+    engine: Engine, tenant_id: str, asks: Sequence[ManualAsk], fingerprints: Sequence[str]
+) -> dict[int, SubmitResult]:
+    """The asks whose idempotency key already holds a run: that run, whatever changed since."""
+    keyed = {
+        client_request_key(tenant_id, ask.idempotency_key): i
+        for i, ask in enumerate(asks)
+        if ask.idempotency_key is not None
+    }
+    if not keyed:
+        return {}
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        found = tx.runs_by_keys(list(keyed))
+    out: dict[int, SubmitResult] = {}
+    for run in found:
+        i = keyed[run.idempotency_key]
+        _check_same(engine, run, fingerprints[i])
+        out[i] = SubmitResult(run, False)
+    return out
+
+
+def _request(ask: ManualAsk, fingerprint: str, scope: Scope, actor: str, role: str | None) -> SubmitRequest:
     payload: dict[str, str] = {"request_digest": fingerprint}
-    adopted = parse_traceparent(traceparent)
-    if stated_requester:
-        payload["stated_requested_by"] = stated_requester
-    request = SubmitRequest(
-        job_definition_id,
+    adopted = parse_traceparent(ask.traceparent)
+    if ask.stated_requester:
+        payload["stated_requested_by"] = ask.stated_requester
+    key = ask.idempotency_key
+    return SubmitRequest(
+        ask.job_definition_id,
         trigger_type=TriggerType.MANUAL,
-        params=dict(params),
+        params=dict(ask.params),
         scope=scope,
         requested_by=actor,
-        reason=reason,
-        request_id=None if idempotency_key is None else f"api:{idempotency_key}",
+        reason=ask.reason,
+        request_id=None if key is None else f"api:{key}",
         payload=payload,
-        client_key=idempotency_key,
+        client_key=key,
         role=role,
         policy_context={} if adopted is None else {TRACEPARENT_KEY: adopted},
     )
-    result = engine.submit(request, actor=actor)
-    if not result.created:  # a concurrent repeat won the insert
-        _check_same(engine, result.run, fingerprint)
-    return result
 
 
 def retry_once(
-    engine: Engine, job_run_id: str, *, actor: str, tenant_id: str, role: str | None = None
+    engine: Engine,
+    job_run_id: str,
+    *,
+    actor: str,
+    tenant_id: str | None,
+    role: str | None = None,
+    quota: bool = True,
 ) -> tuple[JobRun, bool]:
-    """Seed 001 retry through the API: an existing retry is returned as is; a new one counts
-    against the daily quota like any other run created through the API and is judged with the
-    caller's role, as a submit is (the policy's priority ceilings by role)."""
+    """Seed 001 retry: an existing retry is returned as is, before anything else is asked; a
+    new one counts against the API's daily quota (``quota``; off for the operator on the host)
+    like any other run created through the API and is judged with the caller's role, as a
+    submit is (the policy's priority ceilings by role). ``tenant_id`` None: any tenant's run
+    (the operator on the host)."""
     with engine.store.read(tenant_id=tenant_id) as tx:
         found = tx.runs_by_keys([retry_key(job_run_id)])
-    if found and found[0].tenant_id == tenant_id:
+    if found and (tenant_id is None or found[0].tenant_id == tenant_id):
         return found[0], False
-    check_daily_quota(engine, tenant_id)
+    if quota and tenant_id is not None:
+        check_daily_quota(engine, tenant_id)
     return control.retry_run(engine, job_run_id, actor=actor, tenant_id=tenant_id, role=role)
 
 
