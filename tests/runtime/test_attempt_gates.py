@@ -6,6 +6,8 @@ cancel reason, its transition and its audit entry."""
 from __future__ import annotations
 
 import json
+import os
+import py_compile
 import random
 import sys
 import textwrap
@@ -272,6 +274,23 @@ def test_code_changed_under_an_approval_is_held_until_approved_again(
         wait_status(engine, run_id, RunStatus.COMPLETED)
     assert [line[0] for line in marker_lines(marker)] == ["v2"]
     assert ("run.held", "code_changed") in audited(engine, run_id)
+
+
+def test_a_fresh_import_runs_the_source_not_a_bytecode_cache_it_cannot_tell_apart(
+    code_package: tuple[str, Path],
+) -> None:
+    """Python trusts a cached ``.pyc`` while the source keeps its modification second and size:
+    an edit that keeps both would run the old code under a digest taken of the new files. The
+    handler is compiled from its source instead (found when CI first cached bytecode)."""
+    name, source = code_package
+    (source.parent / "version.py").write_text('VERSION = "v1"\n')
+    source.write_text("from .version import VERSION\n\ndef version(ctx=None):\n    return VERSION\n")
+    was = os.stat(source.parent / "version.py")
+    planted = py_compile.compile(str(source.parent / "version.py"))  # as an earlier import leaves it
+    (source.parent / "version.py").write_text('VERSION = "v2"\n')  # same size
+    os.utime(source.parent / "version.py", ns=(was.st_atime_ns, was.st_mtime_ns))  # same second
+    assert code.resolve_handler(f"{name}:version")() == "v2"
+    assert [str(p) for p in source.parent.rglob("*.pyc")] == [planted]  # and it wrote none
 
 
 def _holds(engine: Engine, run_id: str) -> int:

@@ -26,6 +26,7 @@ times), so checking the identity before every attempt costs a ``stat`` per file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -34,6 +35,7 @@ import inspect
 import os
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -262,6 +264,30 @@ def _digest_of(listing: list[list[str]]) -> str:
 __all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "note_import", "package_digest"]
 
 
+_SOURCE_ONLY = threading.Lock()
+
+
+@contextlib.contextmanager
+def _compiled_from_source() -> Iterator[None]:
+    """Imports in this block compile from the source files, reading and writing no bytecode.
+
+    Python trusts a cached ``.pyc`` while the source's modification time (in whole seconds) and
+    size are those it was compiled from: an edit within the same second that keeps the size
+    would run the code from before the edit, while the digest the gates compare (``note_import``,
+    read by file identity including the change time) is of the files after it — code nobody
+    approved. A handler's package is therefore compiled from the very files that were digested
+    when a process first imports it. Caches are pointed at an empty folder meanwhile
+    (``sys.pycache_prefix``, process-wide: another thread importing at that moment compiles its
+    module too, which costs time, never correctness)."""
+    with _SOURCE_ONLY, tempfile.TemporaryDirectory(prefix="jobgate-nopyc-") as empty:
+        prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
+        sys.pycache_prefix, sys.dont_write_bytecode = empty, True
+        try:
+            yield
+        finally:
+            sys.pycache_prefix, sys.dont_write_bytecode = prefix, dont_write
+
+
 def resolve_handler(handler: str) -> Callable[..., object]:
     """Import ``module:attr[.attr...]`` and return the callable, or raise ``ValidationError``.
 
@@ -272,10 +298,12 @@ def resolve_handler(handler: str) -> Callable[..., object]:
     attrs = attr_path.split(".")
     if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
         raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
-    if module_name.split(".")[0] not in sys.modules:
+    fresh = module_name.split(".")[0] not in sys.modules
+    if fresh:
         note_import(module_name)  # the code this process is about to run, for the code identity check
     try:
-        target: Any = importlib.import_module(module_name)
+        with _compiled_from_source() if fresh else contextlib.nullcontext():
+            target: Any = importlib.import_module(module_name)
     except Exception as exc:  # an import can fail in any way the module's top level can
         raise ValidationError(
             f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", field="handler"
