@@ -264,7 +264,7 @@ def _digest_of(listing: list[list[str]]) -> str:
 __all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "note_import", "package_digest"]
 
 
-_SOURCE_ONLY = threading.Lock()
+_SOURCE_ONLY = threading.RLock()  # re-entrant: a handler module may resolve another handler as it loads
 
 
 @contextlib.contextmanager
