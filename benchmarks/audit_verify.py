@@ -104,7 +104,8 @@ def main() -> None:
 
 def _run_rows(first: int, n: int, start_us: int) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Runs ``first`` .. ``first + n - 1``, finished as the worker leaves them, and their transitions."""
-    runs, transitions = [], []
+    runs: list[dict[str, object]] = []
+    transitions: list[dict[str, object]] = []
     for i in range(first, first + n):
         rid = f"TGJOBRUN-bench-{i:012d}"
         at = start_us + i * 1000

@@ -249,7 +249,8 @@ class Chaos:
             runs = one("SELECT count(*) FROM job_runs")
             terminal = one("SELECT count(*) FROM job_runs WHERE status = ANY(:t)", t=list(TERMINAL))
             completed = one("SELECT count(*) FROM job_runs WHERE status = 'COMPLETED'")
-            statuses = dict(conn.execute(text("SELECT status, count(*) FROM job_runs GROUP BY status")).all())
+            by_status = conn.execute(text("SELECT status, count(*) FROM job_runs GROUP BY status")).all()
+            statuses: dict[str, int] = {str(s): int(n) for s, n in by_status}
             duplicates = one(
                 "SELECT count(*) FROM (SELECT job_run_id FROM chaos_effects GROUP BY job_run_id HAVING count(*) > 1) d"
             )

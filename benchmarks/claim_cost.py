@@ -99,7 +99,7 @@ class Bench:
 
     def drain(self, gated: bool) -> list[float]:
         """Claim until nothing is left; microseconds per claimed run of each full batch."""
-        out = []
+        out: list[float] = []
         while True:
             n, seconds = self.cycle(gated)
             if n == 0:

@@ -16,7 +16,7 @@ if _PEERS not in sys.path:
 
 import common  # type: ignore[import-not-found]  # noqa: E402
 
-from jobgate.runtime.executors.base import ExecutionContext  # noqa: E402
+from jobgate.context import ExecutionContext  # noqa: E402
 
 
 def record(ctx: ExecutionContext) -> None:

@@ -37,7 +37,7 @@ from jobgate.testing import connection  # noqa: E402
 
 CLASSES = ("REPLAY_JOB", "DAL_ANCHOR_JOB", "MAINTENANCE_JOB", "FEDERATION_SYNC_JOB", "SAFE_MODE_JOB")
 # (share of runs, final status, attempts, statuses passed through after SCHEDULED)
-SHAPES = (
+SHAPES: tuple[tuple[float, str, int, list[str]], ...] = (
     (0.90, "COMPLETED", 1, ["DISPATCHED", "RUNNING", "COMPLETED"]),
     (0.05, "COMPLETED", 2, ["DISPATCHED", "RUNNING", "RETRY_WAIT", "DISPATCHED", "RUNNING", "COMPLETED"]),
     (0.02, "DEAD_LETTERED", 2, ["DISPATCHED", "RUNNING", "RETRY_WAIT", "DISPATCHED", "RUNNING", "DEAD_LETTERED"]),

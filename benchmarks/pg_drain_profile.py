@@ -36,7 +36,7 @@ import psycopg  # noqa: E402
 import throughput  # noqa: E402
 from figures import machine  # noqa: E402
 
-common = throughput.common
+common = throughput.common  # type: ignore[attr-defined]  # the peers' harness, imported by throughput
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
