@@ -204,6 +204,18 @@ def test_a_step_definition_that_is_not_approved_refuses_the_whole_start(engine: 
     assert count(engine, "workflow_runs") == 0 and count(engine, "job_runs") == 0
 
 
+def test_a_step_that_is_a_workflow_is_refused_however_the_workflow_starts(engine: Engine) -> None:
+    """One rule for a workflow started directly and one fired as a run: a step runs a job."""
+    j = jobs(engine)
+    inner = workflow(engine, [{"id": "a", "job": j["record"]}])
+    outer = workflow(engine, [{"id": "nested", "job": inner}])
+    with pytest.raises(ValidationError, match="is a workflow; a step runs a job"):
+        start(engine, outer)
+    with pytest.raises(ValidationError, match="is a workflow; a step runs a job"):
+        engine.submit(SubmitRequest(outer, request_id="fired", scope=Scope()))
+    assert count(engine, "workflow_runs") == 0 and count(engine, "job_runs") == 0
+
+
 def test_a_job_definition_cannot_be_started_as_a_workflow(engine: Engine) -> None:
     job = define(engine, handler="workflow_handlers:record")
     with pytest.raises(ValidationError, match="not a workflow"):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from typing import Any
 
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
@@ -204,17 +205,27 @@ class Admission:
             return exc
         return None
 
-    def check_workflow_steps(self, tx: StoreTx, definition: JobDefinition, tenant: str, approved: Approved) -> None:
-        """A workflow fired as a run starts its steps: each step's definition must be approved
-        now, or the trigger is refused before anything is stored (not a run that fails later)."""
+    def check_workflow_steps(
+        self, tx: StoreTx, definition: JobDefinition, tenant: str, approved: Approved
+    ) -> dict[str, dict[str, Any]]:
+        """The definitions a workflow's steps and compensations name, for a workflow fired as a
+        run or started directly (one rule for both): each must exist, be a job (a step runs a
+        job, never another workflow) and be approved now, or the start is refused before
+        anything is stored, not a run that fails later. Returns the version and digest of each,
+        which the steps will run."""
         from jobgate.workflows.spec import workflow_spec_of
 
+        out: dict[str, dict[str, Any]] = {}
         for job in workflow_spec_of(definition.content, definition.job_definition_id).jobs:
             try:
                 step = self.definitions.get(tx, tenant, job)
             except NotFoundError:
                 raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
+            if "workflow" in step.content:
+                raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
             self.check_approved(tx, step, tenant, approved)
+            out[job] = {"version": step.version, "digest": step.digest}
+        return out
 
     def check_approved(self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: Approved) -> None:
         """Seed 004: nothing runs unless an admin approved this exact content (its digest): the

@@ -29,7 +29,7 @@ from jobgate.service import audit
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import validate_preconditions
-from jobgate.service.submission import Approved, PreparedSubmission, SubmitRequest
+from jobgate.service.submission import PreparedSubmission, SubmitRequest
 from jobgate.store.sqlstore import StoreTx
 from jobgate.workflows.plan import (
     WORKFLOW_ACTIVE,
@@ -146,7 +146,7 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
                 _, period = engine.admission.check(
                     tx, definition, submit, now, moment=Moment.TRIGGER, batch=AdmissionBatch(policy)
                 )
-            pinned = _check_step_definitions(engine, tx, spec, tenant)
+            pinned = engine.admission.check_workflow_steps(tx, definition, tenant, {})
         except GovernanceRefusal as exc:
             engine.admission.record_refusal(submit, exc, actor=actor, now=now)
             raise
@@ -261,23 +261,6 @@ def step_run_key(tenant_id: str, workflow_run_id: str, step_id: str, *, compensa
             "compensation": compensation,
         }
     )
-
-
-def _check_step_definitions(engine: Engine, tx: StoreTx, spec: WorkflowSpec, tenant: str) -> dict[str, dict[str, Any]]:
-    """Every definition a step or a compensation names exists, is a job and is approved now;
-    returns the version and digest of each, which the steps will run."""
-    out: dict[str, dict[str, Any]] = {}
-    approved: Approved = {}
-    for job in spec.jobs:
-        try:
-            definition = engine.definition(tx, tenant, job)
-        except NotFoundError:
-            raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
-        if is_workflow(definition):
-            raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
-        engine.admission.check_approved(tx, definition, tenant, approved)
-        out[job] = {"version": definition.version, "digest": definition.digest}
-    return out
 
 
 # ---------------------------------------------------------------------- cancel
