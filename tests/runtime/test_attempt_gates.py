@@ -293,6 +293,26 @@ def test_a_fresh_import_runs_the_source_not_a_bytecode_cache_it_cannot_tell_apar
     assert [str(p) for p in source.parent.rglob("*.pyc")] == [planted]  # and it wrote none
 
 
+def test_a_run_admitted_under_an_approval_made_since_binds_its_code(
+    engine: Engine, code_package: tuple[str, Path]
+) -> None:
+    """Prepared under one approval, stored after the code was approved anew (the same content):
+    the run is admitted under the new approval, and its binding names the new approval's code,
+    not the code of the approval it was prepared under."""
+    name, source = code_package
+    job = define(engine, handler=f"{name}:work")
+    before = approvals.status(engine, "default", job).approval
+    now = engine.clock.now()
+    prepared = engine.pipeline.prepare([SubmitRequest(job)], now=now)
+    source.write_text(_handler_source("v2"))
+    approvals.approve(engine, "default", job, actor="reviewer", note="v2 of the code")
+    after = approvals.status(engine, "default", job).approval
+    assert before is not None and after is not None and before.code_digest != after.code_digest
+    [result] = engine.pipeline.store_prepared(prepared, now, actor=None)
+    [created, *_] = transitions_detail(engine, result.run.job_run_id)
+    assert created["bound"]["code_digest"] == after.code_digest  # type: ignore[index]
+
+
 def _holds(engine: Engine, run_id: str) -> int:
     return sum(1 for (_f, to, _why, _a) in transitions(engine, run_id) if to == "HELD")
 

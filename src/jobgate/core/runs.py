@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from jobgate.core.canonical import digest, isoformat_utc
@@ -142,6 +143,15 @@ def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_diges
         "code_digest": code_digest,
         "timeout_policy": None if timeout is None else timeout.to_dict(),
     }
+
+
+def rebound(transitions: tuple[Transition, ...], code_digest: str | None) -> tuple[Transition, ...]:
+    """A new run's transitions with the creation's binding naming ``code_digest``: the code of
+    the approval it is admitted under, when that approval changed between preparing the run and
+    storing it (the content digest still approved, the code approved anew)."""
+    created, *rest = transitions
+    bound = {**created.detail["bound"], "code_digest": code_digest}
+    return (replace(created, detail={**created.detail, "bound": bound}), *rest)
 
 
 def bound_executor(bound: JsonObject | None) -> ExecutorSpec | None:

@@ -38,7 +38,7 @@ from jobgate.core.models import (
 from jobgate.core.params import validate_params
 from jobgate.core.policy import Policy
 from jobgate.core.records import SafeModePeriod
-from jobgate.core.runs import new_run, trigger_document
+from jobgate.core.runs import new_run, rebound, trigger_document
 from jobgate.service import gates, policies
 from jobgate.service.admission import Admission, AdmissionBatch
 from jobgate.service.definitions import Definitions
@@ -288,9 +288,15 @@ class Pipeline:
             key = (run.tenant_id, run.job_definition_id, run.definition_digest)
             approval = approval_fact(active, key)
             if approval != p.facts.approval or fact != p.facts.safe_mode:  # what the lock shows changed
-                verdict = admit(replace(p.facts, approval=approval, safe_mode=fact))
+                facts = replace(p.facts, approval=approval, safe_mode=fact)
+                verdict = admit(facts)
                 if not verdict.admitted:
                     raise RefusedSubmission(verdict.refusal(), p.request)
+                code = None if approval is None else approval.code_digest
+                if code != (None if p.facts.approval is None else p.facts.approval.code_digest):
+                    # admitted under an approval made since: the run binds that approval's code
+                    create = replace(p.create, transitions=rebound(p.create.transitions, code))
+                    p = replace(p, create=create, facts=facts)
             out.append(p)
         return out
 
