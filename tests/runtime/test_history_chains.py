@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from helpers import define, history_values
 from jobgate.core import seals
+from jobgate.core.records import Finding
 from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
 from jobgate.service.engine import Engine
@@ -40,17 +41,37 @@ def _chain_state(engine: Engine, rid: str) -> tuple[int, int | None, str | None,
     return int(row[0]), row[1], row[2], history
 
 
-def _sealed_from_chain(engine: Engine, rid: str) -> bool:
+def _latest_run_seal(engine: Engine, rid: str) -> tuple[int, str]:
     with engine.store.read() as tx:
-        content = (
+        row = (
             connection(tx)
             .execute(
-                text("SELECT content FROM record_seals WHERE kind = 'run' AND record_id = :r ORDER BY id DESC LIMIT 1"),
+                text(
+                    "SELECT id, content FROM record_seals WHERE kind = 'run' AND record_id = :r"
+                    " ORDER BY id DESC LIMIT 1"
+                ),
                 {"r": rid},
             )
-            .scalar_one()
+            .one()
         )
-    return "history" not in json.loads(content)  # a seal made by reading keeps the transitions' text
+    return int(row[0]), str(row[1])
+
+
+def _completed_from_its_chain(engine: Engine) -> str:
+    """A run of a fresh definition, run to COMPLETED by a worker and sealed from its chain."""
+    rid = engine.submit(SubmitRequest(define(engine))).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, rid, RunStatus.COMPLETED)
+    assert _sealed_from_chain(engine, rid)
+    return rid
+
+
+def _findings(engine: Engine) -> list[Finding]:
+    return [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+
+
+def _sealed_from_chain(engine: Engine, rid: str) -> bool:
+    return "history" not in json.loads(_latest_run_seal(engine, rid)[1])  # read: the transitions' text is kept
 
 
 def _assert_consistent(engine: Engine, rid: str) -> None:
@@ -96,46 +117,22 @@ def test_dead_lettered_requeued_and_cancelled_runs_are_sealed_by_reading(engine:
 
 
 def test_a_changed_transition_breaks_a_chained_seal(engine: Engine) -> None:
-    job = define(engine)
-    rid = engine.submit(SubmitRequest(job)).run.job_run_id
-    with running_worker(engine):
-        wait_status(engine, rid, RunStatus.COMPLETED)
-    assert _sealed_from_chain(engine, rid)
+    rid = _completed_from_its_chain(engine)
     with engine.store.write() as tx:
         connection(tx).execute(
             text("UPDATE run_transitions SET actor = 'mallory' WHERE job_run_id = :r AND reason = 'started'"),
             {"r": rid},
         )
-    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    found = _findings(engine)
     assert [(f.record_id, f.part) for f in found] == [(rid, "history")]
     assert "one of its transitions was changed, removed or added" in found[0].message()
 
 
-def _latest_run_seal(engine: Engine, rid: str) -> tuple[int, str]:
-    with engine.store.read() as tx:
-        row = (
-            connection(tx)
-            .execute(
-                text(
-                    "SELECT id, content FROM record_seals WHERE kind = 'run' AND record_id = :r"
-                    " ORDER BY id DESC LIMIT 1"
-                ),
-                {"r": rid},
-            )
-            .one()
-        )
-    return int(row[0]), str(row[1])
-
-
 def test_a_changed_column_of_a_chained_seal_is_named_with_both_values(engine: Engine) -> None:
-    job = define(engine)
-    rid = engine.submit(SubmitRequest(job)).run.job_run_id
-    with running_worker(engine):
-        wait_status(engine, rid, RunStatus.COMPLETED)
-    assert _sealed_from_chain(engine, rid)
+    rid = _completed_from_its_chain(engine)
     with engine.store.write() as tx:
         connection(tx).execute(text("UPDATE job_runs SET queue = 'elsewhere' WHERE job_run_id = :r"), {"r": rid})
-    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    found = _findings(engine)
     assert [(f.record_id, f.part, f.column) for f in found] == [(rid, "identity", "queue")]
     assert found[0].detail == 'sealed "default", now "elsewhere"'
 
@@ -143,10 +140,7 @@ def test_a_changed_column_of_a_chained_seal_is_named_with_both_values(engine: En
 def test_a_run_seal_in_the_older_digest_form_still_names_the_column(engine: Engine) -> None:
     """Run seals of earlier versions kept four hex digits a column; their content is not part of
     the seal, so the older form verifies as before and names the column (without values)."""
-    job = define(engine)
-    rid = engine.submit(SubmitRequest(job)).run.job_run_id
-    with running_worker(engine):
-        wait_status(engine, rid, RunStatus.COMPLETED)
+    rid = _completed_from_its_chain(engine)
     seal_id, content = _latest_run_seal(engine, rid)
     kept = json.loads(content)
     older = {part: "".join(seals.column_digests(kept[part])) for part in ("identity", "outcome")}
@@ -158,5 +152,5 @@ def test_a_run_seal_in_the_older_digest_form_still_names_the_column(engine: Engi
     assert all(r.ok for r in audit.verify_records(engine, ["default"]))  # the older form verifies
     with engine.store.write() as tx:
         connection(tx).execute(text("UPDATE job_runs SET error_message = 'x' WHERE job_run_id = :r"), {"r": rid})
-    found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    found = _findings(engine)
     assert [(f.record_id, f.part, f.column, f.detail) for f in found] == [(rid, "outcome", "error_message", None)]
