@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
@@ -134,13 +135,12 @@ def _repeats(
     }
     if not keyed:
         return {}
-    with engine.store.read(tenant_id=tenant_id) as tx:
-        found = tx.runs_by_keys(list(keyed))
     out: dict[int, SubmitResult] = {}
-    for run in found:
-        i = keyed[run.idempotency_key]
-        _check_same(engine, run, fingerprints[i])
-        out[i] = SubmitResult(run, False)
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        for run in tx.runs_by_keys(list(keyed)):
+            i = keyed[run.idempotency_key]
+            _same_request(tx.run_trigger(run.job_run_id), fingerprints[i])
+            out[i] = SubmitResult(run, False)
     return out
 
 
@@ -190,8 +190,12 @@ def retry_once(
 
 def _check_same(engine: Engine, run: JobRun, fingerprint: str) -> None:
     with engine.store.read(tenant_id=run.tenant_id) as tx:
-        trigger = tx.run_trigger(run.job_run_id) or {}
-    if (trigger.get("payload") or {}).get("request_digest") != fingerprint:
+        _same_request(tx.run_trigger(run.job_run_id), fingerprint)
+
+
+def _same_request(trigger: Mapping[str, Any] | None, fingerprint: str) -> None:
+    """Refuse a key reused for another request: the run's trigger keeps the request's digest."""
+    if ((trigger or {}).get("payload") or {}).get("request_digest") != fingerprint:
         raise ConflictError(
             "this idempotency key was used for a different request (definition, parameters or scope differ)",
             field="Idempotency-Key",
