@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
 from tests.helpers import define, make_config
+from tests.oidc_issuer import Issuer, running_issuer
 
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
@@ -42,11 +43,17 @@ class World:
     tokens: dict[tuple[str, Role], str] = field(default_factory=dict)
     token_ids: dict[tuple[str, Role], str] = field(default_factory=dict)
     made: set[str] = field(default_factory=set)  # ids of acme's resources the tests created
+    issuer: Issuer | None = None  # set: every role of every tenant is a person signed in by OIDC
 
     def headers(self, tenant: str, role: Role) -> dict[str, str]:
+        if self.issuer is not None:
+            token = self.issuer.token(f"{tenant}-{role.value}", tenant=tenant, roles=[f"jobgate-{role.value}s"])
+            return {"Authorization": f"Bearer {token}"}
         return {"Authorization": f"Bearer {self.tokens[(tenant, role)]}"}
 
     def actor(self, tenant: str, role: Role) -> str:
+        if self.issuer is not None:
+            return f"oidc:{tenant}-{role.value}"
         return f"token:{self.token_ids[(tenant, role)]}"
 
     def new_run(self, tenant: str = "acme", job: str = ACME_JOB, by: str | None = None, **params: str) -> JobRun:
@@ -161,7 +168,7 @@ class World:
         return token_id
 
 
-def build_world(engine: Engine, *, auth: bool = True) -> World:
+def build_world(engine: Engine, *, auth: bool = True, issuer: Issuer | None = None) -> World:
     # A definition's trigger_type is enforced; manual runs are always allowed. The shared job is
     # also fired by events, acme's by the interval schedules these tests add (an adaptive
     # definition may be started by interval and adaptive schedules, and keeps none of its own).
@@ -177,7 +184,7 @@ def build_world(engine: Engine, *, auth: bool = True) -> World:
         workflow={"steps": [{"id": "one", "job": ACME_JOB, "params": {"n": "1"}}]},
     )
     state = ServerState(engine, auth=auth)
-    world = World(engine, TestClient(create_app(state), raise_server_exceptions=False))
+    world = World(engine, TestClient(create_app(state), raise_server_exceptions=False), issuer=issuer)
     for tenant in TENANTS:
         for role in Role:
             made = tokens.create(engine, tenant_id=tenant, role=role.value, actor="test", label=f"{tenant}-{role}")
@@ -191,6 +198,24 @@ def world(engine: Engine) -> Iterator[World]:
     w = build_world(engine)
     with w.client:
         yield w
+
+
+@pytest.fixture
+def issuer(tmp_path: Path) -> Iterator[Issuer]:
+    """An OpenID Connect provider on 127.0.0.1 (HTTPS, its own CA)."""
+    with running_issuer(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def oidc_world(database_url: str, tmp_path: Path, issuer: Issuer) -> Iterator[World]:
+    """The same world, its people signed in through ``issuer`` (``auth.oidc``) instead of tokens."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, auth={"oidc": issuer.config()}))
+    w = build_world(engine, issuer=issuer)
+    with w.client:
+        yield w
+    store.dispose()
 
 
 def body_of(response: Any) -> str:

@@ -218,6 +218,20 @@ def _call(w: World, method: str, sample: Sample, headers: dict[str, str]) -> Any
 
 @pytest.mark.parametrize(("method", "path"), [(m, p) for m, p, _ in ROUTES], ids=[f"{m} {p}" for m, p, _ in ROUTES])
 def test_route_matrix(world: World, method: str, path: str) -> None:
+    _matrix(world, method, path)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("method", "path"), [(m, p) for m, p, _ in ROUTES], ids=[f"{m} {p}" for m, p, _ in ROUTES])
+def test_route_matrix_for_people_signed_in_by_oidc(oidc_world: World, method: str, path: str) -> None:
+    """The same table for principals of an OpenID Connect provider: each role and tenant a
+    person whose JWT carries the tenant and a roles claim the configuration maps. On SQLite
+    only: who a credential names is decided before any query, and the token matrix above
+    already walks tenant scoping on both backends."""
+    _matrix(oidc_world, method, path)
+
+
+def _matrix(world: World, method: str, path: str) -> None:
     rule = next(r for m, p, r in ROUTES if (m, p) == (method, path))
     assert rule is not None
     make = SAMPLES[(method, path)]

@@ -182,7 +182,7 @@ def test_one_token_holds_a_bounded_number_of_streams(streaming: World) -> None:
     w = streaming
     run = w.new_run()
     state: ServerState = w.client.app.state.server  # type: ignore[attr-defined]
-    token_id = w.token_ids[("acme", Role.CONSUMER)]
+    token_id = f"token:{w.token_ids[('acme', Role.CONSUMER)]}"  # what the limit counts: the credential
     held = [state.open_stream(token_id), state.open_stream(token_id)]
     refused = w.client.get(f"{API}/runs/{run.job_run_id}/stream", headers=w.headers("acme", Role.CONSUMER))
     assert refused.status_code == 429

@@ -20,9 +20,9 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.errors import BadRequest, Forbidden, TenantClaimMismatch
+from jobgate.core.audit import ACTING, Acting
 from jobgate.core.models import JobRun
 from jobgate.core.tokens import Role
-from jobgate.service import tokens
 from jobgate.service.tokens import Principal
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,12 +93,9 @@ async def enforce(request: Request) -> None:
     if rule.anonymous:
         return
     server = request.app.state.server
-    principal: Principal
-    if server.auth:
-        principal = await run_in_threadpool(tokens.authenticate, server.engine, request.headers.get("authorization"))
-    else:
-        principal = server.local_principal
+    principal = await run_in_threadpool(server.authenticate, request.headers.get("authorization"))
     request.state.principal = principal  # known before the role check: a refusal is attributed
+    ACTING.set(Acting(principal.actor, principal.credential, principal.display_name))  # this request's task only
     request.state.rule = rule
     check_role(rule, principal)
     await check_tenant_claims(request, principal)

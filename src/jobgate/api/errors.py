@@ -26,6 +26,7 @@ from jobgate.core.errors import (
     QuotaExceededError,
     ValidationError,
 )
+from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
 from jobgate.service.tokens import Unauthenticated
 
 log = logging.getLogger("jobgate.api")
@@ -61,6 +62,8 @@ class BadRequest(ValidationError):
 
 _STATUS: list[tuple[type[JobgateError], int]] = [
     (Unauthenticated, 401),
+    (IdentityProviderUnavailable, 503),
+    (TenantMissing, 400),
     (Forbidden, 403),
     (GovernanceRefusal, 403),
     (NotFoundError, 404),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -12,6 +13,7 @@ from fastapi import Request
 
 from jobgate.api.metrics import HttpMetrics
 from jobgate.core.tokens import Role
+from jobgate.identity.authenticator import Authenticator
 from jobgate.service.engine import Engine
 from jobgate.service.tokens import Principal
 
@@ -33,34 +35,45 @@ class ServerState:
     _stream_ids: itertools.count[int] = field(default_factory=itertools.count)
     _streams_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @functools.cached_property
+    def authenticator(self) -> Authenticator:
+        """The providers ``auth`` configures (built once: it keeps the OIDC provider's keys)."""
+        return Authenticator(self.engine)
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """The caller of a request: its credential's principal, or ``--no-auth``'s admin."""
+        if not self.auth:
+            return self.local_principal
+        return self.authenticator.authenticate(authorization)
+
     @property
     def local_principal(self) -> Principal:
         """``--no-auth`` (loopback only): every request acts as the default tenant's admin."""
-        return Principal(LOCAL_TOKEN_ID, self.engine.config.server.tenant, Role.ADMIN, None)
+        return Principal(f"token:{LOCAL_TOKEN_ID}", self.engine.config.server.tenant, Role.ADMIN, None)
 
-    def open_stream(self, token_id: str) -> int | None:
-        """Register one more open stream for ``token_id``; None (nothing registered) at the
+    def open_stream(self, holder: str) -> int | None:
+        """Register one more open stream for ``holder`` (``Principal.holder``); None (nothing registered) at the
         limit. Entries older than a stream can live are dropped first, so a stream whose end
         was never seen (a client gone before the first byte) cannot hold a slot for ever."""
         server = self.engine.config.server
         now = time.monotonic()
         oldest = now - server.stream_max.total_seconds() - 60
         with self._streams_lock:
-            mine = {k: at for k, at in self._streams.get(token_id, {}).items() if at >= oldest}
+            mine = {k: at for k, at in self._streams.get(holder, {}).items() if at >= oldest}
             if len(mine) >= server.streams_per_token:
-                self._streams[token_id] = mine
+                self._streams[holder] = mine
                 return None
             stream_id = next(self._stream_ids)
             mine[stream_id] = now
-            self._streams[token_id] = mine
+            self._streams[holder] = mine
             return stream_id
 
-    def close_stream(self, token_id: str, stream_id: int) -> None:
+    def close_stream(self, holder: str, stream_id: int) -> None:
         with self._streams_lock:
-            mine = self._streams.get(token_id, {})
+            mine = self._streams.get(holder, {})
             mine.pop(stream_id, None)
             if not mine:
-                self._streams.pop(token_id, None)
+                self._streams.pop(holder, None)
 
 
 def server_state(request: Request) -> ServerState:

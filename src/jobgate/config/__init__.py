@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
 from jobgate.config.tracing import TracingSettings, parse_tracing_settings
 from jobgate.core.errors import ConfigurationError, ValidationError
@@ -78,6 +79,7 @@ _TOP_KEYS = (
     "logging",
     "tracing",
     "telemetry",
+    "auth",
     "governance",
     "scheduling",
 )
@@ -297,6 +299,7 @@ class JobgateConfig:
     telemetry: TelemetrySettings = TelemetrySettings()
     governance: GovernanceSettings = GovernanceSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
+    auth: AuthSettings = field(default_factory=AuthSettings)  # jobgate.config.auth: tokens, OpenID Connect
 
     @property
     def evidence_key_path(self) -> Path:
@@ -414,6 +417,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
         governance=_governance(r, doc.get("governance")),
         scheduling=_scheduling(r, doc.get("scheduling")),
+        auth=parse_auth_settings(r, doc.get("auth"), base_dir),
     )
 
 

@@ -10,7 +10,8 @@ content, so anyone can recompute it from an export with a few lines in any langu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,33 @@ class AuditEvent:
     at: datetime
     reason: str | None = None
     payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Acting:
+    """The principal a request acts as and the credential it presented (``token:<id>``,
+    ``oidc:<issuer>``), with the provider's display name: set for each API request."""
+
+    actor: str
+    credential: str
+    display_name: str | None = None
+
+
+# The caller of the request being served (``api.access``), None outside a request.
+ACTING: ContextVar[Acting | None] = ContextVar("jobgate_acting", default=None)
+
+
+def attributed(event: AuditEvent, acting: Acting | None) -> AuditEvent:
+    """``event`` with the credential its actor acted through (payload ``via``), when the actor
+    is the caller of the request being served: the record then says not only who, but through
+    which credential and under which displayed name. Events of anyone else (the scheduler, a
+    worker, the system) are left as they are."""
+    if acting is None or event.actor != acting.actor or "via" in event.payload:
+        return event
+    via = {"credential": acting.credential}
+    if acting.display_name:
+        via["display_name"] = acting.display_name
+    return replace(event, payload={**event.payload, "via": via})
 
 
 @dataclass(frozen=True)

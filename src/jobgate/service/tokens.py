@@ -34,22 +34,27 @@ class Unauthenticated(JobgateError):
 
 
 # A principal's name: what records name as the actor. ``token:`` is reserved (a token without a
-# named principal is a principal of its own, ``token:<id>``).
-PRINCIPAL_NAME = re.compile(r"(?!token:)[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}")
+# named principal is a principal of its own, ``token:<id>``), and so are the identity providers'
+# prefixes (``oidc:<subject>``, ``ldap:<uid>``): no token can be minted in a signed-in person's name.
+RESERVED_PREFIXES = ("token:", "oidc:", "ldap:")
+PRINCIPAL_NAME = re.compile(r"(?!token:|oidc:|ldap:)[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}")
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request acts as: a named person (or service account) through one token, in one
-    tenant, with one role, optionally limited to a list of definitions. ``minted_by``: the
-    principals whose tokens minted this token, nearest first (four eyes treats them as one)."""
+    """Who a request acts as: a named person (or service account), in one tenant, with one role,
+    optionally limited to a list of definitions, through one credential: ``token:<id>`` for a
+    jobgate token, ``oidc:<issuer>`` for a provider's JWT. ``minted_by``: the principals whose
+    tokens minted this token, nearest first (four eyes treats them as one). ``display_name``:
+    what the provider calls the person, for people reading records."""
 
-    token_id: str
+    credential: str
     tenant_id: str
     role: Role
     jobs: tuple[str, ...] | None
     name: str | None = None
     minted_by: tuple[str, ...] = ()
+    display_name: str | None = None
 
     def may_use(self, job_definition_id: str) -> bool:
         return self.jobs is None or job_definition_id in self.jobs
@@ -58,11 +63,13 @@ class Principal:
     def actor(self) -> str:
         """How this principal is named in runs, transitions and records (``requested_by``): the
         person, or ``token:<id>`` for a token that names none."""
-        return self.name or f"token:{self.token_id}"
+        return self.name or self.credential
 
     @property
-    def credential(self) -> str:
-        return f"token:{self.token_id}"
+    def holder(self) -> str:
+        """What per-caller limits count against (open streams): a token, or a signed-in person
+        (every person signed in through one provider shares its credential)."""
+        return self.credential if self.credential.startswith("token:") else f"{self.credential}|{self.actor}"
 
     @property
     def person(self) -> Person:
@@ -78,7 +85,8 @@ class CreatedToken:
 def check_principal_name(name: str) -> str:
     if not PRINCIPAL_NAME.fullmatch(name):
         raise ValidationError(
-            "1-200 letters, digits and _ . @ : + = -, starting with a letter, digit or _ (token: is reserved)",
+            "1-200 letters, digits and _ . @ : + = -, starting with a letter, digit or _"
+            " (token:, oidc: and ldap: are reserved)",
             field="principal",
         )
     return name
@@ -166,23 +174,23 @@ def authenticate(engine: Engine, authorization: str | None, *, now: datetime | N
     scheme, _, raw = (authorization or "").partition(" ")
     parsed = rules.parse(raw) if scheme.lower() == "bearer" else None
     if parsed is None:
-        raise _refused("missing or malformed")
+        raise refused("missing or malformed")
     token_id, secret = parsed
     with engine.store.read() as tx:
         stored = tx.token_get(token_id)
     if stored is None or not rules.secret_matches(secret, stored.secret_hash):
-        raise _refused(f"token {token_id} unknown or wrong secret")
+        raise refused(f"token {token_id} unknown or wrong secret")
     now = now or engine.clock.now()
     if stored.revoked_at is not None:
-        raise _refused(f"token {token_id} revoked")
+        raise refused(f"token {token_id} revoked")
     if stored.expires_at is not None and stored.expires_at <= now:
-        raise _refused(f"token {token_id} expired")
+        raise refused(f"token {token_id} expired")
     return Principal(
-        stored.token_id, stored.tenant_id, Role(stored.role), stored.jobs, stored.principal, stored.minted_by
+        f"token:{stored.token_id}", stored.tenant_id, Role(stored.role), stored.jobs, stored.principal, stored.minted_by
     )
 
 
-def _refused(reason: str) -> Unauthenticated:
+def refused(reason: str) -> Unauthenticated:
     log.info("authentication refused: %s", reason, extra={"action": "auth_refused"})
     return Unauthenticated("a valid bearer token is required")
 

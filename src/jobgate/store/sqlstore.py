@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from jobgate.clock import Clock, DatabaseClock, SystemClock
-from jobgate.core.audit import AuditEntry, AuditEvent
+from jobgate.core.audit import ACTING, AuditEntry, AuditEvent, attributed
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.events import Event
 from jobgate.core.models import (
@@ -197,6 +197,9 @@ class StoreTx:
 
     # the audit chain (PostgreSQL locks each chain's head row; SQLite has one writer)
     def audit_append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:
+        acting = ACTING.get()
+        if acting is not None:  # the one door of audit entries: each names the credential used
+            events = [attributed(e, acting) for e in events]
         return governance.audit_append(self._conn, events, lock_rows=self._skip_locked)
 
     def audit_list(self, f: AuditFilter) -> list[AuditEntry]:

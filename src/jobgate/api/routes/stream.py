@@ -38,6 +38,7 @@ from jobgate.api.routes.runs import visible_run
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import QuotaExceededError
 from jobgate.core.models import JobRun, Transition
+from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
 from jobgate.service import tokens
 from jobgate.service.tokens import Principal
 from jobgate.views.schemas import RunOut, TransitionOut
@@ -99,16 +100,14 @@ async def run_events(
         async for chunk in _run_events(state, request, caller, job_run_id, after):
             yield chunk
     finally:
-        state.close_stream(caller.token_id, stream_id)
+        state.close_stream(caller.holder, stream_id)
 
 
 async def _still_allowed(state: ServerState, request: Request) -> bool:
-    if not state.auth:
-        return True
     try:
-        await run_in_threadpool(tokens.authenticate, state.engine, request.headers.get("authorization"))
-    except tokens.Unauthenticated:
-        return False
+        await run_in_threadpool(state.authenticate, request.headers.get("authorization"))
+    except (tokens.Unauthenticated, TenantMissing, IdentityProviderUnavailable):
+        return False  # a credential that cannot be checked now ends the stream: never fail open
     return True
 
 
@@ -178,7 +177,7 @@ async def stream_run(
         raise BadRequest(
             f"beyond the run's history ({len(observed.transitions)} state events so far)", field="Last-Event-ID"
         )
-    stream_id = state.open_stream(caller.token_id)
+    stream_id = state.open_stream(caller.holder)
     if stream_id is None:
         raise QuotaExceededError(
             f"this token holds {state.engine.config.server.streams_per_token} open streams already", field="stream"

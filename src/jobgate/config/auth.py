@@ -1,0 +1,182 @@
+"""The ``auth`` section of ``jobgate.yaml``: which credentials the API accepts, and how an
+identity provider's answer becomes a principal with a tenant and a role.
+
+    auth:
+      tokens: true                 # jobgate's own jgt_ tokens (service accounts); default true
+      oidc:                        # bearer JWTs from an OpenID Connect provider
+        issuer: https://idp.example.com/realms/acme
+        audience: jobgate
+        jwks_url: https://idp.example.com/realms/acme/certs   # else discovery from the issuer
+        ca_bundle: idp-ca.pem      # a relative path is beside this file; default: the system store
+        algorithms: [RS256]        # asymmetric only: RS*, PS*, ES*, EdDSA
+        tenant_claim: tenant
+        roles_claim: roles
+        roles: {jobgate-admins: admin, jobgate-operators: operator}
+        tenant_roles: {acme: {acme-admins: admin}}   # per tenant, consulted before ``roles``
+
+Every rule here is checked when the file loads: a provider reached over plain HTTP, a
+symmetric or ``none`` algorithm (the classic key-confusion attack: a public key used as an
+HMAC secret), a role that does not exist — each is refused naming the key, because an
+authentication setting that silently does not apply is an open door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from jobgate.core.tokens import Role
+from jobgate.documents import Reader, join
+
+# What a JWT may be signed with: public-key algorithms only. ``none`` and the HMAC family are
+# refused by configuration, so no key of the provider can ever be used as a shared secret.
+ASYMMETRIC_ALGORITHMS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
+
+
+@dataclass(frozen=True)
+class OidcSettings:
+    """One OpenID Connect provider whose bearer JWTs the API accepts (seed 001/002)."""
+
+    issuer: str
+    audience: str
+    jwks_url: str | None = None  # None: read ``jwks_uri`` from the issuer's discovery document
+    ca_bundle: Path | None = None  # None: the system's certificate store
+    algorithms: tuple[str, ...] = ("RS256",)
+    clock_skew: timedelta = timedelta(seconds=60)
+    tenant_claim: str = "tenant"
+    roles_claim: str = "roles"
+    roles: Mapping[str, Role] = field(default_factory=dict)  # claim value -> role, first match wins
+    tenant_roles: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)
+    default_role: Role | None = None  # None: a token with no mapped role is refused (deny by default)
+    name_claims: tuple[str, ...] = ("name", "preferred_username", "email")  # the display name
+    timeout: timedelta = timedelta(seconds=5)
+    refetch_interval: timedelta = timedelta(seconds=30)  # an unknown key id refetches at most this often
+    keys_max_age: timedelta = timedelta(hours=1)  # keys are read again after this long
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    tokens: bool = True  # jobgate's own ``jgt_`` tokens
+    oidc: OidcSettings | None = None
+
+
+_AUTH_KEYS = ("tokens", "oidc")
+_OIDC_KEYS = (
+    "issuer",
+    "audience",
+    "jwks_url",
+    "ca_bundle",
+    "algorithms",
+    "clock_skew_seconds",
+    "tenant_claim",
+    "roles_claim",
+    "roles",
+    "tenant_roles",
+    "default_role",
+    "name_claims",
+    "timeout_seconds",
+    "refetch_interval_seconds",
+    "keys_max_age_seconds",
+)
+
+
+def parse_auth_settings(r: Reader, value: Any, base_dir: Path) -> AuthSettings:
+    spec = r.mapping({} if value is None else value, "auth")
+    r.only_keys(spec, "auth", _AUTH_KEYS)
+    tokens = r.boolean(spec["tokens"], "auth.tokens") if "tokens" in spec else True
+    oidc = None if spec.get("oidc") is None else _oidc(r, spec["oidc"], base_dir)
+    if not tokens and oidc is None:
+        r.fail("auth.tokens", "turning tokens off needs another provider (auth.oidc)")
+    return AuthSettings(tokens=tokens, oidc=oidc)
+
+
+def _https(r: Reader, value: Any, field: str) -> str:
+    url = r.string(value, field).rstrip("/") if field.endswith("issuer") else r.string(value, field)
+    if not url.startswith("https://") or len(url) > 2000:
+        r.fail(field, "must be an https:// URL (keys and claims must not travel in the clear)")
+    return url
+
+
+def _oidc(r: Reader, value: Any, base_dir: Path) -> OidcSettings:
+    where = "auth.oidc"
+    spec = r.mapping(value, where)
+    r.only_keys(spec, where, _OIDC_KEYS)
+    for required in ("issuer", "audience"):
+        if spec.get(required) is None:
+            r.fail(join(where, required), "is required")
+    d = OidcSettings(issuer="", audience="")
+
+    def seconds(key: str, default: timedelta, *, allow_zero: bool = False) -> timedelta:
+        if spec.get(key) is None:
+            return default
+        return r.duration(spec[key], join(where, key), allow_zero=allow_zero)
+
+    def claim(key: str, default: str) -> str:
+        return default if spec.get(key) is None else r.string(spec[key], join(where, key))
+
+    algorithms = d.algorithms
+    if spec.get("algorithms") is not None:
+        algorithms = tuple(r.strings(spec["algorithms"], join(where, "algorithms"), unique=True))
+        for i, name in enumerate(algorithms):
+            if name not in ASYMMETRIC_ALGORITHMS:
+                r.fail(
+                    join(join(where, "algorithms"), i),
+                    f"{name!r} is not allowed; public-key algorithms only: {', '.join(ASYMMETRIC_ALGORITHMS)}",
+                )
+        if not algorithms:
+            r.fail(join(where, "algorithms"), "name at least one algorithm")
+    ca_bundle = None
+    if spec.get("ca_bundle") is not None:
+        ca_bundle = base_dir / r.string(spec["ca_bundle"], join(where, "ca_bundle"))
+        if not ca_bundle.is_file():
+            r.fail(join(where, "ca_bundle"), f"no such file: {ca_bundle}")
+    per_tenant = join(where, "tenant_roles")
+    tenant_roles = {
+        r.name(tenant, join(per_tenant, str(tenant))): _roles(r, doc, join(per_tenant, str(tenant)))
+        for tenant, doc in r.mapping(spec.get("tenant_roles") or {}, per_tenant).items()
+    }
+    default_role = None
+    if spec.get("default_role") is not None:
+        default_role = r.choice(spec["default_role"], join(where, "default_role"), Role)
+    names = d.name_claims
+    if spec.get("name_claims") is not None:
+        names = tuple(r.strings(spec["name_claims"], join(where, "name_claims")))
+    return OidcSettings(
+        issuer=_https(r, spec["issuer"], join(where, "issuer")),
+        audience=r.string(spec["audience"], join(where, "audience")),
+        jwks_url=None if spec.get("jwks_url") is None else _https(r, spec["jwks_url"], join(where, "jwks_url")),
+        ca_bundle=ca_bundle,
+        algorithms=algorithms,
+        clock_skew=seconds("clock_skew_seconds", d.clock_skew, allow_zero=True),
+        tenant_claim=claim("tenant_claim", d.tenant_claim),
+        roles_claim=claim("roles_claim", d.roles_claim),
+        roles=_roles(r, spec.get("roles") or {}, join(where, "roles")),
+        tenant_roles=tenant_roles,
+        default_role=default_role,
+        name_claims=names,
+        timeout=seconds("timeout_seconds", d.timeout),
+        refetch_interval=seconds("refetch_interval_seconds", d.refetch_interval, allow_zero=True),
+        keys_max_age=seconds("keys_max_age_seconds", d.keys_max_age),
+    )
+
+
+def _roles(r: Reader, value: Any, where: str) -> dict[str, Role]:
+    """A claim value -> role map, in the file's order (the first value a token holds wins)."""
+    return {
+        r.string(name, join(where, str(name))): r.choice(role, join(where, str(name)), Role)
+        for name, role in r.mapping(value, where).items()
+    }
