@@ -34,7 +34,7 @@ def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+def make_certificates(folder: Path) -> tuple[Path, Path, Path]:
     """A CA, and a certificate it issued for 127.0.0.1: (ca.pem, server.pem, server.key)."""
     now = datetime.now(UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -192,7 +192,7 @@ def _handler(issuer: Issuer) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def running_issuer(folder: Path) -> Iterator[Issuer]:
-    ca, cert, key = _certificates(folder)
+    ca, cert, key = make_certificates(folder)
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)

@@ -151,4 +151,6 @@ class ApiServer:
             server.run()
         finally:
             self.stop_loops()
+            if "authenticator" in vars(self.state):  # built by a first request: its connections go
+                self.state.authenticator.close()
         log.info("server stopped", extra={"action": "server_stopped"})

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
 from tests.helpers import define, make_config
+from tests.ldap_directory import SERVICE_PASSWORD, USERS, Directory, running_directory
 from tests.oidc_issuer import Issuer, running_issuer
 
 from jobgate.api.app import create_app
@@ -44,14 +45,19 @@ class World:
     token_ids: dict[tuple[str, Role], str] = field(default_factory=dict)
     made: set[str] = field(default_factory=set)  # ids of acme's resources the tests created
     issuer: Issuer | None = None  # set: every role of every tenant is a person signed in by OIDC
+    directory: Directory | None = None  # set: acme's roles are people of this LDAP directory
 
     def headers(self, tenant: str, role: Role) -> dict[str, str]:
+        if self.directory is not None and tenant == "acme":
+            return basic(f"acme-{role.value}", USERS[f"acme-{role.value}"][0])
         if self.issuer is not None:
             token = self.issuer.token(f"{tenant}-{role.value}", tenant=tenant, roles=[f"jobgate-{role.value}s"])
             return {"Authorization": f"Bearer {token}"}
         return {"Authorization": f"Bearer {self.tokens[(tenant, role)]}"}
 
     def actor(self, tenant: str, role: Role) -> str:
+        if self.directory is not None and tenant == "acme":
+            return f"ldap:acme-{role.value}"
         if self.issuer is not None:
             return f"oidc:{tenant}-{role.value}"
         return f"token:{self.token_ids[(tenant, role)]}"
@@ -168,7 +174,15 @@ class World:
         return token_id
 
 
-def build_world(engine: Engine, *, auth: bool = True, issuer: Issuer | None = None) -> World:
+def basic(username: str, password: str) -> dict[str, str]:
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()}
+
+
+def build_world(
+    engine: Engine, *, auth: bool = True, issuer: Issuer | None = None, directory: Directory | None = None
+) -> World:
     # A definition's trigger_type is enforced; manual runs are always allowed. The shared job is
     # also fired by events, acme's by the interval schedules these tests add (an adaptive
     # definition may be started by interval and adaptive schedules, and keeps none of its own).
@@ -184,7 +198,8 @@ def build_world(engine: Engine, *, auth: bool = True, issuer: Issuer | None = No
         workflow={"steps": [{"id": "one", "job": ACME_JOB, "params": {"n": "1"}}]},
     )
     state = ServerState(engine, auth=auth)
-    world = World(engine, TestClient(create_app(state), raise_server_exceptions=False), issuer=issuer)
+    client = TestClient(create_app(state), raise_server_exceptions=False)
+    world = World(engine, client, issuer=issuer, directory=directory)
     for tenant in TENANTS:
         for role in Role:
             made = tokens.create(engine, tenant_id=tenant, role=role.value, actor="test", label=f"{tenant}-{role}")
@@ -229,4 +244,26 @@ def engine_with_quota(database_url: str, tmp_path: Path) -> Iterator[World]:
     w = build_world(Engine(store, make_config(tmp_path, server={"daily_run_quota": 2})))
     with w.client:
         yield w
+    store.dispose()
+
+
+@pytest.fixture(scope="module")
+def directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Directory]:
+    """An OpenLDAP directory on 127.0.0.1 (Debian's slapd), its people and groups added."""
+    with running_directory(tmp_path_factory.mktemp("slapd")) as running:
+        yield running
+
+
+@pytest.fixture
+def ldap_world(
+    database_url: str, tmp_path: Path, directory: Directory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
+    """The same world, acme's people signing in to it through ``directory`` (``auth.ldap``)."""
+    monkeypatch.setenv("JOBGATE_TEST_LDAP_PASSWORD", SERVICE_PASSWORD)
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, auth={"ldap": directory.config()}))
+    w = build_world(engine, directory=directory)
+    with w.client:
+        yield w
+    w.client.app.state.server.authenticator.close()  # type: ignore[attr-defined]
     store.dispose()

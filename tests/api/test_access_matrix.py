@@ -231,6 +231,14 @@ def test_route_matrix_for_people_signed_in_by_oidc(oidc_world: World, method: st
     _matrix(oidc_world, method, path)
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("method", "path"), [(m, p) for m, p, _ in ROUTES], ids=[f"{m} {p}" for m, p, _ in ROUTES])
+def test_route_matrix_for_people_of_an_ldap_directory(ldap_world: World, method: str, path: str) -> None:
+    """And for acme's people signing in with HTTP Basic against the LDAP directory, a role from
+    their groups (a consumer is in none); the other tenant's callers hold tokens."""
+    _matrix(ldap_world, method, path)
+
+
 def _matrix(world: World, method: str, path: str) -> None:
     rule = next(r for m, p, r in ROUTES if (m, p) == (method, path))
     assert rule is not None

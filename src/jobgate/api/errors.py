@@ -54,6 +54,12 @@ class TenantClaimMismatch(Forbidden):
         super().__init__("the tenant comes from your credential; this names another tenant", field=field)
 
 
+class NotImplementedHere(JobgateError):
+    """A route this server's configuration turns off (501), the reason in the message."""
+
+    code = "not_implemented"
+
+
 class BadRequest(ValidationError):
     """Malformed rather than invalid: unreadable JSON, a broken cursor."""
 
@@ -63,6 +69,7 @@ class BadRequest(ValidationError):
 _STATUS: list[tuple[type[JobgateError], int]] = [
     (Unauthenticated, 401),
     (IdentityProviderUnavailable, 503),
+    (NotImplementedHere, 501),
     (TenantMissing, 400),
     (Forbidden, 403),
     (GovernanceRefusal, 403),
@@ -93,11 +100,20 @@ def _jobgate_error(request: Request, exc: Exception) -> JSONResponse:
     status = status_for(exc)
     if isinstance(exc, Forbidden):
         _audit_forbidden(request, exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": _challenge(request)} if status == 401 else None
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.
     message = f"{exc.source}: {exc.message}" if exc.source else exc.message
     return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
+
+
+def _challenge(request: Request) -> str:
+    """What a 401 asks for: a bearer credential, and HTTP Basic when a directory signs people in
+    (so a browser or ``curl`` offers to ask for a name and a password)."""
+    server = getattr(request.app.state, "server", None)
+    if server is not None and server.auth and server.authenticator.ldap is not None:
+        return 'Basic realm="jobgate", charset="UTF-8", Bearer'
+    return "Bearer"
 
 
 def _audit_forbidden(request: Request, exc: Forbidden) -> None:

@@ -417,7 +417,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
         governance=_governance(r, doc.get("governance")),
         scheduling=_scheduling(r, doc.get("scheduling")),
-        auth=parse_auth_settings(r, doc.get("auth"), base_dir),
+        auth=parse_auth_settings(r, doc.get("auth"), base_dir, tenant=_server(r, doc.get("server")).tenant),
     )
 
 

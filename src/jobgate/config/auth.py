@@ -13,15 +13,23 @@ identity provider's answer becomes a principal with a tenant and a role.
         roles_claim: roles
         roles: {jobgate-admins: admin, jobgate-operators: operator}
         tenant_roles: {acme: {acme-admins: admin}}   # per tenant, consulted before ``roles``
+      ldap:                        # people of a directory, HTTP Basic checked by a bind (seed 004)
+        url: ldaps://ldap.example.com
+        bind_dn: cn=jobgate,ou=services,dc=example,dc=com
+        bind_password_env: JOBGATE_LDAP_PASSWORD
+        user_base: ou=people,dc=example,dc=com
+        groups: {cn=jobgate-admins,ou=groups,dc=example,dc=com: admin}
 
 Every rule here is checked when the file loads: a provider reached over plain HTTP, a
 symmetric or ``none`` algorithm (the classic key-confusion attack: a public key used as an
-HMAC secret), a role that does not exist — each is refused naming the key, because an
+HMAC secret), a directory reached without TLS, a role that does not exist — each is refused naming the key, because an
 authentication setting that silently does not apply is an open door.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -46,6 +54,8 @@ ASYMMETRIC_ALGORITHMS = (
     "EdDSA",
 )
 
+_ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,63}")
+
 
 @dataclass(frozen=True)
 class OidcSettings:
@@ -69,12 +79,54 @@ class OidcSettings:
 
 
 @dataclass(frozen=True)
+class LdapSettings:
+    """A directory whose people sign in with HTTP Basic, checked by a bind per request (seed 004)."""
+
+    url: str  # ldaps://host[:port], or ldap://host[:port] with ``start_tls``
+    user_base: str
+    tenant: str
+    start_tls: bool = False
+    ca_bundle: Path | None = None
+    bind_dn: str | None = None  # None: the user search binds anonymously
+    bind_password: str | None = field(default=None, repr=False)
+    user_filter: str = "(uid={username})"
+    uid_attribute: str = "uid"
+    name_attribute: str = "cn"
+    group_attribute: str = "memberOf"
+    groups: Mapping[str, Role] = field(default_factory=dict)  # group DN (any case) -> role, first held wins
+    default_role: Role | None = Role.CONSUMER  # seed 004: a user of no mapped group is a consumer
+    cache: timedelta = timedelta(seconds=60)  # successful binds only; zero: no cache
+    pool_size: int = 4
+    timeout: timedelta = timedelta(seconds=5)
+
+
+@dataclass(frozen=True)
 class AuthSettings:
     tokens: bool = True  # jobgate's own ``jgt_`` tokens
     oidc: OidcSettings | None = None
+    ldap: LdapSettings | None = None
 
 
-_AUTH_KEYS = ("tokens", "oidc")
+_AUTH_KEYS = ("tokens", "oidc", "ldap")
+_LDAP_KEYS = (
+    "url",
+    "start_tls",
+    "ca_bundle",
+    "bind_dn",
+    "bind_password_env",
+    "bind_password_file",
+    "user_base",
+    "user_filter",
+    "uid_attribute",
+    "name_attribute",
+    "group_attribute",
+    "groups",
+    "default_role",
+    "tenant",
+    "cache_seconds",
+    "pool_size",
+    "timeout_seconds",
+)
 _OIDC_KEYS = (
     "issuer",
     "audience",
@@ -94,14 +146,97 @@ _OIDC_KEYS = (
 )
 
 
-def parse_auth_settings(r: Reader, value: Any, base_dir: Path) -> AuthSettings:
+def parse_auth_settings(r: Reader, value: Any, base_dir: Path, *, tenant: str = "default") -> AuthSettings:
+    """``tenant``: the server's tenant (``server.tenant``), the default of a directory's people."""
     spec = r.mapping({} if value is None else value, "auth")
     r.only_keys(spec, "auth", _AUTH_KEYS)
     tokens = r.boolean(spec["tokens"], "auth.tokens") if "tokens" in spec else True
     oidc = None if spec.get("oidc") is None else _oidc(r, spec["oidc"], base_dir)
-    if not tokens and oidc is None:
-        r.fail("auth.tokens", "turning tokens off needs another provider (auth.oidc)")
-    return AuthSettings(tokens=tokens, oidc=oidc)
+    ldap = None if spec.get("ldap") is None else _ldap(r, spec["ldap"], base_dir, tenant)
+    if not tokens and oidc is None and ldap is None:
+        r.fail("auth.tokens", "turning tokens off needs another provider (auth.oidc or auth.ldap)")
+    return AuthSettings(tokens=tokens, oidc=oidc, ldap=ldap)
+
+
+def _ca_bundle(r: Reader, value: Any, field: str, base_dir: Path) -> Path | None:
+    if value is None:
+        return None
+    path = base_dir / r.string(value, field)
+    if not path.is_file():
+        r.fail(field, f"no such file: {path}")
+    return path
+
+
+def _ldap(r: Reader, value: Any, base_dir: Path, tenant: str) -> LdapSettings:
+    where = "auth.ldap"
+    spec = r.mapping(value, where)
+    r.only_keys(spec, where, _LDAP_KEYS)
+    for required in ("url", "user_base"):
+        if spec.get(required) is None:
+            r.fail(join(where, required), "is required")
+    url = r.string(spec["url"], join(where, "url"))
+    start_tls = r.boolean(spec["start_tls"], join(where, "start_tls")) if "start_tls" in spec else False
+    if not (url.startswith("ldaps://") or (url.startswith("ldap://") and start_tls)):
+        r.fail(
+            join(where, "url"),
+            "must be ldaps://, or ldap:// with start_tls: true (passwords must not travel in the clear)",
+        )
+    user_filter = r.string(spec.get("user_filter", "(uid={username})"), join(where, "user_filter"))
+    if "{username}" not in user_filter or not (user_filter.startswith("(") and user_filter.endswith(")")):
+        r.fail(join(where, "user_filter"), "must be an LDAP filter in parentheses holding {username}")
+    password = None
+    if spec.get("bind_password_env") is not None and spec.get("bind_password_file") is not None:
+        r.fail(join(where, "bind_password_file"), "give the password by one of bind_password_env, bind_password_file")
+    if spec.get("bind_password_env") is not None:
+        name = r.string(spec["bind_password_env"], join(where, "bind_password_env"))
+        password = os.environ.get(name)
+        if not password:
+            r.fail(join(where, "bind_password_env"), f"the environment variable {name} is not set")
+    if spec.get("bind_password_file") is not None:
+        path = base_dir / r.string(spec["bind_password_file"], join(where, "bind_password_file"))
+        try:
+            password = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            r.fail(join(where, "bind_password_file"), f"cannot read {path}: {exc.strerror}")
+    bind_dn = None if spec.get("bind_dn") is None else r.string(spec["bind_dn"], join(where, "bind_dn"))
+    if bind_dn is not None and not password:
+        r.fail(join(where, "bind_dn"), "a bind DN needs bind_password_env or bind_password_file")
+    d = LdapSettings(url="", user_base="", tenant=tenant)
+
+    def attribute(key: str, default: str) -> str:
+        if spec.get(key) is None:
+            return default
+        return r.string(spec[key], join(where, key), pattern=_ATTRIBUTE, rule="an LDAP attribute name")
+
+    default_role = d.default_role
+    if "default_role" in spec:
+        raw = spec["default_role"]
+        default_role = None if raw is None else r.choice(raw, join(where, "default_role"), Role)
+    cache = d.cache
+    if spec.get("cache_seconds") is not None:
+        cache = r.duration(spec["cache_seconds"], join(where, "cache_seconds"), allow_zero=True)
+    return LdapSettings(
+        url=url,
+        user_base=r.string(spec["user_base"], join(where, "user_base")),
+        tenant=r.name(spec["tenant"], join(where, "tenant")) if spec.get("tenant") is not None else tenant,
+        start_tls=start_tls,
+        ca_bundle=_ca_bundle(r, spec.get("ca_bundle"), join(where, "ca_bundle"), base_dir),
+        bind_dn=bind_dn,
+        bind_password=password,
+        user_filter=user_filter,
+        uid_attribute=attribute("uid_attribute", d.uid_attribute),
+        name_attribute=attribute("name_attribute", d.name_attribute),
+        group_attribute=attribute("group_attribute", d.group_attribute),
+        groups={k.lower(): v for k, v in _roles(r, spec.get("groups") or {}, join(where, "groups")).items()},
+        default_role=default_role,
+        cache=cache,
+        pool_size=d.pool_size
+        if spec.get("pool_size") is None
+        else r.integer(spec["pool_size"], join(where, "pool_size"), minimum=1, maximum=64),
+        timeout=d.timeout
+        if spec.get("timeout_seconds") is None
+        else r.duration(spec["timeout_seconds"], join(where, "timeout_seconds")),
+    )
 
 
 def _https(r: Reader, value: Any, field: str) -> str:
@@ -139,11 +274,7 @@ def _oidc(r: Reader, value: Any, base_dir: Path) -> OidcSettings:
                 )
         if not algorithms:
             r.fail(join(where, "algorithms"), "name at least one algorithm")
-    ca_bundle = None
-    if spec.get("ca_bundle") is not None:
-        ca_bundle = base_dir / r.string(spec["ca_bundle"], join(where, "ca_bundle"))
-        if not ca_bundle.is_file():
-            r.fail(join(where, "ca_bundle"), f"no such file: {ca_bundle}")
+    ca_bundle = _ca_bundle(r, spec.get("ca_bundle"), join(where, "ca_bundle"), base_dir)
     per_tenant = join(where, "tenant_roles")
     tenant_roles = {
         r.name(tenant, join(per_tenant, str(tenant))): _roles(r, doc, join(per_tenant, str(tenant)))

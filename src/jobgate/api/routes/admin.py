@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from jobgate.api import pagination
 from jobgate.api.access import ADMIN, OPERATE, READ, WholeTenant, allow, principal
+from jobgate.api.errors import NotImplementedHere
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import cluster, doctor, manual, tokens
 from jobgate.service.tokens import Principal
@@ -37,6 +38,22 @@ router = APIRouter(prefix="/api/v1", tags=["administration"])
 
 Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
+
+
+def tokens_in_use(state: State) -> None:
+    """Seed 004: with jobgate's tokens turned off (``auth.tokens: false``: people sign in through
+    the directory or the identity provider alone), the token routes answer 501 saying so, rather
+    than mint or list credentials nothing accepts."""
+    if state.auth and not state.authenticator.settings.tokens:
+        raise NotImplementedHere(
+            "this server accepts no jobgate tokens (auth.tokens: false); people sign in through "
+            + " and ".join(
+                p for p, on in (("LDAP", state.authenticator.ldap), ("OIDC", state.authenticator.oidc)) if on
+            )
+        )
+
+
+TokensInUse = Depends(tokens_in_use)
 
 
 @router.get("/workers", response_model=WorkersOut)
@@ -98,7 +115,7 @@ def run_doctor(caller: WholeTenant, state: State) -> ReadyOut:
     )
 
 
-@router.get("/tokens", response_model=Page[TokenOut])
+@router.get("/tokens", response_model=Page[TokenOut], dependencies=[TokensInUse])
 @allow(ADMIN)
 def list_tokens(
     caller: WholeTenant,
@@ -111,7 +128,7 @@ def list_tokens(
     return Page[TokenOut](items=[TokenOut.of(t) for t in page], next_cursor=next_cursor)
 
 
-@router.post("/tokens", status_code=201, response_model=TokenCreatedOut)
+@router.post("/tokens", status_code=201, response_model=TokenCreatedOut, dependencies=[TokensInUse])
 @allow(ADMIN)
 def create_token(body: TokenCreateIn, caller: WholeTenant, state: State) -> TokenCreatedOut:
     """A token of the caller's tenant. The raw value is in this response only. It belongs to
@@ -131,7 +148,7 @@ def create_token(body: TokenCreateIn, caller: WholeTenant, state: State) -> Toke
     return TokenCreatedOut(token=made.token, info=TokenOut.of(made.stored))
 
 
-@router.delete("/tokens/{token_id}", status_code=204, response_class=Response)
+@router.delete("/tokens/{token_id}", status_code=204, response_class=Response, dependencies=[TokensInUse])
 @allow(ADMIN)
 def revoke_token(token_id: str, caller: WholeTenant, state: State) -> Response:
     """Revoke at once: the next request with it is a 401. Revoking twice changes nothing."""
