@@ -28,7 +28,7 @@ def test_a_token_is_shown_once_and_only_its_hash_is_stored(engine: Engine) -> No
         row = connection(tx).execute(text("SELECT * FROM api_tokens")).mappings().one()
     assert secret not in str(dict(row)) and row["secret_hash"] == rules.secret_hash(secret)
     who = tokens.authenticate(engine, f"Bearer {made.token}")
-    assert (who.token_id, who.tenant_id, who.role, who.jobs) == (token_id, "acme", Role.OPERATOR, None)
+    assert (who.credential, who.tenant_id, who.role, who.jobs) == (f"token:{token_id}", "acme", Role.OPERATOR, None)
 
 
 @pytest.mark.parametrize(
