@@ -8,6 +8,8 @@ CA's certificate is written to ``ca.pem`` for ``auth.oidc.ca_bundle``.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import ssl
 import threading
@@ -20,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import jwt
 from cryptography import x509
@@ -107,6 +110,8 @@ class Issuer:
     key_reads: int = 0  # how many times the key set was fetched
     down: bool = False  # answer 503 to everything
     extra: dict[str, Any] = field(default_factory=dict)  # discovery document overrides
+    user: str = "alice"  # who signs in at the authorization endpoint (no password page: a test)
+    codes: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> what it was issued for
 
     def token(
         self,
@@ -169,12 +174,53 @@ def _handler(issuer: Issuer) -> type[BaseHTTPRequestHandler]:
             if issuer.down:
                 self._send(503, {"error": "down"})
             elif self.path == "/.well-known/openid-configuration":
-                self._send(200, {"issuer": issuer.url, "jwks_uri": f"{issuer.url}/keys", **issuer.extra})
+                endpoints = {
+                    "jwks_uri": f"{issuer.url}/keys",
+                    "authorization_endpoint": f"{issuer.url}/authorize",
+                    "token_endpoint": f"{issuer.url}/token",
+                }
+                self._send(200, {"issuer": issuer.url, **endpoints, **issuer.extra})
+            elif self.path.startswith("/authorize?"):
+                self._authorize(dict(parse_qsl(urlsplit(self.path).query)))
             elif self.path == "/keys":
                 issuer.key_reads += 1
                 self._send(200, {"keys": [k.public_jwk() for k in issuer.keys]})
             else:
                 self._send(404, {"error": "not found"})
+
+        def _authorize(self, query: dict[str, str]) -> None:
+            """Sign ``issuer.user`` in at once and send the browser back with a one-time code."""
+            if query.get("response_type") != "code" or query.get("code_challenge_method") != "S256":
+                self._send(400, {"error": "invalid_request"})
+                return
+            code = uuid.uuid4().hex
+            issuer.codes[code] = {**query, "user": issuer.user}
+            back = f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query.get('state', '')})}"
+            self.send_response(302)
+            self.send_header("Location", back)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            form = dict(parse_qsl(self.rfile.read(length).decode()))
+            if self.path != "/token":
+                self._send(404, {"error": "not found"})
+                return
+            issued = issuer.codes.pop(form.get("code", ""), None)  # one use only
+            verifier = form.get("code_verifier", "")
+            challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+            if (
+                issued is None
+                or form.get("grant_type") != "authorization_code"
+                or form.get("redirect_uri") != issued["redirect_uri"]
+                or form.get("client_id") != issued["client_id"]
+                or challenge != issued["code_challenge"]
+            ):
+                self._send(400, {"error": "invalid_grant"})
+                return
+            id_token = issuer.token(issued["user"], aud=issued["client_id"], nonce=issued.get("nonce"))
+            self._send(200, {"id_token": id_token, "access_token": "opaque", "token_type": "Bearer"})
 
         def _send(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()

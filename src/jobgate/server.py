@@ -20,8 +20,8 @@ from types import FrameType
 
 import uvicorn
 
-from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
+from jobgate.console.app import create_app
 from jobgate.core.errors import ValidationError
 from jobgate.runtime.loops import Loop, LoopThread
 from jobgate.runtime.process import WorkerProcess, worker_settings

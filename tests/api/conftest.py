@@ -20,8 +20,8 @@ from tests.helpers import define, make_config
 from tests.ldap_directory import SERVICE_PASSWORD, USERS, Directory, running_directory
 from tests.oidc_issuer import Issuer, running_issuer
 
-from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
+from jobgate.console.app import create_app
 from jobgate.core.models import JobRun, Scope
 from jobgate.core.tokens import Role
 from jobgate.service import control, tokens

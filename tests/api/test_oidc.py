@@ -290,6 +290,11 @@ def test_a_principal_names_subject_tenant_role_and_display_name(issuer: Issuer) 
         ({"default_role": "root"}, "auth.oidc.default_role"),
         ({"ca_bundle": "/nonexistent/ca.pem"}, "auth.oidc.ca_bundle"),
         ({"clock_skew": 5}, "auth.oidc.clock_skew"),
+        ({"client_id": "console"}, "auth.oidc.redirect_url"),
+        ({"redirect_url": "https://jobgate.example/login/oidc/callback"}, "auth.oidc.client_id"),
+        ({"client_id": "c", "redirect_url": "http://jobgate.example/login/oidc/callback"}, "auth.oidc.redirect_url"),
+        ({"client_id": "c", "redirect_url": "https://jobgate.example/elsewhere"}, "auth.oidc.redirect_url"),
+        ({"client_secret_env": "JOBGATE_TEST_UNSET_VARIABLE"}, "auth.oidc.client_secret_env"),
     ],
 )
 def test_an_unsafe_or_mistyped_oidc_setting_is_refused_by_name(
@@ -298,6 +303,15 @@ def test_an_unsafe_or_mistyped_oidc_setting_is_refused_by_name(
     with pytest.raises(ConfigurationError) as refused:
         _settings(issuer, **overrides)
     assert refused.value.field == field
+
+
+def test_a_session_lasts_at_most_a_week() -> None:
+    reader = Reader("jobgate.yaml", ConfigurationError)
+    assert parse_auth_settings(reader, {"session_hours": 2}, Path("/")).session == timedelta(hours=2)
+    for bad in (200, 0, -1, "8"):
+        with pytest.raises(ConfigurationError) as refused:
+            parse_auth_settings(reader, {"session_hours": bad}, Path("/"))
+        assert refused.value.field == "auth.session_hours"
 
 
 def test_tokens_cannot_be_turned_off_without_another_provider() -> None:

@@ -12,6 +12,7 @@ a rule tells the whole story.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -20,9 +21,11 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.errors import BadRequest, Forbidden, TenantClaimMismatch
+from jobgate.api.forms import form_of
 from jobgate.core.audit import ACTING, Acting
 from jobgate.core.models import JobRun
 from jobgate.core.tokens import Role
+from jobgate.identity.sessions import SESSION_COOKIE
 from jobgate.service.tokens import Principal
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,6 +70,16 @@ def allow(rule: Rule) -> Callable[[F], F]:
     return mark
 
 
+CONSOLE_ATTRIBUTE = "__jobgate_console__"
+
+
+def console(handler: F) -> F:
+    """Mark a console page: its caller is the browser's session (a cookie) and its state-changing
+    forms carry the session's CSRF token; an API route's caller is its ``Authorization`` header."""
+    setattr(handler, CONSOLE_ATTRIBUTE, True)
+    return handler
+
+
 def rule_of(endpoint: Any) -> Rule | None:
     return getattr(endpoint, RULE_ATTRIBUTE, None)
 
@@ -93,13 +106,27 @@ async def enforce(request: Request) -> None:
     if rule.anonymous:
         return
     server = request.app.state.server
-    principal = await run_in_threadpool(server.authenticate, request.headers.get("authorization"))
+    if getattr(getattr(route, "endpoint", None), CONSOLE_ATTRIBUTE, False):
+        principal, csrf = await run_in_threadpool(server.session_principal, request.cookies.get(SESSION_COOKIE))
+        request.state.csrf = csrf
+        if request.method not in ("GET", "HEAD", "OPTIONS") and server.auth:
+            await check_csrf(request, csrf)
+    else:
+        principal = await run_in_threadpool(server.authenticate, request.headers.get("authorization"))
     request.state.principal = principal  # known before the role check: a refusal is attributed
     ACTING.set(Acting(principal.actor, principal.credential, principal.display_name))  # this request's task only
     request.state.rule = rule
     check_role(rule, principal)
     await check_tenant_claims(request, principal)
     check_query(request, route)
+
+
+async def check_csrf(request: Request, expected: str) -> None:
+    """A console form must carry its session's CSRF token (a field, or the ``X-CSRF-Token``
+    header): a page of another site cannot make the browser submit it."""
+    given = request.headers.get("x-csrf-token") or (await form_of(request)).get("csrf", "")
+    if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Forbidden("the form's CSRF token is missing or wrong; reload the page", field="csrf")
 
 
 def _declared_query(dependant: Any) -> set[str]:

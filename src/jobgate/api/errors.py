@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -95,16 +95,24 @@ def body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _jobgate_error(request: Request, exc: Exception) -> JSONResponse:
+def _jobgate_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, JobgateError)
     status = status_for(exc)
     if isinstance(exc, Forbidden):
         _audit_forbidden(request, exc)
+    if status == 401 and request.method == "GET" and _is_console(request):
+        return RedirectResponse("/login", status_code=303)  # a page: sign in first
     headers = {"WWW-Authenticate": _challenge(request)} if status == 401 else None
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.
     message = f"{exc.source}: {exc.message}" if exc.source else exc.message
     return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
+
+
+def _is_console(request: Request) -> bool:
+    from jobgate.api.access import CONSOLE_ATTRIBUTE  # access imports this module
+
+    return bool(getattr(getattr(request.scope.get("route"), "endpoint", None), CONSOLE_ATTRIBUTE, False))
 
 
 def _challenge(request: Request) -> str:

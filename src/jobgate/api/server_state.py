@@ -13,7 +13,10 @@ from fastapi import Request
 
 from jobgate.api.metrics import HttpMetrics
 from jobgate.core.tokens import Role
+from jobgate.identity import sessions
 from jobgate.identity.authenticator import Authenticator
+from jobgate.identity.oidc_flow import CodeFlow
+from jobgate.service import tokens
 from jobgate.service.engine import Engine
 from jobgate.service.tokens import Principal
 
@@ -45,6 +48,35 @@ class ServerState:
         if not self.auth:
             return self.local_principal
         return self.authenticator.authenticate(authorization)
+
+    @functools.cached_property
+    def _session_key(self) -> bytes:
+        return sessions.session_key(self.engine.config.data_dir)
+
+    def signer(self, purpose: str) -> sessions.Signer:
+        """Signs the console's cookies of one ``purpose`` (a session, a sign-in in progress)."""
+        return sessions.Signer(self._session_key, purpose)
+
+    @property
+    def code_flow(self) -> CodeFlow | None:
+        """The console's OIDC sign-in, when ``auth.oidc`` names a client id."""
+        oidc = self.authenticator.oidc
+        return None if oidc is None or oidc.settings.client_id is None else CodeFlow(oidc)
+
+    def session_principal(self, cookie: str | None) -> tuple[Principal, str]:
+        """The caller of a console page and its session's CSRF token, or ``Unauthenticated``."""
+        if not self.auth:
+            return self.local_principal, ""
+        payload = self.signer("session").loads(cookie)
+        if payload is None:
+            raise tokens.refused("no valid console session")
+        try:
+            principal = sessions.principal_of(payload)
+        except (KeyError, ValueError, TypeError):
+            raise tokens.refused("a console session of an unknown shape") from None
+        if principal.credential.startswith("token:"):
+            tokens.check_still_valid(self.engine, principal.credential.removeprefix("token:"))
+        return principal, str(payload.get("csrf", ""))
 
     @property
     def local_principal(self) -> Principal:

@@ -76,6 +76,10 @@ class OidcSettings:
     timeout: timedelta = timedelta(seconds=5)
     refetch_interval: timedelta = timedelta(seconds=30)  # an unknown key id refetches at most this often
     keys_max_age: timedelta = timedelta(hours=1)  # keys are read again after this long
+    # The console's sign-in (authorization-code flow with PKCE): None without a client id.
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)  # None: a public client (PKCE alone)
+    redirect_url: str | None = None  # https://<jobgate>/login/oidc/callback, registered at the provider
 
 
 @dataclass(frozen=True)
@@ -105,9 +109,10 @@ class AuthSettings:
     tokens: bool = True  # jobgate's own ``jgt_`` tokens
     oidc: OidcSettings | None = None
     ldap: LdapSettings | None = None
+    session: timedelta = timedelta(hours=8)  # how long a console sign-in lasts
 
 
-_AUTH_KEYS = ("tokens", "oidc", "ldap")
+_AUTH_KEYS = ("tokens", "oidc", "ldap", "session_hours")
 _LDAP_KEYS = (
     "url",
     "start_tls",
@@ -143,6 +148,9 @@ _OIDC_KEYS = (
     "timeout_seconds",
     "refetch_interval_seconds",
     "keys_max_age_seconds",
+    "client_id",
+    "client_secret_env",
+    "redirect_url",
 )
 
 
@@ -155,7 +163,12 @@ def parse_auth_settings(r: Reader, value: Any, base_dir: Path, *, tenant: str = 
     ldap = None if spec.get("ldap") is None else _ldap(r, spec["ldap"], base_dir, tenant)
     if not tokens and oidc is None and ldap is None:
         r.fail("auth.tokens", "turning tokens off needs another provider (auth.oidc or auth.ldap)")
-    return AuthSettings(tokens=tokens, oidc=oidc, ldap=ldap)
+    session = AuthSettings().session
+    if spec.get("session_hours") is not None:
+        session = r.duration(spec["session_hours"], "auth.session_hours", unit=3600)
+        if session > timedelta(days=7):
+            r.fail("auth.session_hours", "must be at most 168 (a week)")
+    return AuthSettings(tokens=tokens, oidc=oidc, ldap=ldap, session=session)
 
 
 def _ca_bundle(r: Reader, value: Any, field: str, base_dir: Path) -> Path | None:
@@ -286,7 +299,31 @@ def _oidc(r: Reader, value: Any, base_dir: Path) -> OidcSettings:
     names = d.name_claims
     if spec.get("name_claims") is not None:
         names = tuple(r.strings(spec["name_claims"], join(where, "name_claims")))
+    client_id = None if spec.get("client_id") is None else r.string(spec["client_id"], join(where, "client_id"))
+    client_secret = None
+    if spec.get("client_secret_env") is not None:
+        name = r.string(spec["client_secret_env"], join(where, "client_secret_env"))
+        client_secret = os.environ.get(name)
+        if not client_secret:
+            r.fail(join(where, "client_secret_env"), f"the environment variable {name} is not set")
+    redirect_url = None
+    if spec.get("redirect_url") is not None:
+        redirect_url = r.string(spec["redirect_url"], join(where, "redirect_url"))
+        loopback = redirect_url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]"))
+        if not (redirect_url.startswith("https://") or loopback) or not redirect_url.endswith("/login/oidc/callback"):
+            r.fail(
+                join(where, "redirect_url"),
+                "must be https://<this server>/login/oidc/callback (http:// on loopback only)",
+            )
+    if (client_id is None) != (redirect_url is None):
+        r.fail(
+            join(where, "client_id" if client_id is None else "redirect_url"),
+            "the console's sign-in needs both client_id and redirect_url",
+        )
     return OidcSettings(
+        client_id=client_id,
+        client_secret=client_secret,
+        redirect_url=redirect_url,
         issuer=_https(r, spec["issuer"], join(where, "issuer")),
         audience=r.string(spec["audience"], join(where, "audience")),
         jwks_url=None if spec.get("jwks_url") is None else _https(r, spec["jwks_url"], join(where, "jwks_url")),

@@ -34,6 +34,10 @@ class KeyNotFound(Exception):
     """The token names a key the provider does not publish (after a refetch, if one was due)."""
 
 
+class ProviderRefused(Exception):
+    """The provider refused a request of ours (a code already used, a wrong verifier)."""
+
+
 class ProviderError(Exception):
     """The provider could not be read, or answered something that is not a key set."""
 
@@ -55,6 +59,7 @@ class KeySet:
         self._fetched_at: float | None = None  # when the keys were last read successfully
         self._tried_at: float | None = None  # when a read was last attempted
         self._jwks_url = settings.jwks_url
+        self._discovery: Mapping[str, Any] | None = None
 
     def key_for(self, kid: str | None, alg: str) -> jwt.PyJWK:
         """The key to verify a token signed with ``alg`` under key id ``kid``. Raises
@@ -112,6 +117,45 @@ class KeySet:
             len(keys),
             extra={"action": "idp_keys_read"},
         )
+
+    def discovery(self) -> Mapping[str, Any]:
+        """The issuer's discovery document (read once; ``IdentityProviderUnavailable`` if it
+        cannot be read or names another issuer)."""
+        with self._lock:
+            if self._discovery is None:
+                try:
+                    with self._client() as client:
+                        document = _get_json(client, _discovery_url(self._settings.issuer))
+                    _jwks_uri(document, self._settings)  # the issuer check
+                except ProviderError as exc:
+                    log.warning(
+                        "identity provider %s: %s", self._settings.issuer, exc, extra={"action": "idp_unreachable"}
+                    )
+                    raise IdentityProviderUnavailable() from None
+                self._discovery = document
+            return self._discovery
+
+    def post_form(self, url: str, form: Mapping[str, str]) -> dict[str, Any]:
+        """POST ``form`` to the provider (its token endpoint) and read the JSON answer; a
+        refusal (4xx) is ``ProviderRefused``, anything else that fails ``IdentityProviderUnavailable``."""
+        try:
+            with self._client() as client:
+                response = client.post(url, data=dict(form), headers={"Accept": "application/json"})
+        except httpx.HTTPError as exc:
+            log.warning("identity provider %s: POST %s: %s", self._settings.issuer, url, type(exc).__name__)
+            raise IdentityProviderUnavailable() from None
+        if 400 <= response.status_code < 500:
+            raise ProviderRefused(f"POST {url} answered {response.status_code}")
+        try:
+            document = (
+                response.json() if response.status_code == 200 and len(response.content) <= MAX_DOCUMENT_BYTES else None
+            )
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            log.warning("identity provider %s: POST %s answered %s", self._settings.issuer, url, response.status_code)
+            raise IdentityProviderUnavailable()
+        return document
 
     def _read_keys(self) -> dict[str, Mapping[str, Any]]:
         with self._client() as client:

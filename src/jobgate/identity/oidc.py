@@ -44,10 +44,12 @@ class OidcVerifier:
     def authenticate(self, raw: str) -> Principal:
         """The principal of a bearer JWT, or ``Unauthenticated`` / ``TenantMissing`` /
         ``IdentityProviderUnavailable``."""
-        claims = self._verified_claims(raw)
+        claims = self.verified_claims(raw)
         return principal_of(claims, self.settings)
 
-    def _verified_claims(self, raw: str) -> dict[str, Any]:
+    def verified_claims(self, raw: str, *, audience: str | None = None) -> dict[str, Any]:
+        """The claims of a token checked as the module says; ``audience``: another than the
+        API's (an ID token is for the console's client id)."""
         s = self.settings
         if len(raw) > MAX_TOKEN_CHARS:
             raise refused("a JWT longer than 16 KiB")
@@ -70,7 +72,7 @@ class OidcVerifier:
                 raw,
                 key=key,
                 algorithms=[alg],
-                audience=s.audience,
+                audience=audience or s.audience,
                 issuer=s.issuer,
                 leeway=s.clock_skew,
                 options={"require": ["exp", "iss", "aud", "sub"], "enforce_minimum_key_length": True},

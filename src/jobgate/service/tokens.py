@@ -190,6 +190,17 @@ def authenticate(engine: Engine, authorization: str | None, *, now: datetime | N
     )
 
 
+def check_still_valid(engine: Engine, token_id: str, *, now: datetime | None = None) -> None:
+    """A console session of a token ends when the token does: revoked, expired or gone."""
+    with engine.store.read() as tx:
+        stored = tx.token_get(token_id)
+    now = now or engine.clock.now()
+    if stored is None or stored.revoked_at is not None:
+        raise refused(f"a session of token {token_id}, revoked or gone")
+    if stored.expires_at is not None and stored.expires_at <= now:
+        raise refused(f"a session of token {token_id}, expired")
+
+
 def refused(reason: str) -> Unauthenticated:
     log.info("authentication refused: %s", reason, extra={"action": "auth_refused"})
     return Unauthenticated("a valid bearer token is required")

@@ -1,0 +1,178 @@
+"""The console's sign-in and sign-out: a jobgate token, a directory account (LDAP) or the
+identity provider's own page (OpenID Connect, authorization code with PKCE).
+
+Every way in ends the same: the provider checks the credential exactly as it does for the API
+(``identity.authenticator``), and the principal it names gets a session cookie
+(``identity.sessions``). A failed sign-in shows one message whatever the reason (the reason goes
+to the log); an unreachable provider says so (503). The sign-in forms carry a token that must
+match a cookie set with the page (no other site can sign a browser in to an account of its
+choosing), and every state-changing console form carries the session's CSRF token.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+
+from jobgate.api.access import PUBLIC, READ, allow, console
+from jobgate.api.forms import form_of
+from jobgate.api.server_state import ServerState
+from jobgate.core.errors import JobgateError
+from jobgate.identity import sessions
+from jobgate.identity.errors import IdentityProviderUnavailable
+from jobgate.identity.oidc_flow import Pending
+from jobgate.service.tokens import Principal
+
+router = APIRouter(include_in_schema=False)
+templates = Environment(loader=PackageLoader("jobgate.console", "templates"), autoescape=select_autoescape())
+LOGIN_COOKIE = "jobgate_login"  # the sign-in form's anti-forgery value
+FAILED = "Sign-in failed: check the name and password, or the token."
+UNAVAILABLE = "The identity provider cannot be reached; try again later."
+
+
+def _state(request: Request) -> ServerState:
+    found: ServerState = request.app.state.server
+    return found
+
+
+def _cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    return HTMLResponse(templates.get_template(name).render(**context), status_code=status)
+
+
+def _login_page(request: Request, message: str | None = None, status: int = 200) -> HTMLResponse:
+    state = _state(request)
+    auth = state.authenticator
+    csrf = secrets.token_urlsafe(24)
+    oidc = auth.oidc.settings.issuer if auth.oidc is not None and auth.oidc.settings.client_id else None
+    page = _page(
+        "login.html", status, message=message, csrf=csrf, tokens=auth.settings.tokens, ldap=auth.ldap, oidc=oidc
+    )
+    _cookie(page, request, LOGIN_COOKIE, csrf, sessions.PENDING_SECONDS)
+    return page
+
+
+def _signed_in(request: Request, principal: Principal) -> RedirectResponse:
+    state = _state(request)
+    lifetime = state.authenticator.settings.session.total_seconds()
+    value = state.signer("session").dumps(sessions.session_payload(principal), lifetime)
+    response = RedirectResponse("/", status_code=303)
+    _cookie(response, request, sessions.SESSION_COOKIE, value, int(lifetime))
+    response.delete_cookie(LOGIN_COOKIE, path="/")
+    response.delete_cookie(sessions.PENDING_COOKIE, path="/")
+    return response
+
+
+@router.get("/login", response_class=HTMLResponse)
+@allow(PUBLIC)
+@console
+def login_page(request: Request) -> HTMLResponse:
+    return _login_page(request)
+
+
+@router.post("/login", response_class=HTMLResponse)
+@allow(PUBLIC)
+@console
+async def login(request: Request) -> Response:
+    form = await form_of(request)
+    expected = request.cookies.get(LOGIN_COOKIE, "")
+    if not expected or not secrets.compare_digest(form.get("csrf", ""), expected):
+        return _login_page(request, "The sign-in form expired; please try again.", status=403)
+    auth = _state(request).authenticator
+    method = form.get("method")
+    try:
+        if method == "ldap" and auth.ldap is not None:
+            principal = await run_in_threadpool(
+                auth.ldap.authenticate, form.get("username", ""), form.get("password", "")
+            )
+        elif method == "token" and auth.settings.tokens:
+            principal = await run_in_threadpool(auth.authenticate, f"Bearer {form.get('token', '').strip()}")
+        else:
+            return _login_page(request, FAILED, status=401)
+    except IdentityProviderUnavailable:
+        return _login_page(request, UNAVAILABLE, status=503)
+    except JobgateError:
+        return _login_page(request, FAILED, status=401)
+    return _signed_in(request, principal)
+
+
+@router.get("/login/oidc")
+@allow(PUBLIC)
+@console
+async def login_oidc(request: Request) -> Response:
+    state = _state(request)
+    flow = state.code_flow
+    if flow is None:
+        return _login_page(request, "Sign-in through an identity provider is not configured.", status=404)
+    try:
+        url, pending = await run_in_threadpool(flow.start)
+    except IdentityProviderUnavailable:
+        return _login_page(request, UNAVAILABLE, status=503)
+    carried = state.signer("signin").dumps(
+        {"state": pending.state, "nonce": pending.nonce, "verifier": pending.verifier}, sessions.PENDING_SECONDS
+    )
+    response = RedirectResponse(url, status_code=302)
+    # Lax, not Strict: the provider's redirect back is a top-level navigation from its site.
+    response.set_cookie(
+        sessions.PENDING_COOKIE,
+        carried,
+        max_age=sessions.PENDING_SECONDS,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        path="/login/oidc",
+    )
+    return response
+
+
+@router.get("/login/oidc/callback")
+@allow(PUBLIC)
+@console
+async def login_oidc_callback(request: Request, code: str = "", state: str = "", error: str = "") -> Response:
+    server = _state(request)
+    flow = server.code_flow
+    carried = server.signer("signin").loads(request.cookies.get(sessions.PENDING_COOKIE))
+    if flow is None or carried is None or error:
+        return _login_page(request, FAILED, status=401)
+    pending = Pending(str(carried["state"]), str(carried["nonce"]), str(carried["verifier"]))
+    try:
+        principal = await run_in_threadpool(flow.finish, code, state, pending)
+    except IdentityProviderUnavailable:
+        return _login_page(request, UNAVAILABLE, status=503)
+    except JobgateError:
+        return _login_page(request, FAILED, status=401)
+    return _signed_in(request, principal)
+
+
+@router.post("/logout")
+@allow(READ)
+@console
+def logout(request: Request) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(sessions.SESSION_COOKIE, path="/")
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+@allow(READ)
+@console
+def home(request: Request) -> HTMLResponse:
+    principal: Principal = request.state.principal
+    csrf = getattr(request.state, "csrf", "")
+    return _page("home.html", principal=principal, display=principal.display_name or principal.actor, csrf=csrf)

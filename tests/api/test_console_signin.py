@@ -1,0 +1,193 @@
+"""Signing in to the console: with a token, a directory account, or the identity provider's
+authorization-code flow with PKCE; the session cookie, its CSRF token, and sign-out."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from tests.api.conftest import World
+from tests.helpers import make_config
+from tests.ldap_directory import USERS
+from tests.oidc_issuer import Issuer
+
+from jobgate.api.access import CONSOLE_ATTRIBUTE
+from jobgate.core.tokens import Role
+from jobgate.identity.authenticator import Authenticator
+from jobgate.identity.sessions import SESSION_COOKIE
+from jobgate.service import tokens
+
+CLIENT_ID = "jobgate-console"
+
+
+def _form_csrf(client: TestClient) -> str:
+    page = client.get("/login")
+    assert page.status_code == 200
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found is not None
+    return found.group(1)
+
+
+def _sign_in(client: TestClient, **fields: str) -> Any:
+    return client.post("/login", data={"csrf": _form_csrf(client), **fields}, follow_redirects=False)
+
+
+def _fresh_client(w: World) -> TestClient:
+    return TestClient(w.client.app, follow_redirects=False)
+
+
+def test_a_token_signs_in_and_its_revocation_ends_the_session(world: World) -> None:
+    client = _fresh_client(world)
+    assert client.get("/").status_code == 303  # a page: sign in first
+    assert client.get("/").headers["location"] == "/login"
+    made = tokens.create(world.engine, tenant_id="acme", role="operator", actor="test", principal="olive")
+    signed = _sign_in(client, method="token", token=made.token)
+    assert signed.status_code == 303 and signed.headers["location"] == "/"
+    cookie = signed.headers["set-cookie"]
+    assert cookie.startswith(f"{SESSION_COOKIE}=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    home = client.get("/")
+    assert home.status_code == 200 and "olive" in home.text and "operator" in home.text
+    assert made.token not in home.text and made.token.split("_")[-1] not in cookie  # the secret is nowhere
+    tokens.revoke(world.engine, "acme", made.stored.token_id, actor="test")
+    assert client.get("/").status_code == 303
+
+
+def test_a_failed_sign_in_says_one_thing_and_sets_no_session(world: World) -> None:
+    client = _fresh_client(world)
+    revoked = tokens.create(world.engine, tenant_id="acme", role="admin", actor="test")
+    tokens.revoke(world.engine, "acme", revoked.stored.token_id, actor="test")
+    for fields in (
+        {"method": "token", "token": "jgt_000000000000_" + "x" * 43},
+        {"method": "token", "token": revoked.token},
+        {"method": "token", "token": ""},
+        {"method": "ldap", "username": "alice", "password": "x"},  # no directory configured here
+        {"method": "nothing"},
+    ):
+        response = _sign_in(client, **fields)
+        assert response.status_code == 401, (fields, response.text)
+        assert "Sign-in failed" in response.text and SESSION_COOKIE not in response.headers.get("set-cookie", "")
+    assert client.get("/").status_code == 303
+
+
+def test_the_sign_in_form_cannot_be_submitted_from_elsewhere(world: World) -> None:
+    """Login CSRF: a page of another site posting the form lacks the value set with ours."""
+    client = _fresh_client(world)
+    token = world.tokens[("acme", Role.ADMIN)]
+    forged = client.post("/login", data={"method": "token", "token": token, "csrf": "guess"}, follow_redirects=False)
+    assert forged.status_code == 403 and SESSION_COOKIE not in forged.headers.get("set-cookie", "")
+
+
+def test_sign_out_needs_the_session_csrf_token(world: World) -> None:
+    client = _fresh_client(world)
+    _sign_in(client, method="token", token=world.tokens[("acme", Role.CONSUMER)])
+    home = client.get("/")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', home.text)
+    assert csrf is not None
+    forged = client.post("/logout", data={"csrf": "not-it"})
+    assert forged.status_code == 403 and forged.json()["field"] == "csrf"
+    assert client.get("/").status_code == 200  # still signed in
+    out = client.post("/logout", data={"csrf": csrf.group(1)})
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    assert client.get("/").status_code == 303
+
+
+def test_a_changed_cookie_is_no_session_and_the_api_ignores_cookies(world: World) -> None:
+    client = _fresh_client(world)
+    _sign_in(client, method="token", token=world.tokens[("acme", Role.ADMIN)])
+    session = client.cookies.get(SESSION_COOKIE)
+    assert session is not None
+    body, mac = session.split(".")
+    for forged in (f"{body}x.{mac}", f"{body}.{mac[:-2]}AA", "garbage", f"{body}.{body}"):
+        other = _fresh_client(world)
+        other.cookies.set(SESSION_COOKIE, forged)
+        assert other.get("/").status_code == 303
+    api = client.get("/api/v1/runs")  # the API reads the Authorization header alone: no CSRF surface
+    assert api.status_code == 401
+
+
+def test_every_console_route_has_an_access_rule() -> None:
+    from jobgate.api.access import rule_of
+    from jobgate.console import signin
+
+    console = [r for r in signin.router.routes if getattr(getattr(r, "endpoint", None), CONSOLE_ATTRIBUTE, False)]
+    assert {r.path for r in console} >= {"/", "/login", "/logout", "/login/oidc", "/login/oidc/callback"}
+    assert [r.path for r in console if rule_of(r.endpoint) is None] == []
+
+
+def test_a_directory_account_signs_in_with_the_form(ldap_world: World) -> None:
+    client = _fresh_client(ldap_world)
+    assert 'name="username"' in client.get("/login").text
+    signed = _sign_in(client, method="ldap", username="bob", password=USERS["bob"][0])
+    assert signed.status_code == 303
+    home = client.get("/")
+    assert "Bob Operator" in home.text and "ldap:bob" in home.text
+    wrong = _sign_in(_fresh_client(ldap_world), method="ldap", username="bob", password="nope")
+    assert wrong.status_code == 401
+
+
+@pytest.fixture
+def flow_world(oidc_world: World, issuer: Issuer, tmp_path: Path) -> World:
+    redirect = "http://127.0.0.1/login/oidc/callback"
+    config = make_config(
+        tmp_path, auth={"oidc": issuer.config(client_id=CLIENT_ID, redirect_url=redirect, audience="jobgate-api")}
+    )
+    state: Any = oidc_world.client.app.state.server  # type: ignore[attr-defined]
+    state.authenticator = Authenticator(oidc_world.engine, config.auth)
+    return oidc_world
+
+
+def _to_provider(client: TestClient, issuer: Issuer) -> tuple[str, dict[str, str]]:
+    """Start the flow; return the provider's redirect back (its path and query) after it signed in."""
+    start = client.get("/login/oidc")
+    assert start.status_code == 302, start.text
+    location = start.headers["location"]
+    assert location.startswith(f"{issuer.url}/authorize?")
+    query = {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
+    assert query["code_challenge_method"] == "S256" and len(query["code_challenge"]) == 43
+    assert query["client_id"] == CLIENT_ID and "openid" in query["scope"].split()
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(issuer.ca_bundle))) as browser:
+        back = browser.get(location)
+    assert back.status_code == 302
+    url = urlsplit(back.headers["location"])
+    return url.path, {k: v[0] for k, v in parse_qs(url.query).items()}
+
+
+def test_the_provider_signs_a_person_in_with_pkce(flow_world: World, issuer: Issuer) -> None:
+    w = flow_world
+    client = _fresh_client(w)
+    assert f"Sign in with {issuer.url}" in client.get("/login").text
+    issuer.user = "carla"
+    path, back = _to_provider(client, issuer)
+    signed = client.get(path, params=back)
+    assert signed.status_code == 303, signed.text
+    home = client.get("/")
+    assert home.status_code == 200 and "Carla Example" in home.text and "oidc:carla" in home.text
+    replayed = _fresh_client(w)
+    replayed.cookies = client.cookies  # the same browser state, the code used already
+    assert replayed.get(path, params=back).status_code == 401
+
+
+def test_a_forged_or_crossed_callback_signs_nobody_in(flow_world: World, issuer: Issuer) -> None:
+    w = flow_world
+    client = _fresh_client(w)
+    path, back = _to_provider(client, issuer)
+    assert client.get(path, params={**back, "state": "forged"}).status_code == 401  # not the state sent
+    victim = _fresh_client(w)  # a browser that never started a flow gets someone else's code
+    _, theirs = _to_provider(_fresh_client(w), issuer)
+    assert victim.get(path, params=theirs).status_code == 401
+    assert client.get(path, params={"error": "access_denied", "state": back["state"]}).status_code == 401
+    assert client.get("/").status_code == 303 and victim.get("/").status_code == 303
+
+
+def test_an_id_token_with_another_nonce_is_refused(flow_world: World, issuer: Issuer) -> None:
+    client = _fresh_client(flow_world)
+    path, back = _to_provider(client, issuer)
+    issuer.codes[back["code"]]["nonce"] = "another"  # the provider signs a nonce we never sent
+    assert client.get(path, params=back).status_code == 401
+    assert client.get("/").status_code == 303
