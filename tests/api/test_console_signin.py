@@ -113,10 +113,11 @@ def test_a_changed_cookie_is_no_session_and_the_api_ignores_cookies(world: World
 
 def test_every_console_route_has_an_access_rule() -> None:
     from jobgate.api.access import rule_of
-    from jobgate.console import signin
+    from jobgate.console import signin, views
 
-    console = [r for r in signin.router.routes if getattr(getattr(r, "endpoint", None), CONSOLE_ATTRIBUTE, False)]
-    assert {r.path for r in console} >= {"/", "/login", "/logout", "/login/oidc", "/login/oidc/callback"}
+    routes = [*signin.router.routes, *views.router.routes]
+    console = [r for r in routes if getattr(getattr(r, "endpoint", None), CONSOLE_ATTRIBUTE, False)]
+    assert {r.path for r in console} >= {"/", "/runs", "/login", "/logout", "/login/oidc", "/login/oidc/callback"}
     assert [r.path for r in console if rule_of(r.endpoint) is None] == []
 
 

@@ -106,19 +106,32 @@ async def enforce(request: Request) -> None:
     if rule.anonymous:
         return
     server = request.app.state.server
-    if getattr(getattr(route, "endpoint", None), CONSOLE_ATTRIBUTE, False):
-        principal, csrf = await run_in_threadpool(server.session_principal, request.cookies.get(SESSION_COOKIE))
+    principal, csrf = await run_in_threadpool(caller_of_request, server, request)
+    if is_console(request):
         request.state.csrf = csrf
         if request.method not in ("GET", "HEAD", "OPTIONS") and server.auth:
             await check_csrf(request, csrf)
-    else:
-        principal = await run_in_threadpool(server.authenticate, request.headers.get("authorization"))
     request.state.principal = principal  # known before the role check: a refusal is attributed
     ACTING.set(Acting(principal.actor, principal.credential, principal.display_name))  # this request's task only
     request.state.rule = rule
     check_role(rule, principal)
     await check_tenant_claims(request, principal)
     check_query(request, route)
+
+
+def is_console(request: Request) -> bool:
+    """Whether the request is for a console page (its caller is the session)."""
+    return bool(getattr(getattr(request.scope.get("route"), "endpoint", None), CONSOLE_ATTRIBUTE, False))
+
+
+def caller_of_request(server: Any, request: Request) -> tuple[Principal, str]:
+    """Who a request acts as, and its session's CSRF token (console pages; "" for the API): the
+    session cookie for a console page, the ``Authorization`` header for an API route. Asked
+    again by a long stream, so a revoked credential ends it."""
+    if is_console(request):
+        found: tuple[Principal, str] = server.session_principal(request.cookies.get(SESSION_COOKIE))
+        return found
+    return server.authenticate(request.headers.get("authorization")), ""
 
 
 async def check_csrf(request: Request, expected: str) -> None:

@@ -110,9 +110,9 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
 
 
 def _is_console(request: Request) -> bool:
-    from jobgate.api.access import CONSOLE_ATTRIBUTE  # access imports this module
+    from jobgate.api.access import is_console  # access imports this module
 
-    return bool(getattr(getattr(request.scope.get("route"), "endpoint", None), CONSOLE_ATTRIBUTE, False))
+    return is_console(request)
 
 
 def _challenge(request: Request) -> str:

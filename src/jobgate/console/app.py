@@ -7,13 +7,18 @@ import each other back); this is where the two are put together, for ``jobgate s
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from jobgate.api import app as api_app
 from jobgate.api.server_state import ServerState
-from jobgate.console import signin
+from jobgate.console import requests, signin, views
 
 
 def create_app(state: ServerState) -> FastAPI:
     app = api_app.create_app(state)
+    # The console's own script and nothing else: public, from the installed package, no CDN.
+    app.mount("/static", StaticFiles(packages=[("jobgate.console", "static")]), name="static")
     app.include_router(signin.router)
+    app.include_router(views.router)
+    app.include_router(requests.router)
     return app

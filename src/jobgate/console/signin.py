@@ -167,12 +167,3 @@ def logout(request: Request) -> Response:
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(sessions.SESSION_COOKIE, path="/")
     return response
-
-
-@router.get("/", response_class=HTMLResponse)
-@allow(READ)
-@console
-def home(request: Request) -> HTMLResponse:
-    principal: Principal = request.state.principal
-    csrf = getattr(request.state, "csrf", "")
-    return _page("home.html", principal=principal, display=principal.display_name or principal.actor, csrf=csrf)

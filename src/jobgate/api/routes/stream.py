@@ -32,7 +32,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from jobgate.api.access import READ, allow, principal
+from jobgate.api.access import READ, allow, caller_of_request, principal
 from jobgate.api.errors import BadRequest
 from jobgate.api.routes.runs import visible_run
 from jobgate.api.server_state import ServerState, server_state
@@ -105,7 +105,7 @@ async def run_events(
 
 async def _still_allowed(state: ServerState, request: Request) -> bool:
     try:
-        await run_in_threadpool(state.authenticate, request.headers.get("authorization"))
+        await run_in_threadpool(caller_of_request, state, request)
     except (tokens.Unauthenticated, TenantMissing, IdentityProviderUnavailable):
         return False  # a credential that cannot be checked now ends the stream: never fail open
     return True

@@ -1,0 +1,70 @@
+"""What every console page shares: the templates, the navigation the caller's role may use,
+the safe-mode banner, and the caller's CSRF token for its forms.
+
+The navigation is derived from the access rules of the API routes each page mirrors
+(``api.access``): a link or a button is shown only to a role the rule admits, and the server
+checks the same rule again when the page or the form arrives — hiding is a courtesy, the rule
+is the guard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from jobgate.api.access import Rule
+from jobgate.api.server_state import ServerState
+from jobgate.service import safemode
+from jobgate.service.tokens import Principal
+
+templates = Environment(loader=PackageLoader("jobgate.console", "templates"), autoescape=select_autoescape())
+
+
+@dataclass(frozen=True)
+class NavItem:
+    path: str
+    label: str
+    rule: Rule
+
+
+def _nav() -> tuple[NavItem, ...]:
+    from jobgate.api.access import READ
+
+    return (NavItem("/", "Overview", READ), NavItem("/runs", "Runs", READ), NavItem("/requests", "Requests", READ))
+
+
+def allowed(rule: Rule, principal: Principal) -> bool:
+    """Whether ``rule`` admits ``principal``'s role (ownership is checked per run)."""
+    return rule.roles is None or principal.role in rule.roles
+
+
+def state_of(request: Request) -> ServerState:
+    found: ServerState = request.app.state.server
+    return found
+
+
+def caller_of(request: Request) -> Principal:
+    found: Principal = request.state.principal
+    return found
+
+
+def render(request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+    """A page for the signed-in caller: the layout's navigation, banner and CSRF token included."""
+    caller = caller_of(request)
+    state = state_of(request)
+    period = safemode.status(state.engine, caller.tenant_id)
+    page = templates.get_template(name).render(
+        caller=caller,
+        display=caller.display_name or caller.actor,
+        csrf=getattr(request.state, "csrf", ""),
+        nav=[item for item in _nav() if allowed(item.rule, caller)],
+        current=request.url.path,
+        safe_mode=period if period is not None and period.active else None,
+        allowed=lambda rule: allowed(rule, caller),
+        **context,
+    )
+    return HTMLResponse(page, status_code=status)

@@ -1,0 +1,31 @@
+// The run page, live: the run's events from the console's stream of it (the API's SSE events,
+// on the session). Each state change updates the status and appends a transition row; the
+// stream ends when the run does. Without JavaScript the page is the same, reloaded by hand.
+(function () {
+  "use strict";
+  const status = document.getElementById("run-status");
+  const rows = document.getElementById("transitions");
+  if (!status || !rows || !window.EventSource) return;
+  const source = new EventSource(status.dataset.events);
+  function cell(row, text) {
+    const td = document.createElement("td");
+    td.textContent = text == null ? "" : String(text);
+    row.appendChild(td);
+  }
+  source.addEventListener("state", function (event) {
+    const t = JSON.parse(event.data);
+    status.textContent = t.to_status;
+    if (rows.querySelector('tr[data-sequence="' + t.sequence + '"]')) return;
+    const row = document.createElement("tr");
+    row.dataset.sequence = t.sequence;
+    [t.sequence, t.from_status, t.to_status, t.at, t.actor, t.reason].forEach(function (v) { cell(row, v); });
+    rows.appendChild(row);
+  });
+  source.addEventListener("terminal", function (event) {
+    status.textContent = JSON.parse(event.data).status;
+    const cancel = document.getElementById("cancel-form");  // nothing left to cancel
+    if (cancel) cancel.remove();
+    source.close();
+  });
+  source.addEventListener("gone", function () { source.close(); });
+})();

@@ -1,0 +1,150 @@
+"""The console's overview and runs pages.
+
+Each page reads through the same handler as the API route it mirrors (``api.routes``), with
+the same rule, so what a page shows is exactly what that caller's API call would return —
+tenant, role and definition limits included — and each form posts to a console route that
+calls the same service function as the API's, after the same checks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from jobgate.api import pagination
+from jobgate.api.access import READ, RUN_CONTROL, allow, check_run_access, console
+from jobgate.api.forms import form_of
+from jobgate.api.routes import admin as admin_routes
+from jobgate.api.routes import runs as run_routes
+from jobgate.api.routes import stream as stream_routes
+from jobgate.console.pages import allowed, caller_of, render, state_of
+from jobgate.core.errors import JobgateError
+from jobgate.core.states import TERMINAL, RunStatus
+from jobgate.service import control
+from jobgate.views.runs import run_detail_view
+
+router = APIRouter(include_in_schema=False)
+MAX_REASON = 500
+
+
+@router.get("/", response_class=HTMLResponse)
+@allow(READ)
+@console
+def overview(request: Request) -> HTMLResponse:
+    caller, state = caller_of(request), state_of(request)
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        open_counts = tx.runs_open_counts(caller.tenant_id)
+        held = tx.runs_held_counts(caller.tenant_id)
+        unanchored = tx.oldest_unanchored(caller.tenant_id)
+    by_status: dict[str, int] = {s.value: 0 for s in RunStatus if s not in TERMINAL or s is RunStatus.HELD}
+    for (status, _job_class), n in open_counts.items():
+        by_status[status] = by_status.get(status, 0) + n
+    held_by_reason: dict[str, int] = {}
+    for (reason, _job_class), n in held.items():
+        held_by_reason[reason or "unknown"] = held_by_reason.get(reason or "unknown", 0) + n
+    workers = admin_routes.list_workers(state) if allowed(READ, caller) else None
+    return render(
+        request,
+        "overview.html",
+        open_counts=sorted(by_status.items()),
+        held=sorted(held_by_reason.items()),
+        unanchored=min((at for _, at in unanchored), default=None),
+        workers=workers,
+    )
+
+
+@router.get("/runs", response_class=HTMLResponse)
+@allow(READ)
+@console
+def runs_page(
+    request: Request,
+    status: Annotated[str | None, Query(max_length=32)] = None,
+    job_definition_id: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
+) -> HTMLResponse:
+    caller, state = caller_of(request), state_of(request)
+    statuses = [s.value for s in RunStatus]
+    wanted = [RunStatus(status)] if status in statuses else None
+    page = run_routes.list_runs(
+        caller, state, status=wanted, job_definition_id=job_definition_id or None, limit=50, cursor=cursor
+    )
+    next_url = None
+    if page.next_cursor:
+        query = {k: v for k, v in (("status", status), ("job_definition_id", job_definition_id)) if v}
+        next_url = "/runs?" + urlencode({**query, "cursor": page.next_cursor})
+    return render(
+        request,
+        "runs.html",
+        runs=page.items,
+        statuses=statuses,
+        chosen=status,
+        job=job_definition_id,
+        next_cursor=page.next_cursor,
+        next_url=next_url,
+    )
+
+
+def _run_page(request: Request, job_run_id: str, *, message: str | None = None, status: int = 200) -> HTMLResponse:
+    caller, state = caller_of(request), state_of(request)
+    run = run_routes.visible_run(state, caller, job_run_id)
+    detail = run_detail_view(state.engine, job_run_id, caller.tenant_id)
+    may_control = allowed(RUN_CONTROL, caller) and (
+        caller.role not in RUN_CONTROL.owner_roles or run.requested_by == caller.actor
+    )
+    can_cancel = may_control and run.status not in TERMINAL and run.status is not RunStatus.RUNNING
+    return render(
+        request,
+        "run.html",
+        status=status,
+        run=detail.run,
+        transitions=detail.transitions,
+        attempts=detail.attempts,
+        can_cancel=can_cancel,
+        message=message,
+    )
+
+
+@router.get("/runs/{job_run_id}", response_class=HTMLResponse)
+@allow(READ)
+@console
+def run_page(request: Request, job_run_id: str) -> HTMLResponse:
+    return _run_page(request, job_run_id)
+
+
+@router.get("/runs/{job_run_id}/events", response_class=StreamingResponse)
+@allow(READ)
+@console
+async def run_events(
+    request: Request,
+    job_run_id: str,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{0,12}$")] = None,
+) -> StreamingResponse:
+    """The API's event stream of the run (``api.routes.stream``), for the run page's script:
+    the same events, limits and re-checks, the caller from the session."""
+    return await stream_routes.stream_run(job_run_id, request, caller_of(request), state_of(request), last_event_id)
+
+
+@router.post("/runs/{job_run_id}/cancel")
+@allow(RUN_CONTROL)
+@console
+async def cancel(request: Request, job_run_id: str) -> Response:
+    """The API's cancel, from the run page's form (its CSRF token checked before this runs)."""
+    reason = (await form_of(request)).get("reason", "").strip()[:MAX_REASON] or None
+    return await run_in_threadpool(_cancel, request, job_run_id, reason)
+
+
+def _cancel(request: Request, job_run_id: str, reason: str | None) -> Response:
+    caller, state = caller_of(request), state_of(request)
+    run = run_routes.visible_run(state, caller, job_run_id)
+    check_run_access(RUN_CONTROL, caller, run)
+    try:
+        control.cancel_run(state.engine, job_run_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
+    except JobgateError as exc:
+        if exc.code in ("not_found", "forbidden"):
+            raise
+        return _run_page(request, job_run_id, message=f"Not cancelled: {exc.message}", status=409)
+    return RedirectResponse(f"/runs/{job_run_id}", status_code=303)

@@ -1,0 +1,195 @@
+"""The console in a real headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
+driven by Selenium; ``.ci/run`` installs them when missing): sign in, the overview, the runs
+list, a run's page and its cancel form, what a consumer is not shown, and that no page asks
+another origin for anything. Screenshots go to ``test-artifacts/console/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from tests.api.conftest import World
+from tests.runtime.runtime_support import wait_until
+
+from jobgate.core.tokens import Role
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def served(world: World) -> Iterator[str]:
+    """The application on a real socket of 127.0.0.1, served by uvicorn from a thread."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(world.client.app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=30, what="uvicorn started")
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromium-driver are not installed (.ci/run installs them)")
+        pytest.skip("chromium and chromium-driver are not installed")
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.implicitly_wait(15)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _go(driver: Any, element: Any) -> None:
+    """Click what navigates (a link, a form's button) and wait until the next page replaced this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.expected_conditions import staleness_of
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 30).until(staleness_of(page))  # generous: CI runs this beside the whole suite
+
+
+def _shot(driver: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def _sign_in(driver: Any, base: str, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{base}/login")
+    field = driver.find_element(By.ID, "token")
+    field.send_keys(token)
+    _go(driver, driver.find_element(By.XPATH, "//form[.//input[@id='token']]//button"))
+    wait_until(lambda: driver.current_url == f"{base}/", timeout=30, what="the overview after signing in")
+
+
+def _origins(driver: Any) -> set[str]:
+    """Every origin the browser sent a request to, from Chromium's network log."""
+    found = set()
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            url = message["params"]["request"]["url"]
+            if not url.startswith(("data:", "about:")):
+                found.add("/".join(url.split("/")[:3]))
+    return found
+
+
+def test_an_operator_signs_in_finds_a_run_and_cancels_it(world: World, served: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    run = world.new_run("acme")
+    _sign_in(browser, served, world.tokens[("acme", Role.OPERATOR)])
+    assert "Overview" in browser.find_element(By.TAG_NAME, "h1").text
+    _shot(browser, "overview")
+    _go(browser, browser.find_element(By.LINK_TEXT, "Runs"))
+    _go(browser, browser.find_element(By.LINK_TEXT, run.job_run_id))
+    assert browser.find_element(By.ID, "run-status").text == "SCHEDULED"
+    _shot(browser, "run")
+    reason = browser.find_element(By.ID, "reason")  # a labelled control
+    assert browser.find_element(By.CSS_SELECTOR, "label[for=reason]").text == "Reason"
+    reason.send_keys("no longer needed")
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Cancel run']"))
+    wait_until(
+        lambda: browser.find_element(By.ID, "run-status").text == "CANCELLED", timeout=30, what="the run cancelled"
+    )
+    assert "no longer needed" in browser.page_source
+    browser.get(f"{served}/runs")
+    _shot(browser, "runs")
+    browser.set_window_size(390, 844)  # a phone's width: the same page, still usable
+    browser.get(f"{served}/runs/{run.job_run_id}")
+    _shot(browser, "run-phone")
+    assert _origins(browser) == {served}  # nothing from another origin: no CDN, no font, no beacon
+
+
+def test_a_consumer_sees_no_cancel_form(world: World, served: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    run = world.new_run("acme")
+    _sign_in(browser, served, world.tokens[("acme", Role.CONSUMER)])
+    browser.get(f"{served}/runs/{run.job_run_id}")
+    assert browser.find_element(By.ID, "run-status").text == "SCHEDULED"
+    assert browser.find_elements(By.ID, "reason") == []
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Sign out']"))
+    wait_until(lambda: browser.current_url == f"{served}/login", timeout=30, what="the sign-in page")
+    browser.get(f"{served}/runs")
+    assert browser.current_url == f"{served}/login"  # signed out: pages send the browser to sign in
+
+
+def _sign_out(driver: Any, base: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    _go(driver, driver.find_element(By.XPATH, "//button[text()='Sign out']"))
+    wait_until(lambda: driver.current_url == f"{base}/login", timeout=30, what="the sign-in page")
+
+
+def test_four_eyes_end_to_end_and_the_run_completes_live(world: World, served: str, browser: Any) -> None:
+    """A consumer requests a run; an operator dry-runs and approves it; the run page follows
+    the run to COMPLETED without a reload. The operator's own request offers them no approval."""
+    from selenium.webdriver.common.by import By
+    from tests.runtime.runtime_support import running_worker
+
+    _sign_in(browser, served, world.tokens[("acme", Role.CONSUMER)])
+    browser.get(f"{served}/requests?job=acme-job")
+    browser.find_element(By.ID, "param-n").send_keys("5")
+    browser.find_element(By.ID, "title").send_keys("month end")
+    browser.find_element(By.ID, "reason").send_keys("close the books")
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Submit request']"))
+    assert browser.find_element(By.ID, "request-status").text == "pending"
+    request_url = browser.current_url
+    _sign_out(browser, served)
+
+    _sign_in(browser, served, world.tokens[("acme", Role.OPERATOR)])
+    browser.get(request_url)
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Dry run']"))
+    assert browser.find_element(By.ID, "verdict").text == "admissible"
+    _shot(browser, "request")
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Approve and run']"))
+    assert browser.find_element(By.ID, "request-status").text == "approved"
+    _go(browser, browser.find_element(By.ID, "request-run"))
+    status = browser.find_element(By.ID, "run-status")
+    assert status.text == "SCHEDULED"
+    with running_worker(world.engine):
+        wait_until(lambda: status.text == "COMPLETED", timeout=30, what="the run page showing COMPLETED live")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#transitions tr")) >= 5  # rows added as they came
+    assert browser.find_elements(By.ID, "cancel-form") == []  # a finished run offers no cancel
+    _shot(browser, "run-live")
+
+    browser.get(f"{served}/requests?job=acme-job")
+    browser.find_element(By.ID, "param-n").send_keys("6")
+    browser.find_element(By.ID, "title").send_keys("mine")
+    browser.find_element(By.ID, "reason").send_keys("my own")
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Submit request']"))
+    assert browser.find_elements(By.XPATH, "//button[text()='Approve and run']") == []
+    assert "a second person decides" in browser.page_source
+    _shot(browser, "requests-own")
+    assert _origins(browser) == {served}

@@ -1,0 +1,156 @@
+"""The console's overview and runs pages, through the application: each shows what the
+caller's API call would return, and its form obeys the same rules (role, ownership, CSRF)."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+from tests.api.conftest import ACME_JOB, World
+from tests.helpers import count
+
+from jobgate.core.states import RunStatus
+from jobgate.core.tokens import Role
+from jobgate.service import safemode
+
+
+def _signed_in(w: World, tenant: str, role: Role) -> TestClient:
+    client = TestClient(w.client.app, follow_redirects=False)
+    page = client.get("/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    token = w.tokens[(tenant, role)]
+    signed = client.post("/login", data={"csrf": csrf.group(1), "method": "token", "token": token})
+    assert signed.status_code == 303, signed.text
+    return client
+
+
+def _csrf(page_text: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page_text)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_overview_counts_the_callers_tenant_only(world: World) -> None:
+    world.new_run("acme")
+    world.new_run("acme")
+    world.new_run("other", job="shared-job")
+    page = _signed_in(world, "acme", Role.CONSUMER).get("/")
+    assert page.status_code == 200
+    card = re.search(r'<div class="n">(\d+)</div>SCHEDULED', page.text)
+    assert card is not None and card.group(1) == "2"
+    safemode.activate(world.engine, "acme", actor="test", reason="quarter close")
+    assert "Safe mode is on" in _signed_in(world, "acme", Role.CONSUMER).get("/").text
+    assert "Safe mode is on" not in _signed_in(world, "other", Role.CONSUMER).get("/").text
+
+
+def test_the_runs_page_lists_filters_and_hides_other_tenants(world: World) -> None:
+    mine = world.new_run("acme")
+    theirs = world.new_run("other", job="shared-job")
+    client = _signed_in(world, "acme", Role.AUDITOR)
+    listed = client.get("/runs")
+    assert mine.job_run_id in listed.text and theirs.job_run_id not in listed.text
+    assert mine.job_run_id not in client.get("/runs", params={"status": "COMPLETED"}).text
+    assert client.get(f"/runs/{theirs.job_run_id}").status_code == 404
+    detail = client.get(f"/runs/{mine.job_run_id}")
+    assert detail.status_code == 200 and "SCHEDULED" in detail.text
+    assert "Cancel run" not in detail.text  # an auditor controls no run
+
+
+def test_cancel_from_the_run_page_needs_the_role_the_owner_and_the_token(world: World) -> None:
+    run = world.new_run("acme")
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    page = operator.get(f"/runs/{run.job_run_id}")
+    assert "Cancel run" in page.text
+    forged = operator.post(f"/runs/{run.job_run_id}/cancel", data={"reason": "x", "csrf": "guess"})
+    assert forged.status_code == 403
+    consumer = _signed_in(world, "acme", Role.CONSUMER)
+    refused = consumer.post(
+        f"/runs/{run.job_run_id}/cancel", data={"reason": "x", "csrf": _csrf(consumer.get("/").text)}
+    )
+    assert refused.status_code == 403
+    activator = _signed_in(world, "acme", Role.ACTIVATOR)  # not the run's requester
+    assert "Cancel run" not in activator.get(f"/runs/{run.job_run_id}").text
+    not_theirs = activator.post(
+        f"/runs/{run.job_run_id}/cancel", data={"reason": "x", "csrf": _csrf(activator.get("/").text)}
+    )
+    assert not_theirs.status_code == 403
+    with world.engine.store.read() as tx:
+        assert tx.run_get(run.job_run_id).status is RunStatus.SCHEDULED  # type: ignore[union-attr]
+    done = operator.post(
+        f"/runs/{run.job_run_id}/cancel", data={"reason": "no longer needed", "csrf": _csrf(page.text)}
+    )
+    assert done.status_code == 303
+    after = operator.get(f"/runs/{run.job_run_id}")
+    assert "CANCELLED" in after.text and "no longer needed" in after.text
+    assert count(world.engine, "job_runs") == 1
+
+
+def test_a_page_without_a_session_sends_the_browser_to_sign_in(world: World) -> None:
+    client = TestClient(world.client.app, follow_redirects=False)
+    for path in ("/", "/runs", f"/runs/{world.new_run('acme').job_run_id}"):
+        response = client.get(path)
+        assert response.status_code == 303 and response.headers["location"] == "/login", path
+    assert client.post("/runs/x/cancel", data={"reason": "x"}).status_code == 401
+
+
+def test_four_eyes_through_the_request_pages(world: World) -> None:
+    """A consumer proposes; an operator dry-runs and approves; an operator's own request shows
+    them no approve button, and posting the form anyway is refused; a second operator approves."""
+    consumer = _signed_in(world, "acme", Role.CONSUMER)
+    chooser = consumer.get("/requests", params={"job": ACME_JOB})
+    assert 'name="param.n"' in chooser.text and 'pattern="[0-9]{1,6}"' in chooser.text
+    bad = consumer.post(
+        "/requests",
+        data={
+            "csrf": _csrf(chooser.text),
+            "job_definition_id": ACME_JOB,
+            "param.n": "x;rm",
+            "title": "t",
+            "reason": "r",
+        },
+    )
+    assert bad.status_code == 422 and "params.n" in bad.text and count(world.engine, "run_requests") == 0
+    made = consumer.post(
+        "/requests",
+        data={
+            "csrf": _csrf(chooser.text),
+            "job_definition_id": ACME_JOB,
+            "param.n": "7",
+            "title": "month end",
+            "reason": "close",
+        },
+    )
+    assert made.status_code == 303
+    path = made.headers["location"]
+    assert "Approve and run" not in consumer.get(path).text  # a consumer reviews nothing
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    page = operator.get(path)
+    assert "Dry run" in page.text and "Approve and run" in page.text
+    assert operator.post(f"{path}/test", data={"csrf": _csrf(page.text)}).status_code == 303
+    tested = operator.get(path)
+    assert 'id="verdict">admissible' in tested.text
+    assert operator.post(f"{path}/approve", data={"csrf": _csrf(tested.text), "note": "ok"}).status_code == 303
+    approved = operator.get(path)
+    assert 'id="request-status">approved' in approved.text and 'id="request-run"' in approved.text
+    # The operator's own request: no button, and the form posted anyway is refused.
+    own_form = operator.get("/requests", params={"job": ACME_JOB})
+    own = operator.post(
+        "/requests",
+        data={
+            "csrf": _csrf(own_form.text),
+            "job_definition_id": ACME_JOB,
+            "param.n": "8",
+            "title": "mine",
+            "reason": "r",
+        },
+    )
+    own_path = own.headers["location"]
+    own_page = operator.get(own_path)
+    assert "Approve and run" not in own_page.text and "a second person decides" in own_page.text
+    operator.post(f"{own_path}/test", data={"csrf": _csrf(own_page.text)})
+    refused = operator.post(f"{own_path}/approve", data={"csrf": _csrf(own_page.text)})
+    assert refused.status_code == 403 and "four_eyes" in refused.text
+    admin = _signed_in(world, "acme", Role.ADMIN)
+    second = admin.post(f"{own_path}/approve", data={"csrf": _csrf(admin.get(own_path).text)})
+    assert second.status_code == 303 and count(world.engine, "job_runs") == 2
