@@ -77,6 +77,15 @@ def _go(driver: Any, element: Any) -> None:
     WebDriverWait(driver, 30).until(staleness_of(page))  # generous: CI runs this beside the whole suite
 
 
+def _absent(driver: Any, by: str, value: str) -> bool:
+    """Whether the page has no such element, asked at once (not after the implicit wait)."""
+    driver.implicitly_wait(0)
+    try:
+        return driver.find_elements(by, value) == []
+    finally:
+        driver.implicitly_wait(15)
+
+
 def _shot(driver: Any, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
@@ -138,7 +147,7 @@ def test_a_consumer_sees_no_cancel_form(world: World, served: str, browser: Any)
     _sign_in(browser, served, world.tokens[("acme", Role.CONSUMER)])
     browser.get(f"{served}/runs/{run.job_run_id}")
     assert browser.find_element(By.ID, "run-status").text == "SCHEDULED"
-    assert browser.find_elements(By.ID, "reason") == []
+    assert _absent(browser, By.ID, "reason")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Sign out']"))
     wait_until(lambda: browser.current_url == f"{served}/login", timeout=30, what="the sign-in page")
     browser.get(f"{served}/runs")
@@ -181,7 +190,7 @@ def test_four_eyes_end_to_end_and_the_run_completes_live(world: World, served: s
     with running_worker(world.engine):
         wait_until(lambda: status.text == "COMPLETED", timeout=30, what="the run page showing COMPLETED live")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#transitions tr")) >= 5  # rows added as they came
-    assert browser.find_elements(By.ID, "cancel-form") == []  # a finished run offers no cancel
+    assert _absent(browser, By.ID, "cancel-form")  # a finished run offers no cancel
     _shot(browser, "run-live")
 
     browser.get(f"{served}/requests?job=acme-job")
@@ -189,7 +198,44 @@ def test_four_eyes_end_to_end_and_the_run_completes_live(world: World, served: s
     browser.find_element(By.ID, "title").send_keys("mine")
     browser.find_element(By.ID, "reason").send_keys("my own")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Submit request']"))
-    assert browser.find_elements(By.XPATH, "//button[text()='Approve and run']") == []
+    assert _absent(browser, By.XPATH, "//button[text()='Approve and run']")
     assert "a second person decides" in browser.page_source
     _shot(browser, "requests-own")
+    assert _origins(browser) == {served}
+
+
+def test_a_reviewer_reads_the_diff_and_approves_the_changed_definition(world: World, served: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    from jobgate.service import tokens
+
+    admin = world.headers("acme", Role.ADMIN)
+    doc = {"job_definition_id": "adhoc", "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print('v1')"}
+    for body in ("print('v1')", "print('v2')"):
+        doc["body"] = body
+        assert world.client.post("/api/v1/definitions", json={"definitions": [doc]}, headers=admin).status_code == 200
+    reviewer = tokens.create(world.engine, tenant_id="acme", role="admin", actor="root", principal="reviewer")
+    _sign_in(browser, served, reviewer.token)
+    _go(browser, browser.find_element(By.LINK_TEXT, "Definitions"))
+    _go(browser, browser.find_element(By.LINK_TEXT, "adhoc"))
+    diff = browser.find_element(By.ID, "diff")
+    assert "version 1" in diff.text and "version 2" in diff.text and "v2" in diff.text
+    assert browser.find_element(By.ID, "approve-digest").text == world.digest("adhoc")
+    _shot(browser, "definition")
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Approve']"))
+    assert browser.find_element(By.ID, "approval-state").text.startswith("Approved: the current content and code match")
+    assert _origins(browser) == {served}
+
+
+def test_the_api_docs_work_offline(world: World, served: str, browser: Any) -> None:
+    """Swagger UI from the installed fastapi-offline: it renders the schema's operations and asks
+    no other origin for a script, a style or a font."""
+    from selenium.webdriver.common.by import By
+
+    browser.implicitly_wait(0)  # polled below: each look must not wait on its own
+    browser.get(f"{served}/docs")
+    wait_until(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, ".opblock")) > 20, timeout=30, what="the operations drawn"
+    )
+    _shot(browser, "docs")
     assert _origins(browser) == {served}

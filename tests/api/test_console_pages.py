@@ -4,6 +4,7 @@ caller's API call would return, and its form obeys the same rules (role, ownersh
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 from tests.api.conftest import ACME_JOB, World
@@ -11,7 +12,7 @@ from tests.helpers import count
 
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
-from jobgate.service import safemode
+from jobgate.service import safemode, tokens
 
 
 def _signed_in(w: World, tenant: str, role: Role) -> TestClient:
@@ -154,3 +155,52 @@ def test_four_eyes_through_the_request_pages(world: World) -> None:
     admin = _signed_in(world, "acme", Role.ADMIN)
     second = admin.post(f"{own_path}/approve", data={"csrf": _csrf(admin.get(own_path).text)})
     assert second.status_code == 303 and count(world.engine, "job_runs") == 2
+
+
+def test_a_definition_page_diffs_versions_and_approval_obeys_four_eyes(world: World, tmp_path: Path) -> None:
+    """The page diffs any two versions; the approve form sends the digest it shows; the admin who
+    applied a program cannot approve it (the page says why), a second person can."""
+    admin = world.headers("acme", Role.ADMIN)
+    doc = {"job_definition_id": "adhoc", "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print('one')"}
+    assert world.client.post("/api/v1/definitions", json={"definitions": [doc]}, headers=admin).status_code == 200
+    doc["body"] = "print('two <b>')"
+    assert world.client.post("/api/v1/definitions", json={"definitions": [doc]}, headers=admin).status_code == 200
+    applier = _signed_in(world, "acme", Role.ADMIN)
+    page = applier.get("/definitions/adhoc", params={"from": 1, "to": 2})
+    assert page.status_code == 200
+    assert "version 1" in page.text and "version 2" in page.text and 'class="diff_chg"' in page.text
+    assert "two &lt;b&gt;" in page.text and "<b>'" not in page.text  # the content is escaped in the diff
+    digest = world.digest("adhoc")
+    assert f'id="approve-digest">{digest}<' in page.text
+    refused = applier.post("/definitions/adhoc/approve", data={"csrf": _csrf(page.text), "digest": digest})
+    assert refused.status_code == 403 and "four_eyes" in refused.text
+    stale = applier.post("/definitions/adhoc/approve", data={"csrf": _csrf(page.text), "digest": "sha256:" + "0" * 64})
+    assert stale.status_code == 403 and "Not approved" in stale.text
+    reviewer = tokens.create(world.engine, tenant_id="acme", role="admin", actor="root", principal="reviewer")
+    second = TestClient(world.client.app, follow_redirects=False)
+    login = second.get("/login")
+    second.post("/login", data={"csrf": _csrf(login.text), "method": "token", "token": reviewer.token})
+    review = second.get("/definitions/adhoc")
+    assert (
+        second.post("/definitions/adhoc/approve", data={"csrf": _csrf(review.text), "digest": digest}).status_code
+        == 303
+    )
+    assert "Approved: the current content and code match" in second.get("/definitions/adhoc").text
+    consumer = _signed_in(world, "acme", Role.CONSUMER)
+    seen = consumer.get("/definitions/adhoc")
+    assert seen.status_code == 200 and 'action="/definitions/adhoc/approve"' not in seen.text
+    assert (
+        consumer.post("/definitions/adhoc/approve", data={"csrf": _csrf(seen.text), "digest": digest}).status_code
+        == 403
+    )
+    assert _signed_in(world, "other", Role.ADMIN).get("/definitions/adhoc").status_code == 404
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_api_docs_page_and_its_files_come_from_this_server(world: World) -> None:
+    page = world.client.get("/docs")
+    assert page.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in page.text
+    assert "https://" not in page.text and "http://" not in page.text  # no CDN, no other origin
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon.png"):
+        assert world.client.get(f"/docs-assets/{asset}").status_code == 200
+    assert world.client.get("/docs-assets/../../../etc/passwd").status_code == 404

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI
+import fastapi_offline
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -80,11 +84,13 @@ def create_app(state: ServerState) -> FastAPI:
         description="Governed job scheduler: every run explainable, approved and evidenced.",
         dependencies=[Depends(enforce)],
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # served below from the installed fastapi-offline's files, not from a CDN
         redoc_url=None,
     )
     app.state.server = state
     errors.install(app)
+    app.mount("/docs-assets", StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
+    app.add_route("/docs", _swagger_page, include_in_schema=False)
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
@@ -94,6 +100,22 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_middleware(_Measured, metrics=state.http_metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+# Swagger UI 5 as fastapi-offline installs it (public files, no CDN: the docs work offline). Its
+# ReDoc is not served: ReDoc's page fetches its logo from cdn.redoc.ly.
+DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
+
+
+async def _swagger_page(request: Request) -> HTMLResponse:
+    """Swagger UI for ``/openapi.json``, every file from this server."""
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title="jobgate API",
+        swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+        swagger_css_url="/docs-assets/swagger-ui.css",
+        swagger_favicon_url="/docs-assets/favicon.png",
+    )
 
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

@@ -34,7 +34,12 @@ class NavItem:
 def _nav() -> tuple[NavItem, ...]:
     from jobgate.api.access import READ
 
-    return (NavItem("/", "Overview", READ), NavItem("/runs", "Runs", READ), NavItem("/requests", "Requests", READ))
+    return (
+        NavItem("/", "Overview", READ),
+        NavItem("/runs", "Runs", READ),
+        NavItem("/requests", "Requests", READ),
+        NavItem("/definitions", "Definitions", READ),
+    )
 
 
 def allowed(rule: Rule, principal: Principal) -> bool:
