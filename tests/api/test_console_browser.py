@@ -239,3 +239,24 @@ def test_the_api_docs_work_offline(world: World, served: str, browser: Any) -> N
     )
     _shot(browser, "docs")
     assert _origins(browser) == {served}
+
+
+def test_an_auditor_verifies_the_chain_and_an_admin_switches_safe_mode(world: World, served: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    world.new_run("acme")
+    _sign_in(browser, served, world.tokens[("acme", Role.AUDITOR)])
+    assert _absent(browser, By.LINK_TEXT, "Admin")
+    _go(browser, browser.find_element(By.LINK_TEXT, "Audit"))
+    _go(browser, browser.find_element(By.XPATH, "//button[starts-with(text(), 'Verify')]"))
+    assert browser.find_element(By.ID, "chain-result").text.startswith("Chain: ok")
+    assert browser.find_element(By.ID, "records-result").text.startswith("Records: ok")
+    _shot(browser, "audit")
+    _sign_out(browser, served)
+    _sign_in(browser, served, world.tokens[("acme", Role.ADMIN)])
+    _go(browser, browser.find_element(By.LINK_TEXT, "Admin"))
+    browser.find_element(By.ID, "safe-reason").send_keys("quarter close")
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Turn on']"))
+    assert "Safe mode is on since" in browser.find_element(By.CSS_SELECTOR, ".banner").text
+    _shot(browser, "admin")
+    assert _origins(browser) == {served}

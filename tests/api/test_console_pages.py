@@ -204,3 +204,40 @@ def test_the_api_docs_page_and_its_files_come_from_this_server(world: World) -> 
     for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon.png"):
         assert world.client.get(f"/docs-assets/{asset}").status_code == 200
     assert world.client.get("/docs-assets/../../../etc/passwd").status_code == 404
+
+
+def test_the_audit_page_pages_the_chain_and_verifies_it_for_auditors_only(world: World) -> None:
+    world.new_run("acme")
+    auditor = _signed_in(world, "acme", Role.AUDITOR)
+    page = auditor.get("/audit")
+    assert page.status_code == 200 and "token.created" in page.text and 'href="/audit"' in page.text
+    checked = auditor.get("/audit", params={"verify": "true"})
+    assert 'id="chain-result">Chain: ok' in checked.text and 'id="records-result">Records: ok' in checked.text
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    assert operator.get("/audit").status_code == 403 and 'href="/audit"' not in operator.get("/").text
+    other = _signed_in(world, "other", Role.AUDITOR).get("/audit")
+    assert other.status_code == 200 and "acme" not in other.text
+
+
+def test_the_admin_page_switches_safe_mode_with_a_reason(world: World) -> None:
+    admin = _signed_in(world, "acme", Role.ADMIN)
+    page = admin.get("/admin")
+    assert 'id="safe-state">Safe mode is <strong>off' in page.text
+    empty = admin.post("/admin/safe-mode", data={"csrf": _csrf(page.text), "active": "true", "reason": " "})
+    assert empty.status_code == 422 and safemode.status(world.engine, "acme") is None
+    on = admin.post("/admin/safe-mode", data={"csrf": _csrf(page.text), "active": "true", "reason": "incident 42"})
+    assert on.status_code == 303
+    after = admin.get("/admin")
+    assert (
+        "Safe mode is <strong>on" in after.text
+        and "incident 42" in after.text
+        and "Safe mode is on since" in after.text
+    )
+    consumer = _signed_in(world, "acme", Role.CONSUMER)
+    assert consumer.get("/admin").status_code == 403
+    forged = consumer.post(
+        "/admin/safe-mode", data={"csrf": _csrf(consumer.get("/").text), "active": "false", "reason": "x"}
+    )
+    assert forged.status_code == 403
+    period = safemode.status(world.engine, "acme")
+    assert period is not None and period.active

@@ -29,16 +29,19 @@ class NavItem:
     path: str
     label: str
     rule: Rule
+    whole_tenant: bool = False  # a page about the whole tenant: not for a token limited to definitions
 
 
 def _nav() -> tuple[NavItem, ...]:
-    from jobgate.api.access import READ
+    from jobgate.api.access import ADMIN, AUDIT, READ
 
     return (
         NavItem("/", "Overview", READ),
         NavItem("/runs", "Runs", READ),
         NavItem("/requests", "Requests", READ),
         NavItem("/definitions", "Definitions", READ),
+        NavItem("/audit", "Audit", AUDIT, whole_tenant=True),
+        NavItem("/admin", "Admin", ADMIN, whole_tenant=True),
     )
 
 
@@ -66,7 +69,7 @@ def render(request: Request, name: str, *, status: int = 200, **context: Any) ->
         caller=caller,
         display=caller.display_name or caller.actor,
         csrf=getattr(request.state, "csrf", ""),
-        nav=[item for item in _nav() if allowed(item.rule, caller)],
+        nav=[i for i in _nav() if allowed(i.rule, caller) and not (i.whole_tenant and caller.jobs is not None)],
         current=request.url.path,
         safe_mode=period if period is not None and period.active else None,
         allowed=lambda rule: allowed(rule, caller),
