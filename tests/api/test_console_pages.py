@@ -4,6 +4,7 @@ caller's API call would return, and its form obeys the same rules (role, ownersh
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -241,3 +242,27 @@ def test_the_admin_page_switches_safe_mode_with_a_reason(world: World) -> None:
     assert forged.status_code == 403
     period = safemode.status(world.engine, "acme")
     assert period is not None and period.active
+
+
+def test_a_schedule_page_shows_its_next_fires_in_its_zone_and_pauses_for_operators(world: World) -> None:
+    from jobgate.service import schedules
+
+    now = world.engine.clock.now()
+    doc = {"id": "paris-morning", "job": ACME_JOB, "every_seconds": 86400, "timezone": "Europe/Paris", "tenant": "acme"}
+    schedules.put_schedules(world.engine, [schedules.schedule_from_document(doc, now=now)], source="test", now=now)
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    assert "paris-morning" in operator.get("/schedules").text
+    page = operator.get("/schedules/paris-morning")
+    assert page.status_code == 200 and "Europe/Paris" in page.text
+    pairs = re.findall(r"<td>(\d{4}-[^<]+\+0[12]:00)</td><td>(\d{4}-[^<]+\+00:00)</td>", page.text)
+    assert len(pairs) == 5, page.text  # each fire in Paris time (+01:00 or +02:00) and in UTC
+    for local, utc in pairs:
+        assert datetime.fromisoformat(local) == datetime.fromisoformat(utc)
+    paused = operator.post("/schedules/paris-morning/pause", data={"csrf": _csrf(page.text)})
+    assert paused.status_code == 303
+    assert 'id="schedule-state">paused' in operator.get("/schedules/paris-morning").text
+    consumer = _signed_in(world, "acme", Role.CONSUMER)
+    seen = consumer.get("/schedules/paris-morning")
+    assert "Resume" not in seen.text and "Pause" not in seen.text
+    assert consumer.post("/schedules/paris-morning/resume", data={"csrf": _csrf(seen.text)}).status_code == 403
+    assert _signed_in(world, "other", Role.OPERATOR).get("/schedules/paris-morning").status_code == 404

@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from jobgate.api import app as api_app
 from jobgate.api.server_state import ServerState
-from jobgate.console import definitions, governance, requests, signin, views
+from jobgate.console import definitions, governance, requests, schedules, signin, views
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -23,4 +23,5 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(requests.router)
     app.include_router(definitions.router)
     app.include_router(governance.router)
+    app.include_router(schedules.router)
     return app

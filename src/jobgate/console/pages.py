@@ -40,6 +40,7 @@ def _nav() -> tuple[NavItem, ...]:
         NavItem("/runs", "Runs", READ),
         NavItem("/requests", "Requests", READ),
         NavItem("/definitions", "Definitions", READ),
+        NavItem("/schedules", "Schedules", READ),
         NavItem("/audit", "Audit", AUDIT, whole_tenant=True),
         NavItem("/admin", "Admin", ADMIN, whole_tenant=True),
     )

@@ -116,7 +116,7 @@ def schedule_misses(
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[MissOut]:
     """The slots the schedule owed and did not fire, oldest first, with why."""
-    _visible_schedule(state, caller, schedule_id)
+    visible_schedule(state, caller, schedule_id)
     last = pagination.decode_time_key(cursor)
     after = None if last is None else last[0]
     page = schedules.misses(
@@ -131,7 +131,7 @@ def schedule_misses(
     )
 
 
-def _visible_schedule(state: ServerState, caller: Principal, schedule_id: str) -> StoredSchedule:
+def visible_schedule(state: ServerState, caller: Principal, schedule_id: str) -> StoredSchedule:
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         found = tx.schedule_get(caller.tenant_id, schedule_id)
     if found is None or not caller.may_use(found.schedule.job_definition_id):
@@ -143,7 +143,7 @@ def _visible_schedule(state: ServerState, caller: Principal, schedule_id: str) -
 @allow(OPERATE)
 def enable_schedule(schedule_id: str, caller: Caller, state: State) -> ScheduleChangedOut:
     """Resume; ``changed`` is false when it was already enabled (nothing recorded)."""
-    _visible_schedule(state, caller, schedule_id)
+    visible_schedule(state, caller, schedule_id)
     now = state.engine.clock.now()
     changed = schedules.set_paused(state.engine, caller.tenant_id, schedule_id, False, now=now, actor=caller.actor)
     return ScheduleChangedOut(schedule_id=schedule_id, changed=changed)
@@ -153,7 +153,7 @@ def enable_schedule(schedule_id: str, caller: Caller, state: State) -> ScheduleC
 @allow(OPERATE)
 def disable_schedule(schedule_id: str, caller: Caller, state: State) -> ScheduleChangedOut:
     """Pause; ``changed`` is false when it was already disabled (nothing recorded)."""
-    _visible_schedule(state, caller, schedule_id)
+    visible_schedule(state, caller, schedule_id)
     now = state.engine.clock.now()
     changed = schedules.set_paused(state.engine, caller.tenant_id, schedule_id, True, now=now, actor=caller.actor)
     return ScheduleChangedOut(schedule_id=schedule_id, changed=changed)
@@ -162,7 +162,7 @@ def disable_schedule(schedule_id: str, caller: Caller, state: State) -> Schedule
 @router.delete("/schedules/{schedule_id}", status_code=204, response_class=Response)
 @allow(OPERATE)
 def delete_schedule(schedule_id: str, caller: Caller, state: State) -> Response:
-    _visible_schedule(state, caller, schedule_id)
+    visible_schedule(state, caller, schedule_id)
     schedules.delete(state.engine, caller.tenant_id, schedule_id, now=state.engine.clock.now(), actor=caller.actor)
     return Response(status_code=204)
 
