@@ -260,3 +260,49 @@ def test_an_auditor_verifies_the_chain_and_an_admin_switches_safe_mode(world: Wo
     assert "Safe mode is on since" in browser.find_element(By.CSS_SELECTOR, ".banner").text
     _shot(browser, "admin")
     assert _origins(browser) == {served}
+
+
+def test_a_workflow_graph_follows_its_steps_to_the_end(world: World, served: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from tests.helpers import define
+    from tests.runtime.runtime_support import running_worker
+
+    from jobgate.core.models import Scope
+    from jobgate.runtime.coordinator import WorkflowCoordinator
+    from jobgate.runtime.loops import LoopThread
+    from jobgate.service.workflows import StartWorkflow, start_workflow
+
+    steps = [
+        {"id": "extract", "job": "acme-job", "params": {"n": "1"}},
+        {"id": "check", "job": "acme-job", "params": {"n": "2"}, "depends_on": ["extract"]},
+        {"id": "report", "job": "acme-job", "params": {"n": "3"}, "depends_on": ["check"]},
+    ]
+    define(world.engine, job_definition_id="flow3", tenant_id="acme", handler=None, workflow={"steps": steps})
+    record, _ = start_workflow(world.engine, StartWorkflow("flow3", scope=Scope(tenant_id="acme")), actor="test")
+    _sign_in(browser, served, world.tokens[("acme", Role.OPERATOR)])
+    _go(browser, browser.find_element(By.LINK_TEXT, "Workflows"))
+    _go(browser, browser.find_element(By.LINK_TEXT, record.workflow_run_id))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#step-graph g.step")) == 3
+
+    def finished() -> bool:
+        browser.implicitly_wait(0)
+        try:
+            found = browser.find_elements(By.ID, "workflow-status")
+            return bool(found) and found[0].text == "COMPLETED"
+        except Exception:  # the page was reloading under the look
+            return False
+        finally:
+            browser.implicitly_wait(15)
+
+    coordinator = LoopThread(WorkflowCoordinator(world.engine, interval=0.02), world.engine.clock)
+    with running_worker(world.engine):
+        coordinator.start()
+        try:
+            wait_until(finished, timeout=60, what="the workflow page showing COMPLETED")
+        finally:
+            coordinator.stop()
+            assert coordinator.join(10)
+    states = [g.get_attribute("data-status") for g in browser.find_elements(By.CSS_SELECTOR, "#step-graph g.step")]
+    assert states == ["COMPLETED"] * 3
+    _shot(browser, "workflow")
+    assert _origins(browser) == {served}

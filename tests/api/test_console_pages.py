@@ -266,3 +266,25 @@ def test_a_schedule_page_shows_its_next_fires_in_its_zone_and_pauses_for_operato
     assert "Resume" not in seen.text and "Pause" not in seen.text
     assert consumer.post("/schedules/paris-morning/resume", data={"csrf": _csrf(seen.text)}).status_code == 403
     assert _signed_in(world, "other", Role.OPERATOR).get("/schedules/paris-morning").status_code == 404
+
+
+def test_a_workflow_page_draws_its_bound_step_graph(world: World) -> None:
+    from tests.helpers import define
+
+    from jobgate.core.models import Scope
+    from jobgate.service.workflows import StartWorkflow, start_workflow
+
+    steps = [
+        {"id": "extract", "job": ACME_JOB, "params": {"n": "1"}},
+        {"id": "check", "job": ACME_JOB, "params": {"n": "2"}, "depends_on": ["extract"]},
+        {"id": "report", "job": ACME_JOB, "params": {"n": "3"}, "depends_on": ["extract"]},
+    ]
+    define(world.engine, job_definition_id="flow3", tenant_id="acme", handler=None, workflow={"steps": steps})
+    record, _ = start_workflow(world.engine, StartWorkflow("flow3", scope=Scope(tenant_id="acme")), actor="test")
+    client = _signed_in(world, "acme", Role.CONSUMER)
+    assert record.workflow_run_id in client.get("/workflows").text
+    page = client.get(f"/workflows/{record.workflow_run_id}")
+    assert page.status_code == 200
+    assert sorted(re.findall(r'data-step="([a-z]+)"', page.text)) == ["check", "extract", "report"]
+    assert page.text.count("<line ") == 2 and 'http-equiv="refresh"' in page.text  # live while it runs
+    assert _signed_in(world, "other", Role.ADMIN).get(f"/workflows/{record.workflow_run_id}").status_code == 404

@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from jobgate.api import app as api_app
 from jobgate.api.server_state import ServerState
-from jobgate.console import definitions, governance, requests, schedules, signin, views
+from jobgate.console import definitions, governance, requests, schedules, signin, views, workflows
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -24,4 +24,5 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(definitions.router)
     app.include_router(governance.router)
     app.include_router(schedules.router)
+    app.include_router(workflows.router)
     return app

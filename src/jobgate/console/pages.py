@@ -41,6 +41,7 @@ def _nav() -> tuple[NavItem, ...]:
         NavItem("/requests", "Requests", READ),
         NavItem("/definitions", "Definitions", READ),
         NavItem("/schedules", "Schedules", READ),
+        NavItem("/workflows", "Workflows", READ),
         NavItem("/audit", "Audit", AUDIT, whole_tenant=True),
         NavItem("/admin", "Admin", ADMIN, whole_tenant=True),
     )
