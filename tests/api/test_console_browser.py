@@ -68,13 +68,21 @@ def browser() -> Iterator[Any]:
 
 def _go(driver: Any, element: Any) -> None:
     """Click what navigates (a link, a form's button) and wait until the next page replaced this one."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.expected_conditions import staleness_of
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 30).until(staleness_of(page))  # generous: CI runs this beside the whole suite
+
+    def replaced(_: Any) -> bool:
+        try:
+            page.is_enabled()
+        except WebDriverException:  # stale, or "does not belong to the document" mid-navigation
+            return True
+        return False
+
+    WebDriverWait(driver, 30).until(replaced)  # generous: CI runs this beside the whole suite
 
 
 def _absent(driver: Any, by: str, value: str) -> bool:
