@@ -288,3 +288,22 @@ def test_a_workflow_page_draws_its_bound_step_graph(world: World) -> None:
     assert sorted(re.findall(r'data-step="([a-z]+)"', page.text)) == ["check", "extract", "report"]
     assert page.text.count("<line ") == 2 and 'http-equiv="refresh"' in page.text  # live while it runs
     assert _signed_in(world, "other", Role.ADMIN).get(f"/workflows/{record.workflow_run_id}").status_code == 404
+
+
+def test_a_run_page_shows_its_log_and_offers_its_artifact_with_the_digest(world: World) -> None:
+    import hashlib
+
+    run = world.running_run("acme")
+    world.log_for(run, "line 1\nline <2>\n")
+    world.artifact_for(run, b"quarterly report")
+    client = _signed_in(world, "acme", Role.AUDITOR)
+    page = client.get(f"/runs/{run.job_run_id}")
+    digest = hashlib.sha256(b"quarterly report").hexdigest()
+    assert "line 1\nline &lt;2&gt;" in page.text and f'id="artifact-sha256">{digest}<' in page.text
+    end = re.search(r'data-end="(\d+)"', page.text)
+    assert end is not None and int(end.group(1)) == len("line 1\nline <2>\n")
+    download = client.get(f"/runs/{run.job_run_id}/artifact")
+    assert download.content == b"quarterly report" and download.headers["x-artifact-sha256"] == digest
+    more = client.get(f"/runs/{run.job_run_id}/log", params={"offset": 7})
+    assert more.text == "line <2>\n" and more.headers["x-log-end"] == end.group(1)
+    assert _signed_in(world, "other", Role.ADMIN).get(f"/runs/{run.job_run_id}/artifact").status_code == 404

@@ -12,7 +12,7 @@ from typing import Annotated
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobgate.api import pagination
@@ -22,9 +22,9 @@ from jobgate.api.routes import admin as admin_routes
 from jobgate.api.routes import runs as run_routes
 from jobgate.api.routes import stream as stream_routes
 from jobgate.console.pages import allowed, caller_of, render, state_of
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.states import TERMINAL, RunStatus
-from jobgate.service import control
+from jobgate.service import control, run_files
 from jobgate.views.runs import run_detail_view
 
 router = APIRouter(include_in_schema=False)
@@ -96,6 +96,11 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
         caller.role not in RUN_CONTROL.owner_roles or run.requested_by == caller.actor
     )
     can_cancel = may_control and run.status not in TERMINAL and run.status is not RunStatus.RUNNING
+    try:
+        log = run_routes.run_log(job_run_id, caller, state, tail=run_files.MAX_TAIL_LINES, offset=0)
+        log_text, log_end = bytes(log.body).decode("utf-8", errors="replace"), log.headers["X-Log-End"]
+    except NotFoundError:  # no log written yet: the script reads it from the start once there is one
+        log_text, log_end = "", "0"
     return render(
         request,
         "run.html",
@@ -105,6 +110,8 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
         attempts=detail.attempts,
         can_cancel=can_cancel,
         message=message,
+        log_text=log_text,
+        log_end=log_end,
     )
 
 
@@ -113,6 +120,26 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
 @console
 def run_page(request: Request, job_run_id: str) -> HTMLResponse:
     return _run_page(request, job_run_id)
+
+
+@router.get("/runs/{job_run_id}/log", response_class=PlainTextResponse)
+@allow(READ)
+@console
+def run_log(
+    request: Request,
+    job_run_id: str,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> PlainTextResponse:
+    """The API's log read (``X-Log-End`` says where to read next), for the run page's script."""
+    return run_routes.run_log(job_run_id, caller_of(request), state_of(request), tail=None, offset=offset)
+
+
+@router.get("/runs/{job_run_id}/artifact", response_class=StreamingResponse)
+@allow(READ)
+@console
+def run_artifact(request: Request, job_run_id: str) -> StreamingResponse:
+    """The API's artifact download (its recorded SHA-256 in ``X-Artifact-SHA256``)."""
+    return run_routes.run_artifact(job_run_id, caller_of(request), state_of(request))
 
 
 @router.get("/runs/{job_run_id}/events", response_class=StreamingResponse)

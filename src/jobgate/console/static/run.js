@@ -28,4 +28,25 @@
     source.close();
   });
   source.addEventListener("gone", function () { source.close(); });
+
+  // The log, followed: what was written since the page (or the last read) ended, every 2 s
+  // while the run is not finished, and once more when it is.
+  const log = document.getElementById("run-log");
+  let following = true;
+  function readLog() {
+    if (!log) return;
+    fetch(log.dataset.log + "?offset=" + encodeURIComponent(log.dataset.end), { credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok) return;
+        const end = response.headers.get("X-Log-End");
+        return response.text().then(function (text) {
+          if (text) log.textContent += text;
+          if (end) log.dataset.end = end;
+        });
+      })
+      .catch(function () {})
+      .finally(function () { if (following) window.setTimeout(readLog, 2000); });
+  }
+  source.addEventListener("terminal", function () { following = false; readLog(); });
+  window.setTimeout(readLog, 2000);
 })();
