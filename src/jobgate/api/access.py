@@ -91,9 +91,17 @@ def check_role(rule: Rule, principal: Principal) -> None:
         raise Forbidden(f"role {principal.role.value} lacks {rule.scope!r} (needs one of: {needed})", field="role")
 
 
+def may_act_on(rule: Rule, principal: Principal, run: JobRun) -> bool:
+    """Whether ``rule`` lets ``principal`` act on ``run``: its role, and for an owner-limited
+    role, a run it requested itself. (A console page asks before drawing a button.)"""
+    if rule.roles is not None and principal.role not in rule.roles:
+        return False
+    return principal.role not in rule.owner_roles or run.requested_by == principal.actor
+
+
 def check_run_access(rule: Rule, principal: Principal, run: JobRun) -> None:
     """Ownership: an owner-limited role acts only on the runs it requested."""
-    if principal.role in rule.owner_roles and run.requested_by != principal.actor:
+    if principal.role in rule.owner_roles and not may_act_on(rule, principal, run):
         raise Forbidden(f"role {principal.role.value} may act on its own runs only", field="job_run_id")
 
 

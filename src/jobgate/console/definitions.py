@@ -14,16 +14,14 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError as PydanticError
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
 
 from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, allow, console
 from jobgate.api.forms import form_of
 from jobgate.api.routes import definitions as definition_routes
 from jobgate.api.routes.runs import ensure_may_use
-from jobgate.console.pages import allowed, caller_of, render, state_of
-from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.console.pages import act, allowed, caller_of, render, state_of
+from jobgate.core.errors import NotFoundError
 from jobgate.views.schemas import ApproveIn
 
 router = APIRouter(include_in_schema=False)
@@ -102,21 +100,19 @@ def definition_page(
 async def approve(request: Request, job_definition_id: str) -> Response:
     form = await form_of(request)
     caller, state = caller_of(request), state_of(request)
-    try:
+
+    def approve_it() -> object:
         body = ApproveIn(
             digest=form.get("digest", ""), code_digest=form.get("code_digest") or None, note=form.get("note") or None
         )
-        await run_in_threadpool(definition_routes.approve_definition, job_definition_id, body, caller, state)
-    except PydanticError:
-        return await run_in_threadpool(
-            _definition_page, request, job_definition_id, message="The digest sent is malformed.", status=422
-        )
-    except JobgateError as exc:
-        if isinstance(exc, NotFoundError):
-            raise
-        text = f"Not approved ({exc.code}): {exc.message}"
-        return await run_in_threadpool(_definition_page, request, job_definition_id, message=text, status=403)
-    return RedirectResponse(f"/definitions/{job_definition_id}", status_code=303)
+        return definition_routes.approve_definition(job_definition_id, body, caller, state)
+
+    return await act(
+        approve_it,
+        done=lambda _: f"/definitions/{job_definition_id}",
+        again=lambda message, status: _definition_page(request, job_definition_id, message=message, status=status),
+        what="Not approved",
+    )
 
 
 @router.post("/definitions/{job_definition_id}/revoke")
@@ -126,11 +122,9 @@ async def revoke(request: Request, job_definition_id: str) -> Response:
     form = await form_of(request)
     caller, state = caller_of(request), state_of(request)
     reason = (form.get("reason") or "").strip()[:2000] or None
-    try:
-        await run_in_threadpool(definition_routes.revoke_approval, job_definition_id, caller, state, reason)
-    except JobgateError as exc:
-        if isinstance(exc, NotFoundError):
-            raise
-        text = f"Not revoked ({exc.code}): {exc.message}"
-        return await run_in_threadpool(_definition_page, request, job_definition_id, message=text, status=409)
-    return RedirectResponse(f"/definitions/{job_definition_id}", status_code=303)
+    return await act(
+        lambda: definition_routes.revoke_approval(job_definition_id, caller, state, reason),
+        done=lambda _: f"/definitions/{job_definition_id}",
+        again=lambda message, status: _definition_page(request, job_definition_id, message=message, status=status),
+        what="Not revoked",
+    )

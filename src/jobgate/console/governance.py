@@ -11,16 +11,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError as PydanticError
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
 
 from jobgate.api.access import ADMIN, AUDIT, allow, console, whole_tenant
 from jobgate.api.forms import form_of
 from jobgate.api.routes import audit as audit_routes
 from jobgate.api.routes import safemode as safemode_routes
-from jobgate.console.pages import caller_of, render, state_of
-from jobgate.core.errors import JobgateError
+from jobgate.console.pages import act, caller_of, render, state_of
 from jobgate.service import safemode
 from jobgate.views.schemas import SafeModeIn
 
@@ -62,11 +59,14 @@ def admin_page(request: Request) -> HTMLResponse:
 async def switch_safe_mode(request: Request) -> Response:
     form = await form_of(request)
     caller, state = whole_tenant(caller_of(request)), state_of(request)
-    try:
+
+    def switch() -> object:
         body = SafeModeIn(active=form.get("active") == "true", reason=form.get("reason", "").strip())
-        await run_in_threadpool(safemode_routes.switch_safe_mode, body, caller, state)
-    except PydanticError:
-        return await run_in_threadpool(_admin_page, request, message="A reason is required.", status=422)
-    except JobgateError as exc:
-        return await run_in_threadpool(_admin_page, request, message=f"Not switched: {exc.message}", status=409)
-    return RedirectResponse("/admin", status_code=303)
+        return safemode_routes.switch_safe_mode(body, caller, state)
+
+    return await act(
+        switch,
+        done=lambda _: "/admin",
+        again=lambda message, status: _admin_page(request, message=message, status=status),
+        what="Not switched",
+    )

@@ -9,18 +9,24 @@ is the guard.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import ValidationError as PydanticError
+from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.access import Rule
+from jobgate.api.errors import status_for
 from jobgate.api.server_state import ServerState
+from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.service import safemode
 from jobgate.service.tokens import Principal
 
+T = TypeVar("T")
 templates = Environment(loader=PackageLoader("jobgate.console", "templates"), autoescape=select_autoescape())
 
 
@@ -78,3 +84,28 @@ def render(request: Request, name: str, *, status: int = 200, **context: Any) ->
         **context,
     )
     return HTMLResponse(page, status_code=status)
+
+
+async def act(
+    action: Callable[[], T],
+    *,
+    done: Callable[[T], str],
+    again: Callable[[str, int], HTMLResponse],
+    what: str,
+) -> Response:
+    """A console form's action: ``action`` (the API handler the form mirrors, its body built
+    inside, so a malformed field is a refusal like any other) runs off the event loop; then the
+    browser goes to ``done(result)``, or ``again(message, status)`` draws the page once more with
+    the service's words and the status the API answers for the same refusal. A record the caller
+    may not see stays a 404, as in the API."""
+    try:
+        result = await run_in_threadpool(action)
+    except PydanticError as exc:
+        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'form'}: {e['msg']}" for e in exc.errors())
+        return await run_in_threadpool(again, f"{what}: {fields}", 422)
+    except NotFoundError:
+        raise
+    except JobgateError as exc:
+        named = f", {exc.field}" if exc.field else ""
+        return await run_in_threadpool(again, f"{what} ({exc.code}{named}): {exc.message}", status_for(exc))
+    return RedirectResponse(done(result), status_code=303)

@@ -13,17 +13,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError as PydanticError
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
 
 from jobgate.api.access import PROPOSE, READ, REVIEW, allow, console
 from jobgate.api.forms import form_of
 from jobgate.api.routes import definitions as definition_routes
 from jobgate.api.routes import requests as request_routes
-from jobgate.console.pages import allowed, caller_of, render, state_of
-from jobgate.core.errors import JobgateError
-from jobgate.views.schemas import DecisionIn, RejectIn, RequestIn
+from jobgate.console.pages import act, allowed, caller_of, render, state_of
+from jobgate.core.governance import Person, request_refusal
+from jobgate.views.schemas import DecisionIn, RejectIn, RequestIn, RequestOut
 
 router = APIRouter(include_in_schema=False)
 
@@ -58,30 +56,37 @@ def requests_page(request: Request, job: Annotated[str | None, Query(max_length=
 @console
 async def propose(request: Request) -> Response:
     form = await form_of(request)
-    job = form.get("job_definition_id", "")
+    caller, state = caller_of(request), state_of(request)
     params = {k.removeprefix("param."): v for k, v in form.items() if k.startswith("param.")}
-    try:
+
+    def propose_it() -> RequestOut:
         body = RequestIn(
-            job_definition_id=job, params=params, title=form.get("title", ""), reason=form.get("reason", "")
+            job_definition_id=form.get("job_definition_id", ""),
+            params=params,
+            title=form.get("title", ""),
+            reason=form.get("reason", ""),
         )
-    except PydanticError as exc:
-        return _problem(request, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    try:
-        made = await run_in_threadpool(request_routes.propose, body, caller_of(request), state_of(request))
-    except JobgateError as exc:
-        return _problem(request, f"{exc.field + ': ' if exc.field else ''}{exc.message}")
-    return RedirectResponse(f"/requests/{made.request_id}", status_code=303)
+        return request_routes.propose(body, caller, state)
+
+    return await act(
+        propose_it,
+        done=lambda made: f"/requests/{made.request_id}",
+        again=lambda message, status: _problem(request, message, status),
+        what="Request not made",
+    )
 
 
-def _problem(request: Request, message: str) -> HTMLResponse:
-    return render(request, "message.html", status=422, title="Request not made", message=message, back="/requests")
+def _problem(request: Request, message: str, status: int) -> HTMLResponse:
+    return render(request, "message.html", status=status, title="Request not made", message=message, back="/requests")
 
 
 def _request_page(request: Request, request_id: str, *, message: str | None = None, status: int = 200) -> HTMLResponse:
     caller, state = caller_of(request), state_of(request)
-    found = request_routes.get_request(request_id, caller, state)
+    stored = request_routes.visible_request(state, caller, request_id)
+    found = RequestOut.of(stored)
     reviewer = allowed(REVIEW, caller)
-    own = found.requested_by == caller.actor or found.requested_by in caller.minted_by
+    # The service's own four-eyes rule: the proposer, or anyone who minted or was minted by them.
+    own = request_refusal(caller.person, Person(stored.requested_by, stored.requester_lineage)) is not None
     return render(
         request,
         "request.html",
@@ -105,23 +110,20 @@ def request_page(request: Request, request_id: str) -> HTMLResponse:
 async def _act(request: Request, request_id: str, action: str) -> Response:
     form = await form_of(request)
     caller, state = caller_of(request), state_of(request)
-    try:
+
+    def decide() -> object:
         if action == "test":
-            await run_in_threadpool(request_routes.test_request, request_id, caller, state)
-        elif action == "approve":
-            note = DecisionIn(note=form.get("note") or None)
-            await run_in_threadpool(request_routes.approve_request, request_id, caller, state, note)
-        else:
-            rejection = RejectIn(note=form.get("note", ""))
-            await run_in_threadpool(request_routes.reject_request, request_id, rejection, caller, state)
-    except PydanticError:
-        return await run_in_threadpool(_request_page, request, request_id, message="A note is required.", status=422)
-    except JobgateError as exc:
-        if exc.code == "not_found":
-            raise
-        text = f"Not done ({exc.code}): {exc.message}"
-        return await run_in_threadpool(_request_page, request, request_id, message=text, status=403)
-    return RedirectResponse(f"/requests/{request_id}", status_code=303)
+            return request_routes.test_request(request_id, caller, state)
+        if action == "approve":
+            return request_routes.approve_request(request_id, caller, state, DecisionIn(note=form.get("note") or None))
+        return request_routes.reject_request(request_id, RejectIn(note=form.get("note", "")), caller, state)
+
+    return await act(
+        decide,
+        done=lambda _: f"/requests/{request_id}",
+        again=lambda message, status: _request_page(request, request_id, message=message, status=status),
+        what="Not done",
+    )
 
 
 @router.post("/requests/{request_id}/test")

@@ -9,12 +9,11 @@ now and the schedule's watermark, so the page shows exactly what the leader will
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
 
 from jobgate.api.access import OPERATE, READ, allow, console
 from jobgate.api.routes import operations as operation_routes
-from jobgate.console.pages import allowed, caller_of, render, state_of
+from jobgate.console.pages import act, allowed, caller_of, render, state_of
 from jobgate.scheduling.plan import next_fires
 
 router = APIRouter(include_in_schema=False)
@@ -34,6 +33,12 @@ def schedules_page(request: Request) -> HTMLResponse:
 @allow(READ)
 @console
 def schedule_page(request: Request, schedule_id: str) -> HTMLResponse:
+    return _schedule_page(request, schedule_id)
+
+
+def _schedule_page(
+    request: Request, schedule_id: str, *, message: str | None = None, status: int = 200
+) -> HTMLResponse:
     caller, state = caller_of(request), state_of(request)
     stored = operation_routes.visible_schedule(state, caller, schedule_id)
     now = state.engine.clock.now()
@@ -49,6 +54,8 @@ def schedule_page(request: Request, schedule_id: str) -> HTMLResponse:
     return render(
         request,
         "schedule.html",
+        status=status,
+        message=message,
         item=item,
         zone=str(zone),
         fires=fires,
@@ -60,8 +67,12 @@ def schedule_page(request: Request, schedule_id: str) -> HTMLResponse:
 async def _switch(request: Request, schedule_id: str, pause: bool) -> Response:
     caller, state = caller_of(request), state_of(request)
     handler = operation_routes.disable_schedule if pause else operation_routes.enable_schedule
-    await run_in_threadpool(handler, schedule_id, caller, state)
-    return RedirectResponse(f"/schedules/{schedule_id}", status_code=303)
+    return await act(
+        lambda: handler(schedule_id, caller, state),
+        done=lambda _: f"/schedules/{schedule_id}",
+        again=lambda message, status: _schedule_page(request, schedule_id, message=message, status=status),
+        what="Not switched",
+    )
 
 
 @router.post("/schedules/{schedule_id}/pause")

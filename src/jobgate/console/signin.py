@@ -12,16 +12,16 @@ choosing), and every state-changing console form carries the session's CSRF toke
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.access import PUBLIC, READ, allow, console
 from jobgate.api.forms import form_of
-from jobgate.api.server_state import ServerState
+from jobgate.console.pages import state_of, templates
 from jobgate.core.errors import JobgateError
 from jobgate.identity import sessions
 from jobgate.identity.errors import IdentityProviderUnavailable
@@ -29,35 +29,39 @@ from jobgate.identity.oidc_flow import Pending
 from jobgate.service.tokens import Principal
 
 router = APIRouter(include_in_schema=False)
-templates = Environment(loader=PackageLoader("jobgate.console", "templates"), autoescape=select_autoescape())
 LOGIN_COOKIE = "jobgate_login"  # the sign-in form's anti-forgery value
 FAILED = "Sign-in failed: check the name and password, or the token."
 UNAVAILABLE = "The identity provider cannot be reached; try again later."
 
 
-def _state(request: Request) -> ServerState:
-    found: ServerState = request.app.state.server
-    return found
-
-
-def _cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+def _cookie(
+    response: Response,
+    request: Request,
+    name: str,
+    value: str,
+    max_age: int,
+    *,
+    samesite: Literal["strict", "lax"] = "strict",
+    path: str = "/",
+) -> None:
     response.set_cookie(
         name,
         value,
         max_age=max_age,
         httponly=True,
-        samesite="strict",
+        samesite=samesite,
         secure=request.url.scheme == "https",
-        path="/",
+        path=path,
     )
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """A page drawn before anyone signed in (``pages.render`` draws those of a signed-in caller)."""
     return HTMLResponse(templates.get_template(name).render(**context), status_code=status)
 
 
 def _login_page(request: Request, message: str | None = None, status: int = 200) -> HTMLResponse:
-    state = _state(request)
+    state = state_of(request)
     auth = state.authenticator
     csrf = secrets.token_urlsafe(24)
     oidc = auth.oidc.settings.issuer if auth.oidc is not None and auth.oidc.settings.client_id else None
@@ -69,7 +73,7 @@ def _login_page(request: Request, message: str | None = None, status: int = 200)
 
 
 def _signed_in(request: Request, principal: Principal) -> RedirectResponse:
-    state = _state(request)
+    state = state_of(request)
     lifetime = state.authenticator.settings.session.total_seconds()
     value = state.signer("session").dumps(sessions.session_payload(principal), lifetime)
     response = RedirectResponse("/", status_code=303)
@@ -94,17 +98,20 @@ async def login(request: Request) -> Response:
     expected = request.cookies.get(LOGIN_COOKIE, "")
     if not expected or not secrets.compare_digest(form.get("csrf", ""), expected):
         return _login_page(request, "The sign-in form expired; please try again.", status=403)
-    auth = _state(request).authenticator
+    auth = state_of(request).authenticator
     method = form.get("method")
+    if method == "ldap" and auth.ldap is not None:
+        return await _sign_in_with(request, auth.ldap.authenticate, form.get("username", ""), form.get("password", ""))
+    if method == "token" and auth.settings.tokens:
+        return await _sign_in_with(request, auth.authenticate, f"Bearer {form.get('token', '').strip()}")
+    return _login_page(request, FAILED, status=401)
+
+
+async def _sign_in_with(request: Request, check: Callable[..., Principal], *args: Any) -> Response:
+    """Ask a provider (off the event loop); its principal gets a session, a refusal the one
+    message, an unreachable provider its own (503)."""
     try:
-        if method == "ldap" and auth.ldap is not None:
-            principal = await run_in_threadpool(
-                auth.ldap.authenticate, form.get("username", ""), form.get("password", "")
-            )
-        elif method == "token" and auth.settings.tokens:
-            principal = await run_in_threadpool(auth.authenticate, f"Bearer {form.get('token', '').strip()}")
-        else:
-            return _login_page(request, FAILED, status=401)
+        principal = await run_in_threadpool(check, *args)
     except IdentityProviderUnavailable:
         return _login_page(request, UNAVAILABLE, status=503)
     except JobgateError:
@@ -116,7 +123,7 @@ async def login(request: Request) -> Response:
 @allow(PUBLIC)
 @console
 async def login_oidc(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     flow = state.code_flow
     if flow is None:
         return _login_page(request, "Sign-in through an identity provider is not configured.", status=404)
@@ -129,13 +136,13 @@ async def login_oidc(request: Request) -> Response:
     )
     response = RedirectResponse(url, status_code=302)
     # Lax, not Strict: the provider's redirect back is a top-level navigation from its site.
-    response.set_cookie(
+    _cookie(
+        response,
+        request,
         sessions.PENDING_COOKIE,
         carried,
-        max_age=sessions.PENDING_SECONDS,
-        httponly=True,
+        sessions.PENDING_SECONDS,
         samesite="lax",
-        secure=request.url.scheme == "https",
         path="/login/oidc",
     )
     return response
@@ -145,19 +152,13 @@ async def login_oidc(request: Request) -> Response:
 @allow(PUBLIC)
 @console
 async def login_oidc_callback(request: Request, code: str = "", state: str = "", error: str = "") -> Response:
-    server = _state(request)
+    server = state_of(request)
     flow = server.code_flow
     carried = server.signer("signin").loads(request.cookies.get(sessions.PENDING_COOKIE))
     if flow is None or carried is None or error:
         return _login_page(request, FAILED, status=401)
     pending = Pending(str(carried["state"]), str(carried["nonce"]), str(carried["verifier"]))
-    try:
-        principal = await run_in_threadpool(flow.finish, code, state, pending)
-    except IdentityProviderUnavailable:
-        return _login_page(request, UNAVAILABLE, status=503)
-    except JobgateError:
-        return _login_page(request, FAILED, status=401)
-    return _signed_in(request, principal)
+    return await _sign_in_with(request, flow.finish, code, state, pending)
 
 
 @router.post("/logout")

@@ -12,20 +12,20 @@ from typing import Annotated
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
 from jobgate.api import pagination
-from jobgate.api.access import READ, RUN_CONTROL, allow, check_run_access, console
+from jobgate.api.access import READ, RUN_CONTROL, allow, console, may_act_on
 from jobgate.api.forms import form_of
 from jobgate.api.routes import admin as admin_routes
 from jobgate.api.routes import runs as run_routes
 from jobgate.api.routes import stream as stream_routes
-from jobgate.console.pages import allowed, caller_of, render, state_of
-from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.console.pages import act, allowed, caller_of, render, state_of
+from jobgate.core.errors import NotFoundError
 from jobgate.core.states import TERMINAL, RunStatus
-from jobgate.service import control, run_files
+from jobgate.service import run_files
 from jobgate.views.runs import run_detail_view
+from jobgate.views.schemas import RunActionIn
 
 router = APIRouter(include_in_schema=False)
 MAX_REASON = 500
@@ -92,10 +92,9 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
     caller, state = caller_of(request), state_of(request)
     run = run_routes.visible_run(state, caller, job_run_id)
     detail = run_detail_view(state.engine, job_run_id, caller.tenant_id)
-    may_control = allowed(RUN_CONTROL, caller) and (
-        caller.role not in RUN_CONTROL.owner_roles or run.requested_by == caller.actor
+    can_cancel = (
+        may_act_on(RUN_CONTROL, caller, run) and not run.status.is_terminal and run.status is not RunStatus.RUNNING
     )
-    can_cancel = may_control and run.status not in TERMINAL and run.status is not RunStatus.RUNNING
     try:
         log = run_routes.run_log(job_run_id, caller, state, tail=run_files.MAX_TAIL_LINES, offset=0)
         log_text, log_end = bytes(log.body).decode("utf-8", errors="replace"), log.headers["X-Log-End"]
@@ -161,17 +160,10 @@ async def run_events(
 async def cancel(request: Request, job_run_id: str) -> Response:
     """The API's cancel, from the run page's form (its CSRF token checked before this runs)."""
     reason = (await form_of(request)).get("reason", "").strip()[:MAX_REASON] or None
-    return await run_in_threadpool(_cancel, request, job_run_id, reason)
-
-
-def _cancel(request: Request, job_run_id: str, reason: str | None) -> Response:
     caller, state = caller_of(request), state_of(request)
-    run = run_routes.visible_run(state, caller, job_run_id)
-    check_run_access(RUN_CONTROL, caller, run)
-    try:
-        control.cancel_run(state.engine, job_run_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
-    except JobgateError as exc:
-        if exc.code in ("not_found", "forbidden"):
-            raise
-        return _run_page(request, job_run_id, message=f"Not cancelled: {exc.message}", status=409)
-    return RedirectResponse(f"/runs/{job_run_id}", status_code=303)
+    return await act(
+        lambda: run_routes.cancel_run(job_run_id, caller, state, RunActionIn(reason=reason)),
+        done=lambda _: f"/runs/{job_run_id}",
+        again=lambda message, status: _run_page(request, job_run_id, message=message, status=status),
+        what="Not cancelled",
+    )

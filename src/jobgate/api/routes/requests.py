@@ -33,7 +33,7 @@ def _own_only(caller: Principal) -> str | None:
     return caller.actor if caller.role is Role.CONSUMER else None
 
 
-def _visible(state: ServerState, caller: Principal, request_id: str) -> RunRequest:
+def visible_request(state: ServerState, caller: Principal, request_id: str) -> RunRequest:
     found = requests.get(state.engine, caller.tenant_id, request_id, visible_to=_own_only(caller))
     if not caller.may_use(found.job_definition_id):
         raise NotFoundError(f"no request {request_id!r}", field="request_id")
@@ -74,14 +74,14 @@ def list_requests(
 @router.get("/requests/{request_id}", response_model=RequestOut)
 @allow(READ)
 def get_request(request_id: str, caller: Caller, state: State) -> RequestOut:
-    return RequestOut.of(_visible(state, caller, request_id))
+    return RequestOut.of(visible_request(state, caller, request_id))
 
 
 @router.post("/requests/{request_id}/test", response_model=TestedOut)
 @allow(REVIEW)
 def test_request(request_id: str, caller: Caller, state: State) -> TestedOut:
     """A dry run: every admission check, nothing stored or executed; the verdict is kept."""
-    _visible(state, caller, request_id)
+    visible_request(state, caller, request_id)
     request, verdict = requests.test(state.engine, caller.tenant_id, request_id, actor=caller.actor)
     return TestedOut(request=RequestOut.of(request), admissible=verdict.admissible, checks=verdict.as_dict()["checks"])
 
@@ -92,7 +92,7 @@ def approve_request(request_id: str, caller: Caller, state: State, body: Decisio
     """Create the run of the version the last dry run saw and link it (403 for the proposer, or
     anyone whose token minted or was minted by the proposer's; 403 when a gate refuses; 409 when
     the definition changed since the test)."""
-    _visible(state, caller, request_id)
+    visible_request(state, caller, request_id)
     note = None if body is None else body.note
     return RequestOut.of(
         requests.approve(
@@ -104,7 +104,7 @@ def approve_request(request_id: str, caller: Caller, state: State, body: Decisio
 @router.post("/requests/{request_id}/reject", response_model=RequestOut)
 @allow(REVIEW)
 def reject_request(request_id: str, body: RejectIn, caller: Caller, state: State) -> RequestOut:
-    _visible(state, caller, request_id)
+    visible_request(state, caller, request_id)
     return RequestOut.of(
         requests.reject(state.engine, caller.tenant_id, request_id, actor=caller.actor, note=body.note)
     )
