@@ -11,6 +11,8 @@ from fastapi.testclient import TestClient
 from tests.api.conftest import ACME_JOB, World
 from tests.helpers import count
 
+from jobgate.core.models import JobRun
+from jobgate.core.records import BreachRecord
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
 from jobgate.service import safemode, tokens
@@ -307,3 +309,65 @@ def test_a_run_page_shows_its_log_and_offers_its_artifact_with_the_digest(world:
     more = client.get(f"/runs/{run.job_run_id}/log", params={"offset": 7})
     assert more.text == "line <2>\n" and more.headers["x-log-end"] == end.group(1)
     assert _signed_in(world, "other", Role.ADMIN).get(f"/runs/{run.job_run_id}/artifact").status_code == 404
+
+
+def test_the_overview_shows_the_last_day_breaches_and_failing_schedules_in_scope(world: World) -> None:
+    """The day's chart counts the caller's ended runs only (tenant, and definitions for a
+    limited token); SLA breaches and failing schedules are listed from the API's own reads."""
+    from sqlalchemy import text
+
+    from jobgate.testing import connection
+
+    world.terminal_run("acme")
+    world.terminal_run("acme")
+    control_cancel(world, world.new_run("other", job="shared-job"))
+    control_cancel(world, world.new_run("acme", job="shared-job"))
+    schedule_id = world.schedule("acme")
+    with world.engine.store.write() as tx:
+        connection(tx).execute(
+            text("UPDATE schedules SET failures = 3, last_error = 'planner crashed' WHERE schedule_id = :s"),
+            {"s": schedule_id},
+        )
+    assert "No SLA breach recorded" in _signed_in(world, "acme", Role.AUDITOR).get("/").text
+    late = world.new_run("acme", job="shared-job")
+    now = world.engine.clock.now()
+    with world.engine.store.write() as tx:
+        tx.sla.breach_insert(
+            BreachRecord(
+                "breach-1",
+                "acme",
+                "run",
+                late.job_run_id,
+                late.job_class,
+                "shared-job",
+                None,
+                "sla_deadline",
+                "breach",
+                "tight",
+                now,
+                now,
+                "high",
+                True,
+            )
+        )
+    page = _signed_in(world, "acme", Role.AUDITOR).get("/")
+    assert re.search(r'id="day-total">3 runs ended', page.text), page.text
+    assert page.text.count('data-outcome="CANCELLED"') == 1  # one bar: the hour under way
+    assert late.job_run_id in page.text.split('id="breaches"')[1].split("</table>")[0]
+    assert schedule_id in page.text.split('id="failing"')[1].split("</ul>")[0]
+    limited = tokens.create(
+        world.engine, tenant_id="acme", role=Role.AUDITOR.value, actor="test", label="limited", jobs=[ACME_JOB]
+    )
+    client = TestClient(world.client.app, follow_redirects=False)
+    csrf = _csrf(client.get("/login").text)
+    assert client.post("/login", data={"csrf": csrf, "method": "token", "token": limited.token}).status_code == 303
+    mine = client.get("/")
+    assert re.search(r'id="day-total">2 runs ended', mine.text), mine.text
+    assert 'id="evidence-title"' not in mine.text  # the tenant's evidence backlog is not a limited token's
+    assert 'id="breaches"' not in mine.text  # the breach is of another definition's run
+
+
+def control_cancel(world: World, run: JobRun) -> None:
+    from jobgate.service import control
+
+    control.cancel_run(world.engine, run.job_run_id, actor="test", tenant_id=run.tenant_id)

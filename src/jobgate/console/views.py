@@ -18,10 +18,14 @@ from jobgate.api import pagination
 from jobgate.api.access import READ, RUN_CONTROL, allow, console, may_act_on
 from jobgate.api.forms import form_of
 from jobgate.api.routes import admin as admin_routes
+from jobgate.api.routes import operations as operation_routes
 from jobgate.api.routes import runs as run_routes
+from jobgate.api.routes import sla as sla_routes
 from jobgate.api.routes import stream as stream_routes
-from jobgate.console.pages import act, allowed, caller_of, render, state_of
+from jobgate.console import chart
+from jobgate.console.pages import act, caller_of, render, state_of
 from jobgate.core.errors import NotFoundError
+from jobgate.core.sla import Phase
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.service import run_files
 from jobgate.views.runs import run_detail_view
@@ -35,25 +39,39 @@ MAX_REASON = 500
 @allow(READ)
 @console
 def overview(request: Request) -> HTMLResponse:
+    """What needs a look now: open runs (held ones with their reasons), the last 24 hours, SLA
+    breaches, failing schedules, the evidence backlog and the workers — each as the caller's
+    API calls would show it (a token limited to definitions counts only theirs)."""
     caller, state = caller_of(request), state_of(request)
-    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-        open_counts = tx.runs_open_counts(caller.tenant_id)
-        held = tx.runs_held_counts(caller.tenant_id)
-        unanchored = tx.oldest_unanchored(caller.tenant_id)
-    by_status: dict[str, int] = {s.value: 0 for s in RunStatus if s not in TERMINAL or s is RunStatus.HELD}
+    engine = state.engine
+    since = chart.window_start(engine.clock.now())
+    created_since = since - engine.config.worker.maximum_run_age - chart.HOUR  # the rescuer's pass: an hour's slack
+    with engine.store.read(tenant_id=caller.tenant_id) as tx:
+        open_counts = tx.runs_open_counts(caller.tenant_id, caller.jobs)
+        held = tx.runs_held_counts(caller.tenant_id, caller.jobs)
+        ended = tx.runs_ended_by_bucket(caller.tenant_id, since, chart.HOUR, created_since, caller.jobs)
+        unanchored = tx.oldest_unanchored(caller.tenant_id) if caller.jobs is None else []
+    by_status: dict[str, int] = {s.value: 0 for s in RunStatus if s not in TERMINAL}
     for (status, _job_class), n in open_counts.items():
         by_status[status] = by_status.get(status, 0) + n
     held_by_reason: dict[str, int] = {}
     for (reason, _job_class), n in held.items():
         held_by_reason[reason or "unknown"] = held_by_reason.get(reason or "unknown", 0) + n
-    workers = admin_routes.list_workers(state) if allowed(READ, caller) else None
+    breaches = sla_routes.list_sla_breaches(caller, state, phase=Phase.BREACH, limit=10)
+    schedules = operation_routes.list_schedules(caller, state, limit=pagination.MAX_LIMIT).items
     return render(
         request,
         "overview.html",
         open_counts=sorted(by_status.items()),
         held=sorted(held_by_reason.items()),
+        chart=chart.throughput_chart(ended, since),
+        outcomes=chart.OUTCOMES,
+        breaches=breaches.items,
+        more_breaches=breaches.next_cursor is not None,
+        failing=[s for s in schedules if s.state == "failing"],
+        show_evidence=caller.jobs is None,
         unanchored=min((at for _, at in unanchored), default=None),
-        workers=workers,
+        workers=admin_routes.list_workers(state),
     )
 
 

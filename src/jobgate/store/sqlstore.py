@@ -687,11 +687,27 @@ class StoreTx:
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
         return outbox.outbox_summary(self._conn, tenant_id, ordered_ids=self._ordered_ids)
 
-    def runs_open_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
-        return runs.runs_open_counts(self._conn, tenant_id)
+    def runs_open_counts(
+        self, tenant_id: str | None, job_definition_ids: Sequence[str] | None = None
+    ) -> dict[tuple[str, str], int]:
+        return runs.runs_open_counts(self._conn, tenant_id, job_definition_ids)
 
-    def runs_held_counts(self, tenant_id: str | None) -> dict[tuple[str, str], int]:
-        return runs.runs_held_counts(self._conn, tenant_id)
+    def runs_held_counts(
+        self, tenant_id: str | None, job_definition_ids: Sequence[str] | None = None
+    ) -> dict[tuple[str, str], int]:
+        return runs.runs_held_counts(self._conn, tenant_id, job_definition_ids)
+
+    def runs_ended_by_bucket(
+        self,
+        tenant_id: str,
+        since: datetime,
+        bucket: timedelta,
+        created_since: datetime,
+        job_definition_ids: Sequence[str] | None = None,
+    ) -> list[tuple[int, str, int]]:
+        return runs.runs_ended_by_bucket(
+            self._conn, tenant_id, since, bucket // timedelta(microseconds=1), created_since, job_definition_ids
+        )
 
     def runs_due_summary(self, tenant_id: str | None, now: datetime) -> tuple[int, datetime | None]:
         return runs.runs_due_summary(self._conn, tenant_id, now)

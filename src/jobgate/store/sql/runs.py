@@ -380,22 +380,54 @@ def runs_due_summary(conn: Connection, tenant_id: str | None, now: datetime) -> 
 OPEN_STATUSES = (RunStatus.SCHEDULED, RunStatus.RETRY_WAIT, RunStatus.DISPATCHED, RunStatus.RUNNING, RunStatus.HELD)
 
 
-def runs_open_counts(conn: Connection, tenant_id: str | None) -> dict[tuple[str, str], int]:
-    """Open (not terminal) runs by (status, job class): read from the partial indexes' rows
-    only, so the count stays cheap however many finished runs the table holds."""
+def _limited(q: Select[Any], tenant_id: str | None, job_definition_ids: Sequence[str] | None) -> Select[Any]:
     c = job_runs.c
-    q = select(c.status, c.job_class, func.count()).where(c.status.in_([s.value for s in OPEN_STATUSES]))
     if tenant_id is not None:
         q = q.where(c.tenant_id == tenant_id)
-    q = q.group_by(c.status, c.job_class)
+    if job_definition_ids is not None:
+        q = q.where(c.job_definition_id.in_(list(job_definition_ids)))
+    return q
+
+
+def runs_open_counts(
+    conn: Connection, tenant_id: str | None, job_definition_ids: Sequence[str] | None = None
+) -> dict[tuple[str, str], int]:
+    """Open (not terminal) runs by (status, job class): read from the partial indexes' rows
+    only, so the count stays cheap however many finished runs the table holds. With
+    ``job_definition_ids``: only those definitions' runs (a token limited to them)."""
+    c = job_runs.c
+    q = select(c.status, c.job_class, func.count()).where(c.status.in_([s.value for s in OPEN_STATUSES]))
+    q = _limited(q, tenant_id, job_definition_ids).group_by(c.status, c.job_class)
     return {(status, job_class): int(n) for status, job_class, n in conn.execute(q)}
 
 
-def runs_held_counts(conn: Connection, tenant_id: str | None) -> dict[tuple[str, str], int]:
+def runs_held_counts(
+    conn: Connection, tenant_id: str | None, job_definition_ids: Sequence[str] | None = None
+) -> dict[tuple[str, str], int]:
     """Held runs by (hold reason, job class): the partial index of held runs only."""
     c = job_runs.c
     q = select(c.hold_reason, c.job_class, func.count()).where(c.status == RunStatus.HELD.value)
-    if tenant_id is not None:
-        q = q.where(c.tenant_id == tenant_id)
-    q = q.group_by(c.hold_reason, c.job_class)
+    q = _limited(q, tenant_id, job_definition_ids).group_by(c.hold_reason, c.job_class)
     return {(str(reason), job_class): int(n) for reason, job_class, n in conn.execute(q)}
+
+
+def runs_ended_by_bucket(
+    conn: Connection,
+    tenant_id: str,
+    since: datetime,
+    bucket_us: int,
+    created_since: datetime,
+    job_definition_ids: Sequence[str] | None = None,
+) -> list[tuple[int, str, int]]:
+    """Runs that ended at or after ``since``, counted by (bucket, final status): bucket ``i``
+    holds the ends in ``[since + i*bucket, since + (i+1)*bucket)``. ``created_since`` bounds the
+    read to the tenant's creation index: a run ends no later than the maximum run age after it
+    was created, so the caller passes ``since`` minus that age and no run is missed."""
+    c = job_runs.c
+    start = codec.to_us(since)
+    bucket = ((c.ended_at - start) // bucket_us).label("bucket")
+    q = select(bucket, c.status, func.count()).where(
+        c.created_at >= codec.to_us(created_since), c.ended_at.is_not(None), c.ended_at >= start
+    )
+    q = _limited(q, tenant_id, job_definition_ids).group_by(bucket, c.status)
+    return [(int(b), str(status), int(n)) for b, status, n in conn.execute(q)]
