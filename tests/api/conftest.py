@@ -84,6 +84,18 @@ class World:
         assert found is not None and found.status.value == "RUNNING", found
         return found
 
+    def anchored(self, tenant: str = "acme") -> int:
+        """Anchor the entries of ``tenant`` whose window has closed, as if it were two windows
+        later; the last seq anchored (entries after an anchored window wait for the next)."""
+        from jobgate.evidence import anchors
+
+        later = self.engine.clock.now() + 2 * self.engine.config.evidence.anchor_window
+        with self.engine.store.write() as tx:
+            anchors.anchor_configured(tx, self.engine.config, tenant, later)
+            last = tx.anchors.last(tenant, "batch")
+        assert last is not None, "nothing to anchor"
+        return last.last_seq
+
     def log_for(self, run: JobRun, text: str = "line 1\nline 2\nline 3\n") -> None:
         folder = Path(self.engine.config.data_dir) / "runs" / run.job_run_id
         folder.mkdir(parents=True, exist_ok=True)

@@ -371,3 +371,63 @@ def control_cancel(world: World, run: JobRun) -> None:
     from jobgate.service import control
 
     control.cancel_run(world.engine, run.job_run_id, actor="test", tenant_id=run.tenant_id)
+
+
+def test_the_audit_page_shows_an_entrys_proof_and_hands_out_verifiable_bundles(world: World) -> None:
+    from jobgate.evidence import keys as evidence_keys
+    from jobgate.export.bundles import verify_bundle
+
+    signer = evidence_keys.ensure(world.engine.config)
+    run = world.terminal_run("acme")
+    auditor = _signed_in(world, "acme", Role.AUDITOR)
+    waiting = auditor.get("/audit/proof", params={"seq": 1})
+    assert waiting.status_code == 404 and "not anchored yet" in waiting.text
+    world.anchored("acme")
+    shown = auditor.get("/audit/proof", params={"seq": 1})
+    assert shown.status_code == 200 and 'id="proof-summary">Entry 1 ' in shown.text
+    assert 'id="evidence-link" href="/evidence?job_run_id=' in auditor.get(f"/runs/{run.job_run_id}").text
+    bundle = auditor.get("/evidence", params={"job_run_id": run.job_run_id, "workflow_run_id": ""})
+    assert bundle.status_code == 200 and bundle.headers["content-type"] == "application/zip"
+    assert verify_bundle(bundle.content, public_keys={signer.key_id: signer.public_b64}).ok
+    period = auditor.get("/evidence", params={"from": "2000-01-01T00:00", "to": "2999-01-01T00:00"})
+    assert period.status_code == 200 and verify_bundle(period.content).ok
+    refused = auditor.get("/evidence", params={"job_run_id": run.job_run_id, "job_definition_id": ACME_JOB})
+    assert refused.status_code == 422 and "scope" in refused.text
+    assert auditor.get("/evidence", params={"job_run_id": "../x"}).status_code == 422
+    assert auditor.get("/evidence", params={"from": "yesterday", "to": "2999-01-01T00:00"}).status_code == 422
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    assert "evidence-link" not in operator.get(f"/runs/{run.job_run_id}").text
+    assert operator.get("/evidence", params={"job_run_id": run.job_run_id}).status_code == 403
+    assert operator.get("/audit/proof", params={"seq": 1}).status_code == 403
+
+
+def test_an_admin_creates_a_token_sees_its_secret_once_and_revokes_it(world: World) -> None:
+    admin = _signed_in(world, "acme", Role.ADMIN)
+    page = admin.get("/admin")
+    assert 'id="settings"' in page.text and "governance.four_eyes" in page.text
+    csrf = _csrf(page.text)
+    made = admin.post(
+        "/admin/tokens",
+        data={"csrf": csrf, "label": "reports", "role": "consumer", "jobs": f"{ACME_JOB}", "expires_in_days": "30"},
+    )
+    assert made.status_code == 201 and made.headers["cache-control"] == "no-store"
+    secret = re.search(r'id="new-secret" type="text" readonly value="([^"]+)"', made.text)
+    assert secret is not None
+    token_id = re.search(r"Token <code>([^<]+)</code> \(consumer", made.text)
+    assert token_id is not None
+    assert world.client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret.group(1)}"}).status_code == 200
+    again = admin.get("/admin")
+    assert secret.group(1) not in again.text and token_id.group(1) in again.text  # listed, its secret never again
+    bad = admin.post("/admin/tokens", data={"csrf": csrf, "role": "emperor", "expires_in_days": "x"})
+    assert bad.status_code == 422 and "role" in bad.text and "expires_in_seconds" in bad.text
+    before = len(tokens.listed(world.engine, "acme"))
+    assert admin.post("/admin/tokens", data={"csrf": "forged", "role": "admin"}).status_code == 403
+    assert len(tokens.listed(world.engine, "acme")) == before
+    revoked = admin.post(f"/admin/tokens/{token_id.group(1)}/revoke", data={"csrf": csrf})
+    assert revoked.status_code == 303
+    assert world.client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret.group(1)}"}).status_code == 401
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    assert (
+        operator.post("/admin/tokens", data={"csrf": _csrf(operator.get("/").text), "role": "admin"}).status_code == 403
+    )
+    assert len(tokens.listed(world.engine, "acme")) == before

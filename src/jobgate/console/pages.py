@@ -58,6 +58,14 @@ def allowed(rule: Rule, principal: Principal) -> bool:
     return rule.roles is None or principal.role in rule.roles
 
 
+def _may_export(principal: Principal) -> bool:
+    """Whether the caller may download evidence bundles (``api.routes.evidence``: auditors and
+    admins, of the whole tenant)."""
+    from jobgate.api.access import AUDIT
+
+    return allowed(AUDIT, principal) and principal.jobs is None
+
+
 def state_of(request: Request) -> ServerState:
     found: ServerState = request.app.state.server
     return found
@@ -81,6 +89,7 @@ def render(request: Request, name: str, *, status: int = 200, **context: Any) ->
         current=request.url.path,
         safe_mode=period if period is not None and period.active else None,
         allowed=lambda rule: allowed(rule, caller),
+        may_export=_may_export(caller),
         **context,
     )
     return HTMLResponse(page, status_code=status)
@@ -89,7 +98,7 @@ def render(request: Request, name: str, *, status: int = 200, **context: Any) ->
 async def act(
     action: Callable[[], T],
     *,
-    done: Callable[[T], str],
+    done: Callable[[T], str | Response],
     again: Callable[[str, int], HTMLResponse],
     what: str,
 ) -> Response:
@@ -108,4 +117,5 @@ async def act(
     except JobgateError as exc:
         named = f", {exc.field}" if exc.field else ""
         return await run_in_threadpool(again, f"{what} ({exc.code}{named}): {exc.message}", status_for(exc))
-    return RedirectResponse(done(result), status_code=303)
+    after = await run_in_threadpool(done, result)
+    return after if isinstance(after, Response) else RedirectResponse(after, status_code=303)

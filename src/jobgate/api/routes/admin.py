@@ -11,17 +11,20 @@ creation, and another tenant's token answers 404 like a missing one.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, Field
 
 from jobgate.api import pagination
-from jobgate.api.access import ADMIN, OPERATE, READ, WholeTenant, allow, principal
+from jobgate.api.access import ADMIN, GOVERNANCE_READ, OPERATE, READ, WholeTenant, allow, principal
 from jobgate.api.errors import NotImplementedHere
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service import cluster, doctor, manual, tokens
 from jobgate.service.tokens import Principal
+from jobgate.views import governance
 from jobgate.views.schemas import (
     CheckOut,
     Page,
@@ -113,6 +116,21 @@ def run_doctor(caller: WholeTenant, state: State) -> ReadyOut:
         ready=doctor.worst(checks) is not doctor.Level.RED,
         checks=[CheckOut(name=c.name, status=c.level.value, detail=c.detail) for c in checks],
     )
+
+
+class GovernanceSettingOut(BaseModel):
+    name: str = Field(description="the key in jobgate.yaml")
+    value: str
+    meaning: str
+
+
+@router.get("/governance/settings", response_model=list[GovernanceSettingOut])
+@allow(GOVERNANCE_READ)
+def governance_settings(caller: WholeTenant, state: State) -> list[GovernanceSettingOut]:
+    """The governance settings in force (``views.governance``), read-only: they change only in
+    ``jobgate.yaml``. Paths, URLs and secrets are reported as configured or not, never shown."""
+    del caller
+    return [GovernanceSettingOut(**asdict(s)) for s in governance.governance_settings(state.engine.config)]
 
 
 @router.get("/tokens", response_model=Page[TokenOut], dependencies=[TokensInUse])
