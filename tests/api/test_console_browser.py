@@ -110,15 +110,22 @@ def _sign_in(driver: Any, base: str, token: str) -> None:
 
 
 def _origins(driver: Any) -> set[str]:
-    """Every origin the browser sent a request to, from Chromium's network log."""
-    found = set()
+    """Every origin the browser sent a request to, from Chromium's network log. A request the
+    page's own Content-Security-Policy blocked never left the browser and is not counted."""
+    asked: dict[str, str] = {}
+    blocked: set[str] = set()
     for entry in driver.get_log("performance"):
         message = json.loads(entry["message"])["message"]
+        params = message.get("params", {})
         if message.get("method") == "Network.requestWillBeSent":
-            url = message["params"]["request"]["url"]
-            if not url.startswith(("data:", "about:")):
-                found.add("/".join(url.split("/")[:3]))
-    return found
+            asked[params["requestId"]] = params["request"]["url"]
+        elif message.get("method") == "Network.loadingFailed" and params.get("blockedReason") == "csp":
+            blocked.add(params["requestId"])
+    return {
+        "/".join(url.split("/")[:3])
+        for request_id, url in asked.items()
+        if request_id not in blocked and not url.startswith(("data:", "about:", "blob:"))
+    }
 
 
 def test_an_operator_signs_in_finds_a_run_and_cancels_it(world: World, served: str, browser: Any) -> None:
@@ -132,8 +139,8 @@ def test_an_operator_signs_in_finds_a_run_and_cancels_it(world: World, served: s
     _go(browser, browser.find_element(By.LINK_TEXT, run.job_run_id))
     assert browser.find_element(By.ID, "run-status").text == "SCHEDULED"
     _shot(browser, "run")
-    reason = browser.find_element(By.ID, "reason")  # a labelled control
-    assert browser.find_element(By.CSS_SELECTOR, "label[for=reason]").text == "Reason"
+    reason = browser.find_element(By.ID, "cancel-reason")  # a labelled control
+    assert browser.find_element(By.CSS_SELECTOR, "label[for=cancel-reason]").text == "Reason"
     reason.send_keys("no longer needed")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Cancel run']"))
     wait_until(
@@ -155,7 +162,7 @@ def test_a_consumer_sees_no_cancel_form(world: World, served: str, browser: Any)
     _sign_in(browser, served, world.tokens[("acme", Role.CONSUMER)])
     browser.get(f"{served}/runs/{run.job_run_id}")
     assert browser.find_element(By.ID, "run-status").text == "SCHEDULED"
-    assert _absent(browser, By.ID, "reason")
+    assert _absent(browser, By.CSS_SELECTOR, "form.run-action")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Sign out']"))
     wait_until(lambda: browser.current_url == f"{served}/login", timeout=30, what="the sign-in page")
     browser.get(f"{served}/runs")
@@ -236,8 +243,8 @@ def test_a_reviewer_reads_the_diff_and_approves_the_changed_definition(world: Wo
 
 
 def test_the_api_docs_work_offline(world: World, served: str, browser: Any) -> None:
-    """Swagger UI from the installed fastapi-offline: it renders the schema's operations and asks
-    no other origin for a script, a style or a font."""
+    """Swagger UI and ReDoc from the installed fastapi-offline: they render the schema's
+    operations and ask no other origin for a script, a style, a font or an image."""
     from selenium.webdriver.common.by import By
 
     browser.implicitly_wait(0)  # polled below: each look must not wait on its own
@@ -246,6 +253,14 @@ def test_the_api_docs_work_offline(world: World, served: str, browser: Any) -> N
         lambda: len(browser.find_elements(By.CSS_SELECTOR, ".opblock")) > 20, timeout=30, what="the operations drawn"
     )
     _shot(browser, "docs")
+    assert _origins(browser) == {served}
+    browser.get(f"{served}/redoc")
+    wait_until(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, "[data-section-id^='operation/']")) > 20,
+        timeout=60,
+        what="ReDoc's operations drawn",
+    )
+    _shot(browser, "redoc")
     assert _origins(browser) == {served}
 
 
@@ -266,7 +281,62 @@ def test_an_auditor_verifies_the_chain_and_an_admin_switches_safe_mode(world: Wo
     browser.find_element(By.ID, "safe-reason").send_keys("quarter close")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Turn on']"))
     assert "Safe mode is on since" in browser.find_element(By.CSS_SELECTOR, ".banner").text
+    browser.find_element(By.ID, "token-label").send_keys("reporting service")
+    browser.find_element(By.CSS_SELECTOR, "#token-role option[value=consumer]").click()
+    _go(browser, browser.find_element(By.XPATH, "//button[text()='Create token']"))
+    secret = browser.find_element(By.ID, "new-secret").get_attribute("value")
+    assert world.client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
     _shot(browser, "admin")
+    browser.get(f"{served}/admin")
+    assert _absent(browser, By.ID, "new-secret")  # shown once
+    assert _origins(browser) == {served}
+
+
+def test_an_auditor_downloads_a_runs_evidence_and_the_cli_verifies_it(
+    world: World, served: str, browser: Any, tmp_path: Path
+) -> None:
+    """The run page's evidence link downloads the signed bundle; ``jobgate evidence verify``
+    (the installed command, in its own process) checks it with the published key; the audit
+    page shows an entry's inclusion proof."""
+    import subprocess
+    import sys
+
+    from selenium.webdriver.common.by import By
+
+    from jobgate.evidence import keys as evidence_keys
+
+    signer = evidence_keys.ensure(world.engine.config)
+    run = world.terminal_run("acme")
+    world.anchored("acme")
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    _sign_in(browser, served, world.tokens[("acme", Role.AUDITOR)])
+    browser.get(f"{served}/runs/{run.job_run_id}")
+    browser.find_element(By.ID, "evidence-link").click()
+    bundle = tmp_path / f"evidence-run-{run.job_run_id}.zip"
+    wait_until(bundle.exists, timeout=30, what="the bundle downloaded")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobgate",
+            "evidence",
+            "verify",
+            str(bundle),
+            "--public-key",
+            f"{signer.key_id}={signer.public_b64}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"ok: {bundle} (signed by {signer.key_id}" in checked.stdout
+    browser.get(f"{served}/audit")
+    _go(browser, browser.find_element(By.CSS_SELECTOR, "a[aria-label='Inclusion proof of entry 1']"))
+    assert browser.find_element(By.ID, "proof-summary").text.startswith("Entry 1 ")
+    _shot(browser, "audit-proof")
     assert _origins(browser) == {served}
 
 
@@ -314,3 +384,86 @@ def test_a_workflow_graph_follows_its_steps_to_the_end(world: World, served: str
     assert states == ["COMPLETED"] * 3
     _shot(browser, "workflow")
     assert _origins(browser) == {served}
+
+
+UNLABELLED = """
+const controls = document.querySelectorAll('input:not([type=hidden]), select, textarea, button');
+return Array.from(controls).filter(function (el) {
+  if (el.tagName === 'BUTTON') return !(el.textContent.trim() || el.getAttribute('aria-label'));
+  return !(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.getAttribute('aria-labelledby');
+}).map(function (el) { return el.outerHTML.slice(0, 160); });
+"""
+
+
+def test_every_page_has_labelled_controls_and_fits_a_desktop_and_a_phone(
+    world: World, served: str, browser: Any
+) -> None:
+    """Each page an admin can open, at 1280 px and at a phone's 390 px: every control has a
+    label, nothing makes the page scroll sideways, nothing is asked of another origin; a
+    screenshot of each goes to ``test-artifacts/console/``."""
+    from tests.api.conftest import ACME_JOB
+
+    run = world.terminal_run("acme")
+    world.log_for(run)
+    pages = {
+        "overview": "/",
+        "runs-list": "/runs",
+        "run-page": f"/runs/{run.job_run_id}",
+        "requests-list": "/requests",
+        "request-page": f"/requests/{world.proposal()}",
+        "definitions-list": "/definitions",
+        "definition-page": f"/definitions/{ACME_JOB}",
+        "schedules-list": "/schedules",
+        "schedule-page": f"/schedules/{world.schedule()}",
+        "workflows-list": "/workflows",
+        "workflow-page": f"/workflows/{world.workflow()}",
+        "audit-page": "/audit?verify=true",
+        "admin-page": "/admin",
+    }
+    _sign_in(browser, served, world.tokens[("acme", Role.ADMIN)])
+    for width in (1280, 390):
+        browser.set_window_size(width, 900)
+        for name, path in pages.items():
+            browser.get(served + path)
+            assert browser.find_element("tag name", "h1").text, path
+            assert browser.title.endswith(" · jobgate") and len(browser.title) < 120, (path, browser.title)
+            assert browser.execute_script(UNLABELLED) == [], path
+            sideways = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+            assert sideways <= 0, f"{path} at {width} px scrolls {sideways} px sideways"
+            _shot(browser, f"{name}-{width}")
+    assert _origins(browser) == {served}
+
+
+def test_the_keyboard_alone_signs_in_skips_to_the_content_and_follows_the_navigation(
+    world: World, served: str, browser: Any
+) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    def press(*keys: str) -> None:
+        ActionChains(browser).send_keys(*keys).perform()
+
+    def focused() -> Any:
+        return browser.switch_to.active_element
+
+    def tab_to(check: Any, what: str) -> Any:
+        for _ in range(30):
+            press(Keys.TAB)
+            if check(focused()):
+                return focused()
+        pytest.fail(f"Tab never reached {what}")
+
+    browser.get(f"{served}/login")
+    tab_to(lambda e: e.get_attribute("id") == "token", "the token field")
+    press(world.tokens[("acme", Role.OPERATOR)], Keys.ENTER)
+    wait_until(lambda: browser.current_url == f"{served}/", timeout=30, what="the overview after signing in")
+    press(Keys.TAB)
+    skip = focused()
+    assert skip.text == "Skip to content"
+    assert browser.execute_script("return getComputedStyle(arguments[0]).outlineStyle", skip) != "none"
+    press(Keys.ENTER)
+    assert focused().get_attribute("id") == "main"
+    browser.get(f"{served}/")
+    tab_to(lambda e: e.text == "Runs" and e.tag_name == "a", "the Runs link")
+    press(Keys.ENTER)
+    wait_until(lambda: browser.current_url == f"{served}/runs", timeout=30, what="the runs page by keyboard")

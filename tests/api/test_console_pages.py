@@ -431,3 +431,49 @@ def test_an_admin_creates_a_token_sees_its_secret_once_and_revokes_it(world: Wor
         operator.post("/admin/tokens", data={"csrf": _csrf(operator.get("/").text), "role": "admin"}).status_code == 403
     )
     assert len(tokens.listed(world.engine, "acme")) == before
+
+
+def test_the_run_page_offers_each_action_its_state_and_role_allow_and_the_server_agrees(world: World) -> None:
+    """Stop for a running run, retry for a finished one (landing on the new run), requeue of a
+    dead letter for operators; a forged form for an action the run's state refuses answers the
+    API's 409 and changes nothing."""
+    from tests.helpers import define
+    from tests.runtime.runtime_support import running_worker, wait_status
+
+    from jobgate.core.models import Scope
+    from jobgate.service.submission import SubmitRequest
+
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    csrf = _csrf(operator.get("/").text)
+    running = world.running_run("acme")
+    page = operator.get(f"/runs/{running.job_run_id}").text
+    assert 'id="stop-form"' in page and 'id="cancel-form"' not in page and 'id="retry-form"' not in page
+    stopped = operator.post(f"/runs/{running.job_run_id}/stop", data={"csrf": csrf, "reason": "wrong month"})
+    assert stopped.status_code == 303
+    with world.engine.store.read() as tx:
+        assert tx.runs_stop_requested([running.job_run_id]) == {running.job_run_id}
+
+    finished = world.terminal_run("acme")
+    assert 'id="retry-form"' in operator.get(f"/runs/{finished.job_run_id}").text
+    retried = operator.post(f"/runs/{finished.job_run_id}/retry", data={"csrf": csrf})
+    assert retried.status_code == 303 and retried.headers["location"] != f"/runs/{finished.job_run_id}"
+    pending_id = retried.headers["location"].rsplit("/", 1)[1]
+    with world.engine.store.read() as tx:
+        before = tx.run_transitions(pending_id)
+    refused = operator.post(f"/runs/{pending_id}/stop", data={"csrf": csrf, "reason": "x"})
+    assert refused.status_code == 409 and "Not stopped" in refused.text
+    with world.engine.store.read() as tx:
+        assert tx.run_transitions(pending_id) == before
+
+    dead = define(world.engine, job_definition_id="acme-dies", tenant_id="acme", handler="engine_handlers:fail_final")
+    lettered = world.engine.submit(SubmitRequest(dead, scope=Scope(tenant_id="acme"))).run.job_run_id
+    with running_worker(world.engine):
+        wait_status(world.engine, lettered, RunStatus.DEAD_LETTERED)
+    assert 'id="requeue-form"' in operator.get(f"/runs/{lettered}").text
+    activator = _signed_in(world, "acme", Role.ACTIVATOR)  # requeue is an operator's
+    assert 'id="requeue-form"' not in activator.get(f"/runs/{lettered}").text
+    assert activator.post(f"/runs/{lettered}/requeue", data={"csrf": _csrf(activator.get("/").text)}).status_code == 403
+    assert operator.post(f"/runs/{lettered}/requeue", data={"csrf": csrf}).status_code == 303
+    with world.engine.store.read() as tx:
+        found = tx.run_get(lettered)
+    assert found is not None and found.status is not RunStatus.DEAD_LETTERED

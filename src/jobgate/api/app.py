@@ -14,7 +14,7 @@ from typing import Any
 
 import fastapi_offline
 from fastapi import Depends, FastAPI, Request
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
@@ -93,6 +93,7 @@ def create_app(state: ServerState) -> FastAPI:
     errors.install(app)
     app.mount("/docs-assets", StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
     app.add_route("/docs", _swagger_page, include_in_schema=False)
+    app.add_route("/redoc", _redoc_page, include_in_schema=False)
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
@@ -104,8 +105,8 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-# Swagger UI 5 as fastapi-offline installs it (public files, no CDN: the docs work offline). Its
-# ReDoc is not served: ReDoc's page fetches its logo from cdn.redoc.ly.
+# Swagger UI 5 and ReDoc as fastapi-offline installs them (public files, no CDN: the docs work
+# offline).
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 
 
@@ -118,6 +119,24 @@ async def _swagger_page(request: Request) -> HTMLResponse:
         swagger_css_url="/docs-assets/swagger-ui.css",
         swagger_favicon_url="/docs-assets/favicon.png",
     )
+
+
+# ReDoc's sidebar always draws a logo from cdn.redoc.ly; the page's policy admits images from this
+# server only, so the browser never asks for it (the image's error handler then hides it).
+REDOC_POLICY = "img-src 'self' data:"
+
+
+async def _redoc_page(request: Request) -> HTMLResponse:
+    """ReDoc for ``/openapi.json``, every file from this server, no web fonts."""
+    page = get_redoc_html(
+        openapi_url="/openapi.json",
+        title="jobgate API",
+        redoc_js_url="/docs-assets/redoc.standalone.js",
+        redoc_favicon_url="/docs-assets/favicon.png",
+        with_google_fonts=False,
+    )
+    page.headers["Content-Security-Policy"] = REDOC_POLICY
+    return page
 
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -28,6 +29,14 @@ from jobgate.service.tokens import Principal
 
 T = TypeVar("T")
 templates = Environment(loader=PackageLoader("jobgate.console", "templates"), autoescape=select_autoescape())
+
+
+def _when(value: datetime | None) -> str:
+    """An instant as every page writes it: to the second, in UTC (empty for none)."""
+    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+templates.filters["when"] = _when
 
 
 @dataclass(frozen=True)

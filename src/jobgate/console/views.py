@@ -8,6 +8,8 @@ calls the same service function as the API's, after the same checks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -15,7 +17,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
 from jobgate.api import pagination
-from jobgate.api.access import READ, RUN_CONTROL, allow, console, may_act_on
+from jobgate.api.access import OPERATE, READ, RUN_CONTROL, allow, console, may_act_on
 from jobgate.api.forms import form_of
 from jobgate.api.routes import admin as admin_routes
 from jobgate.api.routes import operations as operation_routes
@@ -23,13 +25,15 @@ from jobgate.api.routes import runs as run_routes
 from jobgate.api.routes import sla as sla_routes
 from jobgate.api.routes import stream as stream_routes
 from jobgate.console import chart
-from jobgate.console.pages import act, caller_of, render, state_of
+from jobgate.console.pages import act, allowed, caller_of, render, state_of
 from jobgate.core.errors import NotFoundError
+from jobgate.core.models import JobRun
 from jobgate.core.sla import Phase
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.service import run_files
+from jobgate.service.tokens import Principal
 from jobgate.views.runs import run_detail_view
-from jobgate.views.schemas import RunActionIn
+from jobgate.views.schemas import RunActionIn, RunOut
 
 router = APIRouter(include_in_schema=False)
 MAX_REASON = 500
@@ -106,13 +110,40 @@ def runs_page(
     )
 
 
+@dataclass(frozen=True)
+class RunAction:
+    name: str  # the path's last segment: /runs/{id}/{name}
+    label: str
+    explains: str
+    takes_reason: bool
+
+
+CANCEL = RunAction("cancel", "Cancel run", "Cancel this run before it starts", True)
+STOP = RunAction("stop", "Stop run", "Stop this run: its worker ends it, then it is cancelled", True)
+RETRY = RunAction("retry", "Retry run", "Run it again, once, as a new run bound to the same request", False)
+REQUEUE = RunAction("requeue", "Requeue run", "One more attempt after review, under the same key", False)
+
+
+def run_actions(caller: Principal, run: JobRun) -> list[RunAction]:
+    """What the caller may do to ``run`` now: the API's rules (role and ownership, the state
+    each action needs); the server checks them again when the form arrives."""
+    found = []
+    if may_act_on(RUN_CONTROL, caller, run):
+        if run.status.is_pending and run.status is not RunStatus.DISPATCHED:
+            found.append(CANCEL)
+        if run.status is RunStatus.RUNNING:
+            found.append(STOP)
+        if run.status.is_terminal:
+            found.append(RETRY)
+    if allowed(OPERATE, caller) and run.status in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
+        found.append(REQUEUE)
+    return found
+
+
 def _run_page(request: Request, job_run_id: str, *, message: str | None = None, status: int = 200) -> HTMLResponse:
     caller, state = caller_of(request), state_of(request)
     run = run_routes.visible_run(state, caller, job_run_id)
     detail = run_detail_view(state.engine, job_run_id, caller.tenant_id)
-    can_cancel = (
-        may_act_on(RUN_CONTROL, caller, run) and not run.status.is_terminal and run.status is not RunStatus.RUNNING
-    )
     try:
         log = run_routes.run_log(job_run_id, caller, state, tail=run_files.MAX_TAIL_LINES, offset=0)
         log_text, log_end = bytes(log.body).decode("utf-8", errors="replace"), log.headers["X-Log-End"]
@@ -123,9 +154,11 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
         "run.html",
         status=status,
         run=detail.run,
+        progress=detail.progress,
+        progress_message=detail.progress_message,
         transitions=detail.transitions,
         attempts=detail.attempts,
-        can_cancel=can_cancel,
+        actions=run_actions(caller, run),
         message=message,
         log_text=log_text,
         log_end=log_end,
@@ -172,16 +205,55 @@ async def run_events(
     return await stream_routes.stream_run(job_run_id, request, caller_of(request), state_of(request), last_event_id)
 
 
+async def _act_on_run(
+    request: Request, job_run_id: str, handler: Callable[[RunActionIn], RunOut], what: str
+) -> Response:
+    """One of the run page's forms (its CSRF token checked before this runs): the API handler
+    with the form's reason; then the run's page — a retry's lands on the new run."""
+    reason = (await form_of(request)).get("reason", "").strip()[:MAX_REASON] or None
+    return await act(
+        lambda: handler(RunActionIn(reason=reason)),
+        done=lambda done: f"/runs/{done.job_run_id}",
+        again=lambda message, status: _run_page(request, job_run_id, message=message, status=status),
+        what=what,
+    )
+
+
 @router.post("/runs/{job_run_id}/cancel")
 @allow(RUN_CONTROL)
 @console
 async def cancel(request: Request, job_run_id: str) -> Response:
-    """The API's cancel, from the run page's form (its CSRF token checked before this runs)."""
-    reason = (await form_of(request)).get("reason", "").strip()[:MAX_REASON] or None
     caller, state = caller_of(request), state_of(request)
-    return await act(
-        lambda: run_routes.cancel_run(job_run_id, caller, state, RunActionIn(reason=reason)),
-        done=lambda _: f"/runs/{job_run_id}",
-        again=lambda message, status: _run_page(request, job_run_id, message=message, status=status),
-        what="Not cancelled",
+    return await _act_on_run(
+        request, job_run_id, lambda body: run_routes.cancel_run(job_run_id, caller, state, body), "Not cancelled"
+    )
+
+
+@router.post("/runs/{job_run_id}/stop")
+@allow(RUN_CONTROL)
+@console
+async def stop(request: Request, job_run_id: str) -> Response:
+    caller, state = caller_of(request), state_of(request)
+    return await _act_on_run(
+        request, job_run_id, lambda body: run_routes.stop_run(job_run_id, caller, state, body), "Not stopped"
+    )
+
+
+@router.post("/runs/{job_run_id}/retry")
+@allow(RUN_CONTROL)
+@console
+async def retry(request: Request, job_run_id: str) -> Response:
+    caller, state = caller_of(request), state_of(request)
+    return await _act_on_run(
+        request, job_run_id, lambda _: run_routes.retry_run(job_run_id, Response(), caller, state).run, "Not retried"
+    )
+
+
+@router.post("/runs/{job_run_id}/requeue")
+@allow(OPERATE)
+@console
+async def requeue(request: Request, job_run_id: str) -> Response:
+    caller, state = caller_of(request), state_of(request)
+    return await _act_on_run(
+        request, job_run_id, lambda _: operation_routes.requeue_dead_letter(job_run_id, caller, state), "Not requeued"
     )

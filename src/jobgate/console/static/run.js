@@ -21,10 +21,28 @@
     [t.sequence, t.from_status, t.to_status, t.at, t.actor, t.reason].forEach(function (v) { cell(row, v); });
     rows.appendChild(row);
   });
+  source.addEventListener("progress", function (event) {
+    const p = JSON.parse(event.data);
+    const cell = document.getElementById("run-progress");
+    if (!cell) return;
+    if (p.fraction != null) {
+      let bar = document.getElementById("run-progress-bar");
+      if (!bar) {
+        bar = document.createElement("progress");
+        bar.id = "run-progress-bar";
+        bar.max = 1;
+        bar.setAttribute("aria-label", "Progress");
+        cell.insertBefore(bar, cell.firstChild);
+      }
+      bar.value = p.fraction;
+      document.getElementById("run-progress-text").textContent = " " + Math.round(p.fraction * 100) + " %";
+    }
+    document.getElementById("run-progress-message").textContent = p.message ? " — " + p.message : "";
+  });
   source.addEventListener("terminal", function (event) {
     status.textContent = JSON.parse(event.data).status;
-    const cancel = document.getElementById("cancel-form");  // nothing left to cancel
-    if (cancel) cancel.remove();
+    // What could be done to a run in flight no longer applies: reload for what applies now.
+    document.querySelectorAll("form.run-action").forEach(function (form) { form.remove(); });
     source.close();
   });
   source.addEventListener("gone", function () { source.close(); });
