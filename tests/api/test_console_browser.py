@@ -177,14 +177,21 @@ def _sign_out(driver: Any, base: str) -> None:
 
 
 def test_four_eyes_end_to_end_and_the_run_completes_live(world: World, served: str, browser: Any) -> None:
-    """A consumer requests a run; an operator dry-runs and approves it; the run page follows
-    the run to COMPLETED without a reload. The operator's own request offers them no approval."""
+    """A consumer requests a run (its parameter checked as typed); an operator dry-runs and
+    approves it; the run page follows the run to COMPLETED without a reload. The operator's own
+    request offers them no approval."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from tests.runtime.runtime_support import running_worker
 
     _sign_in(browser, served, world.tokens[("acme", Role.CONSUMER)])
     browser.get(f"{served}/requests?job=acme-job")
-    browser.find_element(By.ID, "param-n").send_keys("5")
+    n = browser.find_element(By.ID, "param-n")
+    n.send_keys("5x")  # checked as typed against the declared pattern [0-9]{1,6}
+    assert n.get_attribute("aria-invalid") == "true"
+    assert "Does not match the declared pattern" in browser.find_element(By.ID, "param-n-hint").text
+    n.send_keys(Keys.BACKSPACE)
+    assert n.get_attribute("aria-invalid") == "false" and browser.find_element(By.ID, "param-n-hint").text == ""
     browser.find_element(By.ID, "title").send_keys("month end")
     browser.find_element(By.ID, "reason").send_keys("close the books")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Submit request']"))
