@@ -31,8 +31,10 @@ T = TypeVar("T")
 templates = Environment(loader=PackageLoader("jobgate.console", "templates"), autoescape=select_autoescape())
 
 
-def _when(value: datetime | None) -> str:
+def _when(value: datetime | str | None) -> str:
     """An instant as every page writes it: to the second, in UTC (empty for none)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 

@@ -7,6 +7,7 @@
   const rows = document.getElementById("transitions");
   if (!status || !rows || !window.EventSource) return;
   const source = new EventSource(status.dataset.events);
+  let following = true;  // reading the log while the run is not finished
   function cell(row, text) {
     const td = document.createElement("td");
     td.textContent = text == null ? "" : String(text);
@@ -18,7 +19,8 @@
     if (rows.querySelector('tr[data-sequence="' + t.sequence + '"]')) return;
     const row = document.createElement("tr");
     row.dataset.sequence = t.sequence;
-    [t.sequence, t.from_status, t.to_status, t.at, t.actor, t.reason].forEach(function (v) { cell(row, v); });
+    const at = t.at ? new Date(t.at).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "";  // as the server writes it
+    [t.sequence, t.from_status, t.to_status, at, t.actor, t.reason].forEach(function (v) { cell(row, v); });
     rows.appendChild(row);
   });
   source.addEventListener("progress", function (event) {
@@ -39,18 +41,31 @@
     }
     document.getElementById("run-progress-message").textContent = p.message ? " — " + p.message : "";
   });
+  // Once the run has ended, the page is drawn again from the server (without reloading it): its
+  // attempts, artifact, final log and the actions that now apply (a retry instead of a cancel).
+  function redraw() {
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("main");
+        const main = document.getElementById("main");
+        if (fresh && main) main.replaceChildren.apply(main, Array.from(fresh.childNodes));
+      })
+      .catch(function () {});
+  }
   source.addEventListener("terminal", function (event) {
     status.textContent = JSON.parse(event.data).status;
-    // What could be done to a run in flight no longer applies: reload for what applies now.
     document.querySelectorAll("form.run-action").forEach(function (form) { form.remove(); });
     source.close();
+    following = false;
+    redraw();
   });
   source.addEventListener("gone", function () { source.close(); });
 
   // The log, followed: what was written since the page (or the last read) ended, every 2 s
-  // while the run is not finished, and once more when it is.
+  // while the run is not finished (the redrawn page then holds its end).
   const log = document.getElementById("run-log");
-  let following = true;
   function readLog() {
     if (!log) return;
     fetch(log.dataset.log + "?offset=" + encodeURIComponent(log.dataset.end), { credentials: "same-origin" })
@@ -65,6 +80,5 @@
       .catch(function () {})
       .finally(function () { if (following) window.setTimeout(readLog, 2000); });
   }
-  source.addEventListener("terminal", function () { following = false; readLog(); });
   window.setTimeout(readLog, 2000);
 })();
