@@ -20,6 +20,7 @@ from tests.api.conftest import World
 from tests.runtime.runtime_support import wait_until
 
 from jobgate.core.tokens import Role
+from jobgate.service import safemode
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -155,7 +156,7 @@ def test_an_operator_signs_in_finds_a_run_and_cancels_it(world: World, served: s
     assert _origins(browser) == {served}  # nothing from another origin: no CDN, no font, no beacon
 
 
-def test_a_consumer_sees_no_cancel_form(world: World, served: str, browser: Any) -> None:
+def test_a_consumer_sees_no_control_and_a_forged_post_is_refused(world: World, served: str, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
     run = world.new_run("acme")
@@ -163,6 +164,25 @@ def test_a_consumer_sees_no_cancel_form(world: World, served: str, browser: Any)
     browser.get(f"{served}/runs/{run.job_run_id}")
     assert browser.find_element(By.ID, "run-status").text == "SCHEDULED"
     assert _absent(browser, By.CSS_SELECTOR, "form.run-action")
+    assert _absent(browser, By.LINK_TEXT, "Admin") and _absent(browser, By.LINK_TEXT, "Audit")
+    # Forms the page does not offer, posted anyway from the signed-in browser with its own CSRF
+    # token: the role is refused (403) and nothing changes; without the token, refused too.
+    forged = """
+    const done = arguments[arguments.length - 1];
+    const csrf = document.querySelector('input[name=csrf]').value;
+    const post = (path, body) => fetch(path, {method: 'POST', credentials: 'same-origin',
+        headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: new URLSearchParams(body)});
+    Promise.all([
+      post('/admin/safe-mode', {csrf: csrf, active: 'true', reason: 'forged'}),
+      post('/runs/' + arguments[0] + '/cancel', {csrf: csrf, reason: 'forged'}),
+      post('/runs/' + arguments[0] + '/cancel', {reason: 'no token'}),
+    ]).then(rs => done(rs.map(r => r.status)));
+    """
+    assert browser.execute_async_script(forged, run.job_run_id) == [403, 403, 403]
+    assert safemode.status(world.engine, "acme") is None
+    with world.engine.store.read() as tx:
+        still = tx.run_get(run.job_run_id)
+    assert still is not None and still.status.value == "SCHEDULED"
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Sign out']"))
     wait_until(lambda: browser.current_url == f"{served}/login", timeout=30, what="the sign-in page")
     browser.get(f"{served}/runs")
