@@ -477,3 +477,21 @@ def test_the_run_page_offers_each_action_its_state_and_role_allow_and_the_server
     with world.engine.store.read() as tx:
         found = tx.run_get(lettered)
     assert found is not None and found.status is not RunStatus.DEAD_LETTERED
+
+
+def test_the_runs_page_takes_the_apis_filters_and_names_a_bad_one(world: World) -> None:
+    mine = world.new_run("acme")
+    shared = world.new_run("acme", job="shared-job")
+    client = _signed_in(world, "acme", Role.AUDITOR)
+    by_class = client.get("/runs", params={"job_class": mine.job_class, "job_definition_id": ACME_JOB})
+    assert mine.job_run_id in by_class.text and shared.job_run_id not in by_class.text
+    created = mine.created_at.strftime("%Y-%m-%dT%H:%M")
+    later = client.get("/runs", params={"created_from": "2999-01-01T00:00"})
+    assert later.status_code == 200 and mine.job_run_id not in later.text
+    period = client.get("/runs", params={"created_from": created, "created_to": "2999-01-01T00:00"})
+    assert mine.job_run_id in period.text and shared.job_run_id in period.text
+    assert client.get("/runs", params={"trigger_type": "cron"}).text.count("/runs/TG") == 0
+    bad_status = client.get("/runs", params={"status": "DONE"})
+    assert bad_status.status_code == 422 and "status: not one of" in bad_status.text
+    bad_time = client.get("/runs", params={"created_from": "last week"})
+    assert bad_time.status_code == 422 and "created_from" in bad_time.text

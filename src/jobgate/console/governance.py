@@ -9,7 +9,6 @@ definitions sees neither (they concern the whole tenant).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -24,7 +23,7 @@ from jobgate.api.routes import audit as audit_routes
 from jobgate.api.routes import evidence as evidence_routes
 from jobgate.api.routes import safemode as safemode_routes
 from jobgate.api.routes.evidence import InclusionProofOut
-from jobgate.console.pages import act, caller_of, render, state_of
+from jobgate.console.pages import act, caller_of, form_instant, render, state_of
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.tokens import Role
 from jobgate.service import safemode
@@ -84,17 +83,6 @@ def audit_proof(request: Request, seq: Annotated[int, Query(ge=1, le=10**18)]) -
     return _audit_page(request, proof=found)
 
 
-def _instant(value: str, field: str) -> datetime | None:
-    """A form's ``datetime-local`` (no zone: the form says UTC) or an ISO 8601 instant with its zone."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError("not a date and time (YYYY-MM-DDTHH:MM, UTC)", field=field) from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
 @router.get("/evidence")
 @allow(AUDIT)
 @console
@@ -122,7 +110,7 @@ def evidence_download(
             if value is not None and not re.fullmatch(evidence_routes.RECORD_ID, value):
                 raise ValidationError("not an identifier", field=field)
         return evidence_routes.evidence_bundle(
-            caller, state, start=_instant(start, "from"), end=_instant(end, "to"), **ids
+            caller, state, start=form_instant(start, "from"), end=form_instant(end, "to"), **ids
         )
     except NotFoundError as exc:
         return _audit_page(request, message=f"No evidence bundle: {exc.message}", status=404)

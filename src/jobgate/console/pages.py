@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from jobgate.api.access import Rule
 from jobgate.api.errors import status_for
 from jobgate.api.server_state import ServerState
-from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.service import safemode
 from jobgate.service.tokens import Principal
 
@@ -39,6 +39,18 @@ def _when(value: datetime | str | None) -> str:
 
 
 templates.filters["when"] = _when
+
+
+def form_instant(value: str, field: str) -> datetime | None:
+    """A form's ``datetime-local`` (no zone: the form says UTC) or an ISO 8601 instant with its
+    zone; empty is none."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError("not a date and time (YYYY-MM-DDTHH:MM, UTC)", field=field) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from jobgate.api.routes import runs as run_routes
 from jobgate.api.routes import sla as sla_routes
 from jobgate.api.routes import stream as stream_routes
 from jobgate.console import chart
-from jobgate.console.pages import act, allowed, caller_of, render, state_of
-from jobgate.core.errors import NotFoundError
+from jobgate.console.pages import act, allowed, caller_of, form_instant, render, state_of
+from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import JobRun
 from jobgate.core.sla import Phase
 from jobgate.core.states import TERMINAL, RunStatus
@@ -79,33 +79,61 @@ def overview(request: Request) -> HTMLResponse:
     )
 
 
+FILTERS = ("status", "job_definition_id", "job_class", "trigger_type", "created_from", "created_to")
+
+
 @router.get("/runs", response_class=HTMLResponse)
 @allow(READ)
 @console
 def runs_page(
     request: Request,
-    status: Annotated[str | None, Query(max_length=32)] = None,
-    job_definition_id: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[str, Query(max_length=32)] = "",
+    job_definition_id: Annotated[str, Query(max_length=200)] = "",
+    job_class: Annotated[str, Query(max_length=64)] = "",
+    trigger_type: Annotated[str, Query(max_length=32)] = "",
+    created_from: Annotated[str, Query(max_length=40)] = "",
+    created_to: Annotated[str, Query(max_length=40)] = "",
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> HTMLResponse:
+    """The API's run list with its filters (the period's bounds as the form's UTC date and time)."""
     caller, state = caller_of(request), state_of(request)
+    chosen = {
+        k: v
+        for k, v in zip(
+            FILTERS, (status, job_definition_id, job_class, trigger_type, created_from, created_to), strict=True
+        )
+        if v
+    }
     statuses = [s.value for s in RunStatus]
-    wanted = [RunStatus(status)] if status in statuses else None
-    page = run_routes.list_runs(
-        caller, state, status=wanted, job_definition_id=job_definition_id or None, limit=50, cursor=cursor
-    )
+    message, found = None, None
+    try:
+        found = run_routes.list_runs(
+            caller,
+            state,
+            status=[RunStatus(status)] if status else None,
+            job_definition_id=job_definition_id or None,
+            job_class=job_class or None,
+            trigger_type=trigger_type or None,
+            created_from=form_instant(created_from, "created_from"),
+            created_to=form_instant(created_to, "created_to"),
+            limit=50,
+            cursor=cursor,
+        )
+    except ValueError:  # not one of the statuses
+        message = f"status: not one of {', '.join(statuses)}"
+    except JobgateError as exc:
+        message = f"{exc.field}: {exc.message}" if exc.field else exc.message
     next_url = None
-    if page.next_cursor:
-        query = {k: v for k, v in (("status", status), ("job_definition_id", job_definition_id)) if v}
-        next_url = "/runs?" + urlencode({**query, "cursor": page.next_cursor})
+    if found is not None and found.next_cursor:
+        next_url = "/runs?" + urlencode({**chosen, "cursor": found.next_cursor})
     return render(
         request,
         "runs.html",
-        runs=page.items,
+        status=200 if message is None else 422,
+        runs=[] if found is None else found.items,
         statuses=statuses,
-        chosen=status,
-        job=job_definition_id,
-        next_cursor=page.next_cursor,
+        chosen=chosen,
+        message=message,
         next_url=next_url,
     )
 
