@@ -399,6 +399,7 @@ def test_a_workflow_graph_follows_its_steps_to_the_end(world: World, served: str
         finally:
             browser.implicitly_wait(15)
 
+    browser.execute_script("window.notReloaded = true;")
     coordinator = LoopThread(WorkflowCoordinator(world.engine, interval=0.02), world.engine.clock)
     with running_worker(world.engine):
         coordinator.start()
@@ -409,6 +410,7 @@ def test_a_workflow_graph_follows_its_steps_to_the_end(world: World, served: str
             assert coordinator.join(10)
     states = [g.get_attribute("data-status") for g in browser.find_elements(By.CSS_SELECTOR, "#step-graph g.step")]
     assert states == ["COMPLETED"] * 3
+    assert browser.execute_script("return window.notReloaded === true;")  # redrawn in place
     _shot(browser, "workflow")
     assert _origins(browser) == {served}
 
