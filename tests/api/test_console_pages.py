@@ -58,6 +58,9 @@ def test_the_runs_page_lists_filters_and_hides_other_tenants(world: World) -> No
     assert client.get(f"/runs/{theirs.job_run_id}").status_code == 404
     detail = client.get(f"/runs/{mine.job_run_id}")
     assert detail.status_code == 200 and "SCHEDULED" in detail.text
+    bound = re.search(r'id="run-bound">([^<]+)<code>([^<]+)</code>', detail.text)
+    assert bound is not None and bound.group(1).startswith("python engine_handlers:succeed")  # target, code
+    assert bound.group(2).startswith("sha256:")
     assert "Cancel run" not in detail.text  # an auditor controls no run
 
 

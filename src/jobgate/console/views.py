@@ -28,6 +28,7 @@ from jobgate.console import chart
 from jobgate.console.pages import act, allowed, caller_of, form_instant, render, state_of
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import JobRun
+from jobgate.core.runs import bound_of
 from jobgate.core.sla import Phase
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.service import run_files
@@ -182,6 +183,7 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
         "run.html",
         status=status,
         run=detail.run,
+        bound=bound_of(detail.transitions[0].detail if detail.transitions else None),
         progress=detail.progress,
         progress_message=detail.progress_message,
         transitions=detail.transitions,

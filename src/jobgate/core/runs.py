@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.idempotency import idempotency_key, run_id_for
@@ -143,6 +145,13 @@ def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_diges
         "code_digest": code_digest,
         "timeout_policy": None if timeout is None else timeout.to_dict(),
     }
+
+
+def bound_of(first_detail: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a run's creation recorded it is bound to (``binding``), from its first transition's
+    detail; None for runs created before bindings were recorded."""
+    bound = None if first_detail is None else first_detail.get("bound")
+    return dict(bound) if isinstance(bound, dict) else None
 
 
 def rebound(transitions: tuple[Transition, ...], code_digest: str | None) -> tuple[Transition, ...]:

@@ -31,7 +31,7 @@ from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.policies import TimeoutPolicy
-from jobgate.core.runs import bound_executor, new_run
+from jobgate.core.runs import bound_executor, bound_of, new_run
 from jobgate.core.states import RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
 from jobgate.service.engine import Engine
@@ -182,8 +182,7 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
 def _binding(transitions: list[Transition]) -> dict[str, Any] | None:
     """What the run's creation recorded it is bound to (``core.runs.binding``); None for runs
     created before bindings were recorded."""
-    bound = transitions[0].detail.get("bound") if transitions else None
-    return dict(bound) if isinstance(bound, dict) else None
+    return bound_of(transitions[0].detail if transitions else None)
 
 
 def _executor(bound: dict[str, Any] | None, content: dict[str, Any]) -> ExecutorSpec:
