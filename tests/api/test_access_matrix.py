@@ -84,6 +84,8 @@ def _sla_breaches(w: World) -> Sample:
 
 SAMPLES: dict[tuple[str, str], Make] = {
     ("GET", "/healthz"): lambda w: Sample("/healthz"),
+    ("GET", "/api/v1/buildinfo"): lambda w: Sample("/api/v1/buildinfo", other={200}),
+    ("GET", "/buildinfo.json"): lambda w: Sample("/buildinfo.json", other={200}),
     ("GET", "/readyz"): lambda w: Sample("/readyz"),
     ("GET", "/metrics"): lambda w: Sample("/metrics", other={200}),
     ("POST", "/api/v1/runs"): lambda w: Sample("/api/v1/runs", {"job_definition_id": ACME_JOB}, ok={201}),

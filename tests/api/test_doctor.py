@@ -75,3 +75,22 @@ def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> Non
     assert checks["migrations"]["status"] == "green" and checks["queue"]["detail"].startswith("1 due")
     assert checks["scheduler leader"]["status"] == "red"  # a schedule and no scheduler running
     assert proc.returncode == 1 and "red" in proc.stderr
+
+
+def test_a_postgresql_role_that_row_level_security_does_not_bind_is_red() -> None:
+    red = doctor.judge_tenancy("postgresql", "postgres")
+    assert red is not None and red.level is Level.RED and "postgres" in red.detail and "row-level" in red.detail
+    green = doctor.judge_tenancy("postgresql", None)
+    assert green is not None and green.level is Level.GREEN
+    assert doctor.judge_tenancy("sqlite", None) is None  # no row security on SQLite to bypass
+
+
+def test_doctor_reports_tenant_separation_on_postgresql_only(engine: object) -> None:
+    from jobgate.service.engine import Engine
+
+    assert isinstance(engine, Engine)
+    checks = {c.name: c for c in doctor.run_checks(engine)}
+    if engine.store.dialect == "postgresql":  # the suite's role is an ordinary one
+        assert checks["tenant separation"].level is Level.GREEN
+    else:
+        assert "tenant separation" not in checks

@@ -339,3 +339,28 @@ def test_dead_letters_list_is_newest_first_per_tenant_and_pages(engine: Engine) 
     assert [d.job_run_id for d in mine] == [r.job_run_id for r in reversed(letters)]
     assert len(first) == 2
     assert [d.dead_letter_id for d in first + rest] == [d.dead_letter_id for d in mine]
+
+
+def test_runs_ended_by_bucket_counts_a_tenants_ended_runs_per_bucket_and_final_status(engine: Engine) -> None:
+    done = complete(engine)
+    lettered = dead_letter(engine)
+    complete(engine, tenant="tenant-b")
+    make(engine)  # open: never counted
+    assert done.ended_at is not None and lettered.ended_at is not None
+    hour = timedelta(hours=1)
+    early = min(done.ended_at, lettered.ended_at)
+    long_ago = early - timedelta(days=2)
+    with engine.store.read() as tx:
+        # Bucket 0 starts half an hour before the first end; bucket 1 an hour later.
+        counted = tx.runs_ended_by_bucket("default", early - hour / 2, hour, long_ago)
+        assert sorted(counted) == [(0, "COMPLETED", 1), (0, "DEAD_LETTERED", 1)]
+        later = tx.runs_ended_by_bucket("default", early - 3 * hour / 2, hour, long_ago)
+        assert sorted(counted) == sorted((b - 1, s, n) for b, s, n in later)
+        assert tx.runs_ended_by_bucket("default", early + hour, hour, long_ago) == []  # ended before the window
+        assert tx.runs_ended_by_bucket("default", early - hour, hour, early + hour) == []  # created before the bound
+        assert tx.runs_ended_by_bucket("tenant-b", early - hour, hour, long_ago) == [(1, "COMPLETED", 1)]
+        limited = tx.runs_ended_by_bucket("default", early - hour, hour, long_ago, [done.job_definition_id])
+        assert sum(n for _, _, n in limited) == (2 if lettered.job_definition_id == done.job_definition_id else 1)
+        assert tx.runs_ended_by_bucket("default", early - hour, hour, long_ago, ["no-such-definition"]) == []
+        assert tx.runs_open_counts("default", ["no-such-definition"]) == {}
+        assert tx.runs_held_counts("default", ["no-such-definition"]) == {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from tests.store_contract.support import T0
 
 from jobgate.service.engine import Engine
@@ -64,3 +65,22 @@ def test_the_effect_connection_commits_and_rolls_back_with_the_transaction(engin
 def test_the_schema_is_at_the_revision_this_version_migrates_to(engine: Engine) -> None:
     with engine.store.read() as tx:
         assert tx.schema_revision() == HEAD
+
+
+def test_the_role_row_level_security_does_not_bind_is_named(engine: Engine) -> None:
+    """The suite connects as an ordinary role (PostgreSQL's policies bind it); the server's
+    superuser is named; SQLite has no row security to bypass."""
+    from tests.helpers import SERVER_URL
+
+    from jobgate.store.sqlstore import Store
+
+    with engine.store.read() as tx:
+        assert tx.role_bypassing_rls() is None
+    if engine.store.dialect != "postgresql":
+        return
+    admin = Store(SERVER_URL, migrate=False)
+    try:
+        with admin.read() as tx:
+            assert tx.role_bypassing_rls() == make_url(SERVER_URL).username
+    finally:
+        admin.dispose()

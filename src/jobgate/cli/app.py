@@ -26,7 +26,9 @@ from jobgate.cli import (
 )
 from jobgate.cli.main import cli as cli
 from jobgate.cli.main import definitions
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import JobgateError, UnavailableError
+
+EX_UNAVAILABLE = 69  # sysexits.h: a service needed (the database) cannot be reached
 
 cli.add_command(demo.demo)
 schedules.register(cli)
@@ -57,7 +59,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except JobgateError as exc:
         render.err.print(f"error: {exc.code}: {exc}", markup=False)
-        sys.exit(1)
+        sys.exit(EX_UNAVAILABLE if isinstance(exc, UnavailableError) else 1)
     except Exception as exc:  # no stack trace for users; the type and first line are enough to report
         first = (str(exc).splitlines() or [""])[0]
         render.err.print(f"error: internal: {type(exc).__name__}: {first}", markup=False)

@@ -9,14 +9,22 @@ from pathlib import Path
 import click
 
 from jobgate.cli.runs_client import LocalRuns, RemoteRuns, RunsClient
-from jobgate.config import CONFIG_FILENAME, JobgateConfig, default_config, load_config, resolve_database_url
+from jobgate.config import (
+    CONFIG_FILENAME,
+    DATABASE_ENV,
+    JobgateConfig,
+    default_config,
+    load_config,
+    resolve_database_url,
+)
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.logs import configure
 from jobgate.service.engine import Engine
-from jobgate.store.sqlstore import Store
+from jobgate.store.opening import database_url, open_store
 
 CONFIG_ENV = "JOBGATE_CONFIG"
+NO_CONFIG = "no jobgate.yaml here — run `jobgate init` or pass --config"
 
 
 @dataclass
@@ -28,6 +36,9 @@ class AppContext:
     token: str | None = field(default=None, repr=False)
     log_format: str | None = None  # --log-format / $JOBGATE_LOG_FORMAT; None: the config's
     log_level: str | None = None
+    # init, demo and migrate (and serve, worker, scheduler with --migrate): create the database
+    # and bring its schema up to date. Every other command opens what exists, or refuses.
+    may_create: bool = False
     _engine: Engine | None = field(default=None, repr=False)
 
     def config(self) -> JobgateConfig:
@@ -53,8 +64,10 @@ class AppContext:
             )
         if self._engine is None:
             config = self.config()
-            url = resolve_database_url(config, self.database)
-            self._engine = Engine(Store(url, synchronous=config.sqlite.synchronous), config)
+            url = database_url(resolve_database_url(config, self.database))
+            hint = "" if config.path is not None or self.database or os.environ.get(DATABASE_ENV) else NO_CONFIG
+            store = open_store(url, synchronous=config.sqlite.synchronous, create=self.may_create, hint=hint)
+            self._engine = Engine(store, config)
         return self._engine
 
     def runs_client(self, *, requested_by: str | None = None, tenant: str = DEFAULT_TENANT) -> RunsClient:

@@ -42,6 +42,7 @@ from jobgate.views.schemas import RunOut
 def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
     """Initialise a demo folder, submit the demo runs, execute them, and show the record."""
     app: AppContext = ctx.obj
+    app.may_create = True
     if not (directory / CONFIG_FILENAME).exists():
         from jobgate.cli.main import init
 

@@ -18,7 +18,7 @@ from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.runs_client import Submission
 from jobgate.config import CONFIG_FILENAME
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import NotReadyError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
 from jobgate.definitions import load_definitions
@@ -29,11 +29,27 @@ from jobgate.service import approvals, control
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from jobgate.buildinfo import version_line
+
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_version, help="the version and exit"
+)
 @click.option(
     "--config", "config_path", metavar="PATH", help="jobgate.yaml (default: ./jobgate.yaml or $JOBGATE_CONFIG)"
 )
-@click.option("--db", "database", metavar="URL", help="database URL (overrides $JOBGATE_DATABASE_URL and the config)")
+@click.option(
+    "--db",
+    "database",
+    metavar="URL|PATH",
+    help="database URL or SQLite file (overrides $JOBGATE_DATABASE_URL and the config)",
+)
 @click.option("--json", "json_output", is_flag=True, help="machine-readable JSON output")
 @click.option(
     "--server", metavar="URL", envvar="JOBGATE_SERVER", help="act through a jobgate server (submit and runs commands)"
@@ -72,6 +88,34 @@ def cli(
 
 # ---------------------------------------------------------------------------- set-up
 @cli.command()
+@click.option("--check", is_flag=True, help="change nothing: exit 1 when the database is behind this version")
+@pass_app
+def migrate(app: AppContext, check: bool) -> None:
+    """Bring the database's schema to this version (creating a SQLite file if there is none).
+    Nothing else migrates implicitly: other commands refuse an older database."""
+    from jobgate.config import resolve_database_url
+    from jobgate.store.migrate import HEAD
+    from jobgate.store.opening import database_url, open_store, revision_of
+
+    config = app.config()
+    url = database_url(resolve_database_url(config, app.database))
+    if check:
+        try:
+            store = open_store(url, synchronous=config.sqlite.synchronous)
+        except NotReadyError as exc:
+            _say(app, {"current": False, "needs": HEAD, "detail": exc.message}, exc.message)
+            raise SystemExit(1) from None
+        before = revision_of(store)
+        store.dispose()
+        _say(app, {"current": True, "revision": before}, f"{store.safe_url} is at schema {before}: current")
+        return
+    app.may_create = True
+    engine = app.engine()
+    after = revision_of(engine.store)
+    _say(app, {"revision": after}, f"{engine.store.safe_url} is at schema {after}")
+
+
+@cli.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="overwrite an existing jobgate.yaml and demo definitions")
 @click.option(
@@ -84,6 +128,7 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
     """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied.
     With --production: the production configuration (four eyes on) and an empty definitions folder."""
     app: AppContext = ctx.obj
+    app.may_create = True
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / CONFIG_FILENAME
     if target.exists() and not force:
@@ -462,6 +507,7 @@ def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
 @click.option("--poll-ms", type=click.IntRange(1, 60_000), help="poll interval when idle")
 @click.option("--no-publisher", is_flag=True, help="do not deliver outbox events from this process")
 @click.option("--exit-when-idle", is_flag=True, help="stop once nothing is running or due")
+@click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
 @pass_app
 def worker(
     app: AppContext,
@@ -473,9 +519,11 @@ def worker(
     poll_ms: int | None,
     no_publisher: bool,
     exit_when_idle: bool,
+    migrate_first: bool,
 ) -> None:
     """Claim and execute due runs until SIGTERM (graceful) or SIGINT."""
     app.setup_logging()
+    app.may_create = migrate_first
     engine = app.engine()
     settings = worker_settings(
         engine,

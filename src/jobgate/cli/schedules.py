@@ -474,10 +474,12 @@ def _json_object(data: str) -> dict[str, Any]:
 @click.command("scheduler")
 @click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=10, show_default=True)
 @click.option("--once", is_flag=True, help="one pass (fire what is due), then exit")
+@click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
 @pass_app
-def scheduler_command(app: AppContext, lease_seconds: float, once: bool) -> None:
+def scheduler_command(app: AppContext, lease_seconds: float, once: bool, migrate_first: bool) -> None:
     """Fire due schedules while leading; wait as standby while another scheduler leads."""
     app.setup_logging()
+    app.may_create = migrate_first
     engine = app.engine()
     scheduler = Scheduler(engine, lease=timedelta(seconds=lease_seconds))
     if once:

@@ -26,6 +26,7 @@ from jobgate.service import doctor
     help="also write the first-start admin token here (created 0600; an existing file is refused)",
 )
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="embedded worker threads (default: config)")
+@click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
 @pass_app
 def serve(
     app: AppContext,
@@ -37,6 +38,7 @@ def serve(
     no_auth: bool,
     bootstrap_token_file: Path | None,
     concurrency: int | None,
+    migrate_first: bool,
 ) -> None:
     """Serve the HTTP API with the scheduler and an embedded worker, until SIGTERM or Ctrl-C."""
     from jobgate.server import ApiServer, ServeOptions, check_options
@@ -54,6 +56,7 @@ def serve(
     check_options(options)  # before touching the database: a refused start changes nothing
     if database:
         app.database = database
+    app.may_create = migrate_first
     engine = app.engine()
     server = ApiServer(engine, options)
     made = server.bootstrap()

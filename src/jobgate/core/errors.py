@@ -30,6 +30,20 @@ class ConfigurationError(ValidationError):
     code = "configuration_error"
 
 
+class NotReadyError(JobgateError):
+    """The database is not there or not at this version's schema: nothing was created or
+    changed implicitly; the message says which command does it (``jobgate init``, ``migrate``)."""
+
+    code = "not_ready"
+
+
+class UnavailableError(JobgateError):
+    """A service jobgate needs cannot be reached (the database): the message names where and
+    why. Command lines exit 69 (EX_UNAVAILABLE) for it, not 70 (an internal error)."""
+
+    code = "unavailable"
+
+
 class NotFoundError(JobgateError):
     code = "not_found"
 

@@ -145,14 +145,10 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         ]
         snapshot_ids = sorted({str(r["row"]["config_snapshot_id"]) for r in runs})
         snapshots = [
-            row
-            for sid in snapshot_ids
-            for row in rows.raw_rows("snapshot", tenant, {"config_snapshot_id": sid})
+            row for sid in snapshot_ids for row in rows.raw_rows("snapshot", tenant, {"config_snapshot_id": sid})
         ]
         jobs = sorted({job for job, _ in bound})
-        approvals = [
-            row for job in jobs for row in rows.raw_rows("approval", tenant, {"job_definition_id": job})
-        ]
+        approvals = [row for job in jobs for row in rows.raw_rows("approval", tenant, {"job_definition_id": job})]
         records = (
             [(seals.RUN, str(r["row"]["job_run_id"])) for r in runs]
             + [(seals.WORKFLOW, w) for w in workflow_ids]

@@ -68,7 +68,6 @@ _SETTLED_LOG = {
 }
 
 
-
 @dataclass(frozen=True)
 class WorkerSettings:
     queues: tuple[str, ...] = ("default",)

@@ -57,6 +57,7 @@ class Facts:
     failing: list[StoredSchedule] = field(default_factory=list)  # schedules whose plan or fire failed
     unanchored: list[tuple[str, datetime]] = field(default_factory=list)  # per tenant, its oldest unanchored entry
     anchor_window: timedelta = timedelta(hours=1)
+    rls_bypassed_by: str | None = None  # PostgreSQL: a role row-level security never binds
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -70,6 +71,21 @@ def judge_schema(revision: str | None) -> Check:
     if revision is None:
         return Check("migrations", Level.RED, "no schema: the database was never migrated")
     return Check("migrations", Level.RED, f"schema at {revision}, this version needs {HEAD}")
+
+
+def judge_tenancy(dialect: str, bypassed_by: str | None) -> Check | None:
+    """PostgreSQL: red when jobgate connects as a role row-level security does not bind (a
+    superuser or BYPASSRLS): tenant separation then rests on its queries alone. None on SQLite."""
+    if dialect != "postgresql":
+        return None
+    if bypassed_by is not None:
+        return Check(
+            "tenant separation",
+            Level.RED,
+            f"connected as {bypassed_by}, which PostgreSQL exempts from row-level security (superuser or "
+            "BYPASSRLS): connect as an ordinary role that owns jobgate's schema",
+        )
+    return Check("tenant separation", Level.GREEN, "row-level security binds this connection's role")
 
 
 def judge_queue(now: datetime, due: int, oldest_due: datetime | None) -> Check:
@@ -157,10 +173,11 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         outbox, oldest_outbox = tx.outbox_summary(tenant_id)
         outages = tx.outages_open()
         unanchored = tx.oldest_unanchored(tenant_id)
+        bypassing = tx.role_bypassing_rls()
     failing = [s for s in stored if s.failures]
     return Facts(
         now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing,
-        unanchored, engine.config.evidence.anchor_window,
+        unanchored, engine.config.evidence.anchor_window, bypassing,
     )  # fmt: skip
 
 
@@ -171,7 +188,7 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
     except Exception as exc:  # the message can name hosts and users: it goes to the log only
         log.warning("doctor: database unreachable", exc_info=True)
         return [Check("database", Level.RED, f"unreachable: {type(exc).__name__} (details in the log)")]
-    return [
+    checks = [
         Check("database", Level.GREEN, f"reachable ({engine.store.dialect})"),
         judge_schema(f.revision),
         judge_queue(f.now, f.due, f.oldest_due),
@@ -182,6 +199,8 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
         judge_schedules(f.now, f.failing),
         judge_anchoring(f.now, f.unanchored, f.anchor_window),
     ]
+    tenancy = judge_tenancy(engine.store.dialect, f.rls_bypassed_by)
+    return checks if tenancy is None else [checks[0], checks[1], tenancy, *checks[2:]]
 
 
 def worst(checks: list[Check]) -> Level:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -451,9 +451,7 @@ class StoreTx:
         self._reseal("safe_mode", tenant_id)
         return period
 
-    def safe_mode_deactivate(
-        self, tenant_id: str, actor: str, reason: str, now: datetime
-    ) -> SafeModePeriod | None:
+    def safe_mode_deactivate(self, tenant_id: str, actor: str, reason: str, now: datetime) -> SafeModePeriod | None:
         period = safemode.deactivate(self._conn, tenant_id, actor, reason, now)
         self._reseal("safe_mode", tenant_id)
         return period
@@ -716,6 +714,17 @@ class StoreTx:
         from jobgate.store.migrate import current_revision
 
         return current_revision(self._conn)
+
+    def role_bypassing_rls(self) -> str | None:
+        """PostgreSQL: the role this connection acts as, when PostgreSQL never applies row-level
+        security to it (a superuser or a BYPASSRLS role): tenants are then separated by jobgate's
+        queries alone. None when the policies bind it, and on SQLite (no row security there)."""
+        if self._conn.dialect.name != "postgresql":
+            return None
+        row = self._conn.execute(
+            text("SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+        ).first()
+        return None if row is None or not row[1] else str(row[0])
 
     def lock_acquire(self, name: str, owner: str, now: datetime, ttl: timedelta) -> int | None:
         return locks.lock_acquire(self._conn, name, owner, codec.to_us(now), ttl // timedelta(microseconds=1))

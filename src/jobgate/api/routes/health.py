@@ -15,11 +15,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.access import OPERATE, PUBLIC, WholeTenant, allow
 from jobgate.api.metrics import TenantRuns
 from jobgate.api.server_state import ServerState, server_state
+from jobgate.buildinfo import build_info
 from jobgate.service import doctor
 from jobgate.telemetry.metrics import SchedulerMetrics
 from jobgate.views.schemas import CheckOut, HealthOut, ReadyOut
@@ -34,6 +36,27 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 @allow(PUBLIC)
 def healthz() -> HealthOut:
     return HealthOut(status="ok")
+
+
+class BuildInfoOut(BaseModel):
+    name: str
+    version: str
+    schema_revision: str = Field(alias="schema", description="the database schema this build needs")
+    python: str
+
+
+@router.get("/api/v1/buildinfo", response_model=BuildInfoOut, response_model_by_alias=True)
+@allow(PUBLIC)
+def buildinfo() -> BuildInfoOut:
+    """This build: version, the schema it needs, its Python (anonymous; nothing about the deployment)."""
+    return BuildInfoOut.model_validate(build_info())
+
+
+@router.get("/buildinfo.json", response_model=BuildInfoOut, response_model_by_alias=True)
+@allow(PUBLIC)
+def buildinfo_json() -> BuildInfoOut:
+    """``/api/v1/buildinfo`` at the path seed 001 §5.4 names."""
+    return buildinfo()
 
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})

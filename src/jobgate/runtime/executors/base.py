@@ -52,5 +52,3 @@ def log_best_effort(ctx: ExecutionContext, text: str) -> None:
     """A run log that cannot be written must not turn into a different outcome."""
     with contextlib.suppress(OSError):
         ctx.log(text)
-
-

@@ -84,9 +84,7 @@ _HEAD_AND_FLOORS = select(
     audit_heads.c.seq,
     audit_heads.c.entry_hash,
     _LAST_WINDOW.scalar_subquery(),
-    select(A.at)
-    .where(A.tenant_id == audit_heads.c.tenant_id, A.seq == audit_heads.c.seq)
-    .scalar_subquery(),
+    select(A.at).where(A.tenant_id == audit_heads.c.tenant_id, A.seq == audit_heads.c.seq).scalar_subquery(),
 ).where(audit_heads.c.tenant_id == bindparam("tenant"))
 
 

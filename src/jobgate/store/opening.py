@@ -1,0 +1,92 @@
+"""Opening a database the way a command line or a server must: never creating or migrating
+one by accident.
+
+Only ``jobgate init``, ``demo`` and ``migrate`` (and a server or worker started with
+``--migrate``) create a database or bring its schema up to date. Every other command opens an
+existing database at this version's schema, or refuses naming what to run; a database that
+cannot be reached is named with its host and the cause (``UnavailableError``), not reported
+as an internal error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+from jobgate.core.errors import ConfigurationError, NotReadyError, UnavailableError
+from jobgate.store.migrate import HEAD
+from jobgate.store.sqlstore import Store
+
+
+def database_url(value: str) -> str:
+    """A database URL from what a person typed: a URL as given, or a file path (relative to
+    the working directory) as that SQLite file."""
+    if "://" not in value:
+        if not value.strip():
+            raise ConfigurationError("give a database URL or a SQLite file path", field="--db")
+        return f"sqlite:///{Path(value).expanduser().resolve().as_posix()}"
+    try:
+        backend = make_url(value).get_backend_name()
+    except ArgumentError:
+        raise ConfigurationError(
+            "not a database URL (sqlite:///PATH, postgresql://…) or a file path", field="--db"
+        ) from None
+    if backend not in {"sqlite", "postgresql"}:
+        raise ConfigurationError(
+            f"unsupported database {backend!r}: use sqlite:///PATH or postgresql://…", field="--db"
+        )
+    return value
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for PostgreSQL and in-memory databases)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def _unreachable(store_url: str, exc: DBAPIError) -> UnavailableError:
+    parsed = make_url(store_url)
+    where = (
+        parsed.database
+        if parsed.get_backend_name() == "sqlite"
+        else f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database}"
+    )
+    cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    return UnavailableError(f"cannot reach the database at {where}: {cause}", field="database")
+
+
+def open_store(url: str, *, synchronous: str = "FULL", create: bool = False, hint: str = "") -> Store:
+    """The store at ``url``, at this version's schema. ``create``: make the database (SQLite)
+    and migrate it if it is behind; otherwise a missing or older database is refused
+    (``NotReadyError``, nothing created), ``hint`` saying how to make one."""
+    file = sqlite_file(url)
+    if file is not None and not create and not file.exists():
+        raise NotReadyError(hint or f"no database at {file}: `jobgate migrate` creates it", field="database")
+    store = Store(url, synchronous=synchronous, migrate=False)
+    try:
+        if create:
+            store.migrate()
+            return store
+        found = revision_of(store)
+    except DBAPIError as exc:
+        store.dispose()
+        raise _unreachable(url, exc) from None
+    if found != HEAD:
+        store.dispose()
+        at = "has no jobgate schema" if found is None else f"is at schema {found}"
+        raise NotReadyError(
+            f"the database {store.safe_url} {at}; this jobgate needs {HEAD}: run `jobgate migrate` "
+            "(servers and workers: or start them with --migrate)",
+            field="database",
+        )
+    return store
+
+
+def revision_of(store: Store) -> str | None:
+    """The database's schema revision (None: no jobgate schema)."""
+    with store.read() as tx:
+        return tx.schema_revision()

@@ -1,0 +1,76 @@
+"""The first hour's traps, closed (issue: the first hour): nothing creates or migrates a
+database implicitly, ``--db`` takes a path or a URL, an unreachable database is named with its
+host and the cause (exit 69, not an internal error), ``jobgate migrate [--check]`` is the one
+door to the schema, and ``--version`` says which build this is."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from alembic import command
+from sqlalchemy import create_engine
+from tests.cli.test_cli import jobgate
+
+from jobgate.store.migrate import HEAD, alembic_config
+
+
+def test_a_folder_without_configuration_gets_no_database_and_is_told_what_to_run(tmp_path: Path) -> None:
+    for args in (("runs", "list"), ("doctor",), ("definitions", "list"), ("worker", "--exit-when-idle")):
+        proc = jobgate(tmp_path, *args, check=False)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert "no jobgate.yaml here — run `jobgate init` or pass --config" in proc.stderr
+        assert "Traceback" not in proc.stderr and "internal" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing created: no database, no lock file
+
+
+def test_db_takes_a_path_or_a_url_and_migrate_is_the_one_door(tmp_path: Path) -> None:
+    missing = jobgate(tmp_path, "--db", "state/jobs.db", "runs", "list", check=False)
+    assert missing.returncode == 1 and "no database at" in missing.stderr and "jobgate migrate" in missing.stderr
+    assert not (tmp_path / "state").exists()
+    check = jobgate(tmp_path, "--db", "state/jobs.db", "migrate", "--check", check=False)
+    assert check.returncode == 1 and not (tmp_path / "state" / "jobs.db").exists()
+    made = jobgate(tmp_path, "--db", "state/jobs.db", "migrate")
+    assert f"schema {HEAD}" in made.stdout and (tmp_path / "state" / "jobs.db").exists()
+    assert jobgate(tmp_path, "--db", "state/jobs.db", "migrate", "--check").returncode == 0
+    url = f"sqlite:///{(tmp_path / 'state' / 'jobs.db').as_posix()}"
+    assert jobgate(tmp_path, "--db", url, "--json", "runs", "list").stdout.strip() == "[]"
+    assert jobgate(tmp_path, "--db", "state/jobs.db", "--json", "runs", "list").stdout.strip() == "[]"
+    other = jobgate(tmp_path, "--db", "mysql://db/jobs", "runs", "list", check=False)
+    assert other.returncode == 1 and "--db" in other.stderr and "unsupported database 'mysql'" in other.stderr
+
+
+def test_an_older_schema_is_refused_until_migrated_and_never_migrated_by_the_way(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    database = folder / "jobgate.db"
+    engine = create_engine(f"sqlite:///{database.as_posix()}")
+    with engine.connect() as conn:  # the database of the jobgate before this one
+        command.downgrade(alembic_config(conn), "0020")  # type: ignore[arg-type]
+        conn.commit()
+    engine.dispose()
+    for args in (("runs", "list"), ("worker", "--exit-when-idle"), ("scheduler", "--once")):
+        proc = jobgate(folder, *args, check=False)
+        assert proc.returncode == 1 and f"is at schema 0020; this jobgate needs {HEAD}" in proc.stderr, args
+    with sqlite3.connect(database) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0020",)
+    assert jobgate(folder, "migrate", "--check", check=False).returncode == 1
+    assert jobgate(folder, "worker", "--migrate", "--exit-when-idle").returncode == 0
+    with sqlite3.connect(database) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (HEAD,)
+    assert jobgate(folder, "migrate", "--check").returncode == 0
+
+
+def test_an_unreachable_postgresql_is_named_with_its_host_and_exit_69(tmp_path: Path) -> None:
+    proc = jobgate(tmp_path, "--db", "postgresql://jobgate@127.0.0.1:1/jobs", "runs", "list", check=False)
+    assert proc.returncode == 69, proc.stderr
+    assert "cannot reach the database at 127.0.0.1:1/jobs" in proc.stderr and "refused" in proc.stderr
+    assert "internal" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_version_names_the_build_and_the_schema_it_needs(tmp_path: Path) -> None:
+    import jobgate as package
+
+    out = jobgate(tmp_path, "--version").stdout.strip()
+    assert out.startswith(f"jobgate {package.__version__} (schema {HEAD}, Python 3.")
+    assert list(tmp_path.iterdir()) == []
