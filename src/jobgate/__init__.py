@@ -3,8 +3,7 @@
 The public surface for embedding applications and job handlers; everything else is internal.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
+from jobgate._version import __version__
 from jobgate.context import ExecutionContext
 from jobgate.core.errors import (
     ConflictError,
@@ -16,11 +15,6 @@ from jobgate.core.errors import (
 )
 from jobgate.core.models import JobRun, Priority, Scope, TriggerType
 from jobgate.core.states import RunStatus
-
-try:
-    __version__ = version("jobgate")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0+source"
 
 __all__ = [
     "ConflictError",
@@ -35,4 +29,5 @@ __all__ = [
     "Scope",
     "TriggerType",
     "ValidationError",
+    "__version__",
 ]

@@ -1,5 +1,5 @@
 """``python -m jobgate`` runs the command line."""
 
-from jobgate.cli.app import main
+from jobgate.cli.root import main
 
 main()

@@ -291,7 +291,7 @@ def test_a_workflow_page_draws_its_bound_step_graph(world: World) -> None:
     page = client.get(f"/workflows/{record.workflow_run_id}")
     assert page.status_code == 200
     assert sorted(re.findall(r'data-step="([a-z]+)"', page.text)) == ["check", "extract", "report"]
-    assert page.text.count("<line ") == 2 and 'http-equiv="refresh"' in page.text  # live while it runs
+    assert page.text.count("<line ") == 2 and 'data-live="true"' in page.text  # redrawn while it runs
     assert _signed_in(world, "other", Role.ADMIN).get(f"/workflows/{record.workflow_run_id}").status_code == 404
 
 

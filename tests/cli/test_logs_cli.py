@@ -88,7 +88,7 @@ def test_the_default_is_text_and_nothing_of_opentelemetry_is_imported(folder: Pa
     assert re.search(r"INFO jobgate\.cli worker \S+ on sqlite", proc.stderr)
     probe = (
         "import sys\n"
-        "from jobgate.cli.main import cli\n"
+        "from jobgate.cli import cli\n"
         "from jobgate.config import load_config\n"
         "from jobgate.runtime.worker import Worker\n"
         "from jobgate.service.engine import Engine\n"

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from sqlalchemy import Connection, text
 from world import Copies, World, build
 
-from jobgate.cli.main import cli
+from jobgate.cli import cli
 from jobgate.core import seals
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import JobgateError

@@ -598,7 +598,7 @@ def test_breaches_are_listed_per_tenant(engine: Engine) -> None:
 def test_the_one_shot_cli_runs_a_pass(engine: Engine, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from jobgate.cli.main import cli
+    from jobgate.cli import cli
 
     job = define(engine, sla_policy="sla_60")
     run = submit(engine, job)

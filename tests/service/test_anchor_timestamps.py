@@ -22,7 +22,7 @@ from sqlalchemy import text
 from tests.helpers import config_document, count, make_config
 from tests.tsa import LocalTsa, serving
 
-from jobgate.cli.main import cli
+from jobgate.cli import cli
 from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import anchors, sinks, timestamping

@@ -213,7 +213,7 @@ def test_the_command_exports_a_definition_and_verifies_in_an_empty_folder(
 ) -> None:
     from click.testing import CliRunner
 
-    from jobgate.cli.main import cli
+    from jobgate.cli import cli
 
     engine, job, _ids = period
     out = tmp_path / "ledger.zip"

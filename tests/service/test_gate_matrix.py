@@ -186,7 +186,7 @@ def _contract(w: World, job: str, _: Any) -> None:
 
 
 def _cli(w: World, job: str, _: Any) -> None:
-    from jobgate.cli.main import cli
+    from jobgate.cli import cli
 
     args = ["--config", str(w.config_file()), "--db", w.url, "submit", job, "--reason", "matrix"]
     CliRunner().invoke(cli, args, catch_exceptions=False)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from tests.helpers import make_config
 
-from jobgate.cli.main import cli
+from jobgate.cli import cli
 from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import digest
 from jobgate.evidence import anchors, sinks

@@ -5,23 +5,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from jobgate.cli.runs_client import LocalRuns, RemoteRuns, RunsClient
-from jobgate.config import (
-    CONFIG_FILENAME,
-    DATABASE_ENV,
-    JobgateConfig,
-    default_config,
-    load_config,
-    resolve_database_url,
-)
 from jobgate.core.errors import ValidationError
-from jobgate.core.models import DEFAULT_TENANT
-from jobgate.logs import configure
-from jobgate.service.engine import Engine
-from jobgate.store.opening import database_url, open_store
+from jobgate.core.models import DEFAULT_TENANT  # loaded with the package already
+
+if TYPE_CHECKING:  # imported where used: ``jobgate --help`` loads none of them
+    from jobgate.cli.runs_client import RunsClient
+    from jobgate.config import JobgateConfig
+    from jobgate.service.engine import Engine
 
 CONFIG_ENV = "JOBGATE_CONFIG"
 NO_CONFIG = "no jobgate.yaml here — run `jobgate init` or pass --config"
@@ -42,6 +36,8 @@ class AppContext:
     _engine: Engine | None = field(default=None, repr=False)
 
     def config(self) -> JobgateConfig:
+        from jobgate.config import CONFIG_FILENAME, default_config, load_config
+
         path = self.config_path or os.environ.get(CONFIG_ENV)
         if path:
             return load_config(path)
@@ -52,6 +48,8 @@ class AppContext:
     def setup_logging(self) -> None:
         """Logging for a long-running command (worker, scheduler, serve): the command line's
         format and level, else the configuration's ``logging`` section (``jobgate.logs``)."""
+        from jobgate.logs import configure
+
         settings = self.config().logging
         fmt = self.log_format or settings.format
         configure("json" if fmt == "json" else "text", (self.log_level or settings.level).lower())
@@ -63,6 +61,10 @@ class AppContext:
                 field="--server",
             )
         if self._engine is None:
+            from jobgate.config import DATABASE_ENV, resolve_database_url
+            from jobgate.service.engine import Engine
+            from jobgate.store.opening import database_url, open_store
+
             config = self.config()
             url = database_url(resolve_database_url(config, self.database))
             hint = "" if config.path is not None or self.database or os.environ.get(DATABASE_ENV) else NO_CONFIG
@@ -73,6 +75,8 @@ class AppContext:
     def runs_client(self, *, requested_by: str | None = None, tenant: str = DEFAULT_TENANT) -> RunsClient:
         """The local database, or the server given with ``--server`` (whose token decides
         the tenant and who asks, so ``--by`` and ``--tenant`` are refused there)."""
+        from jobgate.cli.runs_client import LocalRuns, RemoteRuns
+
         if not self.server:
             return LocalRuns(self.engine())
         if not self.token:

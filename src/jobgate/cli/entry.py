@@ -1,6 +1,6 @@
 """``python -m jobgate.cli.entry``: the console script without relying on PATH."""
 
-from jobgate.cli.app import main
+from jobgate.cli.root import main
 
 if __name__ == "__main__":
     main()

@@ -9,19 +9,11 @@ import click
 
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
+from jobgate.cli.main import definitions
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
 from jobgate.service import approvals, audit
-
-
-def register(definitions: click.Group, cli: click.Group) -> None:
-    definitions.add_command(approve)
-    definitions.add_command(revoke)
-    definitions.add_command(approval)
-    cli.add_command(audit_group)
-    cli.add_command(replay_command)
-    cli.add_command(retention_group)
 
 
 @click.command("approve")
@@ -383,3 +375,9 @@ def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:
     else:
         verb = "would delete" if dry_run else "deleted"
         print(f"{tenant}: {verb} {done.deleted} finished runs that ended before {isoformat_utc(done.cutoff)}")
+
+
+# ``jobgate definitions``: list and show (``cli.main``) with approve, revoke and approval.
+definitions_group: click.Group = definitions
+for _command in (approve, revoke, approval):
+    definitions_group.add_command(_command)

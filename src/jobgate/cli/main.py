@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.progress import Progress
 
 from jobgate.cli import render
 from jobgate.cli.args import parse_params
@@ -21,73 +20,12 @@ from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import NotReadyError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
-from jobgate.definitions import load_definitions
-from jobgate.evidence import keys as evidence_keys
-from jobgate.runtime.process import WorkerProcess, worker_settings
-from jobgate.service import approvals, control
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
-        from jobgate.buildinfo import version_line
-
-        click.echo(version_line())
-        ctx.exit()
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_version, help="the version and exit"
-)
-@click.option(
-    "--config", "config_path", metavar="PATH", help="jobgate.yaml (default: ./jobgate.yaml or $JOBGATE_CONFIG)"
-)
-@click.option(
-    "--db",
-    "database",
-    metavar="URL|PATH",
-    help="database URL or SQLite file (overrides $JOBGATE_DATABASE_URL and the config)",
-)
-@click.option("--json", "json_output", is_flag=True, help="machine-readable JSON output")
-@click.option(
-    "--server", metavar="URL", envvar="JOBGATE_SERVER", help="act through a jobgate server (submit and runs commands)"
-)
-@click.option("--token", metavar="TOKEN", envvar="JOBGATE_TOKEN", help="the bearer token for --server")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    envvar="JOBGATE_LOG_FORMAT",
-    help="log lines of worker, scheduler and serve: text, or one JSON object per line (default: config, text)",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    envvar="JOBGATE_LOG_LEVEL",
-    help="lowest level logged (default: config, info); debug adds a line per run started and completed",
-)
-@click.pass_context
-def cli(
-    ctx: click.Context,
-    config_path: str | None,
-    database: str | None,
-    json_output: bool,
-    server: str | None,
-    token: str | None,
-    log_format: str | None,
-    log_level: str | None,
-) -> None:
-    """jobgate: a governed job scheduler. Every run explainable, every transition recorded."""
-    app = AppContext(
-        config_path, database, json_output, server=server, token=token, log_format=log_format, log_level=log_level
-    )
-    ctx.obj = app
-    ctx.call_on_close(app.close)
-
-
 # ---------------------------------------------------------------------------- set-up
-@cli.command()
+@click.command()
 @click.option("--check", is_flag=True, help="change nothing: exit 1 when the database is behind this version")
 @pass_app
 def migrate(app: AppContext, check: bool) -> None:
@@ -115,7 +53,7 @@ def migrate(app: AppContext, check: bool) -> None:
     _say(app, {"revision": after}, f"{engine.store.safe_url} is at schema {after}")
 
 
-@cli.command()
+@click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="overwrite an existing jobgate.yaml and demo definitions")
 @click.option(
@@ -127,6 +65,8 @@ def migrate(app: AppContext, check: bool) -> None:
 def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> None:
     """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied.
     With --production: the production configuration (four eyes on) and an empty definitions folder."""
+    from jobgate.evidence import keys as evidence_keys
+
     app: AppContext = ctx.obj
     app.may_create = True
     directory.mkdir(parents=True, exist_ok=True)
@@ -179,6 +119,11 @@ SHIPPED = "jobgate:shipped-files"
 def _apply(
     app: AppContext, paths: list[Path], *, approve_as: str | None = None, applied_by: str | None = None
 ) -> list[dict[str, Any]]:
+    from rich.progress import Progress
+
+    from jobgate.definitions import load_definitions
+    from jobgate.service import approvals
+
     engine = app.engine()
     try:
         loaded = load_definitions(paths, engine.config)
@@ -219,7 +164,7 @@ def _apply(
     ]
 
 
-@cli.command()
+@click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--approve", is_flag=True, help="also approve each definition's content and code, as you (an admin)")
 @click.option("--by", "by", help="who applies (default: the OS user); four eyes keeps them from approving it")
@@ -229,6 +174,7 @@ def apply(app: AppContext, paths: tuple[Path, ...], approve: bool, by: str | Non
     changed definition runs only once an admin approved its content and code (--approve, or
     `jobgate definitions approve`); --approve is refused, with nothing stored, for definitions
     that need a second person (governance.four_eyes, or a runner that executes its body)."""
+
     applied = _apply(app, list(paths), approve_as=_actor(by) if approve else None, applied_by=_actor(by))
     if app.json_output:
         render.emit_json(applied)
@@ -250,7 +196,7 @@ def apply(app: AppContext, paths: tuple[Path, ...], approve: bool, by: str | Non
     )
 
 
-@cli.group()
+@click.group()
 def definitions() -> None:
     """Stored job definitions."""
 
@@ -312,7 +258,7 @@ def definitions_show(app: AppContext, job: str, tenant: str) -> None:
 
 
 # ---------------------------------------------------------------------------- runs
-@cli.command()
+@click.command()
 @click.argument("job")
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="a declared parameter")
 @click.option("--request-id", help="idempotency: the same request id always maps to the same run")
@@ -338,6 +284,8 @@ def submit(
     count: int,
 ) -> None:
     """Submit a manual trigger for JOB; prints the run id."""
+    from rich.progress import Progress
+
     client = app.runs_client(requested_by=requested_by, tenant=tenant)
     who = _actor(requested_by)
     values = parse_params(params)
@@ -373,7 +321,7 @@ def submit(
         print("\n".join(ids))
 
 
-@cli.group()
+@click.group()
 def runs() -> None:
     """Job runs: list, show, cancel, stop, retry (locally, or through --server)."""
 
@@ -465,7 +413,7 @@ def _say(app: AppContext, data: dict[str, Any], text: str) -> None:
         print(text)
 
 
-@cli.group()
+@click.group()
 def dlq() -> None:
     """Dead letters: runs that could not safely complete."""
 
@@ -491,12 +439,14 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str) -> None:
 @pass_app
 def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """One more attempt for a dead-lettered or escalated run (same idempotency key)."""
+    from jobgate.service import control
+
     run = control.requeue_run(app.engine(), run_id, actor=_actor(requested_by))
     _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status.value}")
 
 
 # ---------------------------------------------------------------------------- processes
-@cli.command()
+@click.command()
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="executor threads (default: config)")
 @click.option("--queues", default="default", show_default=True, help="comma-separated queues to claim from")
 @click.option("--batch-size", type=click.IntRange(1, 5000), help="most runs claimed per transaction")
@@ -522,6 +472,8 @@ def worker(
     migrate_first: bool,
 ) -> None:
     """Claim and execute due runs until SIGTERM (graceful) or SIGINT."""
+    from jobgate.runtime.process import WorkerProcess, worker_settings
+
     app.setup_logging()
     app.may_create = migrate_first
     engine = app.engine()

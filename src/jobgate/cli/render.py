@@ -6,14 +6,16 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import DeadLetter
-from jobgate.views.schemas import RunDetailOut, RunOut
+
+if TYPE_CHECKING:  # the API's schemas (pydantic) load with the commands that show runs
+    from jobgate.views.schemas import RunDetailOut, RunOut
 
 # Piped output is not cut to 80 columns: tables stay one line per row for grep and less.
 _WIDTH = None if sys.stdout.isatty() else 200

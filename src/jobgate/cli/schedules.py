@@ -515,13 +515,3 @@ def _say(app: AppContext, data: Any, line: str) -> None:
         render.emit_json(data)
     else:
         render.out.print(line)
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(schedules)
-    cli.add_command(next_command)
-    cli.add_command(scheduler_command)
-    cli.add_command(backfill_command)
-    cli.add_command(events)
-    cli.add_command(facts)
-    cli.add_command(alerts)

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
+from jobgate.config.timestamps import TimestampSettings
 from jobgate.config.tracing import TracingSettings, parse_tracing_settings
 from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.core.periods import PeriodKind
@@ -38,7 +39,6 @@ from jobgate.core.policies import (
 )
 from jobgate.core.ratelimit import check_rate
 from jobgate.documents import HANDLER_PATTERN, HANDLER_RULE, Reader, join, parse_yaml, read_text
-from jobgate.evidence.timestamping import TimestampSettings
 from jobgate.logs import LoggingSettings, parse_logging_settings
 from jobgate.registry import (
     DEFAULT_NON_RETRYABLE_EXIT_CODES,

@@ -34,6 +34,7 @@ from rfc3161_client import (
     decode_timestamp_response,
 )
 
+from jobgate.config.timestamps import TimestampSettings
 from jobgate.core.errors import JobgateError, ValidationError
 
 QUERY_TYPE = "application/timestamp-query"
@@ -45,24 +46,6 @@ class TimestampUnavailable(JobgateError):
     """The TSA gave no usable token: the anchor is not made (its job's retry policy applies)."""
 
     code = "timestamp_unavailable"
-
-
-@dataclass(frozen=True)
-class TimestampSettings:
-    """``evidence.timestamp_authority``: where tokens come from and what they are checked with.
-
-    ``ca_bundle`` holds the PEM certificates a token's chain must end in (the TSA's root, and
-    any intermediates it does not send). ``max_skew`` bounds how far a token's time may lie
-    from the anchor's own ``created_at`` (the two clocks, and the round trip between them).
-    Batch anchors numbered below ``unstamped_anchors_before`` were made before the TSA was
-    configured (an upgrade) and are accepted without a token; every later one must carry one.
-    """
-
-    url: str
-    ca_bundle: Path
-    timeout: timedelta = timedelta(seconds=10)
-    max_skew: timedelta = timedelta(minutes=5)
-    unstamped_anchors_before: int = 0
 
 
 def load_roots(path: Path, *, field: str = f"{FIELD}.ca_bundle") -> tuple[x509.Certificate, ...]:

@@ -14,8 +14,6 @@ import logging
 import threading
 from collections.abc import Callable
 
-import psycopg
-
 log = logging.getLogger("jobgate.notify")
 
 CHANNEL = "jobgate_runs"
@@ -61,6 +59,8 @@ class PgChangeWatcher:
             self._on_change()
 
     def _listen(self) -> None:
+        import psycopg  # PostgreSQL deployments only: a SQLite process never loads the driver
+
         backoff = 0.1
         while not self._stop.is_set():
             try:
