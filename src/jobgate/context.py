@@ -96,6 +96,7 @@ class ExecutionContext:
         self.report_progress: ProgressReporter = report_progress or (lambda fraction, message: None)
         self._cancelled = cancelled
         self.effects: list[Effect] = []
+        self._log_sink: Any = None  # the attempt's captured output (``runtime.executors.capture``)
         self._store_effects: list[StoreEffect] = []  # jobgate's own jobs' (``service.host.Host``)
         self.lock_provider: LockProvider | None = None  # set by the worker
 
@@ -195,8 +196,14 @@ class ExecutionContext:
         self.report_progress(fraction, message)
 
     def log(self, line: str) -> None:
+        """One line in the run's log (``jobgate runs log``, the API, the console), as print() and
+        ``logging`` in the handler's thread also are."""
+        text = line.rstrip("\n") + "\n"
+        if self._log_sink is not None:
+            self._log_sink.write(text)
+            return
         with self.log_path.open("a", encoding="utf-8") as fh:
-            fh.write(line.rstrip("\n") + "\n")
+            fh.write(text)
 
 
 def add_store_effect(ctx: ExecutionContext, effect: StoreEffect) -> None:

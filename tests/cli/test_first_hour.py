@@ -6,11 +6,13 @@ door to the schema, and ``--version`` says which build this is."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from alembic import command
 from sqlalchemy import create_engine
-from tests.cli.test_cli import jobgate
+from tests.cli.test_cli import ENV, jobgate
 
 from jobgate.store.migrate import HEAD, alembic_config
 
@@ -74,3 +76,28 @@ def test_version_names_the_build_and_the_schema_it_needs(tmp_path: Path) -> None
     out = jobgate(tmp_path, "--version").stdout.strip()
     assert out.startswith(f"jobgate {package.__version__} (schema {HEAD}, Python 3.")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_runs_log_prints_the_handlers_output_and_follow_ends_with_the_run(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    run_id = jobgate(folder, "submit", "demo-hello", "--param", "name=ada").stdout.strip()
+    none_yet = jobgate(folder, "runs", "log", run_id, check=False)
+    assert none_yet.returncode == 1 and "no log" in none_yet.stderr
+    watching = subprocess.Popen(  # follows a run that has not started: waits, prints, ends with it
+        [sys.executable, "-m", "jobgate", "runs", "log", run_id, "--follow"],
+        cwd=folder,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    jobgate(folder, "worker", "--exit-when-idle")
+    out, err = watching.communicate(timeout=60)
+    assert watching.returncode == 0, err
+    assert "Hello, ada!" in out
+    log = jobgate(folder, "runs", "log", run_id).stdout
+    assert log.startswith("[jobgate] attempt 1\n") and "Hello, ada!" in log
+    assert jobgate(folder, "runs", "log", run_id, "--tail", "1").stdout == "Hello, ada!\n"
+    followed = jobgate(folder, "runs", "log", run_id, "--follow", timeout=30).stdout  # the run has ended: returns
+    assert followed == log

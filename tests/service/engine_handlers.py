@@ -186,3 +186,35 @@ def host_reader(ctx: ExecutionContext, host: Host) -> dict[str, Any]:
     _append(f"host_reader {ctx.job_run_id}")
     with host.store.read() as tx:
         return {"tokens": len(tx.tokens_list(None)), "now": host.clock.now().isoformat()}
+
+
+def chatty(ctx: ExecutionContext) -> dict[str, Any]:
+    """Says something every way a handler can: its output is the run's log."""
+    import logging
+    import sys
+
+    tag = ctx.params.get("n", "0")
+    print(f"stdout line {tag}")
+    print(f"stderr line {tag}", file=sys.stderr)
+    logging.getLogger("acme.reports").warning("logged line %s", tag)
+    ctx.log(f"ctx line {tag}")
+    return {}
+
+
+_PAIR = threading.Barrier(2, timeout=30)
+
+
+def chatty_pair(ctx: ExecutionContext) -> dict[str, Any]:
+    """Two at once: each prints, waits until the other is running too, prints again."""
+    tag = ctx.params.get("n", "0")
+    print(f"before {tag}")
+    _PAIR.wait()
+    print(f"after {tag}")
+    return {}
+
+
+def flood(ctx: ExecutionContext) -> dict[str, Any]:
+    """Prints far more than a run log keeps."""
+    for i in range(2000):
+        print(f"line {i:05d} " + "x" * 80)
+    return {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from importlib import resources
@@ -323,7 +324,7 @@ def submit(
 
 @click.group()
 def runs() -> None:
-    """Job runs: list, show, cancel, stop, retry (locally, or through --server)."""
+    """Job runs: list, show, log, cancel, stop, retry (locally, or through --server)."""
 
 
 @runs.command("list")
@@ -358,6 +359,41 @@ def runs_show(app: AppContext, run_id: str) -> None:
         render.emit_json(detail.model_dump(mode="json"))
     else:
         render.run_detail(detail)
+
+
+@runs.command("log")
+@click.argument("run_id")
+@click.option("--tail", type=click.IntRange(1, 10_000), help="only the last N lines")
+@click.option("--follow", "-f", is_flag=True, help="keep printing what is written until the run ends")
+@pass_app
+def runs_log(app: AppContext, run_id: str, tail: int | None, follow: bool) -> None:
+    """The run's log: its handler's output (print, logging, ctx.log) or its runner's, attempt by
+    attempt; --follow prints what is written until the run ends (locally, or through --server)."""
+    import time
+
+    from jobgate.core.errors import NotFoundError
+
+    client = app.runs_client()
+    offset, first = 0, True
+    while True:
+        try:
+            part = client.log(run_id, tail=tail if first else None, offset=offset)
+            sys.stdout.write(part.text)
+            sys.stdout.flush()
+            offset, first = part.end, False
+            wrote = bool(part.text)
+        except NotFoundError as exc:
+            if exc.field != "log" or not follow:
+                raise
+            wrote = False  # no output yet: the run has not written any
+        if not follow:
+            return
+        if not wrote:
+            if RunStatus(client.detail(run_id).run.status).is_terminal:
+                if not first:  # what came between the last read and the end
+                    sys.stdout.write(client.log(run_id, tail=None, offset=offset).text)
+                return
+            time.sleep(1.0)  # a person watching: one look a second is enough
 
 
 def _actor(requested_by: str | None) -> str:

@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "replay": ("jobgate.cli.governance", "replay_command", "Rebuild RUN_ID's record"),
     "requests": ("jobgate.cli.requests", "requests_group", "Runs proposed for review"),
     "retention": ("jobgate.cli.governance", "retention_group", "Retention of finished runs"),
-    "runs": ("jobgate.cli.main", "runs", "Job runs: list, show, cancel, stop, retry"),
+    "runs": ("jobgate.cli.main", "runs", "Job runs: list, show, log, cancel, stop, retry"),
     "safe-mode": ("jobgate.cli.safemode", "safe_mode", "Safe mode: an emergency state"),
     "scheduler": ("jobgate.cli.schedules", "scheduler_command", "Fire due schedules while leading"),
     "schedules": ("jobgate.cli.schedules", "schedules", "Schedules attached to job definitions"),

@@ -33,6 +33,12 @@ class Submission:
     request_id: str | None
 
 
+@dataclass(frozen=True)
+class LogPart:
+    text: str
+    end: int  # the byte offset to read from next
+
+
 class RunsClient(Protocol):
     def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut: ...
     def submit_many(self, items: Sequence[Submission], *, tenant: str, actor: str) -> list[RunCreatedOut]: ...
@@ -43,6 +49,7 @@ class RunsClient(Protocol):
     def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
     def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut: ...
+    def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart: ...
 
 
 class LocalRuns:
@@ -85,6 +92,16 @@ class LocalRuns:
         run, created = manual.retry_once(self.engine, run_id, actor=actor, tenant_id=None, quota=False)
         return RunCreatedOut(created=created, run=RunOut.of(run))
 
+    def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
+        from jobgate.service import run_files
+
+        with self.engine.store.read() as tx:
+            run = tx.run_get(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}", field="run_id")
+        part = run_files.read_log(self.engine.config, run, tail_lines=tail, offset=offset)
+        return LogPart(part.text, part.end)
+
 
 class RemoteError(JobgateError):
     """A refusal the server sent back, with its code (shown as ``error: <code>: <message>``)."""
@@ -120,6 +137,9 @@ class RemoteRuns:
         )
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._respond(method, path, **kwargs).json()
+
+    def _respond(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self.http.request(method, path, **kwargs)
         except self._transport_error as exc:
@@ -134,7 +154,7 @@ class RemoteRuns:
             if kind is not None:
                 raise kind(message, field=field)
             raise RemoteError(code, message, field)
-        return response.json()
+        return response
 
     def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut:
         headers = {"Idempotency-Key": s.request_id} if s.request_id else {}
@@ -174,6 +194,11 @@ class RemoteRuns:
 
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
         return RunCreatedOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/retry"))
+
+    def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
+        params: dict[str, Any] = {"tail": tail} if tail is not None else {"offset": offset}
+        response = self._respond("GET", f"/api/v1/runs/{_segment(run_id)}/log", params=params)
+        return LogPart(response.text, int(response.headers.get("X-Log-End", offset)))
 
 
 def _segment(value: str) -> str:

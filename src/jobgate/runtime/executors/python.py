@@ -29,6 +29,7 @@ from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
 from jobgate.governance.code import check_trusted, resolve_handler
 from jobgate.runtime.executors.base import ExecutionResult
+from jobgate.runtime.executors.capture import attempt_output
 from jobgate.service.host import Host
 
 MAX_ERROR_MESSAGE = 2000
@@ -70,7 +71,8 @@ class PythonExecutor:
 
     def _call(self, ctx: ExecutionContext) -> ExecutionResult:
         try:
-            value = self._fn(ctx)
+            with attempt_output(ctx):  # its prints and log records are the run's log
+                value = self._fn(ctx)
         except NonRetryableError as exc:
             _log(ctx, f"[jobgate] handler {self.handler} failed (non-retryable, {exc.error_code}): {exc}")
             return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, exc.error_code, str(exc))

@@ -1,0 +1,142 @@
+"""A Python handler's output is its run's log: what it prints (stdout, stderr) and what it logs
+through ``logging`` while its attempt runs, in the attempt's own thread.
+
+Handlers run in the worker's thread pool, several at once, and ``sys.stdout`` is one object for
+the whole process. So the process's streams are replaced once by ``_RoutedStream``s that send
+each write to the log of the attempt the writing thread is executing (``attempt_output``), or,
+outside any attempt, to the stream they replaced; and one ``logging`` handler on the root logger
+writes the records emitted in an attempt's thread to that attempt's log. Each attempt starts
+with a header line and may write at most ``MAX_ATTEMPT_LOG_BYTES``; past that one line says the
+rest was dropped (a chatty handler cannot fill the disk). What a handler's own threads write is
+not the attempt's: it goes where it went before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from jobgate.context import ExecutionContext
+
+MAX_ATTEMPT_LOG_BYTES = 10 << 20
+_local = threading.local()
+_install_lock = threading.Lock()
+
+
+class AttemptLog:
+    """One attempt's share of the run log: opened at its first write (a silent handler costs no
+    file), headed by the attempt's number, capped at ``limit`` bytes."""
+
+    def __init__(self, path: Path, attempt: int, limit: int | None = None) -> None:
+        self._path = path
+        self._attempt = attempt
+        self._file: IO[str] | None = None
+        self._limit = MAX_ATTEMPT_LOG_BYTES if limit is None else limit
+        self.written = 0
+        self.dropped = False
+
+    def _open(self) -> IO[str]:
+        if self._file is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self._path.open("a", encoding="utf-8", errors="replace")
+            self._file.write(f"[jobgate] attempt {self._attempt}\n")
+        return self._file
+
+    def write(self, text: str) -> None:
+        if self.dropped or not text:
+            return
+        file = self._open()
+        size = len(text.encode("utf-8", errors="replace"))
+        if self.written + size > self._limit:
+            self.dropped = True
+            file.write(f"\n[jobgate] this attempt's output passed {self._limit} bytes; the rest is not kept\n")
+            file.flush()
+            return
+        self.written += size
+        file.write(text)
+        if "\n" in text:
+            file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.flush()
+                self._file.close()
+
+
+def _sink() -> AttemptLog | None:
+    found: AttemptLog | None = getattr(_local, "log", None)
+    return found
+
+
+class _RoutedStream:
+    """Writes of a thread inside an attempt go to its log; every other write, and everything
+    else a stream offers, to the stream this one replaced."""
+
+    def __init__(self, original: IO[str]) -> None:
+        self._original = original
+
+    def write(self, text: str) -> int:
+        sink = _sink()
+        if sink is None:
+            return self._original.write(text)
+        with contextlib.suppress(OSError):
+            sink.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if _sink() is None:
+            self._original.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
+class _AttemptRecords(logging.Handler):
+    """Records emitted in an attempt's thread, written to that attempt's log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sink = _sink()
+        if sink is None:
+            return
+        try:
+            sink.write(self.format(record) + "\n")
+        except Exception:  # a record that cannot be formatted must not fail the handler's attempt
+            self.handleError(record)
+
+
+def install() -> None:
+    """Route the process's output by attempt. Idempotent, and checked at every attempt: whoever
+    replaced a stream since (a test runner's capture) gets wrapped in turn."""
+    with _install_lock:
+        if not isinstance(sys.stdout, _RoutedStream):
+            sys.stdout = _RoutedStream(sys.stdout)
+        if not isinstance(sys.stderr, _RoutedStream):
+            sys.stderr = _RoutedStream(sys.stderr)
+        root = logging.getLogger()
+        if not any(isinstance(h, _AttemptRecords) for h in root.handlers):
+            root.addHandler(_AttemptRecords())
+
+
+@contextlib.contextmanager
+def attempt_output(ctx: ExecutionContext) -> Iterator[AttemptLog]:
+    """While the body runs, this thread's prints and log records are the attempt's log."""
+    install()
+    log = AttemptLog(ctx.log_path, ctx.payload.attempt)
+    _local.log = log
+    ctx._log_sink = log
+    try:
+        yield log
+    finally:
+        _local.log = None
+        ctx._log_sink = None
+        log.close()
