@@ -101,3 +101,16 @@ def test_runs_log_prints_the_handlers_output_and_follow_ends_with_the_run(tmp_pa
     assert jobgate(folder, "runs", "log", run_id, "--tail", "1").stdout == "Hello, ada!\n"
     followed = jobgate(folder, "runs", "log", run_id, "--follow", timeout=30).stdout  # the run has ended: returns
     assert followed == log
+
+
+def test_the_readmes_schedule_file_is_in_the_folder_and_a_dry_backfill_lists_its_slots(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    assert "1 schedules applied (1 new)" in jobgate(folder, "schedules", "apply", "schedules.yaml").stdout
+    dry = jobgate(
+        folder, "backfill", "demo-window", "--from", "2026-12-01T00:00:00Z", "--to", "2026-12-01T03:00:00Z", "--dry-run"
+    ).stdout
+    for hour in ("01", "02", "03"):
+        assert f"2026-12-01T{hour}:00:00Z" in dry
+    assert dry.count("would be created") == 4  # three slots, and the summary line
+    assert jobgate(folder, "--json", "runs", "list").stdout.strip() == "[]"  # a dry run stores nothing

@@ -96,6 +96,7 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
     with resources.as_file(demo) as src:
         shutil.copy(src / CONFIG_FILENAME, target)
         shutil.copy(src / "demo-runs.yaml", directory / "demo-runs.yaml")
+        shutil.copy(src / "schedules.yaml", directory / "schedules.yaml")
         shutil.copytree(src / "definitions", directory / "definitions", dirs_exist_ok=True)
     app.config_path = str(target)
     # Whoever creates the folder is its first admin: the demo definitions are approved in their

@@ -452,6 +452,18 @@ def backfill_command(
     created = sum(s.created for s in result)
     existing = sum(1 for s in result if s.job_run_id is not None and not s.created)
     if dry_run:
+        render.table(
+            f"backfill of {job} (dry run: nothing stored)",
+            ["slot (UTC)", "window", "run"],
+            [
+                (
+                    r["fire_at"],
+                    "" if r["window"] is None else " to ".join(r["window"]),
+                    r["job_run_id"] or "would be created",
+                )
+                for r in rows
+            ],
+        )
         render.out.print(
             f"{len(result)} slots: {existing} already have a run, {len(result) - existing} would be created"
         )
