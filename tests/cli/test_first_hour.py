@@ -114,3 +114,22 @@ def test_the_readmes_schedule_file_is_in_the_folder_and_a_dry_backfill_lists_its
         assert f"2026-12-01T{hour}:00:00Z" in dry
     assert dry.count("would be created") == 4  # three slots, and the summary line
     assert jobgate(folder, "--json", "runs", "list").stdout.strip() == "[]"  # a dry run stores nothing
+
+
+def test_run_tables_fit_80_columns_and_their_short_ids_are_accepted(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    run_id = jobgate(folder, "submit", "demo-hello", "--param", "name=ada").stdout.strip()
+    table = jobgate(folder, "runs", "list").stdout
+    assert max(len(line) for line in table.splitlines()) <= 80, table
+    short = run_id[-12:]
+    assert short in table and run_id not in table
+    assert run_id in jobgate(folder, "runs", "list", "--wide").stdout
+    assert run_id in jobgate(folder, "runs", "show", short).stdout
+    jobgate(folder, "runs", "cancel", short, "--reason", "by its short id")
+    shown = jobgate(folder, "--json", "runs", "show", short).stdout
+    assert '"status": "CANCELLED"' in shown
+    missing = jobgate(folder, "runs", "show", "0123456789ab", check=False)
+    assert missing.returncode == 1 and "no run whose id ends with '0123456789ab'" in missing.stderr
+    remote = jobgate(folder, "--server", "http://127.0.0.1:1", "--token", "t", "runs", "show", short, check=False)
+    assert remote.returncode == 1 and "full run id" in remote.stderr  # refused before any request

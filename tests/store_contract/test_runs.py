@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from tests.helpers import count
 from tests.store_contract.support import (
     T0,
@@ -364,3 +365,16 @@ def test_runs_ended_by_bucket_counts_a_tenants_ended_runs_per_bucket_and_final_s
         assert tx.runs_ended_by_bucket("default", early - hour, hour, long_ago, ["no-such-definition"]) == []
         assert tx.runs_open_counts("default", ["no-such-definition"]) == {}
         assert tx.runs_held_counts("default", ["no-such-definition"]) == {}
+
+
+def test_run_ids_ending_finds_the_runs_a_short_id_names(engine: Engine) -> None:
+    first, second = make(engine, 2)
+    (theirs,) = make(engine, tenant="tenant-b")
+    with engine.store.read() as tx:
+        assert tx.run_ids_ending(first.job_run_id[-12:]) == [first.job_run_id]
+        assert tx.run_ids_ending(second.job_run_id[-12:], "default") == [second.job_run_id]
+        assert tx.run_ids_ending(theirs.job_run_id[-12:], "default") == []  # another tenant's, when scoped
+        assert tx.run_ids_ending("0123456789abcdef0123") == []
+        assert len(tx.run_ids_ending(first.job_run_id[-1:], limit=5)) <= 5
+    with pytest.raises(ValueError), engine.store.read() as tx:
+        tx.run_ids_ending("%")

@@ -334,10 +334,19 @@ def runs() -> None:
 @click.option("--class", "job_class", help="only runs of this job class")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--tenant", default="default", show_default=True)
+@click.option("--wide", is_flag=True, help="full run ids and every column (the default fits 80 columns)")
 @pass_app
 def runs_list(
-    app: AppContext, status: tuple[str, ...], job: str | None, job_class: str | None, limit: int, tenant: str
+    app: AppContext,
+    status: tuple[str, ...],
+    job: str | None,
+    job_class: str | None,
+    limit: int,
+    tenant: str,
+    wide: bool,
 ) -> None:
+    """Runs, newest first. Tables show the end of each run id; every command taking a RUN_ID
+    takes that end too (locally; through --server, the full id from --wide)."""
     items = app.runs_client(tenant=tenant).list(
         tenant=tenant,
         statuses=[RunStatus(s.upper()) for s in status],
@@ -348,7 +357,7 @@ def runs_list(
     if app.json_output:
         render.emit_json([r.model_dump(mode="json") for r in items])
     else:
-        render.runs_table(items)
+        render.runs_table(items, wide=wide or bool(app.server))
 
 
 @runs.command("show")
@@ -458,8 +467,9 @@ def dlq() -> None:
 @dlq.command("list")
 @click.option("--all", "show_all", is_flag=True, help="include resolved dead letters")
 @click.option("--tenant", default="default", show_default=True)
+@click.option("--wide", is_flag=True, help="full run ids and every column (the default fits 80 columns)")
 @pass_app
-def dlq_list(app: AppContext, show_all: bool, tenant: str) -> None:
+def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:
     with app.engine().store.read() as tx:
         letters = tx.dead_letters_list(tenant, open_only=not show_all)
     if app.json_output:
@@ -467,7 +477,7 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str) -> None:
 
         render.emit_json([asdict(d) for d in letters])
     else:
-        render.dead_letters_table(letters)
+        render.dead_letters_table(letters, wide=wide)
 
 
 @dlq.command("requeue")
@@ -476,8 +486,10 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str) -> None:
 @pass_app
 def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """One more attempt for a dead-lettered or escalated run (same idempotency key)."""
+    from jobgate.cli.runs_client import LocalRuns
     from jobgate.service import control
 
+    run_id = LocalRuns(app.engine()).resolve(run_id)
     run = control.requeue_run(app.engine(), run_id, actor=_actor(requested_by))
     _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status.value}")
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.idempotency import short_run_id
 from jobgate.core.models import DeadLetter
 
 if TYPE_CHECKING:  # the API's schemas (pydantic) load with the commands that show runs
@@ -45,6 +46,11 @@ def when(value: datetime | None) -> str:
     return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+def short_when(value: datetime | None) -> str:
+    """Month, day and minute, local time: what a narrow table has room for."""
+    return "" if value is None else value.astimezone().strftime("%m-%d %H:%M")
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     t = Table(title=title, show_lines=False, header_style="bold")
     for c in columns:
@@ -72,21 +78,39 @@ def records(
         out.print(f"{title}: none")
 
 
-def runs_table(runs: Sequence[RunOut], title: str | None = None) -> None:
+def runs_table(runs: Sequence[RunOut], title: str | None = None, *, wide: bool = False) -> None:
+    """Runs as a table: at most 80 columns by default (the end of each run id, which every
+    RUN_ID argument takes; a short date), every column and full ids with ``wide``."""
+    if wide:
+        table(
+            title,
+            ["run id", "definition", "class", "status", "attempt", "priority", "trigger", "created", "error"],
+            [
+                (
+                    r.job_run_id,
+                    r.job_definition_id,
+                    r.job_class,
+                    r.status,
+                    f"{r.attempt}/{r.max_attempts}",
+                    r.priority,
+                    r.trigger_type,
+                    when(r.created_at),
+                    r.error_code,
+                )
+                for r in runs
+            ],
+        )
+        return
     table(
         title,
-        ["run id", "definition", "class", "status", "attempt", "priority", "trigger", "created", "error"],
+        ["run", "definition", "status", "try", "created"],
         [
             (
-                r.job_run_id,
+                short_run_id(r.job_run_id),
                 r.job_definition_id,
-                r.job_class,
                 r.status,
                 f"{r.attempt}/{r.max_attempts}",
-                r.priority,
-                r.trigger_type,
-                when(r.created_at),
-                r.error_code,
+                short_when(r.created_at),
             )
             for r in runs
         ],
@@ -148,20 +172,37 @@ def run_detail(detail: RunDetailOut) -> None:
         )
 
 
-def dead_letters_table(letters: Sequence[DeadLetter]) -> None:
+def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False) -> None:
+    if wide:
+        table(
+            "dead letters",
+            ["dead letter", "run id", "class", "reason", "last error", "attempts", "review", "created"],
+            [
+                (
+                    d.dead_letter_id,
+                    d.job_run_id,
+                    d.job_class.value,
+                    d.reason.value,
+                    d.last_error_code,
+                    d.attempts,
+                    "yes" if d.requires_manual_review else "no",
+                    when(d.created_at),
+                )
+                for d in letters
+            ],
+        )
+        return
     table(
         "dead letters",
-        ["dead letter", "run id", "class", "reason", "last error", "attempts", "review", "created"],
+        ["run", "reason", "last error", "tries", "review", "created"],
         [
             (
-                d.dead_letter_id,
-                d.job_run_id,
-                d.job_class.value,
+                short_run_id(d.job_run_id),
                 d.reason.value,
                 d.last_error_code,
                 d.attempts,
                 "yes" if d.requires_manual_review else "no",
-                when(d.created_at),
+                short_when(d.created_at),
             )
             for d in letters
         ],

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
+from jobgate.core.idempotency import is_short_run_id
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import control, manual
@@ -50,6 +51,7 @@ class RunsClient(Protocol):
     def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut: ...
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart: ...
+    def resolve(self, run_id: str) -> str: ...
 
 
 class LocalRuns:
@@ -57,6 +59,18 @@ class LocalRuns:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    def resolve(self, run_id: str) -> str:
+        """A full run id, or the one run whose id ends with the short id a table showed."""
+        if not is_short_run_id(run_id):
+            return run_id
+        with self.engine.store.read() as tx:
+            found = tx.run_ids_ending(run_id, limit=2)
+        if not found:
+            raise NotFoundError(f"no run whose id ends with {run_id!r}", field="run_id")
+        if len(found) > 1:
+            raise ValidationError(f"more than one run id ends with {run_id!r}: give more of it", field="run_id")
+        return found[0]
 
     def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut:
         return self.submit_many([s], tenant=tenant, actor=actor)[0]
@@ -80,23 +94,23 @@ class LocalRuns:
             return [RunOut.of(r) for r in tx.runs_list(wanted)]
 
     def detail(self, run_id: str) -> RunDetailOut:
-        return run_detail_view(self.engine, run_id)
+        return run_detail_view(self.engine, self.resolve(run_id))
 
     def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
-        return RunOut.of(control.cancel_run(self.engine, run_id, actor=actor, reason=reason))
+        return RunOut.of(control.cancel_run(self.engine, self.resolve(run_id), actor=actor, reason=reason))
 
     def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
-        return RunOut.of(control.stop_run(self.engine, run_id, actor=actor, reason=reason))
+        return RunOut.of(control.stop_run(self.engine, self.resolve(run_id), actor=actor, reason=reason))
 
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
-        run, created = manual.retry_once(self.engine, run_id, actor=actor, tenant_id=None, quota=False)
+        run, created = manual.retry_once(self.engine, self.resolve(run_id), actor=actor, tenant_id=None, quota=False)
         return RunCreatedOut(created=created, run=RunOut.of(run))
 
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
         from jobgate.service import run_files
 
         with self.engine.store.read() as tx:
-            run = tx.run_get(run_id)
+            run = tx.run_get(self.resolve(run_id))
         if run is None:
             raise NotFoundError(f"no run {run_id!r}", field="run_id")
         part = run_files.read_log(self.engine.config, run, tail_lines=tail, offset=offset)
@@ -135,6 +149,14 @@ class RemoteRuns:
             timeout=timeout,
             transport=transport,
         )
+
+    def resolve(self, run_id: str) -> str:
+        """Through a server a run is named in full (``--wide`` tables show full ids)."""
+        if is_short_run_id(run_id):
+            raise ValidationError(
+                "through --server give the full run id (`runs list --wide` shows it)", field="run_id"
+            )
+        return run_id
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._respond(method, path, **kwargs).json()
@@ -203,6 +225,8 @@ class RemoteRuns:
 
 def _segment(value: str) -> str:
     """A run id as one path segment: anything that could change the path is refused here."""
+    if is_short_run_id(value):
+        raise ValidationError("through --server give the full run id (`runs list --wide` shows it)", field="run_id")
     if not value or any(c in value for c in "/?#%\\") or value in (".", ".."):
         raise ValidationError("not a run id", field="run_id")
     return value

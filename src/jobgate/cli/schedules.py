@@ -457,11 +457,11 @@ def backfill_command(
             ["slot (UTC)", "window", "run"],
             [
                 (
-                    r["fire_at"],
-                    "" if r["window"] is None else " to ".join(r["window"]),
-                    r["job_run_id"] or "would be created",
+                    isoformat_utc(s.fire_at),
+                    "" if s.window is None else f"{isoformat_utc(s.window.start)} to {isoformat_utc(s.window.end)}",
+                    s.job_run_id or "would be created",
                 )
-                for r in rows
+                for s in result
             ],
         )
         render.out.print(

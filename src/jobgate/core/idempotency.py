@@ -10,6 +10,7 @@ unique index, not a promise of the code.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from jobgate.core.canonical import digest, isoformat_utc
@@ -76,3 +77,17 @@ def client_request_key(tenant_id: str, client_key: str) -> str:
     that key alone, so a repeat finds the first run even after its definition or the
     configuration changed (the caller's key names the request, not its content)."""
     return digest({"tenant_id": tenant_id, "client_key": client_key})
+
+
+SHORT_ID_LENGTH = 12  # 48 of the key's 80 bits: what a table at 80 columns shows of a run id
+_SHORT = re.compile(r"^[0-9a-f]{8,32}$")
+
+
+def short_run_id(job_run_id: str) -> str:
+    """The end of a run id (its key's bits, not its time): unique in practice, short to read."""
+    return job_run_id[-SHORT_ID_LENGTH:] if job_run_id.startswith(RUN_ID_PREFIX) else job_run_id
+
+
+def is_short_run_id(value: str) -> bool:
+    """Whether ``value`` reads as the end of a run id (8 to 32 lower-case hex digits)."""
+    return bool(_SHORT.match(value))

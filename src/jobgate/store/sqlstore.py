@@ -695,6 +695,9 @@ class StoreTx:
     ) -> dict[tuple[str, str], int]:
         return runs.runs_held_counts(self._conn, tenant_id, job_definition_ids)
 
+    def run_ids_ending(self, suffix: str, tenant_id: str | None = None, limit: int = 2) -> list[str]:
+        return runs.run_ids_ending(self._conn, suffix, tenant_id, limit)
+
     def runs_ended_by_bucket(
         self,
         tenant_id: str,

@@ -431,3 +431,16 @@ def runs_ended_by_bucket(
     )
     q = _limited(q, tenant_id, job_definition_ids).group_by(bucket, c.status)
     return [(int(b), str(status), int(n)) for b, status, n in conn.execute(q)]
+
+
+def run_ids_ending(conn: Connection, suffix: str, tenant_id: str | None, limit: int) -> list[str]:
+    """Run ids that end with ``suffix`` (hex digits only: checked by the caller), at most
+    ``limit``: the lookup of a short id a person typed. A scan of the key index, for people,
+    never on a hot path."""
+    if not suffix or any(ch not in "0123456789abcdef" for ch in suffix):
+        raise ValueError("a run id's end is hex digits")
+    c = job_runs.c
+    q = select(c.job_run_id).where(c.job_run_id.like(f"%{suffix}"))
+    if tenant_id is not None:
+        q = q.where(c.tenant_id == tenant_id)
+    return [str(r) for r in conn.execute(q.order_by(c.job_run_id).limit(limit)).scalars()]
