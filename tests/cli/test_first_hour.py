@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from sqlalchemy import create_engine
@@ -133,3 +134,57 @@ def test_run_tables_fit_80_columns_and_their_short_ids_are_accepted(tmp_path: Pa
     assert missing.returncode == 1 and "no run whose id ends with '0123456789ab'" in missing.stderr
     remote = jobgate(folder, "--server", "http://127.0.0.1:1", "--token", "t", "runs", "show", short, check=False)
     assert remote.returncode == 1 and "full run id" in remote.stderr  # refused before any request
+
+
+def test_a_misdeployed_worker_burns_no_run(tmp_path: Path) -> None:
+    """A worker that cannot import a run's code holds it (the code gate: no attempt used), and a
+    worker whose configuration lacks the run's runner hands the started attempt back (not
+    counted) and claims no more of that definition; a worker that can runs each to the end."""
+    import json
+
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    (folder / "src" / "mypkg").mkdir(parents=True)
+    (folder / "src" / "mypkg" / "__init__.py").write_text("")
+    (folder / "src" / "mypkg" / "jobs.py").write_text("def run(ctx):\n    print('ran here')\n")
+    (folder / "my-job.yaml").write_text(
+        "job_definition_id: my-job\njob_class: MAINTENANCE_JOB\nhandler: mypkg.jobs:run\n"
+    )
+    lines = (folder / "jobgate.yaml").read_text().splitlines(keepends=True)
+    bare, skipping = [], False
+    for line in lines:  # the same configuration without its runners block and default runner
+        if line.startswith("runners:"):
+            skipping = True
+            continue
+        if skipping and (line.startswith((" ", "#")) or not line.strip()):
+            continue
+        skipping = False
+        if not line.startswith("default_runner"):
+            bare.append(line)
+    (folder / "bare.yaml").write_text("".join(bare))
+    with_code = {**ENV, "PYTHONPATH": str(folder / "src")}
+
+    def run_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobgate", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=60
+        )
+
+    def shown(run_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(jobgate(folder, "--json", "runs", "show", run_id).stdout)
+        return found
+
+    assert run_with(with_code, "apply", "my-job.yaml", "--approve").returncode == 0
+    mine = jobgate(folder, "submit", "my-job").stdout.strip()
+    report = jobgate(folder, "submit", "demo-report", "--param", "title=t", "--param", "rows=2").stdout.strip()
+    without = run_with(ENV, "--config", "bare.yaml", "worker", "--exit-when-idle")  # no mypkg, no runners
+    assert without.returncode == 0, without.stderr
+    held = shown(mine)
+    assert held["run"]["status"] == "HELD" and held["run"]["attempt"] == 0
+    returned = shown(report)
+    assert returned["run"]["status"] == "SCHEDULED" and returned["run"]["max_attempts"] == 2
+    assert returned["transitions"][-1]["reason"] == "released_unrunnable"
+    assert "cannot run demo-report" in without.stderr
+    assert run_with(with_code, "worker", "--exit-when-idle").returncode == 0
+    assert shown(mine)["run"]["status"] == "COMPLETED"
+    assert shown(report)["run"]["status"] == "COMPLETED"
+    assert "ran here" in jobgate(folder, "runs", "log", mine).stdout

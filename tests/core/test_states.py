@@ -41,6 +41,7 @@ EXPECTED_EDGES: frozenset[tuple[RunStatus, RunStatus]] = frozenset(
         (S.RUNNING, S.DEAD_LETTERED),
         (S.RUNNING, S.CANCELLED),
         (S.RUNNING, S.ESCALATED),
+        (S.RUNNING, S.SCHEDULED),  # an attempt handed back: shutdown past its grace, or this host cannot run it
         (S.RETRY_WAIT, S.DISPATCHED),
         (S.RETRY_WAIT, S.CANCELLED),
         (S.RETRY_WAIT, S.DEAD_LETTERED),
@@ -80,8 +81,8 @@ def test_status_set_is_the_seed_set() -> None:
     ]
     assert all(s.value == s.name for s in RunStatus)
     assert len(MATRIX) == 121
-    assert len(ALLOWED_PAIRS) == 26
-    assert len(REFUSED_PAIRS) == 95
+    assert len(ALLOWED_PAIRS) == 27
+    assert len(REFUSED_PAIRS) == 94
 
 
 def test_table_has_one_row_per_status_and_matches_the_seed() -> None:
@@ -169,7 +170,7 @@ def test_sources_of_is_the_inverse_of_the_table(target: RunStatus) -> None:
     ("target", "sources"),
     [
         (S.CREATED, set()),
-        (S.SCHEDULED, {S.CREATED, S.DISPATCHED, S.DEAD_LETTERED, S.ESCALATED, S.HELD}),
+        (S.SCHEDULED, {S.CREATED, S.DISPATCHED, S.RUNNING, S.DEAD_LETTERED, S.ESCALATED, S.HELD}),
         (S.DISPATCHED, {S.SCHEDULED, S.RETRY_WAIT}),
         (S.RUNNING, {S.DISPATCHED}),
         (S.COMPLETED, {S.RUNNING}),

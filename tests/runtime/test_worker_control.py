@@ -151,8 +151,10 @@ def test_graceful_shutdown_releases_claimed_runs_and_lets_the_running_one_finish
 
 
 def test_shutdown_grace_bounds_how_long_a_running_attempt_may_keep_the_worker(engine: Engine) -> None:
-    job = define(engine, handler="engine_handlers:sleep", retry_policy="test_fixed_v1", params=SECONDS)
-    rid = engine.submit(SubmitRequest(job, params={"seconds": "30"})).run.job_run_id
+    """Past the grace period the attempt is handed back, not failed: with the default policy (no
+    retries) the run is not dead-lettered; the next worker runs it, its history showing both."""
+    job = define(engine, handler="engine_handlers:patient_first_attempt")
+    rid = engine.submit(SubmitRequest(job)).run.job_run_id
     with running_worker(engine, shutdown_grace=timedelta(seconds=0.3)) as worker:
         wait_status(engine, rid, RunStatus.RUNNING)
         t0 = time.monotonic()
@@ -160,9 +162,18 @@ def test_shutdown_grace_bounds_how_long_a_running_attempt_may_keep_the_worker(en
         assert worker.wait_stopped(5)
         assert time.monotonic() - t0 < 2.0
     run = get_run(engine, rid)
-    assert run.status is RunStatus.RETRY_WAIT and run.error_code == "WORKER_SHUTDOWN" and run.attempt == 1
-    assert transitions(engine, rid)[-1] == ("RUNNING", "RETRY_WAIT", "retry_scheduled", 1)
-    assert [(a.outcome, a.error_code) for a in attempts(engine, rid)] == [("retryable_failure", "WORKER_SHUTDOWN")]
+    assert run.status is RunStatus.SCHEDULED and run.attempt == 1 and run.max_attempts == 2
+    assert transitions(engine, rid)[-1] == ("RUNNING", "SCHEDULED", "released_on_shutdown", 1)
+    assert [a.outcome for a in attempts(engine, rid)] == ["released_on_shutdown"]
+    assert get_run(engine, rid).error_code is None
+    # The next worker runs it to the end, as attempt 2 of 2.
+    with running_worker(engine):
+        wait_status(engine, rid, RunStatus.COMPLETED)
+    assert [a.outcome for a in attempts(engine, rid)] == ["released_on_shutdown", "succeeded"]
+    from jobgate.service import audit, replay
+
+    assert replay.replay(engine, rid).match  # the handed-back attempt replays from the record
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))  # and its seal holds
 
 
 def test_a_stop_requested_before_a_failing_attempt_ends_is_not_lost(engine: Engine, marker: Path) -> None:

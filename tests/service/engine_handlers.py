@@ -218,3 +218,10 @@ def flood(ctx: ExecutionContext) -> dict[str, Any]:
     for i in range(2000):
         print(f"line {i:05d} " + "x" * 80)
     return {}
+
+
+def patient_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
+    """Attempt 1 works until it is asked to stop (at most 30 s); later attempts finish at once."""
+    if ctx.attempt == 1:
+        ctx.cancelled.wait(30)  # the job's work, until the stop
+    return {"attempt": ctx.attempt}

@@ -50,6 +50,7 @@ class TransitionReason(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"
     LEASE_EXPIRED = "lease_expired"
     RELEASED_ON_SHUTDOWN = "released_on_shutdown"
+    RELEASED_UNRUNNABLE = "released_unrunnable"  # this worker cannot import its code: another may
     CANCELLED_BY_USER = "cancelled_by_user"
     STOPPED_BY_USER = "stopped_by_user"
     REQUEUED = "requeued"
@@ -61,6 +62,10 @@ class TransitionReason(StrEnum):
     APPROVAL_REVOKED = "approval_revoked"  # the approval the run was admitted under was revoked
     DEFINITION_RETIRED = "definition_retired"  # the definition was retired before the attempt started
 
+
+# Reasons a started attempt goes back to the queue without counting against the run's attempts
+# (its ceiling is raised by one, as a requeue raises it): the attempt is kept in the history.
+ATTEMPT_RETURNED = frozenset({TransitionReason.RELEASED_ON_SHUTDOWN, TransitionReason.RELEASED_UNRUNNABLE})
 
 PENDING = frozenset(
     {RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RETRY_WAIT, RunStatus.HELD}
@@ -78,7 +83,11 @@ ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
     S.SCHEDULED: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
     # DISPATCHED -> SCHEDULED: claimed but never started (graceful shutdown, lease expiry).
     S.DISPATCHED: frozenset({S.RUNNING, S.SCHEDULED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
-    S.RUNNING: frozenset({S.COMPLETED, S.RETRY_WAIT, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED}),
+    # RUNNING -> SCHEDULED: the attempt handed back, not used (``ATTEMPT_RETURNED``): its worker
+    # shut down past the grace period, or cannot import the run's code on its host.
+    S.RUNNING: frozenset(
+        {S.COMPLETED, S.RETRY_WAIT, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED, S.SCHEDULED}
+    ),
     S.RETRY_WAIT: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
     # Released when its gate admits it again; cancelled by a person or a final rule (approval
     # revoked); dead-lettered when it waited past its queue timeout or the maximum run age.

@@ -44,7 +44,7 @@ from jobgate.core.events import Event
 from jobgate.core.governance import Verdict
 from jobgate.core.models import DeadLetter, DeadLetterReason, JobRun, Transition
 from jobgate.core.settle import Settlement, cancel_decision, settle_without_attempt
-from jobgate.core.states import ALLOWED, RunStatus, TransitionReason
+from jobgate.core.states import ALLOWED, ATTEMPT_RETURNED, RunStatus, TransitionReason
 
 
 class RunValues(TypedDict, total=False):
@@ -199,6 +199,32 @@ def released(
         revoke_lease=not fenced or expired,
         values=RunValues(due_at=now),
         lease_expired_before=lease_expired_before,
+    )
+
+
+def returned(run: JobRun, *, actor: str, now: datetime, reason: TransitionReason, note: str) -> RunChange:
+    """RUNNING -> SCHEDULED by the attempt's holder (fenced to its lease), the attempt handed
+    back: the run's ceiling rises by one, so the next attempt is not one fewer. ``reason`` is
+    one of ``ATTEMPT_RETURNED``; ``note`` says why, for the history."""
+    if reason not in ATTEMPT_RETURNED:
+        raise ValueError(f"{reason} does not return an attempt")
+    return RunChange(
+        job_run_id=run.job_run_id,
+        tenant_id=run.tenant_id,
+        from_status=RunStatus.RUNNING,
+        to_status=RunStatus.SCHEDULED,
+        transition=Transition(
+            run.job_run_id,
+            RunStatus.RUNNING,
+            RunStatus.SCHEDULED,
+            run.attempt,
+            reason.value,
+            actor,
+            now,
+            {"reason": note},
+        ),
+        expected_token=run.lease_token,
+        values=RunValues(due_at=now, max_attempts=run.max_attempts + 1, progress=None, progress_message=None),
     )
 
 

@@ -161,7 +161,10 @@ class WorkerProcess:
                     with store.read() as tx:
                         # A held run waits for a gate, not for this worker: it keeps nobody busy.
                         waiting = (PENDING - {RunStatus.HELD}) | LEASED
-                        busy = bool(tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1)))
+                        # ... nor does a run this worker handed back as beyond it (another may run it).
+                        beyond = self.worker.unrunnable
+                        found = tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1 if not beyond else 1000))
+                        busy = any(r.definition_digest not in beyond for r in found)
                         busy = busy or tx.workflows_active_exist()  # the next step is about to be made
                     if not busy:
                         self.stop()

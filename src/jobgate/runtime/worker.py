@@ -53,6 +53,10 @@ from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim, WorkerBeat
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
 
+# A refusal naming one of these is about this host (its installed code, its configured runners
+# and targets), not about the run: another worker may well run it.
+HOST_FIELDS = frozenset({"handler", "runner", "target_engine_meid"})
+
 log = logging.getLogger("jobgate.worker")
 
 # How a settled run is logged: (level, action). Completions are the common case and are
@@ -137,6 +141,7 @@ class Worker:
         self._buffer: list[JobRun] = []  # claimed (DISPATCHED), not started
         self._running: dict[str, _InFlight] = {}
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
+        self._unrunnable: frozenset[str] = frozenset()  # definition digests this host cannot run
         self._audit_pending: dict[str, JobRun] = {}  # settled runs whose applied change may be material
         self._effects: dict[str, _Effects] = {}  # pending completions that carry handler effects
         self._busy_threads = 0
@@ -292,9 +297,16 @@ class Worker:
         self._pending_since = None
         return False
 
+    @property
+    def unrunnable(self) -> frozenset[str]:
+        """The definition digests this worker found it cannot run here (and claims no more of)."""
+        return self._unrunnable
+
     def _claimable(self, now: datetime) -> bool:
         with self.engine.store.read() as tx:
-            return tx.runs_claimable_exists(self.settings.queues, now, tuple(self.dependencies.blocked))
+            return tx.runs_claimable_exists(
+                self.settings.queues, now, tuple(self.dependencies.blocked | self._unrunnable)
+            )
 
     def _claim_room(self) -> int:
         room = self.settings.concurrency + self.settings.prefetch - self._busy_threads - len(self._buffer)
@@ -382,7 +394,7 @@ class Worker:
                             now + self.settings.lease,
                             self.settings.queue_rates,
                             start_now=free - len(to_start),
-                            exclude_digests=self.dependencies.blocked,
+                            exclude_digests=self.dependencies.blocked | self._unrunnable,
                             admit=gate,
                         )
                     )
@@ -651,6 +663,23 @@ class Worker:
             executor = self.dispatcher.executor(run)
             ctx = self.dispatcher.context(run, run.attempt, trace)
         except JobgateError as exc:
+            if exc.field in HOST_FIELDS:
+                # This host cannot run it (its code does not import here, its runner or target is
+                # not configured here): the attempt is handed back for a worker that can, and
+                # this worker claims no more runs of that definition version.
+                self._return_attempt(run, TransitionReason.RELEASED_UNRUNNABLE, f"{self.worker_id}: {exc}", now)
+                if run.definition_digest not in self._unrunnable:
+                    self._unrunnable = self._unrunnable | {run.definition_digest}
+                    log.warning(
+                        "run %s: this worker cannot run %s (%s); leaving its runs to other workers",
+                        run.job_run_id,
+                        run.job_definition_id,
+                        exc,
+                        extra=self._run_fields(run.job_run_id, action="definition_unrunnable", attempt=run.attempt),
+                    )
+                if span is not None and self._spans is not None:
+                    self._spans.end(span, RunStatus.SCHEDULED.value, "UNRUNNABLE_HERE")
+                return
             # The run cannot be executed as defined (definition or runner vanished): that is final.
             flight = _InFlight(run, None, None, now, span=span)  # type: ignore[arg-type]
             self._settle(flight, ExecutionResult(Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, exc.code, str(exc))), now)
@@ -740,7 +769,13 @@ class Worker:
                 f"attempt exceeded its execution timeout of {run.execution_timeout}",
             )
         elif flight.interrupt is OutcomeKind.RETRYABLE_FAILURE and outcome.kind is not OutcomeKind.SUCCEEDED:
-            outcome = Outcome(OutcomeKind.RETRYABLE_FAILURE, "WORKER_SHUTDOWN", "worker shut down mid-attempt")
+            # Shut down past the grace period: the attempt did not fail, the worker left. It is
+            # handed back, not counted, and the run waits for the next worker.
+            self._running.pop(run.job_run_id, None)
+            self._end_span(flight, RunStatus.SCHEDULED.value, "WORKER_SHUTDOWN")
+            note = f"{self.worker_id} shut down before the attempt ended; the attempt does not count"
+            self._return_attempt(run, TransitionReason.RELEASED_ON_SHUTDOWN, note, now)
+            return
         elif flight.interrupt is OutcomeKind.LEASE_EXPIRED:
             self._running.pop(run.job_run_id, None)
             self._end_span(flight, "lease_lost", "LEASE_EXPIRED")
@@ -780,6 +815,13 @@ class Worker:
         if flight.span is not None and self._spans is not None:
             self._spans.end(flight.span, outcome, error)
             flight.span = None
+
+    def _return_attempt(self, run: JobRun, reason: TransitionReason, note: str, now: datetime) -> None:
+        """Hand a started attempt back (``transitions.returned``), committed with the next turn."""
+        self._pending.append(
+            (transitions.returned(run, actor=self.worker_id, now=now, reason=reason, note=note), run.job_run_id)
+        )
+        self._running.pop(run.job_run_id, None)
 
     def _queue_settlement(self, settlement: Settlement, run: JobRun, now: datetime) -> None:
         change = transitions.settled(settlement, run, now=now)

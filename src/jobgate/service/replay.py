@@ -32,7 +32,7 @@ from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.policies import TimeoutPolicy
 from jobgate.core.runs import bound_executor, bound_of, new_run
-from jobgate.core.states import RunStatus, check_transition
+from jobgate.core.states import ATTEMPT_RETURNED, RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
 from jobgate.service.engine import Engine
 from jobgate.service.policies import policies_for, run_retry_policy
@@ -229,6 +229,8 @@ def _replay_step(t: Transition, state: dict[str, Any], policy: Any, key: str) ->
     if t.reason == "requeued":
         state["max"] = state["attempt"] + 1
         state["error"] = None
+    if current is RunStatus.RUNNING and t.reason in {r.value for r in ATTEMPT_RETURNED}:
+        state["max"] += 1  # the attempt handed back (``core.transitions.returned``)
     if t.detail.get("error_code"):
         state["error"] = t.detail["error_code"]
     state["status"] = t.to_status
