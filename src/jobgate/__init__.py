@@ -16,7 +16,19 @@ from jobgate.core.errors import (
 from jobgate.core.models import JobRun, Priority, Scope, TriggerType
 from jobgate.core.states import RunStatus
 
+
+def __getattr__(name: str) -> object:
+    """``jobgate.Client`` and ``jobgate.connect``, loaded when first used (``import jobgate``
+    stays light for handlers)."""
+    if name in {"Client", "connect"}:
+        from jobgate import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'jobgate' has no attribute {name!r}")
+
+
 __all__ = [
+    "Client",
     "ConflictError",
     "ExecutionContext",
     "JobRun",
@@ -30,4 +42,5 @@ __all__ = [
     "TriggerType",
     "ValidationError",
     "__version__",
+    "connect",
 ]

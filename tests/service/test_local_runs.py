@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import count, define
-from jobgate.cli.runs_client import LocalRuns, Submission
+from jobgate.client.runs import LocalRuns, Submission
 from jobgate.core.errors import ConflictError, GovernanceRefusal
 from jobgate.core.models import Scope
 from jobgate.service import approvals, control, manual

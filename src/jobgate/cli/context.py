@@ -13,7 +13,7 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.models import DEFAULT_TENANT  # loaded with the package already
 
 if TYPE_CHECKING:  # imported where used: ``jobgate --help`` loads none of them
-    from jobgate.cli.runs_client import RunsClient
+    from jobgate.client.runs import RunsClient
     from jobgate.config import JobgateConfig
     from jobgate.service.engine import Engine
 
@@ -75,7 +75,7 @@ class AppContext:
     def runs_client(self, *, requested_by: str | None = None, tenant: str = DEFAULT_TENANT) -> RunsClient:
         """The local database, or the server given with ``--server`` (whose token decides
         the tenant and who asks, so ``--by`` and ``--tenant`` are refused there)."""
-        from jobgate.cli.runs_client import LocalRuns, RemoteRuns
+        from jobgate.client.runs import LocalRuns, RemoteRuns
 
         if not self.server:
             return LocalRuns(self.engine())

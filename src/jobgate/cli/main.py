@@ -16,7 +16,7 @@ import click
 from jobgate.cli import render
 from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
-from jobgate.cli.runs_client import Submission
+from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import NotReadyError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
@@ -486,7 +486,7 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:
 @pass_app
 def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """One more attempt for a dead-lettered or escalated run (same idempotency key)."""
-    from jobgate.cli.runs_client import LocalRuns
+    from jobgate.client.runs import LocalRuns
     from jobgate.service import control
 
     run_id = LocalRuns(app.engine()).resolve(run_id)

@@ -1,4 +1,5 @@
-"""Where the run commands act: the local database, or a server (``--server URL --token T``).
+"""Where runs are submitted and read: the local database, or a server (``--server URL --token T``
+for the command line, ``jobgate.Client`` for applications).
 
 Both sides return the API's own models (``RunOut``, ``RunDetailOut``), so ``jobgate runs …``
 and ``jobgate submit`` print the same tables and the same JSON whether they ran against a
@@ -8,7 +9,8 @@ server's refusal comes back as the same error line the local command would print
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -153,9 +155,7 @@ class RemoteRuns:
     def resolve(self, run_id: str) -> str:
         """Through a server a run is named in full (``--wide`` tables show full ids)."""
         if is_short_run_id(run_id):
-            raise ValidationError(
-                "through --server give the full run id (`runs list --wide` shows it)", field="run_id"
-            )
+            raise ValidationError("through --server give the full run id (`runs list --wide` shows it)", field="run_id")
         return run_id
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -167,16 +167,35 @@ class RemoteRuns:
         except self._transport_error as exc:
             raise ValidationError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
         if response.status_code >= 400:
-            try:
-                body = response.json()
-                code, message, field = body["error"], body["message"], body.get("field")
-            except (ValueError, KeyError, TypeError):
-                code, message, field = "http_error", f"HTTP {response.status_code}", None
-            kind = _BY_STATUS.get(response.status_code)
-            if kind is not None:
-                raise kind(message, field=field)
-            raise RemoteError(code, message, field)
+            self._refuse(response)
         return response
+
+    def _refuse(self, response: httpx.Response) -> None:
+        """The server's refusal as the error the local command would raise."""
+        try:
+            body = response.json()
+            code, message, field = body["error"], body["message"], body.get("field")
+        except (ValueError, KeyError, TypeError):
+            code, message, field = "http_error", f"HTTP {response.status_code}", None
+        kind = _BY_STATUS.get(response.status_code)
+        if kind is not None:
+            raise kind(message, field=field)
+        raise RemoteError(code, message, field)
+
+    @contextlib.contextmanager
+    def stream_lines(self, run_id: str) -> Iterator[Iterator[str]]:
+        """The lines of the run's event stream (Server-Sent Events), read as they come."""
+        try:
+            with self.http.stream("GET", f"/api/v1/runs/{_segment(run_id)}/stream", timeout=None) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._refuse(response)
+                yield response.iter_lines()
+        except self._transport_error as exc:
+            raise ValidationError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
+
+    def close(self) -> None:
+        self.http.close()
 
     def submit(self, s: Submission, *, tenant: str, actor: str) -> RunCreatedOut:
         headers = {"Idempotency-Key": s.request_id} if s.request_id else {}

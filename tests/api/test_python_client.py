@@ -1,0 +1,60 @@
+"""jobgate from application code: ``jobgate.Client`` against a real server on a socket, and
+``jobgate.connect`` into the database itself; the same answers, the same refusals."""
+
+from __future__ import annotations
+
+import pytest
+from tests.api.conftest import ACME_JOB, World
+from tests.api.test_console_browser import served  # noqa: F401  (the served fixture)
+from tests.runtime.runtime_support import running_worker
+
+import jobgate
+from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
+from jobgate.core.tokens import Role
+
+
+def test_a_client_submits_waits_on_the_stream_and_gets_the_servers_refusals(
+    world: World,
+    served: str,  # noqa: F811
+) -> None:
+    with jobgate.Client(served, world.tokens[("acme", Role.OPERATOR)]) as jg:
+        run = jg.submit(ACME_JOB, {"n": 5}, idempotency_key="month-end-1")
+        assert run.status == "SCHEDULED" and run.params == {"n": "5"}
+        assert jg.submit(ACME_JOB, {"n": 5}, idempotency_key="month-end-1").job_run_id == run.job_run_id
+        with pytest.raises(ConflictError):
+            jg.submit(ACME_JOB, {"n": 6}, idempotency_key="month-end-1")
+        with pytest.raises(ValidationError) as bad:
+            jg.submit(ACME_JOB, {"n": "five"})
+        assert bad.value.field is not None and "n" in bad.value.field
+        assert run.job_run_id in [r.job_run_id for r in jg.list(job=ACME_JOB)]
+        with running_worker(world.engine):
+            done = jg.wait(run.job_run_id)
+        assert done.status == "COMPLETED"
+        events = [e.event for e in jg.stream(run.job_run_id)]  # a finished run's stream: its story, then its end
+        assert "state" in events and events[-1] == "terminal"
+        detail = jg.get(run.job_run_id)
+        assert [t.to_status for t in detail.transitions][-1] == "COMPLETED"
+        pending = jg.submit(ACME_JOB, {"n": 7})
+        assert jg.cancel(pending.job_run_id, reason="not needed").status == "CANCELLED"
+        theirs = world.new_run("other", job="shared-job")
+        with pytest.raises(NotFoundError):
+            jg.get(theirs.job_run_id)
+    with jobgate.Client(served, world.tokens[("acme", Role.CONSUMER)]) as consumer, pytest.raises(Exception) as denied:
+        consumer.submit(ACME_JOB, {"n": 1})
+    assert "role" in str(denied.value)
+
+
+def test_connect_submits_into_the_database_and_waits_for_a_worker(world: World) -> None:
+    url = world.engine.store.url
+    with jobgate.connect(url, tenant="acme", actor="app:billing") as jg:
+        run = jg.submit(ACME_JOB, {"n": 3}, idempotency_key="embedded-1")
+        assert run.requested_by == "app:billing"
+        assert jg.submit(ACME_JOB, {"n": 3}, idempotency_key="embedded-1").job_run_id == run.job_run_id
+        with pytest.raises(TimeoutError):
+            jg.wait(run.job_run_id, timeout=0.05)  # no worker yet
+        with running_worker(world.engine):
+            assert jg.wait(run.job_run_id, timeout=30).status == "COMPLETED"
+        with pytest.raises(ValidationError):
+            jg.submit(ACME_JOB, {"n": None})
+    with pytest.raises(Exception, match="no database at"):
+        jobgate.connect(str(world.engine.config.data_dir) + "/missing.db")
