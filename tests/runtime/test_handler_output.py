@@ -65,3 +65,17 @@ def test_an_attempts_output_is_capped(engine: Engine, monkeypatch: pytest.Monkey
     assert "line 00000" in log and "line 01999" not in log
     assert log.rstrip().endswith("passed 4096 bytes; the rest is not kept")
     assert len(log.encode()) < 4096 + 200
+
+
+def test_urls_in_log_records_lose_their_credentials_and_query(engine: Engine) -> None:
+    """Anyone who may read a run may read its log: what a record's URL carries besides scheme,
+    host and path is not kept, and the HTTP clients' request lines are not the run's output."""
+    logging.getLogger().setLevel(logging.INFO)
+    job = define(engine, handler="engine_handlers:leaky")
+    run = engine.submit(SubmitRequest(job)).run
+    with running_worker(engine):
+        wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
+    log = _log_of(engine, run)
+    assert "calling https://api.example/v1/sync failed" in log
+    for secret in ("s3cret", "T0KEN", "pa55", "K3Y", "svc:", "HTTP Request"):
+        assert secret not in log

@@ -225,3 +225,12 @@ def patient_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
     if ctx.attempt == 1:
         ctx.cancelled.wait(30)  # the job's work, until the stop
     return {"attempt": ctx.attempt}
+
+
+def leaky(ctx: ExecutionContext) -> dict[str, Any]:
+    """Logs URLs with credentials in them, as HTTP clients and careless handlers do."""
+    import logging
+
+    logging.getLogger("httpx").info('HTTP Request: POST http://u:s3cret@127.0.0.1:9/x?token=T0KEN "HTTP/1.1 200 OK"')
+    logging.getLogger("acme.sync").warning("calling https://svc:pa55@api.example/v1/sync?key=K3Y failed")
+    return {}

@@ -346,7 +346,7 @@ def runs_list(
     wide: bool,
 ) -> None:
     """Runs, newest first. Tables show the end of each run id; every command taking a RUN_ID
-    takes that end too (locally; through --server, the full id from --wide)."""
+    takes that end too (through --server, looked for among the newest 1,000 runs)."""
     items = app.runs_client(tenant=tenant).list(
         tenant=tenant,
         statuses=[RunStatus(s.upper()) for s in status],
@@ -357,7 +357,7 @@ def runs_list(
     if app.json_output:
         render.emit_json([r.model_dump(mode="json") for r in items])
     else:
-        render.runs_table(items, wide=wide or bool(app.server))
+        render.runs_table(items, wide=wide)
 
 
 @runs.command("show")

@@ -136,6 +136,9 @@ _BY_STATUS: dict[int, type[JobgateError]] = {
 }
 
 
+SHORT_ID_SCAN = 1000  # through a server, a short id is looked for among this many newest runs
+
+
 class RemoteRuns:
     """Over HTTP with a bearer token; the server's rules (roles, tenant, quota) apply."""
 
@@ -153,10 +156,28 @@ class RemoteRuns:
         )
 
     def resolve(self, run_id: str) -> str:
-        """Through a server a run is named in full (``--wide`` tables show full ids)."""
-        if is_short_run_id(run_id):
-            raise ValidationError("through --server give the full run id (`runs list --wide` shows it)", field="run_id")
-        return run_id
+        """A full run id, or the one run among the newest ``SHORT_ID_SCAN`` the token may see
+        whose id ends with the short id a table showed (the API names runs in full)."""
+        if not is_short_run_id(run_id):
+            return run_id
+        params: dict[str, Any] = {"limit": 500}
+        found: list[str] = []
+        seen = 0
+        while seen < SHORT_ID_SCAN:
+            page = Page[RunOut].model_validate(self._call("GET", "/api/v1/runs", params=params))
+            found += [r.job_run_id for r in page.items if r.job_run_id.endswith(run_id)]
+            seen += len(page.items)
+            if not page.next_cursor or len(found) > 1:
+                break
+            params["cursor"] = page.next_cursor
+        if not found:
+            raise NotFoundError(
+                f"no run whose id ends with {run_id!r} among the newest {SHORT_ID_SCAN}: give the full id (--wide)",
+                field="run_id",
+            )
+        if len(found) > 1:
+            raise ValidationError(f"more than one run id ends with {run_id!r}: give more of it", field="run_id")
+        return found[0]
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._respond(method, path, **kwargs).json()
@@ -186,7 +207,8 @@ class RemoteRuns:
     def stream_lines(self, run_id: str) -> Iterator[Iterator[str]]:
         """The lines of the run's event stream (Server-Sent Events), read as they come."""
         try:
-            with self.http.stream("GET", f"/api/v1/runs/{_segment(run_id)}/stream", timeout=None) as response:
+            path = f"/api/v1/runs/{_segment(self.resolve(run_id))}/stream"
+            with self.http.stream("GET", path, timeout=None) as response:
                 if response.status_code >= 400:
                     response.read()
                     self._refuse(response)
@@ -223,29 +245,31 @@ class RemoteRuns:
         return out[:limit]
 
     def detail(self, run_id: str) -> RunDetailOut:
-        return RunDetailOut.model_validate(self._call("GET", f"/api/v1/runs/{_segment(run_id)}"))
+        return RunDetailOut.model_validate(self._call("GET", f"/api/v1/runs/{_segment(self.resolve(run_id))}"))
 
     def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
         body = {"reason": reason}
-        return RunOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/cancel", json=body))
+        return RunOut.model_validate(
+            self._call("POST", f"/api/v1/runs/{_segment(self.resolve(run_id))}/cancel", json=body)
+        )
 
     def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut:
         body = {"reason": reason}
-        return RunOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/stop", json=body))
+        return RunOut.model_validate(
+            self._call("POST", f"/api/v1/runs/{_segment(self.resolve(run_id))}/stop", json=body)
+        )
 
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
-        return RunCreatedOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(run_id)}/retry"))
+        return RunCreatedOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(self.resolve(run_id))}/retry"))
 
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
         params: dict[str, Any] = {"tail": tail} if tail is not None else {"offset": offset}
-        response = self._respond("GET", f"/api/v1/runs/{_segment(run_id)}/log", params=params)
+        response = self._respond("GET", f"/api/v1/runs/{_segment(self.resolve(run_id))}/log", params=params)
         return LogPart(response.text, int(response.headers.get("X-Log-End", offset)))
 
 
 def _segment(value: str) -> str:
     """A run id as one path segment: anything that could change the path is refused here."""
-    if is_short_run_id(value):
-        raise ValidationError("through --server give the full run id (`runs list --wide` shows it)", field="run_id")
     if not value or any(c in value for c in "/?#%\\") or value in (".", ".."):
         raise ValidationError("not a run id", field="run_id")
     return value

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -97,8 +98,23 @@ class _RoutedStream:
         return getattr(self._original, name)
 
 
+# Anyone allowed to read a run may read its log, so a URL in a log record keeps its scheme, host
+# and path only: credentials (``user:password@``) and the query (``?token=…``) are cut, and the
+# HTTP clients' own request lines (every URL they call, at info) are not the attempt's output.
+_URL_SECRETS = re.compile(
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^/@\s]*@)?(?P<rest>[^\s?#\"']*)(?:[?#][^\s\"']*)?"
+)
+_TRANSPORT_LOGGERS = ("httpx", "httpcore", "urllib3", "requests")
+
+
+def without_url_secrets(text: str) -> str:
+    """``text`` with every URL's user, password and query removed."""
+    return _URL_SECRETS.sub(lambda m: m.group("scheme") + m.group("rest"), text)
+
+
 class _AttemptRecords(logging.Handler):
-    """Records emitted in an attempt's thread, written to that attempt's log."""
+    """Records emitted in an attempt's thread, written to that attempt's log (URLs without their
+    credentials or query; the HTTP clients' request lines below warnings not at all)."""
 
     def __init__(self) -> None:
         super().__init__(logging.NOTSET)
@@ -108,8 +124,10 @@ class _AttemptRecords(logging.Handler):
         sink = _sink()
         if sink is None:
             return
+        if record.levelno < logging.WARNING and record.name.split(".", 1)[0] in _TRANSPORT_LOGGERS:
+            return
         try:
-            sink.write(self.format(record) + "\n")
+            sink.write(without_url_secrets(self.format(record)) + "\n")
         except Exception:  # a record that cannot be formatted must not fail the handler's attempt
             self.handleError(record)
 
