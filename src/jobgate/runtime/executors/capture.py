@@ -18,7 +18,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,8 +33,8 @@ class AttemptLog:
     """One attempt's share of the run log: opened at its first write (a silent handler costs no
     file), headed by the attempt's number, capped at ``limit`` bytes."""
 
-    def __init__(self, path: Path, attempt: int, limit: int | None = None) -> None:
-        self._path = path
+    def __init__(self, path: Callable[[], Path], attempt: int, limit: int | None = None) -> None:
+        self._path = path  # asked at the first write: finding it creates the run's folder
         self._attempt = attempt
         self._file: IO[str] | None = None
         self._limit = MAX_ATTEMPT_LOG_BYTES if limit is None else limit
@@ -43,8 +43,9 @@ class AttemptLog:
 
     def _open(self) -> IO[str]:
         if self._file is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self._path.open("a", encoding="utf-8", errors="replace")
+            path = self._path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8", errors="replace")
             self._file.write(f"[jobgate] attempt {self._attempt}\n")
         return self._file
 
@@ -149,7 +150,7 @@ def install() -> None:
 def attempt_output(ctx: ExecutionContext) -> Iterator[AttemptLog]:
     """While the body runs, this thread's prints and log records are the attempt's log."""
     install()
-    log = AttemptLog(ctx.log_path, ctx.payload.attempt)
+    log = AttemptLog(lambda: ctx.log_path, ctx.payload.attempt)  # not read before a write: it makes a folder
     _local.log = log
     ctx._log_sink = log
     try:
