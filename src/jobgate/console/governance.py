@@ -23,7 +23,7 @@ from jobgate.api.routes import audit as audit_routes
 from jobgate.api.routes import evidence as evidence_routes
 from jobgate.api.routes import safemode as safemode_routes
 from jobgate.api.routes.evidence import InclusionProofOut
-from jobgate.console.pages import act, caller_of, form_instant, render, state_of
+from jobgate.console.pages import act, caller_of, form_instant, refusal, render, state_of
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.tokens import Role
 from jobgate.service import safemode
@@ -115,10 +115,7 @@ def evidence_download(
     except NotFoundError as exc:
         return _audit_page(request, message=f"No evidence bundle: {exc.message}", status=404)
     except JobgateError as exc:
-        named = f", {exc.field}" if exc.field else ""
-        return _audit_page(
-            request, message=f"No evidence bundle ({exc.code}{named}): {exc.message}", status=status_for(exc)
-        )
+        return _audit_page(request, message=refusal("No evidence bundle", exc), status=status_for(exc))
 
 
 def _admin_page(

@@ -118,6 +118,12 @@ def render(request: Request, name: str, *, status: int = 200, **context: Any) ->
     return HTMLResponse(page, status_code=status)
 
 
+def refusal(what: str, exc: JobgateError) -> str:
+    """A refusal as every console page says it: what did not happen, the code, the field, why."""
+    named = f", {exc.field}" if exc.field else ""
+    return f"{what} ({exc.code}{named}): {exc.message}"
+
+
 async def act(
     action: Callable[[], T],
     *,
@@ -138,7 +144,6 @@ async def act(
     except NotFoundError:
         raise
     except JobgateError as exc:
-        named = f", {exc.field}" if exc.field else ""
-        return await run_in_threadpool(again, f"{what} ({exc.code}{named}): {exc.message}", status_for(exc))
+        return await run_in_threadpool(again, refusal(what, exc), status_for(exc))
     after = await run_in_threadpool(done, result)
     return after if isinstance(after, Response) else RedirectResponse(after, status_code=303)

@@ -41,25 +41,14 @@
     }
     document.getElementById("run-progress-message").textContent = p.message ? " — " + p.message : "";
   });
-  // Once the run has ended, the page is drawn again from the server (without reloading it): its
+  // Once the run has ended, the page is drawn again from the server (``redraw.js``): its
   // attempts, artifact, final log and the actions that now apply (a retry instead of a cancel).
-  function redraw() {
-    fetch(window.location.href, { credentials: "same-origin" })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (!html) return;
-        const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("main");
-        const main = document.getElementById("main");
-        if (fresh && main) main.replaceChildren.apply(main, Array.from(fresh.childNodes));
-      })
-      .catch(function () {});
-  }
   source.addEventListener("terminal", function (event) {
     status.textContent = JSON.parse(event.data).status;
     document.querySelectorAll("form.run-action").forEach(function (form) { form.remove(); });
     source.close();
     following = false;
-    redraw();
+    window.jobgateRedraw();
   });
   source.addEventListener("gone", function () { source.close(); });
 

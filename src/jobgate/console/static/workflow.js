@@ -9,16 +9,7 @@
   }
   function redraw() {
     if (!live()) return;
-    fetch(window.location.href, { credentials: "same-origin" })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (!html) return;
-        const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("main");
-        const main = document.getElementById("main");
-        if (fresh && main) main.replaceChildren.apply(main, Array.from(fresh.childNodes));
-      })
-      .catch(function () {})
-      .finally(function () { if (live()) window.setTimeout(redraw, 2000); });
+    window.jobgateRedraw().finally(function () { if (live()) window.setTimeout(redraw, 2000); });
   }
   window.setTimeout(redraw, 2000);
 })();
