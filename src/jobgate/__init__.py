@@ -3,6 +3,8 @@
 The public surface for embedding applications and job handlers; everything else is internal.
 """
 
+from typing import TYPE_CHECKING
+
 from jobgate._version import __version__
 from jobgate.context import ExecutionContext
 from jobgate.core.errors import (
@@ -15,6 +17,10 @@ from jobgate.core.errors import (
 )
 from jobgate.core.models import JobRun, Priority, Scope, TriggerType
 from jobgate.core.states import RunStatus
+from jobgate.decorator import JobFunction, Param, job
+
+if TYPE_CHECKING:  # what __getattr__ returns, for type checkers
+    from jobgate.client import Client, connect
 
 
 def __getattr__(name: str) -> object:
@@ -31,10 +37,12 @@ __all__ = [
     "Client",
     "ConflictError",
     "ExecutionContext",
+    "JobFunction",
     "JobRun",
     "JobgateError",
     "NonRetryableError",
     "NotFoundError",
+    "Param",
     "Priority",
     "RetryableError",
     "RunStatus",
@@ -43,4 +51,5 @@ __all__ = [
     "ValidationError",
     "__version__",
     "connect",
+    "job",
 ]

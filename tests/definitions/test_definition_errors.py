@@ -194,7 +194,7 @@ CASES: list[tuple[str, str, str, str | None, str]] = [
         "d.json",
         case({"params": [{"name": "a", "default": "a b"}]}),
         "params[0].default",
-        "does not match the pattern",
+        "does not match the default safe pattern",
     ),
     (
         "unknown param field",

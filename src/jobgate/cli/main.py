@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -119,16 +119,25 @@ SHIPPED = "jobgate:shipped-files"
 
 
 def _apply(
-    app: AppContext, paths: list[Path], *, approve_as: str | None = None, applied_by: str | None = None
+    app: AppContext,
+    paths: list[Path],
+    *,
+    modules: Sequence[str] = (),
+    approve_as: str | None = None,
+    applied_by: str | None = None,
 ) -> list[dict[str, Any]]:
     from rich.progress import Progress
 
     from jobgate.definitions import load_definitions
+    from jobgate.definitions.loader import refuse_duplicates
+    from jobgate.definitions.modules import load_module_definitions
     from jobgate.service import approvals
 
     engine = app.engine()
     try:
-        loaded = load_definitions(paths, engine.config)
+        loaded = load_definitions(paths, engine.config) if paths else []
+        loaded += load_module_definitions(modules, engine.config)
+        refuse_duplicates(loaded)
     except ValidationError as exc:
         approvals.record_load_refusal(engine, DEFAULT_TENANT, exc, actor=approve_as or _actor(None))
         raise
@@ -167,17 +176,28 @@ def _apply(
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--module",
+    "modules",
+    multiple=True,
+    metavar="MODULE",
+    help="an importable module (or package) whose @jobgate.job functions to apply; repeatable",
+)
 @click.option("--approve", is_flag=True, help="also approve each definition's content and code, as you (an admin)")
 @click.option("--by", "by", help="who applies (default: the OS user); four eyes keeps them from approving it")
 @pass_app
-def apply(app: AppContext, paths: tuple[Path, ...], approve: bool, by: str | None) -> None:
-    """Load definition files or folders; all are stored, or none if one is invalid. A new or
-    changed definition runs only once an admin approved its content and code (--approve, or
-    `jobgate definitions approve`); --approve is refused, with nothing stored, for definitions
-    that need a second person (governance.four_eyes, or a runner that executes its body)."""
-
-    applied = _apply(app, list(paths), approve_as=_actor(by) if approve else None, applied_by=_actor(by))
+def apply(app: AppContext, paths: tuple[Path, ...], modules: tuple[str, ...], approve: bool, by: str | None) -> None:
+    """Load definition files or folders, and jobs declared in Python modules (--module); all
+    are stored, or none if one is invalid. A new or changed definition runs only once an admin
+    approved its content and code (--approve, or `jobgate definitions approve`); --approve is
+    refused, with nothing stored, for definitions that need a second person
+    (governance.four_eyes, or a runner that executes its body)."""
+    if not paths and not modules:
+        raise click.UsageError("name definition files or folders, or --module MODULE")
+    applied = _apply(
+        app, list(paths), modules=modules, approve_as=_actor(by) if approve else None, applied_by=_actor(by)
+    )
     if app.json_output:
         render.emit_json(applied)
         return

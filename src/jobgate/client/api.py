@@ -10,23 +10,29 @@ the rules are the service's: a refusal raises the same ``jobgate`` error (``Vali
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobgate.client.runs import LocalRuns, RemoteRuns, Submission
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import ConflictError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
 
 if TYPE_CHECKING:
     import httpx
 
+    from jobgate.decorator import JobFunction
     from jobgate.service.engine import Engine
     from jobgate.views.schemas import RunDetailOut, RunOut
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,14 +46,27 @@ class RunEvent:
 
 
 def _params(params: Mapping[str, object] | None) -> dict[str, str]:
-    """Parameters as the definition's patterns check them: text. Numbers and dates are written
-    as ``str()`` writes them; a ``None`` is refused rather than sent as the text ``None``."""
+    """Parameters as the definition checks them: text. Dates and times in ISO 8601, an Enum
+    as its value, a bool as ``true``/``false``, a number as ``str()`` writes it; the service
+    turns each into its declared type's canonical text. A ``None`` is refused rather than
+    sent as the text ``None``."""
     out: dict[str, str] = {}
     for name, value in (params or {}).items():
+        if isinstance(value, enum.Enum):
+            value = value.value
         if value is None:
             raise ValidationError("a parameter needs a value", field=f"params.{name}")
-        out[str(name)] = value if isinstance(value, str) else str(value)
+        if isinstance(value, bool):
+            out[str(name)] = "true" if value else "false"
+        elif isinstance(value, date):  # a datetime too
+            out[str(name)] = value.isoformat()
+        else:
+            out[str(name)] = value if isinstance(value, str) else str(value)
     return out
+
+
+def _type_name(kind: object) -> str:
+    return str(getattr(kind, "__name__", kind))
 
 
 class _Runs:
@@ -59,18 +78,36 @@ class _Runs:
 
     def submit(
         self,
-        job: str,
+        job: str | JobFunction,
         params: Mapping[str, object] | None = None,
         *,
         idempotency_key: str | None = None,
         reason: str | None = None,
     ) -> RunOut:
-        """One run of ``job``; with ``idempotency_key`` a repeat returns the same run, and the
-        same key with other parameters is a ``ConflictError``."""
+        """One run of ``job`` (its id, or the ``@jobgate.job`` function); with
+        ``idempotency_key`` a repeat returns the same run, and the same key with other
+        parameters is a ``ConflictError``."""
+        job_id = job if isinstance(job, str) else job.job_definition_id
         made = self._runs.submit(
-            Submission(job, _params(params), reason, idempotency_key), tenant=self._tenant, actor=self._actor
+            Submission(job_id, _params(params), reason, idempotency_key), tenant=self._tenant, actor=self._actor
         )
         return made.run
+
+    def result(self, run_id: str, as_type: type[T]) -> T:
+        """The completed run's result as ``as_type`` (a dataclass, a pydantic model, a
+        ``TypedDict``, ``dict[str, Decimal]``...), validated by pydantic: the JSON the record
+        holds, read back into the types the handler returned. A run that has not completed
+        is a ``ConflictError`` naming its status."""
+        from pydantic import TypeAdapter
+        from pydantic import ValidationError as PydanticError
+
+        run = self.get(run_id).run
+        if run.status != RunStatus.COMPLETED.value:
+            raise ConflictError(f"run {run_id} is {run.status}, not COMPLETED: it has no result", field="status")
+        try:
+            return TypeAdapter(as_type).validate_python(run.result or {})
+        except PydanticError as exc:
+            raise ValidationError(f"the result is not a {_type_name(as_type)}: {exc}", field="result") from None
 
     def get(self, run_id: str) -> RunDetailOut:
         """The run with its transitions, attempts and progress."""

@@ -103,13 +103,22 @@ class DeadLetterReason(StrEnum):
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """A declared parameter (seed 004 ``params``): values are checked before anything runs."""
+    """A declared parameter (seed 004 ``params``): values are checked before anything runs.
+
+    ``type`` is one of ``jobgate.core.params.PARAM_TYPES``: a value is stored and passed on in
+    its type's one canonical text (``10.50`` and ``10.5`` are the same decimal, ``10.5``), so
+    equal values make equal idempotency keys and digests. ``choices`` (canonical texts) and the
+    inclusive ``minimum``/``maximum`` (numbers) narrow it further; ``pattern`` is for strings."""
 
     name: str
     required: bool = False
     pattern: str | None = None
     default: str | None = None
     description: str = ""
+    type: str = "string"
+    choices: tuple[str, ...] = ()
+    minimum: str | None = None
+    maximum: str | None = None
 
 
 @dataclass(frozen=True)

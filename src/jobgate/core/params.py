@@ -1,9 +1,11 @@
 """Parameter validation and template rendering for command runners and body templates.
 
-Rules, in order: an undeclared parameter is refused; a required one must be present; every
+Rules, in order: an undeclared parameter is refused; a required one must be present; a string
 value must fully match its declared pattern (``re.fullmatch``, so a trailing newline cannot
-sneak past ``$``), or the default safe pattern when none is declared; control characters
-are refused everywhere. Rendering is plain substitution of ``{{name}}`` or ``{{.name}}``
+sneak past ``$``), or the default safe pattern when none is declared; a typed value (integer,
+decimal, boolean, date, datetime) must parse as its type and is kept as that type's one
+canonical text, which no shell or option parser reads as anything but a value; control
+characters are refused everywhere. Rendering is plain substitution of ``{{name}}`` or ``{{.name}}``
 (the seed 004 spelling); it never evaluates anything, and argv is passed to the process
 without a shell, so a value can at worst be a strange but inert argument.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, date, datetime
+from decimal import Decimal
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
@@ -24,12 +28,20 @@ DEFAULT_PARAM_PATTERN = r"(?!-)(?!\.{1,2}$)[A-Za-z0-9_.:@+=,-]{0,256}"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _PLACEHOLDER = re.compile(r"\{\{\s*\.?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 RESERVED = frozenset({"tmpfile", "workdir", "run_id", "attempt"})
+PARAM_TYPES = ("string", "integer", "decimal", "boolean", "date", "datetime")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
+_DECIMAL = re.compile(r"[+-]?(?=[0-9.]{1,41}$)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATETIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?"
+)
 
 
 def validate_params(
     specs: Iterable[ParamSpec], values: Mapping[str, object], *, source: str = "params"
 ) -> dict[str, str]:
-    """Return the complete, validated parameter map (defaults filled in) or raise."""
+    """Return the complete, validated parameter map (defaults filled in, every value in its
+    type's canonical text) or raise ``ValidationError`` naming ``params.NAME``."""
     by_name = {spec.name: spec for spec in specs}
     for name in values:
         if name not in by_name:
@@ -41,20 +53,105 @@ def validate_params(
             if spec.required:
                 raise ValidationError("required parameter is missing", field=f"params.{spec.name}", source=source)
             continue
-        if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-            raise ValidationError("must be a string or a number", field=f"params.{spec.name}", source=source)
-        value = str(raw)
-        if _CONTROL.search(value):
-            raise ValidationError(
-                "control characters (newline, NUL, ...) are not allowed", field=f"params.{spec.name}", source=source
-            )
-        pattern = spec.pattern or DEFAULT_PARAM_PATTERN
-        if re.fullmatch(pattern, value) is None:
-            raise ValidationError(
-                f"value does not match the declared pattern {pattern!r}", field=f"params.{spec.name}", source=source
-            )
-        out[spec.name] = value
+        try:
+            out[spec.name] = param_value(spec, raw)
+        except ParamValueError as exc:
+            raise ValidationError(str(exc), field=f"params.{spec.name}", source=source) from None
     return out
+
+
+class ParamValueError(ValueError):
+    """A value its parameter's declaration refuses; the message says why, for a person."""
+
+
+def param_value(spec: ParamSpec, raw: object) -> str:
+    """The canonical text of ``raw`` as ``spec`` declares it, or ``ParamValueError``.
+
+    One function for a submitted value and a declared default alike, so a default that passes
+    the definition's check is a value a run accepts."""
+    if raw is True or raw is False:
+        if spec.type != "boolean":
+            raise ParamValueError("must be a string or a number")
+    elif not isinstance(raw, str | int | float):
+        raise ParamValueError("must be a string or a number")
+    text = raw if isinstance(raw, str) else str(raw)
+    if _CONTROL.search(text):
+        raise ParamValueError("control characters (newline, NUL, ...) are not allowed")
+    if spec.type == "string":
+        pattern = spec.pattern or DEFAULT_PARAM_PATTERN
+        if re.fullmatch(pattern, text) is None:
+            which = "the pattern" if spec.pattern else "the default safe pattern (no spaces, slashes, shell signs)"
+            raise ParamValueError(f"value does not match {which} {pattern!r}")
+        value = text
+    else:
+        value = canonical(spec.type, raw)
+        if spec.minimum is not None and Decimal(value) < Decimal(spec.minimum):
+            raise ParamValueError(f"must be at least {spec.minimum}")
+        if spec.maximum is not None and Decimal(value) > Decimal(spec.maximum):
+            raise ParamValueError(f"must be at most {spec.maximum}")
+    if spec.choices and value not in spec.choices:
+        raise ParamValueError("must be one of: " + ", ".join(spec.choices))
+    return value
+
+
+def canonical(kind: str, raw: object) -> str:
+    """The one text of a typed value: ``integer`` ``-12``; ``decimal`` without exponent or
+    trailing zeros (``10.5``); ``boolean`` ``true``/``false``; ``date`` ``2026-12-04``;
+    ``datetime`` in UTC with ``Z`` (an offset is required: a wall time alone is ambiguous)."""
+    if kind not in PARAM_TYPES:
+        raise ParamValueError(f"unknown type {kind!r} (one of: {', '.join(PARAM_TYPES)})")
+    if kind == "boolean":
+        if isinstance(raw, bool):
+            return "true" if raw else "false"
+        if isinstance(raw, str) and raw.lower() in ("true", "false"):
+            return raw.lower()
+        raise ParamValueError("must be true or false")
+    if kind == "integer":
+        if isinstance(raw, int):
+            return str(raw)
+        if isinstance(raw, str) and _INTEGER.fullmatch(raw):
+            return str(int(raw))
+        raise ParamValueError("must be a whole number (digits, optionally signed, at most 30)")
+    if kind == "decimal":
+        text = repr(raw) if isinstance(raw, float) else str(raw)
+        if not _DECIMAL.fullmatch(text):
+            raise ParamValueError("must be a decimal number such as 12, -0.5 or 1250.75 (at most 40 digits)")
+        number = Decimal(text).normalize()
+        plain = format(number, "f")
+        return "0" if number.is_zero() else plain
+    if not isinstance(raw, str):
+        raise ParamValueError(f"must be an ISO 8601 {kind} written as text")
+    if kind == "date":
+        if not _DATE.fullmatch(raw):
+            raise ParamValueError("must be a date written YYYY-MM-DD")
+        try:
+            return date.fromisoformat(raw).isoformat()
+        except ValueError:
+            raise ParamValueError(f"{raw!r} is not a calendar date") from None
+    if not _DATETIME.fullmatch(raw):
+        raise ParamValueError("must be an ISO 8601 date and time with a UTC offset, e.g. 2026-12-04T09:30:00Z")
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ParamValueError(f"{raw!r} is not a valid date and time") from None
+    if moment.tzinfo is None:
+        raise ParamValueError("needs a UTC offset (Z or +01:00): a wall time alone is ambiguous")
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def typed(kind: str, value: str) -> object:
+    """A canonical text (``canonical``) as its Python value: what a typed handler receives."""
+    if kind == "integer":
+        return int(value)
+    if kind == "decimal":
+        return Decimal(value)
+    if kind == "boolean":
+        return value == "true"
+    if kind == "date":
+        return date.fromisoformat(value)
+    if kind == "datetime":
+        return datetime.fromisoformat(value)
+    return value
 
 
 def placeholders(template: str) -> set[str]:

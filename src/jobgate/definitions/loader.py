@@ -30,10 +30,15 @@ DocumentFormat = Literal["yaml", "json"]
 
 def load_definitions(paths: Iterable[str | Path], config: JobgateConfig) -> list[LoadedDefinition]:
     """Load every definition under ``paths`` (files or folders), all or nothing, in a stable order."""
-    loaded: list[LoadedDefinition] = []
+    loaded = [load_definition_file(file, config) for file in definition_files(paths)]
+    refuse_duplicates(loaded)
+    return loaded
+
+
+def refuse_duplicates(loaded: Iterable[LoadedDefinition]) -> None:
+    """Refuse two definitions of one id for one tenant, naming both sources."""
     seen: dict[tuple[str, str], str] = {}
-    for file in definition_files(paths):
-        item = load_definition_file(file, config)
+    for item in loaded:
         key = (item.definition.tenant_id, item.job_definition_id)
         if key in seen:
             raise ValidationError(
@@ -42,8 +47,6 @@ def load_definitions(paths: Iterable[str | Path], config: JobgateConfig) -> list
                 source=item.source,
             )
         seen[key] = item.source
-        loaded.append(item)
-    return loaded
 
 
 def definition_files(paths: Iterable[str | Path]) -> list[Path]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -34,7 +35,15 @@ from jobgate.core.models import (
     Priority,
     TriggerType,
 )
-from jobgate.core.params import DEFAULT_PARAM_PATTERN, RESERVED, check_pattern, placeholders
+from jobgate.core.params import (
+    PARAM_TYPES,
+    RESERVED,
+    ParamValueError,
+    canonical,
+    check_pattern,
+    param_value,
+    placeholders,
+)
 from jobgate.core.ratelimit import check_rate
 from jobgate.documents import (
     HANDLER_PATTERN,
@@ -94,7 +103,7 @@ DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner", "workflow")
 # A workflow definition fired as a job (cron, event, manual) runs this: it starts the workflow run.
 WORKFLOW_STARTER = "jobgate.workflows.starter:start_workflow_job"
-PARAM_FIELDS = ("name", "required", "pattern", "default", "description")
+PARAM_FIELDS = ("name", "required", "pattern", "default", "description", "type", "choices", "minimum", "maximum")
 
 DEFAULT_RETRY_POLICY = "no_retry_v1"
 DEFAULT_CONFIG_PROFILE = "default"
@@ -102,7 +111,6 @@ SCHEDULED_TRIGGERS = frozenset({TriggerType.CRON, TriggerType.INTERVAL, TriggerT
 
 PARAM_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?#-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RESERVED_LIST = ", ".join(sorted(RESERVED))
 _INTERVAL_RULE = (
     "must be a whole number of seconds, optionally with unit s, m, h or d, optionally after 'every:' "
@@ -379,24 +387,56 @@ def _params(r: Reader, value: Any) -> tuple[ParamSpec, ...]:
         if any(spec.name == name for spec in out):
             r.fail(join(at, "name"), f"parameter {name!r} is declared twice")
         required = r.boolean(data.get("required", False), join(at, "required"))
+        kind = r.string(data.get("type", "string"), join(at, "type"))
+        if kind not in PARAM_TYPES:
+            r.fail(join(at, "type"), f"one of {', '.join(PARAM_TYPES)}")
         pattern = None
         if data.get("pattern") is not None:
+            if kind != "string":
+                r.fail(join(at, "pattern"), f"a pattern is for string params; a {kind} is checked by its type")
             pattern = r.string(data["pattern"], join(at, "pattern"))
             check_pattern(pattern, field=join(at, "pattern"), source=r.source)
+        bounds: dict[str, str | None] = {"minimum": None, "maximum": None}
+        for key in bounds:
+            if data.get(key) is None:
+                continue
+            if kind not in ("integer", "decimal"):
+                r.fail(join(at, key), f"only integer and decimal params have a {key}")
+            bounds[key] = _typed_text(r, join(at, key), kind, data[key])
+        low, high = bounds["minimum"], bounds["maximum"]
+        if low is not None and high is not None and Decimal(low) > Decimal(high):
+            r.fail(join(at, "maximum"), f"is below the minimum {low}")
+        base = ParamSpec(name, required, pattern, None, "", kind, (), low, high)
+        choices: tuple[str, ...] = ()
+        if data.get("choices") is not None:
+            items = r.sequence(data["choices"], join(at, "choices"))
+            if not items:
+                r.fail(join(at, "choices"), "name at least one value (or leave choices out)")
+            texts = [_param_text(r, join(join(at, "choices"), i), base, item) for i, item in enumerate(items)]
+            if len(set(texts)) != len(texts):
+                r.fail(join(at, "choices"), "a value is listed twice")
+            choices = tuple(texts)
         default = None
         if data.get("default") is not None:
-            raw = data["default"]
-            if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-                r.fail(join(at, "default"), "must be a string or a number")
-            default = str(raw)
-            if _CONTROL.search(default):
-                r.fail(join(at, "default"), "control characters (newline, NUL, ...) are not allowed")
-            effective = pattern or DEFAULT_PARAM_PATTERN
-            if re.fullmatch(effective, default) is None:
-                r.fail(join(at, "default"), f"does not match the pattern {effective!r}")
+            default = _param_text(r, join(at, "default"), replace(base, choices=choices), data["default"])
         description = r.text(data.get("description") or "", join(at, "description"))
-        out.append(ParamSpec(name, required, pattern, default, description))
+        out.append(ParamSpec(name, required, pattern, default, description, kind, choices, low, high))
     return tuple(out)
+
+
+def _param_text(r: Reader, field: str, spec: ParamSpec, raw: Any) -> str:
+    """A declared value (a default, a choice) as a run would store it, or a refusal naming it."""
+    try:
+        return param_value(spec, raw)
+    except ParamValueError as exc:
+        r.fail(field, str(exc))
+
+
+def _typed_text(r: Reader, field: str, kind: str, raw: Any) -> str:
+    try:
+        return canonical(kind, raw)
+    except ParamValueError as exc:
+        r.fail(field, str(exc))
 
 
 def _executor(

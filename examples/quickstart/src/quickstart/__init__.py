@@ -1,0 +1,1 @@
+"""The quickstart's jobs: ``quickstart.jobs``, applied with ``jobgate apply --module quickstart.jobs``."""

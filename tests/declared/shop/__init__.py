@@ -1,0 +1,1 @@
+"""A package of declared jobs for the tests (imported from ``tests.declared.shop``)."""
