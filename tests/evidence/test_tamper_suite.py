@@ -7,7 +7,8 @@ definitions and their versions, a snapshot, approvals (one revoked), tokens (one
 paused schedule and its changes, a rejected request, a safe-mode period, the audit chain, its
 anchors and the sink's copies. The attacker writes as the database's owner (past row security),
 and may recompute any hash: only what a seal, a batch root chained into the audit log, an
-anchor or the sink's copy pins down can be caught, and the README's table says what cannot.
+anchor or the sink's copy pins down can be caught, and the table in docs/guide/evidence.md says
+what cannot.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every path that can start code meets every gate (the README's governance table is this file).
+"""Every path that can start code meets every gate (docs/guide/governance.md's table is this file).
 
 Each path below drives one real trigger through jobgate's own machinery: the Python API, the
 HTTP API and the seed contract, the CLI, the scheduler's cron, interval, batch-window, adaptive,
