@@ -254,7 +254,7 @@ def test_a_conforming_document_passes() -> None:
         ({k: v for k, v in a_run().items() if k != "tenant_id"}, "tenant_id", "required field missing"),
         (a_run(status="PENDING"), "status", "must be one of: CREATED, SCHEDULED"),
         (a_run(priority="urgent"), "priority", "must be one of: critical, high"),
-        (a_run(job_class="REPORT_JOB"), "job_class", "must be one of: REPLAY_JOB"),
+        (a_run(job_class="report"), "job_class", "does not match ^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*_JOB$"),
         (a_run(colour="blue"), "colour", "unexpected field"),
         (a_run(params={"n": 1}), "params.n", "1 is not of type 'string'"),
         (a_run(scope={"region": "eu"}), "scope.tenant_id", "required field missing"),

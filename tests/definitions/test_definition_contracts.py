@@ -71,7 +71,7 @@ def test_a_document_the_loader_accepts_conforms(document: dict[str, Any], demo_c
 REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"job_definition_id": None}, "job_definition_id"),
     ({"job_definition_id": "-leading-dash"}, "job_definition_id"),
-    ({"job_class": "REPORT_JOB"}, "job_class"),
+    ({"job_class": "REPORT"}, "job_class"),  # REPORT_JOB is a shape a declared class may have
     ({"priority": "urgent"}, "priority"),
     ({"trigger_type": "hourly"}, "trigger_type"),
     ({"status": "paused"}, "status"),
@@ -149,7 +149,7 @@ POLICY_REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"version": 0}, "version"),
     ({"policy_id": None}, "policy_id"),
     ({"trigger_types": {"by_job_class": {}}}, "trigger_types.id"),
-    ({"trigger_types": {"id": "T", "by_job_class": {"REPORT_JOB": ["manual"]}}}, "trigger_types.by_job_class"),
+    ({"trigger_types": {"id": "T", "by_job_class": {"REPORT": ["manual"]}}}, "trigger_types.by_job_class"),
     ({"trigger_types": {"id": "T", "by_job_class": {"REPLAY_JOB": ["hourly"]}}}, "trigger_types.by_job_class"),
     ({"priority": {"id": "P", "max": "urgent"}}, "priority.max"),
     ({"priority": {"id": "P", "by_role": {"consumer": "background"}}}, "priority.by_role.consumer"),

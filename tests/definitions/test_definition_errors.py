@@ -39,14 +39,14 @@ CASES: list[tuple[str, str, str, str | None, str]] = [
         "d.json",
         case({"job_class": "REPLAY"}),
         "job_class",
-        "must be one of: REPLAY_JOB, DAL_ANCHOR_JOB",
+        "unknown job class 'REPLAY' (built in: REPLAY_JOB, DAL_ANCHOR_JOB",
     ),
     (
         "missing job_class",
         "d.json",
         case({}, drop=("job_class",)),
         "job_class",
-        "required, one of: REPLAY_JOB",
+        "required (built in: REPLAY_JOB",
     ),
     ("missing id", "d.json", case({}, drop=("job_definition_id",)), "job_definition_id", "required"),
     (

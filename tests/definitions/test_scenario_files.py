@@ -127,7 +127,7 @@ def test_default_runner_is_part_of_the_content(seed004_config: JobgateConfig, tm
             "  params:",
             "  job_class: CLEANUP\n  params:",
             "orchestrator.job_class",
-            "must be one of: REPLAY_JOB",
+            "unknown job class 'CLEANUP' (built in: REPLAY_JOB",
         ),
     ],
 )

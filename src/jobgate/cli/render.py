@@ -181,7 +181,7 @@ def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False) -> 
                 (
                     d.dead_letter_id,
                     d.job_run_id,
-                    d.job_class.value,
+                    str(d.job_class),
                     d.reason.value,
                     d.last_error_code,
                     d.attempts,

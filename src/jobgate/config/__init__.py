@@ -27,6 +27,15 @@ from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
 from jobgate.config.timestamps import TimestampSettings
 from jobgate.config.tracing import TracingSettings, parse_tracing_settings
+from jobgate.core.classes import (
+    BUILTIN_CLASSES,
+    CLASS_NAME_MAX,
+    CLASS_NAME_PATTERN,
+    CLASS_NAME_RULE,
+    UNBORROWABLE,
+    JobClassSpec,
+    known_classes,
+)
 from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.core.periods import PeriodKind
 from jobgate.core.policies import (
@@ -63,6 +72,7 @@ _TOP_KEYS = (
     "retry_policies",
     "timeout_policies",
     "sla_policies",
+    "job_classes",
     "queues",
     "worker",
     "events",
@@ -204,7 +214,8 @@ class SafeModeSettings:
     """What safe mode puts in force while it is on (seed 000 §39-40): job classes refused,
     direct manual runs refused (use the request workflow), values that override every profile
     (tightened thresholds, raised sampling), and the SAFE_MODE_JOB definition run at each
-    switch."""
+    switch. ``suspend_job_classes`` may name built-in and declared classes (``job_classes``); a
+    built-in class named there also suspends every declared class that gates as it."""
 
     suspend_job_classes: tuple[str, ...] = ()
     manual_review: bool = False
@@ -300,6 +311,8 @@ class JobgateConfig:
     governance: GovernanceSettings = GovernanceSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
     auth: AuthSettings = field(default_factory=AuthSettings)  # jobgate.config.auth: tokens, OpenID Connect
+    # Job classes declared here beside the built-in ones, by name (jobgate.core.classes).
+    job_classes: dict[str, JobClassSpec] = field(default_factory=dict)
 
     @property
     def evidence_key_path(self) -> Path:
@@ -386,6 +399,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
     synchronous = str(sqlite_doc.get("synchronous", "FULL")).upper()
     if synchronous not in ("FULL", "NORMAL"):
         r.fail("sqlite.synchronous", "must be one of: FULL, NORMAL")
+    job_classes = _job_classes(r, doc.get("job_classes"))
     return JobgateConfig(
         path=path,
         base_dir=base_dir,
@@ -404,7 +418,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         sqlite=SqliteSettings("FULL" if synchronous == "FULL" else "NORMAL"),
         default_runner=default_runner,
         server=_server(r, doc.get("server")),
-        safe_mode=_safe_mode(r, doc.get("safe_mode")),
+        safe_mode=_safe_mode(r, doc.get("safe_mode"), job_classes),
         signing=_signing(r, doc.get("signing"), base_dir),
         trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
         policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),
@@ -418,7 +432,61 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         governance=_governance(r, doc.get("governance")),
         scheduling=_scheduling(r, doc.get("scheduling")),
         auth=parse_auth_settings(r, doc.get("auth"), base_dir, tenant=_server(r, doc.get("server")).tenant),
+        job_classes=job_classes,
     )
+
+
+_JOB_CLASS_KEYS = ("name", "gates_as", "default_priority", "audit_material", "description")
+
+
+def _job_classes(r: Reader, value: Any) -> dict[str, JobClassSpec]:
+    """``job_classes:``: classes declared beside the built-in ones (``jobgate.core.classes``).
+
+    Each names the built-in class whose rules it follows (``gates_as``, required: no class
+    without rules); a name must not repeat a built-in one or another declared one."""
+    from jobgate.core.models import JobClass, Priority
+
+    out: dict[str, JobClassSpec] = {}
+    borrowable = [c for c in BUILTIN_CLASSES if c not in UNBORROWABLE]
+    for index, item in enumerate(r.sequence(_or_list(value), "job_classes")):
+        at = join("job_classes", index)
+        data = r.mapping(item, at)
+        r.only_keys(data, at, _JOB_CLASS_KEYS)
+        if "name" not in data:
+            r.fail(join(at, "name"), "required: the class name definitions give as job_class")
+        name = r.string(data["name"], join(at, "name"))
+        if len(name) > CLASS_NAME_MAX or CLASS_NAME_PATTERN.fullmatch(name) is None:
+            r.fail(join(at, "name"), CLASS_NAME_RULE)
+        if name in BUILTIN_CLASSES:
+            r.fail(join(at, "name"), f"{name} is a built-in class: declare a class with a name of its own")
+        if name in out:
+            first = join("job_classes", list(out).index(name))
+            r.fail(join(at, "name"), f"duplicate class {name!r} (first declared at {first})")
+        if "gates_as" not in data:
+            r.fail(
+                join(at, "gates_as"),
+                "required: the built-in class whose trust-gate, safe-mode and policy rules it follows"
+                f" (one of: {', '.join(borrowable)})",
+            )
+        gates_as = r.string(data["gates_as"], join(at, "gates_as"))
+        if gates_as in UNBORROWABLE:
+            r.fail(join(at, "gates_as"), f"{gates_as} is never held by safe mode, so no declared class may gate as it")
+        if gates_as not in BUILTIN_CLASSES:
+            r.fail(join(at, "gates_as"), f"unknown built-in class {gates_as!r} (one of: {', '.join(borrowable)})")
+        priority = None
+        if data.get("default_priority") is not None:
+            priority = r.choice(data["default_priority"], join(at, "default_priority"), Priority)
+        material = False
+        if data.get("audit_material") is not None:
+            material = r.boolean(data["audit_material"], join(at, "audit_material"))
+        description = r.text(data.get("description") or "", join(at, "description"))
+        out[name] = JobClassSpec(name, JobClass(gates_as), priority, material, description)
+    return out
+
+
+def _or_list(value: Any) -> Any:
+    """An absent or ``null`` list is an empty one; any other value is checked by the caller."""
+    return [] if value is None else value
 
 
 def _governance(r: Reader, value: Any) -> GovernanceSettings:
@@ -787,7 +855,7 @@ def _roots(r: Reader, value: Any, base_dir: Path, where: str) -> dict[str, str]:
     return roots
 
 
-def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:
+def _safe_mode(r: Reader, value: Any, declared: Mapping[str, JobClassSpec]) -> SafeModeSettings:
     from jobgate.core.models import JobClass
 
     spec = r.mapping(_or_empty(value), "safe_mode")
@@ -797,10 +865,10 @@ def _safe_mode(r: Reader, value: Any) -> SafeModeSettings:
     classes = (
         r.strings(spec["suspend_job_classes"], "safe_mode.suspend_job_classes") if "suspend_job_classes" in spec else []
     )
-    known = {c.value for c in JobClass}
+    known = {*BUILTIN_CLASSES, *declared}
     for i, name in enumerate(classes):
         if name not in known:
-            r.fail(join("safe_mode.suspend_job_classes", i), f"unknown job class {name!r}")
+            r.fail(join("safe_mode.suspend_job_classes", i), f"unknown job class {name!r} ({known_classes(declared)})")
         if name == JobClass.SAFE_MODE_JOB.value:
             r.fail(join("safe_mode.suspend_job_classes", i), "safe mode cannot suspend its own job class")
     overrides = r.mapping(_or_empty(spec.get("profile_overrides")), "safe_mode.profile_overrides")

@@ -93,7 +93,7 @@ class StartedRun(NamedTuple):
         """The facts of ``run`` starting its ``attempt``."""
         return cls(
             run.job_run_id,
-            run.job_class.value,
+            str(run.job_class),
             run.job_definition_id,
             run.tenant_id,
             run.idempotency_key,

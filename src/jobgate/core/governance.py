@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from jobgate.core.classes import rule_names
 from jobgate.core.errors import GovernanceRefusal
 from jobgate.core.models import DefinitionStatus, JobClass, TriggerType
 from jobgate.core.policy import Admission, Policy, evaluate
@@ -83,7 +84,7 @@ class Subject:
     job_definition_id: str
     version: int
     digest: str
-    job_class: JobClass
+    job_class: str  # built in, or declared in jobgate.yaml (``core.classes``)
     trigger_type: TriggerType
     priority: str
     permissions: tuple[str, ...] = ()
@@ -91,6 +92,13 @@ class Subject:
     reason: str | None = None  # the trigger's stated reason (policy: manual runs must say why)
     role: str | None = None  # the requester's role, when known (policy: priority ceilings)
     declared_trigger: TriggerType | None = None  # the definition's ``trigger_type``; None: not asked
+    # The built-in class whose rules a declared ``job_class`` follows; None: job_class is built in.
+    gates_as: JobClass | None = None
+
+    @property
+    def rule_classes(self) -> tuple[str, ...]:
+        """The class names whose safe-mode and policy rules bind it: its own and its ``gates_as``."""
+        return rule_names(self.job_class, self.gates_as)
 
 
 @dataclass(frozen=True)
@@ -291,13 +299,16 @@ def _code(f: Facts, s: Subject) -> Verdict | None:
 
 def _safe_mode(f: Facts, s: Subject) -> Verdict | None:
     p = f.safe_mode
-    if p is None or s.job_class is JobClass.SAFE_MODE_JOB:  # the SAFE_MODE_JOB is never held back
+    if p is None or s.job_class == JobClass.SAFE_MODE_JOB:  # the SAFE_MODE_JOB is never held back
         return None
-    if s.job_class.value in p.suspend_job_classes:
+    # A declared class is suspended by its own name and by its gates_as class's (core.classes).
+    suspended = next((name for name in s.rule_classes if name in p.suspend_job_classes), None)
+    if suspended is not None:
+        via = "" if suspended == s.job_class else f" ({s.job_class} gates as it)"
         return _refused(
             Code.SAFE_MODE,
-            f"suspended_class:{s.job_class.value}",
-            f"safe mode (activation {p.activation}, {p.reason!r}) suspends {s.job_class.value}",
+            f"suspended_class:{suspended}",
+            f"safe mode (activation {p.activation}, {p.reason!r}) suspends {suspended}{via}",
             "job_class",
         )
     if p.manual_review and s.trigger_type is TriggerType.MANUAL and not s.reviewed:
@@ -327,7 +338,8 @@ def _policy(f: Facts, s: Subject) -> Verdict | None:
         policy,
         Admission(
             tenant_id=s.tenant_id,
-            job_class=s.job_class.value,
+            job_class=s.job_class,
+            gates_as=None if s.gates_as is None else s.gates_as.value,
             trigger_type=s.trigger_type.value,
             priority=s.priority,
             reason=s.reason,

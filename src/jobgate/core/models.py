@@ -11,9 +11,12 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgate.core.states import RunStatus
+
+if TYPE_CHECKING:  # jobgate.core.classes builds on this module
+    from jobgate.core.classes import JobClassSpec
 
 JsonObject = dict[str, Any]
 
@@ -149,7 +152,7 @@ class JobDefinition:
     digest: str
     content: JsonObject
     job_code: str
-    job_class: JobClass
+    job_class: str  # a built-in class (a ``JobClass`` member) or one declared in jobgate.yaml
     canonical_name: str
     trigger_type: TriggerType
     priority: Priority
@@ -169,6 +172,16 @@ class JobDefinition:
     target_engine_meid: str | None = None
     target_engine_cmi: str | None = None
     source: str | None = None
+    # The declaration of ``job_class`` when it is declared in jobgate.yaml (``core.classes``);
+    # None for a built-in class.
+    class_spec: JobClassSpec | None = None
+
+    @property
+    def gates_as(self) -> JobClass:
+        """The built-in class whose trust-gate, safe-mode and policy rules its runs follow."""
+        if self.class_spec is not None:
+            return self.class_spec.gates_as
+        return JobClass(self.job_class)
 
 
 @dataclass(frozen=True)
@@ -250,7 +263,7 @@ class JobRun:
     job_definition_id: str
     definition_version: int
     definition_digest: str
-    job_class: JobClass
+    job_class: str  # a ``JobClass`` member, or the name of a class declared in jobgate.yaml
     trigger_id: str
     trigger_type: TriggerType
     idempotency_key: str
@@ -350,7 +363,7 @@ class DeadLetter:
     dead_letter_id: str
     job_run_id: str
     tenant_id: str
-    job_class: JobClass
+    job_class: str
     reason: DeadLetterReason
     last_error_code: str | None
     attempts: int

@@ -33,8 +33,8 @@ class Blackout:
     zone: str = "UTC"
     job_classes: frozenset[str] = frozenset()
 
-    def covers(self, now: datetime, job_class: str) -> bool:
-        if self.job_classes and job_class not in self.job_classes:
+    def covers(self, now: datetime, job_class: str, gates_as: str | None = None) -> bool:
+        if self.job_classes and job_class not in self.job_classes and gates_as not in self.job_classes:
             return False
         if self.start is not None and self.end is not None:
             return self.start <= now < self.end
@@ -90,16 +90,21 @@ class Admission:
     now: datetime
     runs_today: int = 0
     open_runs: int = 0
+    # The built-in class a declared ``job_class`` gates as (``core.classes``): the rules naming
+    # either class bind the run. None: ``job_class`` is built in.
+    gates_as: str | None = None
 
 
 def evaluate(policy: Policy, a: Admission) -> GovernanceRefusal | None:
-    allowed = policy.triggers_by_class.get(a.job_class)
-    if policy.trigger_rule and allowed is not None and a.trigger_type not in allowed:
-        return _refuse(
-            policy,
-            policy.trigger_rule,
-            f"{a.job_class} may be started by {', '.join(sorted(allowed))} triggers, not {a.trigger_type}",
-        )
+    for name in (a.job_class,) if a.gates_as in (None, a.job_class) else (a.job_class, a.gates_as):
+        allowed = policy.triggers_by_class.get(name)
+        if policy.trigger_rule and allowed is not None and a.trigger_type not in allowed:
+            via = "" if name == a.job_class else f" (so {a.job_class}, which gates as it)"
+            return _refuse(
+                policy,
+                policy.trigger_rule,
+                f"{name}{via} may be started by {', '.join(sorted(allowed))} triggers, not {a.trigger_type}",
+            )
     if policy.priority_rule:
         limits = [
             x
@@ -115,7 +120,7 @@ def evaluate(policy: Policy, a: Admission) -> GovernanceRefusal | None:
     if policy.reason_rule and a.trigger_type == TriggerType.MANUAL.value and not (a.reason or "").strip():
         return _refuse(policy, policy.reason_rule, "a manual run must give a reason")
     for b in policy.blackouts:
-        if b.covers(a.now, a.job_class):
+        if b.covers(a.now, a.job_class, a.gates_as):
             return _refuse(policy, b.rule_id, f"inside the blackout window {b.rule_id}")
     if policy.quota_rule:
         per_day = policy.quota(a.tenant_id, "runs_per_day")

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.core.classes import JobClassSpec
 from jobgate.core.idempotency import idempotency_key, run_id_for
 from jobgate.core.models import ConfigSnapshot, ExecutorSpec, JobDefinition, JobRun, JsonObject, Transition, Trigger
 from jobgate.core.policies import RetryPolicy, TimeoutPolicy
@@ -129,10 +130,12 @@ def trigger_document(trigger: Trigger) -> JsonObject:
 
 def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_digest: str | None) -> JsonObject:
     """What a run is bound to beyond its definition's digest and its snapshot: the kind of target
-    it executes (handler, runner or registered target), the code digest its approval pins, and its
-    timeout policy as it stood (the retry policy is bound on the run itself). Recorded with the
-    run's creation and sealed with it: "which code, which target, which limits" has one answer
-    however the configuration changed since, and a replay reads it from the record alone."""
+    it executes (handler, runner or registered target), the code digest its approval pins, its
+    timeout policy as it stood (the retry policy is bound on the run itself) and, for a class
+    declared in jobgate.yaml, that class's declaration (``core.classes``; a built-in class needs
+    none). Recorded with the run's creation and sealed with it: "which code, which target, which
+    limits" has one answer however the configuration changed since, and a replay reads it from
+    the record alone."""
     ex = definition.executor
     target: JsonObject = {"kind": ex.kind}
     for name, value in (("handler", ex.handler), ("runner", ex.runner), ("target", ex.target)):
@@ -140,11 +143,14 @@ def binding(definition: JobDefinition, timeout: TimeoutPolicy | None, code_diges
             target[name] = value
     if definition.target_engine_cmi is not None:
         target["cmi"] = definition.target_engine_cmi
-    return {
+    bound: JsonObject = {
         "target": target,
         "code_digest": code_digest,
         "timeout_policy": None if timeout is None else timeout.to_dict(),
     }
+    if definition.class_spec is not None:
+        bound["job_class"] = definition.class_spec.record()
+    return bound
 
 
 def bound_of(first_detail: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -161,6 +167,11 @@ def rebound(transitions: tuple[Transition, ...], code_digest: str | None) -> tup
     created, *rest = transitions
     bound = {**created.detail["bound"], "code_digest": code_digest}
     return (replace(created, detail={**created.detail, "bound": bound}), *rest)
+
+
+def bound_class(bound: JsonObject | None) -> JobClassSpec | None:
+    """The declared class a binding records (``binding``'s reader); None for a built-in class."""
+    return JobClassSpec.from_record((bound or {}).get("job_class"))
 
 
 def bound_executor(bound: JsonObject | None) -> ExecutorSpec | None:

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.canonical import canonical_json, digest
+from jobgate.core.classes import JobClassSpec, is_builtin, job_class_name, known_classes
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import (
     DEFAULT_QUEUE,
     DEFAULT_TENANT,
     DefinitionStatus,
     ExecutorSpec,
-    JobClass,
     JobDefinition,
     ParamSpec,
     Priority,
@@ -196,11 +196,15 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     if "canonical_name" in doc:
         canonical_name = r.string(doc["canonical_name"], "canonical_name")
     if "job_class" not in doc:
-        r.fail("job_class", "required, one of: " + ", ".join(c.value for c in JobClass))
-    job_class = r.choice(doc["job_class"], "job_class", JobClass)
+        r.fail("job_class", f"required ({known_classes(config.job_classes)})")
+    job_class = job_class_name(r.string(doc["job_class"], "job_class"))
+    class_spec = config.job_classes.get(job_class)  # declared in jobgate.yaml (jobgate.core.classes)
+    if class_spec is None and not is_builtin(job_class):
+        r.fail("job_class", f"unknown job class {job_class!r} ({known_classes(config.job_classes)})")
+    class_priority = (None if class_spec is None else class_spec.default_priority) or Priority.NORMAL
     trigger_type = r.choice(doc.get("trigger_type", TriggerType.MANUAL.value), "trigger_type", TriggerType)
     _check_schedule(r, doc, trigger_type)
-    priority = r.choice(doc.get("priority", Priority.NORMAL.value), "priority", Priority)
+    priority = r.choice(doc.get("priority", class_priority.value), "priority", Priority)
     status = r.choice(doc.get("status", DefinitionStatus.ACTIVE.value), "status", DefinitionStatus)
     retry_policy = r.known(
         doc.get("retry_policy", DEFAULT_RETRY_POLICY), "retry_policy", "retry policy", config.retry_policies
@@ -230,6 +234,11 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     if "code" in doc:  # what the approval's code digest covers (jobgate.governance.code)
         _code_list(r, doc["code"])
     flags = {key: r.boolean(doc.get(key, False), key) for key in ("audit_required", "dal_anchor_required")}
+    if class_spec is not None and class_spec.audit_material:  # its runs are audit-material, whatever it says
+        if "audit_required" in doc and not flags["audit_required"]:
+            rule = "its runs are always audited: leave audit_required out or set it to true"
+            r.fail("audit_required", f"{job_class} is an audit-material class (jobgate.yaml job_classes): {rule}")
+        flags["audit_required"] = True
     queue = r.name(doc.get("queue", DEFAULT_QUEUE), "queue")
     tenant_id = r.name(doc.get("tenant_id", DEFAULT_TENANT), "tenant_id")
     concurrency_limit = None
@@ -281,11 +290,14 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
         target_engine_meid=meid,
         target_engine_cmi=cmi,
         source=source,
+        class_spec=class_spec,
     )
     return LoadedDefinition(definition, body, status, source)
 
 
-def recorded_definition(content: Mapping[str, Any], stored_digest: str, executor: ExecutorSpec) -> JobDefinition:
+def recorded_definition(
+    content: Mapping[str, Any], stored_digest: str, executor: ExecutorSpec, job_class: JobClassSpec | None = None
+) -> JobDefinition:
     """A stored version as its record says, read without today's registries: an audit replay
     rebuilds a run from this, so a policy, profile, runner or target since removed from
     ``jobgate.yaml`` cannot make an honest record look tampered (seed 000 §53: no live condition).
@@ -293,11 +305,19 @@ def recorded_definition(content: Mapping[str, Any], stored_digest: str, executor
     The content must still match its digest (else ``ValidationError`` on ``digest``); what it
     executes comes from the run's binding (``executor``), not from today's target registry.
     Version and status are the caller's (``_with_version``-style); the fields are the ones the
-    content was validated with when it was stored."""
+    content was validated with when it was stored. A class declared in jobgate.yaml is read
+    from the run's record too (``job_class``, what its creation bound): its default priority and
+    audit materiality apply as they did then, even after the class left the configuration."""
     doc = dict(content)
     if content_digest(doc) != stored_digest:
         raise ValidationError(f"stored content no longer matches its digest {stored_digest}", field="digest")
     job_id = str(doc.get("job_definition_id"))
+    class_name = job_class_name(str(doc.get("job_class")))
+    spec = job_class if job_class is not None and job_class.name == class_name else None
+    if spec is None and not is_builtin(class_name):
+        message = f"job class {class_name!r} is neither built in nor declared in the run's record"
+        raise ValidationError(message, field="job_class")
+    class_priority = (None if spec is None else spec.default_priority) or Priority.NORMAL
     try:
         return JobDefinition(
             job_definition_id=job_id,
@@ -305,10 +325,10 @@ def recorded_definition(content: Mapping[str, Any], stored_digest: str, executor
             digest=stored_digest,
             content=doc,
             job_code=str(doc.get("job_code", job_id)),
-            job_class=JobClass(str(doc.get("job_class"))),
+            job_class=class_name,
             canonical_name=str(doc.get("canonical_name", doc.get("job_code", job_id))),
             trigger_type=TriggerType(doc.get("trigger_type", TriggerType.MANUAL.value)),
-            priority=Priority(doc.get("priority", Priority.NORMAL.value)),
+            priority=Priority(doc.get("priority", class_priority.value)),
             retry_policy=str(doc.get("retry_policy", DEFAULT_RETRY_POLICY)),
             timeout_policy=doc.get("timeout_policy"),
             sla_policy=doc.get("sla_policy"),
@@ -316,10 +336,11 @@ def recorded_definition(content: Mapping[str, Any], stored_digest: str, executor
             executor=executor,
             queue=str(doc.get("queue", DEFAULT_QUEUE)),
             tenant_id=str(doc.get("tenant_id", DEFAULT_TENANT)),
-            audit_required=bool(doc.get("audit_required", False)),
+            audit_required=bool(doc.get("audit_required", False)) or (spec is not None and spec.audit_material),
             dal_anchor_required=bool(doc.get("dal_anchor_required", False)),
             target_engine_meid=doc.get("target_engine_meid"),
             target_engine_cmi=doc.get("target_engine_cmi"),
+            class_spec=spec,
         )
     except ValueError as exc:  # an enum value no version was ever stored with
         raise ValidationError(f"stored content is not a definition: {exc}", field="content") from None

@@ -29,21 +29,25 @@ configuration snapshot, so a run says which policy admitted it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, time
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.canonical import digest
+from jobgate.core.classes import BUILTIN_CLASSES
 from jobgate.core.errors import ConfigurationError
-from jobgate.core.models import JobClass, TriggerType
+from jobgate.core.models import TriggerType
 from jobgate.core.policy import CEILINGS, Blackout, Policy
 from jobgate.documents import Reader, join, parse_yaml, read_text
 
 
 # -------------------------------------------------------------------- the file
-def parse_policy(document: Any, source: str) -> Policy:
+def parse_policy(document: Any, source: str, declared: Collection[str] = ()) -> Policy:
+    """The policy ``document``; its class rules may name the built-in classes and ``declared``
+    (jobgate.yaml's ``job_classes``). A rule naming a built-in class binds the declared classes
+    that gate as it too (``jobgate.core.classes``)."""
     r = Reader(source, ConfigurationError)
     doc = r.mapping(document, "")
     r.only_keys(doc, "", ("policy_id", "version", "trigger_types", "priority", "manual_reason", "blackouts", "quotas"))
@@ -54,7 +58,7 @@ def parse_policy(document: Any, source: str) -> Policy:
         "version": r.integer(doc["version"], "version", minimum=1),
         "digest": digest(doc),
     }
-    classes = {c.value for c in JobClass}
+    classes = {*BUILTIN_CLASSES, *declared}
     triggers = {t.value for t in TriggerType}
     if "trigger_types" in doc:
         spec = r.mapping(doc["trigger_types"], "trigger_types")
@@ -64,7 +68,7 @@ def parse_policy(document: Any, source: str) -> Policy:
         for cls, allowed in r.mapping(spec.get("by_job_class") or {}, "trigger_types.by_job_class").items():
             at = join("trigger_types.by_job_class", cls)
             if cls not in classes:
-                r.fail(at, f"unknown job class {cls!r}")
+                r.fail(at, f"unknown job class {cls!r} (not built in, nor declared in jobgate.yaml)")
             names = r.strings(allowed, at)
             for i, name in enumerate(names):
                 if name not in triggers:
@@ -126,7 +130,7 @@ def _blackout(r: Reader, value: Any, at: str, classes: set[str]) -> Blackout:
     rule = _rule_id(r, spec, at)
     only = frozenset(r.strings(spec["job_classes"], join(at, "job_classes"))) if "job_classes" in spec else frozenset()
     for name in only - classes:
-        r.fail(join(at, "job_classes"), f"unknown job class {name!r}")
+        r.fail(join(at, "job_classes"), f"unknown job class {name!r} (not built in, nor declared in jobgate.yaml)")
     if "daily" in spec:
         text = r.string(spec["daily"], join(at, "daily"))
         try:
@@ -155,8 +159,9 @@ class PolicyFile:
     write cannot let a new policy bind unrecorded. A file that cannot be read refuses every
     trigger (fail closed) with a ``ConfigurationError`` naming it."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, declared: Collection[str] = ()) -> None:
         self.path = path
+        self.declared = tuple(declared)  # the job classes jobgate.yaml declares
         self._seen: tuple[float, int] | None = None
         self._policy: Policy | None = None
         self._candidate: tuple[tuple[float, int], Policy] | None = None
@@ -177,7 +182,8 @@ class PolicyFile:
             if key == self._seen:
                 return self._policy, False
             text = read_text(self.path, error=ConfigurationError)
-            policy = parse_policy(parse_yaml(text, source=str(self.path), error=ConfigurationError), str(self.path))
+            document = parse_yaml(text, source=str(self.path), error=ConfigurationError)
+            policy = parse_policy(document, str(self.path), self.declared)
             if self._policy is not None and self._policy.digest == policy.digest:
                 self._seen = key  # touched, not changed
                 return policy, False

@@ -96,7 +96,7 @@ class AttemptSpans:
             attributes={
                 "jobgate.job_run_id": run.job_run_id,
                 "jobgate.attempt": attempt,
-                "jobgate.job_class": run.job_class.value,
+                "jobgate.job_class": str(run.job_class),
                 "jobgate.tenant_id": run.tenant_id,
                 "jobgate.job_definition_id": run.job_definition_id,
             },

@@ -65,7 +65,7 @@ class Admission:
         self.store = store
         self.config = config
         self.definitions = definitions
-        self._policy_file = PolicyFile(config.policy)
+        self._policy_file = PolicyFile(config.policy, config.job_classes)
 
     @cached_property
     def trust_gates(self) -> TrustGates:

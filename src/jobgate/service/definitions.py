@@ -79,7 +79,7 @@ class Definitions:
                         digest=d.digest,
                         content=d.content,
                         job_code=d.job_code,
-                        job_class=d.job_class.value,
+                        job_class=str(d.job_class),
                         status=item.status,
                         source=item.source,
                         now=now,

@@ -41,7 +41,7 @@ from jobgate.core.governance import (
     Verdict,
     admit,
 )
-from jobgate.core.models import DefinitionStatus, JobClass, JobDefinition, JobRun, TriggerType
+from jobgate.core.models import DefinitionStatus, JobDefinition, JobRun, TriggerType
 from jobgate.core.policy import Policy
 from jobgate.core.records import Approval, SafeModePeriod
 from jobgate.governance.code import CodeReader
@@ -95,6 +95,7 @@ def subject_of(
         reason=reason,
         role=role,
         declared_trigger=definition.trigger_type,
+        gates_as=None if definition.class_spec is None else definition.class_spec.gates_as,
     )
 
 
@@ -255,7 +256,7 @@ class AttemptGate:
                 c.job_definition_id,
                 c.definition_version,
                 definition.digest,
-                JobClass(definition.job_class),
+                definition.job_class,
                 TriggerType(c.trigger_type),
                 "normal",  # unused: the signature refuses before safe mode and policy are asked
                 reviewed=c.reviewed_by is not None,

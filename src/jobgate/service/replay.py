@@ -4,8 +4,9 @@ same decision code, and compare ``Hash(JobRun_original)`` with ``Hash(JobRun_rep
 The inputs are what the run recorded: the definition version it ran (stored content, checked
 against its digest, read without today's registries), the configuration snapshot (checked
 against its digest), the trigger, the retry policy bound at creation, its binding (target kind,
-the code digest its approval pinned and its timeout policy, ``core.runs.binding``, recorded
-with its creation and sealed), its creation time and due time, and for each attempt the
+the code digest its approval pinned, its timeout policy and a declared job class's declaration,
+``core.runs.binding``, recorded with its creation and sealed), its creation time and due time,
+and for each attempt the
 recorded outcome (kind and error code) and when it ended. Creation is redone with
 ``core.runs.new_run``; each attempt's end with ``core.decide`` (the retry delay is a function
 of the idempotency key, so it comes out the same); the other transitions (claims, starts,
@@ -31,7 +32,7 @@ from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.policies import TimeoutPolicy
-from jobgate.core.runs import bound_executor, bound_of, new_run
+from jobgate.core.runs import bound_class, bound_executor, bound_of, new_run
 from jobgate.core.states import ATTEMPT_RETURNED, RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
 from jobgate.service.engine import Engine
@@ -138,7 +139,8 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         # An audit replay reads the record alone (seed §53: no live condition): the stored
         # content checked against its digest, the policies and the target as the run bound them.
         try:
-            definition = recorded_definition(stored.content, stored.digest, _executor(bound, stored.content))
+            executor = _executor(bound, stored.content)
+            definition = recorded_definition(stored.content, stored.digest, executor, bound_class(bound))
         except JobgateError as exc:
             return differs(f"definition_digest: {exc.message}")
         definition = replace(definition, version=stored.version, tenant_id=stored.tenant_id)

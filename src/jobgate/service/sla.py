@@ -216,7 +216,7 @@ class _Subjects:
     def run(self, run: JobRun) -> tuple[Subject, SlaPolicy | None]:
         key = (run.tenant_id, run.job_definition_id, run.definition_version)
         eco = eco_number(run.scope, run.params)
-        return self._get(SubjectKind.RUN, run.tenant_id, run.job_run_id, key, run.job_class.value, eco)
+        return self._get(SubjectKind.RUN, run.tenant_id, run.job_run_id, key, str(run.job_class), eco)
 
     def workflow(self, w: WorkflowSubject) -> tuple[Subject, SlaPolicy | None]:
         key = (w.tenant_id, w.job_definition_id, w.definition_version)

@@ -39,7 +39,9 @@ def shared_loads(value: str | None) -> Any:
 
 
 _RUN_STATUS = RunStatus._value2member_map_
-_JOB_CLASS = JobClass._value2member_map_
+# A built-in class reads back as its JobClass member; a declared one (core.classes) as its name,
+# whether or not jobgate.yaml still declares it: a record never depends on today's configuration.
+_JOB_CLASS: dict[str, str] = {c.value: c for c in JobClass}
 _TRIGGER_TYPE = TriggerType._value2member_map_
 _PRIORITY = Priority._value2member_map_
 
@@ -79,7 +81,7 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
             job_definition_id=r["job_definition_id"],
             definition_version=r["definition_version"],
             definition_digest=r["definition_digest"],
-            job_class=_JOB_CLASS[r["job_class"]],
+            job_class=_JOB_CLASS.get(r["job_class"], r["job_class"]),
             trigger_id=r["trigger_id"],
             trigger_type=_TRIGGER_TYPE[r["trigger_type"]],
             idempotency_key=r["idempotency_key"],
@@ -169,7 +171,7 @@ def dead_letter_from_row(r: Mapping[Any, Any]) -> DeadLetter:
         dead_letter_id=r["dead_letter_id"],
         job_run_id=r["job_run_id"],
         tenant_id=r["tenant_id"],
-        job_class=_JOB_CLASS[r["job_class"]],  # type: ignore[arg-type]
+        job_class=_JOB_CLASS.get(r["job_class"], r["job_class"]),
         reason=DeadLetterReason(r["reason"]),
         last_error_code=r["last_error_code"],
         attempts=r["attempts"],
@@ -185,7 +187,7 @@ def dead_letter_row(d: DeadLetter) -> dict[str, Any]:
         "dead_letter_id": d.dead_letter_id,
         "job_run_id": d.job_run_id,
         "tenant_id": d.tenant_id,
-        "job_class": d.job_class.value,
+        "job_class": str(d.job_class),
         "reason": d.reason.value,
         "last_error_code": d.last_error_code,
         "attempts": d.attempts,

@@ -35,6 +35,8 @@ CLAIM_LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 1
 WORKFLOW_LATENCY_BUCKETS_MS = (
     100, 500, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000, 3_600_000, 14_400_000, 86_400_000,
 )  # fmt: skip
+# ``job_class`` is the class a run was created with: a class declared in jobgate.yaml is its own
+# label value (not the class it gates as), and stays one after the class leaves the configuration.
 LABELS = ("tenant", "job_class")
 CLAIM_WINDOW = timedelta(hours=1)  # claim latency: the runs created this recently
 

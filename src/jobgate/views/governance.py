@@ -36,6 +36,16 @@ def _on(value: bool) -> str:
     return "on" if value else "off"
 
 
+def _declared(spec: Any) -> str:
+    """``RECONCILIATION_JOB (gates as MAINTENANCE_JOB, priority high, audit-material)``."""
+    notes = [f"gates as {spec.gates_as.value}"]
+    if spec.default_priority is not None:
+        notes.append(f"priority {spec.default_priority.value}")
+    if spec.audit_material:
+        notes.append("audit-material")
+    return f"{spec.name} ({', '.join(notes)})"
+
+
 def governance_settings(config: Any) -> list[Setting]:
     """Every governance setting in force, in the order a reviewer reads them."""
     evidence, safe, gates = config.evidence, config.safe_mode, config.trust_gates
@@ -69,9 +79,14 @@ def governance_settings(config: Any) -> list[Setting]:
         ),
         Setting("policy", "configured" if config.policy is not None else "none", "the scheduler policy file"),
         Setting(
+            "job_classes",
+            "; ".join(_declared(spec) for spec in sorted(config.job_classes.values(), key=lambda c: c.name)) or "none",
+            "job classes declared beside the built-in ones, each held by the rules of the class it gates as",
+        ),
+        Setting(
             "safe_mode.suspend_job_classes",
             _listed(safe.suspend_job_classes),
-            "job classes refused while safe mode is on",
+            "job classes refused while safe mode is on (and the declared classes that gate as them)",
         ),
         Setting("safe_mode.manual_review", _on(safe.manual_review), "direct manual runs refused while safe mode is on"),
         Setting(

@@ -134,7 +134,7 @@ class RunOut(BaseModel):
             job_definition_id=run.job_definition_id,
             definition_version=run.definition_version,
             definition_digest=run.definition_digest,
-            job_class=run.job_class.value,
+            job_class=str(run.job_class),
             trigger_id=run.trigger_id,
             trigger_type=run.trigger_type.value,
             idempotency_key=run.idempotency_key,
@@ -232,7 +232,7 @@ class DeadLetterOut(BaseModel):
         return cls(
             dead_letter_id=d.dead_letter_id,
             job_run_id=d.job_run_id,
-            job_class=d.job_class.value,
+            job_class=str(d.job_class),
             reason=d.reason.value,
             last_error_code=d.last_error_code,
             attempts=d.attempts,

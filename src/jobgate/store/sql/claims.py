@@ -426,7 +426,7 @@ def _claim_ids(
                 r.tenant_id,
                 r.status.value,
                 r.attempt,
-                r.job_class.value,
+                str(r.job_class),
                 r.job_definition_id,
                 r.idempotency_key,
                 r.config_snapshot_id,

@@ -71,7 +71,7 @@ def run_values(c: RunCreate, transitions: Sequence[tuple[Any, ...]]) -> tuple[ob
         r.job_definition_id,
         r.definition_version,
         r.definition_digest,
-        r.job_class.value,
+        str(r.job_class),
         r.trigger_id,
         r.trigger_type.value,
         codec.dumps(c.trigger),

@@ -7,6 +7,10 @@ retry, a dead letter, a breach). The counts of a closed period are therefore the
 whenever they are read, before or after publication, on any node — as long as retention has
 not yet deleted the runs (retention keeps finished runs for days; periods close sooner), and
 but for a run requeued after the end (its ``ended_at`` is cleared: it counts as open then).
+
+The class-specific figures (``dal_*``, ``replay_backlog``) count the seed's own classes by name:
+a class declared in jobgate.yaml that gates as one of them (``jobgate.core.classes``) follows
+its rules, not its place in these figures; its runs count in the totals.
 """
 
 from __future__ import annotations
