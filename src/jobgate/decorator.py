@@ -44,6 +44,7 @@ from decimal import Decimal
 from typing import Any, Literal, get_args, get_origin
 
 from jobgate.context import ExecutionContext
+from jobgate.core.definition_fields import DEFINITION_FIELDS
 from jobgate.core.params import ParamValueError, canonical, typed
 
 # What the decorator derives itself, so a caller cannot also pass it.
@@ -130,8 +131,6 @@ def job(
     """Declare the decorated function as job ``job_definition_id``. The keywords are the
     definition's fields (``jobgate.definitions.DEFINITION_FIELDS``: ``trigger_type``,
     ``schedule_expression``, ``concurrency_limit``, ``code``, ...); ``None`` leaves one out."""
-    from jobgate.definitions.schema import DEFINITION_FIELDS  # here: that module imports configuration
-
     named = {
         "priority": priority,
         "description": description,

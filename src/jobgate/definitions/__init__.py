@@ -1,5 +1,6 @@
 """Job definitions: reading, validating and digesting the files that say what can run."""
 
+from jobgate.core.definition_fields import DEFINITION_FIELDS
 from jobgate.definitions.loader import (
     DEFINITION_SUFFIXES,
     definition_files,
@@ -9,7 +10,6 @@ from jobgate.definitions.loader import (
 )
 from jobgate.definitions.scenario import parse_scenario
 from jobgate.definitions.schema import (
-    DEFINITION_FIELDS,
     LoadedDefinition,
     is_cron_shaped,
     parse_definition,

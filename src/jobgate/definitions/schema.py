@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.canonical import canonical_json, digest
 from jobgate.core.classes import JobClassSpec, is_builtin, job_class_name, known_classes
+from jobgate.core.definition_fields import DEFINITION_FIELDS
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import (
     DEFAULT_QUEUE,
@@ -60,46 +61,6 @@ from jobgate.scheduling.intervals import interval_seconds
 if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
     from jobgate.config import JobgateConfig
 
-SEED_FIELDS = (
-    "job_definition_id",
-    "job_code",
-    "job_class",
-    "canonical_name",
-    "description",
-    "trigger_type",
-    "schedule_expression",
-    "target_engine_meid",
-    "target_engine_cmi",
-    "workflow_steps",
-    "priority",
-    "retry_policy",
-    "timeout_policy",
-    "sla_policy",
-    "config_profile",
-    "idempotency_policy",
-    "dal_anchor_required",
-    "audit_required",
-    "status",
-)
-JOBGATE_FIELDS = (
-    "handler",
-    "runner",
-    "body",
-    "params",
-    "permissions",
-    "queue",
-    "tenant_id",
-    "concurrency_limit",
-    "rate_limit_per_second",
-    "version_note",
-    "signature",
-    "workflow",
-    "dependencies",
-    "code",
-    "schedule_timezone",
-    "schedule_misfire",
-)
-DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS
 EXECUTOR_FIELDS = ("target_engine_meid", "handler", "runner", "workflow")
 # A workflow definition fired as a job (cron, event, manual) runs this: it starts the workflow run.
 WORKFLOW_STARTER = "jobgate.workflows.starter:start_workflow_job"
