@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tests.cli.test_cli import jobgate
 
+from jobgate.core.capabilities import Capability
 from jobgate.core.records import LockInfo
 from jobgate.service import doctor
 from jobgate.service.doctor import Level
@@ -18,9 +19,26 @@ from jobgate.store.migrate import HEAD
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-def worker(beat_ago: float, stopped: bool = False) -> WorkerInfo:
+def worker(beat_ago: float, stopped: bool = False, **capabilities: Capability) -> WorkerInfo:
     at = NOW - timedelta(seconds=beat_ago)
-    return WorkerInfo("w", "h", 1, 4, ("default",), at, at, at if stopped else None)
+    found = {digest: c.as_json() for digest, c in capabilities.items()}
+    return WorkerInfo("w", "h", 1, 4, ("default",), at, at, at if stopped else None, found)
+
+
+def test_a_definition_no_live_worker_can_run_is_named_red_when_runs_wait() -> None:
+    cannot = Capability("default", "my-job", False, reason="cannot import module 'mypkg'")
+    can = Capability("default", "my-job", True, code_digest="sha256:c")
+    other = Capability("acme", "their-job", False, reason="runner 'etl' is not registered")
+    waiting = {"d1": ("default", "my-job", 3)}
+    red = doctor.judge_capable_workers(NOW, [worker(1, d1=cannot, d2=other)], waiting)
+    assert red.level is Level.RED
+    assert "my-job (3 waiting): cannot import module 'mypkg'" in red.detail and "their-job (0 waiting)" in red.detail
+    scoped = doctor.judge_capable_workers(NOW, [worker(1, d1=cannot, d2=other)], waiting, tenant_id="acme")
+    assert scoped.level is Level.AMBER and "my-job" not in scoped.detail  # another tenant's, nothing waiting
+    # One live worker that can is enough; a stale one that could does not count.
+    assert doctor.judge_capable_workers(NOW, [worker(1, d1=cannot), worker(2, d1=can)], waiting).level is Level.GREEN
+    assert doctor.judge_capable_workers(NOW, [worker(1, d1=cannot), worker(600, d1=can)], waiting).level is Level.RED
+    assert doctor.judge_capable_workers(NOW, [], waiting).level is Level.GREEN  # the workers check says it
 
 
 @pytest.mark.parametrize(
@@ -68,8 +86,8 @@ def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> Non
     proc = jobgate(folder, "--json", "doctor", check=False)
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
     assert list(checks) == [
-        "database", "migrations", "queue", "workers", "scheduler leader", "outbox", "dependencies", "schedules",
-        "anchoring",
+        "database", "migrations", "queue", "workers", "capable workers", "scheduler leader", "outbox",
+        "dependencies", "schedules", "anchoring",
     ]  # fmt: skip
     assert checks["schedules"]["status"] == "green"
     assert checks["migrations"]["status"] == "green" and checks["queue"]["detail"].startswith("1 due")

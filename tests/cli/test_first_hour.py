@@ -137,9 +137,9 @@ def test_run_tables_fit_80_columns_and_their_short_ids_are_accepted(tmp_path: Pa
 
 
 def test_a_misdeployed_worker_burns_no_run(tmp_path: Path) -> None:
-    """A worker that cannot import a run's code holds it (the code gate: no attempt used), and a
-    worker whose configuration lacks the run's runner hands the started attempt back (not
-    counted) and claims no more of that definition; a worker that can runs each to the end."""
+    """A worker probes what it can execute before it claims: one that cannot import a run's code,
+    or lacks its runner, claims neither (both stay queued, no attempt used) and advertises what
+    it cannot run; a worker that can runs each to the end."""
     import json
 
     jobgate(tmp_path, "init", "demo")
@@ -178,12 +178,14 @@ def test_a_misdeployed_worker_burns_no_run(tmp_path: Path) -> None:
     report = jobgate(folder, "submit", "demo-report", "--param", "title=t", "--param", "rows=2").stdout.strip()
     without = run_with(ENV, "--config", "bare.yaml", "worker", "--exit-when-idle")  # no mypkg, no runners
     assert without.returncode == 0, without.stderr
-    held = shown(mine)
-    assert held["run"]["status"] == "HELD" and held["run"]["attempt"] == 0
-    returned = shown(report)
-    assert returned["run"]["status"] == "SCHEDULED" and returned["run"]["max_attempts"] == 2
-    assert returned["transitions"][-1]["reason"] == "released_unrunnable"
-    assert "cannot run demo-report" in without.stderr
+    for run_id in (mine, report):
+        waiting = shown(run_id)
+        assert (waiting["run"]["status"], waiting["run"]["attempt"]) == ("SCHEDULED", 0)
+        assert [t["to_status"] for t in waiting["transitions"]] == ["CREATED", "SCHEDULED"]  # never claimed
+    assert "cannot run demo-report" in without.stderr and "cannot run my-job" in without.stderr
+    (advertised,) = json.loads(jobgate(folder, "--json", "workers", "--all").stdout)
+    assert {"demo-report", "my-job"} <= set(advertised["cannot_run"])
+    assert "demo-hello" not in advertised["cannot_run"]  # a handler of jobgate's own: it runs anywhere
     assert run_with(with_code, "worker", "--exit-when-idle").returncode == 0
     assert shown(mine)["run"]["status"] == "COMPLETED"
     assert shown(report)["run"]["status"] == "COMPLETED"

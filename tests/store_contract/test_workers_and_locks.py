@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.store_contract.support import T0
+from tests.store_contract.support import T0, digest_of, make, running
 
 from jobgate.service.engine import Engine
 from jobgate.store.base import WorkerBeat
@@ -30,6 +30,36 @@ def test_a_heartbeat_registers_a_worker_once_and_keeps_it_alive(engine: Engine) 
     w1 = workers[0]
     assert (w1.host, w1.pid, w1.concurrency, w1.queues) == ("host-a", 101, 4, ("default", "reports"))
     assert (w1.started_at, w1.heartbeat_at, w1.stopped_at) == (T0, T0 + timedelta(seconds=5), None)
+
+
+def test_a_workers_capabilities_are_kept_until_it_advertises_new_ones(engine: Engine) -> None:
+    first = {"sha256:a": {"tenant": "default", "job": "a", "runnable": False, "reason": "no module 'x'"}}
+    second = {"sha256:b": {"tenant": "default", "job": "b", "runnable": True, "code_digest": "sha256:c"}}
+    with engine.store.write() as tx:
+        tx.worker_heartbeat(WorkerBeat("w1", "host", 1, 1, ("default",), T0))
+    with engine.store.read() as tx:
+        assert tx.workers_list()[0].capabilities == {}  # not probed yet
+    with engine.store.write() as tx:
+        tx.worker_heartbeat(WorkerBeat("w1", "host", 1, 1, ("default",), T0, first))
+        tx.worker_heartbeat(WorkerBeat("w1", "host", 1, 1, ("default",), T0 + timedelta(seconds=1)))  # unchanged
+    with engine.store.read() as tx:
+        assert tx.workers_list()[0].capabilities == first
+    with engine.store.write() as tx:
+        tx.worker_heartbeat(WorkerBeat("w1", "host", 1, 1, ("default",), T0 + timedelta(seconds=2), second))
+        tx.worker_heartbeat(WorkerBeat("w2", "host", 2, 1, ("default",), T0, first))  # registered with them
+    with engine.store.read() as tx:
+        assert {w.worker_id: w.capabilities for w in tx.workers_list()} == {"w1": second, "w2": first}
+
+
+def test_runs_waiting_by_digest_counts_the_scheduled_runs_of_each_version(engine: Engine) -> None:
+    make(engine, 2, job_id="a")
+    make(engine, 1, job_id="b", tenant="acme")
+    running(engine, 1, job_id="c")  # started: not waiting
+    with engine.store.read() as tx:
+        everyone = tx.runs_waiting_by_digest(None)
+        acme = tx.runs_waiting_by_digest("acme")
+    assert everyone == {digest_of("a"): ("default", "a", 2), digest_of("b"): ("acme", "b", 1)}
+    assert acme == {digest_of("b"): ("acme", "b", 1)}
 
 
 def test_a_stopped_worker_is_marked_until_it_beats_again(engine: Engine) -> None:

@@ -9,6 +9,7 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.capabilities import advertised
 from jobgate.service import cluster
 
 
@@ -23,7 +24,8 @@ from jobgate.service import cluster
 )
 @pass_app
 def workers_command(app: AppContext, include_stopped: bool, stale_after: float) -> None:
-    """Registered workers: host, pid, concurrency, queues, last heartbeat, and alive/stale/stopped."""
+    """Registered workers: host, pid, concurrency, queues, last heartbeat, alive/stale/stopped,
+    and the definitions each found it cannot execute on its host (their runs wait for another)."""
     rows = cluster.workers(app.engine(), include_stopped=include_stopped, stale_after=timedelta(seconds=stale_after))
     records = [
         {
@@ -36,6 +38,9 @@ def workers_command(app: AppContext, include_stopped: bool, stale_after: float) 
             "started_at": isoformat_utc(r.info.started_at),
             "heartbeat_at": isoformat_utc(r.info.heartbeat_at),
             "heartbeat_age_s": round(r.heartbeat_age.total_seconds(), 1),
+            "cannot_run": sorted(
+                {c.job_definition_id for c in map(advertised, r.info.capabilities.values()) if not c.runnable}
+            ),
         }
         for r in rows
     ]

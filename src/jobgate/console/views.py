@@ -76,7 +76,7 @@ def overview(request: Request) -> HTMLResponse:
         failing=[s for s in schedules if s.state == "failing"],
         show_evidence=caller.jobs is None,
         unanchored=min((at for _, at in unanchored), default=None),
-        workers=admin_routes.list_workers(state),
+        workers=admin_routes.list_workers(state, caller),
     )
 
 

@@ -14,6 +14,7 @@ from jobgate.context import DispatchPayload, ExecutionContext
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun
 from jobgate.core.trace import TraceContext, attempt_trace
+from jobgate.registry import RunnerSpec
 from jobgate.runtime.executors.base import Executor
 from jobgate.runtime.executors.command import CommandExecutor
 from jobgate.runtime.executors.http import HttpExecutor
@@ -76,7 +77,7 @@ class Dispatcher:
             idempotency_key=run.idempotency_key,
             attempt=attempt,
             job_definition_id=run.job_definition_id,
-            job_class=run.job_class.value,
+            job_class=str(run.job_class),
             config_snapshot_id=snapshot.config_snapshot_id,
             config_digest=snapshot.config_digest,
             config=snapshot.content,
@@ -98,6 +99,24 @@ class Dispatcher:
     def executor(self, run: JobRun) -> Executor:
         definition = self.definition(run)
         spec = definition.executor
+        if spec.kind == "command" and spec.runner:
+            body = definition.content.get("body")
+            return CommandExecutor(self._runner(spec.runner), body if isinstance(body, str) else None, dict(run.params))
+        return self._shared(definition)
+
+    def check(self, definition: JobDefinition) -> None:
+        """Whether this host can execute ``definition``, by the same resolution an attempt
+        makes: a ``ValidationError`` whose ``field`` says what it lacks (``handler``: its code
+        does not import here; ``runner``, ``target_engine_meid``: not configured here)."""
+        spec = definition.executor
+        if spec.kind == "command" and spec.runner:
+            self._runner(spec.runner)  # its executor is per run: it renders the run's params
+        else:
+            self._shared(definition)
+
+    def _shared(self, definition: JobDefinition) -> Executor:
+        """The executor every run of a Python handler or HTTP target shares."""
+        spec = definition.executor
         if spec.kind == "python" and spec.handler:
             cached = self._python.get(spec.handler)
             if cached is not None:
@@ -109,18 +128,18 @@ class Dispatcher:
                     )
                 return self._python[spec.handler]
         registries = self.engine.config.registries
-        if spec.kind == "command" and spec.runner:
-            runner = registries.runners.get(spec.runner)
-            if runner is None:
-                raise ValidationError(f"runner {spec.runner!r} is not registered", field="runner")
-            body = definition.content.get("body")
-            return CommandExecutor(runner, body if isinstance(body, str) else None, dict(run.params))
         if spec.kind == "http" and spec.target:
             target = registries.targets.get(spec.target)
             if target is None or target.http is None:
                 raise ValidationError(f"HTTP target {spec.target!r} is not registered", field="target_engine_meid")
             return HttpExecutor(target.http)
         raise ValidationError(f"definition has no usable executor ({spec.kind})", field="executor")
+
+    def _runner(self, name: str) -> RunnerSpec:
+        runner = self.engine.config.registries.runners.get(name)
+        if runner is None:
+            raise ValidationError(f"runner {name!r} is not registered", field="runner")
+        return runner
 
 
 def grace_for(executor: Executor, default: timedelta) -> timedelta:

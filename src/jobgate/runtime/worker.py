@@ -30,6 +30,7 @@ from typing import Any
 from jobgate.context import Effect, ExecutionContext, LockProvider, StoreEffect, store_effects
 from jobgate.core import transitions
 from jobgate.core.audit import AuditEvent
+from jobgate.core.capabilities import HOST_FIELDS
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import JobgateError, NonRetryableError, ValidationError
 from jobgate.core.governance import Verdict
@@ -40,6 +41,7 @@ from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.core.transitions import RunChange
 from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
+from jobgate.runtime.capabilities import CapabilityProbe
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionResult, Executor
@@ -52,10 +54,6 @@ from jobgate.service.policies import settling_policy
 from jobgate.store.base import ClaimedRuns, LeaseRenew, RunsClaim, WorkerBeat
 from jobgate.store.errors import is_transient
 from jobgate.store.sqlstore import StoreTx
-
-# A refusal naming one of these is about this host (its installed code, its configured runners
-# and targets), not about the run: another worker may well run it.
-HOST_FIELDS = frozenset({"handler", "runner", "target_engine_meid"})
 
 log = logging.getLogger("jobgate.worker")
 
@@ -142,6 +140,7 @@ class Worker:
         self._running: dict[str, _InFlight] = {}
         self._pending: list[tuple[RunChange, str]] = []  # settlements not yet committed, with run id
         self._unrunnable: frozenset[str] = frozenset()  # definition digests this host cannot run
+        self._capabilities = CapabilityProbe(engine, self.dispatcher, self.settings.queues)
         self._audit_pending: dict[str, JobRun] = {}  # settled runs whose applied change may be material
         self._effects: dict[str, _Effects] = {}  # pending completions that carry handler effects
         self._busy_threads = 0
@@ -187,9 +186,10 @@ class Worker:
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
         now = self.engine.clock.now()
-        self._next_renew = self._next_rescue = self._next_stop_check = self._next_beat = now
+        self._next_renew = self._next_rescue = self._next_stop_check = now
         self._shutdown_deadline: datetime | None = None
-        self._heartbeat(now)
+        self._heartbeat(now)  # registered, and what it can run probed, before its first claim
+        self._next_beat = now + self.settings.heartbeat_interval
         self.dependencies.start()
         try:
             while True:
@@ -670,6 +670,9 @@ class Worker:
                 self._return_attempt(run, TransitionReason.RELEASED_UNRUNNABLE, f"{self.worker_id}: {exc}", now)
                 if run.definition_digest not in self._unrunnable:
                     self._unrunnable = self._unrunnable | {run.definition_digest}
+                    self._capabilities.found_unrunnable(
+                        run.definition_digest, run.tenant_id, run.job_definition_id, exc.message
+                    )
                     log.warning(
                         "run %s: this worker cannot run %s (%s); leaving its runs to other workers",
                         run.job_run_id,
@@ -941,11 +944,23 @@ class Worker:
             return self.settings.rescue_interval
 
     def _heartbeat(self, now: datetime) -> None:
+        """Say this worker is alive, and what it can execute when that changed (a version was
+        stored since): probed here, off the claim path, so claims skip it from the start."""
         s = self.settings
+        advertisement = None
+        try:
+            advertisement = self._capabilities.refresh()
+            self._unrunnable = self._unrunnable | self._capabilities.unrunnable
+        except Exception:
+            log.warning("capability probe failed", exc_info=True)
         try:
             with self.engine.store.write() as tx:
                 tx.worker_heartbeat(
-                    WorkerBeat(self.worker_id, socket.gethostname(), os.getpid(), s.concurrency, s.queues, now)
+                    WorkerBeat(
+                        self.worker_id, socket.gethostname(), os.getpid(), s.concurrency, s.queues, now, advertisement
+                    )
                 )
         except Exception:
+            if advertisement is not None:
+                self._capabilities.unwritten()
             log.warning("heartbeat not recorded", exc_info=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from jobgate.core.capabilities import Capability, advertised
 from jobgate.core.records import LockInfo
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.cluster import SCHEDULER_LEADER, STALE_AFTER, lock_state, worker_state
@@ -58,6 +59,8 @@ class Facts:
     unanchored: list[tuple[str, datetime]] = field(default_factory=list)  # per tenant, its oldest unanchored entry
     anchor_window: timedelta = timedelta(hours=1)
     rls_bypassed_by: str | None = None  # PostgreSQL: a role row-level security never binds
+    waiting: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # SCHEDULED runs by definition digest
+    tenant_id: str | None = None
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -106,6 +109,35 @@ def judge_workers(now: datetime, workers: list[WorkerInfo], due: int, embedded: 
     if stale:
         return Check("workers", Level.AMBER, f"{text}: the rescuer returns their runs after the lease expires")
     return Check("workers", Level.GREEN, text)
+
+
+def judge_capable_workers(
+    now: datetime, workers: list[WorkerInfo], waiting: dict[str, tuple[str, str, int]], tenant_id: str | None = None
+) -> Check:
+    """Definitions no live worker can execute (``runtime.capabilities``): every live worker that
+    probed the version found it cannot run it here (its code does not import, its runner or
+    target is not configured), and none can. Red when runs of it are waiting (they wait until
+    a capable worker starts; none is burnt), amber when none is."""
+    alive = [w for w in workers if worker_state(w, now, STALE_AFTER) == "alive"]
+    by_digest: dict[str, list[Capability]] = {}
+    for w in alive:
+        for digest, entry in w.capabilities.items():
+            found = advertised(entry)
+            if tenant_id is None or found.tenant_id == tenant_id:
+                by_digest.setdefault(digest, []).append(found)
+    stranded = sorted(
+        (found[0].job_definition_id, waiting.get(digest, ("", "", 0))[2], found[0].reason or "")
+        for digest, found in by_digest.items()
+        if not any(c.runnable for c in found)
+    )
+    if not stranded:
+        probed = len(by_digest)
+        return Check("capable workers", Level.GREEN, f"every definition the live workers probed ({probed}) runs")
+    waiting_runs = sum(n for _, n, _ in stranded)
+    named = "; ".join(f"{job} ({n} waiting): {reason}" for job, n, reason in stranded[:5])
+    more = f"; and {len(stranded) - 5} more" if len(stranded) > 5 else ""
+    level = Level.RED if waiting_runs else Level.AMBER
+    return Check("capable workers", level, f"no live worker can run {named}{more}")
 
 
 def judge_leader(now: datetime, leader: LockInfo | None, schedules: int) -> Check:
@@ -174,10 +206,11 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         outages = tx.outages_open()
         unanchored = tx.oldest_unanchored(tenant_id)
         bypassing = tx.role_bypassing_rls()
+        waiting = tx.runs_waiting_by_digest(tenant_id)
     failing = [s for s in stored if s.failures]
     return Facts(
         now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing,
-        unanchored, engine.config.evidence.anchor_window, bypassing,
+        unanchored, engine.config.evidence.anchor_window, bypassing, waiting, tenant_id,
     )  # fmt: skip
 
 
@@ -193,6 +226,7 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
         judge_schema(f.revision),
         judge_queue(f.now, f.due, f.oldest_due),
         judge_workers(f.now, f.workers, f.due, embedded_worker),
+        judge_capable_workers(f.now, f.workers, f.waiting, f.tenant_id),
         judge_leader(f.now, f.leader, f.schedules),
         judge_outbox(f.now, f.outbox, f.oldest_outbox),
         judge_dependencies(f.now, f.outages),

@@ -160,6 +160,8 @@ class WorkerBeat:
     concurrency: int
     queues: tuple[str, ...]
     now: datetime
+    # What it can execute (``runtime.capabilities``), written when it changed; None: unchanged.
+    capabilities: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,7 @@ class WorkerInfo:
     started_at: datetime
     heartbeat_at: datetime
     stopped_at: datetime | None
+    capabilities: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 __all__ = [

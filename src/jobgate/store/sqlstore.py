@@ -305,7 +305,7 @@ class StoreTx:
     ) -> StoredDefinition | None:
         return definitions.definition_get(self._conn, tenant_id, job_definition_id, version)
 
-    def definitions_list(self, tenant_id: str) -> list[StoredDefinition]:
+    def definitions_list(self, tenant_id: str | None) -> list[StoredDefinition]:
         return definitions.definitions_list(self._conn, tenant_id)
 
     def definitions_mentioning(self, key: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -758,6 +758,9 @@ class StoreTx:
 
     def worker_stopped(self, worker_id: str, now: datetime) -> None:
         workers.worker_stopped(self._conn, worker_id, codec.to_us(now))
+
+    def runs_waiting_by_digest(self, tenant_id: str | None) -> dict[str, tuple[str, str, int]]:
+        return workers.runs_waiting_by_digest(self._conn, tenant_id)
 
     def workers_list(self) -> list[WorkerInfo]:
         return workers.workers_list(self._conn)

@@ -272,6 +272,8 @@ workers = Table(
     Column("stopped_at", BigInteger),
     # Run leases this worker renewed, counted in the renewing transaction (migration 0015).
     Column("lease_renewals", BigInteger, nullable=False, server_default="0"),
+    # What it can execute here, by definition digest (migration 0022; runtime.capabilities).
+    Column("capabilities", Text),
 )
 
 # Named, fenced, expiring locks (seed 000 §25): the outbox publisher's, and later the

@@ -22,6 +22,7 @@ from jobgate.api import pagination
 from jobgate.api.access import ADMIN, GOVERNANCE_READ, OPERATE, READ, WholeTenant, allow, principal
 from jobgate.api.errors import NotImplementedHere
 from jobgate.api.server_state import ServerState, server_state
+from jobgate.core.capabilities import advertised
 from jobgate.service import cluster, doctor, manual, tokens
 from jobgate.service.tokens import Principal
 from jobgate.views import governance
@@ -61,7 +62,11 @@ TokensInUse = Depends(tokens_in_use)
 
 @router.get("/workers", response_model=WorkersOut)
 @allow(READ)
-def list_workers(state: State, limit: Annotated[int, Query(ge=1, le=100)] = 20) -> WorkersOut:
+def list_workers(
+    state: State, caller: Annotated[Principal, Depends(principal)], limit: Annotated[int, Query(ge=1, le=100)] = 20
+) -> WorkersOut:
+    """The cluster's workers; ``cannot_run`` names the caller's definitions (the ones it may
+    see) a worker found it cannot execute on its host, as the worker advertised them."""
     rows = cluster.workers(state.engine)
     active = sum(1 for r in rows if r.state == "alive")
     stale = sum(1 for r in rows if r.state == "stale")
@@ -83,6 +88,13 @@ def list_workers(state: State, limit: Annotated[int, Query(ge=1, le=100)] = 20) 
                 started_at=r.info.started_at,
                 heartbeat_at=r.info.heartbeat_at,
                 heartbeat_age_seconds=round(r.heartbeat_age / timedelta(seconds=1), 3),
+                cannot_run=sorted(
+                    {
+                        c.job_definition_id
+                        for c in map(advertised, r.info.capabilities.values())
+                        if not c.runnable and c.tenant_id == caller.tenant_id and caller.may_use(c.job_definition_id)
+                    }
+                ),
             )
             for r in rows[:limit]
         ],

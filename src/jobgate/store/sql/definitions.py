@@ -161,18 +161,16 @@ _CURRENT = _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION 
 _PINNED = _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION).where(D.version == bindparam("version"))
 
 
-def definitions_list(conn: Connection, tenant_id: str) -> list[StoredDefinition]:
-    q = (
-        select(definitions, H.status, H.current_version)
-        .join(
-            definition_heads,
-            (H.tenant_id == D.tenant_id)
-            & (H.job_definition_id == D.job_definition_id)
-            & (H.current_version == D.version),
-        )
-        .where(D.tenant_id == tenant_id)
-        .order_by(D.job_definition_id)
+def definitions_list(conn: Connection, tenant_id: str | None) -> list[StoredDefinition]:
+    """The current version of every definition of ``tenant_id`` (None: of every tenant, for a
+    worker probing what it can run)."""
+    q = select(definitions, H.status, H.current_version).join(
+        definition_heads,
+        (H.tenant_id == D.tenant_id) & (H.job_definition_id == D.job_definition_id) & (H.current_version == D.version),
     )
+    if tenant_id is not None:
+        q = q.where(D.tenant_id == tenant_id)
+    q = q.order_by(D.tenant_id, D.job_definition_id)
     return [_stored(r._mapping, r.current_version, r.status) for r in conn.execute(q)]
 
 

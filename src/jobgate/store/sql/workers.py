@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, select, update
+from typing import Any
 
+from sqlalchemy import Connection, func, select, update
+
+from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.base import WorkerBeat, WorkerInfo
-from jobgate.store.tables import workers
+from jobgate.store.tables import job_runs, workers
 
 
 def worker_heartbeat(conn: Connection, b: WorkerBeat) -> None:
     now = codec.to_us(b.now)
-    done = conn.execute(
-        update(workers).where(workers.c.worker_id == b.worker_id).values(heartbeat_at=now, stopped_at=None)
-    ).rowcount
+    changes: dict[str, Any] = {"heartbeat_at": now, "stopped_at": None}
+    if b.capabilities is not None:
+        changes["capabilities"] = codec.dumps(dict(b.capabilities))
+    done = conn.execute(update(workers).where(workers.c.worker_id == b.worker_id).values(**changes)).rowcount
     if not done:
         conn.execute(
             workers.insert().values(
@@ -23,7 +27,7 @@ def worker_heartbeat(conn: Connection, b: WorkerBeat) -> None:
                 concurrency=b.concurrency,
                 queues=codec.dumps(list(b.queues)),
                 started_at=now,
-                heartbeat_at=now,
+                **changes,
             )
         )
 
@@ -44,6 +48,20 @@ def workers_list(conn: Connection) -> list[WorkerInfo]:
             codec.from_us(r["started_at"]),
             codec.from_us(r["heartbeat_at"]),
             codec.opt_dt(r["stopped_at"]),
+            codec.loads(r["capabilities"]) if r["capabilities"] else {},
         )
         for r in rows
     ]
+
+
+def runs_waiting_by_digest(conn: Connection, tenant_id: str | None) -> dict[str, tuple[str, str, int]]:
+    """Runs waiting for a worker (SCHEDULED), by definition digest: (tenant, job id, count).
+    Read from the open runs' partial index, as the other queue counts are."""
+    c = job_runs.c
+    q = select(c.definition_digest, c.tenant_id, c.job_definition_id, func.count()).where(
+        c.status == RunStatus.SCHEDULED.value
+    )
+    if tenant_id is not None:
+        q = q.where(c.tenant_id == tenant_id)
+    q = q.group_by(c.definition_digest, c.tenant_id, c.job_definition_id)
+    return {digest: (tenant, job, int(n)) for digest, tenant, job, n in conn.execute(q)}

@@ -1,0 +1,105 @@
+"""Workers only claim what they can run (issue 25): a worker probes every active definition of
+its queues before it claims, leaves out what its host cannot execute (a runner or target not
+configured here, code that does not import here), advertises that in its row, and the doctor
+names the definitions no live worker can run. Runs of them wait, with no attempt used, for a
+worker that can."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from tests.helpers import define, make_config
+from tests.runtime.runtime_support import running_worker, wait_until
+
+from jobgate.core.capabilities import advertised
+from jobgate.core.states import RunStatus
+from jobgate.definitions import parse_definition
+from jobgate.service import approvals, doctor
+from jobgate.service.engine import Engine
+from jobgate.service.pipeline import SubmitRequest
+
+SCRIPT = {"job_class": "MAINTENANCE_JOB", "runner": "py", "body": "print('ran on a host with the runner')"}
+
+
+def _define(engine: Engine, job: str) -> str:
+    loaded = parse_definition({"job_definition_id": job, **SCRIPT}, "test", engine.config)
+    engine.apply_definitions([loaded])
+    approvals.approve(engine, "default", job, actor="test-admin")
+    return loaded.digest
+
+
+def _submit(engine: Engine, job: str) -> str:
+    return engine.submit(SubmitRequest(job, requested_by="ada"), actor="ada").run.job_run_id
+
+
+def _cannot_run(engine: Engine) -> dict[str, str | None]:
+    with engine.store.read() as tx:
+        return {
+            c.job_definition_id: c.reason
+            for w in tx.workers_list()
+            if w.stopped_at is None
+            for c in map(advertised, w.capabilities.values())
+            if not c.runnable
+        }
+
+
+def test_a_worker_without_the_runner_claims_none_of_its_runs_and_the_doctor_names_them(
+    engine: Engine, tmp_path: Path
+) -> None:
+    _define(engine, "etl-load")
+    run_id = _submit(engine, "etl-load")
+    bare = Engine(engine.store, make_config(tmp_path / "bare", runners={}))  # the same database, no runners
+    with running_worker(bare):
+        wait_until(lambda: "etl-load" in _cannot_run(engine), what="the worker's advertisement")
+        assert "runner 'py'" in (_cannot_run(engine)["etl-load"] or "")
+        _run_one_it_can(engine, bare)  # it claimed and ran that one: it passed this one over
+        with engine.store.read() as tx:
+            run = tx.run_get(run_id)
+            history = tx.run_transitions(run_id)
+        assert run is not None and (run.status, run.attempt) == (RunStatus.SCHEDULED, 0)
+        assert [t.to_status for t in history] == [RunStatus.CREATED, RunStatus.SCHEDULED]  # never claimed
+        check = {c.name: c for c in doctor.run_checks(engine)}["capable workers"]
+        assert check.level is doctor.Level.RED and "etl-load (1 waiting)" in check.detail
+    with running_worker(engine):  # a worker that has the runner runs it
+        wait_until(lambda: _status(engine, run_id) is RunStatus.COMPLETED, what="the run to complete")
+        wait_until(lambda: "etl-load" not in _cannot_run(engine), what="the capable worker's advertisement")
+        check = {c.name: c for c in doctor.run_checks(engine)}["capable workers"]
+        assert check.level is doctor.Level.GREEN
+
+
+def test_a_version_stored_after_the_probe_is_handed_back_once_without_using_an_attempt(
+    engine: Engine, tmp_path: Path
+) -> None:
+    bare = Engine(engine.store, make_config(tmp_path / "bare", runners={}))
+    with running_worker(bare, heartbeat_interval=timedelta(hours=1)) as worker:  # no second probe
+        wait_until(lambda: _registered(engine, worker.worker_id), what="the worker's first heartbeat")
+        digest = _define(engine, "etl-late")
+        run_id = _submit(engine, "etl-late")
+        worker.wake()
+        wait_until(lambda: digest in worker.unrunnable, what="the attempt to be handed back")
+        _run_one_it_can(engine, bare)
+        with engine.store.read() as tx:
+            run = tx.run_get(run_id)
+            reasons = [t.reason for t in tx.run_transitions(run_id)]
+        assert run is not None and run.status is RunStatus.SCHEDULED
+        assert run.max_attempts - run.attempt == 1  # the handed-back attempt raised the ceiling: none used
+        assert reasons.count("released_unrunnable") == 1  # not claimed again by this worker
+
+
+def _run_one_it_can(engine: Engine, worker_engine: Engine) -> None:
+    """Submit a run of a handler every host has and wait until the worker ran it: the worker
+    has claimed since (the signal that it saw what else was queued)."""
+    run_id = _submit(engine, define(engine))
+    wait_until(lambda: _status(engine, run_id) is RunStatus.COMPLETED, what="a runnable run to complete")
+
+
+def _registered(engine: Engine, worker_id: str) -> bool:
+    with engine.store.read() as tx:
+        return any(w.worker_id == worker_id for w in tx.workers_list())
+
+
+def _status(engine: Engine, run_id: str) -> RunStatus | None:
+    with engine.store.read() as tx:
+        run = tx.run_get(run_id)
+    return None if run is None else run.status
