@@ -174,12 +174,27 @@ def test_the_readmes_performance_table_is_the_guides() -> None:
     assert readme == table((DOCS / "guide" / "performance.md").read_text(encoding="utf-8"), header)
 
 
-def first_job_script() -> str:
+def first_job_blocks() -> list[tuple[str, str]]:
+    """The (language, text) code blocks of the README's "Your first job", in order."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index("\n## Your first job\n") :]
     section = section[: section.index("\n## ", 1)]
-    block = next(m for m in FENCE.finditer(section) if m.group(2) == "sh")
-    return block.group(3)
+    return [(m.group(2), m.group(3)) for m in FENCE.finditer(section)]
+
+
+def first_job_script() -> str:
+    return next(text for lang, text in first_job_blocks() if lang == "sh")
+
+
+def python_variant_script() -> str:
+    """The Python variant, after the first job: its module written where its first line says,
+    then its commands, then the refusal the text promises."""
+    blocks = first_job_blocks()
+    module = next(text for lang, text in blocks if lang == "python")
+    path = module.splitlines()[0].removeprefix("# ").strip()
+    commands = [text for lang, text in blocks if lang == "sh"][1]
+    refused = "! jobgate submit payout -p account=FR7630001 -p amount=-1 -p day=2026-12-31 2> refused.txt\n"
+    return f"cat > {path} <<'PY'\n{module}PY\n{commands}{refused}cat refused.txt\njobgate runs list --job payout\n"
 
 
 @pytest.mark.slow
@@ -199,3 +214,23 @@ def test_the_readmes_first_job_runs_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     assert "COMPLETED" in proc.stdout and "Hello, ada!" in proc.stdout
     assert "[jobgate] attempt 1\ngreeting ada\n" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_readmes_python_variant_runs_as_written(tmp_path: Path) -> None:
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k not in {"JOBGATE_DATABASE_URL", "JOBGATE_CONFIG", "PYTHONPATH"}}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", first_job_script() + python_variant_script()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert "params.amount: must be at least 0" in proc.stdout
+    listed = proc.stdout[proc.stdout.rindex("params.amount") :]
+    runs = [line for line in listed.splitlines() if "│ payout" in line]
+    assert len(runs) == 1 and "COMPLETED" in runs[0]  # the refused submission stored nothing

@@ -418,6 +418,9 @@ class WorkerOut(BaseModel):
     started_at: datetime
     heartbeat_at: datetime
     heartbeat_age_seconds: float
+    # The caller's definitions this worker cannot execute on its host (its code does not
+    # import there, its runner or target is not configured there): their runs wait for another.
+    cannot_run: list[str] = []
 
 
 class WorkersOut(BaseModel):
