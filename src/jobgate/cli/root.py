@@ -22,7 +22,7 @@ EX_UNAVAILABLE = 69  # sysexits.h: a service needed (the database) cannot be rea
 # name -> (module, attribute, the first words of its help: kept in step by a test)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "alerts": ("jobgate.cli.schedules", "alerts", "Alerts: recorded as facts (alert.NAME is 1 while firing)"),
-    "apply": ("jobgate.cli.main", "apply", "Load definition files or folders; all are stored, or none"),
+    "apply": ("jobgate.cli.main", "apply", "Load definition files or folders, and jobs declared in Python modules"),
     "audit": ("jobgate.cli.governance", "audit_group", "The audit log: every material action and every refusal"),
     "backfill": ("jobgate.cli.schedules", "backfill_command", "One run per slot of JOB's schedule in [--from, --to)"),
     "contracts": ("jobgate.cli.contracts", "contracts_group", "The CSI contracts (JSON Schemas)"),
