@@ -272,6 +272,19 @@ def test_run_progress_is_written_only_by_the_lease_holder_of_a_running_run(engin
         assert tx.run_progress_get("TGJOBRUN-unknown") == (None, None)
 
 
+def test_run_progress_never_moves_back_within_an_attempt(engine: Engine) -> None:
+    """Seed 001 §3: a late or reordered report cannot lower the recorded fraction; a report
+    without a fraction changes only the message."""
+    (run,) = running(engine)
+    with engine.store.write() as tx:
+        assert tx.run_progress(run.job_run_id, run.lease_token, 0.5, "half way")
+        assert not tx.run_progress(run.job_run_id, run.lease_token, 0.4, "late report")
+        assert tx.run_progress(run.job_run_id, run.lease_token, None, "still going")
+        assert tx.run_progress(run.job_run_id, run.lease_token, 0.5, "the same fraction again")
+    with engine.store.read() as tx:
+        assert tx.run_progress_get(run.job_run_id) == (0.5, "the same fraction again")
+
+
 def test_a_stop_request_marks_a_running_run_only(engine: Engine) -> None:
     (run, other) = running(engine, 2)
     (waiting,) = make(engine)

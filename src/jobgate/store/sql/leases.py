@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     Connection,
+    or_,
     select,
     tuple_,
     update,
@@ -136,12 +137,16 @@ def runs_stop_check(conn: Connection, leases: Sequence[tuple[str, int]]) -> tupl
 
 
 def run_progress(conn: Connection, job_run_id: str, token: int, fraction: float | None, message: str | None) -> bool:
-    stmt = (
-        update(job_runs)
-        .where(C.job_run_id == job_run_id, C.lease_token == token, C.status == RunStatus.RUNNING.value)
-        .values(progress=fraction, progress_message=message)
+    """The lease holder's progress, monotonic within an attempt (seed 001 §3): a fraction below
+    the one recorded is refused (a late or reordered report cannot move a run backwards), and a
+    report without a fraction changes only the message. Each start resets it (transitions)."""
+    stmt = update(job_runs).where(
+        C.job_run_id == job_run_id, C.lease_token == token, C.status == RunStatus.RUNNING.value
     )
-    return conn.execute(stmt).rowcount == 1
+    if fraction is None:
+        return conn.execute(stmt.values(progress_message=message)).rowcount == 1
+    stmt = stmt.where(or_(C.progress.is_(None), C.progress <= fraction))
+    return conn.execute(stmt.values(progress=fraction, progress_message=message)).rowcount == 1
 
 
 def runs_held(conn: Connection, limit: int) -> list[JobRun]:
