@@ -12,6 +12,7 @@ from tests.runtime.runtime_support import get_run, wait_until
 from jobgate.core.tokens import Role
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
+from jobgate.store.base import WorkerBeat
 
 API = "/api/v1"
 
@@ -112,6 +113,27 @@ def test_workers_report_the_execution_mode_apart_from_registrations(world: World
     body = world.client.get(f"{API}/workers", headers=world.headers("acme", Role.CONSUMER)).json()
     assert body["execution_mode"] == "standalone" and body["visibility_state"] == "no_registrations"
     assert body["execution_availability"] == "unavailable" and body["total"] == 0
+
+
+def test_workers_show_neither_hosts_nor_pids_and_only_the_callers_definitions(world: World) -> None:
+    """Seed 001 worker visibility: no process id, no host; a worker's advertised capabilities are
+    shown for the caller's tenant only."""
+    now = world.engine.clock.now()
+    advertised = {
+        "sha256:a": {"tenant": "acme", "job": "acme-report", "runnable": False, "reason": "runner 'etl' is missing"},
+        "sha256:b": {"tenant": "other", "job": "their-secret-job", "runnable": False, "reason": "no module 'x'"},
+        "sha256:c": {"tenant": "acme", "job": "acme-ok", "runnable": True},
+    }
+    with world.engine.store.write() as tx:
+        tx.worker_heartbeat(
+            WorkerBeat("worker-0123456789ab", "secret-host.internal", 48213, 2, ("default",), now, advertised)
+        )
+    response = world.client.get(f"{API}/workers", headers=world.headers("acme", Role.CONSUMER))
+    (item,) = response.json()["items"]
+    assert item["worker_id"] == "worker-0123456789ab" and item["cannot_run"] == ["acme-report"]
+    assert (
+        "secret-host" not in response.text and "48213" not in response.text and "their-secret-job" not in response.text
+    )
 
 
 def test_doctor_and_readiness(world: World) -> None:

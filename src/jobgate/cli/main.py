@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -559,8 +560,9 @@ def worker(
     proc.install_signal_handlers()
     proc.start()
     logging.getLogger("jobgate.cli").info(
-        "worker %s on %s (queues %s, concurrency %d)",
+        "worker %s (pid %d) on %s (queues %s, concurrency %d)",
         proc.worker.worker_id,
+        os.getpid(),
         engine.store.safe_url,
         ",".join(settings.queues),
         settings.concurrency,

@@ -12,8 +12,6 @@ idempotency keys (which name the schedule and the slot) are a second wall behind
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +75,7 @@ class Scheduler:
         max_sleep: timedelta = timedelta(seconds=1),
     ) -> None:
         self.engine = engine
-        self.owner = owner or f"scheduler-{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = owner or f"scheduler-{uuid.uuid4().hex[:12]}"  # opaque, as worker ids
         self.lease = lease
         self.max_sleep = max_sleep
         self._lease = Lease(engine.store, LEADER_LOCK, self.owner, lease)

@@ -14,8 +14,6 @@ followed at once by the next; otherwise the loop waits ``interval``.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import uuid
 from datetime import datetime, timedelta
 
@@ -43,7 +41,7 @@ class SlaMonitor:
         lease: timedelta = timedelta(seconds=5),
     ) -> None:
         self.engine = engine
-        self.owner = owner or f"sla-{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = owner or f"sla-{uuid.uuid4().hex[:12]}"  # opaque, as worker ids
         self.interval = interval
         self.state = sla.MonitorState()
         self._lease = Lease(engine.store, LEADER_LOCK, self.owner, lease)

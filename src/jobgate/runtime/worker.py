@@ -125,7 +125,10 @@ class Worker:
     def __init__(self, engine: Engine, settings: WorkerSettings | None = None, *, worker_id: str | None = None) -> None:
         self.engine = engine
         self.settings = settings or WorkerSettings()
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # Opaque: it is recorded in attempts, transitions and leases that API callers read, which
+        # must not learn host names or process ids (seed 001 worker visibility); the worker's
+        # row keeps its host and pid for the operator (``jobgate workers``).
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
         self.dispatcher = Dispatcher(engine)
         self._spans = attempt_spans(engine.config.tracing)  # None unless tracing.otel: nothing imported
         # Results carry their flight, not just the run id: a late result of an abandoned attempt
