@@ -141,7 +141,13 @@ def test_a_repeat_is_answered_before_the_quota_and_retries_and_events_count(engi
 @pytest.fixture
 def streaming(database_url: str, tmp_path: Path) -> Iterator[World]:
     """A world whose streams heartbeat every 0.2 s, live 3 s at most, two per token."""
-    server = {"stream_poll_ms": 50, "stream_heartbeat_seconds": 0.2, "stream_max_seconds": 3, "streams_per_token": 2}
+    server = {
+        "stream_poll_ms": 50,
+        "stream_heartbeat_seconds": 0.2,
+        "stream_queue_lag_seconds": 0.1,
+        "stream_max_seconds": 3,
+        "streams_per_token": 2,
+    }
     store = Store(database_url)
     w = build_world(Engine(store, make_config(tmp_path, server=server)))
     with w.client:
@@ -157,6 +163,24 @@ def _events(lines: Iterator[str], until: str | None = None) -> list[str]:
             if kinds[-1] == until:
                 break
     return kinds
+
+
+def test_a_waiting_runs_stream_repeats_its_queue_lag_on_its_own_cadence(streaming: World) -> None:
+    """Seed 002: after the first snapshot, a pending run's ``queue`` event comes again on the
+    queue-lag cadence (0.1 s here), apart from heartbeats (0.2 s), with a growing wait."""
+    w = streaming
+    run = w.new_run()
+    waits = []
+    with w.client.stream("GET", f"{API}/runs/{run.job_run_id}/stream", headers=w.headers("acme", Role.CONSUMER)) as r:
+        kind = None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: ") and kind == "queue":
+                waits.append(json.loads(line.removeprefix("data: "))["waiting_seconds"])
+                if len(waits) == 4:
+                    break
+    assert waits == sorted(waits) and waits[-1] > waits[0]
 
 
 def test_streams_refuse_an_id_beyond_history_and_end_on_revocation_and_age(streaming: World) -> None:

@@ -110,6 +110,7 @@ _SERVER_KEYS = (
     "daily_run_quota",
     "stream_poll_ms",
     "stream_heartbeat_seconds",
+    "stream_queue_lag_seconds",
     "stream_retry_ms",
     "stream_max_seconds",
     "streams_per_token",
@@ -271,6 +272,7 @@ class ServerSettings:
     daily_run_quota: int | None = None  # runs a tenant may create per UTC day (None: unlimited)
     stream_poll: timedelta = timedelta(milliseconds=250)
     stream_heartbeat: timedelta = timedelta(seconds=15)
+    stream_queue_lag: timedelta = timedelta(seconds=5)  # a pending run's queue snapshot, again (seed 002)
     stream_retry: timedelta = timedelta(seconds=2)
     stream_max: timedelta = timedelta(hours=1)  # a stream then ends; the client resumes by Last-Event-ID
     streams_per_token: int = 20  # open run streams one token may hold on one server
@@ -906,6 +908,7 @@ def _server(r: Reader, value: Any) -> ServerSettings:
         daily_run_quota=quota,
         stream_poll=seconds("stream_poll_ms", d.stream_poll, unit=0.001),
         stream_heartbeat=seconds("stream_heartbeat_seconds", d.stream_heartbeat),
+        stream_queue_lag=seconds("stream_queue_lag_seconds", d.stream_queue_lag),
         stream_retry=seconds("stream_retry_ms", d.stream_retry, unit=0.001),
         stream_max=seconds("stream_max_seconds", d.stream_max),
         streams_per_token=d.streams_per_token

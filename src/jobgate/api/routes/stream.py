@@ -3,7 +3,8 @@
 A connection first gets the reconnect delay (``retry:``), a ``snapshot`` of the run, a
 ``queue`` snapshot (how long a pending run has waited) and a ``heartbeat``; then, on the poll
 cadence, a ``state`` event for every persisted transition, ``progress`` when the handler
-reports progress, a ``heartbeat`` on the heartbeat cadence, and finally ``terminal`` (or
+reports progress, a ``queue`` snapshot again on the queue-lag cadence while the run waits
+(``server.stream_queue_lag_seconds``), a ``heartbeat`` on the heartbeat cadence, and finally ``terminal`` (or
 ``gone`` if the run disappears), after which the server closes the stream.
 
 Only ``state`` events carry an id: the transition's sequence number in the run's history.
@@ -118,6 +119,7 @@ async def _run_events(
     ends_at = time.monotonic() + settings.stream_max.total_seconds()
     poll = settings.stream_poll.total_seconds()
     beat = settings.stream_heartbeat.total_seconds()
+    lag = settings.stream_queue_lag.total_seconds()
     yield f"retry: {int(settings.stream_retry.total_seconds() * 1000)}\n\n"
     observed = await run_in_threadpool(_observe, state, caller.tenant_id, job_run_id)
     if observed.run is None:
@@ -128,6 +130,7 @@ async def _run_events(
     yield frame("queue", _queue(observed))
     yield frame("heartbeat", {"at": observed.now.isoformat()})
     next_beat = time.monotonic() + beat
+    next_lag = time.monotonic() + lag
     sent = after
     if progress != (None, None):
         yield frame("progress", {"fraction": progress[0], "message": progress[1]})
@@ -142,6 +145,9 @@ async def _run_events(
         if observed.progress != progress:
             progress = observed.progress
             yield frame("progress", {"fraction": progress[0], "message": progress[1]})
+        if observed.run.status.is_pending and time.monotonic() >= next_lag:
+            yield frame("queue", _queue(observed))  # how long it has waited, on its own cadence
+            next_lag = time.monotonic() + lag
         if time.monotonic() >= next_beat:
             if not await _still_allowed(state, request):
                 return  # revoked or expired meanwhile: the reconnect gets its 401
