@@ -129,6 +129,23 @@ def test_manual_review_after_n_escalates(kind: OutcomeKind, dead_letter: bool) -
     assert run_decide(kind, p, 2).next_retry_at == NOW + seconds(60)
 
 
+@pytest.mark.parametrize("kind", RETRYABLE)
+@pytest.mark.parametrize("dead_letter", [False, True])
+def test_safe_mode_on_failure_dead_letters_for_review_and_asks_for_safe_mode(
+    kind: OutcomeKind, dead_letter: bool
+) -> None:
+    p = policy(RetryStrategy.SAFE_MODE_ON_FAILURE, max_attempts=3, dead_letter_after_max_attempts=dead_letter)
+    assert run_decide(kind, p, 3) == Decision(
+        RunStatus.DEAD_LETTERED,
+        TransitionReason.RETRIES_EXHAUSTED,
+        dead_letter_reason=DeadLetterReason.MAXIMUM_RETRIES_EXCEEDED,
+        requires_manual_review=True,
+        activates_safe_mode=True,
+    )
+    retried = run_decide(kind, p, 2)
+    assert retried.to_status is RunStatus.RETRY_WAIT and not retried.activates_safe_mode
+
+
 @pytest.mark.parametrize("run_max", [1, 3, 10])
 def test_strategy_none_never_retries(run_max: int) -> None:
     none = BUILTIN_RETRY_POLICIES["no_retry_v1"]

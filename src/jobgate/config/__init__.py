@@ -43,6 +43,7 @@ from jobgate.core.policies import (
     BUILTIN_TIMEOUT_POLICIES,
     SLA_FIELDS,
     RetryPolicy,
+    RetryStrategy,
     SlaPolicy,
     TimeoutPolicy,
 )
@@ -402,6 +403,14 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
     if synchronous not in ("FULL", "NORMAL"):
         r.fail("sqlite.synchronous", "must be one of: FULL, NORMAL")
     job_classes = _job_classes(r, doc.get("job_classes"))
+    retry_policies = _policies(r, doc, "retry_policies", BUILTIN_RETRY_POLICIES)
+    safe_mode = _safe_mode(r, doc.get("safe_mode"), job_classes)
+    for policy in retry_policies.values():
+        if policy.strategy is RetryStrategy.SAFE_MODE_ON_FAILURE and not safe_mode.allow_automatic:
+            r.fail(
+                f"retry_policies.{policy.retry_policy_id}.strategy",
+                "safe_mode_on_failure switches safe mode on by itself: set safe_mode.allow_automatic: true to allow it",
+            )
     return JobgateConfig(
         path=path,
         base_dir=base_dir,
@@ -411,7 +420,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         runners=runners,
         targets=targets,
         profiles=profiles,
-        retry_policies=_policies(r, doc, "retry_policies", BUILTIN_RETRY_POLICIES),
+        retry_policies=retry_policies,
         timeout_policies=_policies(r, doc, "timeout_policies", BUILTIN_TIMEOUT_POLICIES),
         sla_policies=_policies(r, doc, "sla_policies", {}),
         queues=queues,
@@ -420,7 +429,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         sqlite=SqliteSettings("FULL" if synchronous == "FULL" else "NORMAL"),
         default_runner=default_runner,
         server=_server(r, doc.get("server")),
-        safe_mode=_safe_mode(r, doc.get("safe_mode"), job_classes),
+        safe_mode=safe_mode,
         signing=_signing(r, doc.get("signing"), base_dir),
         trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
         policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),

@@ -41,6 +41,7 @@ class Decision:
     next_retry_at: datetime | None = None
     dead_letter_reason: DeadLetterReason | None = None
     requires_manual_review: bool = False
+    activates_safe_mode: bool = False  # the tenant's safe mode goes on once this is recorded
 
 
 def decide(
@@ -86,6 +87,14 @@ def exhausted(policy: RetryPolicy) -> Decision:
     """The final failure: escalate for review, dead-letter, or fail, as the policy says."""
     if policy.strategy is RetryStrategy.MANUAL_REVIEW_AFTER_N:
         return Decision(RunStatus.ESCALATED, TransitionReason.ESCALATED_FOR_REVIEW, requires_manual_review=True)
+    if policy.strategy is RetryStrategy.SAFE_MODE_ON_FAILURE:
+        return Decision(
+            RunStatus.DEAD_LETTERED,
+            TransitionReason.RETRIES_EXHAUSTED,
+            dead_letter_reason=DeadLetterReason.MAXIMUM_RETRIES_EXCEEDED,
+            requires_manual_review=True,
+            activates_safe_mode=True,
+        )
     if policy.strategy is RetryStrategy.DEAD_LETTER_AFTER_N or policy.dead_letter_after_max_attempts:
         return Decision(
             RunStatus.DEAD_LETTERED,

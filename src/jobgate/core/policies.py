@@ -33,6 +33,9 @@ class RetryStrategy(StrEnum):
     EXPONENTIAL_BACKOFF_JITTER = "exponential_backoff_jitter"
     DEAD_LETTER_AFTER_N = "dead_letter_after_n"
     MANUAL_REVIEW_AFTER_N = "manual_review_after_n"
+    # Seed 000 §20: after the last attempt fails, dead-letter the run and switch the tenant's
+    # safe mode on (allowed only with ``safe_mode.allow_automatic``; jobgate.config checks it).
+    SAFE_MODE_ON_FAILURE = "safe_mode_on_failure"
 
 
 @dataclass(frozen=True)

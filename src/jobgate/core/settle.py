@@ -20,6 +20,7 @@ from jobgate.core.policies import RetryPolicy
 from jobgate.core.states import RunStatus, TransitionReason, check_transition
 
 DEAD_LETTER_PREFIX = "TGDLQ-"
+ACTIVATES_SAFE_MODE = "activates_safe_mode"
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ def _settlement(
         transition_detail["error_message"] = outcome.error_message[:500]
     if decision.next_retry_at is not None:
         transition_detail["next_retry_at"] = isoformat_utc(decision.next_retry_at)
+    if decision.activates_safe_mode:
+        transition_detail[ACTIVATES_SAFE_MODE] = True  # read once the change committed (service.safemode)
     transition = Transition(
         run.job_run_id, run.status, to, run.attempt, decision.reason.value, actor, now, transition_detail
     )

@@ -35,7 +35,7 @@ from jobgate.core.states import LEASED, RunStatus, TransitionReason
 from jobgate.core.transitions import RunChange
 from jobgate.logs import run_fields
 from jobgate.runtime.leadership import Lease
-from jobgate.service import audit
+from jobgate.service import audit, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
 from jobgate.service.policies import settling_policy
@@ -101,6 +101,7 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFact
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
         _audit_ends(engine, tx, done, [*expired, *queued], now)
+    safemode.after_settled(engine, done, actor=RESCUER)
     moved = {c.job_run_id for c in done}
     for run in expired:
         if run.job_run_id in moved:

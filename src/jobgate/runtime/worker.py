@@ -48,6 +48,7 @@ from jobgate.runtime.executors.base import ExecutionResult, Executor
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
+from jobgate.service import safemode
 from jobgate.service.engine import Engine
 from jobgate.service.gates import AttemptFacts, AttemptGate
 from jobgate.service.policies import settling_policy
@@ -459,6 +460,7 @@ class Worker:
                     extra=self._run_fields(run_id, action="stale_write_refused"),
                 )
         self._log_settled(done)
+        safemode.after_settled(self.engine, done, actor=self.worker_id)
         self._log_gated(gated)
         self.settled += len(accepted)
         self._pending = []

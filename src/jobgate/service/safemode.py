@@ -12,6 +12,7 @@ and an audit entry, written in one transaction; deactivation restores the ordina
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ConflictError, JobgateError, ValidationError
 from jobgate.core.models import Scope, TriggerType
 from jobgate.core.records import SafeModePeriod
+from jobgate.core.settle import ACTIVATES_SAFE_MODE
+from jobgate.core.transitions import RunChange
 from jobgate.evidence import anchors, sinks
 from jobgate.evidence.keys import signer_for
 from jobgate.governance.code import host_job
@@ -87,6 +90,24 @@ def run_safe_mode_job(engine: Engine, period: SafeModePeriod, phase: str, *, act
     except JobgateError as exc:
         log.error("safe mode %s: the SAFE_MODE_JOB %s was refused: %s", phase, job, exc)
         return None
+
+
+def after_settled(engine: Engine, changes: Iterable[RunChange], *, actor: str) -> None:
+    """Switch safe mode on for each tenant a committed change asks it of: a run whose retry
+    policy is ``safe_mode_on_failure`` failed its last attempt (seed 000 §20). Called by whoever
+    applied the changes, after their commit; safe mode already on is left as it is. Best effort
+    by design: the dead letter is recorded either way, and a failure to switch is logged as an
+    error for the operator (who may switch it by hand)."""
+    for change in changes:
+        if not change.transition.detail.get(ACTIVATES_SAFE_MODE):
+            continue
+        reason = f"run {change.job_run_id} failed its last attempt (retry policy strategy safe_mode_on_failure)"
+        try:
+            activate(engine, change.tenant_id, actor=actor, reason=reason)
+        except ConflictError:
+            continue  # already on: its period stands
+        except Exception:
+            log.exception("safe mode not switched on for tenant %s after %s", change.tenant_id, change.job_run_id)
 
 
 def _switch(
