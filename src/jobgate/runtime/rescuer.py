@@ -218,23 +218,31 @@ def _audit_ends(engine: Engine, tx: StoreTx, done: Sequence[RunChange], runs: Se
     worker's rule too), written with the changes."""
     by_id = {r.job_run_id: r for r in runs}
     material = []
+
+    def anchored(job_run_id: str) -> bool:
+        run = by_id[job_run_id]
+        try:
+            definition = engine.definition(tx, run.tenant_id, run.job_definition_id, run.definition_version)
+        except Exception:  # not readable: its end is recorded; its window's anchor covers it
+            return False
+        return definition.dal_anchor_required
+
     for change in done:
         run = by_id[change.job_run_id]
 
         def required(run: JobRun = run) -> bool:
             try:
-                return engine.definition(
-                    tx, run.tenant_id, run.job_definition_id, run.definition_version
-                ).audit_required
+                definition = engine.definition(tx, run.tenant_id, run.job_definition_id, run.definition_version)
             except Exception:  # the definition cannot be read: record rather than guess
                 return True
+            return definition.audit_required or definition.dal_anchor_required
 
         if transitions.material(change, audit_required=required):
             material.append(
                 transitions.end_audit_event(change, actor=RESCUER, now=now, job_definition_id=run.job_definition_id)
             )
     if material:
-        tx.audit_append(material)
+        audit.record_run_ends(engine, tx, material, anchored=anchored, now=now)
 
 
 class Rescuer:

@@ -48,7 +48,7 @@ from jobgate.runtime.executors.base import ExecutionResult, Executor
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
-from jobgate.service import safemode
+from jobgate.service import audit, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.gates import AttemptFacts, AttemptGate
 from jobgate.service.policies import settling_policy
@@ -366,7 +366,7 @@ class Worker:
                     and (e := self._material(c, r, now)) is not None
                 ]
                 if material:
-                    tx.audit_append(material)
+                    audit.record_run_ends(self.engine, tx, material, anchored=self._dal_anchored, now=now)
                 held: set[str] | None = None
                 if renew:
                     leases = tuple(
@@ -598,7 +598,7 @@ class Worker:
                     run = self._audit_pending.get(item[1])
                     events = [e for c in done if run is not None and (e := self._material(c, run, now_)) is not None]
                     if events:
-                        tx.audit_append(events)
+                        audit.record_run_ends(self.engine, tx, events, anchored=self._dal_anchored, now=now_)
             except Exception:
                 log.exception(
                     "run %s: settlement cannot be written; leaving it to the rescuer",
@@ -844,15 +844,26 @@ class Worker:
 
         def required() -> bool:
             try:
-                return self.dispatcher.definition(run).audit_required
+                definition = self.dispatcher.definition(run)
             except Exception:  # the definition cannot be read: record rather than guess
                 return True
+            return definition.audit_required or definition.dal_anchor_required
 
         if not transitions.material(change, audit_required=required):
             return None
         return transitions.end_audit_event(
             change, actor=self.worker_id, now=now, job_definition_id=run.job_definition_id
         )
+
+    def _dal_anchored(self, job_run_id: str) -> bool:
+        """Whether a settled run's definition asks its end to be anchored at once."""
+        run = self._audit_pending.get(job_run_id)
+        if run is None:
+            return False
+        try:
+            return self.dispatcher.definition(run).dal_anchor_required
+        except Exception:  # not readable: its end is recorded; its window's anchor covers it
+            return False
 
     def _stop_requested(self, run: JobRun) -> bool:
         with self.engine.store.read() as tx:

@@ -7,16 +7,27 @@ else is written — are recorded in a transaction of their own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from jobgate.core.audit import AuditEntry, AuditEvent
 from jobgate.core.records import AuditFilter, Batch, RecordsReport
+from jobgate.evidence import anchors, sinks
+from jobgate.evidence.keys import signer_for
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import StoreTx
 
-__all__ = ["AuditFilter", "event", "record", "record_now", "seal_pending", "search", "verify_records"]
+__all__ = [
+    "AuditFilter",
+    "event",
+    "record",
+    "record_now",
+    "record_run_ends",
+    "seal_pending",
+    "search",
+    "verify_records",
+]
 
 
 def event(
@@ -36,6 +47,23 @@ def event(
 def record(tx: StoreTx, *events: AuditEvent) -> list[AuditEntry]:
     """Append inside the caller's write transaction."""
     return tx.audit_append(list(events))
+
+
+def record_run_ends(
+    engine: Engine, tx: StoreTx, events: Sequence[AuditEvent], *, anchored: Callable[[str], bool], now: datetime
+) -> list[AuditEntry]:
+    """Append the audit entries of material run ends, and anchor at once, in the same
+    transaction, each end of a run whose definition is ``dal_anchor_required`` (seed 000 §12:
+    its job events require anchoring): a one-leaf anchor, signed and written to the sink, as a
+    critical artifact is (seed §48), rather than at the end of its window. ``anchored(run_id)``
+    says which runs; a sink that cannot be written fails the transaction (fail closed)."""
+    entries = tx.audit_append(list(events))
+    direct = [e for e in entries if e.event.target_type == "run" and anchored(e.event.target_id)]
+    if direct:
+        sink, signer = sinks.sink_for(engine.config), signer_for(engine.config)
+        for entry in direct:
+            anchors.anchor_direct(tx, entry, now=now, sink=sink, signer=signer)
+    return entries
 
 
 def record_now(engine: Engine, *events: AuditEvent) -> list[AuditEntry]:
