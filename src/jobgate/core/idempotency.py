@@ -17,6 +17,11 @@ from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.models import JsonObject, Trigger, TriggerType
 
 RUN_ID_PREFIX = "TGJOBRUN-"
+# A definition's ``idempotency_policy`` (seed 000 §12 "idempotency method"): ``trigger`` (the
+# default) keys a run by its trigger's identity as above; ``window`` keys a run that has an
+# execution window by the window alone, so a scheduled fire, a backfill and a manual run of the
+# same window are one run, ever (a trigger without a window is keyed as ``trigger``).
+IDEMPOTENCY_POLICIES = ("trigger", "window")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -35,14 +40,16 @@ def idempotency_key(
     trigger: Trigger,
     scope: JsonObject,
     config_digest: str,
+    policy: str = "trigger",
 ) -> str:
     window = None
     if trigger.window is not None:
         window = [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)]
+    identity = "window" if policy == "window" and window is not None else trigger_identity(trigger)
     return digest(
         {
             "job_definition_id": job_definition_id,
-            "trigger": trigger_identity(trigger),
+            "trigger": identity,
             "scope": scope,
             "config_digest": config_digest,
             "execution_window": window,

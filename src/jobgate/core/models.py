@@ -169,6 +169,7 @@ class JobDefinition:
     rate_limit_per_second: float | None = None
     audit_required: bool = False
     dal_anchor_required: bool = False
+    idempotency_policy: str = "trigger"  # core.idempotency.IDEMPOTENCY_POLICIES
     target_engine_meid: str | None = None
     target_engine_cmi: str | None = None
     source: str | None = None

@@ -45,6 +45,7 @@ def new_run(
         trigger=trigger,
         scope=scope,
         config_digest=snapshot.config_digest,
+        policy=definition.idempotency_policy,
     )
     run_id = run_id_for(key, now)
     due = due_at or now

@@ -26,6 +26,7 @@ from jobgate.core.canonical import canonical_json, digest
 from jobgate.core.classes import JobClassSpec, is_builtin, job_class_name, known_classes
 from jobgate.core.definition_fields import DEFINITION_FIELDS
 from jobgate.core.errors import ValidationError
+from jobgate.core.idempotency import IDEMPOTENCY_POLICIES
 from jobgate.core.models import (
     DEFAULT_QUEUE,
     DEFAULT_TENANT,
@@ -182,8 +183,9 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     for key in ("description", "version_note"):
         if key in doc:
             r.text(doc[key], key)
-    if "idempotency_policy" in doc:
-        r.string(doc["idempotency_policy"], "idempotency_policy")
+    idempotency_policy = r.string(doc.get("idempotency_policy", "trigger"), "idempotency_policy")
+    if idempotency_policy not in IDEMPOTENCY_POLICIES:
+        r.fail("idempotency_policy", f"one of: {', '.join(IDEMPOTENCY_POLICIES)}")
     if "workflow_steps" in doc:
         r.strings(doc["workflow_steps"], "workflow_steps")
     if "dependencies" in doc:  # checks configured on this host: runs wait while one is down
@@ -248,6 +250,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
         rate_limit_per_second=rate_limit,
         audit_required=flags["audit_required"],
         dal_anchor_required=flags["dal_anchor_required"],
+        idempotency_policy=idempotency_policy,
         target_engine_meid=meid,
         target_engine_cmi=cmi,
         source=source,
@@ -299,6 +302,7 @@ def recorded_definition(
             tenant_id=str(doc.get("tenant_id", DEFAULT_TENANT)),
             audit_required=bool(doc.get("audit_required", False)) or (spec is not None and spec.audit_material),
             dal_anchor_required=bool(doc.get("dal_anchor_required", False)),
+            idempotency_policy=str(doc.get("idempotency_policy", "trigger")),
             target_engine_meid=doc.get("target_engine_meid"),
             target_engine_cmi=doc.get("target_engine_cmi"),
             class_spec=spec,

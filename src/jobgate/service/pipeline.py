@@ -415,6 +415,7 @@ def compute_idempotency_key(
         trigger=trigger,
         scope=request.scope.as_dict(),
         config_digest=snapshot.config_digest,
+        policy=definition.idempotency_policy,
     )
 
 
