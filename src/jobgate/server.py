@@ -25,6 +25,7 @@ from jobgate.console.app import create_app
 from jobgate.core.errors import ValidationError
 from jobgate.runtime.loops import Loop, LoopThread
 from jobgate.runtime.process import WorkerProcess, worker_settings
+from jobgate.runtime.pubsub import pubsub_source
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.runtime.sla import SlaMonitor
 from jobgate.service import tokens
@@ -43,6 +44,7 @@ class ServeOptions:
     bootstrap_token_file: Path | None = None
     concurrency: int | None = None
     log_level: str = "info"
+    redis_url: str | None = None  # --redis-url: pub/sub triggers (over the config's pubsub.url)
 
 
 def is_loopback(host: str) -> bool:
@@ -91,14 +93,24 @@ class ApiServer:
         if not options.worker:
             loops.append(SlaMonitor(engine))
         self._loops = {loop.name: LoopThread(loop, engine.clock) for loop in loops}
-        self.state = ServerState(engine, auth=options.auth, embedded_worker=options.worker, loops=self.loops)
+        # Seed 004's pub/sub triggers: built now, so a bad mapping or a missing extra fails the start.
+        self.pubsub = pubsub_source(engine, options.redis_url)
+        self.state = ServerState(
+            engine, auth=options.auth, embedded_worker=options.worker, loops=self.loops, pubsub=self.pubsub_health
+        )
         self.app = create_app(self.state)
 
     def loops(self) -> dict[str, bool]:
         out = {name: loop.running for name, loop in self._loops.items()}
         if self.worker is not None:
             out["worker"] = not self.worker.worker.wait_stopped(0)
+        if self.pubsub is not None:
+            out[self.pubsub.name] = self.pubsub.running
         return out
+
+    def pubsub_health(self) -> str:
+        """``/healthz``'s ``pubsub``: connected, disconnected, or skip (none configured)."""
+        return "skip" if self.pubsub is None else self.pubsub.health()
 
     def bootstrap(self) -> tokens.CreatedToken | None:
         if not self.options.auth:
@@ -112,6 +124,8 @@ class ApiServer:
             self.worker.start()
         for loop in self._loops.values():
             loop.start()
+        if self.pubsub is not None:
+            self.pubsub.start()
 
     def begin_stop(self) -> None:
         """Start every graceful stop without waiting: streams end, no new claims or fires."""
@@ -128,6 +142,8 @@ class ApiServer:
             self.worker.join()
         for loop in self._loops.values():
             loop.join(timeout=30)
+        if self.pubsub is not None:
+            self.pubsub.stop()
 
     def serve(self) -> None:
         """Serve until SIGTERM/SIGINT, then shut down gracefully (see the module docstring)."""

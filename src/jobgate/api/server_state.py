@@ -32,6 +32,7 @@ class ServerState:
     auth: bool = True
     embedded_worker: bool = False
     loops: Callable[[], dict[str, bool]] = dict
+    pubsub: Callable[[], str] = lambda: "skip"  # /healthz: connected | disconnected | skip (seed 004)
     stopping: threading.Event = field(default_factory=threading.Event)
     http_metrics: HttpMetrics = field(default_factory=HttpMetrics)
     _streams: dict[str, dict[int, float]] = field(default_factory=dict)  # token -> {stream: opened at}

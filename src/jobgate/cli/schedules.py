@@ -487,9 +487,14 @@ def _json_object(data: str) -> dict[str, Any]:
 @click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=10, show_default=True)
 @click.option("--once", is_flag=True, help="one pass (fire what is due), then exit")
 @click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
+@click.option("--redis-url", metavar="URL", help="subscribe to pub/sub triggers here (over the config's pubsub.url)")
 @pass_app
-def scheduler_command(app: AppContext, lease_seconds: float, once: bool, migrate_first: bool) -> None:
+def scheduler_command(
+    app: AppContext, lease_seconds: float, once: bool, migrate_first: bool, redis_url: str | None
+) -> None:
     """Fire due schedules while leading; wait as standby while another scheduler leads."""
+    from jobgate.runtime.pubsub import pubsub_source
+
     app.setup_logging()
     app.may_create = migrate_first
     engine = app.engine()
@@ -507,6 +512,7 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool, migrate
         return
 
     loop = LoopThread(scheduler, engine.clock)
+    pubsub = pubsub_source(engine, redis_url)  # seed 004's pub/sub triggers, beside the scheduler
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         loop.stop()
@@ -519,7 +525,13 @@ def scheduler_command(app: AppContext, lease_seconds: float, once: bool, migrate
         engine.store.safe_url,
         extra={"action": "scheduler_started", "owner": scheduler.owner},
     )
-    loop.run()
+    if pubsub is not None:
+        pubsub.start()
+    try:
+        loop.run()
+    finally:
+        if pubsub is not None:
+            pubsub.stop()
 
 
 def _say(app: AppContext, data: Any, line: str) -> None:

@@ -27,6 +27,7 @@ from jobgate.service import doctor
 )
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="embedded worker threads (default: config)")
 @click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
+@click.option("--redis-url", metavar="URL", help="subscribe to pub/sub triggers here (over the config's pubsub.url)")
 @pass_app
 def serve(
     app: AppContext,
@@ -39,6 +40,7 @@ def serve(
     bootstrap_token_file: Path | None,
     concurrency: int | None,
     migrate_first: bool,
+    redis_url: str | None,
 ) -> None:
     """Serve the HTTP API with the scheduler and an embedded worker, until SIGTERM or Ctrl-C."""
     from jobgate.server import ApiServer, ServeOptions, check_options
@@ -52,6 +54,7 @@ def serve(
         scheduler=not no_scheduler,
         bootstrap_token_file=bootstrap_token_file,
         concurrency=concurrency,
+        redis_url=redis_url,
     )
     check_options(options)  # before touching the database: a refused start changes nothing
     if database:

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
+from jobgate.config.pubsub import PubSubSettings, parse_pubsub_settings
 from jobgate.config.timestamps import TimestampSettings
 from jobgate.config.tracing import TracingSettings, parse_tracing_settings
 from jobgate.core.classes import (
@@ -89,6 +90,7 @@ _TOP_KEYS = (
     "dependencies",
     "logging",
     "tracing",
+    "pubsub",
     "telemetry",
     "auth",
     "governance",
@@ -310,6 +312,7 @@ class JobgateConfig:
     dependencies: dict[str, DependencySpec] = field(default_factory=dict)  # checks a definition may declare
     logging: LoggingSettings = field(default_factory=LoggingSettings)  # jobgate.logs: format (text|json) and level
     tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
+    pubsub: PubSubSettings = field(default_factory=PubSubSettings)  # runtime.pubsub: Redis pub/sub triggers (seed 004)
     telemetry: TelemetrySettings = TelemetrySettings()
     governance: GovernanceSettings = GovernanceSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
@@ -439,6 +442,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         dependencies=parse_dependencies(r, doc, targets),
         logging=parse_logging_settings(r, doc.get("logging")),
         tracing=parse_tracing_settings(r, doc.get("tracing")),
+        pubsub=parse_pubsub_settings(r, doc.get("pubsub"), base_dir),
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
         governance=_governance(r, doc.get("governance")),
         scheduling=_scheduling(r, doc.get("scheduling")),

@@ -1,0 +1,92 @@
+"""A pipeline completion heard on pub/sub, into runs, through the one trigger path.
+
+Each subscription ``service.pubsub_map.judge`` lets fire becomes an ``event`` trigger given to
+``Engine.submit``, exactly as a posted event or a schedule's fire: the definition's approval,
+its ``trigger_type``, the governance gates and the audit of a refusal all apply, and a refused
+trigger stores nothing. The trigger's source event id is the delivery's identity
+(``result_name`` + the completion's timestamp), so the same completion heard twice (a
+redelivery, the polling key read at start-up and then the message) makes one run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from jobgate.core.errors import JobgateError
+from jobgate.core.models import Scope, TriggerType
+from jobgate.service.engine import Engine
+from jobgate.service.pubsub_map import Subscription, Verdict, job_params
+from jobgate.service.submission import SubmitRequest
+
+log = logging.getLogger("jobgate.pubsub")
+
+EVENT_TYPE = "pipeline.completed"
+ACTOR = "pubsub"
+
+
+@dataclass(frozen=True)
+class PubSubFire:
+    """What one subscription's trigger made: a run (``created`` False: it existed), or why not."""
+
+    job_definition_id: str
+    job_run_id: str | None
+    created: bool
+    refused: str | None = None  # the refusal's stable code (definition_not_approved, ...)
+
+
+def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[PubSubFire]:
+    """Submit one trigger per subscription the verdict fires; ``via`` says how the completion
+    was heard (``message``, ``state``) for the run's reason. A refusal is logged and returned,
+    never raised: one refused definition does not keep the others of the message from running."""
+    completion = verdict.completion
+    if completion is None:
+        return []
+    out: list[PubSubFire] = []
+    for sub in verdict.fire:
+        request = SubmitRequest(
+            sub.job_definition_id,
+            trigger_type=TriggerType.EVENT,
+            params=job_params(sub, completion, _declared(engine, tenant_id, sub)),
+            scope=Scope(tenant_id=tenant_id),
+            requested_by=ACTOR,
+            reason=f"pub/sub {via}: {completion.result_name} {completion.status}",
+            source_event_id=f"pubsub:{completion.delivery_id}",
+            event_type=EVENT_TYPE,
+            payload=dict(completion.fields),
+        )
+        try:
+            result = engine.submit(request, actor=ACTOR)
+        except JobgateError as exc:
+            log.warning(
+                "pub/sub %s %s: %s refused: %s",
+                completion.result_name,
+                completion.status,
+                sub.job_definition_id,
+                exc.message,
+                extra={"action": "pubsub_refused", "result_name": completion.result_name, "code": exc.code},
+            )
+            out.append(PubSubFire(sub.job_definition_id, None, False, exc.code))
+            continue
+        run = result.run
+        log.info(
+            "pub/sub %s %s: %s run %s%s",
+            completion.result_name,
+            completion.status,
+            sub.job_definition_id,
+            run.job_run_id,
+            "" if result.created else " (already made: a duplicate delivery)",
+            extra={"action": "pubsub_fired", "result_name": completion.result_name, "run_id": run.job_run_id},
+        )
+        out.append(PubSubFire(sub.job_definition_id, run.job_run_id, result.created))
+    return out
+
+
+def _declared(engine: Engine, tenant_id: str, sub: Subscription) -> frozenset[str]:
+    """The params the definition declares; none when it cannot be read (the submission then
+    refuses it, audited, through the usual path)."""
+    try:
+        with engine.store.read() as tx:
+            return frozenset(p.name for p in engine.definition(tx, tenant_id, sub.job_definition_id).params)
+    except JobgateError:
+        return frozenset()
