@@ -62,6 +62,49 @@ def test_an_event_fires_subscribed_schedules_once_per_source_event(world: World)
     assert other["fired"] == []  # acme's schedule does not hear another tenant's events
 
 
+SEED_18 = {  # seed 000 §18's trigger payload, as written there (with our event type)
+    "trigger_id": "TGTRIG-2026-00001472",
+    "trigger_type": "event",
+    "event_type": "trustgate.quarantine.created",
+    "source_engine_meid": "MEID_TRUST_QUARANTINE_MANAGER",
+    "source_engine_cmi": "vera.TG-QUARANTINE.ENGINE.MANAGER.1_0_0",
+    "signal_id": "SIG-2026-00001472",
+    "eco_number": "ECO-A123",
+    "policy_context": {"policy_bundle": "FAGF-2026.2", "scheduler_profile": "production_scheduler_v1"},
+    "created_at": "2026-06-25T18:00:00Z",
+}
+
+
+def test_an_event_in_the_seed_18_shape_records_its_source_and_policy_context(world: World) -> None:
+    h = world.headers("acme", Role.OPERATOR)
+    doc = {"id": "on-quarantine", "job": SHARED_JOB, "event_type": "trustgate.quarantine.created"}
+    assert world.client.post(f"{API}/schedules", json={"schedule": doc}, headers=h).status_code == 201
+    for bad, field in [
+        ({"source_engine_meid": "has space"}, "source_engine_meid"),
+        ({"created_at": "2026-06-25T18:00:00"}, "created_at"),
+        ({"event_id": "another"}, "trigger_id"),
+        ({"trigger_id": None}, "event_id"),
+        ({"policy_context": "FAGF"}, "policy_context"),
+    ]:
+        refused = world.client.post(f"{API}/events", json={**SEED_18, **bad}, headers=h)
+        assert refused.status_code in (400, 422) and field in refused.json()["field"], refused.json()
+    assert count(world.engine, "job_runs") == 0  # nothing stored for a refused event
+    fired = world.client.post(f"{API}/events", json=SEED_18, headers=h).json()
+    assert fired["event_id"] == "TGTRIG-2026-00001472" and fired["fired"][0]["created"] is True
+    run_id = fired["fired"][0]["job_run_id"]
+    with world.engine.store.read() as tx:
+        trigger = tx.run_trigger(run_id)
+        run = tx.run_get(run_id)
+    assert trigger is not None and run is not None
+    assert trigger["source_event_id"] == "TGTRIG-2026-00001472"
+    assert (trigger["source_engine_meid"], trigger["source_engine_cmi"]) == (
+        "MEID_TRUST_QUARANTINE_MANAGER",
+        "vera.TG-QUARANTINE.ENGINE.MANAGER.1_0_0",
+    )
+    assert trigger["policy_context"] == {**SEED_18["policy_context"], "source_created_at": "2026-06-25T18:00:00Z"}
+    assert run.scope["eco_number"] == "ECO-A123" and run.scope["signal_id"] == "SIG-2026-00001472"
+
+
 def test_dead_letters_list_and_requeue(world: World, engine: Engine) -> None:
     define(engine, job_definition_id="always-fails", tenant_id="acme", handler="engine_handlers:fail_final")
     run = world.new_run(job="always-fails")

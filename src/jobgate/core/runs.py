@@ -120,6 +120,8 @@ def trigger_document(trigger: Trigger) -> JsonObject:
         "request_id": trigger.request_id,
         "source_event_id": trigger.source_event_id,
         "event_type": trigger.event_type,
+        "source_engine_meid": trigger.source_engine_meid,
+        "source_engine_cmi": trigger.source_engine_cmi,
         "policy_context": trigger.policy_context,
         "payload": trigger.payload,
         "window": None

@@ -463,6 +463,8 @@ def build_trigger(request: SubmitRequest, now: datetime) -> Trigger:
         source_event_id=request.source_event_id,
         request_id=request_id,
         event_type=request.event_type,
+        source_engine_meid=request.source_engine_meid,
+        source_engine_cmi=request.source_engine_cmi,
         window=request.window,
         policy_context=dict(request.policy_context),
         payload=dict(request.payload),

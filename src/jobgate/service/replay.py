@@ -99,6 +99,8 @@ def _trigger(doc: dict[str, Any], run: JobRun) -> Trigger:
         source_event_id=doc.get("source_event_id"),
         request_id=doc.get("request_id"),
         event_type=doc.get("event_type"),
+        source_engine_meid=doc.get("source_engine_meid"),
+        source_engine_cmi=doc.get("source_engine_cmi"),
         window=window,
         policy_context=dict(doc.get("policy_context") or {}),
         payload=dict(doc.get("payload") or {}),

@@ -40,7 +40,7 @@ from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, Recorded
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import existing_results
 from jobgate.service.snapshots import resolve_snapshot, watched_digest
-from jobgate.service.submission import SubmitRequest
+from jobgate.service.submission import EventOrigin, SubmitRequest
 
 log = logging.getLogger("jobgate.schedules")
 
@@ -178,24 +178,28 @@ def fire_request(
     payload: Mapping[str, Any] | None = None,
     policy_context: Mapping[str, Any] | None = None,
     slot: str | None = None,
+    origin: EventOrigin | None = None,
 ) -> SubmitRequest:
     """The submission a schedule makes when it fires at ``at``: its definition, tenant and trigger
     type, and its params with magic params rendered for this fire (``params`` when the caller
     rendered them already), ``extra_params`` on top."""
     values = dict(params) if params is not None else magic.render(schedule.params, at, schedule.zone, window)
     values.update(extra_params or {})
+    origin = origin or EventOrigin()
     return SubmitRequest(
         schedule.job_definition_id,
         trigger_type=trigger_type or schedule.kind.trigger_type,
         params=values,
-        scope=Scope(tenant_id=schedule.tenant_id),
+        scope=Scope(tenant_id=schedule.tenant_id, keys=origin.scope_keys()),
         requested_by=actor,
         reason=reason,
         trigger_id=trigger_id,
         source_event_id=source_event_id,
         event_type=event_type,
         payload=dict(payload or {}),
-        policy_context=dict(policy_context or {}),
+        policy_context={**origin.policy_context, **dict(policy_context or {})},
+        source_engine_meid=origin.source_engine_meid,
+        source_engine_cmi=origin.source_engine_cmi,
         window=window,
         slot=slot,
     )

@@ -7,12 +7,14 @@ manual runs, the API and the CLI).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobgate.core.errors import GovernanceRefusal
+from jobgate.core.canonical import canonical_json
+from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.governance import ApprovalFact, Facts, Moment
 from jobgate.core.models import ConfigSnapshot, ExecutionWindow, JobRun, Scope, TriggerType
 from jobgate.service.gates import EPOCH
@@ -31,6 +33,37 @@ def approval_fact(active: Mapping[tuple[str, str, str], str | None], key: tuple[
     return ApprovalFact(key[2], active[key], EPOCH) if key in active else None
 
 
+_ORIGIN_TEXT = re.compile(r"[\x21-\x7e]{1,200}")  # printable, no spaces: identifiers of other systems
+
+
+@dataclass(frozen=True)
+class EventOrigin:
+    """Where an event came from and the policy it was raised under (seed 000 §18): the source
+    engine's MEID and CMI and the policy context are recorded in each run's trigger; the signal
+    id and ECO number are domain keys of its scope (seed §41: what the run is about)."""
+
+    source_engine_meid: str | None = None
+    source_engine_cmi: str | None = None
+    signal_id: str | None = None
+    eco_number: str | None = None
+    policy_context: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("source_engine_meid", "source_engine_cmi", "signal_id", "eco_number"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and _ORIGIN_TEXT.fullmatch(value)):
+                raise ValidationError("1 to 200 printable characters without spaces", field=name)
+        if not isinstance(self.policy_context, dict):
+            raise ValidationError("a JSON object", field="policy_context")
+        try:
+            canonical_json(self.policy_context)
+        except ValueError as exc:
+            raise ValidationError(str(exc), field="policy_context") from None
+
+    def scope_keys(self) -> tuple[tuple[str, str], ...]:
+        return tuple((k, v) for k, v in (("eco_number", self.eco_number), ("signal_id", self.signal_id)) if v)
+
+
 @dataclass(frozen=True)
 class SubmitRequest:
     """One trigger for one definition. ``request_id`` makes a manual submission idempotent."""
@@ -45,6 +78,8 @@ class SubmitRequest:
     trigger_id: str | None = None
     source_event_id: str | None = None
     event_type: str | None = None
+    source_engine_meid: str | None = None  # seed §18: the engine an event came from
+    source_engine_cmi: str | None = None
     payload: dict[str, Any] = field(default_factory=dict)
     policy_context: dict[str, Any] = field(default_factory=dict)
     due_at: datetime | None = None

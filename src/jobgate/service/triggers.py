@@ -28,7 +28,7 @@ from jobgate.service import audit
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import fire_request
-from jobgate.service.submission import PreparedSubmission, SubmitRequest
+from jobgate.service.submission import EventOrigin, PreparedSubmission, SubmitRequest
 
 log = logging.getLogger("jobgate.events")
 
@@ -53,9 +53,11 @@ def emit_event(
     tenant_id: str,
     actor: str,
     only_definitions: Collection[str] | None = None,
+    origin: EventOrigin | None = None,
 ) -> list[EventFire]:
     """Fire every schedule of ``tenant_id`` subscribed to ``event_type``; one result per schedule.
-    ``only_definitions`` (a token limited to some definitions) leaves the others' schedules be."""
+    ``only_definitions`` (a token limited to some definitions) leaves the others' schedules be;
+    ``origin`` (seed §18: source engine, signal, ECO, policy context) is recorded with each run."""
     if not event_id or len(event_id) > MAX_EVENT_ID or any(ord(c) < 32 for c in event_id):
         raise ValidationError(f"an event id of 1 to {MAX_EVENT_ID} printable characters", field="id")
     if not isinstance(data, Mapping):
@@ -80,7 +82,7 @@ def emit_event(
             out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, "paused"))
             continue
         try:
-            result = engine.submit(_request(schedule, event_type, event_id, data, actor, now), actor=actor)
+            result = engine.submit(_request(schedule, event_type, event_id, data, actor, now, origin), actor=actor)
         except JobgateError as exc:
             log.warning("event %s %s: schedule %s refused: %s", event_type, event_id, schedule.schedule_id, exc)
             _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.REFUSED))
@@ -99,7 +101,13 @@ def emit_event(
 
 
 def _request(
-    schedule: Schedule, event_type: str, event_id: str, data: Mapping[str, Any], actor: str, now: datetime
+    schedule: Schedule,
+    event_type: str,
+    event_id: str,
+    data: Mapping[str, Any],
+    actor: str,
+    now: datetime,
+    origin: EventOrigin | None = None,
 ) -> SubmitRequest:
     return fire_request(
         schedule,
@@ -110,6 +118,7 @@ def _request(
         source_event_id=event_id,
         event_type=event_type,
         payload=data,
+        origin=origin,
     )
 
 

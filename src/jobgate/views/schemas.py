@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -390,9 +390,23 @@ class ScheduleChangedOut(BaseModel):
 
 
 class EventIn(Request):
+    """An event. Besides ``event_type``, ``event_id`` and ``data``, the seed 000 §18 trigger
+    payload is accepted as written: ``trigger_id`` (the source's id of the event, when
+    ``event_id`` is not given), ``trigger_type`` (``event``), the source engine's MEID and CMI,
+    ``signal_id``, ``eco_number``, ``policy_context`` and ``created_at`` (when the source raised
+    it; kept in the trigger's policy context as ``source_created_at``)."""
+
     event_type: str = Field(pattern=IDENTIFIER)
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: str | None = Field(default=None, min_length=1, max_length=200)
+    trigger_id: str | None = Field(default=None, min_length=1, max_length=200)
+    trigger_type: Literal["event"] | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    source_engine_meid: str | None = Field(default=None, max_length=200)
+    source_engine_cmi: str | None = Field(default=None, max_length=200)
+    signal_id: str | None = Field(default=None, max_length=200)
+    eco_number: str | None = Field(default=None, max_length=200)
+    policy_context: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
 
 
 class EventFireOut(BaseModel):

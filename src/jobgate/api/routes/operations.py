@@ -17,11 +17,13 @@ from jobgate.api.access import OPERATE, READ, allow, principal
 from jobgate.api.errors import TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use, visible_run
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError
+from jobgate.core.canonical import isoformat_utc
+from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.plan import MissReason
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import control, manual, schedules, triggers
+from jobgate.service.submission import EventOrigin
 from jobgate.service.tokens import Principal
 from jobgate.views.schemas import (
     DeadLetterOut,
@@ -167,24 +169,42 @@ def delete_schedule(schedule_id: str, caller: Caller, state: State) -> Response:
     return Response(status_code=204)
 
 
+def _event_identity(body: EventIn) -> tuple[str, EventOrigin]:
+    """The event's id (``event_id``, or the seed §18 ``trigger_id``) and its origin."""
+    if body.event_id is not None and body.trigger_id is not None and body.event_id != body.trigger_id:
+        raise ValidationError("event_id and trigger_id name different events: give one", field="trigger_id")
+    event_id = body.event_id or body.trigger_id
+    if event_id is None:
+        raise ValidationError("required: the source's id of this event (event_id or trigger_id)", field="event_id")
+    context = dict(body.policy_context)
+    if body.created_at is not None:
+        if body.created_at.tzinfo is None:
+            raise ValidationError("needs a UTC offset (e.g. 2026-06-25T18:00:00Z)", field="created_at")
+        context["source_created_at"] = isoformat_utc(body.created_at)
+    origin = EventOrigin(body.source_engine_meid, body.source_engine_cmi, body.signal_id, body.eco_number, context)
+    return event_id, origin
+
+
 @router.post("/events", response_model=EventOut)
 @allow(OPERATE)
 def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
     """Fire every schedule of the tenant subscribed to ``event_type``. The source event id is
     part of each run's key: a redelivered event finds the runs the first delivery made."""
+    event_id, origin = _event_identity(body)
     manual.check_daily_quota(state.engine, caller.tenant_id)
     fired = triggers.emit_event(
         state.engine,
         event_type=body.event_type,
-        event_id=body.event_id,
+        event_id=event_id,
         data=body.data,
         tenant_id=caller.tenant_id,
         actor=caller.actor,
         only_definitions=caller.jobs,
+        origin=origin,
     )
     return EventOut(
         event_type=body.event_type,
-        event_id=body.event_id,
+        event_id=event_id,
         fired=[
             EventFireOut(
                 schedule_id=f.schedule_id,
