@@ -6,6 +6,7 @@ hear each other. Nothing sleeps: every wait is on the subscriber's ``SourceStats
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -140,7 +141,9 @@ def test_the_state_key_read_at_start_up_fires_once_and_not_again_on_restart(
     first = started(engine, s)
     first.stop()
     assert first.stats.snapshot().get("fired") == 1
-    second = started(engine, s)  # a restart reads the same key: the same completion, the same run
+    # A restart, after a configuration change, reads the same key: the same completion, the same run.
+    engine.config = dataclasses.replace(engine.config, profiles={**engine.config.profiles, "default": {"x": "1"}})
+    second = started(engine, s)
     second.stop()
     assert second.stats["fired"] == 0 and second.stats["duplicates"] == 1
     assert runs(engine) == [(job, '{"status":"success"}', "event")]

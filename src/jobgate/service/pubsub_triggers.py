@@ -3,9 +3,9 @@
 Each subscription ``service.pubsub_map.judge`` lets fire becomes an ``event`` trigger given to
 ``Engine.submit``, exactly as a posted event or a schedule's fire: the definition's approval,
 its ``trigger_type``, the governance gates and the audit of a refusal all apply, and a refused
-trigger stores nothing. The trigger's source event id is the delivery's identity
-(``result_name`` + the completion's timestamp), so the same completion heard twice (a
-redelivery, the polling key read at start-up and then the message) makes one run.
+trigger stores nothing. The run's key is the delivery's identity (``result_name`` + the completion's timestamp, with the
+tenant and definition), so the same completion heard twice (a redelivery, the polling key read
+at start-up and then the message, a restart after a configuration change) makes one run.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from jobgate.core.canonical import digest
 from jobgate.core.errors import JobgateError
 from jobgate.core.models import Scope, TriggerType
 from jobgate.service.engine import Engine
@@ -54,6 +55,7 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
             source_event_id=f"pubsub:{completion.delivery_id}",
             event_type=EVENT_TYPE,
             payload=dict(completion.fields),
+            run_key=delivery_key(tenant_id, sub.job_definition_id, completion.delivery_id),
         )
         try:
             result = engine.submit(request, actor=ACTOR)
@@ -80,6 +82,14 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
         )
         out.append(PubSubFire(sub.job_definition_id, run.job_run_id, result.created))
     return out
+
+
+def delivery_key(tenant_id: str, job_definition_id: str, delivery_id: str) -> str:
+    """The run's idempotency key: the tenant, the definition and the delivery alone. Not the
+    configuration's digest (as an event's key has): the state key is read again at every
+    start, and a restart after a configuration change must still find the run it made.
+    Not a caller's ``Idempotency-Key`` either, so no API caller can claim this run first."""
+    return digest({"pubsub": {"tenant_id": tenant_id, "job_definition_id": job_definition_id, "delivery": delivery_id}})
 
 
 def _declared(engine: Engine, tenant_id: str, sub: Subscription) -> frozenset[str]:
