@@ -147,7 +147,7 @@ def test_first_start_writes_the_admin_token_once_owner_only(served: Served) -> N
     assert served.token not in log and "written to" in log  # a supervisor's log never keeps the secret
     me = httpx.get(f"{served.url}/api/v1/tokens", headers=served.headers)
     assert me.status_code == 200 and me.json()["items"][0]["role"] == "admin"
-    assert httpx.get(f"{served.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{served.url}/healthz").json() == {"status": "ok", "pubsub": "skip"}  # seed 004
     ready = httpx.get(f"{served.url}/readyz").json()
     assert ready["ready"] and {c["name"] for c in ready["checks"]} >= {"database", "worker", "scheduler"}
     assert httpx.get(f"{served.url}/openapi.json").json()["info"]["title"] == "jobgate"

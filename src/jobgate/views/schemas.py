@@ -517,6 +517,7 @@ class ReadyOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
+    pubsub: str = "skip"  # seed 004: connected | disconnected | skip (no subscriber configured)
 
 
 # ---------------------------------------------------------------- governance

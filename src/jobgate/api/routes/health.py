@@ -34,8 +34,9 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 @router.get("/healthz", response_model=HealthOut)
 @allow(PUBLIC)
-def healthz() -> HealthOut:
-    return HealthOut(status="ok")
+def healthz(state: State) -> HealthOut:
+    """Alive, and whether the pub/sub subscriber holds its connection (no database call)."""
+    return HealthOut(status="ok", pubsub=state.pubsub())
 
 
 class BuildInfoOut(BaseModel):
