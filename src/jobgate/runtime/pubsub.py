@@ -21,19 +21,16 @@ A lost connection is retried with exponential back-off capped at
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from jobgate.config.pubsub import EXTRA_HINT, PubSubSettings, safe_url, with_url
-from jobgate.core.errors import ConfigurationError, JobgateError
+from jobgate.core.errors import ConfigurationError
+from jobgate.runtime.completions import Completions
 from jobgate.runtime.event_sources import RECONNECT_BASE, Health, SourceStats, reconnect_delay
 from jobgate.runtime.loops import LoopThread
 from jobgate.service.engine import Engine
-from jobgate.service.pubsub_map import PubSubMap, Verdict, judge, load_map
-from jobgate.service.pubsub_triggers import fire
 
 log = logging.getLogger("jobgate.pubsub")
 
@@ -71,10 +68,8 @@ class RedisPubSub:
         self.tenant_id = settings.tenant or engine.config.server.tenant
         self.poll = poll
         self.reconnect_base = reconnect_base
-        self._map_path: Path = settings.map_path
-        self._map_stamp = _stamp(self._map_path)
-        self.mapping: PubSubMap = load_map(self._map_path)  # a bad mapping fails the start
         self.stats = SourceStats()
+        self.completions = Completions(engine, settings.map_path, self.tenant_id, self.stats)
         self._client: Any = None
         self._pubsub: Any = None
         self._failures = 0
@@ -135,7 +130,7 @@ class RedisPubSub:
             self._confirmed(pubsub)
             # Subscribed first, then the polling keys: a completion between the two is heard
             # twice at worst (one run), never missed by both.
-            names = self._current_map().result_names
+            names = self.completions.current().result_names
             states = client.mget([self.settings.state_key(n) for n in names]) if names else []
         except BaseException:
             pubsub.close()
@@ -152,7 +147,7 @@ class RedisPubSub:
         )
         for name, value in zip(names, states, strict=True):
             if value is not None:
-                self._handle(judge(self.mapping, value, channel_result=name), via="state")
+                self.completions.heard(value, channel_result=name, via="state")
         self.stats.add("state_reads")
 
     def _confirmed(self, pubsub: Any) -> None:
@@ -194,49 +189,7 @@ class RedisPubSub:
         self.stats.add("messages")
         name = channel.decode("utf-8", "replace") if isinstance(channel, bytes) else channel
         suffix = name[len(self.settings.prefix) :] if name.startswith(self.settings.prefix) else None
-        self._handle(judge(self._current_map(), data, channel_result=suffix), via="message")
-
-    def _handle(self, verdict: Verdict, *, via: str) -> None:
-        if verdict.ignored is not None:
-            self.stats.add(f"ignored.{verdict.ignored}")
-            result = verdict.completion.result_name if verdict.completion else "?"
-            log.info(
-                "pub/sub %s ignored (%s): %s",
-                via,
-                verdict.ignored,
-                result,
-                extra={"action": "pubsub_ignored", "reason": verdict.ignored},
-            )
-            return
-        for made in fire(self.engine, self.tenant_id, verdict, via=via):
-            if made.refused is not None:
-                self.stats.add("refused")
-            else:
-                self.stats.add("fired" if made.created else "duplicates")
-
-    def _current_map(self) -> PubSubMap:
-        """The mapping, re-read when its file changed; a broken edit keeps the last good one."""
-        stamp = _stamp(self._map_path)
-        if stamp != self._map_stamp:
-            self._map_stamp = stamp
-            try:
-                self.mapping = load_map(self._map_path)
-                log.info("pub/sub mapping re-read", extra={"action": "pubsub_map_reloaded"})
-            except JobgateError as exc:
-                log.error(
-                    "pub/sub mapping not re-read, the last good one stays: %s",
-                    exc,
-                    extra={"action": "pubsub_map_refused"},
-                )
-        return self.mapping
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)
+        self.completions.heard(data, channel_result=suffix, via="message")
 
 
 def pubsub_source(engine: Engine, redis_url: str | None = None) -> RedisPubSub | None:
