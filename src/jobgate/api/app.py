@@ -34,6 +34,7 @@ from jobgate.api.routes import (
     evidence,
     health,
     operations,
+    plugins,
     requests,
     runs,
     safemode,
@@ -71,6 +72,7 @@ ROUTERS = (
     workflows.router,
     telemetry.router,
     sla.router,
+    plugins.router,
 )
 
 

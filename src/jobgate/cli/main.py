@@ -22,6 +22,7 @@ from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import NotReadyError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
+from jobgate.plugins.admission import admit as admit_plugins
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -545,6 +546,7 @@ def worker(
     from jobgate.runtime.process import WorkerProcess, worker_settings
 
     app.setup_logging()
+    admit_plugins(app.config().plugins)  # verified before anything starts; a refusal names the file
     app.may_create = migrate_first
     engine = app.engine()
     settings = worker_settings(

@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "metrics": ("jobgate.cli.metrics", "metrics_command", "Print the Prometheus exposition"),
     "migrate": ("jobgate.cli.main", "migrate", "Bring the database's schema to this version"),
     "next": ("jobgate.cli.schedules", "next_command", "The next fire times of JOB's schedules"),
+    "plugins": ("jobgate.cli.plugins", "plugins", "Optional plugins: sign, verify, list (with the job kinds)"),
     "replay": ("jobgate.cli.governance", "replay_command", "Rebuild RUN_ID's record"),
     "requests": ("jobgate.cli.requests", "requests_group", "Runs proposed for review"),
     "retention": ("jobgate.cli.governance", "retention_group", "Retention of finished runs"),

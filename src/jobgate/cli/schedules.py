@@ -19,6 +19,7 @@ from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.documents import parse_yaml, read_text
+from jobgate.plugins.admission import admit as admit_plugins
 from jobgate.runtime.loops import LoopThread
 from jobgate.runtime.scheduler import Scheduler
 from jobgate.scheduling.model import Schedule, ScheduleKind
@@ -496,6 +497,7 @@ def scheduler_command(
     from jobgate.runtime.pubsub import pubsub_source
 
     app.setup_logging()
+    admit_plugins(app.config().plugins)  # verified before anything starts; a refusal names the file
     app.may_create = migrate_first
     engine = app.engine()
     scheduler = Scheduler(engine, lease=timedelta(seconds=lease_seconds))

@@ -10,6 +10,7 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
+from jobgate.plugins.admission import admit as admit_plugins
 from jobgate.service import doctor
 
 
@@ -46,6 +47,7 @@ def serve(
     from jobgate.server import ApiServer, ServeOptions, check_options
 
     app.setup_logging()
+    admit_plugins(app.config().plugins)  # verified before anything starts; a refusal names the file
     options = ServeOptions(
         host=host,
         port=port,

@@ -20,6 +20,7 @@ from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationErro
 from jobgate.core.models import JobDefinition
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.governance.code import CodeReader, check_trusted, resolve_handler
+from jobgate.plugins.admission import check_handler
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
 from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange
@@ -181,10 +182,13 @@ class Definitions:
 def check_executable(item: LoadedDefinition, trusted: Sequence[str]) -> None:
     """Refuse, before anything is stored, a handler that cannot be imported here (a typo, a
     missing package): otherwise it would be found only when a run fails at its first attempt;
-    and one that asks for jobgate's host from a module nobody trusted (``governance.code``)."""
+    and one that asks for jobgate's host from a module nobody trusted (``governance.code``);
+    and one whose code is a plugin this process did not admit (``plugins.admission``), checked
+    before the import so that naming a plugin never loads it."""
     spec = item.definition.executor
     if spec.kind == "python" and spec.handler:
         try:
+            check_handler(spec.handler)
             check_trusted(spec.handler, resolve_handler(spec.handler), trusted)
         except ValidationError as exc:
             raise ValidationError(exc.message, field="handler", source=item.source) from None

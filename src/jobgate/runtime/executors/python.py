@@ -28,6 +28,7 @@ from jobgate.context import ExecutionContext
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
 from jobgate.governance.code import check_trusted, resolve_handler
+from jobgate.plugins.admission import check_handler
 from jobgate.runtime.executors.base import ExecutionResult
 from jobgate.runtime.executors.capture import attempt_output
 from jobgate.service.host import Host
@@ -50,6 +51,7 @@ class PythonExecutor:
 
     def __init__(self, handler: str, host: Host | None = None, trusted: Sequence[str] = ()) -> None:
         self.handler = handler
+        check_handler(handler)  # a plugin not admitted here is never imported, whatever the definition says
         fn = resolve_handler(handler)
         if check_trusted(handler, fn, trusted):
             if host is None:
