@@ -282,6 +282,18 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long finished records are kept, by record type (seed 000 §57): finished runs
+    (``finished_runs_days``; None: for ever), the runs of some job classes for a time of their
+    own (``job_classes``: replay records, safe-mode jobs ...), and a dead-lettered run until its
+    letter was resolved at least ``resolved_dead_letters_days`` ago."""
+
+    finished_runs: timedelta | None = None
+    job_classes: Mapping[str, timedelta] = field(default_factory=dict)
+    resolved_dead_letters: timedelta | None = None
+
+
+@dataclass(frozen=True)
 class JobgateConfig:
     """The loaded configuration. Treat the dicts as read-only: snapshots are digested from them."""
 
@@ -307,7 +319,7 @@ class JobgateConfig:
     trust_gates: TrustGateSettings = TrustGateSettings()
     policy: Path | None = None  # the scheduler policy file (jobgate.governance.policy_file), re-read when it changes
     evidence: EvidenceSettings = EvidenceSettings()
-    finished_runs_retention: timedelta | None = None  # retention.finished_runs_days; None: keep for ever
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)  # jobgate.config.health: the alert webhook(s)
     dependencies: dict[str, DependencySpec] = field(default_factory=dict)  # checks a definition may declare
     logging: LoggingSettings = field(default_factory=LoggingSettings)  # jobgate.logs: format (text|json) and level
@@ -437,7 +449,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         trust_gates=_trust_gates(r, doc.get("trust_gates"), base_dir),
         policy=None if doc.get("policy") is None else base_dir / r.string(doc["policy"], "policy"),
         evidence=_evidence(r, doc.get("evidence"), base_dir),
-        finished_runs_retention=_retention(r, doc.get("retention")),
+        retention=_retention(r, doc.get("retention"), job_classes),
         alerts=parse_alerts(r, doc.get("alerts"), data_dir, base_dir),
         dependencies=parse_dependencies(r, doc, targets),
         logging=parse_logging_settings(r, doc.get("logging")),
@@ -723,15 +735,33 @@ def _telemetry(r: Reader, value: Any, base_dir: Path) -> TelemetrySettings:
     )
 
 
-def _retention(r: Reader, value: Any) -> timedelta | None:
+def _retention(r: Reader, value: Any, job_classes: Mapping[str, Any]) -> RetentionSettings:
     spec = r.mapping(_or_empty(value), "retention")
-    r.only_keys(spec, "retention", ("finished_runs_days",))
-    if spec.get("finished_runs_days") is None:
-        return None
-    days = r.number(spec["finished_runs_days"], "retention.finished_runs_days")
-    if days < 1:
-        r.fail("retention.finished_runs_days", "at least 1 day")
-    return timedelta(days=days)
+    r.only_keys(spec, "retention", ("finished_runs_days", "job_classes", "resolved_dead_letters_days"))
+
+    def days(raw: Any, field_name: str) -> timedelta:
+        number = r.number(raw, field_name)
+        if number < 1:
+            r.fail(field_name, "at least 1 day")
+        return timedelta(days=number)
+
+    finished = None
+    if spec.get("finished_runs_days") is not None:
+        finished = days(spec["finished_runs_days"], "retention.finished_runs_days")
+    classes: dict[str, timedelta] = {}
+    by_class = r.mapping(_or_empty(spec.get("job_classes")), "retention.job_classes")
+    from jobgate.core.models import JobClass  # here, as in _job_classes
+
+    known = {c.value for c in JobClass} | set(job_classes)
+    for name, raw in by_class.items():
+        where = join("retention.job_classes", str(name))
+        if name not in known:
+            r.fail(where, f"unknown job class {name!r} (a built-in one, or one declared under job_classes)")
+        classes[str(name)] = days(raw, where)
+    letters = None
+    if spec.get("resolved_dead_letters_days") is not None:
+        letters = days(spec["resolved_dead_letters_days"], "retention.resolved_dead_letters_days")
+    return RetentionSettings(finished, classes, letters)
 
 
 def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:

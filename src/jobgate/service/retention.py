@@ -1,6 +1,8 @@
 """Retention (seed 000 §57): finished runs older than ``retention.finished_runs_days`` are
 deleted — with their transitions, resolved dead letters and delivered events — by a
-MAINTENANCE_JOB, and only what policy allows:
+MAINTENANCE_JOB; a job class may have a retention of its own (``retention.job_classes``:
+replay records, safe-mode jobs ...), and a dead-lettered run stays until its letter was resolved
+``retention.resolved_dead_letters_days`` ago. Only what policy allows goes:
 
 * never a run that is not finished, has an event not yet delivered or an open dead letter;
 * never anything not yet anchored: a tenant's runs are retired only up to the end of its
@@ -17,15 +19,13 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from jobgate.config import RetentionSettings
 from jobgate.core.audit import AuditEvent
 from jobgate.service.engine import Engine
-
-if TYPE_CHECKING:
-    pass
+from jobgate.store.base import RetireScope
 
 BATCH = 1000
 ACTOR = "retention"
@@ -38,53 +38,86 @@ class Retired:
     deleted: int
 
 
-def cutoff_for(engine: Engine, tenant_id: str, now: datetime) -> datetime | None:
-    """Runs that ended before this may go: the retention period, bounded by the last anchor's
-    window and by the earliest entry not yet under an anchor (one stamped before the window's
-    end may have committed after the anchor was taken)."""
-    keep = engine.config.finished_runs_retention
-    if keep is None:
-        return None
+@dataclass(frozen=True)
+class RetentionPass:
+    """One rule of ``retention``: the runs ``scope`` names that ended before ``cutoff`` go."""
+
+    rule: str  # the configuration key that asks for it
+    cutoff: datetime
+    scope: RetireScope
+
+
+def passes(settings: RetentionSettings, now: datetime, bound: datetime | None) -> list[RetentionPass]:
+    """The passes the configuration asks for (seed 000 §57 by record type): one per job class
+    with a retention of its own, then every other class under ``finished_runs_days``; each
+    cutoff no later than ``bound`` (what is already under an anchor). Pure."""
+    letters = None if settings.resolved_dead_letters is None else now - settings.resolved_dead_letters
+
+    def cutoff(keep: timedelta) -> datetime:
+        return now - keep if bound is None else min(now - keep, bound)
+
+    out = [
+        RetentionPass(f"retention.job_classes.{name}", cutoff(keep), RetireScope((name,), (), letters))
+        for name, keep in sorted(settings.job_classes.items())
+    ]
+    if settings.finished_runs is not None:
+        others = RetireScope(None, tuple(sorted(settings.job_classes)), letters)
+        out.append(RetentionPass("retention.finished_runs_days", cutoff(settings.finished_runs), others))
+    return out
+
+
+def anchored_bound(engine: Engine, tenant_id: str) -> tuple[bool, datetime | None]:
+    """Whether anything of the tenant may go yet, and up to when: the end of its last anchored
+    window, and the earliest entry not yet under an anchor (one stamped before the window's end
+    may have committed after the anchor was taken). A tenant with a log and no anchor: nothing."""
     with engine.store.read() as tx:
         anchored = tx.anchors.last(tenant_id, "batch")
         has_log = tx.audit_head(tenant_id)[0] > 0
         pending = None if anchored is None else tx.anchors.first_after(tenant_id, anchored.last_seq)
     if has_log and anchored is None:
-        return None  # its audit entries are not anchored yet: nothing may go
-    bounds = [now - keep]
+        return False, None
+    bounds: list[datetime] = []
     if anchored is not None:
         bounds.append(anchored.window_end)
     if pending is not None:
         bounds.append(pending.event.at)
-    return min(bounds)
+    return True, min(bounds) if bounds else None
 
 
 def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_run: bool = False) -> Retired:
+    """Every pass of the configured retention for ``tenant_id``; ``cutoff`` in the answer is the
+    ``finished_runs_days`` pass's (else the first pass's), ``deleted`` the total."""
     now = now or engine.clock.now()
-    cutoff = cutoff_for(engine, tenant_id, now)
-    if cutoff is None:
+    allowed, bound = anchored_bound(engine, tenant_id)
+    planned = passes(engine.config.retention, now, bound) if allowed else []
+    if not planned:
         return Retired(tenant_id, None, 0)
+    deleted = sum(_run_pass(engine, tenant_id, p, now, dry_run) for p in planned)
+    return Retired(tenant_id, planned[-1].cutoff, deleted)
+
+
+def _run_pass(engine: Engine, tenant_id: str, p: RetentionPass, now: datetime, dry_run: bool) -> int:
     if dry_run:  # the deletion's own predicate, counted: the two agree
         with engine.store.read() as tx:
-            return Retired(tenant_id, cutoff, tx.runs_retirable_count(tenant_id, cutoff))
+            return tx.runs_retirable_count(tenant_id, p.cutoff, p.scope)
     deleted = 0
     while True:
         with engine.store.write() as tx:
-            ids = tx.runs_retire(tenant_id, cutoff, BATCH)
+            ids = tx.runs_retire(tenant_id, p.cutoff, BATCH, p.scope)
             if ids:
                 tx.audit_append(
                     [
                         AuditEvent(
                             tenant_id, ACTOR, "retention.deleted", "runs", f"{len(ids)} runs", now,
-                            reason="retention.finished_runs_days",
-                            payload={"ended_before": cutoff.isoformat(), "runs": ids},
+                            reason=p.rule,
+                            payload={"ended_before": p.cutoff.isoformat(), "runs": ids},
                         )
                     ]
                 )  # fmt: skip
         deleted += len(ids)
         _remove_folders(engine, ids)
         if len(ids) < BATCH:
-            return Retired(tenant_id, cutoff, deleted)
+            return deleted
 
 
 def _remove_folders(engine: Engine, job_run_ids: list[str]) -> None:

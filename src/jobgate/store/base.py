@@ -146,6 +146,20 @@ class RunFilter:
 
 
 @dataclass(frozen=True)
+class RetireScope:
+    """Which finished runs one retention pass may take, beside its cutoff (seed 000 §57 classes):
+    ``job_classes`` only these (None: any), never ``except_classes``; a run whose dead letter
+    was resolved only when that was before ``letters_resolved_before`` (None: whenever)."""
+
+    job_classes: tuple[str, ...] | None = None
+    except_classes: tuple[str, ...] = ()
+    letters_resolved_before: datetime | None = None
+
+
+ANY_RUN = RetireScope()  # a retention pass over every class
+
+
+@dataclass(frozen=True)
 class LeaseRenew:
     worker_id: str
     leases: tuple[tuple[str, int], ...]

@@ -59,10 +59,12 @@ from jobgate.scheduling.plan import Miss
 from jobgate.scheduling.records import RecordedMiss, ScheduleChange, StoredSchedule
 from jobgate.store import codec, rows
 from jobgate.store.base import (
+    ANY_RUN,
     ClaimedRuns,
     DefinitionPut,
     DefinitionPutResult,
     LeaseRenew,
+    RetireScope,
     RunCreate,
     RunFilter,
     RunsClaim,
@@ -673,14 +675,22 @@ class StoreTx:
     def outbox_backlog(self) -> int:
         return outbox.outbox_backlog(self._conn, ordered_ids=self._ordered_ids)
 
-    def runs_retire(self, tenant_id: str, ended_before: datetime, limit: int) -> list[str]:
-        retired = retention.runs_retire(self._conn, tenant_id, ended_before, limit, ordered_ids=self._ordered_ids)
+    def runs_retire(
+        self, tenant_id: str, ended_before: datetime, limit: int, scope: RetireScope = ANY_RUN
+    ) -> list[str]:
+        retired = retention.runs_retire(
+            self._conn, tenant_id, ended_before, limit, scope, ordered_ids=self._ordered_ids
+        )
         if retired:  # each retired run leaves a tombstone closing its seal
             record_seals.retire_runs(self._conn, tenant_id, retired, codec.to_us(ended_before))
         return retired
 
-    def runs_retirable_count(self, tenant_id: str, ended_before: datetime) -> int:
-        return retention.runs_retirable_count(self._conn, tenant_id, ended_before, ordered_ids=self._ordered_ids)
+    def runs_retirable_count(
+        self, tenant_id: str, ended_before: datetime, scope: RetireScope = ANY_RUN
+    ) -> int:
+        return retention.runs_retirable_count(
+            self._conn, tenant_id, ended_before, scope, ordered_ids=self._ordered_ids
+        )
 
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
         return outbox.outbox_summary(self._conn, tenant_id, ordered_ids=self._ordered_ids)

@@ -49,7 +49,9 @@ def _declared(spec: Any) -> str:
 def governance_settings(config: Any) -> list[Setting]:
     """Every governance setting in force, in the order a reviewer reads them."""
     evidence, safe, gates = config.evidence, config.safe_mode, config.trust_gates
-    retention = config.finished_runs_retention
+    retention = config.retention.finished_runs
+    letters = config.retention.resolved_dead_letters
+    by_class = config.retention.job_classes
     return [
         Setting(
             "governance.four_eyes",
@@ -117,6 +119,16 @@ def governance_settings(config: Any) -> list[Setting]:
             "retention.finished_runs_days",
             "keep for ever" if retention is None else _duration(retention),
             "finished runs kept before retention removes them (never an open dead letter)",
+        ),
+        Setting(
+            "retention.job_classes",
+            ", ".join(f"{name}: {_duration(kept)}" for name, kept in sorted(by_class.items())) or "none",
+            "job classes whose finished runs have a retention of their own (replay, safe mode ...)",
+        ),
+        Setting(
+            "retention.resolved_dead_letters_days",
+            "with the run" if letters is None else _duration(letters),
+            "a dead-lettered run is kept at least this long after its letter was resolved",
         ),
         Setting(
             "server.daily_run_quota",
