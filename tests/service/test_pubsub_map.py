@@ -106,12 +106,15 @@ def test_the_pubsub_section_is_checked_when_the_configuration_is_read(
     assert config.pubsub.map_path == tmp_path / "pubsub.yaml"
     assert config.pubsub.state_key("MASK_V001") == "tdtp:pipeline:MASK_V001:state"
     assert build_config({}, base_dir=tmp_path, path=None).pubsub.url is None
+    listen = build_config({"pubsub": {"postgres_channel": "pipeline_done"}}, base_dir=tmp_path, path=None).pubsub
+    assert (listen.url, listen.postgres_channel) == (None, "pipeline_done")
     for section, field in [
         ({"url": "http://x"}, "pubsub.url"),
         ({"url": "redis://x", "channel_pattern": "a:*:b*"}, "pubsub.channel_pattern"),
         ({"url": "redis://x", "channel_pattern": "a:b"}, "pubsub.channel_pattern"),
         ({"url": "redis://x", "channel": "a:*"}, "pubsub.channel"),
         ({"url": "redis://x", "reconnect_max_seconds": 0}, "pubsub.reconnect_max_seconds"),
+        ({"postgres_channel": "Bad-Name"}, "pubsub.postgres_channel"),
     ]:
         with pytest.raises(ConfigurationError) as err:
             build_config({"pubsub": section}, base_dir=tmp_path, path=None)

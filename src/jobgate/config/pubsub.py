@@ -21,23 +21,26 @@ from jobgate.documents import Reader
 
 DEFAULT_PATTERN = "tdtp:pipeline:*"
 DEFAULT_MAP = "pubsub.yaml"
-_KEYS = ("url", "channel_pattern", "map", "tenant", "reconnect_max_seconds")
+_KEYS = ("url", "channel_pattern", "map", "tenant", "reconnect_max_seconds", "postgres_channel")
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 # A literal prefix then one trailing ``*``: the prefix also names the polling keys
 # (``<prefix><result_name>:state``), so it may hold no glob characters of its own.
 _PATTERN = re.compile(r"[^*?\[\]\s]{1,200}\*")
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 EXTRA_HINT = "needs the optional extra: pip install 'jobgate[pubsub]' (the redis package is missing)"
 
 
 @dataclass(frozen=True)
 class PubSubSettings:
-    """``pubsub``: ``url`` None means no subscriber (``/healthz`` says ``skip``)."""
+    """``pubsub``: ``url`` None and no ``postgres_channel`` mean no subscriber (``/healthz``
+    says ``skip``)."""
 
     url: str | None = None
     channel_pattern: str = DEFAULT_PATTERN
     map_path: Path | None = None  # the mapping file; None: ``pubsub.yaml`` beside the configuration
     tenant: str | None = None  # whose definitions run; None: ``server.tenant``
     reconnect_max: timedelta = timedelta(seconds=30)  # the cap of the exponential back-off
+    postgres_channel: str | None = None  # also LISTEN here on the store's PostgreSQL (runtime.pg_listen)
 
     @property
     def prefix(self) -> str:
@@ -86,7 +89,15 @@ def parse_pubsub_settings(r: Reader, value: Any, base_dir: Path) -> PubSubSettin
         cap = r.duration(doc["reconnect_max_seconds"], "pubsub.reconnect_max_seconds")
     if url is not None and not redis_installed():
         r.fail("pubsub.url", EXTRA_HINT)
-    return PubSubSettings(url, pattern, map_path, tenant, cap)
+    channel = None
+    if doc.get("postgres_channel") is not None:
+        channel = r.string(
+            doc["postgres_channel"],
+            "pubsub.postgres_channel",
+            pattern=_CHANNEL,
+            rule="must be a plain lower-case identifier (letters, digits, '_'; at most 63)",
+        )
+    return PubSubSettings(url, pattern, map_path, tenant, cap, channel)
 
 
 def with_url(settings: PubSubSettings, url: str, base_dir: Path, *, option: str = "--redis-url") -> PubSubSettings:

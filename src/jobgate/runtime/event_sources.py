@@ -4,8 +4,8 @@ A source is started and stopped with its process and says whether it is connecte
 (``/healthz``'s ``pubsub``: ``connected``, ``disconnected``, or ``skip`` when none is
 configured). What a message may fire is never the source's decision: it hands what it heard
 to a service (``service.pubsub_triggers``) that submits through the one trigger path.
-Redis pub/sub is the one source today (``runtime.pubsub``); another broker is another class
-with these three methods.
+Redis pub/sub (``runtime.pubsub``) and a PostgreSQL ``LISTEN`` channel (``runtime.pg_listen``)
+are the sources today; another broker is another class with these methods.
 
 ``SourceStats`` counts what a source did so operators read it in logs and tests wait on it
 (``wait``), never on a sleep.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Literal, Protocol
 
@@ -39,6 +39,36 @@ class EventSource(Protocol):
     def health(self) -> Health:
         """Whether the source holds a live subscription now."""
         ...
+
+    @property
+    def running(self) -> bool:
+        """Whether its thread is alive (``/readyz``), connected or not."""
+        ...
+
+
+class Sources:
+    """Several sources as one: started and stopped together, ``connected`` only while every
+    one is (a dead broker among them must not hide behind a live one)."""
+
+    name = "pubsub"
+
+    def __init__(self, sources: Sequence[EventSource]) -> None:
+        self.sources = tuple(sources)
+
+    def start(self) -> None:
+        for source in self.sources:
+            source.start()
+
+    def stop(self) -> None:
+        for source in self.sources:
+            source.stop()
+
+    def health(self) -> Health:
+        return "connected" if all(s.health() == "connected" for s in self.sources) else "disconnected"
+
+    @property
+    def running(self) -> bool:
+        return all(s.running for s in self.sources)
 
 
 def reconnect_delay(failures: int, cap: timedelta, base: timedelta = RECONNECT_BASE) -> timedelta:

@@ -28,8 +28,9 @@ from typing import Any
 from jobgate.config.pubsub import EXTRA_HINT, PubSubSettings, safe_url, with_url
 from jobgate.core.errors import ConfigurationError
 from jobgate.runtime.completions import Completions
-from jobgate.runtime.event_sources import RECONNECT_BASE, Health, SourceStats, reconnect_delay
+from jobgate.runtime.event_sources import RECONNECT_BASE, EventSource, Health, Sources, SourceStats, reconnect_delay
 from jobgate.runtime.loops import LoopThread
+from jobgate.runtime.pg_listen import PgListen
 from jobgate.service.engine import Engine
 
 log = logging.getLogger("jobgate.pubsub")
@@ -192,10 +193,18 @@ class RedisPubSub:
         self.completions.heard(data, channel_result=suffix, via="message")
 
 
-def pubsub_source(engine: Engine, redis_url: str | None = None) -> RedisPubSub | None:
-    """The subscriber the configuration asks for (``pubsub.url``, or ``--redis-url`` over it),
-    or None. Built before anything starts, so a bad mapping or a missing extra fails the start."""
+def pubsub_source(engine: Engine, redis_url: str | None = None) -> EventSource | None:
+    """The completion sources the configuration asks for (``pubsub.url``, or ``--redis-url``
+    over it, and ``pubsub.postgres_channel``), as one, or None. Built before anything starts,
+    so a bad mapping, a missing extra or a channel without PostgreSQL fails the start."""
     settings = engine.config.pubsub
     if redis_url:
         settings = with_url(settings, redis_url, engine.config.base_dir)
-    return None if settings.url is None else RedisPubSub(engine, settings)
+    sources: list[EventSource] = []
+    if settings.url is not None:
+        sources.append(RedisPubSub(engine, settings))
+    if settings.postgres_channel is not None:
+        sources.append(PgListen(engine, settings))
+    if not sources:
+        return None
+    return sources[0] if len(sources) == 1 else Sources(sources)
