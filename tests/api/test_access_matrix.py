@@ -180,6 +180,9 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ("POST", "/api/v1/workflows/{workflow_run_id}/cancel"): lambda w: Sample(
         f"/api/v1/workflows/{w.workflow()}/cancel"
     ),
+    # The deployment's plugins, not a tenant's data: any tenant's admin, and nobody else.
+    ("GET", "/internal/plugins/status"): lambda w: Sample("/internal/plugins/status", other={200}),
+    ("POST", "/internal/plugins/probe"): lambda w: Sample("/internal/plugins/probe", other={200}),
 }
 
 
