@@ -191,3 +191,34 @@ def test_an_entry_point_plugin_is_verified_before_import(kit: Kit, tmp_path: Pat
         assert importlib.import_module(f"{name}.jobs").run(None)["answer"] == 42 and marker.exists()
     finally:
         sys.path.remove(str(site))
+
+
+def test_a_plugin_cannot_claim_jobgate_or_the_standard_library(kit: Kit, tmp_path: Path) -> None:
+    """An entry point naming ``jobgate`` or ``json`` is not a plugin: it could neither be admitted
+    nor, disabled, block jobgate's own imports."""
+    site = tmp_path / "site"
+    dist = site / "claims-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: claims\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[jobgate.plugins]\nmine = jobgate\nstd = json\n")
+    sys.path.insert(0, str(site))
+    try:
+        report = admission.admit(make_config(tmp_path, plugins=kit.section()).plugins)
+        assert report.plugins == ()
+        admission.check_handler("jobgate.standins:hello")
+        with pytest.raises(PluginRefused, match="enabled but not found"):
+            admission.admit(make_config(tmp_path, plugins=kit.section("mine")).plugins)
+    finally:
+        sys.path.remove(str(site))
+
+
+def test_a_plugin_imported_before_admission_is_refused(kit: Kit, tmp_path: Path) -> None:
+    name, _ = kit.plugin()
+    kit.sign(name)
+    sys.path.insert(0, str(kit.directory))
+    try:
+        importlib.import_module(name)  # from disk, unverified
+    finally:
+        sys.path.remove(str(kit.directory))
+    with pytest.raises(PluginRefused, match="was imported before admission"):
+        admission.admit(make_config(tmp_path, plugins=kit.section(name)).plugins)

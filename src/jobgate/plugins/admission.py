@@ -19,6 +19,7 @@ what admission would decide, importing, creating and running nothing.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -113,6 +114,9 @@ def admit(settings: PluginSettings) -> AdmissionReport:
     global _REPORT
     with _LOCK:
         found, verified = _verified(settings)
+        early = sorted(name for name in verified if found[name].package in sys.modules)
+        if early:  # imported before its files were verified: what runs cannot be vouched for
+            raise PluginRefused(early[0], f"package {found[early[0]].package!r} was imported before admission")
         installed = loader.finder()
         for name, source in found.items():
             if name in verified:

@@ -23,6 +23,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,18 +73,25 @@ def file_message(plugin: str, relpath: str, data: bytes) -> str:
     return f"jobgate-plugin-file:v1 {plugin}/{relpath} sha256:{hashlib.sha256(data).hexdigest()}"
 
 
+def claimable(package: str) -> bool:
+    """Whether a plugin may claim ``package``: never jobgate's own nor the standard library's
+    (a plugin found under such a name would otherwise shadow or block them)."""
+    return package != "jobgate" and package not in sys.stdlib_module_names
+
+
 def discover(directory: Path | None) -> dict[str, PluginSource]:
     """Every plugin this host could run, by name: the directory's packages, then entry points
     (a directory plugin wins a name clash: it is the operator's own placement)."""
     found: dict[str, PluginSource] = {}
     if directory is not None and directory.is_dir():
         for entry in sorted(directory.iterdir()):
-            if entry.is_dir() and (entry / "__init__.py").is_file() and entry.name.isidentifier():
+            is_package = entry.is_dir() and (entry / "__init__.py").is_file() and entry.name.isidentifier()
+            if is_package and claimable(entry.name):
                 found[entry.name] = PluginSource(entry.name, entry.name, "directory", entry)
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in found:
-            continue
         package = ep.module.split(".")[0]
+        if ep.name in found or not claimable(package):
+            continue
         root, single = _locate(package)
         if root is not None:
             found[ep.name] = PluginSource(ep.name, package, "entry-point", root, single)
@@ -94,7 +102,8 @@ def discover(directory: Path | None) -> dict[str, PluginSource]:
 def entry_point_packages() -> frozenset[str]:
     """The top-level packages that installed distributions declare as jobgate plugins (read once
     per process; ``admission.reset`` forgets it)."""
-    return frozenset(ep.module.split(".")[0] for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    packages = (ep.module.split(".")[0] for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return frozenset(p for p in packages if claimable(p))
 
 
 def _locate(package: str) -> tuple[Path | None, bool]:

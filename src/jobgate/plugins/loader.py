@@ -66,8 +66,10 @@ class VerifiedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             self._blocked.pop(source.package, None)
 
     def block(self, package: str, reason: str) -> None:
+        """Refuse imports of ``package`` from now on (one already imported is past stopping, and
+        blocking its submodules would only break whoever imported it)."""
         with self._lock:
-            if package not in self._admitted:
+            if package not in self._admitted and package not in sys.modules:
                 self._blocked[package] = reason
 
     def find_spec(

@@ -113,7 +113,7 @@ def plugin_probe(caller: Caller, state: State) -> PluginProbeOut:
         try:
             settings = load_config(config.path).plugins
         except ValidationError as exc:
-            return PluginProbeOut(valid=False, error=exc.message, plugins=[])
+            return PluginProbeOut(valid=False, error=str(exc), plugins=[])  # names the key
     report = probe(settings)
     refused = [p for p in report.plugins if p.state == "refused"]
     return PluginProbeOut(
