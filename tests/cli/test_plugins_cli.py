@@ -76,3 +76,21 @@ def test_a_plugin_failing_admission_stops_startup_naming_the_file(tmp_path: Path
     assert f"plugin {name!r}, file 'util/late.py': has no signature" in proc.stderr
     assert "Traceback" not in proc.stderr and not marker.exists()
     assert not (tmp_path / "jobgate.db").exists()  # refused before the database was touched
+
+
+def test_a_signed_plugin_runs_end_to_end_through_the_command_line(tmp_path: Path, kit: Kit) -> None:
+    name, _ = kit.plugin()
+    _deployment(tmp_path, kit, name)
+    assert _sign(tmp_path, kit, name).returncode == 0
+    (tmp_path / "defs").mkdir()
+    (tmp_path / "defs" / "echo.yaml").write_text(
+        f"job_definition_id: echo\njob_class: MAINTENANCE_JOB\nhandler: {name}.jobs:run\n"
+    )
+    assert jobgate(tmp_path, "migrate").returncode == 0
+    applied = jobgate(tmp_path, "apply", "defs", "--approve")
+    assert applied.returncode == 0, applied.stderr
+    run_id = jobgate(tmp_path, "submit", "echo").stdout.strip()
+    worked = jobgate(tmp_path, "worker", "--exit-when-idle")
+    assert worked.returncode == 0, worked.stderr
+    shown = yaml.safe_load(jobgate(tmp_path, "--json", "runs", "show", run_id).stdout)
+    assert shown["run"]["status"] == "COMPLETED" and shown["run"]["result"] == {"plugin": name, "answer": 42}

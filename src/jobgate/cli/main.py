@@ -197,6 +197,7 @@ def apply(app: AppContext, paths: tuple[Path, ...], modules: tuple[str, ...], ap
     (governance.four_eyes, or a runner that executes its body)."""
     if not paths and not modules:
         raise click.UsageError("name definition files or folders, or --module MODULE")
+    admit_plugins(app.config().plugins)  # a definition may name an admitted plugin's handler
     applied = _apply(
         app, list(paths), modules=modules, approve_as=_actor(by) if approve else None, applied_by=_actor(by)
     )
