@@ -125,7 +125,7 @@ def test_the_pubsub_section_is_checked_when_the_configuration_is_read(
     assert err.value.field == "pubsub.url" and "jobgate[pubsub]" in err.value.message
     with pytest.raises(ConfigurationError) as err:
         pubsub_config.with_url(config.pubsub, "redis://x", tmp_path)
-    assert err.value.source == "--redis-url" and "jobgate[pubsub]" in err.value.message
+    assert err.value.field == "--redis-url" and "jobgate[pubsub]" in err.value.message
 
 
 def test_a_password_never_reaches_a_log_line() -> None:

@@ -102,7 +102,7 @@ def parse_pubsub_settings(r: Reader, value: Any, base_dir: Path) -> PubSubSettin
 
 def with_url(settings: PubSubSettings, url: str, base_dir: Path, *, option: str = "--redis-url") -> PubSubSettings:
     """``settings`` with the URL a command line gave (``--redis-url``), checked as the key is."""
-    r = Reader(option, ConfigurationError)
+    r = Reader("command line", ConfigurationError)
     checked = _url(r, url, option)
     if not redis_installed():
         r.fail(option, EXTRA_HINT)
