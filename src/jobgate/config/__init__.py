@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
+from jobgate.config.plugins import PluginSettings, parse_plugin_settings
 from jobgate.config.pubsub import PubSubSettings, parse_pubsub_settings
 from jobgate.config.timestamps import TimestampSettings
 from jobgate.config.tracing import TracingSettings, parse_tracing_settings
@@ -91,6 +92,7 @@ _TOP_KEYS = (
     "logging",
     "tracing",
     "pubsub",
+    "plugins",
     "telemetry",
     "auth",
     "governance",
@@ -325,6 +327,7 @@ class JobgateConfig:
     logging: LoggingSettings = field(default_factory=LoggingSettings)  # jobgate.logs: format (text|json) and level
     tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
     pubsub: PubSubSettings = field(default_factory=PubSubSettings)  # runtime.pubsub: Redis pub/sub triggers (seed 004)
+    plugins: PluginSettings = field(default_factory=PluginSettings)  # jobgate.plugins: signed optional plugins
     telemetry: TelemetrySettings = TelemetrySettings()
     governance: GovernanceSettings = GovernanceSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
@@ -455,6 +458,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         logging=parse_logging_settings(r, doc.get("logging")),
         tracing=parse_tracing_settings(r, doc.get("tracing")),
         pubsub=parse_pubsub_settings(r, doc.get("pubsub"), base_dir),
+        plugins=parse_plugin_settings(r, doc.get("plugins"), base_dir),
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
         governance=_governance(r, doc.get("governance")),
         scheduling=_scheduling(r, doc.get("scheduling")),
