@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
+from jobgate.config.packs import PackSettings, parse_pack_settings
 from jobgate.config.plugins import PluginSettings, parse_plugin_settings
 from jobgate.config.pubsub import PubSubSettings, parse_pubsub_settings
 from jobgate.config.timestamps import TimestampSettings
@@ -93,6 +94,7 @@ _TOP_KEYS = (
     "tracing",
     "pubsub",
     "plugins",
+    "packs",
     "telemetry",
     "auth",
     "governance",
@@ -328,6 +330,7 @@ class JobgateConfig:
     tracing: TracingSettings = field(default_factory=TracingSettings)  # runtime.otel: OpenTelemetry spans
     pubsub: PubSubSettings = field(default_factory=PubSubSettings)  # runtime.pubsub: Redis pub/sub triggers (seed 004)
     plugins: PluginSettings = field(default_factory=PluginSettings)  # jobgate.plugins: signed optional plugins
+    packs: PackSettings = field(default_factory=PackSettings)  # jobgate.packs: offline-seed import trust
     telemetry: TelemetrySettings = TelemetrySettings()
     governance: GovernanceSettings = GovernanceSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
@@ -459,6 +462,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         tracing=parse_tracing_settings(r, doc.get("tracing")),
         pubsub=parse_pubsub_settings(r, doc.get("pubsub"), base_dir),
         plugins=parse_plugin_settings(r, doc.get("plugins"), base_dir),
+        packs=parse_pack_settings(r, doc.get("packs")),
         telemetry=_telemetry(r, doc.get("telemetry"), base_dir),
         governance=_governance(r, doc.get("governance")),
         scheduling=_scheduling(r, doc.get("scheduling")),

@@ -93,6 +93,7 @@ from jobgate.store.sql import (
     workflows,
 )
 from jobgate.store.sql import leases as run_leases
+from jobgate.store.sql import packs as pack_rows
 from jobgate.store.sql import seals as record_seals
 
 
@@ -170,6 +171,11 @@ class StoreTx:
     @functools.cached_property
     def evidence(self) -> rows.EvidenceRows:
         return rows.EvidenceRows(self._conn)
+
+    @functools.cached_property
+    def packs(self) -> pack_rows.PackRows:
+        """The pack registry (``store.sql.packs``)."""
+        return pack_rows.PackRows(self._conn)
 
     def effect_connection(self) -> Connection:
         """The open transaction's connection, for a handler's completion effects only

@@ -689,3 +689,27 @@ telemetry_publications = Table(
     Column("sink", String(200), nullable=False),
     Column("job_run_id", String(64)),
 )
+
+# The pack registry (migration 0023, seed 001 §6): versioned packs by (tenant, id, version), and
+# their definitions as blobs keyed by SHA-256 (``core.packs``); both only ever inserted.
+packs = Table(
+    "packs",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("pack_id", String(100), primary_key=True),
+    Column("version", String(64), primary_key=True),
+    Column("digest", String(80), nullable=False),
+    Column("manifest", Text, nullable=False),  # canonical JSON, what the digest covers
+    Column("origin", String(16), nullable=False),  # publish | import
+    Column("created_at", BigInteger, nullable=False),
+    Column("created_by", String(200), nullable=False),
+)
+
+pack_blobs = Table(
+    "pack_blobs",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("digest", String(80), primary_key=True),
+    Column("content", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)

@@ -1,0 +1,265 @@
+"""The pack registry's operations: publish, list, export an offline seed, import one.
+
+Publishing snapshots a tenant's current versions of the named definitions, and the approvals
+of exactly those digests, into a pack ``<id>@<version>`` (``core.packs``). Export reads every
+pack and blob of the caller's tenant in one statement (``store.sql.packs.snapshot``) and packs
+them with ``packs.archive``, signed with the deployment's evidence key when it has one.
+
+Import is the careful half. In order, and with nothing written before the last step:
+
+1. no trust root configured (``packs.trusted_keys``): ``UnavailableError`` (503 at the API);
+2. the archive is checked (``archive.check_archive``): a trusted signature, every byte;
+3. each definition is parsed with today's configuration and must hash to its recorded digest;
+4. each pack identity must be new or the same digest (``PackDigestConflict``, 409).
+
+Any refusal is written to the audit log (``offline_seed.import_refused``) and nothing else.
+Then the definitions go through the ordinary apply (``Engine.apply_definitions``: every rule,
+the audit, their own schedules stored paused) and the packs are registered. Definitions arrive
+unapproved, unless the deployment sets ``packs.import_approvals`` and the verified archive
+carries approvals of those very digests: then each is approved through ``service.approvals``
+(four eyes and all), by an actor that names the signing key.
+
+Applying and registering are two transactions: an apply of the same digests is idempotent, so
+an import that fails between them is completed by importing the same archive again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jobgate.core.canonical import canonical_json, isoformat_utc
+from jobgate.core.errors import (
+    ConflictError,
+    GovernanceRefusal,
+    NotFoundError,
+    UnavailableError,
+    ValidationError,
+)
+from jobgate.core.packs import (
+    PackRecord,
+    PackRef,
+    blob_digest,
+    check_same,
+    pack_digest,
+    pack_manifest,
+)
+from jobgate.definitions.schema import LoadedDefinition, parse_definition
+from jobgate.evidence import keys as evidence_keys
+from jobgate.packs import archive, dsse
+from jobgate.service import approvals, audit
+from jobgate.service.engine import Engine
+
+
+class SeedRefused(ValidationError):
+    """An offline seed that is not imported: unverified, altered, or not what it claims."""
+
+    code = "offline_seed_refused"
+
+
+@dataclass(frozen=True)
+class Published:
+    record: PackRecord
+    created: bool  # False: the same identity and digest was stored already
+
+
+@dataclass(frozen=True)
+class Imported:
+    signed_by: str
+    packs: list[Published]
+    definitions: list[dict[str, Any]]  # job_definition_id, version, digest, created
+    approved: list[str]  # definition ids approved from the archive's approvals
+
+
+def publish(
+    engine: Engine, tenant_id: str, ref: PackRef, job_definition_ids: Sequence[str], *, actor: str
+) -> Published:
+    """Store ``ref`` holding the current version of each named definition of ``tenant_id`` and
+    their live approvals; the same identity and content again is a no-op, other content a 409."""
+    if not job_definition_ids:
+        raise ValidationError("a pack carries at least one definition", field="definitions")
+    now = engine.clock.now()
+    with engine.store.write(tenant_id=tenant_id) as tx:
+        definitions, approved, blobs = [], [], {}
+        for job in sorted(set(job_definition_ids)):
+            stored = tx.definition_get(tenant_id, job, None)
+            if stored is None:
+                raise NotFoundError(f"no job definition {job!r}", field="definitions")
+            content = canonical_json(stored.content)
+            blob = blob_digest(content)
+            blobs[blob] = content
+            definitions.append({"job_definition_id": job, "digest": stored.digest, "blob": blob})
+            a = tx.approval_get(tenant_id, job, stored.digest)
+            if a is not None and a.revoked_at is None:
+                approved.append(
+                    {
+                        "job_definition_id": job,
+                        "digest": stored.digest,
+                        "approved_by": a.approved_by,
+                        "approved_at": isoformat_utc(a.approved_at),
+                    }
+                )
+        manifest = pack_manifest(ref, definitions, approved)
+        record = PackRecord(tenant_id, ref, pack_digest(manifest), manifest, "publish", now, actor)
+        existing = tx.packs.get(tenant_id, ref)
+        if not check_same(None if existing is None else existing.digest, ref, record.digest):
+            return Published(existing or record, False)
+        tx.packs.put(record, blobs)
+        audit.record(
+            tx,
+            audit.event(
+                tenant_id, actor, "pack.published", "pack", ref.key, now,
+                payload={"digest": record.digest, "definitions": [d["job_definition_id"] for d in definitions]},
+            ),
+        )  # fmt: skip
+    return Published(record, True)
+
+
+def list_packs(engine: Engine, tenant_id: str) -> list[PackRecord]:
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        return tx.packs.of(tenant_id)
+
+
+def export_seed(engine: Engine, tenant_id: str, *, actor: str) -> bytes:
+    """The offline-seed archive of ``tenant_id``'s registry, from one snapshot; the export is
+    audited (``offline_seed.exported``) with the archive's digest."""
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        snap = tx.packs.snapshot(tenant_id)
+    signer = evidence_keys.signer_for(engine.config)
+    now = engine.clock.now()
+    data = archive.build_archive(
+        snap.packs, snap.blobs, exported_at=now, signing_key_b64=None if signer is None else signer.private_b64
+    )
+    payload = {"packs": [p.ref.key for p in snap.packs], "signed": signer is not None}
+    audit.record_now(
+        engine,
+        audit.event(tenant_id, actor, "offline_seed.exported", "offline_seed", archive.archive_digest(data), now,
+                    payload=payload),
+    )  # fmt: skip
+    return data
+
+
+def trust_roots(engine: Engine) -> dict[str, Any]:
+    """The import's trust roots by derived key id; none configured is ``UnavailableError``."""
+    roots = dsse.trust_roots(engine.config.packs.trusted_keys, "packs.trusted_keys")
+    if not roots:
+        raise UnavailableError(
+            "no trust root for offline seeds is configured (packs.trusted_keys): nothing can be verified",
+            field="packs.trusted_keys",
+        )
+    return roots
+
+
+def import_seed(
+    engine: Engine,
+    tenant_id: str,
+    data: bytes,
+    *,
+    actor: str,
+    lineage: tuple[str, ...] = (),
+    admit: Callable[[LoadedDefinition], None] | None = None,
+) -> Imported:
+    """Verify ``data`` and import it into ``tenant_id`` (the steps in the module's docstring).
+    ``admit`` is the face's own check of each parsed definition (the API refuses raw handlers
+    and definitions the caller's token may not change); a ``ValidationError`` it raises is a
+    refusal like any other."""
+    roots = trust_roots(engine)
+    target = archive.archive_digest(data)
+    try:
+        checked = archive.check_archive(data, roots)
+        if not checked.ok:
+            raise SeedRefused("the archive is not imported: " + "; ".join(checked.problems), field="archive")
+        assert checked.signed_by is not None
+        loaded = _definitions(engine, checked.packs, admit)
+        fresh = _new_packs(engine, tenant_id, checked.packs, actor)
+    except (ValidationError, ConflictError, GovernanceRefusal) as exc:
+        now = engine.clock.now()
+        audit.record_now(
+            engine,
+            audit.event(tenant_id, actor, "offline_seed.import_refused", "offline_seed", target, now,
+                        reason=exc.message, payload={"code": exc.code, "field": exc.field}),
+        )  # fmt: skip
+        raise
+    applied = engine.apply_definitions(loaded, tenant_id=tenant_id, applied_by=actor, applied_lineage=lineage)
+    now = engine.clock.now()
+    with engine.store.write(tenant_id=tenant_id) as tx:
+        registered = []
+        for record, blobs in fresh:
+            existing = tx.packs.get(tenant_id, record.ref)
+            if check_same(None if existing is None else existing.digest, record.ref, record.digest):
+                tx.packs.put(record, blobs)
+            registered.append(Published(record, existing is None))
+        audit.record(
+            tx,
+            audit.event(tenant_id, actor, "offline_seed.imported", "offline_seed", target, now,
+                        payload={"signed_by": checked.signed_by, "packs": [p.record.ref.key for p in registered],
+                                 "definitions": [a.job_definition_id for a in applied]}),
+        )  # fmt: skip
+    approved = _approve(engine, tenant_id, checked, actor) if engine.config.packs.import_approvals else []
+    definitions = [
+        {"job_definition_id": a.job_definition_id, "version": a.version, "digest": a.digest, "created": a.created}
+        for a in applied
+    ]
+    return Imported(checked.signed_by, registered, definitions, approved)
+
+
+def _definitions(
+    engine: Engine, seeds: list[archive.SeedPack], admit: Callable[[LoadedDefinition], None] | None
+) -> list[LoadedDefinition]:
+    """Every carried definition parsed with this deployment's configuration, each hashing to the
+    digest its pack recorded (a definition this host reads differently is refused, not applied)."""
+    out: dict[tuple[str, str], LoadedDefinition] = {}
+    for seed in seeds:
+        key = f"{seed.manifest['pack_id']}@{seed.manifest['version']}"
+        for d in seed.manifest["definitions"]:
+            source = f"{key}:{d['job_definition_id']}"
+            try:
+                document = json.loads(seed.blobs[d["blob"]])
+            except ValueError:
+                raise SeedRefused(f"{source}: not a JSON definition", field="archive") from None
+            loaded = parse_definition(document, source, engine.config)
+            if loaded.job_definition_id != d["job_definition_id"] or loaded.digest != d["digest"]:
+                raise SeedRefused(
+                    f"{source}: reads here as {loaded.job_definition_id} {loaded.digest}, not {d['digest']}",
+                    field="archive",
+                )
+            if admit is not None:
+                admit(loaded)
+            out.setdefault((loaded.job_definition_id, loaded.digest), loaded)
+    return list(out.values())
+
+
+def _new_packs(
+    engine: Engine, tenant_id: str, seeds: list[archive.SeedPack], actor: str
+) -> list[tuple[PackRecord, dict[str, bytes]]]:
+    """The archive's packs as this tenant's records; a stored identity with another digest
+    refuses the whole import (``PackDigestConflict``)."""
+    now = engine.clock.now()
+    out = []
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        for seed in seeds:
+            ref = PackRef(seed.manifest["pack_id"], seed.manifest["version"])
+            existing = tx.packs.get(tenant_id, ref)
+            check_same(None if existing is None else existing.digest, ref, seed.digest)
+            out.append((PackRecord(tenant_id, ref, seed.digest, seed.manifest, "import", now, actor), seed.blobs))
+    return out
+
+
+def _approve(engine: Engine, tenant_id: str, checked: archive.ArchiveCheck, actor: str) -> list[str]:
+    """Approve what the verified archive's approvals name, each through the ordinary approval
+    (a refusal there, four eyes for one, leaves that definition unapproved)."""
+    done = []
+    approver = f"offline-seed:{checked.signed_by}"
+    for seed in checked.packs:
+        for a in seed.manifest["approvals"]:
+            note = f"approved by {a['approved_by']} at {a['approved_at']} where exported; imported by {actor}"
+            try:
+                approvals.approve(
+                    engine, tenant_id, a["job_definition_id"], actor=approver, note=note, digest=a["digest"]
+                )
+            except (GovernanceRefusal, ConflictError):
+                continue
+            done.append(a["job_definition_id"])
+    return done
