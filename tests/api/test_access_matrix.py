@@ -82,6 +82,17 @@ def _sla_breaches(w: World) -> Sample:
     return Sample("/api/v1/sla/breaches", other={200})
 
 
+def _pack(w: World) -> str:
+    """A pack of acme's, published as its admin would."""
+    from jobgate.core.packs import PackRef
+    from jobgate.packs import registry
+
+    pack_id = f"acme-pack-{uuid.uuid4().hex[:6]}"
+    registry.publish(w.engine, "acme", PackRef(pack_id, "1"), [ACME_JOB], actor="test")
+    w.made.add(pack_id)
+    return pack_id
+
+
 SAMPLES: dict[tuple[str, str], Make] = {
     ("GET", "/healthz"): lambda w: Sample("/healthz"),
     ("GET", "/api/v1/buildinfo"): lambda w: Sample("/api/v1/buildinfo", other={200}),
@@ -183,6 +194,16 @@ SAMPLES: dict[tuple[str, str], Make] = {
     # The deployment's plugins, not a tenant's data: any tenant's admin, and nobody else.
     ("GET", "/internal/plugins/status"): lambda w: Sample("/internal/plugins/status", other={200}),
     ("POST", "/internal/plugins/probe"): lambda w: Sample("/internal/plugins/probe", other={200}),
+    # The pack registry (seed 001 §6-7): the caller's tenant's packs only.
+    ("GET", "/api/v1/packs"): lambda w: (_pack(w), Sample("/api/v1/packs", other={200}))[1],
+    ("POST", "/api/v1/packs"): lambda w: Sample(
+        "/api/v1/packs", {"pack": f"p-{uuid.uuid4().hex[:6]}@1", "definitions": [ACME_JOB]}, ok={201}
+    ),
+    ("POST", "/api/v1/export/offline-seed"): lambda w: (_pack(w), Sample("/api/v1/export/offline-seed", other={200}))[
+        1
+    ],
+    # No trust root in this world: every allowed caller meets 503 (tests/api/test_packs_api.py imports).
+    ("POST", "/api/v1/import/offline-seed"): lambda w: Sample("/api/v1/import/offline-seed", ok={503}, other={503}),
 }
 
 

@@ -34,6 +34,7 @@ from jobgate.api.routes import (
     evidence,
     health,
     operations,
+    packs,
     plugins,
     requests,
     runs,
@@ -73,6 +74,7 @@ ROUTERS = (
     telemetry.router,
     sla.router,
     plugins.router,
+    packs.router,
 )
 
 
