@@ -36,12 +36,12 @@ def test_the_demo_s_delivered_events_conform_and_a_tampered_one_is_named(tmp_pat
     }
 
     third = json.loads(lines[2])
-    third["job_class"] = "REPORT_JOB"
+    third["job_class"] = "report"  # neither a built-in class nor a declarable name
     events.write_text("\n".join([*lines[:2], json.dumps(third), *lines[3:]]) + "\n", encoding="utf-8")
     refused = jobgate(tmp_path, "contracts", "check-events", str(events))
     assert refused.returncode == 1
     assert refused.stderr.startswith("error: contract_violation: comp.TG.EVENT.")
-    assert ": job_class: must be one of: REPLAY_JOB" in refused.stderr
+    assert ": job_class:" in refused.stderr
 
 
 def test_the_schedule_changes_dsail_reads_conform(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ def test_the_default_is_text_and_nothing_of_opentelemetry_is_imported(folder: Pa
     jobgate(folder, "submit", "demo-hello", "-p", "name=ada")
     proc = jobgate(folder, "worker", "--exit-when-idle")
     assert proc.stderr and not proc.stderr.lstrip().startswith("{")
-    assert re.search(r"INFO jobgate\.cli worker \S+ on sqlite", proc.stderr)
+    assert re.search(r"INFO jobgate\.cli worker \S+ \(pid \d+\) on sqlite", proc.stderr)
     probe = (
         "import sys\n"
         "from jobgate.cli import cli\n"
