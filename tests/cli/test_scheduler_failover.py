@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -34,12 +35,15 @@ def start_scheduler(folder: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def leader_pid(db: Path) -> int | None:
+def leader_pid(db: Path, log: Path) -> int | None:
+    """The leading scheduler's process: its lock names its opaque owner id, and each scheduler's
+    start-up line in the shared log names its owner with its pid."""
     with sqlite3.connect(db, timeout=30) as conn:
         row = conn.execute("SELECT owner, expires_at FROM locks WHERE name = 'scheduler-leader'").fetchone()
     if row is None or row[1] < time.time() * 1_000_000:
         return None
-    return int(row[0].split(":")[1])  # scheduler-<host>:<pid>:<suffix>
+    started = re.search(rf"scheduler {re.escape(row[0])} \(pid (\d+)\)", log.read_text(errors="replace"))
+    return None if started is None else int(started.group(1))
 
 
 @pytest.mark.slow
@@ -59,7 +63,7 @@ def test_each_fire_makes_exactly_one_run_while_leaders_are_killed(tmp_path: Path
         while time.monotonic() < deadline:
             # real time: scheduler processes fail over on their 2 s leases while a 1 s schedule fires
             time.sleep(4)
-            pid = leader_pid(db)
+            pid = leader_pid(db, log)
             for p in procs:
                 if p.pid == pid and p.poll() is None:
                     p.send_signal(signal.SIGKILL)  # no chance to release the lease or finish a write

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import os
 import signal
 from datetime import timedelta
 from pathlib import Path
@@ -522,8 +523,9 @@ def scheduler_command(
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     logging.getLogger("jobgate.cli").info(
-        "scheduler %s on %s",
+        "scheduler %s (pid %d) on %s",
         scheduler.owner,
+        os.getpid(),
         engine.store.safe_url,
         extra={"action": "scheduler_started", "owner": scheduler.owner},
     )
