@@ -67,6 +67,21 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
+def _click_by_id(driver: Any, element_id: str, attempts: int = 5) -> None:
+    """Click the element with ``element_id`` on a page that redraws itself in place (a live run
+    page): an element found just before a redraw is stale by the click, so it is found again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    for attempt in range(attempts):
+        try:
+            driver.find_element(By.ID, element_id).click()
+            return
+        except StaleElementReferenceException:
+            if attempt == attempts - 1:
+                raise
+
+
 def _go(driver: Any, element: Any) -> None:
     """Click what navigates (a link, a form's button) and wait until the next page replaced this one."""
     from selenium.common.exceptions import WebDriverException
@@ -338,7 +353,7 @@ def test_an_auditor_downloads_a_runs_evidence_and_the_cli_verifies_it(
     browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
     _sign_in(browser, served, world.tokens[("acme", Role.AUDITOR)])
     browser.get(f"{served}/runs/{run.job_run_id}")
-    browser.find_element(By.ID, "evidence-link").click()
+    _click_by_id(browser, "evidence-link")
     bundle = tmp_path / f"evidence-run-{run.job_run_id}.zip"
     wait_until(bundle.exists, timeout=30, what="the bundle downloaded")
     checked = subprocess.run(
