@@ -5,6 +5,7 @@ written."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -267,3 +268,25 @@ def test_a_pack_name_is_checked_and_normalized() -> None:
     for bad in ("nightly", "a@b@c", "../x@1", "x@", "x@../1", ""):
         with pytest.raises(Exception, match="pack"):
             parse_ref(bad, "pack")
+
+
+def test_the_packs_section_is_checked_when_read(tmp_path: Path) -> None:
+    from jobgate.core.errors import ValidationError
+
+    with pytest.raises(ValidationError) as bad:
+        make_config(tmp_path, packs={"trusted_keys": ["not-a-key"]})
+    assert bad.value.field == "packs.trusted_keys[0]"
+    with pytest.raises(ValidationError) as unknown:
+        make_config(tmp_path, packs={"trust": []})
+    assert unknown.value.field == "packs.trust"
+    assert make_config(tmp_path).packs.import_approvals is False
+
+
+def test_the_key_id_is_derived_from_the_key() -> None:
+    pair = signing.generate("any-label")
+    envelope = dsse.sign(b"{}", pair.private_b64)
+    public = signing.public_key(pair.public_b64, field="k")
+    assert envelope["signatures"][0]["keyid"] == dsse.key_id(public)
+    assert dsse.key_id(public).removeprefix("sha256-") == hashlib.sha256(public.public_bytes_raw()).hexdigest()
+    roots = dsse.trust_roots([pair.public_b64], "roots")
+    assert dsse.verify(json.dumps(envelope).encode(), b"{}", roots) == dsse.key_id(public)
