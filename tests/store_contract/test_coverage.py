@@ -1,5 +1,6 @@
 """The suite covers the whole store: every public operation of ``StoreTx``, and of each row group
-it exposes (``tx.anchors``, ``tx.telemetry``, ``tx.metrics``, ``tx.sla``, ``tx.evidence``), is
+it exposes (``tx.anchors``, ``tx.telemetry``, ``tx.metrics``, ``tx.sla``, ``tx.evidence``,
+``tx.packs``), is
 called by some test of ``tests/store_contract``.
 
 The operations are listed by introspection, so an operation added to the store fails this test
@@ -63,7 +64,7 @@ def _usage() -> tuple[set[str], set[tuple[str, str]], set[str]]:
 
 def test_the_store_is_introspected_as_expected() -> None:
     groups = _groups()
-    assert set(groups) == {"anchors", "telemetry", "metrics", "sla", "evidence"}
+    assert set(groups) == {"anchors", "telemetry", "metrics", "sla", "evidence", "packs"}
     assert len(_public(StoreTx)) > 100
     assert all(_public(cls) for cls in groups.values())
     assert len(list(_syntax_trees())) >= 10

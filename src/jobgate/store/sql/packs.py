@@ -76,7 +76,8 @@ def pack_insert(conn: Connection, record: PackRecord) -> bool:
         "created_at": to_us(record.created_at),
         "created_by": record.created_by,
     }
-    return bool(conn.execute(_insert(conn, packs).values(**values)).rowcount)
+    # RETURNING, not rowcount: a driver in pipeline mode reports -1 for every statement.
+    return conn.execute(_insert(conn, packs).values(**values).returning(P.pack_id)).first() is not None
 
 
 def blob_insert(conn: Connection, tenant_id: str, digest: str, content: bytes, now: datetime) -> None:
