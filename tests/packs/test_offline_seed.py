@@ -191,7 +191,18 @@ def _swapped_payload(data: bytes) -> bytes:
     return pack(files)
 
 
+def _deflated_bomb(data: bytes) -> bytes:
+    """The archive's files plus one compressed entry that would expand to 20 MB if read."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, content in _files(data).items():
+            z.writestr(name, content)
+        z.writestr("blobs/bomb", b"\0" * 20_000_000, compress_type=zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
 TAMPERS = {
+    "a compressed entry (a ZIP bomb)": (_deflated_bomb, "compressed; an offline seed stores its entries uncompressed"),
     "one byte of one entry": (_one_byte_of_a_blob, "damaged in the archive"),
     "a manifest edit": (_manifest_edit, "signs another manifest"),
     "one byte of one entry, its CRC fixed": (_rewritten_blob, "does not match its digest"),

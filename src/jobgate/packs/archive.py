@@ -101,6 +101,13 @@ def _members(data: bytes) -> tuple[dict[str, bytes], list[str]]:
         return {}, ["not a readable ZIP archive"]
     files: dict[str, bytes] = {}
     problems = []
+    # Exports store their entries uncompressed (the re-pack check would refuse anything else),
+    # so a compressed entry is refused unread: no entry can expand past what was sent.
+    packed = [i.filename for i in members if i.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        return {}, [f"{packed[0]}: compressed; an offline seed stores its entries uncompressed"]
+    if sum(i.file_size for i in members) > MAX_ARCHIVE_BYTES:
+        return {}, [f"the archive's entries are larger than {MAX_ARCHIVE_BYTES} bytes"]
     for info in members:
         try:
             files[info.filename] = z.read(info)
@@ -131,7 +138,7 @@ def check_archive(data: bytes, roots: dict[str, Ed25519PublicKey]) -> ArchiveChe
         listed: list[dict[str, str]] = manifest["packs"]
         if manifest["format"] != FORMAT or not isinstance(entries, dict) or not isinstance(listed, list):
             raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return ArchiveCheck([*problems, f"{MANIFEST}: not a {FORMAT} manifest"], signed_by)
     damaged = {p.split(":", 1)[0] for p in problems}
     for name in sorted(set(entries) | set(files) - {MANIFEST, ENVELOPE} - damaged):
@@ -147,7 +154,7 @@ def check_archive(data: bytes, roots: dict[str, Ed25519PublicKey]) -> ArchiveChe
     for i, item in enumerate(listed):
         try:
             seeds.append(_seed(files, item, f"packs[{i}]"))
-        except (ValidationError, KeyError, TypeError) as exc:
+        except (ValidationError, KeyError, TypeError, ValueError, RecursionError) as exc:
             problems.append(exc.message if isinstance(exc, ValidationError) else f"packs[{i}]: not a pack entry")
     if not problems and pack(files) != data:
         problems.append("the archive's bytes differ from the canonical archive of its files")

@@ -67,7 +67,7 @@ def verify(envelope_bytes: bytes, payload: bytes, roots: dict[str, Ed25519Public
         envelope = json.loads(envelope_bytes)
         payload_type, carried, signatures = envelope["payloadType"], envelope["payload"], envelope["signatures"]
         carried_bytes = base64.b64decode(carried, validate=True)
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
         raise ValidationError("not a DSSE envelope {payloadType, payload, signatures}", field="envelope") from None
     if payload_type != PAYLOAD_TYPE:
         raise ValidationError(f"payloadType {payload_type!r}, not {PAYLOAD_TYPE}", field="envelope.payloadType")

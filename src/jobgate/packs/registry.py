@@ -217,7 +217,7 @@ def _definitions(
             source = f"{key}:{d['job_definition_id']}"
             try:
                 document = json.loads(seed.blobs[d["blob"]])
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise SeedRefused(f"{source}: not a JSON definition", field="archive") from None
             loaded = parse_definition(document, source, engine.config)
             if loaded.job_definition_id != d["job_definition_id"] or loaded.digest != d["digest"]:
