@@ -55,6 +55,8 @@ def test_a_moment_written_in_any_offset_is_one_utc_text(moment: datetime, minute
         ("decimal", "1200", "1200"),
         ("decimal", 12, "12"),
         ("decimal", 0.1, "0.1"),
+        ("decimal", 0.0000001, "0.0000001"),
+        ("decimal", 1e16, "10000000000000000"),
         ("integer", "+007", "7"),
         ("boolean", True, "true"),
         ("boolean", "FALSE", "false"),
@@ -85,6 +87,10 @@ def test_canonical_texts(kind: str, raw: object, expected: str) -> None:
         ("datetime", "2026-12-04T09:00:00", "UTC offset"),
         ("datetime", "2026-12-04", "ISO 8601"),
         ("datetime", "2026-13-04T09:00:00Z", "not a valid"),
+        ("datetime", "0001-01-01T00:00:00+01:00", "outside the years"),
+        ("datetime", "9999-12-31T23:59:59-01:00", "outside the years"),
+        ("integer", 10**40, "whole number"),
+        ("decimal", float("inf"), "decimal number"),
     ],
 )
 def test_values_a_type_refuses_name_the_rule(kind: str, raw: object, reason: str) -> None:

@@ -12,6 +12,7 @@ without a shell, so a value can at worst be a strange but inert argument.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
@@ -107,13 +108,13 @@ def canonical(kind: str, raw: object) -> str:
             return raw.lower()
         raise ParamValueError("must be true or false")
     if kind == "integer":
-        if isinstance(raw, int):
+        if isinstance(raw, int) and _INTEGER.fullmatch(str(raw)):
             return str(raw)
         if isinstance(raw, str) and _INTEGER.fullmatch(raw):
             return str(int(raw))
         raise ParamValueError("must be a whole number (digits, optionally signed, at most 30)")
     if kind == "decimal":
-        text = repr(raw) if isinstance(raw, float) else str(raw)
+        text = format(Decimal(repr(raw)), "f") if isinstance(raw, float) and math.isfinite(raw) else str(raw)
         if not _DECIMAL.fullmatch(text):
             raise ParamValueError("must be a decimal number such as 12, -0.5 or 1250.75 (at most 40 digits)")
         number = Decimal(text).normalize()
@@ -136,7 +137,10 @@ def canonical(kind: str, raw: object) -> str:
         raise ParamValueError(f"{raw!r} is not a valid date and time") from None
     if moment.tzinfo is None:
         raise ParamValueError("needs a UTC offset (Z or +01:00): a wall time alone is ambiguous")
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    try:
+        return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    except OverflowError:  # 0001-01-01T00:00+01:00 is before the first instant Python can hold
+        raise ParamValueError(f"{raw!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def typed(kind: str, value: str) -> object:

@@ -599,6 +599,7 @@ class Worker:
                     events = [e for c in done if run is not None and (e := self._material(c, run, now_)) is not None]
                     if events:
                         audit.record_run_ends(self.engine, tx, events, anchored=self._dal_anchored, now=now_)
+                safemode.after_settled(self.engine, done, actor=self.worker_id)
             except Exception:
                 log.exception(
                     "run %s: settlement cannot be written; leaving it to the rescuer",

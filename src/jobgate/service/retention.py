@@ -86,7 +86,7 @@ def anchored_bound(engine: Engine, tenant_id: str) -> tuple[bool, datetime | Non
 
 def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_run: bool = False) -> Retired:
     """Every pass of the configured retention for ``tenant_id``; ``cutoff`` in the answer is the
-    ``finished_runs_days`` pass's (else the first pass's), ``deleted`` the total."""
+    last pass's (the ``finished_runs_days`` pass when that is set), ``deleted`` the total."""
     now = now or engine.clock.now()
     allowed, bound = anchored_bound(engine, tenant_id)
     planned = passes(engine.config.retention, now, bound) if allowed else []
