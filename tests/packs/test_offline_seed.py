@@ -301,3 +301,17 @@ def test_the_key_id_is_derived_from_the_key() -> None:
     assert dsse.key_id(public).removeprefix("sha256-") == hashlib.sha256(public.public_bytes_raw()).hexdigest()
     roots = dsse.trust_roots([pair.public_b64], "roots")
     assert dsse.verify(json.dumps(envelope).encode(), b"{}", roots) == dsse.key_id(public)
+
+
+def test_a_definition_naming_another_tenant_is_refused_and_audited(source: Engine, make_target: Any) -> None:
+    """As ``POST /definitions``: an archive's definition that names its tenant lands only there."""
+    _define(source, "acme", _doc("report-t", tenant_id="acme"))
+    registry.publish(source, "acme", REF, ["report-t"], actor="dev-admin")
+    data = registry.export_seed(source, "acme", actor="dev-admin")
+    target = make_target([_public(source)])
+    before = _written(target)
+    with pytest.raises(registry.SeedRefused) as refused:
+        registry.import_seed(target, "beta", data, actor="prod-admin")
+    assert "names tenant 'acme', not 'beta'" in refused.value.message
+    assert _written(target) == before and _refusals(target, "beta") == 1
+    assert registry.import_seed(target, "acme", data, actor="prod-admin").definitions  # its own tenant: imported

@@ -173,6 +173,10 @@ def import_seed(
             raise SeedRefused("the archive is not imported: " + "; ".join(checked.problems), field="archive")
         assert checked.signed_by is not None
         loaded = _definitions(engine, checked.packs, admit)
+        for item in loaded:  # as POST /definitions: a document naming another tenant is not this one's
+            named = item.definition.content.get("tenant_id")
+            if named is not None and named != tenant_id:
+                raise SeedRefused(f"{item.source}: names tenant {named!r}, not {tenant_id!r}", field="archive")
         fresh = _new_packs(engine, tenant_id, checked.packs, actor)
     except (ValidationError, ConflictError, GovernanceRefusal) as exc:
         now = engine.clock.now()
