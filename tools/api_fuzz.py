@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from jobgate.governance import signing
+
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 
@@ -47,6 +49,10 @@ def main() -> int:
     jobgate = [sys.executable, "-m", "jobgate"]
     subprocess.run([*jobgate, "init", "site"], cwd=work, env=env, check=True, capture_output=True)
     site, port = work / "site", free_port()
+    # A trust root for offline seeds, so an import is verified (and garbage refused with a 4xx)
+    # rather than refused whole with the documented 503 of a deployment that trusts no key.
+    with (site / "jobgate.yaml").open("a", encoding="utf-8") as config:
+        config.write(f"\npacks:\n  trusted_keys: [{signing.generate('fuzz-root').public_b64}]\n")
     token_file = site / "admin.token"
     log = (site / "serve.log").open("wb")
     server = subprocess.Popen(
