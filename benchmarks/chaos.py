@@ -261,11 +261,12 @@ class Chaos:
             orphans = one(
                 "SELECT count(*) FROM chaos_effects e JOIN job_runs r USING (job_run_id) WHERE r.status <> 'COMPLETED'"
             )
-            # An effect row must come from the attempt, and the worker, whose completion was accepted.
+            # An effect row must come from the attempt, and the worker, whose completion was accepted
+            # (worker ids are opaque: the worker's registration names its process).
             stale = one(
                 "SELECT count(*) FROM chaos_effects e JOIN run_transitions t ON t.job_run_id = e.job_run_id "
-                "AND t.to_status = 'COMPLETED' WHERE t.attempt <> e.attempt "
-                "OR split_part(t.actor, ':', 2) <> e.worker_pid::text"
+                "AND t.to_status = 'COMPLETED' WHERE t.attempt <> e.attempt OR NOT EXISTS "
+                "(SELECT 1 FROM workers w WHERE w.worker_id = t.actor AND w.pid = e.worker_pid)"
             )
             over = one("SELECT count(*) FROM job_runs WHERE attempt > max_attempts")
             attempts = one("SELECT coalesce(sum(attempt), 0) FROM job_runs")
