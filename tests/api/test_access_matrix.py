@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tests.api.conftest import ACME_FLOW, ACME_JOB, World, body_of
+from tests.helpers import define
 
 from jobgate.api.access import Rule, rule_of
 from jobgate.api.app import api_routes
@@ -91,6 +92,17 @@ def _pack(w: World) -> str:
     registry.publish(w.engine, "acme", PackRef(pack_id, "1"), [ACME_JOB], actor="test")
     w.made.add(pack_id)
     return pack_id
+
+
+SEED_ROUTE = "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER"
+ORC = "/api/orchestrator"
+
+
+def _cron_job(w: World) -> str:
+    """An acme definition cron schedules may start (a seed 004 scenario's triggers)."""
+    define(w.engine, job_definition_id="acme-cron", tenant_id="acme", also_triggered_by=["cron"])
+    w.made.add("acme-cron")
+    return "acme-cron"
 
 
 SAMPLES: dict[tuple[str, str], Make] = {
@@ -204,6 +216,55 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ],
     # No trust root in this world: every allowed caller meets 503 (tests/api/test_packs_api.py imports).
     ("POST", "/api/v1/import/offline-seed"): lambda w: Sample("/api/v1/import/offline-seed", ok={503}, other={503}),
+    # Seed 000 §42-44 at the seed's own route.
+    ("POST", f"{SEED_ROUTE}/schedule"): lambda w: Sample(f"{SEED_ROUTE}/schedule", {"job_definition_id": ACME_JOB}),
+    ("POST", f"{SEED_ROUTE}/cancel"): lambda w: Sample(f"{SEED_ROUTE}/cancel", {"job_run_id": w.new_run().job_run_id}),
+    ("GET", f"{SEED_ROUTE}/workflows/{{workflow_run_id}}"): lambda w: Sample(f"{SEED_ROUTE}/workflows/{w.workflow()}"),
+    # Seed 004's API (tests/api/test_orchestrator_api.py), at /api/orchestrator.
+    ("GET", f"{ORC}/scenarios"): lambda w: Sample(f"{ORC}/scenarios", other={200}),
+    ("GET", f"{ORC}/scenarios/{{name}}"): lambda w: Sample(f"{ORC}/scenarios/{ACME_JOB}"),
+    ("POST", f"{ORC}/scenarios/{{name}}/run"): lambda w: Sample(
+        f"{ORC}/scenarios/{ACME_JOB}/run", {"params": {"n": "1"}}, ok={201}
+    ),
+    ("POST", f"{ORC}/scenarios/{{name}}/approve"): lambda w: Sample(f"{ORC}/scenarios/{ACME_JOB}/approve"),
+    ("GET", f"{ORC}/scenarios/{{name}}/approval"): lambda w: Sample(f"{ORC}/scenarios/{ACME_JOB}/approval"),
+    ("DELETE", f"{ORC}/scenarios/{{name}}/approval"): lambda w: (
+        w.approve(ACME_JOB),
+        Sample(f"{ORC}/scenarios/{ACME_JOB}/approval"),
+    )[1],
+    ("GET", f"{ORC}/results/{{scenario}}"): lambda w: (w.new_run(), Sample(f"{ORC}/results/{ACME_JOB}"))[1],
+    ("GET", f"{ORC}/jobs"): lambda w: (w.new_run(), Sample(f"{ORC}/jobs", other={200}))[1],
+    ("GET", f"{ORC}/jobs/{{job_id}}"): lambda w: Sample(f"{ORC}/jobs/{w.new_run().job_run_id}"),
+    ("GET", f"{ORC}/jobs/{{job_id}}/artifact"): lambda w: Sample(
+        _artifact(w).path.replace("/api/v1/runs/", f"{ORC}/jobs/")
+    ),
+    ("POST", f"{ORC}/jobs/{{job_id}}/cancel"): lambda w: Sample(f"{ORC}/jobs/{w.new_run().job_run_id}/cancel"),
+    ("POST", f"{ORC}/jobs/{{job_id}}/stop"): lambda w: Sample(
+        f"{ORC}/jobs/{w.running_run().job_run_id}/stop", ok={202}
+    ),
+    ("GET", f"{ORC}/schedules"): lambda w: (w.schedule(), Sample(f"{ORC}/schedules", other={200}))[1],
+    ("POST", f"{ORC}/schedules"): lambda w: Sample(
+        f"{ORC}/schedules",
+        {"id": f"s-{uuid.uuid4().hex[:6]}", "scenario": _cron_job(w), "schedule": "0 2 1 * *"},
+        ok={201},
+        other={422},  # the entry names a scenario the caller's tenant does not have
+    ),
+    ("PATCH", f"{ORC}/schedules/{{schedule_id}}/enable"): lambda w: Sample(f"{ORC}/schedules/{w.schedule()}/enable"),
+    ("PATCH", f"{ORC}/schedules/{{schedule_id}}/disable"): lambda w: Sample(f"{ORC}/schedules/{w.schedule()}/disable"),
+    ("DELETE", f"{ORC}/schedules/{{schedule_id}}"): lambda w: Sample(f"{ORC}/schedules/{w.schedule()}", ok={204}),
+    ("GET", f"{ORC}/tokens"): lambda w: Sample(f"{ORC}/tokens", other={200}),
+    ("POST", f"{ORC}/tokens"): lambda w: Sample(
+        f"{ORC}/tokens", {"name": "branch-runner", "role": "consumer"}, ok={201}, other={201}
+    ),
+    ("DELETE", f"{ORC}/tokens/{{token_id}}"): lambda w: Sample(f"{ORC}/tokens/{w.victim_token()}", ok={204}),
+    ("POST", f"{ORC}/requests"): lambda w: Sample(f"{ORC}/requests", {"scenario": ACME_JOB, "title": "t"}, ok={201}),
+    ("GET", f"{ORC}/requests"): lambda w: (w.proposal(), Sample(f"{ORC}/requests", other={200}))[1],
+    ("GET", f"{ORC}/requests/{{request_id}}"): lambda w: Sample(f"{ORC}/requests/{w.proposal()}"),
+    ("POST", f"{ORC}/requests/{{request_id}}/test"): lambda w: Sample(f"{ORC}/requests/{w.proposal()}/test"),
+    ("POST", f"{ORC}/requests/{{request_id}}/approve"): lambda w: Sample(f"{ORC}/requests/{w.proposal()}/approve"),
+    ("POST", f"{ORC}/requests/{{request_id}}/reject"): lambda w: Sample(
+        f"{ORC}/requests/{w.proposal()}/reject", {"note": "not this month"}
+    ),
 }
 
 

@@ -34,6 +34,7 @@ from jobgate.api.routes import (
     evidence,
     health,
     operations,
+    orchestrator,
     packs,
     plugins,
     requests,
@@ -45,6 +46,7 @@ from jobgate.api.routes import (
     workflows,
 )
 from jobgate.api.server_state import ServerState
+from jobgate.identity.sessions import SESSION_COOKIE
 
 ERROR_STATUSES = {
     "400": "malformed request (unreadable JSON, a broken cursor)",
@@ -63,6 +65,7 @@ ROUTERS = (
     runs.router,
     stream.router,
     contract.router,
+    contract.seed_router,
     definitions.router,
     operations.router,
     admin.router,
@@ -75,6 +78,7 @@ ROUTERS = (
     sla.router,
     plugins.router,
     packs.router,
+    *orchestrator.ROUTERS,
 )
 
 
@@ -101,6 +105,7 @@ def create_app(state: ServerState) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
+    app.add_middleware(_SeedPaths)
     app.add_middleware(_PlainUrls)
     if not state.auth:
         app.add_middleware(_LoopbackCallersOnly)
@@ -202,6 +207,24 @@ class _PlainUrls:
             response = JSONResponse(errors.body("bad_request", message, "url"), status_code=400)
             await response(scope, receive, send)
             return
+        await self.app(scope, receive, send)
+
+
+class _SeedPaths:
+    """Route an API call at one of seed 004's bare paths (``/scenarios``, ``/jobs``, …) to the
+    compatibility surface at ``/api/orchestrator`` (``orchestrator.seed_path`` decides; a
+    browser's console page at a shared path stays where it is)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            target = orchestrator.seed_path(scope["path"], headers, session_cookie=SESSION_COOKIE)
+            if target is not None:
+                raw = scope.get("raw_path") or scope["path"].encode()
+                scope = {**scope, "path": target, "raw_path": orchestrator.PREFIX.encode() + raw}
         await self.app(scope, receive, send)
 
 

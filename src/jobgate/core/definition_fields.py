@@ -41,5 +41,6 @@ JOBGATE_FIELDS = (
     "code",
     "schedule_timezone",
     "schedule_misfire",
+    "also_triggered_by",
 )
 DEFINITION_FIELDS = SEED_FIELDS + JOBGATE_FIELDS

@@ -27,7 +27,7 @@ the run's remaining attempts are cancelled.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -92,6 +92,7 @@ class Subject:
     reason: str | None = None  # the trigger's stated reason (policy: manual runs must say why)
     role: str | None = None  # the requester's role, when known (policy: priority ceilings)
     declared_trigger: TriggerType | None = None  # the definition's ``trigger_type``; None: not asked
+    also_triggers: tuple[TriggerType, ...] = ()  # the definition's ``also_triggered_by``
     # The built-in class whose rules a declared ``job_class`` follows; None: job_class is built in.
     gates_as: JobClass | None = None
 
@@ -205,22 +206,27 @@ def _lifecycle(f: Facts, s: Subject) -> Verdict | None:
 _TIMED = frozenset({TriggerType.CRON, TriggerType.INTERVAL, TriggerType.BATCH_WINDOW, TriggerType.ADAPTIVE})
 
 
-def allowed_triggers(declared: TriggerType) -> frozenset[TriggerType]:
-    """What may start a definition whose ``trigger_type`` is ``declared``: that trigger; a
-    manual run (an operator's, under every other rule); a workflow step (the workflow's own
-    trigger was judged); for a timed definition, a backfill of its slots. An interval and an
-    adaptive interval are one rhythm. A ``manual`` definition is started by nothing else."""
-    allowed = {declared, TriggerType.MANUAL, TriggerType.WORKFLOW}
-    if declared in _TIMED:
-        allowed.add(TriggerType.BACKFILL)
-    if declared in (TriggerType.INTERVAL, TriggerType.ADAPTIVE):
-        allowed |= {TriggerType.INTERVAL, TriggerType.ADAPTIVE}
+def allowed_triggers(declared: TriggerType, also: Iterable[TriggerType] = ()) -> frozenset[TriggerType]:
+    """What may start a definition whose ``trigger_type`` is ``declared`` (and whose
+    ``also_triggered_by`` lists ``also``): each such trigger; a manual run (an operator's, under
+    every other rule); a workflow step (the workflow's own trigger was judged); for a timed
+    trigger, a backfill of its slots. An interval and an adaptive interval are one rhythm. A
+    ``manual`` definition with nothing besides is started by nothing else."""
+    allowed = {TriggerType.MANUAL, TriggerType.WORKFLOW}
+    for kind in (declared, *also):
+        allowed.add(kind)
+        if kind in _TIMED:
+            allowed.add(TriggerType.BACKFILL)
+        if kind in (TriggerType.INTERVAL, TriggerType.ADAPTIVE):
+            allowed |= {TriggerType.INTERVAL, TriggerType.ADAPTIVE}
     return frozenset(allowed)
 
 
-def trigger_refusal(declared: TriggerType, trigger: TriggerType, job_definition_id: str) -> str | None:
+def trigger_refusal(
+    declared: TriggerType, trigger: TriggerType, job_definition_id: str, also: Iterable[TriggerType] = ()
+) -> str | None:
     """Why ``trigger`` may not start the definition (None: it may)."""
-    allowed = allowed_triggers(declared)
+    allowed = allowed_triggers(declared, also)
     if trigger in allowed:
         return None
     names = ", ".join(sorted(t.value for t in allowed - {TriggerType.WORKFLOW}))
@@ -238,7 +244,7 @@ def _article(word: str) -> str:
 def _trigger(f: Facts, s: Subject) -> Verdict | None:
     if s.declared_trigger is None or not f.moment.creates:
         return None
-    why = trigger_refusal(s.declared_trigger, s.trigger_type, s.job_definition_id)
+    why = trigger_refusal(s.declared_trigger, s.trigger_type, s.job_definition_id, s.also_triggers)
     if why is None:
         return None
     return _refused(Code.TRIGGER_NOT_ALLOWED, "definition_trigger_type", why, "trigger_type")

@@ -161,6 +161,9 @@ class JobDefinition:
     sla_policy: str | None
     config_profile: str
     executor: ExecutorSpec
+    # Triggers besides ``trigger_type`` its approved content lets start it (a seed 004 scenario:
+    # cron entries and pub/sub events as well as manual runs); ``core.governance.allowed_triggers``.
+    also_triggered_by: tuple[TriggerType, ...] = ()
     params: tuple[ParamSpec, ...] = ()
     queue: str = DEFAULT_QUEUE
     tenant_id: str = DEFAULT_TENANT

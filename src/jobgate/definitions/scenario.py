@@ -8,7 +8,8 @@ store, worker) sees one shape:
 
     job_definition_id = job_code = canonical_name = orchestrator.name
     job_class         = orchestrator.job_class, default MAINTENANCE_JOB
-    trigger_type      = manual (schedules are attached separately, as in seed 004)
+    trigger_type      = manual, also_triggered_by = [cron, event] (its schedules and pub/sub
+                        events are attached separately, as in seed 004)
     runner            = orchestrator.runner, else the configuration's ``default_runner``
     body              = the file's raw text
 
@@ -59,7 +60,12 @@ HEADER_FIELDS = (
     "dal_anchor_required",
     "version_note",
     "dependencies",
+    "also_triggered_by",
 )
+# What starts a seed 004 scenario besides a manual run: its cron entries (the schedule seed
+# file) and pub/sub events. Written into its content, so its approval covers it; a header
+# naming ``also_triggered_by`` (``[]``: manual runs and requests only) replaces it.
+SCENARIO_TRIGGERS = ("cron", "event")
 DEFAULT_SCENARIO_CLASS = JobClass.MAINTENANCE_JOB
 _FROM_NAME = ("job_definition_id", "job_code", "canonical_name")
 
@@ -121,9 +127,12 @@ def parse_scenario(text: str, header: Any, source: str, config: JobgateConfig) -
     if runner is None:
         r.fail(join(HEADER_KEY, "runner"), "required: the configuration names no default_runner")
     document["runner"] = runner
+    document["also_triggered_by"] = list(SCENARIO_TRIGGERS)
     for key in HEADER_FIELDS:
         if key not in ("name", "runner", "job_class") and key in head:
             document[key] = head[key]
+    if not document["also_triggered_by"]:
+        del document["also_triggered_by"]  # manual only: the same content as a definition without it
     document["body"] = text
     try:
         return parse_definition(document, source, config)

@@ -166,6 +166,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
     class_priority = (None if class_spec is None else class_spec.default_priority) or Priority.NORMAL
     trigger_type = r.choice(doc.get("trigger_type", TriggerType.MANUAL.value), "trigger_type", TriggerType)
     _check_schedule(r, doc, trigger_type)
+    also_triggered_by = _also_triggered_by(r, doc.get("also_triggered_by", []), trigger_type)
     priority = r.choice(doc.get("priority", class_priority.value), "priority", Priority)
     status = r.choice(doc.get("status", DefinitionStatus.ACTIVE.value), "status", DefinitionStatus)
     retry_policy = r.known(
@@ -236,6 +237,7 @@ def parse_definition(document: Any, source: str, config: JobgateConfig) -> Loade
         job_class=job_class,
         canonical_name=canonical_name,
         trigger_type=trigger_type,
+        also_triggered_by=also_triggered_by,
         priority=priority,
         retry_policy=retry_policy,
         timeout_policy=timeout_policy,
@@ -292,6 +294,7 @@ def recorded_definition(
             job_class=class_name,
             canonical_name=str(doc.get("canonical_name", doc.get("job_code", job_id))),
             trigger_type=TriggerType(doc.get("trigger_type", TriggerType.MANUAL.value)),
+            also_triggered_by=tuple(TriggerType(t) for t in doc.get("also_triggered_by") or ()),
             priority=Priority(doc.get("priority", class_priority.value)),
             retry_policy=str(doc.get("retry_policy", DEFAULT_RETRY_POLICY)),
             timeout_policy=doc.get("timeout_policy"),
@@ -309,6 +312,19 @@ def recorded_definition(
         )
     except ValueError as exc:  # an enum value no version was ever stored with
         raise ValidationError(f"stored content is not a definition: {exc}", field="content") from None
+
+
+def _also_triggered_by(r: Reader, value: Any, declared: TriggerType) -> tuple[TriggerType, ...]:
+    """The triggers besides ``trigger_type`` that may start the definition: distinct, each a
+    trigger type other than the declared one (``workflow`` and ``manual`` always may)."""
+    found: list[TriggerType] = []
+    for index, item in enumerate(r.sequence(value, "also_triggered_by")):
+        at = join("also_triggered_by", index)
+        kind = r.choice(item, at, TriggerType)
+        if kind in (declared, TriggerType.MANUAL, TriggerType.WORKFLOW) or kind in found:
+            r.fail(at, f"{kind.value} may start it already (trigger_type, manual and workflow always may)")
+        found.append(kind)
+    return tuple(found)
 
 
 def content_digest(document: Mapping[str, Any]) -> str:

@@ -95,6 +95,7 @@ def subject_of(
         reason=reason,
         role=role,
         declared_trigger=definition.trigger_type,
+        also_triggers=definition.also_triggered_by,
         gates_as=None if definition.class_spec is None else definition.class_spec.gates_as,
     )
 

@@ -286,7 +286,9 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
             field="job",
             source=s.schedule_id,
         )
-    why = trigger_refusal(definition.trigger_type, s.kind.trigger_type, s.job_definition_id)
+    why = trigger_refusal(
+        definition.trigger_type, s.kind.trigger_type, s.job_definition_id, definition.also_triggered_by
+    )
     if why is not None:
         raise ValidationError(why, field="job", source=s.schedule_id)
     _check_params(definition, s, now)

@@ -1,4 +1,6 @@
-"""The seed 000 contract: ``POST /schedule`` (§42) and ``POST /cancel`` (§43).
+"""The seed 000 contract: ``POST /schedule`` (§42), ``POST /cancel`` (§43) and the workflow
+status (§44), at ``/api/v1/…`` and at the seed's own route
+``/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER/…`` (the same handlers, rules and bodies).
 
 Request and response bodies are the seed's. Two rules the seed leaves open are fixed here:
 the tenant is the token's (a ``scope.tenant_id`` naming another tenant is refused, never
@@ -16,11 +18,12 @@ from fastapi import APIRouter, Depends, Header
 from jobgate.api.access import RUN, RUN_CONTROL, allow, check_run_access, principal
 from jobgate.api.errors import TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use, visible_run
+from jobgate.api.routes.workflows import get_workflow
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.models import Scope
 from jobgate.service import control, manual
 from jobgate.service.tokens import Principal
-from jobgate.views.schemas import CancelIn, CancelOut, ScheduleIn, ScheduleOut
+from jobgate.views.schemas import CancelIn, CancelOut, ScheduleIn, ScheduleOut, WorkflowRunOut
 
 router = APIRouter(prefix="/api/v1", tags=["seed contract"])
 
@@ -77,3 +80,12 @@ def cancel_job(body: CancelIn, caller: Caller, state: State) -> CancelOut:
         state.engine, body.job_run_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id
     )
     return CancelOut(status=done.status.value.lower(), job_run_id=done.job_run_id, audit_required=True)
+
+
+# Seed 000 §42-44 name the route by the engine's MEID: served there too, so a client of the
+# specification calls it as written.
+SEED_ROUTE = "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER"
+seed_router = APIRouter(prefix=SEED_ROUTE, tags=["seed contract"])
+seed_router.add_api_route("/schedule", schedule_job, methods=["POST"], response_model=ScheduleOut)
+seed_router.add_api_route("/cancel", cancel_job, methods=["POST"], response_model=CancelOut)
+seed_router.add_api_route("/workflows/{workflow_run_id}", get_workflow, methods=["GET"], response_model=WorkflowRunOut)

@@ -1,0 +1,305 @@
+"""Seed 004's API as a compatibility surface, each route checked against the seed's text, on
+both backends: the seed's paths for API callers (a bearer token), ``/api/orchestrator`` for
+anyone, the same rules and services as ``/api/v1`` (so: refused means nothing stored)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from tests.api.conftest import ACME_JOB, World
+from tests.helpers import count
+
+from jobgate.core.tokens import Role
+from jobgate.definitions.loader import parse_definition_text
+
+# The seed's scenario file, its runner one this machine has (the seed's is tdtpcli).
+SCENARIO = """\
+orchestrator:
+  name: export-payroll
+  description: "Payroll export by period"
+  runner: py
+  permissions: [etl, enc]
+  params:
+    - name: period
+      required: true
+      pattern: '^\\d{4}-\\d{2}$'
+
+# Below: the body the runner executes; {{.period}} substituted before it runs.
+print("payroll for {{.period}}")
+"""
+# The same without ``permissions``: no licence is configured here, so the trust gate would refuse.
+UNGATED = SCENARIO.replace("  permissions: [etl, enc]\n", "")
+
+
+def load_scenario(world: World, text: str = UNGATED, tenant: str = "acme") -> str:
+    loaded = parse_definition_text(text, "export-payroll.yaml", world.engine.config)
+    world.engine.apply_definitions([loaded], tenant_id=tenant)
+    return loaded.definition.job_definition_id
+
+
+def admin(world: World, tenant: str = "acme") -> dict[str, str]:
+    return world.headers(tenant, Role.ADMIN)
+
+
+@pytest.mark.parametrize("prefix", ["", "/api/orchestrator"])
+def test_nothing_runs_until_the_loaded_content_is_approved(world: World, prefix: str) -> None:
+    """Seed 004 "Scenario approval": run is refused with 403 until an admin approves the exact
+    loaded content; approve hashes what is loaded (no checksum is taken from the caller)."""
+    name = load_scenario(world)
+    h = admin(world)
+    runs_before = count(world.engine, "job_runs")
+    refused = world.client.post(f"{prefix}/scenarios/{name}/run", json={"params": {"period": "2026-06"}}, headers=h)
+    assert refused.status_code == 403, refused.text
+    assert count(world.engine, "job_runs") == runs_before  # nothing stored
+
+    status = world.client.get(f"{prefix}/scenarios/{name}/approval", headers=h).json()
+    assert status["matches"] is False and status["approval"] is None
+
+    approved = world.client.post(f"{prefix}/scenarios/{name}/approve", json={"sha256": "0" * 64}, headers=h)
+    assert approved.status_code in (200, 422), approved.text  # a checksum by hand is not a field
+    approved = world.client.post(f"{prefix}/scenarios/{name}/approve", headers=h)
+    assert approved.status_code == 200, approved.text
+    body = approved.json()
+    assert {"name", "sha256", "approved_by", "approved_at", "enabled"} <= set(body)
+    assert body["name"] == name and body["enabled"] is True
+    assert body["approved_by"] == world.actor("acme", Role.ADMIN)
+    assert body["sha256"] == world.digest(name).removeprefix("sha256:")
+
+    status = world.client.get(f"{prefix}/scenarios/{name}/approval", headers=h).json()
+    assert status["matches"] is True and status["approval"]["sha256"] == body["sha256"]
+
+    ran = world.client.post(f"{prefix}/scenarios/{name}/run", json={"params": {"period": "2026-06"}}, headers=h)
+    assert ran.status_code == 201, ran.text
+    job = world.client.get(f"{prefix}/jobs/{ran.json()['job_id']}", headers=h).json()
+    assert job["scenario"] == name and job["runner"] == "py" and job["status"] == "pending"
+    assert job["params"] == {"period": "2026-06"} and job["sha256"] == body["sha256"]
+
+
+def test_an_approved_scenario_still_meets_its_trust_gate(world: World) -> None:
+    """Seed 004 "Trust gates": its permissions must be covered by the licence; none is here."""
+    name = load_scenario(world, SCENARIO)
+    h = admin(world)
+    assert world.client.post(f"/scenarios/{name}/approve", headers=h).status_code == 200
+    before = count(world.engine, "job_runs")
+    refused = world.client.post(f"/scenarios/{name}/run", json={"params": {"period": "2026-06"}}, headers=h)
+    assert refused.status_code == 403 and refused.json()["error"] == "trust_gate_refused", refused.text
+    assert count(world.engine, "job_runs") == before
+
+
+def test_an_edited_scenario_loses_its_approval(world: World) -> None:
+    """ "Editing an already-approved scenario invalidates the approval" — including its runner."""
+    name = load_scenario(world)
+    h = admin(world)
+    assert world.client.post(f"/scenarios/{name}/approve", headers=h).status_code == 200
+    load_scenario(world, UNGATED.replace("Payroll export", "Payroll export (edited)"))
+    status = world.client.get(f"/scenarios/{name}/approval", headers=h).json()
+    assert status["matches"] is False and "content" in status["changed"]
+    before = count(world.engine, "job_runs")
+    refused = world.client.post(f"/scenarios/{name}/run", json={"params": {"period": "2026-06"}}, headers=h)
+    assert refused.status_code == 403 and count(world.engine, "job_runs") == before
+
+
+def test_scenarios_list_and_definition(world: World) -> None:
+    name = load_scenario(world)
+    h = world.headers("acme", Role.CONSUMER)
+    listed = {s["name"]: s for s in world.client.get("/scenarios", headers=h).json()}
+    assert listed[name]["runner"] == "py" and listed[name]["description"] == "Payroll export by period"
+    assert listed[name]["approved"] is False and listed[ACME_JOB]["approved"] is True
+    one = world.client.get(f"/scenarios/{name}", headers=h).json()
+    assert one["content"] == UNGATED and one["params"][0]["name"] == "period"
+    # another tenant's scenario is not there at all
+    assert world.client.get(f"/scenarios/{name}", headers=world.headers("other", Role.ADMIN)).status_code == 404
+    assert name not in {
+        s["name"] for s in world.client.get("/scenarios", headers=world.headers("other", Role.ADMIN)).json()
+    }
+
+
+def test_a_param_outside_its_pattern_is_refused_naming_it(world: World) -> None:
+    name = load_scenario(world)
+    h = admin(world)
+    world.client.post(f"/scenarios/{name}/approve", headers=h)
+    before = count(world.engine, "job_runs")
+    bad = world.client.post(f"/scenarios/{name}/run", json={"params": {"period": "June"}}, headers=h)
+    assert bad.status_code == 422 and bad.json()["field"].endswith("period"), bad.text
+    assert count(world.engine, "job_runs") == before
+
+
+def test_roles_follow_the_seed_table(world: World) -> None:
+    """consumer lists, activator runs, admin approves; a consumer may not run or approve."""
+    name = load_scenario(world)
+    consumer, activator = world.headers("acme", Role.CONSUMER), world.headers("acme", Role.ACTIVATOR)
+    assert world.client.get("/scenarios", headers=consumer).status_code == 200
+    assert world.client.post(f"/scenarios/{name}/approve", headers=activator).status_code == 403
+    assert world.client.post(f"/scenarios/{name}/approve", headers=admin(world)).status_code == 200
+    assert (
+        world.client.post(
+            f"/scenarios/{name}/run", json={"params": {"period": "2026-01"}}, headers=consumer
+        ).status_code
+        == 403
+    )
+    assert (
+        world.client.post(
+            f"/scenarios/{name}/run", json={"params": {"period": "2026-01"}}, headers=activator
+        ).status_code
+        == 201
+    )
+    assert world.client.get("/tokens", headers=activator).status_code == 403
+    assert world.client.get("/scenarios").status_code == 401  # auth on every route but /healthz
+
+
+def test_cancel_and_stop_each_valid_in_one_state_own_jobs_only(world: World) -> None:
+    """Seed 004 "Stopping and cancelling jobs": cancel a pending job, stop a running one, the
+    wrong one is 409; only the submitter or an admin; cancelled_by/cancelled_at recorded."""
+    activator = world.headers("acme", Role.ACTIVATOR)
+    mine = world.new_run(by=world.actor("acme", Role.ACTIVATOR), n="1")
+    theirs = world.new_run(n="2")
+    assert world.client.post(f"/jobs/{theirs.job_run_id}/cancel", headers=activator).status_code == 403
+    assert world.client.post(f"/jobs/{mine.job_run_id}/stop", headers=activator).status_code == 409
+    done = world.client.post(f"/jobs/{mine.job_run_id}/cancel", headers=activator)
+    assert done.status_code == 200, done.text
+    job = done.json()
+    assert job["status"] == "cancelled" and job["cancelled_by"] == world.actor("acme", Role.ACTIVATOR)
+    assert job["cancelled_at"] is not None
+    running = world.running_run()
+    assert world.client.post(f"/jobs/{running.job_run_id}/cancel", headers=admin(world)).status_code == 409
+    stopped = world.client.post(f"/jobs/{running.job_run_id}/stop", headers=admin(world))
+    assert stopped.status_code == 202 and stopped.json()["status"] == "running"
+
+
+def test_jobs_results_log_and_artifact(world: World) -> None:
+    h = world.headers("acme", Role.CONSUMER)
+    run = world.terminal_run()
+    world.log_for(run, "hello\nworld\n")
+    path = world.artifact_for(run, b"payroll,2026-06\n")
+    listed = world.client.get("/jobs", headers=h).json()
+    assert run.job_run_id in {j["id"] for j in listed} and len(listed) <= 100
+    job = world.client.get(f"/jobs/{run.job_run_id}", headers=h).json()
+    assert job["log"] == "hello\nworld\n" and job["status"] == "cancelled"
+    assert job["artifact_sha256"] == hashlib.sha256(b"payroll,2026-06\n").hexdigest()
+    got = world.client.get(f"/jobs/{run.job_run_id}/artifact", headers=h)
+    assert got.status_code == 200 and got.content == b"payroll,2026-06\n"
+    assert got.headers["content-disposition"] == f'attachment; filename="{path.name}"'
+    no_output = world.terminal_run()
+    assert world.client.get(f"/jobs/{no_output.job_run_id}/artifact", headers=h).status_code == 404
+    assert world.client.get(f"/jobs/{no_output.job_run_id}", headers=h).json()["log"] == ""
+    results = world.client.get(f"/results/{ACME_JOB}", headers=h).json()
+    assert {run.job_run_id, no_output.job_run_id} <= {j["id"] for j in results}
+    assert all(j["scenario"] == ACME_JOB for j in results)
+    other = world.headers("other", Role.ADMIN)
+    assert world.client.get(f"/jobs/{run.job_run_id}", headers=other).status_code == 404
+    assert world.client.get(f"/results/{ACME_JOB}", headers=other).status_code == 404
+
+
+def test_schedules_add_pause_resume_delete(world: World) -> None:
+    """The seed's schedule seed entry posted as is; PATCH enable/disable; DELETE."""
+    h = admin(world)
+    name = load_scenario(world)
+    entry = {
+        "id": "monthly-payroll",
+        "scenario": name,
+        "schedule": "0 2 1 * *",
+        "params": {"period": "{{current_month}}"},
+    }
+    unapproved = world.client.post("/schedules", json=entry, headers=h)
+    assert unapproved.status_code == 422 and count(world.engine, "schedules") == 0, unapproved.text
+    world.client.post(f"/scenarios/{name}/approve", headers=h)
+    made = world.client.post("/schedules", json=entry, headers=h)
+    assert made.status_code == 201, made.text
+    assert made.json()["schedule"] == "0 2 1 * *" and made.json()["enabled"] is True
+    assert world.client.patch("/schedules/monthly-payroll/disable", headers=h).json()["enabled"] is False
+    assert world.client.patch("/schedules/monthly-payroll/enable", headers=h).json()["enabled"] is True
+    assert "monthly-payroll" in {s["id"] for s in world.client.get("/schedules", headers=h).json()}
+    bad = world.client.post("/schedules", json={**entry, "id": "broken", "schedule": "61 * * * *"}, headers=h)
+    assert bad.status_code == 422 and bad.json()["field"] == "schedule", bad.text
+    assert world.client.patch("/schedules/broken/enable", headers=h).status_code == 404
+    manual_only = load_scenario(
+        world,
+        UNGATED.replace("export-payroll", "by-hand").replace("  runner: py", "  runner: py\n  also_triggered_by: []"),
+    )
+    world.client.post(f"/scenarios/{manual_only}/approve", headers=h)
+    refused = world.client.post("/schedules", json={**entry, "id": "by-hand", "scenario": manual_only}, headers=h)
+    assert refused.status_code == 422 and refused.json()["field"] == "scenario", refused.text
+    assert world.client.delete("/schedules/monthly-payroll", headers=h).status_code == 204
+    assert world.client.patch("/schedules/monthly-payroll/enable", headers=h).status_code == 404
+
+
+def test_tokens_issue_with_a_scenario_allowlist(world: World) -> None:
+    """Seed 004 "Issuing a token": name/role/scenarios, the raw value shown once, and the token
+    limited to its scenarios; ``scenarios: []`` grants all of them."""
+    name = load_scenario(world)
+    h = admin(world)
+    issued = world.client.post(
+        "/tokens", json={"name": "branch-runner", "role": "activator", "scenarios": [name]}, headers=h
+    )
+    assert issued.status_code == 201, issued.text
+    body: dict[str, Any] = issued.json()
+    assert body["note"] == "store this token now — it is not retrievable later"
+    assert body["token"] not in world.client.get("/tokens", headers=h).text  # never listed again
+    listed = {t["id"]: t for t in world.client.get("/tokens", headers=h).json()}
+    assert listed[body["id"]]["scenarios"] == [name] and listed[body["id"]]["name"] == "branch-runner"
+    limited = {"Authorization": f"Bearer {body['token']}"}
+    assert [s["name"] for s in world.client.get("/scenarios", headers=limited).json()] == [name]
+    assert world.client.get(f"/scenarios/{ACME_JOB}", headers=limited).status_code == 404
+    everything = world.client.post("/tokens", json={"name": "all", "role": "consumer", "scenarios": []}, headers=h)
+    assert listed.get(everything.json()["id"]) is None
+    all_token = {"Authorization": f"Bearer {everything.json()['token']}"}
+    assert len(world.client.get("/scenarios", headers=all_token).json()) > 1
+    assert world.client.delete(f"/tokens/{body['id']}", headers=h).status_code == 204
+    assert world.client.get("/scenarios", headers=limited).status_code == 401
+    refused = world.client.post("/tokens", json={"name": "x", "role": "superuser"}, headers=h)
+    assert refused.status_code == 422 and refused.json()["field"].endswith("role")
+
+
+def test_the_request_workflow(world: World) -> None:
+    """Seed 004 "Project-request workflow": propose (consumer), test, approve -> job_id, or
+    reject with a note; a consumer sees only its own requests."""
+    consumer, h = world.headers("acme", Role.CONSUMER), admin(world)
+    proposed = world.client.post(
+        "/requests", json={"scenario": ACME_JOB, "params": {"n": "7"}, "title": "month end"}, headers=consumer
+    )
+    assert proposed.status_code == 201, proposed.text
+    request = proposed.json()
+    assert request["status"] == "pending" and request["scenario"] == ACME_JOB and request["job_id"] is None
+    tested = world.client.post(f"/requests/{request['id']}/test", headers=h).json()
+    assert tested["admissible"] is True and tested["checks"]
+    approved = world.client.post(f"/requests/{request['id']}/approve", headers=h).json()
+    assert approved["status"] == "approved" and approved["job_id"]
+    assert world.client.get(f"/jobs/{approved['job_id']}", headers=h).json()["params"] == {"n": "7"}
+
+    second = world.client.post("/requests", json={"scenario": ACME_JOB, "title": "again"}, headers=consumer).json()
+    runs_before = count(world.engine, "job_runs")
+    rejected = world.client.post(f"/requests/{second['id']}/reject", json={"note": "not this month"}, headers=h).json()
+    assert rejected["status"] == "rejected" and rejected["note"] == "not this month"
+    assert count(world.engine, "job_runs") == runs_before
+    assert world.client.post(f"/requests/{second['id']}/approve", headers=h).status_code == 409
+
+    own = world.client.get("/requests", headers=consumer).json()
+    assert {r["id"] for r in own} == {request["id"], second["id"]}
+    pending = world.client.get("/requests", params={"status": "pending"}, headers=h).json()
+    assert request["id"] not in {r["id"] for r in pending}
+    assert world.client.get(f"/requests/{request['id']}", headers=world.headers("other", Role.ADMIN)).status_code == 404
+
+
+def test_a_browser_at_a_shared_path_still_gets_the_console(world: World) -> None:
+    """``/requests`` and ``/schedules`` are console pages too: a browser (HTML, no token) gets
+    the console; a script with a token gets the API."""
+    page = world.client.get("/requests", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert page.status_code in (200, 303) and "json" not in page.headers.get("content-type", "")
+    api = world.client.get("/requests", headers={**admin(world), "Accept": "text/html"})
+    assert api.status_code == 200 and api.headers["content-type"].startswith("application/json")
+    assert world.client.get("/schedules", headers={"Accept": "application/json"}).status_code == 401
+
+
+def test_the_surface_is_in_the_openapi_description(world: World) -> None:
+    paths = world.client.get("/openapi.json").json()["paths"]
+    for path in (
+        "/api/orchestrator/scenarios/{name}/run",
+        "/api/orchestrator/jobs/{job_id}/stop",
+        "/api/orchestrator/schedules/{schedule_id}/enable",
+        "/api/orchestrator/requests/{request_id}/reject",
+        "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER/schedule",
+        "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER/workflows/{workflow_run_id}",
+    ):
+        assert path in paths, path
