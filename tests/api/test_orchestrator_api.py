@@ -303,3 +303,41 @@ def test_the_surface_is_in_the_openapi_description(world: World) -> None:
         "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER/workflows/{workflow_run_id}",
     ):
         assert path in paths, path
+
+
+SEED_ROUTE = "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER"
+
+
+def test_seed_000_contract_at_its_own_route(world: World) -> None:
+    """Seed 000 §42-44 as written: schedule, cancel, workflow status at the MEID route."""
+    h = admin(world)
+    body = {
+        "job_definition_id": ACME_JOB,
+        "scope": {"environment": "production", "region": "eu-north-1", "tenant_id": "acme", "eco_number": "ECO-A123"},
+        "trigger": {
+            "trigger_type": "manual",
+            "requested_by": "auditor@example.com",
+            "reason": "External assurance replay sample.",
+        },
+    }
+    scheduled = world.client.post(f"{SEED_ROUTE}/schedule", json=body, headers=h)
+    assert scheduled.status_code == 200, scheduled.text
+    out = scheduled.json()
+    assert set(out) == {"status", "job_run_id", "config_snapshot_id", "scheduled_for"}
+    assert out["status"] == "scheduled"
+    cancel = {"job_run_id": out["job_run_id"], "reason": "Superseded.", "requested_by": "platform.operator@example.com"}
+    cancelled = world.client.post(f"{SEED_ROUTE}/cancel", json=cancel, headers=h).json()
+    assert cancelled == {"status": "cancelled", "job_run_id": out["job_run_id"], "audit_required": True}
+    flow = world.workflow()
+    status = world.client.get(f"{SEED_ROUTE}/workflows/{flow}", headers=h).json()
+    assert {"workflow_run_id", "status", "current_step", "completed_steps", "remaining_steps"} <= set(status)
+    assert status["workflow_run_id"] == flow
+    # the same rules as /api/v1: another tenant's claim is refused and nothing is stored
+    before = count(world.engine, "job_runs")
+    other = {**body, "scope": {**body["scope"], "tenant_id": "other"}}
+    assert world.client.post(f"{SEED_ROUTE}/schedule", json=other, headers=h).status_code == 403
+    assert (
+        world.client.get(f"{SEED_ROUTE}/workflows/{flow}", headers=world.headers("other", Role.ADMIN)).status_code
+        == 404
+    )
+    assert count(world.engine, "job_runs") == before
