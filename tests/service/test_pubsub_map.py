@@ -4,7 +4,7 @@ may fire (seed 004): refusals name the file and the field; the message never pic
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +135,45 @@ def test_a_password_never_reaches_a_log_line() -> None:
 
 def _msg(result: str, status: str) -> str:
     return json.dumps({"result_name": result, "status": status})
+
+
+NOT_BEFORE = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "ignored"),
+    [
+        ("2026-06-02T00:00:00Z", None),
+        ("2026-06-02T02:00:00+02:00", None),  # the same instant as above
+        ("2026-05-31T23:59:59Z", "expired"),
+        (NOT_BEFORE.timestamp() + 1, None),  # epoch seconds
+        ((NOT_BEFORE.timestamp() - 1) * 1000, "expired"),  # epoch milliseconds
+        ("2026-06-02T00:00:00", "undated"),  # no offset: not an instant
+        ("yesterday", "undated"),
+        (None, "undated"),  # no timestamp: identity by digest, age unknown
+    ],
+)
+def test_a_polling_key_older_than_retention_fires_nothing(stamp: Any, ignored: str | None) -> None:
+    """Once retention may have retired the run a polling key's completion made, reading the key
+    again must not make a second one: older (or undated) completions are ignored, named."""
+    message: dict[str, Any] = {"result_name": "MASK_V001", "status": "success"}
+    if stamp is not None:
+        message["timestamp"] = stamp
+    verdict = judge(mapping(ENTRY), json.dumps(message), not_before=NOT_BEFORE)
+    assert verdict.ignored == ignored
+    assert (verdict.fire == ()) == (ignored is not None)
+    # without a horizon (no retention), every one of them fires
+    assert judge(mapping(ENTRY), json.dumps(message)).ignored is None
+
+
+def test_the_horizon_is_the_soonest_any_run_may_be_retired() -> None:
+    from jobgate.config import RetentionSettings
+    from jobgate.runtime.completions import shortest_retention
+
+    assert shortest_retention(RetentionSettings()) is None
+    settings = RetentionSettings(
+        finished_runs=timedelta(days=90),
+        job_classes={"REPLAY_JOB": timedelta(days=30)},
+        resolved_dead_letters=timedelta(days=60),
+    )
+    assert shortest_retention(settings) == timedelta(days=30)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import timedelta
 from pathlib import Path
 
+from jobgate.config import RetentionSettings
 from jobgate.core.errors import JobgateError
 from jobgate.runtime.event_sources import SourceStats
 from jobgate.service.engine import Engine
@@ -34,8 +36,11 @@ class Completions:
         self.mapping: PubSubMap = load_map(map_path)  # a bad mapping fails the start
 
     def heard(self, data: bytes | str, *, channel_result: str | None, via: str) -> None:
-        """One message (or polling key's value): judged against the mapping, then fired."""
-        self.handle(judge(self.current(), data, channel_result=channel_result), via=via)
+        """One message (or polling key's value): judged against the mapping, then fired. A
+        polling key is judged against the retention horizon (``pubsub_map.judge``)."""
+        keep = shortest_retention(self.engine.config.retention)
+        not_before = self.engine.clock.now() - keep if via == "state" and keep is not None else None
+        self.handle(judge(self.current(), data, channel_result=channel_result, not_before=not_before), via=via)
 
     def handle(self, verdict: Verdict, *, via: str) -> None:
         if verdict.ignored is not None:
@@ -70,6 +75,12 @@ class Completions:
                     extra={"action": "pubsub_map_refused"},
                 )
         return self.mapping
+
+
+def shortest_retention(settings: RetentionSettings) -> timedelta | None:
+    """The soonest any finished run may be retired (None: never), whatever its class or letter."""
+    kept = [settings.finished_runs, settings.resolved_dead_letters, *settings.job_classes.values()]
+    return min((k for k in kept if k is not None), default=None)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

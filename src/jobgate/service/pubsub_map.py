@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ class Completion:
     status: str
     fields: Mapping[str, str]
     delivery_id: str
+    at: datetime | None = None  # when it completed, if its timestamp reads as an instant
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class Verdict:
 
     completion: Completion | None
     fire: tuple[Subscription, ...] = ()
-    ignored: str | None = None  # not_json, bad_message, unmapped, status
+    ignored: str | None = None  # not_json, bad_message, unmapped, status, expired, undated
 
 
 def load_map(path: Path) -> PubSubMap:
@@ -134,9 +136,16 @@ def _subscription(r: Reader, raw: Any, at: str) -> Subscription:
     return Subscription(result_name, definition, on_status, params)
 
 
-def judge(mapping: PubSubMap, raw: bytes | str, *, channel_result: str | None = None) -> Verdict:
+def judge(
+    mapping: PubSubMap, raw: bytes | str, *, channel_result: str | None = None, not_before: datetime | None = None
+) -> Verdict:
     """Pure: which subscriptions one message fires. ``channel_result`` is the channel's own
-    ``<result_name>`` suffix, used only when the message carries none."""
+    ``<result_name>`` suffix, used only when the message carries none.
+
+    ``not_before`` (a polling key read while retention retires finished runs): a completion
+    from before it fires nothing (``expired``), nor does one without a readable timestamp
+    (``undated``). The key is read again at every connect, and its one run, once retired, no
+    longer holds the idempotency key that made a second reading a duplicate."""
     try:
         message = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -146,6 +155,8 @@ def judge(mapping: PubSubMap, raw: bytes | str, *, channel_result: str | None = 
     completion = read_completion(message, channel_result)
     if completion is None:
         return Verdict(None, ignored="bad_message")
+    if not_before is not None and (completion.at is None or completion.at < not_before):
+        return Verdict(completion, ignored="undated" if completion.at is None else "expired")
     subs = mapping.by_result.get(completion.result_name, ())
     if not subs:
         return Verdict(completion, ignored="unmapped")
@@ -174,7 +185,21 @@ def read_completion(message: Mapping[str, Any], channel_result: str | None = Non
             identity = digest(dict(message))
         except ValueError:  # NaN or another value with no canonical JSON: no identity, no run
             return None
-    return Completion(fields["result_name"], fields["status"], fields, f"{fields['result_name']}@{identity}")
+    at = None if instant is None or isinstance(instant, bool) else completion_instant(instant)
+    return Completion(fields["result_name"], fields["status"], fields, f"{fields['result_name']}@{identity}", at)
+
+
+def completion_instant(value: str | int | float) -> datetime | None:
+    """A completion timestamp as an instant: epoch seconds (milliseconds when that large), or
+    ISO 8601 with an offset; None when it reads as neither (it still names the delivery)."""
+    try:
+        if isinstance(value, str):
+            parsed = datetime.fromisoformat(value)
+            return None if parsed.tzinfo is None else parsed.astimezone(UTC)
+        seconds = value / 1000 if abs(value) >= 1e11 else value
+        return datetime.fromtimestamp(seconds, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def job_params(sub: Subscription, completion: Completion, declared: Collection[str]) -> dict[str, str]:
