@@ -128,3 +128,23 @@ def test_an_unsigned_export_is_refused_by_an_importer(world: World, prod: TestCl
         files = {n: z.read(n) for n in z.namelist() if n != archive.ENVELOPE}
     response = prod.post("/api/v1/import/offline-seed", content=pack(files), headers=world.headers("other", Role.ADMIN))
     assert response.status_code == 422 and "only a signed archive" in response.json()["message"]
+
+
+def test_an_archive_larger_than_the_request_limit_is_still_imported(world: World, tmp_path: Path) -> None:
+    """The import route takes archives up to their own limit (``archive.MAX_ARCHIVE_BYTES``);
+    every other route keeps ``server.max_body_bytes``."""
+    admin = world.headers("acme", Role.ADMIN)
+    signer = evidence_keys.create(world.engine.config)
+    assert world.client.post("/api/v1/definitions", json={"definitions": [DOC]}, headers=admin).status_code == 200
+    data = _export(world, ["nightly-report"])
+    base = tmp_path / "small"
+    base.mkdir()
+    limit = 1024
+    assert len(data) > limit
+    config = make_config(base, packs={"trusted_keys": [signer.public_b64]}, server={"max_body_bytes": limit})
+    with TestClient(create_app(ServerState(Engine(world.engine.store, config), auth=True))) as small:
+        other = world.headers("other", Role.ADMIN)
+        imported = small.post("/api/v1/import/offline-seed", content=data, headers=other)
+        assert imported.status_code == 200, imported.text
+        too_big = small.post("/api/v1/definitions", content=b"x" * (limit + 1), headers=other)
+        assert too_big.status_code == 413 and too_big.json()["error"] == "payload_too_large"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from jobgate.api.routes import (
 )
 from jobgate.api.server_state import ServerState
 from jobgate.identity.sessions import SESSION_COOKIE
+from jobgate.packs.archive import MAX_ARCHIVE_BYTES
 
 ERROR_STATUSES = {
     "400": "malformed request (unreadable JSON, a broken cursor)",
@@ -104,7 +106,10 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_route("/redoc", _redoc_page, include_in_schema=False)
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes)
+    # An offline seed is a whole environment's definitions: its route takes archives up to their
+    # own limit (the archive's entries are bounded again when it is read).
+    larger = {packs.IMPORT_PATH: MAX_ARCHIVE_BYTES}
+    app.add_middleware(_BodyLimit, max_bytes=state.engine.config.server.max_body_bytes, larger=larger)
     app.add_middleware(_SeedPaths)
     app.add_middleware(_PlainUrls)
     if not state.auth:
@@ -234,17 +239,19 @@ class _BodyLimit:
     sent without a length cannot make the server buffer without bound). Starlette's own
     limit answers in plain text, whatever the application's error shape."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: Mapping[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = dict(larger or {})  # path -> its own limit (an offline seed's archive)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = max(self.max_bytes, self.larger.get(scope.get("path", ""), 0))
         declared = dict(scope.get("headers", [])).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            response = JSONResponse(errors.body("payload_too_large", self._message()), status_code=413)
+        if declared.isdigit() and int(declared) > limit:
+            response = JSONResponse(errors.body("payload_too_large", self._message(limit)), status_code=413)
             await response(scope, receive, send)
             return
         received = 0
@@ -253,14 +260,15 @@ class _BodyLimit:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.max_bytes:  # handled by the error handlers, as JSON
-                raise StarletteHTTPException(413, self._message())
+            if received > limit:  # handled by the error handlers, as JSON
+                raise StarletteHTTPException(413, self._message(limit))
             return message
 
         await self.app(scope, counted, send)
 
-    def _message(self) -> str:
-        return f"the request body is larger than this server accepts ({self.max_bytes} bytes)"
+    @staticmethod
+    def _message(limit: int) -> str:
+        return f"the request body is larger than this server accepts ({limit} bytes)"
 
 
 class _Measured:

@@ -123,8 +123,11 @@ def _api_admission(caller: Principal) -> Any:
     return admit
 
 
+IMPORT_PATH = "/api/v1/import/offline-seed"
+
+
 @router.post(
-    "/import/offline-seed",
+    IMPORT_PATH.removeprefix("/api/v1"),
     response_model=ImportOut,
     responses={409: {"description": "pack_identity_digest_conflict"}, 503: {"description": "no trust root"}},
 )
