@@ -148,3 +148,25 @@ def test_an_archive_larger_than_the_request_limit_is_still_imported(world: World
         assert imported.status_code == 200, imported.text
         too_big = small.post("/api/v1/definitions", content=b"x" * (limit + 1), headers=other)
         assert too_big.status_code == 413 and too_big.json()["error"] == "payload_too_large"
+
+
+def test_a_refusal_while_applying_is_audited_and_writes_nothing(world: World, prod: TestClient) -> None:
+    """Verified, parsed, then refused when stored (here: the definition's own schedule would take
+    over a schedule someone else stored under its name): 422, audited, nothing written."""
+    from tests.api.conftest import SHARED_JOB
+
+    from jobgate.scheduling.owned import owned_schedule_id
+    from jobgate.service import schedules
+
+    cron = {**DOC, "job_definition_id": "nightly-cron", "trigger_type": "cron", "schedule_expression": "0 2 * * *"}
+    admin = world.headers("acme", Role.ADMIN)
+    assert world.client.post("/api/v1/definitions", json={"definitions": [cron]}, headers=admin).status_code == 200
+    data = _export(world, ["nightly-cron"])
+    now = world.engine.clock.now()
+    squatter = {"id": owned_schedule_id("nightly-cron"), "job": SHARED_JOB, "event_type": "x", "tenant": "other"}
+    schedules.put_schedules(world.engine, [schedules.schedule_from_document(squatter, now=now)], source="api", now=now)
+    before = _written(world)
+    response = prod.post("/api/v1/import/offline-seed", content=data, headers=world.headers("other", Role.ADMIN))
+    assert response.status_code == 422 and response.json()["field"] == "schedule_expression", response.text
+    assert _written(world) == before
+    assert count(world.engine, "audit_log", "tenant_id = 'other' AND action = 'offline_seed.import_refused'") == 1

@@ -178,6 +178,10 @@ def import_seed(
             if named is not None and named != tenant_id:
                 raise SeedRefused(f"{item.source}: names tenant {named!r}, not {tenant_id!r}", field="archive")
         fresh = _new_packs(engine, tenant_id, checked.packs, actor)
+        # All or none, like ``jobgate apply``: a refusal here (a workflow naming a job the
+        # archive lacks, an unsigned definition where signatures are required) writes nothing
+        # and is audited like the others.
+        applied = engine.apply_definitions(loaded, tenant_id=tenant_id, applied_by=actor, applied_lineage=lineage)
     except (ValidationError, ConflictError, GovernanceRefusal) as exc:
         now = engine.clock.now()
         audit.record_now(
@@ -186,7 +190,6 @@ def import_seed(
                         reason=exc.message, payload={"code": exc.code, "field": exc.field}),
         )  # fmt: skip
         raise
-    applied = engine.apply_definitions(loaded, tenant_id=tenant_id, applied_by=actor, applied_lineage=lineage)
     now = engine.clock.now()
     with engine.store.write(tenant_id=tenant_id) as tx:
         registered = []
