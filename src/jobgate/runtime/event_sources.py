@@ -13,14 +13,19 @@ are the sources today; another broker is another class with these methods.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
+
+from jobgate.clock import Clock
+from jobgate.runtime.loops import LoopThread
 
 Health = Literal["connected", "disconnected", "skip"]
 RECONNECT_BASE = timedelta(milliseconds=500)
+log = logging.getLogger("jobgate.pubsub")
 
 
 class EventSource(Protocol):
@@ -109,3 +114,78 @@ class SourceStats:
     def wait_count(self, name: str, count: int, timeout: float) -> bool:
         """Wait until counter ``name`` reaches ``count``."""
         return self.wait(lambda s: s._counts[name] >= count, timeout)
+
+
+class ReconnectingSource:
+    """What every broker source shares: its loop thread, its back-off after a lost or refused
+    connection (``reconnect_delay``), its counters and its log lines. A subclass keeps one
+    connection: ``connected`` says whether it holds it, ``step`` connects if it must and reads,
+    calling ``_lost`` on a broker error, and ``_drop`` releases it."""
+
+    name: str
+    leader_only = False
+    where: str  # how the log names this source's subscription
+
+    def __init__(self, clock: Clock, *, reconnect_max: timedelta, poll: timedelta, reconnect_base: timedelta) -> None:
+        self.poll = poll
+        self.reconnect_base = reconnect_base
+        self.reconnect_max = reconnect_max
+        self.stats = SourceStats()
+        self._failures = 0
+        self._thread = LoopThread(self, clock)
+
+    # --- EventSource ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._thread.stop()
+        self._thread.join(timeout=self.poll.total_seconds() + 10)
+
+    def health(self) -> Health:
+        return "connected" if self.connected else "disconnected"
+
+    @property
+    def running(self) -> bool:
+        return self._thread.running
+
+    # --- Loop ----------------------------------------------------------------------------
+
+    def step(self, now: datetime) -> timedelta:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._drop()
+
+    # --- the connection, for subclasses ----------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        raise NotImplementedError
+
+    def _drop(self) -> None:
+        raise NotImplementedError
+
+    def _now_connected(self) -> None:
+        """A connection is up: the back-off starts over, and operators read it in the log."""
+        self._failures = 0
+        self.stats.add("connects")
+        log.info("%s: connected", self.where, extra={"action": "pubsub_connected"})
+
+    def _lost(self, exc: BaseException) -> timedelta:
+        """The connection failed or was refused: drop it, count it, wait longer each time."""
+        was_connected = self.connected
+        self._drop()
+        self._failures += 1
+        delay = reconnect_delay(self._failures, self.reconnect_max, self.reconnect_base)
+        self.stats.add("disconnects" if was_connected else "connect_failures")
+        log.warning(
+            "%s: %s (%s); reconnecting in %.1fs",
+            self.where,
+            "connection lost" if was_connected else "cannot connect",
+            type(exc).__name__,
+            delay.total_seconds(),
+            extra={"action": "pubsub_disconnected", "failures": self._failures},
+        )
+        return delay

@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 from jobgate.config.pubsub import PubSubSettings
 from jobgate.core.errors import ConfigurationError
 from jobgate.runtime.completions import Completions
-from jobgate.runtime.event_sources import RECONNECT_BASE, Health, SourceStats, reconnect_delay
-from jobgate.runtime.loops import LoopThread
+from jobgate.runtime.event_sources import RECONNECT_BASE, ReconnectingSource
 from jobgate.service.engine import Engine
 from jobgate.store.listen import ChannelListener, listen_conninfo, listen_errors
 
@@ -26,11 +25,10 @@ log = logging.getLogger("jobgate.pubsub")
 POLL = timedelta(seconds=1)
 
 
-class PgListen:
+class PgListen(ReconnectingSource):
     """The PostgreSQL ``LISTEN`` ``EventSource`` and the ``Loop`` that runs it."""
 
     name = "pg_listen"
-    leader_only = False
 
     def __init__(
         self,
@@ -45,34 +43,19 @@ class PgListen:
             raise ConfigurationError("no channel to listen on", field="pubsub.postgres_channel")
         if conninfo is None:
             raise ConfigurationError("needs jobgate's database to be PostgreSQL", field="pubsub.postgres_channel")
+        super().__init__(engine.clock, reconnect_max=settings.reconnect_max, poll=poll, reconnect_base=reconnect_base)
         self.channel = settings.postgres_channel
         self.settings = settings
-        self.poll = poll
-        self.reconnect_base = reconnect_base
-        self.stats = SourceStats()
         self.completions = Completions(
             engine, settings.map_path, settings.tenant or engine.config.server.tenant, self.stats
         )
         self._conninfo = conninfo
         self._listener: ChannelListener | None = None
-        self._failures = 0
-        self._thread = LoopThread(self, engine.clock)
-
-    # --- EventSource ---------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._thread.stop()
-        self._thread.join(timeout=self.poll.total_seconds() + 10)
-
-    def health(self) -> Health:
-        return "connected" if self._listener is not None else "disconnected"
+        self.where = f"listening on {self.channel}"
 
     @property
-    def running(self) -> bool:
-        return self._thread.running
+    def connected(self) -> bool:
+        return self._listener is not None
 
     @property
     def backend_pid(self) -> int | None:
@@ -86,9 +69,7 @@ class PgListen:
         try:
             if self._listener is None:
                 self._listener = ChannelListener(self._conninfo, self.channel)
-                self._failures = 0
-                self.stats.add("connects")
-                log.info("listening on %s", self.channel, extra={"action": "pubsub_connected"})
+                self._now_connected()
             payloads = self._listener.payloads(self.poll.total_seconds())
         except errors as exc:
             return self._lost(exc)
@@ -96,24 +77,6 @@ class PgListen:
             self.stats.add("messages")
             self.completions.heard(payload, channel_result=None, via="notify")
         return timedelta(0)
-
-    def close(self) -> None:
-        self._drop()
-
-    def _lost(self, exc: BaseException) -> timedelta:
-        was_connected = self._listener is not None
-        self._drop()
-        self._failures += 1
-        delay = reconnect_delay(self._failures, self.settings.reconnect_max, self.reconnect_base)
-        self.stats.add("disconnects" if was_connected else "connect_failures")
-        log.warning(
-            "listening on %s: %s; reconnecting in %.1fs",
-            self.channel,
-            type(exc).__name__,
-            delay.total_seconds(),
-            extra={"action": "pubsub_disconnected", "failures": self._failures},
-        )
-        return delay
 
     def _drop(self) -> None:
         listener, self._listener = self._listener, None

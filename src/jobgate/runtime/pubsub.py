@@ -28,8 +28,7 @@ from typing import Any
 from jobgate.config.pubsub import EXTRA_HINT, PubSubSettings, safe_url, with_url
 from jobgate.core.errors import ConfigurationError
 from jobgate.runtime.completions import Completions
-from jobgate.runtime.event_sources import RECONNECT_BASE, EventSource, Health, Sources, SourceStats, reconnect_delay
-from jobgate.runtime.loops import LoopThread
+from jobgate.runtime.event_sources import RECONNECT_BASE, EventSource, ReconnectingSource, Sources
 from jobgate.runtime.pg_listen import PgListen
 from jobgate.service.engine import Engine
 
@@ -47,7 +46,7 @@ def _redis() -> Any:
     return redis
 
 
-class RedisPubSub:
+class RedisPubSub(ReconnectingSource):
     """The Redis pub/sub ``EventSource`` and the ``Loop`` that runs it."""
 
     name = "pubsub"
@@ -64,35 +63,20 @@ class RedisPubSub:
         if settings.url is None or settings.map_path is None:
             raise ConfigurationError("no Redis URL to subscribe to", field="pubsub.url")
         self._redis = _redis()  # a missing extra fails the start, naming the key
+        super().__init__(engine.clock, reconnect_max=settings.reconnect_max, poll=poll, reconnect_base=reconnect_base)
         self.engine = engine
         self.settings = settings
         self.tenant_id = settings.tenant or engine.config.server.tenant
-        self.poll = poll
-        self.reconnect_base = reconnect_base
-        self.stats = SourceStats()
         self.completions = Completions(engine, settings.map_path, self.tenant_id, self.stats)
         self._client: Any = None
         self._pubsub: Any = None
-        self._failures = 0
         # A name of its own on the broker (CLIENT LIST): operators and tests find this connection.
         self.client_name = f"jobgate-pubsub-{uuid.uuid4().hex[:12]}"
-        self._thread = LoopThread(self, engine.clock)
-
-    # --- EventSource ---------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._thread.stop()
-        self._thread.join(timeout=self.poll.total_seconds() + 10)
-
-    def health(self) -> Health:
-        return "connected" if self._pubsub is not None else "disconnected"
+        self.where = f"pub/sub {settings.channel_pattern} on {safe_url(settings.url or '')}"
 
     @property
-    def running(self) -> bool:
-        return self._thread.running
+    def connected(self) -> bool:
+        return self._pubsub is not None
 
     # --- Loop ----------------------------------------------------------------------------
 
@@ -110,9 +94,6 @@ class RedisPubSub:
         if message is not None and message.get("type") == "pmessage":
             self._heard(message["channel"], message["data"])
         return timedelta(0)
-
-    def close(self) -> None:
-        self._drop()
 
     # --- the connection ------------------------------------------------------------------
 
@@ -138,14 +119,7 @@ class RedisPubSub:
             client.close()
             raise
         self._client, self._pubsub = client, pubsub
-        self._failures = 0
-        self.stats.add("connects")
-        log.info(
-            "pub/sub subscribed to %s on %s",
-            self.settings.channel_pattern,
-            safe_url(self.settings.url or ""),
-            extra={"action": "pubsub_connected"},
-        )
+        self._now_connected()
         for name, value in zip(names, states, strict=True):
             if value is not None:
                 self.completions.heard(value, channel_result=name, via="state")
@@ -159,21 +133,6 @@ class RedisPubSub:
             if reply is not None and reply.get("type") == "psubscribe":
                 return
         raise self._redis.ConnectionError("no PSUBSCRIBE confirmation")
-
-    def _lost(self, exc: BaseException) -> timedelta:
-        was_connected = self._pubsub is not None
-        self._drop()
-        self._failures += 1
-        delay = reconnect_delay(self._failures, self.settings.reconnect_max, self.reconnect_base)
-        self.stats.add("disconnects" if was_connected else "connect_failures")
-        log.warning(
-            "pub/sub %s: %s; reconnecting in %.1fs",
-            "connection lost" if was_connected else "cannot connect",
-            type(exc).__name__,
-            delay.total_seconds(),
-            extra={"action": "pubsub_disconnected", "failures": self._failures},
-        )
-        return delay
 
     def _drop(self) -> None:
         pubsub, client, self._pubsub, self._client = self._pubsub, self._client, None, None
