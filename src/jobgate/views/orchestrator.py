@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from jobgate.core.models import JobRun, Transition
-from jobgate.core.records import StoredToken
+from jobgate.core.records import Approval, StoredToken
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
 from jobgate.scheduling.model import Schedule, ScheduleKind
@@ -107,6 +107,18 @@ class ScenarioApprovalOut(BaseModel):
     version: int
     code_digest: str | None = Field(description="the code the approval also binds")
 
+    @classmethod
+    def of(cls, name: str, a: Approval) -> ScenarioApprovalOut:
+        return cls(
+            name=name,
+            sha256=sha256_hex(a.digest),
+            approved_by=a.approved_by,
+            approved_at=a.approved_at,
+            enabled=a.active,
+            version=a.version,
+            code_digest=a.code_digest,
+        )
+
 
 class ScenarioApprovalStatusOut(BaseModel):
     """The approval on record and whether the loaded content (and its code) still match it:
@@ -125,17 +137,7 @@ class ScenarioApprovalStatusOut(BaseModel):
         return cls(
             name=st.job_definition_id,
             sha256=sha256_hex(st.current_digest),
-            approval=None
-            if a is None
-            else ScenarioApprovalOut(
-                name=st.job_definition_id,
-                sha256=sha256_hex(a.digest),
-                approved_by=a.approved_by,
-                approved_at=a.approved_at,
-                enabled=a.active,
-                version=a.version,
-                code_digest=a.code_digest,
-            ),
+            approval=None if a is None else ScenarioApprovalOut.of(st.job_definition_id, a),
             matches=st.matches,
             changed=changed,
         )

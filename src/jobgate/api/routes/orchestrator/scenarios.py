@@ -31,7 +31,6 @@ from jobgate.views.orchestrator import (
     ScenarioOut,
     ScenarioRunIn,
     job_status,
-    sha256_hex,
 )
 
 router = APIRouter(prefix=PREFIX, tags=["orchestrator compatibility"])
@@ -113,15 +112,7 @@ def approve_scenario(name: str, caller: Caller, state: State) -> ScenarioApprova
     ``/api/v1/definitions/{id}/approve``."""
     ensure_may_use(caller, name)
     a = approvals.approve(state.engine, caller.tenant_id, name, actor=caller.actor, approver=caller.person)
-    return ScenarioApprovalOut(
-        name=name,
-        sha256=sha256_hex(a.digest),
-        approved_by=a.approved_by,
-        approved_at=a.approved_at,
-        enabled=a.active,
-        version=a.version,
-        code_digest=a.code_digest,
-    )
+    return ScenarioApprovalOut.of(name, a)
 
 
 @router.get("/scenarios/{name}/approval", response_model=ScenarioApprovalStatusOut)
