@@ -94,6 +94,42 @@ def _pack(w: World) -> str:
     return pack_id
 
 
+def _scheduled_terminal_run(w: World) -> str:
+    """A cancelled run of one of acme's schedules (its slot names the schedule)."""
+    from jobgate.service import control, schedules
+
+    sid = w.schedule()
+    with w.engine.store.read() as tx:
+        stored = tx.schedule_get("acme", sid)
+    assert stored is not None
+    at = w.engine.clock.now()
+    slot = f"TGTRIG-{sid}@{at.isoformat()}"
+    request = schedules.fire_request(
+        stored.schedule, at=at, actor="scheduler", reason="test", trigger_id=slot, slot=slot
+    )
+    run = w.engine.submit(request, actor="scheduler").run
+    w.made.add(run.job_run_id)
+    return control.cancel_run(w.engine, run.job_run_id, actor="test", tenant_id="acme").job_run_id
+
+
+def _retry_pair(w: World) -> tuple[str, str]:
+    """A terminal run of acme and its retry."""
+    from jobgate.service import control
+
+    source = w.terminal_run().job_run_id
+    made, _ = control.retry_run(w.engine, source, actor="test", tenant_id="acme")
+    w.made.add(made.job_run_id)
+    return source, made.job_run_id
+
+
+def _retried(w: World) -> str:
+    return _retry_pair(w)[0]
+
+
+def _retry(w: World) -> str:
+    return _retry_pair(w)[1]
+
+
 SEED_ROUTE = "/api/trustgate/MEID_TRUST_ROUTE_SCHEDULER"
 ORC = "/api/orchestrator"
 
@@ -120,6 +156,17 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ),
     ("POST", "/api/v1/runs/{job_run_id}/retry"): lambda w: Sample(
         f"/api/v1/runs/{w.terminal_run().job_run_id}/retry", ok={201}
+    ),
+    ("POST", "/api/v1/scheduler/runs/{job_run_id}/retry"): lambda w: Sample(
+        f"/api/v1/scheduler/runs/{_scheduled_terminal_run(w)}/retry", ok={201}
+    ),
+    ("GET", "/api/v1/runs/{job_run_id}/children"): lambda w: Sample(f"/api/v1/runs/{_retried(w)}/children"),
+    ("GET", "/api/v1/runs/{job_run_id}/parents"): lambda w: Sample(f"/api/v1/runs/{_retry(w)}/parents"),
+    ("GET", "/api/v1/scheduler/runs/{job_run_id}/children"): lambda w: Sample(
+        f"/api/v1/scheduler/runs/{_retried(w)}/children"
+    ),
+    ("GET", "/api/v1/scheduler/runs/{job_run_id}/parents"): lambda w: Sample(
+        f"/api/v1/scheduler/runs/{_retry(w)}/parents"
     ),
     ("GET", "/api/v1/runs/{job_run_id}/log"): _log,
     ("GET", "/api/v1/runs/{job_run_id}/artifact"): _artifact,

@@ -273,3 +273,60 @@ def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url:
     finally:
         store.dispose()
         drop()  # type: ignore[operator]
+
+
+def test_0024_gives_existing_retries_their_retry_of(database_url: str, tmp_path: Path) -> None:
+    """Runs of 0023 (a retry whose trigger payload names its source, a manual run, a run whose
+    payload is not an object): after 0024 only the retry has ``retry_of``, and the schema is
+    exactly the declared one."""
+    from alembic import command
+
+    from jobgate.store.migrate import upgrade
+
+    url, drop = _fresh_url(database_url, tmp_path, "retry_of")
+    engine = create_engine(_url(url))
+    runs = [  # run id, trigger document
+        ("TGJOBRUN-001", '{"payload": {}}'),
+        ("TGJOBRUN-002", '{"payload": {"retry_of": "TGJOBRUN-001"}, "reason": "retry of TGJOBRUN-001"}'),
+        ("TGJOBRUN-003", '{"payload": "retry_of"}'),
+    ]
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET jobgate.tenant = '*'"))
+            command.upgrade(alembic_config(conn), "0023")  # type: ignore[arg-type]
+            conn.commit()
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL jobgate.tenant = '*'"))
+            for run_id, trigger in runs:
+                conn.execute(
+                    text(
+                        "INSERT INTO job_runs (job_run_id, tenant_id, idempotency_key, job_definition_id,"
+                        " definition_version, definition_digest, job_class, trigger_id, trigger_type, trigger, scope,"
+                        " params, config_snapshot_id, config_digest, status, max_attempts, priority, priority_rank,"
+                        " queue, retry_policy, created_at, due_at) VALUES (:id, 'default', :id, 'job', 1, 'd',"
+                        " 'MAINTENANCE_JOB', :id, 'manual', :t, '{}', '{}', 's', 'c', 'SCHEDULED', 1, 'normal', 2,"
+                        " 'default', 'p', 1, 1)"
+                    ),
+                    {"id": run_id, "t": trigger},
+                )
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET jobgate.tenant = '*'"))
+                conn.commit()
+            upgrade(conn)
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL jobgate.tenant = '*'"))
+            found = conn.execute(text("SELECT job_run_id, retry_of FROM job_runs ORDER BY job_run_id")).all()
+        assert [tuple(r) for r in found] == [
+            ("TGJOBRUN-001", None),
+            ("TGJOBRUN-002", "TGJOBRUN-001"),
+            ("TGJOBRUN-003", None),
+        ]
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()
+        drop()  # type: ignore[operator]

@@ -131,6 +131,28 @@ def test_runs_get_and_runs_by_keys_return_the_runs_that_exist(engine: Engine) ->
     assert by_key == [runs[1]]
 
 
+def test_runs_create_stores_retry_of_and_run_retries_finds_a_sources_retries(engine: Engine) -> None:
+    """A retry names its source (``retry_of``), stored with it; ``run_retries`` lists a source's
+    retries within one tenant, oldest first; a second creation under a stored run id writes
+    nothing, whatever its key (the retry contract's derived id)."""
+    (source,) = make(engine, tenant="tenant-a")
+    first = new_run(tenant="tenant-a", retry_of=source.job_run_id, at=T0)
+    later = new_run(tenant="tenant-a", retry_of=source.job_run_id, at=T0 + timedelta(seconds=1))
+    elsewhere = new_run(tenant="tenant-b", retry_of=source.job_run_id)
+    with engine.store.write() as tx:
+        tx.runs_create([creation(later), creation(first), creation(elsewhere)])
+        twin = new_run(tenant="tenant-a", retry_of=source.job_run_id).evolve(job_run_id=first.job_run_id)
+        assert tx.runs_create([creation(twin)]) == [(first, False)]
+    with engine.store.read() as tx:
+        assert get(engine, first.job_run_id).retry_of == source.job_run_id
+        assert tx.run_retries("tenant-a", source.job_run_id) == [first, later]
+        assert tx.run_retries("tenant-a", source.job_run_id, limit=1) == [first]
+        assert tx.run_retries("tenant-b", source.job_run_id) == [elsewhere]
+        assert tx.run_retries("tenant-a", first.job_run_id) == []
+        assert tx.run_get(source.job_run_id, "tenant-a") == source and source.retry_of is None
+    assert count(engine, "job_runs") == 4
+
+
 def test_runs_list_is_newest_first_and_pages_with_its_cursor(engine: Engine) -> None:
     runs = make(engine, 3, at=T0) + make(engine, 2, at=T0 + timedelta(seconds=1)) + make(engine, at=T0 - timedelta(1))
     expected = sorted(runs, key=lambda r: (r.created_at, r.job_run_id), reverse=True)

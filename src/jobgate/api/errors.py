@@ -24,6 +24,7 @@ from jobgate.core.errors import (
     JobgateError,
     NotFoundError,
     QuotaExceededError,
+    UnusableReferenceError,
     ValidationError,
 )
 from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
@@ -77,6 +78,7 @@ _STATUS: list[tuple[type[JobgateError], int]] = [
     (ConflictError, 409),
     (QuotaExceededError, 429),
     (BadRequest, 400),
+    (UnusableReferenceError, 400),
     (ValidationError, 422),
 ]
 

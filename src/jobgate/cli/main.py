@@ -466,13 +466,35 @@ def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: st
 @click.option("--by", "requested_by")
 @pass_app
 def runs_retry(app: AppContext, run_id: str, requested_by: str | None) -> None:
-    """A new run for a terminal run (at most one per source run; asking again returns it)."""
+    """A new run for a terminal run (at most one per source run; asking again returns it).
+
+    Its id is derived from the tenant and the source run, and it names the source in
+    ``retry_of``; a further retry is a retry of the retry run."""
     made = app.runs_client(requested_by=requested_by).retry(run_id, actor=_actor(requested_by))
+    retry_of = made.run.retry_of or run_id
     _say(
         app,
-        {"job_run_id": made.run.job_run_id, "retry_of": run_id, "created": made.created},
-        f"{made.run.job_run_id}{'' if made.created else ' (existing retry)'}",
+        {"job_run_id": made.run.job_run_id, "retry_of": retry_of, "created": made.created},
+        f"{made.run.job_run_id} retry of {retry_of}{'' if made.created else ' (existing retry)'}",
     )
+
+
+@runs.command("children")
+@click.argument("run_id")
+@click.option("--parents", is_flag=True, help="the run it retries instead of the runs that retry it")
+@pass_app
+def runs_children(app: AppContext, run_id: str, parents: bool) -> None:
+    """The runs that retry RUN_ID (or, with --parents, the run it retries): lineage derived
+    only from ``retry_of``."""
+    found = app.runs_client().lineage(run_id, "parents" if parents else "children")
+    if app.json_output:
+        render.emit_json(found.model_dump(mode="json"))
+        return
+    if not found.edges:
+        print(f"{found.job_run_id}: no {found.direction}")
+    for edge in found.edges:
+        source = f"\tretry of {edge.run.retry_of}" if edge.run.retry_of else ""
+        print(f"{edge.kind}\t{edge.run.job_run_id}\t{edge.run.status}{source}")
 
 
 def _say(app: AppContext, data: dict[str, Any], text: str) -> None:

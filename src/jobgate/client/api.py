@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from jobgate.decorator import JobFunction
     from jobgate.service.engine import Engine
-    from jobgate.views.schemas import RunDetailOut, RunOut
+    from jobgate.views.schemas import RunCreatedOut, RunDetailOut, RunOut
 
 
 T = TypeVar("T")
@@ -115,6 +115,19 @@ class _Runs:
 
     def cancel(self, run_id: str, reason: str | None = None) -> RunOut:
         return self._runs.cancel(run_id, actor=self._actor, reason=reason)
+
+    def retry(self, run_id: str) -> RunCreatedOut:
+        """The retry of a terminal run (seed 001 retry contract): ``created`` True the first
+        time; asking again returns the same run (its ``retry_of`` names ``run_id``)."""
+        return self._runs.retry(run_id, actor=self._actor)
+
+    def children(self, run_id: str) -> list[RunOut]:
+        """The runs that retry ``run_id`` (edges derived only from ``retry_of``)."""
+        return [e.run for e in self._runs.lineage(run_id, "children").edges]
+
+    def parents(self, run_id: str) -> list[RunOut]:
+        """The run ``run_id`` retries, if any."""
+        return [e.run for e in self._runs.lineage(run_id, "parents").edges]
 
     def list(self, *, status: RunStatus | str | None = None, job: str | None = None, limit: int = 100) -> list[RunOut]:
         """Runs, newest first."""

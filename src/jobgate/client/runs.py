@@ -16,16 +16,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import is_short_run_id
+from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
-from jobgate.service import control, manual
+from jobgate.service import control, manual, retries
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
 from jobgate.views.runs import run_detail_view
-from jobgate.views.schemas import Page, RunCreatedOut, RunDetailOut, RunOut
+from jobgate.views.schemas import Page, RunCreatedOut, RunDetailOut, RunEdgeOut, RunLineageOut, RunOut
 
 if TYPE_CHECKING:
     import httpx
+
+
+LINEAGE_DIRECTIONS = ("parents", "children")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class RunsClient(Protocol):
     def cancel(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
     def stop(self, run_id: str, *, actor: str, reason: str | None) -> RunOut: ...
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut: ...
+    def lineage(self, run_id: str, direction: str) -> RunLineageOut: ...
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart: ...
     def resolve(self, run_id: str) -> str: ...
 
@@ -107,6 +112,13 @@ class LocalRuns:
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
         run, created = manual.retry_once(self.engine, self.resolve(run_id), actor=actor, tenant_id=None, quota=False)
         return RunCreatedOut(created=created, run=RunOut.of(run))
+
+    def lineage(self, run_id: str, direction: str) -> RunLineageOut:
+        """``direction`` ``parents`` (the run it retries) or ``children`` (its retries)."""
+        found = retries.lineage(self.engine, self.resolve(run_id), None)
+        ends = found.parents if direction == "parents" else found.children
+        edges = [RunEdgeOut(kind=RETRY_EDGE, run=RunOut.of(r)) for r in ends]
+        return RunLineageOut(job_run_id=found.run.job_run_id, direction=direction, edges=edges)
 
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
         from jobgate.service import run_files
@@ -261,6 +273,12 @@ class RemoteRuns:
 
     def retry(self, run_id: str, *, actor: str) -> RunCreatedOut:
         return RunCreatedOut.model_validate(self._call("POST", f"/api/v1/runs/{_segment(self.resolve(run_id))}/retry"))
+
+    def lineage(self, run_id: str, direction: str) -> RunLineageOut:
+        if direction not in LINEAGE_DIRECTIONS:
+            raise ValidationError("parents or children", field="direction")
+        path = f"/api/v1/runs/{_segment(self.resolve(run_id))}/{direction}"
+        return RunLineageOut.model_validate(self._call("GET", path))
 
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
         params: dict[str, Any] = {"tail": tail} if tail is not None else {"offset": offset}

@@ -30,6 +30,14 @@ class ConfigurationError(ValidationError):
     code = "configuration_error"
 
 
+class UnusableReferenceError(ValidationError):
+    """A well-formed request about a record whose reference can no longer be used: its
+    definition was retired or removed, its schedule deleted (the seed 001 retry contract).
+    400 at the API, where other invalid input is 422."""
+
+    code = "unusable_reference"
+
+
 class NotReadyError(JobgateError):
     """The database is not there or not at this version's schema: nothing was created or
     changed implicitly; the message says which command does it (``jobgate init``, ``migrate``)."""

@@ -10,6 +10,7 @@ unique index, not a promise of the code.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -73,10 +74,24 @@ def run_id_for(key: str, created_at: datetime) -> str:
     return f"{RUN_ID_PREFIX}{millis:012x}{key.removeprefix('sha256:')[:20]}"
 
 
-def retry_key(source_job_run_id: str) -> str:
-    """The key of the (single) retry of a terminal run: a function of the source run alone, so
-    asking again returns the same retry even after the configuration changed (seed 001)."""
-    return digest({"retry_of": source_job_run_id})
+RETRY_DOMAIN = "jobgate.run-retry.v1"
+
+
+def retry_key(tenant_id: str, source_job_run_id: str) -> str:
+    """The key of the (single) retry of a terminal run: a function of the tenant and the source
+    run alone, so asking again returns the same retry even after the configuration changed
+    (seed 001). Retries made before the tenant was part of it are found by ``retry_of``."""
+    return digest({"tenant_id": tenant_id, "retry_of": source_job_run_id})
+
+
+def retry_run_id(tenant_id: str, source_job_run_id: str) -> str:
+    """The id of the retry of a run (seed 001 retry contract): ``TGJOBRUN-`` and the first 32
+    hex digits of SHA-256 over ``jobgate.run-retry.v1``, the tenant and the source run id,
+    newline-separated. Deterministic, so the insert of a second retry of one run conflicts on
+    the run's own key even before its idempotency key is compared. The same length and alphabet
+    as ``run_id_for``'s ids (``short_run_id`` takes its last 12 digits), but not time-ordered."""
+    text = f"{RETRY_DOMAIN}\n{tenant_id}\n{source_job_run_id}".encode()
+    return f"{RUN_ID_PREFIX}{hashlib.sha256(text).hexdigest()[:32]}"
 
 
 def client_request_key(tenant_id: str, client_key: str) -> str:

@@ -316,6 +316,8 @@ class JobRun:
     # The schedule slot this run is the one run of (``schedule_id@instant``, a scheduled fire or a
     # backfill): unique per tenant in the store, whatever the configuration did since.
     slot: str | None = None
+    # The run this one retries (seed 001 retry contract): the only source of retry lineage.
+    retry_of: str | None = None
 
     def evolve(self, **changes: Any) -> JobRun:
         """A copy with ``changes``, like ``dataclasses.replace`` but without re-running

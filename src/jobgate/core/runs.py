@@ -30,6 +30,7 @@ def new_run(
     actor: str,
     key: str | None = None,
     code_digest: str | None = None,
+    run_id: str | None = None,
 ) -> tuple[JobRun, tuple[Transition, ...]]:
     """The run a trigger maps to, admitted straight to SCHEDULED, and its two first transitions.
 
@@ -38,7 +39,8 @@ def new_run(
     (``run_id_for``). ``key`` replaces the computed key where the trigger itself defines
     identity (the retry of a run). ``code_digest`` is the code its approval binds: with what it
     executes and its timeout policy it is recorded in the creation (``binding``), so a replay
-    needs nothing but the record.
+    needs nothing but the record. ``run_id`` replaces the id derived from the key and the time
+    where the trigger defines the id itself (a retry: ``idempotency.retry_run_id``).
     """
     key = key or idempotency_key(
         job_definition_id=definition.job_definition_id,
@@ -47,7 +49,7 @@ def new_run(
         config_digest=snapshot.config_digest,
         policy=definition.idempotency_policy,
     )
-    run_id = run_id_for(key, now)
+    run_id = run_id or run_id_for(key, now)
     due = due_at or now
     queue_deadline = None
     if timeout is not None and timeout.queue_timeout is not None:

@@ -144,36 +144,14 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
 def retry_run(
     engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None, role: str | None = None
 ) -> tuple[JobRun, bool]:
-    """A new run for a terminal run, at most once per source run (seed 001 retry contract).
-
-    The retry's trigger id is derived from the source run, so asking twice returns the same
-    retry run (``created`` False the second time). The source run is left as it was. The retry
-    runs the source run's definition version (pinned), which must still be approved.
+    """A new run for a terminal run, at most once per source run (seed 001 retry contract,
+    ``service.retries.retry`` without the API's quota). Asking twice returns the same retry run
+    (``created`` False the second time). The source run is left as it was. The retry runs the
+    source run's definition version (pinned), which must still be approved.
     """
-    from jobgate.core.models import Scope, TriggerType
-    from jobgate.service.submission import SubmitRequest
+    from jobgate.service import retries
 
-    with engine.store.read() as tx:
-        run = tx.run_get(job_run_id, tenant_id)
-    if run is None:
-        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
-    if not run.status.is_terminal:
-        raise ConflictError(f"run is {run.status.value}; only a terminal run can be retried", field="status")
-    request = SubmitRequest(
-        job_definition_id=run.job_definition_id,
-        trigger_type=TriggerType.MANUAL,
-        params=dict(run.params),
-        scope=Scope.from_dict(run.scope),
-        requested_by=actor,
-        reason=f"retry of {run.job_run_id}",
-        request_id=f"retry-of:{run.job_run_id}",
-        payload={"retry_of": run.job_run_id},
-        retry_of=run.job_run_id,
-        definition_version=run.definition_version,  # the source run's version, not today's
-        role=role,  # the asker's: a retry meets the policy's priority ceiling for it, as a submit does
-    )
-    result = engine.submit(request, actor=actor)
-    return result.run, result.created
+    return retries.retry(engine, job_run_id, actor=actor, tenant_id=tenant_id, role=role, quota=False)
 
 
 def check_step_requeue(tx: StoreTx, run: JobRun) -> None:

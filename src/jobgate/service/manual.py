@@ -24,10 +24,10 @@ from typing import Any
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
-from jobgate.core.idempotency import client_request_key, retry_key
+from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
-from jobgate.service import control
+from jobgate.service import retries
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest, SubmitResult
 
@@ -173,19 +173,21 @@ def retry_once(
     tenant_id: str | None,
     role: str | None = None,
     quota: bool = True,
+    require_schedule: bool = False,
 ) -> tuple[JobRun, bool]:
-    """Seed 001 retry: an existing retry is returned as is, before anything else is asked; a
-    new one counts against the API's daily quota (``quota``; off for the operator on the host)
-    like any other run created through the API and is judged with the caller's role, as a
-    submit is (the policy's priority ceilings by role). ``tenant_id`` None: any tenant's run
-    (the operator on the host)."""
-    with engine.store.read(tenant_id=tenant_id) as tx:
-        found = tx.runs_by_keys([retry_key(job_run_id)])
-    if found and (tenant_id is None or found[0].tenant_id == tenant_id):
-        return found[0], False
-    if quota and tenant_id is not None:
-        check_daily_quota(engine, tenant_id)
-    return control.retry_run(engine, job_run_id, actor=actor, tenant_id=tenant_id, role=role)
+    """Seed 001 retry (``service.retries.retry``): an existing retry is returned as is, before
+    anything else is asked; a new one counts against the API's daily quota (``quota``; off for
+    the operator on the host) like any other run created through the API and is judged with the
+    caller's role, as a submit is. ``tenant_id`` None: any tenant's run (the operator on the host)."""
+    return retries.retry(
+        engine,
+        job_run_id,
+        actor=actor,
+        tenant_id=tenant_id,
+        role=role,
+        quota=quota,
+        require_schedule=require_schedule,
+    )
 
 
 def _check_same(engine: Engine, run: JobRun, fingerprint: str) -> None:

@@ -25,7 +25,7 @@ from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.governance import Moment, SafeModeFact, admit
-from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key
+from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key, retry_run_id
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
@@ -194,6 +194,7 @@ class Pipeline:
         if request.timeout_policy is not None:
             timeout = policies.timeout_policy(self.config, request.timeout_policy)
         key = compute_idempotency_key(definition, trigger, request, snapshot)
+        retry_of = request.retry_of
         run, transitions = new_run(
             definition,
             trigger,
@@ -207,7 +208,10 @@ class Pipeline:
             actor=actor or request.requested_by or SYSTEM_ACTOR,
             key=key,
             code_digest=None if facts.approval is None else facts.approval.code_digest,
+            run_id=None if retry_of is None else retry_run_id(request.scope.tenant_id, retry_of),
         )
+        if retry_of is not None:
+            run = run.evolve(retry_of=retry_of)
         if request.workflow_run_id is not None:
             run = run.evolve(workflow_run_id=request.workflow_run_id)
         if request.slot is not None:
@@ -380,22 +384,30 @@ def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dic
     return tx.run_holders([p.create.run for p in prepared])
 
 
+RETRIED = "run.retried"
+
+
 def manual_scheduling_event(prepared: PreparedSubmission, run: JobRun, now: datetime) -> AuditEvent:
-    """Seed §49: manual scheduling is a material action, audited with the run it made."""
+    """Seed §49: manual scheduling is a material action, audited with the run it made. A retry
+    (seed 001) is that one entry too, as ``run.retried`` naming its source run: committed with
+    the run, so exactly one per retry created, none when the insert found the retry there."""
+    payload: dict[str, object] = {
+        "job_definition_id": run.job_definition_id,
+        "definition_digest": run.definition_digest,
+        "config_digest": run.config_digest,
+        "idempotency_key": run.idempotency_key,
+    }
+    if run.retry_of is not None:
+        payload["retry_of"] = run.retry_of
     return AuditEvent(
         tenant_id=run.tenant_id,
         actor=run.requested_by or SYSTEM_ACTOR,
-        action="run.scheduled_manually",
+        action="run.scheduled_manually" if run.retry_of is None else RETRIED,
         target_type="run",
         target_id=run.job_run_id,
         at=now,
         reason=prepared.create.trigger.get("reason"),
-        payload={
-            "job_definition_id": run.job_definition_id,
-            "definition_digest": run.definition_digest,
-            "config_digest": run.config_digest,
-            "idempotency_key": run.idempotency_key,
-        },
+        payload=payload,
     )
 
 
@@ -407,7 +419,7 @@ def compute_idempotency_key(
     if request.run_key is not None:
         return request.run_key
     if request.retry_of is not None:
-        return retry_key(request.retry_of)
+        return retry_key(request.scope.tenant_id, request.retry_of)
     if request.client_key is not None:
         return client_request_key(request.scope.tenant_id, request.client_key)
     return idempotency_key(

@@ -121,6 +121,7 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
             held_at=opt_dt(r["held_at"]),
             reviewed_by=r["reviewed_by"],
             slot=r["slot"],
+            retry_of=r.get("retry_of"),
         )
     )
 

@@ -537,6 +537,10 @@ class StoreTx:
     def runs_get(self, job_run_ids: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_ids(self._conn, job_run_ids)
 
+    def run_retries(self, tenant_id: str, source_job_run_id: str, limit: int = 100) -> list[JobRun]:
+        """The runs that retry ``source_job_run_id`` in ``tenant_id``, oldest first."""
+        return runs.run_retries(self._conn, tenant_id, source_job_run_id, limit)
+
     def runs_by_keys(self, idempotency_keys: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_keys(self._conn, idempotency_keys)
 
@@ -691,12 +695,8 @@ class StoreTx:
             record_seals.retire_runs(self._conn, tenant_id, retired, codec.to_us(ended_before))
         return retired
 
-    def runs_retirable_count(
-        self, tenant_id: str, ended_before: datetime, scope: RetireScope = ANY_RUN
-    ) -> int:
-        return retention.runs_retirable_count(
-            self._conn, tenant_id, ended_before, scope, ordered_ids=self._ordered_ids
-        )
+    def runs_retirable_count(self, tenant_id: str, ended_before: datetime, scope: RetireScope = ANY_RUN) -> int:
+        return retention.runs_retirable_count(self._conn, tenant_id, ended_before, scope, ordered_ids=self._ordered_ids)
 
     def outbox_summary(self, tenant_id: str | None = None) -> tuple[int, datetime | None]:
         return outbox.outbox_summary(self._conn, tenant_id, ordered_ids=self._ordered_ids)

@@ -150,6 +150,10 @@ job_runs = Table(
     Column("transition_count", Integer, nullable=False, server_default="0"),
     Column("history_hash", String(80)),
     Column("history_extent", Integer),
+    # The run this one retries (migration 0024): the retry contract finds a source run's one
+    # retry by it, and the lineage reads derive their edges from it alone. The same value is in
+    # the sealed trigger's payload, which verification compares it with.
+    Column("retry_of", String(64)),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="attempt_bounds"),
     CheckConstraint(f"({LEASED_SQL}) = (lease_owner IS NOT NULL)", name="lease_iff_leased"),
@@ -188,6 +192,13 @@ job_runs = Table(
     ),
     # Held runs (the rescuer looks at them again each pass): only they are in it.
     Index("ix_job_runs_held", "held_at", sqlite_where=text(HELD_SQL), postgresql_where=text(HELD_SQL)),
+    Index(
+        "ix_job_runs_retry_of",
+        "tenant_id",
+        "retry_of",
+        sqlite_where=text("retry_of IS NOT NULL"),
+        postgresql_where=text("retry_of IS NOT NULL"),
+    ),
     Index(
         "ux_job_runs_slot",
         "tenant_id",

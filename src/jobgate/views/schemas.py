@@ -124,6 +124,7 @@ class RunOut(BaseModel):
         default=None, description="the schedule whose slot this run is (scheduled, backfilled)"
     )
     slot_at: datetime | None = Field(default=None, description="the instant of that slot (a batch window's end)")
+    retry_of: str | None = Field(default=None, description="the run this run retries (seed 001 retry contract)")
 
     @classmethod
     def of(cls, run: JobRun) -> RunOut:
@@ -166,6 +167,7 @@ class RunOut(BaseModel):
             reviewed_by=run.reviewed_by,
             schedule_id=None if slot is None else slot[0],
             slot_at=None if slot is None else slot[1],
+            retry_of=run.retry_of,
         )
 
 
@@ -250,6 +252,22 @@ class RunDetailOut(BaseModel):
     dead_letter: DeadLetterOut | None
     progress: float | None
     progress_message: str | None
+
+
+class RunEdgeOut(BaseModel):
+    """One lineage edge: its kind (``retry``: derived from ``retry_of`` alone) and the run at
+    its other end."""
+
+    kind: str
+    run: RunOut
+
+
+class RunLineageOut(BaseModel):
+    """A run's parents (the run it retries) or children (the runs that retry it)."""
+
+    job_run_id: str
+    direction: str = Field(description="parents | children")
+    edges: list[RunEdgeOut]
 
 
 class RunCreateIn(Request):

@@ -1,4 +1,7 @@
-"""Runs: create (manual trigger), list, read, cancel, stop, retry, log, artifact.
+"""Runs: create (manual trigger), list, read, cancel, stop, retry, lineage, log, artifact.
+
+The retry and lineage routes are also served under ``/api/v1/scheduler/runs/...`` (seed 001's
+paths); the scheduler retry path accepts only runs of an existing schedule.
 
 Every read and write is scoped to the caller's tenant, and to the token's definitions when
 it has a list: another tenant's run, or a run of a definition the token may not use, answers
@@ -18,9 +21,10 @@ from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
+from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import JobRun, Scope
 from jobgate.core.states import RunStatus
-from jobgate.service import control, manual, run_files
+from jobgate.service import control, manual, retries, run_files
 from jobgate.service.tokens import Principal
 from jobgate.store.base import RunFilter
 from jobgate.views.runs import run_detail_view
@@ -30,6 +34,8 @@ from jobgate.views.schemas import (
     RunCreatedOut,
     RunCreateIn,
     RunDetailOut,
+    RunEdgeOut,
+    RunLineageOut,
     RunOut,
 )
 
@@ -151,15 +157,74 @@ def stop_run(job_run_id: str, caller: Caller, state: State, body: RunActionIn | 
 @allow(RUN_CONTROL)
 def retry_run(job_run_id: str, response: Response, caller: Caller, state: State) -> RunCreatedOut:
     """Seed 001 retry contract: a terminal run is retried at most once; 201 with the new run the
-    first time, 200 with the same retry afterwards, 409 when the run is not terminal."""
+    first time, 200 with the same retry afterwards (or to a concurrent request that lost), 404
+    for an unknown run, 409 when the run is not terminal, 400 when its definition is gone or
+    retired. A refusal stores nothing."""
+    return _retry(job_run_id, response, caller, state, require_schedule=False)
+
+
+@router.post("/scheduler/runs/{job_run_id}/retry", status_code=201, response_model=RunCreatedOut)
+@allow(RUN_CONTROL)
+def retry_scheduled_run(job_run_id: str, response: Response, caller: Caller, state: State) -> RunCreatedOut:
+    """The seed's scheduler path of the retry contract: as ``/runs/{id}/retry``, and 400
+    (``schedule_id``) when the run belongs to no schedule or its schedule no longer exists."""
+    return _retry(job_run_id, response, caller, state, require_schedule=True)
+
+
+def _retry(
+    job_run_id: str, response: Response, caller: Caller, state: State, *, require_schedule: bool
+) -> RunCreatedOut:
     run = visible_run(state, caller, job_run_id)
     check_run_access(RUN_CONTROL, caller, run)
     retry, created = manual.retry_once(
-        state.engine, job_run_id, actor=caller.actor, tenant_id=caller.tenant_id, role=caller.role.value
+        state.engine,
+        job_run_id,
+        actor=caller.actor,
+        tenant_id=caller.tenant_id,
+        role=caller.role.value,
+        require_schedule=require_schedule,
     )
     if not created:
         response.status_code = 200
     return RunCreatedOut(created=created, run=RunOut.of(retry))
+
+
+@router.get("/runs/{job_run_id}/children", response_model=RunLineageOut)
+@allow(READ)
+def run_children(job_run_id: str, caller: Caller, state: State) -> RunLineageOut:
+    """The runs that retry this run (edges derived only from ``retry_of``), oldest first."""
+    return _lineage(job_run_id, caller, state, "children")
+
+
+@router.get("/runs/{job_run_id}/parents", response_model=RunLineageOut)
+@allow(READ)
+def run_parents(job_run_id: str, caller: Caller, state: State) -> RunLineageOut:
+    """The run this run retries, if any (its ``retry_of``)."""
+    return _lineage(job_run_id, caller, state, "parents")
+
+
+@router.get("/scheduler/runs/{job_run_id}/children", response_model=RunLineageOut)
+@allow(READ)
+def scheduler_run_children(job_run_id: str, caller: Caller, state: State) -> RunLineageOut:
+    """The seed's path of ``/runs/{id}/children``."""
+    return _lineage(job_run_id, caller, state, "children")
+
+
+@router.get("/scheduler/runs/{job_run_id}/parents", response_model=RunLineageOut)
+@allow(READ)
+def scheduler_run_parents(job_run_id: str, caller: Caller, state: State) -> RunLineageOut:
+    """The seed's path of ``/runs/{id}/parents``."""
+    return _lineage(job_run_id, caller, state, "parents")
+
+
+def _lineage(job_run_id: str, caller: Caller, state: State, direction: str) -> RunLineageOut:
+    """Tenant-scoped, and limited to the definitions the token may use: a run (or an edge's
+    other end) the caller may not see is a 404 (or not listed)."""
+    visible_run(state, caller, job_run_id)
+    found = retries.lineage(state.engine, job_run_id, caller.tenant_id)
+    ends = found.parents if direction == "parents" else found.children
+    edges = [RunEdgeOut(kind=RETRY_EDGE, run=RunOut.of(r)) for r in ends if caller.may_use(r.job_definition_id)]
+    return RunLineageOut(job_run_id=job_run_id, direction=direction, edges=edges)
 
 
 @router.get("/runs/{job_run_id}/log", response_class=PlainTextResponse)

@@ -57,6 +57,7 @@ _RUN_INSERT_COLUMNS = (
     "transition_count",
     "history_hash",
     "history_extent",
+    "retry_of",
 )
 
 
@@ -102,6 +103,7 @@ def run_values(c: RunCreate, transitions: Sequence[tuple[Any, ...]]) -> tuple[ob
         len(transitions),
         seals.history_of([t[2:] for t in transitions]),
         len(transitions),
+        r.retry_of,
     )
 
 
@@ -201,12 +203,23 @@ def runs_create(
         stored = {key: c.run for key, c in fresh.items()}
     else:
         stored = holders(conn, [c.run for c in fresh.values()])
+        _by_id_where_missing(conn, stored, fresh)
     out: list[tuple[JobRun, bool]] = []
     for c in creates:
         run = stored[c.run.idempotency_key]
         out.append((run, run.job_run_id in made))
         made.discard(run.job_run_id)  # a key repeated inside one call is created once
     return out
+
+
+def _by_id_where_missing(conn: Connection, stored: dict[str, JobRun], fresh: dict[str, RunCreate]) -> None:
+    """A run not inserted whose key and slot hold nothing met its own id: the stored run of that
+    id is its holder (a retry's id derives from its source run, ``idempotency.retry_run_id``;
+    the insert stores nothing when that id exists). Asked only after a conflict."""
+    missing = {c.run.job_run_id: key for key, c in fresh.items() if key not in stored}
+    if missing:
+        for run in runs_by_ids(conn, list(missing)):
+            stored[missing[run.job_run_id]] = run
 
 
 def holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str, JobRun]:
@@ -276,6 +289,20 @@ def run_get(conn: Connection, job_run_id: str, tenant_id: str | None = None) -> 
         q = q.where(job_runs.c.tenant_id == tenant_id)
     row = conn.execute(q).mappings().first()
     return None if row is None else codec.run_from_row(row)
+
+
+def run_retries(conn: Connection, tenant_id: str, source_job_run_id: str, limit: int = 100) -> list[JobRun]:
+    """The runs of ``tenant_id`` that retry ``source_job_run_id`` (``retry_of``), oldest first:
+    a source run's retry edges (``ix_job_runs_retry_of``). The contract keeps one; a store
+    written before it could hold more, and every one is an edge."""
+    c = job_runs.c
+    q = (
+        select(job_runs)
+        .where(c.tenant_id == tenant_id, c.retry_of == source_job_run_id)
+        .order_by(c.created_at, c.job_run_id)
+        .limit(limit)
+    )
+    return [codec.run_from_row(r) for r in conn.execute(q).mappings()]
 
 
 def runs_list(conn: Connection, f: RunFilter) -> list[JobRun]:

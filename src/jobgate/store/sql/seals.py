@@ -120,6 +120,10 @@ def _cols(table: Table, *names: Iterable[str]) -> list[Any]:
 
 
 _RUN_READ = ("job_run_id", "tenant_id", *seals.RUN_IDENTITY, *seals.RUN_OUTCOME)
+# Verification also reads ``retry_of``, to compare it with the sealed trigger's payload
+# (``_check_retry_of``), not to hash it: it repeats a value the identity already seals. Not in
+# ``_RUN_READ``: migration 0021 seals runs through it before the column exists.
+_RUN_VERIFY = (*_RUN_READ, "retry_of")
 _TRANSITION_READ = ("id", "job_run_id", "tenant_id", *seals.TRANSITION_COLUMNS)
 _LETTER_READ = ("job_run_id", "tenant_id", *seals.LETTER_COLUMNS)
 _WORKFLOW_READ = ("workflow_run_id", "tenant_id", *seals.WORKFLOW_IDENTITY, *seals.WORKFLOW_OUTCOME)
@@ -577,7 +581,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
             conn,
             "runs",
             lambda: (
-                select(*_cols(job_runs, _RUN_READ))
+                select(*_cols(job_runs, _RUN_VERIFY))
                 .where(r.tenant_id == bindparam("tenant"))
                 .order_by(_collate(conn, r.job_run_id))
             ),
@@ -643,6 +647,7 @@ def _verify_run(
         if ended:
             _add(report, Finding(seals.RUN, rid, "unsealed"))
         return
+    _check_retry_of(rid, run, seal, report)
     extent = int(seal["extent"] or 0)
     if len(ts) < extent:
         _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=seal["id"]))
@@ -654,6 +659,25 @@ def _verify_run(
         _compare_run(rid, seal, seals.run_values(run, ts[:extent], ls), report, outcome=False)
         return
     _compare_run(rid, seal, seals.run_values(run, ts, ls), report, outcome=True)
+
+
+def _check_retry_of(rid: str, run: Record, seal: Record, report: RecordsReport) -> None:
+    """A run's ``retry_of`` column must say what its sealed trigger's payload says: the column
+    is not hashed itself (adding it to the identity would have changed every seal made before
+    it existed), so this comparison is what covers it. The trigger is decoded only when either
+    side names a retry, which few runs do."""
+    stored, trigger = run.get("retry_of"), run["trigger"]
+    text = trigger if isinstance(trigger, str) else None
+    if stored is None and (text is None or "retry_of" not in text):
+        return
+    try:
+        payload = (json.loads(text or "{}") or {}).get("payload") or {}
+    except (ValueError, AttributeError):
+        payload = {}
+    sealed = payload.get("retry_of") if isinstance(payload, dict) else None
+    if sealed != stored:
+        detail = f"trigger says {_short(sealed)}, column says {_short(stored)}"
+        _add(report, Finding(seals.RUN, rid, "changed", "identity", "retry_of", seal["id"], detail))
 
 
 def _compare_run(
