@@ -495,12 +495,14 @@ def scheduler_command(
     app: AppContext, lease_seconds: float, once: bool, migrate_first: bool, redis_url: str | None
 ) -> None:
     """Fire due schedules while leading; wait as standby while another scheduler leads."""
+    from jobgate.cli.serve import load_definitions_at_start
     from jobgate.runtime.pubsub import pubsub_source
 
     app.setup_logging()
     admit_plugins(app.config().plugins)  # verified before anything starts; a refusal names the file
     app.may_create = migrate_first
     engine = app.engine()
+    load_definitions_at_start(engine)  # the configured definitions: folders, as jobgate serve
     scheduler = Scheduler(engine, lease=timedelta(seconds=lease_seconds))
     if once:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,7 +12,10 @@ from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.plugins.admission import admit as admit_plugins
-from jobgate.service import doctor
+from jobgate.service import doctor, startup
+
+if TYPE_CHECKING:
+    from jobgate.service.engine import Engine
 
 
 @click.command()
@@ -63,6 +67,7 @@ def serve(
         app.database = database
     app.may_create = migrate_first
     engine = app.engine()
+    load_definitions_at_start(engine)  # before the first token: a refused start stores nothing
     server = ApiServer(engine, options)
     made = server.bootstrap()
     if made is not None and bootstrap_token_file is not None:
@@ -90,6 +95,22 @@ def serve(
         extra={"action": "server_started"},
     )
     server.serve()
+
+
+def load_definitions_at_start(engine: Engine) -> None:
+    """The configured ``definitions:`` folders, applied once (``service.startup``); an invalid
+    file or a missing configured folder raises, naming it, and the process exits non-zero."""
+    loaded = startup.load_at_startup(engine)
+    logging.getLogger("jobgate.cli").info(
+        "%s",
+        loaded.summary(),
+        extra={
+            "action": "definitions_loaded",
+            "definitions": len(loaded.results),
+            "new_versions": loaded.created,
+            "unchanged_versions": loaded.unchanged,
+        },
+    )
 
 
 @click.command("doctor")

@@ -40,6 +40,7 @@ from jobgate.core.classes import (
     known_classes,
 )
 from jobgate.core.errors import ConfigurationError, ValidationError
+from jobgate.core.params import placeholders
 from jobgate.core.periods import PeriodKind
 from jobgate.core.policies import (
     BUILTIN_RETRY_POLICIES,
@@ -70,6 +71,7 @@ _TOP_KEYS = (
     "data_dir",
     "definitions",
     "runners",
+    "runners_file",
     "default_runner",
     "targets",
     "profiles",
@@ -337,6 +339,9 @@ class JobgateConfig:
     auth: AuthSettings = field(default_factory=AuthSettings)  # jobgate.config.auth: tokens, OpenID Connect
     # Job classes declared here beside the built-in ones, by name (jobgate.core.classes).
     job_classes: dict[str, JobClassSpec] = field(default_factory=dict)
+    # Whether ``definitions`` was written in the file: a folder named there must exist at
+    # start-up, while the default ``definitions`` folder may be absent (service.startup).
+    definitions_configured: bool = False
 
     @property
     def evidence_key_path(self) -> Path:
@@ -403,6 +408,12 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
     folders = r.strings(doc.get("definitions"), "definitions") if "definitions" in doc else ["definitions"]
     definitions = tuple(base_dir / folder for folder in folders)
     runners = {name: _runner(r, name, spec) for name, spec in _named_entries(r, doc, "runners").items()}
+    if doc.get("runners_file") is not None:
+        runners_file = base_dir / r.string(doc["runners_file"], "runners_file")
+        for name, spec in _runners_file(runners_file).items():
+            if name in runners:
+                r.fail(join("runners", name), f"also defined in runners_file {runners_file}: name it in one place")
+            runners[name] = spec
     default_runner = None
     if doc.get("default_runner") is not None:
         default_runner = r.known(doc.get("default_runner"), "default_runner", "runner", runners)
@@ -438,6 +449,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         database=database,
         data_dir=data_dir,
         definitions=definitions,
+        definitions_configured="definitions" in doc,
         runners=runners,
         targets=targets,
         profiles=profiles,
@@ -607,10 +619,22 @@ def _runner(r: Reader, name: str, value: Any) -> RunnerSpec:
         )
     )
     # Whether the binary runs the body as a program. Unless the runner says otherwise, a runner
-    # that is handed the body (``{{tmpfile}}``) is taken to execute it: deny by default.
-    takes_body = any("{{tmpfile}}" in arg for arg in args)
+    # that is handed the body (``{{tmpfile}}``, or seed 004's ``{{.tmpfile}}``) is taken to
+    # execute it: deny by default.
+    takes_body = any("tmpfile" in placeholders(arg) for arg in args)
     executes_body = r.boolean(spec.get("executes_body", takes_body), join(at, "executes_body"))
     return RunnerSpec(name, binary, args, codes, grace, artifact, env, executes_body)
+
+
+def _runners_file(path: Path) -> dict[str, RunnerSpec]:
+    """Seed 004's ``runners.yaml`` (``runners: {name: {binary, args}}``), named by ``runners_file``:
+    the same entries as the ``runners`` section, every refusal naming that file. Binary paths
+    then live in one host file that scenarios and this configuration only name."""
+    r = Reader(str(path), ConfigurationError)
+    text = read_text(path, error=ConfigurationError)
+    doc = r.mapping(_or_empty(parse_yaml(text, source=str(path), error=ConfigurationError)), "")
+    r.only_keys(doc, "", ("runners",))
+    return {name: _runner(r, name, spec) for name, spec in _named_entries(r, doc, "runners").items()}
 
 
 def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec]) -> TargetSpec:

@@ -73,14 +73,35 @@ _KEYS = {
     "paused",
     "tenant",
 }
+# Seed 004's schedule seed file names the definition ``scenario`` and its cron ``schedule``.
+ALIASES = {"scenario": "job", "schedule": "cron"}
+
+
+def canonical_keys(doc: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+    """``doc`` with seed 004's aliases renamed to jobgate's keys. Both an alias and its original
+    are refused, naming both: which of the two was meant is not for a loader to guess."""
+    out = dict(doc)
+    for alias, original in ALIASES.items():
+        if alias not in doc:
+            continue
+        if original in doc:
+            raise ValidationError(
+                f"give one of {original!r} and {alias!r} (its seed 004 alias), not both",
+                field=f"{original}, {alias}",
+                source=str(doc.get("id") or source),
+            )
+        out[original] = out.pop(alias)
+    return out
 
 
 def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str = "document") -> Schedule:
-    """One schedule from its document form (a seed file entry or CLI flags), checked."""
+    """One schedule from its document form (a seed file entry or CLI flags), checked. Seed 004's
+    ``scenario:`` and ``schedule:`` are read as ``job:`` and ``cron:``."""
+    doc = canonical_keys(doc, source=source)
     unknown = set(doc) - _KEYS
     if unknown:
         raise ValidationError(
-            f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})", field="schedule", source=source
+            f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS | set(ALIASES))})", field="schedule", source=source
         )
     schedule_id = _text(doc, "id", source)
     triggers = ("cron", "every_seconds", "window_seconds", "event_type", "condition", "config_profile")
