@@ -17,6 +17,7 @@ from sqlalchemy import text
 from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 
 from jobgate.core.idempotency import retry_run_id
+from jobgate.core.lineage import retry_source
 from jobgate.core.models import DefinitionStatus, JobRun, Scope
 from jobgate.core.tokens import Role
 from jobgate.service import audit, control, schedules
@@ -66,6 +67,14 @@ def test_the_retry_id_is_derived_from_the_tenant_and_the_source_run() -> None:
     digest = hashlib.sha256(b"jobgate.run-retry.v1\nacme\nTGJOBRUN-x").hexdigest()[:32]
     assert retry_run_id("acme", "TGJOBRUN-x") == f"TGJOBRUN-{digest}"
     assert retry_run_id("other", "TGJOBRUN-x") != retry_run_id("acme", "TGJOBRUN-x")
+
+
+def test_only_a_retrys_own_trigger_names_a_source() -> None:
+    made = {"trigger_type": "manual", "request_id": "retry-of:TGJOBRUN-a", "payload": {"retry_of": "TGJOBRUN-a"}}
+    assert retry_source(made) == "TGJOBRUN-a"
+    assert retry_source({**made, "trigger_type": "event"}) is None  # an event's payload field
+    assert retry_source({**made, "request_id": "api:key"}) is None
+    assert retry_source({"payload": "retry_of"}) is None and retry_source(None) is None
 
 
 @pytest.mark.parametrize("prefix", [RUNS, SCHEDULER])

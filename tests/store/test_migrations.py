@@ -276,19 +276,21 @@ def test_0021_gives_every_run_its_chain_and_seals_ended_runs_again(database_url:
 
 
 def test_0024_gives_existing_retries_their_retry_of(database_url: str, tmp_path: Path) -> None:
-    """Runs of 0023 (a retry whose trigger payload names its source, a manual run, a run whose
-    payload is not an object): after 0024 only the retry has ``retry_of``, and the schema is
-    exactly the declared one."""
+    """Runs of 0023 (a retry, a manual run, a run whose payload is not an object, an event whose
+    payload has a ``retry_of`` field): after 0024 only the retry has ``retry_of``, and the
+    schema is exactly the declared one."""
     from alembic import command
 
     from jobgate.store.migrate import upgrade
 
     url, drop = _fresh_url(database_url, tmp_path, "retry_of")
     engine = create_engine(_url(url))
+    retry = '{"trigger_type": "manual", "request_id": "retry-of:TGJOBRUN-001", "payload": {"retry_of": "TGJOBRUN-001"}}'
     runs = [  # run id, trigger document
-        ("TGJOBRUN-001", '{"payload": {}}'),
-        ("TGJOBRUN-002", '{"payload": {"retry_of": "TGJOBRUN-001"}, "reason": "retry of TGJOBRUN-001"}'),
+        ("TGJOBRUN-001", '{"trigger_type": "manual", "payload": {}}'),
+        ("TGJOBRUN-002", retry),
         ("TGJOBRUN-003", '{"payload": "retry_of"}'),
+        ("TGJOBRUN-004", '{"trigger_type": "event", "payload": {"retry_of": "TGJOBRUN-001"}}'),
     ]
     try:
         with engine.connect() as conn:
@@ -324,6 +326,7 @@ def test_0024_gives_existing_retries_their_retry_of(database_url: str, tmp_path:
             ("TGJOBRUN-001", None),
             ("TGJOBRUN-002", "TGJOBRUN-001"),
             ("TGJOBRUN-003", None),
+            ("TGJOBRUN-004", None),  # an event's payload field, not a retry
         ]
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []

@@ -33,6 +33,23 @@ def schedule_of(run: JobRun, trigger: Mapping[str, Any] | None) -> str | None:
     return carried if isinstance(carried, str) and carried else None
 
 
+RETRY_REQUEST_PREFIX = "retry-of:"  # a retry's trigger request id: this and its source run id
+
+
+def retry_source(trigger: Mapping[str, Any] | None) -> str | None:
+    """The run a stored trigger document says its run retries, or None. Only a retry's own
+    trigger counts (manual, request id ``retry-of:<source>``, payload ``retry_of``): an event
+    whose payload happens to carry a ``retry_of`` field makes no lineage."""
+    doc = trigger or {}
+    payload = doc.get("payload")
+    source = payload.get("retry_of") if isinstance(payload, Mapping) else None
+    if not isinstance(source, str) or not source:
+        return None
+    if doc.get("trigger_type") != "manual" or doc.get("request_id") != f"{RETRY_REQUEST_PREFIX}{source}":
+        return None
+    return source
+
+
 def retry_refusal(status: RunStatus) -> str | None:
     """Why a run in ``status`` cannot be retried (409), or None: only a terminal run can."""
     if status.is_terminal:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobgate.core.errors import ConflictError, NotFoundError, UnusableReferenceError
-from jobgate.core.lineage import retry_refusal, schedule_of
+from jobgate.core.lineage import RETRY_REQUEST_PREFIX, retry_refusal, schedule_of
 from jobgate.core.models import DefinitionStatus, JobRun, Scope, TriggerType
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.engine import Engine
@@ -109,7 +109,7 @@ def retry_request(source: JobRun, *, actor: str, role: str | None, schedule_id: 
         scope=Scope.from_dict(source.scope),
         requested_by=actor,
         reason=f"retry of {source.job_run_id}",
-        request_id=f"retry-of:{source.job_run_id}",
+        request_id=f"{RETRY_REQUEST_PREFIX}{source.job_run_id}",
         payload=payload,
         retry_of=source.job_run_id,
         definition_version=source.definition_version,  # the source run's version, not today's

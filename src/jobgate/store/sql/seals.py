@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Table, and_, bindparam, func, select
 
 from jobgate.core import merkle, seals
 from jobgate.core.audit import AuditEvent
+from jobgate.core.lineage import retry_source
 from jobgate.core.records import Batch, BatchEntry, Finding, RecordsReport
 from jobgate.core.seals import Record
 from jobgate.core.states import TERMINAL, RunStatus
@@ -671,10 +672,10 @@ def _check_retry_of(rid: str, run: Record, seal: Record, report: RecordsReport) 
     if stored is None and (text is None or "retry_of" not in text):
         return
     try:
-        payload = (json.loads(text or "{}") or {}).get("payload") or {}
-    except (ValueError, AttributeError):
-        payload = {}
-    sealed = payload.get("retry_of") if isinstance(payload, dict) else None
+        document = json.loads(text or "{}")
+    except ValueError:
+        document = None
+    sealed = retry_source(document if isinstance(document, dict) else None)
     if sealed != stored:
         detail = f"trigger says {_short(sealed)}, column says {_short(stored)}"
         _add(report, Finding(seals.RUN, rid, "changed", "identity", "retry_of", seal["id"], detail))

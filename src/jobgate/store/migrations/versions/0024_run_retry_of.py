@@ -9,8 +9,8 @@ before the run id of a retry became deterministic), and the lineage reads
 (``/runs/{id}/children`` and ``/parents``) are derived from it alone. ``ix_job_runs_retry_of``
 holds only the runs that are retries, by tenant.
 
-Existing retries get the column from their trigger's payload (``{"retry_of": <source>}``), the
-document every retry has been created with; the trigger is part of a run's sealed identity, so
+Existing retries get the column from their trigger (manual, request id ``retry-of:<source>``,
+payload ``{"retry_of": <source>}``), the document every retry has been created with; the trigger is part of a run's sealed identity, so
 the backfilled value is covered by the seals those runs already have, and none is resealed.
 """
 
@@ -67,13 +67,22 @@ def _backfill(conn: sa.Connection) -> None:
 
 
 def retry_source(trigger: str | None) -> str | None:
-    """The run a stored trigger document says its run retries, if any."""
+    """The run a stored trigger document says its run retries, if any: only a retry's own
+    trigger (manual, request id ``retry-of:<source>``, payload ``retry_of``) counts, as
+    ``core.lineage.retry_source`` (copied: a migration keeps the rule it shipped with)."""
     try:
-        payload = (json.loads(trigger or "{}") or {}).get("payload") or {}
-    except (ValueError, AttributeError):
+        doc = json.loads(trigger or "{}")
+    except ValueError:
         return None
+    if not isinstance(doc, dict):
+        return None
+    payload = doc.get("payload")
     source = payload.get("retry_of") if isinstance(payload, dict) else None
-    return source if isinstance(source, str) and source else None
+    if not isinstance(source, str) or not source:
+        return None
+    if doc.get("trigger_type") != "manual" or doc.get("request_id") != f"retry-of:{source}":
+        return None
+    return source
 
 
 def downgrade() -> None:
