@@ -172,7 +172,7 @@ class JobOut(BaseModel):
     cancelled_by: str | None
     cancelled_at: datetime | None
     error: str | None
-    artifact_sha256: str | None
+    artifact_sha256: str | None = Field(description="the output file's SHA-256 (hex), when it produced one")
     artifact_size: int | None
 
     @classmethod
@@ -194,7 +194,7 @@ class JobOut(BaseModel):
             cancelled_by=None if cancelled is None else cancelled.actor,
             cancelled_at=None if cancelled is None else cancelled.at,
             error=error,
-            artifact_sha256=run.artifact_sha256,
+            artifact_sha256=None if run.artifact_sha256 is None else sha256_hex(run.artifact_sha256),
             artifact_size=run.artifact_size,
         )
 
