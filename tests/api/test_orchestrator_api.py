@@ -341,3 +341,28 @@ def test_seed_000_contract_at_its_own_route(world: World) -> None:
         == 404
     )
     assert count(world.engine, "job_runs") == before
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "target"),
+    [
+        ("/scenarios", {}, "/api/orchestrator/scenarios"),
+        ("/jobs/TGJOBRUN-1/artifact", {"accept": "text/html"}, "/api/orchestrator/jobs/TGJOBRUN-1/artifact"),
+        ("/requests", {"authorization": "Bearer x", "accept": "text/html"}, "/api/orchestrator/requests"),
+        ("/requests", {"accept": "*/*"}, "/api/orchestrator/requests"),  # a script
+        ("/requests/R1/approve", {"accept": "text/html", "cookie": "a=1"}, None),  # a browser form
+        ("/schedules", {"accept": "application/json", "cookie": "jobgate_session=s"}, None),  # signed in
+        ("/scenariosx", {}, None),
+        ("/runs", {}, None),
+        ("/api/v1/jobs", {}, None),
+        ("/", {}, None),
+    ],
+)
+def test_which_face_a_bare_path_is_for(path: str, headers: dict[str, str], target: str | None) -> None:
+    from jobgate.api.routes.orchestrator import SEED_PATH, seed_path
+    from jobgate.identity.sessions import SESSION_COOKIE
+
+    headers = {k: v.replace("jobgate_session", SESSION_COOKIE) for k, v in headers.items()}
+    assert seed_path(path, headers, session_cookie=SESSION_COOKIE) == target
+    if target is not None:
+        assert SEED_PATH.match(path)  # the middleware's first look lets it through

@@ -224,7 +224,7 @@ class _SeedPaths:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and orchestrator.SEED_PATH.match(scope["path"]):  # else: nothing to decode
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
             target = orchestrator.seed_path(scope["path"], headers, session_cookie=SESSION_COOKIE)
             if target is not None:

@@ -12,8 +12,8 @@ a second set of rules.
 from __future__ import annotations
 
 from jobgate.api.routes.orchestrator import admin, jobs, requests, scenarios
-from jobgate.api.routes.orchestrator.paths import PREFIX, seed_path
+from jobgate.api.routes.orchestrator.paths import PREFIX, SEED_PATH, seed_path
 
 ROUTERS = (scenarios.router, jobs.router, admin.router, requests.router)
 
-__all__ = ["PREFIX", "ROUTERS", "seed_path"]
+__all__ = ["PREFIX", "ROUTERS", "SEED_PATH", "seed_path"]

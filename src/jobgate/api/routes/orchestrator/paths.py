@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 PREFIX = "/api/orchestrator"
@@ -9,6 +10,8 @@ PREFIX = "/api/orchestrator"
 # The first path segments the seed's API owns; those the console also serves need negotiation.
 SEED_SEGMENTS = frozenset({"scenarios", "jobs", "results", "schedules", "tokens", "requests"})
 SHARED_WITH_CONSOLE = frozenset({"schedules", "requests"})
+# A cheap first look (every request passes it): the path starts with one of those segments.
+SEED_PATH = re.compile(r"/(?:" + "|".join(sorted(SEED_SEGMENTS)) + r")(?:/|$)")
 
 
 def seed_path(path: str, headers: Mapping[str, str], *, session_cookie: str) -> str | None:
