@@ -171,6 +171,10 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ("GET", "/api/v1/runs/{job_run_id}/log"): _log,
     ("GET", "/api/v1/runs/{job_run_id}/artifact"): _artifact,
     ("GET", "/api/v1/runs/{job_run_id}/stream"): lambda w: Sample(f"/api/v1/runs/{w.terminal_run().job_run_id}/stream"),
+    ("GET", "/api/v1/scheduler/runs/{job_run_id}/stream"): lambda w: Sample(
+        f"/api/v1/scheduler/runs/{w.terminal_run().job_run_id}/stream"
+    ),
+    ("GET", "/api/v1/scheduler/workers"): lambda w: Sample("/api/v1/scheduler/workers", other={200}),
     ("POST", "/api/v1/schedule"): lambda w: Sample("/api/v1/schedule", {"job_definition_id": ACME_JOB}),
     ("POST", "/api/v1/cancel"): lambda w: Sample("/api/v1/cancel", {"job_run_id": w.new_run().job_run_id}),
     ("GET", "/api/v1/definitions"): lambda w: Sample("/api/v1/definitions", other={200}),

@@ -61,6 +61,7 @@ TokensInUse = Depends(tokens_in_use)
 
 
 @router.get("/workers", response_model=WorkersOut)
+@router.get("/scheduler/workers", response_model=WorkersOut)  # seed 001 §5.1's path
 @allow(READ)
 def list_workers(
     state: State, caller: Annotated[Principal, Depends(principal)], limit: Annotated[int, Query(ge=1, le=100)] = 20

@@ -169,6 +169,11 @@ async def _run_events(
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "the run's events"}},
 )
+@router.get(  # seed 001 §5.1's path for the same stream
+    "/scheduler/runs/{job_run_id}/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "the run's events"}},
+)
 @allow(READ)
 async def stream_run(
     job_run_id: str,
