@@ -259,8 +259,11 @@ class Worker:
         # A claim that found all the runs it could take says more are waiting: the next cycle
         # claims again without waiting for a notification (none comes for a backlog) or a poll.
         want_claim = bool(claim) and (self._more_waiting or self._watcher.changed() or self._poll_due(now))
-        if want_claim and not (self._pending or renew or self._startable()):
-            want_claim = self._more_waiting = self._claimable(now)  # a read first: don't lock for nothing
+        if want_claim and not (self._pending or renew or self._startable()) and not self.engine.store.skip_locked:
+            # SQLite: a read first, so as not to take the one write lock for nothing. PostgreSQL
+            # claims with SKIP LOCKED and locks nothing to find nothing: the read would only add
+            # a round trip between a run's notification and its start.
+            want_claim = self._more_waiting = self._claimable(now)
         if self._pending or renew or want_claim or self._startable():
             self._cycle(now, renew=renew, claim=claim if want_claim else 0)
             if renew:
