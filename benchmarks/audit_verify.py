@@ -79,9 +79,7 @@ def main() -> None:
     append_s = time.perf_counter() - t
     sink = sinks.FileSink(root / "anchors.jsonl")
     with engine.store.write() as tx:
-        made = anchors.anchor_due(
-            tx, tenant, now=start + timedelta(days=365), window=timedelta(hours=1), sink=sink
-        )
+        made = anchors.anchor_due(tx, tenant, now=start + timedelta(days=365), window=timedelta(hours=1), sink=sink)
     times = []
     for _ in range(a.reps):
         t = time.perf_counter()

@@ -38,12 +38,14 @@ _COPIED: list[tuple[Table, str, dict[str, str]]] = [
     (audit_log, "target_id", {"seq": "{n} * 16 + src.seq % 16"}),
 ]
 
+
 def _run_id(dialect: str) -> str:
     """A copy's run id: the product's prefix and 32 hex digits of its number (real ids begin with
     a timestamp, so none is small enough to meet these)."""
     if dialect == "postgresql":
         return "'TGJOBRUN-' || lpad(to_hex(s.n), 32, '0')"
     return "printf('TGJOBRUN-%032x', s.n)"
+
 
 def _copy_sql(dialect: str, table: Table, key: str, replaced: dict[str, str]) -> str:
     columns = [c.name for c in table.columns if not (c.primary_key and c.autoincrement is not False and c.name == "id")]
@@ -61,6 +63,7 @@ def _copy_sql(dialect: str, table: Table, key: str, replaced: dict[str, str]) ->
         + insert
         + select.format(series="s")
     )
+
 
 def preload(store: Store, template_run_id: str, n: int, *, progress: Callable[[str], None] = print) -> float:
     """Store ``n`` finished copies of ``template_run_id`` (its transitions, events, seal and

@@ -56,9 +56,10 @@ def pytest_configure(config: pytest.Config) -> None:
                 conn.execute(text(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS"))
             conn.execute(text("SELECT pg_advisory_unlock(hashtext('jobgate tests: roles'))"))
             database = make_url(PG_URL).database
-            if database != make_url(SERVER_URL).database and not conn.execute(
-                text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": database}
-            ).first():
+            if (
+                database != make_url(SERVER_URL).database
+                and not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": database}).first()
+            ):
                 conn.execute(text(f'CREATE DATABASE "{database}"'))
         admin.dispose()
     except Exception:  # reported, with its reason, by the first test that needs PostgreSQL

@@ -129,9 +129,7 @@ def test_the_console_works_in_firefox(world: World, served: str, firefox: Any) -
             what="Firefox showing COMPLETED live",
         )
     # ... and is then drawn again in place: its attempt, and a retry where the cancel was.
-    wait_until(
-        lambda: bool(firefox.find_elements("id", "retry-form")), timeout=30, what="the finished run redrawn"
-    )
+    wait_until(lambda: bool(firefox.find_elements("id", "retry-form")), timeout=30, what="the finished run redrawn")
     assert "succeeded" in firefox.find_element("id", "attempts").text
     assert firefox.execute_script("return window.notReloaded === true;", sandbox=None)
     _shot(firefox, "run-live")

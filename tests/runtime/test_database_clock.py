@@ -70,5 +70,3 @@ def test_a_scheduler_on_a_host_an_hour_fast_does_not_take_the_leaders_lease(engi
     assert not standby.tick().leader  # on database time the leader's lease has not expired
     naive = Scheduler(Engine(engine.store, engine.config, clock=SkewedClock(HOUR)), owner="naive")
     assert naive.tick().leader  # on its own clock it would have taken it: this is what the clock prevents
-
-

@@ -132,6 +132,7 @@ def test_automatic_activation_needs_policy_permission_and_a_policy_trigger(datab
         ).run.job_run_id
         worker = Worker(engine, WorkerSettings(concurrency=1))
         threading.Thread(target=worker.run, daemon=True).start()
+
         def ended(engine: Engine = engine, run_id: str = run_id) -> bool:
             with engine.store.read() as tx:
                 found = tx.run_get(run_id)

@@ -85,9 +85,7 @@ ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
     S.DISPATCHED: frozenset({S.RUNNING, S.SCHEDULED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
     # RUNNING -> SCHEDULED: the attempt handed back, not used (``ATTEMPT_RETURNED``): its worker
     # shut down past the grace period, or cannot import the run's code on its host.
-    S.RUNNING: frozenset(
-        {S.COMPLETED, S.RETRY_WAIT, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED, S.SCHEDULED}
-    ),
+    S.RUNNING: frozenset({S.COMPLETED, S.RETRY_WAIT, S.FAILED, S.DEAD_LETTERED, S.CANCELLED, S.ESCALATED, S.SCHEDULED}),
     S.RETRY_WAIT: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD_LETTERED, S.HELD}),
     # Released when its gate admits it again; cancelled by a person or a final rule (approval
     # revoked); dead-lettered when it waited past its queue timeout or the maximum run age.
