@@ -116,7 +116,12 @@ class World:
                     "UPDATE job_runs SET artifact_path = :p, artifact_sha256 = :h, artifact_size = :n "
                     "WHERE job_run_id = :r"
                 ),
-                {"p": str(path), "h": hashlib.sha256(content).hexdigest(), "n": len(content), "r": run.job_run_id},
+                {
+                    "p": str(path),
+                    "h": "sha256:" + hashlib.sha256(content).hexdigest(),
+                    "n": len(content),
+                    "r": run.job_run_id,
+                },
             )
         return path
 

@@ -303,7 +303,7 @@ def test_a_run_page_shows_its_log_and_offers_its_artifact_with_the_digest(world:
     world.artifact_for(run, b"quarterly report")
     client = _signed_in(world, "acme", Role.AUDITOR)
     page = client.get(f"/runs/{run.job_run_id}")
-    digest = hashlib.sha256(b"quarterly report").hexdigest()
+    digest = "sha256:" + hashlib.sha256(b"quarterly report").hexdigest()  # as the runner records it
     assert "line 1\nline &lt;2&gt;" in page.text and f'id="artifact-sha256">{digest}<' in page.text
     end = re.search(r'data-end="(\d+)"', page.text)
     assert end is not None and int(end.group(1)) == len("line 1\nline <2>\n")

@@ -101,3 +101,13 @@ def test_a_runtime_event_is_judged_alike_by_the_contract_and_the_api(world: Worl
         assert {v.path for v in violations(EVENT, bad)} == {field}, bad
         refused = world.client.post(f"{API}/events", json=bad, headers=h)
         assert refused.status_code == 422 and field in refused.json()["field"], refused.json()
+
+
+def test_a_run_with_an_artifact_conforms(world: World) -> None:
+    """An artifact's digest is written as every digest is (``sha256:`` + hex, as the command
+    runner records it); the contract says so, and a run that has one still conforms."""
+    run = world.terminal_run()
+    world.artifact_for(run, b"payroll")
+    detail = world.client.get(f"{API}/runs/{run.job_run_id}", headers=world.headers("acme", Role.ADMIN)).json()
+    assert detail["run"]["artifact_sha256"].startswith("sha256:")
+    validate(RUN, detail["run"])
