@@ -111,3 +111,8 @@ def test_a_run_with_an_artifact_conforms(world: World) -> None:
     detail = world.client.get(f"{API}/runs/{run.job_run_id}", headers=world.headers("acme", Role.ADMIN)).json()
     assert detail["run"]["artifact_sha256"].startswith("sha256:")
     validate(RUN, detail["run"])
+    ref = detail["run"]["result_ref"]  # seed §13: the result's reference is where it is read
+    got = world.client.get(ref, headers=world.headers("acme", Role.CONSUMER))
+    assert got.status_code == 200 and got.content == b"payroll"
+    plain = world.client.get(f"{API}/runs/{world.new_run().job_run_id}", headers=world.headers("acme", Role.ADMIN))
+    assert plain.json()["run"]["result_ref"] is None

@@ -125,6 +125,9 @@ class RunOut(BaseModel):
     )
     slot_at: datetime | None = Field(default=None, description="the instant of that slot (a batch window's end)")
     retry_of: str | None = Field(default=None, description="the run this run retries (seed 001 retry contract)")
+    result_ref: str | None = Field(
+        default=None, description="seed §13: the API path the result artifact is read from (None: no artifact)"
+    )
 
     @classmethod
     def of(cls, run: JobRun) -> RunOut:
@@ -168,6 +171,7 @@ class RunOut(BaseModel):
             schedule_id=None if slot is None else slot[0],
             slot_at=None if slot is None else slot[1],
             retry_of=run.retry_of,
+            result_ref=None if run.artifact_path is None else f"/api/v1/runs/{run.job_run_id}/artifact",
         )
 
 
