@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from tests.api.conftest import ACME_JOB, World
-from tests.helpers import count
+from tests.helpers import count, define
 
 from jobgate.core.tokens import Role
 from jobgate.definitions.loader import parse_definition_text
@@ -366,3 +366,76 @@ def test_which_face_a_bare_path_is_for(path: str, headers: dict[str, str], targe
     assert seed_path(path, headers, session_cookie=SESSION_COOKIE) == target
     if target is not None:
         assert SEED_PATH.match(path)  # the middleware's first look lets it through
+
+
+def test_a_stopped_job_names_who_stopped_it_and_a_repeat_records_nothing(world: World) -> None:
+    """cancelled_by is the person who asked to stop, not the worker that saw the exit; asking
+    again while the first stop stands adds no audit entry."""
+    from tests.runtime.runtime_support import running_worker, wait_until
+
+    from jobgate.core.states import RunStatus
+
+    seconds = [{"name": "seconds", "pattern": "[0-9.]+"}]
+    define(
+        world.engine, job_definition_id="acme-sleep", tenant_id="acme", handler="engine_handlers:sleep", params=seconds
+    )
+    activator = world.headers("acme", Role.ACTIVATOR)
+    made = world.client.post("/scenarios/acme-sleep/run", json={"params": {"seconds": "30"}}, headers=activator)
+    job_id = made.json()["job_id"]
+
+    def state() -> str:
+        return str(world.client.get(f"/jobs/{job_id}", headers=activator).json()["state"])
+
+    with running_worker(world.engine):
+        wait_until(lambda: state() == RunStatus.RUNNING.value, what="the job to start")
+        assert world.client.post(f"/jobs/{job_id}/stop", headers=activator).status_code == 202
+        stops = "action = 'run.stop_requested'"
+        before = count(world.engine, "audit_log", stops)
+        assert world.client.post(f"/jobs/{job_id}/stop", headers=activator).status_code == 202
+        assert count(world.engine, "audit_log", stops) == before
+        wait_until(lambda: state() == RunStatus.CANCELLED.value, what="the job to end cancelled")
+    job = world.client.get(f"/jobs/{job_id}", headers=activator).json()
+    assert job["status"] == "cancelled" and job["cancelled_by"] == world.actor("acme", Role.ACTIVATOR)
+    assert job["cancelled_at"] is not None
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "field"),
+    [
+        ("post", "/scenarios/nope/run", {"params": {}}, 404, "name"),
+        ("post", "/requests", {"scenario": "nope", "title": "t"}, 404, "scenario"),
+        ("post", "/tokens", {"name": "x", "role": "consumer", "scenarios": ["../../x"]}, 422, "scenarios"),
+        ("post", "/tokens", {"name": "x", "role": "consumer", "scenarios": ["s" * 300]}, 422, "scenarios"),
+        ("post", "/api/v1/tokens", {"role": "consumer", "jobs": ["été"]}, 422, "jobs"),
+        ("get", "/results/nope", None, 404, "scenario"),
+        ("get", "/jobs/TGJOBRUN-0", None, 404, "id"),
+        ("get", "/jobs/" + "x" * 300, None, 422, "job_id"),
+        ("post", "/scenarios/" + "x" * 300 + "/run", {"params": {}}, 422, "name"),
+        ("post", "/scenarios/%C3%A9t%C3%A9/approve", None, 422, "name"),
+    ],
+)
+def test_refusals_name_the_seeds_fields_and_store_nothing(
+    world: World, method: str, path: str, body: Any, status: int, field: str
+) -> None:
+    before = (count(world.engine, "job_runs"), count(world.engine, "api_tokens"), count(world.engine, "run_requests"))
+    response = world.client.request(method.upper(), path, json=body, headers=admin(world))
+    assert response.status_code == status, response.text
+    assert response.json()["field"].startswith(field), response.json()
+    assert "x" * 250 not in response.text  # an over-long id is not echoed back
+    after = (count(world.engine, "job_runs"), count(world.engine, "api_tokens"), count(world.engine, "run_requests"))
+    assert after == before
+
+
+def test_revoking_says_revoked_not_changed(world: World) -> None:
+    name = load_scenario(world)
+    h = admin(world)
+    world.client.post(f"/scenarios/{name}/approve", headers=h)
+    status = world.client.delete(f"/scenarios/{name}/approval", headers=h).json()
+    assert status["matches"] is False and status["changed"] == ["approval revoked"]
+
+
+def test_a_seed_schedule_may_wait_for_its_scenarios_approval(world: World) -> None:
+    name = load_scenario(world)
+    entry = {"id": "waiting", "scenario": name, "schedule": "0 2 1 * *", "params": {"period": "2026-01"}}
+    made = world.client.post("/schedules", json={**entry, "allow_pending": True}, headers=admin(world))
+    assert made.status_code == 201 and made.json()["enabled"] is False, made.text

@@ -73,6 +73,17 @@ class ApprovalStatus:
         """The current content and the code on this host are both what was approved."""
         return self.approved and self.code_matches
 
+    @property
+    def changed(self) -> list[str]:
+        """Why it does not match, in words: ``content`` (no approval of what is loaded now),
+        ``approval revoked`` (there was one), the code parts that differ, or unreadable code."""
+        a = self.approval
+        why = ["content"] if a is None else [] if a.active else ["approval revoked"]
+        why += list(self.code_changed)
+        if self.approved and self.code is None:
+            why.append("code (unreadable here)")
+        return why
+
 
 @dataclass(frozen=True)
 class Revoked:

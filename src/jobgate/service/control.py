@@ -84,13 +84,15 @@ def stop_in(
     tx: StoreTx, job_run_id: str, *, actor: str, reason: str | None, tenant_id: str | None, now: datetime
 ) -> None:
     """``stop_run`` inside the caller's write transaction. Refused with nothing written unless
-    the run is running."""
+    the run is running; a second request while the first stands writes nothing either."""
     run = tx.run_get(job_run_id, tenant_id)
     if run is None:
         raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
     if run.status is not RunStatus.RUNNING:
         hint = " (use cancel for a pending run)" if run.status.is_pending else ""
         raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
+    if run.stop_requested:  # asked already: a repeat changes and records nothing
+        return
     if not tx.run_request_stop(job_run_id):
         raise ConflictError("run finished before the stop was recorded", field="status")
     tx.outbox_append(

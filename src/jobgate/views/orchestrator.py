@@ -10,12 +10,13 @@ status, so a client of either never has to guess.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from jobgate.core.models import JobRun, Transition
+from jobgate.core.models import JobRun
 from jobgate.core.records import Approval, StoredToken
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
@@ -41,6 +42,14 @@ _JOB_STATUS = {
     RunStatus.CANCELLED: "cancelled",
 }
 NOTE_ON_TOKEN = "store this token now — it is not retrievable later"
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """Who cancelled (or stopped) a job, and when it ended cancelled."""
+
+    by: str
+    at: datetime
 
 
 def sha256_hex(digest: str) -> str:
@@ -133,13 +142,12 @@ class ScenarioApprovalStatusOut(BaseModel):
     @classmethod
     def of(cls, st: ApprovalStatus) -> ScenarioApprovalStatusOut:
         a = st.approval
-        changed = ([] if st.approved else ["content"]) + list(st.code_changed)
         return cls(
             name=st.job_definition_id,
             sha256=sha256_hex(st.current_digest),
             approval=None if a is None else ScenarioApprovalOut.of(st.job_definition_id, a),
             matches=st.matches,
-            changed=changed,
+            changed=st.changed,
         )
 
 
@@ -176,7 +184,7 @@ class JobOut(BaseModel):
     artifact_size: int | None
 
     @classmethod
-    def of(cls, run: JobRun, runner: str | None, cancelled: Transition | None) -> JobOut:
+    def of(cls, run: JobRun, runner: str | None, cancelled: Cancelled | None) -> JobOut:
         error = None if run.error_code is None else f"{run.error_code}: {run.error_message or ''}".rstrip(": ")
         return cls(
             id=run.job_run_id,
@@ -191,7 +199,7 @@ class JobOut(BaseModel):
             submitted_at=run.created_at,
             started_at=run.started_at,
             finished_at=run.ended_at,
-            cancelled_by=None if cancelled is None else cancelled.actor,
+            cancelled_by=None if cancelled is None else cancelled.by,
             cancelled_at=None if cancelled is None else cancelled.at,
             error=error,
             artifact_sha256=None if run.artifact_sha256 is None else sha256_hex(run.artifact_sha256),
@@ -215,6 +223,9 @@ class ScheduleEntryIn(Request):
     params: dict[str, str] = Field(default_factory=dict)
     timezone: str | None = Field(default=None, max_length=64)
     enabled: bool = True
+    allow_pending: bool = Field(
+        default=False, description="store it paused until its scenario is approved, instead of 422"
+    )
 
 
 class ScheduleEntryOut(BaseModel):
@@ -249,7 +260,7 @@ class TokenIssueIn(Request):
 
     name: str = Field(min_length=1, max_length=200)
     role: Role
-    scenarios: list[str] = Field(default_factory=list, max_length=1000)
+    scenarios: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(default_factory=list, max_length=1000)
     expires_in_seconds: int | None = Field(default=None, ge=1, le=3650 * 86400)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -511,7 +511,7 @@ class TokenOut(BaseModel):
 class TokenCreateIn(Request):
     role: Role
     label: str = Field(default="", max_length=200)
-    jobs: list[str] | None = Field(default=None, max_length=1000)
+    jobs: list[Annotated[str, Field(pattern=IDENTIFIER)]] | None = Field(default=None, max_length=1000)
     expires_in_seconds: int | None = Field(default=None, ge=1, le=3650 * 86400)
     principal: str | None = Field(
         default=None,

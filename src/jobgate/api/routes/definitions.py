@@ -142,9 +142,6 @@ def definition_approval(job_definition_id: str, caller: Caller, state: State) ->
     it still match (``matches``; ``changed`` names what differs: ``content``, or code parts)."""
     ensure_may_use(caller, job_definition_id)
     st = approvals.status(state.engine, caller.tenant_id, job_definition_id)
-    changed = ([] if st.approved else ["content"]) + list(st.code_changed)
-    if st.approved and st.code is None:
-        changed.append("code (unreadable here)")
     return ApprovalStatusOut(
         job_definition_id=job_definition_id,
         current_version=st.current_version,
@@ -153,7 +150,7 @@ def definition_approval(job_definition_id: str, caller: Caller, state: State) ->
         code_problem=st.code_problem,
         approved=st.approved,
         matches=st.matches,
-        changed=changed,
+        changed=st.changed,
         approval=None if st.approval is None else ApprovalOut.of(st.approval),
         history=[ApprovalOut.of(a) for a in st.history],
     )

@@ -14,16 +14,15 @@ from fastapi import APIRouter, Depends, Response
 from jobgate.api.access import ADMIN, OPERATE, READ, WholeTenant, allow, principal
 from jobgate.api.routes import admin as v1_admin
 from jobgate.api.routes import operations as v1_operations
+from jobgate.api.routes.orchestrator.fields import seed_names
 from jobgate.api.routes.orchestrator.paths import PREFIX
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import ValidationError
 from jobgate.service import tokens
 from jobgate.service.tokens import Principal
 from jobgate.views.orchestrator import ScheduleEntryIn, ScheduleEntryOut, TokenIssuedOut, TokenIssueIn, TokenListedOut
 from jobgate.views.schemas import ScheduleCreateIn, TokenCreateIn
 
 router = APIRouter(prefix=PREFIX, tags=["orchestrator compatibility"])
-_SEED_FIELD = {"job": "scenario", "cron": "schedule", "paused": "enabled"}  # jobgate's name -> the seed's
 
 Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
@@ -55,11 +54,10 @@ def add_schedule(body: ScheduleEntryIn, response: Response, caller: Caller, stat
     }
     if body.timezone is not None:
         doc["timezone"] = body.timezone
-    try:
-        v1_operations.add_schedule(ScheduleCreateIn(schedule=doc), response, caller, state)
-    except ValidationError as exc:  # named as the caller wrote it
-        field = _SEED_FIELD.get(exc.field or "", exc.field)
-        raise ValidationError(exc.message, field=field, source=exc.source) from None
+    with seed_names(job="scenario", cron="schedule", paused="enabled", schedule="schedule"):
+        v1_operations.add_schedule(
+            ScheduleCreateIn(schedule=doc, allow_pending=body.allow_pending), response, caller, state
+        )
     return _schedule(state, caller, body.id)
 
 
@@ -97,16 +95,17 @@ def list_tokens(caller: WholeTenant, state: State) -> list[TokenListedOut]:
 def issue_token(body: TokenIssueIn, caller: WholeTenant, state: State) -> TokenIssuedOut:
     """A token of the caller's tenant: the raw value is in this response only. 501 when this
     server accepts no jobgate tokens (people sign in through LDAP or OIDC)."""
-    made = v1_admin.create_token(
-        TokenCreateIn(
-            role=body.role,
-            label=body.name,
-            jobs=list(body.scenarios) or None,
-            expires_in_seconds=body.expires_in_seconds,
-        ),
-        caller,
-        state,
-    )
+    with seed_names(jobs="scenarios", label="name"):
+        made = v1_admin.create_token(
+            TokenCreateIn(
+                role=body.role,
+                label=body.name,
+                jobs=list(body.scenarios) or None,
+                expires_in_seconds=body.expires_in_seconds,
+            ),
+            caller,
+            state,
+        )
     return TokenIssuedOut(id=made.info.token_id, token=made.token)
 
 

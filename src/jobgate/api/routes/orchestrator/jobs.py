@@ -8,23 +8,26 @@ admin (or operator) on any of its tenant's, by the same rule as ``/api/v1/runs``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from fastapi.responses import StreamingResponse
 
 from jobgate.api.access import READ, RUN_CONTROL, allow, check_run_access, principal
+from jobgate.api.routes.orchestrator.fields import seed_names
 from jobgate.api.routes.orchestrator.paths import PREFIX
 from jobgate.api.routes.runs import run_artifact, visible_run
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
-from jobgate.core.models import JobRun, Transition
-from jobgate.core.states import RunStatus
+from jobgate.core.models import JobRun
+from jobgate.core.records import AuditFilter
+from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import control, run_files
 from jobgate.service.tokens import Principal
 from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import StoreTx
-from jobgate.views.orchestrator import JobDetailOut, JobOut
+from jobgate.views.orchestrator import Cancelled, JobDetailOut, JobOut
 from jobgate.views.schemas import RunActionIn
 
 router = APIRouter(prefix=PREFIX, tags=["orchestrator compatibility"])
@@ -32,6 +35,7 @@ router = APIRouter(prefix=PREFIX, tags=["orchestrator compatibility"])
 Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 RECENT_JOBS = 100  # the seed's "recent jobs (100)"
+JobId = Annotated[str, Path(min_length=1, max_length=200, description="the job's id (a run id)")]
 
 
 def _runner(tx: StoreTx, run: JobRun, seen: dict[tuple[str, int], str | None]) -> str | None:
@@ -45,10 +49,20 @@ def _runner(tx: StoreTx, run: JobRun, seen: dict[tuple[str, int], str | None]) -
     return seen[key]
 
 
-def _cancelled(tx: StoreTx, run: JobRun) -> Transition | None:
+def _cancelled(tx: StoreTx, run: JobRun) -> Cancelled | None:
+    """Who cancelled the job and when it ended so. A stopped job's cancelling transition is its
+    worker's (it saw the process exit); the person is the one whose stop request is audited."""
     if run.status is not RunStatus.CANCELLED:
         return None
-    return next((t for t in reversed(tx.run_transitions(run.job_run_id)) if t.to_status is RunStatus.CANCELLED), None)
+    ended = next((t for t in reversed(tx.run_transitions(run.job_run_id)) if t.to_status is RunStatus.CANCELLED), None)
+    if ended is None:
+        return None
+    if ended.reason == TransitionReason.STOPPED_BY_USER:  # the stop's flag is cleared when it ends
+        wanted = AuditFilter(run.tenant_id, action="run.stop_requested", target_type="run", target_id=run.job_run_id)
+        asked = tx.audit_list(replace(wanted, limit=1))
+        if asked:
+            return Cancelled(asked[0].event.actor, ended.at)
+    return Cancelled(ended.actor, ended.at)
 
 
 def jobs_out(state: ServerState, runs: Sequence[JobRun]) -> list[JobOut]:
@@ -75,10 +89,11 @@ def list_jobs(caller: Caller, state: State) -> list[JobOut]:
 
 @router.get("/jobs/{job_id}", response_model=JobDetailOut)
 @allow(READ)
-def get_job(job_id: str, caller: Caller, state: State) -> JobDetailOut:
+def get_job(job_id: JobId, caller: Caller, state: State) -> JobDetailOut:
     """The job's status and its log: its last lines when it is long (the whole log is at
     ``/api/v1/runs/{id}/log``); empty before the job wrote one."""
-    run = visible_run(state, caller, job_id)
+    with seed_names(job_run_id="id"):
+        run = visible_run(state, caller, job_id)
     try:
         part = run_files.read_log(state.engine.config, run, tail_lines=run_files.MAX_TAIL_LINES)
         log, truncated = part.text, part.offset > 0
@@ -93,29 +108,32 @@ def get_job(job_id: str, caller: Caller, state: State) -> JobDetailOut:
     responses={200: {"content": {"application/octet-stream": {}}, "description": "the artifact's bytes"}},
 )
 @allow(READ)
-def job_artifact(job_id: str, caller: Caller, state: State) -> StreamingResponse:
+def job_artifact(job_id: JobId, caller: Caller, state: State) -> StreamingResponse:
     """The job's output file under its original name (404 when it produced none)."""
-    return run_artifact(job_id, caller, state)
+    with seed_names(job_run_id="id"):
+        return run_artifact(job_id, caller, state)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
 @allow(RUN_CONTROL)
-def cancel_job(job_id: str, caller: Caller, state: State, body: RunActionIn | None = None) -> JobOut:
+def cancel_job(job_id: JobId, caller: Caller, state: State, body: RunActionIn | None = None) -> JobOut:
     """Abort a pending job: it never runs (409 once it started: stop it instead)."""
-    run = visible_run(state, caller, job_id)
-    check_run_access(RUN_CONTROL, caller, run)
     reason = None if body is None else body.reason
-    done = control.cancel_run(state.engine, job_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
+    with seed_names(job_run_id="id"):
+        run = visible_run(state, caller, job_id)
+        check_run_access(RUN_CONTROL, caller, run)
+        done = control.cancel_run(state.engine, job_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
     return job_out(state, done)
 
 
 @router.post("/jobs/{job_id}/stop", status_code=202, response_model=JobOut)
 @allow(RUN_CONTROL)
-def stop_job(job_id: str, caller: Caller, state: State, body: RunActionIn | None = None) -> JobOut:
+def stop_job(job_id: JobId, caller: Caller, state: State, body: RunActionIn | None = None) -> JobOut:
     """Stop a running job: SIGTERM, then a kill after the grace period. 202: the job is
     ``cancelled`` (with ``cancelled_by``) once its worker sees the exit (409 while pending)."""
-    run = visible_run(state, caller, job_id)
-    check_run_access(RUN_CONTROL, caller, run)
     reason = None if body is None else body.reason
-    done = control.stop_run(state.engine, job_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
+    with seed_names(job_run_id="id"):
+        run = visible_run(state, caller, job_id)
+        check_run_access(RUN_CONTROL, caller, run)
+        done = control.stop_run(state.engine, job_id, actor=caller.actor, reason=reason, tenant_id=caller.tenant_id)
     return job_out(state, done)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends
 
 from jobgate.api.access import PROPOSE, READ, REVIEW, allow, principal
 from jobgate.api.routes import requests as v1
+from jobgate.api.routes.orchestrator.fields import seed_names
 from jobgate.api.routes.orchestrator.paths import PREFIX
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.service.tokens import Principal
@@ -31,7 +32,8 @@ def propose(body: RequestProposeIn, caller: Caller, state: State) -> RequestEntr
     ask = RequestIn(
         job_definition_id=body.scenario, params=body.params, title=body.title, reason=body.reason or body.title
     )
-    return RequestEntryOut.of(v1.propose(ask, caller, state))
+    with seed_names(job_definition_id="scenario"):
+        return RequestEntryOut.of(v1.propose(ask, caller, state))
 
 
 @router.get("/requests", response_model=list[RequestEntryOut])

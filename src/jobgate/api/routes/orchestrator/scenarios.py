@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
 from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, RUN, allow, principal
+from jobgate.api.routes.orchestrator.fields import seed_names
 from jobgate.api.routes.orchestrator.jobs import job_out
 from jobgate.api.routes.orchestrator.paths import PREFIX
 from jobgate.api.routes.runs import ensure_may_use
@@ -32,10 +33,13 @@ from jobgate.views.orchestrator import (
     ScenarioRunIn,
     job_status,
 )
+from jobgate.views.schemas import IDENTIFIER
 
 router = APIRouter(prefix=PREFIX, tags=["orchestrator compatibility"])
 
 Caller = Annotated[Principal, Depends(principal)]
+# A scenario is named as a definition id is: anything else is 422 before any lookup.
+Name = Annotated[str, Path(pattern=IDENTIFIER, description="the scenario's name")]
 State = Annotated[ServerState, Depends(server_state)]
 RESULTS_LIMIT = 100  # the seed's "recent jobs"
 
@@ -48,12 +52,13 @@ def _approved(state: ServerState, definitions: list[StoredDefinition]) -> dict[s
     return {d.job_definition_id: (d.tenant_id, d.job_definition_id, d.digest) in active for d in definitions}
 
 
-def _scenario(state: ServerState, caller: Principal, name: str) -> StoredDefinition:
-    ensure_may_use(caller, name)
+def _scenario(state: ServerState, caller: Principal, name: str, field: str = "name") -> StoredDefinition:
+    with seed_names(job_definition_id=field):
+        ensure_may_use(caller, name)
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         found = tx.definition_get(caller.tenant_id, name)
     if found is None:
-        raise NotFoundError(f"no scenario {name!r}", field="name")
+        raise NotFoundError(f"no scenario {name!r}", field=field)
     return found
 
 
@@ -69,7 +74,7 @@ def list_scenarios(caller: Caller, state: State) -> list[ScenarioOut]:
 
 @router.get("/scenarios/{name}", response_model=ScenarioDetailOut)
 @allow(READ)
-def get_scenario(name: str, caller: Caller, state: State) -> ScenarioDetailOut:
+def get_scenario(name: Name, caller: Caller, state: State) -> ScenarioDetailOut:
     """The scenario's definition: header fields, its text as loaded and what its digest covers."""
     found = _scenario(state, caller, name)
     return ScenarioDetailOut.of_detail(found, _approved(state, [found])[name])
@@ -78,7 +83,7 @@ def get_scenario(name: str, caller: Caller, state: State) -> ScenarioDetailOut:
 @router.post("/scenarios/{name}/run", status_code=201, response_model=JobStartedOut)
 @allow(RUN)
 def run_scenario(
-    name: str,
+    name: Name,
     caller: Caller,
     state: State,
     response: Response,
@@ -87,18 +92,19 @@ def run_scenario(
 ) -> JobStartedOut:
     """Run the scenario with ``params`` (403 unless its exact content is approved and every gate
     passes; nothing is stored then). With ``Idempotency-Key`` a repeat returns the same job."""
-    ensure_may_use(caller, name)
     ask = body or ScenarioRunIn()
-    result = manual.submit_manual(
-        state.engine,
-        scope=Scope(tenant_id=caller.tenant_id),
-        actor=caller.actor,
-        job_definition_id=name,
-        params=ask.params,
-        reason=ask.reason,
-        idempotency_key=idempotency_key,
-        role=caller.role.value,
-    )
+    with seed_names(job_definition_id="name"):
+        ensure_may_use(caller, name)
+        result = manual.submit_manual(
+            state.engine,
+            scope=Scope(tenant_id=caller.tenant_id),
+            actor=caller.actor,
+            job_definition_id=name,
+            params=ask.params,
+            reason=ask.reason,
+            idempotency_key=idempotency_key,
+            role=caller.role.value,
+        )
     if not result.created:
         response.status_code = 200
     return JobStartedOut(job_id=result.run.job_run_id, status=job_status(result.run.status), created=result.created)
@@ -106,39 +112,42 @@ def run_scenario(
 
 @router.post("/scenarios/{name}/approve", response_model=ScenarioApprovalOut)
 @allow(ADMIN)
-def approve_scenario(name: str, caller: Caller, state: State) -> ScenarioApprovalOut:
+def approve_scenario(name: Name, caller: Caller, state: State) -> ScenarioApprovalOut:
     """Approve the content jobgate has loaded now (and the code it runs): no checksum is taken
     from the caller, so only real loaded content can be blessed. Four eyes applies as on
     ``/api/v1/definitions/{id}/approve``."""
-    ensure_may_use(caller, name)
-    a = approvals.approve(state.engine, caller.tenant_id, name, actor=caller.actor, approver=caller.person)
+    with seed_names(job_definition_id="name"):
+        ensure_may_use(caller, name)
+        a = approvals.approve(state.engine, caller.tenant_id, name, actor=caller.actor, approver=caller.person)
     return ScenarioApprovalOut.of(name, a)
 
 
 @router.get("/scenarios/{name}/approval", response_model=ScenarioApprovalStatusOut)
 @allow(GOVERNANCE_READ)
-def scenario_approval(name: str, caller: Caller, state: State) -> ScenarioApprovalStatusOut:
+def scenario_approval(name: Name, caller: Caller, state: State) -> ScenarioApprovalStatusOut:
     """The approval on record and ``matches``: false when the loaded content or its code drifted."""
-    ensure_may_use(caller, name)
-    return ScenarioApprovalStatusOut.of(approvals.status(state.engine, caller.tenant_id, name))
+    with seed_names(job_definition_id="name"):
+        ensure_may_use(caller, name)
+        return ScenarioApprovalStatusOut.of(approvals.status(state.engine, caller.tenant_id, name))
 
 
 @router.delete("/scenarios/{name}/approval", response_model=ScenarioApprovalStatusOut)
 @allow(ADMIN)
 def revoke_scenario_approval(
-    name: str, caller: Caller, state: State, reason: Annotated[str | None, Query(max_length=2000)] = None
+    name: Name, caller: Caller, state: State, reason: Annotated[str | None, Query(max_length=2000)] = None
 ) -> ScenarioApprovalStatusOut:
     """Revoke: new runs are refused and jobs not yet started are cancelled (409 if none active)."""
-    ensure_may_use(caller, name)
-    approvals.revoke(state.engine, caller.tenant_id, name, actor=caller.actor, reason=reason)
+    with seed_names(job_definition_id="name"):
+        ensure_may_use(caller, name)
+        approvals.revoke(state.engine, caller.tenant_id, name, actor=caller.actor, reason=reason)
     return ScenarioApprovalStatusOut.of(approvals.status(state.engine, caller.tenant_id, name))
 
 
 @router.get("/results/{scenario}", response_model=list[JobOut])
 @allow(READ)
-def scenario_results(scenario: str, caller: Caller, state: State) -> list[JobOut]:
+def scenario_results(scenario: Annotated[str, Path(pattern=IDENTIFIER)], caller: Caller, state: State) -> list[JobOut]:
     """The scenario's recent jobs (newest first, at most 100)."""
-    _scenario(state, caller, scenario)
+    _scenario(state, caller, scenario, field="scenario")
     wanted = RunFilter(tenant_id=caller.tenant_id, job_definition_id=scenario, limit=RESULTS_LIMIT)
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         runs = tx.runs_list(wanted)
