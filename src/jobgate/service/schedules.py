@@ -253,7 +253,7 @@ def put_schedules(
         if reason is not None and not allow_pending:
             raise ValidationError(
                 f"{reason}: its fires would be refused (approve it first, or store the schedule paused until "
-                "then with --allow-pending)",
+                "then: --allow-pending, or allow_pending in the API)",
                 field="job",
                 source=s.schedule_id,
             )
