@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from jobgate.api import pagination
 from jobgate.api.access import OPERATE, READ, allow, principal
 from jobgate.api.errors import TenantClaimMismatch
+from jobgate.api.responses import repeated
 from jobgate.api.routes.runs import ensure_may_use, visible_run
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.canonical import isoformat_utc
@@ -78,7 +79,7 @@ def list_schedules(
     return Page[ScheduleItemOut](items=[_schedule_out(i) for i in page], next_cursor=next_cursor)
 
 
-@router.post("/schedules", status_code=201, response_model=ScheduleItemOut)
+@router.post("/schedules", status_code=201, response_model=ScheduleItemOut, responses=repeated(ScheduleItemOut))
 @allow(OPERATE)
 def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, state: State) -> ScheduleItemOut:
     """Create or replace a schedule (201 created, 200 replaced)."""

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from jobgate.api import errors
 from jobgate.api.access import ADMIN, READ, WholeTenant, allow
 from jobgate.api.errors import BadRequest
+from jobgate.api.responses import repeated
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import UnavailableError, ValidationError
 from jobgate.core.packs import PackRecord, parse_ref
@@ -80,7 +81,7 @@ def list_packs(caller: WholeTenant, state: State) -> list[PackOut]:
     return [PackOut.of(r) for r in registry.list_packs(state.engine, caller.tenant_id)]
 
 
-@router.post("/packs", response_model=PublishOut, status_code=201)
+@router.post("/packs", response_model=PublishOut, status_code=201, responses=repeated(PublishOut))
 @allow(ADMIN)
 def publish_pack(body: PublishIn, caller: WholeTenant, state: State, response: Response) -> PublishOut:
     """Pack the current versions of ``definitions`` as ``pack``: 201 stored, 200 the same content

@@ -19,6 +19,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
+from jobgate.api.responses import repeated
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.lineage import RETRY_EDGE
@@ -59,7 +60,7 @@ def ensure_may_use(caller: Principal, job_definition_id: str) -> None:
         raise NotFoundError(f"no job definition {job_definition_id!r}", field="job_definition_id")
 
 
-@router.post("/runs", status_code=201, response_model=RunCreatedOut)
+@router.post("/runs", status_code=201, response_model=RunCreatedOut, responses=repeated(RunCreatedOut))
 @allow(RUN)
 def create_run(
     body: RunCreateIn,
@@ -153,7 +154,9 @@ def stop_run(job_run_id: str, caller: Caller, state: State, body: RunActionIn | 
     return RunOut.of(done)
 
 
-@router.post("/runs/{job_run_id}/retry", status_code=201, response_model=RunCreatedOut)
+@router.post(
+    "/runs/{job_run_id}/retry", status_code=201, response_model=RunCreatedOut, responses=repeated(RunCreatedOut)
+)
 @allow(RUN_CONTROL)
 def retry_run(job_run_id: str, response: Response, caller: Caller, state: State) -> RunCreatedOut:
     """Seed 001 retry contract: a terminal run is retried at most once; 201 with the new run the
@@ -163,7 +166,12 @@ def retry_run(job_run_id: str, response: Response, caller: Caller, state: State)
     return _retry(job_run_id, response, caller, state, require_schedule=False)
 
 
-@router.post("/scheduler/runs/{job_run_id}/retry", status_code=201, response_model=RunCreatedOut)
+@router.post(
+    "/scheduler/runs/{job_run_id}/retry",
+    status_code=201,
+    response_model=RunCreatedOut,
+    responses=repeated(RunCreatedOut),
+)
 @allow(RUN_CONTROL)
 def retry_scheduled_run(job_run_id: str, response: Response, caller: Caller, state: State) -> RunCreatedOut:
     """The seed's scheduler path of the retry contract: as ``/runs/{id}/retry``, and 400

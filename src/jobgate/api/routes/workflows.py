@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, principal
 from jobgate.api.errors import Forbidden
+from jobgate.api.responses import repeated
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
@@ -38,7 +39,7 @@ def _visible(state: ServerState, caller: Principal, workflow_run_id: str) -> Wor
     return view
 
 
-@router.post("/workflows", status_code=201, response_model=WorkflowRunOut)
+@router.post("/workflows", status_code=201, response_model=WorkflowRunOut, responses=repeated(WorkflowRunOut))
 @allow(RUN)
 def start_workflow(
     body: WorkflowStartIn,

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 
 from jobgate.api.access import ADMIN, OPERATE, READ, WholeTenant, allow, principal
+from jobgate.api.responses import repeated
 from jobgate.api.routes import admin as v1_admin
 from jobgate.api.routes import operations as v1_operations
 from jobgate.api.routes.orchestrator.fields import seed_names
@@ -40,7 +41,7 @@ def list_schedules(caller: Caller, state: State) -> list[ScheduleEntryOut]:
     return [ScheduleEntryOut.of(i) for i in found]
 
 
-@router.post("/schedules", status_code=201, response_model=ScheduleEntryOut)
+@router.post("/schedules", status_code=201, response_model=ScheduleEntryOut, responses=repeated(ScheduleEntryOut))
 @allow(OPERATE)
 def add_schedule(body: ScheduleEntryIn, response: Response, caller: Caller, state: State) -> ScheduleEntryOut:
     """Add (201) or replace (200) a cron schedule written as a seed file entry; magic params

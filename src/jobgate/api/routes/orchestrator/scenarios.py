@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
 from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, RUN, allow, principal
+from jobgate.api.responses import repeated
 from jobgate.api.routes.orchestrator.fields import seed_names
 from jobgate.api.routes.orchestrator.jobs import job_out
 from jobgate.api.routes.orchestrator.paths import PREFIX
@@ -80,7 +81,7 @@ def get_scenario(name: Name, caller: Caller, state: State) -> ScenarioDetailOut:
     return ScenarioDetailOut.of_detail(found, _approved(state, [found])[name])
 
 
-@router.post("/scenarios/{name}/run", status_code=201, response_model=JobStartedOut)
+@router.post("/scenarios/{name}/run", status_code=201, response_model=JobStartedOut, responses=repeated(JobStartedOut))
 @allow(RUN)
 def run_scenario(
     name: Name,
