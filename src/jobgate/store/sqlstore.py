@@ -811,8 +811,22 @@ def _begin_immediate(dbapi_conn: Any, timeout: float = WRITE_LOCK_TIMEOUT_S) -> 
             delay = min(delay * 2, 0.002)
 
 
+# Reading connections a SQLite store keeps open. The pool's default (5, and 10 more opened and
+# closed on demand) was smaller than an API server's concurrent readers (its request threads, the
+# embedded worker and its loops): past five, each read opened a connection, set its pragmas and
+# closed it again. With 16 clients posting runs that churn cost the server a fifth of its CPU
+# per request (``benchmarks/api_load.py``: 4.1 against 5.2 ms a POST, 265 against 224 submits/s).
+# Writers take turns before taking a connection (``Store._turn``), so they need no more.
+SQLITE_READERS = 32
+
+
 def _sqlite_engine(url: str, *, synchronous: str, writer: bool) -> Engine:
-    engine = create_engine(url, poolclass=NullPool if ":memory:" in url else None)
+    if ":memory:" in url:
+        engine = create_engine(url, poolclass=NullPool)
+    elif writer:
+        engine = create_engine(url)
+    else:
+        engine = create_engine(url, pool_size=SQLITE_READERS, max_overflow=SQLITE_READERS)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -909,6 +923,8 @@ class Store:
             # Python work (validating a submission, building its rows) is done in a read
             # transaction before the one write lock is taken, so it never holds the workers up.
             self.prepares_apart = True
+            # Every read is of a file on this host: it never waits on a network.
+            self.local = True
         elif self.dialect == "postgresql":
             # The cluster's own processes act for every tenant ('*'); a transaction for one tenant
             # narrows it (``read(tenant_id=...)``), and row-level security holds it to that.
@@ -931,6 +947,7 @@ class Store:
             self.notify = True
             self.ordered_ids = False  # concurrent writers may commit a lower id after a higher one
             self.prepares_apart = False  # row locks only: a separate read transaction only adds round trips
+            self.local = False  # a server, perhaps on another host: every read is a round trip
         else:
             raise ConfigurationError(
                 f"unsupported scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql://…", field="database"
