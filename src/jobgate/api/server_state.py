@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from jobgate.api.metrics import HttpMetrics
-from jobgate.core.tokens import Role
+from jobgate.core.tokens import TOKEN_PREFIX, Role
 from jobgate.identity import sessions
 from jobgate.identity.authenticator import Authenticator
 from jobgate.identity.oidc_flow import CodeFlow
@@ -49,6 +49,21 @@ class ServerState:
         if not self.auth:
             return self.local_principal
         return self.authenticator.authenticate(authorization)
+
+    def identifies_locally(self, request: Request, *, console: bool) -> bool:
+        """Whether telling who made ``request`` only reads this host's database file (SQLite):
+        no credential at all (``--no-auth``), a jobgate token, or a console session. Then the
+        event loop asks itself: handing the read to a thread and back cost the loop more than
+        the read (``api.access.enforce``). An LDAP bind, an OIDC provider's keys and every
+        PostgreSQL read may wait on a network, and are asked from a thread."""
+        if not self.auth:
+            return True
+        if not self.engine.store.local:
+            return False
+        if console:
+            return True
+        scheme, _, raw = (request.headers.get("authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and raw.strip().startswith(TOKEN_PREFIX)
 
     @functools.cached_property
     def _session_key(self) -> bytes:
