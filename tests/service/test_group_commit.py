@@ -11,7 +11,7 @@ from tests.runtime.runtime_support import wait_until
 
 from jobgate.core.models import Scope
 from jobgate.service.engine import Engine
-from jobgate.service.group_commit import GroupCommit
+from jobgate.service.group_commit import GroupCommit, InFlight
 from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
@@ -149,3 +149,43 @@ def test_concurrent_submissions_through_the_engine_each_get_their_run(engine: En
     with engine.store.read() as tx:
         stored = connection(tx).exec_driver_sql("SELECT count(*) FROM job_runs").scalar_one()
     assert stored == half
+
+
+def test_in_flight_tells_a_caller_whether_it_came_alone() -> None:
+    flight = InFlight()
+    with flight.submitting() as first:
+        assert first is True
+        with flight.submitting() as second:  # another caller meanwhile: it has company
+            assert second is False
+        with flight.submitting() as third:
+            assert third is False
+    with flight.submitting() as again:  # everyone left: alone again
+        assert again is True
+
+
+def test_in_flight_counts_a_caller_out_when_its_submission_fails() -> None:
+    flight = InFlight()
+    try:
+        with flight.submitting():
+            raise ValueError("refused")
+    except ValueError:
+        pass
+    with flight.submitting() as alone:
+        assert alone is True
+
+
+def test_a_lone_trigger_is_written_in_one_transaction_and_company_goes_through_the_group(engine: Engine) -> None:
+    """On SQLite a sequential submission is prepared inside its write transaction (no group);
+    one made while another caller of the process submits goes through the group commit."""
+    job = define(engine)
+    group = engine.pipeline.group_commit
+    for n in range(3):
+        assert engine.submit(SubmitRequest(job, request_id=f"lone{n}", scope=Scope()), actor="t").created
+    if group is None:  # PostgreSQL: always prepared in the transaction that stores it
+        return
+    assert group.groups == 0
+    with engine.pipeline.in_flight.submitting():  # another caller of this process is submitting
+        assert engine.submit(SubmitRequest(job, request_id="crowd", scope=Scope()), actor="t").created
+    assert (group.groups, group.grouped_callers) == (1, 1)
+    with engine.store.read() as tx:
+        assert connection(tx).exec_driver_sql("SELECT count(*) FROM job_runs").scalar_one() == 4

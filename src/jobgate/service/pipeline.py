@@ -42,7 +42,7 @@ from jobgate.core.runs import new_run, rebound, trigger_document
 from jobgate.service import gates, policies
 from jobgate.service.admission import Admission, AdmissionBatch
 from jobgate.service.definitions import Definitions
-from jobgate.service.group_commit import GroupCommit
+from jobgate.service.group_commit import GroupCommit, InFlight
 from jobgate.service.snapshots import resolve_snapshot
 from jobgate.service.submission import (
     SYSTEM_ACTOR,
@@ -74,6 +74,7 @@ class Pipeline:
         self.group_commit: GroupCommit[PreparedSubmission, SubmitResult] | None = (
             GroupCommit(self._write_prepared) if store.prepares_apart else None
         )
+        self.in_flight = InFlight()
 
     def submit_many(self, requests: Sequence[SubmitRequest], *, actor: str | None = None) -> list[SubmitResult]:
         """Submit a batch in one transaction: all are validated before anything is stored.
@@ -84,12 +85,17 @@ class Pipeline:
         the two transactions is seen as it was at the read, as if the change came just after.
         PostgreSQL has no such lock, and there a second transaction only adds round trips (a
         connection check, BEGIN and COMMIT: a fifth of a single submission's), so the runs are
-        prepared inside the transaction that stores them.
+        prepared inside the transaction that stores them. So is a lone trigger on SQLite when no
+        other caller of this process is submitting (``InFlight``): its preparation holds the lock
+        a quarter of a millisecond, and saves a transaction and the re-check under the lock.
         """
         now = self.clock.now()
-        if self.store.prepares_apart:
+        if not self.store.prepares_apart:
+            return self.prepare_and_create(requests, now, actor=actor)
+        with self.in_flight.submitting() as alone:
+            if alone and len(requests) == 1:
+                return self.prepare_and_create(requests, now, actor=actor)
             return self.store_prepared(self.prepare(requests, now=now, actor=actor), now, actor=actor)
-        return self.prepare_and_create(requests, now, actor=actor)
 
     def prepare_and_create(
         self, requests: Sequence[SubmitRequest], now: datetime, *, actor: str | None
