@@ -14,8 +14,10 @@ from datetime import timedelta
 
 from tests.store_contract.support import T0, apply, completion, make, running
 
+from jobgate.core.models import DefinitionStatus
 from jobgate.core.records import Approval, RunRequest, StoredToken
 from jobgate.service.engine import Engine
+from jobgate.store.base import DefinitionPut
 from jobgate.store.sqlstore import StoreTx
 
 
@@ -294,3 +296,67 @@ def test_a_licensed_slot_is_held_from_creation_until_the_run_ends(engine: Engine
     assert apply(engine, [completion(engine, busy)])
     with engine.store.write() as tx:
         assert _slots(tx) == 2
+
+
+# ---------------------------------------------------------------------------- reads ahead
+
+
+def _definition(tx: StoreTx, job: str) -> None:
+    content = {"job_definition_id": job, "job_class": "MAINTENANCE_JOB"}
+    tx.definition_put(
+        DefinitionPut(
+            tenant_id="default",
+            job_definition_id=job,
+            digest="sha256:d1",
+            content=content,
+            job_code=job.upper(),
+            job_class="MAINTENANCE_JOB",
+            status=DefinitionStatus.ACTIVE,
+            source=f"{job}.yaml",
+            now=T0,
+            applied_by="alice",
+            applied_lineage=("root",),
+        )
+    )
+
+
+def test_read_ahead_answers_as_the_reads_it_stands_for_and_only_once(engine: Engine) -> None:
+    """A submission's first reads asked together (one round trip on PostgreSQL) answer exactly
+    what the reads would; each is handed out once, so a later read sees what committed since."""
+    with engine.store.write() as tx:
+        _definition(tx, "nightly")
+        approved = tx.approval_put(_approval(code_digest="sha256:code"))
+        tx.approval_put(_approval(digest="sha256:other"))
+        tx.safe_mode_activate("default", "sec", "drill", T0)
+    keys = [("default", "nightly", "sha256:d1"), ("default", "nightly", "sha256:gone")]
+    with engine.store.write() as tx:
+        plain = (tx.definition_get("default", "nightly"), tx.approvals_active(keys), tx.safe_mode_current("default"))
+    assert plain[0] is not None and plain[0].job_definition_id == "nightly"
+    assert plain[1] == {("default", "nightly", "sha256:d1"): approved.code_digest}
+    with engine.store.write() as tx:
+        tx.read_ahead("default", "nightly")
+        ahead = (tx.definition_get("default", "nightly"), tx.approvals_active(keys), tx.safe_mode_current("default"))
+        assert ahead == plain
+        if engine.store.dialect != "postgresql":  # SQLite: one writer, nothing commits meanwhile
+            return
+        # handed out once: what another transaction commits now is seen by the next read
+        with engine.store.write() as other:
+            other.safe_mode_deactivate("default", "sec", "drill over", T0 + timedelta(minutes=1))
+            other.approval_revoke("default", "nightly", "sha256:d1", "sec", T0 + timedelta(minutes=1))
+        assert tx.approvals_active(keys) == {}  # READ COMMITTED: each statement sees the latest
+        period = tx.safe_mode_current("default")
+        assert period is not None and not period.active
+
+
+def test_a_write_in_the_transaction_forgets_what_was_read_ahead(engine: Engine) -> None:
+    with engine.store.write() as tx:
+        tx.approval_put(_approval())
+    key = [("default", "nightly", "sha256:d1")]
+    with engine.store.write() as tx:
+        tx.read_ahead("default", "nightly")
+        assert tx.approval_revoke("default", "nightly", "sha256:d1", "sec", T0)
+        assert tx.approvals_active(key) == {}  # the revocation, not the approval read before it
+        tx.read_ahead("default", "nightly")
+        tx.safe_mode_activate("default", "sec", "incident", T0)
+        period = tx.safe_mode_current("default")
+        assert period is not None and period.active

@@ -110,6 +110,9 @@ class Pipeline:
         try:
             with self.store.write() as tx:
                 for preparing in requests:
+                    pair = (preparing.scope.tenant_id, preparing.job_definition_id)
+                    if preparing.definition_version is None and pair not in cache:
+                        tx.read_ahead(*pair)  # what prepare_one reads first, in one round trip
                     prepared.append(self.prepare_one(tx, preparing, now=now, actor=actor, batch=batch, cache=cache))
                 preparing = None
                 # read in this very transaction a moment ago: a re-read shows nothing newer

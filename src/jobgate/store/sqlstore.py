@@ -95,6 +95,7 @@ from jobgate.store.sql import (
 from jobgate.store.sql import leases as run_leases
 from jobgate.store.sql import packs as pack_rows
 from jobgate.store.sql import seals as record_seals
+from jobgate.store.sql.ahead import ReadAhead
 
 
 def prepare_chained(known: run_chains.Chains | None, changes: Sequence[RunChange]) -> run_changes.PreparedChanges:
@@ -124,6 +125,7 @@ class StoreTx:
         self._conn = conn
         self._chains = chains  # the store's known history chains (``store.sql.chains``), writers only
         self.chains_learned = run_chains.Pending.empty()  # committed into them with the transaction
+        self._ahead = ReadAhead()  # a submission's first reads, asked together (``read_ahead``)
         self._gates_shared = False
         self._skip_locked = skip_locked
         self._ordered_ids = ordered_ids
@@ -185,7 +187,15 @@ class StoreTx:
 
     def _reseal(self, kind: str, tenant_id: str, **match: Any) -> None:
         """Seal the records a write just changed (``core.seals``), in the write's transaction."""
+        self._ahead.forget()  # a sealed record changed: what was read ahead may not hold
         record_seals.reseal(self._conn, kind, tenant_id, match)
+
+    def read_ahead(self, tenant_id: str, job_definition_id: str) -> None:
+        """Read a definition's current version, its approvals and its tenant's safe mode in one
+        round trip (``store.sql.ahead``), for the submission about to ask for them. PostgreSQL
+        only: SQLite's reads are of a local file and wait on nothing."""
+        if self._conn.dialect.name == "postgresql":
+            self._ahead.read(self._conn, tenant_id, job_definition_id)
 
     # seals (``core.seals``): chained in batches by the leader, verified record by record
     def seals_chain(self, tenant_id: str, at: datetime) -> list[Batch]:
@@ -232,6 +242,9 @@ class StoreTx:
         return governance.approval_get(self._conn, tenant_id, job_definition_id, digest)
 
     def approvals_active(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str | None]:
+        ahead = self._ahead.approval_rows({(k[0], k[1]) for k in keys})
+        if ahead is not None:
+            return governance.active_of(ahead, keys)
         return governance.approvals_active(self._conn, keys)
 
     def approvals_list(self, tenant_id: str, job_definition_id: str) -> list[Approval]:
@@ -311,6 +324,10 @@ class StoreTx:
     def definition_get(
         self, tenant_id: str, job_definition_id: str, version: int | None = None
     ) -> StoredDefinition | None:
+        if version is None:
+            known, definition = self._ahead.definition(tenant_id, job_definition_id)
+            if known:
+                return definition
         return definitions.definition_get(self._conn, tenant_id, job_definition_id, version)
 
     def definitions_list(self, tenant_id: str | None) -> list[StoredDefinition]:
@@ -450,6 +467,9 @@ class StoreTx:
 
     # safe mode
     def safe_mode_current(self, tenant_id: str) -> SafeModePeriod | None:
+        known, period = self._ahead.safe_mode(tenant_id)
+        if known:
+            return period
         return safemode.current(self._conn, tenant_id)
 
     def safe_mode_activate(

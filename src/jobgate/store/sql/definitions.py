@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, RowMapping, bindparam, func, select, update
@@ -144,12 +144,23 @@ def definition_get(
 ) -> StoredDefinition | None:
     """The current version of a definition (or the one named), with its head's status; one
     statement (every submission reads one)."""
-    key = {"tenant": tenant_id, "job": job_definition_id}
     if version is None:
-        row = driver.first(conn, _CURRENT, key)
-    else:
-        row = driver.first(conn, _PINNED, {**key, "version": version})
-    return None if row is None else _stored(row, int(row["head_version"]), row["head_status"])
+        return current_of(driver.returning(conn, *current_query(tenant_id, job_definition_id)))
+    key = {"tenant": tenant_id, "job": job_definition_id, "version": version}
+    return current_of(driver.returning(conn, _PINNED, key))
+
+
+def current_query(tenant_id: str, job_definition_id: str) -> tuple[Any, dict[str, Any]]:
+    """The statement reading a definition's current version with its head, and its values."""
+    return _CURRENT, {"tenant": tenant_id, "job": job_definition_id}
+
+
+def current_of(rows: Sequence[Mapping[str, Any]]) -> StoredDefinition | None:
+    """What ``current_query`` (or the pinned version's statement) returned, as a definition."""
+    if not rows:
+        return None
+    row = rows[0]
+    return _stored(row, int(row["head_version"]), row["head_status"])
 
 
 # Built once (``driver.first``): a version with its head's current version and status.

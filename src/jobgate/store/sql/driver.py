@@ -227,6 +227,31 @@ def returning_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[st
         cursor.close()
 
 
+def returning_each(conn: Connection, queries: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """``returning`` for several statements built once, their rows in order. On PostgreSQL they
+    travel together through psycopg's pipeline mode: one round trip for all, where each waited
+    for the last's answer (a submission's first reads; the audit chain's head and floors). The
+    server still runs them one after the other, each statement seeing what committed before
+    it started: a statement after a ``FOR UPDATE`` sees what the lock's previous holder wrote."""
+    if conn.dialect.name != "postgresql":
+        return [returning(conn, stmt, params) for stmt, params in queries]
+    dbapi: Any = conn.connection.dbapi_connection
+    cursors = [dbapi.cursor() for _ in queries]
+    try:
+        with dbapi.pipeline():
+            for cursor, (stmt, params) in zip(cursors, queries, strict=True):
+                sql, names, defaults = _compile(conn, stmt)
+                cursor.execute(sql, _bind(names, defaults, params))
+        out = []
+        for cursor in cursors:
+            columns = [d[0] for d in cursor.description]
+            out.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
+        return out
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
 _streams = count()
 
 

@@ -75,10 +75,12 @@ _HEAD_MOVE = (
     .values(seq=bindparam("seq"), entry_hash=bindparam("hash"))
 )
 _LAST_WINDOW = select(func.max(N.window_end)).where(N.tenant_id == bindparam("tenant"), N.mode == "batch")
-_ENTRY_AT = select(A.at).where(A.tenant_id == bindparam("tenant"), A.seq == bindparam("seq"))
+_HEAD_SEQ = select(audit_heads.c.seq).where(audit_heads.c.tenant_id == bindparam("tenant")).scalar_subquery()
+_LAST_AT = select(A.at).where(A.tenant_id == bindparam("tenant"), A.seq == _HEAD_SEQ)
 # After the lock, in a statement of its own: under READ COMMITTED only a statement that starts
-# after the lock is granted sees what the append that held it before committed.
-_FLOORS = select(_LAST_WINDOW.scalar_subquery(), _ENTRY_AT.scalar_subquery())
+# after the lock is granted sees what the append that held it before committed. The two travel
+# together (``driver.returning_each``), and the server starts this one once the lock is held.
+_FLOORS = select(_LAST_WINDOW.scalar_subquery(), _LAST_AT.scalar_subquery())
 # SQLite: the one writer holds everything already, so the head and the floors are one read.
 _HEAD_AND_FLOORS = select(
     audit_heads.c.seq,
@@ -91,16 +93,18 @@ _HEAD_AND_FLOORS = select(
 def _head_and_floors(conn: Connection, tenant_id: str, *, lock_rows: bool) -> tuple[int, str, list[int]]:
     """The tenant's head (held until the transaction ends where rows are locked) and the times
     its next entries may not precede: the end of the last anchored window, the last entry's."""
+    key = {"tenant": tenant_id}
     for attempt in range(2):
-        found = driver.rows(conn, _HEAD_LOCKED if lock_rows else _HEAD_AND_FLOORS, {"tenant": tenant_id})
+        if lock_rows:  # the locked head, then the floors as they stand once it is held
+            head, floors = driver.returning_each(conn, [(_HEAD_LOCKED, key), (_FLOORS, key)])
+            found = [(*h.values(), *f.values()) for h in head for f in floors]
+        else:
+            found = driver.rows(conn, _HEAD_AND_FLOORS, key)
         if found or attempt:
             break
         _ensure_head(conn, tenant_id)  # the first entry of the tenant's chain
-    ((seq, head, *bounds),) = found
-    if lock_rows:
-        ((window_end, last_at),) = driver.rows(conn, _FLOORS, {"tenant": tenant_id, "seq": seq})
-        bounds = [window_end, last_at]
-    return int(seq), str(head), [int(b) for b in bounds if b is not None]
+    ((seq, head_hash, *bounds),) = found
+    return int(seq), str(head_hash), [int(b) for b in bounds if b is not None]
 
 
 def _write_entries(conn: Connection, tenant_id: str, entries: Sequence[AuditEntry]) -> None:
@@ -293,10 +297,9 @@ def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> 
     digest each binds (None: approved before code identity was recorded); one query."""
     if not keys:
         return {}
-    wanted = set(keys)
     pairs = sorted({(k[0], k[1]) for k in keys})
     if len(pairs) <= _FEW_DEFINITIONS:  # a submission's case: one statement built once a definition
-        found = [r for t, j in pairs for r in driver.rows(conn, _ACTIVE, {"tenant": t, "job": j})]
+        found = [r for t, j in pairs for r in driver.rows(conn, *active_query(t, j))]
     else:
         tenants = sorted({k[0] for k in keys})
         jobs = sorted({k[1] for k in keys})
@@ -306,6 +309,20 @@ def approvals_active(conn: Connection, keys: Sequence[tuple[str, str, str]]) -> 
             .order_by(D.approval_id)
         )
         found = [tuple(r) for r in conn.execute(q)]
+    return active_of(found, keys)
+
+
+def active_query(tenant_id: str, job_definition_id: str) -> tuple[Any, dict[str, Any]]:
+    """The statement reading a definition's active approvals (tenant, definition, digest, code
+    digest, oldest first), and its values."""
+    return _ACTIVE, {"tenant": tenant_id, "job": job_definition_id}
+
+
+def active_of(
+    found: Sequence[Sequence[Any]], keys: Sequence[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], str | None]:
+    """``approvals_active``'s answer from the approval rows read (``active_query``'s order)."""
+    wanted = set(keys)
     # several active approvals of one digest: the newest (last, by id) names the code
     return {(r[0], r[1], r[2]): r[3] for r in found if (r[0], r[1], r[2]) in wanted}
 

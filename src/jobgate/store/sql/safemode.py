@@ -3,7 +3,7 @@ except to close it, so the table is both the current state and its history."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,8 +37,17 @@ _CURRENT = select(safe_mode_periods).where(P.tenant_id == bindparam("tenant")).o
 
 def current(conn: Connection, tenant_id: str) -> SafeModePeriod | None:
     """The tenant's latest period (open: safe mode is on), or None if it was never activated."""
-    row = driver.first(conn, _CURRENT, {"tenant": tenant_id})
-    return None if row is None else _from_row(row)
+    return current_of(driver.returning(conn, *current_query(tenant_id)))
+
+
+def current_query(tenant_id: str) -> tuple[Any, dict[str, Any]]:
+    """The statement reading the tenant's latest period, and its values."""
+    return _CURRENT, {"tenant": tenant_id}
+
+
+def current_of(rows: Sequence[Mapping[str, Any]]) -> SafeModePeriod | None:
+    """What ``current_query`` returned, as a period."""
+    return _from_row(rows[0]) if rows else None
 
 
 _OPEN_COLUMNS = ("tenant_id", "activation", "activated_at", "activated_by", "reason", "actions")

@@ -1,0 +1,72 @@
+"""A submission's first reads, asked together before it needs them.
+
+Preparing a trigger reads the definition's current version, its active approvals and its
+tenant's safe mode, one after the other, each waiting for the last one's answer. On
+PostgreSQL each is a round trip; asked together (``driver.returning_each``) they are one, a
+sixth of a single submission's round trips. What was read ahead is kept in the transaction
+(``ReadAhead``) and handed out once to the read it stands for; any write to a sealed record in
+the transaction forgets all of it (``StoreTx._reseal``), so nothing read ahead is ever older
+than what the transaction itself wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from jobgate.core.records import SafeModePeriod
+from jobgate.store.base import StoredDefinition
+from jobgate.store.sql import definitions, driver, governance, safemode
+
+
+@dataclass
+class ReadAhead:
+    """Reads made ahead in one transaction, each handed out once."""
+
+    definitions: dict[tuple[str, str], StoredDefinition | None] = field(default_factory=dict)
+    approvals: dict[tuple[str, str], list[tuple[Any, ...]]] = field(default_factory=dict)
+    safe_modes: dict[str, SafeModePeriod | None] = field(default_factory=dict)
+
+    def read(self, conn: Connection, tenant_id: str, job_definition_id: str) -> None:
+        """The definition's current version, its active approvals and the tenant's safe mode,
+        in one round trip on PostgreSQL."""
+        found_definition, found_approvals, found_period = driver.returning_each(
+            conn,
+            [
+                definitions.current_query(tenant_id, job_definition_id),
+                governance.active_query(tenant_id, job_definition_id),
+                safemode.current_query(tenant_id),
+            ],
+        )
+        pair = (tenant_id, job_definition_id)
+        self.definitions[pair] = definitions.current_of(found_definition)
+        self.approvals[pair] = [tuple(r.values()) for r in found_approvals]
+        self.safe_modes[tenant_id] = safemode.current_of(found_period)
+
+    def definition(self, tenant_id: str, job_definition_id: str) -> tuple[bool, StoredDefinition | None]:
+        """(True, the definition read ahead) once; (False, None) when it was not."""
+        pair = (tenant_id, job_definition_id)
+        if pair not in self.definitions:
+            return False, None
+        return True, self.definitions.pop(pair)
+
+    def approval_rows(self, pairs: set[tuple[str, str]]) -> list[tuple[Any, ...]] | None:
+        """The approval rows of every one of ``pairs`` read ahead (once), or None unless all were."""
+        if not pairs or not pairs <= self.approvals.keys():
+            return None
+        return [row for pair in sorted(pairs) for row in self.approvals.pop(pair)]
+
+    def safe_mode(self, tenant_id: str) -> tuple[bool, SafeModePeriod | None]:
+        """(True, the tenant's latest safe-mode period read ahead) once; (False, None) when it
+        was not."""
+        if tenant_id not in self.safe_modes:
+            return False, None
+        return True, self.safe_modes.pop(tenant_id)
+
+    def forget(self) -> None:
+        self.definitions.clear()
+        self.approvals.clear()
+        self.safe_modes.clear()
+
