@@ -3,7 +3,8 @@
 On SQLite every write transaction takes the database's one write lock and ends in an fsync.
 Sixteen API clients each submitting a run queued sixteen transactions behind each other, each
 paying the lock's hand-over and a disk flush for one row: 80 submissions a second on this
-machine, p99 near a second (``benchmarks/api_load.py``).
+machine, p99 near a second (``benchmarks/api_load.py``). On PostgreSQL the queue is the
+tenant's audit chain head, which every manual submission locks until its commit.
 
 Here the first caller to arrive writes (it *leads*); whoever arrives while it writes waits, and
 the next leader writes everything that waited, in one transaction: one lock hand-over and one
