@@ -82,10 +82,10 @@ class Pipeline:
         holding it through this Python work stalled the workers. A definition changed between
         the two transactions is seen as it was at the read, as if the change came just after.
         PostgreSQL has no such lock, and there a second transaction only adds round trips (a
-        connection check, BEGIN and COMMIT: a fifth of a single submission's), so the runs are
-        prepared inside the transaction that stores them. So is a lone trigger on SQLite when no
-        other caller of this process is submitting (``InFlight``): its preparation holds the lock
-        a quarter of a millisecond, and saves a transaction and the re-check under the lock.
+        connection check, BEGIN and COMMIT: a fifth of a single submission's), so a caller alone
+        in this process (``InFlight``) prepares its runs inside the transaction that stores them.
+        So does a lone trigger on SQLite: its preparation holds the lock a quarter of a
+        millisecond, and saves a transaction and the re-check under the lock.
 
         Callers with company share write transactions on either backend (``GroupCommit``): on
         PostgreSQL each manual submission of a tenant waits for that tenant's audit chain head,
@@ -112,9 +112,7 @@ class Pipeline:
         try:
             with self.store.write() as tx:
                 for preparing in requests:
-                    pair = (preparing.scope.tenant_id, preparing.job_definition_id)
-                    if preparing.definition_version is None and pair not in cache:
-                        tx.read_ahead(*pair)  # what prepare_one reads first, in one round trip
+                    read_ahead(tx, preparing, cache)
                     prepared.append(self.prepare_one(tx, preparing, now=now, actor=actor, batch=batch, cache=cache))
                 preparing = None
                 # read in this very transaction a moment ago: a re-read shows nothing newer
@@ -165,9 +163,7 @@ class Pipeline:
             with self.store.read() as tx:
                 out = []
                 for current in requests:
-                    pair = (current.scope.tenant_id, current.job_definition_id)
-                    if current.definition_version is None and pair not in cache:
-                        tx.read_ahead(*pair)  # what prepare_one reads first, in one round trip
+                    read_ahead(tx, current, cache)
                     out.append(self.prepare_one(tx, current, now=now, actor=actor, batch=batch, cache=cache))
                 return out
         except GovernanceRefusal as exc:
@@ -386,6 +382,14 @@ class Pipeline:
         snapshot = resolve_snapshot(self.config, definition.config_profile, scope.tenant_id, overrides, binding)
         self._snapshots[key] = snapshot
         return snapshot
+
+
+def read_ahead(tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str], JobDefinition]) -> None:
+    """Ask what ``prepare_one`` reads first (the definition's current version, its approvals,
+    the tenant's safe mode) in one round trip, unless the batch read that definition already."""
+    pair = (request.scope.tenant_id, request.job_definition_id)
+    if request.definition_version is None and pair not in cache:
+        tx.read_ahead(*pair)
 
 
 def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dict[str, JobRun]:
