@@ -9,7 +9,10 @@ from datetime import UTC, datetime
 from tests.helpers import define
 from tests.runtime.runtime_support import wait_until
 
+from jobgate.core.audit import ACTING, Acting
 from jobgate.core.models import Scope
+from jobgate.core.records import AuditFilter
+from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.service.group_commit import GroupCommit, InFlight
 from jobgate.service.submission import SubmitRequest
@@ -187,3 +190,26 @@ def test_a_lone_trigger_is_written_in_one_transaction_and_company_goes_through_t
     assert (group.groups, group.grouped_callers) == (1, 1)
     with engine.store.read() as tx:
         assert connection(tx).exec_driver_sql("SELECT count(*) FROM job_runs").scalar_one() == 4
+
+
+def test_a_grouped_submission_is_audited_with_its_own_callers_credential(engine: Engine) -> None:
+    """A group's leader stores its followers' runs: each manual-scheduling entry still names the
+    credential its own caller presented, though the same person called twice, through two."""
+    job = define(engine)
+    now = engine.clock.now()
+    mine = Acting("ada", "token:first")
+    theirs = Acting("ada", "token:second")
+    token = ACTING.set(mine)
+    try:
+        request = SubmitRequest(job, scope=Scope(), requested_by="ada")
+        prepared = engine.pipeline.prepare([request], now=now, actor="ada")
+    finally:
+        ACTING.reset(token)
+    token = ACTING.set(theirs)  # the leader's context, storing the follower's submission
+    try:
+        (result,) = engine.pipeline.store_prepared(prepared, now, actor="ada")
+    finally:
+        ACTING.reset(token)
+    (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="run.scheduled_manually"))
+    assert entry.event.target_id == result.run.job_run_id
+    assert entry.event.payload["via"] == {"credential": "token:first"}

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
-from jobgate.core.audit import AuditEvent
+from jobgate.core.audit import ACTING, AuditEvent, attributed
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.governance import Moment, SafeModeFact, admit
@@ -236,6 +236,7 @@ class Pipeline:
             request=request,
             facts=facts,
             actor=actor,
+            acting=ACTING.get(),
         )
 
     def create(
@@ -291,9 +292,8 @@ class Pipeline:
                 # overrides, and the quotas count the tenant's runs of this batch once each.
                 batch = AdmissionBatch(p.facts.policy, counts=counts)
                 try:
-                    out.append(
-                        self.prepare_one(tx, p.request, now=now, actor=p.actor, batch=batch, moment=p.facts.moment)
-                    )
+                    again = self.prepare_one(tx, p.request, now=now, actor=p.actor, batch=batch, moment=p.facts.moment)
+                    out.append(replace(again, acting=p.acting))  # prepared again here: still its caller's
                 except GovernanceRefusal as exc:
                     raise RefusedSubmission(exc, p.request) from None
                 continue
@@ -415,7 +415,7 @@ def manual_scheduling_event(prepared: PreparedSubmission, run: JobRun, now: date
     }
     if run.retry_of is not None:
         payload["retry_of"] = run.retry_of
-    return AuditEvent(
+    event = AuditEvent(
         tenant_id=run.tenant_id,
         actor=run.requested_by or SYSTEM_ACTOR,
         action="run.scheduled_manually" if run.retry_of is None else RETRIED,
@@ -425,6 +425,7 @@ def manual_scheduling_event(prepared: PreparedSubmission, run: JobRun, now: date
         reason=prepared.create.trigger.get("reason"),
         payload=payload,
     )
+    return attributed(event, prepared.acting)  # the caller's credential, whoever stores it
 
 
 def compute_idempotency_key(

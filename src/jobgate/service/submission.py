@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobgate.core.audit import Acting
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.governance import ApprovalFact, Facts, Moment
@@ -135,3 +136,6 @@ class PreparedSubmission:
     request: SubmitRequest | None = None
     facts: Facts | None = None
     actor: str | None = None
+    # The request it was prepared for (``core.audit.ACTING``), read in the caller's own thread: a
+    # group commit's leader may store it, and its audit entry must name this caller's credential.
+    acting: Acting | None = None
