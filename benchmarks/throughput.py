@@ -10,6 +10,8 @@ Phases, mirroring ../shared/bench/peers/common.py so the figures compare:
      plus the latency of one committed state transition (a cancel) p50/p99.
 The job body is the peers' ``record`` (one Redis round trip); after every drain the benchmark
 checks that each job ran exactly once (Redis count and bitcount) and that every run is COMPLETED.
+With --peers, a table puts jobgate's drain, latency and single submission beside each peer's
+drain, latency and single enqueue, with the ratios (``ratio_vs_<peer>``, ``single_ratio_vs_<peer>``).
 Ends with one line: RESULT backend=... jobs=N submit_per_s=X process_per_s=X end_to_end_per_s=X
 e2e_cpu_us_per_job=X (CPU the machine spent per job end to end: /proc/stat) p50_ms=X p99_ms=X ...
 """
@@ -344,21 +346,29 @@ def main() -> None:
             else args.peers.split(",")
         )
         peers = run_peers(names, args.jobs)
-        print("\n| system | backend | process/s | latency p50 ms | latency p99 ms | jobgate process/s ÷ peer |")
-        print("|---|---|---|---|---|---|")
+        # The single submission (one trigger, one durable transaction) beside each peer's single
+        # enqueue: the submit path a caller feels, which issue 22 asks to see next to the peers'.
+        print(
+            "\n| system | backend | process/s | latency p50 ms | latency p99 ms | single submit/s "
+            "| jobgate process/s ÷ peer | jobgate single ÷ peer |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        single = med["submit_single_per_s"]
         print(
             f"| jobgate | {args.backend} | {med['process_per_s']:.0f} | {med['p50_ms']:.1f} "
-            f"| {med['p99_ms']:.1f} | 1.00 |"
+            f"| {med['p99_ms']:.1f} | {single:.0f} | 1.00 | 1.00 |"
         )
         best = 0.0
         for pr in peers:
             rate = statistics.median([x for x in (pr.get("process_per_s"), pr.get("process_bulk_per_s")) if x])
             best = max(best, rate)
+            enqueue = pr.get("enqueue_single_per_s") or float("nan")
             print(
                 f"| {pr['system']} | {pr['backend']} | {rate:.0f} | {pr['lat_p50_ms']:.1f} | {pr['lat_p99_ms']:.1f} "
-                f"| {med['process_per_s'] / rate:.2f} |"
+                f"| {fmt(enqueue)} | {med['process_per_s'] / rate:.2f} | {single / enqueue:.2f} |"
             )
-            extra += f" ratio_vs_{pr['system']}_{pr['backend']}={med['process_per_s'] / rate:.2f}"
+            key = f"{pr['system']}_{pr['backend']}"
+            extra += f" ratio_vs_{key}={med['process_per_s'] / rate:.2f} single_ratio_vs_{key}={single / enqueue:.2f}"
         if best:
             extra += f" best_peer_process_per_s={best:.0f}"
     # where the end-to-end CPU went, by process class, and PostgreSQL's WAL bytes, per job
