@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -116,7 +117,7 @@ class SourceStats:
         return self.wait(lambda s: s._counts[name] >= count, timeout)
 
 
-class ReconnectingSource:
+class ReconnectingSource(ABC):
     """What every broker source shares: its loop thread, its back-off after a lost or refused
     connection (``reconnect_delay``), its counters and its log lines. A subclass keeps one
     connection: ``connected`` says whether it holds it, ``step`` connects if it must and reads,
@@ -152,8 +153,9 @@ class ReconnectingSource:
 
     # --- Loop ----------------------------------------------------------------------------
 
+    @abstractmethod
     def step(self, now: datetime) -> timedelta:
-        raise NotImplementedError
+        """Connect if not connected, then read what arrived; the time until the next step."""
 
     def close(self) -> None:
         self._drop()
@@ -161,11 +163,13 @@ class ReconnectingSource:
     # --- the connection, for subclasses ----------------------------------------------------
 
     @property
+    @abstractmethod
     def connected(self) -> bool:
-        raise NotImplementedError
+        """Whether this source holds its connection now."""
 
+    @abstractmethod
     def _drop(self) -> None:
-        raise NotImplementedError
+        """Release the connection, if held."""
 
     def _now_connected(self) -> None:
         """A connection is up: the back-off starts over, and operators read it in the log."""
