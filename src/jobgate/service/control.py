@@ -6,13 +6,14 @@ run's state is a ``ConflictError`` (409 at the API), never a silent no-op.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from jobgate.core import events, transitions
 from jobgate.core.errors import ConflictError, NotFoundError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
-from jobgate.core.states import RunStatus
+from jobgate.core.records import AuditFilter
+from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import StoreTx
@@ -177,3 +178,28 @@ def check_step_requeue(tx: StoreTx, run: JobRun) -> None:
             f"run is a step of workflow run {run.workflow_run_id}, which is {state}: start a new workflow run",
             field="workflow_run_id",
         )
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """Who cancelled (or stopped) a run, and when it ended cancelled."""
+
+    by: str
+    at: datetime
+
+
+def cancellation(tx: StoreTx, run: JobRun) -> Cancellation | None:
+    """Who ended a cancelled run, None for any other. A stopped run's cancelling transition is
+    its worker's (it saw the process exit); the person is the one whose stop request is
+    audited (the run's stop flag is cleared when it ends)."""
+    if run.status is not RunStatus.CANCELLED:
+        return None
+    ended = next((t for t in reversed(tx.run_transitions(run.job_run_id)) if t.to_status is RunStatus.CANCELLED), None)
+    if ended is None:
+        return None
+    if ended.reason == TransitionReason.STOPPED_BY_USER:
+        wanted = AuditFilter(run.tenant_id, action="run.stop_requested", target_type="run", target_id=run.job_run_id)
+        asked = tx.audit_list(replace(wanted, limit=1))
+        if asked:
+            return Cancellation(asked[0].event.actor, ended.at)
+    return Cancellation(ended.actor, ended.at)

@@ -10,7 +10,6 @@ status, so a client of either never has to guess.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,6 +22,7 @@ from jobgate.core.tokens import Role
 from jobgate.scheduling.model import Schedule, ScheduleKind
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.approvals import ApprovalStatus
+from jobgate.service.control import Cancellation
 from jobgate.store.base import StoredDefinition
 from jobgate.views.schemas import IDENTIFIER, Request, RequestOut
 
@@ -42,14 +42,6 @@ _JOB_STATUS = {
     RunStatus.CANCELLED: "cancelled",
 }
 NOTE_ON_TOKEN = "store this token now — it is not retrievable later"
-
-
-@dataclass(frozen=True)
-class Cancelled:
-    """Who cancelled (or stopped) a job, and when it ended cancelled."""
-
-    by: str
-    at: datetime
 
 
 def sha256_hex(digest: str) -> str:
@@ -184,7 +176,7 @@ class JobOut(BaseModel):
     artifact_size: int | None
 
     @classmethod
-    def of(cls, run: JobRun, runner: str | None, cancelled: Cancelled | None) -> JobOut:
+    def of(cls, run: JobRun, runner: str | None, cancelled: Cancellation | None) -> JobOut:
         error = None if run.error_code is None else f"{run.error_code}: {run.error_message or ''}".rstrip(": ")
         return cls(
             id=run.job_run_id,

@@ -8,7 +8,6 @@ admin (or operator) on any of its tenant's, by the same rule as ``/api/v1/runs``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
@@ -21,13 +20,11 @@ from jobgate.api.routes.runs import run_artifact, visible_run
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import JobRun
-from jobgate.core.records import AuditFilter
-from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import control, run_files
 from jobgate.service.tokens import Principal
 from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import StoreTx
-from jobgate.views.orchestrator import Cancelled, JobDetailOut, JobOut
+from jobgate.views.orchestrator import JobDetailOut, JobOut
 from jobgate.views.schemas import RunActionIn
 
 router = APIRouter(prefix=PREFIX, tags=["orchestrator compatibility"])
@@ -49,27 +46,11 @@ def _runner(tx: StoreTx, run: JobRun, seen: dict[tuple[str, int], str | None]) -
     return seen[key]
 
 
-def _cancelled(tx: StoreTx, run: JobRun) -> Cancelled | None:
-    """Who cancelled the job and when it ended so. A stopped job's cancelling transition is its
-    worker's (it saw the process exit); the person is the one whose stop request is audited."""
-    if run.status is not RunStatus.CANCELLED:
-        return None
-    ended = next((t for t in reversed(tx.run_transitions(run.job_run_id)) if t.to_status is RunStatus.CANCELLED), None)
-    if ended is None:
-        return None
-    if ended.reason == TransitionReason.STOPPED_BY_USER:  # the stop's flag is cleared when it ends
-        wanted = AuditFilter(run.tenant_id, action="run.stop_requested", target_type="run", target_id=run.job_run_id)
-        asked = tx.audit_list(replace(wanted, limit=1))
-        if asked:
-            return Cancelled(asked[0].event.actor, ended.at)
-    return Cancelled(ended.actor, ended.at)
-
-
 def jobs_out(state: ServerState, runs: Sequence[JobRun]) -> list[JobOut]:
     """The seed's view of each run, read in one transaction."""
     seen: dict[tuple[str, int], str | None] = {}
     with state.engine.store.read() as tx:
-        return [JobOut.of(r, _runner(tx, r, seen), _cancelled(tx, r)) for r in runs]
+        return [JobOut.of(r, _runner(tx, r, seen), control.cancellation(tx, r)) for r in runs]
 
 
 def job_out(state: ServerState, run: JobRun) -> JobOut:
