@@ -138,3 +138,31 @@ def test_the_written_out_history_equals_its_steps(transitions: list[list[Any]]) 
     for t in transitions:
         link = seals.history_step(link, t)
     assert seals.history_of(transitions) == link
+
+
+_texts = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=40), st.lists(_texts, max_size=6), max_size=8))
+def test_packed_contents_give_back_each_records_text(kept: dict[str, list[Any]]) -> None:
+    """Whatever a record's content holds, packed with others it comes back as the same value
+    (the text ``_explain`` reads), and a record not packed comes back as None."""
+    contents = [(rid, json.dumps({"identity": values}, ensure_ascii=False)) for rid, values in kept.items()]
+    packed = seals.pack_contents(contents)
+    assert json.loads(zlib.decompress(packed)) == {rid: {"identity": values} for rid, values in kept.items()}
+    for rid, text in contents:
+        assert json.loads(seals.unpacked_content(packed, rid) or "null") == json.loads(text)
+    assert seals.unpacked_content(packed, "\x00 not packed") is None
+
+
+def test_a_packed_reference_is_told_from_inline_values() -> None:
+    ref = seals.packed_ref(42)
+    assert ref == '{"packed":42}' and seals.packed_id(ref) == 42
+    for other in (None, "", '{"identity":[1]}', '{"packed":"42"}', '{"packed":true}', '{"packed":', "{}"):
+        assert seals.packed_id(other) is None
+    assert seals.unpacked_content(b"not zlib", "r") is None
+    assert seals.unpacked_content(zlib.compress(b"[1, 2]"), "r") is None  # not an object

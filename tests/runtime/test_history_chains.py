@@ -57,6 +57,16 @@ def _latest_run_seal(engine: Engine, rid: str) -> tuple[int, str]:
     return int(row[0]), str(row[1])
 
 
+def _kept_values(engine: Engine, rid: str, content: str) -> dict[str, object]:
+    """The values a run's seal kept: inline, or in the ``seal_values`` row it points at."""
+    values_id = seals.packed_id(content)
+    if values_id is None:
+        return dict(json.loads(content))
+    with engine.store.read() as tx:
+        packed = connection(tx).execute(text("SELECT packed FROM seal_values WHERE id = :i"), {"i": values_id}).scalar()
+    return dict(json.loads(seals.unpacked_content(bytes(packed), rid) or "{}"))
+
+
 def _completed_from_its_chain(engine: Engine) -> str:
     """A run of a fresh definition, run to COMPLETED by a worker and sealed from its chain."""
     rid = engine.submit(SubmitRequest(define(engine))).run.job_run_id
@@ -142,7 +152,7 @@ def test_a_run_seal_in_the_older_digest_form_still_names_the_column(engine: Engi
     the seal, so the older form verifies as before and names the column (without values)."""
     rid = _completed_from_its_chain(engine)
     seal_id, content = _latest_run_seal(engine, rid)
-    kept = json.loads(content)
+    kept = _kept_values(engine, rid, content)
     older = {part: "".join(seals.column_digests(kept[part])) for part in ("identity", "outcome")}
     with engine.store.write() as tx:
         older_content = json.dumps({"digests": older})
@@ -154,3 +164,43 @@ def test_a_run_seal_in_the_older_digest_form_still_names_the_column(engine: Engi
         connection(tx).execute(text("UPDATE job_runs SET error_message = 'x' WHERE job_run_id = :r"), {"r": rid})
     found = _findings(engine)
     assert [(f.record_id, f.part, f.column, f.detail) for f in found] == [(rid, "outcome", "error_message", None)]
+
+
+def test_a_worker_packs_the_values_its_seals_keep(engine: Engine) -> None:
+    """The runs a worker ends together keep their values in one compressed ``seal_values`` row
+    (what naming a changed column needs), each seal pointing at it; the values are the run's."""
+    rid = _completed_from_its_chain(engine)
+    _, content = _latest_run_seal(engine, rid)
+    assert seals.packed_id(content) is not None
+    kept = _kept_values(engine, rid, content)
+    with engine.store.read() as tx:
+        queue = connection(tx).execute(text("SELECT queue FROM job_runs WHERE job_run_id = :r"), {"r": rid}).scalar()
+    assert kept["identity"][seals.RUN_IDENTITY.index("queue")] == queue  # type: ignore[index]
+
+
+def test_a_seal_keeping_its_values_inline_still_names_column_and_values(engine: Engine) -> None:
+    """Seals written before the values were packed keep them in ``content``: read as before."""
+    rid = _completed_from_its_chain(engine)
+    seal_id, content = _latest_run_seal(engine, rid)
+    inline = json.dumps(_kept_values(engine, rid, content), separators=(",", ":"))
+    with engine.store.write() as tx:
+        connection(tx).execute(text("UPDATE record_seals SET content = :c WHERE id = :i"), {"c": inline, "i": seal_id})
+        connection(tx).execute(text("UPDATE job_runs SET queue = 'elsewhere' WHERE job_run_id = :r"), {"r": rid})
+    found = _findings(engine)
+    assert [(f.record_id, f.part, f.column) for f in found] == [(rid, "identity", "queue")]
+    assert found[0].detail == 'sealed "default", now "elsewhere"'
+
+
+def test_changed_packed_values_cannot_hide_a_change(engine: Engine) -> None:
+    """The packed values are diagnosis only: rewriting or deleting them leaves every seal
+    verifying, and a changed run is still found, named by its part."""
+    rid = _completed_from_its_chain(engine)
+    _, content = _latest_run_seal(engine, rid)
+    values_id = seals.packed_id(content)
+    with engine.store.write() as tx:
+        connection(tx).execute(text("DELETE FROM seal_values WHERE id = :i"), {"i": values_id})
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+    with engine.store.write() as tx:
+        connection(tx).execute(text("UPDATE job_runs SET queue = 'elsewhere' WHERE job_run_id = :r"), {"r": rid})
+    found = _findings(engine)
+    assert [(f.record_id, f.part, f.column) for f in found] == [(rid, "identity", None)]

@@ -1057,9 +1057,12 @@ class Store:
         the seals are computed inside the write transaction from the rows it wrote."""
         prepared = prepare_chained(self._chains, changes)
         unsealed = [ch for ch in prepared.changes if ch.to_status.is_terminal and ch.job_run_id not in prepared.seals]
-        if self.dialect == "sqlite" and unsealed:
-            with self.read() as tx:
-                prepared.seals.update(record_seals.presealed(tx._conn, unsealed, prepared.transitions))
+        if self.dialect == "sqlite":
+            if unsealed:
+                with self.read() as tx:
+                    prepared.seals.update(record_seals.presealed(tx._conn, unsealed, prepared.transitions))
+            if prepared.seals:  # packed here, outside the one write lock
+                prepared.packed.update(record_seals.pack(prepared.seals.values()))
         return prepared
 
     def change_watcher(

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -580,6 +581,16 @@ record_seals = Table(
     Column("sealed_at", BigInteger, nullable=False),
     Index("ix_record_seals_record", "tenant_id", "kind", "record_id", "id"),
     Index("ix_record_seals_tenant", "tenant_id", "id"),
+)
+
+# The values many seals kept, packed (migration 0025, ``core.seals.pack_contents``): a seal row
+# whose ``content`` is ``{"packed": n}`` finds them in row ``n``. Diagnosis only.
+seal_values = Table(
+    "seal_values",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("packed", LargeBinary, nullable=False),
 )
 
 # Workflows (migration 0013): one row per workflow run, one per step of it, and every state

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Dialect,
 )
 
+from jobgate.core import seals
 from jobgate.core.states import LEASED, TERMINAL, RunStatus
 from jobgate.core.transitions import RunChange, check_change
 from jobgate.store import codec
@@ -30,6 +31,7 @@ from jobgate.store.tables import (
     job_runs,
     outbox,
     run_transitions,
+    seal_values,
 )
 from jobgate.store.tables import record_seals as record_seals_table
 
@@ -97,8 +99,8 @@ def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, wit
     rows it changed, as one statement: the rows that did not match write nothing, and no
     savepoint or second round trip is needed to learn which they were (``RETURNING``)."""
 
-    def insert_changed(name: str, table: Any, columns: tuple[str, ...], key_column: str = "job_run_id") -> str:
-        rows = driver.ordered_rows(dialect, table, columns, f"x.{key_column} IN (SELECT job_run_id FROM changed)")
+    def insert_changed(name: str, table: Any, columns: tuple[str, ...]) -> str:
+        rows = driver.ordered_rows(dialect, table, columns, "x.job_run_id IN (SELECT job_run_id FROM changed)")
         return f"{name} AS (INSERT INTO {table.name} ({', '.join(columns)}) {rows})"
 
     parts = [
@@ -108,10 +110,38 @@ def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, wit
     if with_events:
         parts.append(insert_changed("announced", outbox, OUTBOX_COLUMNS))
     if with_seals:  # holding the seal writers' lock shared, as every seal insert does
-        sealed = insert_changed("sealed", record_seals_table, record_seals.SEAL_COLUMNS, "record_id")
-        lock = f"seal_writers AS (SELECT pg_advisory_xact_lock_shared({record_seals.SEAL_WRITERS}))"
-        parts += [lock, sealed.replace(" WHERE x.record_id", ", seal_writers WHERE x.record_id")]
+        parts.append(f"seal_writers AS (SELECT pg_advisory_xact_lock_shared({record_seals.SEAL_WRITERS}))")
+        parts += _packed_seals_sql(dialect)
     return "WITH " + ", ".join(parts) + " SELECT job_run_id FROM changed"
+
+
+_PACKED_COLUMNS = tuple(c for c in record_seals.SEAL_COLUMNS if c != "content")
+
+
+def _packed_seals_sql(dialect: Dialect) -> list[str]:
+    """The seal rows of the runs a group changed, their values packed (``core.seals``): the
+    packs first (``tenant_id``, ``packed`` arrays), then the rows without their content, each
+    pointing at its tenant's pack."""
+    packs = driver.unnest(dialect, seal_values, ("tenant_id", "packed"))
+    source = driver.unnest(dialect, record_seals_table, _PACKED_COLUMNS)
+    names = ", ".join(_PACKED_COLUMNS)
+    listed = ", ".join(f"x.{c}" for c in _PACKED_COLUMNS)
+    ref = "'{\"" + seals.PACKED + "\":' || p.id || '}'"
+    return [
+        f"packed AS (INSERT INTO seal_values (tenant_id, packed) SELECT * FROM {packs} RETURNING id, tenant_id)",
+        f"sealed AS (INSERT INTO record_seals ({names}, content)"
+        f" SELECT {listed}, CASE WHEN p.id IS NULL THEN NULL ELSE {ref} END"
+        f" FROM {source} WITH ORDINALITY AS x({names}, _ord)"
+        " LEFT JOIN packed p ON p.tenant_id = x.tenant_id CROSS JOIN seal_writers"
+        " WHERE x.record_id IN (SELECT job_run_id FROM changed) ORDER BY x._ord)",
+    ]
+
+
+_CONTENT = record_seals.SEAL_COLUMNS.index("content")
+
+
+def _without_content(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return row[:_CONTENT] + row[_CONTENT + 1 :]
 
 
 _apply_sql_cache: dict[tuple[_GroupKey, bool, bool], str] = {}
@@ -130,7 +160,9 @@ def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> tuple[list[R
         sql = _apply_sql_cache.get(shape)
         if sql is None:
             sql = _apply_sql_cache[shape] = _apply_postgres_sql(conn.dialect, *shape)
-        row_sets = [rows, transitions] + ([events] if events else []) + ([ready] if ready else [])
+        row_sets = [rows, transitions] + ([events] if events else [])
+        if ready:
+            row_sets += [list(record_seals.pack(ready).items()), [_without_content(r) for r in ready]]
         changed = {r[0] for r in driver.run_arrays(conn, sql, *row_sets)[1]}
         accepted |= changed
         sealed |= {ch.job_run_id for ch in items if ch.job_run_id in prepared.seals} & changed
@@ -175,6 +207,8 @@ class PreparedChanges:
     events: dict[str, list[tuple[Any, ...]]]
     letters: dict[str, dict[str, Any]]
     seals: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # precomputed seal rows, by run
+    # Their values packed by tenant (``store.sql.seals.pack``), when packed before the transaction.
+    packed: dict[str, bytes] = field(default_factory=dict)
     # The history chain each chained change leaves if it applies (``store.sql.chains``).
     chains: dict[str, Any] = field(default_factory=dict)
 
@@ -242,7 +276,7 @@ def runs_apply(conn: Connection, changes: Sequence[RunChange] | PreparedChanges)
     ended = [ch.job_run_id for ch in done if ch.to_status in TERMINAL and ch.job_run_id not in written]
     if ended:
         ready = [prepared.seals[i] for i in ended if i in prepared.seals]
-        record_seals.insert_sealed(conn, ready)
+        record_seals.insert_sealed(conn, ready, prepared.packed or None)
         rest = [i for i in ended if i not in prepared.seals]
         if rest:
             record_seals.seal_runs(conn, rest, codec.to_us(max(ch.transition.at for ch in done)))

@@ -34,6 +34,7 @@ from jobgate.store.tables import (
     metadata,
     record_seals,
     run_transitions,
+    seal_values,
     workflow_runs,
     workflow_steps,
     workflow_transitions,
@@ -574,6 +575,32 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+class _KeptValues:
+    """The values a seal kept: its ``content``, or, when that points at packed values
+    (``core.seals.packed_ref``), the run's entry in that ``seal_values`` row. Read only for a
+    record that differs, the last few rows kept (a tamper tends to touch neighbours)."""
+
+    _KEEP = 16
+
+    def __init__(self, conn: Connection, tenant_id: str) -> None:
+        self._conn, self._tenant = conn, tenant_id
+        self._read: dict[int, bytes | None] = {}
+
+    def of(self, seal: Record) -> str | None:
+        content: str | None = seal["content"]
+        values_id = seals.packed_id(content)
+        if values_id is None:
+            return content
+        if values_id not in self._read:
+            if len(self._read) >= self._KEEP:
+                self._read.clear()
+            v = seal_values.c
+            q = select(v.packed).where(v.id == values_id, v.tenant_id == self._tenant)
+            self._read[values_id] = self._conn.execute(q).scalar()
+        packed = self._read[values_id]
+        return None if packed is None else seals.unpacked_content(bytes(packed), str(seal["record_id"]))
+
+
 def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> None:
     r, t = job_runs.c, run_transitions.c
     runs = driver.stream(
@@ -613,6 +640,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     )
     pending_history = next(history, None)
     checked = 0
+    kept = _KeptValues(conn, tenant_id)
     for rid, run, seal in _merge(runs, "job_run_id", _latest_stream(conn, tenant_id, seals.RUN)):
         ts: list[Record] = []
         while pending_history is not None and pending_history[0] < rid:
@@ -622,7 +650,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
             ts = pending_history[1]
             pending_history = next(history, None)
         checked += 1
-        _verify_run(rid, run, seal, ts, letters.get(rid, []), report)
+        _verify_run(rid, run, seal, ts, letters.get(rid, []), report, kept)
     while pending_history is not None:
         _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
         pending_history = next(history, None)
@@ -636,6 +664,7 @@ def _verify_run(
     ts: Sequence[Record],
     ls: Sequence[Record],
     report: RecordsReport,
+    kept: _KeptValues,
 ) -> None:
     if seal is not None and not _check_seal(seals.RUN, rid, seal, report):
         return
@@ -657,9 +686,9 @@ def _verify_run(
         if run["status"] in _TERMINAL:
             _add(report, Finding(seals.RUN, rid, "unsealed"))
             return
-        _compare_run(rid, seal, seals.run_values(run, ts[:extent], ls), report, outcome=False)
+        _compare_run(rid, seal, seals.run_values(run, ts[:extent], ls), report, kept, outcome=False)
         return
-    _compare_run(rid, seal, seals.run_values(run, ts, ls), report, outcome=True)
+    _compare_run(rid, seal, seals.run_values(run, ts, ls), report, kept, outcome=True)
 
 
 def _check_retry_of(rid: str, run: Record, seal: Record, report: RecordsReport) -> None:
@@ -682,7 +711,7 @@ def _check_retry_of(rid: str, run: Record, seal: Record, report: RecordsReport) 
 
 
 def _compare_run(
-    rid: str, seal: Record, values: Mapping[str, list[Any]], report: RecordsReport, *, outcome: bool
+    rid: str, seal: Record, values: Mapping[str, list[Any]], report: RecordsReport, kept: _KeptValues, *, outcome: bool
 ) -> None:
     for part in ("identity", "history", "outcome"):
         if part == "outcome" and not outcome:
@@ -695,7 +724,7 @@ def _compare_run(
             "outcome": (*seals.RUN_OUTCOME, "dead_letters"),
             "history": [f"transition {i + 1}" for i in range(len(values["history"]) + 1)],
         }[part]
-        column, detail = _explain(seal["content"], part, names, values[part])
+        column, detail = _explain(kept.of(seal), part, names, values[part])
         _add(report, Finding(seals.RUN, rid, "changed", part, column, seal["id"], detail))
         return
 
@@ -917,5 +946,32 @@ def _unique(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def insert_sealed(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+_CONTENT = SEAL_COLUMNS.index("content")
+_VALUES_COLUMNS = ("tenant_id", "packed")
+
+
+def pack(rows: Iterable[tuple[Any, ...]]) -> dict[str, bytes]:
+    """The values kept by seal rows (``SEAL_COLUMNS`` order), packed by tenant
+    (``core.seals.pack_contents``): pure work a worker does before its write transaction."""
+    by_tenant: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for row in rows:
+        if row[_CONTENT] is not None:
+            by_tenant[row[0]].append((row[2], row[_CONTENT]))
+    return {tenant: seals.pack_contents(contents) for tenant, contents in by_tenant.items()}
+
+
+def insert_sealed(conn: Connection, rows: Sequence[tuple[Any, ...]], packed: Mapping[str, bytes] | None = None) -> None:
+    """Insert seal rows computed before the transaction (a worker's ended runs), their values
+    packed: one ``seal_values`` row a tenant, each seal row pointing at it. ``packed``: the
+    values ``pack`` made of these rows (or of more: a run whose change did not apply is packed
+    for nothing), made here if not given."""
+    if not rows:
+        return
+    packs = pack(rows) if packed is None else packed
+    refs: dict[str, str] = {}
+    for tenant in sorted({row[0] for row in rows} & packs.keys()):
+        made = driver.insert_rows(conn, seal_values, _VALUES_COLUMNS, [(tenant, packs[tenant])], suffix="RETURNING id")
+        refs[tenant] = seals.packed_ref(int(made[0][0]))
+    if refs:
+        rows = [(*row[:_CONTENT], refs.get(row[0], row[_CONTENT]), *row[_CONTENT + 1 :]) for row in rows]
     _insert(conn, rows)
