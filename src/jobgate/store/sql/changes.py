@@ -115,17 +115,16 @@ def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, wit
     return "WITH " + ", ".join(parts) + " SELECT job_run_id FROM changed"
 
 
-_PACKED_COLUMNS = tuple(c for c in record_seals.SEAL_COLUMNS if c != "content")
-
-
 def _packed_seals_sql(dialect: Dialect) -> list[str]:
     """The seal rows of the runs a group changed, their values packed (``core.seals``): the
     packs first (``tenant_id``, ``packed`` arrays), then the rows without their content, each
-    pointing at its tenant's pack."""
+    pointing at its tenant's pack. A pack whose runs' changes all missed (a lease lost) stays,
+    pointed at by nothing: diagnosis only, and rarer than a round trip to avoid it is worth."""
     packs = driver.unnest(dialect, seal_values, ("tenant_id", "packed"))
-    source = driver.unnest(dialect, record_seals_table, _PACKED_COLUMNS)
-    names = ", ".join(_PACKED_COLUMNS)
-    listed = ", ".join(f"x.{c}" for c in _PACKED_COLUMNS)
+    columns = record_seals.PACKED_COLUMNS
+    source = driver.unnest(dialect, record_seals_table, columns)
+    names = ", ".join(columns)
+    listed = ", ".join(f"x.{c}" for c in columns)
     ref = "'{\"" + seals.PACKED + "\":' || p.id || '}'"
     return [
         f"packed AS (INSERT INTO seal_values (tenant_id, packed) SELECT * FROM {packs} RETURNING id, tenant_id)",
@@ -135,13 +134,6 @@ def _packed_seals_sql(dialect: Dialect) -> list[str]:
         " LEFT JOIN packed p ON p.tenant_id = x.tenant_id CROSS JOIN seal_writers"
         " WHERE x.record_id IN (SELECT job_run_id FROM changed) ORDER BY x._ord)",
     ]
-
-
-_CONTENT = record_seals.SEAL_COLUMNS.index("content")
-
-
-def _without_content(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return row[:_CONTENT] + row[_CONTENT + 1 :]
 
 
 _apply_sql_cache: dict[tuple[_GroupKey, bool, bool], str] = {}
@@ -162,7 +154,7 @@ def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> tuple[list[R
             sql = _apply_sql_cache[shape] = _apply_postgres_sql(conn.dialect, *shape)
         row_sets = [rows, transitions] + ([events] if events else [])
         if ready:
-            row_sets += [list(record_seals.pack(ready).items()), [_without_content(r) for r in ready]]
+            row_sets += [list(record_seals.pack(ready).items()), [record_seals.without_content(r) for r in ready]]
         changed = {r[0] for r in driver.run_arrays(conn, sql, *row_sets)[1]}
         accepted |= changed
         sealed |= {ch.job_run_id for ch in items if ch.job_run_id in prepared.seals} & changed

@@ -948,6 +948,12 @@ def _unique(names: Sequence[str]) -> tuple[str, ...]:
 
 _CONTENT = SEAL_COLUMNS.index("content")
 _VALUES_COLUMNS = ("tenant_id", "packed")
+PACKED_COLUMNS = (*SEAL_COLUMNS[:_CONTENT], *SEAL_COLUMNS[_CONTENT + 1 :])  # a row whose values are packed
+
+
+def without_content(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A seal row (``SEAL_COLUMNS`` order) in ``PACKED_COLUMNS`` order."""
+    return row[:_CONTENT] + row[_CONTENT + 1 :]
 
 
 def pack(rows: Iterable[tuple[Any, ...]]) -> dict[str, bytes]:
