@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobgate.core import seals
 from jobgate.core.states import LEASED, TERMINAL
@@ -37,11 +37,11 @@ _INDEX = {c: i for i, c in enumerate(SEALED_COLUMNS)}
 _STATUS, _ATTEMPT = _INDEX["status"], _INDEX["attempt"]
 
 
-@dataclass(frozen=True, slots=True)
-class Chain:
+class Chain(NamedTuple):
     """A leased run as its holder knows it: the lease's token, the sealed columns' values as the
     row stands (in ``SEALED_COLUMNS`` order), and the history chain over all ``extent`` of its
-    transitions."""
+    transitions. A named tuple: a worker makes one a run it claims and one a change it makes,
+    and a frozen dataclass cost five times as much to build."""
 
     token: int
     values: tuple[Any, ...]
@@ -134,7 +134,8 @@ _CLEARED = {"history_hash": None, "history_extent": None}
 
 def extend(known: Callable[[str], Chain | None], changes: Sequence[RunChange], seal_row: Any) -> Extended:
     """Extend the chain of every fenced change whose run's chain is known under its token.
-    ``seal_row(tenant, run_id, parts, at_us)`` makes a seal row (``store.sql.seals``)."""
+    ``seal_row(tenant, run_id, identity, outcome, history, extent, at_us)`` makes the seal row
+    of a run it ends from its parts' value lists (``store.sql.seals.run_seal_row``)."""
     values: dict[str, dict[str, Any]] = {}
     transitions: dict[str, tuple[Any, ...]] = {}
     after: dict[str, Chain | None] = {}
@@ -154,8 +155,8 @@ def extend(known: Callable[[str], Chain | None], changes: Sequence[RunChange], s
         values[rid] = {"history_hash": history, "history_extent": extent}
         now = values_after(chain.values, ch)
         if ch.to_status in TERMINAL:
-            parts = seals.run_parts_of(now[:_IDENTITY], [*now[_IDENTITY:], []], history, extent)
-            sealed[rid] = seal_row(ch.tenant_id, rid, parts, transition[7])
+            outcome = [*now[_IDENTITY:], []]  # no dead letters: a change that writes one is not chained
+            sealed[rid] = seal_row(ch.tenant_id, rid, now[:_IDENTITY], outcome, history, extent, transition[7])
         keeps = ch.to_status in LEASED and not ch.revoke_lease
         after[rid] = Chain(chain.token, now, history, extent) if keeps else None
     return Extended(values, transitions, after, sealed)

@@ -61,25 +61,36 @@ SEAL_COLUMNS = (
 
 
 def _row(tenant: str, kind: str, rid: str, event: str, parts: seals.Parts, now: int) -> tuple[Any, ...]:
-    seal = seals.seal_of(kind, rid, event, parts)
-    return (
-        tenant,
-        kind,
-        rid,
-        event,
-        parts.extent,
-        parts.identity,
-        parts.outcome,
-        parts.history,
-        seal,
-        parts.content,
-        now,
-    )
+    p = parts
+    return _row_of(tenant, kind, rid, event, p.extent, p.identity, p.outcome, p.history, p.content, now)
 
 
-def run_seal_row(tenant: str, job_run_id: str, parts: seals.Parts, now: int) -> tuple[Any, ...]:
-    """The seal row of a run's end (``SEAL_COLUMNS`` order)."""
-    return _row(tenant, seals.RUN, job_run_id, seals.SEALED, parts, now)
+def _row_of(
+    tenant: str,
+    kind: str,
+    rid: str,
+    event: str,
+    extent: int | None,
+    identity: str,
+    outcome: str | None,
+    history: str | None,
+    content: str | None,
+    now: int,
+) -> tuple[Any, ...]:
+    """A seal row in ``SEAL_COLUMNS`` order, its seal computed from the parts given."""
+    seal = seals.seal_hash(kind, rid, event, extent, identity, outcome, history)
+    return (tenant, kind, rid, event, extent, identity, outcome, history, seal, content, now)
+
+
+def run_seal_row(
+    tenant: str, job_run_id: str, identity: Sequence[Any], outcome: Sequence[Any], history: str, extent: int, now: int
+) -> tuple[Any, ...]:
+    """The seal row of a run's end, from the value lists of its identity and outcome
+    (``core.seals.run_parts_of``) and the history its holder extended: built without the
+    ``Parts`` object, as a worker seals hundreds of runs a transaction."""
+    identity_hash, outcome_hash, content = seals.run_texts(identity, outcome)
+    kind, event = seals.RUN, seals.SEALED
+    return _row_of(tenant, kind, job_run_id, event, extent, identity_hash, outcome_hash, history, content, now)
 
 
 _pg_insert_sql: list[str] = []
