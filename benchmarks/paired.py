@@ -14,7 +14,9 @@ costs; the start order alternates between rounds. ``--other-env KEY=VALUE`` sets
 for the other tree's processes only.
 
 Prints each round's figures and ratios (this / other), their medians and the machine, and ends
-with one line: RESULT backend=... rounds=N process_ratio=X end_to_end_ratio=X.
+with one line: RESULT backend=... rounds=N process_ratio=X end_to_end_ratio=X worker_cpu_ratio=X
+submitter_cpu_ratio=X (the CPU a job cost each tree's own worker and submitting processes, end to
+end: above 1, this tree costs more).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from sqlalchemy.engine import make_url
 HERE = Path(__file__).resolve().parent
 THIS_SRC = HERE.parent / "src"
 FIGURES = ("process_per_s", "end_to_end_per_s")
+# CPU a job end to end spent by each tree's own processes (its workers, its submitting process):
+# a cost, steadier than a rate, and each side's own (the machine-wide figures mix the two trees).
+COSTS = ("e2e_cpu_us_worker", "e2e_cpu_us_submitter")
 DATABASES = ("jobgate_bench", "jobgate_bench2")  # this tree's, the other's
 SINKS = ("redis://127.0.0.1:6379/14", "redis://127.0.0.1:6379/13")
 
@@ -66,7 +71,7 @@ def one_side(
             f"throughput.py failed for {src} (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
         )
     pairs = (item.split("=", 1) for item in lines[-1].split()[1:] if "=" in item)
-    return {k: float(v) for k, v in pairs if k in FIGURES}
+    return {k: float(v) for k, v in pairs if k in FIGURES or k in COSTS}
 
 
 def main() -> None:
@@ -83,25 +88,30 @@ def main() -> None:
     other_env = dict(item.split("=", 1) for item in args.other_env if "=" in item)
     print(f"machine: {machine()}")
     print(f"this tree: {THIS_SRC}; other tree: {args.other} {other_env or ''}")
-    ratios: dict[str, list[float]] = {f: [] for f in FIGURES}
+    ratios: dict[str, list[float]] = {f: [] for f in (*FIGURES, *COSTS)}
     for n in range(args.rounds):
         dbs: list[str | None] = [None, None]
         if args.backend == "postgres":
             dbs = list(fresh_databases(args.db))
         sides = [(THIS_SRC, {}, SINKS[0], dbs[0]), (args.other, other_env, SINKS[1], dbs[1])]
+        order = sides if n % 2 == 0 else sides[::-1]  # who starts first alternates
         with ThreadPoolExecutor(2) as pool:  # both at once
-            this, other = pool.map(lambda side: one_side(side[0], side[1], side[2], args, side[3]), sides)
+            done = list(pool.map(lambda side: one_side(side[0], side[1], side[2], args, side[3]), order))
+        this, other = done if n % 2 == 0 else done[::-1]
         line = []
-        for f in FIGURES:
+        for f in (*FIGURES, *COSTS):
+            if f not in this or f not in other:  # a cost the benchmark could not take this round
+                continue
             ratio = this[f] / other[f]
             ratios[f].append(ratio)
             line.append(f"{f} this {this[f]:.0f} other {other[f]:.0f} ratio {ratio:.3f}")
         print(f"round {n + 1}: " + "; ".join(line), flush=True)
-    medians = {f: statistics.median(v) for f, v in ratios.items()}
+    medians = {f: statistics.median(v) for f, v in ratios.items() if v}
     print("medians of the rounds' ratios (this / other): " + ", ".join(f"{f} {m:.3f}" for f, m in medians.items()))
+    costs = "".join(f" {f.removeprefix('e2e_cpu_us_')}_cpu_ratio={medians[f]:.3f}" for f in COSTS if f in medians)
     print(
         f"RESULT backend={args.backend} rounds={args.rounds} jobs={args.jobs} "
-        f"process_ratio={medians['process_per_s']:.3f} end_to_end_ratio={medians['end_to_end_per_s']:.3f}"
+        f"process_ratio={medians['process_per_s']:.3f} end_to_end_ratio={medians['end_to_end_per_s']:.3f}{costs}"
     )
 
 
