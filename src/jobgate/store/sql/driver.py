@@ -142,6 +142,31 @@ def insert_rows(
     return out
 
 
+def _column_names(cursor: Any) -> list[str]:
+    """The names of the columns of a cursor's current result (one that returned rows).
+
+    What ``[d[0] for d in cursor.description]`` says, without psycopg's ``Column`` object a
+    column: building them took 155 µs for ``job_runs``' 54 columns (``timeit``, 2026-12-04),
+    more than the statement's own time on the server, and a single submission reads several
+    such results; the result's field names are read in 6 µs. Column names are ASCII
+    identifiers, the same bytes in every client encoding. sqlite3's description is a plain
+    tuple already."""
+    result = getattr(cursor, "pgresult", None)
+    if result is None:
+        return [d[0] for d in cursor.description]
+    return [result.fname(i).decode("utf-8") for i in range(result.nfields)]
+
+
+def _returns_rows(cursor: Any) -> bool:
+    """Whether the cursor's current result has rows to fetch (``cursor.description is not
+    None``, without building the description): a result with columns. Every statement here
+    that returns rows returns at least one column."""
+    result = getattr(cursor, "pgresult", None)
+    if result is None:
+        return cursor.description is not None
+    return bool(result.nfields)
+
+
 def run(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
     """Execute one statement with parameters; returns the number of rows it changed."""
     sql, names, defaults = _compile(conn, stmt)
@@ -156,7 +181,7 @@ def run_arrays(conn: Connection, sql: str, *row_sets: Sequence[Sequence[Any]]) -
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, params)
-        returned = [tuple(r) for r in cursor.fetchall()] if cursor.description is not None else []
+        returned = [tuple(r) for r in cursor.fetchall()] if _returns_rows(cursor) else []
         return int(cursor.rowcount), returned
     finally:
         cursor.close()
@@ -221,7 +246,7 @@ def returning_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[st
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, params)
-        columns = [d[0] for d in cursor.description]
+        columns = _column_names(cursor)
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     finally:
         cursor.close()
@@ -244,7 +269,7 @@ def returning_each(conn: Connection, queries: Sequence[tuple[Any, Mapping[str, A
                 cursor.execute(sql, _bind(names, defaults, params))
         out = []
         for cursor in cursors:
-            columns = [d[0] for d in cursor.description]
+            columns = _column_names(cursor)
             out.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
         return out
     finally:
@@ -268,7 +293,7 @@ def stream(
     cursor = dbapi.cursor(name=f"jobgate_stream_{next(_streams)}") if named else dbapi.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, _bind(names, defaults, params or {}))
-        columns = [d[0] for d in cursor.description]
+        columns = _column_names(cursor)
         while True:
             chunk = cursor.fetchmany(size)
             if not chunk:
