@@ -40,12 +40,32 @@ def test_rows_come_back_exactly_as_they_went_in(engine: Engine, values: list[tup
     assert _stored(engine) == rows
 
 
-def test_a_value_longer_than_its_column_is_refused_not_cut_short(engine: Engine) -> None:
+@pytest.mark.parametrize("rows", [1, 2], ids=["one row (scalar parameters)", "two rows (arrays)"])
+def test_a_value_longer_than_its_column_is_refused_not_cut_short(engine: Engine, rows: int) -> None:
     if engine.store.dialect == "sqlite":
         pytest.skip("SQLite does not enforce declared lengths")
     too_long = "r" * 65  # reason is VARCHAR(64)
+    given = [_row(2, too_long, None)] if rows == 1 else [_row(1, "ok", None), _row(2, too_long, None)]
     with pytest.raises(psycopg.errors.StringDataRightTruncation), engine.store.write() as tx:
-        driver.insert_rows(
-            connection(tx), run_transitions, TRANSITION_COLUMNS, [_row(1, "ok", None), _row(2, too_long, None)]
-        )
+        driver.insert_rows(connection(tx), run_transitions, TRANSITION_COLUMNS, given)
     assert _stored(engine) == []  # nothing of the refused statement was stored
+
+
+def test_only_arrays_of_one_value_become_scalar_parameters() -> None:
+    sql = "SELECT * FROM unnest(%b::VARCHAR[], %b::BIGINT[]) AS x(a, b), unnest(%b::TEXT[]) AS y(c) WHERE %s = '%%'"
+    text_, params = driver._one_row_form(sql, [["a"], [1], ["c1", "c2"], "k"])
+    assert text_ == (
+        "SELECT * FROM unnest(ARRAY[%b::VARCHAR], ARRAY[%b::BIGINT]) AS x(a, b), unnest(%b::TEXT[]) AS y(c)"
+        " WHERE %s = '%%'"
+    )
+    assert params == ["a", 1, ["c1", "c2"], "k"]
+    assert driver._one_row_form(sql, [["a", "b"], [1, 2], ["c"], "k"]) == (
+        "SELECT * FROM unnest(%b::VARCHAR[], %b::BIGINT[]) AS x(a, b), unnest(ARRAY[%b::TEXT]) AS y(c) WHERE %s = '%%'",
+        [["a", "b"], [1, 2], "c", "k"],
+    )
+    # a one-value array holding None stays a value: the row's NULL
+    assert driver._one_row_form("SELECT unnest(%b::TEXT[])", [[None]]) == ("SELECT unnest(ARRAY[%b::TEXT])", [None])
+    # statements without arrays, named parameters and SQLite's tuples go unchanged
+    assert driver._one_row_form("SELECT %s", ["x"]) == ("SELECT %s", ["x"])
+    assert driver._one_row_form("SELECT %(a)s", {"a": [1]}) == ("SELECT %(a)s", {"a": [1]})
+    assert driver._one_row_form("SELECT ?", (["x"],)) == ("SELECT ?", (["x"],))
