@@ -377,7 +377,12 @@ class Parts:
 
 
 def _content(**texts: bytes) -> str:
-    return (b"{" + b",".join(b'"' + k.encode("ascii") + b'":' + v for k, v in texts.items()) + b"}").decode("utf-8")
+    """The ``content`` of a seal: ``{"part": text, ...}``, the texts as they were hashed."""
+    pieces: list[bytes] = []
+    for name, text in texts.items():
+        pieces += (b',"' if pieces else b'{"', name.encode("ascii"), b'":', text)
+    pieces.append(b"}")
+    return b"".join(pieces).decode("utf-8")
 
 
 PACKED = "packed"  # a seal's ``content`` that points at its values packed with others
@@ -494,16 +499,10 @@ def history_step(previous: str, transition: Sequence[Any]) -> str:
 
 def history_of(transitions: Sequence[Sequence[Any]], start: str = HISTORY_GENESIS) -> str:
     """The history part of a run whose transitions' value lists are ``transitions``:
-    ``history_step`` over each, written out (verifying a million runs takes four steps a run)."""
+    ``history_step`` over each."""
     link = start
-    sha, dumps = hashlib.sha256, orjson.dumps
-    try:
-        for t in transitions:
-            link = "sha256:" + sha((link + "sha256:" + sha(dumps(t)).hexdigest()).encode("ascii")).hexdigest()
-    except TypeError:  # a value orjson refuses (an integer beyond 64 bits): the reference steps
-        link = start
-        for t in transitions:
-            link = history_step(link, t)
+    for t in transitions:
+        link = history_step(link, t)
     return link
 
 
@@ -547,11 +546,11 @@ def run_texts(
     ``Parts`` object, for the worker that seals hundreds of runs a transaction (building the
     frozen object cost as much as hashing both parts)."""
     identity_text, outcome_text = encode(identity), encode(outcome)
-    pieces = [b'{"identity":', identity_text, b',"outcome":', outcome_text]
-    if transitions is not None:
-        pieces += (b',"history":', encode(transitions))
-    pieces.append(b"}")
-    return hash_of(identity_text), hash_of(outcome_text), b"".join(pieces).decode("utf-8")
+    if transitions is None:
+        content = _content(identity=identity_text, outcome=outcome_text)
+    else:
+        content = _content(identity=identity_text, outcome=outcome_text, history=encode(transitions))
+    return hash_of(identity_text), hash_of(outcome_text), content
 
 
 def workflow_parts(workflow: Record, steps: Sequence[Record], transitions: Sequence[Record]) -> Parts:
