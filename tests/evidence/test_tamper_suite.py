@@ -367,6 +367,215 @@ TAMPERS: list[tuple[str, Tamper, str]] = [
     ("seal moved out of its batch", _row("record_seals", "id = id + 1000000", f"id = {SEAL}"), "records"),
     ("every seal deleted", _sql("DELETE FROM record_seals"), "has no seal"),
 ]
+# -- changed, then sealed again ------------------------------------------------------------------
+# The attacker also appends a new seal for what they changed, computed with the published rules,
+# and lets the leader chain it (``audit seal``): the record then agrees with its latest seal. The
+# earlier seals, already under batch roots and signed anchors, are what give it away
+# (``core.seal_trails``).
+
+
+def _append_seal(conn: Connection, kind: str, rid: str, parts: seals.Parts, event: str = seals.SEALED) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO record_seals (tenant_id, kind, record_id, event, extent, identity, outcome, history, seal,"
+            " content, sealed_at) VALUES ('default', :k, :r, :e, :x, :i, :o, :h, :s, :c,"
+            " (SELECT max(sealed_at) + 1 FROM record_seals))"
+        ),
+        {
+            "k": kind,
+            "r": rid,
+            "e": event,
+            "x": parts.extent,
+            "i": parts.identity,
+            "o": parts.outcome,
+            "h": parts.history,
+            "s": seals.seal_of(kind, rid, event, parts),
+            "c": parts.content,
+        },
+    )
+
+
+def _apply(edit: Tamper, conn: Connection, ids: dict[str, Any]) -> None:
+    if callable(edit):
+        edit(conn, ids)
+    else:
+        conn.execute(text(edit.format(**ids)))
+
+
+def _resealed_run(edit: Tamper, target: str) -> Callable[[Connection, dict[str, Any]], None]:
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        _apply(edit, conn, ids)
+        rid, key = ids[target], {"r": ids[target]}
+        run = conn.execute(text("SELECT * FROM job_runs WHERE job_run_id = :r"), key).mappings().one()
+        ts = conn.execute(text("SELECT * FROM run_transitions WHERE job_run_id = :r ORDER BY id"), key).mappings().all()
+        order = "ORDER BY created_at, dead_letter_id"
+        ls = conn.execute(text(f"SELECT * FROM dead_letters WHERE job_run_id = :r {order}"), key).mappings().all()
+        _append_seal(conn, seals.RUN, rid, seals.run_parts(run, ts, ls))
+
+    return apply
+
+
+def _resealed_row(kind: str, edit: Tamper, where: str) -> Callable[[Connection, dict[str, Any]], None]:
+    spec = seals.SPECS[kind]
+
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        _apply(edit, conn, ids)
+        for row in conn.execute(text(f"SELECT * FROM {spec.table} WHERE {where.format(**ids)}")).mappings():
+            _append_seal(conn, kind, seals.record_id(spec, row), seals.row_parts(spec, row))
+
+    return apply
+
+
+def _resealed_workflow(edit: Tamper) -> Callable[[Connection, dict[str, Any]], None]:
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        _apply(edit, conn, ids)
+        key = {"w": ids["workflow"]}
+        row = conn.execute(text("SELECT * FROM workflow_runs WHERE workflow_run_id = :w"), key).mappings().one()
+        steps = conn.execute(
+            text("SELECT * FROM workflow_steps WHERE workflow_run_id = :w ORDER BY position"), key
+        ).mappings()
+        moves = conn.execute(
+            text("SELECT * FROM workflow_transitions WHERE workflow_run_id = :w ORDER BY seq"), key
+        ).mappings()
+        _append_seal(conn, seals.WORKFLOW, ids["workflow"], seals.workflow_parts(row, list(steps), list(moves)))
+
+    return apply
+
+
+def _under_tombstone(
+    kind: str, rid: str, deletes: tuple[str, ...], event: str
+) -> Callable[[Connection, dict[str, Any]], None]:
+    """The record deleted, and a tombstone closing its latest seal appended as jobgate writes them."""
+
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        record = rid.format(**ids)
+        latest = conn.execute(
+            text("SELECT seal FROM record_seals WHERE kind = :k AND record_id = :r ORDER BY id DESC LIMIT 1"),
+            {"k": kind, "r": record},
+        ).scalar_one()
+        for delete in deletes:
+            conn.execute(text(delete.format(**ids)))
+        _append_seal(conn, kind, record, seals.Parts(identity=latest), event)
+
+    return apply
+
+
+RUN_TABLES_DELETED = tuple(
+    f"DELETE FROM {t} WHERE job_run_id = '{{dead}}'" for t in ("run_transitions", "dead_letters", "job_runs")
+)
+RESEAL_TAMPERS: list[tuple[str, Tamper, str]] = [
+    ("dead letter rewritten as a success", _resealed_run(_dead_letter_as_success, "dead"), "dead"),
+    ("run requester", _resealed_run(_run("requested_by = 'mallory'"), "run"), "run"),
+    ("run result", _resealed_run(_run("result = '{{\"ok\": false}}'"), "run"), "run"),
+    ("transition actor", _resealed_run(_row("run_transitions", "actor = 'mallory'", f"id = {FIRST_T}"), "run"), "run"),
+    (
+        "revocation undone",
+        _resealed_row(
+            "approval",
+            _row("definition_approvals", "revoked_at = NULL, revoked_by = NULL", "approval_id = {revoked_approval}"),
+            "approval_id = {revoked_approval}",
+        ),
+        "revoked_approval",
+    ),
+    (
+        "approver",
+        _resealed_row(
+            "approval",
+            _row("definition_approvals", "approved_by = 'mallory'", "approval_id = {approval}"),
+            "approval_id = {approval}",
+        ),
+        "approval",
+    ),
+    (
+        "token revocation undone",
+        _resealed_row(
+            "token",
+            _row("api_tokens", "revoked_at = NULL, revoked_by = NULL", "token_id = '{revoked_token}'"),
+            "token_id = '{revoked_token}'",
+        ),
+        "revoked_token",
+    ),
+    (
+        "token role",
+        _resealed_row("token", _row("api_tokens", "role = 'admin'", "token_id = '{token}'"), "token_id = '{token}'"),
+        "token",
+    ),
+    (
+        "definition applier",
+        _resealed_row(
+            "definition",
+            _row("definitions", "applied_by = 'mallory'", "job_definition_id = '{definition}'"),
+            "job_definition_id = '{definition}'",
+        ),
+        "definition",
+    ),
+    (
+        "snapshot content",
+        _resealed_row(
+            "snapshot",
+            _row("config_snapshots", "content = '{{}}'", "config_snapshot_id = '{snapshot}'"),
+            "config_snapshot_id = '{snapshot}'",
+        ),
+        "snapshot",
+    ),
+    (
+        "schedule change value",
+        _resealed_row(
+            "schedule_change", _row("schedule_changes", "new_value = 'forged'", f"id = {CHANGE}"), f"id = {CHANGE}"
+        ),
+        "schedule_change",
+    ),
+    (
+        "request decision reversed",
+        _resealed_row(
+            "request",
+            _row("run_requests", "status = 'approved'", "request_id = '{request}'"),
+            "request_id = '{request}'",
+        ),
+        "request",
+    ),
+    (
+        "safe mode reopened",
+        _resealed_row(
+            "safe_mode",
+            "UPDATE safe_mode_periods SET deactivated_at = NULL, deactivated_by = NULL",
+            "tenant_id = 'default'",
+        ),
+        "safe_mode",
+    ),
+    (
+        "workflow status",
+        _resealed_workflow(_row("workflow_runs", "status = 'FAILED'", "workflow_run_id = '{workflow}'")),
+        "workflow",
+    ),
+    (
+        "run deleted under a forged retirement",
+        _under_tombstone(
+            seals.RUN,
+            "{dead}",
+            RUN_TABLES_DELETED,
+            seals.RETIRED,
+        ),
+        "dead",
+    ),
+    (
+        "approval deleted under a forged tombstone",
+        _under_tombstone(
+            "approval",
+            "{approval}",
+            ("DELETE FROM definition_approvals WHERE approval_id = {approval}",),
+            seals.DELETED,
+        ),
+        "approval",
+    ),
+    (
+        "safe mode period deleted under a forged tombstone",
+        _under_tombstone("safe_mode", "1", ("DELETE FROM safe_mode_periods",), seals.DELETED),
+        "safe_mode",
+    ),
+]
+
+
 SINK_TAMPERS: list[tuple[str, Callable[[World], None], str]] = [
     ("sink copy root changed", _sink_edit(_sink_root), "anchor 1"),
     ("sink copy removed", _sink_edit(lambda lines: lines[1:]), "anchor 1"),
@@ -382,6 +591,18 @@ def _expected(fragment: str, ids: dict[str, Any]) -> str:
 def test_a_direct_edit_is_caught_and_named(copies: Copies, name: str, tamper: Any, names: str) -> None:
     world = copies.fresh()
     copies.tamper(lambda conn: tamper(conn, world.ids))
+    code, out = verify(world)
+    assert code != 0, f"{name}: not detected\n{out}"
+    error = next((line for line in out.splitlines() if line.startswith("error: ")), "")
+    assert _expected(names, world.ids) in error, f"{name}: the message does not name {names}\n{out}"
+
+
+@pytest.mark.parametrize(("name", "tamper", "names"), RESEAL_TAMPERS, ids=[t[0] for t in RESEAL_TAMPERS])
+def test_a_record_changed_and_sealed_again_is_caught(copies: Copies, name: str, tamper: Any, names: str) -> None:
+    world = copies.fresh()
+    copies.tamper(lambda conn: tamper(conn, world.ids))
+    sealed = CliRunner().invoke(cli, ["--config", str(world.config_file), "--db", world.url, "audit", "seal"])
+    assert sealed.exit_code == 0, sealed.output  # the forged seal chained like any other
     code, out = verify(world)
     assert code != 0, f"{name}: not detected\n{out}"
     error = next((line for line in out.splitlines() if line.startswith("error: ")), "")
@@ -425,4 +646,4 @@ def test_the_suite_edits_every_table_that_holds_evidence() -> None:
     start = source.index("TAMPERS: list")
     covered = {t for t in EVIDENCE_TABLES if f"{t} " in source[start:] or f'"{t}"' in source[start:]}
     assert covered == set(EVIDENCE_TABLES)
-    assert len(TAMPERS) + len(SINK_TAMPERS) >= 60
+    assert len(TAMPERS) + len(SINK_TAMPERS) + len(RESEAL_TAMPERS) >= 60

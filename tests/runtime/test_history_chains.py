@@ -126,6 +126,39 @@ def test_dead_lettered_requeued_and_cancelled_runs_are_sealed_by_reading(engine:
     assert all(r.ok for r in audit.verify_records(engine, ["default"]))
 
 
+def test_a_requeued_run_verifies_while_it_waits_and_after_it_ends_again(engine: Engine) -> None:
+    """A requeue raises ``max_attempts``, which the seal of the dead letter holds: verification
+    lets a requeue raise it and nothing else, while the run is open and once it is sealed again."""
+    lettered = engine.submit(SubmitRequest(define(engine, handler="engine_handlers:fail_final"))).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+    control.requeue_run(engine, lettered, actor="ops")  # no worker: it waits, open, past its seal
+    assert _findings(engine) == []
+    with running_worker(engine):
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+    assert _findings(engine) == []
+    control.requeue_run(engine, lettered, actor="ops")  # and an open run is held to the same rules
+    with engine.store.write() as tx:
+        connection(tx).execute(
+            text("UPDATE job_runs SET requested_by = 'mallory' WHERE job_run_id = :r"), {"r": lettered}
+        )
+    assert [(f.problem, f.part, f.column) for f in _findings(engine)] == [("changed", "identity", "requested_by")]
+
+
+def test_a_dead_letter_resolved_in_place_is_sealed_again_and_verifies(engine: Engine) -> None:
+    lettered = engine.submit(SubmitRequest(define(engine, handler="engine_handlers:fail_final"))).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+    with engine.store.write() as tx:
+        letter = tx.dead_letter_open_for(lettered)
+        assert letter is not None
+        tx.dead_letter_resolve(letter.dead_letter_id, "discarded by ops", engine.clock.now())
+    with engine.store.read() as tx:
+        count = connection(tx).execute(text("SELECT count(*) FROM record_seals WHERE record_id = :r"), {"r": lettered})
+        assert count.scalar_one() == 2
+    assert _findings(engine) == []
+
+
 def test_a_changed_transition_breaks_a_chained_seal(engine: Engine) -> None:
     rid = _completed_from_its_chain(engine)
     with engine.store.write() as tx:

@@ -354,7 +354,7 @@ class Finding:
 
     kind: str
     record_id: str
-    problem: str  # changed | unsealed | deleted | history_cut | batch_changed | batch_missing | ...
+    problem: str  # changed | resealed | unsealed | deleted | history_cut | batch_changed | batch_missing | ...
     part: str | None = None
     column: str | None = None
     seal_id: int | None = None
@@ -368,9 +368,19 @@ class Finding:
                 col = " (one of its transitions was changed, removed or added)"
             detail = f" ({self.detail})" if self.detail else ""
             return f"{where}: its {self.part} differs from seal #{self.seal_id}{col}{detail}"
+        if self.problem == "resealed":
+            part = f" its {self.part}" if self.part else ""
+            col = f", column {self.column}" if self.column else ""
+            detail = f" ({self.detail})" if self.detail else ""
+            return f"{where}: seal #{self.seal_id} is not one jobgate writes for it:{part} changed{col}{detail}"
+        gone = f" ({self.detail} is not one jobgate writes for it)" if self.detail else ""
         return {
             "unsealed": f"{where}: ended but has no seal",
-            "deleted": f"{where}: sealed (seal #{self.seal_id}) but its row is gone",
+            "deleted": f"{where}: sealed (seal #{self.seal_id}) but its row is gone{gone}",
+            "sealed_after_tombstone": f"{where}: sealed again (seal #{self.seal_id}) after its tombstone {self.detail}",
+            "tombstone_mismatch": f"{where}: tombstone #{self.seal_id} does not close the seal before it",
+            "retired_unexplained": f"{where}: retired (tombstone #{self.seal_id}) but no retention.deleted audit"
+            " entry names it",
             "history_cut": f"{where}: has fewer transitions than seal #{self.seal_id} covers",
             "seal_changed": f"{where}: seal #{self.seal_id} does not hash to its own parts",
             "batch_changed": f"{where}: the seals that audit entry (records.sealed) chained no longer give its root:"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from jobgate.config import RetentionSettings
 from jobgate.core.audit import AuditEvent
+from jobgate.core.seal_trails import RETENTION_DELETED
 from jobgate.service.engine import Engine
 from jobgate.store.base import RetireScope
 
@@ -108,7 +109,7 @@ def _run_pass(engine: Engine, tenant_id: str, p: RetentionPass, now: datetime, d
                 tx.audit_append(
                     [
                         AuditEvent(
-                            tenant_id, ACTOR, "retention.deleted", "runs", f"{len(ids)} runs", now,
+                            tenant_id, ACTOR, RETENTION_DELETED, "runs", f"{len(ids)} runs", now,
                             reason=p.rule,
                             payload={"ended_before": p.cutoff.isoformat(), "runs": ids},
                         )

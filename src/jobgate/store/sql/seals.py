@@ -15,11 +15,12 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, bindparam, func, select
 
-from jobgate.core import merkle, seals
+from jobgate.core import merkle, seal_trails, seals
 from jobgate.core.audit import AuditEvent
 from jobgate.core.lineage import retry_source
 from jobgate.core.records import Batch, BatchEntry, Finding, RecordsReport
@@ -430,8 +431,10 @@ MAX_FINDINGS = 100
 
 
 def verify_records(conn: Connection, tenant_id: str) -> RecordsReport:
-    """Recompute every record of ``tenant_id`` and compare it with its latest seal; check every
-    batch of seals against the root its audit entry chained."""
+    """Recompute every record of ``tenant_id`` and compare it with its latest seal, read each
+    record's seals in order by the rules of ``core.seal_trails`` (an old record changed and
+    sealed again shows there), and check every batch of seals against the root its audit
+    entry chained."""
     report = RecordsReport(tenant_id)
     report.pending = pending_count(conn, tenant_id)
     # Records first: a finding that names the record beats one that names the batch it is in.
@@ -496,8 +499,9 @@ def _walk_batches(entries: Sequence[BatchEntry], seals_iter: Iterator[Any], repo
         previous_last = max(previous_last, e.last_id)
 
 
-def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[Record]:
-    """The latest seal of each record of ``kind``, in record id order."""
+def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[dict[str, Any]]:
+    """The latest seal of each record of ``kind``, in record id order; a record sealed more than
+    once has its earlier seals, in id order, under ``"earlier"``."""
     q = _statement(
         conn,
         "latest",
@@ -507,13 +511,70 @@ def _latest_stream(conn: Connection, tenant_id: str, kind: str) -> Iterator[Reco
             .order_by(_collate(conn, S.record_id), S.id)
         ),
     )
-    previous: Record | None = None
+    previous: dict[str, Any] | None = None
+    earlier: list[dict[str, Any]] = []
     for r in driver.stream(conn, q, {"tenant": tenant_id, "kind": kind}, size=20_000):
-        if previous is not None and previous["record_id"] != r["record_id"]:
-            yield previous
+        if previous is not None:
+            if previous["record_id"] != r["record_id"]:
+                if earlier:
+                    previous["earlier"], earlier = earlier, []
+                yield previous
+            else:
+                earlier.append(previous)
         previous = r
     if previous is not None:
+        if earlier:
+            previous["earlier"] = earlier
         yield previous
+
+
+def _trail(seal: Record | None) -> list[Record]:
+    """Every seal of the record ``seal`` is the latest of, in id order."""
+    return [] if seal is None else [*seal.get("earlier", ()), seal]
+
+
+def _check_trail(kind: str, rid: str, trail: Sequence[Record], report: RecordsReport) -> bool:
+    """Every seal of one record hashes to its own parts, and the record's tombstones are ones
+    jobgate writes: a ``deleted`` one for a kind it deletes, a ``retired`` one for a run, each
+    closing the seal before it, and nothing sealed after one (but a deleted schedule's id used
+    again). False when a finding was added."""
+    for s in trail:
+        if not _check_seal(kind, rid, s, report):
+            return False
+    for before, after in pairwise(trail):
+        if before["event"] != seals.SEALED and kind not in seal_trails.DELETABLE:
+            _add(report, Finding(kind, rid, "sealed_after_tombstone", seal_id=after["id"], detail=f"#{before['id']}"))
+            return False
+        if after["event"] == seals.SEALED:
+            continue
+        expected = seals.DELETED if kind in seal_trails.DELETABLE else seals.RETIRED if kind == seals.RUN else None
+        if after["event"] != expected:
+            _add(report, Finding(kind, rid, "deleted", seal_id=before["id"], detail=f"tombstone #{after['id']}"))
+            return False
+        if before["event"] == seals.SEALED and after["identity"] != before["seal"]:
+            _add(report, Finding(kind, rid, "tombstone_mismatch", seal_id=after["id"]))
+            return False
+    return True
+
+
+def _row_trail(kind: str, rid: str, trail: Sequence[Record], report: RecordsReport) -> None:
+    """Consecutive seals of one single-row record by its kind's rule (``core.seal_trails``)."""
+    spec = seals.SPECS[kind]
+    sealed = [s for s in trail if s["event"] == seals.SEALED]
+    for before, after in pairwise(sealed):
+        if before["identity"] == after["identity"] or kind in seal_trails.FREELY_EDITED:
+            continue
+        was = seal_trails.kept_values(before["content"], "identity", before["identity"])
+        now = seal_trails.kept_values(after["content"], "identity", after["identity"])
+        if was is None or now is None:
+            _add(report, Finding(kind, rid, "resealed", "content", None, after["id"], f"after seal #{before['id']}"))
+            return
+        column = seal_trails.row_change(kind, was, now)
+        if column is not None:
+            i = spec.columns.index(column)
+            detail = f"seal #{before['id']} kept {_short(was[i])}, seal #{after['id']} {_short(now[i])}"
+            _add(report, Finding(kind, rid, "resealed", "content", column, after["id"], detail))
+            return
 
 
 def _grouped(rows: Iterable[Record], key: str) -> Iterator[tuple[str, list[Record]]]:
@@ -652,6 +713,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     pending_history = next(history, None)
     checked = 0
     kept = _KeptValues(conn, tenant_id)
+    retired = _retired_by_retention(conn, tenant_id)
     for rid, run, seal in _merge(runs, "job_run_id", _latest_stream(conn, tenant_id, seals.RUN)):
         ts: list[Record] = []
         while pending_history is not None and pending_history[0] < rid:
@@ -661,11 +723,27 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
             ts = pending_history[1]
             pending_history = next(history, None)
         checked += 1
-        _verify_run(rid, run, seal, ts, letters.get(rid, []), report, kept)
+        _verify_run(rid, run, seal, ts, letters.get(rid, []), report, kept, retired)
     while pending_history is not None:
         _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
         pending_history = next(history, None)
     report.checked[seals.RUN] = checked
+
+
+def _retired_by_retention(conn: Connection, tenant_id: str) -> set[str]:
+    """The runs retention says it deleted (its ``retention.deleted`` audit entries name them):
+    a run's ``retired`` tombstone that none names was not written by retention."""
+    a = audit_log.c
+    q = select(a.payload).where(a.tenant_id == tenant_id, a.action == seal_trails.RETENTION_DELETED)
+    out: set[str] = set()
+    for (payload,) in conn.execute(q):
+        try:
+            runs = json.loads(payload).get("runs")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(runs, list):
+            out.update(str(r) for r in runs)
+    return out
 
 
 def _verify_run(
@@ -676,8 +754,16 @@ def _verify_run(
     ls: Sequence[Record],
     report: RecordsReport,
     kept: _KeptValues,
+    retired: set[str],
 ) -> None:
-    if seal is not None and not _check_seal(seals.RUN, rid, seal, report):
+    trail = _trail(seal) if seal is not None and "earlier" in seal else None  # most runs: one seal
+    if trail is not None:
+        if not _check_trail(seals.RUN, rid, trail, report):
+            return
+    elif seal is not None and not _check_seal(seals.RUN, rid, seal, report):
+        return
+    if seal is not None and seal["event"] == seals.RETIRED and rid not in retired:
+        _add(report, Finding(seals.RUN, rid, "retired_unexplained", seal_id=seal["id"]))
         return
     if run is None:
         if seal is not None and seal["event"] != seals.RETIRED:
@@ -689,17 +775,142 @@ def _verify_run(
             _add(report, Finding(seals.RUN, rid, "unsealed"))
         return
     _check_retry_of(rid, run, seal, report)
+    if trail is not None and not _run_trail(rid, [s for s in trail if s["event"] == seals.SEALED], ts, report, kept):
+        return
     extent = int(seal["extent"] or 0)
     if len(ts) < extent:
         _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=seal["id"]))
         return
-    if len(ts) > extent:  # moved on since (requeued): the sealed prefix and the identity still hold
+    if len(ts) > extent:  # moved on since: only a requeue does that, and it ends in a new seal
         if run["status"] in _TERMINAL:
             _add(report, Finding(seals.RUN, rid, "unsealed"))
             return
-        _compare_run(rid, seal, seals.run_values(run, ts[:extent], ls), report, kept, outcome=False)
+        _verify_requeued(rid, run, seal, ts, ls, report, kept)
         return
     _compare_run(rid, seal, seals.run_values(run, ts, ls), report, kept, outcome=True)
+
+
+def _run_trail(
+    rid: str, sealed: Sequence[Record], ts: Sequence[Record], report: RecordsReport, kept: _KeptValues
+) -> bool:
+    """A run's seals before its latest, in order (``core.seal_trails``): each one's history is
+    still the prefix of today's transitions, and each next seal is one jobgate writes after it —
+    in place once a dead letter is resolved, or after a requeue of a dead-lettered or escalated
+    run — with the identity kept (but a raised ``max_attempts``) and no dead letter lost. False
+    when a finding was added."""
+    if len(sealed) < 2:
+        return True
+    extents = {int(s["extent"] or 0) for s in sealed[:-1]}
+    if max(extents) > len(ts):
+        cut = next(s for s in sealed if int(s["extent"] or 0) > len(ts))
+        _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=cut["id"]))
+        return False
+    links: dict[int, str] = {0: seals.HISTORY_GENESIS} if 0 in extents else {}
+    link = seals.HISTORY_GENESIS
+    for i, t in enumerate(ts[: max(extents)], start=1):
+        link = seals.history_step(link, [t[c] for c in seals.TRANSITION_COLUMNS])
+        if i in extents:
+            links[i] = link
+    for s in sealed[:-1]:
+        e = int(s["extent"] or 0)
+        if links[e] != s["history"] and _whole_history(ts[:e]) != s["history"]:
+            _add(report, Finding(seals.RUN, rid, "changed", "history", None, s["id"]))
+            return False
+    for before, after in pairwise(sealed):
+        problem = _run_reseal(before, after, ts, kept)
+        if problem is not None:
+            _add(report, Finding(seals.RUN, rid, "resealed", problem[0], problem[1], after["id"], problem[2]))
+            return False
+    return True
+
+
+def _whole_history(ts: Sequence[Record]) -> str:
+    """A run's history as seals before migration 0021 hashed it: one hash of the whole list."""
+    return seals.value_hash([[t[c] for c in seals.TRANSITION_COLUMNS] for t in ts])
+
+
+def _run_reseal(
+    before: Record, after: Record, ts: Sequence[Record], kept: _KeptValues
+) -> tuple[str, str | None, str] | None:
+    """(part, column, detail) of why ``after`` is not a seal jobgate writes after ``before``."""
+    since = f"after seal #{before['id']}"
+    e_before, e_after = int(before["extent"] or 0), int(after["extent"] or 0)
+    status = ts[e_before - 1]["to_status"] if 0 < e_before <= len(ts) else None
+    if e_after < e_before:
+        return "history", None, f"covers fewer transitions than seal #{before['id']}"
+    if e_after == e_before:  # the same transitions (their history checked against each seal above)
+        same = after["identity"] == before["identity"] and after["outcome"] == before["outcome"]
+        if not same and status not in seal_trails.RUN_RESEALED_IN_PLACE:
+            return "outcome", None, f"sealed again {since} with no new transition"
+    elif status not in seal_trails.RUN_REQUEUED_FROM or ts[e_before]["reason"] != seal_trails.REQUEUED:
+        return "history", None, f"moved on {since} without a requeue of a dead-lettered or escalated run"
+    requeued = e_after > e_before
+    was, now = kept.of(before), kept.of(after)
+    if after["identity"] != before["identity"]:
+        ids = (
+            seal_trails.kept_values(was, "identity", before["identity"]),
+            seal_trails.kept_values(now, "identity", after["identity"]),
+        )
+        if ids[0] is None or ids[1] is None:
+            return "identity", None, since
+        column = seal_trails.run_identity_change(ids[0], ids[1], requeued=requeued)
+        if column is not None:
+            return "identity", column, since
+    if after["outcome"] != before["outcome"]:
+        out = (
+            seal_trails.kept_values(was, "outcome", before["outcome"]),
+            seal_trails.kept_values(now, "outcome", after["outcome"]),
+        )
+        if out[0] is not None and out[1] is not None:
+            columns = len(seals.RUN_OUTCOME)
+            if not requeued and out[0][:columns] != out[1][:columns]:
+                return "outcome", seals.difference(seals.RUN_OUTCOME, out[0], out[1])[0], since  # type: ignore[index]
+            letter = seal_trails.letters_change(out[0][-1], out[1][-1])
+            if letter is not None:
+                return "outcome", "dead_letters", f"dead letter {letter} removed or rewritten {since}"
+    return None
+
+
+def _verify_requeued(
+    rid: str,
+    run: Record,
+    seal: Record,
+    ts: Sequence[Record],
+    ls: Sequence[Record],
+    report: RecordsReport,
+    kept: _KeptValues,
+) -> None:
+    """A run with transitions beyond its latest seal: the first must be a requeue of the sealed
+    (dead-lettered or escalated) run; the sealed prefix, the identity (but a raised
+    ``max_attempts``) and the sealed dead letters still hold."""
+    extent = int(seal["extent"] or 0)
+    values = seals.run_values(run, ts[:extent], ls)
+    status = ts[extent - 1]["to_status"] if extent else None
+    if status not in seal_trails.RUN_REQUEUED_FROM or ts[extent]["reason"] != seal_trails.REQUEUED:
+        detail = f"moved on after seal #{seal['id']} without a requeue of a dead-lettered or escalated run"
+        _add(report, Finding(seals.RUN, rid, "changed", "history", f"transition {extent + 1}", seal["id"], detail))
+        return
+    if seals.history_of(values["history"]) != seal["history"]:
+        _compare_run(rid, seal, values, report, kept, outcome=False)
+        return
+    content = kept.of(seal)
+    if seals.value_hash(values["identity"]) != seal["identity"]:
+        sealed = seal_trails.kept_values(content, "identity", seal["identity"])
+        if sealed is None:
+            _compare_run(rid, seal, values, report, kept, outcome=False)
+            return
+        column = seal_trails.run_identity_change(sealed, values["identity"], requeued=True)
+        if column is not None:
+            i = seals.RUN_IDENTITY.index(column)
+            detail = f"sealed {_short(sealed[i])}, now {_short(values['identity'][i])}"
+            _add(report, Finding(seals.RUN, rid, "changed", "identity", column, seal["id"], detail))
+            return
+    outcome = seal_trails.kept_values(content, "outcome", seal["outcome"])
+    if outcome is not None:
+        letter = seal_trails.letters_change(outcome[-1], values["outcome"][-1])
+        if letter is not None:
+            detail = f"dead letter {letter} removed or rewritten after seal #{seal['id']}"
+            _add(report, Finding(seals.RUN, rid, "changed", "outcome", "dead_letters", seal["id"], detail))
 
 
 def _check_retry_of(rid: str, run: Record, seal: Record, report: RecordsReport) -> None:
@@ -767,7 +978,9 @@ def _verify_workflow_batch(
         return 0
     steps, ts = _workflow_rows(conn, [rid for rid, row, _ in batch if row is not None])
     for rid, row, seal in batch:
-        if seal is not None and not _check_seal(seals.WORKFLOW, rid, seal, report):
+        if not _check_trail(seals.WORKFLOW, rid, _trail(seal), report) or not _workflow_trail(
+            rid, _trail(seal), report
+        ):
             continue
         if row is None:
             if seal is not None and seal["event"] == seals.SEALED:
@@ -786,6 +999,28 @@ def _verify_workflow_batch(
     return len(batch)
 
 
+def _workflow_trail(rid: str, trail: Sequence[Record], report: RecordsReport) -> bool:
+    """Consecutive seals of one workflow run by ``core.seal_trails.workflow_change``."""
+    sealed = [s for s in trail if s["event"] == seals.SEALED]
+    for before, after in pairwise(sealed):
+        if all(before[p] == after[p] for p in ("identity", "outcome", "history")):
+            continue
+        was = {p: seal_trails.kept_values(before["content"], p, before[p]) for p in ("identity", "outcome", "history")}
+        now = {p: seal_trails.kept_values(after["content"], p, after[p]) for p in ("identity", "outcome", "history")}
+        if any(v is None for v in (*was.values(), *now.values())):
+            _add(
+                report, Finding(seals.WORKFLOW, rid, "resealed", None, None, after["id"], f"after seal #{before['id']}")
+            )
+            return False
+        final = bool(was["outcome"]) and was["outcome"][0] in seal_trails.WORKFLOW_FINAL  # type: ignore[index]
+        problem = seal_trails.workflow_change(was, now, final)  # type: ignore[arg-type]
+        if problem is not None:
+            detail = f"after seal #{before['id']}"
+            _add(report, Finding(seals.WORKFLOW, rid, "resealed", problem[0], problem[1], after["id"], detail))
+            return False
+    return True
+
+
 def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsReport) -> None:
     spec = seals.SPECS[kind]
     table = _table(spec.table)
@@ -798,15 +1033,22 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         if seal is None or seal["event"] != seals.SEALED:
             _add(report, Finding(kind, rid, "unsealed"))
             continue
-        if not _check_seal(kind, rid, seal, report):
+        trail = _trail(seal)
+        if not _check_trail(kind, rid, trail, report):
             continue
+        _row_trail(kind, rid, trail, report)
         parts = seals.row_parts(spec, row)
         if parts.identity != seal["identity"]:
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
-    for rid, seal in sorted(latest.items()):
-        if _check_seal(kind, rid, seal, report) and seal["event"] == seals.SEALED:
+    for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
+        trail = _trail(seal)
+        if not _check_trail(kind, rid, trail, report):
+            continue
+        if seal["event"] == seals.SEALED:
             _add(report, Finding(kind, rid, "deleted", seal_id=seal["id"]))
+        else:
+            _row_trail(kind, rid, trail, report)
     report.checked[kind] = checked
 
 
