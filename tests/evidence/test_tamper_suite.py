@@ -247,6 +247,7 @@ TAMPERS: list[tuple[str, Tamper, str]] = [
         "dead",
     ),
     ("dead letter forged", _forge_letter, "run"),
+    ("dead letter job class", _row("dead_letters", "job_class = 'ADMIN_JOB'", "job_run_id = '{dead}'"), "dead"),
     # definitions, their status, snapshots
     ("definition content", _row("definitions", "content = '{{}}'", "job_definition_id = '{definition}'"), "definition"),
     (
@@ -616,6 +617,50 @@ def test_an_edited_sink_copy_is_caught(copies: Copies, name: str, tamper: Any, n
     code, out = verify(world)
     error = next((line for line in out.splitlines() if line.startswith("error: ")), "")
     assert code != 0 and names in error, f"{name}\n{out}"
+
+
+# A value no jobgate write could have made (a time past the year 9999): every command that reads
+# the row names it and exits 1, none crashes (exit 70, "internal").
+NEVER_A_TIME = 9223372036854775807
+MALFORMED: list[tuple[str, Tamper, list[str], str]] = [
+    (
+        "anchor window",
+        _row("anchors", f"window_start = {NEVER_A_TIME}", "anchor_seq = 1"),
+        ["audit verify", "evidence export {run}"],
+        "anchor 1",
+    ),
+    (
+        "transition time",
+        _row("run_transitions", f"at = {NEVER_A_TIME}", f"id = {LAST_T}"),
+        ["runs show {run}", "replay {run}", "evidence export {run}"],
+        "a transition of run {run}",
+    ),
+    (
+        "run creation time",
+        _run(f"created_at = {NEVER_A_TIME}"),
+        ["runs show {run}", "replay {run}"],
+        "run {run}",
+    ),
+    ("audit entry time", _row("audit_log", f"at = {NEVER_A_TIME}", "seq = 2"), ["audit verify"], "audit entry 2"),
+]
+
+
+@pytest.mark.parametrize(("name", "tamper", "commands", "names"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_row_no_write_could_make_is_named_not_a_crash(
+    copies: Copies, tmp_path: Path, name: str, tamper: Any, commands: list[str], names: str
+) -> None:
+    world = copies.fresh()
+    copies.tamper(lambda conn: tamper(conn, world.ids))
+    for command in commands:
+        args = command.format(**world.ids).split()
+        if args[0] == "evidence":
+            args += ["--out", str(tmp_path / "bundle.zip")]
+        result = CliRunner().invoke(cli, ["--config", str(world.config_file), "--db", world.url, *args])
+        said = result.output + (str(result.exception) if result.exception is not None else "")
+        if result.exception is not None and not isinstance(result.exception, SystemExit | JobgateError):
+            raise result.exception  # a crash: what the user would see as "internal"
+        assert result.exit_code == 1, f"{name}: {command}\n{said}"
+        assert names.format(**world.ids) in said, f"{name}: {command} does not name it\n{said}"
 
 
 EVIDENCE_TABLES = (

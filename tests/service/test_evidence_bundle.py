@@ -8,6 +8,7 @@ import io
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers import define, make_config
@@ -206,6 +207,33 @@ def test_a_record_rewritten_in_a_re_signed_bundle_breaks_its_seal(period: tuple[
             s["outcome"] = "sha256:" + "0" * 64
     forged = _resign(bundle, {"seals.json": (json.dumps(seals_doc, indent=2, sort_keys=True) + "\n").encode()})
     assert not verify_bundle(forged, public_keys=keys()).ok
+
+
+@pytest.mark.parametrize(
+    ("where", "change"),
+    [
+        ("detail.run.status", lambda d: d["run"].update(status="COMPLETED", error_code=None)),
+        ("detail.run.ended_at", lambda d: d["run"].update(ended_at="2001-01-01T00:00:00Z")),
+        ("detail.run.params", lambda d: d["run"].update(params={"month": "forged"})),
+        ("detail.transitions[1].actor", lambda d: d["transitions"][0].update(actor="mallory")),
+        ("transitions", lambda d: d["transitions"].pop()),
+    ],
+)
+def test_what_a_re_signed_bundle_shows_must_say_what_its_sealed_rows_say(
+    period: tuple[Engine, str, list[str]], where: str, change: Any
+) -> None:
+    """``detail`` (the run as the API shows it) is what a reader reads: each value it takes from
+    a sealed row is held against that row, so a doctored view in a re-signed bundle is refused."""
+    import json
+
+    engine, _job, ids = period
+    bundle = build_bundle(engine, run_scope(engine, ids[0]))
+    name = f"runs/{ids[0]}.json"
+    doc = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read(name))
+    change(doc["detail"])
+    forged = _resign(bundle, {name: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any(p.startswith(name) and where in p for p in result.problems), result.problems
 
 
 def test_the_command_exports_a_definition_and_verifies_in_an_empty_folder(

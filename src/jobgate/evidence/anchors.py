@@ -189,18 +189,17 @@ def verify_tenant(
         try:
             page = tx.audit_list(AuditFilter(tenant_id=tenant_id, after_seq=after, limit=5000))
         except MalformedRecordError as exc:  # a row no append wrote: named, as a failed check
-            seq = _seq_of(exc.source)
-            anchors = tx.anchors.of(tenant_id)
-            return Verification(
-                tenant_id, len(entries), len(anchors), False, seq, f"{exc.source}: {exc.field}: {exc.message}"
-            )
+            return _malformed(tx, tenant_id, len(entries), exc)
         if not page:
             break
         entries.extend(page)
         after = page[-1].seq
     count = len(entries)
     bad = first_broken(entries)
-    anchors = tx.anchors.of(tenant_id)
+    try:
+        anchors = tx.anchors.of(tenant_id)
+    except MalformedRecordError as exc:  # an anchor row no anchoring wrote: named, as a failed check
+        return _malformed(tx, tenant_id, count, exc)
     if bad is not None:
         e = entries[bad]
         return Verification(
@@ -336,6 +335,16 @@ def _differs_from_copies(stored: dict[str, Any], copies: Sequence[dict[str, Any]
         if best is None or copy.get("chain") == stored.get("chain"):
             best = f"field {fields[0]}"
     return best
+
+
+def _malformed(tx: StoreTx, tenant_id: str, entries: int, exc: MalformedRecordError) -> Verification:
+    """The failed check a row no jobgate write could have made gives (an entry or an anchor)."""
+    try:
+        anchors = len(tx.anchors.of(tenant_id))
+    except MalformedRecordError:
+        anchors = 0
+    seq = _seq_of(exc.source) if (exc.source or "").startswith("audit entry") else None
+    return Verification(tenant_id, entries, anchors, False, seq, f"{exc.source}: {exc.field}: {exc.message}")
 
 
 def _seq_of(source: str | None) -> int | None:

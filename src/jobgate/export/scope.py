@@ -30,6 +30,7 @@ from jobgate.definitions.schema import content_digest
 from jobgate.evidence import anchors
 from jobgate.evidence import keys as evidence_keys
 from jobgate.evidence.timestamping import TimestampTrust
+from jobgate.export.detail_check import detail_problems
 from jobgate.governance import signing
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
@@ -229,6 +230,7 @@ def check_contents(
             out.problems.append(f"{name}: its snapshot is not in snapshots.json with its digest")
         parts = seals.run_parts(row, doc["transitions"], doc["dead_letters"])
         _check_record(name, seals.RUN, rid, parts, sealed, out)
+        out.problems.extend(detail_problems(name, doc))
     for name in sorted(n for n in files if n.startswith("workflows/")):
         doc = json.loads(files[name])
         parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])

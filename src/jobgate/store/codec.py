@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from jobgate.core.encoding import _EPOCH, _MICROSECOND, dumps, from_us, loads, opt_dt, opt_us, to_us
+from jobgate.core.errors import MalformedRecordError
 from jobgate.core.models import (
     DeadLetter,
     DeadLetterReason,
@@ -70,7 +71,21 @@ def run_from_values(columns: Sequence[str], values: Sequence[Any]) -> JobRun:
     return run_from_row(dict(zip(columns, values, strict=True)))
 
 
+_UNREADABLE = (KeyError, ValueError, TypeError, OverflowError)
+
+
 def run_from_row(r: Mapping[Any, Any]) -> JobRun:
+    """A run from its row; a row no jobgate write could have made (a time that is not a number,
+    a status it does not know) is named (``MalformedRecordError``), not a crash."""
+    try:
+        return _run_from_row(r)
+    except _UNREADABLE as exc:
+        raise MalformedRecordError(
+            f"holds a value jobgate does not write ({type(exc).__name__})", source=f"run {r.get('job_run_id')}"
+        ) from None
+
+
+def _run_from_row(r: Mapping[Any, Any]) -> JobRun:
     # Enum members by value through the value maps: calling the enum class costs several
     # times more, and a worker decodes every row it claims.
     timeout = r["execution_timeout_us"]
@@ -127,6 +142,17 @@ def run_from_row(r: Mapping[Any, Any]) -> JobRun:
 
 
 def transition_from_row(r: Mapping[Any, Any]) -> Transition:
+    """A transition from its row; one no jobgate write could have made is named, not a crash."""
+    try:
+        return _transition_from_row(r)
+    except _UNREADABLE as exc:
+        raise MalformedRecordError(
+            f"holds a value jobgate does not write ({type(exc).__name__})",
+            source=f"a transition of run {r.get('job_run_id')}",
+        ) from None
+
+
+def _transition_from_row(r: Mapping[Any, Any]) -> Transition:
     return Transition(
         job_run_id=r["job_run_id"],
         from_status=None if r["from_status"] is None else RunStatus(r["from_status"]),

@@ -511,19 +511,33 @@ def licence_slots_take(conn: Connection, runs: Sequence[tuple[str, str]], now_us
 
 
 def _anchor(r: Any) -> Anchor:
+    """An anchor row; one no anchoring could have written (a time or a count that is not a
+    number) is named, not a crash."""
+    source = f"anchor {r.anchor_seq} of {r.tenant_id}"
+    numbers: dict[str, Any] = {}
+    for name in ("anchor_seq", "first_seq", "last_seq", "leaf_count"):
+        try:
+            numbers[name] = int(getattr(r, name))
+        except (ValueError, TypeError):
+            raise MalformedRecordError("not a number jobgate writes", field=name, source=source) from None
+    for name in ("window_start", "window_end", "created_at"):
+        try:
+            numbers[name] = codec.from_us(getattr(r, name))
+        except (ValueError, TypeError, OverflowError):
+            raise MalformedRecordError("not a time jobgate writes", field=name, source=source) from None
     return Anchor(
         r.tenant_id,
-        int(r.anchor_seq),
+        numbers["anchor_seq"],
         r.mode,
-        codec.from_us(r.window_start),
-        codec.from_us(r.window_end),
-        int(r.first_seq),
-        int(r.last_seq),
-        int(r.leaf_count),
+        numbers["window_start"],
+        numbers["window_end"],
+        numbers["first_seq"],
+        numbers["last_seq"],
+        numbers["leaf_count"],
         r.root,
         r.prev_chain,
         r.chain,
-        codec.from_us(r.created_at),
+        numbers["created_at"],
         r.sink,
         r.key_id,
         r.signature,

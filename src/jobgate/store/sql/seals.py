@@ -705,7 +705,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     history = _grouped(trans, "job_run_id")
     letters = _by_run(
         conn.execute(
-            select(*_cols(dead_letters, _LETTER_READ))
+            select(*_cols(dead_letters, (*_LETTER_READ, "job_class")))
             .where(dead_letters.c.tenant_id == tenant_id)
             .order_by(dead_letters.c.job_run_id, dead_letters.c.created_at, dead_letters.c.dead_letter_id)
         ).mappings()
@@ -775,6 +775,7 @@ def _verify_run(
             _add(report, Finding(seals.RUN, rid, "unsealed"))
         return
     _check_retry_of(rid, run, seal, report)
+    _check_letter_class(rid, run, ls, seal, report)
     if trail is not None and not _run_trail(rid, [s for s in trail if s["event"] == seals.SEALED], ts, report, kept):
         return
     extent = int(seal["extent"] or 0)
@@ -911,6 +912,16 @@ def _verify_requeued(
         if letter is not None:
             detail = f"dead letter {letter} removed or rewritten after seal #{seal['id']}"
             _add(report, Finding(seals.RUN, rid, "changed", "outcome", "dead_letters", seal["id"], detail))
+
+
+def _check_letter_class(rid: str, run: Record, ls: Sequence[Record], seal: Record, report: RecordsReport) -> None:
+    """A dead letter's ``job_class`` (what ``dlq list`` shows) is a copy of its run's, which the
+    run's identity seals: the copy is held to it, as ``retry_of`` is to the trigger."""
+    for letter in ls:
+        if letter.get("job_class", run["job_class"]) != run["job_class"]:
+            detail = f"dead letter {letter['dead_letter_id']} says {_short(letter['job_class'])}"
+            _add(report, Finding(seals.RUN, rid, "changed", "outcome", "dead_letters", seal["id"], detail))
+            return
 
 
 def _check_retry_of(rid: str, run: Record, seal: Record, report: RecordsReport) -> None:

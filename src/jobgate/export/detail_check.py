@@ -1,0 +1,80 @@
+"""A bundle's ``detail`` (the run as the API shows it) held against the sealed record beside it.
+
+A run's file in an evidence bundle carries the rows its seal covers (``row``, ``transitions``,
+``dead_letters``) and, for a reader, the run as the API shows it (``detail``). Only the first
+are evidence; a reader looks at the second. So every value of ``detail`` that comes from a
+sealed value must say what that value says: the run's columns, each transition, the open dead
+letter. A key the sealed rows do not hold (progress, the attempts' summary, whether an artifact
+exists) is not evidence and is not compared; the docs' table says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from jobgate.core.encoding import to_us
+
+
+def _same(sealed: Any, shown: Any) -> bool:
+    """Whether the API's rendering ``shown`` says what the stored value ``sealed`` says: times
+    are microseconds stored, ISO 8601 shown; documents are JSON text stored, objects shown."""
+    if sealed == shown or (sealed is None and shown in ({}, [])):  # no document is shown as an empty one
+        return True
+    if isinstance(shown, str) and isinstance(sealed, int) and not isinstance(sealed, bool):
+        try:
+            return to_us(datetime.fromisoformat(shown.replace("Z", "+00:00"))) == sealed
+        except (ValueError, TypeError, OverflowError):
+            return False
+    if isinstance(sealed, str) and isinstance(shown, dict | list):
+        try:
+            return bool(json.loads(sealed) == shown)
+        except ValueError:
+            return False
+    if isinstance(sealed, int) and isinstance(shown, bool):  # SQLite stores a flag as 0 or 1
+        return bool(sealed) == shown
+    return False
+
+
+def _first_difference(sealed: Mapping[str, Any], shown: Mapping[str, Any]) -> str | None:
+    for key, value in shown.items():
+        if key in sealed and not _same(sealed[key], value):
+            return key
+    return None
+
+
+def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
+    """What ``doc["detail"]`` says that its sealed rows do not (empty when it agrees)."""
+    detail = doc.get("detail")
+    if detail is None:
+        return []
+    if not isinstance(detail, dict):
+        return [f"{name}: detail is not an object"]
+    problems: list[str] = []
+    run = detail.get("run")
+    if isinstance(run, dict):
+        key = _first_difference(doc["row"], run)
+        if key is not None:
+            problems.append(f"{name}: detail.run.{key} differs from the sealed row")
+    shown: Sequence[Any] = detail.get("transitions") or []
+    sealed: Sequence[Mapping[str, Any]] = doc["transitions"]
+    if len(shown) != len(sealed):
+        problems.append(f"{name}: detail lists {len(shown)} transitions, the sealed record {len(sealed)}")
+    else:
+        for i, (t, s) in enumerate(zip(shown, sealed, strict=True), start=1):
+            key = _first_difference(s, t) if isinstance(t, dict) else "transition"
+            if key is not None:
+                problems.append(f"{name}: detail.transitions[{i}].{key} differs from the sealed transition {i}")
+                break
+    letter = detail.get("dead_letter")
+    if isinstance(letter, dict):
+        found = next((d for d in doc["dead_letters"] if d.get("dead_letter_id") == letter.get("dead_letter_id")), None)
+        if found is None:
+            problems.append(f"{name}: detail.dead_letter is not among the sealed dead letters")
+        elif (key := _first_difference(found, letter)) is not None:
+            problems.append(f"{name}: detail.dead_letter.{key} differs from the sealed dead letter")
+    elif letter is not None:
+        problems.append(f"{name}: detail.dead_letter is not an object")
+    return problems
