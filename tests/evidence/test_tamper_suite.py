@@ -610,6 +610,28 @@ def test_a_record_changed_and_sealed_again_is_caught(copies: Copies, name: str, 
     assert _expected(names, world.ids) in error, f"{name}: the message does not name {names}\n{out}"
 
 
+EXPORTED_RESEALS = [t for t in RESEAL_TAMPERS if t[0] in ("dead letter rewritten as a success", "run requester")]
+
+
+@pytest.mark.parametrize(("name", "tamper", "names"), EXPORTED_RESEALS, ids=[t[0] for t in EXPORTED_RESEALS])
+def test_an_export_of_a_record_sealed_again_is_refused_offline(
+    copies: Copies, tmp_path: Path, name: str, tamper: Any, names: str
+) -> None:
+    """The bundle carries every seal of each record and the values they kept: read offline by
+    the same rules, the forged latest seal does not follow from the ones before it."""
+    world = copies.fresh()
+    copies.tamper(lambda conn: tamper(conn, world.ids))
+    base = ["--config", str(world.config_file), "--db", world.url]
+    assert CliRunner().invoke(cli, [*base, "audit", "seal"]).exit_code == 0
+    bundle = tmp_path / "run.zip"
+    run = _expected(names, world.ids)
+    exported = CliRunner().invoke(cli, [*base, "evidence", "export", run, "--out", str(bundle)])
+    assert exported.exit_code == 0, exported.output
+    checked = CliRunner().invoke(cli, ["evidence", "verify", str(bundle), "--allow-unsigned"])
+    assert checked.exit_code == 1, f"{name}: the bundle verifies\n{checked.output}"
+    assert f"runs/{run}.json" in checked.output and "earlier" in checked.output, checked.output
+
+
 @pytest.mark.parametrize(("name", "tamper", "names"), SINK_TAMPERS, ids=[t[0] for t in SINK_TAMPERS])
 def test_an_edited_sink_copy_is_caught(copies: Copies, name: str, tamper: Any, names: str) -> None:
     world = copies.fresh()

@@ -19,6 +19,7 @@ from helpers import define, history_values
 from jobgate.core import seals
 from jobgate.core.records import Finding
 from jobgate.core.states import RunStatus
+from jobgate.export.bundles import build_bundle, run_scope, verify_bundle
 from jobgate.service import audit, control
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -137,6 +138,9 @@ def test_a_requeued_run_verifies_while_it_waits_and_after_it_ends_again(engine: 
     with running_worker(engine):
         wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
     assert _findings(engine) == []
+    bundle = build_bundle(engine, run_scope(engine, lettered))  # its seals, read offline by the same rules
+    checked = verify_bundle(bundle)
+    assert not checked.problems, checked.problems
     control.requeue_run(engine, lettered, actor="ops")  # and an open run is held to the same rules
     with engine.store.write() as tx:
         connection(tx).execute(

@@ -32,7 +32,9 @@ before use) and names the first column that could not have changed that way, or 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from jobgate.core import seals
@@ -208,4 +210,149 @@ def workflow_change(
         return "outcome", _first_moved(
             (*seals.WORKFLOW_OUTCOME, "steps"), before["outcome"], after["outcome"], frozenset()
         )
+    return None
+
+
+# -- a record's seals, in order -------------------------------------------------------------------
+# The same checks for the database (``store.sql.seals``) and for an evidence bundle read offline
+# (``export.scope``): each takes the record's seals in id order (mappings with ``id``, ``event``,
+# ``extent`` and the part hashes) and a function giving the values a seal kept (its ``content``).
+
+Seal = Mapping[str, Any]
+ContentOf = Callable[[Seal], "str | None"]
+PARTS = ("identity", "outcome", "history")
+
+
+@dataclass(frozen=True)
+class TrailProblem:
+    """Why a seal is not one jobgate writes after the one before it."""
+
+    seal_id: int
+    part: str | None
+    column: str | None
+    detail: str | None
+    problem: str = "resealed"  # or ``changed`` / ``history_cut``: the record no longer matches this seal
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def row_trail(kind: str, sealed: Sequence[Seal], content_of: ContentOf) -> TrailProblem | None:
+    """Consecutive ``sealed`` seals of one single-row record by its kind's rule."""
+    if kind in FREELY_EDITED:
+        return None
+    columns = seals.SPECS[kind].columns
+    for before, after in pairwise(sealed):
+        if before["identity"] == after["identity"]:
+            continue
+        was = kept_values(content_of(before), "identity", before["identity"])
+        now = kept_values(content_of(after), "identity", after["identity"])
+        if was is None or now is None:
+            return TrailProblem(after["id"], "content", None, f"after seal #{before['id']}")
+        column = row_change(kind, was, now)
+        if column is not None:
+            i = columns.index(column)
+            detail = f"seal #{before['id']} kept {_short(was[i])}, seal #{after['id']} {_short(now[i])}"
+            return TrailProblem(after["id"], "content", column, detail)
+    return None
+
+
+def workflow_trail(sealed: Sequence[Seal], content_of: ContentOf) -> TrailProblem | None:
+    """Consecutive ``sealed`` seals of one workflow run by ``workflow_change``."""
+    for before, after in pairwise(sealed):
+        if all(before[p] == after[p] for p in PARTS):
+            continue
+        was = {p: kept_values(content_of(before), p, before[p]) for p in PARTS}
+        now = {p: kept_values(content_of(after), p, after[p]) for p in PARTS}
+        since = f"after seal #{before['id']}"
+        if any(v is None for v in (*was.values(), *now.values())):
+            return TrailProblem(after["id"], None, None, since)
+        kept_was = {p: v for p, v in was.items() if v is not None}
+        kept_now = {p: v for p, v in now.items() if v is not None}
+        final = bool(kept_was["outcome"]) and kept_was["outcome"][0] in WORKFLOW_FINAL
+        problem = workflow_change(kept_was, kept_now, final)
+        if problem is not None:
+            return TrailProblem(after["id"], problem[0], problem[1], since)
+    return None
+
+
+def _links(transitions: Sequence[Sequence[Any]], extents: set[int]) -> dict[int, tuple[str, str]]:
+    """The history after each of ``extents`` transitions, by both rules a run seal has used: the
+    chain (``core.seals.history_step``) and, before migration 0021, one hash of the whole list."""
+    out: dict[int, tuple[str, str]] = {}
+    link = seals.HISTORY_GENESIS
+    if 0 in extents:
+        out[0] = (link, seals.value_hash([]))
+    for i, t in enumerate(transitions[: max(extents, default=0)], start=1):
+        link = seals.history_step(link, t)
+        if i in extents:
+            out[i] = (link, seals.value_hash(list(transitions[:i])))
+    return out
+
+
+_TO_STATUS, _REASON = seals.TRANSITION_COLUMNS.index("to_status"), seals.TRANSITION_COLUMNS.index("reason")
+
+
+def run_trail(
+    sealed: Sequence[Seal], transitions: Sequence[Sequence[Any]], content_of: ContentOf
+) -> TrailProblem | None:
+    """A run's seals before its latest (``transitions``: its value lists in ``TRANSITION_COLUMNS``
+    order): each one's history is still the prefix of today's transitions, and each next seal is
+    one jobgate writes after it — in place once a dead letter is resolved (or the same values
+    sealed again), or after a requeue of a dead-lettered or escalated run — with the identity
+    kept (but a raised ``max_attempts``) and no dead letter lost."""
+    if len(sealed) < 2:
+        return None
+    extents = {int(s["extent"] or 0) for s in sealed[:-1]}
+    for s in sealed[:-1]:
+        if int(s["extent"] or 0) > len(transitions):
+            return TrailProblem(s["id"], "history", None, None, "history_cut")
+    links = _links(transitions, extents)
+    for s in sealed[:-1]:
+        if s["history"] not in links[int(s["extent"] or 0)]:
+            return TrailProblem(s["id"], "history", None, None, "changed")
+    for before, after in pairwise(sealed):
+        problem = _run_reseal(before, after, transitions, content_of)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _run_reseal(
+    before: Seal, after: Seal, transitions: Sequence[Sequence[Any]], content_of: ContentOf
+) -> TrailProblem | None:
+    since = f"after seal #{before['id']}"
+    e_before, e_after = int(before["extent"] or 0), int(after["extent"] or 0)
+    status = transitions[e_before - 1][_TO_STATUS] if 0 < e_before <= len(transitions) else None
+    if e_after < e_before:
+        return TrailProblem(after["id"], "history", None, f"covers fewer transitions than seal #{before['id']}")
+    if e_after == e_before:  # the same transitions (each seal's history checked against them)
+        same = after["identity"] == before["identity"] and after["outcome"] == before["outcome"]
+        if not same and status not in RUN_RESEALED_IN_PLACE:
+            return TrailProblem(after["id"], "outcome", None, f"sealed again {since} with no new transition")
+    elif status not in RUN_REQUEUED_FROM or transitions[e_before][_REASON] != REQUEUED:
+        detail = f"moved on {since} without a requeue of a dead-lettered or escalated run"
+        return TrailProblem(after["id"], "history", None, detail)
+    requeued = e_after > e_before
+    if after["identity"] != before["identity"]:
+        was = kept_values(content_of(before), "identity", before["identity"])
+        now = kept_values(content_of(after), "identity", after["identity"])
+        if was is None or now is None:
+            return TrailProblem(after["id"], "identity", None, since)
+        column = run_identity_change(was, now, requeued=requeued)
+        if column is not None:
+            return TrailProblem(after["id"], "identity", column, since)
+    if after["outcome"] != before["outcome"]:
+        was = kept_values(content_of(before), "outcome", before["outcome"])
+        now = kept_values(content_of(after), "outcome", after["outcome"])
+        if was is not None and now is not None:
+            n = len(seals.RUN_OUTCOME)
+            if not requeued and was[:n] != now[:n]:
+                found = seals.difference(seals.RUN_OUTCOME, was[:n], now[:n])
+                return TrailProblem(after["id"], "outcome", None if found is None else found[0], since)
+            letter = letters_change(was[-1], now[-1])
+            if letter is not None:
+                return TrailProblem(after["id"], "outcome", "dead_letters", f"dead letter {letter} lost {since}")
     return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobgate.core import merkle, seals
+from jobgate.core import merkle, seal_trails, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
@@ -214,10 +214,14 @@ def check_contents(
     for sid, s in sorted(snapshots.items()):
         if digest(json.loads(s["content"])) != s["config_digest"]:
             out.problems.append(f"snapshots.json: {sid}: content does not match its digest")
-    sealed = {(s["kind"], s["record_id"]): s for s in _load(files, "seals.json")}
+    trails: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for s in sorted(_load(files, "seals.json"), key=lambda s: int(s["id"])):
+        trails.setdefault((s["kind"], s["record_id"]), []).append(s)
+    sealed = {key: trail[-1] for key, trail in trails.items()}
     entries = _check_entries(_load(files, "audit.json"), out)
-    for s in sealed.values():
-        _check_seal_chain(s, entries, out)
+    for trail in trails.values():
+        for s in trail:
+            _check_seal_chain(s, entries, out)
     for name in sorted(n for n in files if n.startswith("runs/")):
         doc = json.loads(files[name])
         row = doc["row"]
@@ -230,11 +234,15 @@ def check_contents(
             out.problems.append(f"{name}: its snapshot is not in snapshots.json with its digest")
         parts = seals.run_parts(row, doc["transitions"], doc["dead_letters"])
         _check_record(name, seals.RUN, rid, parts, sealed, out)
+        history = [[t[c] for c in seals.TRANSITION_COLUMNS] for t in doc["transitions"]]
+        _check_trail(name, seal_trails.run_trail(_sealed(trails, seals.RUN, rid), history, _content), out)
         out.problems.extend(detail_problems(name, doc))
     for name in sorted(n for n in files if n.startswith("workflows/")):
         doc = json.loads(files[name])
+        wid = doc["row"]["workflow_run_id"]
         parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])
-        _check_record(name, seals.WORKFLOW, doc["row"]["workflow_run_id"], parts, sealed, out)
+        _check_record(name, seals.WORKFLOW, wid, parts, sealed, out)
+        _check_trail(name, seal_trails.workflow_trail(_sealed(trails, seals.WORKFLOW, wid), _content), out)
     for kind, file, rows in (
         ("definition", "definitions.json", definitions.values()),
         ("snapshot", "snapshots.json", snapshots.values()),
@@ -244,6 +252,7 @@ def check_contents(
         for row in rows:
             rid = seals.record_id(spec, row)
             _check_record(f"{file}: {rid}", kind, rid, seals.row_parts(spec, row), sealed, out)
+            _check_trail(f"{file}: {rid}", seal_trails.row_trail(kind, _sealed(trails, kind, rid), _content), out)
     proofs = _load(files, "proofs.json")
     _check_proofs(proofs, entries, keys, out)
     if timestamps is not None:
@@ -263,6 +272,31 @@ def _check_entries(docs: list[dict[str, Any]], out: ContentCheck) -> dict[int, d
             continue
         entries[e["seq"]] = e
     return entries
+
+
+def _sealed(trails: Mapping[tuple[str, str], list[dict[str, Any]]], kind: str, rid: str) -> list[dict[str, Any]]:
+    return [s for s in trails.get((kind, rid), []) if s["event"] == seals.SEALED]
+
+
+def _content(seal: Mapping[str, Any]) -> str | None:
+    content = seal.get("content")
+    return content if isinstance(content, str) else None
+
+
+def _check_trail(where: str, problem: seal_trails.TrailProblem | None, out: ContentCheck) -> None:
+    """A record's earlier seals (``core.seal_trails``): its latest is not one jobgate writes
+    after them, or it no longer matches one of them."""
+    if problem is None:
+        return
+    column = f", column {problem.column}" if problem.column else ""
+    detail = f" ({problem.detail})" if problem.detail else ""
+    said = {
+        "changed": f"its {problem.part} no longer matches its earlier seal #{problem.seal_id}",
+        "history_cut": f"has fewer transitions than its earlier seal #{problem.seal_id} covers",
+    }.get(problem.problem, f"seal #{problem.seal_id} is not one jobgate writes after the earlier ones")
+    if problem.problem == "resealed":
+        said += f": {problem.part or 'the record'} changed{column}{detail}"
+    out.problems.append(f"{where}: {said}")
 
 
 def _check_record(

@@ -559,22 +559,14 @@ def _check_trail(kind: str, rid: str, trail: Sequence[Record], report: RecordsRe
 
 def _row_trail(kind: str, rid: str, trail: Sequence[Record], report: RecordsReport) -> None:
     """Consecutive seals of one single-row record by its kind's rule (``core.seal_trails``)."""
-    spec = seals.SPECS[kind]
-    sealed = [s for s in trail if s["event"] == seals.SEALED]
-    for before, after in pairwise(sealed):
-        if before["identity"] == after["identity"] or kind in seal_trails.FREELY_EDITED:
-            continue
-        was = seal_trails.kept_values(before["content"], "identity", before["identity"])
-        now = seal_trails.kept_values(after["content"], "identity", after["identity"])
-        if was is None or now is None:
-            _add(report, Finding(kind, rid, "resealed", "content", None, after["id"], f"after seal #{before['id']}"))
-            return
-        column = seal_trails.row_change(kind, was, now)
-        if column is not None:
-            i = spec.columns.index(column)
-            detail = f"seal #{before['id']} kept {_short(was[i])}, seal #{after['id']} {_short(now[i])}"
-            _add(report, Finding(kind, rid, "resealed", "content", column, after["id"], detail))
-            return
+    sealed = [x for x in trail if x["event"] == seals.SEALED]
+    problem = seal_trails.row_trail(kind, sealed, lambda x: x["content"])
+    if problem is not None:
+        _add(report, _resealed(kind, rid, problem))
+
+
+def _resealed(kind: str, rid: str, p: seal_trails.TrailProblem) -> Finding:
+    return Finding(kind, rid, p.problem, p.part, p.column, p.seal_id, p.detail)
 
 
 def _grouped(rows: Iterable[Record], key: str) -> Iterator[tuple[str, list[Record]]]:
@@ -794,82 +786,14 @@ def _verify_run(
 def _run_trail(
     rid: str, sealed: Sequence[Record], ts: Sequence[Record], report: RecordsReport, kept: _KeptValues
 ) -> bool:
-    """A run's seals before its latest, in order (``core.seal_trails``): each one's history is
-    still the prefix of today's transitions, and each next seal is one jobgate writes after it —
-    in place once a dead letter is resolved, or after a requeue of a dead-lettered or escalated
-    run — with the identity kept (but a raised ``max_attempts``) and no dead letter lost. False
-    when a finding was added."""
+    """A run's seals in order (``core.seal_trails.run_trail``); False when a finding was added."""
     if len(sealed) < 2:
         return True
-    extents = {int(s["extent"] or 0) for s in sealed[:-1]}
-    if max(extents) > len(ts):
-        cut = next(s for s in sealed if int(s["extent"] or 0) > len(ts))
-        _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=cut["id"]))
-        return False
-    links: dict[int, str] = {0: seals.HISTORY_GENESIS} if 0 in extents else {}
-    link = seals.HISTORY_GENESIS
-    for i, t in enumerate(ts[: max(extents)], start=1):
-        link = seals.history_step(link, [t[c] for c in seals.TRANSITION_COLUMNS])
-        if i in extents:
-            links[i] = link
-    for s in sealed[:-1]:
-        e = int(s["extent"] or 0)
-        if links[e] != s["history"] and _whole_history(ts[:e]) != s["history"]:
-            _add(report, Finding(seals.RUN, rid, "changed", "history", None, s["id"]))
-            return False
-    for before, after in pairwise(sealed):
-        problem = _run_reseal(before, after, ts, kept)
-        if problem is not None:
-            _add(report, Finding(seals.RUN, rid, "resealed", problem[0], problem[1], after["id"], problem[2]))
-            return False
-    return True
-
-
-def _whole_history(ts: Sequence[Record]) -> str:
-    """A run's history as seals before migration 0021 hashed it: one hash of the whole list."""
-    return seals.value_hash([[t[c] for c in seals.TRANSITION_COLUMNS] for t in ts])
-
-
-def _run_reseal(
-    before: Record, after: Record, ts: Sequence[Record], kept: _KeptValues
-) -> tuple[str, str | None, str] | None:
-    """(part, column, detail) of why ``after`` is not a seal jobgate writes after ``before``."""
-    since = f"after seal #{before['id']}"
-    e_before, e_after = int(before["extent"] or 0), int(after["extent"] or 0)
-    status = ts[e_before - 1]["to_status"] if 0 < e_before <= len(ts) else None
-    if e_after < e_before:
-        return "history", None, f"covers fewer transitions than seal #{before['id']}"
-    if e_after == e_before:  # the same transitions (their history checked against each seal above)
-        same = after["identity"] == before["identity"] and after["outcome"] == before["outcome"]
-        if not same and status not in seal_trails.RUN_RESEALED_IN_PLACE:
-            return "outcome", None, f"sealed again {since} with no new transition"
-    elif status not in seal_trails.RUN_REQUEUED_FROM or ts[e_before]["reason"] != seal_trails.REQUEUED:
-        return "history", None, f"moved on {since} without a requeue of a dead-lettered or escalated run"
-    requeued = e_after > e_before
-    was, now = kept.of(before), kept.of(after)
-    if after["identity"] != before["identity"]:
-        ids = (
-            seal_trails.kept_values(was, "identity", before["identity"]),
-            seal_trails.kept_values(now, "identity", after["identity"]),
-        )
-        if ids[0] is None or ids[1] is None:
-            return "identity", None, since
-        column = seal_trails.run_identity_change(ids[0], ids[1], requeued=requeued)
-        if column is not None:
-            return "identity", column, since
-    if after["outcome"] != before["outcome"]:
-        out = (
-            seal_trails.kept_values(was, "outcome", before["outcome"]),
-            seal_trails.kept_values(now, "outcome", after["outcome"]),
-        )
-        if out[0] is not None and out[1] is not None:
-            columns = len(seals.RUN_OUTCOME)
-            if not requeued and out[0][:columns] != out[1][:columns]:
-                return "outcome", seals.difference(seals.RUN_OUTCOME, out[0], out[1])[0], since  # type: ignore[index]
-            letter = seal_trails.letters_change(out[0][-1], out[1][-1])
-            if letter is not None:
-                return "outcome", "dead_letters", f"dead letter {letter} removed or rewritten {since}"
-    return None
+    values = [[t[c] for c in seals.TRANSITION_COLUMNS] for t in ts]
+    problem = seal_trails.run_trail(sealed, values, kept.of)
+    if problem is not None:
+        _add(report, _resealed(seals.RUN, rid, problem))
+    return problem is None
 
 
 def _verify_requeued(
@@ -1011,25 +935,11 @@ def _verify_workflow_batch(
 
 
 def _workflow_trail(rid: str, trail: Sequence[Record], report: RecordsReport) -> bool:
-    """Consecutive seals of one workflow run by ``core.seal_trails.workflow_change``."""
-    sealed = [s for s in trail if s["event"] == seals.SEALED]
-    for before, after in pairwise(sealed):
-        if all(before[p] == after[p] for p in ("identity", "outcome", "history")):
-            continue
-        was = {p: seal_trails.kept_values(before["content"], p, before[p]) for p in ("identity", "outcome", "history")}
-        now = {p: seal_trails.kept_values(after["content"], p, after[p]) for p in ("identity", "outcome", "history")}
-        if any(v is None for v in (*was.values(), *now.values())):
-            _add(
-                report, Finding(seals.WORKFLOW, rid, "resealed", None, None, after["id"], f"after seal #{before['id']}")
-            )
-            return False
-        final = bool(was["outcome"]) and was["outcome"][0] in seal_trails.WORKFLOW_FINAL  # type: ignore[index]
-        problem = seal_trails.workflow_change(was, now, final)  # type: ignore[arg-type]
-        if problem is not None:
-            detail = f"after seal #{before['id']}"
-            _add(report, Finding(seals.WORKFLOW, rid, "resealed", problem[0], problem[1], after["id"], detail))
-            return False
-    return True
+    """Consecutive seals of one workflow run (``core.seal_trails.workflow_trail``)."""
+    problem = seal_trails.workflow_trail([x for x in trail if x["event"] == seals.SEALED], lambda x: x["content"])
+    if problem is not None:
+        _add(report, _resealed(seals.WORKFLOW, rid, problem))
+    return problem is None
 
 
 def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsReport) -> None:
@@ -1127,33 +1037,52 @@ def raw_rows(conn: Connection, kind: str, tenant_id: str, match: Mapping[str, An
 
 
 def seal_proofs(conn: Connection, tenant_id: str, records: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The latest seal of each (kind, record id), with its Merkle proof in its batch (when chained):
-    what ties a record in an export to the ``records.sealed`` entry, and so to the anchors."""
+    """Every seal of each (kind, record id), in id order, with its Merkle proof in its batch
+    (when chained): what ties a record in an export to the ``records.sealed`` entries, and so to
+    the anchors. A record sealed more than once comes with the values each seal kept
+    (``content``, unpacked), so an export is read by the same rules of what may change between
+    two seals as the database (``core.seal_trails``)."""
     out: list[dict[str, Any]] = []
     entries = batch_entries(conn, tenant_id)
     leaves_of: dict[int, list[tuple[int, str]]] = {}
     by_kind: dict[str, list[str]] = defaultdict(list)
+    kept = _KeptValues(conn, tenant_id)
     for kind, rid in records:
         by_kind[kind].append(rid)
     for kind, ids in sorted(by_kind.items()):
-        latest = _latest_seals(conn, tenant_id, kind, ids)
+        trails = _seals_of(conn, tenant_id, kind, ids)
         for rid in ids:
-            s = latest.get(rid)
-            if s is None:
-                continue
-            doc = {
-                c: s[c]
-                for c in ("id", "kind", "record_id", "event", "extent", "identity", "outcome", "history", "seal")
-            }
-            entry = next((e for e in entries if e.after < int(s["id"]) <= e.last_id), None)
-            doc["batch_seq"] = None if entry is None else entry.seq
-            if entry is not None:
-                if entry.seq not in leaves_of:
-                    leaves_of[entry.seq] = batch_leaves(conn, tenant_id, entry)
-                leaves = leaves_of[entry.seq]
-                index = next(i for i, (sid, _) in enumerate(leaves) if sid == int(s["id"]))
-                doc["proof"] = [list(step) for step in merkle.proof([x[1] for x in leaves], index)]
-            out.append(doc)
+            trail = trails.get(rid, [])
+            for s in trail:
+                doc = {
+                    c: s[c]
+                    for c in ("id", "kind", "record_id", "event", "extent", "identity", "outcome", "history", "seal")
+                }
+                if len(trail) > 1:
+                    doc["content"] = kept.of(s)
+                entry = next((e for e in entries if e.after < int(s["id"]) <= e.last_id), None)
+                doc["batch_seq"] = None if entry is None else entry.seq
+                if entry is not None:
+                    if entry.seq not in leaves_of:
+                        leaves_of[entry.seq] = batch_leaves(conn, tenant_id, entry)
+                    leaves = leaves_of[entry.seq]
+                    index = next(i for i, (sid, _) in enumerate(leaves) if sid == int(s["id"]))
+                    doc["proof"] = [list(step) for step in merkle.proof([x[1] for x in leaves], index)]
+                out.append(doc)
+    return out
+
+
+def _seals_of(conn: Connection, tenant_id: str, kind: str, ids: Sequence[str]) -> dict[str, list[Record]]:
+    """Every seal of each record, in id order."""
+    out: dict[str, list[Record]] = defaultdict(list)
+    for chunk in _chunks(list(ids)):
+        q = (
+            select(record_seals)
+            .where(S.tenant_id == tenant_id, S.kind == kind, S.record_id.in_(chunk))
+            .order_by(S.record_id, S.id)
+        )
+        for r in conn.execute(q).mappings():
+            out[r["record_id"]].append(r)
     return out
 
 
