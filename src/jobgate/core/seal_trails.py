@@ -38,11 +38,13 @@ from itertools import pairwise
 from typing import Any
 
 from jobgate.core import seals
+from jobgate.core.states import ALLOWED, TERMINAL
 
 # Kinds whose rows jobgate deletes (a ``deleted`` tombstone is legitimate only for these), and
 # whose id may be used again after that.
 DELETABLE = frozenset({"schedule"})
-RUN_REQUEUED_FROM = frozenset({"DEAD_LETTERED", "ESCALATED"})
+# The ends a run leaves again (the state machine's only way out of one: a requeue).
+RUN_REQUEUED_FROM = frozenset(s.value for s in TERMINAL if ALLOWED[s])
 RUN_RESEALED_IN_PLACE = frozenset({"DEAD_LETTERED"})  # a dead letter resolved without a requeue
 WORKFLOW_FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 REQUEUED = "requeued"
