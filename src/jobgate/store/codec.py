@@ -74,15 +74,19 @@ def run_from_values(columns: Sequence[str], values: Sequence[Any]) -> JobRun:
 _UNREADABLE = (KeyError, ValueError, TypeError, OverflowError)
 
 
+def _unreadable(exc: Exception) -> str:
+    """What a row that cannot be decoded holds, shortly (the value jobgate does not know)."""
+    said = str(exc)
+    return f"holds a value jobgate does not write ({type(exc).__name__}: {said[:80]})"
+
+
 def run_from_row(r: Mapping[Any, Any]) -> JobRun:
     """A run from its row; a row no jobgate write could have made (a time that is not a number,
     a status it does not know) is named (``MalformedRecordError``), not a crash."""
     try:
         return _run_from_row(r)
     except _UNREADABLE as exc:
-        raise MalformedRecordError(
-            f"holds a value jobgate does not write ({type(exc).__name__})", source=f"run {r.get('job_run_id')}"
-        ) from None
+        raise MalformedRecordError(_unreadable(exc), source=f"run {r.get('job_run_id')}") from None
 
 
 def _run_from_row(r: Mapping[Any, Any]) -> JobRun:
@@ -146,10 +150,7 @@ def transition_from_row(r: Mapping[Any, Any]) -> Transition:
     try:
         return _transition_from_row(r)
     except _UNREADABLE as exc:
-        raise MalformedRecordError(
-            f"holds a value jobgate does not write ({type(exc).__name__})",
-            source=f"a transition of run {r.get('job_run_id')}",
-        ) from None
+        raise MalformedRecordError(_unreadable(exc), source=f"a transition of run {r.get('job_run_id')}") from None
 
 
 def _transition_from_row(r: Mapping[Any, Any]) -> Transition:
