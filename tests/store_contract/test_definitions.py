@@ -15,6 +15,7 @@ from tests.store_contract.support import T0
 from jobgate.core.canonical import digest
 from jobgate.core.encoding import to_us
 from jobgate.core.models import ConfigSnapshot, DefinitionStatus
+from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.base import DefinitionPut, DefinitionPutResult
 from jobgate.store.sqlstore import StoreTx
@@ -122,6 +123,17 @@ def test_a_new_signature_over_the_current_content_is_kept_in_the_same_version(en
     with engine.store.read() as tx:
         stored = tx.definition_get("default", "nightly")
     assert stored is not None and stored.content["signature"] == "sig-2"
+    # sealed again (a key rotation is a change jobgate makes), and the rules allow that change
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+
+
+def test_a_re_signed_version_changed_beyond_its_signature_is_not_one_jobgate_seals(engine: Engine) -> None:
+    unsigned = _content("nightly")
+    with engine.store.write() as tx:
+        _put(tx, "nightly", {**unsigned, "signature": "sig-1"}, digest_of=unsigned)
+        _put(tx, "nightly", {**unsigned, "owner": "mallory", "signature": "sig-2"}, digest_of=unsigned)
+    findings = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+    assert [(f.kind, f.problem, f.column) for f in findings] == [("definition", "resealed", "content")]
 
 
 def test_definition_reads_are_scoped_to_their_tenant(engine: Engine) -> None:

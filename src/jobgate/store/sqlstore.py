@@ -316,8 +316,9 @@ class StoreTx:
     # definitions and snapshots
     def definition_put(self, p: DefinitionPut) -> DefinitionPutResult:
         result = definitions.definition_put(self._conn, p)
-        if result.created:
-            self._reseal("definition", p.tenant_id, job_definition_id=p.job_definition_id)
+        # a new version, or the current one re-signed after a key rotation (its content then
+        # differs in its signature): sealed again where it differs from its latest seal
+        self._reseal("definition", p.tenant_id, job_definition_id=p.job_definition_id)
         self._reseal("definition_status", p.tenant_id, job_definition_id=p.job_definition_id)
         return result
 
