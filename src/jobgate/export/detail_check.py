@@ -45,6 +45,19 @@ def _first_difference(sealed: Mapping[str, Any], shown: Mapping[str, Any]) -> st
     return None
 
 
+def _run_as_shown(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The sealed row as the API renders the values it does not show as stored (``RunOut.of``):
+    the artifact by its API path, a hold only while the run is held."""
+    held = row.get("status") == "HELD"
+    return {
+        **row,
+        "result_ref": None if row.get("artifact_path") is None else f"/api/v1/runs/{row['job_run_id']}/artifact",
+        "has_artifact": row.get("artifact_path") is not None,
+        "hold_reason": row.get("hold_reason") if held else None,
+        "held_at": row.get("held_at") if held else None,
+    }
+
+
 def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
     """What ``doc["detail"]`` says that its sealed rows do not (empty when it agrees)."""
     detail = doc.get("detail")
@@ -55,7 +68,7 @@ def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     run = detail.get("run")
     if isinstance(run, dict):
-        key = _first_difference(doc["row"], run)
+        key = _first_difference(_run_as_shown(doc["row"]), run)
         if key is not None:
             problems.append(f"{name}: detail.run.{key} differs from the sealed row")
     shown: Sequence[Any] = detail.get("transitions") or []
