@@ -11,7 +11,9 @@ breaking the chain, and the anchors (``evidence.anchors``) carry the chain outsi
 Verification (``store.sql.seals.verify_records``) recomputes every record's hash from the
 stored rows and compares it with the record's latest seal: a changed column, a deleted or
 inserted row, a seal rewritten after its batch all show, and the finding names the record,
-the part that differs and, where it can, the column.
+the part that differs and, where it can, the column. A record's earlier seals are read too, by
+the rules of what may change between two seals (``core.seal_trails``): a record changed and
+sealed again by someone other than jobgate shows there.
 
 The rules, enough to reimplement a check from this docstring and an export:
 

@@ -3,9 +3,10 @@
 An auditor asks for a scope (``ExportScope``); the bundle then carries, for every run in it,
 the rows its seal covers (``runs/<id>.json``: the sealed columns, every transition, its dead
 letters), the workflow runs, the definition versions and configuration snapshots the runs were
-bound to, the approvals of those definitions, the latest seal of each of these records with
-its Merkle proof in its ``records.sealed`` batch, the audit entries about them and the batch
-entries, each entry's inclusion proof in its signed anchor, and the published evidence keys.
+bound to, the approvals of those definitions, every seal of each of these records with its
+Merkle proof in its ``records.sealed`` batch (and the values each kept, when there are
+several), the audit entries about them and the batch entries, each entry's inclusion proof in
+its signed anchor, and the published evidence keys.
 
 From that alone (``check_contents``) a verifier recomputes every record's seal with the rules
 of ``core.seals``, follows each seal to its batch root, the root to its audit entry, the entry
