@@ -226,16 +226,7 @@ def retire_runs(conn: Connection, tenant_id: str, job_run_ids: Sequence[str], no
 
 
 def _latest_seals(conn: Connection, tenant_id: str, kind: str, ids: Sequence[str]) -> dict[str, Record]:
-    out: dict[str, Record] = {}
-    for chunk in _chunks(list(ids)):
-        q = (
-            select(record_seals)
-            .where(S.tenant_id == tenant_id, S.kind == kind, S.record_id.in_(chunk))
-            .order_by(S.record_id, S.id)
-        )
-        for r in conn.execute(q).mappings():
-            out[r["record_id"]] = r
-    return out
+    return {rid: trail[-1] for rid, trail in _seals_of(conn, tenant_id, kind, ids).items()}
 
 
 def _table(name: str) -> Table:
