@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from tests.store_contract.support import T0
 
 from jobgate.core.canonical import digest
@@ -229,3 +230,40 @@ def test_a_snapshot_is_stored_once_and_never_rewritten(engine: Engine) -> None:
     with engine.store.read() as tx:
         assert tx.snapshot_get("snap-1") == snapshot
         assert tx.snapshot_get("snap-unknown") is None
+
+
+def test_a_snapshot_seen_stored_is_not_written_again(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every submission binds a snapshot; once a committed transaction stored (or found) it,
+    the store skips the insert and the encoding of its content."""
+    from jobgate.store.sql import definitions as rows
+
+    writes: list[str] = []
+    real = rows.snapshot_put
+
+    def counted(conn: Any, snapshot: ConfigSnapshot, now: int) -> bool:
+        writes.append(snapshot.config_snapshot_id)
+        return real(conn, snapshot, now)
+
+    monkeypatch.setattr(rows, "snapshot_put", counted)
+    snapshot = ConfigSnapshot("snap-3", "sha256:cc", "default", {"profile": {"k": 3}}, "tenant-a")
+    for _ in range(3):
+        with engine.store.write() as tx:
+            tx.snapshot_put(snapshot, T0)
+            tx.snapshot_put(snapshot, T0)
+    assert writes == ["snap-3"]
+    with engine.store.write() as tx:  # another tenant's snapshot of that id is its own question
+        tx.snapshot_put(ConfigSnapshot("snap-3", "sha256:cc", "default", {}, "tenant-b"), T0)
+    assert writes == ["snap-3", "snap-3"]
+
+
+def test_a_snapshot_put_by_a_rolled_back_transaction_is_stored_by_the_next(engine: Engine) -> None:
+    snapshot = ConfigSnapshot("snap-4", "sha256:dd", "default", {"profile": {"k": 4}}, "tenant-a")
+    with pytest.raises(RuntimeError), engine.store.write() as tx:
+        tx.snapshot_put(snapshot, T0)
+        raise RuntimeError("the submission failed after binding it")
+    with engine.store.read() as tx:
+        assert tx.snapshot_get("snap-4") is None
+    with engine.store.write() as tx:
+        tx.snapshot_put(snapshot, T0)
+    with engine.store.read() as tx:
+        assert tx.snapshot_get("snap-4") == snapshot

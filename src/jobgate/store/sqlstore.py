@@ -121,10 +121,15 @@ class StoreTx:
         ordered_ids: bool,
         notify: bool = False,
         chains: run_chains.Chains | None = None,
+        snapshots: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
     ) -> None:
         self._conn = conn
         self._chains = chains  # the store's known history chains (``store.sql.chains``), writers only
         self.chains_learned = run_chains.Pending.empty()  # committed into them with the transaction
+        # Snapshots this store saw stored by a committed transaction, and those this one stores
+        # or finds (``snapshot_put``): known to the store once it commits.
+        self._snapshots = snapshots
+        self.snapshots_learned: set[tuple[str, str]] = set()
         self._ahead = ReadAhead()  # a submission's first reads, asked together (``read_ahead``)
         self._gates_shared = False
         self._skip_locked = skip_locked
@@ -352,8 +357,15 @@ class StoreTx:
         return changed
 
     def snapshot_put(self, snapshot: ConfigSnapshot, now: datetime) -> None:
+        """Store (and seal) ``snapshot`` unless it is stored. A snapshot is immutable, keyed by
+        its digest and never deleted, so one this store has seen committed is not written (nor
+        its content encoded) again: a statement less for every submission binding it."""
+        key = (snapshot.tenant_id, snapshot.config_snapshot_id)
+        if key in self._snapshots or key in self.snapshots_learned:
+            return
         if definitions.snapshot_put(self._conn, snapshot, codec.to_us(now)):  # immutable: sealed once, stored
             self._reseal("snapshot", snapshot.tenant_id, config_snapshot_id=snapshot.config_snapshot_id)
+        self.snapshots_learned.add(key)
 
     # schedules
     def schedule_put(
@@ -979,6 +991,7 @@ class Store:
         # millisecond spent more CPU asking than writing (py-spy: 84 % of a request thread's time).
         self._write_turn = threading.Lock() if self.dialect == "sqlite" else None
         self._chains = run_chains.Chains()
+        self._snapshots: set[tuple[str, str]] = set()  # (tenant, snapshot id) seen stored, committed
         if migrate:
             self.migrate()
 
@@ -1021,9 +1034,12 @@ class Store:
                 ordered_ids=self.ordered_ids,
                 notify=self.notify,
                 chains=self._chains,
+                snapshots=self._snapshots,
             )
             yield tx
         self._chains.commit(tx.chains_learned)  # committed: what it learned holds
+        if tx.snapshots_learned:
+            self._snapshots |= tx.snapshots_learned
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
