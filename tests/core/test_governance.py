@@ -92,10 +92,18 @@ def test_safe_mode_suspends_its_classes_at_every_moment(moment: Moment) -> None:
     assert admit(facts(moment, subject=other, safe_mode=period)).admitted
 
 
-def test_safe_mode_never_holds_the_safe_mode_job_itself() -> None:
+def test_safe_mode_never_holds_the_safe_mode_job_it_triggers() -> None:
     period = SafeModeFact(1, "x", frozenset({"SAFE_MODE_JOB"}), manual_review=True)
-    job = replace(SUBJECT, job_class=JobClass.SAFE_MODE_JOB, trigger_type=TriggerType.MANUAL)
+    job = replace(SUBJECT, job_class=JobClass.SAFE_MODE_JOB, trigger_type=TriggerType.SAFE_MODE)
     assert admit(facts(subject=job, safe_mode=period)).admitted
+
+
+@pytest.mark.parametrize("moment", list(Moment))
+def test_a_definition_naming_itself_safe_mode_job_is_reviewed_like_any_manual_run(moment: Moment) -> None:
+    period = SafeModeFact(1, "x", frozenset(), manual_review=True)
+    manual = replace(SUBJECT, job_class=JobClass.SAFE_MODE_JOB, trigger_type=TriggerType.MANUAL)
+    assert admit(facts(moment, subject=manual, safe_mode=period)).rule == "manual_review_required"
+    assert admit(facts(moment, subject=replace(manual, reviewed=True), safe_mode=period)).admitted
 
 
 @pytest.mark.parametrize("moment", list(Moment))
@@ -172,7 +180,7 @@ def test_property_safe_mode_refuses_exactly_its_classes_and_unreviewed_manual_ru
     subject = replace(SUBJECT, job_class=job_class, trigger_type=trigger, reviewed=reviewed)
     period = SafeModeFact(1, "p", frozenset(c.value for c in suspend), manual_review=True)
     v = admit(facts(moment, subject=subject, safe_mode=period))
-    exempt = job_class is JobClass.SAFE_MODE_JOB
+    exempt = job_class is JobClass.SAFE_MODE_JOB and trigger is TriggerType.SAFE_MODE
     expected = not exempt and (job_class in suspend or (trigger is TriggerType.MANUAL and not reviewed))
     assert (not v.admitted) is expected
     if not v.admitted:

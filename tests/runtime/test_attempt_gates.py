@@ -173,6 +173,23 @@ def test_safe_mode_holds_a_queued_run_of_a_suspended_class_until_it_is_off(safe_
     assert ("SCHEDULED", "HELD", "held", 0) in steps and ("HELD", "SCHEDULED", "released", 0) in steps
 
 
+def test_manual_review_holds_a_queued_manual_run_of_a_definition_naming_itself_safe_mode_job(
+    database_url: str, tmp_path: Path, marker: Path
+) -> None:
+    """The class SAFE_MODE_JOB is no pass: only what safe mode itself triggers is exempt."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, safe_mode={"manual_review": True}))
+    try:
+        job = define(engine, job_class="SAFE_MODE_JOB", handler="engine_handlers:marker")
+        run_id = submit(engine, job)
+        safemode.activate(engine, "default", actor="ops", reason="incident")
+        with running_worker(engine):
+            held = wait_status(engine, run_id, RunStatus.HELD)
+        assert held.hold_reason == "safe_mode_active" and attempts_run(marker, run_id) == []
+    finally:
+        store.dispose()
+
+
 def test_safe_mode_holds_a_retry_waiting_run(safe_engine: Engine, marker: Path) -> None:
     """Found 3, RETRY_WAIT: attempt 1 failed before safe mode went on; attempt 2 waits for it."""
     engine = safe_engine

@@ -71,6 +71,19 @@ def test_while_on_suspended_classes_and_direct_manual_runs_are_refused(guarded: 
     assert approved.job_run_id is not None
 
 
+def test_a_definition_naming_itself_safe_mode_job_gets_no_pass_for_its_manual_runs(guarded: Engine) -> None:
+    """Only what safe mode itself triggers is exempt: a definition that declares the class
+    SAFE_MODE_JOB and is run by hand is reviewed like any manual run (at its attempt:
+    ``tests/runtime/test_attempt_gates.py``)."""
+    define(guarded, job_definition_id="self-declared", job_class="SAFE_MODE_JOB")
+    safemode.activate(guarded, "default", actor="root", reason="incident")
+    before = count(guarded, "job_runs")
+    with pytest.raises(GovernanceRefusal) as refused:
+        run(guarded, "self-declared")
+    assert (refused.value.code, refused.value.rule) == ("safe_mode_active", "manual_review_required")
+    assert count(guarded, "job_runs") == before  # nothing stored
+
+
 def test_runs_bound_while_on_carry_the_tightened_values_and_switching_off_restores(guarded: Engine) -> None:
     ordinary = run(guarded, "report")
     safemode.activate(guarded, "default", actor="root", reason="incident")

@@ -305,7 +305,7 @@ def _code(f: Facts, s: Subject) -> Verdict | None:
 
 def _safe_mode(f: Facts, s: Subject) -> Verdict | None:
     p = f.safe_mode
-    if p is None or s.job_class == JobClass.SAFE_MODE_JOB:  # the SAFE_MODE_JOB is never held back
+    if p is None or _triggered_by_safe_mode(s):
         return None
     # A declared class is suspended by its own name and by its gates_as class's (core.classes).
     suspended = next((name for name in s.rule_classes if name in p.suspend_job_classes), None)
@@ -325,6 +325,13 @@ def _safe_mode(f: Facts, s: Subject) -> Verdict | None:
             "trigger_type",
         )
     return None
+
+
+def _triggered_by_safe_mode(s: Subject) -> bool:
+    """The SAFE_MODE_JOB as safe mode itself triggers it (at a switch, or on a safe-mode
+    schedule) is never held back by it. The exemption is the trigger's as much as the class's: a
+    definition may name itself SAFE_MODE_JOB, and its manual runs are reviewed like any other."""
+    return s.job_class == JobClass.SAFE_MODE_JOB and s.trigger_type is TriggerType.SAFE_MODE
 
 
 def _trust(f: Facts, s: Subject) -> Verdict | None:
