@@ -293,6 +293,50 @@ def test_code_changed_under_an_approval_is_held_until_approved_again(
     assert ("run.held", "code_changed") in audited(engine, run_id)
 
 
+def test_a_code_list_never_leaves_the_handlers_own_module_out(
+    engine: Engine, marker: Path, code_package: tuple[str, Path]
+) -> None:
+    """``code:`` narrows what an approval binds; one naming only other code (here jobgate's
+    ``core`` package) still binds the handler's module: edited after approval, it does not run."""
+    name, source = code_package
+    job = define(engine, handler=f"{name}:work", code=["package:jobgate.core"])
+    approved = approvals.status(engine, "default", job)
+    assert approved.matches and f"module:{name}" in approved.code.parts  # type: ignore[union-attr]
+    source.write_text(_handler_source("v2"))  # edited, not approved
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed" and marker_lines(marker) == []
+    assert approvals.status(engine, "default", job).code_changed == (f"module:{name}",)
+
+
+def test_a_worker_that_loaded_the_module_before_its_edit_holds_it_after_a_new_approval(
+    engine: Engine, marker: Path, code_package: tuple[str, Path]
+) -> None:
+    """The module part is remembered as the process imported it, as the package part is: the
+    edit approved since is not what this process would run."""
+    name, source = code_package
+    job = define(engine, handler=f"{name}:work", code=["package:jobgate.core"])  # imports v1 here
+    source.write_text(_handler_source("v2"))
+    approvals.approve(engine, "default", job, actor="reviewer", note="reviewed v2 of the code")
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed" and "restart it" in str(transitions_detail(engine, run_id)[-1]["message"])
+    assert marker_lines(marker) == []
+    code._LOADED.pop(f"module:{name}", None)
+    code._LOADED.pop(f"package:{name}", None)
+
+
+def test_a_code_list_holding_the_handlers_module_binds_nothing_more(
+    engine: Engine, code_package: tuple[str, Path]
+) -> None:
+    name, _source = code_package
+    job = define(engine, handler=f"{name}:work", code=[f"package:{name}"])
+    parts = approvals.status(engine, "default", job).code.parts  # type: ignore[union-attr]
+    assert sorted(parts) == ["handler", f"package:{name}"]
+
+
 def test_a_fresh_import_runs_the_source_not_a_bytecode_cache_it_cannot_tell_apart(
     code_package: tuple[str, Path],
 ) -> None:

@@ -7,7 +7,8 @@
   module's own file), as the import system would find it here, plus ``handler`` itself;
   with an explicit ``code:`` list in the definition, the packages (``package:NAME``), installed
   distributions (``distribution:NAME``, every file they installed) and paths (a file or a folder,
-  relative to the configuration's folder) it names, instead of the handler's package;
+  relative to the configuration's folder) it names, instead of the handler's package — and the
+  handler's own module file besides (``module:NAME``) when none of them holds it;
 - a command runner: the resolved binary's bytes, the argument template and the runner's
   environment (the body is part of the definition's content, so its content digest covers it);
 - an HTTP target: its URL and method (the endpoint's code is not on this host).
@@ -110,20 +111,30 @@ _LOADED_LOCK = threading.Lock()
 
 
 def note_import(module: str) -> None:
-    """Remember the files of ``module``'s top-level package as they are just before the process
-    imports it: what the process will run, whatever the files say later. Called by the Python
-    executor when it resolves a handler; a package this process imported earlier by other
-    means is remembered as it is now (the best that can still be known)."""
+    """Remember the files of ``module``'s top-level package, and its own file, as they are
+    just before the process imports it: what the process will run, whatever the files say
+    later. Called by the Python executor when it resolves a handler; a package this process
+    imported earlier by other means is remembered as it is now (the best that can still be
+    known)."""
     top = module.split(".")[0]
-    name = f"package:{top}"
-    if name in _LOADED:
-        return
-    try:
-        value = package_digest(top)
-    except CodeUnreadable:
-        return
-    with _LOADED_LOCK:
-        _LOADED.setdefault(name, value)
+    reads: tuple[tuple[str, Callable[[], str]], ...] = (
+        (f"package:{top}", lambda: package_digest(top)),
+        (f"module:{module}", lambda: _module_sha(module)),
+    )
+    for name, read in reads:
+        if name in _LOADED:
+            continue
+        try:
+            value = read()
+        except CodeUnreadable:
+            continue
+        with _LOADED_LOCK:
+            _LOADED.setdefault(name, value)
+
+
+def _module_sha(module: str) -> str:
+    """The digest of ``module``'s own file (a ``module:NAME`` part)."""
+    return FILES.sha256(_module_file(module))
 
 
 def package_digest(name: str) -> str:
@@ -141,6 +152,23 @@ def package_digest(name: str) -> str:
         # Built into the interpreter (or frozen): it is the interpreter's code.
         return "builtin:" + name
     return FILES.sha256(spec.origin)
+
+
+def _module_file(module: str) -> str:
+    """The file the import system would load ``module`` from here."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise CodeUnreadable(f"cannot find {module!r}: {exc}", field="handler") from None
+    if spec is None or spec.origin is None or not os.path.isfile(spec.origin):
+        raise CodeUnreadable(f"no module file for {module!r} is importable here", field="handler")
+    return spec.origin
+
+
+def _covers(root: str, path: str) -> bool:
+    """Whether ``root`` (a file or a folder) is or holds ``path``."""
+    root, path = os.path.realpath(root), os.path.realpath(path)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def tree_digest(roots: list[str]) -> str:
@@ -169,7 +197,9 @@ class CodeReader:
         if spec.kind == "python" and spec.handler:
             parts = {"handler": spec.handler}
             if code:
-                parts.update(self._listed([str(c) for c in code]))
+                listed = [str(c) for c in code]
+                parts.update(self._listed(listed))
+                parts.update(self._own_module(spec.handler.partition(":")[0], listed))
             else:
                 top = spec.handler.partition(":")[0].split(".")[0]
                 parts[f"package:{top}"] = self._package(top)
@@ -241,6 +271,35 @@ class CodeReader:
             else:
                 parts[f"path:{entry}"] = self._path(entry)
         return parts
+
+    def _own_module(self, module: str, listed: list[str]) -> dict[str, str]:
+        """The handler's own module file, unless a ``code:`` entry already covers it: a list
+        narrows what an approval binds (a sub-package rather than the whole top-level package),
+        never to the point of leaving out the code the handler itself is."""
+        origin = _module_file(module)
+        if any(_covers(root, origin) for entry in listed for root in self._roots(entry)):
+            return {}
+        return {f"module:{module}": _module_sha(module)}
+
+    def _roots(self, entry: str) -> list[str]:
+        """The files and folders a ``code:`` entry digests (``_listed`` read them already)."""
+        kind, sep, name = entry.partition(":")
+        if sep and kind == "package":
+            try:
+                found = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                return []
+            if found is None:
+                return []
+            return list(found.submodule_search_locations or []) or ([found.origin] if found.origin else [])
+        if sep and kind == "distribution":
+            try:
+                dist = importlib.metadata.distribution(name)
+            except importlib.metadata.PackageNotFoundError:
+                return []
+            return [str(file.locate()) for file in dist.files or []]
+        path = Path(entry)
+        return [str(path if path.is_absolute() else self.base_dir / path)]
 
     def _runner(self, runner: RunnerSpec) -> dict[str, str]:
         binary = runner.binary
