@@ -225,6 +225,23 @@ def test_safe_mode_through_the_api(world: World) -> None:
     assert (off["active"], off["reason"]) == (False, "done")
 
 
+def test_a_definitions_own_schedule_is_refused_to_schedule_writes_at_both_doors(world: World) -> None:
+    """409 at ``/api/v1/schedules`` and at seed 004's ``/schedules``: the rhythm a definition
+    declares changes with a new approved version only."""
+    job = define(world.engine, job_definition_id=f"acme-kept-{uuid.uuid4().hex[:6]}", tenant_id="acme",
+                 trigger_type="cron", schedule_expression="0 * * * *")  # fmt: skip
+    h = world.headers("acme", Role.OPERATOR)
+    v1 = {"schedule": {"id": job, "job": job, "cron": "*/30 * * * *"}}
+    assert world.client.post(f"{API}/schedules", json=v1, headers=h).status_code == 409
+    seed = {"id": job, "scenario": job, "schedule": "*/30 * * * *", "params": {}}
+    refused = world.client.post("/schedules", json=seed, headers=h)
+    assert refused.status_code == 409 and "kept by definition" in refused.text
+    assert world.client.delete(f"{API}/schedules/{job}", headers=h).status_code == 409
+    assert world.client.delete(f"/schedules/{job}", headers=h).status_code == 409
+    listed = {s["schedule_id"]: s for s in world.client.get(f"{API}/schedules", headers=h).json()["items"]}
+    assert listed[job]["owner"] == "definition" and listed[job]["state"] == "active"
+
+
 def test_misses_are_listed_paged_filtered_and_a_run_shows_its_slot(world: World) -> None:
     from datetime import timedelta
 

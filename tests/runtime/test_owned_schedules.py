@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from tests.helpers import count, define
 
-from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.errors import ConflictError, GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope, TriggerType
 from jobgate.definitions.schema import parse_definition
 from jobgate.runtime.scheduler import Scheduler
@@ -126,6 +126,26 @@ def test_a_schedule_of_that_name_from_someone_else_is_not_taken_over(engine: Eng
     assert err.value.field == "schedule_expression" and "stored by cli" in err.value.message
     assert count(engine, "definitions", "job_definition_id = 'TGJOBDEF-REPLAY-SAMPLING-001'") == 0
     assert stored(engine).schedule.job_definition_id == "other"
+
+
+def test_a_definitions_own_schedule_is_not_replaced_or_deleted_by_a_schedule_write(engine: Engine) -> None:
+    """The other way round: a schedule write (CLI, API, seed 004's ``/schedules``) does not
+    take over the schedule a definition keeps, nor delete it; pausing it stays possible."""
+    from jobgate.service import schedules
+
+    job = apply(engine)
+    approvals.approve(engine, "default", job, actor="bob")
+    kept = stored(engine)
+    before = count(engine, "schedule_changes")
+    rhythm = {"id": job, "job": job, "cron": "*/30 * * * *", "params": {}}
+    with pytest.raises(ConflictError) as refused:
+        put_schedules(engine, [schedule_from_document(rhythm, now=engine_now())], source="api", now=engine_now())
+    assert refused.value.field == "id" and "kept by definition" in refused.value.message
+    with pytest.raises(ConflictError):
+        schedules.delete(engine, "default", job, now=engine_now(), actor="ops")
+    assert stored(engine) == kept and count(engine, "schedule_changes") == before  # nothing written
+    assert set_paused(engine, "default", job, True, now=engine_now(), actor="ops")
+    assert stored(engine).schedule.paused
 
 
 # --- trigger_type on every path --------------------------------------------------------------

@@ -264,6 +264,8 @@ def put_schedules(
         for s in items:
             unapproved = pending[(s.tenant_id, s.schedule_id)] is not None
             before = tx.schedule_get(s.tenant_id, s.schedule_id)
+            if before is not None:
+                _refuse_owned(before.source, before.schedule, "replaced")
             if unapproved:
                 s = replace(s, paused=True)
             made = tx.schedule_put(
@@ -396,11 +398,28 @@ def delete(engine: Engine, tenant_id: str, schedule_id: str, *, now: datetime, a
     """Delete the schedule and its recorded misses; its changes stay, ending with the deletion."""
     with engine.store.write() as tx:
         stored = tx.schedule_get(tenant_id, schedule_id)
+        if stored is not None:
+            _refuse_owned(stored.source, stored.schedule, "deleted")
         if stored is None or not tx.schedule_delete(tenant_id, schedule_id):
             raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
         old = canonical_json(schedule_document(stored.schedule)).decode()
         tx.change_record(tenant_id, schedule_id, ScheduleChange(now, "deleted", old, "deleted", True, actor, None))
     log.info("schedule %s deleted by %s", schedule_id, actor, extra={"action": "schedule_deleted"})
+
+
+def _refuse_owned(source: str, schedule: Schedule, what: str) -> None:
+    """A schedule its definition keeps (``trigger_type`` + ``schedule_expression``, approved
+    with it) changes only with a new version of that definition: it is not replaced or deleted
+    by a schedule write, as a definition does not take over a schedule stored by someone else.
+    Pausing and resuming it stay an operator's."""
+    if source == OWNED_SOURCE:
+        raise ConflictError(
+            f"schedule {schedule.schedule_id!r} is kept by definition {schedule.job_definition_id!r} and is not "
+            f"{what} here: change the definition's schedule_expression (a new version, approved again), or "
+            "pause it",
+            field="id",
+            source=schedule.schedule_id,
+        )
 
 
 def _text(doc: Mapping[str, Any], key: str, source: str) -> str:
