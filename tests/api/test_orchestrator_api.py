@@ -57,9 +57,16 @@ def test_nothing_runs_until_the_loaded_content_is_approved(world: World, prefix:
     status = world.client.get(f"{prefix}/scenarios/{name}/approval", headers=h).json()
     assert status["matches"] is False and status["approval"] is None
 
-    approved = world.client.post(f"{prefix}/scenarios/{name}/approve", json={"sha256": "0" * 64}, headers=h)
-    assert approved.status_code in (200, 422), approved.text  # a checksum by hand is not a field
-    approved = world.client.post(f"{prefix}/scenarios/{name}/approve", headers=h)
+    # A reviewer may pin what they read: content other than the loaded one is refused, not approved.
+    stale = world.client.post(f"{prefix}/scenarios/{name}/approve", json={"sha256": "0" * 64}, headers=h)
+    assert stale.status_code == 409 and stale.json()["field"] == "sha256", stale.text
+    assert world.client.get(f"{prefix}/scenarios/{name}/approval", headers=h).json()["approval"] is None
+    bad = world.client.post(f"{prefix}/scenarios/{name}/approve", json={"sha256": "not-a-digest"}, headers=h)
+    assert bad.status_code == 422
+    pinned = world.digest(name).removeprefix("sha256:")
+    approved = world.client.post(f"{prefix}/scenarios/{name}/approve", json={"sha256": pinned}, headers=h)
+    assert approved.status_code == 200, approved.text
+    approved = world.client.post(f"{prefix}/scenarios/{name}/approve", headers=h)  # the seed's form: no body
     assert approved.status_code == 200, approved.text
     body = approved.json()
     assert {"name", "sha256", "approved_by", "approved_at", "enabled"} <= set(body)

@@ -143,6 +143,15 @@ class ScenarioApprovalStatusOut(BaseModel):
         )
 
 
+class ScenarioApproveIn(Request):
+    """Optional: the content the reviewer saw. The seed's route takes no body and approves what
+    is loaded; a reviewer who pins what they read gets 409 if it is not what is loaded now."""
+
+    sha256: str | None = Field(
+        default=None, pattern=r"^(sha256:)?[0-9a-f]{64}$", description="the scenario's sha256 you reviewed"
+    )
+
+
 class ScenarioRunIn(Request):
     params: dict[str, str] = Field(default_factory=dict)
     reason: str | None = Field(default=None, max_length=2000)

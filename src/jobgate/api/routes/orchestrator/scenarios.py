@@ -29,6 +29,7 @@ from jobgate.views.orchestrator import (
     JobStartedOut,
     ScenarioApprovalOut,
     ScenarioApprovalStatusOut,
+    ScenarioApproveIn,
     ScenarioDetailOut,
     ScenarioOut,
     ScenarioRunIn,
@@ -113,13 +114,19 @@ def run_scenario(
 
 @router.post("/scenarios/{name}/approve", response_model=ScenarioApprovalOut)
 @allow(ADMIN)
-def approve_scenario(name: Name, caller: Caller, state: State) -> ScenarioApprovalOut:
+def approve_scenario(
+    name: Name, caller: Caller, state: State, body: ScenarioApproveIn | None = None
+) -> ScenarioApprovalOut:
     """Approve the content jobgate has loaded now (and the code it runs): no checksum is taken
-    from the caller, so only real loaded content can be blessed. Four eyes applies as on
-    ``/api/v1/definitions/{id}/approve``."""
-    with seed_names(job_definition_id="name"):
+    from the caller, so only real loaded content can be blessed; a ``sha256`` sent with it pins
+    what the reviewer saw (409 if the loaded content differs, nothing stored). Four eyes applies
+    as on ``/api/v1/definitions/{id}/approve``."""
+    pinned = None if body is None or body.sha256 is None else "sha256:" + body.sha256.removeprefix("sha256:")
+    with seed_names(job_definition_id="name", digest="sha256"):
         ensure_may_use(caller, name)
-        a = approvals.approve(state.engine, caller.tenant_id, name, actor=caller.actor, approver=caller.person)
+        a = approvals.approve(
+            state.engine, caller.tenant_id, name, actor=caller.actor, approver=caller.person, digest=pinned
+        )
     return ScenarioApprovalOut.of(name, a)
 
 
