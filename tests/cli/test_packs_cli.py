@@ -44,3 +44,10 @@ def test_export_from_dev_imports_into_prod(tmp_path: Path) -> None:
     assert _definitions(prod)["nightly-report"] == _definitions(dev)["nightly-report"]
     listed = json.loads(jobgate(prod, "--json", "packs", "list").stdout)
     assert [(p["pack"], p["origin"]) for p in listed] == [("reports@1.0", "import")]
+    unapproved = jobgate(prod, "import", str(tmp_path / "seed.zip")).stdout
+    assert "nightly-report v1" in unapproved and unapproved.split("nightly-report v1")[1].split("\n")[0].endswith(
+        " unapproved"
+    )
+    jobgate(prod, "definitions", "approve", "nightly-report", "--by", "bob")
+    again = jobgate(prod, "import", str(tmp_path / "seed.zip")).stdout  # the same digest, approved here since
+    assert again.split("nightly-report v1")[1].split("\n")[0].endswith(" approved here"), again

@@ -100,7 +100,12 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
     ``jobgate apply`` applies them and arrive unapproved unless ``packs.import_approvals`` is set."""
     from jobgate.packs import registry
 
-    done = registry.import_seed(app.engine(), tenant, file.read_bytes(), actor=getpass.getuser())
+    engine = app.engine()
+    done = registry.import_seed(engine, tenant, file.read_bytes(), actor=getpass.getuser())
+    # Approved now: by the archive's approvals, or already here (the same digest approved before).
+    keys = [(tenant, str(d["job_definition_id"]), str(d["digest"])) for d in done.definitions]
+    with engine.store.read(tenant_id=tenant) as tx:
+        active = tx.approvals_active(keys) if keys else {}
     if app.json_output:
         render.emit_json(
             {
@@ -116,6 +121,13 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
     for p in done.packs:
         print(f"{p.record.ref.key} {p.record.digest} {'imported' if p.created else 'unchanged'}")
     for d in done.definitions:
-        approved = "approved" if d["job_definition_id"] in done.approved else "unapproved"
-        print(f"  {d['job_definition_id']} v{d['version']} {d['digest']} {approved}")
+        key = (tenant, str(d["job_definition_id"]), str(d["digest"]))
+        state = (
+            "unapproved"
+            if key not in active
+            else "approved"
+            if d["job_definition_id"] in done.approved
+            else "approved here"
+        )
+        print(f"  {d['job_definition_id']} v{d['version']} {d['digest']} {state}")
     print(f"verified: signed by {done.signed_by}")
