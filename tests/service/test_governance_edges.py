@@ -22,7 +22,7 @@ from jobgate.core.errors import ConfigurationError, GovernanceRefusal
 from jobgate.core.models import Scope, TriggerType
 from jobgate.evidence import anchors, sinks
 from jobgate.export.bundles import pack, verify_bundle
-from jobgate.service import approvals, control, safemode
+from jobgate.service import approvals, control, requests, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sql import governance
@@ -59,6 +59,39 @@ def test_a_requeue_meets_the_safe_mode_gate(guarded: Engine) -> None:
     with guarded.store.read() as tx:
         run = tx.run_get(run_id)
     assert run is not None and run.status.value == "DEAD_LETTERED"
+
+
+def _dead_letter(engine: Engine, run_id: str) -> None:
+    with engine.store.write() as tx:
+        connection(tx).execute(
+            text("UPDATE job_runs SET status = 'DEAD_LETTERED' WHERE job_run_id = :r"), {"r": run_id}
+        )
+
+
+def test_one_operators_requeue_is_no_second_persons_review(guarded: Engine) -> None:
+    """Under manual review a manual run needs a second person: a retry of it is refused, and so
+    is a requeue by one operator (it used to count as the review); a run a request's second
+    person reviewed is requeued. A requeue never records itself as the run's review."""
+    job = define(guarded)
+    unreviewed = guarded.submit(request(job), actor="ada").run.job_run_id
+    proposed = requests.propose(
+        guarded, tenant_id="default", requester="ada", job_definition_id=job, params={}, title="t", reason="r"
+    )
+    reviewed = requests.approve(guarded, "default", proposed.request_id, actor="root").job_run_id
+    assert reviewed is not None
+    for run_id in (unreviewed, reviewed):
+        _dead_letter(guarded, run_id)
+    safemode.activate(guarded, "default", actor="root", reason="incident")
+    with pytest.raises(GovernanceRefusal) as refused:
+        control.requeue_run(guarded, unreviewed, actor="ops")
+    assert (refused.value.code, refused.value.rule) == ("safe_mode_active", "manual_review_required")
+    control.requeue_run(guarded, reviewed, actor="ops")
+    safemode.deactivate(guarded, "default", actor="root", reason="over")
+    control.requeue_run(guarded, unreviewed, actor="ops")
+    with guarded.store.read() as tx:
+        runs = {r.job_run_id: r for r in tx.runs_get([unreviewed, reviewed])}
+    assert [runs[r].status.value for r in (unreviewed, reviewed)] == ["SCHEDULED", "SCHEDULED"]
+    assert (runs[unreviewed].reviewed_by, runs[reviewed].reviewed_by) == (None, "root")
 
 
 def test_a_revocation_between_preparation_and_creation_still_refuses(engine: Engine) -> None:

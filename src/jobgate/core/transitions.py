@@ -399,7 +399,8 @@ def cancelled(
 
 def requeued(run: JobRun, *, actor: str, now: datetime) -> RunChange:
     """A dead-lettered or escalated run given one more attempt, same idempotency key: its
-    attempt bound grows by one, and the operator who decided it is recorded."""
+    attempt bound grows by one, and the operator who decided it is recorded (the transition's
+    actor). It is no second person's review of the run: ``reviewed_by`` stays as it was."""
     return RunChange(
         job_run_id=run.job_run_id,
         tenant_id=run.tenant_id,
@@ -410,7 +411,6 @@ def requeued(run: JobRun, *, actor: str, now: datetime) -> RunChange:
         ),
         values=RunValues(
             max_attempts=run.attempt + 1,
-            reviewed_by=actor,
             due_at=now,
             ended_at=None,
             next_retry_at=None,

@@ -195,7 +195,9 @@ class Admission:
                 scope=Scope.from_dict(run.scope),
                 requested_by=actor,
                 reason=f"requeue of {run.job_run_id}",
-                via_request=True,  # an operator's decision on an existing run, not a new manual run
+                # Reviewed only if a second person reviewed the run itself (an approved request):
+                # one operator's requeue is not that review, as a retry of the run is not.
+                via_request=run.reviewed_by is not None,
             )
             # The policy was fetched (and any change audited) before the write transaction.
             self.check(tx, definition, request, now, moment=Moment.REQUEUE, batch=AdmissionBatch(policy))
