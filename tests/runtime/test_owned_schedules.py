@@ -226,6 +226,33 @@ def test_a_non_string_param_is_refused_in_the_document() -> None:
     assert err.value.field == "params.day"
 
 
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"paused": "false"}, "paused"),  # text, and truthy: it was stored paused
+        ({"queue": "no", "cron": None, "event_type": "x.y"}, "queue"),
+        ({"max_catchup": 1.7}, "max_catchup"),  # it was stored as 1
+        ({"max_catchup": True}, "max_catchup"),
+        ({"id": "n" * 201}, "schedule_id"),
+        ({"timezone": "localtime"}, "timezone"),  # the host's own setting: schedulers would disagree
+        ({"timezone": "posixrules"}, "timezone"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused_not_coerced(extra: dict[str, Any], field: str) -> None:
+    doc = {"id": "n", "job": "j", "cron": "0 2 * * *", **extra}
+    with pytest.raises(ValidationError) as err:
+        schedule_from_document({k: v for k, v in doc.items() if v is not None}, now=engine_now())
+    assert err.value.field == field
+
+
+def test_a_schedule_id_given_twice_is_refused_and_nothing_is_stored(engine: Engine) -> None:
+    job = define(engine, trigger_type="cron", schedule_expression="0 5 * * *")
+    twice = [_doc(job), _doc(job, cron="0 3 * * *")]
+    with pytest.raises(ValidationError) as err:
+        put_schedules(engine, twice, source="cli", now=engine_now())
+    assert err.value.field == "id" and count(engine, "schedules", "schedule_id = 'nightly'") == 0
+
+
 def test_a_schedule_for_a_manual_definition_is_refused_naming_its_trigger_type(engine: Engine) -> None:
     job = define(engine)  # trigger_type manual
     with pytest.raises(ValidationError) as err:

@@ -217,6 +217,26 @@ def test_backfill_makes_one_run_per_slot_and_nothing_on_a_second_request(engine:
     assert count(engine, "job_runs") == 5
 
 
+@pytest.mark.parametrize("windows", [False, True])
+def test_backfill_refuses_slots_not_due_yet_and_stores_nothing(engine: Engine, windows: bool) -> None:
+    """A slot still ahead (a batch window not closed) is the scheduler's, at its time: run early,
+    it would see a window half full and leave its real slot taken."""
+    job = define(engine)
+    engine.clock = FakeClock(T0 + 2 * HOUR + timedelta(minutes=2))
+    schedule = (
+        check_schedule(Schedule("hourly", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR)) if windows else hourly(job)
+    )
+    add(engine, schedule, watermark=T0 + 100 * HOUR)
+    with pytest.raises(ValidationError) as refused:
+        backfill(engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 5 * HOUR)
+    assert refused.value.field == "to" and "not due yet" in refused.value.message
+    assert count(engine, "job_runs") == 0
+    done = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 2 * HOUR
+    )
+    assert all(s.created for s in done) and count(engine, "job_runs") == len(done) > 0
+
+
 def test_backfill_does_not_repeat_a_slot_the_scheduler_fired(engine: Engine) -> None:
     job = define(engine)
     add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))

@@ -105,6 +105,9 @@ class Schedule:
 
 
 MAX_CATCHUP_LIMIT = 100_000
+MAX_SCHEDULE_ID = 200  # the column's width
+# tzdata files that stand for the host's own zone setting, not a place.
+HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
@@ -112,6 +115,14 @@ def check_schedule(s: Schedule) -> Schedule:
     """Refuse a schedule that cannot plan, naming the field; return it (cron text normalised)."""
     if not s.schedule_id or not s.schedule_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ValidationError("use letters, digits, '-', '_' and '.'", field="schedule_id", source=s.schedule_id)
+    if len(s.schedule_id) > MAX_SCHEDULE_ID:
+        raise ValidationError(f"at most {MAX_SCHEDULE_ID} characters", field="schedule_id", source=s.schedule_id[:40])
+    if s.timezone in HOST_ZONES:  # what they mean is each host's own setting: schedulers would disagree
+        raise ValidationError(
+            f"{s.timezone!r} depends on the host: name an IANA zone (e.g. Europe/Helsinki)",
+            field="timezone",
+            source=s.schedule_id,
+        )
     try:
         ZoneInfo(s.timezone)
     except (ZoneInfoNotFoundError, ValueError):

@@ -106,9 +106,13 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
     schedule_id = _text(doc, "id", source)
     triggers = ("cron", "every_seconds", "window_seconds", "event_type", "condition", "config_profile")
     kinds = [k for k in triggers if doc.get(k) is not None]
+    for flag in ("safe_mode", "paused", "adaptive", "queue", "alert"):  # "false" is text, and truthy
+        if doc.get(flag) is not None and not isinstance(doc[flag], bool):
+            raise ValidationError("true or false", field=flag, source=schedule_id)
+    catchup = doc.get("max_catchup")
+    if catchup is not None and (isinstance(catchup, bool) or not isinstance(catchup, int)):
+        raise ValidationError("a whole number", field="max_catchup", source=schedule_id)
     safe_mode = doc.get("safe_mode", False)
-    if not isinstance(safe_mode, bool):
-        raise ValidationError("true or false", field="safe_mode", source=schedule_id)
     if safe_mode:
         if set(kinds) - {"cron", "every_seconds"} or len(kinds) > 1:
             raise ValidationError(
@@ -245,6 +249,11 @@ def put_schedules(
     code) is not approved is refused too, unless ``allow_pending``: then it is stored paused
     (``unapproved``), resumes by itself when the definition is approved, and a warning is added
     to ``warnings``."""
+    given: set[tuple[str, str]] = set()
+    for s in items:  # a file naming one id twice would keep only its last entry, silently
+        if (s.tenant_id, s.schedule_id) in given:
+            raise ValidationError("given twice: each schedule id once", field="id", source=s.schedule_id)
+        given.add((s.tenant_id, s.schedule_id))
     # The profile and the keys it watches exist (checked before anything is written).
     current = {(s.tenant_id, s.schedule_id): _current_snapshot(engine, s) for s in items if s.config_profile}
     pending = {(s.tenant_id, s.schedule_id): _pending_reason(engine, s, now) for s in items}
@@ -497,6 +506,15 @@ def backfill(
     ]
     if len(owed) > MAX_BACKFILL_SLOTS:
         raise ValidationError(f"{len(owed)} slots in the range; at most {MAX_BACKFILL_SLOTS} per request", field="to")
+    # Only what is due: a slot still ahead (a batch window not closed yet) is the scheduler's,
+    # at its time; run now, it would see a window half full and leave its real slot taken.
+    ahead = [s for s in owed if s.fire_at > engine.clock.now()]
+    if ahead:
+        raise ValidationError(
+            f"{len(ahead)} slot(s) of the range are not due yet (the first at {isoformat_utc(ahead[0].fire_at)}): "
+            "they run on their schedule; end the range at or before now",
+            field="to",
+        )
     reason = f"backfill {isoformat_utc(start)}..{isoformat_utc(end)} of schedule {schedule.schedule_id}"
     requests = [
         fire_request(
