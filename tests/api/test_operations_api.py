@@ -28,7 +28,7 @@ def test_schedule_lifecycle_is_recorded_with_the_token(world: World) -> None:
     assert world.client.post(f"{API}/schedules/nightly/enable", headers=h).json()["changed"] is True
     with world.engine.store.read() as tx:
         changes = tx.changes_list("acme", "nightly")
-    assert [c.field for c in changes] == ["created", "updated", "paused", "resumed"]  # re-put: a new anchor
+    assert [c.field for c in changes] == ["created", "paused", "resumed"]  # re-put unchanged: nothing to record
     assert {c.source for c in changes} == {world.actor("acme", Role.OPERATOR)}
     assert world.client.delete(f"{API}/schedules/nightly", headers=h).status_code == 204
     assert world.client.delete(f"{API}/schedules/nightly", headers=h).status_code == 404

@@ -245,6 +245,25 @@ def test_a_value_of_the_wrong_kind_is_refused_not_coerced(extra: dict[str, Any],
     assert err.value.field == field
 
 
+def test_re_applying_an_interval_schedule_keeps_its_anchor_and_does_not_fire_it_again(engine: Engine) -> None:
+    """A document without an anchor starts a new schedule now; applied again later, it keeps
+    the stored anchor: nothing changes, nothing is recorded, no extra fire."""
+    job = define(engine, trigger_type="interval", schedule_expression="1h")
+    doc = {"id": "hourly", "job": job, "every_seconds": 3600}
+    t0 = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
+    put_schedules(engine, [schedule_from_document(doc, now=t0)], source="cli", now=t0)
+    first = stored(engine, "hourly")
+    later = t0 + timedelta(minutes=20)
+    put_schedules(engine, [schedule_from_document(doc, now=later)], source="cli", now=later)
+    again = stored(engine, "hourly")
+    assert again.schedule.anchor == first.schedule.anchor == t0
+    with engine.store.read() as tx:
+        assert [c.field for c in tx.changes_list("default", "hourly")] == ["created"]
+    moved = {**doc, "anchor": "2026-06-01T13:30:00Z"}  # a document naming one moves it
+    put_schedules(engine, [schedule_from_document(moved, now=later)], source="cli", now=later)
+    assert stored(engine, "hourly").schedule.anchor == datetime(2026, 6, 1, 13, 30, tzinfo=UTC)
+
+
 def test_a_schedule_id_given_twice_is_refused_and_nothing_is_stored(engine: Engine) -> None:
     job = define(engine, trigger_type="cron", schedule_expression="0 5 * * *")
     twice = [_doc(job), _doc(job, cron="0 3 * * *")]

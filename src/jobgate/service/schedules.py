@@ -275,6 +275,7 @@ def put_schedules(
             before = tx.schedule_get(s.tenant_id, s.schedule_id)
             if before is not None:
                 _refuse_owned(before.source, before.schedule, "replaced")
+                s = _keep_anchor(s, before.schedule, now)
             if unapproved:
                 s = replace(s, paused=True)
             made = tx.schedule_put(
@@ -414,6 +415,16 @@ def delete(engine: Engine, tenant_id: str, schedule_id: str, *, now: datetime, a
         old = canonical_json(schedule_document(stored.schedule)).decode()
         tx.change_record(tenant_id, schedule_id, ScheduleChange(now, "deleted", old, "deleted", True, actor, None))
     log.info("schedule %s deleted by %s", schedule_id, actor, extra={"action": "schedule_deleted"})
+
+
+def _keep_anchor(s: Schedule, stored: Schedule, now: datetime) -> Schedule:
+    """A document that names no anchor is anchored at ``now`` (``schedule_from_document``, with
+    the ``now`` its caller passes here too): for a schedule already stored that would move its
+    grid at every re-apply, and an interval would fire again at once. It keeps the stored
+    schedule's anchor instead; a new schedule starts now, and a document naming one moves it."""
+    if s.anchor == now and stored.anchor != now:
+        return replace(s, anchor=stored.anchor)
+    return s
 
 
 def _refuse_owned(source: str, schedule: Schedule, what: str) -> None:
