@@ -217,6 +217,30 @@ def test_backfill_makes_one_run_per_slot_and_nothing_on_a_second_request(engine:
     assert count(engine, "job_runs") == 5
 
 
+def test_an_edit_committed_while_a_tick_plans_makes_its_plan_stale(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause that returned success is not followed by a fire the tick planned before it: the
+    watermark's compare-and-set also holds the schedule's version."""
+    from jobgate.service.schedules import set_paused
+
+    job = define(engine)
+    add(engine, hourly(job))
+    tick = T0 + HOUR
+    real = engine.pipeline.prepare
+
+    def pausing(*args: object, **kwargs: object) -> object:
+        assert set_paused(engine, "default", "hourly", True, now=tick, actor="ops")  # committed now
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.pipeline, "prepare", pausing)
+    Scheduler(engine, owner="a").tick(tick)
+    assert count(engine, "job_runs") == 0
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "hourly")
+    assert stored is not None and stored.schedule.paused and stored.watermark == T0
+
+
 @pytest.mark.parametrize("windows", [False, True])
 def test_backfill_refuses_slots_not_due_yet_and_stores_nothing(engine: Engine, windows: bool) -> None:
     """A slot still ahead (a batch window not closed) is the scheduler's, at its time: run early,

@@ -123,7 +123,7 @@ class Scheduler:
             p = plan(item.schedule, watermark=item.watermark, now=now)
         if not p.fires and not p.misses and p.watermark == item.watermark:
             return  # nothing owed: keep the watermark, write nothing
-        self._execute(item.schedule, item.watermark, p, token, now, result)
+        self._execute(item.schedule, item.watermark, p, token, now, result, version=item.updated_at)
 
     def _failed(self, item: StoredSchedule, exc: Exception, now: datetime) -> None:
         """One schedule's plan or fire failed: it is marked failing (its error kept, tried again
@@ -158,7 +158,15 @@ class Scheduler:
         )
 
     def _execute(
-        self, schedule: Schedule, watermark: datetime, p: Plan, token: int, now: datetime, result: TickResult
+        self,
+        schedule: Schedule,
+        watermark: datetime,
+        p: Plan,
+        token: int,
+        now: datetime,
+        result: TickResult,
+        *,
+        version: datetime | None = None,
     ) -> None:
         fires, misses = list(p.fires), list(p.misses)
         replaced: list[JobRun] = []
@@ -198,7 +206,7 @@ class Scheduler:
             misses += [Miss(schedule.schedule_id, f.fire_at, MissReason.REFUSED) for f in fires]
             prepared, fires = [], []
         advance = lambda tx: tx.schedule_advance(  # noqa: E731
-            schedule.tenant_id, schedule.schedule_id, watermark, p.watermark
+            schedule.tenant_id, schedule.schedule_id, watermark, p.watermark, version
         )
         if not self._commit(schedule, advance, prepared, misses, token, now, result, replaced=replaced):
             return

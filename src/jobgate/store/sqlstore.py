@@ -404,8 +404,10 @@ class StoreTx:
         self._reseal("schedule", tenant_id, schedule_id=schedule_id)
         return deleted
 
-    def schedule_advance(self, tenant_id: str, schedule_id: str, expected: datetime, to: datetime) -> bool:
-        return schedules.schedule_advance(self._conn, tenant_id, schedule_id, expected, to)
+    def schedule_advance(
+        self, tenant_id: str, schedule_id: str, expected: datetime, to: datetime, version: datetime | None = None
+    ) -> bool:
+        return schedules.schedule_advance(self._conn, tenant_id, schedule_id, expected, to, version)
 
     def misses_record(self, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
         schedules.misses_record(self._conn, tenant_id, misses, now)

@@ -170,14 +170,22 @@ def schedule_delete(conn: Connection, tenant_id: str, schedule_id: str) -> bool:
     return bool(conn.execute(stmt).rowcount)
 
 
-def schedule_advance(conn: Connection, tenant_id: str, schedule_id: str, expected: datetime, to: datetime) -> bool:
+def schedule_advance(
+    conn: Connection,
+    tenant_id: str,
+    schedule_id: str,
+    expected: datetime,
+    to: datetime,
+    version: datetime | None = None,
+) -> bool:
     """Move the watermark from ``expected`` to ``to``: a compare-and-set, so of two schedulers
-    that planned from the same watermark only one records its plan."""
-    stmt = (
-        update(schedules)
-        .where(S.tenant_id == tenant_id, S.schedule_id == schedule_id, S.watermark == codec.to_us(expected))
-        .values(watermark=codec.to_us(to))
-    )
+    that planned from the same watermark only one records its plan. ``version``: the schedule's
+    ``updated_at`` the plan was made from — an edit committed since (a pause, a new cron) makes
+    the plan stale, and it is not recorded."""
+    match = [S.tenant_id == tenant_id, S.schedule_id == schedule_id, S.watermark == codec.to_us(expected)]
+    if version is not None:
+        match.append(S.updated_at == codec.to_us(version))
+    stmt = update(schedules).where(*match).values(watermark=codec.to_us(to))
     return bool(conn.execute(stmt).rowcount)
 
 
