@@ -137,14 +137,20 @@ def _module_sha(module: str) -> str:
     return FILES.sha256(_module_file(module))
 
 
-def package_digest(name: str) -> str:
-    """One digest over every file of package (or module) ``name``, by relative path."""
+def _spec(name: str) -> importlib.machinery.ModuleSpec:
+    """Where the import system would find package (or module) ``name`` here."""
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError) as exc:
         raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
     if spec is None:
         raise CodeUnreadable(f"no module or package {name!r} is importable here", field="handler")
+    return spec
+
+
+def package_digest(name: str) -> str:
+    """One digest over every file of package (or module) ``name``, by relative path."""
+    spec = _spec(name)
     roots = list(spec.submodule_search_locations or [])
     if roots:
         return tree_digest(roots)
@@ -250,10 +256,13 @@ class CodeReader:
             listing.append([str(file), self.files.sha256(str(located))])
         return _digest_of(listing)
 
-    def _path(self, raw: str) -> str:
+    def _located(self, raw: str) -> Path:
+        """A ``code:`` path, relative to the configuration's folder unless absolute."""
         path = Path(raw)
-        if not path.is_absolute():
-            path = self.base_dir / path
+        return path if path.is_absolute() else self.base_dir / path
+
+    def _path(self, raw: str) -> str:
+        path = self._located(raw)
         if path.is_dir():
             return self._tree([str(path)])
         if path.is_file():
@@ -285,12 +294,7 @@ class CodeReader:
         """The files and folders a ``code:`` entry digests (``_listed`` read them already)."""
         kind, sep, name = entry.partition(":")
         if sep and kind == "package":
-            try:
-                found = importlib.util.find_spec(name)
-            except (ImportError, ValueError):
-                return []
-            if found is None:
-                return []
+            found = _spec(name)
             return list(found.submodule_search_locations or []) or ([found.origin] if found.origin else [])
         if sep and kind == "distribution":
             try:
@@ -298,8 +302,7 @@ class CodeReader:
             except importlib.metadata.PackageNotFoundError:
                 return []
             return [str(file.locate()) for file in dist.files or []]
-        path = Path(entry)
-        return [str(path if path.is_absolute() else self.base_dir / path)]
+        return [str(self._located(entry))]
 
     def _runner(self, runner: RunnerSpec) -> dict[str, str]:
         binary = runner.binary
