@@ -18,6 +18,7 @@ from jobgate.service.engine import Engine
 from jobgate.service.schedules import backfill, put_schedules, recommend_interval
 from jobgate.store.base import RunCreate, RunFilter
 from jobgate.testing import FakeClock, connection
+from jobgate.views.schemas import RunOut
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -372,6 +373,79 @@ def test_backfill_of_windows_takes_whole_windows_inside_the_range(engine: Engine
         (T0 + 2 * HOUR, T0 + 3 * HOUR),
         (T0 + 3 * HOUR, T0 + 4 * HOUR),
     ]
+
+
+def _window_backfill(engine: Engine, job: str, start: datetime, end: datetime) -> list[tuple[datetime, bool]]:
+    made = backfill(engine, tenant_id="default", job_definition_id=job, start=start, end=end)
+    return [(s.window.start, s.created) for s in made if s.window is not None]
+
+
+def test_a_window_of_another_length_ending_at_the_same_instant_is_another_slot(engine: Engine) -> None:
+    # A batch window's slot is its start and end: after the window grows from one hour to two,
+    # the window [00:00, 02:00) never ran, though a one-hour window ended at 02:00 too.
+    job = helpers.define(engine, trigger_type="batch_window")
+    add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR), watermark=T0 + 100 * HOUR)
+    assert _window_backfill(engine, job, T0, T0 + 4 * HOUR) == [(T0 + h * HOUR, True) for h in range(4)]
+    add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=2 * HOUR), watermark=T0 + 100 * HOUR)
+    assert _window_backfill(engine, job, T0, T0 + 4 * HOUR) == [(T0, True), (T0 + 2 * HOUR, True)]
+    assert _window_backfill(engine, job, T0, T0 + 4 * HOUR) == [(T0, False), (T0 + 2 * HOUR, False)]
+    with engine.store.read() as tx:
+        slots = connection(tx).execute(text("SELECT slot FROM job_runs ORDER BY created_at, slot")).scalars().all()
+    assert slots[-2:] == [
+        "TGTRIG-win@2026-03-01T00:00:00Z/2026-03-01T02:00:00Z",
+        "TGTRIG-win@2026-03-01T02:00:00Z/2026-03-01T04:00:00Z",
+    ]
+    with engine.store.read() as tx:
+        run = tx.runs_list(RunFilter(limit=1))[0]
+    parsed = RunOut.of(run)
+    assert parsed.schedule_id == "win" and parsed.slot_at in (T0 + 2 * HOUR, T0 + 4 * HOUR)
+
+
+def test_a_schedule_id_added_again_for_another_job_has_no_slot_taken(engine: Engine) -> None:
+    # The slot is the job's: the first job's runs did none of the second job's work.
+    first, second = define(engine), define(engine)
+    add(engine, hourly(first, misfire=MisfirePolicy.FIRE_ALL))
+    Scheduler(engine, owner="a").tick(T0 + 2 * HOUR)  # the first job's 01:00 and 02:00
+    with engine.store.write() as tx:
+        assert tx.schedule_delete("default", "hourly")
+    add(engine, hourly(second), watermark=T0 + 100 * HOUR)
+    made = backfill(
+        engine,
+        tenant_id="default",
+        job_definition_id=second,
+        schedule_id="hourly",
+        start=T0 + HOUR,
+        end=T0 + 3 * HOUR,
+    )
+    assert [s.created for s in made] == [True, True]
+    assert count(engine, "job_runs", f"job_definition_id = '{second}'") == 2
+    assert count(engine, "job_runs", f"job_definition_id = '{first}'") == 2
+
+
+@pytest.mark.parametrize("length", [HOUR, 2 * HOUR])
+def test_a_window_run_made_before_migration_0026_still_holds_its_window_only(engine: Engine, length: timedelta) -> None:
+    # Runs made before named a window by its end alone, and keep that name (it is sealed with
+    # them): such a run holds the window its trigger records, not another ending with it.
+    job = helpers.define(engine, trigger_type="batch_window")
+    add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=HOUR), watermark=T0 + 100 * HOUR)
+    old = backfill(engine, tenant_id="default", job_definition_id=job, start=T0 + HOUR, end=T0 + 2 * HOUR)
+    with engine.store.write() as tx:
+        connection(tx).execute(text("UPDATE job_runs SET slot = 'TGTRIG-win@2026-03-01T02:00:00Z'"))
+    add(engine, Schedule("win", job, ScheduleKind.BATCH_WINDOW, T0, every=length), watermark=T0 + 100 * HOUR)
+    for dry_run in (True, False):
+        again = backfill(
+            engine,
+            tenant_id="default",
+            job_definition_id=job,
+            start=T0 + 2 * HOUR - length,
+            end=T0 + 2 * HOUR,
+            dry_run=dry_run,
+        )
+        held = [s.job_run_id == old[0].job_run_id for s in again]
+        assert held == [length == HOUR]
+        if not dry_run:
+            assert [s.created for s in again] == [length != HOUR]
+    assert count(engine, "job_runs") == (1 if length == HOUR else 2)
 
 
 def test_a_dry_run_backfill_stores_nothing_and_a_bad_range_is_refused(engine: Engine) -> None:

@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from jobgate.core.errors import ValidationError
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
-from jobgate.scheduling.plan import MAX_RECORDED_MISSES, MissReason, apply_overlap, plan, slots
+from jobgate.scheduling.plan import (
+    MAX_RECORDED_MISSES,
+    MissReason,
+    apply_overlap,
+    legacy_window_slot,
+    parse_slot,
+    plan,
+    slots,
+)
 
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -284,3 +292,15 @@ def test_a_very_long_outage_keeps_memory_bounded_and_still_accounts_for_every_sl
     assert len(p.fires) + len(p.misses) + unrecorded == 108_000
     assert "from 2026-03-01T00:00:01Z" in warning  # the oldest unrecorded slot is named
     assert p.misses[-1].fire_at < p.fires[0].fire_at  # recorded misses are the newest late slots
+
+
+def test_a_window_slot_names_its_start_and_end_and_reads_back_as_its_end() -> None:
+    # A window ending at the same instant with another length is another slot.
+    one, two = (plan(window(size), watermark=T0, now=T0 + 2 * HOUR).fires[-1] for size in (HOUR, 2 * HOUR))
+    assert one.trigger_id == "TGTRIG-win@2026-03-01T01:00:00Z/2026-03-01T02:00:00Z"
+    assert two.trigger_id == "TGTRIG-win@2026-03-01T00:00:00Z/2026-03-01T02:00:00Z"
+    assert parse_slot(one.trigger_id) == parse_slot(two.trigger_id) == ("win", T0 + 2 * HOUR)
+    assert legacy_window_slot(one.trigger_id) == legacy_window_slot(two.trigger_id) == "TGTRIG-win@2026-03-01T02:00:00Z"
+    assert legacy_window_slot("TGTRIG-hourly@2026-03-01T01:00:00Z") is None
+    assert legacy_window_slot("TGTRIG-s@config-1") is None and parse_slot("TGTRIG-s@config-1") is None
+    assert parse_slot("TGTRIG-a@b@2026-03-01T01:00:00Z") == ("a@b", T0 + HOUR)

@@ -129,17 +129,41 @@ def _safe_mode_slots(schedule: Schedule, after: datetime, until: datetime) -> It
 
 
 def trigger_id(schedule: Schedule, slot: Slot) -> str:
-    """The identity of a slot's trigger: the same schedule and instant always give the same id."""
-    return f"{TRIGGER_PREFIX}{schedule.schedule_id}@{isoformat_utc(slot.fire_at)}"
+    """The identity of a slot's trigger: the same schedule and slot always give the same id.
+
+    An instant names a slot (``TGTRIG-<schedule>@<instant>``), except a batch window's, which is
+    named by its start and end (``@<start>/<end>``, ISO 8601's interval form): after the
+    window's length changes, the window ending at the same instant is another window, with
+    other data, and must not pass for the one that ran. The job is not in the name: the store
+    keeps a slot unique per job (``ux_job_runs_slot``), so a schedule id reused for another job
+    starts with no slot taken."""
+    at = isoformat_utc(slot.fire_at)
+    if slot.window is not None:
+        at = f"{isoformat_utc(slot.window.start)}{WINDOW_SEPARATOR}{isoformat_utc(slot.window.end)}"
+    return f"{TRIGGER_PREFIX}{schedule.schedule_id}@{at}"
+
+
+WINDOW_SEPARATOR = "/"
+
+
+def legacy_window_slot(slot: str) -> str | None:
+    """The name a batch window's slot had before migration 0026 (its end alone), or None for a
+    slot that names no window. Runs made then keep that name (it is sealed with them); the store
+    finds them by it, and takes one as the window's holder only if its own window matches."""
+    named, _, at = slot.rpartition("@")
+    if not named.startswith(TRIGGER_PREFIX) or WINDOW_SEPARATOR not in at:
+        return None
+    return f"{named}@{at.rpartition(WINDOW_SEPARATOR)[2]}"
 
 
 def parse_slot(slot: str | None) -> tuple[str, datetime] | None:
-    """The (schedule id, instant) a run's slot names (``trigger_id``'s form); None for no slot."""
+    """The (schedule id, instant) a run's slot names (``trigger_id``'s form; a batch window's
+    end); None for no slot."""
     if slot is None or not slot.startswith(TRIGGER_PREFIX) or "@" not in slot:
         return None
     schedule_id, _, at = slot[len(TRIGGER_PREFIX) :].rpartition("@")
     try:
-        return schedule_id, datetime.fromisoformat(at.replace("Z", "+00:00"))
+        return schedule_id, datetime.fromisoformat(at.rpartition(WINDOW_SEPARATOR)[2].replace("Z", "+00:00"))
     except ValueError:
         return None
 

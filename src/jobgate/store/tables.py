@@ -139,9 +139,10 @@ job_runs = Table(
     Column("hold_reason", String(64)),
     Column("held_at", BigInteger),
     Column("reviewed_by", String(200)),
-    # The schedule slot (``schedule_id@instant``) a scheduled or backfilled run is the one run of
-    # (migration 0018). Its own unique index, not the idempotency key: the key includes the
-    # configuration digest (seed §24), and a slot has one run whatever the configuration did.
+    # The schedule slot (``schedule_id@instant``, a batch window's ``@start/end``) a scheduled or
+    # backfilled run is the one run of (migrations 0018, 0026). Its own unique index (with the
+    # job), not the idempotency key: the key includes the configuration digest (seed §24), and a
+    # slot has one run whatever the configuration did.
     Column("slot", String(300)),
     # How many transitions the run has (every writer of one adds to it), and the history chain
     # (``core.seals.history_step``) over its first ``history_extent``, kept by the writers that
@@ -203,6 +204,7 @@ job_runs = Table(
     Index(
         "ux_job_runs_slot",
         "tenant_id",
+        "job_definition_id",
         "slot",
         unique=True,
         sqlite_where=text("slot IS NOT NULL"),

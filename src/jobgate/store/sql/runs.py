@@ -13,6 +13,7 @@ from jobgate.core import seals
 from jobgate.core.history import attempts_from_transitions
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.states import RunStatus
+from jobgate.scheduling import plan
 from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
 from jobgate.store.sql import driver
@@ -161,11 +162,11 @@ def _insert_order(fresh: dict[str, RunCreate]) -> list[RunCreate]:
     runs whose rows, and whose transitions in the index by run, lie side by side. Inserted in
     the callers' order, a claim of 40 runs of one bulk submission dirtied about one index page
     a run (measured: WAL frames by table while a worker drained a backlog)."""
-    slots: set[tuple[str, str]] = set()  # a slot is a tenant's: (tenant, slot), as the unique index
+    slots: set[tuple[str, str, str]] = set()  # a slot is a tenant's job's, as the unique index
     first: list[RunCreate] = []
     for c in fresh.values():
         if c.run.slot is not None:
-            slot = (c.run.tenant_id, c.run.slot)
+            slot = _slot_of(c.run)
             if slot in slots:
                 continue
             slots.add(slot)
@@ -187,6 +188,9 @@ def runs_create(
     fresh: dict[str, RunCreate] = {}
     for c in creates:
         fresh.setdefault(c.run.idempotency_key, c)
+    held = _legacy_window_holders(conn, [c.run for c in fresh.values()])
+    if held:
+        fresh = {key: c for key, c in fresh.items() if key not in held}
     recorded = {key: [codec.transition_values(t, c.run.tenant_id) for t in c.transitions] for key, c in fresh.items()}
     order = _insert_order(fresh)
     run_rows = [run_values(c, recorded[c.run.idempotency_key]) for c in order]
@@ -204,6 +208,7 @@ def runs_create(
     else:
         stored = holders(conn, [c.run for c in fresh.values()])
         _by_id_where_missing(conn, stored, fresh)
+    stored.update(held)
     out: list[tuple[JobRun, bool]] = []
     for c in creates:
         run = stored[c.run.idempotency_key]
@@ -229,12 +234,44 @@ def holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str, JobRun]:
     wanted = [r for r in runs if r.idempotency_key not in by_key and r.slot is not None]
     if not wanted:
         return by_key
-    by_slot = {(r.tenant_id, r.slot): r for r in _runs_where(conn, job_runs.c.slot, [w.slot for w in wanted if w.slot])}
+    by_slot = {_slot_of(r): r for r in _runs_where(conn, job_runs.c.slot, [w.slot for w in wanted if w.slot])}
     for w in wanted:
-        found = by_slot.get((w.tenant_id, w.slot))
+        found = by_slot.get(_slot_of(w))
         if found is not None:
             by_key[w.idempotency_key] = found
+    by_key.update(_legacy_window_holders(conn, [w for w in wanted if w.idempotency_key not in by_key]))
     return by_key
+
+
+def _slot_of(run: JobRun) -> tuple[str, str, str]:
+    """What a slot is unique over (``ux_job_runs_slot``): the tenant, the job and the slot's name.
+    The job is part of it: a schedule id deleted and added again for another job names the same
+    instants, and the other job's runs did none of this job's work."""
+    return run.tenant_id, run.job_definition_id, run.slot or ""
+
+
+def _legacy_window_holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str, JobRun]:
+    """For each of these runs whose slot is a batch window, the run made before migration 0026
+    that holds the same window under the name it had then (the window's end alone), keyed by the
+    given run's idempotency key. Such a run holds the slot only if it ran this job over this very
+    window, read from its stored trigger: a window of another length ending at the same instant
+    is another slot. A store holds such runs only until retention removes them."""
+    legacy = {name: r for r in runs if r.slot and (name := plan.legacy_window_slot(r.slot)) is not None}
+    if not legacy:
+        return {}
+    rows = conn.execute(select(job_runs).where(job_runs.c.slot.in_(list(legacy)))).mappings().all()
+    out: dict[str, JobRun] = {}
+    for row in rows:
+        wanted = legacy[row["slot"]]
+        try:
+            window = (codec.loads(row["trigger"]) or {}).get("window")
+        except (ValueError, AttributeError):  # a trigger no jobgate write made holds nothing
+            continue
+        named = (wanted.slot or "").rpartition("@")[2].split(plan.WINDOW_SEPARATOR)
+        same_job = (row["tenant_id"], row["job_definition_id"]) == (wanted.tenant_id, wanted.job_definition_id)
+        if same_job and window == named:
+            out[wanted.idempotency_key] = codec.run_from_row(row)
+    return out
 
 
 def runs_by_ids(conn: Connection, ids: Sequence[str]) -> list[JobRun]:
