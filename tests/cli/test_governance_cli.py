@@ -65,6 +65,17 @@ def test_init_production_turns_four_eyes_on_and_applies_nothing(tmp_path: Path) 
     jobgate(folder, "definitions", "approve", "hello", "--by", "bob")
 
 
+def test_audit_verify_fails_closed_on_a_damaged_sink_file(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "demo")
+    folder = tmp_path / "demo"
+    sink = folder / "data" / "anchors" / "anchors.jsonl"
+    sink.parent.mkdir(parents=True, exist_ok=True)
+    sink.write_text("garbage{\n")
+    refused = jobgate(folder, "audit", "verify", check=False)
+    assert refused.returncode == 1 and "sink_unreadable" in refused.stderr and "line 1" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_audit_verify_fails_closed_when_the_http_sink_cannot_be_read(tmp_path: Path) -> None:
     from tests.runtime.local_http import closed_port_url
 

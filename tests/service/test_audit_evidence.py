@@ -197,6 +197,34 @@ def test_an_http_sink_is_read_back_and_refutes_a_rewrite(engine: Engine) -> None
     assert "127.0.0.1" not in unreadable.value.message and unreadable.value.field == "evidence.anchor_sink_url"
 
 
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("garbage{\n", "line 3 "),
+        ("{}\n", "no tenant_id"),
+        ("[1, 2]\n", "not a JSON object"),
+        ('{"tenant_id": "default", "anchor_seq": "1"}\n', "no anchor_seq"),
+        ('{"tenant_id": "default", "anchor_seq": true}\n', "no anchor_seq"),
+    ],
+)
+def test_a_damaged_sink_file_is_unreadable_and_names_its_line(
+    anchored: tuple[Engine, sinks.FileSink], damage: str, named: str
+) -> None:
+    _, sink = anchored
+    assert len(sink.records()) == 2
+    with sink.path.open("a", encoding="utf-8") as f:
+        f.write(damage)
+    with pytest.raises(sinks.SinkUnreadable) as unreadable:
+        sink.records()
+    assert named in unreadable.value.message and unreadable.value.field == "evidence.anchor_sink"
+
+
+def test_a_sink_path_that_is_a_folder_is_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(sinks.SinkUnreadable) as unreadable:
+        sinks.FileSink(tmp_path).records()
+    assert "IsADirectoryError" in unreadable.value.message
+
+
 def test_every_anchored_entry_has_a_proof_that_verifies_offline(anchored: tuple[Engine, sinks.FileSink]) -> None:
     engine, _ = anchored
     with engine.store.read() as tx:

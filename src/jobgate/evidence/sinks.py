@@ -51,9 +51,45 @@ class FileSink:
             os.close(fd)
 
     def records(self) -> list[dict[str, Any]]:
+        """The file's records; a file that cannot be read, or a line that is not an anchor
+        record, makes the sink unreadable (named by its line), not a crash."""
         if not self.path.exists():
             return []
-        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SinkUnreadable(
+                f"the anchor sink file could not be read ({type(exc).__name__})", field="evidence.anchor_sink"
+            ) from None
+        out: list[dict[str, Any]] = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if (problem := record_problem(record)) is not None:
+                raise SinkUnreadable(
+                    f"line {number} of the anchor sink file is not an anchor record ({problem})",
+                    field="evidence.anchor_sink",
+                )
+            out.append(record)
+        return out
+
+
+def record_problem(record: Any) -> str | None:
+    """Why a sink's record is not an anchor record (None when it is one): verification matches
+    copies to anchors by tenant and sequence number, so those must be there and of their kind.
+    The other fields are compared with the stored anchor's, and a wrong one is a finding."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if not isinstance(record.get("tenant_id"), str):
+        return "no tenant_id text"
+    seq = record.get("anchor_seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return "no anchor_seq number"
+    return None
 
 
 class HttpSink:
@@ -83,10 +119,16 @@ class HttpSink:
                 f"the HTTP anchor sink could not be read ({type(exc).__name__})", field="evidence.anchor_sink_url"
             ) from None
         found = data.get("records") if isinstance(data, dict) else data
-        if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+        if not isinstance(found, list):
             raise SinkUnreadable(
                 "the HTTP anchor sink did not answer a list of anchor records", field="evidence.anchor_sink_url"
             )
+        for number, record in enumerate(found, start=1):
+            if (problem := record_problem(record)) is not None:
+                raise SinkUnreadable(
+                    f"record {number} of the HTTP anchor sink is not an anchor record ({problem})",
+                    field="evidence.anchor_sink_url",
+                )
         return found
 
 
