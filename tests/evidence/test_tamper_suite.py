@@ -461,11 +461,53 @@ def _under_tombstone(
     return apply
 
 
+def _forged_requeue(conn: Connection, ids: dict[str, Any]) -> None:
+    """The dead-lettered run given a requeue nobody made and a happy ending, as jobgate writes
+    them: a requeue transition, a new attempt that succeeds, its letter resolved, one more
+    attempt allowed. The trail's rules allow all of that after a requeue; the audit log has no
+    ``run.requeued`` entry for it."""
+    key = {"r": ids["dead"]}
+    last = conn.execute(
+        text("SELECT attempt, at FROM run_transitions WHERE job_run_id = :r ORDER BY id DESC LIMIT 1"), key
+    ).one()
+    attempt, at = int(last[0]), int(last[1]) + 1_000_000
+    moves = [
+        ("DEAD_LETTERED", "SCHEDULED", attempt, "requeued", "alice", at, None),
+        ("SCHEDULED", "DISPATCHED", attempt, "claimed", "worker-1", at + 1, None),
+        ("DISPATCHED", "RUNNING", attempt + 1, "started", "worker-1", at + 2, None),
+        ("RUNNING", "COMPLETED", attempt + 1, "succeeded", "worker-1", at + 3, '{"outcome": "succeeded"}'),
+    ]
+    for m in moves:
+        conn.execute(
+            text(
+                "INSERT INTO run_transitions (job_run_id, tenant_id, from_status, to_status, attempt, reason, actor,"
+                " at, detail) VALUES (:r, 'default', :f, :t, :a, :why, :who, :at, :d)"
+            ),
+            {**key, "f": m[0], "t": m[1], "a": m[2], "why": m[3], "who": m[4], "at": m[5], "d": m[6]},
+        )
+    conn.execute(
+        text(
+            "UPDATE dead_letters SET resolved_at = :at, resolution = 'requeued by alice'"
+            " WHERE job_run_id = :r AND resolved_at IS NULL"
+        ),
+        {**key, "at": at},
+    )
+    conn.execute(
+        text(
+            "UPDATE job_runs SET status = 'COMPLETED', attempt = :a, max_attempts = max_attempts + 1,"
+            " error_code = NULL, error_message = NULL, ended_at = :end, transition_count = transition_count + 4"
+            " WHERE job_run_id = :r"
+        ),
+        {**key, "a": attempt + 1, "end": at + 3},
+    )
+
+
 RUN_TABLES_DELETED = tuple(
     f"DELETE FROM {t} WHERE job_run_id = '{{dead}}'" for t in ("run_transitions", "dead_letters", "job_runs")
 )
 RESEAL_TAMPERS: list[tuple[str, Tamper, str]] = [
     ("dead letter rewritten as a success", _resealed_run(_dead_letter_as_success, "dead"), "dead"),
+    ("requeue forged, then a success", _resealed_run(_forged_requeue, "dead"), "dead"),
     ("run requester", _resealed_run(_run("requested_by = 'mallory'"), "run"), "run"),
     ("run result", _resealed_run(_run("result = '{{\"ok\": false}}'"), "run"), "run"),
     ("transition actor", _resealed_run(_row("run_transitions", "actor = 'mallory'", f"id = {FIRST_T}"), "run"), "run"),

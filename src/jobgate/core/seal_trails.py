@@ -48,6 +48,7 @@ RUN_REQUEUED_FROM = frozenset(s.value for s in TERMINAL if ALLOWED[s])
 RUN_RESEALED_IN_PLACE = frozenset({"DEAD_LETTERED"})  # a dead letter resolved without a requeue
 WORKFLOW_FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 REQUEUED = "requeued"
+RUN_REQUEUED_ACTION = "run.requeued"  # the audit entry every requeue writes with its transition
 RETENTION_DELETED = "retention.deleted"  # the audit entry that names the runs retention deleted
 # Identity columns a requeue may change (it grants one more attempt).
 REQUEUE_MAY_RAISE = frozenset({"max_attempts"})

@@ -697,6 +697,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     checked = 0
     kept = _KeptValues(conn, tenant_id)
     retired = _retired_by_retention(conn, tenant_id)
+    requeues = _requeues_audited(conn, tenant_id)
     for rid, run, seal in _merge(runs, "job_run_id", _latest_stream(conn, tenant_id, seals.RUN)):
         ts: list[Record] = []
         while pending_history is not None and pending_history[0] < rid:
@@ -706,7 +707,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
             ts = pending_history[1]
             pending_history = next(history, None)
         checked += run is not None  # a retired run's tombstone is checked, but it is not a run
-        _verify_run(rid, run, seal, ts, letters.get(rid, []), report, kept, retired)
+        _verify_run(rid, run, seal, ts, letters.get(rid, []), report, kept, retired, requeues.get(rid, ()))
     while pending_history is not None:
         _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
         pending_history = next(history, None)
@@ -729,6 +730,43 @@ def _retired_by_retention(conn: Connection, tenant_id: str) -> set[str]:
     return out
 
 
+def _requeues_audited(conn: Connection, tenant_id: str) -> dict[str, list[tuple[str, int]]]:
+    """Who requeued each run, and when, by the tenant's ``run.requeued`` audit entries: written
+    in the requeue's own transaction, in the hash-chained log (``ix_audit_log_action``)."""
+    a = audit_log.c
+    q = (
+        select(a.target_id, a.actor, a.at)
+        .where(a.tenant_id == tenant_id, a.action == seal_trails.RUN_REQUEUED_ACTION)
+        .order_by(a.seq)
+    )
+    out: dict[str, list[tuple[str, int]]] = {}
+    for target, actor, at in conn.execute(q):
+        out.setdefault(target, []).append((actor, int(at)))
+    return out
+
+
+def _check_requeues(
+    rid: str, ts: Sequence[Record], audited: Sequence[tuple[str, int]], seal: Record, report: RecordsReport
+) -> bool:
+    """Every requeue in a run's history is one an operator made: a ``run.requeued`` audit entry
+    names the run and the same actor, at or after the transition's time (the entry is written
+    with the transition; an append that waited for an anchor is recorded later, never earlier).
+    Without this, a database writer could add a requeue and a happier ending to a dead-lettered
+    run and seal it again: the trail's rules allow what a requeue allows. False when a finding
+    was added."""
+    left = list(audited)
+    for n, t in enumerate(ts, start=1):
+        if t["reason"] != seal_trails.REQUEUED:
+            continue
+        match = next((i for i, (actor, at) in enumerate(left) if actor == t["actor"] and at >= int(t["at"])), None)
+        if match is None:
+            detail = f"requeued by {_short(t['actor'])} with no run.requeued audit entry of it"
+            _add(report, Finding(seals.RUN, rid, "changed", "history", f"transition {n}", seal["id"], detail))
+            return False
+        del left[match]
+    return True
+
+
 def _verify_run(
     rid: str,
     run: Record | None,
@@ -738,6 +776,7 @@ def _verify_run(
     report: RecordsReport,
     kept: _KeptValues,
     retired: set[str],
+    requeues: Sequence[tuple[str, int]] = (),
 ) -> None:
     trail = _trail(seal) if seal is not None and "earlier" in seal else None  # most runs: one seal
     if trail is not None:
@@ -759,9 +798,11 @@ def _verify_run(
         return
     _check_retry_of(rid, run, seal, report)
     _check_letter_class(rid, run, ls, seal, report)
+    extent = int(seal["extent"] or 0)
+    if (trail is not None or len(ts) > extent) and not _check_requeues(rid, ts, requeues, seal, report):
+        return  # a run sealed more than once, or moved on since its seal: only a requeue does that
     if trail is not None and not _run_trail(rid, [s for s in trail if s["event"] == seals.SEALED], ts, report, kept):
         return
-    extent = int(seal["extent"] or 0)
     if len(ts) < extent:
         _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=seal["id"]))
         return
