@@ -1,5 +1,5 @@
 """Deterministic replay: untouched runs — completed, retried, dead-lettered, escalated,
-cancelled, requeued — replay to the same hash; a stored transition or snapshot altered after
+cancelled, requeued, retries of a run — replay to the same hash; a stored transition or snapshot altered after
 the fact does not, and the report names the difference."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from helpers import define
 from jobgate.core.states import RunStatus
-from jobgate.service import control
+from jobgate.service import control, retries
 from jobgate.service.engine import Engine
 from jobgate.service.replay import replay
 from jobgate.service.submission import SubmitRequest
@@ -44,6 +44,13 @@ def test_untouched_runs_of_every_ending_replay_to_the_same_hash(engine: Engine) 
         wait_status(engine, runs["escalated"], RunStatus.ESCALATED)
         control.requeue_run(engine, runs["dead"], actor="ops")
         wait_status(engine, runs["dead"], RunStatus.DEAD_LETTERED)
+        # A retry's id derives from its source run (seed 001), not from its key and time.
+        for source in ("completed", "dead"):
+            made, _ = retries.retry(engine, runs[source], actor="ops", tenant_id=None)
+            wait_status(
+                engine, made.job_run_id, RunStatus.COMPLETED if source == "completed" else RunStatus.DEAD_LETTERED
+            )
+            runs[f"retry of {source}"] = made.job_run_id
     for name, run_id in [*runs.items(), ("cancelled", cancelled)]:
         report = replay(engine, run_id)
         assert report.match, (name, report.first_difference)

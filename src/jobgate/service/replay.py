@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind, decide
 from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.core.idempotency import retry_run_id
+from jobgate.core.lineage import retry_source
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
 from jobgate.core.policies import TimeoutPolicy
 from jobgate.core.runs import bound_class, bound_executor, bound_of, new_run
@@ -167,6 +169,7 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         actor=actor,
         key=run.idempotency_key,
         code_digest=None if bound is None else bound.get("code_digest"),
+        run_id=_retry_id(trigger_doc, run.tenant_id),
     )
     replayed = list(first)
     state = {"status": RunStatus.SCHEDULED, "attempt": 0, "max": rebuilt.max_attempts, "error": None}
@@ -181,6 +184,14 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
     again = run_hash(final, replayed)
     difference = None if again == original else _first_difference(run, transitions, final, replayed)
     return ReplayReport(job_run_id, difference is None, original, again, difference, simulation, bound, tuple(notes))
+
+
+def _retry_id(trigger_doc: dict[str, Any], tenant_id: str) -> str | None:
+    """A retry's id, which its creation derived from its source run (seed 001 retry contract):
+    read from the sealed trigger that says it is a retry, not from the ``retry_of`` column. None
+    for any other run, whose id derives from its key and creation time."""
+    source = retry_source(trigger_doc)
+    return None if source is None else retry_run_id(tenant_id, source)
 
 
 def _binding(transitions: list[Transition]) -> dict[str, Any] | None:
