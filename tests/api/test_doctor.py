@@ -78,6 +78,15 @@ def test_anchoring_is_amber_once_the_oldest_unanchored_entry_waited_two_windows(
     assert stale.level is Level.AMBER and "(b) is 180 min old" in stale.detail
 
 
+def test_a_missing_evidence_key_is_red_once_anchors_are_signed() -> None:
+    assert doctor.judge_evidence_key("k1", None, 0, "k1").level is Level.GREEN
+    assert doctor.judge_evidence_key(None, None, 0, None).level is Level.AMBER  # never signed anything
+    missing = doctor.judge_evidence_key(None, None, 1, "k1")
+    assert missing.level is Level.RED and "'k1'" in missing.detail and "1 trusted" in missing.detail
+    broken = doctor.judge_evidence_key(None, "not a key", 0, None)
+    assert broken.level is Level.RED and "not a key" in broken.detail
+
+
 def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> None:
     jobgate(tmp_path, "init", "site")
     folder = tmp_path / "site"
@@ -87,9 +96,9 @@ def test_the_command_reports_every_check_and_fails_on_red(tmp_path: Path) -> Non
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
     assert list(checks) == [
         "database", "migrations", "queue", "workers", "capable workers", "scheduler leader", "outbox",
-        "dependencies", "schedules", "anchoring",
+        "dependencies", "schedules", "anchoring", "evidence key",
     ]  # fmt: skip
-    assert checks["schedules"]["status"] == "green"
+    assert checks["schedules"]["status"] == "green" and checks["evidence key"]["status"] == "green"
     assert checks["migrations"]["status"] == "green" and checks["queue"]["detail"].startswith("1 due")
     assert checks["scheduler leader"]["status"] == "red"  # a schedule and no scheduler running
     assert proc.returncode == 1 and "red" in proc.stderr

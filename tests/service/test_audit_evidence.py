@@ -374,3 +374,44 @@ def test_an_anchor_whose_times_do_not_fit_is_named_without_the_sink(
     with engine.store.read() as tx:
         result = anchors.verify_tenant(tx, "default")
     assert not result.ok and problem in (result.problem or ""), result.problem
+
+
+def test_once_anchors_are_signed_none_is_written_or_verified_without_the_key(engine: Engine, tmp_path: Path) -> None:
+    # Losing the key file must not turn signing, or its checking, off in silence.
+    from jobgate.core.errors import ValidationError
+    from jobgate.evidence.keys import Signer
+    from jobgate.governance import signing
+
+    pair = signing.generate("evidence-1")
+    signer = Signer(pair.key_id, pair.private_b64)
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
+    with engine.store.write() as tx:
+        tx.audit_append([AuditEvent("default", "a", "test.fact", "test", str(i), at) for i, at in enumerate(TIMES, 1)])
+    with engine.store.write() as tx:
+        first = anchors.anchor_due(
+            tx, "default", now=T0 + timedelta(minutes=90), window=WINDOW, sink=sink, signer=signer
+        )
+    assert [a.signature is not None for a in first] == [True]
+    with pytest.raises(ValidationError) as refused, engine.store.write() as tx:
+        anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=3), window=WINDOW, sink=sink)
+    assert refused.value.field == "evidence.signing_key" and "evidence-1" in refused.value.message
+    with engine.store.read() as tx:
+        assert len(tx.anchors.of("default")) == 1  # nothing stored
+        keyless = anchors.verify_tenant(tx, "default", sink_records=sink.records())
+        keyed = anchors.verify_tenant(
+            tx,
+            "default",
+            sink_records=sink.records(),
+            keys={pair.key_id: signing.public_key(signer.public_b64, field="k")},
+        )
+    assert len(sink.records()) == 1  # nor sent to the sink
+    assert not keyless.ok and "no evidence key is available" in str(keyless.problem)
+    assert keyed.ok
+
+
+def test_a_deployment_that_never_signed_still_anchors_and_verifies_unsigned(
+    anchored: tuple[Engine, sinks.FileSink],
+) -> None:
+    engine, sink = anchored
+    with engine.store.read() as tx:
+        assert anchors.verify_tenant(tx, "default", sink_records=sink.records()).ok

@@ -29,7 +29,7 @@ from cryptography.exceptions import InvalidSignature
 from jobgate.core import merkle
 from jobgate.core.audit import GENESIS, AuditEntry, first_broken
 from jobgate.core.canonical import digest, isoformat_utc
-from jobgate.core.errors import MalformedRecordError
+from jobgate.core.errors import MalformedRecordError, ValidationError
 from jobgate.core.records import Anchor, AuditFilter
 from jobgate.evidence.sinks import AnchorSink, sink_for
 
@@ -145,6 +145,13 @@ def _store(
     )
     if signer is not None:
         anchor = replace(anchor, key_id=signer.key_id, signature=signer.sign(anchor_message(anchor)))
+    elif previous is not None and previous.signature is not None:
+        raise ValidationError(
+            f"the anchors of tenant {tenant_id} are signed (anchor {previous.anchor_seq} by {previous.key_id!r}) and"
+            " the evidence key is missing: no anchor is written unsigned; restore the key file (jobgate keys"
+            " evidence shows where it is expected)",
+            field="evidence.signing_key",
+        )
     if stamper is not None and mode == "batch":  # a direct anchor is dated by the next batch's token
         token = stamper.stamp(anchor_message(anchor), created_at=now, not_before=end)
         anchor = replace(anchor, timestamp_token=token)
@@ -247,7 +254,7 @@ def verify_tenant(
                 tenant_id, count, len(anchors), False, a.first_seq,
                 f"anchor {a.anchor_seq} (entries {a.first_seq}-{a.last_seq}) no longer matches the entries it covers",
             )  # fmt: skip
-        signed = _signature_problem(a, keys, unsigned_before) if keys is not None else None
+        signed = _signature_problem(a, keys, unsigned_before) if keys is not None else _keyless_problem(a)
         if signed is not None:
             return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {signed}")
         unsigned += a.signature is None
@@ -279,6 +286,19 @@ def verify_tenant(
             f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
         )  # fmt: skip
     return Verification(tenant_id, count, len(anchors), True, unsigned_anchors=unsigned)
+
+
+def _keyless_problem(a: Anchor) -> str | None:
+    """Verification with no evidence key to check against: fine for a deployment whose anchors
+    were never signed, closed for one whose anchors are. Otherwise deleting the key file (or
+    keeping it off the verifying host) would turn every signature check off in silence, and a
+    rewritten, unsigned anchor would verify."""
+    if a.signature is None:
+        return None
+    return (
+        f"is signed by {a.key_id!r}, and no evidence key is available to check it: restore the key file"
+        " (jobgate keys evidence shows where it is expected) or list its public key in evidence.trusted_keys"
+    )
 
 
 def _signature_problem(a: Anchor, keys: Mapping[str, Ed25519PublicKey], unsigned_before: int) -> str | None:

@@ -15,7 +15,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from jobgate.core.capabilities import Capability, advertised
+from jobgate.core.errors import JobgateError
 from jobgate.core.records import LockInfo
+from jobgate.evidence.keys import signer_for
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.cluster import SCHEDULER_LEADER, STALE_AFTER, lock_state, worker_state
 from jobgate.service.engine import Engine
@@ -61,6 +63,7 @@ class Facts:
     rls_bypassed_by: str | None = None  # PostgreSQL: a role row-level security never binds
     waiting: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # SCHEDULED runs by definition digest
     tenant_id: str | None = None
+    signed_by: str | None = None  # the key that signed the latest anchor of some tenant (None: unsigned)
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -194,6 +197,24 @@ def judge_anchoring(now: datetime, unanchored: list[tuple[str, datetime]], windo
     return Check("anchoring", Level.GREEN, f"{text} (anchored every {_age(now, now - window)})")
 
 
+def judge_evidence_key(key_id: str | None, key_error: str | None, trusted: int, signed_by: str | None) -> Check:
+    """The key that signs anchors (``evidence.keys``): red when it cannot be read, or when it is
+    missing and the anchors are signed (anchoring then refuses to write unsigned anchors, and a
+    verification with no key to check them fails); amber when the deployment signs nothing."""
+    if key_error is not None:
+        return Check("evidence key", Level.RED, f"cannot be used: {key_error}")
+    if key_id is not None:
+        return Check("evidence key", Level.GREEN, f"{key_id} signs the anchors")
+    if signed_by is not None:
+        where = f"; {trusted} trusted public key(s) still verify them" if trusted else ""
+        return Check(
+            "evidence key",
+            Level.RED,
+            f"missing, and the anchors are signed (by {signed_by!r}): anchoring stops until it is restored{where}",
+        )
+    return Check("evidence key", Level.AMBER, "none: anchors are not signed (jobgate keys evidence --create)")
+
+
 def gather(engine: Engine, tenant_id: str | None) -> Facts:
     now = engine.clock.now()
     with engine.store.read(tenant_id=tenant_id) as tx:
@@ -207,10 +228,12 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         unanchored = tx.oldest_unanchored(tenant_id)
         bypassing = tx.role_bypassing_rls()
         waiting = tx.runs_waiting_by_digest(tenant_id)
+        latest = [tx.anchors.last(t) for t in ([tenant_id] if tenant_id else tx.audit_tenants())]
     failing = [s for s in stored if s.failures]
+    signed_by = next((a.key_id for a in latest if a is not None and a.signature is not None), None)
     return Facts(
         now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing,
-        unanchored, engine.config.evidence.anchor_window, bypassing, waiting, tenant_id,
+        unanchored, engine.config.evidence.anchor_window, bypassing, waiting, tenant_id, signed_by,
     )  # fmt: skip
 
 
@@ -232,9 +255,19 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
         judge_dependencies(f.now, f.outages),
         judge_schedules(f.now, f.failing),
         judge_anchoring(f.now, f.unanchored, f.anchor_window),
+        _evidence_key_check(engine, f.signed_by),
     ]
     tenancy = judge_tenancy(engine.store.dialect, f.rls_bypassed_by)
     return checks if tenancy is None else [checks[0], checks[1], tenancy, *checks[2:]]
+
+
+def _evidence_key_check(engine: Engine, signed_by: str | None) -> Check:
+    try:
+        signer = signer_for(engine.config)
+    except JobgateError as exc:
+        return judge_evidence_key(None, exc.message, 0, signed_by)
+    trusted = len(engine.config.evidence.trusted_keys)
+    return judge_evidence_key(None if signer is None else signer.key_id, None, trusted, signed_by)
 
 
 def worst(checks: list[Check]) -> Level:
