@@ -727,6 +727,36 @@ def test_a_row_no_write_could_make_is_named_not_a_crash(
         assert names.format(**world.ids) in said, f"{name}: {command} does not name it\n{said}"
 
 
+@pytest.mark.parametrize(
+    ("statement", "names", "column"),
+    [
+        ("UPDATE job_runs SET error_message = CAST('x' AS BLOB) WHERE job_run_id = '{dead}'", "dead", "error_message"),
+        ("UPDATE run_transitions SET actor = CAST('x' AS BLOB) WHERE id = " + LAST_T, "run", "actor"),
+        (
+            "UPDATE definition_approvals SET approved_by = CAST('x' AS BLOB) WHERE approval_id = {approval}",
+            "approval",
+            "approved_by",
+        ),
+        (
+            "UPDATE workflow_runs SET error_message = CAST('x' AS BLOB) WHERE workflow_run_id = '{workflow}'",
+            "workflow",
+            "error_message",
+        ),
+    ],
+)
+def test_bytes_in_a_text_column_are_named_not_a_crash(copies: Copies, statement: str, names: str, column: str) -> None:
+    # SQLite stores whatever a direct write gives a column; PostgreSQL refuses bytes in text.
+    world = copies.fresh()
+    if not world.url.startswith("sqlite"):
+        pytest.skip("PostgreSQL refuses bytes in a text column")
+    copies.tamper(lambda conn: conn.execute(text(statement.format(**world.ids))))
+    code, out = verify(world)
+    assert code == 1, out
+    error = next((line for line in out.splitlines() if line.startswith("error: ")), "")
+    assert _expected(names, world.ids) in out and f"column {column}" in out, out
+    assert error, out
+
+
 EVIDENCE_TABLES = (
     "job_runs",
     "run_transitions",

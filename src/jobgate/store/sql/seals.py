@@ -707,7 +707,11 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
             ts = pending_history[1]
             pending_history = next(history, None)
         checked += run is not None  # a retired run's tombstone is checked, but it is not a run
-        _verify_run(rid, run, seal, ts, letters.get(rid, []), report, kept, retired, requeues.get(rid, ()))
+        ls = letters.get(rid, [])
+        try:
+            _verify_run(rid, run, seal, ts, ls, report, kept, retired, requeues.get(rid, ()))
+        except TypeError:  # a value no encoder takes: named, not a crash
+            _add(report, _unreadable(seals.RUN, rid, run or {}, *ts, *ls))
     while pending_history is not None:
         _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
         pending_history = next(history, None)
@@ -728,6 +732,19 @@ def _retired_by_retention(conn: Connection, tenant_id: str) -> set[str]:
         if isinstance(runs, list):
             out.update(str(r) for r in runs)
     return out
+
+
+_PLAIN = (str, int, float, bool, type(None))  # what jobgate's writes store, and seals encode
+
+
+def _unreadable(kind: str, rid: str, *rows: Record) -> Finding:
+    """A record one of whose rows holds a value no jobgate write stores (bytes in a text column,
+    which SQLite lets a direct write put there): the finding names the column."""
+    for row in rows:
+        for column, value in row.items():
+            if not isinstance(value, _PLAIN):
+                return Finding(kind, rid, "unreadable", column=str(column), detail=type(value).__name__)
+    return Finding(kind, rid, "unreadable")
 
 
 def _requeues_audited(conn: Connection, tenant_id: str) -> dict[str, list[tuple[str, int]]]:
@@ -958,7 +975,11 @@ def _verify_workflow_batch(
             if ended:
                 _add(report, Finding(seals.WORKFLOW, rid, "unsealed"))
             continue
-        parts = seals.workflow_parts(row, steps.get(rid, []), ts.get(rid, []))
+        try:
+            parts = seals.workflow_parts(row, steps.get(rid, []), ts.get(rid, []))
+        except TypeError:
+            _add(report, _unreadable(seals.WORKFLOW, rid, row, *steps.get(rid, []), *ts.get(rid, [])))
+            continue
         for part in ("identity", "history", "outcome"):
             if getattr(parts, part) != seal[part]:
                 _add(report, Finding(seals.WORKFLOW, rid, "changed", part, None, seal["id"]))
@@ -990,7 +1011,11 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         if not _check_trail(kind, rid, trail, report):
             continue
         _row_trail(kind, rid, trail, report)
-        parts = seals.row_parts(spec, row)
+        try:
+            parts = seals.row_parts(spec, row)
+        except TypeError:
+            _add(report, _unreadable(kind, rid, row))
+            continue
         if parts.identity != seal["identity"]:
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
