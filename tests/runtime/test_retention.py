@@ -90,3 +90,42 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
 
 def test_without_retention_nothing_is_ever_deleted(engine: Engine) -> None:
     assert retire(engine, "default", now=engine.clock.now() + timedelta(days=3650)).cutoff is None
+
+
+def test_a_retired_run_put_back_is_named_by_records_verification(database_url: str, tmp_path: Path) -> None:
+    # Its tombstone is its latest seal: the row back (even as a queued run) is no jobgate write.
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        run = submit(engine, job)
+        with running_worker(engine):
+            wait_status(engine, run, RunStatus.COMPLETED)
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        later = engine.clock.now() + timedelta(days=2)
+        with engine.store.write() as tx:
+            anchors.anchor_due(
+                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
+            )
+        with engine.store.read() as tx:
+            row = dict(
+                connection(tx)
+                .execute(text("SELECT * FROM job_runs WHERE job_run_id = :r"), {"r": run})
+                .mappings()
+                .one()
+            )
+        assert retire(engine, "default", now=later).deleted == 1
+        assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+        row.update(status="SCHEDULED", ended_at=None)
+        with engine.store.write() as tx:
+            cols = ", ".join(row)
+            connection(tx).execute(
+                text(f"INSERT INTO job_runs ({cols}) VALUES ({', '.join(':' + c for c in row)})"), row
+            )
+        (report,) = audit.verify_records(engine, ["default"])
+        assert not report.ok
+        assert any(f.problem == "back_after_tombstone" and f.record_id == run for f in report.findings)
+        assert f"run {run}: its row is there again after its tombstone" in report.findings[0].message()
+    finally:
+        store.dispose()

@@ -382,6 +382,8 @@ class Finding:
             "retired_unexplained": f"{where}: retired (tombstone #{self.seal_id}) but no retention.deleted audit"
             " entry names it",
             "history_cut": f"{where}: has fewer transitions than seal #{self.seal_id} covers",
+            "back_after_tombstone": f"{where}: its row is there again after its tombstone #{self.seal_id}"
+            f" ({self.detail}): no jobgate write brings a record back",
             "unreadable": f"{where}: column {self.column} holds a value no jobgate write makes ({self.detail})",
             "seal_changed": f"{where}: seal #{self.seal_id} does not hash to its own parts",
             "batch_changed": f"{where}: the seals that audit entry (records.sealed) chained no longer give its root:"

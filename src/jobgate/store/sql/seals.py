@@ -809,7 +809,10 @@ def _verify_run(
             _add(report, Finding(seals.RUN, rid, "deleted", seal_id=seal["id"]))
         return
     ended = any(x["to_status"] in _TERMINAL for x in ts) or run["status"] in _TERMINAL
-    if seal is None or seal["event"] != seals.SEALED:
+    if seal is not None and seal["event"] != seals.SEALED:  # its row was deleted, and is back
+        _add(report, Finding(seals.RUN, rid, "back_after_tombstone", seal_id=seal["id"], detail=seal["event"]))
+        return
+    if seal is None:
         if ended:
             _add(report, Finding(seals.RUN, rid, "unsealed"))
         return
