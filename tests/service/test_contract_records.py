@@ -136,11 +136,11 @@ def test_anchor_records_as_the_sink_receives_them_conform(engine: Engine, tmp_pa
     later = engine.clock.now() + timedelta(hours=2)
     signer = evidence_keys.create(engine.config)  # signed, as every deployment's anchors are
     with engine.store.write() as tx:
-        batches = anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer)
         (first,) = governance.audit_range(connection(tx), "default", 1, 1)
-        anchors.anchor_direct(tx, first, now=later, sink=sink)  # unsigned: still the contract's shape
+        anchors.anchor_direct(tx, first, now=later, sink=sink)  # unsigned (before the key): the same shape
+        batches = anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink, signer=signer)
     records = sink.records()
-    assert batches and [r["mode"] for r in records] == ["batch"] * len(batches) + ["direct"]
+    assert batches and [r["mode"] for r in records] == ["direct"] + ["batch"] * len(batches)
     for record in records:
         validate(ANCHOR, record)
 
