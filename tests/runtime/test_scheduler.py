@@ -262,6 +262,36 @@ def test_backfill_refuses_slots_not_due_yet_and_stores_nothing(engine: Engine, w
     assert all(s.created for s in done) and count(engine, "job_runs") == len(done) > 0
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "field", "says"),
+    [
+        (T0, datetime(3000, 1, 1, tzinfo=UTC), "to", "not due yet"),  # centuries ahead: refused at once
+        (datetime(1900, 1, 1, tzinfo=UTC), T0, "to", "more than 100000 slots"),  # counted up to the limit only
+        (datetime(1, 1, 1, tzinfo=UTC), datetime(1, 1, 1, 0, 0, 5, tzinfo=UTC), "from", "calendar"),
+        (T0, datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC), "to", "not due yet"),
+    ],
+)
+def test_backfill_of_a_huge_or_extreme_range_is_refused_at_once(
+    engine: Engine, start: datetime, end: datetime, field: str, says: str
+) -> None:
+    job = define(engine)
+    engine.clock = FakeClock(T0 + HOUR)
+    add(engine, Schedule("fast", job, ScheduleKind.INTERVAL, datetime(1, 1, 1, tzinfo=UTC), every=timedelta(seconds=1)))
+    for dry_run in (True, False):
+        with pytest.raises(ValidationError) as refused:
+            backfill(
+                engine,
+                tenant_id="default",
+                job_definition_id=job,
+                schedule_id="fast",
+                start=start,
+                end=end,
+                dry_run=dry_run,
+            )
+        assert refused.value.field == field and says in refused.value.message
+    assert count(engine, "job_runs") == 0
+
+
 def test_backfill_does_not_repeat_a_slot_the_scheduler_fired(engine: Engine) -> None:
     job = define(engine)
     add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))

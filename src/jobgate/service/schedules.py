@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import MINYEAR, UTC, datetime, timedelta
 from typing import Any
 
 from jobgate.core.canonical import canonical_json, isoformat_utc
@@ -35,7 +35,7 @@ from jobgate.scheduling.model import (
     check_schedule,
     schedule_document,
 )
-from jobgate.scheduling.plan import MissReason, regrid, slots, trigger_id
+from jobgate.scheduling.plan import MissReason, Slot, regrid, slots, trigger_id
 from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import existing_results
@@ -510,22 +510,13 @@ def backfill(
     if end <= start:
         raise ValidationError("must be after --from", field="to")
     schedule = _backfill_schedule(engine, tenant_id, job_definition_id, schedule_id)
-    owed = [
-        s
-        for s in slots(schedule, start - timedelta(microseconds=1), end)
-        if (s.window.start >= start and s.window.end <= end if s.window is not None else s.fire_at < end)
-    ]
-    if len(owed) > MAX_BACKFILL_SLOTS:
-        raise ValidationError(f"{len(owed)} slots in the range; at most {MAX_BACKFILL_SLOTS} per request", field="to")
-    # Only what is due: a slot still ahead (a batch window not closed yet) is the scheduler's,
-    # at its time; run now, it would see a window half full and leave its real slot taken.
-    ahead = [s for s in owed if s.fire_at > engine.clock.now()]
-    if ahead:
+    try:
+        owed = _owed_slots(schedule, start, end, engine.clock.now())
+    except OverflowError:  # a range at the calendar's ends: its slots' instants do not exist
         raise ValidationError(
-            f"{len(ahead)} slot(s) of the range are not due yet (the first at {isoformat_utc(ahead[0].fire_at)}): "
-            "they run on their schedule; end the range at or before now",
-            field="to",
-        )
+            "the range's slots reach past the calendar's limits (the years 1 to 9999)",
+            field="from" if start.year == MINYEAR else "to",
+        ) from None
     reason = f"backfill {isoformat_utc(start)}..{isoformat_utc(end)} of schedule {schedule.schedule_id}"
     requests = [
         fire_request(
@@ -568,6 +559,38 @@ def backfill(
             extra={"action": "backfill", "job_definition_id": job_definition_id},
         )
     return out
+
+
+def _owed_slots(schedule: Schedule, start: datetime, end: datetime, now: datetime) -> list[Slot]:
+    """The slots of ``[start, end)`` a backfill makes runs for (a batch window: whole windows
+    inside the range). Refused, before any is counted, when one of them is not due yet: a slot
+    still ahead (a batch window not closed yet) is the scheduler's, at its time; run now, it
+    would see a window half full and leave its real slot taken. Counted only up to the limit,
+    so a range of centuries of one-second slots is refused at once, not walked."""
+
+    def inside(s: Slot) -> bool:
+        return s.window.start >= start and s.window.end <= end if s.window is not None else s.fire_at < end
+
+    ahead = next((s for s in slots(schedule, max(now, start - _INSTANT), end) if inside(s)), None)
+    if ahead is not None:
+        raise ValidationError(
+            f"slots of the range are not due yet (the first at {isoformat_utc(ahead.fire_at)}): "
+            "they run on their schedule; end the range at or before now",
+            field="to",
+        )
+    owed: list[Slot] = []
+    for s in slots(schedule, start - _INSTANT, end):
+        if inside(s):
+            owed.append(s)
+            if len(owed) > MAX_BACKFILL_SLOTS:
+                raise ValidationError(
+                    f"more than {MAX_BACKFILL_SLOTS} slots in the range; at most {MAX_BACKFILL_SLOTS} per request",
+                    field="to",
+                )
+    return owed
+
+
+_INSTANT = timedelta(microseconds=1)
 
 
 def _backfill_schedule(engine: Engine, tenant_id: str, job: str, schedule_id: str | None) -> Schedule:
