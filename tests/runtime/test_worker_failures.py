@@ -261,6 +261,7 @@ def test_queue_timeout_dead_letters_a_run_nobody_claimed_and_leaves_others_alone
     dead = get_run(engine, late.job_run_id)
     assert dead.status is RunStatus.DEAD_LETTERED and dead.attempt == 0
     assert dead.error_code == "QUEUE_TIMEOUT_EXCEEDED" and dead.ended_at == now
+    assert dead.error_message is not None and "did not start before its queue deadline" in dead.error_message
     assert transitions(engine, late.job_run_id)[-1] == ("SCHEDULED", "DEAD_LETTERED", "queue_timeout", 0)
     assert attempts(engine, late.job_run_id) == []
     (letter,) = dead_letters(engine, late.job_run_id)

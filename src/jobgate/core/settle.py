@@ -109,10 +109,15 @@ def settle_without_attempt(
     now: datetime,
     actor: str,
     error_code: str | None = None,
+    error_message: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> Settlement:
     """Settle a run that is not running: queue timeout, cancellation of a pending run."""
-    outcome = Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, error_code) if error_code else Outcome(OutcomeKind.STOPPED)
+    outcome = (
+        Outcome(OutcomeKind.NON_RETRYABLE_FAILURE, error_code, error_message)
+        if error_code
+        else Outcome(OutcomeKind.STOPPED)
+    )
     return _settlement(
         run,
         decision,

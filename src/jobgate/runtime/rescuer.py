@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobgate.core import transitions
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.governance import Moment
 from jobgate.core.models import JobRun
 from jobgate.core.settle import (
     MAXIMUM_AGE_ERROR,
+    Settlement,
     queue_timeout_decision,
     settle_attempt,
     settle_overdue,
@@ -94,10 +96,7 @@ def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFact
             transitions.settled(s, run, now=now, fenced_to=run.lease_token, revoke=True, lease_expired_before=now)
         )
     for run in queued:
-        s = settle_without_attempt(
-            run, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
-        )
-        changes.append(transitions.settled(s, run, now=now))
+        changes.append(transitions.settled(_queue_timeout(run, now), run, now=now))
     with engine.store.write() as tx:
         done = tx.runs_apply(changes)
         _audit_ends(engine, tx, done, [*expired, *queued], now)
@@ -143,10 +142,7 @@ def release_held(engine: Engine, held: Sequence[JobRun], now: datetime, facts: A
         changes: list[RunChange] = []
         for run in held:
             if run.queue_deadline_at is not None and run.queue_deadline_at <= now:
-                s = settle_without_attempt(
-                    run, queue_timeout_decision(), now=now, actor=RESCUER, error_code="QUEUE_TIMEOUT_EXCEEDED"
-                )
-                changes.append(transitions.settled(s, run, now=now))
+                changes.append(transitions.settled(_queue_timeout(run, now), run, now=now))
                 continue
             verdict = release_verdict(gate, run)
             if verdict is None:
@@ -296,3 +292,17 @@ class Rescuer:
 
     def close(self) -> None:
         self._lease.release()
+
+
+def _queue_timeout(run: JobRun, now: datetime) -> Settlement:
+    """A run that waited past its queue deadline without starting, dead-lettered with a message
+    that says so (what ``runs show`` and the dead letter list print)."""
+    deadline = run.queue_deadline_at or now
+    return settle_without_attempt(
+        run,
+        queue_timeout_decision(),
+        now=now,
+        actor=RESCUER,
+        error_code="QUEUE_TIMEOUT_EXCEEDED",
+        error_message=f"did not start before its queue deadline ({isoformat_utc(deadline)})",
+    )
