@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.idempotency import short_run_id
@@ -56,7 +57,7 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for c in columns:
         t.add_column(c, overflow="fold")
     for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
+        t.add_row(*[Text("" if v is None else str(v)) for v in row])  # as written: `[a-z]` is no markup
     out.print(t)
 
 
