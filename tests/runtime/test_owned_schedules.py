@@ -245,6 +245,26 @@ def test_a_value_of_the_wrong_kind_is_refused_not_coerced(extra: dict[str, Any],
     assert err.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("extra", "field", "says"),
+    [
+        ({"cron": None, "window_seconds": 0.5}, "window_seconds", "from 1 to"),  # not "every"
+        ({"cron": None, "every_seconds": -1}, "every_seconds", "from 1 to"),
+        ({"cron": None, "every_seconds": 0}, "every_seconds", "from 1 to"),  # the same range as -1's
+        ({"max_catchup": -1}, "max_catchup", "from 1 to 100000"),
+        ({"max_catchup": 0}, "max_catchup", "from 1 to 100000"),
+        ({"misfire_grace_seconds": -1}, "misfire_grace_seconds", "from 0 to 3162240000"),
+    ],
+)
+def test_a_number_out_of_range_is_named_by_its_key_with_the_range_that_holds(
+    extra: dict[str, Any], field: str, says: str
+) -> None:
+    doc = {"id": "n", "job": "j", "cron": "0 2 * * *", **extra}
+    with pytest.raises(ValidationError) as err:
+        schedule_from_document({k: v for k, v in doc.items() if v is not None}, now=engine_now())
+    assert err.value.field == field and says in err.value.message
+
+
 def test_re_applying_an_interval_schedule_keeps_its_anchor_and_does_not_fire_it_again(engine: Engine) -> None:
     """A document without an anchor starts a new schedule now; applied again later, it keeps
     the stored anchor: nothing changes, nothing is recorded, no extra fire."""

@@ -28,6 +28,7 @@ from jobgate.core.models import (
 from jobgate.core.params import validate_params
 from jobgate.scheduling import magic
 from jobgate.scheduling.model import (
+    MAX_CATCHUP_LIMIT,
     MisfirePolicy,
     OverlapPolicy,
     Schedule,
@@ -136,11 +137,11 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         kind is ScheduleKind.SAFE_MODE and "every_seconds" in kinds
     )
     bounds = {
-        key: timedelta(seconds=_number(doc, key, schedule_id))
+        key: timedelta(seconds=_number(doc, key, schedule_id, minimum=1))
         for key in ("min_every_seconds", "max_every_seconds")
         if doc.get(key) is not None
     }
-    every = timedelta(seconds=_number(doc, kinds[0], schedule_id)) if timed else None
+    every = timedelta(seconds=_number(doc, kinds[0], schedule_id, minimum=1)) if timed else None
     watch = doc.get("watch") or []
     if not isinstance(watch, list) or not all(isinstance(k, str) and k for k in watch):
         raise ValidationError("a list of profile key names", field="watch", source=schedule_id)
@@ -172,7 +173,7 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
         params={str(k): str(v) for k, v in params.items()},
         misfire=_choice(MisfirePolicy, doc.get("misfire", MisfirePolicy.FIRE_ONCE.value), "misfire", schedule_id),
         misfire_grace=timedelta(seconds=_number(doc, "misfire_grace_seconds", schedule_id, default=60)),
-        max_catchup=int(_number(doc, "max_catchup", schedule_id, default=100)),
+        max_catchup=int(_number(doc, "max_catchup", schedule_id, default=100, minimum=1, maximum=MAX_CATCHUP_LIMIT)),
         overlap=_choice(OverlapPolicy, doc.get("overlap", OverlapPolicy.ALLOW.value), "overlap", schedule_id),
         tenant_id=str(doc.get("tenant", DEFAULT_TENANT)),
         paused=bool(doc.get("paused", False)),
@@ -452,10 +453,21 @@ def _text(doc: Mapping[str, Any], key: str, source: str) -> str:
 MAX_SCHEDULE_NUMBER = 100 * 366 * 86400  # a century of seconds: far beyond any real period or grace
 
 
-def _number(doc: Mapping[str, Any], key: str, source: str, default: float | None = None) -> float:
+def _number(
+    doc: Mapping[str, Any],
+    key: str,
+    source: str,
+    default: float | None = None,
+    *,
+    minimum: float = 0,
+    maximum: float = MAX_SCHEDULE_NUMBER,
+) -> float:
+    """The document's number at ``key``, refused (naming the key, with the range the rule
+    allows) when it is not a number in ``[minimum, maximum]``."""
     value = doc.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SCHEDULE_NUMBER:
-        raise ValidationError(f"must be a number from 0 to {MAX_SCHEDULE_NUMBER}", field=key, source=source)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value <= maximum:
+        low, high = (str(int(v)) if float(v).is_integer() else str(v) for v in (minimum, maximum))
+        raise ValidationError(f"must be a number from {low} to {high}", field=key, source=source)
     return float(value)
 
 
