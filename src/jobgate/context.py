@@ -29,6 +29,26 @@ LockProvider = tuple[Callable[[str, str, str, timedelta], Any], Callable[[Any], 
 _CANCELLED_LOCK = threading.Lock()
 
 
+class StopSignal(threading.Event):
+    """``ctx.cancelled``: an event that remembers whether the handler saw it set. A handler that
+    returns after seeing a stop (``is_cancelled()``, ``cancelled.is_set()`` or ``wait()`` saying
+    yes) bailed out, and its attempt is STOPPED; one that returns without having seen it finished
+    its work anyway, and its run records that (the worker keeps a success that arrives after a
+    stop or a timeout: work that was done is not recorded as not done, nor done again)."""
+
+    seen = False
+
+    def is_set(self) -> bool:
+        found = super().is_set()
+        self.seen = self.seen or found
+        return found
+
+    def wait(self, timeout: float | None = None) -> bool:
+        found = super().wait(timeout)
+        self.seen = self.seen or found
+        return found
+
+
 @dataclass(frozen=True)
 class DispatchPayload:
     """The seed 000 §56 dispatch payload: everything a worker may know about a run."""
@@ -139,7 +159,7 @@ class ExecutionContext:
         if self._cancelled is None:
             with _CANCELLED_LOCK:
                 if self._cancelled is None:
-                    self._cancelled = threading.Event()
+                    self._cancelled = StopSignal()
         return self._cancelled
 
     @property
@@ -191,6 +211,13 @@ class ExecutionContext:
 
     def is_cancelled(self) -> bool:
         return self._cancelled is not None and self._cancelled.is_set()
+
+    def stop_unseen(self) -> bool:
+        """Whether a stop was asked that the handler never saw (``StopSignal``). Asked by the
+        executor after the handler returned; asking does not count as seeing. A plain event
+        given by the caller cannot tell: the stop then counts as seen."""
+        signal = self._cancelled
+        return isinstance(signal, StopSignal) and threading.Event.is_set(signal) and not signal.seen
 
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
         self.report_progress(fraction, message)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from typing import Any
 
 from jobgate.core.errors import NonRetryableError, RetryableError
@@ -57,6 +59,27 @@ def wait_for_stop(ctx: ExecutionContext) -> dict[str, Any]:
     if not ctx.cancelled.wait(timeout=10):
         raise AssertionError("never stopped")
     return {"partial": True}
+
+
+RELEASE = threading.Event()  # what lets ``finish_despite_stop`` go on, set by its test
+
+
+def finish_despite_stop(ctx: ExecutionContext) -> dict[str, Any]:
+    """A handler that never looks at the stop: it waits for the test, then finishes its work."""
+    ctx.progress(0.0, "started")
+    if not RELEASE.wait(timeout=10):
+        raise AssertionError("never released")
+    return {"done": True}
+
+
+def poll_until_stopped(ctx: ExecutionContext) -> dict[str, Any]:
+    """A well-behaved handler that polls ``is_cancelled()`` and returns early, as if finished."""
+    ctx.progress(0.0, "started")
+    for _ in range(1000):
+        if ctx.is_cancelled():
+            return {"partial": True}
+        time.sleep(0.01)
+    raise AssertionError("never stopped")
 
 
 def fail_after_stop(ctx: ExecutionContext) -> None:

@@ -112,7 +112,7 @@ def test_bad_handler_is_refused_when_built(handler: str) -> None:
     assert info.value.field == "handler"
 
 
-@pytest.mark.parametrize("name", ["wait_for_stop", "fail_after_stop"])
+@pytest.mark.parametrize("name", ["wait_for_stop", "fail_after_stop", "poll_until_stopped"])
 def test_stop_is_cooperative_and_wins_over_what_the_handler_does_next(tmp_path: Path, name: str) -> None:
     started = threading.Event()
     ctx = make_context(tmp_path, report_progress=lambda fraction, message: started.set())
@@ -125,6 +125,23 @@ def test_stop_is_cooperative_and_wins_over_what_the_handler_does_next(tmp_path: 
         result = future.result(timeout=5)
     assert ctx.is_cancelled()
     assert result.outcome.kind is OutcomeKind.STOPPED
+
+
+def test_a_handler_that_never_looked_at_the_stop_and_finished_succeeded(tmp_path: Path) -> None:
+    # Its work is done: recording it stopped would hide that (a workflow would not compensate
+    # it), and a timeout's retry would do it again.
+    started = threading.Event()
+    ctx = make_context(tmp_path, report_progress=lambda fraction, message: started.set())
+    executor = PythonExecutor(f"{H}:finish_despite_stop")
+    handlers.RELEASE.clear()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(executor.execute, ctx)
+        assert started.wait(timeout=5), "handler never started"
+        executor.stop(ctx, timedelta(seconds=1))
+        handlers.RELEASE.set()
+        result = future.result(timeout=5)
+    assert result.outcome.kind is OutcomeKind.SUCCEEDED and result.result == {"done": True}
+    assert ctx.is_cancelled()  # the stop was asked; asking now does not change the outcome
 
 
 def test_already_cancelled_context_does_not_call_the_handler(tmp_path: Path) -> None:

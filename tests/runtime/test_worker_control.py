@@ -196,3 +196,18 @@ def test_a_stop_requested_before_a_failing_attempt_ends_is_not_lost(engine: Engi
     assert transitions(engine, rid)[-1] == ("RUNNING", "CANCELLED", "stopped_by_user", 1)
     assert [a.outcome for a in attempts(engine, rid)] == ["stopped"]
     assert marker_lines(marker)[-1] == ["waiting", rid, "1"]  # never retried
+
+
+def test_a_stop_the_handler_never_heard_ends_completed_with_what_it_did(engine: Engine, marker: Path) -> None:
+    # The handler sleeps deaf to the stop and finishes its work: the run says so (its result
+    # kept, not CANCELLED), as a workflow step that completed anyway is then compensated.
+    job = define(engine, handler="engine_handlers:slow_marker", params=SECONDS)
+    rid = engine.submit(SubmitRequest(job, params={"seconds": "1"})).run.job_run_id
+    with running_worker(engine):
+        wait_until(lambda: any(line[:2] == ["start", rid] for line in marker_lines(marker)), what="the start")
+        control.stop_run(engine, rid, actor="alice", reason="enough")
+        wait_until(lambda: get_run(engine, rid).status.is_terminal, what="the run to end")
+    done = get_run(engine, rid)
+    assert done.status is RunStatus.COMPLETED and done.result == {}, transitions(engine, rid)
+    assert marker_lines(marker)[-1][:2] == ["done", rid]
+    assert [a.outcome for a in attempts(engine, rid)] == ["succeeded"]

@@ -6,8 +6,10 @@ as the validated payload inside ``ExecutionContext``.
 
 Why stopping is cooperative: a Python thread cannot be killed. ``stop`` sets ``ctx.cancelled``;
 a handler that runs for long must poll ``ctx.is_cancelled()`` (or wait on ``ctx.cancelled``) and
-return early. Whatever the handler does after a stop (return or raise), the attempt is
-``STOPPED``: the operator's intent decides the run's fate, not how the handler bailed out.
+return early. Whatever a handler that saw the stop does then (return or raise), the attempt is
+``STOPPED``: the operator's intent decides the run's fate, not how the handler bailed out. A
+handler that never looked and returned its result finished its work anyway: the attempt
+succeeded, with that result (a workflow then compensates the step like any completed one).
 
 A handler's failures are classified here once, so the worker never inspects exceptions:
 ``NonRetryableError`` and ``RetryableError`` carry their own error code; any other exception is
@@ -63,6 +65,8 @@ class PythonExecutor:
         if ctx.is_cancelled():
             return _stopped("stopped before the handler started")
         result = self._call(ctx)
+        if ctx.stop_unseen() and result.outcome.kind is OutcomeKind.SUCCEEDED:
+            return result  # it never looked at the stop and finished its work: that is what happened
         if ctx.is_cancelled():
             return _stopped("stopped while the handler was running")
         return result
