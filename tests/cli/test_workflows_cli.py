@@ -31,6 +31,8 @@ def test_the_demo_runs_its_workflow_and_the_workflow_commands_show_and_replay_it
     assert shown["completed_steps"][0] == "greet" and sorted(shown["completed_steps"][1:]) == ["payroll", "report"]
     assert shown["steps"][0]["outputs"] == {"greeting": "Hello, auditors!"}
     assert shown["transitions"][-1]["to"] == "COMPLETED"
+    table = jobgate(folder, "workflows", "show", wid).stdout  # a step's own run in "run"
+    assert "compensation run" in table and shown["steps"][0]["job_run_id"] in table
     assert "MATCH" in jobgate(folder, "replay", wid).stdout
     refused = jobgate(folder, "workflows", "cancel", wid, check=False)
     assert refused.returncode == 1 and "only an active one" in refused.stderr

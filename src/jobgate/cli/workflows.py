@@ -52,8 +52,8 @@ def _print(view: WorkflowView, *, transitions: bool) -> None:
     r = view.record
     render.table(
         f"{r.workflow_run_id} · {r.job_definition_id} · {r.status.value}",
-        ["step", "status", "run", "outputs"],
-        [(s.step_id, s.status, s.compensation_run_id or s.job_run_id or "", s.outputs or "") for s in view.steps],
+        ["step", "status", "run", "compensation run", "outputs"],
+        [(s.step_id, s.status, s.job_run_id, s.compensation_run_id, s.outputs or "") for s in view.steps],
     )
     if r.error_code:
         print(f"error: {r.error_code}: {r.error_message}")
