@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 from tests.helpers import count, define
 
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import ConflictError, ValidationError
 from jobgate.core.models import DefinitionStatus
 from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
@@ -33,7 +33,12 @@ def test_an_event_fires_its_subscribers_once_and_a_duplicate_is_a_no_op(engine: 
     job = define(engine, trigger_type="event", params=[{"name": "name", "pattern": "[A-Za-z]{1,20}"}])
     subscribe(engine, "on-done", job, "pipeline.completed", payload_params=("name",))
     assert emit(engine, "pipeline.completed", "ev-1", name="Ada", secret="hunter2") == [("on-done", True, None)]
-    assert emit(engine, "pipeline.completed", "ev-1", name="Ada") == [("on-done", False, None)]
+    assert emit(engine, "pipeline.completed", "ev-1", name="Ada", secret="hunter2") == [("on-done", False, None)]
+    # Another event under the same id is the sender's mistake: refused, as the API's
+    # Idempotency-Key refuses another body, and nothing is stored.
+    with pytest.raises(ConflictError) as other:
+        emit(engine, "pipeline.completed", "ev-1", name="Bob")
+    assert other.value.field == "data" and "other data" in other.value.message
     assert emit(engine, "pipeline.finished", "ev-2") == []
     with engine.store.read() as tx:
         rows = connection(tx).execute(text("SELECT params, trigger_type FROM job_runs")).all()

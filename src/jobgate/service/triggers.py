@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.canonical import canonical_json
-from jobgate.core.errors import GovernanceRefusal, JobgateError, ValidationError
+from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, ValidationError
 from jobgate.scheduling import conditions
 from jobgate.scheduling.model import Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
@@ -88,7 +88,17 @@ def emit_event(
             _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.REFUSED))
             out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, str(exc)))
             continue
-        out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, result.run.job_run_id, result.created))
+        other = None if result.created else _received_with_other_data(engine, result.run.job_run_id, data)
+        out.append(
+            EventFire(schedule.schedule_id, schedule.job_definition_id, result.run.job_run_id, result.created, other)
+        )
+    conflicts = [f for f in out if f.refused == OTHER_DATA]
+    if conflicts and not any(f.created for f in out):
+        raise ConflictError(
+            f"event {event_id!r} was received before with other data (run {conflicts[0].job_run_id}):"
+            " an event id names one event; send a new event under a new id",
+            field="data",
+        )
     log.info(
         "event %s %s: %d schedules, %d runs created",
         event_type,
@@ -98,6 +108,18 @@ def emit_event(
         extra={"action": "event_received", "event_type": event_type},
     )
     return out
+
+
+OTHER_DATA = "received before with other data"
+
+
+def _received_with_other_data(engine: Engine, job_run_id: str, data: Mapping[str, Any]) -> str | None:
+    """``OTHER_DATA`` when the run an earlier delivery of this event id made recorded other
+    data: a redelivery carries the same event, so a different one under the same id is a
+    sender's mistake, refused as the API's Idempotency-Key refuses another body under its key."""
+    with engine.store.read() as tx:
+        recorded = (tx.run_trigger(job_run_id) or {}).get("payload") or {}
+    return None if canonical_json(dict(recorded)) == canonical_json(dict(data)) else OTHER_DATA
 
 
 def _request(
