@@ -116,6 +116,9 @@ def test_export_and_verify_from_the_command_line(tmp_path: Path) -> None:
         folder, "evidence", "verify", "run.zip", "--public-key", f"{rogue.key_id}={rogue.public_b64}", check=False
     )
     assert rogue_check.returncode == 1 and "manifest.sig" in rogue_check.stdout
+    for given in (KEY.public_b64, f"={KEY.public_b64}", f"{KEY.key_id}=", f"{KEY.key_id}=not-a-key"):
+        malformed = jobgate(folder, "evidence", "verify", "run.zip", "--public-key", given, check=False)
+        assert malformed.returncode == 1 and "--public-key" in malformed.stderr, given  # named, not half-read
     again = jobgate(folder, "evidence", "export", run_id, "--out", "run.zip", check=False)
     assert again.returncode == 1 and "exists" in again.stderr
 

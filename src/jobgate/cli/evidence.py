@@ -11,6 +11,7 @@ from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
+from jobgate.governance import signing
 
 
 @click.group("evidence")
@@ -90,9 +91,10 @@ def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Pa
 
     public = {}
     for item in keys:
-        key_id, sep, value = item.partition("=")
-        if not sep:
+        key_id, sep, value = item.partition("=")  # base64 may end in '=': the id is before the first
+        if not sep or not key_id or not value:
             raise ValidationError(f"{item!r} is not KEY_ID=BASE64", field="--public-key")
+        signing.public_key(value, field="--public-key")  # a value that is no Ed25519 key: said here
         public[key_id] = value
     stamps = None if tsa_ca is None else TimestampTrust(load_roots(tsa_ca, field="--tsa-ca"))
     result = verify_bundle(bundle.read_bytes(), public_keys=public or None, timestamps=stamps)
