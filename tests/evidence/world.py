@@ -3,6 +3,7 @@ of it for tampering (a copied SQLite file; PostgreSQL tables restored from a sav
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -174,9 +175,14 @@ class Copies:
         """A copy of the world as it was built; the world object points at it."""
         self.world.sink.write_bytes(self._sink)
         if self.world.url.startswith("sqlite"):
+            # A new file put in place, not the old one written over: a connection an earlier
+            # command left open keeps the file it had, and never sees pages of two worlds mixed
+            # ("database disk image is malformed" in a loaded CI run).
+            staged = self._db.with_name(self._db.name + ".fresh")
+            shutil.copy(self._pristine, staged)
             for suffix in ("-wal", "-shm"):
                 Path(f"{self._db}{suffix}").unlink(missing_ok=True)
-            shutil.copy(self._pristine, self._db)
+            os.replace(staged, self._db)
             return self.world
         schema = _schema(self.world.url)
         with self._admin() as conn:

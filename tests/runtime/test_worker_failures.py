@@ -281,23 +281,29 @@ def test_queue_timeout_dead_letters_a_run_nobody_claimed_and_leaves_others_alone
     assert len(transitions(engine, late.job_run_id)) == 3
 
 
-def test_a_run_that_started_is_not_dead_lettered_by_its_queue_timeout_while_waiting_to_retry(engine: Engine) -> None:
+def test_a_run_that_started_is_not_dead_lettered_by_its_queue_timeout_while_waiting_to_retry(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # A queue timeout long enough for a busy machine's first claim (a 0.2 s one was missed under
+    # a loaded CI run), and an attempt longer than it.
+    queue = {"timeout_policy_id": "test_queue_1500ms_v1", "queue_timeout_seconds": 1.5}
+    custom = Engine(engine.store, make_config(tmp_path, timeout_policies=[queue]))
     job = define(
-        engine,
+        custom,
         handler="engine_handlers:slow_fail_until",
         retry_policy="test_fixed_v1",
-        timeout_policy="test_queue_timeout_v1",
+        timeout_policy="test_queue_1500ms_v1",
         params=[*OK_ON, {"name": "delay", "pattern": "[0-9.]+"}],
     )
-    with running_worker(engine) as worker:
+    with running_worker(custom) as worker:
         # Submit only once the worker is up and idle, so the first claim is not what is timed.
         assert worker.idle.wait(10), "the worker never idled"
-        run = engine.submit(SubmitRequest(job, params={"ok_on": "2", "delay": "0.4"})).run
-        # Attempt 1 takes 0.4 s (longer than the 0.2 s queue timeout) and fails retryably;
+        run = custom.submit(SubmitRequest(job, params={"ok_on": "2", "delay": "2"})).run
+        # Attempt 1 takes 2 s (longer than the 1.5 s queue timeout) and fails retryably;
         # the retry is due at once (0 s delay), so attempt 2 should run and succeed.
-        wait_until(lambda: get_run(engine, run.job_run_id).status.is_terminal, timeout=10, what="the run to end")
-    done = get_run(engine, run.job_run_id)
-    assert done.status is RunStatus.COMPLETED, (done.status, done.error_code, transitions(engine, run.job_run_id))
+        wait_until(lambda: get_run(custom, run.job_run_id).status.is_terminal, timeout=15, what="the run to end")
+    done = get_run(custom, run.job_run_id)
+    assert done.status is RunStatus.COMPLETED, (done.status, done.error_code, transitions(custom, run.job_run_id))
     assert done.attempt == 2
 
 
