@@ -129,3 +129,15 @@ def test_kept_values_that_were_rewritten_are_not_evidence() -> None:
     sealed = seals.value_hash(["carol"])
     assert seal_trails.kept_values('{"identity": ["carol"]}', "identity", sealed) == ["carol"]
     assert seal_trails.kept_values('{"identity": ["mallory"]}', "identity", sealed) is None
+
+
+def test_each_requeue_needs_its_own_audit_entry_by_the_same_actor_at_or_after_it() -> None:
+    def move(reason: str, actor: str = "ops", at: int = 10) -> dict[str, object]:
+        return {"reason": reason, "actor": actor, "at": at}
+
+    history = [move("created"), move("requeued", at=10), move("succeeded"), move("requeued", at=20)]
+    assert seal_trails.unaudited_requeue(history, [("ops", 10), ("ops", 25)]) is None
+    assert seal_trails.unaudited_requeue(history, [("ops", 10)]) == 3  # one entry, two requeues
+    assert seal_trails.unaudited_requeue(history, [("eve", 10), ("ops", 20)]) == 3  # another actor's
+    assert seal_trails.unaudited_requeue(history, [("ops", 9), ("ops", 20)]) == 3  # before the move
+    assert seal_trails.unaudited_requeue([move("created")], []) is None

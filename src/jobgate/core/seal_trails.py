@@ -359,3 +359,22 @@ def _run_reseal(
             if letter is not None:
                 return TrailProblem(after["id"], "outcome", "dead_letters", f"dead letter {letter} lost {since}")
     return None
+
+
+def unaudited_requeue(transitions: Sequence[Mapping[str, Any]], audited: Sequence[tuple[str, int]]) -> int | None:
+    """The position (from 0) of the first requeue in a run's history that no ``run.requeued``
+    audit entry accounts for, or None. ``audited``: each entry's actor and time (µs). Every
+    requeue writes its entry with the transition, so a requeue is accounted for by an entry of
+    the same actor at or after it (an append that waited for an anchor is recorded later, never
+    earlier), each entry for one requeue. Without this a database writer could add a requeue and
+    a happier ending to a dead-lettered run and seal it again: the trail allows what a requeue
+    allows."""
+    left = list(audited)
+    for n, t in enumerate(transitions):
+        if t["reason"] != REQUEUED:
+            continue
+        match = next((i for i, (actor, at) in enumerate(left) if actor == t["actor"] and at >= int(t["at"])), None)
+        if match is None:
+            return n
+        del left[match]
+    return None

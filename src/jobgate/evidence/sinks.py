@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,21 +62,24 @@ class FileSink:
             raise SinkUnreadable(
                 f"the anchor sink file could not be read ({type(exc).__name__})", field="evidence.anchor_sink"
             ) from None
-        out: list[dict[str, Any]] = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if (problem := record_problem(record)) is not None:
-                raise SinkUnreadable(
-                    f"line {number} of the anchor sink file is not an anchor record ({problem})",
-                    field="evidence.anchor_sink",
-                )
-            out.append(record)
-        return out
+        numbered = [(n, _json_or_none(line)) for n, line in enumerate(lines, start=1) if line.strip()]
+        return anchor_records(numbered, "line {n} of the anchor sink file", "evidence.anchor_sink")
+
+
+def _json_or_none(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def anchor_records(numbered: Sequence[tuple[int, Any]], where: str, field: str) -> list[dict[str, Any]]:
+    """A sink's records, each checked (``record_problem``); the first that is not an anchor
+    record makes the sink unreadable, named by ``where`` (its number in place of ``{n}``)."""
+    for n, record in numbered:
+        if (problem := record_problem(record)) is not None:
+            raise SinkUnreadable(f"{where.format(n=n)} is not an anchor record ({problem})", field=field)
+    return [record for _, record in numbered]
 
 
 def record_problem(record: Any) -> str | None:
@@ -123,13 +127,8 @@ class HttpSink:
             raise SinkUnreadable(
                 "the HTTP anchor sink did not answer a list of anchor records", field="evidence.anchor_sink_url"
             )
-        for number, record in enumerate(found, start=1):
-            if (problem := record_problem(record)) is not None:
-                raise SinkUnreadable(
-                    f"record {number} of the HTTP anchor sink is not an anchor record ({problem})",
-                    field="evidence.anchor_sink_url",
-                )
-        return found
+        numbered = list(enumerate(found, start=1))
+        return anchor_records(numbered, "record {n} of the HTTP anchor sink", "evidence.anchor_sink_url")
 
 
 def sink_for(config: Any) -> AnchorSink:

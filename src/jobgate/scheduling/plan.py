@@ -146,14 +146,22 @@ def trigger_id(schedule: Schedule, slot: Slot) -> str:
 WINDOW_SEPARATOR = "/"
 
 
+def slot_window(slot: str) -> list[str] | None:
+    """The ``[start, end]`` a batch window's slot names, as written (``isoformat_utc``, the form
+    a run's trigger records its window in); None for a slot that names no window."""
+    named, _, at = slot.rpartition("@")
+    if not named.startswith(TRIGGER_PREFIX) or WINDOW_SEPARATOR not in at:
+        return None
+    start, _, end = at.partition(WINDOW_SEPARATOR)
+    return [start, end]
+
+
 def legacy_window_slot(slot: str) -> str | None:
     """The name a batch window's slot had before migration 0026 (its end alone), or None for a
     slot that names no window. Runs made then keep that name (it is sealed with them); the store
     finds them by it, and takes one as the window's holder only if its own window matches."""
-    named, _, at = slot.rpartition("@")
-    if not named.startswith(TRIGGER_PREFIX) or WINDOW_SEPARATOR not in at:
-        return None
-    return f"{named}@{at.rpartition(WINDOW_SEPARATOR)[2]}"
+    window = slot_window(slot)
+    return None if window is None else f"{slot.rpartition('@')[0]}@{window[1]}"
 
 
 def parse_slot(slot: str | None) -> tuple[str, datetime] | None:

@@ -256,21 +256,23 @@ def _legacy_window_holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str
     given run's idempotency key. Such a run holds the slot only if it ran this job over this very
     window, read from its stored trigger: a window of another length ending at the same instant
     is another slot. A store holds such runs only until retention removes them."""
-    legacy = {name: r for r in runs if r.slot and (name := plan.legacy_window_slot(r.slot)) is not None}
+    legacy: dict[str, list[JobRun]] = {}
+    for r in runs:
+        if r.slot and (name := plan.legacy_window_slot(r.slot)) is not None:
+            legacy.setdefault(name, []).append(r)
     if not legacy:
         return {}
     rows = conn.execute(select(job_runs).where(job_runs.c.slot.in_(list(legacy)))).mappings().all()
     out: dict[str, JobRun] = {}
     for row in rows:
-        wanted = legacy[row["slot"]]
         try:
             window = (codec.loads(row["trigger"]) or {}).get("window")
         except (ValueError, AttributeError):  # a trigger no jobgate write made holds nothing
             continue
-        named = (wanted.slot or "").rpartition("@")[2].split(plan.WINDOW_SEPARATOR)
-        same_job = (row["tenant_id"], row["job_definition_id"]) == (wanted.tenant_id, wanted.job_definition_id)
-        if same_job and window == named:
-            out[wanted.idempotency_key] = codec.run_from_row(row)
+        for wanted in legacy[row["slot"]]:
+            same_job = (row["tenant_id"], row["job_definition_id"]) == (wanted.tenant_id, wanted.job_definition_id)
+            if same_job and window == plan.slot_window(wanted.slot or ""):
+                out[wanted.idempotency_key] = codec.run_from_row(row)
     return out
 
 

@@ -765,23 +765,14 @@ def _requeues_audited(conn: Connection, tenant_id: str) -> dict[str, list[tuple[
 def _check_requeues(
     rid: str, ts: Sequence[Record], audited: Sequence[tuple[str, int]], seal: Record, report: RecordsReport
 ) -> bool:
-    """Every requeue in a run's history is one an operator made: a ``run.requeued`` audit entry
-    names the run and the same actor, at or after the transition's time (the entry is written
-    with the transition; an append that waited for an anchor is recorded later, never earlier).
-    Without this, a database writer could add a requeue and a happier ending to a dead-lettered
-    run and seal it again: the trail's rules allow what a requeue allows. False when a finding
-    was added."""
-    left = list(audited)
-    for n, t in enumerate(ts, start=1):
-        if t["reason"] != seal_trails.REQUEUED:
-            continue
-        match = next((i for i, (actor, at) in enumerate(left) if actor == t["actor"] and at >= int(t["at"])), None)
-        if match is None:
-            detail = f"requeued by {_short(t['actor'])} with no run.requeued audit entry of it"
-            _add(report, Finding(seals.RUN, rid, "changed", "history", f"transition {n}", seal["id"], detail))
-            return False
-        del left[match]
-    return True
+    """Every requeue in a run's history is one an operator made (``seal_trails.unaudited_requeue``);
+    False when a finding was added."""
+    n = seal_trails.unaudited_requeue(ts, audited)
+    if n is None:
+        return True
+    detail = f"requeued by {_short(ts[n]['actor'])} with no run.requeued audit entry of it"
+    _add(report, Finding(seals.RUN, rid, "changed", "history", f"transition {n + 1}", seal["id"], detail))
+    return False
 
 
 def _verify_run(
@@ -793,7 +784,7 @@ def _verify_run(
     report: RecordsReport,
     kept: _KeptValues,
     retired: set[str],
-    requeues: Sequence[tuple[str, int]] = (),
+    requeues: Sequence[tuple[str, int]],
 ) -> None:
     trail = _trail(seal) if seal is not None and "earlier" in seal else None  # most runs: one seal
     if trail is not None:
