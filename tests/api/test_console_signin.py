@@ -98,6 +98,28 @@ def test_sign_out_needs_the_session_csrf_token(world: World) -> None:
     assert client.get("/").status_code == 303
 
 
+def test_sign_out_ends_the_session_on_the_server_not_only_in_the_browser(world: World) -> None:
+    """A copy of the cookie (a shared machine, a proxy's log) opens nothing after sign-out; the
+    same principal's other sessions are not ended with it."""
+    client, other = _fresh_client(world), _fresh_client(world)
+    token = world.tokens[("acme", Role.OPERATOR)]
+    _sign_in(client, method="token", token=token)
+    _sign_in(other, method="token", token=token)
+    copied = client.cookies.get(SESSION_COOKIE)
+    assert copied is not None
+    csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/").text)
+    assert csrf is not None
+    assert client.post("/logout", data={"csrf": csrf.group(1)}).status_code == 303
+    replay = _fresh_client(world)
+    replay.cookies.set(SESSION_COOKIE, copied)
+    for path in ("/", "/runs"):
+        refused = replay.get(path)
+        assert refused.status_code == 303 and refused.headers["location"] == "/login", path
+    forged_post = replay.post("/logout", data={"csrf": csrf.group(1)})
+    assert forged_post.status_code in (303, 401)
+    assert other.get("/").status_code == 200  # the same operator's other session goes on
+
+
 def test_a_changed_cookie_is_no_session_and_the_api_ignores_cookies(world: World) -> None:
     client = _fresh_client(world)
     _sign_in(client, method="token", token=world.tokens[("acme", Role.ADMIN)])

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from fastapi import Request
 
@@ -90,9 +91,27 @@ class ServerState:
             principal = sessions.principal_of(payload)
         except (KeyError, ValueError, TypeError):
             raise tokens.refused("a console session of an unknown shape") from None
+        with self.engine.store.read(tenant_id=principal.tenant_id) as tx:
+            ended = tx.session_ended(sessions.session_id(payload))
+        if ended:
+            raise tokens.refused("a console session signed out")
         if principal.credential.startswith("token:"):
             tokens.check_still_valid(self.engine, principal.credential.removeprefix("token:"))
         return principal, str(payload.get("csrf", ""))
+
+    def end_session(self, cookie: str | None) -> None:
+        """Sign a console session out on the server: a copy of its cookie opens nothing more."""
+        payload = self.signer("session").loads(cookie)
+        if payload is None or not self.auth:
+            return
+        try:
+            principal = sessions.principal_of(payload)
+        except (KeyError, ValueError, TypeError):
+            return
+        now = self.engine.clock.now()
+        expires = datetime.fromtimestamp(float(payload["exp"]), tz=UTC)
+        with self.engine.store.write(tenant_id=principal.tenant_id) as tx:
+            tx.session_end(principal.tenant_id, sessions.session_id(payload), now, max(expires, now))
 
     @property
     def local_principal(self) -> Principal:

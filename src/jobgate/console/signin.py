@@ -165,6 +165,7 @@ async def login_oidc_callback(request: Request, code: str = "", state: str = "",
 @allow(READ)
 @console
 def logout(request: Request) -> Response:
+    state_of(request).end_session(request.cookies.get(sessions.SESSION_COOKIE))
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(sessions.SESSION_COOKIE, path="/")
     return response

@@ -9,7 +9,9 @@ reads it), SameSite=Strict (no other site's page sends it), and Secure behind HT
 
 A session of a jobgate token names the token: every request checks it is still valid, so a
 revoked token ends its sessions at once. A directory or provider session lasts
-``auth.session_hours`` (the provider is not asked again within it).
+``auth.session_hours`` (the provider is not asked again within it). Signing out ends a session
+on the server too: its id (``session_id``) is stored as ended until the cookie would have
+expired, and a copy of the cookie presented afterwards opens nothing.
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ def session_payload(principal: Principal) -> dict[str, Any]:
         "display_name": principal.display_name,
         "csrf": secrets.token_urlsafe(24),
     }
+
+
+def session_id(payload: dict[str, Any]) -> str:
+    """The id a session is ended under: the SHA-256 of its CSRF token, a secret made for this
+    session alone (the stored id reveals nothing a form could be forged with)."""
+    return hashlib.sha256(str(payload.get("csrf", "")).encode("utf-8")).hexdigest()
 
 
 def principal_of(payload: dict[str, Any]) -> Principal:

@@ -480,6 +480,13 @@ class StoreTx:
         self._reseal("token", tenant_id, token_id=token_id)
         return revoked
 
+    # console sessions signed out before their expiry
+    def session_end(self, tenant_id: str, session_id: str, now: datetime, expires: datetime) -> None:
+        tokens.session_end(self._conn, tenant_id, session_id, now, expires)
+
+    def session_ended(self, session_id: str) -> bool:
+        return tokens.session_ended(self._conn, session_id)
+
     # safe mode
     def safe_mode_current(self, tenant_id: str) -> SafeModePeriod | None:
         known, period = self._ahead.safe_mode(tenant_id)

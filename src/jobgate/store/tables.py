@@ -440,6 +440,18 @@ api_tokens = Table(
     Index("ix_api_tokens_tenant", "tenant_id", "created_at"),
 )
 
+# Console sessions signed out before their expiry (migration 0027): the cookie is stateless, so
+# a session ends early only by being named here; a row is kept until the session would expire.
+ended_sessions = Table(
+    "ended_sessions",
+    metadata,
+    Column("session_id", String(64), primary_key=True),  # SHA-256 (hex) of the session's own secret
+    Column("tenant_id", String(64), nullable=False),
+    Column("ended_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_ended_sessions_expiry", "expires_at"),
+)
+
 # Governance and evidence (migration 0010) ------------------------------------------------
 
 audit_log = Table(

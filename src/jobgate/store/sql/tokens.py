@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from jobgate.core.records import StoredToken
 from jobgate.store import codec
 from jobgate.store.sql import driver
-from jobgate.store.tables import api_tokens
+from jobgate.store.tables import api_tokens, ended_sessions
 
 T = api_tokens.c
 
@@ -80,3 +82,22 @@ def token_revoke(conn: Connection, tenant_id: str, token_id: str, actor: str, no
         .values(revoked_at=codec.to_us(now), revoked_by=actor)
     )
     return bool(conn.execute(stmt).rowcount)
+
+
+def session_end(conn: Connection, tenant_id: str, session_id: str, now: datetime, expires: datetime) -> None:
+    """Name a console session as ended (``identity.sessions``); the rows of sessions that would
+    have expired by now go, so the table holds only what a cookie could still be presented for."""
+    conn.execute(delete(ended_sessions).where(ended_sessions.c.expires_at < codec.to_us(now)))
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    values = {
+        "session_id": session_id,
+        "tenant_id": tenant_id,
+        "ended_at": codec.to_us(now),
+        "expires_at": codec.to_us(expires),
+    }
+    conn.execute(insert(ended_sessions).values(**values).on_conflict_do_nothing())
+
+
+def session_ended(conn: Connection, session_id: str) -> bool:
+    q = select(ended_sessions.c.session_id).where(ended_sessions.c.session_id == session_id)
+    return conn.execute(q).first() is not None
