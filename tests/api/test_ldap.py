@@ -86,6 +86,9 @@ def test_every_bad_credential_is_the_same_401_and_nothing_is_stored(ldap_world: 
         "not base64": {"Authorization": "Basic !!!"},
         "no colon": {"Authorization": "Basic YWxpY2U="},
         "the service account's DN": basic("cn=jobgate,ou=services,dc=example,dc=com", SERVICE_PASSWORD),
+        # passwords the client library refuses to send (SASLprep): wrong passwords, not an outage
+        "a control character in the password": basic("alice", USERS["alice"][0] + "\x00more"),
+        "a non-ASCII space in the password": basic("alice", USERS["alice"][0] + "\u3000"),
     }
     body = {"job_definition_id": ACME_JOB, "params": {"n": "1"}}
     for label, headers in bad.items():

@@ -23,11 +23,12 @@ from tests.oidc_issuer import Issuer, new_key
 from jobgate.config.auth import parse_auth_settings
 from jobgate.core.errors import ConfigurationError
 from jobgate.core.records import AuditFilter
-from jobgate.core.tokens import Role
+from jobgate.core.tokens import Role, is_tenant_name
 from jobgate.documents import Reader
 from jobgate.identity.authenticator import Authenticator
 from jobgate.identity.oidc import principal_of, role_of
 from jobgate.service import audit
+from jobgate.service.tokens import Unauthenticated
 
 API = "/api/v1"
 
@@ -275,6 +276,35 @@ def test_a_principal_names_subject_tenant_role_and_display_name(issuer: Issuer) 
         "jdoe",
     )
     assert found.credential == f"oidc:{issuer.url}"
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"tenant": "de\u0000fault"},  # a NUL: PostgreSQL cannot even store it
+        {"tenant": " acme"},  # prints like another tenant
+        {"tenant": "acme\u200b"},
+        {"tenant": "../acme"},
+        {"tenant": "a..b"},
+        {"tenant": "ac/me"},
+        {"tenant": "x" * 65},
+        {"sub": "ali\u200bce"},  # zero-width space: prints as "alice" in the audit log
+        {"sub": "\u202eecila"},  # a bidirectional override
+        {"sub": "al\x7fice"},
+        {"sub": "   "},
+    ],
+)
+def test_a_tenant_or_subject_a_person_could_not_tell_apart_is_refused(issuer: Issuer, claims: dict[str, str]) -> None:
+    settings = _settings(issuer).oidc
+    with pytest.raises(Unauthenticated):
+        principal_of({"sub": "alice", "tenant": "acme", "roles": ["jobgate-auditors"], **claims}, settings)
+
+
+def test_tenant_names_follow_one_rule_wherever_they_come_from() -> None:
+    for good in ("acme", "default", "t1", "A-b_c.d", "x" * 64):
+        assert is_tenant_name(good), good
+    for bad in ("", " acme", "acme ", "../acme", "a..b", ".acme", "-acme", "ac/me", "défault", "x" * 65, None, 3):
+        assert not is_tenant_name(bad), bad
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,12 @@ def test_another_tenants_token_cannot_be_revoked_and_answers_like_a_missing_one(
     [
         ({"role": "boss"}, "role"),
         ({"tenant_id": ""}, "tenant"),
+        ({"tenant_id": " acme"}, "tenant"),
+        ({"tenant_id": "../acme"}, "tenant"),
+        ({"tenant_id": "ac\u00e9me"}, "tenant"),
+        ({"principal": "OIDC:alice"}, "principal"),  # the reserved prefixes, in any case
+        ({"principal": "Token:abc"}, "principal"),
+        ({"principal": "LDAP:x"}, "principal"),
         ({"jobs": []}, "jobs"),
         ({"jobs": [""]}, "jobs"),
         ({"expires_in": timedelta(0)}, "expires_in"),

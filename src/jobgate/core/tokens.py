@@ -12,10 +12,30 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import unicodedata
 from enum import StrEnum
 
 TOKEN_PREFIX = "jgt_"
 _TOKEN = re.compile(r"jgt_(?P<id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})")
+
+
+# A tenant's name, wherever one comes from (a token minted on the host or by the API, a signed
+# claim of an identity provider): letters, digits, ``_``, ``-`` and single dots, starting with a
+# letter or digit, at most 64. A name a person cannot tell from another (" default", "défault")
+# or that reads as a path ("../default") is never a tenant.
+TENANT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,63}")
+TENANT_RULE = "1-64 letters, digits, _ - and single dots, starting with a letter or digit"
+
+
+def is_tenant_name(name: object) -> bool:
+    return isinstance(name, str) and TENANT_NAME.fullmatch(name) is not None
+
+
+def readable(text: str) -> bool:
+    """Whether ``text`` holds only characters a person sees as themselves: no control, format
+    (zero-width, bidirectional overrides), private-use, unassigned or line/paragraph separator
+    characters, which would make one name print exactly like another in the audit log."""
+    return not any(unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in ("Zl", "Zp") for ch in text)
 
 
 class Role(StrEnum):

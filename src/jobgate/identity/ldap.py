@@ -46,6 +46,11 @@ class DirectoryDown(Exception):
     """The directory could not be reached or answered out of protocol."""
 
 
+class PasswordUnusable(DirectoryDown):
+    """A password the client library refuses to send (SASLprep: a control character, say): for
+    a person signing in it is a wrong password (401); for the service account a broken setting."""
+
+
 class LdapDirectory:
     def __init__(self, settings: LdapSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
@@ -160,7 +165,10 @@ class LdapDirectory:
             self._idle.append(conn)
 
     def _bind_as(self, dn: str, password: str) -> bool:
-        conn = self._connect(dn, password)
+        try:
+            conn = self._connect(dn, password)
+        except PasswordUnusable:  # a password no directory takes is a wrong one, not an outage
+            return False
         try:
             if conn.bound:
                 return True
@@ -189,6 +197,9 @@ class LdapDirectory:
             if s.start_tls and not conn.start_tls():
                 raise DirectoryDown("StartTLS refused")
             conn.bind()
+        except ldap_errors.LDAPSASLPrepError:
+            _close(conn)
+            raise PasswordUnusable("the password holds characters SASLprep refuses") from None
         except ldap_errors.LDAPException as exc:
             _close(conn)
             raise DirectoryDown(f"{type(exc).__name__}: {exc}") from None

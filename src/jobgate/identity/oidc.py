@@ -21,7 +21,7 @@ from typing import Any
 import jwt
 
 from jobgate.config.auth import OidcSettings
-from jobgate.core.tokens import Role
+from jobgate.core.tokens import TENANT_RULE, Role, is_tenant_name, readable
 from jobgate.identity.errors import TenantMissing
 from jobgate.identity.jwks import KeyNotFound, KeySet
 from jobgate.service.tokens import Principal, refused
@@ -85,16 +85,16 @@ class OidcVerifier:
 def principal_of(claims: Mapping[str, Any], settings: OidcSettings) -> Principal:
     """Verified claims -> the principal: pure, so every rule of the mapping is tested alone."""
     subject = claims.get("sub")
-    if not isinstance(subject, str) or not subject or any(ord(ch) < 32 for ch in subject):
-        raise refused("a JWT without a usable subject")
+    if not isinstance(subject, str) or not subject.strip() or not readable(subject):
+        raise refused("a JWT without a usable subject (empty, or holding invisible characters)")
     actor = f"{PREFIX}{subject}"
     if len(actor) > ACTOR_CHARS:
         raise refused(f"a JWT whose subject is longer than {ACTOR_CHARS - len(PREFIX)} characters")
     tenant = claims.get(settings.tenant_claim)
     if not isinstance(tenant, str) or not tenant.strip():
         raise TenantMissing(settings.tenant_claim)
-    if len(tenant) > 64:
-        raise refused("a JWT whose tenant claim is longer than 64 characters")
+    if not is_tenant_name(tenant):
+        raise refused(f"a JWT whose tenant claim is not a tenant name ({TENANT_RULE})")
     role = role_of(claims.get(settings.roles_claim), settings, tenant)
     if role is None:
         raise refused(f"{actor} holds no role mapped by auth.oidc (claim {settings.roles_claim!r})")

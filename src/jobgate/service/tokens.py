@@ -20,7 +20,7 @@ from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Person
 from jobgate.core.records import StoredToken
-from jobgate.core.tokens import Role
+from jobgate.core.tokens import TENANT_RULE, Role, is_tenant_name
 from jobgate.service import audit
 from jobgate.service.engine import Engine
 
@@ -37,7 +37,7 @@ class Unauthenticated(JobgateError):
 # named principal is a principal of its own, ``token:<id>``), and so are the identity providers'
 # prefixes (``oidc:<subject>``, ``ldap:<uid>``): no token can be minted in a signed-in person's name.
 RESERVED_PREFIXES = ("token:", "oidc:", "ldap:")
-PRINCIPAL_NAME = re.compile(r"(?!token:|oidc:|ldap:)[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}")
+PRINCIPAL_NAME = re.compile(r"(?!(?i:token:|oidc:|ldap:))[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}")  # any case
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,8 @@ def create(
         raise ValidationError(
             f"unknown role {role!r} (known: {', '.join(r.value for r in Role)})", field="role"
         ) from None
-    if not tenant_id or len(tenant_id) > 64:
-        raise ValidationError("1-64 characters", field="tenant")
+    if not is_tenant_name(tenant_id):
+        raise ValidationError(TENANT_RULE, field="tenant")
     if len(label) > 200:
         raise ValidationError("at most 200 characters", field="label")
     if expires_in is not None and not timedelta(0) < expires_in <= MAX_LIFETIME:
