@@ -421,9 +421,14 @@ def test_an_admin_creates_a_token_sees_its_secret_once_and_revokes_it(world: Wor
     assert world.client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret.group(1)}"}).status_code == 200
     again = admin.get("/admin")
     assert secret.group(1) not in again.text and token_id.group(1) in again.text  # listed, its secret never again
-    bad = admin.post("/admin/tokens", data={"csrf": csrf, "role": "emperor", "expires_in_days": "x"})
-    assert bad.status_code == 422 and "role" in bad.text and "expires_in_seconds" in bad.text
     before = len(tokens.listed(world.engine, "acme"))
+    bad = admin.post("/admin/tokens", data={"csrf": csrf, "role": "emperor", "expires_in_days": "7"})
+    assert bad.status_code == 422 and "role" in bad.text
+    for days in ("x", "\u00b2", "\u0663", "1.5", "0", "-1", "99999999999", "3651"):  # ², Arabic-Indic 3
+        bad = admin.post("/admin/tokens", data={"csrf": csrf, "role": "consumer", "expires_in_days": days})
+        assert bad.status_code == 422 and "expires_in_days" in bad.text, days
+        assert "expires_in_seconds" not in bad.text, days  # the form's own field, never the API's
+    assert len(tokens.listed(world.engine, "acme")) == before
     assert admin.post("/admin/tokens", data={"csrf": "forged", "role": "admin"}).status_code == 403
     assert len(tokens.listed(world.engine, "acme")) == before
     revoked = admin.post(f"/admin/tokens/{token_id.group(1)}/revoke", data={"csrf": csrf})

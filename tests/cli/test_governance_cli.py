@@ -51,6 +51,18 @@ def test_tokens_belong_to_principals(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "principal" in bad.stderr
 
 
+def test_tokens_list_shows_each_limit_and_revoke_names_the_tenant_it_looked_in(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    jobgate(folder, "tokens", "create", "--role", "activator", "--job", "demo-hello")
+    other = json.loads(jobgate(folder, "--json", "tokens", "create", "--role", "admin", "--tenant", "tenb").stdout)
+    table = jobgate(folder, "tokens", "list").stdout
+    assert "jobs" in table and "demo-hello" in table and "all" in table  # a limited token never looks unlimited
+    missed = jobgate(folder, "tokens", "revoke", other["token_id"], check=False)
+    assert missed.returncode == 1 and "tenant 'default'" in missed.stderr and "--tenant" in missed.stderr
+    jobgate(folder, "tokens", "revoke", other["token_id"], "--tenant", "tenb")
+
+
 def test_init_production_turns_four_eyes_on_and_applies_nothing(tmp_path: Path) -> None:
     out = json.loads(jobgate(tmp_path, "--json", "init", "--production", "prod").stdout)
     assert out["applied"] == []

@@ -11,6 +11,7 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.errors import NotFoundError
 from jobgate.core.records import StoredToken
 from jobgate.core.tokens import Role
 from jobgate.service import tokens as service
@@ -82,7 +83,9 @@ def create(
 def list_tokens(app: AppContext, tenant: str | None) -> None:
     """Every token without its secret: id, tenant, role, limits, dates."""
     records = [_record(t) for t in service.listed(app.engine(), tenant)]
-    columns = ["token_id", "tenant", "role", "principal", "label", "created_at", "expires_at", "revoked_at"]
+    if not app.json_output:  # the table says "all" where --json says null: a limit is never left out
+        records = [{**r, "jobs": "all" if r["jobs"] is None else r["jobs"]} for r in records]
+    columns = ["token_id", "tenant", "role", "jobs", "principal", "label", "created_at", "expires_at", "revoked_at"]
     render.records(app.json_output, "tokens", records, columns)
 
 
@@ -92,5 +95,8 @@ def list_tokens(app: AppContext, tenant: str | None) -> None:
 @pass_app
 def revoke(app: AppContext, token_id: str, tenant: str) -> None:
     """Revoke a token: every request with it is refused from now on."""
-    service.revoke(app.engine(), tenant, token_id, actor=getpass.getuser())
+    try:
+        service.revoke(app.engine(), tenant, token_id, actor=getpass.getuser())
+    except NotFoundError as exc:
+        raise NotFoundError(f"{exc.message} in tenant {tenant!r} (--tenant names another)", field=exc.field) from None
     render.out.print(f"token {token_id} revoked")

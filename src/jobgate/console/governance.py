@@ -185,14 +185,12 @@ async def create_token(request: Request) -> Response:
     def create() -> TokenCreatedOut:
         admin_routes.tokens_in_use(state)
         jobs = [j for j in re.split(r"[\s,]+", form.get("jobs", "")) if j]
-        days = form.get("expires_in_days", "").strip()
         body = TokenCreateIn.model_validate(
             {
                 "role": form.get("role", ""),
                 "label": form.get("label", "").strip(),
                 "jobs": jobs or None,
-                # whole days from the form; anything else reaches the model as written, and is refused there
-                "expires_in_seconds": int(days) * 86400 if days.isdigit() else (days or None),
+                "expires_in_seconds": _expiry_seconds(form.get("expires_in_days", "")),
             }
         )
         return admin_routes.create_token(body, caller, state)
@@ -203,6 +201,20 @@ async def create_token(request: Request) -> Response:
         again=lambda message, status: _admin_page(request, message=message, status=status),
         what="No token created",
     )
+
+
+MAX_TOKEN_DAYS = 3650  # the API's limit (``TokenCreateIn.expires_in_seconds``), in the form's unit
+
+
+def _expiry_seconds(days_text: str) -> int | None:
+    """The form's whole days as the API's seconds; refused naming the form's own field (the API's
+    seconds are never shown here). ASCII digits only: ``"²".isdigit()`` is true."""
+    days = days_text.strip()
+    if not days:
+        return None
+    if not re.fullmatch(r"[0-9]{1,6}", days) or not 1 <= int(days) <= MAX_TOKEN_DAYS:
+        raise ValidationError(f"whole days from 1 to {MAX_TOKEN_DAYS}, or empty for no expiry", field="expires_in_days")
+    return int(days) * 86400
 
 
 @router.post("/admin/tokens/{token_id}/revoke")
