@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.api.conftest import World, build_world
+from tests.api.conftest import ACME_JOB, World, build_world
 
 from helpers import config_document, count
 from jobgate.config import load_config
 from jobgate.core.tokens import Role
 from jobgate.plugins import admission
+from jobgate.service import tokens
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 from plugin_kit import Kit, forgetting_plugins, make_kit
@@ -83,3 +84,14 @@ def test_status_and_probe_are_refused_to_everyone_but_an_admin(
     for method, path in (("GET", "/internal/plugins/status"), ("POST", "/internal/plugins/probe")):
         assert w.client.request(method, path, headers=w.headers("acme", role)).status_code == 403
         assert w.client.request(method, path).status_code == 401
+
+
+def test_status_and_probe_are_refused_to_an_admin_token_limited_to_definitions(
+    plugged: tuple[World, Kit, str, Path],
+) -> None:
+    """Like every route about the whole tenant: a limited token sees only what its limit covers."""
+    w = plugged[0]
+    limited = tokens.create(w.engine, tenant_id="acme", role="admin", actor="test", jobs=[ACME_JOB])
+    for method, path in (("GET", "/internal/plugins/status"), ("POST", "/internal/plugins/probe")):
+        refused = w.client.request(method, path, headers={"Authorization": f"Bearer {limited.token}"})
+        assert refused.status_code == 403 and refused.json()["field"] == "jobs", path

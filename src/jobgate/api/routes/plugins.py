@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from jobgate.api.access import ADMIN, allow, principal
+from jobgate.api.access import ADMIN, allow, whole_tenant
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.config import load_config
 from jobgate.config.plugins import PluginSettings
@@ -27,7 +27,10 @@ from jobgate.service.tokens import Principal
 
 router = APIRouter(prefix="/internal/plugins", tags=["plugins"])
 
-Caller = Annotated[Principal, Depends(principal)]
+
+# The catalogue is what every run of the tenant may use: a token limited to definitions is refused,
+# as on every route about the whole tenant.
+Caller = Annotated[Principal, Depends(whole_tenant)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
