@@ -236,3 +236,19 @@ def test_a_request_is_never_approved_by_its_requester_or_their_minted_credential
     assert request_refusal(MINTED_BY_ALICE, ALICE) is not None
     assert request_refusal(ALICE, MINTED_BY_ALICE) is not None
     assert request_refusal(BOB, ALICE) is None
+
+
+def test_a_four_eyes_refusal_names_each_person_for_what_they_did() -> None:
+    """The approver is named as the approver, the proposer or applier as such, and the minting
+    between them said in its direction (the refusal of a transitively minted token named the
+    approver as the proposer)."""
+    assert request_refusal(ALICE, ALICE_AGAIN).message.startswith("alice proposed this request")  # type: ignore[union-attr]
+    assert request_refusal(MINTED_TWICE, ALICE).message.startswith(  # type: ignore[union-attr]
+        "eve's credential was minted by alice, who proposed this request"
+    )
+    assert request_refusal(ALICE, MINTED_BY_ALICE).message.startswith(  # type: ignore[union-attr]
+        "alice minted the credential of mallory, who proposed this request"
+    )
+    on = ApprovalRule(four_eyes=True, executes_body=False)
+    refused = approval_refusal(on, MINTED_BY_ALICE, [BOB, ALICE])
+    assert refused is not None and refused.message.startswith("mallory's credential was minted by alice, who applied")

@@ -389,6 +389,16 @@ class Person:
         return frozenset((self.name, *self.minted_by))
 
 
+def how_related(approver: Person, other: Person, did: str) -> str:
+    """Why four eyes counts ``approver`` as ``other`` (who ``did`` the thing), naming each
+    person for what they did: "x1 minted the credential of p-admin, who proposed this request"."""
+    if approver.name == other.name:
+        return f"{approver.name} {did}"
+    if approver.name in other.minted_by:
+        return f"{approver.name} minted the credential of {other.name}, who {did}"
+    return f"{approver.name}'s credential was minted by {other.name}, who {did}"
+
+
 def same_person(a: Person, b: Person) -> bool:
     """Whether ``a`` and ``b`` may be one person: the same principal, or one minted the other's
     credential (directly or through a chain of minted tokens)."""
@@ -420,8 +430,7 @@ def approval_refusal(rule: ApprovalRule, approver: Person, appliers: Sequence[Pe
         if same_person(approver, applier):
             why = "its runner executes the body as code" if rule.executes_body else "governance.four_eyes is on"
             return GovernanceRefusal(
-                f"{approver.name} applied this version (or minted, or was minted by, its applier's credential); "
-                f"{why}, so a second person must approve it",
+                f"{how_related(approver, applier, 'applied this version')}; {why}, so a second person must approve it",
                 code="four_eyes",
                 rule="applier_cannot_approve",
                 field="approved_by",
@@ -435,8 +444,7 @@ def request_refusal(approver: Person, requester: Person) -> GovernanceRefusal | 
     if not same_person(approver, requester):
         return None
     return GovernanceRefusal(
-        f"{approver.name} proposed this request (or minted, or was minted by, the proposer's credential): "
-        "a second person must approve it",
+        f"{how_related(approver, requester, 'proposed this request')}: a second person must approve it",
         code="four_eyes",
         rule="requester_cannot_approve",
         field="approved_by",
