@@ -159,6 +159,29 @@ def test_an_unknown_query_parameter_is_refused_naming_it(world: World) -> None:
     assert count(world.engine, "definition_approvals") == before  # nothing approved
 
 
+def test_an_ambiguous_request_is_refused_naming_what_is_given_twice(world: World) -> None:
+    """A query parameter that takes one value given twice, a JSON key given twice, two
+    Authorization headers: which one counts would be a guess, so none does; nothing stored."""
+    operator = world.headers("acme", Role.OPERATOR)
+    admin = world.headers("acme", Role.ADMIN)
+    both = world.client.get(f"{API}/runs?limit=2&limit=1", headers=operator)
+    assert both.status_code == 400 and both.json()["field"] == "limit"
+    twice = world.client.get(f"{API}/runs?job_definition_id={ACME_JOB}&job_definition_id=other", headers=operator)
+    assert twice.status_code == 400 and twice.json()["field"] == "job_definition_id"
+    listed = world.client.get(f"{API}/runs?status=SCHEDULED&status=RUNNING", headers=operator)
+    assert listed.status_code == 200  # a parameter that takes a list is repeated by design
+    claim = world.client.get(f"{API}/runs?tenant_id=acme&tenant_id=other", headers=operator)
+    assert claim.status_code == 403 and claim.json()["field"] == "tenant_id"  # every value is a claim
+    before = count(world.engine, "job_runs")
+    body = '{"job_definition_id": "' + ACME_JOB + '", "params": {"n": "1"}, "params": {"n": "2"}}'
+    dup = world.client.post(f"{API}/runs", content=body, headers={**operator, "Content-Type": "application/json"})
+    assert dup.status_code == 400 and dup.json()["field"] == "params"
+    two = [("Authorization", admin["Authorization"]), ("Authorization", operator["Authorization"])]
+    twice_authorized = world.client.get(f"{API}/tokens", headers=two)
+    assert twice_authorized.status_code == 400 and twice_authorized.json()["field"] == "Authorization"
+    assert count(world.engine, "job_runs") == before
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "field"),
     [
@@ -210,3 +233,12 @@ def test_the_records_verification_names_a_tampered_record_and_the_keys_are_publi
     assert not found["ok"] and found["findings"][0]["kind"] == "token" and found["findings"][0]["column"] == "role"
     other = world.client.get("/api/v1/audit/verify/records", headers=world.headers("other", Role.AUDITOR)).json()
     assert other["ok"] and other["tenant_id"] == "other"  # another tenant's records are not in it
+
+
+@pytest.mark.parametrize("content", ["", "[]", "null", "3"])
+def test_a_body_missing_or_not_an_object_is_refused_naming_the_body(world: World, content: str) -> None:
+    operator = world.headers("acme", Role.OPERATOR)
+    json_headers = {**operator, "Content-Type": "application/json"}
+    refused = world.client.post(f"{API}/runs", content=content, headers=json_headers)
+    assert refused.status_code == 422 and refused.json()["field"] == "body", refused.text
+    assert count(world.engine, "job_runs") == 0

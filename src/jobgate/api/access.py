@@ -13,9 +13,12 @@ a rule tells the whole story.
 from __future__ import annotations
 
 import hmac
+import json
+from collections import abc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -114,6 +117,8 @@ async def enforce(request: Request) -> None:
     if rule.anonymous:
         return
     server = request.app.state.server
+    if len(request.headers.getlist("authorization")) > 1:  # which one counts would be a guess
+        raise BadRequest("the Authorization header is given more than once; send one", field="Authorization")
     principal, csrf = await identify(server, request)
     if is_console(request):
         request.state.csrf = csrf
@@ -169,22 +174,43 @@ def _declared_query(dependant: Any) -> set[str]:
     return names
 
 
-_QUERY_NAMES: dict[int, frozenset[str]] = {}
+def _repeatable_query(dependant: Any) -> set[str]:
+    """The declared query parameters that take a list (``?status=A&status=B``)."""
+    names = {p.alias for p in dependant.query_params if _is_list(p.field_info.annotation)}
+    for sub in dependant.dependencies:
+        names |= _repeatable_query(sub)
+    return names
+
+
+def _is_list(annotation: Any) -> bool:
+    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return any(get_origin(a) in (list, tuple, set, frozenset, abc.Sequence) for a in options)
+
+
+_QUERY_NAMES: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def check_query(request: Request, route: Any) -> None:
     """A query parameter the route does not declare is refused, naming it: an unknown one (a
-    misspelt filter, an ``expected_digest`` the route has no use for) must never be ignored."""
+    misspelt filter, an ``expected_digest`` the route has no use for) must never be ignored.
+    So is one given twice that takes one value (``?limit=2&limit=1``): which one counts would be
+    a guess the caller never sees."""
     if not request.url.query:
         return
     key = id(route)
-    names = _QUERY_NAMES.get(key)
-    if names is None:
-        names = _QUERY_NAMES[key] = frozenset(_declared_query(route.dependant))
+    found = _QUERY_NAMES.get(key)
+    if found is None:
+        found = _QUERY_NAMES[key] = (
+            frozenset(_declared_query(route.dependant)),
+            frozenset(_repeatable_query(route.dependant)),
+        )
+    names, repeatable = found
     for name in request.query_params:
         if name not in names and name not in _TENANT_KEYS:  # a tenant claim is checked on its own
             known = ", ".join(sorted(names)) or "none"
             raise BadRequest(f"this route has no query parameter {name!r} (it takes: {known})", field=name)
+        if name not in repeatable and len(request.query_params.getlist(name)) > 1:
+            raise BadRequest(f"the query parameter {name!r} takes one value; it is given more than once", field=name)
 
 
 # Where a body or a query may claim a tenant: the top level, a scope or a schedule, each document.
@@ -196,18 +222,38 @@ async def check_tenant_claims(request: Request, principal: Principal) -> None:
     """Seed 001: the tenant comes from the credential alone. A body or query naming another
     tenant is refused with 403 ``tenant_claim_mismatch``; naming the caller's own is harmless."""
     for key in _TENANT_KEYS:
-        value = request.query_params.get(key)
-        if value is not None and value != principal.tenant_id:
+        if any(value != principal.tenant_id for value in request.query_params.getlist(key)):
             raise TenantClaimMismatch(field=key)
     if request.method not in ("POST", "PUT", "PATCH", "DELETE"):
         return
+    body = await request.body()
+    if not body:
+        return
     try:
-        document = await request.json()
-    except Exception:
+        document = json.loads(body, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:  # {"params": ..., "params": ...}: which one counts would be a guess
+        raise BadRequest(f"the JSON body gives the key {exc.key!r} more than once", field=exc.key) from None
+    except ValueError:
         return  # not JSON: the route's own parsing says so
     for field, value in _claims(document):
         if value != principal.tenant_id:
             raise TenantClaimMismatch(field=field)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (``json``'s own rule keeps the last)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(key)
+        found[key] = value
+    return found
 
 
 def _claims(document: Any) -> list[tuple[str, Any]]:

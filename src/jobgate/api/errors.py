@@ -162,9 +162,13 @@ def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     if first.get("type") == "json_invalid":
         return JSONResponse(body("bad_request", "the body is not valid JSON"), status_code=400)
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
-    field = ".".join(loc) or None
+    where = [str(p) for p in first.get("loc", ())]
+    loc = [p for p in where if p not in ("body", "query", "path", "header")]
+    # a body missing or not an object names the body itself: every 422 names what to fix
+    field = ".".join(loc) or (where[0] if where else None)
     message = str(first.get("msg", "invalid"))
+    if field == "body":
+        message = f"the request body: {message}"
     return JSONResponse(body("validation_error", message, field), status_code=422)
 
 
