@@ -216,3 +216,15 @@ def test_an_id_token_with_another_nonce_is_refused(flow_world: World, issuer: Is
     issuer.codes[back["code"]]["nonce"] = "another"  # the provider signs a nonce we never sent
     assert client.get(path, params=back).status_code == 401
     assert client.get("/").status_code == 303
+
+
+def test_every_console_page_forbids_framing_sniffing_and_scripts_from_elsewhere(world: World) -> None:
+    client = _fresh_client(world)
+    login = client.get("/login")
+    _sign_in(client, method="token", token=world.tokens[("acme", Role.OPERATOR)])
+    for page in (login, client.get("/"), client.get("/runs")):
+        assert page.status_code == 200
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
+        assert "<script>" not in page.text  # no inline script the policy would have to admit

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.access import PUBLIC, READ, allow, console
 from jobgate.api.forms import form_of
-from jobgate.console.pages import state_of, templates
+from jobgate.console.pages import page_response, state_of, templates
 from jobgate.core.errors import JobgateError
 from jobgate.identity import sessions
 from jobgate.identity.errors import IdentityProviderUnavailable
@@ -57,7 +57,7 @@ def _cookie(
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     """A page drawn before anyone signed in (``pages.render`` draws those of a signed-in caller)."""
-    return HTMLResponse(templates.get_template(name).render(**context), status_code=status)
+    return page_response(templates.get_template(name).render(**context), status)
 
 
 def _login_page(request: Request, message: str | None = None, status: int = 200) -> HTMLResponse:
