@@ -503,3 +503,23 @@ def test_the_runs_page_takes_the_apis_filters_and_names_a_bad_one(world: World) 
     assert bad_status.status_code == 422 and "status: not one of" in bad_status.text
     bad_time = client.get("/runs", params={"created_from": "last week"})
     assert bad_time.status_code == 422 and "created_from" in bad_time.text
+
+
+def test_a_refused_console_page_is_a_page_naming_the_code_and_field(world: World) -> None:
+    """A role refusal, a missing record, an unknown or malformed parameter: the console's own
+    page (navigation, the reason, a way back), never the API's JSON, and nothing changed."""
+    auditor = _signed_in(world, "acme", Role.AUDITOR)
+    operator = _signed_in(world, "acme", Role.OPERATOR)
+    approvals = count(world.engine, "definition_approvals")
+    cases = [
+        (auditor.get("/admin"), 403, "forbidden"),
+        (auditor.post(f"/definitions/{ACME_JOB}/approve", data={"csrf": _csrf(auditor.get("/").text)}), 403, "role"),
+        (operator.get("/runs/doesnotexist"), 404, "job_run_id"),
+        (operator.get("/runs", params={"limit": "5"}), 400, "limit"),
+        (operator.get(f"/definitions/{ACME_JOB}", params={"from": "abc"}), 422, "from"),
+    ]
+    for response, status, named in cases:
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"].startswith("text/html"), response.text
+        assert "<nav" in response.text and named in response.text and 'href="/"' in response.text
+    assert count(world.engine, "definition_approvals") == approvals

@@ -108,7 +108,32 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.
     message = f"{exc.source}: {exc.message}" if exc.source else exc.message
+    page = _console_page(request, status, exc.code, message, exc.field)
+    if page is not None:
+        return page
     return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
+
+
+_PAGE_TITLES = {403: "Not allowed", 404: "Not found"}
+
+
+def _console_page(request: Request, status: int, code: str, message: str, field: str | None) -> Response | None:
+    """A refusal of a console page, drawn as a page for the signed-in caller (the console's own
+    layout and navigation, the code, the field and why); None when it is not a console page or
+    nobody is signed in yet (the API's JSON answer then)."""
+    if not _is_console(request) or getattr(request.state, "principal", None) is None:
+        return None
+    from jobgate.console.pages import render  # the console draws with this module's handlers installed
+
+    named = f", {field}" if field else ""
+    return render(
+        request,
+        "message.html",
+        status=status,
+        title=_PAGE_TITLES.get(status, "Refused"),
+        message=f"{message} ({code}{named})",
+        back="/",
+    )
 
 
 def _is_console(request: Request) -> bool:
@@ -155,7 +180,7 @@ def _audit_forbidden(request: Request, exc: Forbidden) -> None:
         log.exception("could not record an access refusal in the audit log")
 
 
-def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+def _validation_error(request: Request, exc: Exception) -> Response:
     """FastAPI's request validation: name the first failing field, as the service layer does."""
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
@@ -169,6 +194,9 @@ def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     message = str(first.get("msg", "invalid"))
     if field == "body":
         message = f"the request body: {message}"
+    page = _console_page(request, 422, "validation_error", message, field)
+    if page is not None:
+        return page
     return JSONResponse(body("validation_error", message, field), status_code=422)
 
 
