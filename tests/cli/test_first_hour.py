@@ -27,6 +27,26 @@ def test_a_folder_without_configuration_gets_no_database_and_is_told_what_to_run
     assert list(tmp_path.iterdir()) == []  # nothing created: no database, no lock file
 
 
+def test_migrate_without_a_folder_or_a_named_database_makes_nothing(tmp_path: Path) -> None:
+    refused = jobgate(tmp_path, "migrate", check=False)
+    assert refused.returncode == 1 and "no jobgate.yaml here" in refused.stderr and "--db" in refused.stderr
+    assert list(tmp_path.iterdir()) == []  # no database nothing else would open, no lock file
+
+
+def test_init_with_a_database_writes_it_into_the_folder_so_every_command_opens_it(tmp_path: Path) -> None:
+    """``init --db`` set up that database but left the folder pointing at a new SQLite file: its
+    own "next:" command then failed. The folder's configuration now names the database given."""
+    jobgate(tmp_path, "--db", "state/jobs.db", "init", "site")
+    folder = tmp_path / "site"
+    assert (
+        f'database: "sqlite:///{(tmp_path / "state" / "jobs.db").as_posix()}"' in (folder / "jobgate.yaml").read_text()
+    )
+    made = jobgate(folder, "--json", "submit", "demo-hello", "--param", "name=you")
+    assert "job_run_id" in made.stdout and not (folder / "jobgate.db").exists()
+    listed = jobgate(tmp_path, "--db", "state/jobs.db", "--json", "runs", "list").stdout
+    assert "demo-hello" in listed  # the run is in the database init was given
+
+
 def test_db_takes_a_path_or_a_url_and_migrate_is_the_one_door(tmp_path: Path) -> None:
     missing = jobgate(tmp_path, "--db", "state/jobs.db", "runs", "list", check=False)
     assert missing.returncode == 1 and "no database at" in missing.stderr and "jobgate migrate" in missing.stderr

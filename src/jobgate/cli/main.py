@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -16,7 +17,7 @@ import click
 
 from jobgate.cli import render
 from jobgate.cli.args import parse_params
-from jobgate.cli.context import AppContext, pass_app
+from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
 from jobgate.core.errors import NotReadyError, ValidationError
@@ -34,11 +35,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 def migrate(app: AppContext, check: bool) -> None:
     """Bring the database's schema to this version (creating a SQLite file if there is none).
     Nothing else migrates implicitly: other commands refuse an older database."""
-    from jobgate.config import resolve_database_url
+    from jobgate.config import DATABASE_ENV, resolve_database_url
     from jobgate.store.migrate import HEAD
     from jobgate.store.opening import database_url, open_store, revision_of
 
     config = app.config()
+    if config.path is None and not app.database and not os.environ.get(DATABASE_ENV):
+        # no folder, no database named: a database made here would be one nothing else opens
+        raise NotReadyError(f"{NO_CONFIG}, or name the database (--db or ${DATABASE_ENV})", field="config")
     url = database_url(resolve_database_url(config, app.database))
     if check:
         try:
@@ -80,6 +84,7 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
     if production:
         with resources.as_file(demo) as src:
             shutil.copy(src / "jobgate.production.yaml", target)
+        _name_database(target, app.database)
         (directory / "definitions").mkdir(exist_ok=True)
         app.config_path = str(target)
         engine = app.engine()
@@ -97,6 +102,7 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
         return
     with resources.as_file(demo) as src:
         shutil.copy(src / CONFIG_FILENAME, target)
+        _name_database(target, app.database)
         shutil.copy(src / "demo-runs.yaml", directory / "demo-runs.yaml")
         shutil.copy(src / "schedules.yaml", directory / "schedules.yaml")
         shutil.copytree(src / "definitions", directory / "definitions", dirs_exist_ok=True)
@@ -114,6 +120,27 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
     render.out.print(f"  applied    {len(applied)} definitions, approved by {_actor(None)}")
     render.out.print(f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)")
     render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
+
+
+def _name_database(config_file: Path, url: str | None) -> None:
+    """Write the database ``init`` was given (``--db``) into the new folder's configuration, so
+    every later command in the folder opens the database ``init`` set up, not a new SQLite file."""
+    if not url:
+        return
+    from jobgate.store.opening import database_url, sqlite_file
+
+    url = database_url(url)  # a file path as its URL, from where init ran
+    found = sqlite_file(url)
+    if found is not None and not found.is_absolute():
+        url = f"sqlite:///{found.resolve().as_posix()}"
+    lines = config_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("# database:"):
+            lines[i] = f"database: {json.dumps(url)}   # given to `jobgate init --db`\n"
+            break
+    else:
+        lines.insert(0, f"database: {json.dumps(url)}   # given to `jobgate init --db`\n")
+    config_file.write_text("".join(lines), encoding="utf-8")
 
 
 # Who applies the definitions jobgate ships (the demo's): the package, not the person approving.
