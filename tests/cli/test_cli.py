@@ -112,3 +112,19 @@ def test_dead_letter_and_requeue(folder: Path) -> None:
 def test_unknown_run_is_a_clear_error(folder: Path) -> None:
     proc = jobgate(folder, "runs", "show", "TGJOBRUN-nope", check=False)
     assert proc.returncode == 1 and "not_found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_apply_says_whether_each_version_may_run(folder: Path) -> None:
+    """A blank "approved" read as "not approved" for a definition approved long before: the
+    column now says what a newcomer needs to know of each version applied."""
+    (folder / "definitions" / "later.yaml").write_text(
+        "job_definition_id: later\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+    )
+    states = {
+        a["job_definition_id"]: a["approval"]
+        for a in json.loads(jobgate(folder, "--json", "apply", "definitions").stdout)
+    }
+    assert states["later"] == "needs approval" and states["demo-hello"] == "approved"
+    again = json.loads(jobgate(folder, "--json", "apply", "definitions/later.yaml", "--approve").stdout)
+    assert [a["approval"] for a in again] == ["approved now"]
+    assert "needs approval" not in jobgate(folder, "apply", "definitions").stdout

@@ -153,7 +153,8 @@ def test_run_tables_fit_80_columns_and_their_short_ids_are_accepted(tmp_path: Pa
     missing = jobgate(folder, "runs", "show", "0123456789ab", check=False)
     assert missing.returncode == 1 and "no run whose id ends with '0123456789ab'" in missing.stderr
     remote = jobgate(folder, "--server", "http://127.0.0.1:1", "--token", "t", "runs", "show", short, check=False)
-    assert remote.returncode == 1 and "cannot reach" in remote.stderr  # looked up on the server, like the rest
+    assert remote.returncode == 69 and "cannot reach" in remote.stderr  # looked up on the server, like the rest
+    assert "unavailable" in remote.stderr  # as an unreachable database says it: not the caller's input
 
 
 def test_a_misdeployed_worker_burns_no_run(tmp_path: Path) -> None:

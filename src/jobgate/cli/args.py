@@ -11,5 +11,7 @@ def parse_params(values: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValidationError(f"{item!r} is not of the form key=value", field="--param")
+        if key in params:  # which value counts would be a guess: say so, store nothing
+            raise ValidationError(f"{key!r} is given more than once ({params[key]!r}, {value!r})", field="--param")
         params[key] = value
     return params

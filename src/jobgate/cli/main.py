@@ -194,13 +194,14 @@ def _apply(
     return [
         {
             "job_definition_id": r.job_definition_id,
+            "tenant_id": item.definition.tenant_id,
             "version": r.version,
             "digest": r.digest,
             "created": r.created,
             "source": r.source,
             "approved": r.job_definition_id in approved,
         }
-        for r in results
+        for item, r in zip(loaded, results, strict=True)
     ]
 
 
@@ -228,24 +229,40 @@ def apply(app: AppContext, paths: tuple[Path, ...], modules: tuple[str, ...], ap
     applied = _apply(
         app, list(paths), modules=modules, approve_as=_actor(by) if approve else None, applied_by=_actor(by)
     )
+    for a in applied:
+        a["approval"] = _approval_state(app, a)
     if app.json_output:
         render.emit_json(applied)
         return
     render.table(
         "applied",
-        ["definition", "version", "digest", "change", "approved", "source"],
+        ["definition", "version", "digest", "change", "approval", "source"],
         [
             (
                 a["job_definition_id"],
                 a["version"],
                 a["digest"][:23] + "…",
                 "new version" if a["created"] else "unchanged",
-                "yes" if a["approved"] else "",
+                a["approval"],
                 a["source"],
             )
             for a in applied
         ],
     )
+
+
+def _approval_state(app: AppContext, applied: dict[str, Any]) -> str:
+    """Whether the version just applied may run, as a newcomer reads it: ``approved now`` (by
+    this ``--approve``), ``approved`` (content and code approved before), ``code changed``
+    (content approved, its code since edited) or ``needs approval``."""
+    from jobgate.service import approvals
+
+    if applied["approved"]:
+        return "approved now"
+    found = approvals.status(app.engine(), applied["tenant_id"], applied["job_definition_id"])
+    if not found.approved:
+        return "needs approval"
+    return "approved" if found.code_matches else "code changed"
 
 
 @click.group()

@@ -14,7 +14,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jobgate.core.errors import ConflictError, JobgateError, NotFoundError, QuotaExceededError, ValidationError
+from jobgate.core.errors import (
+    ConflictError,
+    JobgateError,
+    NotFoundError,
+    QuotaExceededError,
+    UnavailableError,
+    ValidationError,
+)
 from jobgate.core.idempotency import is_short_run_id
 from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import Scope
@@ -198,7 +205,7 @@ class RemoteRuns:
         try:
             response = self.http.request(method, path, **kwargs)
         except self._transport_error as exc:
-            raise ValidationError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
+            raise UnavailableError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
         if response.status_code >= 400:
             self._refuse(response)
         return response
@@ -226,7 +233,7 @@ class RemoteRuns:
                     self._refuse(response)
                 yield response.iter_lines()
         except self._transport_error as exc:
-            raise ValidationError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
+            raise UnavailableError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
 
     def close(self) -> None:
         self.http.close()
