@@ -101,6 +101,19 @@ def _go(driver: Any, element: Any) -> None:
     WebDriverWait(driver, 30).until(replaced)  # generous: CI runs this beside the whole suite
 
 
+def _text_of(driver: Any, element_id: str) -> str | None:
+    """An element's text now, or None while the page's script is replacing it (the run page
+    redraws its status in place as the run's events arrive)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        text: str = driver.find_element(By.ID, element_id).text
+    except StaleElementReferenceException:
+        return None
+    return text
+
+
 def _absent(driver: Any, by: str, value: str) -> bool:
     """Whether the page has no such element, asked at once (not after the implicit wait)."""
     driver.implicitly_wait(0)
@@ -160,7 +173,7 @@ def test_an_operator_signs_in_finds_a_run_and_cancels_it(world: World, served: s
     reason.send_keys("no longer needed")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Cancel run']"))
     wait_until(
-        lambda: browser.find_element(By.ID, "run-status").text == "CANCELLED", timeout=30, what="the run cancelled"
+        lambda: _text_of(browser, "run-status") == "CANCELLED", timeout=30, what="the run cancelled"
     )
     assert "no longer needed" in browser.page_source
     browser.get(f"{served}/runs")

@@ -232,6 +232,21 @@ def test_a_token_is_revoked_once_by_its_own_tenant(engine: Engine) -> None:
     assert revoked is not None and (revoked.revoked_at, revoked.revoked_by) == (at, "admin")
 
 
+def test_an_ended_session_is_found_until_it_would_have_expired_then_forgotten(engine: Engine) -> None:
+    """``session_end`` names a signed-out console session; a second end of it changes nothing,
+    and each end drops the sessions that would have expired by then."""
+    with engine.store.write(tenant_id="default") as tx:
+        tx.session_end("default", "a" * 64, T0, T0 + timedelta(hours=8))
+        tx.session_end("default", "a" * 64, T0 + timedelta(minutes=1), T0 + timedelta(hours=9))  # no-op
+        tx.session_end("default", "b" * 64, T0, T0 + timedelta(minutes=5))
+    with engine.store.read(tenant_id="default") as tx:
+        assert tx.session_ended("a" * 64) and tx.session_ended("b" * 64) and not tx.session_ended("c" * 64)
+    with engine.store.write(tenant_id="default") as tx:  # b's cookie has expired by now: its row goes
+        tx.session_end("default", "c" * 64, T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+    with engine.store.read(tenant_id="default") as tx:
+        assert [tx.session_ended(x * 64) for x in "abc"] == [True, False, True]
+
+
 # ---------------------------------------------------------------------------- safe mode
 
 

@@ -114,26 +114,16 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
 
 
-_PAGE_TITLES = {403: "Not allowed", 404: "Not found"}
-
-
 def _console_page(request: Request, status: int, code: str, message: str, field: str | None) -> Response | None:
-    """A refusal of a console page, drawn as a page for the signed-in caller (the console's own
-    layout and navigation, the code, the field and why); None when it is not a console page or
-    nobody is signed in yet (the API's JSON answer then)."""
-    if not _is_console(request) or getattr(request.state, "principal", None) is None:
+    """A refusal of a console page, as the console draws it for the signed-in caller (its
+    ``refusal_page``, set on the application by ``console.app``: the API imports nothing of the
+    console); None when it is not a console page, nobody is signed in yet, or no console is
+    served (the API's JSON answer then)."""
+    draw = getattr(request.app.state, "refusal_page", None)
+    if draw is None or not _is_console(request) or getattr(request.state, "principal", None) is None:
         return None
-    from jobgate.console.pages import render  # the console draws with this module's handlers installed
-
-    named = f", {field}" if field else ""
-    return render(
-        request,
-        "message.html",
-        status=status,
-        title=_PAGE_TITLES.get(status, "Refused"),
-        message=f"{message} ({code}{named})",
-        back="/",
-    )
+    page: Response = draw(request, status, code, message, field)
+    return page
 
 
 def _is_console(request: Request) -> bool:

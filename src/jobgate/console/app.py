@@ -6,12 +6,13 @@ import each other back); this is where the two are put together, for ``jobgate s
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from jobgate.api import app as api_app
 from jobgate.api.server_state import ServerState
 from jobgate.console import definitions, governance, requests, schedules, signin, views, workflows
+from jobgate.console.pages import render
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -25,4 +26,22 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(governance.router)
     app.include_router(schedules.router)
     app.include_router(workflows.router)
+    app.state.refusal_page = refusal_page  # the API's error handlers draw a console page's refusal with it
     return app
+
+
+def refusal_page(request: Request, status: int, code: str, message: str, field: str | None) -> Response:
+    """A refusal of a console page, drawn as a page for the signed-in caller: the console's own
+    layout and navigation, the code, the field and why, and a way back."""
+    named = f", {field}" if field else ""
+    return render(
+        request,
+        "message.html",
+        status=status,
+        title=_PAGE_TITLES.get(status, "Refused"),
+        message=f"{message} ({code}{named})",
+        back="/",
+    )
+
+
+_PAGE_TITLES = {403: "Not allowed", 404: "Not found"}
