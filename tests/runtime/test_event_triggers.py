@@ -13,6 +13,7 @@ from jobgate.core.models import DefinitionStatus
 from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
 from jobgate.service.triggers import emit_event, post_alert, record_fact
+from jobgate.store.base import RunFilter
 from jobgate.testing import connection
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -59,6 +60,47 @@ def test_a_refused_or_paused_subscriber_is_recorded_and_stores_no_run(engine: En
     with engine.store.read() as tx:
         assert [r for _, r in tx.misses_list("default", "a")] == ["refused"]
         assert [r for _, r in tx.misses_list("default", "b")] == ["paused"]
+
+
+def test_an_event_delivered_again_after_the_configuration_changed_finds_its_run(engine: Engine) -> None:
+    """The key covers the configuration's digest; safe mode's overrides (or an edited profile)
+    change it. The run still holds its job's slot for that event id: one run per event, ever."""
+    job = define(engine, trigger_type="event", params=[{"name": "name", "pattern": "[A-Za-z]{1,20}"}])
+    subscribe(engine, "on-done", job, "pipeline.completed", payload_params=("name",))
+    assert emit(engine, "pipeline.completed", "ev-1", name="Ada") == [("on-done", True, None)]
+    with engine.store.write() as tx:  # safe mode binding new runs to tightened settings
+        tx.safe_mode_activate("default", "ops", "an incident", T0, {"profile_overrides": {"timeout": 5}})
+    with engine.store.read() as tx:
+        (first,) = tx.runs_list(RunFilter(tenant_id="default"))
+    assert emit(engine, "pipeline.completed", "ev-1", name="Ada") == [("on-done", False, None)]
+    with pytest.raises(ConflictError):  # still one event: other data under its id is refused
+        emit(engine, "pipeline.completed", "ev-1", name="Bob")
+    assert emit(engine, "pipeline.completed", "ev-3", name="Ada") == [("on-done", True, None)]
+    with engine.store.read() as tx:
+        runs = tx.runs_list(RunFilter(tenant_id="default"))
+    assert len(runs) == 2 and first.config_digest not in {r.config_digest for r in runs if r != first}
+    long_id = "e" * 200  # a slot names a long id by its digest: the slot's column is bounded
+    assert emit(engine, "pipeline.completed", long_id, name="Ada") == [("on-done", True, None)]
+    assert emit(engine, "pipeline.completed", long_id, name="Ada") == [("on-done", False, None)]
+
+
+@pytest.mark.parametrize("value", [None, True, False, {"a": 1}, ["Ada"]])
+def test_event_data_that_is_not_a_string_or_a_number_is_refused_naming_it(engine: Engine, value: object) -> None:
+    """``null`` or ``true`` reached the job as "None" or "True"; nothing fires now, nothing stored."""
+    job = define(engine, trigger_type="event", params=[{"name": "name", "pattern": ".{1,20}"}])
+    subscribe(engine, "on-done", job, "pipeline.completed", payload_params=("name",))
+    with pytest.raises(ValidationError) as err:
+        emit_event(
+            engine,
+            event_type="pipeline.completed",
+            event_id="ev-1",
+            data={"name": value},
+            tenant_id="default",
+            actor="t",
+        )
+    assert err.value.field == "data.name"
+    assert count(engine, "job_runs") == 0
+    assert emit(engine, "pipeline.completed", "ev-2", name=12) == [("on-done", True, None)]  # a number: its text
 
 
 @pytest.mark.parametrize(
@@ -154,3 +196,19 @@ def test_a_bad_fact_is_refused_and_nothing_is_recorded(engine: Engine, name: str
         record_fact(engine, tenant_id="default", name=name, value=value, source="test", actor="t")
     assert err.value.field == field
     assert count(engine, "facts") == 0
+
+
+def test_a_payload_param_the_definition_does_not_declare_is_refused_when_stored(engine: Engine) -> None:
+    """Every event carrying it would be refused: a schedule that could never fire is refused,
+    naming the field, and nothing is stored; a name listed twice is refused too."""
+    from jobgate.service.schedules import put_schedules
+
+    job = define(engine, trigger_type="event", params=[{"name": "name", "pattern": ".{1,20}"}])
+    for listed in (("nosuch",), ("name", "name")):
+        with pytest.raises(ValidationError) as err:
+            s = check_schedule(Schedule("x", job, ScheduleKind.EVENT, T0, event_type="e", payload_params=listed))
+            put_schedules(engine, [s], source="test", now=T0)
+        assert err.value.field == "payload_params", listed
+    assert count(engine, "schedules") == 0
+    ok = check_schedule(Schedule("x", job, ScheduleKind.EVENT, T0, event_type="e", payload_params=("name",)))
+    put_schedules(engine, [ok], source="test", now=T0)

@@ -7,6 +7,7 @@ from datetime import timedelta
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import FiniteFloat
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.capabilities import advertised
@@ -17,7 +18,7 @@ from jobgate.service import cluster
 @click.option("--all", "include_stopped", is_flag=True, help="also the workers that stopped")
 @click.option(
     "--stale-after",
-    type=float,
+    type=FiniteFloat(0, 1e9),
     default=cluster.STALE_AFTER.total_seconds(),
     show_default=True,
     help="seconds without a heartbeat before a worker is shown as stale",

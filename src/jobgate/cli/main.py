@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import parse_params
+from jobgate.cli.args import FiniteFloat, parse_params
 from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
@@ -591,7 +591,7 @@ def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
 @click.option(
     "--prefetch", type=click.IntRange(0, 5000), default=0, show_default=True, help="runs claimed beyond free threads"
 )
-@click.option("--lease-seconds", type=click.FloatRange(1, 3600), help="lease length (renewed every third)")
+@click.option("--lease-seconds", type=FiniteFloat(1, 3600), help="lease length (renewed every third)")
 @click.option("--poll-ms", type=click.IntRange(1, 60_000), help="poll interval when idle")
 @click.option("--no-publisher", is_flag=True, help="do not deliver outbox events from this process")
 @click.option("--exit-when-idle", is_flag=True, help="stop once nothing is running or due")

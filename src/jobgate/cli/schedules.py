@@ -16,6 +16,7 @@ import click
 from rich.progress import Progress
 
 from jobgate.cli import render
+from jobgate.cli.args import FiniteFloat
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
@@ -182,7 +183,9 @@ def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
 
 @schedules.command("recommend")
 @click.argument("schedule_id")
-@click.option("--every", "every_seconds", type=float, required=True, help="the proposed interval in seconds")
+@click.option(
+    "--every", "every_seconds", type=FiniteFloat(-1e9, 1e9), required=True, help="the proposed interval in seconds"
+)
 @click.option("--by", "source", required=True, help="who recommends it (e.g. the DSAIL recommender)")
 @click.option("--reason")
 @click.option("--tenant", default="default", show_default=True)
@@ -486,7 +489,7 @@ def _json_object(data: str) -> dict[str, Any]:
 
 
 @click.command("scheduler")
-@click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=10, show_default=True)
+@click.option("--lease-seconds", type=FiniteFloat(1, 3600), default=10, show_default=True)
 @click.option("--once", is_flag=True, help="one pass (fire what is due), then exit")
 @click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
 @click.option("--redis-url", metavar="URL", help="subscribe to pub/sub triggers here (over the config's pubsub.url)")

@@ -35,6 +35,23 @@ def trigger_identity(trigger: Trigger) -> str:
     return f"trigger:{trigger.trigger_id}"
 
 
+EVENT_SLOT_PREFIX = "TGEVENT-"
+_SLOT_CHARS = 300  # job_runs.slot's width
+
+
+def event_slot(trigger: Trigger) -> str | None:
+    """The slot a run made for an outside event holds: one run per job and event id, whatever
+    changed since the first delivery. The key alone did not hold it: the key covers the
+    configuration's digest, so an event delivered again after a configuration edit (or with safe
+    mode's overrides on) made a second run. None for every other trigger."""
+    if trigger.trigger_type not in (TriggerType.EVENT, TriggerType.QUEUE) or not trigger.source_event_id:
+        return None
+    slot = EVENT_SLOT_PREFIX + trigger.source_event_id
+    if len(slot) > _SLOT_CHARS:  # a long id is named by its digest: the slot's column is bounded
+        slot = EVENT_SLOT_PREFIX + "sha256:" + hashlib.sha256(trigger.source_event_id.encode("utf-8")).hexdigest()
+    return slot
+
+
 def idempotency_key(
     *,
     job_definition_id: str,

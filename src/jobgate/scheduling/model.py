@@ -197,9 +197,11 @@ def check_schedule(s: Schedule) -> Schedule:
         )
     if not s.kind.evented and (s.event_type is not None or s.payload_params):
         raise ValidationError("only event schedules take an event type", field="event_type", source=s.schedule_id)
-    for name in s.payload_params:
+    for i, name in enumerate(s.payload_params):
         if not name.isidentifier():
             raise ValidationError(f"{name!r} is not a field name", field="payload_params", source=s.schedule_id)
+        if name in s.payload_params[:i]:
+            raise ValidationError(f"{name!r} is listed twice", field="payload_params", source=s.schedule_id)
     if s.misfire_grace < timedelta(0):
         raise ValidationError("must not be negative", field="misfire_grace", source=s.schedule_id)
     if not 1 <= s.max_catchup <= MAX_CATCHUP_LIMIT:

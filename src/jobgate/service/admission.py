@@ -310,5 +310,8 @@ def refusal_event(request: SubmitRequest, exc: GovernanceRefusal, *, actor: str 
             "trigger_id": request.trigger_id,
             "request_id": request.request_id,
             "workflow_run_id": request.workflow_run_id,
+            # what the refused trigger was, where no trigger id says it (an event, a slot)
+            **({"source_event_id": request.source_event_id} if request.source_event_id else {}),
+            **({"slot": request.slot} if request.slot else {}),
         },
     )

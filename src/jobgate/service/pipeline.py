@@ -25,7 +25,7 @@ from jobgate.core.audit import ACTING, AuditEvent, attributed
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, ValidationError
 from jobgate.core.governance import Moment, SafeModeFact, admit
-from jobgate.core.idempotency import client_request_key, idempotency_key, retry_key, retry_run_id
+from jobgate.core.idempotency import client_request_key, event_slot, idempotency_key, retry_key, retry_run_id
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
@@ -222,8 +222,11 @@ class Pipeline:
             run = run.evolve(retry_of=retry_of)
         if request.workflow_run_id is not None:
             run = run.evolve(workflow_run_id=request.workflow_run_id)
-        if request.slot is not None:
-            run = run.evolve(slot=request.slot)
+        slot = request.slot
+        if slot is None and retry_of is None:  # a retry is another run of the same event
+            slot = event_slot(trigger)
+        if slot is not None:
+            run = run.evolve(slot=slot)
         if request.via_request:  # a second person reviewed it: its approver (safe mode's manual review)
             run = run.evolve(reviewed_by=actor or request.requested_by or SYSTEM_ACTOR)
         create = RunCreate(

@@ -344,6 +344,15 @@ def _check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None
     window = ExecutionWindow(now - s.every, now) if s.kind is ScheduleKind.BATCH_WINDOW and s.every else None
     rendered = magic.render(s.params, now, s.zone, window)
     supplied = set(s.payload_params)
+    declared = {spec.name for spec in definition.params}
+    undeclared = [name for name in s.payload_params if name not in declared]
+    if undeclared:  # every event carrying it would be refused: a schedule that could never fire
+        known = ", ".join(sorted(declared)) or "none"
+        raise ValidationError(
+            f"{undeclared[0]!r} is not a param of definition {definition.job_definition_id!r} (its params: {known})",
+            field="payload_params",
+            source=s.schedule_id,
+        )
     specs = [replace(spec, required=False) if spec.name in supplied else spec for spec in definition.params]
     validate_params(specs, rendered, source=s.schedule_id)
 

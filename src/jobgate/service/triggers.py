@@ -4,8 +4,9 @@ Events: an event posted to jobgate fires the schedules that subscribe to its typ
 
 The event never chooses what runs: it is matched by type against schedules an operator stored,
 and from its data only the fields a schedule lists in ``payload_params`` reach the job, as
-params the definition must declare (seed 004). The source event id is part of each run's
-idempotency key, so an event delivered twice makes each run once.
+params the definition must declare (seed 004), each a string or a number. The source event id
+is part of each run's idempotency key and its slot (one run per job and event id, whatever the
+configuration), so an event delivered twice makes each run once.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def emit_event(
             and i.schedule.event_type == event_type
             and (only_definitions is None or i.schedule.job_definition_id in only_definitions)
         ]
+    for schedule in subscribed:  # checked before any schedule fires: all or nothing
+        for name in schedule.payload_params:
+            if name in data:
+                param_value(data[name], name)
     now = engine.clock.now()
     out: list[EventFire] = []
     for schedule in subscribed:
@@ -136,12 +141,23 @@ def _request(
         at=now,
         actor=actor,
         reason=f"event {event_type} via schedule {schedule.schedule_id}",
-        extra_params={name: str(data[name]) for name in schedule.payload_params if name in data},
+        extra_params={name: param_value(data[name], name) for name in schedule.payload_params if name in data},
         source_event_id=event_id,
         event_type=event_type,
         payload=data,
         origin=origin,
     )
+
+
+def param_value(value: Any, name: str) -> str:
+    """An event field as the param it becomes: a string as given, a finite number as its text.
+    ``null``, ``true`` or an object reached the job as ``"None"``, ``"True"`` or a dict's repr;
+    they are refused, naming the field, as ``POST /runs`` refuses them."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    raise ValidationError(f"a string or a number (it becomes the param {name!r})", field=f"data.{name}")
 
 
 def _record(engine: Engine, schedule: Schedule, miss: Miss) -> None:
