@@ -242,6 +242,44 @@ def test_an_edit_committed_while_a_tick_plans_makes_its_plan_stale(
     assert stored is not None and stored.schedule.paused and stored.watermark == T0
 
 
+@pytest.mark.parametrize("misfire", list(MisfirePolicy))
+def test_a_pause_no_scheduler_saw_still_holds_its_slots(engine: Engine, misfire: MisfirePolicy) -> None:
+    """Paused from 02:30 to 05:30 and resumed with no tick in between: the slots of the pause
+    (03:00, 04:00, 05:00) are recorded paused and never run, as when a scheduler ticked through
+    it; those owed while it was active (01:00, 02:00 before; 06:00 after) go by its misfire
+    policy. The guide relies on it to move a daily job between timezones."""
+    from jobgate.service.schedules import set_paused
+
+    job = define(engine)
+    add(engine, hourly(job, misfire=misfire, misfire_grace=timedelta(minutes=5)))
+    assert set_paused(engine, "default", "hourly", True, now=T0 + 2.5 * HOUR, actor="ops")
+    assert set_paused(engine, "default", "hourly", False, now=T0 + 5.5 * HOUR, actor="ops")
+    Scheduler(engine, owner="a").tick(T0 + 6 * HOUR + timedelta(seconds=1))
+    with engine.store.read() as tx:
+        misses = dict(tx.misses_list("default", "hourly"))
+        fired = {r.trigger_id for r in tx.runs_list(RunFilter(tenant_id="default"))}
+    assert {at: r for at, r in misses.items() if r == "paused"} == {T0 + h * HOUR: "paused" for h in (3, 4, 5)}
+    paused_slots = {f"TGTRIG-hourly@2026-03-01T0{h}:00:00Z" for h in (3, 4, 5)}
+    assert not fired & paused_slots
+    assert "TGTRIG-hourly@2026-03-01T06:00:00Z" in fired  # on time after the resume
+    late = {f"TGTRIG-hourly@2026-03-01T0{h}:00:00Z" for h in (1, 2)}
+    expected_late = {MisfirePolicy.FIRE_ALL: late, MisfirePolicy.FIRE_ONCE: {max(late)}, MisfirePolicy.SKIP: set()}
+    assert fired & late == expected_late[misfire]
+
+
+def test_pause_spans_follow_the_switches_since_the_watermark() -> None:
+    from jobgate.scheduling.plan import Period, pause_spans
+
+    t = [T0 + h * HOUR for h in range(8)]
+    assert pause_spans([], after=t[0]) == ()
+    assert pause_spans([(t[1], False, True), (t[2], True, False)], after=t[0]) == (Period(t[1], t[2]),)
+    # paused before the watermark, resumed after it; paused again and still paused
+    switches = [(t[2], True, False), (t[4], False, True)]
+    assert pause_spans(switches, after=t[0]) == (Period(t[0], t[2]), Period(t[4]))
+    # an edit that kept the state is no switch
+    assert pause_spans([(t[1], False, False), (t[3], False, True), (t[5], True, True)], after=t[0]) == (Period(t[3]),)
+
+
 @pytest.mark.parametrize("windows", [False, True])
 def test_backfill_refuses_slots_not_due_yet_and_stores_nothing(engine: Engine, windows: bool) -> None:
     """A slot still ahead (a batch window not closed) is the scheduler's, at its time: run early,

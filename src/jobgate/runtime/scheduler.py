@@ -31,10 +31,11 @@ from jobgate.scheduling.plan import (
     Plan,
     apply_overlap,
     next_fires,
+    pause_spans,
     plan,
     plan_periods,
 )
-from jobgate.scheduling.records import StoredSchedule
+from jobgate.scheduling.records import StoredSchedule, pause_switches
 from jobgate.service import control
 from jobgate.service.cluster import SCHEDULER_LEADER
 from jobgate.service.engine import Engine
@@ -120,10 +121,21 @@ class Scheduler:
         if item.schedule.kind is ScheduleKind.SAFE_MODE:
             p = plan_periods(item.schedule, watermark=item.watermark, now=now, periods=periods)
         else:
-            p = plan(item.schedule, watermark=item.watermark, now=now)
+            p = plan(item.schedule, watermark=item.watermark, now=now, paused=self._paused_since(item))
         if not p.fires and not p.misses and p.watermark == item.watermark:
             return  # nothing owed: keep the watermark, write nothing
         self._execute(item.schedule, item.watermark, p, token, now, result, version=item.updated_at)
+
+    def _paused_since(self, item: StoredSchedule) -> tuple[Period, ...]:
+        """The spans the schedule was paused in since its watermark: a pause and a resume with no
+        tick between them left no trace in the watermark, and the slots owed then would run.
+        Read only when the schedule changed since the watermark (nothing else can pause it)."""
+        if item.updated_at <= item.watermark:
+            return ()
+        s = item.schedule
+        with self.engine.store.read(tenant_id=s.tenant_id) as tx:
+            changes = tx.changes_list(s.tenant_id, s.schedule_id, since=item.watermark)
+        return pause_spans(pause_switches(changes), after=item.watermark)
 
     def _failed(self, item: StoredSchedule, exc: Exception, now: datetime) -> None:
         """One schedule's plan or fire failed: it is marked failing (its error kept, tried again

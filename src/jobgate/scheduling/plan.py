@@ -176,9 +176,19 @@ def parse_slot(slot: str | None) -> tuple[str, datetime] | None:
         return None
 
 
-def plan(schedule: Schedule, *, watermark: datetime, now: datetime, until: datetime | None = None) -> Plan:
+def plan(
+    schedule: Schedule,
+    *,
+    watermark: datetime,
+    now: datetime,
+    until: datetime | None = None,
+    paused: Sequence[Period] = (),
+) -> Plan:
     """The fires and misses owed for the slots in ``(watermark, min(now, until)]``; lateness is
-    measured from ``now``, and the watermark moves to the end of the range."""
+    measured from ``now``, and the watermark moves to the end of the range. ``paused``: the spans
+    the schedule was paused in since the watermark (``pause_spans``), whether or not a scheduler
+    ran then: their slots are recorded paused and never run, as while it is paused; the misfire
+    policy decides among the others."""
     end = now if until is None else min(now, until)
     if end <= watermark:
         return Plan((), (), watermark)
@@ -189,7 +199,11 @@ def plan(schedule: Schedule, *, watermark: datetime, now: datetime, until: datet
     late: deque[Slot] = deque(maxlen=keep)
     on_time: list[Slot] = []
     unrecorded, first_unrecorded, last_unrecorded = 0, None, None
+    held: deque[Slot] = deque(maxlen=MAX_RECORDED_MISSES)  # slots of a span it was paused in
     for slot in slots(schedule, watermark, end):
+        if paused and not schedule.paused and within(slot.fire_at, paused):
+            held.append(slot)
+            continue
         if schedule.paused or now - slot.fire_at > schedule.misfire_grace:
             if len(late) == keep:
                 unrecorded += 1
@@ -207,10 +221,12 @@ def plan(schedule: Schedule, *, watermark: datetime, now: datetime, until: datet
             f"recorded by this warning, not one by one"
         )
     if schedule.paused:
-        paused = tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in late)
-        return Plan((), paused, end, tuple(warnings))
+        recorded = tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in late)
+        return Plan((), recorded, end, tuple(warnings))
     fires, misses = _decide_late(schedule, list(late), warnings)
     fires += [_fire(schedule, s, late=False) for s in on_time]
+    misses += [Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in held]
+    misses.sort(key=lambda m: m.fire_at)
     return Plan(tuple(fires), tuple(misses), end, tuple(warnings))
 
 
@@ -224,6 +240,31 @@ class Period:
 
 
 _INSTANT = timedelta(microseconds=1)  # the resolution of stored instants
+
+
+def within(at: datetime, spans: Sequence[Period]) -> bool:
+    """Whether ``at`` falls in one of ``spans`` (from ``since``, until before ``until``)."""
+    return any(p.since <= at and (p.until is None or at < p.until) for p in spans)
+
+
+def pause_spans(switches: Sequence[tuple[datetime, bool, bool]], *, after: datetime) -> tuple[Period, ...]:
+    """The spans a schedule was paused in since ``after``, from its pause switches in order:
+    ``(at, paused before, paused after)`` (an edit that kept the state is no switch). A span
+    open at the end is open (``until`` None): the schedule is still paused."""
+    spans: list[Period] = []
+    since: datetime | None = after if switches and switches[0][1] else None
+    for at, was, now_paused in switches:
+        if was == now_paused:
+            continue
+        if now_paused:
+            since = at
+        elif since is not None:
+            if at > after:
+                spans.append(Period(max(since, after), at))
+            since = None
+    if since is not None:
+        spans.append(Period(max(since, after)))
+    return tuple(spans)
 
 
 def plan_periods(schedule: Schedule, *, watermark: datetime, now: datetime, periods: Sequence[Period]) -> Plan:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,3 +56,32 @@ class ScheduleChange:
     accepted: bool
     source: str
     reason: str | None
+
+
+_STATE_FIELDS = ("paused", "resumed")  # values "active" / "paused"
+_DOCUMENT_FIELDS = ("created", "updated")  # values: the schedule's document, with its "paused"
+
+
+def pause_switches(changes: Iterable[ScheduleChange]) -> list[tuple[datetime, bool, bool]]:
+    """``(at, paused before, paused after)`` of every recorded change that set the schedule's
+    pause state (a pause, a resume, an edit of its document), in order: what
+    ``plan.pause_spans`` reads to find the spans it was paused in."""
+    out: list[tuple[datetime, bool, bool]] = []
+    for c in changes:
+        if not c.accepted:
+            continue
+        if c.field in _STATE_FIELDS:
+            out.append((c.changed_at, c.old_value == "paused", c.new_value == "paused"))
+        elif c.field in _DOCUMENT_FIELDS:
+            after = _paused_in(c.new_value)
+            before = after if c.old_value is None else _paused_in(c.old_value)
+            out.append((c.changed_at, before, after))
+    return out
+
+
+def _paused_in(document: str) -> bool:
+    try:
+        found = json.loads(document)
+    except ValueError:
+        return False
+    return bool(found.get("paused")) if isinstance(found, dict) else False

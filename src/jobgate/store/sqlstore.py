@@ -452,8 +452,8 @@ class StoreTx:
         )
         self.audit_append([event])
 
-    def changes_list(self, tenant_id: str, schedule_id: str) -> list[ScheduleChange]:
-        return schedules.changes_list(self._conn, tenant_id, schedule_id)
+    def changes_list(self, tenant_id: str, schedule_id: str, since: datetime | None = None) -> list[ScheduleChange]:
+        return schedules.changes_list(self._conn, tenant_id, schedule_id, since)
 
     def fact_record(self, tenant_id: str, name: str, value: float, now: datetime, source: str) -> None:
         schedules.fact_record(self._conn, tenant_id, name, value, now, source)

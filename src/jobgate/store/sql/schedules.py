@@ -280,9 +280,14 @@ def change_record(conn: Connection, tenant_id: str, schedule_id: str, change: Sc
     )
 
 
-def changes_list(conn: Connection, tenant_id: str, schedule_id: str) -> list[ScheduleChange]:
+def changes_list(
+    conn: Connection, tenant_id: str, schedule_id: str, since: datetime | None = None
+) -> list[ScheduleChange]:
+    """A schedule's changes in order; ``since``: only those recorded after it."""
     c = schedule_changes.c
     q = select(schedule_changes).where(c.tenant_id == tenant_id, c.schedule_id == schedule_id).order_by(c.id)
+    if since is not None:
+        q = q.where(c.changed_at > codec.to_us(since))
     return [
         ScheduleChange(
             codec.from_us(r.changed_at), r.field, r.old_value, r.new_value, bool(r.accepted), r.source, r.reason
