@@ -100,3 +100,17 @@ def test_audit_verify_fails_closed_when_the_http_sink_cannot_be_read(tmp_path: P
     assert "secret-token" not in refused.stderr + refused.stdout and "Traceback" not in refused.stderr
     offline = jobgate(folder, "audit", "verify", "--offline")
     assert offline.returncode == 0 and "not checked against the sink" in offline.stderr
+
+
+def test_audit_list_shows_the_newest_entries_and_pages_on_from_a_position(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    every = json.loads(jobgate(folder, "--json", "audit", "list", "--limit", "100000").stdout)
+    seqs = [e["seq"] for e in every]
+    assert seqs == sorted(seqs) and len(seqs) > 3
+    newest = jobgate(folder, "--json", "audit", "list", "--limit", "2")
+    assert [e["seq"] for e in json.loads(newest.stdout)] == seqs[-2:]  # the newest, in chain order
+    table = jobgate(folder, "audit", "list", "--limit", "2")
+    assert "the newest 2 entries" in table.stderr and "--after 0" in table.stderr
+    page = json.loads(jobgate(folder, "--json", "audit", "list", "--after", str(seqs[0]), "--limit", "2").stdout)
+    assert [e["seq"] for e in page] == seqs[1:3]

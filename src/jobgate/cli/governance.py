@@ -137,13 +137,40 @@ def audit_group() -> None:
 @click.option("--action")
 @click.option("--target", help="a target id (run, definition, request, token ...)")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--after",
+    "after_seq",
+    type=click.IntRange(0),
+    help="the entries after this position, oldest first (default: the newest --limit entries)",
+)
 @pass_app
 def audit_list(
-    app: AppContext, tenant: str, actor: str | None, action: str | None, target: str | None, limit: int
+    app: AppContext,
+    tenant: str,
+    actor: str | None,
+    action: str | None,
+    target: str | None,
+    limit: int,
+    after_seq: int | None,
 ) -> None:
-    entries = audit.search(
-        app.engine(), audit.AuditFilter(tenant_id=tenant, actor=actor, action=action, target_id=target, limit=limit)
+    """The audit log's entries in chain order: the newest ``--limit`` of them, or with ``--after``
+    a page from that position on (a full page says how to read on)."""
+    wanted = audit.AuditFilter(
+        tenant_id=tenant,
+        actor=actor,
+        action=action,
+        target_id=target,
+        limit=limit,
+        after_seq=after_seq or 0,
+        newest=after_seq is None,
     )
+    entries = audit.search(app.engine(), wanted)
+    if len(entries) == limit and not app.json_output:
+        if after_seq is None:
+            hint = f"the newest {limit} entries; older ones: --after 0 (or a higher --limit)"
+        else:
+            hint = f"{limit} entries from {after_seq + 1}; the next page: --after {entries[-1].seq}"
+        render.err.print(hint)
     rows = [
         {
             "seq": e.seq,

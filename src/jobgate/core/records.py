@@ -26,6 +26,7 @@ class AuditFilter:
     at_to: datetime | None = None
     after_seq: int = 0  # pages in chain order
     limit: int = 100
+    newest: bool = False  # the last ``limit`` entries (still given in chain order), not the first
 
 
 @dataclass(frozen=True)

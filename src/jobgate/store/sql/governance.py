@@ -225,6 +225,8 @@ def audit_list(conn: Connection, f: AuditFilter) -> list[AuditEntry]:
         q = q.where(A.at >= codec.to_us(f.at_from))
     if f.at_to is not None:
         q = q.where(A.at < codec.to_us(f.at_to))
+    if f.newest:
+        return [_entry(r) for r in reversed(conn.execute(q.order_by(A.seq.desc()).limit(f.limit)).all())]
     return [_entry(r) for r in conn.execute(q.order_by(A.seq).limit(f.limit))]
 
 
