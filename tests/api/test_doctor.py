@@ -121,3 +121,24 @@ def test_doctor_reports_tenant_separation_on_postgresql_only(engine: object) -> 
         assert checks["tenant separation"].level is Level.GREEN
     else:
         assert "tenant separation" not in checks
+
+
+def test_without_a_leader_only_active_timed_schedules_count_as_not_firing(engine: object) -> None:
+    """Paused schedules fire nothing anyway, and event, queue, policy and alert schedules fire
+    where their input arrives: none of them needs a scheduler."""
+    from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+    from jobgate.service.engine import Engine
+
+    assert isinstance(engine, Engine)
+    made = [
+        Schedule("timed", "job", ScheduleKind.INTERVAL, NOW, every=timedelta(hours=1)),
+        Schedule("paused", "job", ScheduleKind.INTERVAL, NOW, every=timedelta(hours=1), paused=True),
+        Schedule("evented", "job", ScheduleKind.EVENT, NOW, event_type="x.y"),
+        Schedule("watching", "job", ScheduleKind.POLICY, NOW, condition="load > 3"),
+    ]
+    with engine.store.write() as tx:
+        for s in made:
+            tx.schedule_put(check_schedule(s), watermark=NOW, source="test", now=NOW)
+    checks = {c.name: c for c in doctor.run_checks(engine)}
+    assert checks["scheduler leader"].level is Level.RED
+    assert "1 active timed schedules are not firing" in checks["scheduler leader"].detail

@@ -53,7 +53,7 @@ class Facts:
     oldest_due: datetime | None
     workers: list[WorkerInfo]
     leader: LockInfo | None
-    schedules: int
+    schedules: int  # active schedules only a scheduler leader fires (timed, configuration, safe mode)
     outbox: int
     oldest_outbox: datetime | None
     outages: list[LockInfo] = field(default_factory=list)  # open dependency outages (runtime.dependencies)
@@ -148,7 +148,8 @@ def judge_leader(now: datetime, leader: LockInfo | None, schedules: int) -> Chec
         return Check("scheduler leader", Level.GREEN, f"held by {leader.owner}")
     if schedules == 0:
         return Check("scheduler leader", Level.GREEN, "no leader, and no schedule needs one")
-    return Check("scheduler leader", Level.RED, f"no scheduler holds the lease: {schedules} schedules are not firing")
+    detail = f"no scheduler holds the lease: {schedules} active timed schedules are not firing"
+    return Check("scheduler leader", Level.RED, detail)
 
 
 def judge_outbox(now: datetime, pending: int, oldest: datetime | None) -> Check:
@@ -230,9 +231,14 @@ def gather(engine: Engine, tenant_id: str | None) -> Facts:
         waiting = tx.runs_waiting_by_digest(tenant_id)
         latest = [tx.anchors.last(t) for t in ([tenant_id] if tenant_id else tx.audit_tenants())]
     failing = [s for s in stored if s.failures]
+    # what only a leader fires: active schedules with slots (or watching the configuration or safe
+    # mode); event, queue, policy and alert schedules fire where their input arrives
+    needing_leader = [
+        s for s in stored if not s.schedule.paused and not (s.schedule.kind.evented or s.schedule.kind.conditional)
+    ]
     signed_by = next((a.key_id for a in latest if a is not None and a.signature is not None), None)
     return Facts(
-        now, revision, due, oldest_due, workers, leader, len(stored), outbox, oldest_outbox, outages, failing,
+        now, revision, due, oldest_due, workers, leader, len(needing_leader), outbox, oldest_outbox, outages, failing,
         unanchored, engine.config.evidence.anchor_window, bypassing, waiting, tenant_id, signed_by,
     )  # fmt: skip
 
