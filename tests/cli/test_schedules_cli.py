@@ -44,8 +44,11 @@ def test_add_list_next_pause_resume_delete(folder: Path) -> None:
     assert [f["local"][11:16] for f in mine] == ["09:00", "09:00"]
     assert all(f["utc"][11:13] in ("13", "14") for f in mine)  # 09:00 EDT or EST
     assert {f["schedule_id"] for f in fires} == {"hello-9", "t-cron"}  # and the one the definition keeps
+    assert {f["state"] for f in mine} == {"active"}
     jobgate(folder, "schedules", "pause", "hello-9")
     assert listed(folder)["hello-9"]["state"] == "paused"
+    paused = json.loads(jobgate(folder, "--json", "next", job, "--count", "2").stdout)
+    assert {f["state"] for f in paused if f["schedule_id"] == "hello-9"} == {"paused: not run"}
     jobgate(folder, "schedules", "resume", "hello-9")
     assert listed(folder)["hello-9"]["state"] == "active"
     jobgate(folder, "schedules", "delete", "hello-9")

@@ -118,6 +118,14 @@ def test_a_bad_event_is_refused_naming_the_field(
     assert count(engine, "job_runs") == 0
 
 
+@pytest.mark.parametrize("event_type", ["", "x y", "x\ty", "x" * 201, "é"])
+def test_an_event_type_no_schedule_could_subscribe_to_is_refused(engine: Engine, event_type: str) -> None:
+    """Every door says so (the API refused an empty type; the CLI answered "no schedule")."""
+    with pytest.raises(ValidationError) as err:
+        emit_event(engine, event_type=event_type, event_id="e-1", data={}, tenant_id="default", actor="t")
+    assert err.value.field == "event_type"
+
+
 def test_event_schedules_take_an_event_type_and_no_time(engine: Engine) -> None:
     with pytest.raises(ValidationError) as err:
         check_schedule(Schedule("e", "job", ScheduleKind.EVENT, T0))

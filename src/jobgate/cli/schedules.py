@@ -287,7 +287,8 @@ def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
 @click.option("--tenant", default="default", show_default=True)
 @pass_app
 def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
-    """The next fire times of JOB's schedules, in each schedule's timezone and in UTC."""
+    """The next fire times of JOB's schedules, in each schedule's timezone and in UTC (a paused
+    schedule's are marked: they are recorded as missed, not run)."""
     with app.engine().store.read() as tx:
         items = [i for i in tx.schedules_list(tenant) if i.schedule.job_definition_id == job]
     if not items:
@@ -299,6 +300,8 @@ def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
             rows.append(
                 {
                     "schedule_id": i.schedule.schedule_id,
+                    # a paused schedule's slots are recorded as missed, not run: said on each row
+                    "state": "paused: not run" if i.schedule.paused else "active",
                     "local": slot.fire_at.astimezone(i.schedule.zone).isoformat(),
                     "utc": isoformat_utc(slot.fire_at),
                     "window": None

@@ -108,7 +108,7 @@ MAX_CATCHUP_LIMIT = 100_000
 MAX_SCHEDULE_ID = 200  # the column's width
 # tzdata files that stand for the host's own zone setting, not a place.
 HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
-_EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")  # what a schedule subscribes to, what an event names
 
 
 def check_schedule(s: Schedule) -> Schedule:
@@ -191,7 +191,7 @@ def check_schedule(s: Schedule) -> Schedule:
         raise ValidationError(
             "only policy and alert schedules take a condition", field="condition", source=s.schedule_id
         )
-    if s.kind.evented and (not s.event_type or not _EVENT_TYPE.fullmatch(s.event_type)):
+    if s.kind.evented and (not s.event_type or not EVENT_TYPE.fullmatch(s.event_type)):
         raise ValidationError(
             "needs an event type (letters, digits, '.', '_', '-', ':')", field="event_type", source=s.schedule_id
         )

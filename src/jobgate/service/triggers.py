@@ -22,7 +22,7 @@ from typing import Any
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, ValidationError
 from jobgate.scheduling import conditions
-from jobgate.scheduling.model import Schedule
+from jobgate.scheduling.model import EVENT_TYPE, Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import audit
@@ -59,6 +59,8 @@ def emit_event(
     """Fire every schedule of ``tenant_id`` subscribed to ``event_type``; one result per schedule.
     ``only_definitions`` (a token limited to some definitions) leaves the others' schedules be;
     ``origin`` (seed §18: source engine, signal, ECO, policy context) is recorded with each run."""
+    if not EVENT_TYPE.fullmatch(event_type or ""):  # no schedule could subscribe to it: a typo, say so
+        raise ValidationError("an event type: 1-200 letters, digits, '.', '_', '-', ':'", field="event_type")
     if not event_id or len(event_id) > MAX_EVENT_ID or any(ord(c) < 32 for c in event_id):
         raise ValidationError(f"an event id of 1 to {MAX_EVENT_ID} printable characters", field="id")
     if not isinstance(data, Mapping):
