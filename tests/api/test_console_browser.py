@@ -101,14 +101,14 @@ def _go(driver: Any, element: Any) -> None:
     WebDriverWait(driver, 30).until(replaced)  # generous: CI runs this beside the whole suite
 
 
-def _text_of(driver: Any, element_id: str) -> str | None:
-    """An element's text now, or None while the page's script is replacing it (the run page
-    redraws its status in place as the run's events arrive)."""
+def _text_of(driver: Any, element_id: str, by: str = "id") -> str | None:
+    """An element's text now, or None while the page's script is replacing it (the run and
+    workflow pages redraw their content in place as the run's events arrive, at once for a run
+    that has ended)."""
     from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
 
     try:
-        text: str = driver.find_element(By.ID, element_id).text
+        text: str = driver.find_element(by, element_id).text
     except StaleElementReferenceException:
         return None
     return text
@@ -172,9 +172,7 @@ def test_an_operator_signs_in_finds_a_run_and_cancels_it(world: World, served: s
     assert browser.find_element(By.CSS_SELECTOR, "label[for=cancel-reason]").text == "Reason"
     reason.send_keys("no longer needed")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Cancel run']"))
-    wait_until(
-        lambda: _text_of(browser, "run-status") == "CANCELLED", timeout=30, what="the run cancelled"
-    )
+    wait_until(lambda: _text_of(browser, "run-status") == "CANCELLED", timeout=30, what="the run cancelled")
     assert "no longer needed" in browser.page_source
     browser.get(f"{served}/runs")
     _shot(browser, "runs")
@@ -258,7 +256,9 @@ def test_four_eyes_end_to_end_and_the_run_completes_live(world: World, served: s
     status = browser.find_element(By.ID, "run-status")
     assert status.text == "SCHEDULED"
     with running_worker(world.engine):
-        wait_until(lambda: status.text == "COMPLETED", timeout=30, what="the run page showing COMPLETED live")
+        wait_until(
+            lambda: _text_of(browser, "run-status") == "COMPLETED", timeout=30, what="the run page showing COMPLETED"
+        )
     assert len(browser.find_elements(By.CSS_SELECTOR, "#transitions tr")) >= 5  # rows added as they came
     assert _absent(browser, By.ID, "cancel-form")  # a finished run offers no cancel
     _shot(browser, "run-live")
@@ -482,7 +482,7 @@ def test_every_page_has_labelled_controls_and_fits_a_desktop_and_a_phone(
         browser.set_window_size(width, 900)
         for name, path in pages.items():
             browser.get(served + path)
-            assert browser.find_element("tag name", "h1").text, path
+            wait_until(lambda: bool(_text_of(browser, "h1", "tag name")), timeout=30, what=f"{path}'s heading")
             assert browser.title.endswith(" · jobgate") and len(browser.title) < 120, (path, browser.title)
             assert browser.execute_script(UNLABELLED) == [], path
             sideways = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")

@@ -272,8 +272,9 @@ def _claims(document: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def principal(request: Request) -> Principal:
-    """The caller, as ``enforce`` established it (a handler dependency)."""
+async def principal(request: Request) -> Principal:
+    """The caller, as ``enforce`` established it (a handler dependency). ``async``: FastAPI runs
+    a plain function dependency on a thread of its pool, a hop there and back for one attribute."""
     found: Principal = request.state.principal
     return found
 

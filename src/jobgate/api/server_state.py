@@ -143,6 +143,7 @@ class ServerState:
                 self._streams.pop(holder, None)
 
 
-def server_state(request: Request) -> ServerState:
+async def server_state(request: Request) -> ServerState:
+    """The server's state (a handler dependency; ``async``, as ``access.principal`` says why)."""
     found: ServerState = request.app.state.server
     return found
