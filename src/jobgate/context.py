@@ -229,8 +229,8 @@ class ExecutionContext:
         if self._log_sink is not None:
             self._log_sink.write(text)
             return
-        with self.log_path.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+        with self.log_path.open("a", encoding="utf-8", errors="backslashreplace") as fh:  # a file name's lone
+            fh.write(text)  # surrogate is written as its escape, not a failure of the attempt
 
 
 def add_store_effect(ctx: ExecutionContext, effect: StoreEffect) -> None:

@@ -14,7 +14,11 @@ from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.testing import connection
 
-PARAMS = [{"name": "seconds", "pattern": "[0-9.]+"}, {"name": "fail_effect_on", "pattern": "[0-9]"}]
+PARAMS = [
+    {"name": "seconds", "pattern": "[0-9.]+"},
+    {"name": "fail_effect_on", "pattern": "[0-9]"},
+    {"name": "fail_with", "pattern": "[a-z]+"},
+]
 
 
 def effects(engine: Engine) -> list[tuple[str, int]]:
@@ -65,10 +69,13 @@ def test_an_attempt_whose_lease_was_taken_commits_no_effect(ledger: Engine) -> N
     assert worker.stale_writes_refused + worker.lease_losses >= 1
 
 
-def test_an_effect_that_fails_undoes_itself_and_the_attempt_is_retried(ledger: Engine) -> None:
+@pytest.mark.parametrize("fail_with", ["exception", "interrupt"])
+def test_an_effect_that_fails_undoes_itself_and_the_attempt_is_retried(ledger: Engine, fail_with: str) -> None:
+    """An effect raising KeyboardInterrupt (not an Exception) killed the worker's loop: the
+    process exited 0 and the run stayed RUNNING until its lease expired."""
     engine = ledger
     job = ledger_job(engine)
-    run = engine.submit(SubmitRequest(job, params={"fail_effect_on": "1"})).run
+    run = engine.submit(SubmitRequest(job, params={"fail_effect_on": "1", "fail_with": fail_with})).run
     plain = engine.submit(SubmitRequest(job, request_id="plain")).run
     with running_worker(engine):
         done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED)

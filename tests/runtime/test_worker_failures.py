@@ -367,3 +367,43 @@ def test_a_run_keeps_the_retry_policy_it_was_admitted_under(engine: Engine, tmp_
         assert done.bound_retry_policy is not None and done.bound_retry_policy["max_attempts"] == 3
     finally:
         later.store.dispose()
+
+
+@pytest.mark.parametrize("kind", ["KeyboardInterrupt", "GeneratorExit", "BaseException"])
+def test_a_handler_raising_past_exception_fails_its_attempt_and_the_worker_goes_on(engine: Engine, kind: str) -> None:
+    """It killed the pool's thread: the run stayed RUNNING and the next run waited for ever."""
+    bad = define(engine, handler="engine_handlers:interrupted", retry_policy="no_retry_v1", params=[{"name": "kind"}])
+    good = define(engine, handler="engine_handlers:succeed")
+    failed = engine.submit(SubmitRequest(bad, params={"kind": kind})).run
+    after = engine.submit(SubmitRequest(good)).run
+    with running_worker(engine, concurrency=1):
+        done = wait_status(engine, failed.job_run_id, RunStatus.DEAD_LETTERED)
+        wait_status(engine, after.job_run_id, RunStatus.COMPLETED)
+    assert done.error_code == kind and "raised by the handler" in (done.error_message or "")
+
+
+def test_a_result_that_is_not_unicode_text_fails_its_run_alone(engine: Engine) -> None:
+    """A lone surrogate in a result made every settlement of the worker's batch unwritable: the
+    innocent runs beside it were dead-lettered as lease expiries and SIGTERM went unheard."""
+    bad = define(engine, handler="engine_handlers:surrogate_result", retry_policy="no_retry_v1")
+    good = define(engine, handler="engine_handlers:succeed")
+    failed = engine.submit(SubmitRequest(bad)).run
+    fine = [engine.submit(SubmitRequest(good, request_id=f"f{i}")).run for i in range(3)]
+    with running_worker(engine):
+        done = wait_status(engine, failed.job_run_id, RunStatus.DEAD_LETTERED)
+        for run in fine:
+            wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
+    assert done.error_code == "INVALID_RESULT" and "surrogate" in (done.error_message or "")
+
+
+def test_a_failure_holding_what_a_store_refuses_is_recorded_escaped(engine: Engine) -> None:
+    """PostgreSQL refuses NUL in text, no store takes a lone surrogate: the settlement failed
+    and the run was dead-lettered as a lease expiry, its real error lost."""
+    job = define(engine, handler="engine_handlers:unstorable_failure", retry_policy="test_fixed_v1")
+    run = engine.submit(SubmitRequest(job)).run
+    with running_worker(engine):
+        done = wait_status(engine, run.job_run_id, RunStatus.DEAD_LETTERED)
+    assert done.error_code == "CODE_X"
+    assert done.error_message == "bad byte \\x00 in caf\\udce9"
+    (letter,) = dead_letters(engine, run.job_run_id)
+    assert letter.reason is DeadLetterReason.NON_RETRYABLE_VALIDATION_FAILURE and letter.last_error_code == "CODE_X"

@@ -157,6 +157,8 @@ def ledger(ctx: ExecutionContext) -> dict[str, Any]:
 
     def effect(conn: Any) -> None:
         if ctx.params.get("fail_effect_on") == str(attempt):
+            if ctx.params.get("fail_with") == "interrupt":  # what is not an Exception, from handler code
+                raise KeyboardInterrupt("the effect interrupted itself")
             raise ValueError("the ledger refused the entry")
         insert = text("INSERT INTO test_effects (job_run_id, attempt) VALUES (:r, :a)")
         conn.execute(insert, {"r": run_id, "a": attempt})
@@ -234,3 +236,21 @@ def leaky(ctx: ExecutionContext) -> dict[str, Any]:
     logging.getLogger("httpx").info('HTTP Request: POST http://u:s3cret@127.0.0.1:9/x?token=T0KEN "HTTP/1.1 200 OK"')
     logging.getLogger("acme.sync").warning("calling https://svc:pa55@api.example/v1/sync?key=K3Y failed")
     return {}
+
+
+def interrupted(ctx: ExecutionContext) -> None:
+    """Handler code raising what is not an ``Exception`` (signals never reach a pool thread)."""
+    kind = ctx.params.get("kind", "KeyboardInterrupt")
+    raise {"KeyboardInterrupt": KeyboardInterrupt, "GeneratorExit": GeneratorExit, "BaseException": BaseException}[
+        kind
+    ]("raised by the handler")
+
+
+def surrogate_result(ctx: ExecutionContext) -> dict[str, Any]:
+    """A file name os.listdir decodes with surrogateescape: not Unicode text."""
+    return {"name": b"caf\xe9.csv".decode("utf-8", "surrogateescape")}
+
+
+def unstorable_failure(ctx: ExecutionContext) -> None:
+    """A failure whose code and message hold what a store refuses (NUL, a lone surrogate)."""
+    raise NonRetryableError("bad byte \x00 in caf" + b"\xe9".decode("utf-8", "surrogateescape"), error_code="CODE\x00X")

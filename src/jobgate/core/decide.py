@@ -8,6 +8,7 @@ and for a replay, so all three agree by construction.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -29,9 +30,43 @@ class OutcomeKind(StrEnum):
 
 @dataclass(frozen=True)
 class Outcome:
+    """How an attempt ended. Its code and message come from handler code (an exception's class
+    and text, a code it chose): they are made storable here, the one door every outcome passes,
+    so no handler can write what a store refuses and leave its settlement unwritable (PostgreSQL
+    refuses NUL, and no store takes a lone surrogate as UTF-8), or a code of any length."""
+
     kind: OutcomeKind
     error_code: str | None = None
     error_message: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error_code is not None:
+            object.__setattr__(self, "error_code", error_code_of(self.error_code))
+        if self.error_message is not None:
+            object.__setattr__(self, "error_message", storable_text(self.error_message))
+
+
+ERROR_CODE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def error_code_of(code: str) -> str:
+    """``code`` as an error code: letters, digits and ``_ . : -``, at most 64; anything else is
+    replaced by ``_`` (a code names a kind of failure, it carries no free text)."""
+    if ERROR_CODE.fullmatch(code):
+        return code
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", code)[:64].strip("_") or "ERROR"
+
+
+def storable_text(text: str) -> str:
+    """``text`` with what a store refuses written as escapes: NUL as ``\\x00``, a lone surrogate
+    (a file name decoded with ``surrogateescape``, say) as ``\\udcXX``."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 @dataclass(frozen=True)

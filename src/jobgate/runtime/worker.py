@@ -45,6 +45,7 @@ from jobgate.runtime.capabilities import CapabilityProbe
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.dispatch import Dispatcher, grace_for
 from jobgate.runtime.executors.base import ExecutionResult, Executor
+from jobgate.runtime.executors.python import described
 from jobgate.runtime.named_locks import HeldLock, NamedLocks, lock_name
 from jobgate.runtime.otel import attempt_spans
 from jobgate.runtime.threads import TaskThreads
@@ -641,8 +642,8 @@ class Worker:
                         for store_effect in record.store_effects:
                             store_effect(tx)
                 out += matched
-            except Exception as exc:
-                if is_transient(exc):
+            except BaseException as exc:  # an effect is handler code: whatever it raises fails its attempt
+                if isinstance(exc, Exception) and is_transient(exc):
                     raise  # the whole turn is retried: nothing is lost
                 log.warning(
                     "run %s: its completion effect failed (%s); the attempt is retried",
@@ -650,7 +651,7 @@ class Worker:
                     type(exc).__name__,
                     extra=self._run_fields(run_id, action="effect_failed"),
                 )
-                message = f"completion effect failed: {type(exc).__name__}: {exc}"[:500]
+                message = f"completion effect failed: {type(exc).__name__}: {described(exc)}"[:500]
                 failed = settle_attempt(
                     record.run,
                     Outcome(OutcomeKind.RETRYABLE_FAILURE, "EFFECT_FAILED", message),
@@ -726,7 +727,7 @@ class Worker:
                     result = flight.executor.execute(flight.ctx)
             else:
                 result = flight.executor.execute(flight.ctx)
-        except Exception as exc:  # an executor bug must not kill the worker
+        except BaseException as exc:  # an executor bug, or what a handler raised past it: never the pool's thread
             log.exception(
                 "executor failed for run %s",
                 flight.run.job_run_id,

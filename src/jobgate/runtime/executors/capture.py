@@ -45,7 +45,7 @@ class AttemptLog:
         if self._file is None:
             path = self._path()
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8", errors="replace")
+            self._file = path.open("a", encoding="utf-8", errors="backslashreplace")
             self._file.write(f"[jobgate] attempt {self._attempt}\n")
         return self._file
 

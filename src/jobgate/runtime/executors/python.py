@@ -85,9 +85,10 @@ class PythonExecutor:
         except RetryableError as exc:
             _log(ctx, f"[jobgate] handler {self.handler} failed (retryable, {exc.error_code}): {exc}")
             return _failure(OutcomeKind.RETRYABLE_FAILURE, exc.error_code, str(exc))
-        except (Exception, SystemExit) as exc:  # a handler calling sys.exit must not end the worker
+        except BaseException as exc:  # sys.exit, KeyboardInterrupt, GeneratorExit raised by
+            # the handler's own code (signals reach the main thread, never this one) end its attempt, not the worker
             _log(ctx, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc)))
-            return _failure(OutcomeKind.RETRYABLE_FAILURE, type(exc).__name__, str(exc) or type(exc).__name__)
+            return _failure(OutcomeKind.RETRYABLE_FAILURE, type(exc).__name__, described(exc))
         return _as_result(value)
 
 
@@ -106,14 +107,38 @@ def _as_result(value: object) -> ExecutionResult:
             f"handler returned {type(value).__name__}; expected a dict or None",
         )
     try:
-        normalised = json.loads(json.dumps(value, allow_nan=False))
+        text = json.dumps(value, allow_nan=False)
+        normalised = json.loads(text)
+        json.dumps(normalised, ensure_ascii=False).encode("utf-8")  # every string is Unicode text
+    except UnicodeEncodeError:
+        return _failure(
+            OutcomeKind.NON_RETRYABLE_FAILURE,
+            "INVALID_RESULT",
+            "handler result holds a string that is not Unicode text (a lone surrogate: a file name "
+            "decoded with surrogateescape?); decode it, or return its bytes as base64",
+        )
     except (TypeError, ValueError, RecursionError) as exc:
         return _failure(
             OutcomeKind.NON_RETRYABLE_FAILURE,
             "INVALID_RESULT",
             f"handler result is not JSON-serialisable: {exc}",
         )
+    if len(normalised) != len(value):  # {1: "a", "1": "b"}: two keys became one
+        return _failure(
+            OutcomeKind.NON_RETRYABLE_FAILURE,
+            "INVALID_RESULT",
+            "handler result has keys that are the same as JSON text (an int and its digits as a string)",
+        )
     return ExecutionResult(Outcome(OutcomeKind.SUCCEEDED), result=normalised)
+
+
+def described(exc: BaseException) -> str:
+    """An exception's text for the run's record: its ``str``, or its class when that is empty
+    or itself raises (a handler's exception class can do anything)."""
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:  # whatever a broken __str__ raises
+        return type(exc).__name__
 
 
 def _failure(kind: OutcomeKind, code: str, message: str) -> ExecutionResult:
