@@ -37,6 +37,28 @@ def test_a_request_id_finds_the_same_run_locally_and_through_the_api(engine: Eng
     assert count(engine, "job_runs") == runs  # nothing stored for the conflicting request
 
 
+def test_equal_values_written_differently_are_the_same_request(engine: Engine) -> None:
+    """The guide: equal values make equal keys (``10.50`` is the decimal ``10.5``). Under a
+    caller's key they were a 409, the request's digest being of the text as sent."""
+    job = define(
+        engine,
+        params=[
+            {"name": "amount", "type": "decimal", "required": False},
+            {"name": "n", "type": "integer", "required": False},
+            {"name": "at", "type": "datetime", "required": False},
+        ],
+    )
+    local = LocalRuns(engine)
+    sent = {"amount": "12.50", "n": "7", "at": "2026-03-29T10:00:00+01:00"}
+    first = local.submit(Submission(job, sent, None, "k-2"), tenant="default", actor="ops")
+    same = {"amount": "12.5", "n": "+007", "at": "2026-03-29T09:00:00Z"}
+    again = local.submit(Submission(job, same, None, "k-2"), tenant="default", actor="ops")
+    assert not again.created and again.run.job_run_id == first.run.job_run_id
+    with pytest.raises(ConflictError, match="different request"):
+        local.submit(Submission(job, {**same, "amount": "12.51"}, None, "k-2"), tenant="default", actor="ops")
+    assert count(engine, "job_runs") == 1
+
+
 def test_a_repeat_is_answered_before_the_gates_and_a_new_request_is_not(engine: Engine) -> None:
     job = define(engine)
     local = LocalRuns(engine)

@@ -23,13 +23,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobgate.core.canonical import digest
-from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
+from jobgate.core.errors import ConflictError, JobgateError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
+from jobgate.core.params import validate_params
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 from jobgate.service import retries
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest, SubmitResult
+from jobgate.store.sqlstore import StoreTx
 
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII, no spaces
 
@@ -139,9 +141,23 @@ def _repeats(
     with engine.store.read(tenant_id=tenant_id) as tx:
         for run in tx.runs_by_keys(list(keyed)):
             i = keyed[run.idempotency_key]
-            _same_request(tx.run_trigger(run.job_run_id), fingerprints[i])
+            if not _same_values(engine, tx, run, asks[i]):
+                _same_request(tx.run_trigger(run.job_run_id), fingerprints[i])
             out[i] = SubmitResult(run, False)
     return out
+
+
+def _same_values(engine: Engine, tx: StoreTx, run: JobRun, ask: ManualAsk) -> bool:
+    """Whether ``ask`` asks for what ``run`` holds, value by value: ``12.5`` is the decimal
+    ``12.50``, ``+007`` the integer ``7``, ``10:00+01:00`` the instant ``09:00Z`` (the request's
+    digest is of the text as sent, so equal values written differently differed there)."""
+    if ask.job_definition_id != run.job_definition_id:
+        return False
+    try:
+        definition = engine.definition(tx, run.tenant_id, run.job_definition_id)
+        return validate_params(definition.params, ask.params) == dict(run.params)
+    except JobgateError:  # not a request this definition takes: not the same one
+        return False
 
 
 def _request(ask: ManualAsk, fingerprint: str, scope: Scope, actor: str, role: str | None) -> SubmitRequest:
