@@ -45,7 +45,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from jobgate.context import ExecutionContext
 from jobgate.core.definition_fields import DEFINITION_FIELDS
-from jobgate.core.params import ParamValueError, canonical, typed
+from jobgate.core.params import ParamValueError, canonical, number_text, typed
 
 # What the decorator derives itself, so a caller cannot also pass it.
 _DERIVED = frozenset({"job_definition_id", "handler", "runner", "target_engine_meid", "workflow", "params", "body"})
@@ -245,7 +245,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, Decimal):
-        return str(value)
+        return number_text(value)
     return value
 
 

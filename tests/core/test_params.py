@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
-from jobgate.core.params import DEFAULT_PARAM_PATTERN, check_pattern, placeholders, render, validate_params
+from jobgate.core.params import (
+    DEFAULT_PARAM_PATTERN,
+    ParamValueError,
+    check_pattern,
+    placeholders,
+    render,
+    validate_params,
+)
 
 PERIOD = ParamSpec("period")
 COUNT = ParamSpec("count", pattern=r"^\d+$")
@@ -255,3 +262,38 @@ def test_render_fills_every_placeholder(values: dict[str, str], dotted: bool) ->
     template = "|".join(f"{{{{{dot}{name}}}}}" for name in values)
     assert placeholders(template) == set(values)
     assert render(template, values) == "|".join(values.values())
+
+
+def test_a_decimal_keeps_every_digit_it_may_have_and_refuses_more() -> None:
+    """Normalising under the default context rounded to 28 significant digits, silently."""
+    from jobgate.core.params import canonical
+
+    forty = "1234567890" * 4
+    assert canonical("decimal", forty) == forty
+    assert (
+        canonical("decimal", "1234567890.123456789012345678901234567890") == "1234567890.12345678901234567890123456789"
+    )
+    assert canonical("decimal", "-0.000000000000000000000000000000000001") == "-0.000000000000000000000000000000000001"
+    for too_long in ("1" * 41, "1" * 20 + "." + "1" * 21):
+        with pytest.raises(ParamValueError):
+            canonical("decimal", too_long)
+
+
+def test_a_python_number_in_exponent_form_is_taken_as_its_value() -> None:
+    """str(Decimal("0.0000001")) is 1E-7, which the decimal pattern refuses: numbers from Python
+    (the client, a decorator's default) are written positionally."""
+    from decimal import Decimal
+
+    from jobgate.client.api import _params
+    from jobgate.core.params import canonical
+
+    assert canonical("decimal", Decimal("0.0000001")) == "0.0000001"
+    assert canonical("decimal", Decimal("100").normalize()) == "100"
+    assert canonical("decimal", 1e-7) == "0.0000001"
+    assert _params({"a": Decimal("1E+2"), "b": 1e-7, "c": Decimal("12.50")}) == {
+        "a": "100",
+        "b": "0.0000001",
+        "c": "12.50",
+    }
+    with pytest.raises(ParamValueError):
+        canonical("decimal", Decimal("NaN"))

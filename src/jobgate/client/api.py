@@ -16,12 +16,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobgate.client.runs import LocalRuns, RemoteRuns, Submission
 from jobgate.core.errors import ConflictError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
+from jobgate.core.params import number_text
 from jobgate.core.states import RunStatus
 
 if TYPE_CHECKING:
@@ -47,7 +49,7 @@ class RunEvent:
 
 def _params(params: Mapping[str, object] | None) -> dict[str, str]:
     """Parameters as the definition checks them: text. Dates and times in ISO 8601, an Enum
-    as its value, a bool as ``true``/``false``, a number as ``str()`` writes it; the service
+    as its value, a bool as ``true``/``false``, a number as its digits (never in exponent form); the service
     turns each into its declared type's canonical text. A ``None`` is refused rather than
     sent as the text ``None``."""
     out: dict[str, str] = {}
@@ -60,6 +62,8 @@ def _params(params: Mapping[str, object] | None) -> dict[str, str]:
             out[str(name)] = "true" if value else "false"
         elif isinstance(value, date):  # a datetime too
             out[str(name)] = value.isoformat()
+        elif isinstance(value, float | Decimal):  # positional: str() writes 1E-7, which no decimal param takes
+            out[str(name)] = number_text(value)
         else:
             out[str(name)] = value if isinstance(value, str) else str(value)
     return out

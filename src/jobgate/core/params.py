@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
@@ -32,6 +32,16 @@ RESERVED = frozenset({"tmpfile", "workdir", "run_id", "attempt"})
 PARAM_TYPES = ("string", "integer", "decimal", "boolean", "date", "datetime")
 _INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
 _DECIMAL = re.compile(r"[+-]?(?=[0-9.]{1,41}$)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+MAX_DECIMAL_DIGITS = 40
+_EXACT = Context(prec=MAX_DECIMAL_DIGITS + 2)  # room for every digit a decimal param may have
+
+
+def number_text(value: float | Decimal) -> str:
+    """A Python number as positional text (``1E-7`` is ``0.0000001``, a float its shortest
+    repr): what a decimal param takes; NaN and infinities stay as ``str`` writes them (refused)."""
+    if isinstance(value, float):
+        return format(Decimal(repr(value)), "f") if math.isfinite(value) else str(value)
+    return format(value, "f") if value.is_finite() else str(value)
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _DATETIME = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?"
@@ -114,10 +124,10 @@ def canonical(kind: str, raw: object) -> str:
             return str(int(raw))
         raise ParamValueError("must be a whole number (digits, optionally signed, at most 30)")
     if kind == "decimal":
-        text = format(Decimal(repr(raw)), "f") if isinstance(raw, float) and math.isfinite(raw) else str(raw)
-        if not _DECIMAL.fullmatch(text):
+        text = number_text(raw) if isinstance(raw, float | Decimal) else str(raw)
+        if not _DECIMAL.fullmatch(text) or sum(c.isdigit() for c in text) > MAX_DECIMAL_DIGITS:
             raise ParamValueError("must be a decimal number such as 12, -0.5 or 1250.75 (at most 40 digits)")
-        number = Decimal(text).normalize()
+        number = Decimal(text).normalize(_EXACT)  # the default context would round to 28 digits
         plain = format(number, "f")
         return "0" if number.is_zero() else plain
     if not isinstance(raw, str):
