@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from tests.api.conftest import ACME_JOB, World
 from tests.api.test_console_browser import served  # noqa: F401  (the served fixture)
 from tests.runtime.runtime_support import running_worker
 
 import jobgate
+from jobgate.client.api import RunEvent
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.tokens import Role
 
@@ -58,3 +61,27 @@ def test_connect_submits_into_the_database_and_waits_for_a_worker(world: World) 
             jg.submit(ACME_JOB, {"n": None})
     with pytest.raises(Exception, match="no database at"):
         jobgate.connect(str(world.engine.config.data_dir) + "/missing.db")
+
+
+def test_wait_follows_the_stream_again_when_it_ends_before_the_run(
+    world: World,
+    served: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server ends a stream at ``server.stream_max_seconds`` or when it stops: ``wait`` returned
+    the run as it then stood (RUNNING), and ``result`` refused it."""
+    with jobgate.Client(served, world.tokens[("acme", Role.OPERATOR)]) as jg:
+        run = jg.submit(ACME_JOB, {"n": 8})
+        real = jg.stream
+        cut: list[str] = []
+
+        def ended_early(run_id: str) -> Iterator[RunEvent]:
+            if not cut:  # the first stream ends at once, before the run
+                cut.append(run_id)
+                return iter(())
+            return real(run_id)
+
+        monkeypatch.setattr(jg, "stream", ended_early)
+        with running_worker(world.engine):
+            done = jg.wait(run.job_run_id)
+        assert done.status == "COMPLETED" and cut == [run.job_run_id]

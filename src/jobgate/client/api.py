@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobgate.client.runs import LocalRuns, RemoteRuns, Submission
-from jobgate.core.errors import ConflictError, ValidationError
+from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.params import number_text
 from jobgate.core.states import RunStatus
@@ -191,14 +191,26 @@ class Client(_Runs):
                     event_id = line[3:].strip()
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunOut:
-        """The run once it has ended: followed on its event stream, not polled; ``TimeoutError``
-        when ``timeout`` seconds pass first."""
+        """The run once it has ended: followed on its event stream, not polled (followed again if
+        the stream ends first; read back when the token holds all the streams it may);
+        ``TimeoutError`` when ``timeout`` seconds pass first."""
         if timeout is not None:
             return self._poll(run_id, timeout)  # a stream cannot be cut at a deadline portably
-        for event in self.stream(run_id):
-            if event.event == "terminal":
-                break
-        return self.get(run_id).run
+        pause = 0.01
+        while True:
+            try:
+                for event in self.stream(run_id):
+                    if event.event == "terminal":
+                        break
+            except QuotaExceededError:  # every stream the token may hold is open: read it back instead
+                return self._poll(run_id, None)
+            run = self.get(run_id).run
+            if RunStatus(run.status).is_terminal:
+                return run
+            # the stream ended before the run did (the server's server.stream_max_seconds, a
+            # restart): follow it again, after a pause that grows while it keeps ending early
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def close(self) -> None:
         self._remote.close()
