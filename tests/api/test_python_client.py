@@ -85,3 +85,17 @@ def test_wait_follows_the_stream_again_when_it_ends_before_the_run(
         with running_worker(world.engine):
             done = jg.wait(run.job_run_id)
         assert done.status == "COMPLETED" and cut == [run.job_run_id]
+
+
+def test_the_client_refuses_a_key_or_status_it_cannot_send_naming_it(world: World) -> None:
+    """An empty key was dropped (every call a new run), a key with a newline or an accent failed
+    inside the HTTP library; a status in lower case raised a bare ValueError."""
+    with jobgate.connect(world.engine.store.url, tenant="acme") as jg:
+        for key in ("", "a\nb", "clé", "x" * 201):
+            with pytest.raises(ValidationError) as bad:
+                jg.submit(ACME_JOB, {"n": 1}, idempotency_key=key)
+            assert bad.value.field == "Idempotency-Key", key
+        assert jg.list(status="completed") == []
+        with pytest.raises(ValidationError) as bad:
+            jg.list(status="finished")
+        assert bad.value.field == "status"

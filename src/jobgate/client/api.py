@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobgate.client.runs import LocalRuns, RemoteRuns, Submission
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
+from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.params import number_text
 from jobgate.core.states import RunStatus
@@ -69,6 +70,14 @@ def _params(params: Mapping[str, object] | None) -> dict[str, str]:
     return out
 
 
+def _status(value: RunStatus | str) -> RunStatus:
+    try:
+        return RunStatus(str(value).upper())
+    except ValueError:
+        known = ", ".join(s.value for s in RunStatus)
+        raise ValidationError(f"{value!r} is not a run status ({known})", field="status") from None
+
+
 def _type_name(kind: object) -> str:
     return str(getattr(kind, "__name__", kind))
 
@@ -92,6 +101,8 @@ class _Runs:
         ``idempotency_key`` a repeat returns the same run, and the same key with other
         parameters is a ``ConflictError``."""
         job_id = job if isinstance(job, str) else job.job_definition_id
+        if idempotency_key is not None and not CLIENT_KEY.fullmatch(idempotency_key):  # "" is no key: say so
+            raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")
         made = self._runs.submit(
             Submission(job_id, _params(params), reason, idempotency_key), tenant=self._tenant, actor=self._actor
         )
@@ -134,8 +145,8 @@ class _Runs:
         return [e.run for e in self._runs.lineage(run_id, "parents").edges]
 
     def list(self, *, status: RunStatus | str | None = None, job: str | None = None, limit: int = 100) -> list[RunOut]:
-        """Runs, newest first."""
-        statuses = [] if status is None else [RunStatus(status)]
+        """Runs, newest first; ``status`` in any case (``"completed"``), refused by name if no status."""
+        statuses = [] if status is None else [_status(status)]
         return self._runs.list(tenant=self._tenant, statuses=statuses, job=job, job_class=None, limit=limit)
 
     def log(self, run_id: str) -> str:

@@ -18,6 +18,8 @@ from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.models import JsonObject, Trigger, TriggerType
 
 RUN_ID_PREFIX = "TGJOBRUN-"
+CLIENT_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # a caller's Idempotency-Key: visible ASCII, no spaces
+CLIENT_KEY_RULE = "1-200 visible ASCII characters"
 # A definition's ``idempotency_policy`` (seed 000 §12 "idempotency method"): ``trigger`` (the
 # default) keys a run by its trigger's identity as above; ``window`` keys a run that has an
 # execution window by the window alone, so a scheduled fire, a backfill and a manual run of the

@@ -16,7 +16,6 @@ boundary can both pass the check: the limit is exact to within the requests in f
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +23,7 @@ from typing import Any
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, JobgateError, QuotaExceededError, ValidationError
-from jobgate.core.idempotency import client_request_key
+from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE, client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
 from jobgate.core.params import validate_params
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
@@ -32,8 +31,6 @@ from jobgate.service import retries
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest, SubmitResult
 from jobgate.store.sqlstore import StoreTx
-
-IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII, no spaces
 
 
 def utc_day(now: datetime) -> tuple[datetime, datetime]:
@@ -111,8 +108,8 @@ def submit_manual_many(
     the gates: nothing new would run); the same key with a different request is a conflict."""
     fingerprints: list[str] = []
     for ask in asks:
-        if ask.idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(ask.idempotency_key):
-            raise ValidationError("1-200 visible ASCII characters", field="Idempotency-Key")
+        if ask.idempotency_key is not None and not CLIENT_KEY.fullmatch(ask.idempotency_key):
+            raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")
         fingerprints.append(request_digest(ask.job_definition_id, ask.params, scope))
     repeats = _repeats(engine, scope.tenant_id, asks, fingerprints)
     fresh = [i for i in range(len(asks)) if i not in repeats]
