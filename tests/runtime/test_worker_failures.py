@@ -407,3 +407,18 @@ def test_a_failure_holding_what_a_store_refuses_is_recorded_escaped(engine: Engi
     assert done.error_message == "bad byte \\x00 in caf\\udce9"
     (letter,) = dead_letters(engine, run.job_run_id)
     assert letter.reason is DeadLetterReason.NON_RETRYABLE_VALIDATION_FAILURE and letter.last_error_code == "CODE_X"
+
+
+def test_a_dead_letter_already_retried_is_not_requeued_too(engine: Engine) -> None:
+    """Both would have run: the source requeued and its retry, the same work twice."""
+    from jobgate.service import retries
+
+    job = define(engine, handler="engine_handlers:fail_final", retry_policy="test_fixed_v1")
+    run = engine.submit(SubmitRequest(job)).run
+    with running_worker(engine):
+        wait_status(engine, run.job_run_id, RunStatus.DEAD_LETTERED)
+    retry, _ = retries.retry(engine, run.job_run_id, actor="alice", tenant_id="default")
+    with pytest.raises(ConflictError) as refused:
+        control.requeue_run(engine, run.job_run_id, actor="bob")
+    assert refused.value.field == "job_run_id" and retry.job_run_id in refused.value.message
+    assert get_run(engine, run.job_run_id).status is RunStatus.DEAD_LETTERED  # nothing changed

@@ -119,6 +119,12 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             raise ConflictError(
                 f"run is {run.status.value}; only dead-lettered or escalated runs can be requeued", field="status"
             )
+        retried = tx.run_retries(run.tenant_id, run.job_run_id, 1)
+        if retried:  # its work goes on in the retry: requeued too, it would be done twice
+            raise ConflictError(
+                f"run was retried as {retried[0].job_run_id} ({retried[0].status.value}): requeue or retry that run",
+                field="job_run_id",
+            )
         if run.workflow_run_id is not None:
             check_step_requeue(tx, run)
         refusal = engine.admission.requeue_refusal(tx, run, actor=actor, now=now, policy=policy)
