@@ -6,9 +6,13 @@ worker that can."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
 from tests.helpers import define, make_config
 from tests.runtime.runtime_support import running_worker, wait_until
 
@@ -103,3 +107,34 @@ def _status(engine: Engine, run_id: str) -> RunStatus | None:
     with engine.store.read() as tx:
         run = tx.run_get(run_id)
     return None if run is None else run.status
+
+
+def test_a_probe_slow_as_a_long_import_does_not_hold_up_lease_renewal(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A definition applied while a worker runs is probed by importing its handler: a module that
+    took longer to import than a lease held the worker's loop, the leases of its runs expired
+    and the rescuer started them again while their first attempt still ran."""
+    from tests.runtime.runtime_support import get_run, transitions, wait_status
+
+    from jobgate.runtime.capabilities import CapabilityProbe
+
+    long_job = define(engine, handler="engine_handlers:sleep", params=[{"name": "seconds", "pattern": "[0-9.]+"}])
+    run = engine.submit(SubmitRequest(long_job, params={"seconds": "3"})).run
+    probing = threading.Event()
+    real = CapabilityProbe._probe
+
+    def slow_import(self: CapabilityProbe, stored: Any) -> Any:
+        probing.set()
+        time.sleep(2.5)  # real time: a module that takes longer to import than the worker's lease
+        return real(self, stored)
+
+    settings = {"lease": timedelta(seconds=1), "heartbeat_interval": timedelta(milliseconds=100)}
+    with running_worker(engine, **settings):
+        wait_status(engine, run.job_run_id, RunStatus.RUNNING)
+        monkeypatch.setattr(CapabilityProbe, "_probe", slow_import)
+        define(engine, handler="engine_handlers:succeed")  # a new version: probed at the next heartbeat
+        wait_until(probing.is_set, timeout=10, what="the probe of the new version")
+        done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED, timeout=30)
+    assert done.attempt == 1 and get_run(engine, run.job_run_id).result == {"slept": 3.0}
+    assert not [t for t in transitions(engine, run.job_run_id) if "lease" in t[2]]  # its lease never lapsed

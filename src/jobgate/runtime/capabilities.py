@@ -19,6 +19,7 @@ has.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from jobgate.core.capabilities import HOST_FIELDS, Capability
@@ -42,41 +43,80 @@ class CapabilityProbe:
         self._found: dict[str, Capability] = {}
         self._fingerprint: tuple[int, int] | None = None
         self._dirty = True  # the advertisement is not written yet
+        # ``refresh`` may run on a thread of its own (``start_refresh``): what the worker's loop
+        # reads or adds meanwhile is guarded, and an advertisement it made waits here.
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._ready: dict[str, dict[str, Any]] | None = None
 
     @property
     def unrunnable(self) -> frozenset[str]:
-        return frozenset(digest for digest, c in self._found.items() if not c.runnable)
+        with self._lock:
+            return frozenset(digest for digest, c in self._found.items() if not c.runnable)
 
     def refresh(self) -> dict[str, dict[str, Any]] | None:
         """Probe what was stored since the last call; the advertisement when it changed, else
         None (nothing to write)."""
         with self.engine.store.read() as tx:
             fingerprint = tx.definitions_fingerprint()
-            if fingerprint == self._fingerprint and not self._dirty:
+            with self._lock:
+                if fingerprint == self._fingerprint and not self._dirty:
+                    return None
+                changed = fingerprint != self._fingerprint
+            stored = [s for s in tx.definitions_list(None) if self._mine(s)] if changed else []
+        if changed:
+            with self._lock:
+                known = dict(self._found)
+            # a handler's module is imported here: however long that takes, nothing is held
+            probed = {s.digest: known.get(s.digest) or self._probe(s) for s in stored}
+            found = {digest: c for digest, c in probed.items() if c is not None}
+            with self._lock:
+                # what an attempt found meanwhile (``found_unrunnable``) is kept
+                found.update({d: c for d, c in self._found.items() if d not in known and not c.runnable})
+                self._dirty = self._dirty or found != self._found
+                self._found, self._fingerprint = found, fingerprint
+        with self._lock:
+            if not self._dirty:
                 return None
-            stored = [s for s in tx.definitions_list(None) if self._mine(s)] if fingerprint != self._fingerprint else []
-        if fingerprint != self._fingerprint:
-            found: dict[str, Capability] = {}
-            for s in stored:
-                known = self._found.get(s.digest)
-                probed = known if known is not None else self._probe(s)
-                if probed is not None:
-                    found[s.digest] = probed
-            self._dirty = self._dirty or found != self._found
-            self._found, self._fingerprint = found, fingerprint
-        if not self._dirty:
-            return None
-        self._dirty = False
-        return {digest: c.as_json() for digest, c in sorted(self._found.items())}
+            self._dirty = False
+            return {digest: c.as_json() for digest, c in sorted(self._found.items())}
+
+    def start_refresh(self) -> None:
+        """``refresh`` on a thread of its own, unless one is running: a handler module that takes
+        long to import (a minute, say) must not hold up the worker's loop, which renews the
+        leases of the runs in hand (they expired, and their runs were started again elsewhere)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=self._refresh_apart, name="jobgate-probe", daemon=True)
+            self._thread.start()
+
+    def _refresh_apart(self) -> None:
+        try:
+            made = self.refresh()
+        except Exception:
+            log.warning("capability probe failed", exc_info=True)
+            return
+        if made is not None:
+            with self._lock:
+                self._ready = made
+
+    def take_ready(self) -> dict[str, dict[str, Any]] | None:
+        """The advertisement the last refresh on its own thread made, once (None: none new)."""
+        with self._lock:
+            made, self._ready = self._ready, None
+            return made
 
     def unwritten(self) -> None:
         """The last advertisement was not stored (a failed heartbeat): write it again next time."""
-        self._dirty = True
+        with self._lock:
+            self._dirty = True
 
     def found_unrunnable(self, digest: str, tenant_id: str, job_definition_id: str, reason: str) -> None:
         """An attempt found what the probe could not (a version stored since): advertise it."""
-        self._found[digest] = Capability(tenant_id, job_definition_id, False, reason=reason)
-        self._dirty = True
+        with self._lock:
+            self._found[digest] = Capability(tenant_id, job_definition_id, False, reason=reason)
+            self._dirty = True
 
     def _mine(self, stored: StoredDefinition) -> bool:
         queue = stored.content.get("queue", DEFAULT_QUEUE)

@@ -193,7 +193,7 @@ class Worker:
         now = self.engine.clock.now()
         self._next_renew = self._next_rescue = self._next_stop_check = now
         self._shutdown_deadline: datetime | None = None
-        self._heartbeat(now)  # registered, and what it can run probed, before its first claim
+        self._heartbeat(now, first=True)  # registered, and what it can run probed, before its first claim
         self._next_beat = now + self.settings.heartbeat_interval
         self.dependencies.start()
         try:
@@ -964,13 +964,20 @@ class Worker:
             log.exception("rescuer sweep failed")
             return self.settings.rescue_interval
 
-    def _heartbeat(self, now: datetime) -> None:
+    def _heartbeat(self, now: datetime, *, first: bool = False) -> None:
         """Say this worker is alive, and what it can execute when that changed (a version was
-        stored since): probed here, off the claim path, so claims skip it from the start."""
+        stored since): probed off the claim path, so claims skip it from the start. The first
+        probe is made here, before the first claim; later ones on a thread of their own (a
+        handler module slow to import must not hold up the loop that renews the leases), their
+        findings written with the next heartbeat."""
         s = self.settings
         advertisement = None
         try:
-            advertisement = self._capabilities.refresh()
+            if first:
+                advertisement = self._capabilities.refresh()
+            else:
+                advertisement = self._capabilities.take_ready()
+                self._capabilities.start_refresh()
             self._unrunnable = self._unrunnable | self._capabilities.unrunnable
         except Exception:
             log.warning("capability probe failed", exc_info=True)
