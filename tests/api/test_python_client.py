@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.api.conftest import ACME_JOB, World
@@ -99,3 +101,21 @@ def test_the_client_refuses_a_key_or_status_it_cannot_send_naming_it(world: Worl
         with pytest.raises(ValidationError) as bad:
             jg.list(status="finished")
         assert bad.value.field == "status"
+
+
+def test_connect_reads_the_working_folders_configuration_as_the_commands_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``config=``, connect bound runs to the built-in defaults: another snapshot than
+    ``jobgate submit`` in the same folder, and the folder's named policies unknown."""
+    from tests.cli.test_cli import jobgate as cli
+
+    cli(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    monkeypatch.chdir(folder)
+    by_command = cli(folder, "--json", "submit", "demo-hello", "--param", "name=ada", "--request-id", "a").stdout
+    with jobgate.connect("jobgate.db") as jg:
+        assert jg.engine.config.path is not None and Path(jg.engine.config.path).name == "jobgate.yaml"
+        run = jg.submit("demo-hello", {"name": "bob"})
+    listed = {r["job_run_id"]: r for r in json.loads(cli(folder, "--json", "runs", "list", "--wide").stdout)}
+    assert run.config_digest == listed[json.loads(by_command)["job_run_id"]]["config_digest"]

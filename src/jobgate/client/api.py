@@ -264,12 +264,17 @@ def connect(
     tenant: str = DEFAULT_TENANT,
 ) -> Embedded:
     """The jobgate database at ``database`` (a URL, or a SQLite file's path), with the
-    configuration in ``config`` (a ``jobgate.yaml``; default: the defaults). The database must
-    exist at this version's schema (``jobgate init`` or ``jobgate migrate`` make it)."""
-    from jobgate.config import default_config, load_config
+    configuration in ``config`` (a ``jobgate.yaml``; by default the one in the working folder,
+    as every ``jobgate`` command reads it, else the built-in defaults: a run bound to defaults
+    the folder's configuration does not hold would differ from the same run submitted by the
+    command line). The database must exist at this version's schema (``jobgate init`` or
+    ``jobgate migrate`` make it)."""
+    from jobgate.config import CONFIG_FILENAME, default_config, load_config
     from jobgate.service.engine import Engine
     from jobgate.store.opening import database_url, open_store
 
+    if config is None and Path(CONFIG_FILENAME).is_file():
+        config = CONFIG_FILENAME
     settings = load_config(str(config)) if config is not None else default_config(Path.cwd())
     store = open_store(database_url(database), synchronous=settings.sqlite.synchronous)
     return Embedded(Engine(store, settings), actor=actor, tenant=tenant)
