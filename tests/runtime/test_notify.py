@@ -56,7 +56,10 @@ def test_a_killed_listening_session_reconnects_and_reports_a_change(pg: Engine) 
             killed = (
                 connection(tx)
                 .execute(
-                    text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :a"),
+                    text(  # this database's only: another suite may share the server
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE application_name = :a AND datname = current_database()"
+                    ),
                     {"a": APPLICATION_NAME},
                 )
                 .scalar_one()
