@@ -42,6 +42,8 @@ def number_text(value: float | Decimal) -> str:
     if isinstance(value, float):
         return format(Decimal(repr(value)), "f") if math.isfinite(value) else str(value)
     return format(value, "f") if value.is_finite() else str(value)
+
+
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _DATETIME = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?"
