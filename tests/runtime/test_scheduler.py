@@ -665,3 +665,21 @@ def test_overlap_replace_by_a_deposed_leader_replaces_nothing(engine: Engine) ->
     with engine.store.read() as tx:
         rows = connection(tx).execute(text("SELECT trigger_id, status FROM job_runs ORDER BY trigger_id")).all()
     assert [(r[0][-20:], r[1]) for r in rows] == [("2026-03-01T01:00:00Z", "SCHEDULED")]
+
+
+def test_every_refused_slot_of_a_tick_is_audited_not_only_the_first(engine: Engine) -> None:
+    """A catch-up of three slots refused by a gate recorded three refused misses but one
+    ``run.refused`` entry: the audit log now holds one for each slot."""
+    from jobgate.core.records import AuditFilter
+    from jobgate.service import approvals, audit
+
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    approvals.revoke(engine, "default", job, actor="admin", reason="under review")
+    Scheduler(engine, owner="a").tick(T0 + 3 * HOUR + timedelta(seconds=1))
+    entries = audit.search(engine, AuditFilter(tenant_id="default", action="run.refused", limit=100))
+    slots = sorted(e.event.payload["trigger_id"] for e in entries)
+    assert slots == [f"TGTRIG-hourly@2026-03-01T0{h}:00:00Z" for h in (1, 2, 3)]
+    with engine.store.read() as tx:
+        assert [r for _, r in tx.misses_list("default", "hourly")] == ["refused"] * 3
+    assert scheduled_runs(engine) == 0

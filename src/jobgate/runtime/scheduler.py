@@ -202,10 +202,12 @@ class Scheduler:
                 )
                 for f in fires
             ]
-            prepared = self.engine.pipeline.prepare(requests, now=now)
+            prepared = self.engine.pipeline.prepare(requests, now=now, record=False)
             refusal: JobgateError | None = None
         except JobgateError as exc:
             refusal = exc
+            if isinstance(exc, GovernanceRefusal):  # each refused slot is audited, not only the first
+                self.engine.admission.record_refusals(requests, exc, actor=SCHEDULER_ACTOR, now=now)
             # The definition cannot run now (unknown, not active, params refused): the slots are
             # recorded as refused, never dropped in silence, and the schedule moves on.
             log.warning(

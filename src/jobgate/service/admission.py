@@ -288,9 +288,16 @@ class Admission:
     ) -> None:
         """A governance refusal is itself a material fact: it goes to the audit log (in its own
         transaction, since nothing else is written), whatever trigger was refused."""
-        event = refusal_event(request, exc, actor=actor, now=now)
+        self.record_refusals([request], exc, actor=actor, now=now)
+
+    def record_refusals(
+        self, requests: Sequence[SubmitRequest], exc: GovernanceRefusal, *, actor: str | None, now: datetime
+    ) -> None:
+        """``record_refusal`` for triggers refused together (a schedule's fires of one tick), one
+        entry each, in one transaction: every refused slot is on the record, not only the first."""
+        events = [refusal_event(r, exc, actor=actor, now=now) for r in requests]
         with self.store.write() as tx:
-            tx.audit_append([event])
+            tx.audit_append(events)
 
 
 def refusal_event(request: SubmitRequest, exc: GovernanceRefusal, *, actor: str | None, now: datetime) -> AuditEvent:
