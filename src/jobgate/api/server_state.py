@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import Request
 
@@ -87,10 +88,9 @@ class ServerState:
         payload = self.signer("session").loads(cookie)
         if payload is None:
             raise tokens.refused("no valid console session")
-        try:
-            principal = sessions.principal_of(payload)
-        except (KeyError, ValueError, TypeError):
-            raise tokens.refused("a console session of an unknown shape") from None
+        principal = self._principal_of(payload)
+        if principal is None:
+            raise tokens.refused("a console session of an unknown shape")
         with self.engine.store.read(tenant_id=principal.tenant_id) as tx:
             ended = tx.session_ended(sessions.session_id(payload))
         if ended:
@@ -101,17 +101,22 @@ class ServerState:
 
     def end_session(self, cookie: str | None) -> None:
         """Sign a console session out on the server: a copy of its cookie opens nothing more."""
-        payload = self.signer("session").loads(cookie)
-        if payload is None or not self.auth:
-            return
-        try:
-            principal = sessions.principal_of(payload)
-        except (KeyError, ValueError, TypeError):
+        payload = self.signer("session").loads(cookie) if self.auth else None
+        principal = None if payload is None else self._principal_of(payload)
+        if payload is None or principal is None:
             return
         now = self.engine.clock.now()
         expires = datetime.fromtimestamp(float(payload["exp"]), tz=UTC)
         with self.engine.store.write(tenant_id=principal.tenant_id) as tx:
             tx.session_end(principal.tenant_id, sessions.session_id(payload), now, max(expires, now))
+
+    @staticmethod
+    def _principal_of(payload: dict[str, Any]) -> Principal | None:
+        """A session's principal, None for a payload of an unknown shape."""
+        try:
+            return sessions.principal_of(payload)
+        except (KeyError, ValueError, TypeError):
+            return None
 
     @property
     def local_principal(self) -> Principal:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, JobgateError, QuotaExceededError, ValidationError
@@ -119,7 +118,7 @@ def submit_manual_many(
     made = dict(zip(fresh, engine.submit_many(requests, actor=actor) if requests else [], strict=True))
     for i, result in made.items():
         if not result.created:  # a concurrent repeat won the insert
-            _check_same(engine, result.run, fingerprints[i])
+            _check_same(engine, result.run, asks[i], fingerprints[i])
     return [repeats[i] if i in repeats else made[i] for i in range(len(asks))]
 
 
@@ -138,8 +137,7 @@ def _repeats(
     with engine.store.read(tenant_id=tenant_id) as tx:
         for run in tx.runs_by_keys(list(keyed)):
             i = keyed[run.idempotency_key]
-            if not _same_values(engine, tx, run, asks[i]):
-                _same_request(tx.run_trigger(run.job_run_id), fingerprints[i])
+            _refuse_another_request(engine, tx, run, asks[i], fingerprints[i])
             out[i] = SubmitResult(run, False)
     return out
 
@@ -203,14 +201,16 @@ def retry_once(
     )
 
 
-def _check_same(engine: Engine, run: JobRun, fingerprint: str) -> None:
+def _check_same(engine: Engine, run: JobRun, ask: ManualAsk, fingerprint: str) -> None:
     with engine.store.read(tenant_id=run.tenant_id) as tx:
-        _same_request(tx.run_trigger(run.job_run_id), fingerprint)
+        _refuse_another_request(engine, tx, run, ask, fingerprint)
 
 
-def _same_request(trigger: Mapping[str, Any] | None, fingerprint: str) -> None:
-    """Refuse a key reused for another request: the run's trigger keeps the request's digest."""
-    if ((trigger or {}).get("payload") or {}).get("request_digest") != fingerprint:
+def _refuse_another_request(engine: Engine, tx: StoreTx, run: JobRun, ask: ManualAsk, fingerprint: str) -> None:
+    """Refuse a key reused for another request: the run's trigger keeps the request's digest;
+    only when it differs are the values compared (``_same_values``: a definition read)."""
+    trigger = tx.run_trigger(run.job_run_id) or {}
+    if (trigger.get("payload") or {}).get("request_digest") != fingerprint and not _same_values(engine, tx, run, ask):
         raise ConflictError(
             "this idempotency key was used for a different request (definition, parameters or scope differ)",
             field="Idempotency-Key",
