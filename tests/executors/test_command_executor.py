@@ -6,11 +6,14 @@ other binary and the child can report exactly what it received (argv, env, cwd, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import stat
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
 from jobgate.core.params import validate_params
 from jobgate.registry import DEFAULT_NON_RETRYABLE_EXIT_CODES, RunnerSpec
-from jobgate.runtime.executors import CommandExecutor, ExecutionContext, ExecutionResult
+from jobgate.runtime.executors import CommandExecutor, ExecutionContext, ExecutionResult, capture
 
 from .support import make_context, read_log
 
@@ -317,6 +320,52 @@ def test_stdout_and_stderr_are_appended_to_the_run_log(tmp_path: Path) -> None:
     assert "to stdout" in log
     assert "to stderr" in log
     assert "exited with code 1" in log
+
+
+def test_output_past_the_attempt_cap_is_dropped_and_never_blocks_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner printing far more than the cap: the log keeps the cap's worth and one line
+    saying the rest is not kept, the pipe is drained (the runner finishes its writes and then
+    leaves its marker), and the outcome is the runner's own."""
+    monkeypatch.setattr(capture, "MAX_ATTEMPT_LOG_BYTES", 4096)
+    ctx = make_context(tmp_path)
+    code = (
+        "import pathlib, sys\n"
+        "for i in range(2000): sys.stdout.write('x' * 511 + '\\n')\n"  # about 1 MiB through a 64 KiB pipe
+        "sys.stdout.flush(); pathlib.Path('finished').write_text('yes')"
+    )
+    result = run(py_runner(code), ctx)
+    assert result.outcome.kind is OutcomeKind.SUCCEEDED
+    assert (ctx.workdir / "finished").read_text() == "yes"
+    log = read_log(ctx)
+    kept = log.split("[jobgate] starting runner", 1)[1]
+    assert kept.count("x") <= 4096
+    assert "this attempt's output passed 4096 bytes; the rest is not kept" in log
+    assert log.rstrip().splitlines()[-1].endswith("exited with code 0")
+
+
+def test_the_attempt_ends_when_the_runner_exits_though_its_child_holds_the_output(tmp_path: Path) -> None:
+    """A runner leaving a background process that keeps its stdout open: the attempt does not
+    wait for that process (its later output is not the attempt's), and what the runner wrote
+    before it exited is in the log."""
+    ctx = make_context(tmp_path)
+    code = (
+        "import os, subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "print('runner done', flush=True)"
+    )
+    started = time.monotonic()
+    try:
+        result = run(py_runner(code), ctx)
+        elapsed = time.monotonic() - started
+    finally:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.kill(int((ctx.workdir / "child.pid").read_text()), signal.SIGKILL)
+    assert result.outcome.kind is OutcomeKind.SUCCEEDED
+    assert elapsed < 30, elapsed  # the background process sleeps 60 s
+    assert "runner done" in read_log(ctx)
 
 
 def test_missing_workdir_and_log_directory_are_created(tmp_path: Path) -> None:

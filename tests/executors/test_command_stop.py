@@ -164,6 +164,31 @@ def test_cancel_flag_set_by_the_caller_stops_with_the_runner_grace(tmp_path: Pat
     assert is_gone(pid)
 
 
+LOUD_ON_TERM = """
+import os, pathlib, signal, sys
+def bye(signum, frame):
+    for i in range(1000):  # about 256 KiB: more than a pipe holds, so it is read while stopping
+        sys.stdout.write('y' * 255 + '\\n')
+    print('last words', flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+pathlib.Path('ready.part').write_text('ready'); os.replace('ready.part', 'ready')
+while True:
+    signal.pause()
+"""
+
+
+def test_output_written_while_stopping_is_copied_and_does_not_block_the_stop(
+    tmp_path: Path, launcher: Launcher
+) -> None:
+    ctx = make_context(tmp_path)
+    future = launcher.start(CommandExecutor(runner(LOUD_ON_TERM, stop_grace=timedelta(seconds=30)), None, {}), ctx)
+    ctx.cancelled.set()  # the caller's stop (an execution timeout): terminated with the runner's grace
+    result = future.result(timeout=20)  # well inside the 30 s grace: SIGKILL was not needed
+    assert result.outcome.kind is OutcomeKind.STOPPED
+    assert "last words" in read_log(ctx)
+
+
 def test_stop_reaches_only_its_own_context(tmp_path: Path, launcher: Launcher) -> None:
     executor = CommandExecutor(runner(EXITS_ON_TERM), None, {})
     first, second = make_context(tmp_path, name="run-a"), make_context(tmp_path, name="run-b")

@@ -25,6 +25,14 @@ from typing import IO, Any
 from jobgate.context import ExecutionContext
 
 MAX_ATTEMPT_LOG_BYTES = 10 << 20
+
+
+def dropped_note(limit: int) -> str:
+    """The line that ends an attempt's log once its output passed ``limit`` bytes (a Python
+    handler's and a command runner's alike)."""
+    return f"\n[jobgate] this attempt's output passed {limit} bytes; the rest is not kept\n"
+
+
 _local = threading.local()
 _install_lock = threading.Lock()
 
@@ -56,7 +64,7 @@ class AttemptLog:
         size = len(text.encode("utf-8", errors="replace"))
         if self.written + size > self._limit:
             self.dropped = True
-            file.write(f"\n[jobgate] this attempt's output passed {self._limit} bytes; the rest is not kept\n")
+            file.write(dropped_note(self._limit))
             file.flush()
             return
         self.written += size

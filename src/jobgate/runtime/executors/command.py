@@ -12,6 +12,11 @@ Why it is shaped this way:
   spawned: SIGTERM to the group, SIGKILL after the grace period (seed 004 "Stop"). Stopping works
   from any thread, via ``stop()`` or by the caller setting ``ctx.cancelled`` (execution timeout);
   a process that was signalled ends the attempt as ``STOPPED`` whatever its exit code.
+* Its stdout and stderr reach the run's log through a pipe this attempt's thread copies, at most
+  ``MAX_ATTEMPT_LOG_BYTES`` an attempt like a Python handler's output (past that one line says
+  the rest is not kept, and the pipe is still drained so the process never blocks on it). The
+  attempt ends when the runner exits: what its own background processes write later, holding
+  the pipe, is not the attempt's (a pump waiting for their end would hold the attempt open).
 * The child sees a minimal environment, not the scheduler's (which may hold database URLs and
   tokens): PATH, LANG, HOME, the runner's configured ``env``, the run's identity, and its
   trace context as ``TRACEPARENT``.
@@ -26,6 +31,7 @@ import hashlib
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import stat
@@ -35,18 +41,21 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from jobgate.context import ExecutionContext
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.core.params import RESERVED, placeholders, render
 from jobgate.registry import RunnerSpec
+from jobgate.runtime.executors import capture
 from jobgate.runtime.executors.base import Artifact, ExecutionResult, failure, log_best_effort, stopped
 
 INHERITED_ENV = ("PATH", "LANG", "HOME")
 _POLL_SECONDS = 0.05
 _CHUNK = 1 << 20
+_PIPE_CHUNK = 1 << 16
+_DRAIN_SECONDS = 0.5  # after the runner exits, what is already in its pipe is still its output
 
 
 @dataclass(frozen=True)
@@ -84,17 +93,28 @@ class _Running:
         with self.lock:
             return self.kill_at is not None
 
-    def terminate(self, grace: timedelta) -> None:
-        """SIGTERM the group now (once), SIGKILL it at the deadline, return when the leader is gone."""
+    def begin_termination(self, grace: timedelta) -> None:
+        """SIGTERM the group now (once) and set the SIGKILL deadline; return at once."""
         deadline = time.monotonic() + max(grace.total_seconds(), 0.0)
         with self.lock:
             first = self.kill_at is None
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
         if first:
             self._signal(signal.SIGTERM)
+
+    def kill_if_due(self) -> None:
+        """SIGKILL the group once termination's deadline has passed."""
+        with self.lock:
+            due = self.kill_at is not None and time.monotonic() >= self.kill_at
+        if due:
+            self._signal(signal.SIGKILL)
+
+    def terminate(self, grace: timedelta) -> None:
+        """SIGTERM the group now (once), SIGKILL it at the deadline, return when the leader is gone."""
+        self.begin_termination(grace)
         while True:
             with self.lock:
-                remaining = (self.kill_at or deadline) - time.monotonic()
+                remaining = (self.kill_at or time.monotonic()) - time.monotonic()
             if remaining <= 0:
                 break
             try:
@@ -205,7 +225,7 @@ class CommandExecutor:
             ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
             if plan.body is not None:
                 _write_private(plan.tmpfile, plan.body)
-            log = ctx.log_path.open("ab")
+            log = ctx.log_path.open("ab", buffering=0)  # each chunk reaches the file as it comes
         except OSError as exc:
             return failure(OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}")
         if ctx.is_cancelled():
@@ -215,29 +235,34 @@ class CommandExecutor:
             ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})"
         )
         try:
-            with log:
-                process = subprocess.Popen(
-                    plan.argv,
-                    shell=False,
-                    start_new_session=True,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=plan.workdir,
-                    env=plan.env,
-                )
+            process = subprocess.Popen(
+                plan.argv,
+                shell=False,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=plan.workdir,
+                env=plan.env,
+            )
         except FileNotFoundError:
+            log.close()
             return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found")
         except PermissionError as exc:
+            log.close()
             return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_NOT_EXECUTABLE", f"{plan.argv[0]}: {exc}")
         except OSError as exc:  # fork/exec resource limits: worth another try later
+            log.close()
             return failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
+        assert process.stdout is not None  # stdout=PIPE
         running = _Running(process)
+        output = _Output(process.stdout, log, capture.MAX_ATTEMPT_LOG_BYTES)
         with self._lock:
             self._running[id(ctx)] = (ctx, running)
         try:
-            code = self._wait(ctx, running)
+            code = self._wait(ctx, running, output)
         finally:
+            output.close()
             with self._lock:
                 self._running.pop(id(ctx), None)
         log_best_effort(ctx, f"[jobgate] runner {self.runner.name} exited with {_describe(code)}")
@@ -259,15 +284,78 @@ class CommandExecutor:
         result = {**outputs, "exit_code": 0, "runner": self.runner.name}
         return ExecutionResult(outcome, result=result, artifact=artifact)
 
-    def _wait(self, ctx: ExecutionContext, running: _Running) -> int:
-        """Reap the process; if the attempt gets cancelled meanwhile (by ``stop`` or by the caller
-        setting ``ctx.cancelled``), terminate it with the runner's configured grace."""
+    def _wait(self, ctx: ExecutionContext, running: _Running, output: _Output) -> int:
+        """Copy the runner's output to the log until it exits, then what its pipe still holds;
+        if the attempt gets cancelled meanwhile (by ``stop`` or by the caller setting
+        ``ctx.cancelled``), terminate it with the runner's configured grace, still copying."""
         while True:
-            try:
-                return running.process.wait(timeout=_POLL_SECONDS)
-            except subprocess.TimeoutExpired:
-                if ctx.is_cancelled():
-                    running.terminate(self.runner.stop_grace)
+            output.copy(_POLL_SECONDS)
+            code = running.process.poll()
+            if code is not None:
+                output.drain(_DRAIN_SECONDS)
+                return code
+            if ctx.is_cancelled():
+                running.begin_termination(self.runner.stop_grace)
+            running.kill_if_due()
+
+
+class _Output:
+    """A runner's stdout and stderr, copied from their pipe into the run's log by the attempt's
+    own thread: at most ``limit`` bytes an attempt, then one line saying the rest is not kept,
+    the pipe drained all the same so the runner never blocks writing to it."""
+
+    def __init__(self, pipe: IO[bytes], log: IO[bytes], limit: int) -> None:
+        self._pipe = pipe
+        self._fd = pipe.fileno()
+        self._log = log
+        self._limit = limit
+        self._written = 0
+        self._dropped = False
+        self._ended = False  # every writer closed the pipe
+
+    def copy(self, timeout: float) -> None:
+        """Copy what arrives within ``timeout`` seconds (wait that long when nothing does)."""
+        if self._ended:
+            time.sleep(timeout)  # real time: the runner closed its output and is still running
+            return
+        readable, _, _ = select.select([self._fd], [], [], timeout)
+        if readable:
+            self._read_once()
+
+    def drain(self, seconds: float) -> None:
+        """After the runner exited: what its pipe holds already, for at most ``seconds`` (a
+        process it left behind may hold the pipe open and keep writing)."""
+        deadline = time.monotonic() + seconds
+        while not self._ended and time.monotonic() < deadline:
+            readable, _, _ = select.select([self._fd], [], [], 0)
+            if not readable:
+                return
+            self._read_once()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._pipe.close()
+        with contextlib.suppress(OSError):
+            self._log.close()
+
+    def _read_once(self) -> None:
+        chunk = os.read(self._fd, _PIPE_CHUNK)
+        if not chunk:
+            self._ended = True
+            return
+        if self._dropped:
+            return
+        room = self._limit - self._written
+        try:
+            if len(chunk) <= room:
+                self._log.write(chunk)
+                self._written += len(chunk)
+                return
+            self._dropped = True
+            self._log.write(chunk[:room] + capture.dropped_note(self._limit).encode())
+            self._written = self._limit
+        except OSError:
+            self._dropped = True  # a log that cannot be written: the attempt goes on, its output is lost
 
 
 # -- helpers -----------------------------------------------------------------------------------
