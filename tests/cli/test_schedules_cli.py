@@ -161,8 +161,10 @@ def test_events_emit_fires_subscribers_and_a_duplicate_does_nothing(folder: Path
     first = json.loads(
         jobgate(folder, "--json", "events", "emit", "pipeline.completed", "--id", "e1", "--data", f"@{data}").stdout
     )
-    again = json.loads(
-        jobgate(folder, "--json", "events", "emit", "pipeline.completed", "--id", "e1", "--data", f"@{data}").stdout
+    again = json.loads(  # --event-id is --id's other name (the API's field is event_id)
+        jobgate(
+            folder, "--json", "events", "emit", "pipeline.completed", "--event-id", "e1", "--data", f"@{data}"
+        ).stdout
     )
     assert [f["created"] for f in first] == [True] and [f["created"] for f in again] == [False]
     assert first[0]["job_run_id"] == again[0]["job_run_id"]

@@ -319,7 +319,13 @@ def events() -> None:
 
 @events.command("emit")
 @click.argument("event_type")
-@click.option("--id", "event_id", required=True, help="the source's event id: a second emit of it is a no-op")
+@click.option(
+    "--event-id",
+    "--id",
+    "event_id",
+    required=True,
+    help="the source's event id (event_id in the API): a second emit of it is a no-op",
+)
 @click.option("--data", default="{}", show_default=True, help="a JSON object, or @file.json")
 @click.option("--by", "requested_by", help="who posts it (default: $USER)")
 @click.option("--tenant", default="default", show_default=True)
