@@ -120,6 +120,35 @@ def test_a_cursor_with_a_naive_time_is_a_400(world: World) -> None:
         assert got.status_code == 400 and got.json()["field"] == "cursor"
 
 
+def _cursor(parts: list[object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ["2026-12-05T10:19:24+00:00", "\x00"],  # PostgreSQL text holds no NUL
+        ["2026-12-05T10:19:24+00:00", "\ud800"],  # nor a lone surrogate
+        ["0001-01-01T00:00:00+14:00", "x"],  # before year 1 in UTC
+        ["9999-12-31T23:59:59-14:00", "x"],  # after year 9999 in UTC
+        ["2026-12-05T10:19:24+00:00", 1 << 70],
+        ["2026-12-05T10:19:24+00:00", True],
+        ["2026-12-05T10:19:24+00:00", "x" * 5000],
+    ],
+)
+def test_a_forged_cursor_no_page_could_end_at_is_a_400_on_every_list(world: World, parts: list[object]) -> None:
+    """Time-keyed lists take (instant, id); short lists sorted in memory take (id,)."""
+    lists = [
+        ("/runs", "/dead-letters", "/workflows", "/sla/breaches", "/audit"),
+        ("/definitions", "/schedules", "/tokens"),
+    ]
+    cursors = [_cursor(parts), _cursor(parts[1:]) if parts[0] == "2026-12-05T10:19:24+00:00" else None]
+    for paths, raw in zip(lists, cursors, strict=True):
+        for path in paths if raw is not None else ():
+            got = world.client.get(f"{API}{path}", params={"cursor": raw}, headers=world.headers("acme", Role.ADMIN))
+            assert got.status_code in (400, 422) and got.json()["field"] == "cursor", (path, got.text)
+
+
 def test_a_repeat_is_answered_before_the_quota_and_retries_and_events_count(engine_with_quota: World) -> None:
     w = engine_with_quota
     h = {**w.headers("acme", Role.ADMIN), "Idempotency-Key": "k1"}

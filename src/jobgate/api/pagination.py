@@ -2,7 +2,8 @@
 
 A cursor is the sort key of the last row a page returned, base64url-encoded JSON: the next
 page starts strictly after it, so rows inserted meanwhile neither repeat nor shift the
-pages. A cursor that does not decode is a 400 naming ``cursor``.
+pages. A cursor that does not decode, or holds what no page could have ended at (a NUL, a
+lone surrogate, an integer or an instant no store holds), is a 400 naming ``cursor``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from jobgate.api.errors import BadRequest
@@ -19,6 +20,8 @@ from jobgate.api.errors import BadRequest
 T = TypeVar("T")
 MAX_LIMIT = 500
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"  # base64url, unpadded
+_MAX_KEY_TEXT = 1024  # longer than any id or instant a page ends at
+_INT64 = 1 << 63
 
 
 def encode(key: Sequence[Any]) -> str:
@@ -32,9 +35,25 @@ def decode(cursor: str, length: int) -> list[Any]:
         key = json.loads(raw)
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise BadRequest("not a cursor this server issued", field="cursor") from None
-    if not isinstance(key, list) or len(key) != length or not all(isinstance(k, str | int) for k in key):
+    if not isinstance(key, list) or len(key) != length or not all(_storable(k) for k in key):
         raise BadRequest("not a cursor this server issued", field="cursor")
     return key
+
+
+def _storable(part: object) -> bool:
+    """A key part a row could hold: text every store takes (no NUL, no lone surrogate), or a
+    64-bit integer (not a bool)."""
+    if isinstance(part, bool):
+        return False
+    if isinstance(part, int):
+        return -_INT64 <= part < _INT64
+    if not isinstance(part, str) or len(part) > _MAX_KEY_TEXT or "\x00" in part:
+        return False
+    try:
+        part.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_time_key(at: datetime, key: str) -> str:
@@ -48,7 +67,9 @@ def decode_time_key(cursor: str | None) -> tuple[datetime, str] | None:
     at, key = decode(cursor, 2)
     try:
         instant = datetime.fromisoformat(str(at))
-    except ValueError:
+        if instant.tzinfo is not None:
+            instant.astimezone(UTC)  # an instant in year 1 or 9999 that UTC cannot hold
+    except (ValueError, OverflowError):
         instant = None
     if instant is None or instant.tzinfo is None:
         raise BadRequest("not a cursor this server issued", field="cursor")
