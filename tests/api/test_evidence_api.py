@@ -61,6 +61,12 @@ def test_a_bundle_request_is_refused_with_the_field_named(world: World) -> None:
         "/api/v1/evidence", params={"from": "2026-01-01T00:00:00", "to": "2027-01-01T00:00:00Z"}, headers=auditor
     )
     assert naive.status_code == 400 and naive.json()["field"] == "from"
+    for field, bounds in (
+        ("from", {"from": "0001-01-01T00:00:00+14:00", "to": "2027-01-01T00:00:00Z"}),
+        ("to", {"from": "2026-01-01T00:00:00Z", "to": "9999-12-31T23:59:59-14:00"}),
+    ):  # no instant in UTC (before year 1, after 9999): refused, not a 500
+        beyond = world.client.get("/api/v1/evidence", params=bounds, headers=auditor)
+        assert beyond.status_code == 400 and beyond.json()["field"] == field, beyond.text
     assert (
         world.client.get("/api/v1/evidence", params={"job_run_id": theirs.job_run_id}, headers=auditor).status_code
         == 404

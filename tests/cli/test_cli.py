@@ -114,6 +114,20 @@ def test_unknown_run_is_a_clear_error(folder: Path) -> None:
     assert proc.returncode == 1 and "not_found" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("option", "bounds"),
+    [
+        ("--from", ("0001-01-01T00:00:00+14:00", "2027-01-01T00:00:00Z")),
+        ("--to", ("2026-01-01T00:00:00Z", "9999-12-31T23:59:59-14:00")),
+    ],
+)
+def test_a_period_bound_with_no_instant_in_utc_is_refused(folder: Path, option: str, bounds: tuple[str, str]) -> None:
+    out = folder / "period.zip"
+    proc = jobgate(folder, "evidence", "export", "--from", bounds[0], "--to", bounds[1], "--out", str(out), check=False)
+    assert proc.returncode == 1 and option in proc.stderr and "years 1 to 9999" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
 def test_apply_says_whether_each_version_may_run(folder: Path) -> None:
     """A blank "approved" read as "not approved" for a definition approved long before: the
     column now says what a newcomer needs to know of each version applied."""

@@ -93,4 +93,9 @@ def aware(value: datetime | None, field: str) -> datetime | None:
     """A query instant must say its timezone: a naive one would be read in the server's."""
     if value is not None and value.tzinfo is None:
         raise BadRequest("give a timezone (e.g. 2026-01-01T00:00:00Z)", field=field)
+    if value is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise BadRequest("is outside the years 1 to 9999 in UTC", field=field) from None
     return value

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from jobgate.core import merkle, seal_trails, seals
@@ -57,6 +57,9 @@ class ExportScope:
         period = self.start is not None or self.end is not None
         if len(chosen) + bool(self.job_definition_id or period) != 1:
             raise ValidationError("name one run, one workflow run, a definition or a period", field="scope")
+        for field, at in (("from", self.start), ("to", self.end)):
+            if at is not None:
+                _in_utc(at, field)
         if period and (self.start is None or self.end is None or self.start >= self.end):
             raise ValidationError("a period needs a start before its end", field="scope")
 
@@ -68,6 +71,17 @@ class ExportScope:
         if self.start is not None and self.end is not None:
             doc["from"], doc["to"] = isoformat_utc(self.start), isoformat_utc(self.end)
         return doc
+
+
+def _in_utc(at: datetime, field: str) -> None:
+    """A bound the bundle states in UTC: one with an offset that takes it before year 1 or past
+    year 9999 there (``0001-01-01T00:00:00+14:00``) has no UTC instant to state."""
+    if at.tzinfo is None:
+        raise ValidationError("give a timezone (e.g. 2026-01-01T00:00:00Z)", field=field)
+    try:
+        at.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("is outside the years 1 to 9999 in UTC", field=field) from None
 
 
 def json_file(value: Any) -> bytes:

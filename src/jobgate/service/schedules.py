@@ -488,6 +488,10 @@ def parse_instant(value: Any, *, field: str, source: str | None = None) -> datet
         raise ValidationError(f"{value!r} is not an ISO 8601 instant", field=field, source=source) from None
     if parsed.tzinfo is None:
         raise ValidationError(f"{value!r} needs a timezone offset (e.g. Z)", field=field, source=source)
+    try:
+        parsed.astimezone(UTC)  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC: no instant to store
+    except OverflowError:
+        raise ValidationError(f"{value!r} is outside the years 1 to 9999 in UTC", field=field, source=source) from None
     return parsed
 
 
