@@ -51,3 +51,55 @@ def test_export_from_dev_imports_into_prod(tmp_path: Path) -> None:
     jobgate(prod, "definitions", "approve", "nightly-report", "--by", "bob")
     again = jobgate(prod, "import", str(tmp_path / "seed.zip")).stdout  # the same digest, approved here since
     assert again.split("nightly-report v1")[1].split("\n")[0].endswith(" approved here"), again
+
+
+def _audit_actions(folder: Path) -> list[str]:
+    return [e["action"] for e in json.loads(jobgate(folder, "--json", "audit", "list").stdout)]
+
+
+def test_a_file_a_command_cannot_create_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    """Exports to a folder that does not exist or onto a file that does: exit 1
+    naming the option, no file, and no audit entry claiming an export (exit 70 and a recorded
+    export before). A run's evidence and a new key alike."""
+    jobgate(tmp_path, "init", "dev")
+    dev = tmp_path / "dev"
+    existing = tmp_path / "taken.zip"
+    existing.write_bytes(b"mine")
+    before = _audit_actions(dev)
+    for target in (tmp_path / "missing" / "seed.zip", existing):  # a folder: click's own usage error
+        refused = jobgate(dev, "export", str(target), check=False)
+        assert refused.returncode == 1 and "FILE" in refused.stderr and "Traceback" not in refused.stderr, refused
+        period = ("--from", "2026-01-01T00:00:00Z", "--to", "2027-01-01T00:00:00Z", "--out", str(target))
+        evidence = jobgate(dev, "evidence", "export", *period, check=False)
+        assert evidence.returncode == 1 and "--out" in evidence.stderr, evidence
+        key = jobgate(dev, "keys", "generate", "--key-id", "k1", "--out", str(target), check=False)
+        assert key.returncode == 1 and "--out" in key.stderr, key
+    assert not (tmp_path / "missing").exists() and existing.read_bytes() == b"mine"
+    assert _audit_actions(dev) == before
+
+    made = json.loads(jobgate(dev, "--json", "export", str(tmp_path / "seed.zip")).stdout)
+    assert made["file"] == str(tmp_path / "seed.zip") and made["bytes"] == (tmp_path / "seed.zip").stat().st_size
+    assert made["signed_by"]
+    key_file = tmp_path / "k1.key"
+    jobgate(dev, "keys", "generate", "--key-id", "k1", "--out", str(key_file))
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_json_output_of_retention_and_evidence_verify(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "dev")
+    dev = tmp_path / "dev"
+    retention = json.loads(jobgate(dev, "--json", "retention", "run", "--dry-run").stdout)
+    assert retention == {"tenant_id": "default", "dry_run": True, "cutoff": None, "runs": 0}
+    bundle = tmp_path / "period.zip"
+    period = ("--from", "2026-01-01T00:00:00Z", "--to", "2099-01-01T00:00:00Z")
+    exported = json.loads(jobgate(dev, "--json", "evidence", "export", *period, "--out", str(bundle)).stdout)
+    assert exported["file"] == str(bundle) and exported["runs"] == 0
+    unsigned = jobgate(dev, "--json", "evidence", "verify", str(bundle), check=False)
+    assert unsigned.returncode == 1 and json.loads(unsigned.stdout)["status"] == "unsigned"
+    [key] = json.loads(jobgate(dev, "--json", "keys", "evidence").stdout)
+    trusted = json.loads(
+        jobgate(
+            dev, "--json", "evidence", "verify", str(bundle), "--public-key", f"{key['key_id']}={key['public_key']}"
+        ).stdout
+    )
+    assert trusted["status"] == "ok" and trusted["signed_by"] == key["key_id"] and trusted["problems"] == []

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
-from typing import Any
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
 
 import click
 
@@ -33,3 +38,31 @@ class FiniteFloat(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+@contextlib.contextmanager
+def new_output(path: Path, field: str, *, mode: int = 0o644) -> Iterator[IO[bytes]]:
+    """The file a command writes, created (exclusively, with ``mode``) before the command reads
+    or records anything: an existing file, a missing folder or one it may not write is refused
+    naming ``field``, so a refused export leaves no audit entry claiming it was made. If the
+    command fails after that, the file it had begun is removed."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        raise ValidationError(f"{path} exists; refusing to overwrite it", field=field) from None
+    except FileNotFoundError:
+        raise ValidationError(f"{path.parent} is not a folder that exists", field=field) from None
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR):
+            reason = f"{path} is not a file path"
+        raise ValidationError(f"cannot create {path}: {reason}", field=field) from None
+    handle = os.fdopen(fd, "wb")
+    try:
+        yield handle
+    except BaseException:
+        handle.close()
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    handle.close()

@@ -4,14 +4,19 @@ a zip, checked offline."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import new_output
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
 from jobgate.governance import signing
+
+if TYPE_CHECKING:
+    from jobgate.export.bundles import BundleCheck
 
 
 @click.group("evidence")
@@ -41,27 +46,33 @@ def export(
     """Write the evidence of a run (RUN_ID), a workflow run, a definition or a period as one zip
     that ``jobgate evidence verify`` checks anywhere: the records' rows, their seals and proofs,
     the audit entries and their signed anchors."""
-    from jobgate.export.bundles import build_bundle, run_scope, write_bundle
+    from jobgate.export.bundles import build_bundle, run_scope
     from jobgate.export.scope import ExportScope
     from jobgate.service.schedules import parse_instant
 
     engine = app.engine()
-    if run_id and not (workflow_run_id or job_definition_id or start or end):
-        scope = run_scope(engine, run_id, tenant)
-    else:
-        scope = ExportScope(
-            tenant_id=tenant or "default",
-            job_run_id=run_id,
-            workflow_run_id=workflow_run_id,
-            job_definition_id=job_definition_id,
-            start=None if start is None else parse_instant(start, field="--from"),
-            end=None if end is None else parse_instant(end, field="--to"),
-        )
-    data = build_bundle(engine, scope)
-    write_bundle(out, data)
+    with new_output(out, "--out") as file:
+        if run_id and not (workflow_run_id or job_definition_id or start or end):
+            scope = run_scope(engine, run_id, tenant)
+        else:
+            scope = ExportScope(
+                tenant_id=tenant or "default",
+                job_run_id=run_id,
+                workflow_run_id=workflow_run_id,
+                job_definition_id=job_definition_id,
+                start=None if start is None else parse_instant(start, field="--from"),
+                end=None if end is None else parse_instant(end, field="--to"),
+            )
+        data = build_bundle(engine, scope)
+        file.write(data)
     signer = evidence_keys.signer_for(engine.config)
     signed = f"signed by {signer.key_id}" if signer else "unsigned (no evidence key: jobgate keys evidence --create)"
     runs = sum(1 for name in _names(data) if name.startswith("runs/"))
+    if app.json_output:
+        render.emit_json(
+            {"file": str(out), "bytes": len(data), "runs": runs, "signed_by": signer.key_id if signer else None}
+        )
+        return
     render.err.print(f"{out}: {len(data)} bytes, {runs} run(s), {signed}", markup=False)
 
 
@@ -81,7 +92,8 @@ def _names(data: bytes) -> list[str]:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="PEM roots of the timestamping authority: every batch anchor's RFC 3161 token must verify",
 )
-def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Path | None) -> None:
+@pass_app
+def verify(app: AppContext, bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Path | None) -> None:
     """Check a bundle with nothing but the bundle and the signer's public key; exit 1 naming
     every file that fails. Without a key nobody vouches for the bundle, whatever signature it
     carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned.
@@ -98,22 +110,38 @@ def verify(bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Pa
         public[key_id] = value
     stamps = None if tsa_ca is None else TimestampTrust(load_roots(tsa_ca, field="--tsa-ca"))
     result = verify_bundle(bundle.read_bytes(), public_keys=public or None, timestamps=stamps)
+    status = "failed" if not result.ok else "ok" if result.signed_by else "unsigned"
+    if app.json_output:
+        render.emit_json(
+            {
+                "bundle": str(bundle),
+                "status": status,
+                "signed_by": result.signed_by,
+                "anchors_checked": result.anchors_checked,
+                "timestamps_checked": result.timestamps_checked if stamps is not None else None,
+                "notes": list(result.notes),
+                "problems": list(result.problems),
+            }
+        )
+    else:
+        _print_verified(bundle, result, checked_stamps=stamps is not None)
+    if status == "failed":
+        raise ValidationError(f"{len(result.problems)} problem(s) in {bundle}", field="bundle")
+    if status == "unsigned" and not allow_unsigned:
+        raise ValidationError(
+            "give the signer's key with --public-key KEY_ID=BASE64 (or --allow-unsigned)", field="--public-key"
+        )
+
+
+def _print_verified(bundle: Path, result: BundleCheck, *, checked_stamps: bool) -> None:
     for note in result.notes:
         print(f"note: {note}")
     if result.ok and result.signed_by:
         checked = f"{result.anchors_checked} anchor signature(s)"
-        if stamps is not None:
+        if checked_stamps:
             checked += f", {result.timestamps_checked} timestamp token(s)"
         print(f"ok: {bundle} (signed by {result.signed_by}; {checked} checked)")
-        return
-    if result.ok:
-        line = f"UNSIGNED: {bundle}: consistent in itself, but no trusted key was given, so nothing vouches for it"
-        print(line)
-        if allow_unsigned:
-            return
-        raise ValidationError(
-            "give the signer's key with --public-key KEY_ID=BASE64 (or --allow-unsigned)", field="--public-key"
-        )
+    elif result.ok:
+        print(f"UNSIGNED: {bundle}: consistent in itself, but no trusted key was given, so nothing vouches for it")
     for problem in result.problems:
         print(f"FAILED {problem}")
-    raise ValidationError(f"{len(result.problems)} problem(s) in {bundle}", field="bundle")

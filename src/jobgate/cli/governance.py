@@ -397,6 +397,10 @@ def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:
     from jobgate.service.retention import retire
 
     done = retire(app.engine(), tenant, dry_run=dry_run)
+    if app.json_output:
+        cutoff = None if done.cutoff is None else isoformat_utc(done.cutoff)
+        render.emit_json({"tenant_id": tenant, "dry_run": dry_run, "cutoff": cutoff, "runs": done.deleted})
+        return
     if done.cutoff is None:
         print(f"{tenant}: nothing may go (no retention configured, or nothing anchored yet)")
     else:

@@ -16,6 +16,7 @@ import click
 import yaml
 
 from jobgate.cli import render
+from jobgate.cli.args import new_output
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.definitions import definition_files
@@ -59,9 +60,8 @@ def evidence(app: AppContext, create: bool) -> None:
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="private key file")
 def generate(key_id: str, out: Path) -> None:
     pair = signing.generate(key_id)
-    if out.exists():
-        raise ValidationError(f"{out} exists; refusing to overwrite a key", field="--out")
-    signing.write_private_key(out, pair)
+    with new_output(out, "--out", mode=signing.PRIVATE_KEY_MODE) as file:
+        file.write(signing.private_key_file(pair))
     render.err.print(f"private key written to {out} (owner-only); add the public key to jobgate.yaml:", markup=False)
     print(f"signing:\n  trust_roots:\n    {key_id}: {pair.public_b64}")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import new_output
 from jobgate.cli.context import AppContext, pass_app
-from jobgate.core.errors import ValidationError
 
 TENANT = click.option("--tenant", default="default", show_default=True, help="the tenant whose registry it is")
 
@@ -76,14 +76,16 @@ def export_command(app: AppContext, file: Path, tenant: str) -> None:
     (``packs.trusted_keys``) imports it."""
     from jobgate.packs import registry
 
-    if file.exists():
-        raise ValidationError(f"{file} exists; refusing to overwrite it", field="FILE")
     engine = app.engine()
-    data = registry.export_seed(engine, tenant, actor=getpass.getuser())
-    file.write_bytes(data)
+    with new_output(file, "FILE") as out:
+        data = registry.export_seed(engine, tenant, actor=getpass.getuser())
+        out.write(data)
     from jobgate.evidence import keys as evidence_keys
 
     signer = evidence_keys.signer_for(engine.config)
+    if app.json_output:
+        render.emit_json({"file": str(file), "bytes": len(data), "signed_by": signer.key_id if signer else None})
+        return
     signed = "signed" if signer else "UNSIGNED (no evidence key: jobgate keys evidence --create); no importer takes it"
     render.err.print(f"{file}: {len(data)} bytes, {signed}", markup=False)
 

@@ -21,7 +21,6 @@ import json
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.evidence import keys as evidence_keys
@@ -179,9 +178,3 @@ def verify_bundle(
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # signed, but not a bundle's shape
             problems.append(f"the bundle's files are not what an export writes ({type(exc).__name__}: {exc})")
     return BundleCheck(not problems, problems, signed_by, notes, anchors, stamps)
-
-
-def write_bundle(path: Path, data: bytes) -> None:
-    if path.exists():
-        raise ValidationError(f"{path} exists; refusing to overwrite it", field="--out")
-    path.write_bytes(data)

@@ -87,9 +87,17 @@ def verify(message: str, signature: Any, trust_roots: Mapping[str, Ed25519Public
     return str(key_id)
 
 
+PRIVATE_KEY_MODE = 0o600  # readable by the owner only, from the moment the file exists
+
+
+def private_key_file(pair: KeyPair) -> bytes:
+    """What a private key file holds: the key's base64 text and a newline."""
+    return (pair.private_b64 + "\n").encode("ascii")
+
+
 def write_private_key(path: Path, pair: KeyPair) -> None:
     """Created readable by the owner only (never world-readable, not even briefly); an existing
     file is refused rather than overwritten."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(pair.private_b64 + "\n")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_KEY_MODE)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(private_key_file(pair))
