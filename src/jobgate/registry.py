@@ -7,6 +7,8 @@ that name means on this host (seed 004 "Runners"; seed 000 §55 "verify target c
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -34,6 +36,19 @@ class RunnerSpec:
     # The binary executes the definition's body as code (``python3 {{tmpfile}}``): approving such
     # a definition approves a program, so it always needs a second person (four eyes).
     executes_body: bool = True
+
+    def child_path(self) -> str | None:
+        """The ``PATH`` its process gets: the runner's own ``env`` first, else this process's."""
+        return dict(self.env).get("PATH", os.environ.get("PATH"))
+
+    def located_binary(self) -> str | None:
+        """The file its process executes: a bare name looked up on ``child_path()`` (the PATH
+        the process itself gets, so the approval's digest and the attempt name one file), a path
+        made absolute against this process's folder; None when there is no such file."""
+        if "/" not in self.binary:
+            return shutil.which(self.binary, path=self.child_path())
+        resolved = os.path.abspath(self.binary)
+        return resolved if os.path.isfile(resolved) else None
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,19 @@ times), so checking the identity before every attempt costs a ``stat`` per file.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
 import os
-import shutil
 import sys
-import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import types
+import zipimport
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,7 +51,7 @@ from jobgate.core.models import JobDefinition
 from jobgate.registry import Registries, RunnerSpec
 
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
-_SKIP_SUFFIXES = (".pyc", ".pyo")
+_SKIP_SUFFIXES = (".pyc", ".pyo")  # a distribution's compiled files: written on install, not shipped
 MAX_FILES = 20_000  # a "package" larger than this is a mistake (a home folder on sys.path)
 
 
@@ -91,12 +92,20 @@ class FileDigests:
 
 
 def _files_under(root: str) -> Iterator[str]:
+    """Every file Python could import from ``root``: through symlinked folders too (the import
+    system follows them; each real folder once), and bytecode outside ``__pycache__`` (a module
+    shipped as ``.pyc`` alone is loaded from it). ``__pycache__`` is never read by a governed
+    import (``_SourceOnlyLoader``), so it is not code."""
     count = 0
-    for folder, dirs, files in os.walk(root):
+    seen: set[str] = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # a symlink loop, or a folder linked twice
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         for name in sorted(files):
-            if name.endswith(_SKIP_SUFFIXES):
-                continue
             count += 1
             if count > MAX_FILES:
                 raise CodeUnreadable(f"{root} holds more than {MAX_FILES} files", field="code")
@@ -138,35 +147,68 @@ def _module_sha(module: str) -> str:
 
 
 def _spec(name: str) -> importlib.machinery.ModuleSpec:
-    """Where the import system would find package (or module) ``name`` here."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as exc:
-        raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
-    if spec is None:
+    """Where the import system would find package (or module) ``name`` here, found without
+    importing anything: ``importlib.util.find_spec("a.b")`` imports ``a`` (runs its
+    ``__init__``), and reading an approval must not run code."""
+    if sys.modules.get(name) is not None and getattr(sys.modules[name], "__spec__", None) is not None:
+        found: importlib.machinery.ModuleSpec | None = sys.modules[name].__spec__
+    else:
+        found = None
+        path: Sequence[str] | None = None
+        parts = name.split(".")
+        try:
+            for i in range(len(parts)):
+                prefix = ".".join(parts[: i + 1])
+                loaded = sys.modules.get(prefix)
+                if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+                    found = loaded.__spec__
+                else:
+                    found = _find_spec_on(prefix, path)
+                if found is None:
+                    break
+                if i < len(parts) - 1:
+                    path = list(getattr(loaded, "__path__", None) or found.submodule_search_locations or [])
+                    if not path:
+                        found = None  # a module, not a package: it holds no submodules
+                        break
+        except (ImportError, ValueError) as exc:
+            raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
+    if found is None:
         raise CodeUnreadable(f"no module or package {name!r} is importable here", field="handler")
-    return spec
+    return found
+
+
+def _find_spec_on(name: str, path: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:
+    """The spec of ``name`` as the import system would find it, importing nothing: a top-level
+    name through every finder (``find_spec`` imports only a dotted name's parents), a submodule
+    by the path-based finders on its parent's ``path``."""
+    if path is None:
+        return importlib.util.find_spec(name)
+    return importlib.machinery.PathFinder.find_spec(name, list(path))
 
 
 def package_digest(name: str) -> str:
-    """One digest over every file of package (or module) ``name``, by relative path."""
+    """One digest over every file of package (or module) ``name``, by relative path; a package
+    or module imported from a zip archive is the archive's whole content."""
     spec = _spec(name)
+    if isinstance(spec.loader, zipimport.zipimporter):
+        return "zip:" + FILES.sha256(spec.loader.archive)
     roots = list(spec.submodule_search_locations or [])
     if roots:
         return tree_digest(roots)
     if spec.origin is None or not os.path.isfile(spec.origin):
-        # Built into the interpreter (or frozen): it is the interpreter's code.
-        return "builtin:" + name
+        if spec.origin in ("built-in", "frozen"):
+            return "builtin:" + name  # built into the interpreter: it is the interpreter's code
+        raise CodeUnreadable(f"{name!r} is loaded from {spec.origin!r}, not a file this host can digest", field="code")
     return FILES.sha256(spec.origin)
 
 
 def _module_file(module: str) -> str:
-    """The file the import system would load ``module`` from here."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        raise CodeUnreadable(f"cannot find {module!r}: {exc}", field="handler") from None
-    if spec is None or spec.origin is None or not os.path.isfile(spec.origin):
+    """The file the import system would load ``module`` from here (a zip archive: the archive)."""
+    spec = _spec(module)
+    if isinstance(spec.loader, zipimport.zipimporter):
+        return str(spec.loader.archive)
+    if spec.origin is None or not os.path.isfile(spec.origin):
         raise CodeUnreadable(f"no module file for {module!r} is importable here", field="handler")
     return spec.origin
 
@@ -182,6 +224,8 @@ def tree_digest(roots: list[str]) -> str:
     for i, root in enumerate(sorted(roots)):
         for path in _files_under(root):
             listing.append([str(i), os.path.relpath(path, root), FILES.sha256(path)])
+    if not listing:  # nothing read is nothing bound: a digest of no files would match any code
+        raise CodeUnreadable(f"no file of {', '.join(sorted(roots))} can be read here", field="code")
     return _digest_of(listing)
 
 
@@ -226,6 +270,9 @@ class CodeReader:
         raise CodeUnreadable(f"definition has no executable code ({spec.kind})", field="executor")
 
     def _as_loaded(self, parts: dict[str, str]) -> dict[str, str]:
+        for name in parts:  # what this worker imports of them from now on is what was read
+            if name.startswith("package:"):
+                govern(name.partition(":")[2])
         with _LOADED_LOCK:
             out = {}
             for name, value in parts.items():
@@ -305,10 +352,9 @@ class CodeReader:
         return [str(self._located(entry))]
 
     def _runner(self, runner: RunnerSpec) -> dict[str, str]:
-        binary = runner.binary
-        resolved = shutil.which(binary, path=os.environ.get("PATH")) if "/" not in binary else binary
-        if resolved is None or not os.path.isfile(resolved):
-            raise CodeUnreadable(f"runner {runner.name!r}: binary {binary!r} is not found here", field="binary")
+        resolved = runner.located_binary()
+        if resolved is None:
+            raise CodeUnreadable(f"runner {runner.name!r}: binary {runner.binary!r} is not found here", field="binary")
         real = os.path.realpath(resolved)
         return {
             "runner": runner.name,
@@ -326,28 +372,98 @@ def _digest_of(listing: list[list[str]]) -> str:
 __all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "note_import", "package_digest"]
 
 
-_SOURCE_ONLY = threading.RLock()  # re-entrant: a handler module may resolve another handler as it loads
+# ---------------------------------------------------------------------------- governed imports
+# Top-level packages whose code an approval binds and this process runs: every module of them
+# imported from now on is compiled from its source, and only while the package's files are
+# those the process first read (``_LOADED``).
+_GOVERNED: set[str] = set()
+_GOVERNED_MODULES: set[str] = set()  # single modules of jobgate's own package (its handlers)
+_GOVERNED_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _compiled_from_source() -> Iterator[None]:
-    """Imports in this block compile from the source files, reading and writing no bytecode.
+class ChangedCode(ImportError):
+    """A governed module's files changed since this process first read its package."""
 
-    Python trusts a cached ``.pyc`` while the source's modification time (in whole seconds) and
-    size are those it was compiled from: an edit within the same second that keeps the size
-    would run the code from before the edit, while the digest the gates compare (``note_import``,
-    read by file identity including the change time) is of the files after it — code nobody
-    approved. A handler's package is therefore compiled from the very files that were digested
-    when a process first imports it. Caches are pointed at an empty folder meanwhile
-    (``sys.pycache_prefix``, process-wide: another thread importing at that moment compiles its
-    module too, which costs time, never correctness)."""
-    with _SOURCE_ONLY, tempfile.TemporaryDirectory(prefix="jobgate-nopyc-") as empty:
-        prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
-        sys.pycache_prefix, sys.dont_write_bytecode = empty, True
-        try:
-            yield
-        finally:
-            sys.pycache_prefix, sys.dont_write_bytecode = prefix, dont_write
+
+def _check_unchanged(top: str) -> None:
+    """Refuse to import more of ``top`` when its files are no longer those first read: an edit
+    made under a running attempt must not run in it (the next attempt is held by the gate)."""
+    first = _LOADED.get(f"package:{top}")
+    if first is None:
+        return
+    try:
+        now = package_digest(top)
+    except CodeUnreadable as exc:
+        raise ChangedCode(f"package {top!r} can no longer be read here: {exc.message}") from None
+    if now != first:
+        raise ChangedCode(
+            f"the files of package {top!r} changed since this process first read them "
+            "(what an approval bound): restart the worker on approved code"
+        )
+
+
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the module from the very bytes it read, never from a cached ``.pyc`` (Python
+    trusts one while the source keeps its modification second and size, and a forged one the
+    digests never read would run), writes no bytecode, and refuses bytes that are not the
+    file the package digest counted."""
+
+    def path_stats(self, path: str) -> Mapping[str, Any]:
+        raise OSError("governed modules are compiled from source")  # SourceLoader then ignores any .pyc
+
+    def get_data(self, path: str) -> bytes:
+        data = super().get_data(path)
+        if path == self.path:
+            counted = FILES.sha256(path)  # as the package digest read it (by file identity)
+            if "sha256:" + hashlib.sha256(data).hexdigest() != counted:
+                raise ChangedCode(f"{path} changed while it was being imported")
+        return data
+
+
+class _GovernedFinder(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: a module of a governed package, found as the finders after
+    this one would find it (a plugin's own verified loader stays its own), gets
+    ``_SourceOnlyLoader`` when it would have been loaded from a source file."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        top = fullname.partition(".")[0]
+        governed = top in _GOVERNED
+        if not governed and fullname not in _GOVERNED_MODULES:
+            return None
+        if governed and "." in fullname:
+            _check_unchanged(top)
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+            spec.loader = _SourceOnlyLoader(fullname, spec.loader.path)
+        return spec
+
+
+_FINDER = _GovernedFinder()
+
+
+def govern(module: str) -> None:
+    """Import ``module``'s top-level package, from now on in this process, only as its source
+    (see ``_GovernedFinder``). Its files as they are now are what the process runs (``note_import``).
+
+    jobgate's own package is the process itself (the worker imports its own modules as it goes,
+    and an upgrade in place must not make that fail): of it, only the handler's module is
+    compiled from source, when this process first imports it."""
+    top = module.split(".")[0]
+    with _GOVERNED_LOCK:
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+        if top in OWN_MODULES:
+            _GOVERNED_MODULES.add(module)
+        else:
+            _GOVERNED.add(top)
 
 
 def resolve_handler(handler: str) -> Callable[..., object]:
@@ -360,12 +476,10 @@ def resolve_handler(handler: str) -> Callable[..., object]:
     attrs = attr_path.split(".")
     if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
         raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
-    fresh = module_name.split(".")[0] not in sys.modules
-    if fresh:
-        note_import(module_name)  # the code this process is about to run, for the code identity check
+    note_import(module_name)  # the code this process is about to run, for the code identity check
+    govern(module_name)  # its modules compiled from those files, now and at every later import
     try:
-        with _compiled_from_source() if fresh else contextlib.nullcontext():
-            target: Any = importlib.import_module(module_name)
+        target: Any = importlib.import_module(module_name)
     except Exception as exc:  # an import can fail in any way the module's top level can
         raise ValidationError(
             f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", field="handler"

@@ -32,7 +32,6 @@ import json
 import os
 import secrets
 import select
-import shutil
 import signal
 import stat
 import subprocess
@@ -215,7 +214,7 @@ class CommandExecutor:
         # A command reports outputs (a workflow step's declared outputs) by writing one JSON
         # object to this file, like CI systems' output files; jobgate picks the path.
         env[OUTPUTS_ENV] = str(workdir / OUTPUTS_FILE)
-        binary = _resolve_binary(runner.binary, env.get("PATH"))
+        binary = _resolve_binary(runner)
         artifact_path = None if artifact is None else _inside(workdir, artifact)
         return _Plan(workdir, [binary, *args], env, body, tmpfile, artifact_path)
 
@@ -375,17 +374,16 @@ def _child_env(runner: RunnerSpec, ctx: ExecutionContext) -> dict[str, str]:
     return env
 
 
-def _resolve_binary(binary: str, path: str | None) -> str:
-    """A bare name is looked up on the child's PATH; a path is made absolute against our own cwd."""
-    if "/" not in binary:
-        found = shutil.which(binary, path=path)
-        if found is None:
-            raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{binary!r} is not on PATH")
-        return found
-    resolved = Path(binary).absolute()
-    if not resolved.is_file():
-        raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{resolved} does not exist")
-    return str(resolved)
+def _resolve_binary(runner: RunnerSpec) -> str:
+    """The file to execute, found as the approval's code identity finds it (``located_binary``):
+    a bare name on the child's PATH, a path against our own cwd, never the run's."""
+    found = runner.located_binary()
+    if found is None:
+        where = "on PATH" if "/" not in runner.binary else "here"
+        raise _Refused(
+            OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{runner.binary!r} is not found {where}"
+        )
+    return found
 
 
 def _inside(workdir: Path, relative: str) -> Path:

@@ -1,0 +1,193 @@
+"""What an approval's code digest covers, found by a review trying to run unapproved code: a
+forged bytecode cache of a module imported later, a module shipped as bytecode alone, a
+package in a zip archive or behind a symlinked folder, an edit made while an attempt runs, a
+runner binary found on the runner's own PATH; and reading an approval runs no package code.
+Each asserts through a marker written by the code itself what really executed."""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import sys
+import textwrap
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime_support import marker_lines, running_worker, wait_status
+from tests.executors.support import make_context
+from tests.runtime.test_attempt_gates import submit
+
+from helpers import define
+from jobgate.core.decide import OutcomeKind
+from jobgate.core.states import RunStatus
+from jobgate.governance import code
+from jobgate.registry import RunnerSpec
+from jobgate.runtime.executors import CommandExecutor
+from jobgate.service.engine import Engine
+
+
+@pytest.fixture
+def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "executed.txt"
+    monkeypatch.setenv("JOBGATE_TEST_MARKER", str(path))
+    return path
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder on sys.path for this test's packages; each package's modules are forgotten after."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    before = set(sys.modules)
+    yield folder
+    for name in set(sys.modules) - before:
+        sys.modules.pop(name, None)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+LAZY = textwrap.dedent(
+    """
+    import os
+
+    def work(ctx):
+        from .helper import VALUE  # imported by the attempt, not when the handler is
+        with open(os.environ["JOBGATE_TEST_MARKER"], "a") as fh:
+            fh.write(VALUE + "\\n")
+        return {}
+    """
+)
+
+
+def test_a_module_imported_by_the_attempt_runs_its_source_not_a_forged_bytecode_cache(
+    engine: Engine, site: Path, marker: Path
+) -> None:
+    """A ``.pyc`` planted for a module the handler imports later, compiled from other code of the
+    same size and stamped with the approved source's time: Python would load it; a governed
+    import compiles the approved source."""
+    name = _name("lazy")
+    package = site / name
+    package.mkdir()
+    (package / "__init__.py").write_text(LAZY)
+    helper = package / "helper.py"
+    helper.write_text('VALUE = "approved"\n')
+    job = define(engine, handler=f"{name}:work")
+    approved = os.stat(helper)
+    helper.write_text('VALUE = "forged!!"\n')  # same size
+    py_compile.compile(str(helper))  # the cache an import of the forged source leaves
+    helper.write_text('VALUE = "approved"\n')
+    os.utime(helper, ns=(approved.st_atime_ns, approved.st_mtime_ns))  # the cache's recorded time and size
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        wait_status(engine, run_id, RunStatus.COMPLETED)
+    assert marker_lines(marker) == [["approved"]]
+
+
+def test_code_edited_while_an_attempt_runs_is_not_imported_by_it(engine: Engine, site: Path, marker: Path) -> None:
+    """The handler's module imported, then its package edited before the attempt imports the
+    rest: that import is refused (the attempt fails), and the next attempt is held."""
+    name = _name("midway")
+    package = site / name
+    package.mkdir()
+    edit_first = (
+        "    with open(__file__.replace('__init__', 'helper'), 'w') as f:\n        f.write('VALUE = \"edited\"')\n"
+    )
+    (package / "__init__.py").write_text(LAZY.replace("def work(ctx):\n", "def work(ctx):\n" + edit_first))
+    (package / "helper.py").write_text('VALUE = "approved"\n')
+    job = define(engine, handler=f"{name}:work", retry_policy="test_fixed_v1")
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed"
+    assert marker_lines(marker) == []
+
+
+def test_a_module_shipped_as_bytecode_alone_is_part_of_the_digest(site: Path) -> None:
+    name = _name("sourceless")
+    package = site / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = package / "job_src.py"
+    source.write_text("VALUE = 1\n")
+    py_compile.compile(str(source), cfile=str(package / "job.pyc"))
+    source.unlink()
+    before = code.package_digest(name)
+    source.write_text("VALUE = 2\n")
+    py_compile.compile(str(source), cfile=str(package / "job.pyc"))
+    source.unlink()
+    assert code.package_digest(name) != before
+
+
+def test_a_package_in_a_zip_archive_is_digested_as_the_archive(site: Path, tmp_path: Path) -> None:
+    name = _name("zipped")
+    archive = tmp_path / "jobs.zip"
+
+    def build(value: str) -> None:
+        with zipfile.ZipFile(archive, "w") as z:
+            z.writestr(f"{name}/__init__.py", f"VALUE = {value!r}\n")
+
+    build("approved")
+    sys.path.insert(0, str(archive))
+    try:
+        before = code.package_digest(name)
+        assert before.startswith("zip:")
+        build("edited!!")
+        assert code.package_digest(name) != before
+    finally:
+        sys.path.remove(str(archive))
+        sys.path_importer_cache.pop(str(archive), None)
+
+
+def test_a_package_with_no_readable_file_binds_nothing_and_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(code.CodeUnreadable):
+        code.tree_digest([str(tmp_path / "empty")])
+
+
+def test_a_symlinked_folder_inside_a_package_is_digested(site: Path, tmp_path: Path) -> None:
+    name = _name("linked")
+    package = site / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shared = tmp_path / "shared" / "common"
+    shared.mkdir(parents=True)
+    (shared / "__init__.py").write_text("")
+    (shared / "util.py").write_text("VALUE = 1\n")
+    (package / "common").symlink_to(shared, target_is_directory=True)
+    (package / "loop").symlink_to(package, target_is_directory=True)  # a loop is read once
+    before = code.package_digest(name)
+    (shared / "util.py").write_text("VALUE = 2\n")
+    assert code.package_digest(name) != before
+
+
+def test_reading_a_subpackages_digest_runs_none_of_its_code(site: Path, marker: Path) -> None:
+    name = _name("sidefx")
+    package = site / name
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('imported\\n')\n")
+    (package / "sub" / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('imported\\n')\n")
+    (package / "sub" / "mod.py").write_text("")
+    assert code.package_digest(f"{name}.sub").startswith("sha256:")
+    assert not marker.exists() and name not in sys.modules
+
+
+def test_a_runner_binary_is_the_one_on_the_runners_own_path(tmp_path: Path, marker: Path) -> None:
+    """A runner's ``env`` PATH decides which binary runs: the approval digests that one."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(f"#!/bin/sh\necho fake >> {marker}\n")
+    fake.chmod(0o755)
+    runner = RunnerSpec(
+        name="pathy", binary="python3", args=("-c", "pass"), env=(("PATH", f"{bin_dir}:/usr/bin:/bin"),)
+    )
+    parts = code.CodeReader(registries=None)._runner(runner)  # type: ignore[arg-type]
+    assert parts["binary"] == str(fake.resolve())
+    ran = CommandExecutor(runner, None, {}).execute(make_context(tmp_path))
+    assert ran.outcome.kind is OutcomeKind.SUCCEEDED and marker_lines(marker) == [["fake"]]
