@@ -24,6 +24,7 @@ from jobgate.core.governance import (
     TrustFact,
     admit,
     approval_refusal,
+    how_related,
     request_refusal,
     same_person,
 )
@@ -214,7 +215,29 @@ def test_same_person_follows_names_and_minting_both_ways_and_through_chains() ->
     assert same_person(ALICE, MINTED_BY_ALICE) and same_person(MINTED_BY_ALICE, ALICE)
     assert same_person(ALICE, MINTED_TWICE) and same_person(MINTED_TWICE, MINTED_BY_ALICE)
     assert not same_person(BOB, MINTED_TWICE)
-    assert not same_person(Person("carol", ("root",)), Person("dave", ("root",)))  # minted by one admin: two people
+    # One principal minted both credentials over the API: it saw both secrets, so four eyes
+    # cannot tell its two "people" apart (a review minted ev-s1 and ev-s2 and approved its own
+    # program). People get credentials on the host (no minter) or from an identity provider.
+    carol, dave = Person("carol", ("root",)), Person("dave", ("root",))
+    assert same_person(carol, dave)
+    assert how_related(carol, dave, "proposed this request") == (
+        "root minted both carol's credential and that of dave, who proposed this request"
+    )
+    assert not same_person(Person("carol"), Person("dave"))  # made on the host: two people
+    assert same_person(Person("frank", ("bob", "root")), Person("grace", ("root",)))  # cousins share root
+
+
+@given(
+    st.tuples(st.sampled_from("abcdef"), st.lists(st.sampled_from("abcdef"), max_size=3)),
+    st.tuples(st.sampled_from("abcdef"), st.lists(st.sampled_from("abcdef"), max_size=3)),
+)
+def test_same_person_is_symmetric_and_means_a_shared_principal(
+    a: tuple[str, list[str]], b: tuple[str, list[str]]
+) -> None:
+    x, y = Person(a[0], tuple(a[1])), Person(b[0], tuple(b[1]))
+    assert same_person(x, y) == same_person(y, x) == bool({a[0], *a[1]} & {b[0], *b[1]})
+    if same_person(x, y):
+        assert how_related(x, y, "did it")  # every related pair is explained
 
 
 def test_content_four_eyes_only_when_asked_or_when_the_body_is_code() -> None:

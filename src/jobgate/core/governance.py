@@ -378,8 +378,9 @@ def _start_rules(policy: Policy) -> Policy:
 @dataclass(frozen=True)
 class Person:
     """A principal as four eyes sees it: its name and the principals whose tokens minted its
-    credential, nearest first. Whoever minted a credential could have used it: they count as
-    the same person for four eyes."""
+    credential, nearest first. Whoever minted a credential saw its secret and could use it: the
+    minter counts as the same person, and so do two credentials one principal minted (it holds
+    both)."""
 
     name: str
     minted_by: tuple[str, ...] = field(default_factory=tuple)
@@ -396,13 +397,18 @@ def how_related(approver: Person, other: Person, did: str) -> str:
         return f"{approver.name} {did}"
     if approver.name in other.minted_by:
         return f"{approver.name} minted the credential of {other.name}, who {did}"
-    return f"{approver.name}'s credential was minted by {other.name}, who {did}"
+    if other.name in approver.minted_by:
+        return f"{approver.name}'s credential was minted by {other.name}, who {did}"
+    common = next(m for m in approver.minted_by if m in other.minted_by)
+    return f"{common} minted both {approver.name}'s credential and that of {other.name}, who {did}"
 
 
 def same_person(a: Person, b: Person) -> bool:
-    """Whether ``a`` and ``b`` may be one person: the same principal, or one minted the other's
-    credential (directly or through a chain of minted tokens)."""
-    return a.name in b.lineage or b.name in a.lineage
+    """Whether ``a`` and ``b`` may be one person: the same principal, one minted the other's
+    credential (directly or through a chain of minted tokens), or one principal minted both
+    (it holds both secrets). Credentials made on the host (``jobgate tokens create``) or by an
+    identity provider have no minter: the host's operator and the provider are the roots."""
+    return not a.lineage.isdisjoint(b.lineage)
 
 
 @dataclass(frozen=True)
