@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.api.conftest import ACME_JOB, World, build_world
+from tests.api.conftest import ACME_FLOW, ACME_JOB, SHARED_JOB, World, build_world
 from tests.helpers import count, define, make_config
 
 from jobgate.api.app import create_app
@@ -253,3 +253,31 @@ def test_no_auth_serves_only_this_machines_programs(engine: Engine) -> None:
     cross_site = client.post(f"{API}/tokens", json={"role": "admin"}, headers={"Origin": "https://evil.example"})
     assert cross_site.status_code == 403 and count(engine, "api_tokens") == 0
     assert client.get(f"{API}/runs", headers={"Origin": "http://localhost:3000"}).status_code == 200
+
+
+def test_a_limited_token_reaches_no_other_definition_through_a_workflow(world: World) -> None:
+    """Found by a review: a token limited to one definition wrote a new version of it whose
+    workflow runs another definition, approved it, and ran that definition. Writing or
+    approving such a workflow is refused naming the step's job, and nothing is stored."""
+    h = limited(world, "admin")
+    flow = {
+        "job_definition_id": SHARED_JOB,
+        "job_class": "MAINTENANCE_JOB",
+        "workflow": {"steps": [{"id": "x", "job": ACME_JOB, "params": {"n": "1"}}]},
+    }
+    versions = len(
+        world.client.get(f"{API}/definitions/{SHARED_JOB}/versions", headers=world.headers("acme", Role.ADMIN)).json()
+    )
+    refused = world.client.post(f"{API}/definitions", json={"definitions": [flow]}, headers=h)
+    assert refused.status_code == 403 and refused.json()["field"] == "definitions[0].workflow", refused.text
+    assert ACME_JOB in refused.json()["message"]
+    after = world.client.get(f"{API}/definitions/{SHARED_JOB}/versions", headers=world.headers("acme", Role.ADMIN))
+    assert len(after.json()) == versions
+    wide = tokens.create(world.engine, tenant_id="acme", role="admin", actor="test", jobs=[ACME_FLOW])
+    digest = world.client.get(f"{API}/definitions/{ACME_FLOW}", headers=world.headers("acme", Role.ADMIN)).json()
+    approve = world.client.post(
+        f"{API}/definitions/{ACME_FLOW}/approve",
+        json={"digest": digest["digest"]},
+        headers={"Authorization": f"Bearer {wide.token}"},
+    )
+    assert approve.status_code == 403 and ACME_JOB in approve.json()["message"], approve.text

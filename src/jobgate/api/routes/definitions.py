@@ -7,7 +7,8 @@ tenant is refused.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -31,6 +32,7 @@ from jobgate.views.schemas import (
     Page,
     RevokedOut,
 )
+from jobgate.workflows.spec import workflow_spec_of
 
 router = APIRouter(prefix="/api/v1", tags=["definitions"])
 
@@ -103,6 +105,7 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
             approvals.record_load_refusal(state.engine, caller.tenant_id, exc, actor=caller.actor, target=named)
             where = f"definitions[{i}]"
             raise ValidationError(exc.message, field=f"{where}.{exc.field}" if exc.field else where) from None
+        _ensure_may_run_steps(caller, document, f"definitions[{i}].workflow")
     applied = state.engine.apply_definitions(
         loaded, tenant_id=caller.tenant_id, applied_by=caller.actor, applied_lineage=caller.minted_by
     )
@@ -122,6 +125,11 @@ def approve_definition(job_definition_id: str, body: ApproveIn, caller: Caller, 
     applier's credential) may not approve it when ``governance.four_eyes`` is on or its runner
     executes its body as code (403 ``four_eyes``)."""
     ensure_may_use(caller, job_definition_id)
+    if caller.jobs is not None:  # a limited token approves no workflow that runs beyond its limit
+        with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+            current = tx.definition_get(caller.tenant_id, job_definition_id)
+        if current is not None:
+            _ensure_may_run_steps(caller, current.content, "workflow")
     approval = approvals.approve(
         state.engine,
         caller.tenant_id,
@@ -172,3 +180,13 @@ def revoke_approval(
         revoked_digests=[a.digest for a in done.revoked],
         cancelled_runs=done.cancelled_runs,
     )
+
+
+def _ensure_may_run_steps(caller: Principal, content: Mapping[str, Any], field: str) -> None:
+    """A token limited to some definitions reaches no other through a workflow it writes or
+    approves: every step and compensation must be within its limit (403 naming the step's job)."""
+    if caller.jobs is None or "workflow" not in content:
+        return
+    for job in workflow_spec_of(content, field).jobs:
+        if not caller.may_use(job):
+            raise Forbidden(f"this token is limited to {sorted(caller.jobs)}; a step runs {job!r}", field=field)
