@@ -14,7 +14,7 @@ from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.evidence import anchors, sinks
 from jobgate.runtime.outbox import publish_once
-from jobgate.service import audit
+from jobgate.service import audit, retries
 from jobgate.service.engine import Engine
 from jobgate.service.retention import retire
 from jobgate.service.submission import SubmitRequest
@@ -127,5 +127,38 @@ def test_a_retired_run_put_back_is_named_by_records_verification(database_url: s
         assert not report.ok
         assert any(f.problem == "back_after_tombstone" and f.record_id == run for f in report.findings)
         assert f"run {run}: its row is there again after its tombstone" in report.findings[0].message()
+    finally:
+        store.dispose()
+
+
+def test_the_source_of_a_retry_still_to_finish_is_kept(database_url: str, tmp_path: Path) -> None:
+    """A retry waiting to run names its source (``retry_of``: its lineage and the version it
+    pins): retention keeps the source until the retry has finished, in the dry run too."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        source, alone = submit(engine, job), submit(engine, job)
+        with running_worker(engine):
+            wait_status(engine, source, RunStatus.COMPLETED)
+            wait_status(engine, alone, RunStatus.COMPLETED)
+        pending, created = retries.retry(engine, source, actor="ada", tenant_id="default")
+        assert created and pending.status is RunStatus.SCHEDULED
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        later = engine.clock.now() + timedelta(days=2)
+        with engine.store.write() as tx:
+            anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a"))
+        assert retire(engine, "default", now=later, dry_run=True).deleted == 1
+        assert retire(engine, "default", now=later).deleted == 1
+        with engine.store.read() as tx:
+            assert {r.job_run_id for r in tx.runs_get([source, alone])} == {source}
+        with running_worker(engine):
+            wait_status(engine, pending.job_run_id, RunStatus.COMPLETED)
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        assert retire(engine, "default", now=later + timedelta(days=2)).deleted >= 1
+        with engine.store.read() as tx:
+            assert tx.runs_get([source]) == []
     finally:
         store.dispose()

@@ -17,7 +17,8 @@ def _retirable(
     conn: Connection, tenant_id: str, ended_before: datetime, scope: RetireScope, *, ordered_ids: bool
 ) -> Any:
     """The predicate of the runs retention may delete: finished before ``ended_before``, no event
-    undelivered, no open dead letter, not a step of a workflow run still active, within
+    undelivered, no open dead letter, not a step of a workflow run still active, not the source
+    of a retry still to finish, within
     ``scope`` (its job classes; a resolved dead letter old enough). One predicate for the
     deletion and for its dry run, so the two agree."""
     from sqlalchemy import and_, exists
@@ -34,6 +35,8 @@ def _retirable(
             workflow_runs.c.status.in_(("CREATED", "SCHEDULED", "DISPATCHED", "RUNNING")),
         )
     )
+    retry = job_runs.alias("retry")
+    open_retry = exists().where(and_(retry.c.retry_of == r.job_run_id, retry.c.status.not_in(terminal)))
     clauses = [
         r.tenant_id == tenant_id,
         r.status.in_(terminal),
@@ -41,6 +44,7 @@ def _retirable(
         ~busy_event,
         ~open_letter,
         ~active_workflow,
+        ~open_retry,  # a retry still to finish names it as its source (its lineage, its pinned version)
     ]
     if scope.job_classes is not None:
         clauses.append(r.job_class.in_(scope.job_classes))
