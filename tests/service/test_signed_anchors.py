@@ -136,3 +136,26 @@ def test_keys_evidence_creates_and_shows_the_key(tmp_path: Path) -> None:
     created = runner.invoke(cli, ["--config", str(folder / "jobgate.yaml"), "--json", "keys", "evidence", "--create"])
     assert created.exit_code == 0 and key_file.exists()
     assert json.loads(created.stdout)[0]["public_key"] != key["public_key"]
+
+
+def test_entries_left_unanchored_past_two_windows_fail_verification(keyed: Engine, tmp_path: Path) -> None:
+    """Found by a review: the anchors deleted from the database and the file sink emptied, the
+    keyless chain rewritten, and verification passed (nothing anchored looked like nothing
+    anchored yet). Entries no anchor covers for more than two anchor windows fail it, naming
+    the first, whether the anchors were never made or removed; a fresh tail passes."""
+    sink = _world(keyed, tmp_path)
+    with keyed.store.write() as tx:
+        tx.audit_append([AuditEvent("default", "a", "test.fact", "test", "late", T0 + timedelta(hours=3))])
+
+    def configured(now: datetime) -> anchors.Verification:
+        with keyed.store.read() as tx:
+            return anchors.verify_configured(tx, keyed.config, "default", sink_records=sink.records(), now=now)
+
+    assert configured(T0 + timedelta(hours=4)).ok  # the tail is an hour old: the next anchor is due
+    late = configured(T0 + timedelta(hours=5, minutes=1))
+    assert not late.ok and late.first_bad_seq == 7 and "not anchored" in str(late.problem)
+    with keyed.store.write() as tx:  # the attack: every anchor gone, in the database and the sink
+        connection(tx).execute(text("DELETE FROM anchors"))
+    sink.path.write_text("")
+    gone = configured(T0 + timedelta(hours=5, minutes=1))
+    assert not gone.ok and gone.first_bad_seq == 1 and "not anchored" in str(gone.problem)

@@ -227,7 +227,8 @@ def audit_verify(app: AppContext, tenant: str | None, offline: bool, records: bo
         tenants = (
             [tenant] if tenant else sorted(set(tx.audit_tenants()) | {str(r["tenant_id"]) for r in witnessed or ()})
         )  # a chain wiped out entirely is still named by its anchors in the sink
-        results = [anchors.verify_configured(tx, engine.config, t, sink_records=witnessed) for t in tenants]
+        now = engine.clock.now()
+        results = [anchors.verify_configured(tx, engine.config, t, sink_records=witnessed, now=now) for t in tenants]
     render.records(
         app.json_output,
         "audit chains",

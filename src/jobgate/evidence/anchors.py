@@ -183,13 +183,17 @@ def verify_tenant(
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     unsigned_before: int = 0,
     timestamps: TimestampTrust | None = None,
+    overdue: tuple[datetime, timedelta] | None = None,
 ) -> Verification:
     """Recompute every entry's hash and link, the head, and every anchor's root, chain, times
     and signature (with ``keys``: every anchor from ``unsigned_before`` on must be signed by one
     of them) and timestamp token (with ``timestamps``: every batch anchor from its
     ``unstamped_before`` on must carry a token that verifies against its roots), and compare
     each anchor with the sink's copy when given: a flipped byte, a deleted, reordered or
-    inserted entry, a truncated tail and a chain rewritten from scratch all fail here."""
+    inserted entry, a truncated tail and a chain rewritten from scratch all fail here.
+    ``overdue`` (now, limit): entries no anchor covers, the oldest recorded more than ``limit``
+    before now, fail too: anchoring stopped, or the anchors were removed (from the database and
+    a sink the same writer could empty), and the chain is then only as good as its last writer."""
     entries: list[AuditEntry] = []
     after = 0
     while True:  # in pages: memory stays bounded by the page, not the log
@@ -285,7 +289,28 @@ def verify_tenant(
             tenant_id, count, len(anchors), False, last_seq + 1,
             f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
         )  # fmt: skip
+    late = _overdue_problem(entries, anchors[-1].last_seq if anchors else 0, overdue)
+    if late is not None:
+        return Verification(tenant_id, count, len(anchors), False, late[0], late[1])
     return Verification(tenant_id, count, len(anchors), True, unsigned_anchors=unsigned)
+
+
+def _overdue_problem(
+    entries: Sequence[AuditEntry], anchored_to: int, overdue: tuple[datetime, timedelta] | None
+) -> tuple[int, str] | None:
+    """The first entry after the last anchored one, and why, when it has waited past the limit."""
+    if overdue is None:
+        return None
+    now, limit = overdue
+    tail = [e for e in entries if e.seq > anchored_to]
+    if not tail or now - tail[0].event.at <= limit:
+        return None
+    first, last = tail[0], tail[-1]
+    return first.seq, (
+        f"entries {first.seq}-{last.seq} are not anchored, the oldest recorded at {isoformat_utc(first.event.at)}: "
+        f"longer than {limit} (two anchor windows); run `jobgate audit anchor` or a scheduler (it anchors every "
+        "window) — or the anchors were removed"
+    )
 
 
 def _keyless_problem(a: Anchor) -> str | None:
@@ -413,10 +438,16 @@ def anchor_configured(tx: StoreTx, config: Any, tenant_id: str, now: datetime) -
 
 
 def verify_configured(
-    tx: StoreTx, config: Any, tenant_id: str, *, sink_records: Sequence[dict[str, Any]] | None
+    tx: StoreTx,
+    config: Any,
+    tenant_id: str,
+    *,
+    sink_records: Sequence[dict[str, Any]] | None,
+    now: datetime | None = None,
 ) -> Verification:
     """``verify_tenant`` with what the deployment trusts: its evidence keys (current and
-    rotated), the anchors accepted unsigned or unstamped, the timestamping authority's roots."""
+    rotated), the anchors accepted unsigned or unstamped, the timestamping authority's roots;
+    with ``now``, entries unanchored for more than two anchor windows fail."""
     from jobgate.evidence.keys import trusted_keys
     from jobgate.evidence.timestamping import trust_for
 
@@ -427,4 +458,5 @@ def verify_configured(
         keys=trusted_keys(config) or None,
         unsigned_before=config.evidence.unsigned_anchors_before,
         timestamps=trust_for(config),
+        overdue=None if now is None else (now, 2 * config.evidence.anchor_window),
     )

@@ -83,7 +83,9 @@ def verify_audit(caller: WholeTenant, state: State) -> VerificationOut:
         )
     keys = evidence_keys.trusted_keys(state.engine.config)
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-        result = anchors.verify_configured(tx, state.engine.config, caller.tenant_id, sink_records=witnessed)
+        result = anchors.verify_configured(
+            tx, state.engine.config, caller.tenant_id, sink_records=witnessed, now=state.engine.clock.now()
+        )
     return VerificationOut(**result.__dict__, signatures_checked=bool(keys))
 
 
