@@ -318,3 +318,34 @@ def test_an_unapproved_definition_is_refused_or_waits_paused_when_asked(engine: 
         set_paused(engine, "default", "nightly", False, now=engine_now(), actor="ops")
     approvals.approve(engine, "default", job, actor="bob")  # the approval resumes it
     assert stored(engine, "nightly").state == "active"
+
+
+def test_an_operators_pause_outlasts_a_new_version_and_its_approval(engine: Engine) -> None:
+    """Found by a review: an incident pause, then a new version applied and approved, and the
+    approval resumed the schedule. Only a pause waiting for the approval is the approval's."""
+    job = apply(engine)
+    approvals.approve(engine, "default", job, actor="bob")
+    set_paused(engine, "default", "TGJOBDEF-REPLAY-SAMPLING-001", True, now=engine.clock.now(), actor="ops")
+    apply(engine, schedule_expression="30 3 * * *")
+    assert stored(engine).state == "paused" and stored(engine).schedule.cron == "30 3 * * *"
+    approvals.approve(engine, "default", job, actor="bob")
+    assert stored(engine).state == "paused"
+    set_paused(engine, "default", "TGJOBDEF-REPLAY-SAMPLING-001", False, now=engine.clock.now(), actor="ops")
+    assert stored(engine).state == "active"
+
+
+def test_an_edit_never_resumes_a_paused_schedule(engine: Engine) -> None:
+    """Found by a review: ``schedules add`` over a paused schedule stored it active. An edit keeps
+    a pause (resuming is ``schedules resume``); a document asking for a pause pauses; and a
+    schedule paused only until its definition's approval runs once an edit finds it approved."""
+    job = define(engine, trigger_type="interval", schedule_expression="1h")
+    doc = {"id": "hourly", "job": job, "every_seconds": 3600}
+    now = engine.clock.now()
+    put_schedules(engine, [schedule_from_document(doc, now=now)], source="cli", now=now)
+    set_paused(engine, "default", "hourly", True, now=now, actor="ops")
+    put_schedules(engine, [schedule_from_document({**doc, "every_seconds": 1800}, now=now)], source="cli", now=now)
+    edited = stored(engine, "hourly")
+    assert edited.schedule.paused and edited.schedule.every == timedelta(minutes=30) and edited.state == "paused"
+    set_paused(engine, "default", "hourly", False, now=now, actor="ops")
+    put_schedules(engine, [schedule_from_document({**doc, "paused": True}, now=now)], source="cli", now=now)
+    assert stored(engine, "hourly").state == "paused"

@@ -85,3 +85,20 @@ def _paused_in(document: str) -> bool:
     except ValueError:
         return False
     return bool(found.get("paused")) if isinstance(found, dict) else False
+
+
+def pause_after_edit(before: StoredSchedule | None, *, asked: bool, unapproved: bool) -> tuple[bool, str | None]:
+    """Whether a schedule stored by an edit (or created) is paused, and why (its pause reason).
+
+    Pausing and resuming are an operator's: an edit never resumes a schedule someone paused
+    (a pause with any reason but ``unapproved``), whatever the edit's document says, and a
+    definition's approval resumes only the schedules waiting for it (``unapproved``). An edit
+    that asks for a pause is an operator's pause; a schedule whose definition is not approved
+    waits for it; one that waited for an approval since given runs."""
+    if before is not None and before.schedule.paused and before.pause_reason != PAUSED_UNAPPROVED:
+        return True, before.pause_reason
+    if asked:
+        return True, None
+    if unapproved:
+        return True, PAUSED_UNAPPROVED
+    return False, None

@@ -23,7 +23,7 @@ from jobgate.governance.code import CodeReader, check_trusted, resolve_handler
 from jobgate.plugins.admission import check_handler
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
-from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange
+from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange, pause_after_edit
 from jobgate.service.submission import SYSTEM_ACTOR
 from jobgate.store.base import DefinitionPut, StoredDefinition
 from jobgate.store.sqlstore import Store, StoreTx
@@ -126,10 +126,13 @@ class Definitions:
                 tx.schedule_delete(tenant_id, name)
                 tx.change_record(tenant_id, name, ScheduleChange(now, "deleted", before, "deleted", True, actor, None))
             return
+        _, pause_reason = pause_after_edit(existing, asked=False, unapproved=True)  # an operator's pause stays theirs
         wanted = replace(wanted, paused=True)
-        made = tx.schedule_put(wanted, watermark=now, source=OWNED_SOURCE, now=now, pause_reason=PAUSED_UNAPPROVED)
+        made = tx.schedule_put(wanted, watermark=now, source=OWNED_SOURCE, now=now, pause_reason=pause_reason)
         after = canonical_json(schedule_document(wanted)).decode()
-        reason = f"version of {definition.job_definition_id}; paused until approved"
+        reason = f"version of {definition.job_definition_id}; " + (
+            "paused until approved" if pause_reason == PAUSED_UNAPPROVED else "kept paused (paused by an operator)"
+        )
         tx.change_record(
             tenant_id, name, ScheduleChange(now, "created" if made else "updated", before, after, True, actor, reason)
         )

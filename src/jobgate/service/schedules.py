@@ -37,7 +37,13 @@ from jobgate.scheduling.model import (
     schedule_document,
 )
 from jobgate.scheduling.plan import MissReason, Slot, regrid, slots, trigger_id
-from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, RecordedMiss, ScheduleChange
+from jobgate.scheduling.records import (
+    OWNED_SOURCE,
+    PAUSED_UNAPPROVED,
+    RecordedMiss,
+    ScheduleChange,
+    pause_after_edit,
+)
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import existing_results
 from jobgate.service.snapshots import resolve_snapshot, watched_digest
@@ -277,11 +283,9 @@ def put_schedules(
             if before is not None:
                 _refuse_owned(before.source, before.schedule, "replaced")
                 s = _keep_anchor(s, before.schedule, now)
-            if unapproved:
-                s = replace(s, paused=True)
-            made = tx.schedule_put(
-                s, watermark=now, source=source, now=now, pause_reason=PAUSED_UNAPPROVED if unapproved else None
-            )
+            paused, pause_reason = pause_after_edit(before, asked=s.paused, unapproved=unapproved)
+            s = replace(s, paused=paused)
+            made = tx.schedule_put(s, watermark=now, source=source, now=now, pause_reason=pause_reason)
             if made and (s.tenant_id, s.schedule_id) in current:
                 # It answers snapshots activated from now on, not the one already active.
                 seen = watched_digest(current[(s.tenant_id, s.schedule_id)], s.config_watch)
