@@ -13,6 +13,7 @@ from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, Sch
 from jobgate.scheduling.plan import (
     MAX_RECORDED_MISSES,
     MissReason,
+    Period,
     apply_overlap,
     legacy_window_slot,
     parse_slot,
@@ -197,6 +198,37 @@ def test_a_paused_schedule_records_its_slots_and_makes_nothing() -> None:
     p = plan(hourly(paused=True), watermark=T0, now=T0 + 3 * HOUR)
     assert p.fires == () and [m.reason for m in p.misses] == [MissReason.PAUSED] * 3
     assert p.watermark == T0 + 3 * HOUR
+
+
+def test_slots_owed_while_active_wait_for_the_policy_when_paused_again_before_a_tick() -> None:
+    """Found by a review: paused at 00:02, resumed at 01:30, paused again at 03:30 with no tick
+    between: 02:00 and 03:00 fell while it was active, yet were recorded paused. They are
+    left to the misfire policy for when it runs again; the slots of the first pause are paused."""
+    spans = (Period(T0 + timedelta(minutes=2), T0 + HOUR + timedelta(minutes=30)), Period(T0 + 3.5 * HOUR))
+    now = T0 + 4 * HOUR + timedelta(minutes=1)
+    p = plan(hourly(MisfirePolicy.FIRE_ALL, paused=True), watermark=T0 + timedelta(minutes=1), now=now, paused=spans)
+    assert p.fires == () and [(m.fire_at, m.reason) for m in p.misses] == [(T0 + HOUR, MissReason.PAUSED)]
+    assert T0 + HOUR <= p.watermark < T0 + 2 * HOUR  # 02:00 is still owed
+    resumed = plan(
+        hourly(MisfirePolicy.FIRE_ALL),
+        watermark=p.watermark,
+        now=now + HOUR,
+        paused=(Period(T0 + 3.5 * HOUR, now + timedelta(minutes=30)),),
+    )
+    assert [f.fire_at for f in resumed.fires] == [T0 + 2 * HOUR, T0 + 3 * HOUR, T0 + 5 * HOUR]
+    assert [m.fire_at for m in resumed.misses] == [T0 + 4 * HOUR]
+
+
+def test_more_paused_slots_than_are_recorded_are_counted_in_a_warning() -> None:
+    """A one-second interval paused for four hours with no tick between: the oldest slots past
+    the recorded ones are named by a warning, never dropped in silence."""
+    every = interval(timedelta(seconds=1))
+    span = (Period(T0 + timedelta(seconds=10), T0 + 4 * HOUR),)
+    p = plan(every, watermark=T0, now=T0 + 4 * HOUR + timedelta(seconds=1), paused=span)
+    paused = [m for m in p.misses if m.reason is MissReason.PAUSED]
+    assert len(paused) == MAX_RECORDED_MISSES
+    total = 4 * 3600 - 10
+    assert any(f"{total - MAX_RECORDED_MISSES} older slots" in w and "(paused)" in w for w in p.warnings), p.warnings
 
 
 # --- magic params and identities -----------------------------------------------------------

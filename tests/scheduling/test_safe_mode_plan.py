@@ -128,3 +128,13 @@ def test_ticking_often_or_once_owes_the_same_fires(every: int, edges: list[datet
         mark = part.watermark
     assert sorted(f.trigger_id for f in pieces) == sorted(f.trigger_id for f in whole.fires)
     assert len({f.trigger_id for f in pieces}) == len(pieces)
+
+
+def test_a_safe_mode_schedules_pause_with_no_tick_between_is_honoured() -> None:
+    """Found by a review: paused and resumed during safe mode with no scheduler running between:
+    the slots that fell in the pause ran. They are recorded paused, as for any schedule."""
+    s = safe(every=5 * MIN, misfire=MisfirePolicy.FIRE_ALL)
+    pause = (Period(T0 + 6 * MIN, T0 + 17 * MIN),)
+    p = plan_periods(s, watermark=T0, now=T0 + 21 * MIN, periods=[Period(T0)], paused=pause)
+    assert [m.fire_at for m in p.misses if m.reason is MissReason.PAUSED] == [T0 + 10 * MIN, T0 + 15 * MIN]
+    assert [f.fire_at for f in p.fires] == [T0 + 5 * MIN, T0 + 20 * MIN]

@@ -119,7 +119,9 @@ class Scheduler:
             self._configuration(item, token, now, result)
             return
         if item.schedule.kind is ScheduleKind.SAFE_MODE:
-            p = plan_periods(item.schedule, watermark=item.watermark, now=now, periods=periods)
+            p = plan_periods(
+                item.schedule, watermark=item.watermark, now=now, periods=periods, paused=self._paused_since(item)
+            )
         else:
             p = plan(item.schedule, watermark=item.watermark, now=now, paused=self._paused_since(item))
         if not p.fires and not p.misses and p.watermark == item.watermark:

@@ -198,36 +198,58 @@ def plan(
     keep = schedule.max_catchup + MAX_RECORDED_MISSES
     late: deque[Slot] = deque(maxlen=keep)
     on_time: list[Slot] = []
-    unrecorded, first_unrecorded, last_unrecorded = 0, None, None
+    unrecorded = _Uncounted()
     held: deque[Slot] = deque(maxlen=MAX_RECORDED_MISSES)  # slots of a span it was paused in
+    unheld = _Uncounted()
+    decided_to = end
     for slot in slots(schedule, watermark, end):
+        if schedule.paused and paused and not within(slot.fire_at, paused):
+            # It fell while the schedule was active, and it was paused again since: the misfire
+            # policy decides it when the schedule runs again, not "paused" now.
+            decided_to = slot.fire_at - _INSTANT
+            break
         if paused and not schedule.paused and within(slot.fire_at, paused):
-            held.append(slot)
+            unheld.push(held, slot)
             continue
         if schedule.paused or now - slot.fire_at > schedule.misfire_grace:
-            if len(late) == keep:
-                unrecorded += 1
-                first_unrecorded = first_unrecorded or late[0].fire_at
-                last_unrecorded = late[0].fire_at
-            late.append(slot)
+            unrecorded.push(late, slot)
         else:
             on_time.append(slot)
     warnings: list[str] = []
-    if unrecorded:
-        assert first_unrecorded is not None and last_unrecorded is not None
-        warnings.append(
-            f"schedule {schedule.schedule_id}: {unrecorded} older slots from {isoformat_utc(first_unrecorded)} "
-            f"to {isoformat_utc(last_unrecorded)} were missed ({'paused' if schedule.paused else 'late'}); "
-            f"recorded by this warning, not one by one"
-        )
+    unrecorded.warn(warnings, schedule.schedule_id, "paused" if schedule.paused else "late")
+    unheld.warn(warnings, schedule.schedule_id, "paused")
     if schedule.paused:
         recorded = tuple(Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in late)
-        return Plan((), recorded, end, tuple(warnings))
+        return Plan((), recorded, max(watermark, decided_to), tuple(warnings))
     fires, misses = _decide_late(schedule, list(late), warnings)
     fires += [_fire(schedule, s, late=False) for s in on_time]
     misses += [Miss(schedule.schedule_id, s.fire_at, MissReason.PAUSED) for s in held]
     misses.sort(key=lambda m: m.fire_at)
     return Plan(tuple(fires), tuple(misses), end, tuple(warnings))
+
+
+class _Uncounted:
+    """Slots pushed out of a bounded deque: counted, and named by one warning (their first and
+    last instants) instead of one recorded miss each."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+
+    def push(self, kept: deque[Slot], slot: Slot) -> None:
+        if kept.maxlen is not None and len(kept) == kept.maxlen:
+            self.count += 1
+            self.first = self.first or kept[0].fire_at
+            self.last = kept[0].fire_at
+        kept.append(slot)
+
+    def warn(self, warnings: list[str], schedule_id: str, why: str) -> None:
+        if self.count and self.first is not None and self.last is not None:
+            warnings.append(
+                f"schedule {schedule_id}: {self.count} older slots from {isoformat_utc(self.first)} "
+                f"to {isoformat_utc(self.last)} were missed ({why}); recorded by this warning, not one by one"
+            )
 
 
 @dataclass(frozen=True)
@@ -267,13 +289,21 @@ def pause_spans(switches: Sequence[tuple[datetime, bool, bool]], *, after: datet
     return tuple(spans)
 
 
-def plan_periods(schedule: Schedule, *, watermark: datetime, now: datetime, periods: Sequence[Period]) -> Plan:
+def plan_periods(
+    schedule: Schedule,
+    *,
+    watermark: datetime,
+    now: datetime,
+    periods: Sequence[Period],
+    paused: Sequence[Period] = (),
+) -> Plan:
     """A safe-mode schedule's plan: in each period that reaches past the watermark, the slots of
     ``slots`` anchored at that activation, decided by the misfire policy like any plan.
 
     The watermark moves only to the end of what was planned (the last period's end, or now
     while one is open), never over a stretch with no period: an activation recorded a moment
-    ago may start there, and its fire must not fall behind the watermark.
+    ago may start there, and its fire must not fall behind the watermark. ``paused``: the spans
+    the schedule itself was paused in, as for ``plan``.
     """
     fires: list[Fire] = []
     misses: list[Miss] = []
@@ -284,7 +314,7 @@ def plan_periods(schedule: Schedule, *, watermark: datetime, now: datetime, peri
         end = now if period.until is None else min(now, period.until - _INSTANT)  # off at ``until``
         if end <= start:
             continue  # over before the watermark, or not begun by now
-        part = plan(replace(schedule, anchor=period.since), watermark=start, now=now, until=end)
+        part = plan(replace(schedule, anchor=period.since), watermark=start, now=now, until=end, paused=paused)
         fires += part.fires
         misses += part.misses
         warnings += part.warnings
