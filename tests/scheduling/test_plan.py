@@ -16,6 +16,7 @@ from jobgate.scheduling.plan import (
     Period,
     apply_overlap,
     legacy_window_slot,
+    next_fires,
     parse_slot,
     plan,
     slots,
@@ -336,3 +337,12 @@ def test_a_window_slot_names_its_start_and_end_and_reads_back_as_its_end() -> No
     assert legacy_window_slot("TGTRIG-hourly@2026-03-01T01:00:00Z") is None
     assert legacy_window_slot("TGTRIG-s@config-1") is None and parse_slot("TGTRIG-s@config-1") is None
     assert parse_slot("TGTRIG-a@b@2026-03-01T01:00:00Z") == ("a@b", T0 + HOUR)
+
+
+def test_a_rhythm_near_the_end_of_the_calendar_has_no_slots_past_it() -> None:
+    """Found by a review: ``jobgate next`` of an interval anchored in year 9998 crashed (exit 70)."""
+    late = datetime(9998, 12, 31, tzinfo=UTC)
+    every = check_schedule(Schedule("g", "job", ScheduleKind.INTERVAL, late, every=timedelta(days=36600)))
+    assert [s.fire_at for s in next_fires(every, late - HOUR, 3)] == [late]
+    window_ = check_schedule(Schedule("w", "job", ScheduleKind.BATCH_WINDOW, late, every=timedelta(days=36600)))
+    assert next_fires(window_, late - HOUR, 3) == []

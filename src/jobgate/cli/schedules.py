@@ -524,7 +524,9 @@ def scheduler_command(
         _say(
             app,
             {"leader": result.leader, "fired": result.fired, "missed": result.missed},
-            f"fired {result.fired}, missed {result.missed}",
+            f"fired {result.fired}, missed {result.missed}"
+            if result.leader
+            else "standby: another scheduler leads, so this pass fired nothing",
         )
         return
 

@@ -100,15 +100,25 @@ def slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot
     if schedule.kind in (ScheduleKind.INTERVAL, ScheduleKind.ADAPTIVE):
         # Fires at anchor + k * every, k >= 0.
         k = 0 if after < anchor else (after - anchor) // every + 1
-        while (at := anchor + k * every) <= until:
-            yield Slot(at)
+        while (fire := _nth(anchor, k, every)) is not None and fire <= until:
+            yield Slot(fire)
             k += 1
         return
     # Batch windows [anchor + k * every, anchor + (k + 1) * every) fire when they close.
-    k = 1 if after < anchor + every else (after - anchor) // every + 1
-    while (end := anchor + k * every) <= until:
+    first = _nth(anchor, 1, every)
+    k = 1 if first is None or after < first else (after - anchor) // every + 1
+    while (end := _nth(anchor, k, every)) is not None and end <= until:
         yield Slot(end, ExecutionWindow(end - every, end))
         k += 1
+
+
+def _nth(anchor: datetime, k: int, every: timedelta) -> datetime | None:
+    """``anchor + k * every``, or None past the last instant a datetime holds (year 9999): a
+    rhythm has no slots beyond the calendar."""
+    try:
+        return anchor + k * every
+    except OverflowError:
+        return None
 
 
 def _safe_mode_slots(schedule: Schedule, after: datetime, until: datetime) -> Iterator[Slot]:
@@ -123,8 +133,8 @@ def _safe_mode_slots(schedule: Schedule, after: datetime, until: datetime) -> It
             yield Slot(at)
     elif schedule.every is not None:
         k = (after - activation) // schedule.every + 1
-        while (at := activation + k * schedule.every) <= until:
-            yield Slot(at)
+        while (fire := _nth(activation, k, schedule.every)) is not None and fire <= until:
+            yield Slot(fire)
             k += 1
 
 
