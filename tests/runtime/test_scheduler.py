@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -683,3 +684,22 @@ def test_every_refused_slot_of_a_tick_is_audited_not_only_the_first(engine: Engi
     with engine.store.read() as tx:
         assert [r for _, r in tx.misses_list("default", "hourly")] == ["refused"] * 3
     assert scheduled_runs(engine) == 0
+
+
+def test_an_edit_while_the_scheduler_is_behind_records_the_old_rhythms_slots(engine: Engine) -> None:
+    """Found by a review: hourly at :00, no scheduler from 00:00, edited at 03:30 to :30: the
+    tick fired 00:30, 01:30, 02:30, 03:30 (instants of neither rhythm while it held) and 01:00,
+    02:00, 03:00 vanished. The old rhythm's owed slots are recorded ``edited``; the new rhythm
+    owes only its slots after the edit."""
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    edit_at = T0 + 3 * HOUR + timedelta(minutes=30)
+    edited = check_schedule(replace(hourly(job, misfire=MisfirePolicy.FIRE_ALL), cron="30 * * * *"))
+    put_schedules(engine, [edited], source="cli", now=edit_at)
+    s = Scheduler(engine, owner="a")
+    assert s.tick(edit_at + timedelta(minutes=1)).fired == 0
+    with engine.store.read() as tx:
+        misses = tx.misses_list("default", "hourly")
+    assert misses == [(T0 + HOUR * h, "edited") for h in (1, 2, 3)]
+    assert s.tick(T0 + 4 * HOUR + timedelta(minutes=30, seconds=1)).fired == 1  # 04:30, the new rhythm
+    assert scheduled_runs(engine) == 1

@@ -17,9 +17,11 @@ from jobgate.scheduling.plan import (
     apply_overlap,
     legacy_window_slot,
     next_fires,
+    owed_before_edit,
     parse_slot,
     plan,
     slots,
+    windows_after_edit,
 )
 
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
@@ -346,3 +348,20 @@ def test_a_rhythm_near_the_end_of_the_calendar_has_no_slots_past_it() -> None:
     assert [s.fire_at for s in next_fires(every, late - HOUR, 3)] == [late]
     window_ = check_schedule(Schedule("w", "job", ScheduleKind.BATCH_WINDOW, late, every=timedelta(days=36600)))
     assert next_fires(window_, late - HOUR, 3) == []
+
+
+def test_a_new_window_length_starts_where_the_last_closed_window_ended() -> None:
+    """Found by a review: 1-hour windows ran to 03:00; at 03:30 the length became 2 hours and the
+    next window was [02:00, 04:00), processing 02:00-03:00 twice. It is [03:00, 05:00)."""
+    before = window(HOUR)
+    after = windows_after_edit(before, window(2 * HOUR), T0 + 3.5 * HOUR)
+    [first] = next_fires(after, T0 + 3.5 * HOUR, 1)
+    assert first.window is not None and (first.window.start, first.window.end) == (T0 + 3 * HOUR, T0 + 5 * HOUR)
+    assert windows_after_edit(before, window(HOUR), T0 + 3.5 * HOUR) == window(HOUR)  # same length: untouched
+
+
+def test_the_slots_an_edit_replaces_are_recorded_edited() -> None:
+    owed = owed_before_edit(hourly(MisfirePolicy.FIRE_ALL), T0, T0 + 3.5 * HOUR)
+    assert owed.fires == () and [(m.fire_at, m.reason) for m in owed.misses] == [
+        (T0 + h * HOUR, MissReason.EDITED) for h in (1, 2, 3)
+    ]

@@ -47,6 +47,7 @@ class MissReason(StrEnum):
     PAUSED = "paused"
     REFUSED = "refused"  # the definition could not run it (unknown, not active, params refused)
     OVERLAP = "overlap"  # forbid / replace: another run of the schedule was (or would be) outstanding
+    EDITED = "edited"  # owed by a rhythm an edit replaced before any scheduler decided it
 
 
 @dataclass(frozen=True)
@@ -405,3 +406,39 @@ def regrid(schedule: Schedule, now: datetime) -> datetime:
     if now <= anchor:
         return anchor
     return anchor + ((now - anchor) // schedule.every) * schedule.every
+
+
+def rhythm_changed(before: Schedule, after: Schedule) -> bool:
+    """Whether an edit changes when a schedule's slots fall (kind, cron, period, anchor, zone)."""
+    return (before.kind, before.cron, before.every, before.anchor, before.timezone) != (
+        after.kind,
+        after.cron,
+        after.every,
+        after.anchor,
+        after.timezone,
+    )
+
+
+def owed_before_edit(before: Schedule, watermark: datetime, now: datetime) -> Plan:
+    """The slots ``before``'s rhythm owed in ``(watermark, now]`` that no scheduler decided, as
+    misses (``edited``): an edit at ``now`` replaces that rhythm, and its new one owes only the
+    slots after the edit. Older slots past those recorded are counted in a warning."""
+    if before.kind is ScheduleKind.SAFE_MODE or not before.kind.timed or now <= watermark:
+        return Plan((), (), watermark)
+    held = plan(replace(before, paused=True), watermark=watermark, now=now)
+    misses = tuple(Miss(m.schedule_id, m.fire_at, MissReason.EDITED) for m in held.misses)
+    return Plan((), misses, held.watermark, tuple(w.replace("(paused)", "(edited)") for w in held.warnings))
+
+
+def windows_after_edit(before: Schedule, after: Schedule, now: datetime) -> Schedule:
+    """A batch window's new length keeps no stored anchor: windows of the new length start where
+    the last window of the old length that closed by ``now`` ended, so no window overlaps one
+    already run and none is left out."""
+    if (
+        before.kind is ScheduleKind.BATCH_WINDOW
+        and after.kind is ScheduleKind.BATCH_WINDOW
+        and before.every != after.every
+        and before.anchor == after.anchor
+    ):
+        return replace(after, anchor=regrid(before, now))
+    return after

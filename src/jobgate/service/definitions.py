@@ -23,6 +23,7 @@ from jobgate.governance.code import CodeReader, check_trusted, resolve_handler
 from jobgate.plugins.admission import check_handler
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
+from jobgate.scheduling.plan import windows_after_edit
 from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange, pause_after_edit
 from jobgate.service.submission import SYSTEM_ACTOR
 from jobgate.store.base import DefinitionPut, StoredDefinition
@@ -128,7 +129,13 @@ class Definitions:
             return
         _, pause_reason = pause_after_edit(existing, asked=False, unapproved=True)  # an operator's pause stays theirs
         wanted = replace(wanted, paused=True)
+        if existing is not None:
+            wanted = windows_after_edit(existing.schedule, wanted, now)
         made = tx.schedule_put(wanted, watermark=now, source=OWNED_SOURCE, now=now, pause_reason=pause_reason)
+        if existing is not None:
+            from jobgate.service.schedules import settle_owed_before_edit  # it imports the engine, which imports us
+
+            settle_owed_before_edit(tx, existing, wanted, now)
         after = canonical_json(schedule_document(wanted)).decode()
         reason = f"version of {definition.job_definition_id}; " + (
             "paused until approved" if pause_reason == PAUSED_UNAPPROVED else "kept paused (paused by an operator)"

@@ -36,18 +36,29 @@ from jobgate.scheduling.model import (
     check_schedule,
     schedule_document,
 )
-from jobgate.scheduling.plan import MissReason, Slot, regrid, slots, trigger_id
+from jobgate.scheduling.plan import (
+    MissReason,
+    Slot,
+    owed_before_edit,
+    regrid,
+    rhythm_changed,
+    slots,
+    trigger_id,
+    windows_after_edit,
+)
 from jobgate.scheduling.records import (
     OWNED_SOURCE,
     PAUSED_UNAPPROVED,
     RecordedMiss,
     ScheduleChange,
+    StoredSchedule,
     pause_after_edit,
 )
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import existing_results
 from jobgate.service.snapshots import resolve_snapshot, watched_digest
 from jobgate.service.submission import EventOrigin, SubmitRequest
+from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.schedules")
 
@@ -282,10 +293,14 @@ def put_schedules(
             before = tx.schedule_get(s.tenant_id, s.schedule_id)
             if before is not None:
                 _refuse_owned(before.source, before.schedule, "replaced")
-                s = _keep_anchor(s, before.schedule, now)
+                s = windows_after_edit(before.schedule, _keep_anchor(s, before.schedule, now), now)
             paused, pause_reason = pause_after_edit(before, asked=s.paused, unapproved=unapproved)
             s = replace(s, paused=paused)
             made = tx.schedule_put(s, watermark=now, source=source, now=now, pause_reason=pause_reason)
+            if before is not None:
+                notes = settle_owed_before_edit(tx, before, s, now)
+                if warnings is not None:
+                    warnings.extend(notes)
             if made and (s.tenant_id, s.schedule_id) in current:
                 # It answers snapshots activated from now on, not the one already active.
                 seen = watched_digest(current[(s.tenant_id, s.schedule_id)], s.config_watch)
@@ -429,6 +444,22 @@ def delete(engine: Engine, tenant_id: str, schedule_id: str, *, now: datetime, a
         old = canonical_json(schedule_document(stored.schedule)).decode()
         tx.change_record(tenant_id, schedule_id, ScheduleChange(now, "deleted", old, "deleted", True, actor, None))
     log.info("schedule %s deleted by %s", schedule_id, actor, extra={"action": "schedule_deleted"})
+
+
+def settle_owed_before_edit(tx: StoreTx, before: StoredSchedule, after: Schedule, now: datetime) -> list[str]:
+    """An edit that changes when a schedule's slots fall applies from the moment it is stored.
+    What the old rhythm owed before that moment and no scheduler decided yet (its watermark is
+    behind: none ran, or it is catching up) is recorded missed, ``edited`` (a backfill runs them
+    if they should run), and the watermark moves to the edit: the new rhythm owes only its own
+    slots after it, none of the instants before it that belonged to neither. Returns warnings."""
+    old = before.schedule
+    if before.watermark >= now or not rhythm_changed(old, after):
+        return []
+    owed = owed_before_edit(old, before.watermark, now)
+    if owed.misses:
+        tx.misses_record(old.tenant_id, owed.misses, now)
+    tx.schedule_advance(old.tenant_id, old.schedule_id, before.watermark, now)
+    return list(owed.warnings)
 
 
 def _keep_anchor(s: Schedule, stored: Schedule, now: datetime) -> Schedule:
@@ -663,6 +694,8 @@ def recommend_interval(
         tx.change_record(tenant_id, schedule_id, change)
         if accepted and not tx.schedule_retime(tenant_id, schedule_id, s.every, every, regrid(s, now)):
             raise ConflictError("the interval changed meanwhile; recommend again", field="every")
+        if accepted:
+            settle_owed_before_edit(tx, stored, replace(s, every=every, anchor=regrid(s, now)), now)
     log.info(
         "schedule %s: %s recommended every %ss (%s)",
         schedule_id,
