@@ -16,6 +16,7 @@ from tests.helpers import count, make_config
 
 from jobgate.api.server_state import ServerState
 from jobgate.console.app import create_app
+from jobgate.core.errors import ValidationError
 from jobgate.core.tokens import Role
 from jobgate.evidence import keys as evidence_keys
 from jobgate.export.bundles import pack
@@ -170,3 +171,20 @@ def test_a_refusal_while_applying_is_audited_and_writes_nothing(world: World, pr
     assert response.status_code == 422 and response.json()["field"] == "schedule_expression", response.text
     assert _written(world) == before
     assert count(world.engine, "audit_log", "tenant_id = 'other' AND action = 'offline_seed.import_refused'") == 1
+
+
+def test_the_import_and_the_definitions_route_refuse_the_same_documents(tmp_path: Path) -> None:
+    """Found by a review: a definition naming a configured target (which the configuration backs
+    with a Python handler) was accepted by ``POST /api/v1/definitions`` and refused by the
+    API's import of a pack holding it. One rule for both: the document names a raw handler."""
+    from jobgate.api.routes.packs import _api_admission
+    from jobgate.definitions import parse_definition
+
+    config = make_config(tmp_path, targets={"MEID_X": {"cmi": "x.1", "handler": "engine_handlers:succeed"}})
+    target = {"job_definition_id": "via-target", "job_class": "MAINTENANCE_JOB", "target_engine_meid": "MEID_X"}
+    raw = {"job_definition_id": "raw", "job_class": "MAINTENANCE_JOB", "handler": "engine_handlers:succeed"}
+    admit = _api_admission(None)  # type: ignore[arg-type]
+    admit(parse_definition(target, "pack:via-target", config))  # admitted, as the route admits it
+    with pytest.raises(ValidationError) as refused:
+        admit(parse_definition(raw, "pack:raw", config))
+    assert refused.value.field == "handler"

@@ -524,3 +524,11 @@ def _check_templates(
                 r.fail(field, f"{prefix} {{{{tmpfile}}}}, but the definition has no body to write to it")
             for name in sorted(used - allowed):
                 r.fail(field, f"{prefix} {{{{{name}}}}}, which is not a declared param {hint}")
+
+
+def names_raw_handler(document: Mapping[str, Any]) -> bool:
+    """Whether a definition document names Python code to import (``handler``) rather than a
+    target or runner the configuration declares. The API takes no such document, applied or
+    imported in a pack: code to import is the operator's choice, made on the server. A target
+    the configuration backs with a handler is the configuration's, not the document's."""
+    return "handler" in document

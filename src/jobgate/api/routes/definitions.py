@@ -19,6 +19,7 @@ from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.definitions import parse_definition
+from jobgate.definitions.schema import names_raw_handler
 from jobgate.service import approvals
 from jobgate.service.tokens import Principal
 from jobgate.views.schemas import (
@@ -90,7 +91,7 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         job = document.get("job_definition_id")
         if isinstance(job, str) and not caller.may_use(job):
             raise Forbidden("this token may not change that definition", field=f"definitions[{i}].job_definition_id")
-        if "handler" in document:
+        if names_raw_handler(document):
             # Code to import is the operator's choice, made in files on the server; over the
             # API a definition names a target or runner the configuration already declares.
             raise ValidationError(

@@ -25,7 +25,7 @@ from jobgate.api.responses import repeated
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import UnavailableError, ValidationError
 from jobgate.core.packs import PackRecord, parse_ref
-from jobgate.definitions.schema import LoadedDefinition
+from jobgate.definitions.schema import LoadedDefinition, names_raw_handler
 from jobgate.packs import archive, registry
 from jobgate.service.tokens import Principal
 
@@ -115,7 +115,7 @@ def _api_admission(caller: Principal) -> Any:
     ``POST /api/v1/definitions``)."""
 
     def admit(loaded: LoadedDefinition) -> None:
-        if loaded.definition.executor.kind == "python" and loaded.definition.executor.handler:
+        if names_raw_handler(loaded.definition.content):  # the rule of POST /api/v1/definitions
             raise ValidationError(
                 f"{loaded.source}: a definition with a raw handler is imported by the operator (jobgate import)",
                 field="handler",
