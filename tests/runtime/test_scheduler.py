@@ -703,3 +703,22 @@ def test_an_edit_while_the_scheduler_is_behind_records_the_old_rhythms_slots(eng
     assert misses == [(T0 + HOUR * h, "edited") for h in (1, 2, 3)]
     assert s.tick(T0 + 4 * HOUR + timedelta(minutes=30, seconds=1)).fired == 1  # 04:30, the new rhythm
     assert scheduled_runs(engine) == 1
+
+
+def test_a_long_tick_renews_the_lease_as_it_goes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a review: a tick that took longer than the lease (a schedule far behind) let a
+    standby take over, the two deposed each other at every commit, and every schedule stalled.
+    The leader renews between schedules, by the time the tick has taken (here 5 s a schedule)."""
+    import types
+
+    from jobgate.runtime import scheduler as scheduler_module
+
+    job = define(engine)
+    for i in range(3):
+        add(engine, replace(hourly(job), schedule_id=f"h{i}"))
+    seconds = iter(range(0, 1000, 5))
+    monkeypatch.setattr(scheduler_module, "time", types.SimpleNamespace(monotonic=lambda: float(next(seconds))))
+    a = Scheduler(engine, owner="a", lease=timedelta(seconds=2))
+    assert a.tick(T0 + HOUR).fired == 3
+    b = Scheduler(engine, owner="b", lease=timedelta(seconds=2))
+    assert not b.tick(T0 + HOUR + timedelta(seconds=6)).leader

@@ -12,6 +12,7 @@ idempotency keys (which name the schedule and the slot) are a second wall behind
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,7 @@ class Scheduler:
         if token is None:
             return TickResult(leader=False)
         result = TickResult(leader=True)
+        started = time.monotonic()
         with self.engine.store.read() as tx:
             stored = tx.schedules_list()
             safe_mode = _safe_mode_periods(tx, stored)
@@ -105,6 +107,16 @@ class Scheduler:
         for item in stored:
             if item.retry_at is not None and now < item.retry_at:
                 continue  # failing: backing off
+            # A tick of many schedules can outlast a third of the lease: renewed as it goes (a
+            # cheap no-op until then), at the tick's instant plus the time it has taken, so a
+            # standby never takes over a leader that is busy.
+            if self._token is None:
+                break  # a commit of this tick found another holder: the tick is over, not retaken
+            renewed = self.hold_leadership(now + timedelta(seconds=time.monotonic() - started))
+            if renewed is None:
+                result.leader = False
+                break
+            token = renewed
             try:
                 self._one(item, token, now, result, safe_mode.get(item.schedule.tenant_id, []))
             except Exception as exc:
