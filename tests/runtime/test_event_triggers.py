@@ -62,6 +62,22 @@ def test_a_refused_or_paused_subscriber_is_recorded_and_stores_no_run(engine: En
         assert [r for _, r in tx.misses_list("default", "b")] == ["paused"]
 
 
+def test_an_event_recorded_paused_is_not_run_when_delivered_again_after_resume(engine: Engine) -> None:
+    """Found by a review: delivered while paused (recorded ``paused``), then again after resume,
+    the event ran: recorded paused and run. A redelivery of it is a no-op for that schedule;
+    a new event runs."""
+    job = define(engine, trigger_type="event")
+    subscribe(engine, "on-done", job, "x.y", paused=True)
+    assert emit(engine, "x.y", "ev-b") == [("on-done", False, "paused")]
+    with engine.store.write() as tx:
+        tx.schedule_set_paused("default", "on-done", False, T0)
+    assert emit(engine, "x.y", "ev-b") == [("on-done", False, "recorded paused when first delivered")]
+    assert count(engine, "job_runs") == 0
+    assert emit(engine, "x.y", "ev-c")[0][1] is True
+    with engine.store.read() as tx:
+        assert [r for _, r in tx.misses_list("default", "on-done")] == ["paused"]
+
+
 def test_an_event_delivered_again_after_the_configuration_changed_finds_its_run(engine: Engine) -> None:
     """The key covers the configuration's digest; safe mode's overrides (or an edited profile)
     change it. The run still holds its job's slot for that event id: one run per event, ever."""

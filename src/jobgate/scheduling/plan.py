@@ -68,6 +68,7 @@ class Miss:
     schedule_id: str
     fire_at: datetime
     reason: MissReason
+    event_id: str | None = None  # an event a paused schedule recorded instead of running it
 
 
 @dataclass(frozen=True)

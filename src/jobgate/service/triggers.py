@@ -83,9 +83,15 @@ def emit_event(
                 param_value(data[name], name)
     now = engine.clock.now()
     out: list[EventFire] = []
+    with engine.store.read(tenant_id=tenant_id) as tx:  # delivered before to a paused schedule?
+        recorded = {s.schedule_id: tx.miss_of_event(tenant_id, s.schedule_id, event_id) for s in subscribed}
     for schedule in subscribed:
+        if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
+            why = f"recorded {recorded[schedule.schedule_id]} when first delivered"
+            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, why))
+            continue
         if schedule.paused:
-            _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.PAUSED))
+            _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.PAUSED, event_id=event_id))
             out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, "paused"))
             continue
         try:

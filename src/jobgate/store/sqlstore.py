@@ -412,6 +412,9 @@ class StoreTx:
     def misses_record(self, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
         schedules.misses_record(self._conn, tenant_id, misses, now)
 
+    def miss_of_event(self, tenant_id: str, schedule_id: str, event_id: str) -> str | None:
+        return schedules.miss_of_event(self._conn, tenant_id, schedule_id, event_id)
+
     def misses_list(self, tenant_id: str, schedule_id: str) -> list[tuple[datetime, str]]:
         return schedules.misses_list(self._conn, tenant_id, schedule_id)
 

@@ -369,6 +369,15 @@ schedule_misses = Table(
     Column("fire_at", BigInteger, primary_key=True),
     Column("reason", String(32), nullable=False),
     Column("recorded_at", BigInteger, nullable=False),
+    Column("event_id", String(200)),  # the event a paused schedule recorded (migration 0028)
+    Index(
+        "ix_schedule_misses_event",
+        "tenant_id",
+        "schedule_id",
+        "event_id",
+        sqlite_where=text("event_id IS NOT NULL"),
+        postgresql_where=text("event_id IS NOT NULL"),
+    ),
 )
 
 # Recorded facts (policy triggers): numeric observations by name, the latest of which a policy

@@ -69,4 +69,3 @@ class ReadAhead:
         self.definitions.clear()
         self.approvals.clear()
         self.safe_modes.clear()
-

@@ -189,12 +189,22 @@ def schedule_advance(
     return bool(conn.execute(stmt).rowcount)
 
 
-_MISS_COLUMNS = ("tenant_id", "schedule_id", "fire_at", "reason", "recorded_at")
+_MISS_COLUMNS = ("tenant_id", "schedule_id", "fire_at", "reason", "recorded_at", "event_id")
 
 
 def misses_record(conn: Connection, tenant_id: str, misses: Sequence[Miss], now: datetime) -> None:
-    rows = [(tenant_id, m.schedule_id, codec.to_us(m.fire_at), m.reason.value, codec.to_us(now)) for m in misses]
+    rows = [
+        (tenant_id, m.schedule_id, codec.to_us(m.fire_at), m.reason.value, codec.to_us(now), m.event_id) for m in misses
+    ]
     driver.insert_rows(conn, schedule_misses, _MISS_COLUMNS, rows, suffix="ON CONFLICT DO NOTHING")
+
+
+def miss_of_event(conn: Connection, tenant_id: str, schedule_id: str, event_id: str) -> str | None:
+    """The reason a schedule recorded event ``event_id`` as a miss (a paused schedule), or None."""
+    m = schedule_misses.c
+    q = select(m.reason).where(m.tenant_id == tenant_id, m.schedule_id == schedule_id, m.event_id == event_id).limit(1)
+    found = conn.execute(q).scalar_one_or_none()
+    return None if found is None else str(found)
 
 
 def misses_list(conn: Connection, tenant_id: str, schedule_id: str, limit: int = 1000) -> list[tuple[datetime, str]]:
