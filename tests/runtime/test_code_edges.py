@@ -191,3 +191,28 @@ def test_a_runner_binary_is_the_one_on_the_runners_own_path(tmp_path: Path, mark
     assert parts["binary"] == str(fake.resolve())
     ran = CommandExecutor(runner, None, {}).execute(make_context(tmp_path))
     assert ran.outcome.kind is OutcomeKind.SUCCEEDED and marker_lines(marker) == [["fake"]]
+
+
+def test_an_editable_distribution_binds_the_packages_it_makes_importable(site: Path, tmp_path: Path) -> None:
+    """Found by a review: ``code: [distribution:NAME]`` of a ``pip install -e`` install digested
+    only its ``.pth`` and metadata, so an edit of its code ran unapproved."""
+    name = _name("edjobs")
+    source = tmp_path / "project" / "src"
+    (source / name).mkdir(parents=True)
+    (source / name / "__init__.py").write_text("")
+    (source / name / "util.py").write_text("VALUE = 1\n")
+    sys.path.insert(0, str(source))  # what the install's .pth adds
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text(f"{name}\n")
+    (info / "direct_url.json").write_text('{"dir_info": {"editable": true}, "url": "file:///project"}')
+    (site / f"__editable__.{name}-1.0.pth").write_text(f"{source}\n")
+    (info / "RECORD").write_text(f"__editable__.{name}-1.0.pth,,\n{name}-1.0.dist-info/METADATA,,\n")
+    try:
+        reader = code.CodeReader(registries=None)  # type: ignore[arg-type]
+        before = reader._distribution(name)
+        (source / name / "util.py").write_text("VALUE = 2\n")
+        assert reader._distribution(name) != before
+    finally:
+        sys.path.remove(str(source))

@@ -34,6 +34,7 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import threading
@@ -301,6 +302,16 @@ class CodeReader:
             if located.suffix in _SKIP_SUFFIXES or not located.is_file():
                 continue
             listing.append([str(file), self.files.sha256(str(located))])
+        if _editable(dist):
+            # An editable install's files are a .pth (or a finder) and metadata: its code is the
+            # packages it makes importable, digested as package:NAME parts are.
+            tops = _top_levels(dist)
+            if not tops:
+                raise CodeUnreadable(
+                    f"{name!r} is installed editable and names no top-level package: list its packages as package:NAME",
+                    field="code",
+                )
+            listing += [[f"package:{top}", package_digest(top)] for top in tops]
         return _digest_of(listing)
 
     def _located(self, raw: str) -> Path:
@@ -363,6 +374,26 @@ class CodeReader:
             "args": canonical_json(list(runner.args)).decode(),
             "env": canonical_json(dict(runner.env)).decode(),
         }
+
+
+def _editable(dist: importlib.metadata.Distribution) -> bool:
+    """Installed with ``pip install -e`` (PEP 610's ``direct_url.json``)."""
+    try:
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return False
+    return bool(isinstance(info, dict) and isinstance(info.get("dir_info"), dict) and info["dir_info"].get("editable"))
+
+
+def _top_levels(dist: importlib.metadata.Distribution) -> list[str]:
+    """The top-level packages a distribution provides: its ``top_level.txt``, else what the
+    installed metadata maps to it."""
+    listed = [line.strip() for line in (dist.read_text("top_level.txt") or "").splitlines() if line.strip()]
+    if listed:
+        return sorted(set(listed))
+    name = (dist.metadata["Name"] or "").lower()
+    mapping = importlib.metadata.packages_distributions()
+    return sorted(top for top, names in mapping.items() if name in {n.lower() for n in names})
 
 
 def _digest_of(listing: list[list[str]]) -> str:
