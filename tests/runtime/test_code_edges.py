@@ -216,3 +216,16 @@ def test_an_editable_distribution_binds_the_packages_it_makes_importable(site: P
         assert reader._distribution(name) != before
     finally:
         sys.path.remove(str(source))
+
+
+def test_a_listed_subpackage_binds_the_init_files_its_import_runs(site: Path) -> None:
+    """``code: [package:a.sub]`` digested a/sub only; importing it runs a/__init__.py first."""
+    name = _name("parent")
+    (site / name / "sub").mkdir(parents=True)
+    (site / name / "__init__.py").write_text("A = 1\n")
+    (site / name / "sub" / "__init__.py").write_text("")
+    reader = code.CodeReader(registries=None)  # type: ignore[arg-type]
+    parts = reader._listed([f"package:{name}.sub"])
+    assert sorted(parts) == [f"module:{name}", f"package:{name}.sub"]
+    (site / name / "__init__.py").write_text("A = 2\n")
+    assert reader._listed([f"package:{name}.sub"])[f"module:{name}"] != parts[f"module:{name}"]

@@ -333,6 +333,8 @@ class CodeReader:
             kind, sep, name = entry.partition(":")
             if sep and kind == "package":
                 parts[entry] = self._package(name)
+                for parent in _parents(name):  # importing a.b runs a/__init__.py first
+                    parts.setdefault(f"module:{parent}", _module_sha(parent))
             elif sep and kind == "distribution":
                 parts[entry] = self._distribution(name)
             else:
@@ -374,6 +376,12 @@ class CodeReader:
             "args": canonical_json(list(runner.args)).decode(),
             "env": canonical_json(dict(runner.env)).decode(),
         }
+
+
+def _parents(name: str) -> list[str]:
+    """The packages a dotted name's import runs first: ``a.b.c`` -> ``a``, ``a.b``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _editable(dist: importlib.metadata.Distribution) -> bool:
