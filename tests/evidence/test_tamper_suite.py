@@ -344,6 +344,16 @@ TAMPERS: list[tuple[str, Tamper, str]] = [
     ),
     ("workflow error", _row("workflow_runs", "error_message = 'x'", "workflow_run_id = '{workflow}'"), "workflow"),
     ("workflow step status", _row("workflow_steps", "status = 'FAILED'", "workflow_run_id = '{workflow}'"), "workflow"),
+    (  # a review: moved steps left verification at exit 0 (the tenant is read, not hashed)
+        "workflow steps moved to another tenant",
+        _row("workflow_steps", "tenant_id = 'other'", "workflow_run_id = '{workflow}'"),
+        "workflow",
+    ),
+    (
+        "workflow transitions moved to another tenant",
+        _row("workflow_transitions", "tenant_id = 'other'", "workflow_run_id = '{workflow}'"),
+        "workflow",
+    ),
     (
         "workflow transition actor",
         _row("workflow_transitions", "actor = 'mallory'", "workflow_run_id = '{workflow}'"),

@@ -274,31 +274,48 @@ def seal_workflow(conn: Connection, workflow_run_id: str, now: int) -> None:
     )
     if w is None or w["status"] not in _WORKFLOW_TERMINAL:
         return
-    steps, ts = _workflow_rows(conn, [workflow_run_id])
+    steps, ts = _workflow_rows(conn, {workflow_run_id: w["tenant_id"]})
     parts = seals.workflow_parts(w, steps.get(workflow_run_id, []), ts.get(workflow_run_id, []))
     row = _row(w["tenant_id"], seals.WORKFLOW, workflow_run_id, seals.SEALED, parts, now)
     _insert(conn, [row])
 
 
-def _workflow_rows(conn: Connection, ids: Sequence[str]) -> tuple[dict[str, list[Record]], dict[str, list[Record]]]:
+def _workflow_rows(
+    conn: Connection, tenants: Mapping[str, str]
+) -> tuple[dict[str, list[Record]], dict[str, list[Record]]]:
+    """The steps and state transitions of the workflow runs ``tenants`` names (id -> its
+    tenant), each kept only when it is of its workflow run's tenant: a step moved to another
+    tenant leaves its run's outcome, and the run's seal then names the change. The tenant is
+    read beside the sealed columns, not hashed (seals made before this rule still verify)."""
     st, wt = workflow_steps.c, workflow_transitions.c
+    ids = list(tenants)
     steps = _by_run(
-        conn.execute(
-            select(*_cols(workflow_steps, _STEP_READ))
-            .where(st.workflow_run_id.in_(ids))
-            .order_by(st.workflow_run_id, st.position, st.step_id)
-        ).mappings(),
+        _of_tenant(
+            conn.execute(
+                select(*_cols(workflow_steps, _STEP_READ), st.tenant_id)
+                .where(st.workflow_run_id.in_(ids))
+                .order_by(st.workflow_run_id, st.position, st.step_id)
+            ).mappings(),
+            tenants,
+        ),
         "workflow_run_id",
     )
     ts = _by_run(
-        conn.execute(
-            select(*_cols(workflow_transitions, _WT_READ))
-            .where(wt.workflow_run_id.in_(ids))
-            .order_by(wt.workflow_run_id, wt.seq)
-        ).mappings(),
+        _of_tenant(
+            conn.execute(
+                select(*_cols(workflow_transitions, _WT_READ), wt.tenant_id)
+                .where(wt.workflow_run_id.in_(ids))
+                .order_by(wt.workflow_run_id, wt.seq)
+            ).mappings(),
+            tenants,
+        ),
         "workflow_run_id",
     )
     return steps, ts
+
+
+def _of_tenant(rows: Iterable[Record], tenants: Mapping[str, str]) -> list[Record]:
+    return [r for r in rows if r["tenant_id"] == tenants.get(r["workflow_run_id"])]
 
 
 # -- chaining -------------------------------------------------------------------------------
@@ -954,7 +971,7 @@ def _verify_workflow_batch(
 ) -> int:
     if not batch:
         return 0
-    steps, ts = _workflow_rows(conn, [rid for rid, row, _ in batch if row is not None])
+    steps, ts = _workflow_rows(conn, {rid: row["tenant_id"] for rid, row, _ in batch if row is not None})
     for rid, row, seal in batch:
         if not _check_trail(seals.WORKFLOW, rid, _trail(seal), report) or not _workflow_trail(
             rid, _trail(seal), report
@@ -1070,7 +1087,7 @@ def raw_workflow(conn: Connection, workflow_run_id: str) -> dict[str, Any] | Non
     )
     if w is None:
         return None
-    steps, ts = _workflow_rows(conn, [workflow_run_id])
+    steps, ts = _workflow_rows(conn, {workflow_run_id: w["tenant_id"]})
     return {
         "row": {c: w[c] for c in (*seals.WORKFLOW_IDENTITY, *seals.WORKFLOW_OUTCOME)},
         "steps": [{c: s[c] for c in seals.STEP_COLUMNS} for s in steps.get(workflow_run_id, [])],
