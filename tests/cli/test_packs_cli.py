@@ -103,3 +103,15 @@ def test_json_output_of_retention_and_evidence_verify(tmp_path: Path) -> None:
         ).stdout
     )
     assert trusted["status"] == "ok" and trusted["signed_by"] == key["key_id"] and trusted["problems"] == []
+
+
+def test_json_output_of_signature_checks(tmp_path: Path) -> None:
+    """``--json`` was ignored by ``keys verify`` and ``plugins verify``: each prints one list."""
+    jobgate(tmp_path, "init", "dev")
+    dev = tmp_path / "dev"
+    (dev / "report.yaml").write_text(REPORT)
+    unsigned = jobgate(dev, "--json", "keys", "verify", "report.yaml", check=False)
+    assert unsigned.returncode == 1
+    [entry] = json.loads(unsigned.stdout)
+    assert entry["file"] == "report.yaml" and entry["ok"] is False and entry["problem"]
+    assert json.loads(jobgate(dev, "--json", "plugins", "verify").stdout) == []

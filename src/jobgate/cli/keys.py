@@ -101,16 +101,23 @@ def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
     """Check each file's signature against the configured trust roots (exit 1 on any failure)."""
     roots = app.config().signing.roots()
     failed = 0
+    checked: list[dict[str, object]] = []
     for path in definition_files(paths):
         _, document = _document(path)
         try:
             key_id = signing.verify(
                 content_digest(document), document.get("signature"), roots, what=str(document["job_definition_id"])
             )
-            print(f"ok      {path}: signed by {key_id}")
+            checked.append({"file": str(path), "ok": True, "signed_by": key_id, "problem": None})
+            if not app.json_output:
+                print(f"ok      {path}: signed by {key_id}")
         except ValidationError as exc:
             failed += 1
-            print(f"REFUSED {path}: {exc.message}")
+            checked.append({"file": str(path), "ok": False, "signed_by": None, "problem": exc.message})
+            if not app.json_output:
+                print(f"REFUSED {path}: {exc.message}")
+    if app.json_output:
+        render.emit_json(checked)
     if failed:
         raise ValidationError(f"{failed} of the files are not signed by a trust root", field="signature")
 

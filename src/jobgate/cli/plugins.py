@@ -49,20 +49,41 @@ def verify(app: AppContext, names: tuple[str, ...]) -> None:
     found = discover(settings.directory)
     roots = settings.roots()
     failed = 0
+    checked: list[dict[str, object]] = []
+
+    def say(entry: dict[str, object], line: str) -> None:
+        checked.append(entry)
+        if not app.json_output:
+            print(line)
+
     for name in names or settings.enabled:
         source = found.get(name)
         if source is None:
             failed += 1
-            print(f"REFUSED {name}: not found in plugins.directory or entry points")
+            why = "not found in plugins.directory or entry points"
+            say({"plugin": name, "ok": False, "files": 0, "signed_by": [], "problem": why}, f"REFUSED {name}: {why}")
             continue
         try:
             files = verify_plugin(source, roots, allow_unsigned=settings.allow_unsigned)
         except PluginRefused as exc:
             failed += 1
-            print(f"REFUSED {exc.message}")
+            say(
+                {"plugin": name, "ok": False, "files": 0, "signed_by": [], "problem": exc.message},
+                f"REFUSED {exc.message}",
+            )
             continue
-        keys = ", ".join(sorted({f.key_id for f in files if f.key_id})) or "nobody (allow_unsigned)"
-        print(f"ok      {name}: {len(files)} files signed by {keys}")
+        signers = sorted({f.key_id for f in files if f.key_id})
+        keys = ", ".join(signers) or "nobody (allow_unsigned)"
+        entry: dict[str, object] = {
+            "plugin": name,
+            "ok": True,
+            "files": len(files),
+            "signed_by": signers,
+            "problem": None,
+        }
+        say(entry, f"ok      {name}: {len(files)} files signed by {keys}")
+    if app.json_output:
+        render.emit_json(checked)
     if failed:
         raise ValidationError(f"{failed} plugins would be refused at startup", field="plugins")
 
