@@ -352,7 +352,7 @@ def test_the_attempt_ends_when_the_runner_exits_though_its_child_holds_the_outpu
     ctx = make_context(tmp_path)
     code = (
         "import os, subprocess, sys\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"  # real time: outlives it
         "open('child.pid', 'w').write(str(child.pid))\n"
         "print('runner done', flush=True)"
     )
