@@ -289,14 +289,14 @@ def verify_tenant(
             tenant_id, count, len(anchors), False, last_seq + 1,
             f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
         )  # fmt: skip
-    late = _overdue_problem(entries, anchors[-1].last_seq if anchors else 0, overdue)
+    late = _overdue_problem(tenant_id, entries, anchors[-1].last_seq if anchors else 0, overdue)
     if late is not None:
         return Verification(tenant_id, count, len(anchors), False, late[0], late[1])
     return Verification(tenant_id, count, len(anchors), True, unsigned_anchors=unsigned)
 
 
 def _overdue_problem(
-    entries: Sequence[AuditEntry], anchored_to: int, overdue: tuple[datetime, timedelta] | None
+    tenant_id: str, entries: Sequence[AuditEntry], anchored_to: int, overdue: tuple[datetime, timedelta] | None
 ) -> tuple[int, str] | None:
     """The first entry after the last anchored one, and why, when it has waited past the limit."""
     if overdue is None:
@@ -308,8 +308,8 @@ def _overdue_problem(
     first, last = tail[0], tail[-1]
     return first.seq, (
         f"entries {first.seq}-{last.seq} are not anchored, the oldest recorded at {isoformat_utc(first.event.at)}: "
-        f"longer than {limit} (two anchor windows); run `jobgate audit anchor` or a scheduler (it anchors every "
-        "window) — or the anchors were removed"
+        f"longer than {limit} (two anchor windows): anchor them (`jobgate audit anchor --tenant {tenant_id}`, or the "
+        f"anchor job scheduled in tenant {tenant_id} with a scheduler running) — or the anchors were removed"
     )
 
 
