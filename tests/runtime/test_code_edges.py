@@ -229,3 +229,94 @@ def test_a_listed_subpackage_binds_the_init_files_its_import_runs(site: Path) ->
     assert sorted(parts) == [f"module:{name}", f"package:{name}.sub"]
     (site / name / "__init__.py").write_text("A = 2\n")
     assert reader._listed([f"package:{name}.sub"])[f"module:{name}"] != parts[f"module:{name}"]
+
+
+def test_a_starting_worker_imports_no_handler_it_has_not_admitted(engine: Engine, site: Path, marker: Path) -> None:
+    """Found by a review: a worker's capability probe imported the handler module of every
+    active definition, running the module-level code of unapproved ones. It finds them
+    without importing; a run's attempt imports its handler after the gates admitted it."""
+    name = _name("unapproved")
+    (site / name).mkdir()
+    (site / name / "__init__.py").write_text(
+        f"with open({str(marker)!r}, 'a') as f:\n    f.write('imported\\n')\n\ndef work(ctx):\n    return {{}}\n"
+    )
+    define(engine, handler=f"{name}:work", approve=False)
+    sys.modules.pop(name, None)  # applying imported it in this process; a worker starts afresh
+    marker.unlink()
+    with running_worker(engine) as worker:
+        worker.idle.wait(5)
+    assert not marker.exists() and name not in sys.modules
+
+
+def test_a_handler_package_another_handler_imports_is_governed_from_the_start(
+    engine: Engine, site: Path, marker: Path
+) -> None:
+    """Found by a review: handler a's module imports handler b's package; a forged .pyc of b
+    ran when a was loaded first (b was not governed yet). Every handler a worker may run is
+    governed when it starts, before any is imported."""
+    a, b = _name("pa"), _name("pb")
+    for pkg in (a, b):
+        (site / pkg).mkdir()
+        (site / pkg / "__init__.py").write_text("")
+    (site / a / "h.py").write_text(f"import {b}.h\n\ndef run(ctx):\n    return {{}}\n")
+    source = site / b / "h.py"
+    source.write_text(LAZY.replace("from .helper import VALUE  #", "VALUE = 'approved'  #"))
+    ja, jb = define(engine, handler=f"{a}.h:run"), define(engine, handler=f"{b}.h:work")
+    for gone in [m for m in sys.modules if m.startswith((a, b))]:
+        sys.modules.pop(gone)  # a worker starts afresh
+    for part in (f"package:{a}", f"package:{b}", f"module:{a}.h", f"module:{b}.h"):
+        code._LOADED.pop(part, None)
+    code._GOVERNED.difference_update({a, b})  # nor has it governed any package yet
+    approved = os.stat(source)
+    source.write_text(source.read_text().replace("'approved'", "'forged!!'"))
+    py_compile.compile(str(source))
+    source.write_text(source.read_text().replace("'forged!!'", "'approved'"))
+    os.utime(source, ns=(approved.st_atime_ns, approved.st_mtime_ns))
+    first = submit(engine, ja)
+    with running_worker(engine):
+        wait_status(engine, first, RunStatus.COMPLETED)
+        second = submit(engine, jb)
+        wait_status(engine, second, RunStatus.COMPLETED)
+    assert marker_lines(marker) == [["approved"]]
+
+
+def test_a_handler_reloading_its_package_after_an_edit_is_refused(engine: Engine, site: Path, marker: Path) -> None:
+    """Found by a review: an edit of the package's own ``__init__`` during an attempt ran when the
+    handler reloaded the package (only submodule imports were compared)."""
+    name = _name("reload")
+    (site / name).mkdir()
+    (site / name / "__init__.py").write_text("VALUE = 'approved'\n")
+    (site / name / "h.py").write_text(
+        textwrap.dedent(
+            f"""
+            import importlib, os
+            import {name}
+
+            def run(ctx):
+                with open({name}.__file__, "w") as f:
+                    f.write("VALUE = 'edited'\\n")
+                importlib.reload({name})
+                with open(os.environ["JOBGATE_TEST_MARKER"], "a") as fh:
+                    fh.write({name}.VALUE + "\\n")
+                return {{}}
+            """
+        )
+    )
+    job = define(engine, handler=f"{name}.h:run", retry_policy="test_fixed_v1")
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        assert wait_status(engine, run_id, RunStatus.HELD).hold_reason == "code_changed"
+    assert marker_lines(marker) == []
+
+
+def test_a_handler_in_a_namespace_subpackage_is_found_and_digested(site: Path) -> None:
+    """Found by a review (a regression of finding specs without importing): a folder with no
+    ``__init__.py`` under a package made ``apply`` exit 70 (KeyError)."""
+    name = _name("nsroot")
+    (site / name / "tasks").mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    (site / name / "tasks" / "h.py").write_text("def run(ctx):\n    return {}\n")
+    code.locate_handler(f"{name}.tasks.h:run")
+    assert name not in sys.modules  # found, not imported
+    assert code.package_digest(f"{name}.tasks").startswith("sha256:")
+    assert callable(code.resolve_handler(f"{name}.tasks.h:run"))

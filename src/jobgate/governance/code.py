@@ -172,7 +172,7 @@ def _spec(name: str) -> importlib.machinery.ModuleSpec:
                     if not path:
                         found = None  # a module, not a package: it holds no submodules
                         break
-        except (ImportError, ValueError) as exc:
+        except (ImportError, ValueError, KeyError) as exc:
             raise CodeUnreadable(f"cannot find {name!r}: {exc}", field="handler") from None
     if found is None:
         raise CodeUnreadable(f"no module or package {name!r} is importable here", field="handler")
@@ -182,10 +182,21 @@ def _spec(name: str) -> importlib.machinery.ModuleSpec:
 def _find_spec_on(name: str, path: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:
     """The spec of ``name`` as the import system would find it, importing nothing: a top-level
     name through every finder (``find_spec`` imports only a dotted name's parents), a submodule
-    by the path-based finders on its parent's ``path``."""
+    by the path-based finders on its parent's ``path``. A namespace portion (a folder with no
+    ``__init__.py``) under a parent not imported is found by its folders: the path finder's
+    own namespace path would look the parent up in ``sys.modules``."""
     if path is None:
         return importlib.util.find_spec(name)
-    return importlib.machinery.PathFinder.find_spec(name, list(path))
+    try:
+        return importlib.machinery.PathFinder.find_spec(name, list(path))
+    except KeyError:
+        last = name.rpartition(".")[2]
+        portions = [os.path.join(p, last) for p in path if os.path.isdir(os.path.join(p, last))]
+        if not portions:
+            return None
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = portions
+        return spec
 
 
 def package_digest(name: str) -> str:
@@ -334,7 +345,9 @@ class CodeReader:
             if sep and kind == "package":
                 parts[entry] = self._package(name)
                 for parent in _parents(name):  # importing a.b runs a/__init__.py first
-                    parts.setdefault(f"module:{parent}", _module_sha(parent))
+                    origin = _spec(parent).origin
+                    if origin is not None and os.path.isfile(origin):  # a namespace package runs nothing
+                        parts.setdefault(f"module:{parent}", FILES.sha256(origin))
             elif sep and kind == "distribution":
                 parts[entry] = self._distribution(name)
             else:
@@ -408,7 +421,7 @@ def _digest_of(listing: list[list[str]]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(listing)).hexdigest()
 
 
-__all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "note_import", "package_digest"]
+__all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "locate_handler", "note_import", "package_digest"]
 
 
 # ---------------------------------------------------------------------------- governed imports
@@ -471,7 +484,7 @@ class _GovernedFinder(importlib.abc.MetaPathFinder):
         governed = top in _GOVERNED
         if not governed and fullname not in _GOVERNED_MODULES:
             return None
-        if governed and "." in fullname:
+        if governed and ("." in fullname or fullname in sys.modules):  # a submodule, or a reload
             _check_unchanged(top)
         spec = None
         for finder in sys.meta_path:
@@ -505,16 +518,34 @@ def govern(module: str) -> None:
             _GOVERNED.add(top)
 
 
+def _handler_parts(handler: str) -> tuple[str, str, list[str]]:
+    module_name, sep, attr_path = handler.partition(":")
+    attrs = attr_path.split(".")
+    if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
+        raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
+    return module_name, attr_path, attrs
+
+
+def locate_handler(handler: str) -> None:
+    """Whether ``handler``'s module can be imported here, found without running any of it
+    (``CodeUnreadable``, field ``handler``, if not); from now on this process imports its
+    package only from the files read now. A worker asks this of every definition it may run
+    when it starts: importing them would run the module-level code of definitions no one
+    approved (or whose code changed), and would import other handlers' packages before they
+    are governed. The handler itself is imported by its first attempt, after the gates."""
+    module_name, _, _ = _handler_parts(handler)
+    note_import(module_name)
+    govern(module_name)
+    _spec(module_name)
+
+
 def resolve_handler(handler: str) -> Callable[..., object]:
     """Import ``module:attr[.attr...]`` and return the callable, or raise ``ValidationError``.
 
     Resolution happens when the executor is built, so a typo in a definition is reported as a
     refused definition rather than as a failed attempt that retries forever.
     """
-    module_name, sep, attr_path = handler.partition(":")
-    attrs = attr_path.split(".")
-    if not sep or not module_name.strip() or not all(a.isidentifier() for a in attrs):
-        raise ValidationError(f"{handler!r} is not of the form 'module:function'", field="handler")
+    module_name, attr_path, attrs = _handler_parts(handler)
     note_import(module_name)  # the code this process is about to run, for the code identity check
     govern(module_name)  # its modules compiled from those files, now and at every later import
     try:

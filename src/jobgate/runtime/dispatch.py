@@ -14,6 +14,8 @@ from jobgate.context import DispatchPayload, ExecutionContext
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ConfigSnapshot, JobDefinition, JobRun
 from jobgate.core.trace import TraceContext, attempt_trace
+from jobgate.governance.code import locate_handler
+from jobgate.plugins.admission import check_handler
 from jobgate.registry import RunnerSpec
 from jobgate.runtime.executors.base import Executor
 from jobgate.runtime.executors.command import CommandExecutor
@@ -111,6 +113,11 @@ class Dispatcher:
         spec = definition.executor
         if spec.kind == "command" and spec.runner:
             self._runner(spec.runner)  # its executor is per run: it renders the run's params
+        elif spec.kind == "python" and spec.handler:
+            # Found, not imported: importing runs the module's code, and no gate has judged
+            # this definition yet (an attempt imports it after the gates admitted it).
+            check_handler(spec.handler)
+            locate_handler(spec.handler)
         else:
             self._shared(definition)
 
