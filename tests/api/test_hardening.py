@@ -281,3 +281,8 @@ def test_a_limited_token_reaches_no_other_definition_through_a_workflow(world: W
         headers={"Authorization": f"Bearer {wide.token}"},
     )
     assert approve.status_code == 403 and ACME_JOB in approve.json()["message"], approve.text
+    for prefix in ("", "/api/orchestrator"):  # seed 004's door approves through the same rule
+        seed = world.client.post(
+            f"{prefix}/scenarios/{ACME_FLOW}/approve", json={}, headers={"Authorization": f"Bearer {wide.token}"}
+        )
+        assert seed.status_code == 403 and ACME_JOB in seed.text, seed.text

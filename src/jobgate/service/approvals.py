@@ -20,8 +20,10 @@ it, ``approval_revoked``).
 from __future__ import annotations
 
 import platform
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from jobgate.core import transitions
 from jobgate.core.code_identity import CodeIdentity, changed_parts
@@ -35,6 +37,7 @@ from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter, StoredDefinition
 from jobgate.store.sqlstore import StoreTx
+from jobgate.workflows.spec import workflow_spec_of
 
 MAX_CANCELLED_PER_REVOKE = 100_000
 # What an approval's code digest does not cover, said in the approval's audit entry.
@@ -133,16 +136,20 @@ def approve(
     digest: str | None = None,
     code_digest: str | None = None,
     approver: Person | None = None,
+    limit: Collection[str] | None = None,
 ) -> Approval:
     """Approve the current version's content and the code this host reads for it.
 
     ``digest`` / ``code_digest``: what the approver reviewed; a different current value is a
     ``ConflictError`` naming both (nothing is stored). ``approver``: the person, with who minted
-    their credential (four eyes); by default ``actor`` alone."""
+    their credential (four eyes); by default ``actor`` alone. ``limit``: the definitions the
+    approver's credential is limited to (None: any): a workflow whose steps run others is refused
+    (every door that approves passes it)."""
     now = engine.clock.now()
     person = approver or Person(actor)
     with engine.store.write() as tx:
         stored = _current(engine, tx, tenant_id, job_definition_id)
+        steps_within(stored.content, limit)
         definition = engine.definitions.build(stored)
         if digest is not None and digest != stored.digest:
             raise ConflictError(
@@ -301,3 +308,18 @@ def record_load_refusal(
             payload={"message": exc.message, "source": exc.source},
         ),
     )
+
+
+def steps_within(content: Mapping[str, Any], limit: Collection[str] | None) -> None:
+    """Refuse (403 ``token_limit``) a workflow whose steps or compensations run a definition
+    beyond ``limit``: a credential limited to some definitions reaches no other through a
+    workflow it writes or approves."""
+    if limit is None or "workflow" not in content:
+        return
+    for job in workflow_spec_of(content, "workflow").jobs:
+        if job not in limit:
+            raise GovernanceRefusal(
+                f"this credential is limited to {sorted(limit)}; a step of this workflow runs {job!r}",
+                code="token_limit",
+                field="workflow",
+            )

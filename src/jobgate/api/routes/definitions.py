@@ -17,7 +17,7 @@ from jobgate.api.access import ADMIN, GOVERNANCE_READ, READ, allow, principal
 from jobgate.api.errors import Forbidden, TenantClaimMismatch
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
 from jobgate.definitions import parse_definition
 from jobgate.definitions.schema import names_raw_handler
 from jobgate.service import approvals
@@ -33,7 +33,6 @@ from jobgate.views.schemas import (
     Page,
     RevokedOut,
 )
-from jobgate.workflows.spec import workflow_spec_of
 
 router = APIRouter(prefix="/api/v1", tags=["definitions"])
 
@@ -126,11 +125,6 @@ def approve_definition(job_definition_id: str, body: ApproveIn, caller: Caller, 
     applier's credential) may not approve it when ``governance.four_eyes`` is on or its runner
     executes its body as code (403 ``four_eyes``)."""
     ensure_may_use(caller, job_definition_id)
-    if caller.jobs is not None:  # a limited token approves no workflow that runs beyond its limit
-        with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-            current = tx.definition_get(caller.tenant_id, job_definition_id)
-        if current is not None:
-            _ensure_may_run_steps(caller, current.content, "workflow")
     approval = approvals.approve(
         state.engine,
         caller.tenant_id,
@@ -140,6 +134,7 @@ def approve_definition(job_definition_id: str, body: ApproveIn, caller: Caller, 
         digest=body.digest,
         code_digest=body.code_digest,
         approver=caller.person,
+        limit=caller.jobs,
     )
     return ApprovalOut.of(approval)
 
@@ -184,10 +179,9 @@ def revoke_approval(
 
 
 def _ensure_may_run_steps(caller: Principal, content: Mapping[str, Any], field: str) -> None:
-    """A token limited to some definitions reaches no other through a workflow it writes or
-    approves: every step and compensation must be within its limit (403 naming the step's job)."""
-    if caller.jobs is None or "workflow" not in content:
-        return
-    for job in workflow_spec_of(content, field).jobs:
-        if not caller.may_use(job):
-            raise Forbidden(f"this token is limited to {sorted(caller.jobs)}; a step runs {job!r}", field=field)
+    """A token limited to some definitions writes no workflow that runs others (403 naming the
+    step's job; approving one is refused by ``approvals.approve`` itself)."""
+    try:
+        approvals.steps_within(content, caller.jobs)
+    except GovernanceRefusal as exc:
+        raise Forbidden(exc.message, field=field) from None

@@ -125,7 +125,13 @@ def approve_scenario(
     with seed_names(job_definition_id="name", digest="sha256"):
         ensure_may_use(caller, name)
         a = approvals.approve(
-            state.engine, caller.tenant_id, name, actor=caller.actor, approver=caller.person, digest=pinned
+            state.engine,
+            caller.tenant_id,
+            name,
+            actor=caller.actor,
+            approver=caller.person,
+            digest=pinned,
+            limit=caller.jobs,
         )
     return ScenarioApprovalOut.of(name, a)
 
