@@ -405,3 +405,23 @@ def test_an_outputs_symlink_is_refused(tmp_path: Path) -> None:
     code = f"import os; os.symlink({str(secret)!r}, os.environ['JOBGATE_OUTPUTS'])"
     result = run(py_runner(code), make_context(tmp_path))
     assert result.outcome.error_code == "INVALID_OUTPUTS"
+
+
+def test_a_runner_runs_when_the_worker_holds_descriptors_past_1024(tmp_path: Path) -> None:
+    """Found by a review: select() refuses descriptors numbered 1,024 and above, and a long-lived
+    worker (many connections) may hold them: the pipe is polled instead."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this host allows {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        ctx = make_context(tmp_path)
+        result = run(py_runner("print('past 1024', flush=True)"), ctx)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.outcome.kind is OutcomeKind.SUCCEEDED and "past 1024" in read_log(ctx)

@@ -306,6 +306,8 @@ class _Output:
     def __init__(self, pipe: IO[bytes], log: IO[bytes], limit: int) -> None:
         self._pipe = pipe
         self._fd = pipe.fileno()
+        self._poll = select.poll()  # not select(): a worker may hold descriptors past 1,024
+        self._poll.register(self._fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         self._log = log
         self._limit = limit
         self._written = 0
@@ -317,8 +319,7 @@ class _Output:
         if self._ended:
             time.sleep(timeout)  # real time: the runner closed its output and is still running
             return
-        readable, _, _ = select.select([self._fd], [], [], timeout)
-        if readable:
+        if self._readable(timeout):
             self._read_once()
 
     def drain(self, seconds: float) -> None:
@@ -326,10 +327,12 @@ class _Output:
         process it left behind may hold the pipe open and keep writing)."""
         deadline = time.monotonic() + seconds
         while not self._ended and time.monotonic() < deadline:
-            readable, _, _ = select.select([self._fd], [], [], 0)
-            if not readable:
+            if not self._readable(0):
                 return
             self._read_once()
+
+    def _readable(self, timeout: float) -> bool:
+        return bool(self._poll.poll(timeout * 1000))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
