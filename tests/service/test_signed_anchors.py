@@ -154,6 +154,11 @@ def test_entries_left_unanchored_past_two_windows_fail_verification(keyed: Engin
     assert configured(T0 + timedelta(hours=4)).ok  # the tail is an hour old: the next anchor is due
     late = configured(T0 + timedelta(hours=5, minutes=1))
     assert not late.ok and late.first_bad_seq == 7 and "not anchored" in str(late.problem)
+    with keyed.store.write() as tx:  # a later switch anchored at once, alone, anchors nothing before it
+        [switch] = tx.audit_append([AuditEvent("default", "a", "safe_mode.activated", "t", "s", T0 + 5 * WINDOW)])
+        anchors.anchor_direct(tx, switch, now=T0 + 5 * WINDOW, sink=sink, signer=evidence_keys.signer_for(keyed.config))
+    hidden = configured(T0 + timedelta(hours=5, minutes=1))
+    assert not hidden.ok and hidden.first_bad_seq == 7, hidden
     with keyed.store.write() as tx:  # the attack: every anchor gone, in the database and the sink
         connection(tx).execute(text("DELETE FROM anchors"))
     sink.path.write_text("")

@@ -289,20 +289,24 @@ def verify_tenant(
             tenant_id, count, len(anchors), False, last_seq + 1,
             f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
         )  # fmt: skip
-    late = _overdue_problem(tenant_id, entries, anchors[-1].last_seq if anchors else 0, overdue)
+    late = _overdue_problem(tenant_id, entries, anchors, overdue)
     if late is not None:
         return Verification(tenant_id, count, len(anchors), False, late[0], late[1])
     return Verification(tenant_id, count, len(anchors), True, unsigned_anchors=unsigned)
 
 
 def _overdue_problem(
-    tenant_id: str, entries: Sequence[AuditEntry], anchored_to: int, overdue: tuple[datetime, timedelta] | None
+    tenant_id: str, entries: Sequence[AuditEntry], anchors: Sequence[Anchor], overdue: tuple[datetime, timedelta] | None
 ) -> tuple[int, str] | None:
-    """The first entry after the last anchored one, and why, when it has waited past the limit."""
+    """The first entry no anchor covers, and why, when it has waited past the limit: entries
+    after the last batch anchor that no direct anchor took (a safe-mode switch is anchored at
+    once, alone: it does not anchor the entries before it), as the doctor counts them."""
     if overdue is None:
         return None
     now, limit = overdue
-    tail = [e for e in entries if e.seq > anchored_to]
+    anchored_to = max((a.last_seq for a in anchors if a.mode == "batch"), default=0)
+    direct = {s for a in anchors if a.mode != "batch" for s in range(a.first_seq, a.last_seq + 1)}
+    tail = [e for e in entries if e.seq > anchored_to and e.seq not in direct]
     if not tail or now - tail[0].event.at <= limit:
         return None
     first, last = tail[0], tail[-1]
