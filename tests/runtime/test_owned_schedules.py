@@ -349,3 +349,15 @@ def test_an_edit_never_resumes_a_paused_schedule(engine: Engine) -> None:
     set_paused(engine, "default", "hourly", False, now=now, actor="ops")
     put_schedules(engine, [schedule_from_document({**doc, "paused": True}, now=now)], source="cli", now=now)
     assert stored(engine, "hourly").state == "paused"
+
+
+def test_an_operator_pausing_a_schedule_waiting_for_approval_keeps_it_paused(engine: Engine) -> None:
+    """Found by a review: paused (unapproved) after a new version, paused by an operator
+    ("already paused", nothing recorded), then resumed by the approval."""
+    job = apply(engine)
+    approvals.approve(engine, "default", job, actor="bob")
+    apply(engine, schedule_expression="30 3 * * *")
+    assert stored(engine).state == "paused: unapproved"
+    assert set_paused(engine, "default", "TGJOBDEF-REPLAY-SAMPLING-001", True, now=engine.clock.now(), actor="ops")
+    approvals.approve(engine, "default", job, actor="bob")
+    assert stored(engine).state == "paused"

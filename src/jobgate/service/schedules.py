@@ -411,7 +411,15 @@ def set_paused(
         if stored is None:
             raise NotFoundError(f"no schedule {schedule_id!r}", field="schedule_id")
         if stored.schedule.paused == paused:
-            return False
+            if not (paused and stored.pause_reason == PAUSED_UNAPPROVED):
+                return False
+            # Paused waiting for an approval, and now by an operator: the pause becomes theirs,
+            # so the approval does not resume it (``pause_after_edit``'s rule).
+            tx.schedule_set_paused(tenant_id, schedule_id, True, now)
+            why = f"was paused ({PAUSED_UNAPPROVED}); now paused by an operator: an approval does not resume it"
+            change = ScheduleChange(now, action, "paused", "paused", True, actor, why)
+            tx.change_record(tenant_id, schedule_id, change)
+            return True
         tx.schedule_set_paused(tenant_id, schedule_id, paused, now)
         state = ("active", "paused")
         change = ScheduleChange(now, action, state[stored.schedule.paused], state[paused], True, actor, None)
