@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobgate.core.errors import ValidationError
+from jobgate.scheduling import plan as plan_module
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.scheduling.plan import (
     MAX_RECORDED_MISSES,
@@ -367,25 +369,43 @@ def test_the_slots_an_edit_replaces_are_recorded_edited() -> None:
     ]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     kind=st.sampled_from([ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW]),
     every_s=st.integers(1, 7),
     anchor_s=st.integers(-5000, 5000),
     behind_s=st.integers(0, 30_000),
     misfire=st.sampled_from(list(MisfirePolicy)),
+    pause=st.one_of(st.none(), st.tuples(st.integers(0, 30_000), st.integers(1, 3_000))),
+    paused_now=st.booleans(),
 )
 def test_counting_a_long_outages_slots_plans_as_walking_them(
-    kind: ScheduleKind, every_s: int, anchor_s: int, behind_s: int, misfire: MisfirePolicy
+    kind: ScheduleKind,
+    every_s: int,
+    anchor_s: int,
+    behind_s: int,
+    misfire: MisfirePolicy,
+    pause: tuple[int, int] | None,
+    paused_now: bool,
 ) -> None:
     """Found by a review: a 1-second interval 40 days behind took 9 s to plan (every slot
-    walked), longer than the leader's lease. The slots past those a plan keeps are counted by
-    arithmetic: the plan is the one walking them gives (a pause span after the range, which
-    holds no slot, makes the planner walk)."""
+    walked), longer than the leader's lease; and a pause during the outage turned the counting
+    off. The late slots past those a plan keeps are counted by arithmetic up to the first pause
+    span: the plan is the one walking every slot gives."""
     s = check_schedule(
-        Schedule("s", "job", kind, T0 + timedelta(seconds=anchor_s), every=timedelta(seconds=every_s), misfire=misfire)
+        Schedule(
+            "s",
+            "job",
+            kind,
+            T0 + timedelta(seconds=anchor_s),
+            every=timedelta(seconds=every_s),
+            misfire=misfire,
+            paused=paused_now,
+        )
     )
     now = T0 + timedelta(seconds=behind_s)
-    counted = plan(s, watermark=T0, now=now)
-    walked = plan(s, watermark=T0, now=now, paused=(Period(now + HOUR),))
+    spans = () if pause is None else (Period(T0 + timedelta(seconds=pause[0]), T0 + timedelta(seconds=sum(pause))),)
+    counted = plan(s, watermark=T0, now=now, paused=spans)
+    with mock.patch.object(plan_module, "_skip_beyond", lambda schedule, watermark, *rest: watermark):
+        walked = plan(s, watermark=T0, now=now, paused=spans)
     assert counted == walked

@@ -138,3 +138,13 @@ def test_a_safe_mode_schedules_pause_with_no_tick_between_is_honoured() -> None:
     p = plan_periods(s, watermark=T0, now=T0 + 21 * MIN, periods=[Period(T0)], paused=pause)
     assert [m.fire_at for m in p.misses if m.reason is MissReason.PAUSED] == [T0 + 10 * MIN, T0 + 15 * MIN]
     assert [f.fire_at for f in p.fires] == [T0 + 5 * MIN, T0 + 20 * MIN]
+
+
+def test_a_period_left_undecided_holds_back_the_periods_after_it() -> None:
+    """Found by a review: paused again after two activations with no tick between, the first
+    activation's slots (owed while active) were left undecided and the second period's plan
+    then moved the watermark past them: dropped without a record. Planning stops there."""
+    s = safe(every=MIN, misfire=MisfirePolicy.FIRE_ALL, paused=True)
+    periods = [Period(T0, T0 + 4 * MIN), Period(T0 + 5 * MIN)]
+    p = plan_periods(s, watermark=T0 - MIN, now=T0 + 8 * MIN, periods=periods, paused=(Period(T0 + 6 * MIN),))
+    assert p.fires == () and p.misses == () and p.watermark < T0

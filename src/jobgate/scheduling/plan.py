@@ -214,9 +214,15 @@ def plan(
     held: deque[Slot] = deque(maxlen=MAX_RECORDED_MISSES)  # slots of a span it was paused in
     unheld = _Uncounted()
     decided_to = end
+    # A long outage of a fast interval: the late slots past those kept are counted, not walked,
+    # up to the first span it was paused in (whose slots are classified one by one).
+    # (Not for a schedule paused again since it was active: its walk stops at the first slot
+    # owed while active, which must stay undecided.)
+    first_pause = min((p.since for p in paused), default=None)
+    skip_to = end if first_pause is None else min(end, first_pause - _INSTANT)
     start = watermark
-    if not paused:  # a long outage of a fast interval: the slots past those kept are counted, not walked
-        start = _skip_beyond(schedule, watermark, end, now, keep, unrecorded)
+    if skip_to > watermark and not (schedule.paused and paused):
+        start = _skip_beyond(schedule, watermark, skip_to, now, keep, unrecorded)
     for slot in slots(schedule, start, end):
         if schedule.paused and paused and not within(slot.fire_at, paused):
             # It fell while the schedule was active, and it was paused again since: the misfire
@@ -361,6 +367,8 @@ def plan_periods(
         misses += part.misses
         warnings += part.warnings
         mark = part.watermark
+        if mark < end:
+            break  # it stopped before slots it left undecided (paused again): later periods wait
     return Plan(tuple(fires), tuple(misses), mark, tuple(warnings))
 
 
