@@ -167,6 +167,18 @@ def test_misses_are_recorded_once_per_slot_and_listed_oldest_first(engine: Engin
     assert [m.fire_at for m in after] == [slots[1]]
 
 
+def test_a_miss_names_the_event_a_paused_schedule_recorded(engine: Engine) -> None:
+    _put(engine, _schedule())
+    with engine.store.write() as tx:
+        tx.misses_record("default", [Miss("every-5m", T0, MissReason.PAUSED, event_id="ev-1")], T0)
+        tx.misses_record("default", [Miss("every-5m", T0 + EVERY, MissReason.PAUSED)], T0)
+    with engine.store.read() as tx:
+        assert tx.miss_of_event("default", "every-5m", "ev-1") == "paused"
+        assert tx.miss_of_event("default", "every-5m", "ev-2") is None
+        assert tx.miss_of_event("tenant-b", "every-5m", "ev-1") is None
+        assert tx.miss_of_event("default", "other", "ev-1") is None
+
+
 def test_an_episode_moves_only_from_the_state_seen(engine: Engine) -> None:
     _put(engine, _schedule("policy", kind=ScheduleKind.POLICY, every=None, condition="drift > 0.1"))
     with engine.store.write() as tx:
