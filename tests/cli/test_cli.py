@@ -76,6 +76,19 @@ def test_submit_run_and_inspect(folder: Path) -> None:
     ]
 
 
+def test_runs_log_prints_a_log_longer_than_one_read(folder: Path) -> None:
+    """Found by a review: ``runs log`` (no --follow) printed the first 1 MiB of a log that may
+    hold 10 MiB, with no note: it prints the whole log, a read at a time."""
+    run_id = jobgate(folder, "submit", "demo-hello", "--param", "name=ada").stdout.strip()
+    jobgate(folder, "worker", "--exit-when-idle", timeout=60)
+    log = folder / "data" / "runs" / run_id / "run.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        fh.write(("x" * 99 + "\n") * 15_000 + "the last line\n")  # 1.5 MB
+    printed = jobgate(folder, "runs", "log", run_id).stdout
+    assert printed == log.read_text() and printed.endswith("the last line\n")
+
+
 def test_bad_param_is_refused_and_nothing_stored(folder: Path) -> None:
     proc = jobgate(folder, "submit", "demo-hello", "--param", "name=$(id)", check=False)
     assert proc.returncode == 1 and "params.name" in proc.stderr

@@ -464,6 +464,8 @@ def runs_log(app: AppContext, run_id: str, tail: int | None, follow: bool) -> No
                 raise
             wrote = False  # no output yet: the run has not written any
         if not follow:
+            if wrote and tail is None:
+                continue  # a log is read a slice (1 MiB) at a time: the rest, up to its end now
             return
         if not wrote:
             if RunStatus(client.detail(run_id).run.status).is_terminal:
