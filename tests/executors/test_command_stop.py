@@ -149,6 +149,41 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path, launcher: Launcher) 
             os.kill(grandchild, signal.SIGKILL)
 
 
+# A leader that leaves on SIGTERM, and a child of it that ignores SIGTERM.
+LEAVES_A_STUBBORN_CHILD = f"""
+import os, pathlib, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, '-c', {IGNORES_TERM!r}], cwd='grandchild')
+while not pathlib.Path('grandchild/ready').exists():
+    # real time: the leader waits for another process, whose file is the only signal it has
+    time.sleep(0.01)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+pathlib.Path('ready.part').write_text(str(os.getpid())); os.replace('ready.part', 'ready')
+while True:
+    signal.pause()
+"""
+
+
+def test_a_member_ignoring_sigterm_is_killed_after_the_grace_though_the_leader_left(
+    tmp_path: Path, launcher: Launcher
+) -> None:
+    """Found by a review: the leader left on SIGTERM, and its child, ignoring it, outlived the
+    stop (the reaped leader's group was never sent SIGKILL). The group gets the rest of the
+    grace period, then SIGKILL."""
+    ctx = make_context(tmp_path)
+    (ctx.workdir / "grandchild").mkdir()
+    executor = CommandExecutor(runner(LEAVES_A_STUBBORN_CHILD, stop_grace=timedelta(seconds=0.5)), None, {})
+    future = launcher.start(executor, ctx)
+    child = int((ctx.workdir / "grandchild" / "ready").read_text())
+    try:
+        ctx.cancelled.set()
+        result = future.result(timeout=10)
+        assert result.outcome.kind is OutcomeKind.STOPPED
+        wait_for(lambda: is_gone(child), what="the stubborn child to be killed with its group")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_cancel_flag_set_by_the_caller_stops_with_the_runner_grace(tmp_path: Path, launcher: Launcher) -> None:
     """The worker's execution timeout sets ``ctx.cancelled`` without calling ``stop``."""
     ctx = make_context(tmp_path)

@@ -124,6 +124,20 @@ class _Running:
         self._signal(signal.SIGKILL)
         self.process.wait()
 
+    def finish_group(self) -> None:
+        """Stopping, once the leader is gone: what it started in its group may ignore SIGTERM.
+        They get the rest of the grace period, then SIGKILL. The group's id is signalled only
+        while a member holds it (an id with members is never reused)."""
+        pgid = self.process.pid
+        while _group_alive(pgid):
+            with self.lock:
+                due = self.kill_at is not None and time.monotonic() >= self.kill_at
+            if due:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                return
+            time.sleep(_POLL_SECONDS)  # real time: waiting for other processes to leave
+
     def _signal(self, sig: signal.Signals) -> None:
         # Never signal a reaped leader: its number (the group id) may already belong to someone else.
         if self.process.poll() is None:
@@ -292,6 +306,8 @@ class CommandExecutor:
             code = running.process.poll()
             if code is not None:
                 output.drain(_DRAIN_SECONDS)
+                if running.signalled:
+                    running.finish_group()
                 return code
             if ctx.is_cancelled():
                 running.begin_termination(self.runner.stop_grace)
@@ -361,6 +377,15 @@ class _Output:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a member this process may signal."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _child_env(runner: RunnerSpec, ctx: ExecutionContext) -> dict[str, str]:
