@@ -77,14 +77,14 @@ def emit_event(
             and i.schedule.event_type == event_type
             and (only_definitions is None or i.schedule.job_definition_id in only_definitions)
         ]
+        # Delivered before to a paused schedule? Read in the same transaction as the schedules.
+        recorded = {s.schedule_id: tx.miss_of_event(tenant_id, s.schedule_id, event_id) for s in subscribed}
     for schedule in subscribed:  # checked before any schedule fires: all or nothing
         for name in schedule.payload_params:
             if name in data:
                 param_value(data[name], name)
     now = engine.clock.now()
     out: list[EventFire] = []
-    with engine.store.read(tenant_id=tenant_id) as tx:  # delivered before to a paused schedule?
-        recorded = {s.schedule_id: tx.miss_of_event(tenant_id, s.schedule_id, event_id) for s in subscribed}
     for schedule in subscribed:
         if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
             why = f"recorded {recorded[schedule.schedule_id]} when first delivered"
