@@ -19,7 +19,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
-from jobgate.api.responses import repeated
+from jobgate.api.responses import json_reply, repeated
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.lineage import RETRY_EDGE
@@ -64,12 +64,11 @@ def ensure_may_use(caller: Principal, job_definition_id: str) -> None:
 @allow(RUN)
 def create_run(
     body: RunCreateIn,
-    response: Response,
     caller: Caller,
     state: State,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     traceparent: Annotated[str | None, Header()] = None,
-) -> RunCreatedOut:
+) -> Response:
     """A manual run. With ``Idempotency-Key`` a repeat returns the same run (200); the same key
     with a different request is 409."""
     ensure_may_use(caller, body.job_definition_id)
@@ -84,9 +83,8 @@ def create_run(
         role=caller.role.value,
         traceparent=traceparent,
     )
-    if not result.created:
-        response.status_code = 200
-    return RunCreatedOut(created=result.created, run=RunOut.of(result.run))
+    out = RunCreatedOut(created=result.created, run=RunOut.of(result.run))
+    return json_reply(out, status_code=201 if result.created else 200)
 
 
 @router.get("/runs", response_model=Page[RunOut])
