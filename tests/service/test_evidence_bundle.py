@@ -281,3 +281,93 @@ def test_the_command_exports_a_definition_and_verifies_in_an_empty_folder(
     monkeypatch.chdir(empty)  # nothing but the bundle and the key
     checked = runner.invoke(cli, ["evidence", "verify", str(out), "--public-key", f"{KEY.key_id}={KEY.public_b64}"])
     assert checked.exit_code == 0 and "ok:" in checked.output and "anchor signature" in checked.output, checked.output
+
+
+def _tamper(engine: Engine, *statements: tuple[str, dict[str, Any]]) -> None:
+    """Direct SQL on the database, as a writer of it who is not jobgate."""
+    from sqlalchemy import text
+
+    from jobgate.testing import connection
+
+    with engine.store.write() as tx:
+        for sql, params in statements:
+            connection(tx).execute(text(sql), params)
+
+
+_FORGE_RESULT = ("UPDATE job_runs SET status = 'COMPLETED' WHERE job_run_id = :rid", {})
+
+
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        # the run's seals removed, its record rewritten: an ended run with no seal
+        ([("DELETE FROM record_seals WHERE record_id = :rid", {}), _FORGE_RESULT], "has no seal though it has ended"),
+        # one transition added after the seal (an end that is no requeue), the record rewritten
+        (
+            [
+                (
+                    "INSERT INTO run_transitions (job_run_id, tenant_id, from_status, to_status, attempt, reason,"
+                    " actor, at) VALUES (:rid, 'default', 'CANCELLED', 'COMPLETED', 1, 'succeeded', 'w', 1)",
+                    {},
+                ),
+                _FORGE_RESULT,
+            ],
+            "but its end has no seal",
+        ),
+        # ... or a transition that leaves it running: still not a requeue
+        (
+            [
+                (
+                    "INSERT INTO run_transitions (job_run_id, tenant_id, from_status, to_status, attempt, reason,"
+                    " actor, at) VALUES (:rid, 'default', 'CANCELLED', 'SCHEDULED', 1, 'admitted', 'w', 1)",
+                    {},
+                ),
+                ("UPDATE job_runs SET status = 'SCHEDULED' WHERE job_run_id = :rid", {}),
+            ],
+            "without a requeue of a dead-lettered or escalated run",
+        ),
+    ],
+)
+def test_a_run_forged_in_the_database_does_not_verify_from_its_bundle(
+    period: tuple[Engine, str, list[str]], tamper: list[tuple[str, dict[str, Any]]], said: str
+) -> None:
+    """What ``audit verify --records`` refuses, a bundle exported afterwards refuses offline:
+    an ended run has a seal, and only an audited requeue moves a sealed run on."""
+    engine, _job, ids = period
+    _tamper(engine, *((sql, {**params, "rid": ids[0]}) for sql, params in tamper))
+    result = verify_bundle(build_bundle(engine, run_scope(engine, ids[0])), public_keys=keys())
+    name = f"runs/{ids[0]}.json"
+    assert not result.ok and any(p.startswith(name) and said in p for p in result.problems), result.problems
+
+
+def test_a_definition_whose_seal_was_removed_does_not_verify(period: tuple[Engine, str, list[str]]) -> None:
+    engine, job, ids = period
+    _tamper(engine, ("DELETE FROM record_seals WHERE kind = 'definition' AND record_id = :rid", {"rid": f"{job}@1"}))
+    result = verify_bundle(build_bundle(engine, run_scope(engine, ids[0])), public_keys=keys())
+    assert not result.ok
+    assert any(p.startswith(f"definitions.json: {job}@1") and "has no seal" in p for p in result.problems)
+
+
+@pytest.mark.parametrize(
+    ("where", "change"),
+    [
+        ("detail.run.retry_of", lambda d: d["run"].update(retry_of="TGJOBRUN-" + "0" * 32)),
+        ("detail.run.schedule_id", lambda d: d["run"].update(schedule_id="nightly")),
+        ("detail.run.slot_at", lambda d: d["run"].update(slot_at="2026-01-01T00:00:00Z")),
+        ("detail.run is not an object", lambda d: d.update(run=None)),
+    ],
+)
+def test_values_derived_from_sealed_ones_must_agree_with_them(
+    period: tuple[Engine, str, list[str]], where: str, change: Any
+) -> None:
+    """``retry_of``, ``schedule_id`` and ``slot_at`` are shown from the sealed trigger and slot."""
+    import json
+
+    engine, _job, ids = period
+    bundle = build_bundle(engine, run_scope(engine, ids[0]))
+    name = f"runs/{ids[0]}.json"
+    doc = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read(name))
+    change(doc["detail"])
+    forged = _resign(bundle, {name: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any(p.startswith(name) and where in p for p in result.problems), result.problems

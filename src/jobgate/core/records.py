@@ -374,6 +374,9 @@ class Finding:
             col = f", column {self.column}" if self.column else ""
             detail = f" ({self.detail})" if self.detail else ""
             return f"{where}: seal #{self.seal_id} is not one jobgate writes for it:{part} changed{col}{detail}"
+        if self.problem == "unsealed" and self.seal_id is not None:  # ended after its latest seal
+            covers = f", which covers {self.detail} transitions," if self.detail else ""
+            return f"{where}: ended after seal #{self.seal_id}{covers} but its end has no seal"
         gone = f" ({self.detail} is not one jobgate writes for it)" if self.detail else ""
         return {
             "unsealed": f"{where}: ended but has no seal",

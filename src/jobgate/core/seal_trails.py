@@ -32,7 +32,7 @@ before use) and names the first column that could not have changed that way, or 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -45,6 +45,7 @@ from jobgate.core.states import ALLOWED, TERMINAL
 DELETABLE = frozenset({"schedule"})
 # The ends a run leaves again (the state machine's only way out of one: a requeue).
 RUN_REQUEUED_FROM = frozenset(s.value for s in TERMINAL if ALLOWED[s])
+RUN_ENDED = frozenset(s.value for s in TERMINAL)  # a run in one of these must be sealed
 RUN_RESEALED_IN_PLACE = frozenset({"DEAD_LETTERED"})  # a dead letter resolved without a requeue
 WORKFLOW_FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 REQUEUED = "requeued"
@@ -359,6 +360,24 @@ def _run_reseal(
             if letter is not None:
                 return TrailProblem(after["id"], "outcome", "dead_letters", f"dead letter {letter} lost {since}")
     return None
+
+
+def run_ended(status: Any, to_statuses: Iterable[Any]) -> bool:
+    """Whether a run has ended, by its row's status or by any of its transitions' ``to_status``:
+    an ended run has a seal, so one without is a record whose seal was removed, whoever reads
+    it (the database's verifier or a bundle's)."""
+    return status in RUN_ENDED or any(s in RUN_ENDED for s in to_statuses)
+
+
+def moved_on_without_requeue(seal: Seal, transitions: Sequence[Sequence[Any]]) -> str | None:
+    """Why a run's transitions beyond its latest seal are not ones jobgate writes, or None.
+    Only a requeue of a dead-lettered or escalated run moves a sealed run on: the first
+    transition after the seal must be that requeue."""
+    extent = int(seal["extent"] or 0)
+    status = transitions[extent - 1][_TO_STATUS] if 0 < extent <= len(transitions) else None
+    if extent < len(transitions) and status in RUN_REQUEUED_FROM and transitions[extent][_REASON] == REQUEUED:
+        return None
+    return f"moved on after seal #{seal['id']} without a requeue of a dead-lettered or escalated run"
 
 
 def unaudited_requeue(transitions: Sequence[Mapping[str, Any]], audited: Sequence[tuple[str, int]]) -> int | None:

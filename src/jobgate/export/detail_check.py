@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.encoding import to_us
+from jobgate.core.lineage import retry_source
+from jobgate.scheduling.plan import parse_slot
 
 
 def _same(sealed: Any, shown: Any) -> bool:
@@ -45,12 +47,26 @@ def _first_difference(sealed: Mapping[str, Any], shown: Mapping[str, Any]) -> st
     return None
 
 
+def _document(text: Any) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _run_as_shown(row: Mapping[str, Any]) -> dict[str, Any]:
     """The sealed row as the API renders the values it does not show as stored (``RunOut.of``):
     the artifact by its API path, a hold only while the run is held."""
     held = row.get("status") == "HELD"
+    slot = parse_slot(row.get("slot")) if isinstance(row.get("slot"), str) else None
     return {
         **row,
+        # derived from sealed values: the slot names the schedule and its instant, the sealed
+        # trigger the run it retries (the ``retry_of`` column is checked against it)
+        "schedule_id": None if slot is None else slot[0],
+        "slot_at": None if slot is None else to_us(slot[1]),
+        "retry_of": retry_source(_document(row.get("trigger"))),
         "result_ref": None if row.get("artifact_path") is None else f"/api/v1/runs/{row['job_run_id']}/artifact",
         "has_artifact": row.get("artifact_path") is not None,
         "hold_reason": row.get("hold_reason") if held else None,
@@ -67,7 +83,9 @@ def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
         return [f"{name}: detail is not an object"]
     problems: list[str] = []
     run = detail.get("run")
-    if isinstance(run, dict):
+    if not isinstance(run, dict):
+        problems.append(f"{name}: detail.run is not an object")
+    else:
         key = _first_difference(_run_as_shown(doc["row"]), run)
         if key is not None:
             problems.append(f"{name}: detail.run.{key} differs from the sealed row")

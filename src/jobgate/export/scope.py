@@ -25,6 +25,7 @@ from typing import Any
 from jobgate.core import merkle, seal_trails, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
 from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.core.encoding import to_us
 from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.records import AuditFilter
 from jobgate.definitions.schema import content_digest
@@ -248,15 +249,16 @@ def check_contents(
         if snap is None or snap["config_digest"] != row["config_digest"]:
             out.problems.append(f"{name}: its snapshot is not in snapshots.json with its digest")
         parts = seals.run_parts(row, doc["transitions"], doc["dead_letters"])
-        _check_record(name, seals.RUN, rid, parts, sealed, out)
         history = [[t[c] for c in seals.TRANSITION_COLUMNS] for t in doc["transitions"]]
+        _check_run(name, doc, parts, history, sealed.get((seals.RUN, rid)), _requeues(entries, rid), out)
         _check_trail(name, seal_trails.run_trail(_sealed(trails, seals.RUN, rid), history, _content), out)
         out.problems.extend(detail_problems(name, doc))
     for name in sorted(n for n in files if n.startswith("workflows/")):
         doc = json.loads(files[name])
         wid = doc["row"]["workflow_run_id"]
         parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])
-        _check_record(name, seals.WORKFLOW, wid, parts, sealed, out)
+        ended = doc["row"]["status"] in seal_trails.RUN_ENDED and doc["row"]["status"] != "HELD"
+        _check_record(name, seals.WORKFLOW, parts, sealed.get((seals.WORKFLOW, wid)), out, ended=ended)
         _check_trail(name, seal_trails.workflow_trail(_sealed(trails, seals.WORKFLOW, wid), _content), out)
     for kind, file, rows in (
         ("definition", "definitions.json", definitions.values()),
@@ -266,7 +268,7 @@ def check_contents(
         spec = seals.SPECS[kind]
         for row in rows:
             rid = seals.record_id(spec, row)
-            _check_record(f"{file}: {rid}", kind, rid, seals.row_parts(spec, row), sealed, out)
+            _check_record(f"{file}: {rid}", kind, seals.row_parts(spec, row), sealed.get((kind, rid)), out)
             _check_trail(f"{file}: {rid}", seal_trails.row_trail(kind, _sealed(trails, kind, rid), _content), out)
     proofs = _load(files, "proofs.json")
     _check_proofs(proofs, entries, keys, out)
@@ -314,20 +316,69 @@ def _check_trail(where: str, problem: seal_trails.TrailProblem | None, out: Cont
     out.problems.append(f"{where}: {said}")
 
 
-def _check_record(
-    where: str, kind: str, rid: str, parts: seals.Parts, sealed: Mapping[tuple[str, str], Any], out: ContentCheck
+def _requeues(entries: Mapping[int, Mapping[str, Any]], rid: str) -> list[tuple[str, int]]:
+    """The ``run.requeued`` audit entries of run ``rid`` in the bundle: (actor, time in µs)."""
+    return [
+        (str(e["actor"]), to_us(datetime.fromisoformat(str(e["at"]).replace("Z", "+00:00"))))
+        for e in entries.values()
+        if e["action"] == seal_trails.RUN_REQUEUED_ACTION and e["target_id"] == rid
+    ]
+
+
+def _check_run(
+    where: str,
+    doc: Mapping[str, Any],
+    parts: seals.Parts,
+    history: list[list[Any]],
+    s: Mapping[str, Any] | None,
+    requeues: list[tuple[str, int]],
+    out: ContentCheck,
 ) -> None:
-    s = sealed.get((kind, rid))
-    if s is None:
-        out.notes.append(f"{where}: not sealed (it has not ended, or predates seals)")
+    """A run's file against its latest seal, by the rules ``audit verify --records`` applies:
+    an ended run has a seal; a run with transitions beyond its seal was requeued (from a
+    dead-lettered or escalated end, by an audited requeue) and has not ended since."""
+    row, transitions = doc["row"], doc["transitions"]
+    if s is None or s["extent"] is None or parts.extent is None or parts.extent <= s["extent"]:
+        ended = seal_trails.run_ended(row["status"], (t["to_status"] for t in transitions))
+        _check_record(where, seals.RUN, parts, s, out, ended=ended)
         return
-    if s["extent"] is not None and parts.extent is not None and parts.extent > s["extent"]:
-        out.notes.append(f"{where}: moved on since its seal (requeued); its sealed history is checked by the database")
+    extent = int(s["extent"])
+    if row["status"] in seal_trails.RUN_ENDED:
+        out.problems.append(
+            f"{where}: ended after seal #{s['id']}, which covers {extent} of {len(history)} transitions,"
+            " but its end has no seal"
+        )
+    elif (why := seal_trails.moved_on_without_requeue(s, history)) is not None:
+        out.problems.append(f"{where}: transition {extent + 1}: {why}")
+    elif seals.run_parts(row, transitions[:extent], doc["dead_letters"]).history != s["history"]:
+        out.problems.append(f"{where}: its history differs from its seal #{s['id']} (within the transitions it covers)")
+    elif (n := seal_trails.unaudited_requeue(transitions, requeues)) is not None:
+        out.problems.append(
+            f"{where}: transition {n + 1}: a requeue by {transitions[n]['actor']} with no run.requeued audit entry"
+        )
+    else:
+        out.notes.append(f"{where}: requeued after its seal #{s['id']} and not ended since: not sealed yet")
+
+
+def _check_record(
+    where: str, kind: str, parts: seals.Parts, s: Mapping[str, Any] | None, out: ContentCheck, *, ended: bool = True
+) -> None:
+    """A record against its latest seal. Every definition version, snapshot and approval is
+    sealed as it is written, and a run or workflow run when it ends: only a record that has
+    not ended (``ended`` False) may have no seal yet."""
+    if s is None:
+        if ended:
+            out.problems.append(f"{where}: has no seal" + (" though it has ended" if kind in _ENDING else ""))
+        else:
+            out.notes.append(f"{where}: not sealed yet (it has not ended)")
         return
     for part in ("identity", "outcome", "history"):
         if getattr(parts, part) != s[part]:
             out.problems.append(f"{where}: its {part} differs from its seal #{s['id']}")
             return
+
+
+_ENDING = (seals.RUN, seals.WORKFLOW)  # sealed when they end; every other kind when written
 
 
 def _check_seal_chain(s: Mapping[str, Any], entries: Mapping[int, Mapping[str, Any]], out: ContentCheck) -> None:

@@ -816,7 +816,7 @@ def _verify_run(
         if seal is not None and seal["event"] != seals.RETIRED:
             _add(report, Finding(seals.RUN, rid, "deleted", seal_id=seal["id"]))
         return
-    ended = any(x["to_status"] in _TERMINAL for x in ts) or run["status"] in _TERMINAL
+    ended = seal_trails.run_ended(run["status"], (x["to_status"] for x in ts))
     if seal is not None and seal["event"] != seals.SEALED:  # its row was deleted, and is back
         _add(report, Finding(seals.RUN, rid, "back_after_tombstone", seal_id=seal["id"], detail=seal["event"]))
         return
@@ -835,8 +835,8 @@ def _verify_run(
         _add(report, Finding(seals.RUN, rid, "history_cut", part="history", seal_id=seal["id"]))
         return
     if len(ts) > extent:  # moved on since: only a requeue does that, and it ends in a new seal
-        if run["status"] in _TERMINAL:
-            _add(report, Finding(seals.RUN, rid, "unsealed"))
+        if run["status"] in seal_trails.RUN_ENDED:
+            _add(report, Finding(seals.RUN, rid, "unsealed", seal_id=seal["id"], detail=f"{extent} of {len(ts)}"))
             return
         _verify_requeued(rid, run, seal, ts, ls, report, kept)
         return
@@ -870,9 +870,8 @@ def _verify_requeued(
     ``max_attempts``) and the sealed dead letters still hold."""
     extent = int(seal["extent"] or 0)
     values = seals.run_values(run, ts[:extent], ls)
-    status = ts[extent - 1]["to_status"] if extent else None
-    if status not in seal_trails.RUN_REQUEUED_FROM or ts[extent]["reason"] != seal_trails.REQUEUED:
-        detail = f"moved on after seal #{seal['id']} without a requeue of a dead-lettered or escalated run"
+    detail = seal_trails.moved_on_without_requeue(seal, [[t[c] for c in seals.TRANSITION_COLUMNS] for t in ts])
+    if detail is not None:
         _add(report, Finding(seals.RUN, rid, "changed", "history", f"transition {extent + 1}", seal["id"], detail))
         return
     if seals.history_of(values["history"]) != seal["history"]:
