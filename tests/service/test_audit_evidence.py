@@ -415,3 +415,35 @@ def test_a_deployment_that_never_signed_still_anchors_and_verifies_unsigned(
     engine, sink = anchored
     with engine.store.read() as tx:
         assert anchors.verify_tenant(tx, "default", sink_records=sink.records()).ok
+
+
+@pytest.mark.parametrize("answer", ["refused", "unreachable"])
+def test_an_http_sink_failure_names_no_credential_and_stores_no_anchor(engine: Engine, answer: str) -> None:
+    """The sink URL is configuration and may carry a credential: an anchor that the sink refuses
+    (or cannot take) is not written, and the failure (an anchor job's sealed error message) and
+    the sink's stored name say scheme and host only."""
+    from tests.runtime.local_http import Recorder, closed_port_url, local_server
+
+    from jobgate.core.errors import UnavailableError
+
+    with engine.store.write() as tx:
+        tx.audit_append(
+            [AuditEvent("default", "a", "test.fact", "test", str(i), at, payload={}) for i, at in enumerate(TIMES, 1)]
+        )
+
+    def anchor(url: str) -> None:
+        secret_url = url.replace("http://", "http://auditor:S3cret@").rstrip("/") + "/sink?token=TOPSECRET"
+        sink = sinks.HttpSink(secret_url, timeout=2)
+        assert "S3cret" not in sink.name and "TOPSECRET" not in sink.name and sink.name.startswith("http://127.0.0.1:")
+        with pytest.raises(UnavailableError) as failed, engine.store.write() as tx:
+            anchors.anchor_due(tx, "default", now=T0 + timedelta(hours=2, minutes=30), window=WINDOW, sink=sink)
+        said = str(failed.value)
+        assert "S3cret" not in said and "TOPSECRET" not in said and failed.value.field == "evidence.anchor_sink_url"
+
+    if answer == "refused":
+        with local_server(Recorder(post_status=500)) as (url, _recorder):
+            anchor(url)
+    else:
+        anchor(closed_port_url())
+    with engine.store.read() as tx:
+        assert tx.anchors.last("default") is None  # nothing anchored that the sink did not take

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import JobgateError, UnavailableError
+from jobgate.core.redact import shown_file, shown_url
 
 
 class AnchorSink(Protocol):
@@ -36,7 +37,7 @@ class FileSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.name = f"file:{path}"
+        self.name = shown_file(path)  # stored with each anchor and shown to its tenant: no folders
 
     def submit(self, record: dict[str, Any]) -> None:
         key = (record["tenant_id"], record["anchor_seq"])
@@ -102,12 +103,26 @@ class HttpSink:
     def __init__(self, url: str, timeout: float = 10.0) -> None:
         self.url = url
         self.timeout = timeout
-        self.name = f"http:{url}"
+        self.name = shown_url(url)  # the URL may carry a credential: scheme and host only
 
     def submit(self, record: dict[str, Any]) -> None:
+        """POST one anchor record; a refusal or a transport failure is named without the URL
+        (an anchor job's failure becomes its run's sealed error message)."""
         import httpx
 
-        httpx.post(self.url, json=record, timeout=self.timeout).raise_for_status()
+        try:
+            httpx.post(self.url, json=record, timeout=self.timeout).raise_for_status()
+        except httpx.HTTPStatusError as exc:
+            raise UnavailableError(
+                f"the HTTP anchor sink {self.name} refused anchor {record.get('anchor_seq')}"
+                f" (HTTP {exc.response.status_code})",
+                field="evidence.anchor_sink_url",
+            ) from None
+        except httpx.HTTPError as exc:
+            raise UnavailableError(
+                f"the HTTP anchor sink {self.name} could not be reached ({type(exc).__name__})",
+                field="evidence.anchor_sink_url",
+            ) from None
 
     def records(self) -> list[dict[str, Any]]:
         """``GET`` on the same URL: the records it accepted, as a JSON list (or ``{"records":
