@@ -389,5 +389,11 @@ def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_i
         assert ran(marker) == []  # b never started
         assert [t.reason for t in done.transitions if t.step_id][-2:] == ["workflow_halted", "workflow_halted"]
         assert replay_workflow(engine, wid).match
+        # sealed when escalated, and again when its open steps were halted after: the seal covers them
+        from jobgate.service import audit
+
+        audit.seal_pending(engine, engine.clock.now())
+        findings = [f.message() for r in audit.verify_records(engine, ["default"]) for f in r.findings]
+        assert findings == []
     finally:
         store.dispose()

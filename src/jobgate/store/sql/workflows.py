@@ -280,12 +280,13 @@ def workflow_apply(conn: Connection, u: WorkflowUpdate) -> bool:
             values[key] = codec.opt_us(values[key])
     if "status" in values and isinstance(values["status"], RunStatus):
         values["status"] = values["status"].value
-    result = conn.execute(
+    applied = conn.execute(
         update(workflow_runs)
         .where(W.workflow_run_id == u.workflow_run_id, W.version == u.expected_version)
         .values(version=W.version + 1, **values)
-    )
-    if result.rowcount != 1:
+        .returning(W.status)
+    ).first()
+    if applied is None:
         return False
     for s in u.steps:
         conn.execute(
@@ -295,7 +296,10 @@ def workflow_apply(conn: Connection, u: WorkflowUpdate) -> bool:
         )
     if u.transitions:
         conn.execute(workflow_transitions.insert(), [_transition_row(t, u.tenant_id) for t in u.transitions])
-    if u.values.get("status") is not None:  # an end is sealed with it (``core.seals``)
+    # An end is sealed with it (``core.seals``); so is every later change of an ended workflow
+    # run (an escalated one's open steps halted after its end): its seal covers them.
+    ended = applied.status not in _ACTIVE
+    if u.values.get("status") is not None or (ended and (u.steps or u.transitions)):
         at = max((t.at for t in u.transitions), default=None)
         record_seals.seal_workflow(conn, u.workflow_run_id, codec.to_us(at or datetime.now(UTC)))
     return True
