@@ -94,6 +94,27 @@ def test_a_dead_lettered_step_run_cannot_be_requeued_after_the_workflow_failed(e
     assert again is not None and again.status is RunStatus.DEAD_LETTERED and j  # nothing changed
 
 
+def test_no_step_run_is_retried_outside_its_workflow(engine: Engine, marker: Path) -> None:
+    """A retry is a new run of no workflow: a step's effects (and their undoing) are its
+    workflow's, so a step's run, completed or failed, is never retried; nothing is stored and
+    nothing runs again."""
+    from jobgate.service import retries
+
+    j = jobs(engine)
+    dlq = define(engine, handler="workflow_handlers:fail", params=[{"name": "name"}], retry_policy="test_fixed_v1")
+    wf = workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}, {"id": "b", "job": dlq}])
+    wid = start(engine, wf)
+    with coordinating(engine):
+        done = wait_workflow(engine, wid)
+    assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]
+    before = count(engine, "job_runs")
+    for step in done.steps:
+        with pytest.raises(ConflictError) as info:
+            retries.retry(engine, str(step.job_run_id), actor="op", tenant_id="default")
+        assert info.value.field == "workflow_run_id" and wid in info.value.message
+    assert count(engine, "job_runs") == before and ran(marker) == ["a"]  # nothing stored, nothing ran again
+
+
 def test_no_idempotency_key_a_caller_can_choose_claims_a_steps_run(engine: Engine, marker: Path) -> None:
     j = jobs(engine)
     wf = workflow(

@@ -60,6 +60,12 @@ def retry(
         refusal = retry_refusal(source.status)
         if refusal is not None:
             raise ConflictError(refusal, field="status")
+        if source.workflow_run_id is not None:  # its workflow owns its effects (and their undoing)
+            raise ConflictError(
+                f"run is a step of workflow run {source.workflow_run_id}: a retry would run it outside its"
+                " workflow; requeue its dead letter while the workflow waits for it, or start a new workflow run",
+                field="workflow_run_id",
+            )
         check_definition(tx.definition_get(source.tenant_id, source.job_definition_id), source)
         schedule_id = schedule_of(source, tx.run_trigger(source.job_run_id))
         if require_schedule:
