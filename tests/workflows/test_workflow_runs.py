@@ -12,7 +12,7 @@ from runtime_support import running_worker, wait_until
 from support import coordinating, jobs, lines, start, view, wait_workflow, workflow
 
 from helpers import count, define
-from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.errors import ConflictError, GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
@@ -228,6 +228,23 @@ def test_the_same_client_key_finds_the_same_workflow_run(engine: Engine, marker:
     first, created = start_workflow(engine, StartWorkflow(wf, client_key="k-1"), actor="t")
     again, created_again = start_workflow(engine, StartWorkflow(wf, client_key="k-1"), actor="t")
     assert created and not created_again and again.workflow_run_id == first.workflow_run_id
+    assert count(engine, "workflow_runs") == 1
+
+
+def test_a_client_key_reused_for_other_parameters_is_refused_and_starts_nothing(engine: Engine, marker: Path) -> None:
+    """As for runs: the same key and request finds the workflow run it started (a default left
+    out is the default), the same key with other parameters is a conflict naming that run."""
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"]}], params=[{"name": "who"}, {"name": "n", "default": "1"}])
+    first, _ = start_workflow(engine, StartWorkflow(wf, params={"who": "ada"}, client_key="k-2"), actor="t")
+    same, created = start_workflow(
+        engine, StartWorkflow(wf, params={"who": "ada", "n": "1"}, client_key="k-2"), actor="t"
+    )
+    assert not created and same.workflow_run_id == first.workflow_run_id
+    for params in ({"who": "bob"}, {"who": "ada", "n": "2"}, {"who": "ada", "unknown": "x"}):
+        with pytest.raises(ConflictError) as info:
+            start_workflow(engine, StartWorkflow(wf, params=params, client_key="k-2"), actor="t")
+        assert info.value.field == "idempotency_key" and first.workflow_run_id in info.value.message
     assert count(engine, "workflow_runs") == 1
 
 

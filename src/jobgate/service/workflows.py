@@ -23,6 +23,7 @@ from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, 
 from jobgate.core.governance import Moment
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobDefinition, Scope, TriggerType
+from jobgate.core.params import validate_params
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
 from jobgate.service import audit
@@ -131,6 +132,12 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
                 raise ConflictError(
                     "this key already started a workflow run of another definition", field="idempotency_key"
                 )
+            if not _same_start(engine, tx, found, request):
+                raise ConflictError(
+                    f"this key already started workflow run {found.workflow_run_id} with other parameters or"
+                    " scope: use a new key for a new request",
+                    field="idempotency_key",
+                )
             return found, False
         definition = engine.definition(tx, tenant, request.job_definition_id, request.definition_version)
         if not is_workflow(definition):
@@ -238,6 +245,21 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
             ),
         )
     return record, True
+
+
+def _same_start(engine: Engine, tx: StoreTx, found: WorkflowRecord, request: StartWorkflow) -> bool:
+    """Whether ``request`` asks for what ``found`` was started with: the same scope and, value by
+    value, the same parameters (as its definition version reads them: a default left out is the
+    default, ``+007`` the integer ``7``), as a run's repeated key is judged."""
+    if found.scope != request.scope.as_dict():
+        return False
+    if dict(request.params) == dict(found.params):
+        return True
+    try:
+        definition = engine.definition(tx, found.tenant_id, found.job_definition_id, found.definition_version)
+        return validate_params(definition.params, request.params) == dict(found.params)
+    except JobgateError:  # not parameters that version takes: not the same request
+        return False
 
 
 def _repeat_key(request: StartWorkflow) -> str | None:
