@@ -180,6 +180,11 @@ def test_cancel_mid_workflow_stops_the_running_step_and_runs_nothing_more(engine
     with engine.store.read() as tx:
         run = tx.run_get(b_run)
     assert run is not None and run.status is RunStatus.CANCELLED
+    # the stop is announced and audited as a person's stop of the run would be
+    from runtime_support import event_types
+
+    assert event_types(engine, b_run).count("job_stop_requested") == 1
+    assert count(engine, "audit_log", f"action = 'run.stop_requested' AND target_id = '{b_run}'") == 1
     with pytest.raises(Exception, match="only an active one"):
         cancel_workflow(engine, wid, actor="operator")
 

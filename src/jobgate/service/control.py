@@ -94,12 +94,21 @@ def stop_in(
         raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
     if run.stop_requested:  # asked already: a repeat changes and records nothing
         return
-    if not tx.run_request_stop(job_run_id):
+    if not request_stop(tx, run, actor=actor, reason=reason, now=now):
         raise ConflictError("run finished before the stop was recorded", field="status")
+
+
+def request_stop(tx: StoreTx, run: JobRun, *, actor: str, reason: str | None, now: datetime) -> bool:
+    """Ask the worker of running ``run`` to stop it, announced (``job_stop_requested``) and
+    audited whoever asks (a person, or a workflow stopping its steps); False when the run was
+    no longer running."""
+    if not tx.run_request_stop(run.job_run_id):
+        return False
     tx.outbox_append(
         [(run.job_run_id, run.tenant_id, events.job_stop_requested(run, actor=actor, reason=reason, now=now))], now
     )
     audit.record(tx, audit.event(run.tenant_id, actor, "run.stop_requested", "run", run.job_run_id, now, reason=reason))
+    return True
 
 
 def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:

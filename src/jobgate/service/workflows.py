@@ -26,7 +26,7 @@ from jobgate.core.models import JobDefinition, Scope, TriggerType
 from jobgate.core.params import validate_params
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
-from jobgate.service import audit
+from jobgate.service import audit, control
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import validate_preconditions
@@ -711,8 +711,10 @@ def _stop_runs(tx: StoreTx, decided: Plan, actor: str, now: datetime) -> None:
         ):
             continue
         # Running, or it started between the read and the cancel (a worker's commit on
-        # PostgreSQL): ask its worker to stop it. A run that ended meanwhile needs nothing.
-        tx.run_request_stop(run.job_run_id)
+        # PostgreSQL): ask its worker to stop it, as a person's stop would. A run that ended
+        # meanwhile needs nothing.
+        if not run.stop_requested:
+            control.request_stop(tx, run, actor=actor, reason="workflow stopped", now=now)
 
 
 def _announce(tx: StoreTx, record: WorkflowRecord, decided: Plan, now: datetime) -> None:
