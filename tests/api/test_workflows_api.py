@@ -57,6 +57,9 @@ def test_start_runs_to_completion_and_reports_the_seed_status_shape(world: World
     assert transitions[-1]["to_status"] == "COMPLETED"
     listed = world.client.get(f"{API}/workflows?status=COMPLETED", headers=op).json()["items"]
     assert [w["workflow_run_id"] for w in listed] == [wid]
+    for never in ("HELD", "DEAD_LETTERED", "RETRY_WAIT", "DISPATCHED"):  # a step run's, never a workflow's
+        refused = world.client.get(f"{API}/workflows?status={never}", headers=op)
+        assert refused.status_code == 422 and refused.json()["field"] == "status", refused.text
 
 
 def test_the_same_idempotency_key_returns_the_first_workflow_run(world: World) -> None:

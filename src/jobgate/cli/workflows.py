@@ -17,7 +17,7 @@ from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import workflows as workflow_service
 from jobgate.service.workflows import StartWorkflow, WorkflowView
-from jobgate.workflows.plan import WORKFLOW_ACTIVE
+from jobgate.workflows.plan import WORKFLOW_ACTIVE, WORKFLOW_STATUSES
 
 
 def _summary(view: WorkflowView) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def _wait(engine: Any, workflow_run_id: str, timeout: float) -> WorkflowView:
 
 
 @workflows_group.command("list")
-@click.option("--status", type=click.Choice([s.value for s in RunStatus], case_sensitive=False))
+@click.option("--status", type=click.Choice([s.value for s in WORKFLOW_STATUSES], case_sensitive=False))
 @click.option("--workflow", "job_definition_id", help="only runs of this workflow definition")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--tenant", default="default", show_default=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.states import RunStatus
@@ -41,6 +41,10 @@ class Phase(StrEnum):
 DONE = frozenset({StepStatus.COMPLETED, StepStatus.SKIPPED})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WORKFLOW_ACTIVE = frozenset({RunStatus.CREATED, RunStatus.SCHEDULED, RunStatus.DISPATCHED, RunStatus.RUNNING})
+# Every status a workflow run is ever given (a run's HELD, RETRY_WAIT, DEAD_LETTERED and
+# DISPATCHED are its steps' runs', never a workflow run's): what a status filter accepts.
+WorkflowStatusName = Literal["CREATED", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "ESCALATED"]
+WORKFLOW_STATUSES = tuple(RunStatus(name) for name in get_args(WorkflowStatusName))
 
 # The workflow's own state machine: the run states of seed §14 a workflow can take.
 WORKFLOW_ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {

@@ -19,12 +19,12 @@ from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import Scope
-from jobgate.core.states import RunStatus
 from jobgate.core.trace import parse_traceparent
 from jobgate.service import workflows as workflow_service
 from jobgate.service.tokens import Principal
 from jobgate.service.workflows import StartWorkflow, WorkflowView
 from jobgate.views.schemas import Page, WorkflowRunOut, WorkflowStartIn, WorkflowTransitionOut
+from jobgate.workflows.plan import WorkflowStatusName
 
 router = APIRouter(prefix="/api/v1", tags=["workflows"])
 
@@ -75,7 +75,7 @@ def start_workflow(
 def list_workflows(
     caller: Caller,
     state: State,
-    status: RunStatus | None = None,
+    status: WorkflowStatusName | None = None,
     job_definition_id: str | None = None,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
     cursor: str | None = None,
@@ -87,7 +87,7 @@ def list_workflows(
         while len(items) < limit:
             page = tx.workflows_list(
                 caller.tenant_id,
-                status=None if status is None else status.value,
+                status=status,
                 job_definition_id=job_definition_id,
                 before=before,
                 limit=limit,
