@@ -320,3 +320,118 @@ def test_a_handler_in_a_namespace_subpackage_is_found_and_digested(site: Path) -
     assert name not in sys.modules  # found, not imported
     assert code.package_digest(f"{name}.tasks").startswith("sha256:")
     assert callable(code.resolve_handler(f"{name}.tasks.h:run"))
+
+
+RECORD = textwrap.dedent(
+    """
+    import os
+
+    def work(ctx):
+        with open(os.environ["JOBGATE_TEST_MARKER"], "a") as fh:
+            fh.write("ran\\n")
+        return {}
+    """
+)
+
+
+def test_special_files_in_a_handler_package_are_not_code_and_stop_nothing(
+    engine: Engine, site: Path, marker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: a named pipe blocked the worker (inside its write transaction), a
+    socket or a dangling symlink (an editor's lock file) made every cycle fail. None of them is
+    anything an import reads; nor is an editor's swap file, backup or tool folder."""
+    import socket
+
+    name = _name("special")
+    package = site / name
+    package.mkdir()
+    (package / "__init__.py").write_text(RECORD)
+    job = define(engine, handler=f"{name}:work")
+    approved = code.package_digest(name)
+    os.mkfifo(package / "ctl.fifo")
+    (package / ".#__init__.py").symlink_to("root@host.1:1")  # dangling, as Emacs leaves one
+    monkeypatch.chdir(package)  # a socket's path is short
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind("app.sock")
+    (package / ".__init__.py.swp").write_text("swap")
+    (package / "__init__.py~").write_text("backup")
+    (package / ".idea").mkdir()
+    (package / ".idea" / "workspace.xml").write_text("<x/>")
+    try:
+        assert code.package_digest(name) == approved  # none of them is code
+        with pytest.raises(code.CodeUnreadable):  # never opened as a file (it would block)
+            code.FILES.sha256(str(package / "ctl.fifo"))
+        run_id = submit(engine, job)
+        with running_worker(engine):
+            wait_status(engine, run_id, RunStatus.COMPLETED)
+    finally:
+        listening.close()
+    assert marker_lines(marker) == [["ran"]]
+
+
+def test_a_module_a_code_path_binds_runs_its_source_not_a_forged_cache(
+    engine: Engine, site: Path, marker: Path
+) -> None:
+    """Found by a review: only ``package:`` parts were compiled from source; a module bound by a
+    ``code:`` path (or a distribution) ran a planted ``.pyc`` while its approval matched."""
+    name = _name("pathmod")
+    helper = site / f"{name}_helper.py"
+    helper.write_text('VALUE = "approved"\n')
+    (site / f"{name}_h.py").write_text(LAZY.replace("from .helper import VALUE", f"from {name}_helper import VALUE"))
+    job = define(engine, handler=f"{name}_h:work", code=[str(helper)])
+    approved = os.stat(helper)
+    helper.write_text('VALUE = "forged!!"\n')  # same size
+    py_compile.compile(str(helper))
+    helper.write_text('VALUE = "approved"\n')
+    os.utime(helper, ns=(approved.st_atime_ns, approved.st_mtime_ns))
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        wait_status(engine, run_id, RunStatus.COMPLETED)
+    assert marker_lines(marker) == [["approved"]]
+
+
+def test_a_code_list_binds_the_packages_above_the_handler(
+    engine: Engine, site: Path, marker: Path, tmp_path: Path
+) -> None:
+    """Found by a review: with a ``code:`` list, an edit of an ``__init__.py`` above the handler's
+    module (which its import runs first) ran under the approval."""
+    name = _name("parents")
+    (site / name / "x").mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    (site / name / "x" / "__init__.py").write_text("")
+    (site / name / "x" / "h.py").write_text(RECORD)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "o.py").write_text("")
+    job = define(engine, handler=f"{name}.x.h:work", code=[str(other)])
+    (site / name / "x" / "__init__.py").write_text(
+        "import os\nopen(os.environ['JOBGATE_TEST_MARKER'], 'a').write('INIT\\n')\n"
+    )
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed" and marker_lines(marker) == []
+
+
+def test_an_edit_outside_a_narrowed_approval_does_not_stop_the_handler(
+    engine: Engine, site: Path, marker: Path
+) -> None:
+    """Found by a review: ``code: [package:a.sub]`` binds ``a.sub`` (and ``a/__init__.py``), but
+    an edit of ``a/other.py`` made a running worker refuse to import the handler ("what an
+    approval bound"), leaving its runs waiting with no hold."""
+    name = _name("narrow")
+    (site / name / "sub").mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    (site / name / "sub" / "__init__.py").write_text("")
+    (site / name / "sub" / "h.py").write_text(RECORD)
+    job = define(engine, handler=f"{name}.sub.h:work", code=[f"package:{name}.sub"])
+    for gone in [m for m in sys.modules if m.startswith(name)]:
+        sys.modules.pop(gone)  # a worker starts afresh (applying the definition imported it here)
+    for part in [p for p in code._LOADED if name in p]:
+        code._LOADED.pop(part)
+    code.locate_handler(f"{name}.sub.h:work")  # what a starting worker's probe does: files first read
+    (site / name / "other.py").write_text("TAG = 'not bound'\n")
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        wait_status(engine, run_id, RunStatus.COMPLETED)
+    assert marker_lines(marker) == [["ran"]]

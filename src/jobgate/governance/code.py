@@ -36,6 +36,7 @@ import importlib.util
 import inspect
 import json
 import os
+import stat
 import sys
 import threading
 import types
@@ -76,16 +77,30 @@ class FileDigests:
         self._lock = threading.Lock()
 
     def sha256(self, path: str) -> str:
-        st = os.stat(path)
-        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        with self._lock:
-            seen = self._seen.get(path)
-        if seen is not None and seen.key == key:
-            return seen.sha256
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        """The file's digest; ``CodeUnreadable`` (a governed refusal, never a crash) when it
+        cannot be read or is not a regular file: a named pipe would block the reader forever,
+        inside the transaction that asked."""
+        try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise CodeUnreadable(f"{path} is not a regular file", field="code")
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            with self._lock:
+                seen = self._seen.get(path)
+            if seen is not None and seen.key == key:
+                return seen.sha256
+            h = hashlib.sha256()
+            # Opened without blocking and checked again: a file swapped for a pipe after the stat.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with open(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise CodeUnreadable(f"{path} is not a regular file", field="code")
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        except OSError as exc:
+            raise CodeUnreadable(
+                f"{path} cannot be read here ({exc.strerror or type(exc).__name__})", field="code"
+            ) from None
         value = "sha256:" + h.hexdigest()
         with self._lock:
             self._seen[path] = _Seen(key, value)
@@ -96,7 +111,12 @@ def _files_under(root: str) -> Iterator[str]:
     """Every file Python could import from ``root``: through symlinked folders too (the import
     system follows them; each real folder once), and bytecode outside ``__pycache__`` (a module
     shipped as ``.pyc`` alone is loaded from it). ``__pycache__`` is never read by a governed
-    import (``_SourceOnlyLoader``), so it is not code."""
+    import (``_SourceOnlyLoader``), so it is not code.
+
+    Regular files only, and not hidden ones or editors' backups: a socket, a named pipe, a
+    device or a dangling symlink is nothing an import reads (a file that was one and became a
+    dangling link has left the listing, which is a change), and an editor's swap file
+    (``.h.py.swp``), a dotted tool folder (``.idea``) or ``h.py~`` is no module either."""
     count = 0
     seen: set[str] = set()
     for folder, dirs, files in os.walk(root, followlinks=True):
@@ -105,12 +125,20 @@ def _files_under(root: str) -> Iterator[str]:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not _hidden(d))
         for name in sorted(files):
+            path = os.path.join(folder, name)
+            if _hidden(name) or not os.path.isfile(path):
+                continue
             count += 1
             if count > MAX_FILES:
                 raise CodeUnreadable(f"{root} holds more than {MAX_FILES} files", field="code")
-            yield os.path.join(folder, name)
+            yield path
+
+
+def _hidden(name: str) -> bool:
+    """A hidden name or an editor's backup: never an importable module or package."""
+    return name.startswith(".") or name.endswith("~")
 
 
 FILES = FileDigests()  # one cache per process: every reader and the import hook share it
@@ -283,8 +311,16 @@ class CodeReader:
 
     def _as_loaded(self, parts: dict[str, str]) -> dict[str, str]:
         for name in parts:  # what this worker imports of them from now on is what was read
-            if name.startswith("package:"):
-                govern(name.partition(":")[2])
+            kind, _, rest = name.partition(":")
+            if kind == "package":
+                govern(rest, approved=True)
+            elif kind == "module":
+                govern_module(rest)
+            elif kind == "path":
+                govern_place(str(self._located(rest)))
+            elif kind == "distribution":
+                for place in self._roots(name):
+                    govern_place(place)
         with _LOADED_LOCK:
             out = {}
             for name, value in parts.items():
@@ -355,13 +391,22 @@ class CodeReader:
         return parts
 
     def _own_module(self, module: str, listed: list[str]) -> dict[str, str]:
-        """The handler's own module file, unless a ``code:`` entry already covers it: a list
-        narrows what an approval binds (a sub-package rather than the whole top-level package),
-        never to the point of leaving out the code the handler itself is."""
-        origin = _module_file(module)
-        if any(_covers(root, origin) for entry in listed for root in self._roots(entry)):
-            return {}
-        return {f"module:{module}": _module_sha(module)}
+        """The handler's own module file and the ``__init__`` of each package above it (importing
+        ``a.b.h`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first), each unless a ``code:``
+        entry already covers it: a list narrows what an approval binds (a sub-package rather
+        than the whole top-level package), never to the point of leaving out code the handler's
+        import runs."""
+        roots = [root for entry in listed for root in self._roots(entry)]
+        out: dict[str, str] = {}
+        for parent in _parents(module):
+            origin = _spec(parent).origin
+            if origin is None or not os.path.isfile(origin):  # a namespace package runs nothing
+                continue
+            if not any(_covers(root, origin) for root in roots):
+                out[f"module:{parent}"] = FILES.sha256(origin)
+        if not any(_covers(root, _module_file(module)) for root in roots):
+            out[f"module:{module}"] = _module_sha(module)
+        return out
 
     def _roots(self, entry: str) -> list[str]:
         """The files and folders a ``code:`` entry digests (``_listed`` read them already)."""
@@ -429,7 +474,17 @@ __all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "locate_handler", "not
 # imported from now on is compiled from its source, and only while the package's files are
 # those the process first read (``_LOADED``).
 _GOVERNED: set[str] = set()
-_GOVERNED_MODULES: set[str] = set()  # single modules of jobgate's own package (its handlers)
+# Single modules, by name: jobgate's own handlers, and a handler's module (and the packages above
+# it) that an approval with a ``code:`` list binds one by one.
+_GOVERNED_MODULES: set[str] = set()
+# Files and folders a ``code:`` path or distribution names (real paths): a module loaded from one
+# of them is compiled from its source too, whatever name it is imported under.
+_GOVERNED_FILES: set[str] = set()
+_GOVERNED_FOLDERS: set[str] = set()
+# The package parts an approval binds, by top-level package (``a``, or ``a.sub`` for a narrowed
+# ``code:`` list): what an import compares with the files first read. Without any, the whole
+# top-level package the handler was imported from.
+_APPROVED_PACKAGES: dict[str, set[str]] = {}
 _GOVERNED_LOCK = threading.Lock()
 
 
@@ -438,20 +493,23 @@ class ChangedCode(ImportError):
 
 
 def _check_unchanged(top: str) -> None:
-    """Refuse to import more of ``top`` when its files are no longer those first read: an edit
-    made under a running attempt must not run in it (the next attempt is held by the gate)."""
-    first = _LOADED.get(f"package:{top}")
-    if first is None:
-        return
-    try:
-        now = package_digest(top)
-    except CodeUnreadable as exc:
-        raise ChangedCode(f"package {top!r} can no longer be read here: {exc.message}") from None
-    if now != first:
-        raise ChangedCode(
-            f"the files of package {top!r} changed since this process first read them "
-            "(what an approval bound): restart the worker on approved code"
-        )
+    """Refuse to import more of ``top`` when the files an approval binds of it are no longer
+    those first read: an edit made under a running attempt must not run in it (the next attempt
+    is held by the gate). An edit of the package outside a narrowed approval's parts is not
+    one (the approval does not bind it)."""
+    for name in sorted(_APPROVED_PACKAGES.get(top) or {top}):
+        first = _LOADED.get(f"package:{name}")
+        if first is None:
+            continue
+        try:
+            now = package_digest(name)
+        except CodeUnreadable as exc:
+            raise ChangedCode(f"package {name!r} can no longer be read here: {exc.message}") from None
+        if now != first:
+            raise ChangedCode(
+                f"the files of package {name!r} changed since this process first read them "
+                "(what an approval bound): restart the worker on approved code"
+            )
 
 
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -481,10 +539,10 @@ class _GovernedFinder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         top = fullname.partition(".")[0]
-        governed = top in _GOVERNED
-        if not governed and fullname not in _GOVERNED_MODULES:
+        governed = top in _GOVERNED or fullname in _GOVERNED_MODULES
+        if not governed and not (_GOVERNED_FILES or _GOVERNED_FOLDERS):
             return None
-        if governed and ("." in fullname or fullname in sys.modules):  # a submodule, or a reload
+        if top in _GOVERNED and ("." in fullname or fullname in sys.modules):  # a submodule, or a reload
             _check_unchanged(top)
         spec = None
         for finder in sys.meta_path:
@@ -493,7 +551,9 @@ class _GovernedFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 break
-        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader:
+            return spec
+        if governed or _in_governed_place(spec.loader.path):
             spec.loader = _SourceOnlyLoader(fullname, spec.loader.path)
         return spec
 
@@ -501,21 +561,50 @@ class _GovernedFinder(importlib.abc.MetaPathFinder):
 _FINDER = _GovernedFinder()
 
 
-def govern(module: str) -> None:
+def govern(module: str, *, approved: bool = False) -> None:
     """Import ``module``'s top-level package, from now on in this process, only as its source
     (see ``_GovernedFinder``). Its files as they are now are what the process runs (``note_import``).
+    ``approved``: ``module`` is a package part an approval binds (``package:NAME``), which
+    later imports compare with the files first read.
 
     jobgate's own package is the process itself (the worker imports its own modules as it goes,
     and an upgrade in place must not make that fail): of it, only the handler's module is
     compiled from source, when this process first imports it."""
     top = module.split(".")[0]
     with _GOVERNED_LOCK:
-        if _FINDER not in sys.meta_path:
-            sys.meta_path.insert(0, _FINDER)
+        _install_finder()
         if top in OWN_MODULES:
             _GOVERNED_MODULES.add(module)
-        else:
-            _GOVERNED.add(top)
+            return
+        _GOVERNED.add(top)
+        if approved:
+            _APPROVED_PACKAGES.setdefault(top, set()).add(module)
+
+
+def govern_module(module: str) -> None:
+    """Compile ``module`` (one module an approval binds by its file) from its source."""
+    with _GOVERNED_LOCK:
+        _install_finder()
+        _GOVERNED_MODULES.add(module)
+
+
+def govern_place(place: str) -> None:
+    """Compile every module loaded from ``place`` (a file or a folder a ``code:`` path or
+    distribution names) from its source."""
+    real = os.path.realpath(place)
+    with _GOVERNED_LOCK:
+        _install_finder()
+        (_GOVERNED_FOLDERS if os.path.isdir(real) else _GOVERNED_FILES).add(real)
+
+
+def _install_finder() -> None:
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def _in_governed_place(origin: str) -> bool:
+    real = os.path.realpath(origin)
+    return real in _GOVERNED_FILES or any(real.startswith(folder + os.sep) for folder in _GOVERNED_FOLDERS)
 
 
 def _handler_parts(handler: str) -> tuple[str, str, list[str]]:
