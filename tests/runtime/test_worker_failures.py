@@ -422,3 +422,72 @@ def test_a_dead_letter_already_retried_is_not_requeued_too(engine: Engine) -> No
         control.requeue_run(engine, run.job_run_id, actor="bob")
     assert refused.value.field == "job_run_id" and retry.job_run_id in refused.value.message
     assert get_run(engine, run.job_run_id).status is RunStatus.DEAD_LETTERED  # nothing changed
+
+
+def test_a_retry_prepared_while_its_source_is_requeued_is_not_made(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: a retry read its source (dead-lettered), a requeue committed, then the
+    retry was made: the source and its retry both ran. The retry is decided under a lock on
+    its source, which the requeue takes too."""
+    from helpers import count
+    from jobgate.service import retries
+
+    job = define(engine, handler="engine_handlers:fail_final", retry_policy="test_fixed_v1")
+    run = engine.submit(SubmitRequest(job)).run
+    with running_worker(engine):
+        wait_status(engine, run.job_run_id, RunStatus.DEAD_LETTERED)
+    original = retries.retry_request
+
+    def requeued_meanwhile(*args: object, **kwargs: object) -> object:
+        control.requeue_run(engine, run.job_run_id, actor="bob")  # commits between the read and the write
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(retries, "retry_request", requeued_meanwhile)
+    with pytest.raises(ConflictError) as refused:
+        retries.retry(engine, run.job_run_id, actor="alice", tenant_id="default")
+    assert refused.value.field == "status" and "requeued meanwhile" in refused.value.message
+    assert count(engine, "job_runs", f"retry_of = '{run.job_run_id}'") == 0  # nothing made
+    assert get_run(engine, run.job_run_id).status is RunStatus.SCHEDULED  # the requeue stands
+
+
+def test_a_requeue_and_a_retry_racing_never_both_win(engine: Engine) -> None:
+    """The same race without a hook: each of several dead-lettered runs is requeued and retried
+    by two threads released together; never both."""
+    import threading
+    from collections.abc import Callable
+    from functools import partial
+
+    from jobgate.service import retries
+
+    job = define(engine, handler="engine_handlers:fail_final", retry_policy="test_fixed_v1")
+    ids = [engine.submit(SubmitRequest(job, request_id=f"race-{i}")).run.job_run_id for i in range(6)]
+    with running_worker(engine):
+        for rid in ids:
+            wait_status(engine, rid, RunStatus.DEAD_LETTERED)
+
+    def attempt(name: str, act: Callable[[], object], gate: threading.Barrier, wins: list[str]) -> None:
+        gate.wait()
+        try:
+            act()
+            wins.append(name)
+        except ConflictError:
+            pass
+
+    for rid in ids:
+        wins: list[str] = []
+        gate = threading.Barrier(2)
+        threads = [
+            threading.Thread(
+                target=attempt, args=("requeue", partial(control.requeue_run, engine, rid, actor="bob"), gate, wins)
+            ),
+            threading.Thread(
+                target=attempt,
+                args=("retry", partial(retries.retry, engine, rid, actor="alice", tenant_id="default"), gate, wins),
+            ),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(wins) == 1, (rid, wins)

@@ -121,6 +121,32 @@ def test_run_get_finds_a_run_by_id_within_its_tenant(engine: Engine) -> None:
         assert tx.run_get("TGJOBRUN-unknown") is None
 
 
+def test_run_lock_reads_the_run_and_holds_it_until_the_transaction_ends(engine: Engine) -> None:
+    """``run_lock`` is ``run_get`` that a second locker waits behind (on PostgreSQL a row lock;
+    on SQLite the one writer): the second sees what the first committed."""
+    import threading
+
+    (run,) = make(engine)
+    first_done = threading.Event()
+    seen: list[str] = []
+
+    def second() -> None:
+        with engine.store.write() as tx:
+            locked = tx.run_lock(run.job_run_id)
+            seen.append("after first" if first_done.is_set() else "before first")
+            assert locked is not None
+
+    with engine.store.write() as tx:
+        assert tx.run_lock(run.job_run_id) == run and tx.run_lock("TGJOBRUN-unknown") is None
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(0.3)  # real time: the second locker must still be waiting while the first holds it
+        assert waiter.is_alive()
+        first_done.set()
+    waiter.join(10)
+    assert seen == ["after first"]
+
+
 def test_runs_get_and_runs_by_keys_return_the_runs_that_exist(engine: Engine) -> None:
     runs = make(engine, 3)
     with engine.store.read() as tx:

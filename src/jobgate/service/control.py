@@ -121,8 +121,8 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     now = engine.clock.now()
     policy = engine.admission.scheduler_policy(actor=actor, now=now)
     with engine.store.write() as tx:
-        run = tx.run_get(job_run_id, tenant_id)
-        if run is None:
+        run = tx.run_lock(job_run_id)  # a retry of it being made waits, or has committed and is seen
+        if run is None or (tenant_id is not None and run.tenant_id != tenant_id):
             raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
         if run.status not in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
             raise ConflictError(

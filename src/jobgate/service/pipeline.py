@@ -23,9 +23,10 @@ from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import ACTING, AuditEvent, attributed
 from jobgate.core.canonical import canonical_json
-from jobgate.core.errors import GovernanceRefusal, ValidationError
+from jobgate.core.errors import ConflictError, GovernanceRefusal, ValidationError
 from jobgate.core.governance import Moment, SafeModeFact, admit
 from jobgate.core.idempotency import client_request_key, event_slot, idempotency_key, retry_key, retry_run_id
+from jobgate.core.lineage import retry_refusal
 from jobgate.core.models import (
     ConfigSnapshot,
     DefinitionStatus,
@@ -250,6 +251,7 @@ class Pipeline:
         in ``tx`` itself, so the approvals and safe mode they were admitted under are current."""
         existing = existing_results(tx, prepared)
         fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
+        check_retry_sources(tx, fresh)
         created = iter(self.acquire_lock_and_create(tx, fresh, now, recheck=recheck))
         out: list[SubmitResult] = []
         for p in prepared:
@@ -393,6 +395,21 @@ def read_ahead(tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str],
     pair = (request.scope.tenant_id, request.job_definition_id)
     if request.definition_version is None and pair not in cache:
         tx.read_ahead(*pair)
+
+
+def check_retry_sources(tx: StoreTx, fresh: Sequence[PreparedSubmission]) -> None:
+    """A retry is made only while its source run has ended, decided under a lock on the source
+    (a requeue takes the same one): a requeue that committed while the retry was prepared has
+    put the source back to work, and both would run it."""
+    for p in fresh:
+        source_id = p.create.run.retry_of
+        if source_id is None:
+            continue
+        source = tx.run_lock(source_id)
+        refusal = None if source is None else retry_refusal(source.status)
+        if source is None or refusal is not None:
+            why = "is gone" if source is None else f"was requeued meanwhile ({refusal})"
+            raise ConflictError(f"run {source_id} {why}: its retry is not made", field="status")
 
 
 def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dict[str, JobRun]:

@@ -579,6 +579,9 @@ class StoreTx:
     def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
         return runs.run_get(self._conn, job_run_id, tenant_id)
 
+    def run_lock(self, job_run_id: str) -> JobRun | None:
+        return runs.run_lock(self._conn, job_run_id, lock_rows=self._skip_locked)
+
     def runs_get(self, job_run_ids: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_ids(self._conn, job_run_ids)
 

@@ -330,6 +330,17 @@ def run_get(conn: Connection, job_run_id: str, tenant_id: str | None = None) -> 
     return None if row is None else codec.run_from_row(row)
 
 
+def run_lock(conn: Connection, job_run_id: str, *, lock_rows: bool) -> JobRun | None:
+    """The run, its row locked until the transaction ends (PostgreSQL; SQLite's one writer holds
+    everything already): two changes that each decide from the run's state (a requeue and a
+    retry of it) then take turns, the second seeing what the first committed."""
+    q = select(job_runs).where(job_runs.c.job_run_id == job_run_id)
+    if lock_rows:
+        q = q.with_for_update()
+    row = conn.execute(q).mappings().first()
+    return None if row is None else codec.run_from_row(row)
+
+
 def run_retries(conn: Connection, tenant_id: str, source_job_run_id: str, limit: int = 100) -> list[JobRun]:
     """The runs of ``tenant_id`` that retry ``source_job_run_id`` (``retry_of``), oldest first:
     a source run's retry edges (``ix_job_runs_retry_of``). The contract keeps one; a store
