@@ -424,6 +424,26 @@ def test_a_dead_letter_already_retried_is_not_requeued_too(engine: Engine) -> No
     assert get_run(engine, run.job_run_id).status is RunStatus.DEAD_LETTERED  # nothing changed
 
 
+def test_a_retry_resolves_its_sources_dead_letter(engine: Engine) -> None:
+    """Found by a review: a retried dead letter stayed open for ever (listed as waiting, never
+    retired by retention), and no command could close it. The retry resolves it, in its own
+    transaction, and the source's record still verifies (resolved in place, sealed again)."""
+    from jobgate.service import audit, retries
+
+    job = define(engine, handler="engine_handlers:fail_final", retry_policy="test_fixed_v1")
+    run = engine.submit(SubmitRequest(job)).run
+    with running_worker(engine):
+        wait_status(engine, run.job_run_id, RunStatus.DEAD_LETTERED)
+    retry, created = retries.retry(engine, run.job_run_id, actor="alice", tenant_id="default")
+    assert created
+    (letter,) = dead_letters(engine, run.job_run_id)
+    assert letter.resolved_at is not None and letter.resolution == f"retried as {retry.job_run_id} by alice"
+    with engine.store.read() as tx:
+        assert tx.dead_letter_open_for(run.job_run_id) is None
+    audit.seal_pending(engine, engine.clock.now())
+    assert [f.message() for r in audit.verify_records(engine, ["default"]) for f in r.findings] == []
+
+
 def test_a_retry_prepared_while_its_source_is_requeued_is_not_made(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

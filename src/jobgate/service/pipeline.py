@@ -251,7 +251,7 @@ class Pipeline:
         in ``tx`` itself, so the approvals and safe mode they were admitted under are current."""
         existing = existing_results(tx, prepared)
         fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
-        check_retry_sources(tx, fresh)
+        settle_retry_sources(tx, fresh, now)
         created = iter(self.acquire_lock_and_create(tx, fresh, now, recheck=recheck))
         out: list[SubmitResult] = []
         for p in prepared:
@@ -397,19 +397,24 @@ def read_ahead(tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str],
         tx.read_ahead(*pair)
 
 
-def check_retry_sources(tx: StoreTx, fresh: Sequence[PreparedSubmission]) -> None:
+def settle_retry_sources(tx: StoreTx, fresh: Sequence[PreparedSubmission], now: datetime) -> None:
     """A retry is made only while its source run has ended, decided under a lock on the source
     (a requeue takes the same one): a requeue that committed while the retry was prepared has
-    put the source back to work, and both would run it."""
+    put the source back to work, and both would run it. The source's open dead letter, if any,
+    is resolved by the retry (its work goes on there; a requeue of it is refused from now on),
+    so it leaves the queue of letters waiting for someone and retention may retire it."""
     for p in fresh:
-        source_id = p.create.run.retry_of
-        if source_id is None:
+        retry = p.create.run
+        if retry.retry_of is None:
             continue
-        source = tx.run_lock(source_id)
+        source = tx.run_lock(retry.retry_of)
         refusal = None if source is None else retry_refusal(source.status)
         if source is None or refusal is not None:
             why = "is gone" if source is None else f"was requeued meanwhile ({refusal})"
-            raise ConflictError(f"run {source_id} {why}: its retry is not made", field="status")
+            raise ConflictError(f"run {retry.retry_of} {why}: its retry is not made", field="status")
+        letter = tx.dead_letter_open_for(source.job_run_id)
+        if letter is not None:
+            tx.dead_letter_resolve(letter.dead_letter_id, f"retried as {retry.job_run_id} by {retry.requested_by}", now)
 
 
 def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dict[str, JobRun]:
