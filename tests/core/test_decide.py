@@ -160,22 +160,32 @@ def test_the_runs_own_max_attempts_wins_over_the_policys() -> None:
     assert run_decide(K.RETRYABLE_FAILURE, p, 2, max_attempts=2).to_status is RunStatus.DEAD_LETTERED
 
 
-@pytest.mark.parametrize("strategy", [s for s in RetryStrategy if s is not RetryStrategy.MANUAL_REVIEW_AFTER_N])
+@pytest.mark.parametrize("strategy", list(RetryStrategy))
 @pytest.mark.parametrize("attempt", [1, 5])
 @pytest.mark.parametrize("escalate", [False, True])
-def test_non_retryable_dead_letters_at_once(strategy: RetryStrategy, attempt: int, escalate: bool) -> None:
+def test_non_retryable_dead_letters_at_once_with_its_strategys_final_failure(
+    strategy: RetryStrategy, attempt: int, escalate: bool
+) -> None:
+    """Dead-lettered at once (status and reason, which replay compares, as ever); the review and
+    the safe mode a strategy asks for on its final failure are asked for here too (found by a
+    review: the most definite failure skipped both)."""
     p = policy(strategy, escalate_on_final_failure=escalate)
+    final = exhausted(p)
     assert run_decide(K.NON_RETRYABLE_FAILURE, p, attempt, max_attempts=5) == Decision(
         RunStatus.DEAD_LETTERED,
         TransitionReason.FAILED_NON_RETRYABLE,
         dead_letter_reason=DeadLetterReason.NON_RETRYABLE_VALIDATION_FAILURE,
-        requires_manual_review=escalate,
+        requires_manual_review=escalate or final.requires_manual_review,
+        activates_safe_mode=final.activates_safe_mode,
     )
+    if strategy in (RetryStrategy.MANUAL_REVIEW_AFTER_N, RetryStrategy.SAFE_MODE_ON_FAILURE):
+        assert final.requires_manual_review
+    assert final.activates_safe_mode is (strategy is RetryStrategy.SAFE_MODE_ON_FAILURE)
 
 
-def test_non_retryable_under_manual_review_policy_is_dead_lettered_not_escalated() -> None:
+def test_non_retryable_under_manual_review_policy_is_dead_lettered_for_review() -> None:
     d = run_decide(K.NON_RETRYABLE_FAILURE, BUILTIN_RETRY_POLICIES["manual_review_v1"], 1)
-    assert d.to_status is RunStatus.DEAD_LETTERED
+    assert d.to_status is RunStatus.DEAD_LETTERED and d.requires_manual_review
     assert d.dead_letter_reason is DeadLetterReason.NON_RETRYABLE_VALIDATION_FAILURE
 
 

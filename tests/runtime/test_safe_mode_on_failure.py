@@ -56,6 +56,23 @@ def test_the_last_failure_dead_letters_the_run_and_switches_safe_mode_on(critica
     assert len(safemode.history(critical, "default")) == 1
 
 
+def test_a_non_retryable_failure_is_a_final_failure_too(critical: Engine) -> None:
+    """Found by a review: a non-retryable failure (the most definite kind) was dead-lettered with
+    no review asked and safe mode left off; it is this strategy's final failure as much as an
+    exhausted one."""
+    job = define(critical, handler="engine_handlers:fail_final", retry_policy="critical_v1")
+    run_id = critical.submit(SubmitRequest(job, requested_by="ada"), actor="ada").run.job_run_id
+    with running_worker(critical):
+        wait_until(lambda: _status(critical, run_id) is RunStatus.DEAD_LETTERED, what="the run to be dead-lettered")
+        wait_until(lambda: safemode.status(critical, "default") is not None, what="safe mode to switch on")
+    period = safemode.status(critical, "default")
+    assert period is not None and run_id in period.reason
+    with critical.store.read() as tx:
+        letter = tx.dead_letter_open_for(run_id)
+        run = tx.run_get(run_id)
+    assert letter is not None and letter.requires_manual_review and run is not None and run.attempt == 1
+
+
 def test_the_strategy_without_automatic_safe_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises((ConfigurationError, ValidationError)) as refused:
         make_config(tmp_path, retry_policies=[CRITICAL])

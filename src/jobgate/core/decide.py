@@ -99,12 +99,17 @@ def decide(
     if kind is OutcomeKind.STOPPED:
         return Decision(RunStatus.CANCELLED, TransitionReason.STOPPED_BY_USER)
     if kind is OutcomeKind.NON_RETRYABLE_FAILURE:
+        # A final failure like an exhausted one: a strategy that asks for review (or for safe
+        # mode) on its final failure asks for it here too. The status and reason stay those of
+        # a non-retryable failure, so a replay of a run recorded before this rule still matches.
+        final = exhausted(policy)
         if policy.dead_letter_non_retryable:
             return Decision(
                 RunStatus.DEAD_LETTERED,
                 TransitionReason.FAILED_NON_RETRYABLE,
                 dead_letter_reason=DeadLetterReason.NON_RETRYABLE_VALIDATION_FAILURE,
-                requires_manual_review=policy.escalate_on_final_failure,
+                requires_manual_review=policy.escalate_on_final_failure or final.requires_manual_review,
+                activates_safe_mode=final.activates_safe_mode,
             )
         return Decision(RunStatus.FAILED, TransitionReason.FAILED_NON_RETRYABLE)
 
