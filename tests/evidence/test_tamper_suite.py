@@ -716,6 +716,20 @@ MALFORMED: list[tuple[str, Tamper, list[str], str]] = [
         "run {run}",
     ),
     ("audit entry time", _row("audit_log", f"at = {NEVER_A_TIME}", "seq = 2"), ["audit verify"], "audit entry 2"),
+    # found by a review: a detail, params or scope that is JSON but not an object crashed them
+    (
+        "transition detail a list",
+        _row("run_transitions", "detail = '[1]'", f"id = {LAST_T}"),
+        ["runs show {run}", "replay {run}", "evidence export {run}"],
+        "a transition of run {run}",
+    ),
+    (
+        "transition detail a string",
+        _row("run_transitions", """detail = '"x"'""", f"id = {LAST_T}"),
+        ["runs show {run}", "replay {run}", "evidence export {run}"],
+        "a transition of run {run}",
+    ),
+    ("run params a list", _run("params = '[1]'"), ["runs show {run}", "replay {run}"], "run {run}"),
 ]
 
 

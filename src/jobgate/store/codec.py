@@ -80,6 +80,17 @@ def _unreadable(exc: Exception) -> str:
     return f"holds a value jobgate does not write ({type(exc).__name__}: {said[:80]})"
 
 
+def _object(text: Any, column: str) -> dict[str, Any]:
+    """A JSON object column (params, scope, a transition's detail): empty when absent; anything
+    else is a value no jobgate write makes, named by its column."""
+    value = loads(text)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{column} is not a JSON object")
+    return value
+
+
 def run_from_row(r: Mapping[Any, Any]) -> JobRun:
     """A run from its row; a row no jobgate write could have made (a time that is not a number,
     a status it does not know) is named (``MalformedRecordError``), not a crash."""
@@ -112,8 +123,8 @@ def _run_from_row(r: Mapping[Any, Any]) -> JobRun:
             priority=_PRIORITY[r["priority"]],
             queue=r["queue"],
             retry_policy=r["retry_policy"],
-            params=loads(r["params"]),
-            scope=loads(r["scope"]),
+            params=_object(r["params"], "params"),
+            scope=_object(r["scope"], "scope"),
             created_at=from_us(r["created_at"]),
             due_at=from_us(r["due_at"]),
             workflow_run_id=r["workflow_run_id"],
@@ -162,7 +173,7 @@ def _transition_from_row(r: Mapping[Any, Any]) -> Transition:
         reason=r["reason"],
         actor=r["actor"],
         at=from_us(r["at"]),
-        detail=loads(r["detail"]) or {},
+        detail=_object(r["detail"], "detail"),
     )
 
 
