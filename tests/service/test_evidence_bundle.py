@@ -371,3 +371,37 @@ def test_values_derived_from_sealed_ones_must_agree_with_them(
     forged = _resign(bundle, {name: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()})
     result = verify_bundle(forged, public_keys=keys())
     assert not result.ok and any(p.startswith(name) and where in p for p in result.problems), result.problems
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000  # parses past Python's recursion limit
+
+
+def test_hostile_json_in_a_bundle_is_a_problem_not_a_crash(period: tuple[Engine, str, list[str]]) -> None:
+    """Found by a review: a manifest nested past the recursion limit, or an audit entry dated past
+    year 9999 in UTC, made ``evidence verify`` exit 70 instead of naming what is wrong."""
+    import json
+
+    engine, _job, ids = period
+    bundle = build_bundle(engine, run_scope(engine, ids[0]))
+    source = zipfile.ZipFile(io.BytesIO(bundle))
+    files = {n: source.read(n) for n in source.namelist()}
+    from jobgate.export.bundles import pack
+
+    nested_manifest = pack({**files, "manifest.json": NESTED})
+    result = verify_bundle(nested_manifest, public_keys=None)
+    assert not result.ok and "manifest.json is not a manifest" in result.problems
+    entries = json.loads(files["audit.json"])
+    entries[0]["at"] = "9999-12-31T23:59:59-10:00"  # past year 9999 once in UTC
+    for change in ({"audit.json": (json.dumps(entries) + "\n").encode()}, {"audit.json": NESTED}):
+        result = verify_bundle(_resign(bundle, change), public_keys=keys())
+        assert not result.ok and any("not what an export writes" in p for p in result.problems), result.problems
+
+
+def test_a_sink_answer_nested_past_any_record_is_unreadable(tmp_path: Path) -> None:
+    from jobgate.evidence import sinks
+
+    path = tmp_path / "anchors.jsonl"
+    path.write_bytes(NESTED + b"\n")
+    with pytest.raises(sinks.SinkUnreadable) as unreadable:
+        sinks.FileSink(path).records()
+    assert "line 1" in unreadable.value.message

@@ -70,7 +70,7 @@ class FileSink:
 def _json_or_none(line: str) -> Any:
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past any anchor record
         return None
 
 
@@ -133,7 +133,7 @@ class HttpSink:
             answer = httpx.get(self.url, timeout=self.timeout, headers={"Accept": "application/json"})
             answer.raise_for_status()
             data = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
+        except (httpx.HTTPError, ValueError, RecursionError) as exc:
             raise SinkUnreadable(
                 f"the HTTP anchor sink could not be read ({type(exc).__name__})", field="evidence.anchor_sink_url"
             ) from None

@@ -134,7 +134,7 @@ def verify_bundle(
             isinstance(k, str) and isinstance(v, str) for k, v in listed.items()
         ):
             raise TypeError("files is not a mapping of names to digests")
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested past any bundle's
         return BundleCheck(False, ["manifest.json is not a manifest"], None)
     if manifest.get("format") != FORMAT:
         return BundleCheck(False, [f"manifest.json: format {manifest.get('format')!r}, not {FORMAT}"], None)
@@ -158,8 +158,8 @@ def verify_bundle(
             message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
             try:
                 signed_by = signing.verify(message, json.loads(files["manifest.sig"]), roots, what="the manifest")
-            except (ValidationError, ValueError) as exc:
-                problems.append(f"manifest.sig: {exc}")
+            except (ValidationError, ValueError, RecursionError) as exc:
+                problems.append(f"manifest.sig: {type(exc).__name__ if isinstance(exc, RecursionError) else exc}")
     if not problems:
         canonical = pack(files)
         if canonical != data:
@@ -175,6 +175,8 @@ def verify_bundle(
             checked = check_contents(files, public_keys, timestamps)
             problems += checked.problems
             notes, anchors, stamps = checked.notes, checked.anchors_checked, checked.timestamps_checked
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # signed, but not a bundle's shape
-            problems.append(f"the bundle's files are not what an export writes ({type(exc).__name__}: {exc})")
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            # signed (or allowed unsigned), but not a bundle's shape: a nested or out-of-range value
+            said = f"{type(exc).__name__}: {str(exc)[:200]}"
+            problems.append(f"the bundle's files are not what an export writes ({said})")
     return BundleCheck(not problems, problems, signed_by, notes, anchors, stamps)
