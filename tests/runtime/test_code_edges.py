@@ -241,8 +241,7 @@ def test_a_starting_worker_imports_no_handler_it_has_not_admitted(engine: Engine
         f"with open({str(marker)!r}, 'a') as f:\n    f.write('imported\\n')\n\ndef work(ctx):\n    return {{}}\n"
     )
     define(engine, handler=f"{name}:work", approve=False)
-    sys.modules.pop(name, None)  # applying imported it in this process; a worker starts afresh
-    marker.unlink()
+    assert not marker.exists() and name not in sys.modules  # applying read its source; none of it ran
     with running_worker(engine) as worker:
         worker.idle.wait(5)
     assert not marker.exists() and name not in sys.modules

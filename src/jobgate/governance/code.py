@@ -628,6 +628,13 @@ def locate_handler(handler: str) -> None:
     _spec(module_name)
 
 
+def module_source(module: str) -> str | None:
+    """The source file ``module`` would be compiled from here, found without importing it; None
+    for a module with no source file of its own (compiled, built in, in an archive)."""
+    origin = _spec(module).origin
+    return origin if origin is not None and origin.endswith(".py") and os.path.isfile(origin) else None
+
+
 def resolve_handler(handler: str) -> Callable[..., object]:
     """Import ``module:attr[.attr...]`` and return the callable, or raise ``ValidationError``.
 
@@ -679,9 +686,15 @@ def check_trusted(handler: str, fn: Callable[..., Any], trusted: Sequence[str]) 
     module neither jobgate's nor trusted is refused (``ValidationError``)."""
     if not wants_host(fn):
         return False
+    check_host_allowed(handler, trusted)
+    return True
+
+
+def check_host_allowed(handler: str, trusted: Sequence[str]) -> None:
+    """Refuse a handler that asks for the host from a module neither jobgate's nor trusted."""
     module = handler.partition(":")[0]
     if any(module == t or module.startswith(t + ".") for t in (*OWN_MODULES, *trusted)):
-        return True
+        return
     raise ValidationError(
         f"{handler!r} asks for jobgate's host (store, clock, configuration), and its module is not trusted: "
         "list it under worker.trusted_handlers to allow it",

@@ -19,7 +19,8 @@ from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
 from jobgate.core.models import JobDefinition
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
-from jobgate.governance.code import CodeReader, check_trusted, resolve_handler
+from jobgate.governance.code import CodeReader
+from jobgate.governance.handler_source import check_handler_source
 from jobgate.plugins.admission import check_handler
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
@@ -199,6 +200,6 @@ def check_executable(item: LoadedDefinition, trusted: Sequence[str]) -> None:
     if spec.kind == "python" and spec.handler:
         try:
             check_handler(spec.handler)
-            check_trusted(spec.handler, resolve_handler(spec.handler), trusted)
+            check_handler_source(spec.handler, trusted)  # read, never imported: nothing of it runs here
         except ValidationError as exc:
             raise ValidationError(exc.message, field="handler", source=item.source) from None
