@@ -47,6 +47,10 @@ def test_a_downloaded_bundle_verifies_offline_for_each_kind_of_scope(world: Worl
         checked = verify_bundle(got.content, public_keys={signer.key_id: signer.public_b64})
         assert checked.ok, checked.problems
         assert checked.signed_by == signer.key_id
+    zoned = {"from": "2026-12-05T10:00:00+14:00", "to": "2026-12-06T00:00:00-05:00"}
+    got = world.client.get("/api/v1/evidence", params=zoned, headers=auditor)
+    assert got.status_code == 200  # the name says its bounds in UTC, as its Z claims
+    assert "evidence-period-20261204T200000Z-20261206T050000Z.zip" in got.headers["content-disposition"]
 
 
 def test_a_bundle_request_is_refused_with_the_field_named(world: World) -> None:
@@ -61,6 +65,8 @@ def test_a_bundle_request_is_refused_with_the_field_named(world: World) -> None:
         "/api/v1/evidence", params={"from": "2026-01-01T00:00:00", "to": "2027-01-01T00:00:00Z"}, headers=auditor
     )
     assert naive.status_code == 400 and naive.json()["field"] == "from"
+    half = world.client.get("/api/v1/evidence", params={"from": "2026-01-01T00:00:00Z"}, headers=auditor)
+    assert half.status_code == 422 and half.json()["field"] == "to" and "missing" in half.json()["message"]
     for field, bounds in (
         ("from", {"from": "0001-01-01T00:00:00+14:00", "to": "2027-01-01T00:00:00Z"}),
         ("to", {"from": "2026-01-01T00:00:00Z", "to": "9999-12-31T23:59:59-14:00"}),

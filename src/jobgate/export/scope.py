@@ -61,7 +61,10 @@ class ExportScope:
         for field, at in (("from", self.start), ("to", self.end)):
             if at is not None:
                 _in_utc(at, field)
-        if period and (self.start is None or self.end is None or self.start >= self.end):
+        if period and (self.start is None or self.end is None):
+            missing = "from" if self.start is None else "to"
+            raise ValidationError(f"a period needs both bounds: {missing!r} is missing", field=missing)
+        if period and self.start is not None and self.end is not None and self.start >= self.end:
             raise ValidationError("a period needs a start before its end", field="scope")
 
     def describe(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ and the evidence bundle of a run, a workflow run, a definition or a period — t
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -56,7 +56,10 @@ def _filename(scope: ExportScope) -> str:
         return f"evidence-run-{scope.job_run_id}.zip"
     if scope.workflow_run_id:
         return f"evidence-workflow-{scope.workflow_run_id}.zip"
-    period = f"-{scope.start:%Y%m%dT%H%M%SZ}-{scope.end:%Y%m%dT%H%M%SZ}" if scope.start and scope.end else ""
+    period = ""
+    if scope.start and scope.end:  # in UTC, as the Z says (and as the manifest gives them)
+        start, end = scope.start.astimezone(UTC), scope.end.astimezone(UTC)
+        period = f"-{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}"
     if scope.job_definition_id:
         return f"evidence-definition-{scope.job_definition_id}{period}.zip"
     return f"evidence-period{period}.zip"
