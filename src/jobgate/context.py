@@ -227,7 +227,7 @@ class ExecutionContext:
         ``logging`` in the handler's thread also are."""
         text = line.rstrip("\n") + "\n"
         if self._log_sink is not None:
-            self._log_sink.write(text)
+            self._log_sink.line(text)
             return
         with self.log_path.open("a", encoding="utf-8", errors="backslashreplace") as fh:  # a file name's lone
             fh.write(text)  # surrogate is written as its escape, not a failure of the attempt

@@ -96,3 +96,9 @@ class Nested:
     @staticmethod
     def handle(ctx: ExecutionContext) -> dict[str, Any]:
         return {"nested": True}
+
+
+def print_then_fail(ctx: ExecutionContext) -> None:
+    """Output that does not end its line, then a failure."""
+    print("no newline", end="")
+    raise NonRetryableError("BAD_INPUT", "the input was bad")

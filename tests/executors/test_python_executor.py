@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -78,6 +79,21 @@ def test_unexpected_exception_is_retryable_truncated_and_traceback_only_in_log(t
     log = read_log(ctx)
     assert "Traceback (most recent call last)" in log
     assert "in crash" in log
+
+
+def test_each_attempts_failure_is_under_its_own_header_on_a_line_of_its_own(tmp_path: Path) -> None:
+    """Found by a review: a silent handler that raised had its tracebacks in the log with no
+    ``[jobgate] attempt N`` header (which attempt was which?), and a failure after output that
+    did not end a line ran on from it."""
+    base = make_context(tmp_path)
+    for attempt in (1, 2):
+        payload = replace(base.payload, attempt=attempt)
+        ctx = ExecutionContext(payload=payload, workdir=base.workdir, log_path=base.log_path)
+        PythonExecutor(f"{H}:crash").execute(ctx)
+        PythonExecutor(f"{H}:print_then_fail").execute(ctx)
+    log = read_log(base)
+    assert log.count("[jobgate] attempt 1\n") == 2 and log.count("[jobgate] attempt 2\n") == 2
+    assert "no newline\n[jobgate] handler" in log  # the failure starts its own line
 
 
 def test_traceback_reaches_a_log_whose_directory_does_not_exist_yet(tmp_path: Path) -> None:

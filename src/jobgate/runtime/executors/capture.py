@@ -48,6 +48,7 @@ class AttemptLog:
         self._limit = MAX_ATTEMPT_LOG_BYTES if limit is None else limit
         self.written = 0
         self.dropped = False
+        self._line_start = True  # what was written last ended a line (or nothing was)
 
     def _open(self) -> IO[str]:
         if self._file is None:
@@ -69,8 +70,14 @@ class AttemptLog:
             return
         self.written += size
         file.write(text)
+        self._line_start = text.endswith("\n")
         if "\n" in text:
             file.flush()
+
+    def line(self, text: str) -> None:
+        """``text`` as a line of its own: on a new line even after output that did not end one
+        (a handler that printed without a newline, then failed)."""
+        self.write(("" if self._line_start else "\n") + text.rstrip("\n") + "\n")
 
     def close(self) -> None:
         if self._file is not None:

@@ -32,7 +32,7 @@ from jobgate.core.errors import NonRetryableError, RetryableError, ValidationErr
 from jobgate.governance.code import check_trusted, resolve_handler
 from jobgate.plugins.admission import check_handler
 from jobgate.runtime.executors.base import ExecutionResult
-from jobgate.runtime.executors.capture import attempt_output
+from jobgate.runtime.executors.capture import AttemptLog, attempt_output
 from jobgate.service.host import Host
 
 MAX_ERROR_MESSAGE = 2000
@@ -76,19 +76,21 @@ class PythonExecutor:
         ctx.cancelled.set()
 
     def _call(self, ctx: ExecutionContext) -> ExecutionResult:
-        try:
-            with attempt_output(ctx):  # its prints and log records are the run's log
+        # Its prints and log records are the run's log, and so is how it failed: under the
+        # attempt's own header, on a line of its own.
+        with attempt_output(ctx) as log:
+            try:
                 value = self._fn(ctx)
-        except NonRetryableError as exc:
-            _log(ctx, f"[jobgate] handler {self.handler} failed (non-retryable, {exc.error_code}): {exc}")
-            return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, exc.error_code, str(exc))
-        except RetryableError as exc:
-            _log(ctx, f"[jobgate] handler {self.handler} failed (retryable, {exc.error_code}): {exc}")
-            return _failure(OutcomeKind.RETRYABLE_FAILURE, exc.error_code, str(exc))
-        except BaseException as exc:  # sys.exit, KeyboardInterrupt, GeneratorExit raised by
-            # the handler's own code (signals reach the main thread, never this one) end its attempt, not the worker
-            _log(ctx, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc)))
-            return _failure(OutcomeKind.RETRYABLE_FAILURE, type(exc).__name__, described(exc))
+            except NonRetryableError as exc:
+                _log(log, f"[jobgate] handler {self.handler} failed (non-retryable, {exc.error_code}): {exc}")
+                return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, exc.error_code, str(exc))
+            except RetryableError as exc:
+                _log(log, f"[jobgate] handler {self.handler} failed (retryable, {exc.error_code}): {exc}")
+                return _failure(OutcomeKind.RETRYABLE_FAILURE, exc.error_code, str(exc))
+            except BaseException as exc:  # sys.exit, KeyboardInterrupt, GeneratorExit raised by
+                # the handler's own code (signals reach the main thread, never this one) end its attempt, not the worker
+                _log(log, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc)))
+                return _failure(OutcomeKind.RETRYABLE_FAILURE, type(exc).__name__, described(exc))
         return _as_result(value)
 
 
@@ -149,8 +151,7 @@ def _stopped(message: str) -> ExecutionResult:
     return ExecutionResult(Outcome(OutcomeKind.STOPPED, error_message=message))
 
 
-def _log(ctx: ExecutionContext, text: str) -> None:
+def _log(log: AttemptLog, text: str) -> None:
     """Best effort: a run log that cannot be written must not turn into a different outcome."""
     with contextlib.suppress(OSError):
-        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
-        ctx.log(text)
+        log.line(text)
