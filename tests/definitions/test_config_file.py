@@ -118,6 +118,9 @@ worker: {concurrency: 2, lease_seconds: 10, poll_interval_ms: 20, shutdown_grace
     assert c.data_dir == Path("/var/lib/jobgate")
     assert c.definitions == (base / "defs", base / "more" / "defs")
     assert c.runners["etl"].non_retryable_exit_codes == frozenset({2, 64})
+    # a relative binary path, like every path in the file, is from the file's folder (not from
+    # wherever a worker was started: found by a review)
+    assert c.runners["etl"].binary == str(base / "etl")
     assert c.runners["etl"].env == (("A", "1"), ("B", "2"))
     assert c.targets["MEID_HTTP"].http == HttpTargetSpec(
         "https://engine.example/run", timedelta(seconds=5), (("X-Key", "abc"),)

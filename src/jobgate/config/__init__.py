@@ -407,7 +407,7 @@ def build_config(document: Any, *, base_dir: Path, path: Path | None) -> Jobgate
         data_dir = base_dir / r.string(doc.get("data_dir"), "data_dir")
     folders = r.strings(doc.get("definitions"), "definitions") if "definitions" in doc else ["definitions"]
     definitions = tuple(base_dir / folder for folder in folders)
-    runners = {name: _runner(r, name, spec) for name, spec in _named_entries(r, doc, "runners").items()}
+    runners = {name: _runner(r, name, spec, base_dir) for name, spec in _named_entries(r, doc, "runners").items()}
     if doc.get("runners_file") is not None:
         runners_file = base_dir / r.string(doc["runners_file"], "runners_file")
         for name, spec in _runners_file(runners_file).items():
@@ -588,11 +588,13 @@ def _database(r: Reader, value: Any, base_dir: Path) -> str:
     return url
 
 
-def _runner(r: Reader, name: str, value: Any) -> RunnerSpec:
+def _runner(r: Reader, name: str, value: Any, base_dir: Path) -> RunnerSpec:
     at = join("runners", name)
     spec = r.mapping(value, at)
     r.only_keys(spec, at, _RUNNER_KEYS)
     binary = r.string(spec.get("binary"), join(at, "binary"))
+    if "/" in binary and not Path(binary).is_absolute():  # a path, like every path here: from this file's folder
+        binary = str(base_dir / binary)
     raw_args = r.sequence(spec.get("args", []), join(at, "args"))
     args = tuple(r.text(arg, join(join(at, "args"), i)) for i, arg in enumerate(raw_args))
     codes = DEFAULT_NON_RETRYABLE_EXIT_CODES
@@ -634,7 +636,7 @@ def _runners_file(path: Path) -> dict[str, RunnerSpec]:
     text = read_text(path, error=ConfigurationError)
     doc = r.mapping(_or_empty(parse_yaml(text, source=str(path), error=ConfigurationError)), "")
     r.only_keys(doc, "", ("runners",))
-    return {name: _runner(r, name, spec) for name, spec in _named_entries(r, doc, "runners").items()}
+    return {name: _runner(r, name, spec, path.parent) for name, spec in _named_entries(r, doc, "runners").items()}
 
 
 def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec]) -> TargetSpec:
