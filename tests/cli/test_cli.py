@@ -120,6 +120,10 @@ def test_dead_letter_and_requeue(folder: Path) -> None:
     assert letters[0]["reason"] == "maximum_retries_exceeded"
     assert jobgate(folder, "dlq", "requeue", run).stdout.strip() == f"{run} SCHEDULED"
     assert json.loads(jobgate(folder, "--json", "dlq", "list").stdout) == []
+    for wide in ((), ("--wide",)):  # with --all, a column tells the open from the resolved
+        listed = jobgate(folder, "dlq", "list", "--all", *wide, "--tenant", "default").stdout
+        assert "resolved" in listed and "requeued by" in listed, listed
+    assert "resolved" not in jobgate(folder, "dlq", "list").stdout
 
 
 def test_unknown_run_is_a_clear_error(folder: Path) -> None:

@@ -91,6 +91,9 @@ def test_missing_path_and_wrong_suffix_are_refused(write: Write, tmp_path: Path,
     with pytest.raises(ValidationError) as caught:
         load_definitions([tmp_path / "nope"], demo_config)
     assert (caught.value.source, caught.value.message) == (str(tmp_path / "nope"), "no such file or folder")
+    with pytest.raises(ValidationError) as caught:  # it exists: a device is named as what it is not
+        load_definitions([Path("/dev/null")], demo_config)
+    assert caught.value.message == "not a regular file or a folder of definitions"
     text = write("defs/a.txt", definition("a"))
     with pytest.raises(ValidationError) as caught:
         load_definitions([text], demo_config)

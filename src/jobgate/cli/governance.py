@@ -108,6 +108,7 @@ def approval(app: AppContext, job: str, tenant: str) -> None:
                 "code_problem": st.code_problem,
                 "approved": st.approved,
                 "matches": st.matches,
+                "changed": list(st.changed),  # the API's name: 'content', or the code's parts
                 "code_changed": list(st.code_changed),
                 "history": rows,
             }

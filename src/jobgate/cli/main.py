@@ -568,7 +568,7 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:
 
         render.emit_json([asdict(d) for d in letters])
     else:
-        render.dead_letters_table(letters, wide=wide)
+        render.dead_letters_table(letters, wide=wide, resolved=show_all)
 
 
 @dlq.command("requeue")

@@ -173,11 +173,21 @@ def run_detail(detail: RunDetailOut) -> None:
         )
 
 
-def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False) -> None:
+def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False, resolved: bool = False) -> None:
+    """``resolved``: the list holds resolved letters too (``--all``), so a column says which are."""
+    extra = ["resolved"] if resolved else []
+
+    def state(d: DeadLetter) -> list[str]:
+        if not resolved:
+            return []
+        if d.resolved_at is None:
+            return ["open"]
+        return [f"{d.resolution or 'resolved'} ({when(d.resolved_at) if wide else short_when(d.resolved_at)})"]
+
     if wide:
         table(
             "dead letters",
-            ["dead letter", "run id", "class", "reason", "last error", "attempts", "review", "created"],
+            ["dead letter", "run id", "class", "reason", "last error", "attempts", "review", "created", *extra],
             [
                 (
                     d.dead_letter_id,
@@ -188,6 +198,7 @@ def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False) -> 
                     d.attempts,
                     "yes" if d.requires_manual_review else "no",
                     when(d.created_at),
+                    *state(d),
                 )
                 for d in letters
             ],
@@ -195,7 +206,7 @@ def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False) -> 
         return
     table(
         "dead letters",
-        ["run", "reason", "last error", "tries", "review", "created"],
+        ["run", "reason", "last error", "tries", "review", "created", *extra],
         [
             (
                 short_run_id(d.job_run_id),
@@ -204,6 +215,7 @@ def dead_letters_table(letters: Sequence[DeadLetter], *, wide: bool = False) -> 
                 d.attempts,
                 "yes" if d.requires_manual_review else "no",
                 short_when(d.created_at),
+                *state(d),
             )
             for d in letters
         ],

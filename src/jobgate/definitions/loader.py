@@ -65,6 +65,8 @@ def definition_files(paths: Iterable[str | Path]) -> list[Path]:
             if path.suffix not in DEFINITION_SUFFIXES:
                 raise ValidationError("unsupported file type (expected .yaml, .yml, .json)", source=str(path))
             candidates = [path]
+        elif path.exists():
+            raise ValidationError("not a regular file or a folder of definitions", source=str(path))
         else:
             raise ValidationError("no such file or folder", source=str(path))
         for candidate in candidates:
