@@ -338,7 +338,8 @@ def test_special_files_in_a_handler_package_are_not_code_and_stop_nothing(
 ) -> None:
     """Found by a review: a named pipe blocked the worker (inside its write transaction), a
     socket or a dangling symlink (an editor's lock file) made every cycle fail. None of them is
-    anything an import reads; nor is an editor's swap file, backup or tool folder."""
+    anything an import reads. A hidden file is (a handler may import from ``.vendor``): found by
+    the regression review of this fix, which first left hidden names out."""
     import socket
 
     name = _name("special")
@@ -352,10 +353,6 @@ def test_special_files_in_a_handler_package_are_not_code_and_stop_nothing(
     monkeypatch.chdir(package)  # a socket's path is short
     listening = socket.socket(socket.AF_UNIX)
     listening.bind("app.sock")
-    (package / ".__init__.py.swp").write_text("swap")
-    (package / "__init__.py~").write_text("backup")
-    (package / ".idea").mkdir()
-    (package / ".idea" / "workspace.xml").write_text("<x/>")
     try:
         assert code.package_digest(name) == approved  # none of them is code
         with pytest.raises(code.CodeUnreadable):  # never opened as a file (it would block)
@@ -366,6 +363,9 @@ def test_special_files_in_a_handler_package_are_not_code_and_stop_nothing(
     finally:
         listening.close()
     assert marker_lines(marker) == [["ran"]]
+    (package / ".vendor").mkdir()
+    (package / ".vendor" / "rules.py").write_text("RULE = 'x'\n")
+    assert code.package_digest(name) != approved  # a hidden folder's module is code the handler may import
 
 
 def test_a_module_a_code_path_binds_runs_its_source_not_a_forged_cache(
@@ -410,6 +410,30 @@ def test_a_code_list_binds_the_packages_above_the_handler(
     with running_worker(engine):
         held = wait_status(engine, run_id, RunStatus.HELD)
     assert held.hold_reason == "code_changed" and marker_lines(marker) == []
+
+
+def test_an_edit_in_another_definitions_narrowed_part_does_not_stop_this_one(
+    engine: Engine, site: Path, marker: Path
+) -> None:
+    """Found by the regression review: two definitions narrowed to ``package:mp.a`` and
+    ``package:mp.b``; an edit in ``mp.b`` made the worker refuse to import ``mp.a``'s handler."""
+    name = _name("shared")
+    for part in ("a", "b"):
+        (site / name / part).mkdir(parents=True)
+        (site / name / part / "__init__.py").write_text("")
+        (site / name / part / "h.py").write_text(RECORD)
+    (site / name / "__init__.py").write_text("")
+    ja = define(engine, handler=f"{name}.a.h:work", code=[f"package:{name}.a"])
+    jb = define(engine, handler=f"{name}.b.h:work", code=[f"package:{name}.b"])
+    for gone in [m for m in sys.modules if m.startswith(name)]:
+        sys.modules.pop(gone)
+    for part in [p for p in code._LOADED if name in p]:
+        code._LOADED.pop(part)
+    with running_worker(engine):
+        wait_status(engine, submit(engine, jb), RunStatus.COMPLETED)  # the worker read mp.b's files
+        (site / name / "b" / "x.py").write_text("X = 2\n")  # an edit of mp.b, outside mp.a's approval
+        wait_status(engine, submit(engine, ja), RunStatus.COMPLETED)
+    assert marker_lines(marker) == [["ran"], ["ran"]]
 
 
 def test_an_edit_outside_a_narrowed_approval_does_not_stop_the_handler(

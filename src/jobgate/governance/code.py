@@ -113,10 +113,11 @@ def _files_under(root: str) -> Iterator[str]:
     shipped as ``.pyc`` alone is loaded from it). ``__pycache__`` is never read by a governed
     import (``_SourceOnlyLoader``), so it is not code.
 
-    Regular files only, and not hidden ones or editors' backups: a socket, a named pipe, a
-    device or a dangling symlink is nothing an import reads (a file that was one and became a
-    dangling link has left the listing, which is a change), and an editor's swap file
-    (``.h.py.swp``), a dotted tool folder (``.idea``) or ``h.py~`` is no module either."""
+    Regular files only: a socket, a named pipe, a device or a dangling symlink is nothing an
+    import reads (a file that was one and became a dangling link has left the listing, which is
+    a change). Every regular file else, hidden ones included: a handler may import from a
+    ``.vendor`` folder or read a ``.settings.py`` (an editor's swap file left in a deployed
+    package is a change too)."""
     count = 0
     seen: set[str] = set()
     for folder, dirs, files in os.walk(root, followlinks=True):
@@ -125,20 +126,16 @@ def _files_under(root: str) -> Iterator[str]:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not _hidden(d))
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         for name in sorted(files):
             path = os.path.join(folder, name)
-            if _hidden(name) or not os.path.isfile(path):
+            if not os.path.isfile(path):
                 continue
             count += 1
             if count > MAX_FILES:
                 raise CodeUnreadable(f"{root} holds more than {MAX_FILES} files", field="code")
             yield path
 
-
-def _hidden(name: str) -> bool:
-    """A hidden name or an editor's backup: never an importable module or package."""
-    return name.startswith(".") or name.endswith("~")
 
 
 FILES = FileDigests()  # one cache per process: every reader and the import hook share it
@@ -492,12 +489,15 @@ class ChangedCode(ImportError):
     """A governed module's files changed since this process first read its package."""
 
 
-def _check_unchanged(top: str) -> None:
-    """Refuse to import more of ``top`` when the files an approval binds of it are no longer
-    those first read: an edit made under a running attempt must not run in it (the next attempt
-    is held by the gate). An edit of the package outside a narrowed approval's parts is not
-    one (the approval does not bind it)."""
-    for name in sorted(_APPROVED_PACKAGES.get(top) or {top}):
+def _check_unchanged(top: str, fullname: str) -> None:
+    """Refuse to import ``fullname`` (a module of ``top``) when the files an approval binds of
+    the package part holding it are no longer those first read: an edit made under a running
+    attempt must not run in it (the next attempt is held by the gate). An edit outside the
+    approved parts that hold the module (another definition's narrowed part, or files no
+    approval binds) is not one."""
+    approved = _APPROVED_PACKAGES.get(top)
+    parts = {top} if not approved else {p for p in approved if fullname == p or fullname.startswith(p + ".")}
+    for name in sorted(parts):
         first = _LOADED.get(f"package:{name}")
         if first is None:
             continue
@@ -543,7 +543,7 @@ class _GovernedFinder(importlib.abc.MetaPathFinder):
         if not governed and not (_GOVERNED_FILES or _GOVERNED_FOLDERS):
             return None
         if top in _GOVERNED and ("." in fullname or fullname in sys.modules):  # a submodule, or a reload
-            _check_unchanged(top)
+            _check_unchanged(top, fullname)
         spec = None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
