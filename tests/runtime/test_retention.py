@@ -162,3 +162,58 @@ def test_the_source_of_a_retry_still_to_finish_is_kept(database_url: str, tmp_pa
             assert tx.runs_get([source]) == []
     finally:
         store.dispose()
+
+
+def test_a_retired_runs_key_or_slot_makes_no_second_run(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: once retention deleted a run, the same request (its key) or a backfill
+    of the same window (its slot) made a second run, and its body ran again. One run per trigger,
+    ever: retention remembers what made each run its trigger's (``retired_runs``)."""
+    from jobgate.core.errors import ConflictError
+    from jobgate.service import schedules
+
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        keyed = engine.submit(SubmitRequest(job, requested_by="ada", request_id="close-2026-11"), actor="ada").run
+        windowed = define(
+            engine,
+            handler="engine_handlers:succeed",
+            trigger_type="cron",
+            schedule_expression="0 * * * *",
+        )
+        start = (engine.clock.now() - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0)
+        first = schedules.backfill(
+            engine, tenant_id="default", job_definition_id=windowed, start=start, end=start + timedelta(hours=2)
+        )
+        assert [s.created for s in first] == [True, True]
+        ids = [keyed.job_run_id, *(s.job_run_id for s in first if s.job_run_id)]
+        with running_worker(engine):
+            for r in ids:
+                wait_status(engine, r, RunStatus.COMPLETED)
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        later = engine.clock.now() + timedelta(days=2)
+        with engine.store.write() as tx:
+            anchors.anchor_due(
+                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
+            )
+        assert retire(engine, "default", now=later).deleted == 3
+        runs_before = count(engine, "job_runs")
+        try:
+            engine.submit(SubmitRequest(job, requested_by="ada", request_id="close-2026-11"), actor="ada")
+            raise AssertionError("a retired run's key made a second run")
+        except ConflictError as refused:
+            assert keyed.job_run_id in refused.message and "retired by retention" in refused.message
+        again = schedules.backfill(
+            engine, tenant_id="default", job_definition_id=windowed, start=start, end=start + timedelta(hours=2)
+        )
+        assert [(s.created, s.job_run_id) for s in again] == [(False, s.job_run_id) for s in first]
+        dry = schedules.backfill(
+            engine, tenant_id="default", job_definition_id=windowed, start=start, end=start + timedelta(hours=2),
+            dry_run=True,
+        )  # fmt: skip
+        assert [s.job_run_id for s in dry] == [s.job_run_id for s in first]
+        assert count(engine, "job_runs") == runs_before  # nothing stored, nothing to run
+    finally:
+        store.dispose()

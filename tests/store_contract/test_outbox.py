@@ -115,6 +115,11 @@ def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Eng
         assert tx.run_get(done.job_run_id) is None
         assert tx.run_transitions(done.job_run_id) == []
         assert tx.runs_retirable_count("default", later) == 0
+        # what made it its trigger's is remembered: its key (and slot) find it, retired
+        (remembered,) = tx.runs_retired_holders([done]).values()
+        assert (remembered.job_run_id, remembered.status, remembered.slot) == (done.job_run_id, "COMPLETED", done.slot)
+        assert remembered.created_at == done.created_at and remembered.ended_at == done.ended_at
+        assert tx.runs_retired_holders([waiting]) == {} and tx.runs_retired_holders([]) == {}
     assert get(engine, waiting.job_run_id).status is RunStatus.SCHEDULED
     assert get(engine, busy.job_run_id).status is RunStatus.RUNNING
     assert count(engine, "outbox", f"job_run_id = '{done.job_run_id}'") == 0

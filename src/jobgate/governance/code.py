@@ -137,7 +137,6 @@ def _files_under(root: str) -> Iterator[str]:
             yield path
 
 
-
 FILES = FileDigests()  # one cache per process: every reader and the import hook share it
 # A Python part (``package:NAME``) as this process first read it: when the handler's package was
 # imported (``note_import``), or else when a worker first asked.

@@ -22,7 +22,7 @@ from datetime import datetime
 from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import ACTING, AuditEvent, attributed
-from jobgate.core.canonical import canonical_json
+from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import ConflictError, GovernanceRefusal, ValidationError
 from jobgate.core.governance import Moment, SafeModeFact, admit
 from jobgate.core.idempotency import client_request_key, event_slot, idempotency_key, retry_key, retry_run_id
@@ -251,6 +251,7 @@ class Pipeline:
         in ``tx`` itself, so the approvals and safe mode they were admitted under are current."""
         existing = existing_results(tx, prepared)
         fresh = [p for p in prepared if p.create.run.idempotency_key not in existing]
+        refuse_retired(tx, fresh)
         settle_retry_sources(tx, fresh, now)
         created = iter(self.acquire_lock_and_create(tx, fresh, now, recheck=recheck))
         out: list[SubmitResult] = []
@@ -395,6 +396,20 @@ def read_ahead(tx: StoreTx, request: SubmitRequest, cache: dict[tuple[str, str],
     pair = (request.scope.tenant_id, request.job_definition_id)
     if request.definition_version is None and pair not in cache:
         tx.read_ahead(*pair)
+
+
+def refuse_retired(tx: StoreTx, fresh: Sequence[PreparedSubmission]) -> None:
+    """One run per trigger, ever: a trigger whose run retention deleted (its idempotency key or
+    its slot, remembered in ``retired_runs``) has had its run, and is refused, naming it."""
+    retired = tx.runs_retired_holders([p.create.run for p in fresh])
+    if not retired:
+        return
+    first = next(iter(retired.values()))
+    raise ConflictError(
+        f"this trigger's run {first.job_run_id} ({first.status}, created {isoformat_utc(first.created_at)}) was"
+        f" retired by retention at {isoformat_utc(first.retired_at)}: a trigger has one run, ever",
+        field="idempotency_key",
+    )
 
 
 def settle_retry_sources(tx: StoreTx, fresh: Sequence[PreparedSubmission], now: datetime) -> None:

@@ -604,18 +604,31 @@ def backfill(
         chunk, chunk_slots = requests[begin : begin + 1000], owed[begin : begin + 1000]
         now = engine.clock.now()
         prepared = engine.pipeline.prepare(chunk, now=now, actor=actor)
+        with engine.store.read() as tx:  # a slot whose run retention deleted has had its run
+            retired = tx.runs_retired_holders([p.create.run for p in prepared])
         if dry_run:
             with engine.store.read() as tx:
                 existing = existing_results(tx, prepared)
             for s, p in zip(chunk_slots, prepared, strict=True):
-                run = existing.get(p.create.run.idempotency_key)
-                out.append(BackfillSlot(s.fire_at, s.window, None if run is None else run.job_run_id, False))
+                key = p.create.run.idempotency_key
+                had = (
+                    existing[key].job_run_id if key in existing else retired[key].job_run_id if key in retired else None
+                )
+                out.append(BackfillSlot(s.fire_at, s.window, had, False))
         else:
-            made = engine.pipeline.store_prepared(prepared, now, actor=actor)  # a refusal audited
-            out += [
-                BackfillSlot(s.fire_at, s.window, r.run.job_run_id, r.created)
-                for s, r in zip(chunk_slots, made, strict=True)
+            wanted = [
+                (s, p)
+                for s, p in zip(chunk_slots, prepared, strict=True)
+                if p.create.run.idempotency_key not in retired
             ]
+            made = iter(engine.pipeline.store_prepared([p for _, p in wanted], now, actor=actor) if wanted else [])
+            for s, p in zip(chunk_slots, prepared, strict=True):
+                gone = retired.get(p.create.run.idempotency_key)
+                if gone is not None:
+                    out.append(BackfillSlot(s.fire_at, s.window, gone.job_run_id, False))
+                else:
+                    r = next(made)
+                    out.append(BackfillSlot(s.fire_at, s.window, r.run.job_run_id, r.created))
         if progress is not None:
             progress(len(chunk))
     if not dry_run:

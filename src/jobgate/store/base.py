@@ -160,6 +160,22 @@ ANY_RUN = RetireScope()  # a retention pass over every class
 
 
 @dataclass(frozen=True)
+class RetiredRun:
+    """A run retention deleted, as ``retired_runs`` remembers it: what made it its trigger's
+    (its idempotency key, its slot), its end, and when it went."""
+
+    job_run_id: str
+    tenant_id: str
+    job_definition_id: str
+    idempotency_key: str
+    slot: str | None
+    status: str
+    created_at: datetime
+    ended_at: datetime | None
+    retired_at: datetime
+
+
+@dataclass(frozen=True)
 class LeaseRenew:
     worker_id: str
     leases: tuple[tuple[str, int], ...]

@@ -64,6 +64,7 @@ from jobgate.store.base import (
     DefinitionPut,
     DefinitionPutResult,
     LeaseRenew,
+    RetiredRun,
     RetireScope,
     RunCreate,
     RunFilter,
@@ -742,6 +743,28 @@ class StoreTx:
         if retired:  # each retired run leaves a tombstone closing its seal
             record_seals.retire_runs(self._conn, tenant_id, retired, codec.to_us(ended_before))
         return retired
+
+    def runs_retired_holders(self, candidates: Sequence[JobRun]) -> dict[str, RetiredRun]:
+        """For each of these (unstored) runs whose trigger's run retention deleted, that run (as
+        ``retired_runs`` remembers it), found by idempotency key or slot; keyed by the given
+        run's key."""
+        if not candidates:
+            return {}
+        found = retention.retired_holders(
+            self._conn,
+            [c.idempotency_key for c in candidates],
+            [(c.tenant_id, c.job_definition_id, c.slot) for c in candidates if c.slot is not None],
+        )
+        by_key = {f.idempotency_key: f for f in found}
+        by_slot: dict[tuple[str, str, str | None], RetiredRun] = {
+            (f.tenant_id, f.job_definition_id, f.slot): f for f in found if f.slot is not None
+        }
+        out: dict[str, RetiredRun] = {}
+        for c in candidates:
+            hit = by_key.get(c.idempotency_key) or by_slot.get((c.tenant_id, c.job_definition_id, c.slot))
+            if hit is not None:
+                out[c.idempotency_key] = hit
+        return out
 
     def runs_retirable_count(self, tenant_id: str, ended_before: datetime, scope: RetireScope = ANY_RUN) -> int:
         return retention.runs_retirable_count(self._conn, tenant_id, ended_before, scope, ordered_ids=self._ordered_ids)

@@ -461,6 +461,33 @@ ended_sessions = Table(
     Index("ix_ended_sessions_expiry", "expires_at"),
 )
 
+# Runs retention deleted (migration 0029): what makes a trigger's run its own, kept after the row
+# is gone, so a retired run's idempotency key or slot never makes a second run ("one run per
+# slot, ever"), and a period's evidence can say which of its runs were retired.
+retired_runs = Table(
+    "retired_runs",
+    metadata,
+    Column("job_run_id", String(64), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("job_definition_id", String(200), nullable=False),
+    Column("idempotency_key", String(80), nullable=False),
+    Column("slot", String(300)),
+    Column("status", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger),
+    Column("retired_at", BigInteger, nullable=False),
+    Index("ix_retired_runs_key", "idempotency_key"),
+    Index(
+        "ix_retired_runs_slot",
+        "tenant_id",
+        "job_definition_id",
+        "slot",
+        sqlite_where=text("slot IS NOT NULL"),
+        postgresql_where=text("slot IS NOT NULL"),
+    ),
+    Index("ix_retired_runs_created", "tenant_id", "created_at"),
+)
+
 # Governance and evidence (migration 0010) ------------------------------------------------
 
 audit_log = Table(

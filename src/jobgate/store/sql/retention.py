@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select
 
 from jobgate.store import codec
-from jobgate.store.base import RetireScope
+from jobgate.store.base import RetiredRun, RetireScope
+from jobgate.store.codec import from_us, to_us
 from jobgate.store.sql.outbox import undelivered
 from jobgate.store.tables import outbox
 
@@ -84,9 +86,91 @@ def runs_retire(
     ids = [row[0] for row in conn.execute(select(r.job_run_id).where(where).limit(limit))]
     if not ids:
         return []
+    _remember(conn, ids, retired_at=to_us(datetime.now(UTC)))
     conn.execute(delete(run_transitions).where(run_transitions.c.job_run_id.in_(ids)))
     conn.execute(delete(dead_letters).where(dead_letters.c.job_run_id.in_(ids)))
     conn.execute(delete(licence_slots).where(licence_slots.c.job_run_id.in_(ids)))
     conn.execute(delete(outbox).where(outbox.c.job_run_id.in_(ids)))
     conn.execute(delete(job_runs).where(r.job_run_id.in_(ids)))
     return ids
+
+
+_REMEMBERED = (
+    "job_run_id",
+    "tenant_id",
+    "job_definition_id",
+    "idempotency_key",
+    "slot",
+    "status",
+    "created_at",
+    "ended_at",
+)
+
+
+def _remember(conn: Connection, ids: Sequence[str], *, retired_at: int) -> None:
+    """What made each of these runs its trigger's, kept after their rows go (``retired_runs``)."""
+    from sqlalchemy import insert, literal
+
+    from jobgate.store.tables import job_runs, retired_runs
+
+    r = job_runs.c
+    chosen = select(*(r[c] for c in _REMEMBERED), literal(retired_at)).where(r.job_run_id.in_(ids))
+    conn.execute(insert(retired_runs).from_select([*_REMEMBERED, "retired_at"], chosen))
+
+
+def retired_holders(conn: Connection, keys: Sequence[str], slots: Sequence[tuple[str, str, str]]) -> list[RetiredRun]:
+    """The retired runs holding any of ``keys`` (idempotency keys) or ``slots`` (tenant, job,
+    slot): a trigger whose run was retired has had its run. Every submission asks, so a single
+    one's two lookups are statements built once (``driver.rows``); a batch asks in one."""
+    from sqlalchemy import and_, or_, tuple_
+
+    from jobgate.store.sql import driver
+    from jobgate.store.tables import retired_runs
+
+    if len(keys) == 1 and len(slots) <= 1:
+        rows = driver.rows(conn, _BY_KEY, {"key": keys[0]})
+        if not rows and slots:
+            tenant, job, slot = slots[0]
+            rows = driver.rows(conn, _BY_SLOT, {"tenant": tenant, "job": job, "slot": slot})
+        return [_retired(row) for row in rows]
+    t = retired_runs.c
+    wanted: list[Any] = []
+    if keys:
+        wanted.append(t.idempotency_key.in_(list(keys)))
+    if slots:
+        wanted.append(and_(t.slot.is_not(None), tuple_(t.tenant_id, t.job_definition_id, t.slot).in_(list(slots))))
+    if not wanted:
+        return []
+    return [_retired(tuple(row)) for row in conn.execute(select(*_RETIRED_COLUMNS).where(or_(*wanted)))]
+
+
+def _retired(row: Sequence[Any]) -> RetiredRun:
+    job_run_id, tenant_id, job_definition_id, key, slot, status, created_at, ended_at, retired_at = row
+    return RetiredRun(
+        job_run_id=job_run_id,
+        tenant_id=tenant_id,
+        job_definition_id=job_definition_id,
+        idempotency_key=key,
+        slot=slot,
+        status=status,
+        created_at=from_us(created_at),
+        ended_at=None if ended_at is None else from_us(ended_at),
+        retired_at=from_us(retired_at),
+    )
+
+
+def _retired_statements() -> tuple[tuple[Any, ...], Any, Any]:
+    from sqlalchemy import bindparam
+
+    from jobgate.store.tables import retired_runs
+
+    t = retired_runs.c
+    columns = tuple(t[c] for c in (*_REMEMBERED, "retired_at"))
+    by_key = select(*columns).where(t.idempotency_key == bindparam("key"))
+    by_slot = select(*columns).where(
+        t.tenant_id == bindparam("tenant"), t.job_definition_id == bindparam("job"), t.slot == bindparam("slot")
+    )
+    return columns, by_key, by_slot
+
+
+_RETIRED_COLUMNS, _BY_KEY, _BY_SLOT = _retired_statements()  # built once: every submission asks
