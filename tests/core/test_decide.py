@@ -190,10 +190,15 @@ def test_non_retryable_under_manual_review_policy_is_dead_lettered_for_review() 
 
 
 @pytest.mark.parametrize("attempt", [1, 5])
-def test_non_retryable_fails_when_not_dead_lettering_it(attempt: int) -> None:
-    p = policy(dead_letter_non_retryable=False, escalate_on_final_failure=True)
+@pytest.mark.parametrize("strategy", list(RetryStrategy))
+def test_non_retryable_fails_when_not_dead_lettering_it(attempt: int, strategy: RetryStrategy) -> None:
+    """No letter to mark for review; safe mode still switches on where the strategy asks (found
+    by the regression review: the first fix covered the dead-lettering case only)."""
+    p = policy(strategy, dead_letter_non_retryable=False, escalate_on_final_failure=True)
     assert run_decide(K.NON_RETRYABLE_FAILURE, p, attempt) == Decision(
-        RunStatus.FAILED, TransitionReason.FAILED_NON_RETRYABLE
+        RunStatus.FAILED,
+        TransitionReason.FAILED_NON_RETRYABLE,
+        activates_safe_mode=strategy is RetryStrategy.SAFE_MODE_ON_FAILURE,
     )
 
 

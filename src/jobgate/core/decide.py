@@ -111,7 +111,11 @@ def decide(
                 requires_manual_review=policy.escalate_on_final_failure or final.requires_manual_review,
                 activates_safe_mode=final.activates_safe_mode,
             )
-        return Decision(RunStatus.FAILED, TransitionReason.FAILED_NON_RETRYABLE)
+        # Not dead-lettered: no letter to mark for review, but the tenant's safe mode, when the
+        # strategy asks for it, switches on as for any final failure.
+        return Decision(
+            RunStatus.FAILED, TransitionReason.FAILED_NON_RETRYABLE, activates_safe_mode=final.activates_safe_mode
+        )
 
     # Retryable: a failure, an execution timeout, or a worker that vanished mid-attempt.
     if attempt < max_attempts and policy.strategy is not RetryStrategy.NONE:
