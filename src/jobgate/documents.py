@@ -28,6 +28,7 @@ from difflib import get_close_matches
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -206,6 +207,27 @@ class Reader:
         if pattern is not None and pattern.fullmatch(value) is None:
             self.fail(field, rule or f"must match {pattern.pattern!r}")
         return value
+
+    def http_url(self, value: Any, field: str) -> str:
+        """An ``http://`` or ``https://`` URL that can be taken apart: a host, a port that is a
+        port, no space or control character. A URL that only starts right (``http://u:p@[::1/``)
+        failed later, where it was used, as an internal error (exit 70). What is said about a
+        refused URL never repeats it: it may carry a credential."""
+        text = self.string(value, field)
+        try:
+            parts = urlsplit(text)
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:
+            port_ok, parts = False, None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or not port_ok
+            or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text)
+        ):
+            self.fail(field, "must be an http:// or https:// URL with a host (and a port from 1 to 65535)")
+        return text
 
     def text(self, value: Any, field: str) -> str:
         """A string that may be empty (descriptions, templates)."""

@@ -11,6 +11,7 @@ import pytest
 from jobgate.config import (
     DATABASE_ENV,
     JobgateConfig,
+    build_config,
     default_config,
     load_config,
     resolve_database_url,
@@ -292,3 +293,43 @@ def test_configured_policy_replaces_a_builtin(write: Write) -> None:
         "max_attempts: 2, initial_delay_seconds: 1, max_delay_seconds: 1}\n",
     )
     assert load_config(path).retry_policies["fixed_delay_v1"].max_attempts == 2
+
+
+URL_FIELDS = [
+    ({"evidence": {"anchor_sink_url": "{url}"}}, "evidence.anchor_sink_url"),
+    ({"telemetry": {"sink_url": "{url}"}}, "telemetry.sink_url"),
+    ({"alerts": {"webhook_url": "{url}"}}, "alerts.webhook_url"),
+    ({"tracing": {"endpoint": "{url}"}}, "tracing.endpoint"),
+    ({"trust_gates": {"environment": {"url": "{url}"}}}, "trust_gates.environment.url"),
+    ({"targets": {"M1": {"cmi": "a.1", "http": {"url": "{url}"}}}}, "targets.M1.http.url"),
+]
+BAD_URLS = [
+    "http://user:s3cret@[::1/p",  # an IPv6 host never closed
+    "http://host:99999/",  # no such port
+    "http://host:0/",
+    "http://host:port/",
+    "http:///no-host",
+    "https://",
+    "ftp://host/",
+    "http://host/a b",
+    "http://host/\x00",
+]
+
+
+@pytest.mark.parametrize(("doc", "field"), URL_FIELDS, ids=[f for _, f in URL_FIELDS])
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_every_url_setting_is_one_that_can_be_taken_apart(
+    tmp_path: Path, doc: dict[str, object], field: str, url: str
+) -> None:
+    """Found by a regression review: a URL that only started right ('http://u:p@[::1/p') was
+    accepted and failed where it was used (audit anchor exited 70). One rule for every URL
+    setting; the refusal names the setting and does not repeat the URL (it may hold a secret)."""
+    def filled(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: filled(v) for k, v in value.items()}
+        return url if value == "{url}" else value
+
+    document = filled(doc)
+    with pytest.raises(ConfigurationError) as refused:
+        build_config(document, base_dir=tmp_path, path=None)
+    assert refused.value.field == field and "s3cret" not in str(refused.value)

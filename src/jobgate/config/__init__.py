@@ -672,9 +672,7 @@ def _target(r: Reader, meid: str, value: Any, runners: Mapping[str, RunnerSpec])
 def _http(r: Reader, value: Any, at: str) -> HttpTargetSpec:
     spec = r.mapping(value, at)
     r.only_keys(spec, at, ("url", "timeout_seconds", "headers"))
-    url = r.string(
-        spec.get("url"), join(at, "url"), pattern=re.compile(r"https?://\S+"), rule="must be an http:// or https:// URL"
-    )
+    url = r.http_url(spec.get("url"), join(at, "url"))
     timeout = timedelta(seconds=30)
     if spec.get("timeout_seconds") is not None:
         timeout = r.duration(spec["timeout_seconds"], join(at, "timeout_seconds"))
@@ -752,9 +750,7 @@ def _telemetry(r: Reader, value: Any, base_dir: Path) -> TelemetrySettings:
     path = None if spec.get("sink_path") is None else base_dir / r.string(spec["sink_path"], "telemetry.sink_path")
     url = None
     if spec.get("sink_url") is not None:
-        url = r.string(spec["sink_url"], "telemetry.sink_url")
-        if not url.startswith(("http://", "https://")):
-            r.fail("telemetry.sink_url", "an http:// or https:// URL")
+        url = r.http_url(spec["sink_url"], "telemetry.sink_url")
 
     def seconds(key: str, default: timedelta, allow_zero: bool) -> timedelta:
         at = join("telemetry", key)
@@ -824,9 +820,7 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
     sink = None if spec.get("anchor_sink") is None else base_dir / r.string(spec["anchor_sink"], "evidence.anchor_sink")
     url = None
     if spec.get("anchor_sink_url") is not None:
-        url = r.string(spec["anchor_sink_url"], "evidence.anchor_sink_url")
-        if not url.startswith(("http://", "https://")):
-            r.fail("evidence.anchor_sink_url", "an http:// or https:// URL")
+        url = r.http_url(spec["anchor_sink_url"], "evidence.anchor_sink_url")
     key = None if spec.get("signing_key") is None else base_dir / r.string(spec["signing_key"], "evidence.signing_key")
     key_id = (
         "evidence" if spec.get("signing_key_id") is None else r.name(spec["signing_key_id"], "evidence.signing_key_id")
@@ -853,9 +847,7 @@ def _timestamp_authority(r: Reader, value: Any, base_dir: Path) -> TimestampSett
     for required in ("url", "ca_bundle"):
         if spec.get(required) is None:
             r.fail(f"{where}.{required}", "required")
-    url = r.string(spec["url"], f"{where}.url")
-    if not url.startswith(("http://", "https://")):
-        r.fail(f"{where}.url", "an http:// or https:// URL")
+    url = r.http_url(spec["url"], f"{where}.url")
     d = TimestampSettings(url, base_dir / r.string(spec["ca_bundle"], f"{where}.ca_bundle"))
     timeout, skew, before = d.timeout, d.max_skew, 0
     if spec.get("timeout_seconds") is not None:
@@ -883,9 +875,7 @@ def _trust_gates(r: Reader, value: Any, base_dir: Path) -> TrustGateSettings:
     r.only_keys(env, "trust_gates.environment", ("url", "ttl_seconds", "timeout_seconds"))
     url = None
     if env.get("url") is not None:
-        url = r.string(env["url"], "trust_gates.environment.url")
-        if not url.startswith(("http://", "https://")):
-            r.fail("trust_gates.environment.url", "an http:// or https:// URL")
+        url = r.http_url(env["url"], "trust_gates.environment.url")
 
     def seconds(key: str, default: timedelta) -> timedelta:
         at = join("trust_gates.environment", key)

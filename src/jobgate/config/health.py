@@ -13,7 +13,6 @@ its path, because an alert rule that silently matches nothing is an alert never 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,8 +43,6 @@ DEFAULT_ALERT_TYPES = frozenset(
     }
 )
 UNDELIVERED_LOG = "alerts-undelivered.jsonl"
-_URL = re.compile(r"https?://\S+")
-_URL_RULE = "must be an http:// or https:// URL"
 _ALERT_KEYS = (
     "webhook_url",
     "event_types",
@@ -109,10 +106,10 @@ def parse_alerts(r: Reader, value: Any, data_dir: Path, base_dir: Path) -> Alert
     raw = spec.get("webhook_url")
     urls: list[str] = []
     if isinstance(raw, list):
-        urls = [r.string(u, join("alerts.webhook_url", i), pattern=_URL, rule=_URL_RULE) for i, u in enumerate(raw)]
+        urls = [r.http_url(u, join("alerts.webhook_url", i)) for i, u in enumerate(raw)]
         r.strings(raw, "alerts.webhook_url", unique=True)
     elif raw is not None:
-        urls = [r.string(raw, "alerts.webhook_url", pattern=_URL, rule=_URL_RULE)]
+        urls = [r.http_url(raw, "alerts.webhook_url")]
     types = d.event_types
     if spec.get("event_types") is not None:
         names = r.strings(spec["event_types"], "alerts.event_types", unique=True)
@@ -174,7 +171,7 @@ def parse_dependencies(r: Reader, doc: Mapping[str, Any], targets: Mapping[str, 
         r.only_keys(spec, at, _DEPENDENCY_KEYS)
         url = None
         if spec.get("url") is not None:
-            url = r.string(spec["url"], join(at, "url"), pattern=_URL, rule=_URL_RULE)
+            url = r.http_url(spec["url"], join(at, "url"))
         elif name not in derived:
             listed = ", ".join(sorted(derived))
             r.fail(join(at, "url"), f"required: {name!r} is not a check jobgate knows (derived checks: {listed})")

@@ -48,9 +48,7 @@ def parse_tracing_settings(r: Reader, value: Any) -> TracingSettings:
         r.fail("tracing.exporter", f"must be one of: {', '.join(EXPORTERS)}")
     endpoint = None
     if doc.get("endpoint") is not None:
-        endpoint = r.string(doc["endpoint"], "tracing.endpoint")
-        if not endpoint.startswith(("http://", "https://")):
-            r.fail("tracing.endpoint", "must be an http:// or https:// URL")
+        endpoint = r.http_url(doc["endpoint"], "tracing.endpoint")
     service = r.string(doc["service_name"], "tracing.service_name") if "service_name" in doc else "jobgate"
     if otel:
         needed = ["opentelemetry.sdk"] if exporter != "none" else ["opentelemetry.trace"]
