@@ -40,6 +40,22 @@ def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, 
         ),
         ("class Job:\n    def other(self, ctx):\n        return {}\n", "Job.run", "has no attribute 'Job.run'"),
         ("def run(ctx)\n    return {}\n", "run", "SyntaxError"),
+        # found by the regression reviews: host_job under another name, or applied by a call
+        (
+            "from jobgate.governance.code import host_job as hj\n\n@hj\ndef run(ctx, host):\n    return {}\n",
+            "run",
+            "worker.trusted_handlers",
+        ),
+        (
+            "from jobgate.governance import code as c\n\ndef _r(ctx, host):\n    return {}\n\nrun = c.host_job(_r)\n",
+            "run",
+            "worker.trusted_handlers",
+        ),
+        (
+            "from jobgate.governance.code import host_job\n\n@host_job()\ndef run(ctx, host):\n    return {}\n",
+            "run",
+            "worker.trusted_handlers",
+        ),
     ],
 )
 def test_what_the_source_shows_cannot_run_is_refused_and_nothing_runs(
@@ -63,6 +79,20 @@ def test_what_the_source_shows_cannot_run_is_refused_and_nothing_runs(
         "from json import *\n",  # what a star import binds is known only to an import: the worker's
         "def __getattr__(name):\n    return print\n",
         "class Job:\n    def run(self, ctx):\n        return {}\n",
+        # found by the regression reviews: shapes that import and run fine
+        "import sys\nmatch sys.platform:\n    case _:\n        def run(ctx):\n            return {}\n",
+        "try:\n    def run(ctx):\n        return {}\nexcept* ValueError:\n    pass\n",
+        "if (run := print):\n    pass\n",
+        "import contextlib\nwith contextlib.nullcontext(print) as run:\n    pass\n",
+        "def _make(ctx):\n    return {}\nfor run in (_make,):\n    pass\n",
+        "def setup():\n    global run\n    def run(ctx):\n        return {}\nsetup()\n",
+        "globals()['run'] = print\n",
+        "import sys\nsetattr(sys.modules[__name__], 'run', print)\n",
+        "exec('def run(ctx): return {}')\n",
+        "import sys\nif sys.version_info >= (3, 8):\n    def run(ctx):\n        return {}\nelse:\n    run = None\n",
+        "def run(ctx):\n    return {}\nif False:\n    run = None\n",
+        "def sync(f):\n    return lambda ctx: {}\n@sync\nasync def run(ctx):\n    return {}\n",
+        "try:\n    from json import loads as run\nexcept ImportError:\n    run = None\n",
     ],
 )
 def test_what_the_source_binds_is_accepted_without_running_it(module: tuple[Path, str, Path], body: str) -> None:

@@ -5,25 +5,32 @@ module that is not there, a name it does not define, a coroutine, a handler aski
 jobgate's host from a module nobody trusted. Importing the module to find out ran its
 module-level code in the process that applies (the server at start-up, the CLI): code no one
 had approved yet, next to the database and the tokens. So the module is found as the import
-system would find it (``code.locate_handler``) and its source parsed (``ast``): what its top
-level binds, and how. A worker still imports it (after the gates) and checks it again there,
-so what cannot be told from the source (a name made at run time, a star import) is let
-through here and refused there if it is wrong.
+system would find it (``code.locate_handler``) and its source parsed (``ast``).
+
+Only what the source shows for certain is refused: a name bound nowhere in a module that makes
+no names at run time, a name bound only by ``async def`` (undecorated) or only to a constant,
+a function decorated with ``host_job`` (under any name it was imported as) or assigned from a
+call of it. Everything else (a name a ``global`` statement, ``globals()``, ``setattr`` or
+``exec`` may make, a star import, a module ``__getattr__``, a re-export) is the worker's to
+check: it imports the handler after the gates, and checks it again there.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from jobgate.core.errors import ValidationError
 from jobgate.governance import code
 
+# Calls through which a module can bind names this reading cannot list.
+_DYNAMIC_CALLS = frozenset({"globals", "vars", "setattr", "exec", "eval", "__import__", "locals"})
+_HOST_MODULES = frozenset({"jobgate.governance.code", "jobgate"})
+
 
 def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
     """Refuse (``ValidationError``, field ``handler``) what ``handler``'s module source shows
-    cannot run: its module is not importable here, it binds no such name at its top level, the
-    name is a coroutine function or a constant, or it asks for the host from an untrusted module."""
+    for certain cannot run (see the module's docstring)."""
     code.locate_handler(handler)  # found without running anything, or CodeUnreadable
     module_name, _, attr_path = handler.partition(":")
     origin = code.module_source(module_name)
@@ -38,66 +45,136 @@ def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
         ) from None
     except (OSError, ValueError) as exc:
         raise ValidationError(f"cannot read module {module_name!r}: {exc}", field="handler") from None
-    bound = dict(_bindings(tree.body))
-    if "*" in bound or "__getattr__" in bound:  # names this source alone cannot list
+    scope = _ModuleScope(tree)
+    if scope.dynamic:
         return
     first, _, rest = attr_path.partition(".")
-    node = bound.get(first)
-    if node is None:
+    bindings = scope.bindings.get(first, [])
+    if not bindings:
         raise ValidationError(
-            f"{handler!r}: {module_name!r} has no attribute {first!r} (nothing of that name at its top level)",
+            f"{handler!r}: {module_name!r} has no attribute {first!r} (its source binds no such name)",
             field="handler",
         )
-    if rest:  # Class.method: the class's own body, no deeper (the worker's import tells)
-        if isinstance(node, ast.ClassDef) and rest.partition(".")[0] not in dict(_bindings(node.body)):
-            raise ValidationError(f"{handler!r}: {module_name!r} has no attribute {attr_path!r}", field="handler")
+    if rest:  # Class.method: only a class bound once, whose own body binds no such name, is refused
+        if len(bindings) == 1 and isinstance(bindings[0], ast.ClassDef):
+            inner = _ModuleScope(ast.Module(body=bindings[0].body, type_ignores=[]))
+            if not inner.dynamic and rest.partition(".")[0] not in inner.bindings:
+                raise ValidationError(f"{handler!r}: {module_name!r} has no attribute {attr_path!r}", field="handler")
         return
-    if isinstance(node, ast.AsyncFunctionDef):
+    if all(isinstance(b, ast.AsyncFunctionDef) and not b.decorator_list for b in bindings):
         raise ValidationError(f"{handler!r} is a coroutine function; handlers are synchronous", field="handler")
-    if isinstance(node, ast.Constant):
+    if all(isinstance(b, ast.Assign | ast.AnnAssign) and isinstance(b.value, ast.Constant) for b in bindings):
         raise ValidationError(f"{handler!r} is not callable", field="handler")
-    if isinstance(node, ast.FunctionDef) and any(_names_host_job(d) for d in node.decorator_list):
+    if any(scope.asks_for_host(b) for b in bindings):
         code.check_host_allowed(handler, trusted)
 
 
-def _bindings(body: list[ast.stmt]) -> Iterator[tuple[str, ast.AST]]:
-    """The names a block binds at its own level (through ``if``, ``try``, ``with`` and loops,
-    not into functions or classes), each with what it binds: the definition itself, the
-    constant assigned, or the statement (an import, an assignment of anything else)."""
-    for stmt in body:
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            yield stmt.name, stmt
-        elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            value = stmt.value
-            for target in targets:
-                for name in _target_names(target):
-                    yield name, value if isinstance(value, ast.Constant) else stmt
-        elif isinstance(stmt, ast.Import | ast.ImportFrom):
-            for alias in stmt.names:
-                yield (alias.asname or alias.name.split(".")[0]), stmt
-        elif isinstance(stmt, ast.If | ast.Try | ast.While | ast.For | ast.With):
-            for block in ("body", "orelse", "finalbody"):
-                yield from _bindings(getattr(stmt, block, []) or [])
-            for handler in getattr(stmt, "handlers", []) or []:
-                yield from _bindings(handler.body)
-            if isinstance(stmt, ast.For):
-                for name in _target_names(stmt.target):
-                    yield name, stmt
+def _binds_at_run_time(node: ast.AST) -> bool:
+    if isinstance(node, ast.Global):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS
 
 
-def _target_names(target: ast.AST) -> Iterator[str]:
-    if isinstance(target, ast.Name):
-        yield target.id
-    elif isinstance(target, ast.Tuple | ast.List):
-        for element in target.elts:
-            yield from _target_names(element)
+class _ModuleScope(ast.NodeVisitor):
+    """Every statement binding a name at a module's own level (through any compound statement,
+    not into functions, classes or lambdas), by name; ``dynamic`` when the module may bind
+    names this cannot list."""
 
+    def __init__(self, tree: ast.Module) -> None:
+        self.bindings: dict[str, list[ast.AST]] = {}
+        self.host_names: set[str] = {"host_job"}
+        self.dynamic = False
+        self._statement: ast.AST | None = None
+        for stmt in tree.body:
+            self._visit_statement(stmt)
+        # Anywhere, functions included: a ``global`` statement or such a call may bind any name.
+        self.dynamic = self.dynamic or any(_binds_at_run_time(node) for node in ast.walk(tree))
 
-def _names_host_job(decorator: ast.expr) -> bool:
-    """``@host_job`` or ``@anything.host_job``."""
-    if isinstance(decorator, ast.Call):
-        decorator = decorator.func
-    if isinstance(decorator, ast.Name):
-        return decorator.id == "host_job"
-    return isinstance(decorator, ast.Attribute) and decorator.attr == "host_job"
+    def asks_for_host(self, bound: ast.AST) -> bool:
+        """A function decorated with ``host_job``, or a name assigned from a call of it."""
+        if isinstance(bound, ast.FunctionDef):
+            return any(self._is_host(d.func if isinstance(d, ast.Call) else d) for d in bound.decorator_list)
+        if isinstance(bound, ast.Assign | ast.AnnAssign) and isinstance(bound.value, ast.Call):
+            return self._is_host(bound.value.func)
+        return False
+
+    def _is_host(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.host_names
+        return isinstance(node, ast.Attribute) and node.attr == "host_job"
+
+    def _bind(self, name: str, node: ast.AST) -> None:
+        self.bindings.setdefault(name, []).append(node)
+
+    def _visit_statement(self, stmt: ast.stmt) -> None:
+        self._statement = stmt
+        self.visit(stmt)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name == "__getattr__":  # PEP 562: any name may be answered at run time
+            self.dynamic = True
+        self._bind(node.name, node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._bind(node.name, node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._bind(node.name, node)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        pass  # its parameters are its own
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._bind(alias.asname or alias.name.split(".")[0], node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            if alias.name == "*":
+                self.dynamic = True
+                continue
+            if alias.name == "host_job" and node.module in _HOST_MODULES:
+                self.host_names.add(alias.asname or alias.name)
+            self._bind(alias.asname or alias.name, node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Store):
+            assert self._statement is not None
+            self._bind(node.id, self._statement)
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> None:
+        if node.name:
+            assert self._statement is not None
+            self._bind(node.name, self._statement)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> None:
+        if node.name:
+            assert self._statement is not None
+            self._bind(node.name, self._statement)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name:
+            assert self._statement is not None
+            self._bind(node.name, self._statement)
+        for stmt in node.body:
+            self.visit(stmt)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        # A compound statement's inner statements bind at the module's level too: each is the
+        # binding statement of what it binds (``run = None`` inside an ``if`` is that assignment).
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt) and not isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+            ):
+                outer = self._statement
+                self._statement = child
+                self.visit(child)
+                self._statement = outer
+            else:
+                self.visit(child)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if "__getattr__" in {t.id for t in node.targets if isinstance(t, ast.Name)}:
+            self.dynamic = True
+        self.generic_visit(node)
