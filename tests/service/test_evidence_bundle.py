@@ -405,3 +405,40 @@ def test_a_sink_answer_nested_past_any_record_is_unreadable(tmp_path: Path) -> N
     with pytest.raises(sinks.SinkUnreadable) as unreadable:
         sinks.FileSink(path).records()
     assert "line 1" in unreadable.value.message
+
+
+def test_a_period_names_the_runs_retention_deleted(period: tuple[Engine, str, list[str]]) -> None:
+    """Found by a review: a period bundle made after retention held the runs left and verified,
+    saying nothing of the ones gone. It lists them (``retired.json``), each with its tombstone
+    seal chained like every seal; a tombstone taken out of a re-signed bundle is a problem."""
+    import json
+    from datetime import timedelta
+
+    from jobgate.export.scope import ExportScope
+    from jobgate.runtime.outbox import publish_once
+
+    engine, _job, ids = period
+    while publish_once(engine.store, [], engine.clock):
+        pass
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        gone = tx.runs_retire("default", now + timedelta(minutes=1), 2)
+    assert len(gone) == 2
+    from jobgate.service import audit
+
+    audit.seal_pending(engine, engine.clock.now())
+    bundle = build_bundle(engine, ExportScope(start=now - timedelta(hours=1), end=now + timedelta(minutes=1)))
+    files = zipfile.ZipFile(io.BytesIO(bundle))
+    listed = json.loads(files.read("retired.json"))
+    assert sorted(r["job_run_id"] for r in listed) == sorted(gone)
+    assert sorted(n for n in files.namelist() if n.startswith("runs/")) == [
+        f"runs/{i}.json" for i in ids if i not in gone
+    ]
+    result = verify_bundle(bundle, public_keys=keys())
+    assert result.ok, result.problems
+    assert sum("was retired by retention" in n for n in result.notes) == 2
+    seals_doc = json.loads(files.read("seals.json"))
+    kept = [s for s in seals_doc if not (s["record_id"] == gone[0] and s["event"] == "retired")]
+    forged = _resign(bundle, {"seals.json": (json.dumps(kept, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any(gone[0] in p and "no tombstone" in p for p in result.problems), result.problems

@@ -120,6 +120,11 @@ def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Eng
         assert (remembered.job_run_id, remembered.status, remembered.slot) == (done.job_run_id, "COMPLETED", done.slot)
         assert remembered.created_at == done.created_at and remembered.ended_at == done.ended_at
         assert tx.runs_retired_holders([waiting]) == {} and tx.runs_retired_holders([]) == {}
+        created = done.created_at
+        assert [g.job_run_id for g in tx.runs_retired_between("default", created, later)] == [done.job_run_id]
+        assert tx.runs_retired_between("default", created, later, done.job_definition_id) == [remembered]
+        assert tx.runs_retired_between("default", later, later + timedelta(days=1)) == []
+        assert tx.runs_retired_between("tenant-other", created, later) == []
     assert get(engine, waiting.job_run_id).status is RunStatus.SCHEDULED
     assert get(engine, busy.job_run_id).status is RunStatus.RUNNING
     assert count(engine, "outbox", f"job_run_id = '{done.job_run_id}'") == 0

@@ -35,7 +35,7 @@ from jobgate.evidence.timestamping import TimestampTrust
 from jobgate.export.detail_check import detail_problems
 from jobgate.governance import signing
 from jobgate.service.engine import Engine
-from jobgate.store.base import RunFilter
+from jobgate.store.base import RetiredRun, RunFilter
 from jobgate.store.sqlstore import StoreTx
 from jobgate.views.runs import run_detail_view
 
@@ -169,8 +169,10 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         ]
         jobs = sorted({job for job, _ in bound})
         approvals = [row for job in jobs for row in rows.raw_rows("approval", tenant, {"job_definition_id": job})]
+        retired = _retired_in(tx, scope)
         records = (
             [(seals.RUN, str(r["row"]["job_run_id"])) for r in runs]
+            + [(seals.RUN, gone.job_run_id) for gone in retired]
             + [(seals.WORKFLOW, w) for w in workflow_ids]
             + [("definition", f"{d['job_definition_id']}@{d['version']}") for d in definitions]
             + [("snapshot", str(s["config_snapshot_id"])) for s in snapshots]
@@ -196,11 +198,34 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
     files["definitions.json"] = json_file(definitions)
     files["snapshots.json"] = json_file(snapshots)
     files["approvals.json"] = json_file(approvals)
+    if retired:  # runs of the period retention deleted: named, each with its tombstone's seal
+        files["retired.json"] = json_file([_retired_doc(gone) for gone in retired])
     files["seals.json"] = json_file(sealed)
     files["audit.json"] = json_file([entry_doc(entries[s]) for s in sorted(entries)])
     files["proofs.json"] = json_file(proofs)
     files["keys.json"] = json_file(evidence_keys.published(engine.config))
     return files
+
+
+def _retired_in(tx: StoreTx, scope: ExportScope) -> list[RetiredRun]:
+    """The runs of a period (or of a definition, within its period if it has one) that retention
+    deleted: without them a period's bundle would look complete when it is not."""
+    if scope.job_run_id or scope.workflow_run_id:
+        return []
+    start = scope.start or datetime.min.replace(tzinfo=UTC)
+    end = scope.end or datetime.max.replace(tzinfo=UTC)
+    return tx.runs_retired_between(scope.tenant_id, start, end, scope.job_definition_id)
+
+
+def _retired_doc(gone: RetiredRun) -> dict[str, Any]:
+    return {
+        "job_run_id": gone.job_run_id,
+        "job_definition_id": gone.job_definition_id,
+        "status": gone.status,
+        "created_at": isoformat_utc(gone.created_at),
+        "ended_at": None if gone.ended_at is None else isoformat_utc(gone.ended_at),
+        "retired_at": isoformat_utc(gone.retired_at),
+    }
 
 
 # -- checking a bundle's contents, offline ----------------------------------------------------
@@ -273,11 +298,35 @@ def check_contents(
             rid = seals.record_id(spec, row)
             _check_record(f"{file}: {rid}", kind, seals.row_parts(spec, row), sealed.get((kind, rid)), out)
             _check_trail(f"{file}: {rid}", seal_trails.row_trail(kind, _sealed(trails, kind, rid), _content), out)
+    present = {n.removeprefix("runs/").removesuffix(".json") for n in files if n.startswith("runs/")}
+    for gone in _load(files, "retired.json"):
+        _check_retired(gone, present, trails, out)
     proofs = _load(files, "proofs.json")
     _check_proofs(proofs, entries, keys, out)
     if timestamps is not None:
         _check_timestamps(proofs, timestamps, out)
     return out
+
+
+def _check_retired(
+    gone: Mapping[str, Any],
+    present: set[str],
+    trails: Mapping[tuple[str, str], list[dict[str, Any]]],
+    out: ContentCheck,
+) -> None:
+    """A run the bundle says retention deleted: its tombstone (its latest seal, ``retired``) is in
+    the bundle, chained like every seal (``_check_seal_chain``), and its file is not."""
+    rid = str(gone["job_run_id"])
+    trail = trails.get((seals.RUN, rid), [])
+    if rid in present:
+        out.problems.append(f"retired.json: run {rid} is listed as retired and its file is in the bundle")
+    elif not trail or trail[-1]["event"] != seals.RETIRED:
+        out.problems.append(f"retired.json: run {rid} has no tombstone seal in seals.json")
+    else:
+        out.notes.append(
+            f"run {rid} (created {gone['created_at']}, {gone['status']}) was retired by retention at"
+            f" {gone['retired_at']}: its tombstone seal #{trail[-1]['id']} is in the bundle"
+        )
 
 
 def _check_entries(docs: list[dict[str, Any]], out: ContentCheck) -> dict[int, dict[str, Any]]:

@@ -766,6 +766,11 @@ class StoreTx:
                 out[c.idempotency_key] = hit
         return out
 
+    def runs_retired_between(
+        self, tenant_id: str, start: datetime, end: datetime, job_definition_id: str | None = None
+    ) -> list[RetiredRun]:
+        return retention.retired_between(self._conn, tenant_id, start, end, job_definition_id)
+
     def runs_retirable_count(self, tenant_id: str, ended_before: datetime, scope: RetireScope = ANY_RUN) -> int:
         return retention.runs_retirable_count(self._conn, tenant_id, ended_before, scope, ordered_ids=self._ordered_ids)
 

@@ -144,6 +144,22 @@ def retired_holders(conn: Connection, keys: Sequence[str], slots: Sequence[tuple
     return [_retired(tuple(row)) for row in conn.execute(select(*_RETIRED_COLUMNS).where(or_(*wanted)))]
 
 
+def retired_between(
+    conn: Connection, tenant_id: str, start: datetime, end: datetime, job_definition_id: str | None
+) -> list[RetiredRun]:
+    """The runs of ``tenant_id`` created in ``[start, end)`` (of one job, if named) that
+    retention deleted, oldest first: what a period's evidence names as gone."""
+    from jobgate.store.tables import retired_runs
+
+    t = retired_runs.c
+    q = select(*_RETIRED_COLUMNS).where(
+        t.tenant_id == tenant_id, t.created_at >= to_us(start), t.created_at < to_us(end)
+    )
+    if job_definition_id is not None:
+        q = q.where(t.job_definition_id == job_definition_id)
+    return [_retired(tuple(row)) for row in conn.execute(q.order_by(t.created_at, t.job_run_id))]
+
+
 def _retired(row: Sequence[Any]) -> RetiredRun:
     job_run_id, tenant_id, job_definition_id, key, slot, status, created_at, ended_at, retired_at = row
     return RetiredRun(
