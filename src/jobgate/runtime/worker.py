@@ -459,7 +459,8 @@ class Worker:
             if run_id not in accepted:
                 self.stale_writes_refused += 1
                 log.warning(
-                    "run %s: settlement refused (lease lost to another holder)",
+                    "run %s: settlement refused: this worker's lease on it had expired and was taken back"
+                    " (by a rescuer, perhaps this process's own, or by another holder) before the result was written",
                     run_id,
                     extra=self._run_fields(run_id, action="stale_write_refused"),
                 )
