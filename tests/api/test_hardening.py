@@ -165,6 +165,18 @@ def test_a_repeat_is_answered_before_the_quota_and_retries_and_events_count(engi
     )
     assert event.status_code == 429
     assert count(w.engine, "job_runs") == 2
+    # found by a review: a workflow start (whose steps are runs) did not count, nor did it stop
+    flow = {**w.headers("acme", Role.ADMIN), "Idempotency-Key": "wf-1"}
+    started = w.client.post(f"{API}/workflows", json={"job_definition_id": ACME_FLOW}, headers=flow)
+    assert started.status_code == 429 and count(w.engine, "workflow_runs") == 0
+    # and a body nested past any route's is a 400 naming the body, never a 500
+    deep = "{" + '"a":{' * 5000 + "}" * 5001
+    nested = w.client.post(
+        f"{API}/runs/{source}/retry",
+        content=deep,
+        headers={**w.headers("acme", Role.ADMIN), "Content-Type": "application/json"},
+    )
+    assert nested.status_code == 400 and nested.json()["field"] == "body", nested.text
 
 
 @pytest.fixture

@@ -66,6 +66,7 @@ def test_the_message_is_only_a_lookup_key() -> None:
     assert judge(m, _msg("reconcile", "success")).ignored == "unmapped"  # a definition's name is no key
     assert judge(m, b"\xff").ignored == "not_json"
     assert judge(m, "[1]").ignored == "not_json"
+    assert judge(m, "[" * 200_000 + "]" * 200_000).ignored == "not_json"  # nested past the recursion limit
     assert judge(m, json.dumps({"result_name": "MASK_V001", "status": 1})).ignored == "bad_message"
     assert judge(m, json.dumps({"result_name": "MASK_V001", "status": "a\nb"})).ignored == "bad_message"
     # The channel's suffix stands in only when the message has no result_name.

@@ -233,6 +233,8 @@ async def check_tenant_claims(request: Request, principal: Principal) -> None:
         document = json.loads(body, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:  # {"params": ..., "params": ...}: which one counts would be a guess
         raise BadRequest(f"the JSON body gives the key {exc.key!r} more than once", field=exc.key) from None
+    except RecursionError:  # nested past any body jobgate takes: said here, no route would
+        raise BadRequest("the JSON body is nested too deeply", field="body") from None
     except ValueError:
         return  # not JSON: the route's own parsing says so
     for field, value in _claims(document):

@@ -254,6 +254,16 @@ def _new_packs(
     return out
 
 
+def _revoked_here(engine: Engine, tenant_id: str, job_definition_id: str, digest: str) -> bool:
+    """Whether this host revoked an approval of this very content: an archive (even the one it
+    came from, imported again) does not undo that; only an approval given here does."""
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        history = tx.approvals_list(tenant_id, job_definition_id)
+    return any(a.digest == digest and a.revoked_at is not None for a in history) and not any(
+        a.digest == digest and a.revoked_at is None for a in history
+    )
+
+
 def _approve(engine: Engine, tenant_id: str, checked: archive.ArchiveCheck, actor: str) -> list[str]:
     """Approve what the verified archive's approvals name, each through the ordinary approval
     (a refusal there, four eyes for one, leaves that definition unapproved)."""
@@ -261,6 +271,8 @@ def _approve(engine: Engine, tenant_id: str, checked: archive.ArchiveCheck, acto
     approver = f"offline-seed:{checked.signed_by}"
     for seed in checked.packs:
         for a in seed.manifest["approvals"]:
+            if _revoked_here(engine, tenant_id, a["job_definition_id"], a["digest"]):
+                continue  # a revocation made here stands until someone here approves again
             note = f"approved by {a['approved_by']} at {a['approved_at']} where exported; imported by {actor}"
             try:
                 approvals.approve(

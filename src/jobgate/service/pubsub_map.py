@@ -148,7 +148,7 @@ def judge(
     longer holds the idempotency key that made a second reading a duplicate."""
     try:
         message = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past any message
         return Verdict(None, ignored="not_json")
     if not isinstance(message, dict):
         return Verdict(None, ignored="not_json")
@@ -183,7 +183,7 @@ def read_completion(message: Mapping[str, Any], channel_result: str | None = Non
     else:
         try:
             identity = digest(dict(message))
-        except ValueError:  # NaN or another value with no canonical JSON: no identity, no run
+        except (ValueError, RecursionError):  # NaN, or nesting with no canonical JSON: no identity, no run
             return None
     at = None if instant is None or isinstance(instant, bool) else completion_instant(instant)
     return Completion(fields["result_name"], fields["status"], fields, f"{fields['result_name']}@{identity}", at)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -110,8 +110,12 @@ def spec_for(definition: JobDefinition) -> WorkflowSpec:
 
 
 # ---------------------------------------------------------------------- start
-def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tuple[WorkflowRecord, bool]:
-    """Start a workflow run, or find the one this request already started. Refusals store nothing."""
+def start_workflow(
+    engine: Engine, request: StartWorkflow, *, actor: str, quota: Callable[[], None] | None = None
+) -> tuple[WorkflowRecord, bool]:
+    """Start a workflow run, or find the one this request already started. Refusals store nothing.
+    ``quota``: asked before a new workflow run is started (the API's daily run quota), never for
+    a repeat, which is answered first."""
     now = engine.clock.now()
     tenant = request.scope.tenant_id
     submit = SubmitRequest(
@@ -139,6 +143,8 @@ def start_workflow(engine: Engine, request: StartWorkflow, *, actor: str) -> tup
                     field="idempotency_key",
                 )
             return found, False
+        if quota is not None:
+            quota()
         definition = engine.definition(tx, tenant, request.job_definition_id, request.definition_version)
         if not is_workflow(definition):
             raise ValidationError(

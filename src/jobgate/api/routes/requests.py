@@ -18,7 +18,7 @@ from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.records import RunRequest
 from jobgate.core.tokens import Role
-from jobgate.service import requests
+from jobgate.service import manual, requests
 from jobgate.service.tokens import Principal
 from jobgate.views.schemas import DecisionIn, Page, RejectIn, RequestIn, RequestOut, TestedOut
 
@@ -93,6 +93,7 @@ def approve_request(request_id: str, caller: Caller, state: State, body: Decisio
     anyone whose token minted or was minted by the proposer's; 403 when a gate refuses; 409 when
     the definition changed since the test)."""
     visible_request(state, caller, request_id)
+    manual.check_daily_quota(state.engine, caller.tenant_id)  # an approval creates a run: it counts
     note = None if body is None else body.note
     return RequestOut.of(
         requests.approve(

@@ -20,6 +20,7 @@ from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import Scope
 from jobgate.core.trace import parse_traceparent
+from jobgate.service import manual
 from jobgate.service import workflows as workflow_service
 from jobgate.service.tokens import Principal
 from jobgate.service.workflows import StartWorkflow, WorkflowView
@@ -64,6 +65,7 @@ def start_workflow(
             traceparent=parse_traceparent(traceparent),
         ),
         actor=caller.actor,
+        quota=lambda: manual.check_daily_quota(state.engine, caller.tenant_id),  # a workflow's runs count
     )
     if not created:
         response.status_code = 200
