@@ -192,6 +192,11 @@ def test_a_definition_page_diffs_versions_and_approval_obeys_four_eyes(world: Wo
         == 303
     )
     assert "Approved: the current content and code match" in second.get("/definitions/adhoc").text
+    # found by a review: the revoke form's reason skipped the body rule (a NUL was a 500 on PostgreSQL)
+    review = second.get("/definitions/adhoc")
+    nul = second.post("/definitions/adhoc/revoke", data={"csrf": _csrf(review.text), "reason": "bad\x00reason"})
+    assert nul.status_code == 422 and "NUL" in nul.text
+    assert "Approved: the current content and code match" in second.get("/definitions/adhoc").text  # kept
     consumer = _signed_in(world, "acme", Role.CONSUMER)
     seen = consumer.get("/definitions/adhoc")
     assert seen.status_code == 200 and 'action="/definitions/adhoc/approve"' not in seen.text

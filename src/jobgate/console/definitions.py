@@ -22,7 +22,7 @@ from jobgate.api.routes import definitions as definition_routes
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.console.pages import act, allowed, caller_of, render, state_of
 from jobgate.core.errors import NotFoundError
-from jobgate.views.schemas import ApproveIn
+from jobgate.views.schemas import ApproveIn, refuse_nul
 
 router = APIRouter(include_in_schema=False)
 
@@ -122,8 +122,13 @@ async def revoke(request: Request, job_definition_id: str) -> Response:
     form = await form_of(request)
     caller, state = caller_of(request), state_of(request)
     reason = (form.get("reason") or "").strip()[:2000] or None
+
+    def revoke() -> object:
+        refuse_nul(reason, "reason")  # what the API's body models refuse, refused on this form too
+        return definition_routes.revoke_approval(job_definition_id, caller, state, reason)
+
     return await act(
-        lambda: definition_routes.revoke_approval(job_definition_id, caller, state, reason),
+        revoke,
         done=lambda _: f"/definitions/{job_definition_id}",
         again=lambda message, status: _definition_page(request, job_definition_id, message=message, status=status),
         what="Not revoked",
