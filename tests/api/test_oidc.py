@@ -276,6 +276,11 @@ def test_a_principal_names_subject_tenant_role_and_display_name(issuer: Issuer) 
         "jdoe",
     )
     assert found.credential == f"oidc:{issuer.url}"
+    # found by a review: a display name the user edits at the provider went into the audit chain
+    # with control, bidi or lone-surrogate characters (the last a 500): passed over, as unreadable
+    for bad in ("Al\u0000ice", "Al\u202eice\u001b[31m", "\ud800x"):
+        named = principal_of({**claims, "preferred_username": bad}, settings)
+        assert named.display_name is None and named.actor == "oidc:248289761001"
 
 
 @pytest.mark.parametrize(

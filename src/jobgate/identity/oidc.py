@@ -125,8 +125,12 @@ def role_of(value: Any, settings: OidcSettings, tenant: str) -> Role | None:
 
 
 def _display_name(claims: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+    """The first display-name claim a person can read as itself: one with a control, bidi,
+    zero-width or lone-surrogate character (a user may often edit their own name at the
+    provider) would go into the audit chain as a name that prints like another, or not encode
+    at all; it is passed over, as the subject with such characters is refused."""
     for name in names:
         value = claims.get(name)
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip() and readable(value.strip()[:200]):
             return value.strip()[:200]
     return None
