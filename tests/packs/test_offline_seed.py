@@ -138,6 +138,11 @@ def test_approvals_carried_by_a_trusted_archive_apply_only_when_the_deployment_a
     done = registry.import_seed(target, "acme", data, actor="prod-admin")
     assert sorted(done.approved) == ["report-a", "report-b"]
     assert approvals.status(target, "acme", "report-a").approved
+    # found by a review: the same archive imported again re-approved what this host had revoked
+    approvals.revoke(target, "acme", "report-a", actor="prod-admin", reason="code review found a bug")
+    again = registry.import_seed(target, "acme", data, actor="prod-admin")
+    assert "report-a" not in again.approved and not approvals.status(target, "acme", "report-a").approved
+    assert approvals.status(target, "acme", "report-b").approved
 
 
 def _files(data: bytes) -> dict[str, bytes]:
