@@ -320,3 +320,33 @@ def test_a_definition_naming_another_tenant_is_refused_and_audited(source: Engin
     assert "names tenant 'acme', not 'beta'" in refused.value.message
     assert _written(target) == before and _refusals(target, "beta") == 1
     assert registry.import_seed(target, "acme", data, actor="prod-admin").definitions  # its own tenant: imported
+
+
+def test_the_newest_version_of_a_pack_is_current_after_an_import(source: Engine, make_target: Any) -> None:
+    """Found by a review: an archive's packs were applied in its manifest's text order (1.0,
+    1.10, 1.9), so an older version's content ended current; and an older archive imported
+    again turned the definition back. Packs apply in version order, and content this host has
+    as an earlier version is not applied again."""
+    from jobgate.core.packs import PackRef
+
+    _define(source, "acme", _doc("report-a", body="print('one')"))
+    registry.publish(source, "acme", PackRef("p1", "1.0"), ["report-a"], actor="dev-admin")
+    first = registry.export_seed(source, "acme", actor="dev-admin")
+    for version, body in (("1.9", "print('nine')"), ("1.10", "print('ten')")):
+        _define(source, "acme", _doc("report-a", body=body))
+        registry.publish(source, "acme", PackRef("p1", version), ["report-a"], actor="dev-admin")
+    newest = _digests(source, "acme")["report-a"]
+    everything = registry.export_seed(source, "acme", actor="dev-admin")
+    target = make_target([_public(source)])
+    registry.import_seed(target, "acme", everything, actor="prod-admin")
+    assert _digests(target, "acme")["report-a"] == newest
+    registry.import_seed(target, "acme", first, actor="prod-admin")  # the older archive again
+    assert _digests(target, "acme")["report-a"] == newest
+
+
+def test_version_order_reads_numbers_as_numbers() -> None:
+    from jobgate.core.packs import version_order
+
+    assert sorted(["1.10", "1.9", "1.0", "2", "1.9.1", "1.9-rc1"], key=version_order) == [
+        "1.0", "1.9", "1.9.1", "1.9-rc1", "1.10", "2",
+    ]  # fmt: skip

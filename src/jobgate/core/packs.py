@@ -156,3 +156,10 @@ def check_same(existing_digest: str | None, ref: PackRef, wanted_digest: str) ->
             field="pack",
         )
     return False
+
+
+def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that puts ``1.9`` before ``1.10``: the version's parts (split on ``. _ + -``),
+    numbers compared as numbers and before words. An archive's packs are applied in this order,
+    so a definition carried by several versions of a pack ends as its newest."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[._+-]", version))

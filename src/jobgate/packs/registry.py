@@ -45,6 +45,7 @@ from jobgate.core.packs import (
     check_same,
     pack_digest,
     pack_manifest,
+    version_order,
 )
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.evidence import keys as evidence_keys
@@ -172,7 +173,8 @@ def import_seed(
         if not checked.ok:
             raise SeedRefused("the archive is not imported: " + "; ".join(checked.problems), field="archive")
         assert checked.signed_by is not None
-        loaded = _definitions(engine, checked.packs, admit)
+        ordered = sorted(checked.packs, key=lambda p: (p.manifest["pack_id"], version_order(p.manifest["version"])))
+        loaded = _not_older(engine, tenant_id, _definitions(engine, ordered, admit))
         for item in loaded:  # as POST /definitions: a document naming another tenant is not this one's
             named = item.definition.content.get("tenant_id")
             if named is not None and named != tenant_id:
@@ -236,6 +238,21 @@ def _definitions(
                 admit(loaded)
             out.setdefault((loaded.job_definition_id, loaded.digest), loaded)
     return list(out.values())
+
+
+def _not_older(engine: Engine, tenant_id: str, loaded: list[LoadedDefinition]) -> list[LoadedDefinition]:
+    """The carried definitions that would not turn one back: content this host stores as an
+    earlier version of its definition (an older archive imported again) is not applied again;
+    the version current here stays current. (A rollback is an ``apply`` of the older file.)"""
+    out = []
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        for item in loaded:
+            current = tx.definition_get(tenant_id, item.job_definition_id)
+            earlier = {v.digest for v in tx.definition_versions(tenant_id, item.job_definition_id)}
+            if current is not None and item.digest in earlier and item.digest != current.digest:
+                continue
+            out.append(item)
+    return out
 
 
 def _new_packs(
