@@ -94,3 +94,14 @@ def test_a_signed_plugin_runs_end_to_end_through_the_command_line(tmp_path: Path
     assert worked.returncode == 0, worked.stderr
     shown = yaml.safe_load(jobgate(tmp_path, "--json", "runs", "show", run_id).stdout)
     assert shown["run"]["status"] == "COMPLETED" and shown["run"]["result"] == {"plugin": name, "answer": 42}
+    # found by a review: the commands that read a definition's code besides apply did not admit
+    # plugins first, and said a verified, enabled plugin's handler was not importable
+    (tmp_path / "defs" / "echo.yaml").write_text(
+        f"job_definition_id: echo\njob_class: MAINTENANCE_JOB\nhandler: {name}.jobs:run\n"
+        "canonical_name: Echo, second version\n"
+    )
+    assert jobgate(tmp_path, "apply", "defs").returncode == 0
+    status = jobgate(tmp_path, "definitions", "approval", "echo")
+    assert status.returncode == 0 and "not importable" not in status.stdout + status.stderr, status.stderr
+    approved = jobgate(tmp_path, "definitions", "approve", "echo", "--by", "reviewer")
+    assert approved.returncode == 0, approved.stderr

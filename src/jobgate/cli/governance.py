@@ -36,6 +36,9 @@ def approve(
     """Approve the current content of JOB (its digest, as stored) and the code it executes on
     this host (its code digest): from now on it may run. Approving again after a code change
     binds the new code."""
+    from jobgate.plugins.admission import admit as admit_plugins
+
+    admit_plugins(app.config().plugins)  # the code approved may be an admitted plugin's, found as apply finds it
     actor = by or getpass.getuser()
     a = approvals.approve(app.engine(), tenant, job, actor=actor, note=note, digest=digest, code_digest=code_digest)
     data = {
@@ -83,6 +86,9 @@ def revoke(app: AppContext, job: str, reason: str | None, tenant: str) -> None:
 @pass_app
 def approval(app: AppContext, job: str, tenant: str) -> None:
     """Who approved what, and whether the current content still matches it."""
+    from jobgate.plugins.admission import admit as admit_plugins
+
+    admit_plugins(app.config().plugins)  # a plugin's code is read where its verified files are
     st = approvals.status(app.engine(), tenant, job)
     rows = [
         {

@@ -101,7 +101,9 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
     The archive must be signed by a key in ``packs.trusted_keys``; its definitions are applied as
     ``jobgate apply`` applies them and arrive unapproved unless ``packs.import_approvals`` is set."""
     from jobgate.packs import registry
+    from jobgate.plugins.admission import admit as admit_plugins
 
+    admit_plugins(app.config().plugins)  # as apply: a carried definition may name an admitted plugin's handler
     engine = app.engine()
     done = registry.import_seed(engine, tenant, file.read_bytes(), actor=getpass.getuser())
     # Approved now: by the archive's approvals, or already here (the same digest approved before).
