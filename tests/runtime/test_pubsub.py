@@ -202,6 +202,22 @@ def test_an_unapproved_definition_is_refused_by_the_gate_and_the_refusal_audited
     assert count(engine, "audit_log", f"action = 'run.refused' AND target_id = '{job}' AND actor = 'pubsub'") == 1
 
 
+def test_a_mapping_to_a_missing_definition_is_refused_and_the_refusal_audited(
+    engine: Engine, broker: Any, prefix: str, tmp_path: Path
+) -> None:
+    """Found by a review: only the gates' refusals were audited; a definition not found was
+    logged alone, where the guide says every refusal is audited."""
+    source = started(engine, settings(tmp_path, prefix, [{"result_name": "R9", "job_definition_id": "no-such-job"}]))
+    try:
+        broker.publish(f"{prefix}R9", completion("R9", timestamp="t9"))
+        assert source.stats.wait_count("refused", 1, WAIT), source.stats.snapshot()
+    finally:
+        source.stop()
+    assert count(engine, "job_runs") == 0
+    refused = "action = 'run.refused' AND target_id = 'no-such-job' AND actor = 'pubsub' AND reason = 'not_found'"
+    assert count(engine, "audit_log", refused) == 1
+
+
 def test_serve_runs_the_subscriber_beside_its_loops_and_a_bad_mapping_fails_the_start(
     engine: Engine, prefix: str
 ) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
-from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
+from jobgate.core.errors import GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Facts, Moment, TrustFact, admit
 from jobgate.core.models import JobDefinition, JobRun, Scope, TriggerType
 from jobgate.core.policy import Policy
@@ -300,8 +300,9 @@ class Admission:
             tx.audit_append(events)
 
 
-def refusal_event(request: SubmitRequest, exc: GovernanceRefusal, *, actor: str | None, now: datetime) -> AuditEvent:
-    """The ``run.refused`` audit entry of a refused trigger."""
+def refusal_event(request: SubmitRequest, exc: JobgateError, *, actor: str | None, now: datetime) -> AuditEvent:
+    """The ``run.refused`` audit entry of a refused trigger (a governance refusal names its rule;
+    another refusal, a definition not found say, its code)."""
     return AuditEvent(
         tenant_id=request.scope.tenant_id,
         actor=actor or request.requested_by or SYSTEM_ACTOR,
@@ -311,7 +312,7 @@ def refusal_event(request: SubmitRequest, exc: GovernanceRefusal, *, actor: str 
         at=now,
         reason=exc.code,
         payload={
-            "rule": exc.rule,
+            "rule": getattr(exc, "rule", None),
             "message": exc.message,
             "trigger_type": request.trigger_type.value,
             "trigger_id": request.trigger_id,

@@ -14,8 +14,10 @@ import logging
 from dataclasses import dataclass
 
 from jobgate.core.canonical import digest
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import GovernanceRefusal, JobgateError
 from jobgate.core.models import Scope, TriggerType
+from jobgate.service import audit
+from jobgate.service.admission import refusal_event
 from jobgate.service.engine import Engine
 from jobgate.service.pubsub_map import Subscription, Verdict, job_params
 from jobgate.service.submission import SubmitRequest
@@ -68,6 +70,8 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
                 exc.message,
                 extra={"action": "pubsub_refused", "result_name": completion.result_name, "code": exc.code},
             )
+            if not isinstance(exc, GovernanceRefusal):  # a governance refusal is audited where it is made
+                audit.record_now(engine, refusal_event(request, exc, actor=ACTOR, now=engine.clock.now()))
             out.append(PubSubFire(sub.job_definition_id, None, False, exc.code))
             continue
         run = result.run
