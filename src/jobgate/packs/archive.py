@@ -141,7 +141,7 @@ def check_archive(data: bytes, roots: dict[str, Ed25519PublicKey]) -> ArchiveChe
     except (ValueError, KeyError, TypeError, RecursionError):
         return ArchiveCheck([*problems, f"{MANIFEST}: not a {FORMAT} manifest"], signed_by)
     damaged = {p.split(":", 1)[0] for p in problems}
-    for name in sorted(set(entries) | set(files) - {MANIFEST, ENVELOPE} - damaged):
+    for name in sorted((set(entries) | set(files)) - {MANIFEST, ENVELOPE} - damaged):  # a damaged file is named once
         if name not in entries:
             problems.append(f"{name}: not listed in the manifest")
         elif name not in files:

@@ -189,7 +189,8 @@ def import_seed(
         audit.record_now(
             engine,
             audit.event(tenant_id, actor, "offline_seed.import_refused", "offline_seed", target, now,
-                        reason=exc.message, payload={"code": exc.code, "field": exc.field}),
+                        reason=f"{exc.source}: {exc.message}" if exc.source else exc.message,
+                        payload={"code": exc.code, "field": exc.field, "source": exc.source}),
         )  # fmt: skip
         raise
     now = engine.clock.now()
