@@ -298,3 +298,24 @@ def test_a_limited_token_reaches_no_other_definition_through_a_workflow(world: W
             f"{prefix}/scenarios/{ACME_FLOW}/approve", json={}, headers={"Authorization": f"Bearer {wide.token}"}
         )
         assert seed.status_code == 403 and ACME_JOB in seed.text, seed.text
+
+
+@pytest.mark.parametrize("header", ["Idempotency-Key", "traceparent", "Authorization"])
+def test_a_single_valued_header_given_twice_is_refused_naming_it(world: World, header: str) -> None:
+    """Found by a review: two Idempotency-Keys were taken silently (the first counted); only a
+    second Authorization header was refused. Every header one value of which counts."""
+    auth = world.headers("acme", Role.ADMIN)["Authorization"]
+    values = {
+        "Idempotency-Key": ("dup-a", "dup-b"),
+        "traceparent": (
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-1af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
+        "Authorization": (auth, auth),
+    }[header]
+    headers = [("Authorization", auth)] if header != "Authorization" else []
+    headers += [(header, v) for v in values]
+    before = count(world.engine, "job_runs")
+    answer = world.client.post(f"{API}/runs", json={"job_definition_id": ACME_JOB}, headers=headers)
+    assert answer.status_code == 400 and answer.json()["field"] == header, answer.text
+    assert count(world.engine, "job_runs") == before

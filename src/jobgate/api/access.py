@@ -108,6 +108,10 @@ def check_run_access(rule: Rule, principal: Principal, run: JobRun) -> None:
         raise Forbidden(f"role {principal.role.value} may act on its own runs only", field="job_run_id")
 
 
+# Headers a request gives once: one value counts, so two are refused rather than one guessed.
+SINGLE_HEADERS = ("Authorization", "Idempotency-Key", "traceparent", "Last-Event-ID")
+
+
 async def enforce(request: Request) -> None:
     """Application-wide dependency: authenticate and authorise before the handler runs."""
     route = request.scope.get("route")
@@ -117,8 +121,9 @@ async def enforce(request: Request) -> None:
     if rule.anonymous:
         return
     server = request.app.state.server
-    if len(request.headers.getlist("authorization")) > 1:  # which one counts would be a guess
-        raise BadRequest("the Authorization header is given more than once; send one", field="Authorization")
+    for name in SINGLE_HEADERS:  # given twice, which one counts would be a guess
+        if len(request.headers.getlist(name)) > 1:
+            raise BadRequest(f"the {name} header is given more than once; send one", field=name)
     principal, csrf = await identify(server, request)
     if is_console(request):
         request.state.csrf = csrf
