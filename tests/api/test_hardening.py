@@ -134,6 +134,8 @@ def _cursor(parts: list[object]) -> str:
         ["2026-12-05T10:19:24+00:00", 1 << 70],
         ["2026-12-05T10:19:24+00:00", True],
         ["2026-12-05T10:19:24+00:00", "x" * 5000],
+        ["2026-12-05T10:19:24+00:00", 1],  # an id is text: a number ends no page (found by a review)
+        ["2026-12-05T10:19:24+00:00", -1],
     ],
 )
 def test_a_forged_cursor_no_page_could_end_at_is_a_400_on_every_list(world: World, parts: list[object]) -> None:

@@ -71,9 +71,9 @@ def decode_time_key(cursor: str | None) -> tuple[datetime, str] | None:
             instant.astimezone(UTC)  # an instant in year 1 or 9999 that UTC cannot hold
     except (ValueError, OverflowError):
         instant = None
-    if instant is None or instant.tzinfo is None:
+    if instant is None or instant.tzinfo is None or not isinstance(key, str):  # a page ends at an id: text
         raise BadRequest("not a cursor this server issued", field="cursor")
-    return instant, str(key)
+    return instant, key
 
 
 def page_in_memory(
@@ -82,7 +82,9 @@ def page_in_memory(
     """Pages over a short list sorted by ``key`` (definitions, schedules, tokens)."""
     ordered = sorted(items, key=key)
     if cursor is not None:
-        after = str(decode(cursor, 1)[0])
+        after = decode(cursor, 1)[0]
+        if not isinstance(after, str):  # these pages end at an id, never at a number
+            raise BadRequest("not a cursor this server issued", field="cursor")
         ordered = [i for i in ordered if key(i) > after]
     page = ordered[:limit]
     more = len(ordered) > limit
