@@ -80,6 +80,12 @@ def test_another_tenants_token_cannot_be_revoked_and_answers_like_a_missing_one(
         ({"principal": "OIDC:alice"}, "principal"),  # the reserved prefixes, in any case
         ({"principal": "Token:abc"}, "principal"),
         ({"principal": "LDAP:x"}, "principal"),
+        # found by a review: the names jobgate's own processes write as actors
+        ({"principal": "jobgate"}, "principal"),
+        ({"principal": "System"}, "principal"),
+        ({"principal": "scheduler"}, "principal"),
+        ({"principal": "jobgate:shipped-files"}, "principal"),
+        ({"principal": "offline-seed:evidence"}, "principal"),
         ({"jobs": []}, "jobs"),
         ({"jobs": [""]}, "jobs"),
         ({"expires_in": timedelta(0)}, "expires_in"),

@@ -36,8 +36,13 @@ class Unauthenticated(JobgateError):
 # A principal's name: what records name as the actor. ``token:`` is reserved (a token without a
 # named principal is a principal of its own, ``token:<id>``), and so are the identity providers'
 # prefixes (``oidc:<subject>``, ``ldap:<uid>``): no token can be minted in a signed-in person's name.
-RESERVED_PREFIXES = ("token:", "oidc:", "ldap:")
-PRINCIPAL_NAME = re.compile(r"(?!(?i:token:|oidc:|ldap:))[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}")  # any case
+# jobgate's own processes are named in records too (``system``, ``scheduler``, ``jobgate:…``):
+# a token named so would write entries that read as the system's.
+RESERVED_PREFIXES = ("token:", "oidc:", "ldap:", "jobgate:", "offline-seed:")
+RESERVED_NAMES = frozenset({"jobgate", "system", "scheduler", "pubsub", "sla-monitor", "retention", "rescuer"})
+PRINCIPAL_NAME = re.compile(
+    r"(?!(?i:token:|oidc:|ldap:|jobgate:|offline-seed:))[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}"
+)  # any case
 
 
 @dataclass(frozen=True)
@@ -83,10 +88,11 @@ class CreatedToken:
 
 
 def check_principal_name(name: str) -> str:
-    if not PRINCIPAL_NAME.fullmatch(name):
+    if not PRINCIPAL_NAME.fullmatch(name) or name.lower() in RESERVED_NAMES:
         raise ValidationError(
             "1-200 letters, digits and _ . @ : + = -, starting with a letter, digit or _"
-            " (token:, oidc: and ldap: are reserved)",
+            " (token:, oidc:, ldap:, jobgate: and offline-seed: are reserved, and so are the names"
+            f" jobgate's own processes act under: {', '.join(sorted(RESERVED_NAMES))})",
             field="principal",
         )
     return name
