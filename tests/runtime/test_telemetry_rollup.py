@@ -391,7 +391,7 @@ def _digest(record: dict[str, Any]) -> str:
     ],
 )
 def test_sink_names_show_scheme_and_host_only(given: str, shown: str) -> None:
-    from jobgate.core.redact import shown_sink
+    from jobgate.redact import shown_sink
 
     assert shown_sink(given) == shown
     assert shown_sink(shown) == shown  # idempotent

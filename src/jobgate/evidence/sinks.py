@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobgate.core.errors import JobgateError, UnavailableError
-from jobgate.core.redact import shown_file, shown_url
+from jobgate.redact import shown_file, shown_url
 
 
 class AnchorSink(Protocol):

@@ -50,8 +50,8 @@ from jobgate.config.health import AlertSettings
 from jobgate.core import encoding
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.models import OutboxEvent
-from jobgate.core.redact import shown_url
 from jobgate.health import rules
+from jobgate.redact import shown_url
 from jobgate.runtime.outbox import SINK_BUDGET, Deferred, envelope
 
 log = logging.getLogger("jobgate.alerts")

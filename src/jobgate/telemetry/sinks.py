@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobgate.core.errors import NonRetryableError, RetryableError
-from jobgate.core.redact import shown_file, shown_url
 from jobgate.health.rules import retryable_status
+from jobgate.redact import shown_file, shown_url
 
 SINK_REFUSED = "TELEMETRY_SINK_REFUSED"  # a 4xx answer: retrying will not change it
 SINK_UNAVAILABLE = "TELEMETRY_SINK_UNAVAILABLE"  # no answer, a timeout, 408, 429 or 5xx

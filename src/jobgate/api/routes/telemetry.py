@@ -19,7 +19,7 @@ from jobgate.api.server_state import ServerState, server_state
 from jobgate.core import periods
 from jobgate.core.errors import ValidationError
 from jobgate.core.records import Publication
-from jobgate.core.redact import shown_sink
+from jobgate.redact import shown_sink
 from jobgate.telemetry import rollup
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])
