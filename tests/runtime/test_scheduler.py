@@ -132,6 +132,30 @@ def test_a_refused_fire_is_recorded_not_dropped(engine: Engine) -> None:
         assert tx.misses_list("default", "hourly") == [(T0 + HOUR, "refused")]
 
 
+def test_fires_refused_under_the_lock_are_each_recorded_at_their_slot(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: slots refused at commit (a revocation, the licence's slots) were all
+    recorded at the tick's instant, and the misses table, keyed by instant, kept one of them."""
+    from jobgate.core.errors import GovernanceRefusal
+
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+
+    create = engine.pipeline.create
+
+    def refused(tx: object, prepared: list[object], *args: object, **kwargs: object) -> object:
+        if prepared:  # what the lock shows refuses every fire of the tick
+            raise GovernanceRefusal("the licence's slots are full", code="trust_gate_refused")
+        return create(tx, prepared, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.pipeline, "create", refused)
+    result = Scheduler(engine, owner="a").tick(T0 + 3 * HOUR + timedelta(minutes=10))
+    assert result.fired == 0 and result.missed == 3
+    with engine.store.read() as tx:
+        assert tx.misses_list("default", "hourly") == [(T0 + k * HOUR, "refused") for k in (1, 2, 3)]
+
+
 def test_a_paused_schedule_fires_nothing_and_records_its_slots(engine: Engine) -> None:
     job = define(engine)
     add(engine, hourly(job, paused=True))

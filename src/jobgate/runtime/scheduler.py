@@ -32,6 +32,7 @@ from jobgate.scheduling.plan import (
     Plan,
     apply_overlap,
     next_fires,
+    parse_slot,
     pause_spans,
     plan,
     plan_periods,
@@ -316,7 +317,9 @@ class Scheduler:
             if not prepared:
                 raise
             self.engine.admission.record_refusal_for(prepared, exc, actor=SCHEDULER_ACTOR, now=now)
-            refused = [Miss(schedule.schedule_id, p.create.run.due_at, MissReason.REFUSED) for p in prepared]
+            # Each at its slot's own instant (the misses are keyed by it): at the tick's instant,
+            # every refused slot but one was dropped as a duplicate.
+            refused = [Miss(schedule.schedule_id, _slot_instant(p), MissReason.REFUSED) for p in prepared]
             return self._commit(schedule, advance, [], [*misses, *refused], token, now, result)
         result.fired += sum(1 for r in made if r.created)
         result.missed += len(misses)
@@ -409,3 +412,11 @@ def _safe_mode_periods(tx: StoreTx, stored: list[StoredSchedule]) -> dict[str, l
         tenant: [Period(p.activated_at, p.deactivated_at) for p in tx.safe_mode_periods(tenant, ending_after=mark)]
         for tenant, mark in earliest.items()
     }
+
+
+def _slot_instant(prepared: PreparedSubmission) -> datetime:
+    """The instant of the slot a prepared fire is for (a batch window's end), as its slot names
+    it; the run's due time for a fire with no slot."""
+    run = prepared.create.run
+    found = parse_slot(run.slot)
+    return run.due_at if found is None else found[1]
