@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -175,9 +175,29 @@ def test_a_policy_fires_once_per_episode_not_once_per_evaluation(engine: Engine)
         rows = connection(tx).execute(text("SELECT trigger_id, trigger_type FROM job_runs ORDER BY trigger_id")).all()
         stored = tx.schedule_get("default", "drift")
         history = tx.facts_list("default", "replay.drift_ratio")
-    assert [tuple(r) for r in rows] == [("TGTRIG-drift@episode-1", "policy"), ("TGTRIG-drift@episode-2", "policy")]
+    made = "TGTRIG-drift@20260301T000000000000Z"  # the schedule as created (T0): its episodes are its own
+    assert [tuple(r) for r in rows] == [(f"{made}.episode-1", "policy"), (f"{made}.episode-2", "policy")]
     assert stored is not None and (stored.episode_open, stored.episodes) == (True, 2)
     assert [v for _, v, _ in history] == list(reversed(series))
+
+
+def test_a_policy_deleted_and_added_again_fires_its_own_episodes(engine: Engine) -> None:
+    """Found by a review: a re-created policy schedule counted its episodes from one again, and
+    its first episode's slot was the deleted schedule's (which holds its run for ever): the fire
+    was reported and no run made."""
+    job = define(engine, trigger_type="policy")
+    watch(engine, "drift", job, "replay.drift_ratio > 0.05")
+    assert observe(engine, "replay.drift_ratio", 0.07) == ["drift"]
+    with engine.store.write() as tx:
+        tx.schedule_delete("default", "drift")
+    later = Schedule(
+        "drift", job, ScheduleKind.POLICY, T0, condition="replay.drift_ratio > 0.05", tenant_id="default"
+    )
+    with engine.store.write() as tx:
+        tx.schedule_put(check_schedule(later), watermark=T0, source="test", now=T0 + timedelta(minutes=2))
+    assert observe(engine, "replay.drift_ratio", 0.01) == []
+    assert observe(engine, "replay.drift_ratio", 0.09) == ["drift"]
+    assert count(engine, "job_runs", "trigger_type = 'policy'") == 2
 
 
 def test_other_facts_do_not_touch_a_policy(engine: Engine) -> None:

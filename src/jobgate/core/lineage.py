@@ -21,7 +21,7 @@ RETRY_EDGE = "retry"  # the kind of every edge lineage reports
 
 def schedule_of(run: JobRun, trigger: Mapping[str, Any] | None) -> str | None:
     """The schedule a run belongs to, or None. A slot or schedule trigger id names it
-    (``TGTRIG-<schedule>@<instant | episode-n | config-...>``); a retry carries its source's in
+    (``TGTRIG-<schedule>@<instant | created.episode-n | config-...>``); a retry carries its source's in
     its trigger payload. An event schedule's run records no schedule id, so it belongs to none."""
     for named in (run.slot, run.trigger_id):
         if named and named.startswith(SCHEDULE_TRIGGER_PREFIX) and "@" in named:

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from jobgate.core.canonical import canonical_json
@@ -219,7 +219,7 @@ def record_fact(
                 at=now,
                 actor=actor,
                 reason=f"{s.condition} (schedule {s.schedule_id}, episode {item.episodes + 1})",
-                trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@episode-{item.episodes + 1}",
+                trigger_id=episode_trigger_id(item, item.episodes + 1),
                 policy_context={"condition": s.condition, "fact": name, "value": value, "source": source},
             )
             try:
@@ -279,3 +279,11 @@ def post_alert(
         engine, tenant_id=tenant_id, name=f"alert.{name}", value=1.0 if firing else 0.0, source=source, actor=actor
     )
     return out
+
+
+def episode_trigger_id(item: StoredSchedule, episode: int) -> str:
+    """A policy or alert schedule's episode as a slot: the schedule as created (a schedule
+    deleted and added again counts its episodes from one again, and its slots are its own, not
+    the earlier schedule's, which hold its runs for ever) and the episode's number."""
+    created = item.created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{TRIGGER_PREFIX}{item.schedule.schedule_id}@{created}.episode-{episode}"
