@@ -729,6 +729,23 @@ def test_an_edit_while_the_scheduler_is_behind_records_the_old_rhythms_slots(eng
     assert scheduled_runs(engine) == 1
 
 
+def test_a_window_schedule_applied_again_without_its_anchor_keeps_it(engine: Engine) -> None:
+    """Found by a review: a batch-window schedule anchored at :30, applied again from a document
+    naming no anchor, was reset to the epoch's grid (windows ending at :00), and the windows ran
+    overlapped the ones already run. It keeps the stored anchor, as every other kind does."""
+    from jobgate.service.schedules import schedule_from_document
+
+    job = helpers.define(engine, trigger_type="batch_window")
+    anchored = {"id": "w", "job": job, "window_seconds": 3600, "anchor": "2026-03-01T00:30:00Z"}
+    put_schedules(engine, [schedule_from_document(anchored, now=T0)], source="cli", now=T0)
+    again = {"id": "w", "job": job, "window_seconds": 3600}  # no anchor: the stored one stands
+    later = T0 + 2 * HOUR
+    put_schedules(engine, [schedule_from_document(again, now=later)], source="cli", now=later)
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "w")
+    assert stored is not None and stored.schedule.anchor == T0 + timedelta(minutes=30)
+
+
 def test_a_long_tick_renews_the_lease_as_it_goes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by a review: a tick that took longer than the lease (a schedule far behind) let a
     standby take over, the two deposed each other at every commit, and every schedule stalled.

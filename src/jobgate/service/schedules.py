@@ -471,11 +471,14 @@ def settle_owed_before_edit(tx: StoreTx, before: StoredSchedule, after: Schedule
 
 
 def _keep_anchor(s: Schedule, stored: Schedule, now: datetime) -> Schedule:
-    """A document that names no anchor is anchored at ``now`` (``schedule_from_document``, with
-    the ``now`` its caller passes here too): for a schedule already stored that would move its
-    grid at every re-apply, and an interval would fire again at once. It keeps the stored
-    schedule's anchor instead; a new schedule starts now, and a document naming one moves it."""
-    if s.anchor == now and stored.anchor != now:
+    """A document that names no anchor is anchored at ``now`` (a batch window at the epoch;
+    ``schedule_from_document``, with the ``now`` its caller passes here too): for a schedule
+    already stored that would move its grid at every re-apply (an interval would fire again at
+    once, a batch window's windows would overlap the ones already run). It keeps the stored
+    schedule's anchor instead; a new schedule starts at the default, and a document naming an
+    anchor moves it (naming exactly the default reads as naming none)."""
+    default = EPOCH if s.kind is ScheduleKind.BATCH_WINDOW else now
+    if s.anchor == default and stored.anchor != default:
         return replace(s, anchor=stored.anchor)
     return s
 
