@@ -729,6 +729,19 @@ def test_an_edit_while_the_scheduler_is_behind_records_the_old_rhythms_slots(eng
     assert scheduled_runs(engine) == 1
 
 
+def test_a_backfill_of_a_schedule_without_a_clock_is_refused(engine: Engine) -> None:
+    """Found by a review: backfilling a safe-mode schedule made a run for an activation that
+    never happened (its creation instant read as one). Only a timed schedule's slots can be
+    named by a range; the others' come from what happened."""
+    job = define(engine)
+    add(engine, Schedule("sm", job, ScheduleKind.SAFE_MODE, T0, every=HOUR))
+    before = count(engine, "job_runs")
+    with pytest.raises(ValidationError) as refused:
+        backfill(engine, tenant_id="default", job_definition_id=job, schedule_id="sm", start=T0, end=T0 + 5 * HOUR)
+    assert refused.value.field == "schedule" and "safe_mode" in refused.value.message
+    assert count(engine, "job_runs") == before
+
+
 def test_a_window_schedule_applied_again_without_its_anchor_keeps_it(engine: Engine) -> None:
     """Found by a review: a batch-window schedule anchored at :30, applied again from a document
     naming no anchor, was reset to the epoch's grid (windows ending at :00), and the windows ran
