@@ -276,6 +276,13 @@ def test_a_schedule_page_shows_its_next_fires_in_its_zone_and_pauses_for_operato
     assert "Resume" not in seen.text and "Pause" not in seen.text
     assert consumer.post("/schedules/paris-morning/resume", data={"csrf": _csrf(seen.text)}).status_code == 403
     assert _signed_in(world, "other", Role.OPERATOR).get("/schedules/paris-morning").status_code == 404
+    # found by a review: the page looked its schedule up among the tenant's first 500 (a 500 past them)
+    many = [
+        schedules.schedule_from_document({**doc, "id": f"m{i:04d}"}, now=now) for i in range(510)
+    ]  # sorted before "paris-morning"... and "zz-last" after all of them
+    many.append(schedules.schedule_from_document({**doc, "id": "zz-last"}, now=now))
+    schedules.put_schedules(world.engine, many, source="test", now=now)
+    assert operator.get("/schedules/zz-last").status_code == 200
 
 
 def test_a_workflow_page_draws_its_bound_step_graph(world: World) -> None:

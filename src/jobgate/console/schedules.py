@@ -48,9 +48,7 @@ def _schedule_page(
         for s in next_fires(stored.schedule, max(now, stored.watermark), NEXT)
     ]
     misses = operation_routes.schedule_misses(schedule_id, caller, state, reason=None, limit=50).items
-    item = next(
-        i for i in operation_routes.list_schedules(caller, state, limit=500).items if i.schedule_id == schedule_id
-    )
+    item = operation_routes.schedule_out(stored)  # the schedule itself: any of a tenant's, not one of its first 500
     return render(
         request,
         "schedule.html",

@@ -45,7 +45,7 @@ Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def _schedule_out(item: StoredSchedule, warnings: list[str] | None = None) -> ScheduleItemOut:
+def schedule_out(item: StoredSchedule, warnings: list[str] | None = None) -> ScheduleItemOut:
     s = item.schedule
     return ScheduleItemOut(
         schedule_id=s.schedule_id,
@@ -76,7 +76,7 @@ def list_schedules(
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         found = [i for i in tx.schedules_list(caller.tenant_id) if caller.may_use(i.schedule.job_definition_id)]
     page, next_cursor = pagination.page_in_memory(found, lambda i: i.schedule.schedule_id, cursor=cursor, limit=limit)
-    return Page[ScheduleItemOut](items=[_schedule_out(i) for i in page], next_cursor=next_cursor)
+    return Page[ScheduleItemOut](items=[schedule_out(i) for i in page], next_cursor=next_cursor)
 
 
 @router.post("/schedules", status_code=201, response_model=ScheduleItemOut, responses=repeated(ScheduleItemOut))
@@ -105,7 +105,7 @@ def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, sta
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         stored = tx.schedule_get(caller.tenant_id, schedule.schedule_id)
     assert stored is not None
-    return _schedule_out(stored, warnings)
+    return schedule_out(stored, warnings)
 
 
 @router.get("/schedules/{schedule_id}/misses", response_model=Page[MissOut])
