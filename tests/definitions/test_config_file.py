@@ -324,6 +324,7 @@ def test_every_url_setting_is_one_that_can_be_taken_apart(
     """Found by a regression review: a URL that only started right ('http://u:p@[::1/p') was
     accepted and failed where it was used (audit anchor exited 70). One rule for every URL
     setting; the refusal names the setting and does not repeat the URL (it may hold a secret)."""
+
     def filled(value: object) -> object:
         if isinstance(value, dict):
             return {k: filled(v) for k, v in value.items()}
@@ -333,3 +334,25 @@ def test_every_url_setting_is_one_that_can_be_taken_apart(
     with pytest.raises(ConfigurationError) as refused:
         build_config(document, base_dir=tmp_path, path=None)
     assert refused.value.field == field and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("zone", ["right/Europe/London", "posix/Europe/London", "Factory", "localtime", "Mars/Base"])
+def test_a_zone_is_refused_by_one_rule_at_every_door(tmp_path: Path, zone: str) -> None:
+    """Found by a review: a ``right/`` zone was accepted (Python reads it an hour off in winter)
+    and ``Factory`` was accepted by the configuration, then refused at every cron definition's
+    apply, naming a field the definition did not have."""
+    from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule, zone_problem
+
+    assert zone_problem(zone) is not None and zone_problem("Europe/London") is None
+    with pytest.raises(ConfigurationError) as refused:
+        build_config({"scheduling": {"timezone": zone}}, base_dir=tmp_path, path=None)
+    assert refused.value.field == "scheduling.timezone"
+    from datetime import UTC, datetime
+
+    from jobgate.core.errors import ValidationError
+
+    with pytest.raises(ValidationError) as refused_schedule:
+        check_schedule(
+            Schedule("s", "job", ScheduleKind.CRON, datetime(2026, 1, 1, tzinfo=UTC), cron="0 1 * * *", timezone=zone)
+        )
+    assert refused_schedule.value.field == "timezone"

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.config.auth import AuthSettings, parse_auth_settings
 from jobgate.config.health import AlertSettings, DependencySpec, parse_alerts, parse_dependencies
@@ -61,6 +60,7 @@ from jobgate.registry import (
     RunnerSpec,
     TargetSpec,
 )
+from jobgate.scheduling.model import zone_problem
 
 CONFIG_FILENAME = "jobgate.yaml"
 DEFAULT_PROFILE = "default"
@@ -549,10 +549,9 @@ def _scheduling(r: Reader, value: Any) -> SchedulingSettings:
     spec = r.mapping(_or_empty(value), "scheduling")
     r.only_keys(spec, "scheduling", ("timezone", "misfire"))
     zone = r.string(spec.get("timezone", "UTC"), "scheduling.timezone")
-    try:
-        ZoneInfo(zone)
-    except (ValueError, ZoneInfoNotFoundError):
-        r.fail("scheduling.timezone", f"unknown IANA timezone {zone!r}")
+    problem = zone_problem(zone)
+    if problem is not None:
+        r.fail("scheduling.timezone", problem)
     misfire = r.string(spec.get("misfire", "fire_once"), "scheduling.misfire")
     if misfire not in MISFIRE_POLICIES:
         r.fail("scheduling.misfire", f"one of {', '.join(MISFIRE_POLICIES)}")

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobgate.core.canonical import canonical_json, digest
 from jobgate.core.classes import JobClassSpec, is_builtin, job_class_name, known_classes
@@ -58,6 +57,7 @@ from jobgate.documents import (
 from jobgate.registry import RunnerSpec
 from jobgate.scheduling import cron
 from jobgate.scheduling.intervals import interval_seconds
+from jobgate.scheduling.model import zone_problem
 
 if TYPE_CHECKING:  # only for annotations: jobgate.config imports this package's documents module
     from jobgate.config import JobgateConfig
@@ -363,10 +363,9 @@ def _check_schedule(r: Reader, doc: Mapping[str, Any], trigger: TriggerType) -> 
             r.fail("schedule_expression", exc.message)
     if "schedule_timezone" in doc:
         zone = r.string(doc["schedule_timezone"], "schedule_timezone")
-        try:
-            ZoneInfo(zone)
-        except (ValueError, ZoneInfoNotFoundError):
-            r.fail("schedule_timezone", f"unknown IANA timezone {zone!r}")
+        problem = zone_problem(zone)
+        if problem is not None:
+            r.fail("schedule_timezone", problem)
     if "schedule_misfire" in doc and r.string(doc["schedule_misfire"], "schedule_misfire") not in MISFIRE_CHOICES:
         r.fail("schedule_misfire", f"one of {', '.join(MISFIRE_CHOICES)}")
 

@@ -111,22 +111,30 @@ HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")  # what a schedule subscribes to, what an event names
 
 
+def zone_problem(name: str) -> str | None:
+    """Why ``name`` is not a zone a schedule may use, or None. One rule for every door (a
+    schedule, a definition's ``schedule_timezone``, ``scheduling.timezone``): an IANA zone this
+    host knows, not one standing for the host's own setting, nor a ``right/`` (leap-second) or
+    ``posix/`` variant, which only some hosts' tzdata holds (and Python reads ``right/`` ones
+    wrong: an hour off in winter)."""
+    if name in HOST_ZONES or name.startswith(("right/", "posix/")):
+        return f"{name!r} depends on the host: name an IANA zone (e.g. Europe/Helsinki)"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown IANA timezone {name!r}"
+    return None
+
+
 def check_schedule(s: Schedule) -> Schedule:
     """Refuse a schedule that cannot plan, naming the field; return it (cron text normalised)."""
     if not s.schedule_id or not s.schedule_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ValidationError("use letters, digits, '-', '_' and '.'", field="schedule_id", source=s.schedule_id)
     if len(s.schedule_id) > MAX_SCHEDULE_ID:
         raise ValidationError(f"at most {MAX_SCHEDULE_ID} characters", field="schedule_id", source=s.schedule_id[:40])
-    if s.timezone in HOST_ZONES:  # what they mean is each host's own setting: schedulers would disagree
-        raise ValidationError(
-            f"{s.timezone!r} depends on the host: name an IANA zone (e.g. Europe/Helsinki)",
-            field="timezone",
-            source=s.schedule_id,
-        )
-    try:
-        ZoneInfo(s.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValidationError(f"unknown IANA timezone {s.timezone!r}", field="timezone", source=s.schedule_id) from None
+    problem = zone_problem(s.timezone)  # a host's own setting: schedulers on two hosts would disagree
+    if problem is not None:
+        raise ValidationError(problem, field="timezone", source=s.schedule_id)
     if s.anchor.tzinfo is None:
         raise ValidationError("the anchor needs a timezone", field="anchor", source=s.schedule_id)
     if s.kind is ScheduleKind.SAFE_MODE:
