@@ -759,6 +759,24 @@ def test_a_window_schedule_applied_again_without_its_anchor_keeps_it(engine: Eng
     assert stored is not None and stored.schedule.anchor == T0 + timedelta(minutes=30)
 
 
+def test_an_edit_of_a_paused_or_interval_schedule_keeps_its_slots_truthful(engine: Engine) -> None:
+    """Found by a review: slots that fell while a schedule was paused were recorded ``edited``
+    by a later edit (they were the pause's), and an interval schedule edited in its zone alone
+    (which moves none of its instants) had its owed slots dropped as ``edited``."""
+    from jobgate.scheduling.plan import rhythm_changed
+
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL, paused=True))
+    edit_at = T0 + 3 * HOUR + timedelta(minutes=30)
+    edited = check_schedule(replace(hourly(job, misfire=MisfirePolicy.FIRE_ALL, paused=True), cron="30 * * * *"))
+    put_schedules(engine, [edited], source="cli", now=edit_at)
+    with engine.store.read() as tx:
+        assert {r for _, r in tx.misses_list("default", "hourly")} == {"paused"}
+    every = Schedule("i", job, ScheduleKind.INTERVAL, T0, every=HOUR)
+    assert not rhythm_changed(every, replace(every, timezone="Europe/Helsinki"))
+    assert rhythm_changed(hourly(job), replace(hourly(job), timezone="Europe/Helsinki"))
+
+
 def test_a_long_tick_renews_the_lease_as_it_goes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by a review: a tick that took longer than the lease (a schedule far behind) let a
     standby take over, the two deposed each other at every commit, and every schedule stalled.

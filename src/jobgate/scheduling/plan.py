@@ -448,13 +448,16 @@ def regrid(schedule: Schedule, now: datetime) -> datetime:
 
 
 def rhythm_changed(before: Schedule, after: Schedule) -> bool:
-    """Whether an edit changes when a schedule's slots fall (kind, cron, period, anchor, zone)."""
-    return (before.kind, before.cron, before.every, before.anchor, before.timezone) != (
+    """Whether an edit changes when a schedule's slots fall (kind, cron, period, anchor; the zone
+    for a cron schedule only: an interval's or a window's instants are counted from its anchor
+    whatever the zone)."""
+    zoned = ScheduleKind.CRON in (before.kind, after.kind)
+    return (before.kind, before.cron, before.every, before.anchor, before.timezone if zoned else None) != (
         after.kind,
         after.cron,
         after.every,
         after.anchor,
-        after.timezone,
+        after.timezone if zoned else None,
     )
 
 
@@ -465,7 +468,9 @@ def owed_before_edit(before: Schedule, watermark: datetime, now: datetime) -> Pl
     if before.kind is ScheduleKind.SAFE_MODE or not before.kind.timed or now <= watermark:
         return Plan((), (), watermark)
     held = plan(replace(before, paused=True), watermark=watermark, now=now)
-    misses = tuple(Miss(m.schedule_id, m.fire_at, MissReason.EDITED) for m in held.misses)
+    # Slots that fell while the schedule was paused were the pause's, whatever the edit did.
+    reason = MissReason.PAUSED if before.paused else MissReason.EDITED
+    misses = tuple(Miss(m.schedule_id, m.fire_at, reason) for m in held.misses)
     return Plan((), misses, held.watermark, tuple(w.replace("(paused)", "(edited)") for w in held.warnings))
 
 
