@@ -777,6 +777,17 @@ def test_an_edit_of_a_paused_or_interval_schedule_keeps_its_slots_truthful(engin
     assert rhythm_changed(hourly(job), replace(hourly(job), timezone="Europe/Helsinki"))
 
 
+def test_a_skip_schedule_without_slack_is_refused() -> None:
+    """Found by a review: misfire skip with a grace of 0 skipped every slot (a tick comes a
+    little after its slot): refused, naming the grace."""
+    with pytest.raises(ValidationError) as refused:
+        check_schedule(Schedule("s", "job", ScheduleKind.CRON, T0, cron="* * * * *", misfire=MisfirePolicy.SKIP,
+                                misfire_grace=timedelta(0)))  # fmt: skip
+    assert refused.value.field == "misfire_grace"
+    check_schedule(Schedule("s", "job", ScheduleKind.CRON, T0, cron="* * * * *", misfire=MisfirePolicy.FIRE_ONCE,
+                            misfire_grace=timedelta(0)))  # fmt: skip
+
+
 def test_a_long_tick_renews_the_lease_as_it_goes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by a review: a tick that took longer than the lease (a schedule far behind) let a
     standby take over, the two deposed each other at every commit, and every schedule stalled.

@@ -105,6 +105,7 @@ class Schedule:
 
 
 MAX_CATCHUP_LIMIT = 100_000
+MIN_SKIP_GRACE = timedelta(seconds=1)  # a tick comes a little after its slot: a skip needs slack
 MAX_SCHEDULE_ID = 200  # the column's width
 # tzdata files that stand for the host's own zone setting, not a place.
 HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
@@ -212,6 +213,12 @@ def check_schedule(s: Schedule) -> Schedule:
             raise ValidationError(f"{name!r} is listed twice", field="payload_params", source=s.schedule_id)
     if s.misfire_grace < timedelta(0):
         raise ValidationError("must not be negative", field="misfire_grace", source=s.schedule_id)
+    if s.misfire is MisfirePolicy.SKIP and s.misfire_grace < MIN_SKIP_GRACE:
+        raise ValidationError(  # no tick is ever exactly on time: every slot would be skipped
+            f"a schedule that skips late slots needs a grace of at least {MIN_SKIP_GRACE.total_seconds():g} s",
+            field="misfire_grace",
+            source=s.schedule_id,
+        )
     if not 1 <= s.max_catchup <= MAX_CATCHUP_LIMIT:
         raise ValidationError(f"must be between 1 and {MAX_CATCHUP_LIMIT}", field="max_catchup", source=s.schedule_id)
     try:
