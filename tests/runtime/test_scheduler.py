@@ -742,6 +742,16 @@ def test_a_backfill_of_a_schedule_without_a_clock_is_refused(engine: Engine) -> 
     assert count(engine, "job_runs") == before
 
 
+def test_a_backfill_before_an_intervals_anchor_says_why_it_has_no_slot(engine: Engine) -> None:
+    """Found by a review: a backfill of a range before an interval schedule's anchor answered
+    "0 slots" and nothing more."""
+    job = define(engine)
+    add(engine, Schedule("i", job, ScheduleKind.INTERVAL, T0 + 10 * HOUR, every=HOUR))
+    with pytest.raises(ValidationError) as refused:
+        backfill(engine, tenant_id="default", job_definition_id=job, schedule_id="i", start=T0, end=T0 + 5 * HOUR)
+    assert refused.value.field == "to" and "anchor" in refused.value.message
+
+
 def test_a_window_schedule_applied_again_without_its_anchor_keeps_it(engine: Engine) -> None:
     """Found by a review: a batch-window schedule anchored at :30, applied again from a document
     naming no anchor, was reset to the epoch's grid (windows ending at :00), and the windows ran

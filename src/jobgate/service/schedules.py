@@ -588,6 +588,12 @@ def backfill(
             "the range's slots reach past the calendar's limits (the years 1 to 9999)",
             field="from" if start.year == MINYEAR else "to",
         ) from None
+    if not owed and schedule.kind is not ScheduleKind.CRON and end <= schedule.anchor:
+        raise ValidationError(  # an interval's slots are counted from its anchor: none before it
+            f"schedule {schedule.schedule_id!r} counts its slots from its anchor {isoformat_utc(schedule.anchor)}:"
+            " the range ends before it",
+            field="to",
+        )
     reason = f"backfill {isoformat_utc(start)}..{isoformat_utc(end)} of schedule {schedule.schedule_id}"
     requests = [
         fire_request(
