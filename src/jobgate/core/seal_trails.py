@@ -46,6 +46,8 @@ DELETABLE = frozenset({"schedule"})
 # The ends a run leaves again (the state machine's only way out of one: a requeue).
 RUN_REQUEUED_FROM = frozenset(s.value for s in TERMINAL if ALLOWED[s])
 RUN_ENDED = frozenset(s.value for s in TERMINAL)  # a run in one of these must be sealed
+# ... and a workflow run (never HELD: that is its steps' runs', waiting on a gate)
+WORKFLOW_ENDED = frozenset(s.value for s in TERMINAL if s.value != "HELD")
 RUN_RESEALED_IN_PLACE = frozenset({"DEAD_LETTERED"})  # a dead letter resolved without a requeue
 WORKFLOW_FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 REQUEUED = "requeued"

@@ -285,7 +285,7 @@ def check_contents(
         doc = json.loads(files[name])
         wid = doc["row"]["workflow_run_id"]
         parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])
-        ended = doc["row"]["status"] in seal_trails.RUN_ENDED and doc["row"]["status"] != "HELD"
+        ended = doc["row"]["status"] in seal_trails.WORKFLOW_ENDED
         _check_record(name, seals.WORKFLOW, parts, sealed.get((seals.WORKFLOW, wid)), out, ended=ended)
         _check_trail(name, seal_trails.workflow_trail(_sealed(trails, seals.WORKFLOW, wid), _content), out)
     for kind, file, rows in (

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from jobgate.core.canonical import digest
-from jobgate.core.errors import ConflictError, JobgateError, QuotaExceededError, ValidationError
+from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE, client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
-from jobgate.core.params import validate_params
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 from jobgate.service import retries
 from jobgate.service.engine import Engine
+from jobgate.service.pipeline import same_params
 from jobgate.service.submission import SubmitRequest, SubmitResult
 from jobgate.store.sqlstore import StoreTx
 
@@ -148,11 +148,7 @@ def _same_values(engine: Engine, tx: StoreTx, run: JobRun, ask: ManualAsk) -> bo
     digest is of the text as sent, so equal values written differently differed there)."""
     if ask.job_definition_id != run.job_definition_id:
         return False
-    try:
-        definition = engine.definition(tx, run.tenant_id, run.job_definition_id)
-        return validate_params(definition.params, ask.params) == dict(run.params)
-    except JobgateError:  # not a request this definition takes: not the same one
-        return False
+    return same_params(engine.definitions, tx, run.tenant_id, run.job_definition_id, ask.params, run.params)
 
 
 def _request(ask: ManualAsk, fingerprint: str, scope: Scope, actor: str, role: str | None) -> SubmitRequest:

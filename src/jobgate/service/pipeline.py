@@ -15,15 +15,16 @@ concurrent identical triggers exactly one creates the run and the others find it
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import ACTING, AuditEvent, attributed
 from jobgate.core.canonical import canonical_json, isoformat_utc
-from jobgate.core.errors import ConflictError, GovernanceRefusal, ValidationError
+from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, ValidationError
 from jobgate.core.governance import Moment, SafeModeFact, admit
 from jobgate.core.idempotency import client_request_key, event_slot, idempotency_key, retry_key, retry_run_id
 from jobgate.core.lineage import retry_refusal
@@ -496,6 +497,28 @@ def check_active(definition: JobDefinition) -> None:
             field="status",
             source=definition.job_definition_id,
         )
+
+
+def same_params(
+    definitions: Definitions,
+    tx: StoreTx,
+    tenant_id: str,
+    job_definition_id: str,
+    asked: Mapping[str, Any],
+    stored: Mapping[str, Any],
+    *,
+    version: int | None = None,
+) -> bool:
+    """Whether parameters ``asked`` again are those ``stored`` with an earlier request, value by
+    value as the definition (``version``, else its current one) reads them: a default left out
+    is the default, ``12.5`` the decimal ``12.50``, ``+007`` the integer ``7``. Parameters it
+    does not take are not the same request. How a repeated key is judged, for runs and
+    workflow runs alike."""
+    try:
+        definition = definitions.get(tx, tenant_id, job_definition_id, version)
+        return validate_params(definition.params, asked) == dict(stored)
+    except JobgateError:
+        return False
 
 
 def validate_preconditions(definition: JobDefinition, request: SubmitRequest) -> dict[str, str]:

@@ -23,13 +23,12 @@ from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, 
 from jobgate.core.governance import Moment
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobDefinition, Scope, TriggerType
-from jobgate.core.params import validate_params
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
-from jobgate.service.pipeline import validate_preconditions
+from jobgate.service.pipeline import same_params, validate_preconditions
 from jobgate.service.submission import PreparedSubmission, SubmitRequest
 from jobgate.store.sqlstore import StoreTx
 from jobgate.workflows.plan import (
@@ -259,13 +258,10 @@ def _same_start(engine: Engine, tx: StoreTx, found: WorkflowRecord, request: Sta
     default, ``+007`` the integer ``7``), as a run's repeated key is judged."""
     if found.scope != request.scope.as_dict():
         return False
-    if dict(request.params) == dict(found.params):
-        return True
-    try:
-        definition = engine.definition(tx, found.tenant_id, found.job_definition_id, found.definition_version)
-        return validate_params(definition.params, request.params) == dict(found.params)
-    except JobgateError:  # not parameters that version takes: not the same request
-        return False
+    return dict(request.params) == dict(found.params) or same_params(
+        engine.definitions, tx, found.tenant_id, found.job_definition_id, request.params, found.params,
+        version=found.definition_version,
+    )  # fmt: skip
 
 
 def _repeat_key(request: StartWorkflow) -> str | None:

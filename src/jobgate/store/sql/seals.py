@@ -45,7 +45,7 @@ S = record_seals.c
 BATCH_ACTION = seals.BATCH_ACTION
 BATCH_LIMIT = 50_000  # seals per batch entry: a long backlog becomes several entries
 _TERMINAL = tuple(s.value for s in TERMINAL)
-_WORKFLOW_TERMINAL = tuple(s.value for s in TERMINAL if s is not RunStatus.HELD)
+_WORKFLOW_TERMINAL = tuple(sorted(seal_trails.WORKFLOW_ENDED))
 SEAL_COLUMNS = (
     "tenant_id",
     "kind",
