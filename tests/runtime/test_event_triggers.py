@@ -190,9 +190,7 @@ def test_a_policy_deleted_and_added_again_fires_its_own_episodes(engine: Engine)
     assert observe(engine, "replay.drift_ratio", 0.07) == ["drift"]
     with engine.store.write() as tx:
         tx.schedule_delete("default", "drift")
-    later = Schedule(
-        "drift", job, ScheduleKind.POLICY, T0, condition="replay.drift_ratio > 0.05", tenant_id="default"
-    )
+    later = Schedule("drift", job, ScheduleKind.POLICY, T0, condition="replay.drift_ratio > 0.05", tenant_id="default")
     with engine.store.write() as tx:
         tx.schedule_put(check_schedule(later), watermark=T0, source="test", now=T0 + timedelta(minutes=2))
     assert observe(engine, "replay.drift_ratio", 0.01) == []

@@ -100,7 +100,7 @@ def test_outbox_summary_counts_undelivered_events_per_tenant_with_the_oldest(eng
 
 
 def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Engine) -> None:
-    done = complete(engine)
+    done = complete(engine, slot="window-1")
     (waiting,) = make(engine)
     (busy,) = running(engine)
     later = engine.clock.now() + timedelta(days=1)
@@ -120,6 +120,15 @@ def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Eng
         assert (remembered.job_run_id, remembered.status, remembered.slot) == (done.job_run_id, "COMPLETED", done.slot)
         assert remembered.created_at == done.created_at and remembered.ended_at == done.ended_at
         assert tx.runs_retired_holders([waiting]) == {} and tx.runs_retired_holders([]) == {}
+    with engine.store.read() as tx:  # asked as a submission asks: its holders, then retention's
+        same_key = done.evolve(job_run_id="other", slot=None)
+        same_slot = done.evolve(job_run_id="other", idempotency_key="another-key", slot="window-1")
+        for candidate in (same_key, same_slot):
+            assert tx.run_holders([candidate]) == {}
+            (found,) = tx.runs_retired_holders([candidate]).values()
+            assert found.job_run_id == done.job_run_id
+        assert tx.run_holders([waiting]) == {waiting.idempotency_key: waiting}
+        assert tx.runs_retired_holders([waiting]) == {}
         created = done.created_at
         assert [g.job_run_id for g in tx.runs_retired_between("default", created, later)] == [done.job_run_id]
         assert tx.runs_retired_between("default", created, later, done.job_definition_id) == [remembered]

@@ -594,6 +594,11 @@ class StoreTx:
         return runs.runs_by_keys(self._conn, idempotency_keys)
 
     def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
+        """The stored runs holding these runs' keys or slots (``runs.holders``). On PostgreSQL a
+        single submission's lookup travels with retention's (``runs_retired_holders``, asked
+        next) in one round trip."""
+        if len(candidates) == 1 and self._conn.dialect.name == "postgresql":
+            return self._ahead.holders(self._conn, candidates[0])
         return runs.holders(self._conn, candidates)
 
     def runs_list(self, f: RunFilter) -> list[JobRun]:
@@ -750,21 +755,14 @@ class StoreTx:
         run's key."""
         if not candidates:
             return {}
-        found = retention.retired_holders(
-            self._conn,
-            [c.idempotency_key for c in candidates],
-            [(c.tenant_id, c.job_definition_id, c.slot) for c in candidates if c.slot is not None],
-        )
-        by_key = {f.idempotency_key: f for f in found}
-        by_slot: dict[tuple[str, str, str | None], RetiredRun] = {
-            (f.tenant_id, f.job_definition_id, f.slot): f for f in found if f.slot is not None
-        }
-        out: dict[str, RetiredRun] = {}
-        for c in candidates:
-            hit = by_key.get(c.idempotency_key) or by_slot.get((c.tenant_id, c.job_definition_id, c.slot))
-            if hit is not None:
-                out[c.idempotency_key] = hit
-        return out
+        known, found = self._ahead.retired(candidates)
+        if not known:
+            found = retention.retired_holders(
+                self._conn,
+                [c.idempotency_key for c in candidates],
+                [(c.tenant_id, c.job_definition_id, c.slot) for c in candidates if c.slot is not None],
+            )
+        return retention.match_retired(candidates, found)
 
     def runs_retired_between(
         self, tenant_id: str, start: datetime, end: datetime, job_definition_id: str | None = None

@@ -3,7 +3,8 @@
 Preparing a trigger reads the definition's current version, its active approvals and its
 tenant's safe mode, one after the other, each waiting for the last one's answer. On
 PostgreSQL each is a round trip; asked together (``driver.returning_each``) they are one, a
-sixth of a single submission's round trips. What was read ahead is kept in the transaction
+sixth of a single submission's round trips. Storing it asks whether its trigger has a run
+already, stored or retired by retention: one round trip for both too. What was read ahead is kept in the transaction
 (``ReadAhead``) and handed out once to the read it stands for; any write to a sealed record in
 the transaction forgets all of it (``StoreTx._reseal``), so nothing read ahead is ever older
 than what the transaction itself wrote.
@@ -11,14 +12,17 @@ than what the transaction itself wrote.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
 
+from jobgate.core.models import JobRun
 from jobgate.core.records import SafeModePeriod
-from jobgate.store.base import StoredDefinition
-from jobgate.store.sql import definitions, driver, governance, safemode
+from jobgate.store import codec
+from jobgate.store.base import RetiredRun, StoredDefinition
+from jobgate.store.sql import definitions, driver, governance, retention, runs, safemode
 
 
 @dataclass
@@ -28,6 +32,7 @@ class ReadAhead:
     definitions: dict[tuple[str, str], StoredDefinition | None] = field(default_factory=dict)
     approvals: dict[tuple[str, str], list[tuple[Any, ...]]] = field(default_factory=dict)
     safe_modes: dict[str, SafeModePeriod | None] = field(default_factory=dict)
+    retired_runs: dict[str, list[RetiredRun]] = field(default_factory=dict)  # by the asking run's key
 
     def read(self, conn: Connection, tenant_id: str, job_definition_id: str) -> None:
         """The definition's current version, its active approvals and the tenant's safe mode,
@@ -44,6 +49,25 @@ class ReadAhead:
         self.definitions[pair] = definitions.current_of(found_definition)
         self.approvals[pair] = [tuple(r.values()) for r in found_approvals]
         self.safe_modes[tenant_id] = safemode.current_of(found_period)
+
+    def holders(self, conn: Connection, run: JobRun) -> dict[str, JobRun]:
+        """``runs.holders`` of one unstored run, and, in the same round trip, the runs retention
+        retired under its key or slot, kept for ``retired`` (a submission asks both in turn)."""
+        stored = runs.holder_queries(run)
+        answers = driver.returning_each(conn, [*stored, *retention.retired_queries(run)])
+        found, gone = answers[: len(stored)], answers[len(stored) :]
+        by_key = [codec.run_from_row(r) for r in found[0]]
+        by_slot = [codec.run_from_row(r) for r in found[1]] if len(found) > 1 else []
+        self.retired_runs[run.idempotency_key] = [r for rows in gone for r in retention.retired_from(rows)]
+        return runs.holders_from(conn, [run], by_key, by_slot)
+
+    def retired(self, candidates: Sequence[JobRun]) -> tuple[bool, list[RetiredRun]]:
+        """(True, the retired runs read ahead for these candidates) once, when every one of them
+        was read ahead; (False, []) otherwise."""
+        keys = {c.idempotency_key for c in candidates}
+        if not keys <= self.retired_runs.keys():
+            return False, []
+        return True, [r for key in sorted(keys) for r in self.retired_runs.pop(key)]
 
     def definition(self, tenant_id: str, job_definition_id: str) -> tuple[bool, StoredDefinition | None]:
         """(True, the definition read ahead) once; (False, None) when it was not."""
@@ -69,3 +93,4 @@ class ReadAhead:
         self.definitions.clear()
         self.approvals.clear()
         self.safe_modes.clear()
+        self.retired_runs.clear()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from jobgate.core.models import JobRun
 from jobgate.store import codec
 from jobgate.store.base import RetiredRun, RetireScope
 from jobgate.store.codec import from_us, to_us
@@ -142,6 +143,35 @@ def retired_holders(conn: Connection, keys: Sequence[str], slots: Sequence[tuple
     if not wanted:
         return []
     return [_retired(tuple(row)) for row in conn.execute(select(*_RETIRED_COLUMNS).where(or_(*wanted)))]
+
+
+def retired_queries(run: JobRun) -> list[tuple[Any, dict[str, Any]]]:
+    """``retired_holders`` of one run as statements that can travel together (PostgreSQL's
+    pipeline, ``store.sql.ahead``): by its key and, when it has one, by its slot."""
+    queries: list[tuple[Any, dict[str, Any]]] = [(_BY_KEY, {"key": run.idempotency_key})]
+    if run.slot is not None:
+        queries.append((_BY_SLOT, {"tenant": run.tenant_id, "job": run.job_definition_id, "slot": run.slot}))
+    return queries
+
+
+def retired_from(rows: Sequence[Mapping[str, Any]]) -> list[RetiredRun]:
+    """The retired runs of ``retired_queries``' answers (rows as dicts, in select order)."""
+    return [_retired(tuple(row.values())) for row in rows]
+
+
+def match_retired(candidates: Sequence[JobRun], found: Sequence[RetiredRun]) -> dict[str, RetiredRun]:
+    """For each candidate whose trigger's run was retired, that run (by key, else by slot),
+    keyed by the candidate's idempotency key."""
+    by_key = {f.idempotency_key: f for f in found}
+    by_slot: dict[tuple[str, str, str | None], RetiredRun] = {
+        (f.tenant_id, f.job_definition_id, f.slot): f for f in found if f.slot is not None
+    }
+    out: dict[str, RetiredRun] = {}
+    for c in candidates:
+        hit = by_key.get(c.idempotency_key) or by_slot.get((c.tenant_id, c.job_definition_id, c.slot))
+        if hit is not None:
+            out[c.idempotency_key] = hit
+    return out
 
 
 def retired_between(

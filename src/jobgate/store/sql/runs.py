@@ -230,17 +230,37 @@ def _by_id_where_missing(conn: Connection, stored: dict[str, JobRun], fresh: dic
 def holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str, JobRun]:
     """For each of these (unstored) runs that has one, the stored run under its idempotency key
     or, failing that, holding its slot; keyed by the given run's idempotency key."""
-    by_key = {r.idempotency_key: r for r in runs_by_keys(conn, [r.idempotency_key for r in runs])}
-    wanted = [r for r in runs if r.idempotency_key not in by_key and r.slot is not None]
+    by_key = runs_by_keys(conn, [r.idempotency_key for r in runs])
+    keys = {r.idempotency_key for r in by_key}
+    slots = [r.slot for r in runs if r.idempotency_key not in keys and r.slot is not None]
+    return holders_from(conn, runs, by_key, _runs_where(conn, job_runs.c.slot, slots) if slots else [])
+
+
+def holder_queries(run: JobRun) -> list[tuple[Any, dict[str, Any]]]:
+    """``holders`` of one run as statements that can travel together (PostgreSQL's pipeline,
+    ``store.sql.ahead``): the runs under its key and, when it has a slot, those holding it."""
+    queries: list[tuple[Any, dict[str, Any]]] = [(_by_any("idempotency_key"), {"values": [run.idempotency_key]})]
+    if run.slot is not None:
+        queries.append((_by_any("slot"), {"values": [run.slot]}))
+    return queries
+
+
+def holders_from(
+    conn: Connection, runs: Sequence[JobRun], by_key: Sequence[JobRun], by_slot: Sequence[JobRun]
+) -> dict[str, JobRun]:
+    """``holders`` from the runs found under the candidates' keys and slots: a key's run
+    first, else the slot's."""
+    found = {r.idempotency_key: r for r in by_key}
+    wanted = [r for r in runs if r.idempotency_key not in found and r.slot is not None]
     if not wanted:
-        return by_key
-    by_slot = {_slot_of(r): r for r in _runs_where(conn, job_runs.c.slot, [w.slot for w in wanted if w.slot])}
+        return found
+    slotted = {_slot_of(r): r for r in by_slot}
     for w in wanted:
-        found = by_slot.get(_slot_of(w))
-        if found is not None:
-            by_key[w.idempotency_key] = found
-    by_key.update(_legacy_window_holders(conn, [w for w in wanted if w.idempotency_key not in by_key]))
-    return by_key
+        holder = slotted.get(_slot_of(w))
+        if holder is not None:
+            found[w.idempotency_key] = holder
+    found.update(_legacy_window_holders(conn, [w for w in wanted if w.idempotency_key not in found]))
+    return found
 
 
 def _slot_of(run: JobRun) -> tuple[str, str, str]:
