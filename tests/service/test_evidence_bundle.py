@@ -422,7 +422,7 @@ def test_a_period_names_the_runs_retention_deleted(period: tuple[Engine, str, li
         pass
     now = engine.clock.now()
     with engine.store.write() as tx:
-        gone = tx.runs_retire("default", now + timedelta(minutes=1), 2)
+        gone = tx.runs_retire("default", now + timedelta(minutes=1), 2, now=now + timedelta(minutes=1))
     assert len(gone) == 2
     from jobgate.service import audit
 

@@ -110,8 +110,8 @@ def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Eng
     with engine.store.write() as tx:
         assert tx.runs_retirable_count("default", later) == 1
         assert tx.runs_retirable_count("default", done.ended_at or later) == 0  # ended at the bound, not before
-        assert tx.runs_retire("default", later, 10) == [done.job_run_id]
-        assert tx.runs_retire("default", later, 10) == []
+        assert tx.runs_retire("default", later, 10, now=later) == [done.job_run_id]
+        assert tx.runs_retire("default", later, 10, now=later) == []
         assert tx.run_get(done.job_run_id) is None
         assert tx.run_transitions(done.job_run_id) == []
         assert tx.runs_retirable_count("default", later) == 0
@@ -119,6 +119,7 @@ def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Eng
         (remembered,) = tx.runs_retired_holders([done]).values()
         assert (remembered.job_run_id, remembered.status, remembered.slot) == (done.job_run_id, "COMPLETED", done.slot)
         assert remembered.created_at == done.created_at and remembered.ended_at == done.ended_at
+        assert remembered.retired_at == later  # on the caller's clock, not the host's
         assert tx.runs_retired_holders([waiting]) == {} and tx.runs_retired_holders([]) == {}
     with engine.store.read() as tx:  # asked as a submission asks: its holders, then retention's
         same_key = done.evolve(job_run_id="other", slot=None)
@@ -153,16 +154,16 @@ def test_retention_keeps_open_dead_letters_other_tenants_and_active_workflow_ste
     later = engine.clock.now() + timedelta(days=1)
     with engine.store.write() as tx:
         assert tx.runs_retirable_count("default", later) == 0
-        assert tx.runs_retire("default", later, 10) == []
+        assert tx.runs_retire("default", later, 10, now=later) == []
         letter = tx.dead_letter_open_for(lettered.job_run_id)
         assert letter is not None
         tx.dead_letter_resolve(letter.dead_letter_id, "discarded", engine.clock.now())
         assert tx.runs_retirable_count("default", later) == 1
-        assert tx.runs_retire("default", later, 10) == [lettered.job_run_id]
+        assert tx.runs_retire("default", later, 10, now=later) == [lettered.job_run_id]
         assert tx.dead_letters_list("default", open_only=False) == []  # its resolved letter goes with it
     assert get(engine, step.job_run_id) and get(engine, foreign.job_run_id)
     with engine.store.write() as tx:
-        assert tx.runs_retire("tenant-b", later, 10) == [foreign.job_run_id]
+        assert tx.runs_retire("tenant-b", later, 10, now=later) == [foreign.job_run_id]
 
 
 def test_retention_takes_at_most_its_limit_per_call(engine: Engine) -> None:
@@ -171,6 +172,6 @@ def test_retention_takes_at_most_its_limit_per_call(engine: Engine) -> None:
     _deliver_all(engine)
     later = engine.clock.now() + timedelta(days=1)
     with engine.store.write() as tx:
-        first = tx.runs_retire("default", later, 2)
-        second = tx.runs_retire("default", later, 2)
+        first = tx.runs_retire("default", later, 2, now=later)
+        second = tx.runs_retire("default", later, 2, now=later)
     assert len(first) == 2 and len(second) == 1 and not set(first) & set(second)

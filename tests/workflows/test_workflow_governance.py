@@ -310,13 +310,13 @@ def test_retention_keeps_the_step_runs_of_a_workflow_still_running(engine: Engin
         deliver_all()
         a_run = str(view(engine, wid).steps[0].job_run_id)
         with engine.store.write() as tx:  # a finished step run of a running workflow is kept
-            gone = tx.runs_retire("default", later, 100)
+            gone = tx.runs_retire("default", later, 100, now=later)
         assert other in gone and a_run not in gone
         Path(str(marker) + ".gate").touch()
         wait_workflow(engine, wid)
     deliver_all()
     with engine.store.write() as tx:  # the workflow ended: its step runs may go like any run
-        gone = tx.runs_retire("default", later, 100)
+        gone = tx.runs_retire("default", later, 100, now=later)
     assert a_run in gone
 
 

@@ -104,7 +104,7 @@ def _run_pass(engine: Engine, tenant_id: str, p: RetentionPass, now: datetime, d
     deleted = 0
     while True:
         with engine.store.write() as tx:
-            ids = tx.runs_retire(tenant_id, p.cutoff, BATCH, p.scope)
+            ids = tx.runs_retire(tenant_id, p.cutoff, BATCH, p.scope, now=now)
             if ids:
                 tx.audit_append(
                     [

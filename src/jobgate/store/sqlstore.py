@@ -740,10 +740,12 @@ class StoreTx:
         return outbox.outbox_backlog(self._conn, ordered_ids=self._ordered_ids)
 
     def runs_retire(
-        self, tenant_id: str, ended_before: datetime, limit: int, scope: RetireScope = ANY_RUN
+        self, tenant_id: str, ended_before: datetime, limit: int, scope: RetireScope = ANY_RUN, *, now: datetime
     ) -> list[str]:
+        """Delete up to ``limit`` finished runs ended before ``ended_before``; ``now`` (the
+        caller's clock) is when ``retired_runs`` says they were retired."""
         retired = retention.runs_retire(
-            self._conn, tenant_id, ended_before, limit, scope, ordered_ids=self._ordered_ids
+            self._conn, tenant_id, ended_before, limit, scope, ordered_ids=self._ordered_ids, now=now
         )
         if retired:  # each retired run leaves a tombstone closing its seal
             record_seals.retire_runs(self._conn, tenant_id, retired, codec.to_us(ended_before))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select
@@ -74,10 +74,17 @@ def runs_retirable_count(
 
 
 def runs_retire(
-    conn: Connection, tenant_id: str, ended_before: datetime, limit: int, scope: RetireScope, *, ordered_ids: bool
+    conn: Connection,
+    tenant_id: str,
+    ended_before: datetime,
+    limit: int,
+    scope: RetireScope,
+    *,
+    ordered_ids: bool,
+    now: datetime,
 ) -> list[str]:
     """Delete up to ``limit`` runs ``_retirable`` names, with their transitions, resolved dead
-    letters, licence slots and delivered events."""
+    letters, licence slots and delivered events; each remembered as retired ``now``."""
     from sqlalchemy import delete
 
     from jobgate.store.tables import dead_letters, job_runs, licence_slots, run_transitions
@@ -87,7 +94,7 @@ def runs_retire(
     ids = [row[0] for row in conn.execute(select(r.job_run_id).where(where).limit(limit))]
     if not ids:
         return []
-    _remember(conn, ids, retired_at=to_us(datetime.now(UTC)))
+    _remember(conn, ids, retired_at=to_us(now))
     conn.execute(delete(run_transitions).where(run_transitions.c.job_run_id.in_(ids)))
     conn.execute(delete(dead_letters).where(dead_letters.c.job_run_id.in_(ids)))
     conn.execute(delete(licence_slots).where(licence_slots.c.job_run_id.in_(ids)))
