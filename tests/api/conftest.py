@@ -206,7 +206,10 @@ def build_world(
     n = [{"name": "n", "pattern": "[0-9]{1,6}"}]
     for tenant in TENANTS:
         define(engine, job_definition_id=SHARED_JOB, tenant_id=tenant, trigger_type="event", params=n)
-    define(engine, job_definition_id=ACME_JOB, tenant_id="acme", trigger_type="adaptive", params=n)
+    # acme's job also takes a label whose pattern JavaScript compiles only without the "v" flag
+    # browsers give a pattern attribute (a class ending in "-"): the console still checks it.
+    label = {"name": "label", "pattern": "[A-Za-z][A-Za-z0-9 _.-]{0,15}"}
+    define(engine, job_definition_id=ACME_JOB, tenant_id="acme", trigger_type="adaptive", params=[*n, label])
     define(
         engine,
         job_definition_id=ACME_FLOW,

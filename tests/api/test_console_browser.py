@@ -238,6 +238,14 @@ def test_four_eyes_end_to_end_and_the_run_completes_live(world: World, served: s
     assert "Does not match the declared pattern" in browser.find_element(By.ID, "param-n-hint").text
     n.send_keys(Keys.BACKSPACE)
     assert n.get_attribute("aria-invalid") == "false" and browser.find_element(By.ID, "param-n-hint").text == ""
+    label = browser.find_element(By.ID, "param-label")  # [A-Za-z][A-Za-z0-9 _.-]{0,15}: no valid "v" pattern
+    label.send_keys("<bad>!")
+    assert label.get_attribute("aria-invalid") == "true"
+    assert "Does not match the declared pattern" in browser.find_element(By.ID, "param-label-hint").text
+    for _ in "<bad>!":
+        label.send_keys(Keys.BACKSPACE)
+    label.send_keys("Q4 close-v2.1")
+    assert label.get_attribute("aria-invalid") == "false"
     browser.find_element(By.ID, "title").send_keys("month end")
     browser.find_element(By.ID, "reason").send_keys("close the books")
     _go(browser, browser.find_element(By.XPATH, "//button[text()='Submit request']"))
@@ -389,6 +397,14 @@ def test_an_auditor_downloads_a_runs_evidence_and_the_cli_verifies_it(
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"ok: {bundle} (signed by {signer.key_id}" in checked.stdout
     browser.get(f"{served}/audit")
+    # the export form's id fields are checked by the browser: their patterns compile under the
+    # "v" flag browsers use for a pattern attribute (an uncompilable one is silently ignored)
+    mismatch = (
+        "const i = document.getElementById(arguments[0]); i.value = arguments[1]; return i.validity.patternMismatch;"
+    )
+    for field in ("bundle-run", "bundle-workflow", "bundle-definition"):
+        assert browser.execute_script(mismatch, field, "no spaces allowed") is True
+        assert browser.execute_script(mismatch, field, "TGJOBRUN-a_b.c:d@e-f") is False
     _go(browser, browser.find_element(By.CSS_SELECTOR, "a[aria-label='Inclusion proof of entry 1']"))
     assert browser.find_element(By.ID, "proof-summary").text.startswith("Entry 1 ")
     _shot(browser, "audit-proof")

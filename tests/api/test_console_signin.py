@@ -91,7 +91,8 @@ def test_sign_out_needs_the_session_csrf_token(world: World) -> None:
     csrf = re.search(r'name="csrf" value="([^"]+)"', home.text)
     assert csrf is not None
     forged = client.post("/logout", data={"csrf": "not-it"})
-    assert forged.status_code == 403 and forged.json()["field"] == "csrf"
+    assert forged.status_code == 403 and forged.headers["content-type"].startswith("text/html")
+    assert "(forbidden, csrf)" in forged.text and "Sign out" in forged.text  # a page of the console
     assert client.get("/").status_code == 200  # still signed in
     out = client.post("/logout", data={"csrf": csrf.group(1)})
     assert out.status_code == 303 and out.headers["location"] == "/login"
@@ -116,7 +117,7 @@ def test_sign_out_ends_the_session_on_the_server_not_only_in_the_browser(world: 
         refused = replay.get(path)
         assert refused.status_code == 303 and refused.headers["location"] == "/login", path
     forged_post = replay.post("/logout", data={"csrf": csrf.group(1)})
-    assert forged_post.status_code in (303, 401)
+    assert forged_post.status_code == 303 and forged_post.headers["location"] == "/login"  # a form: sign in again
     assert other.get("/").status_code == 200  # the same operator's other session goes on
 
 
@@ -228,3 +229,40 @@ def test_every_console_page_forbids_framing_sniffing_and_scripts_from_elsewhere(
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
         assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
         assert "<script>" not in page.text  # no inline script the policy would have to admit
+
+
+def test_console_refusals_made_before_a_page_runs_are_pages(world: World) -> None:
+    """Found by a review in a real browser: a form posted after the session ended, a stale CSRF
+    token, a form over the size limit and an address that is only a form's action answered with
+    the API's JSON (one of them blaming a bearer token). Each is a page now; the API keeps JSON."""
+    client = _fresh_client(world)
+    _sign_in(client, method="token", token=world.tokens[("acme", Role.ADMIN)])
+    home = client.get("/")
+    assert home.headers["cache-control"] == "no-store"  # Back after sign-out shows no signed-in page
+    csrf = re.search(r'name="csrf" value="([^"]+)"', home.text)
+    assert csrf is not None
+    # a reason of 2,000 four-byte characters (the field's maxlength) is a form like any other
+    wide = client.post("/admin/safe-mode", data={"csrf": csrf.group(1), "active": "true", "reason": "中" * 2000})
+    assert wide.status_code == 303
+    from jobgate.service import safemode
+
+    period = safemode.status(world.engine, "acme")
+    assert period is not None and period.active and period.reason == "中" * 2000
+    huge = client.post("/admin/safe-mode", data={"csrf": csrf.group(1), "active": "false", "reason": "x" * 200_000})
+    assert huge.status_code == 422 and huge.headers["content-type"].startswith("text/html")
+    assert "longer than a console form may be" in huge.text and "(validation_error, form)" in huge.text
+    still = safemode.status(world.engine, "acme")
+    assert still is not None and still.active  # refused: nothing changed
+    html = {"accept": "text/html,application/xhtml+xml"}
+    for path, status in (("/admin/tokens", 405), ("/no-such-page", 404)):
+        page = client.get(path, headers=html)
+        assert page.status_code == status and page.headers["content-type"].startswith("text/html"), path
+        assert "Sign out" in page.text or "Sign in" in page.text
+    assert client.get("/no-such-page").json()["error"] == "not_found"  # no page asked for: JSON
+    assert client.get("/api/v1/no-such-route", headers=html).json()["error"] == "not_found"  # the API's own
+    ended = _fresh_client(world)
+    ended.cookies.set(SESSION_COOKIE, "not-a-session")
+    after = ended.post("/admin/safe-mode", data={"csrf": csrf.group(1), "active": "false"})
+    assert after.status_code == 303 and after.headers["location"] == "/login"
+    anonymous = _fresh_client(world).get("/no-such-page", headers=html)
+    assert anonymous.status_code == 404 and "Sign in" in anonymous.text

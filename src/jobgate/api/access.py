@@ -125,11 +125,11 @@ async def enforce(request: Request) -> None:
         if len(request.headers.getlist(name)) > 1:
             raise BadRequest(f"the {name} header is given more than once; send one", field=name)
     principal, csrf = await identify(server, request)
+    request.state.principal = principal  # known before any check: a refusal is attributed, and drawn as a page
     if is_console(request):
         request.state.csrf = csrf
         if request.method not in ("GET", "HEAD", "OPTIONS") and server.auth:
             await check_csrf(request, csrf)
-    request.state.principal = principal  # known before the role check: a refusal is attributed
     ACTING.set(Acting(principal.actor, principal.credential, principal.display_name))  # this request's task only
     request.state.rule = rule
     check_role(rule, principal)

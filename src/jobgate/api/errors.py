@@ -102,8 +102,8 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
     status = status_for(exc)
     if isinstance(exc, Forbidden):
         _audit_forbidden(request, exc)
-    if status == 401 and request.method == "GET" and _is_console(request):
-        return RedirectResponse("/login", status_code=303)  # a page: sign in first
+    if status == 401 and _is_console(request):  # a page or its form: sign in (again) first
+        return RedirectResponse("/login", status_code=303)
     headers = {"WWW-Authenticate": _challenge(request)} if status == 401 else None
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.
@@ -115,15 +115,23 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
 
 
 def _console_page(request: Request, status: int, code: str, message: str, field: str | None) -> Response | None:
-    """A refusal of a console page, as the console draws it for the signed-in caller (its
-    ``refusal_page``, set on the application by ``console.app``: the API imports nothing of the
-    console); None when it is not a console page, nobody is signed in yet, or no console is
-    served (the API's JSON answer then)."""
+    """A refusal of a console page, as the console draws it (its ``refusal_page``, set on the
+    application by ``console.app``: the API imports nothing of the console); None when it is
+    not a console page or no console is served (the API's JSON answer then)."""
     draw = getattr(request.app.state, "refusal_page", None)
-    if draw is None or not _is_console(request) or getattr(request.state, "principal", None) is None:
+    if draw is None or not _wants_page(request):
         return None
     page: Response = draw(request, status, code, message, field)
     return page
+
+
+def _wants_page(request: Request) -> bool:
+    """A console page's request, or a browser's outside the API asking for a page (an address
+    no page has, a form's address opened again): it is answered with a page, not JSON."""
+    if _is_console(request):
+        return True
+    path = request.url.path
+    return not path.startswith(("/api/", "/static/")) and "text/html" in request.headers.get("accept", "")
 
 
 def _is_console(request: Request) -> bool:
@@ -190,7 +198,7 @@ def _validation_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(body("validation_error", message, field), status_code=422)
 
 
-def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     codes = {
         400: "bad_request",
@@ -205,11 +213,18 @@ def _http_error(_request: Request, exc: Exception) -> JSONResponse:
         405: "method not allowed on this route",
     }
     message = messages.get(exc.status_code, str(exc.detail))
+    code = codes.get(exc.status_code, "http_error")
+    page = _console_page(request, exc.status_code, code, _PAGE_MESSAGES.get(exc.status_code, message), None)
+    if page is not None:
+        return page
     return JSONResponse(
-        body(codes.get(exc.status_code, "http_error"), message),
+        body(code, message),
         status_code=exc.status_code,
         headers=getattr(exc, "headers", None),
     )
+
+
+_PAGE_MESSAGES = {404: "the console has no such page", 405: "this address is a form's action, not a page"}
 
 
 def _internal_error(request: Request, exc: Exception) -> JSONResponse:

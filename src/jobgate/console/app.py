@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from jobgate.api import app as api_app
 from jobgate.api.server_state import ServerState
 from jobgate.console import definitions, governance, requests, schedules, signin, views, workflows
-from jobgate.console.pages import render
+from jobgate.console.pages import page_response, render, templates
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -31,17 +31,16 @@ def create_app(state: ServerState) -> FastAPI:
 
 
 def refusal_page(request: Request, status: int, code: str, message: str, field: str | None) -> Response:
-    """A refusal of a console page, drawn as a page for the signed-in caller: the console's own
-    layout and navigation, the code, the field and why, and a way back."""
+    """A refusal of a console page, drawn as a page: for the signed-in caller the console's own
+    layout and navigation, the code, the field and why, and a way back; before anyone is known
+    (a form refused for its CSRF token or its size, an address no page has) the same words on
+    the sign-in page's plain layout."""
     named = f", {field}" if field else ""
-    return render(
-        request,
-        "message.html",
-        status=status,
-        title=_PAGE_TITLES.get(status, "Refused"),
-        message=f"{message} ({code}{named})",
-        back="/",
-    )
+    title, said = _PAGE_TITLES.get(status, "Refused"), f"{message} ({code}{named})"
+    if getattr(request.state, "principal", None) is None:
+        page = templates.get_template("refused.html").render(title=title, message=said)
+        return page_response(page, status)
+    return render(request, "message.html", status=status, title=title, message=said, back="/")
 
 
-_PAGE_TITLES = {403: "Not allowed", 404: "Not found"}
+_PAGE_TITLES = {403: "Not allowed", 404: "Not found", 405: "Not here"}

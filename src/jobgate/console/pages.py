@@ -111,6 +111,7 @@ PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",  # a signed-in page is not kept: Back after sign-out shows nothing
 }
 
 

@@ -57,7 +57,9 @@ def requests_page(request: Request, job: Annotated[str | None, Query(max_length=
 async def propose(request: Request) -> Response:
     form = await form_of(request)
     caller, state = caller_of(request), state_of(request)
-    params = {k.removeprefix("param."): v for k, v in form.items() if k.startswith("param.")}
+    # A field left empty is a parameter not given (a form cannot send "no value"): an optional
+    # one takes its default, a required one is refused as missing, not for its pattern.
+    params = {k.removeprefix("param."): v for k, v in form.items() if k.startswith("param.") and v != ""}
 
     def propose_it() -> RequestOut:
         body = RequestIn(
