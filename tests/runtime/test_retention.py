@@ -217,3 +217,51 @@ def test_a_retired_runs_key_or_slot_makes_no_second_run(database_url: str, tmp_p
         assert count(engine, "job_runs") == runs_before  # nothing stored, nothing to run
     finally:
         store.dispose()
+
+
+def test_a_retired_slot_the_scheduler_reaches_later_had_its_run(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: slots backfilled while the scheduler was down, then retired before it
+    came back, failed every tick of their schedule (the retired key's 409), and no later slot
+    ever fired. A retired slot had its run, as a stored one has: the schedule moves on."""
+    from jobgate.runtime.scheduler import Scheduler
+    from jobgate.scheduling.model import MisfirePolicy, Schedule, ScheduleKind
+    from jobgate.service import schedules
+
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed", trigger_type="cron", schedule_expression="0 0 1 1 *")
+        start = (engine.clock.now() - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0)
+        hourly = Schedule(
+            "hourly", job, ScheduleKind.CRON, start, cron="0 * * * *", misfire=MisfirePolicy.FIRE_ALL,
+            misfire_grace=timedelta(hours=12),
+        )  # fmt: skip
+        with engine.store.write() as tx:  # never ticked since before ``start``
+            tx.schedule_put(hourly, watermark=start - timedelta(minutes=1), source="test", now=start)
+        done = schedules.backfill(
+            engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=start,
+            end=start + timedelta(hours=2),
+        )  # fmt: skip
+        assert [s.created for s in done] == [True, True]
+        with running_worker(engine):
+            for s in done:
+                assert s.job_run_id is not None
+                wait_status(engine, s.job_run_id, RunStatus.COMPLETED)
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        later = engine.clock.now() + timedelta(days=2)
+        with engine.store.write() as tx:
+            anchors.anchor_due(
+                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
+            )
+        assert retire(engine, "default", now=later).deleted == 2
+        runs_before = count(engine, "job_runs")
+        scheduler = Scheduler(engine, owner="back")
+        ticked = scheduler.tick(now=start + timedelta(hours=2, minutes=30))
+        assert ticked.fired == 1  # start + 2h only: the two retired slots had their runs
+        with engine.store.read() as tx:
+            (stored,) = [s for s in tx.schedules_list() if s.schedule.schedule_id == "hourly"]
+        assert stored.failures == 0 and stored.watermark >= start + timedelta(hours=2)
+        assert count(engine, "job_runs") == runs_before + 1
+    finally:
+        store.dispose()

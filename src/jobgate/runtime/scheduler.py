@@ -307,6 +307,7 @@ class Scheduler:
                     return False
                 if not advance(tx):
                     return False  # changed under us (another scheduler, an edit): decided again next tick
+                prepared = self._not_retired(tx, schedule, prepared)
                 made = self.engine.pipeline.create(tx, prepared, now)
                 if replaced and any(r.created for r in made):
                     self._replace(tx, schedule, replaced, now)
@@ -339,6 +340,24 @@ class Scheduler:
                     ),
                 )
         return True
+
+    @staticmethod
+    def _not_retired(tx: StoreTx, schedule: Schedule, prepared: list[PreparedSubmission]) -> list[PreparedSubmission]:
+        """The fires whose slot has not had its run. A slot whose run retention has deleted (a
+        backfill ran it while the scheduler was down, longer ago than the retention period) had
+        its run, as a slot whose run is stored has: nothing is made for it and the schedule
+        moves on (refusing it, as a person's request of a retired key is, would fail the tick
+        and stop the schedule for good)."""
+        gone = tx.runs_retired_holders([p.create.run for p in prepared]) if prepared else {}
+        for key, retired in gone.items():
+            log.info(
+                "schedule %s: slot %s had its run %s, retired by retention; not fired again",
+                schedule.schedule_id,
+                retired.slot or key,
+                retired.job_run_id,
+                extra={"action": "schedule_slot_retired", "schedule_id": schedule.schedule_id},
+            )
+        return [p for p in prepared if p.create.run.idempotency_key not in gone]
 
     def _active_runs(self, schedule: Schedule) -> list[JobRun]:
         """Pending or running runs this schedule made."""
