@@ -138,3 +138,42 @@ def test_a_probe_slow_as_a_long_import_does_not_hold_up_lease_renewal(
         done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED, timeout=30)
     assert done.attempt == 1 and get_run(engine, run.job_run_id).result == {"slept": 3.0}
     assert not [t for t in transitions(engine, run.job_run_id) if "lease" in t[2]]  # its lease never lapsed
+
+
+RETRY_V1 = {
+    "retry_policy_id": "rev_retry_v1",
+    "strategy": "fixed_delay",
+    "max_attempts": 2,
+    "initial_delay_seconds": 1,
+    "max_delay_seconds": 1,
+}
+
+
+def test_a_worker_whose_configuration_lacks_a_named_policy_hands_the_run_back(engine: Engine, tmp_path: Path) -> None:
+    """Found by a review: a definition applied with a retry or SLA policy added to jobgate.yaml
+    since a worker started was dead-lettered by that worker at its first attempt (its older
+    configuration could not read the definition), a run admitted and never run. The names a
+    definition takes from the configuration are this host's, as its runners are: the run is
+    handed back, no attempt used, and a worker that knows the policy runs it."""
+    newer = Engine(
+        engine.store,
+        make_config(
+            tmp_path / "newer",
+            retry_policies=[RETRY_V1],
+            sla_policies=[{"sla_policy_id": "rev_sla_v1", "deadline_seconds": 3600}],
+        ),
+    )
+    for job, field, name in (("late-retry", "retry_policy", "rev_retry_v1"), ("late-sla", "sla_policy", "rev_sla_v1")):
+        define(newer, job_definition_id=job, **{field: name})
+        run_id = _submit(newer, job)
+        with running_worker(engine) as older:  # started with the configuration before the policy
+            wait_until(lambda: bool(older.unrunnable), what="the attempt to be handed back")
+            _run_one_it_can(engine, engine)
+            with engine.store.read() as tx:
+                run = tx.run_get(run_id)
+                reasons = [t.reason for t in tx.run_transitions(run_id)]
+            assert run is not None and run.status is RunStatus.SCHEDULED, (field, run)
+            # passed over by its probe, or handed back by an attempt: never failed, no attempt used
+            assert set(reasons) <= {"created", "admitted", "claimed", "released_unrunnable"}, reasons
+        with running_worker(newer):  # a worker that knows the name runs it
+            wait_until(lambda r=run_id: _status(engine, r) is RunStatus.COMPLETED, what="the run to complete")

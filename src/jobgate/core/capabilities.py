@@ -8,8 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# The fields of a refusal that mean "not on this host" (its code, its runners, its targets).
-HOST_FIELDS = frozenset({"handler", "runner", "target_engine_meid"})
+# The fields of a refusal that mean "not on this host": its code, its runners and targets, and
+# the names a definition takes from the configuration (its class, its policies, its profile).
+# A worker whose jobgate.yaml is older than the one the definition was applied with (a policy
+# added since, not yet rolled out to every host) hands such a run back for a worker that knows
+# the name; failing it would end, for good, a run that was admitted and never ran.
+HOST_FIELDS = frozenset(
+    {"handler", "runner", "target_engine_meid", "job_class", "retry_policy", "timeout_policy", "sla_policy",
+     "config_profile"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
