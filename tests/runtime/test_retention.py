@@ -265,3 +265,66 @@ def test_a_retired_slot_the_scheduler_reaches_later_had_its_run(database_url: st
         assert count(engine, "job_runs") == runs_before + 1
     finally:
         store.dispose()
+
+
+def test_a_retired_trigger_record_deleted_or_rewritten_is_named(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: deleting a retired run's ``retired_runs`` row let its trigger run a
+    second time, and ``audit verify --records`` said nothing. The retention entry, chained and
+    anchored, holds a digest of each retired run's key and slot: a row deleted, a row rewritten,
+    a row no entry names and a run holding a retired key are each named."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        kept, rewritten, gone = (
+            engine.submit(SubmitRequest(job, requested_by="ada", request_id=f"close-{n}"), actor="ada").run.job_run_id
+            for n in (1, 2, 3)
+        )
+        with running_worker(engine):
+            for r in (kept, rewritten, gone):
+                wait_status(engine, r, RunStatus.COMPLETED)
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        later = engine.clock.now() + timedelta(days=2)
+        with engine.store.write() as tx:
+            anchors.anchor_due(
+                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
+            )
+        assert retire(engine, "default", now=later).deleted == 3
+        assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+        with engine.store.write() as tx:
+            sql = connection(tx)
+            sql.execute(text("DELETE FROM retired_runs WHERE job_run_id = :r"), {"r": gone})
+            sql.execute(
+                text("UPDATE retired_runs SET idempotency_key = 'forged' WHERE job_run_id = :r"), {"r": rewritten}
+            )
+            sql.execute(
+                text(
+                    "INSERT INTO retired_runs (job_run_id, tenant_id, job_definition_id, idempotency_key, slot, status,"
+                    " created_at, ended_at, retired_at) SELECT 'TGJOBRUN-invented', tenant_id, job_definition_id,"
+                    " 'invented-key', NULL, status, created_at, ended_at, retired_at FROM retired_runs"
+                    " WHERE job_run_id = :r"
+                ),
+                {"r": kept},
+            )
+        again = engine.submit(SubmitRequest(job, requested_by="ada", request_id="close-3"), actor="ada").run
+        assert again.job_run_id != gone  # its trigger ran again: what the row was there to stop
+        with engine.store.write() as tx:  # and a run given a retired key directly
+            connection(tx).execute(
+                text("UPDATE job_runs SET idempotency_key = (SELECT idempotency_key FROM retired_runs WHERE"
+                     " job_run_id = :k) WHERE job_run_id = :r"),
+                {"k": kept, "r": again.job_run_id},
+            )  # fmt: skip
+        (report,) = audit.verify_records(engine, ["default"])
+        found = {(f.problem, f.record_id) for f in report.findings}
+        assert ("retired_record_missing", gone) in found
+        assert ("retired_record_changed", rewritten) in found
+        assert ("retired_record_unexplained", "TGJOBRUN-invented") in found
+        assert ("trigger_reused", again.job_run_id) in found
+        named = {f.problem: f.message() for f in report.findings}
+        assert (
+            f"run {gone}: retired by retention, but the record of its key and slot" in named["retired_record_missing"]
+        )
+        assert f"holds the key or slot of run {kept}, retired by retention" in named["trigger_reused"]
+    finally:
+        store.dispose()

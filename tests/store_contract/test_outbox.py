@@ -120,6 +120,8 @@ def test_retention_deletes_finished_runs_whose_events_were_delivered(engine: Eng
         assert (remembered.job_run_id, remembered.status, remembered.slot) == (done.job_run_id, "COMPLETED", done.slot)
         assert remembered.created_at == done.created_at and remembered.ended_at == done.ended_at
         assert remembered.retired_at == later  # on the caller's clock, not the host's
+        assert tx.runs_retired_of("default", [done.job_run_id, waiting.job_run_id]) == [remembered]
+        assert tx.runs_retired_of("tenant-b", [done.job_run_id]) == []  # another tenant's: none
         assert tx.runs_retired_holders([waiting]) == {} and tx.runs_retired_holders([]) == {}
     with engine.store.read() as tx:  # asked as a submission asks: its holders, then retention's
         same_key = done.evolve(job_run_id="other", slot=None)

@@ -385,6 +385,14 @@ class Finding:
             "tombstone_mismatch": f"{where}: tombstone #{self.seal_id} does not close the seal before it",
             "retired_unexplained": f"{where}: retired (tombstone #{self.seal_id}) but no retention.deleted audit"
             " entry names it",
+            "retired_record_missing": f"{where}: retired by retention, but the record of its key and slot"
+            " (retired_runs) is gone: its trigger could run again",
+            "retired_record_changed": f"{where}: retired by retention, but the record of its key and slot"
+            " (retired_runs) is not the one its retention.deleted audit entry describes",
+            "retired_record_unexplained": f"{where}: a record of a retired run (retired_runs) that no"
+            " retention.deleted audit entry names",
+            "trigger_reused": f"{where}: holds the key or slot of run {self.detail}, retired by retention:"
+            " a trigger has one run, ever",
             "history_cut": f"{where}: has fewer transitions than seal #{self.seal_id} covers",
             "back_after_tombstone": f"{where}: its row is there again after its tombstone #{self.seal_id}"
             f" ({self.detail}): no jobgate write brings a record back",

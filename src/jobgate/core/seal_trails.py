@@ -53,6 +53,7 @@ WORKFLOW_FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 REQUEUED = "requeued"
 RUN_REQUEUED_ACTION = "run.requeued"  # the audit entry every requeue writes with its transition
 RETENTION_DELETED = "retention.deleted"  # the audit entry that names the runs retention deleted
+RETIRED_TRIGGERS = "trigger_digests"  # its payload's list, beside "runs": what made each run its trigger's
 # Identity columns a requeue may change (it grants one more attempt).
 REQUEUE_MAY_RAISE = frozenset({"max_attempts"})
 LETTER_RESOLUTION = frozenset({"resolved_at", "resolution"})
@@ -64,6 +65,16 @@ _CLOSING = {
 }
 _REQUEST_WHILE_PENDING = frozenset({"tested_at", "tested_by", "verdict", "digest", "version"})
 _REQUEST_DECISION = frozenset({"status", "decided_at", "decided_by", "decision_note", "job_run_id"})
+
+
+def retired_trigger(idempotency_key: str, slot: str | None) -> str:
+    """What a retired run's ``retired_runs`` row must keep, as its retention audit entry holds
+    it: a digest of its key and slot (the entry, hash-chained and anchored, names a thousand
+    runs in a few kilobytes). Deleting or rewriting the row would let its trigger run again."""
+    import hashlib
+
+    text = json.dumps([idempotency_key, slot], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def kept_values(content: str | None, part: str, sealed_hash: str | None) -> list[Any] | None:

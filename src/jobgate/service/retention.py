@@ -24,7 +24,7 @@ from pathlib import Path
 
 from jobgate.config import RetentionSettings
 from jobgate.core.audit import AuditEvent
-from jobgate.core.seal_trails import RETENTION_DELETED
+from jobgate.core.seal_trails import RETENTION_DELETED, RETIRED_TRIGGERS, retired_trigger
 from jobgate.service.engine import Engine
 from jobgate.store.base import RetireScope
 
@@ -106,12 +106,14 @@ def _run_pass(engine: Engine, tenant_id: str, p: RetentionPass, now: datetime, d
         with engine.store.write() as tx:
             ids = tx.runs_retire(tenant_id, p.cutoff, BATCH, p.scope, now=now)
             if ids:
+                remembered = {r.job_run_id: r for r in tx.runs_retired_of(tenant_id, ids)}
+                triggers = [retired_trigger(remembered[i].idempotency_key, remembered[i].slot) for i in ids]
                 tx.audit_append(
                     [
                         AuditEvent(
                             tenant_id, ACTOR, RETENTION_DELETED, "runs", f"{len(ids)} runs", now,
                             reason=p.rule,
-                            payload={"ended_before": p.cutoff.isoformat(), "runs": ids},
+                            payload={"ended_before": p.cutoff.isoformat(), "runs": ids, RETIRED_TRIGGERS: triggers},
                         )
                     ]
                 )  # fmt: skip

@@ -766,6 +766,10 @@ class StoreTx:
             )
         return retention.match_retired(candidates, found)
 
+    def runs_retired_of(self, tenant_id: str, job_run_ids: Sequence[str]) -> list[RetiredRun]:
+        """What ``retired_runs`` remembers of these runs of ``tenant_id`` (those it has)."""
+        return retention.retired_of(self._conn, tenant_id, job_run_ids)
+
     def runs_retired_between(
         self, tenant_id: str, start: datetime, end: datetime, job_definition_id: str | None = None
     ) -> list[RetiredRun]:

@@ -732,23 +732,74 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     while pending_history is not None:
         _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
         pending_history = next(history, None)
+    _verify_retired_triggers(conn, tenant_id, retired, report)
     report.checked[seals.RUN] = checked
 
 
-def _retired_by_retention(conn: Connection, tenant_id: str) -> set[str]:
-    """The runs retention says it deleted (its ``retention.deleted`` audit entries name them):
-    a run's ``retired`` tombstone that none names was not written by retention."""
+def _retired_by_retention(conn: Connection, tenant_id: str) -> dict[str, str | None]:
+    """The runs retention says it deleted (its ``retention.deleted`` audit entries name them),
+    each with the digest of its key and slot the entry holds (None in entries written before
+    retention remembered them): a run's ``retired`` tombstone that none names was not written
+    by retention."""
     a = audit_log.c
     q = select(a.payload).where(a.tenant_id == tenant_id, a.action == seal_trails.RETENTION_DELETED)
-    out: set[str] = set()
+    out: dict[str, str | None] = {}
     for (payload,) in conn.execute(q):
         try:
-            runs = json.loads(payload).get("runs")
+            document = json.loads(payload)
+            runs, triggers = document.get("runs"), document.get(seal_trails.RETIRED_TRIGGERS)
         except (ValueError, AttributeError):
             continue
-        if isinstance(runs, list):
-            out.update(str(r) for r in runs)
+        if not isinstance(runs, list):
+            continue
+        if not isinstance(triggers, list) or len(triggers) != len(runs):
+            triggers = [None] * len(runs)
+        out.update((str(r), None if t is None else str(t)) for r, t in zip(runs, triggers, strict=True))
     return out
+
+
+def _verify_retired_triggers(
+    conn: Connection, tenant_id: str, audited: Mapping[str, str | None], report: RecordsReport
+) -> None:
+    """One run per trigger, ever, after retention: every run a retention entry names keeps its
+    ``retired_runs`` row as the entry describes it (the digest of its key and slot); every row
+    is one a retention entry names; and no run holds a retired run's key or slot. Deleting or
+    rewriting a row, or adding a run for a retired trigger, is named."""
+    from jobgate.store.tables import retired_runs
+
+    x, r = retired_runs.c, job_runs.c
+    kept = {
+        row.job_run_id: row
+        for row in conn.execute(select(x.job_run_id, x.idempotency_key, x.slot).where(x.tenant_id == tenant_id))
+    }
+    for rid, digest in audited.items():
+        row = kept.get(rid)
+        if digest is None:
+            continue  # named before retention remembered triggers: nothing to hold the row to
+        if row is None:
+            _add(report, Finding(seals.RUN, rid, "retired_record_missing"))
+        elif seal_trails.retired_trigger(row.idempotency_key, row.slot) != digest:
+            _add(report, Finding(seals.RUN, rid, "retired_record_changed", column="idempotency_key, slot"))
+    for rid in kept.keys() - audited.keys():
+        _add(report, Finding(seals.RUN, rid, "retired_record_unexplained"))
+    by_key = (
+        select(r.job_run_id, x.job_run_id)
+        .select_from(job_runs)
+        .join(retired_runs, and_(x.tenant_id == r.tenant_id, x.idempotency_key == r.idempotency_key))
+    )
+    by_slot = (
+        select(r.job_run_id, x.job_run_id)
+        .select_from(job_runs)
+        .join(
+            retired_runs, and_(x.tenant_id == r.tenant_id, x.job_definition_id == r.job_definition_id, x.slot == r.slot)
+        )
+    )
+    reused: dict[str, str] = {}
+    for q in (by_key, by_slot):
+        for holder, retired in conn.execute(q.where(r.tenant_id == tenant_id, r.job_run_id != x.job_run_id)):
+            reused.setdefault(holder, retired)
+    for holder, retired in sorted(reused.items()):
+        _add(report, Finding(seals.RUN, holder, "trigger_reused", detail=retired))
 
 
 _PLAIN = (str, int, float, bool, type(None))  # what jobgate's writes store, and seals encode
@@ -800,7 +851,7 @@ def _verify_run(
     ls: Sequence[Record],
     report: RecordsReport,
     kept: _KeptValues,
-    retired: set[str],
+    retired: Mapping[str, str | None],
     requeues: Sequence[tuple[str, int]],
 ) -> None:
     trail = _trail(seal) if seal is not None and "earlier" in seal else None  # most runs: one seal
