@@ -363,6 +363,36 @@ def test_a_pending_run_past_its_escalation_deadline_is_dead_lettered_for_review(
     assert get_run(engine, run.job_run_id).status is RunStatus.SCHEDULED
 
 
+def test_a_breach_and_its_escalation_are_sealed_records(engine: Engine) -> None:
+    """Found by a review: a breach made "info", its escalation undone, a reminder deleted, all in
+    the database, and ``audit verify --records`` said nothing while the CLI, the API and the
+    metrics showed the forged values. Each is sealed when recorded and when its escalation is
+    marked; a change no jobgate write makes is named with its column."""
+    from jobgate.service import audit
+
+    job = define(engine, sla_policy="escalate_after_120")
+    run = submit(engine, job)
+    assert sla.check(engine, run.created_at + 120 * S).escalations == 1
+    (b,) = sla.breaches(engine, "default", subject_id=run.job_run_id)
+    assert b.escalated
+    (clean,) = audit.verify_records(engine, ["default"])
+    assert clean.ok, [f.message() for f in clean.findings]
+    with engine.store.write() as tx:
+        connection(tx).execute(
+            text("UPDATE sla_breaches SET severity = 'info', escalated = :f WHERE sla_breach_id = :b"),
+            {"f": False, "b": b.sla_breach_id},
+        )
+    (report,) = audit.verify_records(engine, ["default"])
+    (finding,) = [f for f in report.findings if f.kind == "sla_breach"]
+    assert finding.record_id == b.sla_breach_id and finding.column in ("severity", "escalated")
+    with engine.store.write() as tx:
+        connection(tx).execute(text("DELETE FROM sla_breaches WHERE sla_breach_id = :b"), {"b": b.sla_breach_id})
+    (report,) = audit.verify_records(engine, ["default"])
+    assert [(f.kind, f.record_id, f.problem) for f in report.findings if f.kind == "sla_breach"] == [
+        ("sla_breach", b.sla_breach_id, "deleted")
+    ]
+
+
 def test_the_evidence_deadline_counts_from_the_quarantine_opening(engine: Engine) -> None:
     job = define(
         engine,

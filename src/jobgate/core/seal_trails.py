@@ -148,6 +148,15 @@ def _request(names: Sequence[str], before: Sequence[Any], after: Sequence[Any]) 
     return moved or _set_once(names, before, after, _REQUEST_DECISION - {"status"})
 
 
+def _escalated_once(names: Sequence[str], before: Sequence[Any], after: Sequence[Any]) -> str | None:
+    """An SLA reminder or breach changes once, if ever: its escalation done (false to true)."""
+    moved = _first_moved(names, before, after, frozenset({"escalated"}))
+    if moved is not None:
+        return moved
+    i = list(names).index("escalated")
+    return "escalated" if before[i] and not after[i] else None
+
+
 def _frozen(names: Sequence[str], before: Sequence[Any], after: Sequence[Any]) -> str | None:
     return _first_moved(names, before, after, frozenset())
 
@@ -167,6 +176,7 @@ ROW_RULES: dict[str, Callable[[Sequence[str], Sequence[Any], Sequence[Any]], str
     "schedule_change": _frozen,
     "request": _request,
     "safe_mode": _closing("safe_mode"),
+    "sla_breach": _escalated_once,
 }
 assert set(ROW_RULES) == set(seals.SPECS), "every kind of single-row record has a rule"
 

@@ -9,7 +9,7 @@ the one door to the database without a single class of two hundred methods, and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,8 @@ from jobgate.core.records import (
 )
 from jobgate.core.sla import SlaGroups
 from jobgate.store.sql import governance, metrics, seals, sla, telemetry
+
+SLA_BREACH = "sla_breach"  # its kind of sealed record (``core.seals.SPECS``)
 
 
 class AnchorRows:
@@ -137,10 +139,13 @@ class MetricRows:
 
 
 class SlaRows:
-    """A transaction's the SLA monitor's reads and writes (``StoreTx.sla``)."""
+    """A transaction's the SLA monitor's reads and writes (``StoreTx.sla``). Every reminder
+    and breach recorded, and every escalation marked, is sealed in the same transaction
+    (``reseal``: ``StoreTx``'s), as every record an auditor reads is."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, reseal: Callable[..., None]) -> None:
         self._conn = conn
+        self._reseal = reseal
 
     def definition_keys(self) -> list[tuple[str, str, int]]:
         """Every stored definition version, by key (an index-only read)."""
@@ -206,18 +211,23 @@ class SlaRows:
         """Record each of ``records`` unless its (tenant, subject, kind, phase) is recorded
         already; the ids this call recorded. Concurrent monitors: PostgreSQL makes the second
         wait for the first's commit and then do nothing; SQLite has one writer at a time."""
-        return sla.breaches_insert(self._conn, records)
+        made = sla.breaches_insert(self._conn, records)
+        for b in records:
+            if b.sla_breach_id in made:
+                self._reseal(SLA_BREACH, b.tenant_id, sla_breach_id=b.sla_breach_id)
+        return made
 
     def breach_insert(self, b: BreachRecord) -> bool:
         """``breaches_insert`` of one record: True if this call recorded it."""
-        return sla.breach_insert(self._conn, b)
+        return bool(self.breaches_insert([b]))
 
     def breaches_of(self, subjects: Collection[tuple[str, str]]) -> dict[tuple[str, str], list[BreachRecord]]:
         """The records of these (tenant, subject) pairs (the unique index's prefix)."""
         return sla.breaches_of(self._conn, subjects)
 
     def breaches_mark_escalated(self, tenant_id: str, subject_id: str) -> None:
-        return sla.breaches_mark_escalated(self._conn, tenant_id, subject_id)
+        sla.breaches_mark_escalated(self._conn, tenant_id, subject_id)
+        self._reseal(SLA_BREACH, tenant_id, subject_id=subject_id)
 
     def breaches_list(
         self,

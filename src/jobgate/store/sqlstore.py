@@ -174,7 +174,7 @@ class StoreTx:
 
     @functools.cached_property
     def sla(self) -> rows.SlaRows:
-        return rows.SlaRows(self._conn)
+        return rows.SlaRows(self._conn, self._reseal)
 
     @functools.cached_property
     def evidence(self) -> rows.EvidenceRows:
