@@ -86,6 +86,12 @@ def test_another_tenants_token_cannot_be_revoked_and_answers_like_a_missing_one(
         ({"principal": "scheduler"}, "principal"),
         ({"principal": "jobgate:shipped-files"}, "principal"),
         ({"principal": "offline-seed:evidence"}, "principal"),
+        # and, found by the next one, the names of the rest of them, given and generated
+        ({"principal": "workflow-coordinator"}, "principal"),
+        ({"principal": "Backfill"}, "principal"),
+        ({"principal": "bootstrap"}, "principal"),
+        ({"principal": "worker-b6ec68cf714f"}, "principal"),
+        ({"principal": "scheduler-0123456789ab"}, "principal"),
         ({"jobs": []}, "jobs"),
         ({"jobs": [""]}, "jobs"),
         ({"expires_in": timedelta(0)}, "expires_in"),
@@ -129,3 +135,22 @@ def test_parse_accepts_only_the_token_shape(raw: str) -> None:
     parsed = rules.parse(raw)
     if parsed is not None:
         assert rules.compose(*parsed) == raw.strip()
+
+
+def test_every_name_jobgate_acts_under_is_reserved() -> None:
+    """The actor names jobgate's own processes write into runs, transitions and audit entries,
+    read from where they are defined: a new one not reserved fails here, not in a review."""
+    import uuid
+
+    from jobgate.runtime.rescuer import RESCUER
+    from jobgate.runtime.scheduler import SCHEDULER_ACTOR
+    from jobgate.service import pubsub_triggers, retention, sla_record, workflows
+    from jobgate.service.submission import SYSTEM_ACTOR
+
+    named = {SCHEDULER_ACTOR, SYSTEM_ACTOR, RESCUER, pubsub_triggers.ACTOR, retention.ACTOR, sla_record.ACTOR}
+    named |= {workflows.COORDINATOR, "backfill", "bootstrap"}  # schedules.backfill's, bootstrap's defaults
+    named |= {f"{p}-{uuid.uuid4().hex[:12]}" for p in ("worker", "scheduler", "publisher", "sla")}
+    for name in sorted(named):
+        with pytest.raises(ValidationError):
+            tokens.check_principal_name(name)
+    assert tokens.check_principal_name("worker-bee") == "worker-bee"  # a person's name is not taken

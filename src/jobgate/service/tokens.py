@@ -39,7 +39,15 @@ class Unauthenticated(JobgateError):
 # jobgate's own processes are named in records too (``system``, ``scheduler``, ``jobgate:…``):
 # a token named so would write entries that read as the system's.
 RESERVED_PREFIXES = ("token:", "oidc:", "ldap:", "jobgate:", "offline-seed:")
-RESERVED_NAMES = frozenset({"jobgate", "system", "scheduler", "pubsub", "sla-monitor", "retention", "rescuer"})
+RESERVED_NAMES = frozenset(
+    {
+        "jobgate", "system", "scheduler", "pubsub", "sla-monitor", "retention", "rescuer",
+        "workflow-coordinator", "backfill", "bootstrap", "worker",
+    }
+)  # fmt: skip
+# ... and the names a worker, a scheduler, a publisher or an SLA monitor gives itself when the
+# operator names it not (``worker-<12 hex digits>``): they are the actors of claims and settlements.
+GENERATED_NAME = re.compile(r"(?i:worker|scheduler|publisher|sla)-[0-9a-f]{12}")
 PRINCIPAL_NAME = re.compile(
     r"(?!(?i:token:|oidc:|ldap:|jobgate:|offline-seed:))[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}"
 )  # any case
@@ -88,11 +96,12 @@ class CreatedToken:
 
 
 def check_principal_name(name: str) -> str:
-    if not PRINCIPAL_NAME.fullmatch(name) or name.lower() in RESERVED_NAMES:
+    if not PRINCIPAL_NAME.fullmatch(name) or name.lower() in RESERVED_NAMES or GENERATED_NAME.fullmatch(name):
         raise ValidationError(
             "1-200 letters, digits and _ . @ : + = -, starting with a letter, digit or _"
             " (token:, oidc:, ldap:, jobgate: and offline-seed: are reserved, and so are the names"
-            f" jobgate's own processes act under: {', '.join(sorted(RESERVED_NAMES))})",
+            f" jobgate's own processes act under: {', '.join(sorted(RESERVED_NAMES))}, and worker-,"
+            " scheduler-, publisher- or sla- followed by 12 hexadecimal digits)",
             field="principal",
         )
     return name
