@@ -178,6 +178,28 @@ def join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _host_encodable(host: str, url: str) -> bool:
+    """Whether a URL's host can be asked for: an IP address, or a name every label of which
+    encodes (1-63 characters once in IDNA form, a valid A-label where it is one). A host that
+    cannot (``a..b``, a 70-character label, ``xn--zz``) failed only when a request was made, as
+    an internal error."""
+    import ipaddress
+
+    import httpx
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+        httpx.URL(url).host  # noqa: B018 -- the host decoded as httpx decodes it (A-labels checked)
+    except (ValueError, UnicodeError):
+        return False
+    return True
+
+
 class Reader:
     """Typed access to document values; every refusal names ``source``, the field path and the rule."""
 
@@ -225,6 +247,7 @@ class Reader:
             or not parts.hostname
             or not port_ok
             or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text)
+            or not _host_encodable(parts.hostname, text)
         ):
             self.fail(field, "must be an http:// or https:// URL with a host (and a port from 1 to 65535)")
         return text

@@ -313,6 +313,10 @@ BAD_URLS = [
     "ftp://host/",
     "http://host/a b",
     "http://host/\x00",
+    # found by the next review: hosts no request can be made to (exit 70 where used)
+    "http://u:s3cret@a..b:18150/p",  # an empty label
+    "http://" + "a" * 70 + ".example/",  # a label over 63 characters
+    "http://u:s3cret@xn--zz:18150/",  # not a valid A-label
 ]
 
 
