@@ -55,6 +55,11 @@ def test_db_takes_a_path_or_a_url_and_migrate_is_the_one_door(tmp_path: Path) ->
     assert check.returncode == 1 and not (tmp_path / "state" / "jobs.db").exists()
     made = jobgate(tmp_path, "--db", "state/jobs.db", "migrate")
     assert f"schema {HEAD}" in made.stdout and (tmp_path / "state" / "jobs.db").exists()
+    assert made.stdout.startswith("created a new database")  # a mistyped path would be seen at once
+    again = jobgate(tmp_path, "--db", "state/jobs.db", "migrate")
+    assert "created" not in again.stdout and f"is at schema {HEAD}" in again.stdout
+    bad_port = jobgate(tmp_path, "--db", "postgresql://u:s3cret@127.0.0.1:abc/x", "runs", "list", check=False)
+    assert bad_port.returncode == 1 and "--db" in bad_port.stderr and "s3cret" not in bad_port.stderr
     assert jobgate(tmp_path, "--db", "state/jobs.db", "migrate", "--check").returncode == 0
     url = f"sqlite:///{(tmp_path / 'state' / 'jobs.db').as_posix()}"
     assert jobgate(tmp_path, "--db", url, "--json", "runs", "list").stdout.strip() == "[]"

@@ -54,10 +54,15 @@ def migrate(app: AppContext, check: bool) -> None:
         store.dispose()
         _say(app, {"current": True, "revision": before}, f"{store.safe_url} is at schema {before}: current")
         return
+    from jobgate.store.opening import sqlite_file
+
+    file = sqlite_file(url)
+    created = file is not None and not file.exists()  # a mistyped path makes a new, empty database: said
     app.may_create = True
     engine = app.engine()
     after = revision_of(engine.store)
-    _say(app, {"revision": after}, f"{engine.store.safe_url} is at schema {after}")
+    said = f"created a new database {engine.store.safe_url}: schema {after}" if created else None
+    _say(app, {"revision": after, "created": created}, said or f"{engine.store.safe_url} is at schema {after}")
 
 
 @click.command()

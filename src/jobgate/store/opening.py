@@ -10,6 +10,7 @@ as an internal error.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -33,11 +34,50 @@ def database_url(value: str) -> str:
         raise ConfigurationError(
             "not a database URL (sqlite:///PATH, postgresql://…) or a file path", field="--db"
         ) from None
+    except ValueError:  # SQLAlchemy reads the port as a number as it parses
+        raise ConfigurationError(
+            "the URL's host and port cannot be read (a port must be a number)", field="--db"
+        ) from None
     if backend not in {"sqlite", "postgresql"}:
         raise ConfigurationError(
             f"unsupported database {backend!r}: use sqlite:///PATH or postgresql://…", field="--db"
         )
+    if backend == "postgresql":
+        _check_postgresql(value)
     return value
+
+
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _check_postgresql(value: str) -> None:
+    """A PostgreSQL URL whose port, options and option values PostgreSQL's client can use: a
+    mistyped one was an internal error (a port that is not a number) or, worse, "cannot reach
+    the database" (exit 69, which tells a script to try again later). The message never
+    repeats the URL: it may hold a password."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        port = make_url(value).port
+    except ValueError:
+        raise ConfigurationError(
+            "the URL's host and port cannot be read (a port must be a number)", field="--db"
+        ) from None
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigurationError(f"port {port} is not a port (1 to 65535)", field="--db")
+    try:
+        options = conninfo_to_dict("postgresql://" + value.split("://", 1)[1])
+    except ProgrammingError as exc:
+        named = re.search(r'invalid URI query parameter: "([^"]{1,64})"', str(exc))
+        what = f"an option PostgreSQL's client does not know: {named.group(1)}" if named else "it cannot be read"
+        raise ConfigurationError(f"not a PostgreSQL URL its client can use ({what})", field="--db") from None
+    sslmode = options.get("sslmode")
+    if sslmode is not None and sslmode not in _SSLMODES:
+        raise ConfigurationError(f"sslmode must be one of {', '.join(_SSLMODES)}", field="--db")
+    timeout = options.get("connect_timeout")
+    if timeout is not None and not str(timeout).isdigit():
+        raise ConfigurationError("connect_timeout must be a whole number of seconds", field="--db")
 
 
 def sqlite_file(url: str) -> Path | None:
