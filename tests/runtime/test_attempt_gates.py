@@ -13,6 +13,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import engine_handlers
@@ -35,6 +36,7 @@ from jobgate.governance import code
 from jobgate.service import approvals, audit, control, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
+from jobgate.store.base import RunFilter
 from jobgate.store.sqlstore import Store
 
 
@@ -171,6 +173,47 @@ def test_safe_mode_holds_a_queued_run_of_a_suspended_class_until_it_is_off(safe_
     assert attempts_run(marker, run_id) == [1]
     steps = transitions(engine, run_id)
     assert ("SCHEDULED", "HELD", "held", 0) in steps and ("HELD", "SCHEDULED", "released", 0) in steps
+
+
+def test_a_worker_told_to_exit_when_idle_exits_when_a_workflow_waits_on_held_steps(
+    safe_engine: Engine, marker: Path
+) -> None:
+    """Found by a review: ``worker --exit-when-idle`` never exited while a workflow was open,
+    though its only step was HELD (waiting on a gate, not on this worker). It exits when no
+    workflow has anything to decide and nothing it could run waits."""
+    import threading
+
+    from jobgate.runtime.coordinator import WorkflowCoordinator
+    from jobgate.runtime.process import WorkerProcess
+    from jobgate.runtime.worker import WorkerSettings
+    from jobgate.service.workflows import StartWorkflow, start_workflow
+
+    engine = safe_engine
+    step = define(engine, job_class="FEDERATION_SYNC_JOB", handler="engine_handlers:marker")
+    flow = define(
+        engine, job_class="AUDIT_INTEGRITY_JOB", handler=None, workflow={"steps": [{"id": "sync", "job": step}]}
+    )
+    record, _ = start_workflow(engine, StartWorkflow(flow, requested_by="ada"), actor="ada")
+    WorkflowCoordinator(engine).pass_once()  # its step's run made, not started
+    safemode.activate(engine, "default", actor="ops", reason="drift")  # so its start is held
+    proc = WorkerProcess(engine, WorkerSettings(poll_interval=timedelta(milliseconds=20)), publish=False)
+    proc.start()
+    proc.stop_when_idle()
+    ended = threading.Event()
+    joiner = threading.Thread(target=lambda: (proc.join(), ended.set()), daemon=True)
+    joiner.start()
+    try:
+        assert ended.wait(60), "the worker did not exit"  # real time: a bound on the process's own exit
+    finally:
+        proc.stop()
+    from jobgate.service.workflows import workflow_view
+
+    with engine.store.read() as tx:
+        found = tx.runs_list(RunFilter(tenant_id="default", job_definition_id=step))
+    assert found, workflow_view(engine, record.workflow_run_id)
+    (held,) = found
+    assert held.status is RunStatus.HELD and held.workflow_run_id == record.workflow_run_id
+    assert attempts_run(marker, held.job_run_id) == []
 
 
 def test_manual_review_holds_a_queued_manual_run_of_a_definition_naming_itself_safe_mode_job(

@@ -165,7 +165,9 @@ class WorkerProcess:
                         beyond = self.worker.unrunnable
                         found = tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1 if not beyond else 1000))
                         busy = any(r.definition_digest not in beyond for r in found)
-                        busy = busy or tx.workflows_active_exist()  # the next step is about to be made
+                        # A workflow with something to decide is about to make its next step; one
+                        # whose steps wait on held runs (a gate) waits on nobody here.
+                        busy = busy or bool(tx.workflows_due(1))
                     if not busy:
                         self.stop()
                         return
