@@ -412,6 +412,40 @@ def test_a_code_list_binds_the_packages_above_the_handler(
     assert held.hold_reason == "code_changed" and marker_lines(marker) == []
 
 
+@pytest.mark.parametrize("reexport", ["from {name}.helper import work", "from .helper import work as work"])
+def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
+    engine: Engine, site: Path, marker: Path, reexport: str
+) -> None:
+    """Found by a review: ``handler: mk2:work`` where ``mk2/__init__.py`` only re-exports
+    ``work`` from ``mk2/helper.py``, and ``code: [mk2/__init__.py]``: an edit of the function's
+    own body ran under the approval. The module that defines it is bound, through re-exports."""
+    name = _name("reexp")
+    (site / name).mkdir()
+    (site / name / "__init__.py").write_text(reexport.format(name=name) + "\n")
+    (site / name / "helper.py").write_text(RECORD)
+    job = define(engine, handler=f"{name}:work", code=[str(site / name / "__init__.py")])
+    (site / name / "helper.py").write_text(RECORD.replace('"ran', '"EDITED'))
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed" and marker_lines(marker) == []
+
+
+def test_a_host_job_decorator_renamed_by_assignment_is_refused_at_apply(engine: Engine, site: Path) -> None:
+    """Found by a review: ``hj = code.host_job`` then ``@hj`` passed ``apply`` (the worker then
+    refused it, leaving its runs waiting for ever)."""
+    from jobgate.core.errors import ValidationError
+
+    name = _name("hostalias")
+    (site / f"{name}.py").write_text(
+        "from jobgate.governance import code\nhj = code.host_job\nalso = hj\n\n"
+        "@also\ndef run(ctx, host):\n    return {}\n"
+    )
+    with pytest.raises(ValidationError) as refused:
+        define(engine, handler=f"{name}:run")
+    assert refused.value.field == "handler" and "host" in refused.value.message
+
+
 def test_an_edit_in_another_definitions_narrowed_part_does_not_stop_this_one(
     engine: Engine, site: Path, marker: Path
 ) -> None:

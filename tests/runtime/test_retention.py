@@ -328,3 +328,48 @@ def test_a_retired_trigger_record_deleted_or_rewritten_is_named(database_url: st
         assert f"holds the key or slot of run {kept}, retired by retention" in named["trigger_reused"]
     finally:
         store.dispose()
+
+
+def test_a_command_naming_a_retired_run_says_it_was_retired(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: show, retry, replay, cancel and an evidence export of a run retention
+    deleted said only "no run", though retired_runs remembers it: they say it was retired, when
+    and as what (still a 404), except to a caller limited to other definitions."""
+    import pytest
+
+    from jobgate.core.errors import NotFoundError
+    from jobgate.export.bundles import run_scope
+    from jobgate.service import control
+    from jobgate.service.absent import no_run
+    from jobgate.service.replay import replay
+
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        run = submit(engine, job)
+        with running_worker(engine):
+            wait_status(engine, run, RunStatus.COMPLETED)
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        later = engine.clock.now() + timedelta(days=2)
+        with engine.store.write() as tx:
+            anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a"))
+        assert retire(engine, "default", now=later).deleted == 1
+        asks = (
+            lambda: control.run_detail(engine, run, "default"),
+            lambda: control.run_detail(engine, run),  # the operator on the host: any tenant
+            lambda: replay(engine, run, tenant_id="default"),
+            lambda: retries.retry(engine, run, actor="ada", tenant_id="default"),
+            lambda: control.cancel_run(engine, run, actor="ada", reason="x", tenant_id="default"),
+            lambda: run_scope(engine, run, "default"),
+        )
+        for ask in asks:
+            with pytest.raises(NotFoundError) as refused:
+                ask()
+            assert refused.value.field == "job_run_id"
+            assert "retired by retention at" in refused.value.message and "COMPLETED" in refused.value.message
+        with engine.store.read() as tx:
+            assert "retired" not in no_run(tx, run, "other-tenant").message  # another tenant's: nothing
+            assert "retired" not in no_run(tx, run, "default", may_see=lambda job: False).message
+    finally:
+        store.dispose()

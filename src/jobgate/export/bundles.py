@@ -22,11 +22,12 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
 from jobgate.evidence.timestamping import TimestampTrust
 from jobgate.export.scope import ExportScope, bundle_files, check_contents, json_file
 from jobgate.governance import signing
+from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 
 FORMAT = "jobgate-evidence/2"
@@ -55,8 +56,8 @@ def run_scope(engine: Engine, job_run_id: str, tenant_id: str | None = None) -> 
     """The scope of one run, in its own tenant (or in ``tenant_id`` only, when given)."""
     with engine.store.read(tenant_id=tenant_id) as tx:
         run = tx.run_get(job_run_id, tenant_id)
-    if run is None:
-        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        if run is None:
+            raise no_run(tx, job_run_id, tenant_id)
     return ExportScope(tenant_id=run.tenant_id, job_run_id=run.job_run_id)
 
 

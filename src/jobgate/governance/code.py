@@ -285,7 +285,7 @@ class CodeReader:
             if code:
                 listed = [str(c) for c in code]
                 parts.update(self._listed(listed))
-                parts.update(self._own_module(spec.handler.partition(":")[0], listed))
+                parts.update(self._own_module(spec.handler, listed))
             else:
                 top = spec.handler.partition(":")[0].split(".")[0]
                 parts[f"package:{top}"] = self._package(top)
@@ -386,22 +386,28 @@ class CodeReader:
                 parts[f"path:{entry}"] = self._path(entry)
         return parts
 
-    def _own_module(self, module: str, listed: list[str]) -> dict[str, str]:
+    def _own_module(self, handler: str, listed: list[str]) -> dict[str, str]:
         """The handler's own module file and the ``__init__`` of each package above it (importing
-        ``a.b.h`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first), each unless a ``code:``
-        entry already covers it: a list narrows what an approval binds (a sub-package rather
-        than the whole top-level package), never to the point of leaving out code the handler's
-        import runs."""
+        ``a.b.h`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first), and the same for the
+        module that defines the function when the handler's module only re-exports it
+        (``handler_source.reexported_from``), each unless a ``code:`` entry already covers it: a
+        list narrows what an approval binds (a sub-package rather than the whole top-level
+        package), never to the point of leaving out the handler's own code or code its import
+        runs."""
+        from jobgate.governance.handler_source import reexported_from  # it reads sources through this module
+
+        module, _, attrs = handler.partition(":")
         roots = [root for entry in listed for root in self._roots(entry)]
         out: dict[str, str] = {}
-        for parent in _parents(module):
-            origin = _spec(parent).origin
-            if origin is None or not os.path.isfile(origin):  # a namespace package runs nothing
-                continue
-            if not any(_covers(root, origin) for root in roots):
-                out[f"module:{parent}"] = FILES.sha256(origin)
-        if not any(_covers(root, _module_file(module)) for root in roots):
-            out[f"module:{module}"] = _module_sha(module)
+        for own in [module, *reexported_from(module, attrs.partition(".")[0])]:
+            for parent in _parents(own):
+                origin = _spec(parent).origin
+                if origin is None or not os.path.isfile(origin):  # a namespace package runs nothing
+                    continue
+                if not any(_covers(root, origin) for root in roots):
+                    out[f"module:{parent}"] = FILES.sha256(origin)
+            if not any(_covers(root, _module_file(own)) for root in roots):
+                out[f"module:{own}"] = _module_sha(own)
         return out
 
     def _roots(self, entry: str) -> list[str]:

@@ -69,6 +69,52 @@ def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
         code.check_host_allowed(handler, trusted)
 
 
+def reexported_from(module_name: str, name: str, *, depth: int = 8) -> list[str]:
+    """The modules ``name`` comes from when ``module_name`` only imports it (``from .helper
+    import run``), one re-export after another, as their sources show: the module that defines
+    a handler, when it is not the one ``handler:`` names. An approval narrowed by ``code:``
+    binds these too (``code.CodeReader``): editing the function's own body would otherwise run
+    under the approval of the file that merely re-exports it."""
+    out: list[str] = []
+    current, wanted = module_name, name
+    for _ in range(depth):
+        try:
+            origin = code.module_source(current)
+        except code.CodeUnreadable:
+            break
+        if origin is None:
+            break
+        try:
+            with open(origin, "rb") as fh:
+                tree = ast.parse(fh.read(), filename=origin)
+        except (OSError, SyntaxError, ValueError):
+            break
+        imports = [b for b in _ModuleScope(tree).bindings.get(wanted, []) if isinstance(b, ast.ImportFrom)]
+        found = [
+            (target, alias.name)
+            for imp in imports
+            if (target := _absolute(current, imp, package=origin.endswith("__init__.py"))) is not None
+            for alias in imp.names
+            if (alias.asname or alias.name) == wanted
+        ]
+        if not found:
+            break
+        out.extend(t for t, _ in found if t not in out)
+        current, wanted = found[0]
+    return out
+
+
+def _absolute(module_name: str, imp: ast.ImportFrom, *, package: bool) -> str | None:
+    """The module an ``ImportFrom`` in ``module_name`` reads from (relative ones resolved)."""
+    if not imp.level:
+        return imp.module
+    parts = module_name.split(".") if package else module_name.split(".")[:-1]
+    if imp.level - 1 > len(parts) - 1:
+        return None
+    base = parts[: len(parts) - (imp.level - 1)]
+    return ".".join([*base, imp.module] if imp.module else base) or None
+
+
 def _binds_at_run_time(node: ast.AST) -> bool:
     if isinstance(node, ast.Global):
         return True
@@ -175,6 +221,9 @@ class _ModuleScope(ast.NodeVisitor):
                 self.visit(child)
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        if "__getattr__" in {t.id for t in node.targets if isinstance(t, ast.Name)}:
+        names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        if "__getattr__" in names:
             self.dynamic = True
+        if self._is_host(node.value):  # ``hj = code.host_job``: another name for the decorator
+            self.host_names |= names
         self.generic_visit(node)

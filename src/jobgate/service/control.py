@@ -15,6 +15,7 @@ from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import audit
+from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import StoreTx
 
@@ -31,7 +32,7 @@ def run_detail(engine: Engine, job_run_id: str, tenant_id: str | None = None) ->
     with engine.store.read() as tx:
         run = tx.run_get(job_run_id, tenant_id)
         if run is None:
-            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+            raise no_run(tx, job_run_id, tenant_id)
         return RunDetail(
             run, tx.run_transitions(job_run_id), tx.run_attempts(job_run_id), tx.dead_letter_open_for(job_run_id)
         )
@@ -56,7 +57,7 @@ def cancel_in(
     the fire's own fenced transaction). Refused with nothing written unless the run is pending."""
     run = tx.run_get(job_run_id, tenant_id)
     if run is None:
-        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        raise no_run(tx, job_run_id, tenant_id)
     if not run.status.is_pending:
         hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
         raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
@@ -88,7 +89,7 @@ def stop_in(
     the run is running; a second request while the first stands writes nothing either."""
     run = tx.run_get(job_run_id, tenant_id)
     if run is None:
-        raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        raise no_run(tx, job_run_id, tenant_id)
     if run.status is not RunStatus.RUNNING:
         hint = " (use cancel for a pending run)" if run.status.is_pending else ""
         raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
@@ -122,7 +123,9 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
     policy = engine.admission.scheduler_policy(actor=actor, now=now)
     with engine.store.write() as tx:
         run = tx.run_lock(job_run_id)  # a retry of it being made waits, or has committed and is seen
-        if run is None or (tenant_id is not None and run.tenant_id != tenant_id):
+        if run is None:
+            raise no_run(tx, job_run_id, tenant_id)
+        if tenant_id is not None and run.tenant_id != tenant_id:
             raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
         if run.status not in (RunStatus.DEAD_LETTERED, RunStatus.ESCALATED):
             raise ConflictError(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind, decide
-from jobgate.core.errors import JobgateError, NotFoundError
+from jobgate.core.errors import JobgateError
 from jobgate.core.idempotency import retry_run_id
 from jobgate.core.lineage import retry_source
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
@@ -37,6 +37,7 @@ from jobgate.core.policies import TimeoutPolicy
 from jobgate.core.runs import bound_class, bound_executor, bound_of, new_run
 from jobgate.core.states import ATTEMPT_RETURNED, RunStatus, check_transition
 from jobgate.definitions.schema import recorded_definition
+from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.service.policies import policies_for, run_retry_policy
 from jobgate.service.snapshots import resolve_snapshot
@@ -114,7 +115,7 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
     with engine.store.read(tenant_id=tenant_id) as tx:
         run = tx.run_get(job_run_id, tenant_id)
         if run is None:
-            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+            raise no_run(tx, job_run_id, tenant_id)
         transitions = tx.run_transitions(job_run_id)
         trigger_doc = tx.run_trigger(job_run_id) or {}
         if simulation:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobgate.core.errors import ConflictError, NotFoundError, UnusableReferenceError
+from jobgate.core.errors import ConflictError, UnusableReferenceError
 from jobgate.core.lineage import RETRY_REQUEST_PREFIX, retry_refusal, schedule_of
 from jobgate.core.models import DefinitionStatus, JobRun, Scope, TriggerType
 from jobgate.scheduling.records import StoredSchedule
+from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import StoredDefinition
@@ -53,7 +54,7 @@ def retry(
     with engine.store.read(tenant_id=tenant_id) as tx:
         source = tx.run_get(job_run_id, tenant_id)
         if source is None:
-            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+            raise no_run(tx, job_run_id, tenant_id)
         earlier = tx.run_retries(source.tenant_id, source.job_run_id, limit=1)
         if earlier:
             return earlier[0], False
@@ -130,7 +131,7 @@ def lineage(engine: Engine, job_run_id: str, tenant_id: str | None, limit: int =
     with engine.store.read(tenant_id=tenant_id) as tx:
         run = tx.run_get(job_run_id, tenant_id)
         if run is None:
-            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+            raise no_run(tx, job_run_id, tenant_id)
         parent = None if run.retry_of is None else tx.run_get(run.retry_of, run.tenant_id)
         children = tx.run_retries(run.tenant_id, job_run_id, limit)
     return Lineage(run, [] if parent is None else [parent], children)

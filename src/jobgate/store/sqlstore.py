@@ -766,8 +766,9 @@ class StoreTx:
             )
         return retention.match_retired(candidates, found)
 
-    def runs_retired_of(self, tenant_id: str, job_run_ids: Sequence[str]) -> list[RetiredRun]:
-        """What ``retired_runs`` remembers of these runs of ``tenant_id`` (those it has)."""
+    def runs_retired_of(self, tenant_id: str | None, job_run_ids: Sequence[str]) -> list[RetiredRun]:
+        """What ``retired_runs`` remembers of these runs of ``tenant_id`` (None: of any tenant,
+        the operator on the host), those it has."""
         return retention.retired_of(self._conn, tenant_id, job_run_ids)
 
     def runs_retired_between(

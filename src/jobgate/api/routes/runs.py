@@ -26,6 +26,7 @@ from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import JobRun, Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import control, manual, retries, run_files
+from jobgate.service.absent import no_run
 from jobgate.service.tokens import Principal
 from jobgate.store.base import RunFilter
 from jobgate.views.runs import run_detail_view
@@ -50,7 +51,9 @@ def visible_run(state: ServerState, caller: Principal, job_run_id: str) -> JobRu
     """The run if the caller may see it; otherwise the same 404 as a missing run."""
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         run = tx.run_get(job_run_id, caller.tenant_id)
-    if run is None or not caller.may_use(run.job_definition_id):
+        if run is None:
+            raise no_run(tx, job_run_id, caller.tenant_id, may_see=caller.may_use)
+    if not caller.may_use(run.job_definition_id):
         raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
     return run
 

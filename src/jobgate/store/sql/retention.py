@@ -181,15 +181,17 @@ def match_retired(candidates: Sequence[JobRun], found: Sequence[RetiredRun]) -> 
     return out
 
 
-def retired_of(conn: Connection, tenant_id: str, job_run_ids: Sequence[str]) -> list[RetiredRun]:
-    """The ``retired_runs`` rows of these runs of ``tenant_id``."""
+def retired_of(conn: Connection, tenant_id: str | None, job_run_ids: Sequence[str]) -> list[RetiredRun]:
+    """The ``retired_runs`` rows of these runs of ``tenant_id`` (None: of any tenant)."""
     from jobgate.store.tables import retired_runs
 
     t = retired_runs.c
     out: list[RetiredRun] = []
     for start in range(0, len(job_run_ids), 500):
         chunk = list(job_run_ids[start : start + 500])
-        q = select(*_RETIRED_COLUMNS).where(t.tenant_id == tenant_id, t.job_run_id.in_(chunk))
+        q = select(*_RETIRED_COLUMNS).where(t.job_run_id.in_(chunk))
+        if tenant_id is not None:
+            q = q.where(t.tenant_id == tenant_id)
         out.extend(_retired(tuple(row)) for row in conn.execute(q))
     return out
 
