@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from helpers import count, define, make_config
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
 from jobgate.core.models import DefinitionStatus, TriggerType
 from jobgate.core.states import RunStatus
 from jobgate.service.engine import Engine
@@ -142,11 +142,20 @@ def test_unknown_definition_is_refused(engine: Engine) -> None:
 
 
 def test_inactive_definition_is_refused(engine: Engine) -> None:
+    """The lifecycle is the admission rule's first gate: a suspended definition's trigger is a
+    governance refusal, audited like every gate's refusal at creation (found by a review: it was
+    a validation error, and nothing recorded it)."""
+    from jobgate.core.errors import GovernanceRefusal
+    from jobgate.core.records import AuditFilter
+    from jobgate.service import audit
+
     job = define(engine, status="suspended")
-    with pytest.raises(ValidationError) as err:
-        engine.submit(SubmitRequest(job))
-    assert err.value.field == "status"
+    with pytest.raises(GovernanceRefusal) as err:
+        engine.submit(SubmitRequest(job, requested_by="ada"), actor="ada")
+    assert err.value.field == "status" and err.value.code == "definition_inactive"
     assert count(engine, "job_runs") == 0
+    refused = audit.search(engine, AuditFilter(tenant_id="default", action="run.refused", target_id=job))
+    assert [str(e.event.reason) for e in refused] == ["definition_inactive"]
 
 
 def test_unimportable_handler_is_refused_at_apply_and_nothing_is_stored(engine: Engine) -> None:
@@ -215,7 +224,7 @@ def test_a_definition_suspended_after_a_submission_is_refused_at_the_next(engine
     engine.submit(SubmitRequest(job, request_id="before"))
     with engine.store.write() as tx:
         tx.definition_set_status("default", job, DefinitionStatus.SUSPENDED, engine.clock.now())
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(GovernanceRefusal) as refused:
         engine.submit(SubmitRequest(job, request_id="after"))
     assert refused.value.field == "status"
     assert count(engine, "job_runs") == 1

@@ -188,7 +188,8 @@ class Pipeline:
         """One request through every stage before storing: the definition, the admission rule,
         the configuration snapshot, the params, the trigger, the policies and the key."""
         definition = self.resolve_definition(tx, request, {} if cache is None else cache)
-        check_active(definition)
+        # An inactive definition is the admission rule's first gate (lifecycle): refused as a
+        # governance refusal, audited with the trigger, as every gate's refusal at creation is.
         moment = moment or request.moment
         if moment is None:
             moment = Moment.WORKFLOW_STEP if request.workflow_run_id is not None else Moment.TRIGGER
