@@ -492,3 +492,26 @@ def test_an_edit_outside_a_narrowed_approval_does_not_stop_the_handler(
     with running_worker(engine):
         wait_status(engine, run_id, RunStatus.COMPLETED)
     assert marker_lines(marker) == [["ran"]]
+
+
+def test_a_request_dry_run_names_code_that_differs_from_the_approved(engine: Engine, site: Path) -> None:
+    """Found by a review: a request's dry run said "admissible" while the code differed from
+    the approved code, and the run its approval made was held at once (code_changed). The dry
+    run asks the code gate too, of the code this host reads."""
+    from jobgate.service import requests
+
+    name = _name("reqcode")
+    (site / name).mkdir()
+    (site / name / "__init__.py").write_text("")
+    (site / name / "h.py").write_text(RECORD)
+    job = define(engine, handler=f"{name}.h:work")
+    asked = requests.propose(
+        engine, tenant_id="default", requester="ada", job_definition_id=job, params={}, title="t", reason="r"
+    )
+    fine = requests.dry_run(engine, asked)
+    assert fine.admissible and [c.check for c in fine.checks] == ["admission", "code"]
+    (site / name / "h.py").write_text(RECORD.replace('"ran', '"edited'))
+    changed = requests.dry_run(engine, asked)
+    assert not changed.admissible
+    (check,) = [c for c in changed.checks if not c.ok]
+    assert check.check == "code_changed" and f"package:{name}" in check.detail

@@ -136,13 +136,49 @@ def dry_run(engine: Engine, request: RunRequest, *, version: int | None = None) 
     submission = _submission(request, actor=request.requested_by, version=version, moment=Moment.REQUEST_TEST)
     checks: list[Check] = []
     try:
-        engine.pipeline.prepare([submission], now=engine.clock.now(), actor=request.requested_by, record=False)
+        prepared = engine.pipeline.prepare(
+            [submission], now=engine.clock.now(), actor=request.requested_by, record=False
+        )
         checks.append(Check("admission", True, "definition active and approved, parameters valid, gates passed"))
     except GovernanceRefusal as exc:
         checks.append(Check(exc.code, False, exc.message))
     except JobgateError as exc:
         checks.append(Check(exc.code, False, str(exc)))
+    else:
+        checks += _code_check(
+            engine,
+            request.tenant_id,
+            prepared[0].create.run.job_definition_id,
+            prepared[0].create.run.definition_version,
+        )
     return Verdict(all(c.ok for c in checks), checks)
+
+
+def _code_check(engine: Engine, tenant_id: str, job_definition_id: str, version: int) -> list[Check]:
+    """The code gate, which binds at an attempt's start, asked now of the code this host reads:
+    a request approved while the code differs from the approved code makes a run that is held
+    (``code_changed``), so the dry run says so (found by a review: it said "admissible")."""
+    from jobgate.service import approvals
+
+    try:
+        found = approvals.status(engine, tenant_id, job_definition_id)
+    except JobgateError as exc:
+        return [Check("code_unreadable", False, exc.message)]
+    if found.current_version != version or not found.approved:
+        return []  # another version judged, or the admission check above said why
+    if found.code is None:
+        return [Check("code_unreadable", False, f"the code cannot be read on this host: {found.code_problem}")]
+    if not found.code_matches:
+        parts = ", ".join(found.code_changed) or "code"
+        return [
+            Check(
+                "code_changed",
+                False,
+                f"the code on this host differs from the approved code ({parts}): its run would be held"
+                " (code_changed) until the code is approved again",
+            )
+        ]
+    return [Check("code", True, "the code on this host is the approved code")]
 
 
 def _current_version(engine: Engine, tenant_id: str, job_definition_id: str) -> tuple[str, int]:
