@@ -56,6 +56,8 @@ def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, 
             "run",
             "worker.trusted_handlers",
         ),
+        # found by a first-hour review: a module is not a handler (its runs waited for ever)
+        ("import os\n", "os", "is a module"),
     ],
 )
 def test_what_the_source_shows_cannot_run_is_refused_and_nothing_runs(

@@ -8,7 +8,8 @@ had approved yet, next to the database and the tokens. So the module is found as
 system would find it (``code.locate_handler``) and its source parsed (``ast``).
 
 Only what the source shows for certain is refused: a name bound nowhere in a module that makes
-no names at run time, a name bound only by ``async def`` (undecorated) or only to a constant,
+no names at run time, a name bound only by ``async def`` (undecorated), only to a constant or
+only by ``import`` (a module),
 a function decorated with ``host_job`` (under any name it was imported as) or assigned from a
 call of it. Everything else (a name a ``global`` statement, ``globals()``, ``setattr`` or
 ``exec`` may make, a star import, a module ``__getattr__``, a re-export) is the worker's to
@@ -65,6 +66,8 @@ def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
         raise ValidationError(f"{handler!r} is a coroutine function; handlers are synchronous", field="handler")
     if all(isinstance(b, ast.Assign | ast.AnnAssign) and isinstance(b.value, ast.Constant) for b in bindings):
         raise ValidationError(f"{handler!r} is not callable", field="handler")
+    if all(isinstance(b, ast.Import) for b in bindings):  # ``import os``: the name is a module
+        raise ValidationError(f"{handler!r} is a module (imported by {module_name!r}), not callable", field="handler")
     if any(scope.asks_for_host(b) for b in bindings):
         code.check_host_allowed(handler, trusted)
 
