@@ -43,3 +43,25 @@ def test_a_seconds_option_refuses_what_is_not_a_finite_number(given: str) -> Non
     refused = CliRunner().invoke(command, ["--every", given])
     assert refused.exit_code == 2 and "--every" in refused.output
     assert CliRunner().invoke(command, ["--every", "2.5"]).output == "every 2.5\n"
+
+
+SERVER_GIVEN = [
+    (["--server", "http://127.0.0.1:9"], {}, "--server"),
+    ([], {"JOBGATE_SERVER": "http://127.0.0.1:9"}, "$JOBGATE_SERVER"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "named"), SERVER_GIVEN)
+def test_a_local_command_through_a_server_names_where_the_server_came_from(
+    args: list[str], env: dict[str, str], named: str
+) -> None:
+    """Found by a review: with ``$JOBGATE_SERVER`` set, a local command blamed ``--server``,
+    which was never typed."""
+    from click.testing import CliRunner
+
+    from jobgate.cli.root import cli
+
+    result = CliRunner().invoke(cli, [*args, "definitions", "list"], env=env)
+    refused = result.exception
+    assert isinstance(refused, ValidationError) and refused.field == named
+    assert f"({named} is set)" in refused.message

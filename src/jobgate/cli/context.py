@@ -28,6 +28,7 @@ class AppContext:
     json_output: bool
     server: str | None = None
     token: str | None = field(default=None, repr=False)
+    server_named_as: str = "--server"  # or "$JOBGATE_SERVER": what a refusal names
     log_format: str | None = None  # --log-format / $JOBGATE_LOG_FORMAT; None: the config's
     log_level: str | None = None
     # init, demo and migrate (and serve, worker, scheduler with --migrate): create the database
@@ -57,8 +58,9 @@ class AppContext:
     def engine(self) -> Engine:
         if self.server:
             raise ValidationError(
-                "this command works on a local database; through --server only submit and runs … are available",
-                field="--server",
+                f"this command works on a local database; through a server ({self.server_named_as} is set) only"
+                " submit and runs … are available",
+                field=self.server_named_as,
             )
         if self._engine is None:
             from jobgate.config import DATABASE_ENV, resolve_database_url

@@ -139,6 +139,8 @@ def cli(
     app = AppContext(
         config_path, database, json_output, server=server, token=token, log_format=log_format, log_level=log_level
     )
+    if ctx.get_parameter_source("server") is click.core.ParameterSource.ENVIRONMENT:
+        app.server_named_as = "$JOBGATE_SERVER"  # never typed on this command line: say where it came from
     ctx.obj = app
     ctx.call_on_close(app.close)
 
