@@ -228,3 +228,23 @@ def test_a_definition_suspended_after_a_submission_is_refused_at_the_next(engine
         engine.submit(SubmitRequest(job, request_id="after"))
     assert refused.value.field == "status"
     assert count(engine, "job_runs") == 1
+
+
+def test_a_retired_definition_stays_retired_whatever_its_file_says_next(engine: Engine) -> None:
+    """Found by a review: re-applying a retired definition's file without ``status: retired``
+    brought it back under its old approval, so one person could undo a retirement alone (under
+    four eyes too). Retirement is final: the apply is refused, nothing changes."""
+    from jobgate.core.models import DefinitionStatus
+
+    job = define(engine)
+    define(engine, job_definition_id=job, status="retired")
+    for status in ("active", "suspended", "draft"):
+        with pytest.raises(ValidationError) as refused:
+            define(engine, job_definition_id=job, status=status, approve=False)
+        assert refused.value.field == "status" and "retirement is final" in refused.value.message
+    with engine.store.read() as tx:
+        stored = tx.definition_get("default", job)
+    assert stored is not None and stored.status is DefinitionStatus.RETIRED
+    define(engine, job_definition_id=job, status="retired", approve=False)  # saying it again is fine
+    with pytest.raises(GovernanceRefusal):
+        engine.submit(SubmitRequest(job, requested_by="ada"), actor="ada")

@@ -17,7 +17,7 @@ from jobgate.clock import Clock
 from jobgate.config import JobgateConfig
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import GovernanceRefusal, NotFoundError, ValidationError
-from jobgate.core.models import JobDefinition
+from jobgate.core.models import DefinitionStatus, JobDefinition
 from jobgate.definitions.schema import LoadedDefinition, parse_definition
 from jobgate.governance.code import CodeReader
 from jobgate.governance.handler_source import check_handler_source
@@ -75,6 +75,7 @@ class Definitions:
             tx.gates_closing()  # a status in the files may suspend or retire a definition
             for item in loaded:
                 d = item.definition
+                _refuse_unretiring(tx, tenant_id or d.tenant_id, item)
                 result = tx.definition_put(
                     DefinitionPut(
                         tenant_id=tenant_id or d.tenant_id,
@@ -188,6 +189,21 @@ class Definitions:
                 source=source,
             )
         return replace(loaded.definition, version=stored.version, status=stored.status, tenant_id=stored.tenant_id)
+
+
+def _refuse_unretiring(tx: StoreTx, tenant_id: str, item: LoadedDefinition) -> None:
+    """Retirement is final (the governance guide's ``definition_retired`` never clears): a file
+    that no longer says ``status: retired`` does not bring a retired definition back, under
+    its old approval, by whoever may apply (found by a review: under four eyes, one person could
+    undo a retirement alone). A job to run again takes a new ``job_definition_id``."""
+    stored = tx.definition_get(tenant_id, item.definition.job_definition_id)
+    if stored is not None and stored.status is DefinitionStatus.RETIRED and item.status is not DefinitionStatus.RETIRED:
+        raise ValidationError(
+            "the definition is retired, and retirement is final: keep `status: retired` in its file, or give"
+            " the job a new job_definition_id",
+            field="status",
+            source=item.source or item.definition.job_definition_id,
+        )
 
 
 def check_executable(item: LoadedDefinition, trusted: Sequence[str]) -> None:
