@@ -306,6 +306,11 @@ def test_a_workflow_page_draws_its_bound_step_graph(world: World) -> None:
     assert sorted(re.findall(r'data-step="([a-z]+)"', page.text)) == ["check", "extract", "report"]
     assert page.text.count("<line ") == 2 and 'data-live="true"' in page.text  # redrawn while it runs
     assert _signed_in(world, "other", Role.ADMIN).get(f"/workflows/{record.workflow_run_id}").status_code == 404
+    from jobgate.runtime.coordinator import WorkflowCoordinator
+
+    WorkflowCoordinator(world.engine).pass_once()  # its first step RUNNING: its run made, not started
+    started = client.get(f"/workflows/{record.workflow_run_id}").text
+    assert '<td>extract</td><td>RUNNING <span class="run-status">(its run is SCHEDULED)</span>' in started
 
 
 def test_a_run_page_shows_its_log_and_offers_its_artifact_with_the_digest(world: World) -> None:

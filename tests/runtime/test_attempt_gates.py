@@ -214,6 +214,10 @@ def test_a_worker_told_to_exit_when_idle_exits_when_a_workflow_waits_on_held_ste
     (held,) = found
     assert held.status is RunStatus.HELD and held.workflow_run_id == record.workflow_run_id
     assert attempts_run(marker, held.job_run_id) == []
+    # the step is RUNNING (its run made), and the view knows its run is HELD (the console's
+    # workflow page says so; found by a review: it showed RUNNING alone)
+    view = workflow_view(engine, record.workflow_run_id)
+    assert [s.status for s in view.steps] == ["RUNNING"] and view.run_statuses[held.job_run_id] == "HELD"
 
 
 def test_manual_review_holds_a_queued_manual_run_of_a_definition_naming_itself_safe_mode_job(

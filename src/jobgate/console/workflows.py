@@ -17,6 +17,7 @@ from jobgate.api.routes import workflows as workflow_routes
 from jobgate.console.graph import BOX_HEIGHT, BOX_WIDTH, layout
 from jobgate.console.pages import caller_of, render, state_of
 from jobgate.core.states import RunStatus
+from jobgate.views.schemas import WorkflowRunOut
 
 router = APIRouter(include_in_schema=False)
 _OPEN = {s.value for s in RunStatus if not s.is_terminal}
@@ -47,8 +48,16 @@ def _bound_steps(request: Request, job: str, version: int) -> list[tuple[str, li
 @console
 def workflow_page(request: Request, workflow_run_id: str) -> HTMLResponse:
     caller, state = caller_of(request), state_of(request)
-    run = workflow_routes.get_workflow(workflow_run_id, caller, state)
+    view = workflow_routes.visible_workflow(state, caller, workflow_run_id)
+    run = WorkflowRunOut.of(view)
     statuses = {s.step_id: s.status for s in run.steps}
+    # A step RUNNING whose run has not started (HELD by a gate, or queued) says so: its own
+    # status alone read as if it ran (found by a review).
+    waiting = {
+        s.step_id: found
+        for s in view.steps
+        if s.status == "RUNNING" and (found := view.run_statuses.get(s.job_run_id or "")) not in (None, "RUNNING")
+    }
     graph_steps = _bound_steps(request, run.job_definition_id, run.definition_version)
     if not graph_steps:  # a definition gone from view: the recorded steps, in order, unlinked
         graph_steps = [(s.step_id, []) for s in run.steps]
@@ -59,6 +68,7 @@ def workflow_page(request: Request, workflow_run_id: str) -> HTMLResponse:
         run=run,
         drawn=drawn,
         statuses=statuses,
+        waiting=waiting,
         box_width=BOX_WIDTH,
         box_height=BOX_HEIGHT,
         live=run.status in _OPEN,

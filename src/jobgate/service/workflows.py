@@ -79,6 +79,9 @@ class WorkflowView:
     record: WorkflowRecord
     steps: list[StepRecord]
     transitions: list[WorkflowTransition]
+    # Each step's run's own status, by run id: a step RUNNING whose run is HELD (a gate) or
+    # waiting in the queue is not running, and a reader should not have to open the run to see it.
+    run_statuses: dict[str, str] = field(default_factory=dict)
 
     @property
     def current_step(self) -> str | None:
@@ -323,7 +326,10 @@ def workflow_view(
         if record is None:
             raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
         history = tx.workflow_transitions(workflow_run_id) if transitions else []
-        return WorkflowView(record, tx.workflow_steps(workflow_run_id), history)
+        steps = tx.workflow_steps(workflow_run_id)
+        ids = [i for s in steps for i in (s.job_run_id, s.compensation_run_id) if i is not None]
+        statuses = {r.job_run_id: r.status.value for r in tx.runs_get(ids)} if ids else {}
+        return WorkflowView(record, steps, history, statuses)
 
 
 # ---------------------------------------------------------------------- advance

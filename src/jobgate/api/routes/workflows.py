@@ -33,7 +33,8 @@ Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def _visible(state: ServerState, caller: Principal, workflow_run_id: str) -> WorkflowView:
+def visible_workflow(state: ServerState, caller: Principal, workflow_run_id: str) -> WorkflowView:
+    """The workflow run if the caller may see it; otherwise the same 404 as a missing one."""
     view = workflow_service.workflow_view(state.engine, workflow_run_id, caller.tenant_id)
     if not caller.may_use(view.record.job_definition_id):
         raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
@@ -112,14 +113,14 @@ def list_workflows(
 @allow(READ)
 def get_workflow(workflow_run_id: str, caller: Caller, state: State) -> WorkflowRunOut:
     """Seed 000 §44: status, current step, completed and remaining steps."""
-    return WorkflowRunOut.of(_visible(state, caller, workflow_run_id))
+    return WorkflowRunOut.of(visible_workflow(state, caller, workflow_run_id))
 
 
 @router.get("/workflows/{workflow_run_id}/transitions", response_model=list[WorkflowTransitionOut])
 @allow(READ)
 def workflow_transitions(workflow_run_id: str, caller: Caller, state: State) -> list[WorkflowTransitionOut]:
     """Every state change of the workflow and its steps, in order (what replay recomputes)."""
-    view = _visible(state, caller, workflow_run_id)
+    view = visible_workflow(state, caller, workflow_run_id)
     return [
         WorkflowTransitionOut(
             seq=t.seq,
@@ -139,7 +140,7 @@ def workflow_transitions(workflow_run_id: str, caller: Caller, state: State) -> 
 @allow(RUN_CONTROL)
 def cancel_workflow(workflow_run_id: str, caller: Caller, state: State) -> WorkflowRunOut:
     """Cancel pending steps and stop running ones (409 when the workflow already ended)."""
-    view = _visible(state, caller, workflow_run_id)
+    view = visible_workflow(state, caller, workflow_run_id)
     if caller.role in RUN_CONTROL.owner_roles and view.record.requested_by != caller.actor:
         raise Forbidden(f"role {caller.role.value} may act on its own workflow runs only", field="workflow_run_id")
     workflow_service.cancel_workflow(state.engine, workflow_run_id, actor=caller.actor, tenant_id=caller.tenant_id)
