@@ -442,3 +442,60 @@ def test_a_period_names_the_runs_retention_deleted(period: tuple[Engine, str, li
     forged = _resign(bundle, {"seals.json": (json.dumps(kept, indent=2, sort_keys=True) + "\n").encode()})
     result = verify_bundle(forged, public_keys=keys())
     assert not result.ok and any(gone[0] in p and "no tombstone" in p for p in result.problems), result.problems
+
+
+def test_a_workflow_bundle_names_its_steps_runs_retention_deleted(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: a workflow run's bundle after retention held none of its steps' runs and
+    verified "ok", silent about them. They are listed (``retired.json``) with their tombstones,
+    and a bundle missing a step's run without listing it is a problem."""
+    import json
+    from datetime import timedelta
+
+    from jobgate.evidence import anchors, sinks
+    from jobgate.evidence import keys as evidence_keys
+    from jobgate.export.scope import ExportScope
+    from jobgate.runtime.coordinator import WorkflowCoordinator
+    from jobgate.runtime.outbox import publish_once
+    from jobgate.service import audit
+    from jobgate.service.workflows import StartWorkflow, start_workflow, workflow_view
+
+    key_file = tmp_path / "evidence.key"
+    key_file.write_text(KEY.private_b64)
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, evidence={"signing_key": str(key_file), "signing_key_id": KEY.key_id}))
+    try:
+        step = define(engine, job_definition_id="ledger-step")
+        define(engine, job_definition_id="ledger-flow", handler=None, workflow={"steps": [{"id": "one", "job": step}]})
+        record, _ = start_workflow(engine, StartWorkflow("ledger-flow", requested_by="ada"), actor="ada")
+        coordinator = WorkflowCoordinator(engine)
+        coordinator.pass_once()
+        (made,) = workflow_view(engine, record.workflow_run_id).steps
+        assert made.job_run_id is not None
+        control.cancel_run(engine, made.job_run_id, actor="ops", reason="not this month")
+        coordinator.pass_once()
+        assert workflow_view(engine, record.workflow_run_id).record.status.value in ("FAILED", "CANCELLED")
+        while publish_once(engine.store, [], engine.clock):
+            pass
+        now = engine.clock.now()
+        audit.seal_pending(engine, now)
+        later = now + timedelta(minutes=1)
+        with engine.store.write() as tx:
+            assert tx.runs_retire("default", later, 10, now=later) == [made.job_run_id]
+        audit.seal_pending(engine, later)
+        with engine.store.write() as tx:
+            anchors.anchor_due(
+                tx, "default", now=later + timedelta(hours=2), window=timedelta(hours=1),
+                sink=sinks.sink_for(engine.config), signer=evidence_keys.signer_for(engine.config),
+            )  # fmt: skip
+        bundle = build_bundle(engine, ExportScope(workflow_run_id=record.workflow_run_id))
+        files = zipfile.ZipFile(io.BytesIO(bundle))
+        assert [r["job_run_id"] for r in json.loads(files.read("retired.json"))] == [made.job_run_id]
+        result = verify_bundle(bundle, public_keys=keys())
+        assert result.ok, result.problems
+        assert any(made.job_run_id in n and "retired by retention" in n for n in result.notes)
+        forged = _resign(bundle, {"retired.json": b"[]\n"})
+        result = verify_bundle(forged, public_keys=keys())
+        assert not result.ok
+        assert any(f"run {made.job_run_id} is neither in the bundle nor listed" in p for p in result.problems)
+    finally:
+        store.dispose()

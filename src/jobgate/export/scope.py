@@ -17,7 +17,7 @@ an auditor reads to a signature nobody without the key can make.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -169,7 +169,7 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         ]
         jobs = sorted({job for job, _ in bound})
         approvals = [row for job in jobs for row in rows.raw_rows("approval", tenant, {"job_definition_id": job})]
-        retired = _retired_in(tx, scope)
+        retired = _retired_in(tx, scope, ids)
         records = (
             [(seals.RUN, str(r["row"]["job_run_id"])) for r in runs]
             + [(seals.RUN, gone.job_run_id) for gone in retired]
@@ -207,10 +207,13 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
     return files
 
 
-def _retired_in(tx: StoreTx, scope: ExportScope) -> list[RetiredRun]:
-    """The runs of a period (or of a definition, within its period if it has one) that retention
-    deleted: without them a period's bundle would look complete when it is not."""
-    if scope.job_run_id or scope.workflow_run_id:
+def _retired_in(tx: StoreTx, scope: ExportScope, run_ids: Sequence[str]) -> list[RetiredRun]:
+    """The runs of a period (or of a definition, within its period if it has one), or a workflow
+    run's steps' runs, that retention deleted: without them a bundle would look complete when it
+    is not (found by a review: a workflow's bundle held no runs and said nothing of its steps)."""
+    if scope.workflow_run_id:
+        return sorted(tx.runs_retired_of(scope.tenant_id, run_ids), key=lambda g: g.job_run_id)
+    if scope.job_run_id:
         return []
     start = scope.start or datetime.min.replace(tzinfo=UTC)
     end = scope.end or datetime.max.replace(tzinfo=UTC)
@@ -299,13 +302,32 @@ def check_contents(
             _check_record(f"{file}: {rid}", kind, seals.row_parts(spec, row), sealed.get((kind, rid)), out)
             _check_trail(f"{file}: {rid}", seal_trails.row_trail(kind, _sealed(trails, kind, rid), _content), out)
     present = {n.removeprefix("runs/").removesuffix(".json") for n in files if n.startswith("runs/")}
-    for gone in _load(files, "retired.json"):
+    listed_retired = _load(files, "retired.json")
+    for gone in listed_retired:
         _check_retired(gone, present, trails, out)
+    accounted = present | {str(g["job_run_id"]) for g in listed_retired}
+    exported = _scope_of(files).get("workflow_run_id")  # a workflow's bundle: all its steps' runs
+    for name in sorted(n for n in files if n == f"workflows/{exported}.json"):
+        for step in json.loads(files[name])["steps"]:
+            for rid in (step.get("job_run_id"), step.get("compensation_run_id")):
+                if rid and rid not in accounted:
+                    out.problems.append(
+                        f"{name}: step {step.get('step_id')}'s run {rid} is neither in the bundle nor listed as retired"
+                    )
     proofs = _load(files, "proofs.json")
     _check_proofs(proofs, entries, keys, out)
     if timestamps is not None:
         _check_timestamps(proofs, timestamps, out)
     return out
+
+
+def _scope_of(files: Mapping[str, bytes]) -> dict[str, Any]:
+    """The scope the (signed) manifest states, or nothing."""
+    try:
+        scope = json.loads(files["manifest.json"]).get("scope")
+    except (KeyError, ValueError, AttributeError):
+        return {}
+    return scope if isinstance(scope, dict) else {}
 
 
 def _check_retired(
