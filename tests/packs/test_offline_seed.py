@@ -346,9 +346,15 @@ def test_the_newest_version_of_a_pack_is_current_after_an_import(source: Engine,
     assert _digests(target, "acme")["report-a"] == newest
 
 
-def test_version_order_reads_numbers_as_numbers() -> None:
+def test_version_order_reads_numbers_as_numbers_and_releases_after_their_candidates() -> None:
+    """Found by a review: ``2.0-rc1`` sorted after ``2.0``, so a release candidate imported with
+    its release ended current (and, never applied again, stayed so)."""
     from jobgate.core.packs import version_order
 
     assert sorted(["1.10", "1.9", "1.0", "2", "1.9.1", "1.9-rc1"], key=version_order) == [
-        "1.0", "1.9", "1.9.1", "1.9-rc1", "1.10", "2",
+        "1.0", "1.9-rc1", "1.9", "1.9.1", "1.10", "2",
     ]  # fmt: skip
+    assert sorted(["2.0", "2.0rc1", "2.0-rc2", "2.0.dev1", "2.0.post1"], key=version_order) == [
+        "2.0.dev1", "2.0rc1", "2.0-rc2", "2.0", "2.0.post1",
+    ]  # fmt: skip
+    assert sorted(["release-b", "2.0", "release-a"], key=version_order) == ["2.0", "release-a", "release-b"]

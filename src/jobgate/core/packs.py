@@ -158,8 +158,16 @@ def check_same(existing_digest: str | None, ref: PackRef, wanted_digest: str) ->
     return False
 
 
-def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
-    """A sort key that puts ``1.9`` before ``1.10``: the version's parts (split on ``. _ + -``),
+def version_order(version: str) -> tuple[int, Any]:
+    """A sort key that puts ``1.9`` before ``1.10`` and a pre-release before its release
+    (``2.0-rc1``, ``2.0rc1`` before ``2.0``; found by a review: a release candidate applied
+    after its release ended current): a version Python's packaging reads (PEP 440) is ordered
+    as it orders releases; any other comes after those, by its parts (split on ``. _ + -``),
     numbers compared as numbers and before words. An archive's packs are applied in this order,
     so a definition carried by several versions of a pack ends as its newest."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[._+-]", version))
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[._+-]", version)))
