@@ -47,6 +47,22 @@ def test_init_with_a_database_writes_it_into_the_folder_so_every_command_opens_i
     assert "demo-hello" in listed  # the run is in the database init was given
 
 
+def test_a_failed_init_leaves_nothing_it_made_and_can_be_run_again(tmp_path: Path) -> None:
+    """Found by a review: an init whose database could not be made left a half-made folder, and
+    the same command again was refused (its jobgate.yaml existed); a database path under a file
+    was an internal error (exit 70). Nothing init made stays; what was there before does."""
+    (tmp_path / "afile").write_text("in the way\n")
+    failed = jobgate(tmp_path, "--db", "afile/x.db", "init", "site", check=False)
+    assert failed.returncode == 1 and "cannot make the database's folder" in failed.stderr
+    assert not (tmp_path / "site").exists()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine\n")
+    failed = jobgate(tmp_path, "--db", "afile/x.db", "init", "kept", check=False)
+    assert failed.returncode == 1 and sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
+    made = jobgate(tmp_path, "init", "kept")  # the same folder, the default database: it works now
+    assert made.returncode == 0 and (tmp_path / "kept" / "jobgate.yaml").exists()
+
+
 def test_db_takes_a_path_or_a_url_and_migrate_is_the_one_door(tmp_path: Path) -> None:
     missing = jobgate(tmp_path, "--db", "state/jobs.db", "runs", "list", check=False)
     assert missing.returncode == 1 and "no database at" in missing.stderr and "jobgate migrate" in missing.stderr

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -77,14 +78,37 @@ def migrate(app: AppContext, check: bool) -> None:
 def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> None:
     """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied.
     With --production: the production configuration (four eyes on) and an empty definitions folder."""
-    from jobgate.evidence import keys as evidence_keys
-
     app: AppContext = ctx.obj
     app.may_create = True
-    directory.mkdir(parents=True, exist_ok=True)
     target = directory / CONFIG_FILENAME
     if target.exists() and not force:
         raise ValidationError(f"{target} exists; use --force to overwrite", field="directory")
+    with _undone_on_failure(directory):
+        _init(app, directory, target, production)
+
+
+@contextlib.contextmanager
+def _undone_on_failure(directory: Path) -> Iterator[None]:
+    """What ``init`` made is taken away again when it fails (a database it cannot reach, a
+    definition refused): found by a review, a half-made folder was left behind, and running the
+    same command again was refused because its jobgate.yaml existed. What was there before stays."""
+    existed = directory.exists()
+    before = {p.name for p in directory.iterdir()} if existed else set()
+    try:
+        yield
+    except BaseException:
+        if existed:
+            for made in [p for p in directory.iterdir() if p.name not in before]:
+                shutil.rmtree(made) if made.is_dir() and not made.is_symlink() else made.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _init(app: AppContext, directory: Path, target: Path, production: bool) -> None:
+    from jobgate.evidence import keys as evidence_keys
+
+    directory.mkdir(parents=True, exist_ok=True)
     demo = resources.files("jobgate") / "demo"
     if production:
         with resources.as_file(demo) as src:

@@ -106,7 +106,13 @@ def open_store(url: str, *, synchronous: str = "FULL", create: bool = False, hin
     file = sqlite_file(url)
     if file is not None and not create and not file.exists():
         raise NotReadyError(hint or f"no database at {file}: `jobgate migrate` creates it", field="database")
-    store = Store(url, synchronous=synchronous, migrate=False)
+    try:
+        store = Store(url, synchronous=synchronous, migrate=False)
+    except OSError as exc:  # its folder cannot be made (a file is in the way, no permission)
+        where = file.parent if file is not None else "the database"
+        raise ConfigurationError(
+            f"cannot make the database's folder {where}: {exc.strerror or type(exc).__name__}", field="database"
+        ) from None
     try:
         if create:
             store.migrate()
