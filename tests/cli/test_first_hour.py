@@ -232,3 +232,12 @@ def test_a_misdeployed_worker_burns_no_run(tmp_path: Path) -> None:
     assert shown(mine)["run"]["status"] == "COMPLETED"
     assert shown(report)["run"]["status"] == "COMPLETED"
     assert "ran here" in jobgate(folder, "runs", "log", mine).stdout
+
+
+def test_a_red_doctor_says_which_checks_are_red_as_not_ready(tmp_path: Path) -> None:
+    """Found by a review: a fresh folder's doctor ended with ``validation_error: at least one
+    check is red``, as if the command had been given something invalid."""
+    jobgate(tmp_path, "init", "site")
+    checked = jobgate(tmp_path / "site", "doctor", check=False)
+    assert checked.returncode == 1
+    assert "error: not_ready: doctor: red: scheduler leader" in checked.stderr

@@ -10,7 +10,7 @@ import click
 
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import NotReadyError
 from jobgate.plugins.admission import admit as admit_plugins
 from jobgate.service import doctor, startup
 
@@ -124,5 +124,6 @@ def doctor_command(app: AppContext, tenant: str | None) -> None:
         "doctor",
         [{"check": c.name, "status": c.level.value, "detail": c.detail} for c in checks],
     )
-    if doctor.worst(checks) is doctor.Level.RED:
-        raise ValidationError("at least one check is red", field="doctor")
+    red = [c.name for c in checks if c.level is doctor.Level.RED]
+    if red:  # the deployment is not ready (nothing the command was given is invalid)
+        raise NotReadyError(f"red: {', '.join(red)} (each line above says why)", field="doctor")

@@ -12,7 +12,7 @@ from jobgate.cli import render
 from jobgate.cli.args import parse_params
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import NotReadyError
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import workflows as workflow_service
@@ -129,7 +129,7 @@ def _wait(engine: Any, workflow_run_id: str, timeout: float) -> WorkflowView:
         if view.record.status not in WORKFLOW_ACTIVE:
             return view
         if time.monotonic() > deadline:
-            raise ValidationError(
+            raise NotReadyError(  # the workflow is not done yet: nothing asked was invalid
                 f"still {view.record.status.value} after {timeout:g} s (is a worker running?)", field="timeout"
             )
         time.sleep(0.1)
