@@ -225,6 +225,8 @@ def test_a_misdeployed_worker_burns_no_run(tmp_path: Path) -> None:
         assert (waiting["run"]["status"], waiting["run"]["attempt"]) == ("SCHEDULED", 0)
         assert [t["to_status"] for t in waiting["transitions"]] == ["CREATED", "SCHEDULED"]  # never claimed
     assert "cannot run demo-report" in without.stderr and "cannot run my-job" in without.stderr
+    # and it says, as it stops, what it left waiting (found by a review: it stopped in silence)
+    assert "2 run(s) of demo-report, my-job still wait: this worker cannot run them here" in without.stderr
     (advertised,) = json.loads(jobgate(folder, "--json", "workers", "--all").stdout)
     assert {"demo-report", "my-job"} <= set(advertised["cannot_run"])
     assert "demo-hello" not in advertised["cannot_run"]  # a handler of jobgate's own: it runs anywhere

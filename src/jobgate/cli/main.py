@@ -671,3 +671,27 @@ def worker(
     if exit_when_idle:
         proc.stop_when_idle()
     proc.join()
+    if exit_when_idle:
+        _left_behind(engine, proc.worker.unrunnable)
+
+
+def _left_behind(engine: Any, beyond: frozenset[str] | set[str]) -> None:
+    """Say what an idle worker left queued because it cannot run it here (found by a review: it
+    stopped in silence, as if nothing were due): the definitions, and how to run them."""
+    if not beyond:
+        return
+    from jobgate.core.states import LEASED, PENDING
+    from jobgate.store.base import RunFilter
+
+    waiting = (PENDING - {RunStatus.HELD}) | LEASED
+    with engine.store.read() as tx:
+        left = [
+            r for r in tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1000)) if r.definition_digest in beyond
+        ]
+    if left:
+        jobs = sorted({r.job_definition_id for r in left})
+        render.err.print(
+            f"{len(left)} run(s) of {', '.join(jobs)} still wait: this worker cannot run them here (its log says"
+            " why); start a worker where their code, runner or policy is",
+            markup=False,
+        )
