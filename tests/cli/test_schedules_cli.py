@@ -172,6 +172,11 @@ def test_events_emit_fires_subscribers_and_a_duplicate_does_nothing(folder: Path
     assert run["run"]["params"] == {"name": "Ada"}
     bad = jobgate(folder, "events", "emit", "pipeline.completed", "--id", "e2", "--data", "[1]", check=False)
     assert bad.returncode == 1 and "--data" in bad.stderr
+    # every schedule refused its run: the command says so and fails (found by a review: exit 0)
+    refused = jobgate(
+        folder, "events", "emit", "pipeline.completed", "--id", "e3", "--data", '{"name": "a/b"}', check=False
+    )
+    assert refused.returncode == 1 and "schedule on-done refused:" in refused.stderr
 
 
 def test_policy_and_alert_triggers_from_the_command_line(folder: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -355,11 +356,22 @@ def events_emit(
     ]
     if app.json_output:
         render.emit_json(rows)
-        return
-    if not rows:
+    elif not rows:
         render.out.print(f"no schedule subscribes to {event_type!r}")
-        return
-    render.table(f"event {event_type} {event_id}", list(rows[0]), [tuple(r.values()) for r in rows])
+    else:
+        render.table(f"event {event_type} {event_id}", list(rows[0]), [tuple(r.values()) for r in rows])
+    _exit_if_all_refused([(str(r["schedule_id"]), r["refused"]) for r in rows])
+
+
+def _exit_if_all_refused(outcomes: Sequence[tuple[str, object]]) -> None:
+    """Exit 1 when every schedule an event or a fact fired refused its run (found by a review:
+    the command exited 0, so a script saw success where nothing was made); a refusal beside
+    runs that were made is said on stderr, the exit stays 0."""
+    refused = [(schedule, why) for schedule, why in outcomes if why]
+    for schedule, why in refused:
+        render.err.print(f"schedule {schedule} refused: {why}", markup=False)
+    if refused and len(refused) == len(outcomes):
+        raise SystemExit(1)
 
 
 @click.group("facts")
@@ -412,9 +424,11 @@ def _policy_fires(app: AppContext, fires: list[triggers.PolicyFire], line: str) 
     ]  # fmt: skip
     if app.json_output:
         render.emit_json(rows)
-        return
-    fired = [r for r in rows if r["fired"]]
-    render.out.print(line + (f"; fired {', '.join(str(r['schedule_id']) for r in fired)}" if fired else ""))
+    else:
+        fired = [r for r in rows if r["fired"]]
+        render.out.print(line + (f"; fired {', '.join(str(r['schedule_id']) for r in fired)}" if fired else ""))
+    decided = [(str(r["schedule_id"]), r["refused"]) for r in rows if r["fired"] or r["refused"]]
+    _exit_if_all_refused(decided)
 
 
 @click.command("backfill")
