@@ -77,7 +77,10 @@ def revoke(app: AppContext, job: str, reason: str | None, tenant: str) -> None:
             }
         )
     else:
-        print(f"{job}: approval revoked; {len(done.cancelled_runs)} runs not yet started were cancelled")
+        print(
+            f"{job}: approval revoked; {len(done.cancelled_runs)} queued runs cancelled (a run executing now"
+            " finishes its attempt and is not started again)"
+        )
 
 
 @click.command("approval")

@@ -126,7 +126,10 @@ def evaluate(policy: Policy, a: Admission) -> GovernanceRefusal | None:
         per_day = policy.quota(a.tenant_id, "runs_per_day")
         if per_day is not None and a.runs_today >= per_day:
             return _refuse(
-                policy, policy.quota_rule, f"tenant {a.tenant_id} created {a.runs_today} runs today (quota {per_day})"
+                policy,
+                policy.quota_rule,
+                f"tenant {a.tenant_id} is at its daily quota of {per_day} runs ({a.runs_today} counted today,"
+                " this request's earlier runs included; a request is refused whole)",
             )
         concurrent = policy.quota(a.tenant_id, "concurrent_runs")
         if concurrent is not None and a.open_runs >= concurrent:
