@@ -195,7 +195,7 @@ def _host_encodable(host: str, url: str) -> bool:
     try:
         host.encode("idna")
         httpx.URL(url).host  # noqa: B018 -- the host decoded as httpx decodes it (A-labels checked)
-    except (ValueError, UnicodeError):
+    except (ValueError, UnicodeError, httpx.InvalidURL):  # InvalidURL is neither (found by a review)
         return False
     return True
 

@@ -329,6 +329,9 @@ def test_a_run_page_shows_its_log_and_offers_its_artifact_with_the_digest(world:
     assert download.content == b"quarterly report" and download.headers["x-artifact-sha256"] == digest
     more = client.get(f"/runs/{run.job_run_id}/log", params={"offset": 7})
     assert more.text == "line <2>\n" and more.headers["x-log-end"] == end.group(1)
+    for private in (download, more):  # signed-in content: never kept, never sniffed (found by a review)
+        assert private.headers["cache-control"] == "no-store"
+        assert private.headers["x-content-type-options"] == "nosniff"
     assert _signed_in(world, "other", Role.ADMIN).get(f"/runs/{run.job_run_id}/artifact").status_code == 404
 
 

@@ -317,6 +317,11 @@ BAD_URLS = [
     "http://u:s3cret@a..b:18150/p",  # an empty label
     "http://" + "a" * 70 + ".example/",  # a label over 63 characters
     "http://u:s3cret@xn--zz:18150/",  # not a valid A-label
+    # and by the regression review: hosts httpx refuses (InvalidURL, neither ValueError nor UnicodeError)
+    "http://\u2603.net/x",
+    "http://[v1.x]/x",
+    "http://\uff41\uff42\uff43.com/x",
+    "http://ex\xadample.com/x",
 ]
 
 

@@ -412,7 +412,19 @@ def test_a_code_list_binds_the_packages_above_the_handler(
     assert held.hold_reason == "code_changed" and marker_lines(marker) == []
 
 
-@pytest.mark.parametrize("reexport", ["from {name}.helper import work", "from .helper import work as work"])
+@pytest.mark.parametrize(
+    "reexport",
+    [
+        "from {name}.helper import work",
+        "from .helper import work as work",
+        # found by the regression review: through a module, an alias, a star import, a fallback
+        "from . import helper\nwork = helper.work",
+        "from .helper import work as _w\nwork = _w",
+        "from .helper import *",
+        "import {name}.helper as h\nwork = h.work",
+        "try:\n    from .fast import work\nexcept ImportError:\n    from .helper import work",
+    ],
+)
 def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
     engine: Engine, site: Path, marker: Path, reexport: str
 ) -> None:

@@ -92,6 +92,8 @@ def test_another_tenants_token_cannot_be_revoked_and_answers_like_a_missing_one(
         ({"principal": "bootstrap"}, "principal"),
         ({"principal": "worker-b6ec68cf714f"}, "principal"),
         ({"principal": "scheduler-0123456789ab"}, "principal"),
+        ({"principal": "worker-0123456789AB"}, "principal"),  # in any case, as the names are
+        ({"principal": "demo"}, "principal"),  # `jobgate demo` acts as it
         ({"jobs": []}, "jobs"),
         ({"jobs": [""]}, "jobs"),
         ({"expires_in": timedelta(0)}, "expires_in"),
@@ -148,7 +150,7 @@ def test_every_name_jobgate_acts_under_is_reserved() -> None:
     from jobgate.service.submission import SYSTEM_ACTOR
 
     named = {SCHEDULER_ACTOR, SYSTEM_ACTOR, RESCUER, pubsub_triggers.ACTOR, retention.ACTOR, sla_record.ACTOR}
-    named |= {workflows.COORDINATOR, "backfill", "bootstrap"}  # schedules.backfill's, bootstrap's defaults
+    named |= {workflows.COORDINATOR, "backfill", "bootstrap", "demo"}  # backfill's, bootstrap's, the demo's
     named |= {f"{p}-{uuid.uuid4().hex[:12]}" for p in ("worker", "scheduler", "publisher", "sla")}
     for name in sorted(named):
         with pytest.raises(ValidationError):

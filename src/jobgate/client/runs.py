@@ -27,6 +27,7 @@ from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.service import control, manual, retries
+from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
 from jobgate.views.runs import run_detail_view
@@ -132,8 +133,8 @@ class LocalRuns:
 
         with self.engine.store.read() as tx:
             run = tx.run_get(self.resolve(run_id))
-        if run is None:
-            raise NotFoundError(f"no run {run_id!r}", field="run_id")
+            if run is None:
+                raise no_run(tx, self.resolve(run_id), None, field="run_id")
         part = run_files.read_log(self.engine.config, run, tail_lines=tail, offset=offset)
         return LogPart(part.text, part.end)
 

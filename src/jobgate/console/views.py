@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Header, Query, Request
@@ -25,7 +25,7 @@ from jobgate.api.routes import runs as run_routes
 from jobgate.api.routes import sla as sla_routes
 from jobgate.api.routes import stream as stream_routes
 from jobgate.console import chart
-from jobgate.console.pages import act, allowed, caller_of, form_instant, render, state_of
+from jobgate.console.pages import PAGE_HEADERS, act, allowed, caller_of, form_instant, render, state_of
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import JobRun
 from jobgate.core.runs import bound_of
@@ -211,7 +211,7 @@ def run_log(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> PlainTextResponse:
     """The API's log read (``X-Log-End`` says where to read next), for the run page's script."""
-    return run_routes.run_log(job_run_id, caller_of(request), state_of(request), tail=None, offset=offset)
+    return _as_page(run_routes.run_log(job_run_id, caller_of(request), state_of(request), tail=None, offset=offset))
 
 
 @router.get("/runs/{job_run_id}/artifact", response_class=StreamingResponse)
@@ -219,7 +219,18 @@ def run_log(
 @console
 def run_artifact(request: Request, job_run_id: str) -> StreamingResponse:
     """The API's artifact download (its recorded SHA-256 in ``X-Artifact-SHA256``)."""
-    return run_routes.run_artifact(job_run_id, caller_of(request), state_of(request))
+    return _as_page(run_routes.run_artifact(job_run_id, caller_of(request), state_of(request)))
+
+
+R = TypeVar("R", bound=Response)
+
+
+def _as_page(response: R) -> R:
+    """A signed-in download with a page's headers (found by a review: a run's log and artifact
+    could be kept by the browser and sniffed as another type, where every page says no-store
+    and nosniff)."""
+    response.headers.update(PAGE_HEADERS)
+    return response
 
 
 @router.get("/runs/{job_run_id}/events", response_class=StreamingResponse)

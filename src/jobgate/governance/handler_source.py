@@ -19,6 +19,8 @@ check: it imports the handler after the gates, and checks it again there.
 from __future__ import annotations
 
 import ast
+import functools
+import os
 from collections.abc import Sequence
 
 from jobgate.core.errors import ValidationError
@@ -72,38 +74,101 @@ def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
         code.check_host_allowed(handler, trusted)
 
 
-def reexported_from(module_name: str, name: str, *, depth: int = 8) -> list[str]:
-    """The modules ``name`` comes from when ``module_name`` only imports it (``from .helper
-    import run``), one re-export after another, as their sources show: the module that defines
-    a handler, when it is not the one ``handler:`` names. An approval narrowed by ``code:``
-    binds these too (``code.CodeReader``): editing the function's own body would otherwise run
-    under the approval of the file that merely re-exports it."""
+def reexported_from(module_name: str, name: str, *, limit: int = 32) -> list[str]:
+    """The modules ``name`` may come from when ``module_name`` does not define it itself, as
+    their sources show: imported (``from .helper import run``, under another name too), assigned
+    (``run = impl.run`` after ``from . import impl``; ``run = _r``), or offered by a star import
+    (``from .impl import *``), followed from module to module, every branch (a ``try``/``except``
+    fallback's too). An approval narrowed by ``code:`` binds these (``code.CodeReader``): editing
+    the function's own body would otherwise run under the approval of a file that merely
+    re-exports it (found by two reviews)."""
     out: list[str] = []
-    current, wanted = module_name, name
-    for _ in range(depth):
-        try:
-            origin = code.module_source(current)
-        except code.CodeUnreadable:
-            break
-        if origin is None:
-            break
-        try:
-            with open(origin, "rb") as fh:
-                tree = ast.parse(fh.read(), filename=origin)
-        except (OSError, SyntaxError, ValueError):
-            break
-        imports = [b for b in _ModuleScope(tree).bindings.get(wanted, []) if isinstance(b, ast.ImportFrom)]
-        found = [
-            (target, alias.name)
-            for imp in imports
-            if (target := _absolute(current, imp, package=origin.endswith("__init__.py"))) is not None
-            for alias in imp.names
-            if (alias.asname or alias.name) == wanted
-        ]
-        if not found:
-            break
-        out.extend(t for t, _ in found if t not in out)
-        current, wanted = found[0]
+    queue: list[tuple[str, str]] = [(module_name, name)]
+    seen: set[tuple[str, str]] = set()
+    while queue and len(seen) < limit:
+        current, wanted = queue.pop(0)
+        if (current, wanted) in seen:
+            continue
+        seen.add((current, wanted))
+        read = _read_module(current)
+        if read is None:
+            continue
+        scope, package = read
+        for source, source_name in _sources(current, scope, wanted, package=package, depth=0):
+            if source != module_name and source not in out:
+                out.append(source)
+            queue.append((source, source_name))
+    return out
+
+
+def _read_module(module_name: str) -> tuple[_ModuleScope, bool] | None:
+    """A module's top-level bindings, read from its source (None: no source to read), and
+    whether it is a package; parsed once per version of its file."""
+    try:
+        origin = code.module_source(module_name)
+    except code.CodeUnreadable:
+        return None
+    if origin is None:
+        return None
+    try:
+        stat = os.stat(origin)
+    except OSError:
+        return None
+    return _parsed(origin, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(origin: str, _mtime_ns: int, _size: int) -> tuple[_ModuleScope, bool] | None:
+    try:
+        with open(origin, "rb") as fh:
+            tree = ast.parse(fh.read(), filename=origin)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return _ModuleScope(tree), origin.endswith("__init__.py")
+
+
+def _sources(module_name: str, scope: _ModuleScope, name: str, *, package: bool, depth: int) -> list[tuple[str, str]]:
+    """Where the module's binding(s) of ``name`` come from: (module, name there) pairs."""
+    if depth > 8:
+        return []
+    out: list[tuple[str, str]] = []
+    for bound in scope.bindings.get(name, []):
+        if isinstance(bound, ast.ImportFrom):
+            base = _absolute(module_name, bound, package=package)
+            for alias in bound.names:
+                if base is not None and (alias.asname or alias.name) == name:
+                    out.append((base, alias.name))
+                    out.append((f"{base}.{alias.name}", alias.name))  # ``from pkg import sub``: a submodule
+        elif isinstance(bound, ast.Assign | ast.AnnAssign) and bound.value is not None:
+            value = bound.value
+            if isinstance(value, ast.Name) and value.id != name:  # ``run = _r``
+                out += _sources(module_name, scope, value.id, package=package, depth=depth + 1)
+            elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):  # ``run = impl.run``
+                for held in _modules_bound_as(module_name, scope, value.value.id, package=package):
+                    out.append((held, value.attr))
+    for star in scope.stars:  # ``from .impl import *`` may offer any name
+        base = _absolute(module_name, star, package=package)
+        if base is not None:
+            out.append((base, name))
+    return [pair for pair in out if _read_module(pair[0]) is not None]
+
+
+def _modules_bound_as(module_name: str, scope: _ModuleScope, alias_name: str, *, package: bool) -> list[str]:
+    """The modules a name stands for: ``import a.b as x`` (``a.b``), ``import a`` (``a``),
+    ``from . import impl`` (the package's ``impl``)."""
+    out: list[str] = []
+    for bound in scope.bindings.get(alias_name, []):
+        if isinstance(bound, ast.Import):
+            for alias in bound.names:
+                if alias.asname == alias_name:
+                    out.append(alias.name)
+                elif alias.asname is None and alias.name.split(".")[0] == alias_name:
+                    out.append(alias_name)
+        elif isinstance(bound, ast.ImportFrom):
+            base = _absolute(module_name, bound, package=package)
+            for alias in bound.names:
+                if base is not None and (alias.asname or alias.name) == alias_name:
+                    out.append(f"{base}.{alias.name}")
     return out
 
 
@@ -131,6 +196,7 @@ class _ModuleScope(ast.NodeVisitor):
 
     def __init__(self, tree: ast.Module) -> None:
         self.bindings: dict[str, list[ast.AST]] = {}
+        self.stars: list[ast.ImportFrom] = []  # ``from X import *``: any name may come from X
         self.host_names: set[str] = {"host_job"}
         self.dynamic = False
         self._statement: ast.AST | None = None
@@ -181,6 +247,7 @@ class _ModuleScope(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "*":
                 self.dynamic = True
+                self.stars.append(node)
                 continue
             if alias.name == "host_job" and node.module in _HOST_MODULES:
                 self.host_names.add(alias.asname or alias.name)

@@ -42,12 +42,12 @@ RESERVED_PREFIXES = ("token:", "oidc:", "ldap:", "jobgate:", "offline-seed:")
 RESERVED_NAMES = frozenset(
     {
         "jobgate", "system", "scheduler", "pubsub", "sla-monitor", "retention", "rescuer",
-        "workflow-coordinator", "backfill", "bootstrap", "worker",
+        "workflow-coordinator", "backfill", "bootstrap", "worker", "demo",
     }
 )  # fmt: skip
 # ... and the names a worker, a scheduler, a publisher or an SLA monitor gives itself when the
 # operator names it not (``worker-<12 hex digits>``): they are the actors of claims and settlements.
-GENERATED_NAME = re.compile(r"(?i:worker|scheduler|publisher|sla)-[0-9a-f]{12}")
+GENERATED_NAME = re.compile(r"(?i:(?:worker|scheduler|publisher|sla)-[0-9a-f]{12})")
 PRINCIPAL_NAME = re.compile(
     r"(?!(?i:token:|oidc:|ldap:|jobgate:|offline-seed:))[A-Za-z0-9_][A-Za-z0-9_.@:+=-]{0,199}"
 )  # any case
