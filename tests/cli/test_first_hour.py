@@ -243,3 +243,18 @@ def test_a_red_doctor_says_which_checks_are_red_as_not_ready(tmp_path: Path) -> 
     checked = jobgate(tmp_path / "site", "doctor", check=False)
     assert checked.returncode == 1
     assert "error: not_ready: doctor: red: scheduler leader" in checked.stderr
+
+
+def test_apply_approve_reads_every_approvals_code_before_storing_any(tmp_path: Path) -> None:
+    """Found by a review: ``apply --approve a.yaml b.yaml`` with b's ``code:`` path missing
+    stored and approved a, then failed on b, saying nothing of a. Nothing is stored now."""
+    jobgate(tmp_path, "init", "site")
+    site = tmp_path / "site"
+    (site / "z1.yaml").write_text("job_definition_id: z1\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n")
+    (site / "z2.yaml").write_text(
+        "job_definition_id: z2\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\ncode: [nope/x.py]\n"
+    )
+    refused = jobgate(site, "apply", "--approve", "z1.yaml", "z2.yaml", check=False)
+    assert refused.returncode == 1 and "nope/x.py" in refused.stderr
+    listed = jobgate(site, "--json", "definitions", "list").stdout
+    assert '"z1"' not in listed and '"z2"' not in listed

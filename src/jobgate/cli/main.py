@@ -209,6 +209,11 @@ def _apply(
                 stored = tx.definition_get(d.tenant_id, d.job_definition_id)
                 kept = stored.applied_by if stored is not None and stored.digest == d.digest else None
                 approvals.check_may_approve(engine, d, approver=approve_as, applier=kept or applier)
+        # The code each approval will bind, read before anything is stored: one unreadable (a
+        # `code:` path that is not there) refused the command after the files before it were
+        # stored and approved, and said nothing of those (found by a review).
+        for item in loaded:
+            engine.definitions.code_reader.identity(item.definition)
     if len(loaded) > 20 and not app.json_output:
         with Progress(transient=True) as bar:
             task = bar.add_task("applying definitions", total=len(loaded))
