@@ -250,7 +250,9 @@ def test_apply_approve_reads_every_approvals_code_before_storing_any(tmp_path: P
     stored and approved a, then failed on b, saying nothing of a. Nothing is stored now."""
     jobgate(tmp_path, "init", "site")
     site = tmp_path / "site"
-    (site / "z1.yaml").write_text("job_definition_id: z1\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n")
+    (site / "z1.yaml").write_text(
+        "job_definition_id: z1\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+    )
     (site / "z2.yaml").write_text(
         "job_definition_id: z2\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\ncode: [nope/x.py]\n"
     )
