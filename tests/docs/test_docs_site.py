@@ -5,6 +5,7 @@ performance table is the guide's, and the README's "Your first job" runs as writ
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -186,6 +187,9 @@ def first_job_script() -> str:
     return next(text for lang, text in first_job_blocks() if lang == "sh")
 
 
+GREET_STILL_APPROVED = "jobgate --json definitions approval greet > greet-approval.json\n"
+
+
 def python_variant_script() -> str:
     """The Python variant, after the first job: its module written where its first line says,
     then its commands, then the refusal the text promises."""
@@ -194,7 +198,9 @@ def python_variant_script() -> str:
     path = module.splitlines()[0].removeprefix("# ").strip()
     commands = [text for lang, text in blocks if lang == "sh"][1]
     refused = "! jobgate submit payout -p account=FR7630001 -p amount=-1 -p day=2026-12-31 2> refused.txt\n"
-    return f"cat > {path} <<'PY'\n{module}PY\n{commands}{refused}cat refused.txt\njobgate runs list --job payout\n"
+    folder = path.rpartition("/")[0] or "."
+    written = f"mkdir -p {folder}\ncat > {path} <<'PY'\n{module}PY\n"
+    return f"{written}{commands}{refused}cat refused.txt\njobgate runs list --job payout\n"
 
 
 @pytest.mark.slow
@@ -222,7 +228,7 @@ def test_the_readmes_python_variant_runs_as_written(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"JOBGATE_DATABASE_URL", "JOBGATE_CONFIG", "PYTHONPATH"}}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", first_job_script() + python_variant_script()],
+        ["bash", "-euo", "pipefail", "-c", first_job_script() + python_variant_script() + GREET_STILL_APPROVED],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -234,3 +240,6 @@ def test_the_readmes_python_variant_runs_as_written(tmp_path: Path) -> None:
     listed = proc.stdout[proc.stdout.rindex("params.amount") :]
     runs = [line for line in listed.splitlines() if "│ payout" in line]
     assert len(runs) == 1 and "COMPLETED" in runs[0]  # the refused submission stored nothing
+    # found by a review: the Python job once went into greet's package, un-approving greet's code
+    greet = json.loads((tmp_path / "first-job" / "greet-approval.json").read_text())
+    assert greet["matches"] is True, greet
