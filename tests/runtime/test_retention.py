@@ -3,7 +3,7 @@ retention period — never pending runs, undelivered events or audit entries —
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from runtime_support import running_worker, wait_status
@@ -20,6 +20,17 @@ from jobgate.service.retention import retire
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
+
+
+def _ready_to_retire(engine: Engine, tmp_path: Path) -> datetime:
+    """Two days on, with every event delivered and every audit entry anchored (retention takes
+    nothing undelivered or unanchored): the instant to retire at."""
+    while publish_once(engine.store, [], engine.clock):
+        pass
+    later = engine.clock.now() + timedelta(days=2)
+    with engine.store.write() as tx:
+        anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a"))
+    return later
 
 
 def submit(engine: Engine, job: str) -> str:
@@ -101,13 +112,7 @@ def test_a_retired_run_put_back_is_named_by_records_verification(database_url: s
         run = submit(engine, job)
         with running_worker(engine):
             wait_status(engine, run, RunStatus.COMPLETED)
-        while publish_once(engine.store, [], engine.clock):
-            pass
-        later = engine.clock.now() + timedelta(days=2)
-        with engine.store.write() as tx:
-            anchors.anchor_due(
-                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
-            )
+        later = _ready_to_retire(engine, tmp_path)
         with engine.store.read() as tx:
             row = dict(
                 connection(tx)
@@ -144,11 +149,7 @@ def test_the_source_of_a_retry_still_to_finish_is_kept(database_url: str, tmp_pa
             wait_status(engine, alone, RunStatus.COMPLETED)
         pending, created = retries.retry(engine, source, actor="ada", tenant_id="default")
         assert created and pending.status is RunStatus.SCHEDULED
-        while publish_once(engine.store, [], engine.clock):
-            pass
-        later = engine.clock.now() + timedelta(days=2)
-        with engine.store.write() as tx:
-            anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a"))
+        later = _ready_to_retire(engine, tmp_path)
         assert retire(engine, "default", now=later, dry_run=True).deleted == 1
         assert retire(engine, "default", now=later).deleted == 1
         with engine.store.read() as tx:
@@ -191,13 +192,7 @@ def test_a_retired_runs_key_or_slot_makes_no_second_run(database_url: str, tmp_p
         with running_worker(engine):
             for r in ids:
                 wait_status(engine, r, RunStatus.COMPLETED)
-        while publish_once(engine.store, [], engine.clock):
-            pass
-        later = engine.clock.now() + timedelta(days=2)
-        with engine.store.write() as tx:
-            anchors.anchor_due(
-                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
-            )
+        later = _ready_to_retire(engine, tmp_path)
         assert retire(engine, "default", now=later).deleted == 3
         runs_before = count(engine, "job_runs")
         try:
@@ -247,13 +242,7 @@ def test_a_retired_slot_the_scheduler_reaches_later_had_its_run(database_url: st
             for s in done:
                 assert s.job_run_id is not None
                 wait_status(engine, s.job_run_id, RunStatus.COMPLETED)
-        while publish_once(engine.store, [], engine.clock):
-            pass
-        later = engine.clock.now() + timedelta(days=2)
-        with engine.store.write() as tx:
-            anchors.anchor_due(
-                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
-            )
+        later = _ready_to_retire(engine, tmp_path)
         assert retire(engine, "default", now=later).deleted == 2
         runs_before = count(engine, "job_runs")
         scheduler = Scheduler(engine, owner="back")
@@ -283,13 +272,7 @@ def test_a_retired_trigger_record_deleted_or_rewritten_is_named(database_url: st
         with running_worker(engine):
             for r in (kept, rewritten, gone):
                 wait_status(engine, r, RunStatus.COMPLETED)
-        while publish_once(engine.store, [], engine.clock):
-            pass
-        later = engine.clock.now() + timedelta(days=2)
-        with engine.store.write() as tx:
-            anchors.anchor_due(
-                tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl")
-            )
+        later = _ready_to_retire(engine, tmp_path)
         assert retire(engine, "default", now=later).deleted == 3
         assert all(r.ok for r in audit.verify_records(engine, ["default"]))
         with engine.store.write() as tx:
@@ -349,11 +332,7 @@ def test_a_command_naming_a_retired_run_says_it_was_retired(database_url: str, t
         run = submit(engine, job)
         with running_worker(engine):
             wait_status(engine, run, RunStatus.COMPLETED)
-        while publish_once(engine.store, [], engine.clock):
-            pass
-        later = engine.clock.now() + timedelta(days=2)
-        with engine.store.write() as tx:
-            anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a"))
+        later = _ready_to_retire(engine, tmp_path)
         assert retire(engine, "default", now=later).deleted == 1
         asks = (
             lambda: control.run_detail(engine, run, "default"),

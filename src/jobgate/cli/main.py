@@ -209,11 +209,6 @@ def _apply(
                 stored = tx.definition_get(d.tenant_id, d.job_definition_id)
                 kept = stored.applied_by if stored is not None and stored.digest == d.digest else None
                 approvals.check_may_approve(engine, d, approver=approve_as, applier=kept or applier)
-        # The code each approval will bind, read before anything is stored: one unreadable (a
-        # `code:` path that is not there) refused the command after the files before it were
-        # stored and approved, and said nothing of those (found by a review).
-        for item in loaded:
-            engine.definitions.code_reader.identity(item.definition)
     if len(loaded) > 20 and not app.json_output:
         with Progress(transient=True) as bar:
             task = bar.add_task("applying definitions", total=len(loaded))
@@ -676,24 +671,8 @@ def worker(
     if exit_when_idle:
         proc.stop_when_idle()
     proc.join()
-    if exit_when_idle:
-        _left_behind(engine, proc.worker.unrunnable)
-
-
-def _left_behind(engine: Any, beyond: frozenset[str] | set[str]) -> None:
-    """Say what an idle worker left queued because it cannot run it here (found by a review: it
-    stopped in silence, as if nothing were due): the definitions, and how to run them."""
-    if not beyond:
-        return
-    from jobgate.core.states import LEASED, PENDING
-    from jobgate.store.base import RunFilter
-
-    waiting = (PENDING - {RunStatus.HELD}) | LEASED
-    with engine.store.read() as tx:
-        left = [
-            r for r in tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1000)) if r.definition_digest in beyond
-        ]
-    if left:
+    left = proc.left_behind() if exit_when_idle else []
+    if left:  # found by a review: it stopped in silence, as if nothing were due
         jobs = sorted({r.job_definition_id for r in left})
         render.err.print(
             f"{len(left)} run(s) of {', '.join(jobs)} still wait: this worker cannot run them here (its log says"

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 
 from jobgate.core.errors import ConfigurationError
+from jobgate.core.models import JobRun
 from jobgate.core.states import LEASED, PENDING, RunStatus
 from jobgate.runtime.alert_sink import alert_sink
 from jobgate.runtime.coordinator import WorkflowCoordinator
@@ -22,7 +23,7 @@ from jobgate.runtime.sla import SlaMonitor
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
-from jobgate.store.sqlstore import Store
+from jobgate.store.sqlstore import Store, StoreTx
 
 log = logging.getLogger("jobgate.process")
 SWITCH_INTERVAL = float(os.environ.get("JOBGATE_SWITCH_INTERVAL", "0.0005"))
@@ -159,12 +160,8 @@ class WorkerProcess:
             while not self.worker.wait_stopped(poll):
                 if self.worker.idle.is_set():
                     with store.read() as tx:
-                        # A held run waits for a gate, not for this worker: it keeps nobody busy.
-                        waiting = (PENDING - {RunStatus.HELD}) | LEASED
-                        # ... nor does a run this worker handed back as beyond it (another may run it).
-                        beyond = self.worker.unrunnable
-                        found = tx.runs_list(RunFilter(statuses=tuple(waiting), limit=1 if not beyond else 1000))
-                        busy = any(r.definition_digest not in beyond for r in found)
+                        waiting = self._waiting(tx, limit=1 if not self.worker.unrunnable else 1000)
+                        busy = any(r.definition_digest not in self.worker.unrunnable for r in waiting)
                         # A workflow with something to decide is about to make its next step; one
                         # whose steps wait on held runs (a gate) waits on nobody here.
                         busy = busy or bool(tx.workflows_due(1))
@@ -173,6 +170,21 @@ class WorkerProcess:
                         return
 
         threading.Thread(target=watch, name="jobgate-idle-watch", daemon=True).start()
+
+    @staticmethod
+    def _waiting(tx: StoreTx, *, limit: int) -> list[JobRun]:
+        """Runs that wait for a worker: pending or leased, not held (a held run waits for a
+        gate, not for a worker: it keeps nobody busy)."""
+        return tx.runs_list(RunFilter(statuses=tuple((PENDING - {RunStatus.HELD}) | LEASED), limit=limit))
+
+    def left_behind(self) -> list[JobRun]:
+        """The waiting runs of the definitions this worker found it cannot run here (another
+        host may): what an idle worker leaves queued as it stops."""
+        beyond = self.worker.unrunnable
+        if not beyond:
+            return []
+        with self.worker.engine.store.read() as tx:
+            return [r for r in self._waiting(tx, limit=1000) if r.definition_digest in beyond]
 
     def join(self) -> None:
         """Wait for the worker to finish, then stop the loops (the publisher drains) and wait."""

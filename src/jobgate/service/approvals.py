@@ -112,8 +112,10 @@ def executes_body(engine: Engine, definition: JobDefinition) -> bool:
 
 
 def check_may_approve(engine: Engine, definition: JobDefinition, *, approver: str, applier: str) -> None:
-    """Raise the four-eyes refusal ``approver`` would meet approving ``definition`` applied by
-    ``applier`` (``jobgate apply --approve`` asks before it stores anything)."""
+    """Raise what ``approver`` would meet approving ``definition`` applied by ``applier``: the
+    four-eyes refusal, or code the approval would bind that cannot be read here (``jobgate apply
+    --approve`` asks for every file before it stores anything: found by a review, one file's
+    unreadable ``code:`` path failed the command after the files before it were approved)."""
     rule = ApprovalRule(engine.config.governance.four_eyes, executes_body(engine, definition))
     refusal = approval_refusal(rule, Person(approver), [Person(applier)])
     if refusal is not None:
@@ -124,6 +126,7 @@ def check_may_approve(engine: Engine, definition: JobDefinition, *, approver: st
             rule=refusal.rule,
             field=refusal.field,
         )
+    engine.definitions.code_reader.identity(definition)  # CodeUnreadable: what the approval cannot bind
 
 
 def approve(
