@@ -5,10 +5,12 @@ which tells a script to try again later), and the message never repeats a passwo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jobgate.core.errors import ConfigurationError
-from jobgate.store.opening import database_url
+from jobgate.store.opening import database_url, open_store
 
 BAD = [
     ("postgresql://postgres:s3cret@127.0.0.1:abc/x", "port must be a number"),
@@ -19,6 +21,9 @@ BAD = [
     ("postgresql://u:s3cret@127.0.0.1/x?foo=bar", "does not know: foo"),
     ("postgresql://u:s3cret@127.0.0.1/x?connect_timeout=x", "connect_timeout must be a whole number"),
     ("mysql://u:s3cret@db/jobs", "unsupported database 'mysql'"),
+    # libpq's host list, which SQLAlchemy cannot read: the form that works is named
+    ("postgresql://u:s3cret@h1:5432,h2:5433/x", "?host=HOST1:PORT1&host=HOST2:PORT2"),
+    ("postgresql://u:s3cret@h1,h2/x?sslmode=require", "?host=HOST1:PORT1&host=HOST2:PORT2"),
 ]
 
 
@@ -36,8 +41,22 @@ def test_a_mistyped_database_url_is_a_configuration_error(url: str, said: str) -
         "postgresql://postgres@127.0.0.1:5432/jobgate",
         "postgresql+psycopg://postgres@127.0.0.1/jobgate?sslmode=disable&connect_timeout=3",
         "postgresql://postgres@[::1]:5432/jobgate?application_name=jobgate",
+        "postgresql://postgres@/jobgate?host=db1:5432&host=db2:5432",
+        "postgresql://po,stgres@127.0.0.1/jobgate",
         "sqlite:///tmp/jobgate.db",
     ],
 )
 def test_a_usable_database_url_is_taken_as_given(url: str) -> None:
     assert database_url(url) == url
+
+
+@pytest.mark.parametrize("content", [b"hello, this is not a database\n" * 40, b"SQLite format 3\x00" + b"\xff" * 4000])
+def test_a_file_that_is_not_a_database_is_named_not_retried_later(tmp_path: Path, content: bytes) -> None:
+    """Exit 69 ("cannot reach", try again later) was the answer for a file that is no SQLite
+    database at all, or a damaged one: no later try can help, the path is named."""
+    junk = tmp_path / "jobs.db"
+    junk.write_bytes(content)
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(database_url(str(junk)))
+    assert str(junk) in refused.value.message and "is not a jobgate database" in refused.value.message
+    assert junk.read_bytes() == content

@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from jobgate.core.errors import ConfigurationError, NotReadyError, UnavailableError
+from jobgate.core.errors import ConfigurationError, JobgateError, NotReadyError, UnavailableError
 from jobgate.store.migrate import HEAD
 from jobgate.store.sqlstore import Store
 
@@ -28,6 +28,7 @@ def database_url(value: str) -> str:
         if not value.strip():
             raise ConfigurationError("give a database URL or a SQLite file path", field="--db")
         return f"sqlite:///{Path(value).expanduser().resolve().as_posix()}"
+    _refuse_host_list(value)
     try:
         backend = make_url(value).get_backend_name()
     except ArgumentError:
@@ -45,6 +46,19 @@ def database_url(value: str) -> str:
     if backend == "postgresql":
         _check_postgresql(value)
     return value
+
+
+def _refuse_host_list(value: str) -> None:
+    """libpq's list of hosts in the address (``postgresql://u@h1:5432,h2:5432/db``) is not a
+    form SQLAlchemy reads: it was refused as "a port must be a number". Say the form that
+    works, which jobgate passes on to PostgreSQL's client as it is."""
+    authority = value.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    if "," in authority.rsplit("@", 1)[-1]:
+        raise ConfigurationError(
+            "several hosts are given as query parameters: postgresql://USER@/DATABASE"
+            "?host=HOST1:PORT1&host=HOST2:PORT2 (PostgreSQL's client tries them in order)",
+            field="--db",
+        )
 
 
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -88,7 +102,11 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _unreachable(store_url: str, exc: DBAPIError) -> UnavailableError:
+# SQLite's words for a file that is not a SQLite database, or a damaged one.
+_NOT_SQLITE = frozenset({"file is not a database", "database disk image is malformed"})
+
+
+def _unreachable(store_url: str, exc: DBAPIError) -> JobgateError:
     parsed = make_url(store_url)
     where = (
         parsed.database
@@ -96,6 +114,10 @@ def _unreachable(store_url: str, exc: DBAPIError) -> UnavailableError:
         else f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database}"
     )
     cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    if parsed.get_backend_name() == "sqlite" and cause in _NOT_SQLITE:
+        # Trying again later cannot help (exit 69 tells a script to): the path names the
+        # wrong file, or a damaged one.
+        return ConfigurationError(f"{where} is not a jobgate database: {cause}", field="--db")
     return UnavailableError(f"cannot reach the database at {where}: {cause}", field="database")
 
 
