@@ -9,24 +9,13 @@ for a file, by its file name alone: the server's folders are not the tenant's bu
 from __future__ import annotations
 
 from pathlib import PurePath
-from urllib.parse import urlsplit
+
+from jobgate.core.addresses import shown_url
+
+__all__ = ["shown_file", "shown_sink", "shown_url"]
 
 FILE = "file:"
 _OLD_HTTP = "http:"  # names stored before redaction was tightened: ``http:<url without query>``
-
-
-def shown_url(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``: no user, password, path, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:  # not a URL one can take apart: show nothing of it
-        return "<unparsable url>"
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    netloc = host if port is None else f"{host}:{port}"
-    return f"{parts.scheme}://{netloc}" if parts.scheme else netloc
 
 
 def shown_file(path: str | PurePath) -> str:

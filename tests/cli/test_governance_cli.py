@@ -24,7 +24,7 @@ def test_apply_approve_is_refused_for_a_program_and_stores_nothing(tmp_path: Pat
     assert own.returncode == 1 and "four_eyes" in own.stderr
     approved = json.loads(jobgate(folder, "--json", "definitions", "approve", "adhoc-script", "--by", "bob").stdout)
     assert approved["approved_by"] == "bob" and approved["code_digest"].startswith("sha256:")
-    assert {"runner", "binary", "binary_sha256", "args", "env"} <= set(approved["code_identity"])
+    assert {"runner", "binary", "binary_sha256", "args", "environment"} <= set(approved["code_identity"])
 
 
 def test_approve_names_both_digests_and_refuses_one_not_reviewed(tmp_path: Path) -> None:

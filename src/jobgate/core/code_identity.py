@@ -11,10 +11,13 @@ alike.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jobgate.core.canonical import digest
+from jobgate.core.addresses import shown_url
+from jobgate.core.canonical import canonical_json, digest
 
 
 @dataclass(frozen=True)
@@ -36,3 +39,48 @@ def changed_parts(approved: Mapping[str, str], observed: Mapping[str, str]) -> t
     """The names of the parts that differ, appeared or disappeared, in name order."""
     names = set(approved) | set(observed)
     return tuple(sorted(n for n in names if approved.get(n) != observed.get(n)))
+
+
+# Parts whose literal setting may be a secret (a runner's environment: API keys; an HTTP
+# target's URL: a password, a key in the query, a webhook's path). An identity binds them by
+# digest, never by value: an approval, its audit entry and every evidence bundle that carries
+# it are kept for good, and are read by auditors and operators, not only by administrators.
+ENVIRONMENT = "environment"  # variable name -> sha256 of its value
+URL = "url"  # scheme://host[:port] of the target, for the approver to read
+URL_DIGEST = "url_sha256"  # the whole URL, bound
+_LEGACY_ENV = "env"  # identities recorded before: the values themselves
+
+
+def value_digest(value: str) -> str:
+    return "sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def environment_part(env: Mapping[str, str]) -> str:
+    """A runner's environment as an identity part: each variable's name, its value's digest."""
+    return canonical_json({name: value_digest(value) for name, value in env.items()}).decode()
+
+
+def url_parts(url: str) -> dict[str, str]:
+    """An HTTP target's URL as identity parts: what may be shown of it, and its digest."""
+    return {URL: shown_url(url), URL_DIGEST: value_digest(url)}
+
+
+def protected(parts: Mapping[str, str]) -> dict[str, str]:
+    """``parts`` with the secret-bearing settings of identities recorded before they were
+    digested (a runner's ``env`` as values, an HTTP target's whole ``url``) in today's form:
+    the same code, named without its secrets, so an approval recorded then still matches the
+    code a worker reads now. Today's identities are returned unchanged."""
+    out = dict(parts)
+    legacy_env = out.pop(_LEGACY_ENV, None)
+    if legacy_env is not None:
+        try:
+            env = json.loads(legacy_env)
+        except ValueError:
+            env = None
+        if isinstance(env, dict) and all(isinstance(v, str) for v in env.values()):
+            out[ENVIRONMENT] = environment_part(env)
+        else:  # not what jobgate wrote: kept as it is, so it shows as a changed part
+            out[_LEGACY_ENV] = legacy_env
+    if URL in out and URL_DIGEST not in out and out.get("method") == "POST":
+        out.update(url_parts(out[URL]))
+    return out

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jobgate.core.canonical import canonical_json
-from jobgate.core.code_identity import CodeIdentity
+from jobgate.core.code_identity import ENVIRONMENT, CodeIdentity, environment_part, url_parts
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import JobDefinition
 from jobgate.registry import Registries, RunnerSpec
@@ -302,7 +302,7 @@ class CodeReader:
             target = self.registries.targets.get(spec.target)
             if target is None or target.http is None:
                 raise CodeUnreadable(f"HTTP target {spec.target!r} is not configured here", field="target_engine_meid")
-            return CodeIdentity({"url": target.http.url, "method": "POST"})
+            return CodeIdentity({**url_parts(target.http.url), "method": "POST"})
         raise CodeUnreadable(f"definition has no executable code ({spec.kind})", field="executor")
 
     def _as_loaded(self, parts: dict[str, str]) -> dict[str, str]:
@@ -434,7 +434,7 @@ class CodeReader:
             "binary": real,
             "binary_sha256": self.files.sha256(real),
             "args": canonical_json(list(runner.args)).decode(),
-            "env": canonical_json(dict(runner.env)).decode(),
+            ENVIRONMENT: environment_part(dict(runner.env)),
         }
 
 

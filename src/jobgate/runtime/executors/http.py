@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from jobgate.context import ExecutionContext
+from jobgate.core.addresses import shown_url
 from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.registry import HttpTargetSpec
@@ -83,7 +84,7 @@ class HttpExecutor:
             return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "HTTP_INVALID_URL", _describe(exc))
         except httpx.TransportError as exc:  # connection dropped mid-exchange, protocol errors
             return self._after(ctx, failure(OutcomeKind.RETRYABLE_FAILURE, "HTTP_TRANSPORT_ERROR", _describe(exc)))
-        log_best_effort(ctx, f"[jobgate] POST {self.spec.url} -> HTTP {response.status_code}")
+        log_best_effort(ctx, f"[jobgate] POST {shown_url(self.spec.url)} -> HTTP {response.status_code}")
         if ctx.is_cancelled():
             return stopped(f"stopped while the request was in flight; the target answered HTTP {response.status_code}")
         return _map_response(response)
@@ -101,7 +102,7 @@ class HttpExecutor:
         """A failure after a stop is the stop's consequence, not the target's fault."""
         if ctx.is_cancelled():
             return stopped(f"stopped while the request was in flight ({failure.outcome.error_code})")
-        log_best_effort(ctx, f"[jobgate] POST {self.spec.url} failed: {failure.outcome.error_message}")
+        log_best_effort(ctx, f"[jobgate] POST {shown_url(self.spec.url)} failed: {failure.outcome.error_message}")
         return failure
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from jobgate.core.audit import GENESIS, AuditEntry, AuditEvent, chain
+from jobgate.core.code_identity import CodeIdentity, protected
 from jobgate.core.errors import MalformedRecordError
 from jobgate.core.records import Anchor, Approval, AuditFilter, RunRequest
 from jobgate.store import codec
@@ -242,6 +243,15 @@ D = definition_approvals.c
 
 
 def _approval(r: Any) -> Approval:
+    identity = None if r.code_identity is None else dict(codec.loads(r.code_identity))
+    code_digest = r.code_digest
+    if identity is not None:
+        today = protected(identity)
+        # An approval recorded before secret-bearing parts were digested: the same code in
+        # today's form, when the stored pair agrees (a row edited by hand keeps its digest, so
+        # no worker's code matches it and the gate refuses, as verify names).
+        if today != identity and code_digest == CodeIdentity(identity).digest:
+            identity, code_digest = today, CodeIdentity(today).digest
     return Approval(
         r.tenant_id,
         r.job_definition_id,
@@ -252,8 +262,8 @@ def _approval(r: Any) -> Approval:
         r.note,
         codec.opt_dt(r.revoked_at),
         r.revoked_by,
-        r.code_digest,
-        None if r.code_identity is None else dict(codec.loads(r.code_identity)),
+        code_digest,
+        identity,
         int(r.approval_id),
     )
 
