@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -81,6 +82,31 @@ def test_newline_cannot_sneak_past_dollar(value: str) -> None:
 @pytest.mark.parametrize("value", ["a\nb", "a\x00b", "a\rb", "\x1b]0;title\x07", "tab\there", "del\x7f"], ids=repr)
 def test_control_characters_are_refused_even_by_a_permissive_pattern(value: str) -> None:
     refused([ANYTHING], {"note": value}, "note")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["abc\u202edef", "zero\u200bwidth", "\ufeffbom", "soft\u00adhyphen", "private\ue000", "lone\udc80", "x\u2066y"],
+    ids=repr,
+)
+def test_invisible_characters_are_refused_even_by_a_permissive_pattern(value: str) -> None:
+    """Found by a review: with a pattern like ``.+``, a direction override or a zero-width space
+    passed into run records, the audit log and the console, where a value can then print as
+    another; a lone surrogate (a non-UTF-8 command-line argument) crashed the store's encoding."""
+    error = refused([ANYTHING], {"note": value}, "note")
+    assert "invisible ones" in error.message
+
+
+@pytest.mark.parametrize("pattern", ["(a|aa)+b", "(a|a)*c", "(?:x+x+)+y"])
+def test_a_backtracking_pattern_is_refused_in_bounded_time_not_run_for_minutes(pattern: str) -> None:
+    """Found by a review: ``(a+)+b`` against 37 characters held the server's CPU (health check
+    included) for minutes; the match is bounded by ``PATTERN_SECONDS``."""
+    spec = ParamSpec("tag", pattern=pattern)
+    started = time.thread_time()
+    error = refused([spec], {"tag": "a" * 60 + "!"}, "tag")
+    assert time.thread_time() - started < 2.0  # real time: the bound itself is what is tested
+    assert "backtracks" in error.message or "does not match" in error.message
+    assert validate_params([spec], {"tag": "aab" if "b" in pattern else "aac" if "c" in pattern else "xxy"})
 
 
 def test_permissive_pattern_accepts_what_it_declares() -> None:

@@ -80,7 +80,7 @@ def test_core_modules_found() -> None:
 # A pure encoder: no I/O, no clock, no state. canonical.py uses it only where a property test
 # holds it to the standard library's bytes. And Python's version parsing (packs.version_order):
 # pure functions of a string.
-PURE_THIRD_PARTY = {"orjson", "packaging"}
+PURE_THIRD_PARTY = {"orjson", "packaging", "regex"}
 # Pure parts of forbidden packages: taking a URL apart reads nothing (``urllib.request`` would).
 PURE_SUBMODULES = {"urllib.parse"}
 

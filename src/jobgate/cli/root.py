@@ -10,6 +10,7 @@ second (``python -X importtime -m jobgate --help``).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -145,9 +146,33 @@ def cli(
     ctx.call_on_close(app.close)
 
 
+def undecodable_argument(argv: list[str]) -> str | None:
+    """What to say of the first argument that is not UTF-8 text (a Latin-1 terminal's
+    "Störung"), or None. Python hands such bytes over as lone surrogates, which no record can
+    store: refused before anything runs, naming the option it was given to. A path to a file
+    that exists is left alone (file names may be any bytes)."""
+    for i, arg in enumerate(argv):
+        if not any("\ud800" <= ch <= "\udfff" for ch in arg) or os.path.lexists(arg):
+            continue
+        option, equals, value = arg.partition("=")
+        if arg.startswith("--") and equals:
+            named, arg = option, value
+        elif i > 0 and argv[i - 1].startswith("-") and not arg.startswith("-"):
+            named = argv[i - 1]
+        else:
+            named = f"argument {i + 1}"
+        shown = arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        return f"{named}: '{shown}' is not UTF-8 text (set the terminal to UTF-8, or give the value in UTF-8)"
+    return None
+
+
 def main() -> None:
     from jobgate.cli import render
 
+    refused = undecodable_argument(sys.argv[1:])
+    if refused is not None:
+        render.err.print(f"error: validation_error: {refused}", markup=False)
+        sys.exit(1)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

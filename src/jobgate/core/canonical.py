@@ -16,6 +16,8 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from jobgate.core.errors import ValidationError
+
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - orjson is a dependency; the standard library is the rule
@@ -99,9 +101,16 @@ def canonical_json(value: Any) -> bytes:
     plain = _plain(value)
     if plain is None:
         plain = _check(value, "$")
-    if plain and _orjson is not None:
-        return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
-    return _stdlib_json(value)
+    try:
+        if plain and _orjson is not None:
+            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+        return _stdlib_json(value)
+    except (UnicodeEncodeError, TypeError) as exc:
+        # A lone surrogate: text that was not UTF-8 (a command-line argument in another
+        # encoding), which no record can store. The caller's mistake, never an internal error.
+        if isinstance(exc, UnicodeEncodeError) or "surrogates not allowed" in str(exc):
+            raise ValidationError("text that is not UTF-8 (a lone UTF-16 surrogate) cannot be recorded") from None
+        raise
 
 
 def _stdlib_json(value: Any) -> bytes:

@@ -1,13 +1,15 @@
 """Parameter validation and template rendering for command runners and body templates.
 
 Rules, in order: an undeclared parameter is refused; a required one must be present; a string
-value must fully match its declared pattern (``re.fullmatch``, so a trailing newline cannot
-sneak past ``$``), or the default safe pattern when none is declared; a typed value (integer,
-decimal, boolean, date, datetime) must parse as its type and is kept as that type's one
-canonical text, which no shell or option parser reads as anything but a value; control
-characters are refused everywhere. Rendering is plain substitution of ``{{name}}`` or ``{{.name}}``
-(the seed 004 spelling); it never evaluates anything, and argv is passed to the process
-without a shell, so a value can at worst be a strange but inert argument.
+value must fully match its declared pattern (``regex.fullmatch``, so a trailing newline cannot
+sneak past ``$``, within ``PATTERN_SECONDS``), or the default safe pattern when none is
+declared; a typed value (integer, decimal, boolean, date, datetime) must parse as its type and
+is kept as that type's one canonical text, which no shell or option parser reads as anything
+but a value; control and invisible characters (Unicode's C categories: NUL, newline,
+zero-width, direction overrides, lone surrogates) are refused everywhere, as they would let one
+value print as another. Rendering is plain substitution of ``{{name}}`` or ``{{.name}}`` (the
+seed 004 spelling); it never evaluates anything, and argv is passed to the process without a
+shell, so a value can at worst be a strange but inert argument.
 """
 
 from __future__ import annotations
@@ -18,15 +20,24 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 from decimal import Context, Decimal
 
+import regex
+
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
+from jobgate.core.tokens import readable
 
 # No '/', no whitespace, no shell metacharacters, no leading '-' (a value must never become an
 # option of the program it is passed to), not '.' or '..' (never a path step): safe as one argv
 # element and as a file name.
 DEFAULT_PARAM_PATTERN = r"(?!-)(?!\.{1,2}$)[A-Za-z0-9_.:@+=,-]{0,256}"
-# C0 and C1 controls and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# How long a declared pattern may take to decide one value. A pattern that backtracks
+# catastrophically (``(a|aa)+b``) would otherwise hold a process's CPU for minutes on a value of
+# forty characters: in a server, every request. Patterns are matched by the ``regex`` engine
+# (``re``'s syntax, far fewer such patterns, and a time limit), which releases the GIL meanwhile.
+PATTERN_SECONDS = 0.25
+UNREADABLE = (
+    "control characters and invisible ones (newline, NUL, zero-width, direction overrides, ...) are not allowed"
+)
 _PLACEHOLDER = re.compile(r"\{\{\s*\.?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 RESERVED = frozenset({"tmpfile", "workdir", "run_id", "attempt"})
 PARAM_TYPES = ("string", "integer", "decimal", "boolean", "date", "datetime")
@@ -88,11 +99,18 @@ def param_value(spec: ParamSpec, raw: object) -> str:
     elif not isinstance(raw, str | int | float):
         raise ParamValueError("must be a string or a number")
     text = raw if isinstance(raw, str) else str(raw)
-    if _CONTROL.search(text):
-        raise ParamValueError("control characters (newline, NUL, ...) are not allowed")
+    if not readable(text):
+        raise ParamValueError(UNREADABLE)
     if spec.type == "string":
         pattern = spec.pattern or DEFAULT_PARAM_PATTERN
-        if re.fullmatch(pattern, text) is None:
+        try:
+            matched = regex.fullmatch(pattern, text, timeout=PATTERN_SECONDS)
+        except TimeoutError:
+            raise ParamValueError(
+                f"the pattern {pattern!r} took more than {PATTERN_SECONDS} s to decide this value: it backtracks;"
+                " the definition's pattern needs fixing"
+            ) from None
+        if matched is None:
             which = "the pattern" if spec.pattern else "the default safe pattern (no spaces, slashes, shell signs)"
             raise ParamValueError(f"value does not match {which} {pattern!r}")
         value = text
@@ -188,6 +206,6 @@ def render(template: str, values: Mapping[str, str], *, source: str = "template"
 
 def check_pattern(pattern: str, *, field: str, source: str) -> None:
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        regex.compile(pattern)
+    except regex.error as exc:
         raise ValidationError(f"invalid regular expression: {exc}", field=field, source=source) from None
