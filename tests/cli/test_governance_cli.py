@@ -114,3 +114,20 @@ def test_audit_list_shows_the_newest_entries_and_pages_on_from_a_position(tmp_pa
     assert "the newest 2 entries" in table.stderr and "--after 0" in table.stderr
     page = json.loads(jobgate(folder, "--json", "audit", "list", "--after", str(seqs[0]), "--limit", "2").stdout)
     assert [e["seq"] for e in page] == seqs[1:3]
+
+
+def test_tokens_revoke_by_principal_and_neither_or_both_is_refused(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    made = [
+        json.loads(jobgate(folder, "--json", "tokens", "create", "--role", "admin", "--principal", who).stdout)
+        for who in ("eve", "eve", "ada")
+    ]
+    neither = jobgate(folder, "tokens", "revoke", check=False)
+    assert neither.returncode == 1 and "give a token id or --principal" in neither.stderr
+    both = jobgate(folder, "tokens", "revoke", made[2]["token_id"], "--principal", "eve", check=False)
+    assert both.returncode == 1 and "not both" in both.stderr
+    said = jobgate(folder, "tokens", "revoke", "--principal", "eve").stdout
+    assert said.startswith("2 token(s) revoked") and made[0]["token_id"] in said and made[1]["token_id"] in said
+    listed = {t["token_id"]: t for t in json.loads(jobgate(folder, "--json", "tokens", "list").stdout)}
+    assert [listed[m["token_id"]]["revoked_at"] is not None for m in made] == [True, True, False]

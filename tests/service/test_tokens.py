@@ -14,6 +14,7 @@ from tests.helpers import count
 
 from jobgate.core import tokens as rules
 from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.records import AuditFilter
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
 from jobgate.service.engine import Engine
@@ -156,3 +157,66 @@ def test_every_name_jobgate_acts_under_is_reserved() -> None:
         with pytest.raises(ValidationError):
             tokens.check_principal_name(name)
     assert tokens.check_principal_name("worker-bee") == "worker-bee"  # a person's name is not taken
+
+
+def _minted(engine: Engine, by: str, **kw: object) -> tokens.CreatedToken:
+    minter = tokens.authenticate(engine, f"Bearer {by}")
+    return tokens.create(engine, tenant_id="acme", role="admin", actor=minter.actor, minted_by=minter, **kw)  # type: ignore[arg-type]
+
+
+def test_a_minted_token_never_outlives_the_credential_that_minted_it(engine: Engine) -> None:
+    """Found by a review: a five-second admin token minted a token that never expired."""
+    short = tokens.create(engine, tenant_id="acme", role="admin", actor="ada", expires_in=timedelta(seconds=5))
+    assert short.stored.expires_at is not None
+    forever = _minted(engine, short.token)
+    assert forever.stored.expires_at == short.stored.expires_at
+    longer = _minted(engine, short.token, expires_in=timedelta(days=30))
+    assert longer.stored.expires_at == short.stored.expires_at
+    shorter = _minted(engine, short.token, expires_in=timedelta(seconds=2))
+    assert shorter.stored.expires_at is not None and shorter.stored.expires_at < short.stored.expires_at
+    later = short.stored.expires_at + timedelta(seconds=1)
+    for made in (forever, longer, shorter):
+        with pytest.raises(tokens.Unauthenticated):
+            tokens.authenticate(engine, f"Bearer {made.token}", now=later)
+    oidc = tokens.Principal("oidc:https://idp", "acme", Role.ADMIN, None, "oidc:alice", expires_at=engine.clock.now())
+    with pytest.raises(ValidationError) as refused:  # a JWT as old as its exp mints nothing
+        tokens.create(engine, tenant_id="acme", role="admin", actor="oidc:alice", minted_by=oidc)
+    assert refused.value.field == "expires_in"
+
+
+def test_revoking_a_token_revokes_every_token_minted_with_it_and_is_audited(engine: Engine) -> None:
+    """Found by a review: revoking the minter (a leaked token) left the admin tokens it had
+    minted working for ever."""
+    root = tokens.create(engine, tenant_id="acme", role="admin", actor="ada")
+    child = _minted(engine, root.token)
+    grandchild = _minted(engine, child.token, principal="svc")
+    sibling = tokens.create(engine, tenant_id="acme", role="admin", actor="ada")
+    gone = tokens.revoke(engine, "acme", root.stored.token_id, actor="bob")
+    assert gone == [root.stored.token_id, child.stored.token_id, grandchild.stored.token_id]
+    for made in (root, child, grandchild):
+        with pytest.raises(tokens.Unauthenticated):
+            tokens.authenticate(engine, f"Bearer {made.token}")
+    assert tokens.authenticate(engine, f"Bearer {sibling.token}").role is Role.ADMIN
+    with engine.store.read() as tx:
+        entries = tx.audit_list(AuditFilter(tenant_id="acme", action="token.revoked"))
+    assert [(e.event.target_id, dict(e.event.payload)) for e in entries] == [
+        (root.stored.token_id, {}),
+        (child.stored.token_id, {"with": f"token {root.stored.token_id}"}),
+        (grandchild.stored.token_id, {"with": f"token {child.stored.token_id}"}),
+    ]
+    assert tokens.revoke(engine, "acme", root.stored.token_id, actor="bob") == []  # again: nothing new
+
+
+def test_revoking_a_principal_revokes_their_tokens_and_what_they_minted(engine: Engine) -> None:
+    """Someone removed from the directory keeps no token: theirs, those they minted for others
+    (their lineage names them), and those minted with any of them."""
+    ldap = tokens.Principal("ldap:ldap://dir", "acme", Role.ADMIN, None, "ldap:eve")
+    own = tokens.create(engine, tenant_id="acme", role="admin", actor="ldap:eve", minted_by=ldap)
+    for_svc = tokens.create(
+        engine, tenant_id="acme", role="operator", actor="ldap:eve", minted_by=ldap, principal="svc"
+    )
+    from_own = _minted(engine, own.token, principal="bot")
+    other = tokens.create(engine, tenant_id="acme", role="admin", actor="ada", principal="ada")
+    gone = tokens.revoke_principal(engine, "acme", "ldap:eve", actor="ada")
+    assert sorted(gone) == sorted(t.stored.token_id for t in (own, for_svc, from_own))
+    assert tokens.authenticate(engine, f"Bearer {other.token}").actor == "ada"

@@ -11,7 +11,7 @@ import click
 from jobgate.cli import render
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.errors import NotFoundError
+from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.records import StoredToken
 from jobgate.core.tokens import Role
 from jobgate.service import tokens as service
@@ -90,13 +90,29 @@ def list_tokens(app: AppContext, tenant: str | None) -> None:
 
 
 @tokens.command("revoke")
-@click.argument("token_id")
+@click.argument("token_id", required=False)
 @click.option("--tenant", default="default", show_default=True)
+@click.option(
+    "--principal",
+    help="instead of one token: every token of this person and every token they minted (someone who left)",
+)
 @pass_app
-def revoke(app: AppContext, token_id: str, tenant: str) -> None:
-    """Revoke a token: every request with it is refused from now on."""
+def revoke(app: AppContext, token_id: str | None, tenant: str, principal: str | None) -> None:
+    """Revoke a token, and every token minted with it: every request with them is refused from
+    now on."""
+    if (token_id is None) == (principal is None):
+        raise ValidationError("give a token id or --principal, not both", field="token_id")
+    actor = getpass.getuser()
+    if principal is not None:
+        gone = service.revoke_principal(app.engine(), tenant, principal, actor=actor)
+        render.out.print(f"{len(gone)} token(s) revoked" + (f": {', '.join(gone)}" if gone else ""))
+        return
+    assert token_id is not None
     try:
-        service.revoke(app.engine(), tenant, token_id, actor=getpass.getuser())
+        gone = service.revoke(app.engine(), tenant, token_id, actor=actor)
     except NotFoundError as exc:
         raise NotFoundError(f"{exc.message} in tenant {tenant!r} (--tenant names another)", field=exc.field) from None
-    render.out.print(f"token {token_id} revoked")
+    minted = [t for t in gone if t != token_id]
+    render.out.print(
+        f"token {token_id} revoked" + (f", and the tokens minted with it: {', '.join(minted)}" if minted else "")
+    )

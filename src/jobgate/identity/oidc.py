@@ -16,6 +16,7 @@ role. Everything else is the same 401, whatever the reason, which goes to the lo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -105,7 +106,19 @@ def principal_of(claims: Mapping[str, Any], settings: OidcSettings) -> Principal
         jobs=None,
         name=actor,
         display_name=_display_name(claims, settings.name_claims),
+        expires_at=_expiry(claims.get("exp")),
     )
+
+
+def _expiry(exp: Any) -> datetime | None:
+    """The JWT's ``exp`` (checked already by the decoder) as the credential's expiry: a token
+    this JWT mints never outlives it."""
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        return None
+    try:
+        return datetime.fromtimestamp(exp, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def role_of(value: Any, settings: OidcSettings, tenant: str) -> Role | None:

@@ -19,14 +19,16 @@ from pathlib import Path
 from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Person
-from jobgate.core.records import StoredToken
+from jobgate.core.records import AuditFilter, StoredToken
 from jobgate.core.tokens import TENANT_RULE, Role, is_tenant_name
 from jobgate.service import audit
 from jobgate.service.engine import Engine
+from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.tokens")
 
 MAX_LIFETIME = timedelta(days=3650)
+MINTED_WITH = "minted_with"  # the ``token.created`` entry's name for the credential that minted it
 
 
 class Unauthenticated(JobgateError):
@@ -59,7 +61,8 @@ class Principal:
     optionally limited to a list of definitions, through one credential: ``token:<id>`` for a
     jobgate token, ``oidc:<issuer>`` for a provider's JWT. ``minted_by``: the principals whose
     tokens minted this token, nearest first (four eyes treats them as one). ``display_name``:
-    what the provider calls the person, for people reading records."""
+    what the provider calls the person, for people reading records. ``expires_at``: a token's
+    expiry, a JWT's ``exp``: no token it mints outlives it."""
 
     credential: str
     tenant_id: str
@@ -68,6 +71,7 @@ class Principal:
     name: str | None = None
     minted_by: tuple[str, ...] = ()
     display_name: str | None = None
+    expires_at: datetime | None = None  # when the credential itself stops being accepted (None: not by time)
 
     def may_use(self, job_definition_id: str) -> bool:
         return self.jobs is None or job_definition_id in self.jobs
@@ -140,13 +144,20 @@ def create(
         raise ValidationError("name at least one definition, none empty", field="jobs")
     if principal is not None:
         check_principal_name(principal)
+    now = now or engine.clock.now()
+    expires_at = None if expires_in is None else now + expires_in
+    if minted_by is not None and minted_by.expires_at is not None:
+        # A credential cannot mint one that outlives it: a five-minute token (or JWT) minting a
+        # token for ever was a way round its own expiry.
+        expires_at = minted_by.expires_at if expires_at is None else min(expires_at, minted_by.expires_at)
+        if expires_at <= now:
+            raise ValidationError("the credential minting this token has expired", field="expires_in")
     lineage: tuple[str, ...] = ()
     if minted_by is not None:
         if principal is None:  # another credential of the minter: the same principal, the same lineage
             principal, lineage = minted_by.actor, minted_by.minted_by
         else:
             lineage = (minted_by.actor, *minted_by.minted_by)
-    now = now or engine.clock.now()
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     stored = StoredToken(
         token_id=token_id,
@@ -157,7 +168,7 @@ def create(
         secret_hash=rules.secret_hash(secret),
         created_by=actor,
         created_at=now,
-        expires_at=None if expires_in is None else now + expires_in,
+        expires_at=expires_at,
         revoked_at=None,
         revoked_by=None,
         principal=principal,
@@ -171,6 +182,8 @@ def create(
             "label": label,
             "principal": stored.principal_name,
             "minted_by": list(lineage),
+            # The credential that minted it (``token:<id>``): revoking that token revokes this one.
+            MINTED_WITH: None if minted_by is None else minted_by.credential,
         }
         audit.record(tx, audit.event(tenant_id, actor, "token.created", "token", token_id, now, payload=payload))
     log.info(
@@ -201,7 +214,13 @@ def authenticate(engine: Engine, authorization: str | None, *, now: datetime | N
     if stored.expires_at is not None and stored.expires_at <= now:
         raise refused(f"token {token_id} expired")
     return Principal(
-        f"token:{stored.token_id}", stored.tenant_id, Role(stored.role), stored.jobs, stored.principal, stored.minted_by
+        f"token:{stored.token_id}",
+        stored.tenant_id,
+        Role(stored.role),
+        stored.jobs,
+        stored.principal,
+        stored.minted_by,
+        expires_at=stored.expires_at,
     )
 
 
@@ -221,17 +240,64 @@ def refused(reason: str) -> Unauthenticated:
     return Unauthenticated("a valid bearer token is required")
 
 
-def revoke(engine: Engine, tenant_id: str, token_id: str, *, actor: str, now: datetime | None = None) -> None:
-    """Revoke a token of ``tenant_id``; another tenant's token answers like a missing one."""
+def revoke(engine: Engine, tenant_id: str, token_id: str, *, actor: str, now: datetime | None = None) -> list[str]:
+    """Revoke a token of ``tenant_id``, and every token minted with it (and with those, ...):
+    a token minted by a token that is revoked (a leaked or de-provisioned credential) would
+    otherwise outlive it. Another tenant's token answers like a missing one. Returns the ids
+    revoked now (none when it was revoked already, and nothing it minted is still valid)."""
     now = now or engine.clock.now()
     with engine.store.write() as tx:
-        if not tx.token_revoke(tenant_id, token_id, actor, now):
-            stored = tx.token_get(token_id)
-            if stored is None or stored.tenant_id != tenant_id:
-                raise NotFoundError(f"no token {token_id!r}", field="token_id")
-            return  # revoked already: revoking again changes nothing
-        audit.record(tx, audit.event(tenant_id, actor, "token.revoked", "token", token_id, now))
-    log.info("token %s revoked by %s", token_id, actor, extra={"action": "token_revoked", "token_id": token_id})
+        stored = tx.token_get(token_id)
+        if stored is None or stored.tenant_id != tenant_id:
+            raise NotFoundError(f"no token {token_id!r}", field="token_id")
+        revoked = _revoke_with_minted(tx, tenant_id, [token_id], actor, now, because=None)
+    for rid in revoked:
+        log.info("token %s revoked by %s", rid, actor, extra={"action": "token_revoked", "token_id": rid})
+    return revoked
+
+
+def revoke_principal(
+    engine: Engine, tenant_id: str, principal: str, *, actor: str, now: datetime | None = None
+) -> list[str]:
+    """Revoke every token of ``tenant_id`` that belongs to ``principal`` or that it minted (its
+    lineage names it), and every token minted with those: how a person who left (removed from
+    the directory, ``ldap:<uid>`` / ``oidc:<subject>``) loses the tokens they minted."""
+    now = now or engine.clock.now()
+    with engine.store.write() as tx:
+        theirs = [
+            t.token_id for t in tx.tokens_list(tenant_id) if t.principal_name == principal or principal in t.minted_by
+        ]
+        revoked = _revoke_with_minted(tx, tenant_id, theirs, actor, now, because=f"principal {principal}")
+    for rid in revoked:
+        log.info("token %s revoked by %s", rid, actor, extra={"action": "token_revoked", "token_id": rid})
+    return revoked
+
+
+def _revoke_with_minted(
+    tx: StoreTx, tenant_id: str, token_ids: list[str], actor: str, now: datetime, *, because: str | None
+) -> list[str]:
+    """Revoke ``token_ids`` and, breadth first, the tokens the audit log says were minted with
+    any of them (its ``token.created`` entries name the minting credential: chained, so no
+    database edit hides a child). Each revocation is an audit entry naming why."""
+    minted: dict[str, list[str]] = {}
+    for entry in tx.audit_list(AuditFilter(tenant_id=tenant_id, action="token.created", limit=1_000_000)):
+        parent = entry.event.payload.get(MINTED_WITH)
+        if isinstance(parent, str) and parent.startswith("token:"):
+            minted.setdefault(parent.removeprefix("token:"), []).append(entry.event.target_id)
+    revoked: list[str] = []
+    seen: set[str] = set()
+    queue: list[tuple[str, str | None]] = [(t, because) for t in token_ids]
+    while queue:
+        token_id, why = queue.pop(0)
+        if token_id in seen:
+            continue
+        seen.add(token_id)
+        if tx.token_revoke(tenant_id, token_id, actor, now):
+            payload = None if why is None else {"with": why}
+            audit.record(tx, audit.event(tenant_id, actor, "token.revoked", "token", token_id, now, payload=payload))
+            revoked.append(token_id)
+        queue += [(child, f"token {token_id}") for child in minted.get(token_id, ())]
+    return revoked
 
 
 def bootstrap(engine: Engine, *, tenant_id: str, path: Path | None = None) -> CreatedToken | None:
