@@ -19,7 +19,7 @@ def _doc(**row: Any) -> dict[str, Any]:
 def _shown(**run: Any) -> dict[str, Any]:
     shown = {"job_run_id": RID, "status": "COMPLETED", "result_ref": None, "has_artifact": False}
     shown.update(run)
-    return {"run": shown, "transitions": [], "dead_letter": None}
+    return {"run": shown, "transitions": [], "attempts": [], "dead_letter": None}
 
 
 def test_an_artifact_is_shown_by_its_api_path_and_a_past_hold_not_at_all() -> None:

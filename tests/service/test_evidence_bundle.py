@@ -499,3 +499,116 @@ def test_a_workflow_bundle_names_its_steps_runs_retention_deleted(database_url: 
         assert any(f"run {made.job_run_id} is neither in the bundle nor listed" in p for p in result.problems)
     finally:
         store.dispose()
+
+
+@pytest.fixture
+def attempted(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str]]:
+    """A run that failed its one attempt and was dead-lettered, sealed, chained and anchored."""
+    import threading
+    from datetime import timedelta
+
+    from tests.runtime.runtime_support import wait_until
+
+    from jobgate.evidence import anchors, sinks
+    from jobgate.evidence import keys as evidence_keys
+    from jobgate.runtime.worker import Worker, WorkerSettings
+    from jobgate.service import audit
+
+    key_file = tmp_path / "evidence.key"
+    key_file.write_text(KEY.private_b64)
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, evidence={"signing_key": str(key_file), "signing_key_id": KEY.key_id}))
+    job = define(engine, handler="engine_handlers:fail_final")
+    run_id = engine.submit(SubmitRequest(job, scope=Scope(), requested_by="ada"), actor="ada").run.job_run_id
+    worker = Worker(engine, WorkerSettings(concurrency=1))
+    threading.Thread(target=worker.run, daemon=True).start()
+
+    def ended() -> bool:
+        with engine.store.read() as tx:
+            found = tx.run_get(run_id)
+        return found is not None and found.status.is_terminal
+
+    try:
+        wait_until(ended, timeout=30, what="the failing run to end")
+    finally:
+        worker.stop()
+        worker.wait_stopped(10)
+    now = engine.clock.now()
+    audit.seal_pending(engine, now)
+    with engine.store.write() as tx:
+        signer = evidence_keys.signer_for(engine.config)
+        anchors.anchor_due(
+            tx, "default", now=now + timedelta(hours=2), window=timedelta(hours=1), sink=sinks.sink_for(engine.config),
+            signer=signer,
+        )  # fmt: skip
+    yield engine, run_id
+    store.dispose()
+
+
+def _forged(bundle: bytes, name: str, change: Any) -> bytes:
+    import json
+
+    doc = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read(name))
+    change(doc)
+    return _resign(bundle, {name: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()})
+
+
+@pytest.mark.parametrize(
+    ("where", "change"),
+    [
+        ("detail lists 0 attempts", lambda d: d["detail"]["attempts"].pop(0)),
+        ("detail.attempts[1].outcome", lambda d: d["detail"]["attempts"][0].update(outcome="succeeded")),
+        ("detail.attempts[1].worker_id", lambda d: d["detail"]["attempts"][0].update(worker_id="worker-honest")),
+        ("detail.attempts[1].error_message", lambda d: d["detail"]["attempts"][0].update(error_message=None)),
+        ("detail.attempts[1].ended_at", lambda d: d["detail"]["attempts"][0].update(ended_at=None)),
+        ("shows no dead letter", lambda d: d["detail"].update(dead_letter=None)),
+    ],
+)
+def test_a_re_signed_bundle_cannot_hide_an_attempt_or_a_dead_letter(
+    attempted: tuple[Engine, str], where: str, change: Any
+) -> None:
+    """Found by a review: the attempts a bundle shows (each derived from sealed transitions) were
+    not compared at all, and a dead letter could be dropped from ``detail`` whole."""
+    engine, run_id = attempted
+    bundle = build_bundle(engine, run_scope(engine, run_id))
+    assert verify_bundle(bundle, public_keys=keys()).ok
+    result = verify_bundle(_forged(bundle, f"runs/{run_id}.json", change), public_keys=keys())
+    assert not result.ok and any(where in p for p in result.problems), result.problems
+
+
+def test_a_bundle_without_the_approval_its_run_was_made_under_is_refused(attempted: tuple[Engine, str]) -> None:
+    """Found by a review: removing the run's approval from a re-signed bundle verified ok, though
+    its seal was still listed; without the seal too, the run names the approval it needs."""
+    import json
+
+    engine, run_id = attempted
+    bundle = build_bundle(engine, run_scope(engine, run_id))
+    emptied = _resign(bundle, {"approvals.json": b"[]\n"})
+    result = verify_bundle(emptied, public_keys=keys())
+    assert not result.ok
+    assert any("is sealed in seals.json but not in approvals.json" in p for p in result.problems), result.problems
+    assert any(p.startswith(f"runs/{run_id}.json: no approval") for p in result.problems), result.problems
+    seals_doc = [
+        s for s in json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read("seals.json")) if s["kind"] != "approval"
+    ]
+    both = _resign(emptied, {"seals.json": (json.dumps(seals_doc, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(both, public_keys=keys())
+    assert not result.ok and any(p.startswith(f"runs/{run_id}.json: no approval") for p in result.problems)
+
+
+def test_an_entry_inside_the_anchored_chain_must_carry_its_proof(attempted: tuple[Engine, str]) -> None:
+    """Found by a review: an entry rewritten (its hash recomputed) with its proof removed from a
+    re-signed bundle was only noted "not anchored yet", though a later anchor in the same bundle
+    covers it."""
+    import json
+
+    engine, run_id = attempted
+    bundle = build_bundle(engine, run_scope(engine, run_id))
+    proofs = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read("proofs.json"))
+    assert len(proofs) >= 2
+    dropped = proofs[0]["seq"]
+    kept = [p for p in proofs if p["seq"] != dropped]
+    forged = _resign(bundle, {"proofs.json": (json.dumps(kept, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok
+    assert any(f"entry {dropped} lies within the anchored chain" in p for p in result.problems), result.problems

@@ -5,7 +5,9 @@ A run's file in an evidence bundle carries the rows its seal covers (``row``, ``
 are evidence; a reader looks at the second. So every value of ``detail`` that comes from a
 sealed value must say what that value says: the run's columns, each transition, the open dead
 letter. A key the sealed rows do not hold (progress, the attempts' summary, whether an artifact
-exists) is not evidence and is not compared; the docs' table says so.
+exists) is not evidence and is not compared; the docs' table says so. The attempts are: each
+is derived from the sealed transitions (``core.history``), so each is compared with what the
+transitions make of it; and an open sealed dead letter must be shown.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from jobgate.core.encoding import to_us
+from jobgate.core.errors import MalformedRecordError
+from jobgate.core.history import attempts_from_transitions
 from jobgate.core.lineage import retry_source
 from jobgate.scheduling.plan import parse_slot
+from jobgate.store.codec import transition_from_row
+from jobgate.views.schemas import AttemptOut
 
 
 def _same(sealed: Any, shown: Any) -> bool:
@@ -99,7 +105,10 @@ def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
             if key is not None:
                 problems.append(f"{name}: detail.transitions[{i}].{key} differs from the sealed transition {i}")
                 break
+    problems += _attempt_problems(name, detail.get("attempts"), doc["row"].get("job_run_id"), sealed)
     letter = detail.get("dead_letter")
+    if letter is None and any(d.get("resolved_at") is None for d in doc["dead_letters"]):
+        problems.append(f"{name}: detail shows no dead letter, but the sealed record holds an open one")
     if isinstance(letter, dict):
         found = next((d for d in doc["dead_letters"] if d.get("dead_letter_id") == letter.get("dead_letter_id")), None)
         if found is None:
@@ -109,3 +118,38 @@ def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
     elif letter is not None:
         problems.append(f"{name}: detail.dead_letter is not an object")
     return problems
+
+
+def _attempt_problems(name: str, shown: Any, job_run_id: Any, transitions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``detail.attempts`` against the attempts the sealed transitions make (the API derives
+    them so): an attempt left out, added, or any of its values changed."""
+    try:
+        derived = attempts_from_transitions(transition_from_row({**t, "job_run_id": job_run_id}) for t in transitions)
+    except MalformedRecordError:
+        return []  # the transitions themselves are named by the seal's check
+    expected = [AttemptOut.of(a).model_dump(mode="json") for a in derived]
+    listed = shown if isinstance(shown, list) else None
+    if listed is None or len(listed) != len(expected):
+        count = "none" if listed is None else len(listed)
+        return [f"{name}: detail lists {count} attempts, the sealed transitions make {len(expected)}"]
+    for i, (attempt, want) in enumerate(zip(listed, expected, strict=True), start=1):
+        if not isinstance(attempt, dict):
+            return [f"{name}: detail.attempts[{i}] is not an object"]
+        for key, value in want.items():
+            if not _same_shown(value, attempt.get(key)):
+                return [f"{name}: detail.attempts[{i}].{key} differs from what the sealed transitions say"]
+    return []
+
+
+def _same_shown(expected: Any, shown: Any) -> bool:
+    """Two renderings of one value (times may differ in how their UTC offset is written)."""
+    if expected == shown:
+        return True
+    if isinstance(expected, str) and isinstance(shown, str):
+        try:
+            return datetime.fromisoformat(expected.replace("Z", "+00:00")) == datetime.fromisoformat(
+                shown.replace("Z", "+00:00")
+            )
+        except ValueError:
+            return False
+    return False

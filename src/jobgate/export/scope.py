@@ -269,6 +269,7 @@ def check_contents(
     for trail in trails.values():
         for s in trail:
             _check_seal_chain(s, entries, out)
+    approvals = _load(files, "approvals.json")
     for name in sorted(n for n in files if n.startswith("runs/")):
         doc = json.loads(files[name])
         row = doc["row"]
@@ -284,6 +285,14 @@ def check_contents(
         _check_run(name, doc, parts, history, sealed.get((seals.RUN, rid)), _requeues(entries, rid), out)
         _check_trail(name, seal_trails.run_trail(_sealed(trails, seals.RUN, rid), history, _content), out)
         out.problems.extend(detail_problems(name, doc))
+        if not any(
+            a["job_definition_id"] == row["job_definition_id"] and a["digest"] == row["definition_digest"]
+            for a in approvals
+        ):
+            out.problems.append(
+                f"{name}: no approval of its definition ({row['job_definition_id']} {row['definition_digest']})"
+                " is in approvals.json: a run is made only under one"
+            )
     for name in sorted(n for n in files if n.startswith("workflows/")):
         doc = json.loads(files[name])
         wid = doc["row"]["workflow_run_id"]
@@ -294,9 +303,12 @@ def check_contents(
     for kind, file, rows in (
         ("definition", "definitions.json", definitions.values()),
         ("snapshot", "snapshots.json", snapshots.values()),
-        ("approval", "approvals.json", _load(files, "approvals.json")),
+        ("approval", "approvals.json", approvals),
     ):
         spec = seals.SPECS[kind]
+        present = {seals.record_id(spec, row) for row in rows}
+        for kind_, rid in sorted(k for k in trails if k[0] == kind and k[1] not in present):
+            out.problems.append(f"{file}: {kind_} {rid} is sealed in seals.json but not in {file}")
         for row in rows:
             rid = seals.record_id(spec, row)
             _check_record(f"{file}: {rid}", kind, seals.row_parts(spec, row), sealed.get((kind, rid)), out)
@@ -496,7 +508,21 @@ def _check_proofs(
             else:
                 out.anchors_checked += 1
         proven.add(seq)
-    unanchored = sorted(set(entries) - proven)
+    # Batch anchors cover the chain from its first entry without a gap, each from where the one
+    # before ended: every entry up to the last batch anchor the bundle proves is in one, and a
+    # bundle carries the proof of each. One without it was left out (and could have been
+    # rewritten: its own hash is then unchecked by any anchor).
+    through = max(
+        (int(p["anchor"]["last_seq"]) for p in proofs if p["anchor"].get("mode") == "batch" and p["seq"] in proven),
+        default=0,
+    )
+    missing = sorted(seq for seq in set(entries) - proven if seq <= through)
+    if missing:
+        out.problems.append(
+            f"audit.json: entry {missing[0]} lies within the anchored chain (entries 1-{through}) but"
+            f" proofs.json has no proof of it ({len(missing)} such entr(y/ies))"
+        )
+    unanchored = sorted(seq for seq in set(entries) - proven if seq > through)
     if unanchored:
         out.notes.append(f"audit.json: {len(unanchored)} entr(y/ies) not anchored yet (first {unanchored[0]})")
 
