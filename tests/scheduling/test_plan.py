@@ -28,6 +28,7 @@ from jobgate.scheduling.plan import (
 
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 
 
 def hourly(misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE, **kw: object) -> Schedule:
@@ -360,6 +361,23 @@ def test_a_new_window_length_starts_where_the_last_closed_window_ended() -> None
     [first] = next_fires(after, T0 + 3.5 * HOUR, 1)
     assert first.window is not None and (first.window.start, first.window.end) == (T0 + 3 * HOUR, T0 + 5 * HOUR)
     assert windows_after_edit(before, window(HOUR), T0 + 3.5 * HOUR) == window(HOUR)  # same length: untouched
+
+
+def test_a_new_anchor_never_makes_a_window_overlap_one_closed_or_leave_time_out() -> None:
+    """Found by a review: hourly windows ran to 01:00 (from T0); at 01:10 the anchor moved to
+    T0 + 30 min and the next window was [00:30, 01:30), processing 00:30-01:00 twice."""
+    before, now = window(HOUR), T0 + HOUR + 10 * MINUTE
+    for anchor in (T0 + 30 * MINUTE, T0 + 2 * HOUR, T0 + HOUR + MINUTE):
+        with pytest.raises(ValidationError) as refused:
+            windows_after_edit(before, window(HOUR, anchor), now)
+        assert refused.value.field == "anchor" and "2026" in refused.value.message
+    # an anchor on the grid of the boundary (at it, or whole windows before it): windows from it
+    for anchor, size in ((T0 + HOUR, HOUR), (T0 - 5 * HOUR, HOUR), (T0 + HOUR - 30 * MINUTE, 30 * MINUTE)):
+        after = windows_after_edit(before, window(size, anchor), now)
+        [first] = next_fires(after, now, 1)
+        assert first.window is not None and first.window.start == T0 + HOUR, anchor
+    # nothing closed yet: any anchor
+    assert windows_after_edit(before, window(HOUR, T0 + 7 * MINUTE), T0 + 30 * MINUTE) == window(HOUR, T0 + 7 * MINUTE)
 
 
 def test_the_slots_an_edit_replaces_are_recorded_edited() -> None:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.errors import ValidationError
 from jobgate.core.models import ExecutionWindow
 from jobgate.scheduling import cron, magic
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind
@@ -475,14 +476,27 @@ def owed_before_edit(before: Schedule, watermark: datetime, now: datetime) -> Pl
 
 
 def windows_after_edit(before: Schedule, after: Schedule, now: datetime) -> Schedule:
-    """A batch window's new length keeps no stored anchor: windows of the new length start where
-    the last window of the old length that closed by ``now`` ended, so no window overlaps one
-    already run and none is left out."""
-    if (
-        before.kind is ScheduleKind.BATCH_WINDOW
-        and after.kind is ScheduleKind.BATCH_WINDOW
-        and before.every != after.every
-        and before.anchor == after.anchor
-    ):
-        return replace(after, anchor=regrid(before, now))
-    return after
+    """A batch window's grid after an edit: no window may overlap one that closed already (it
+    ran, or was owed), and none may be left out. Windows of a new length start where the last
+    window of the old grid that closed by ``now`` ended. A new anchor is accepted when it puts
+    a window boundary there (the grid from that boundary on), or when no window of the old grid
+    has closed yet; any other anchor is refused, naming the boundary: its windows would cut
+    across a window already run, or leave the time up to the first of them out."""
+    if before.kind is not ScheduleKind.BATCH_WINDOW or after.kind is not ScheduleKind.BATCH_WINDOW:
+        return after
+    if before.every == after.every and before.anchor == after.anchor:
+        return after
+    assert after.every is not None
+    boundary = regrid(before, now)
+    if boundary <= before.anchor.astimezone(UTC):
+        return after  # no window of the old grid has closed: nothing to overlap or to leave out
+    anchor = after.anchor.astimezone(UTC)
+    if before.anchor == after.anchor or (anchor <= boundary and (boundary - anchor) % after.every == timedelta(0)):
+        return replace(after, anchor=boundary)
+    raise ValidationError(
+        f"windows from this anchor would overlap the window that closed at {isoformat_utc(boundary)}"
+        " or leave the time after it out: name an anchor a whole number of windows before or at"
+        f" {isoformat_utc(boundary)} (or add the schedule under a new id to start another grid)",
+        field="anchor",
+        source=after.schedule_id,
+    )
