@@ -115,3 +115,69 @@ def test_json_output_of_signature_checks(tmp_path: Path) -> None:
     [entry] = json.loads(unsigned.stdout)
     assert entry["file"] == "report.yaml" and entry["ok"] is False and entry["problem"]
     assert json.loads(jobgate(dev, "--json", "plugins", "verify").stdout) == []
+
+
+def _pair(tmp_path: Path) -> tuple[Path, Path]:
+    """dev publishes and exports; prod trusts dev's evidence key and imports approvals."""
+    jobgate(tmp_path, "init", "dev")
+    jobgate(tmp_path, "init", "prod")
+    dev, prod = tmp_path / "dev", tmp_path / "prod"
+    [key] = json.loads(jobgate(dev, "--json", "keys", "evidence").stdout)
+    config = prod / "jobgate.yaml"
+    config.write_text(
+        config.read_text() + f"\npacks:\n  trusted_keys: [{key['public_key']}]\n  import_approvals: true\n"
+    )
+    return dev, prod
+
+
+def _publish(dev: Path, description: str, pack: str, status: str = "") -> None:
+    (dev / "rb.yaml").write_text(
+        f"job_definition_id: rb\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+        f"description: {description}\n{status}"
+    )
+    jobgate(dev, "apply", "rb.yaml", "--approve")
+    jobgate(dev, "packs", "publish", pack, "rb")
+
+
+def test_a_pack_that_rolls_a_definition_back_ends_on_that_content_approved(tmp_path: Path) -> None:
+    """Found by a review: p@1.0.0 carried A, p@1.1.0 B, p@1.2.0 A again (the exporter's rollback);
+    the importer ended on B, approved, and A's carried approval was left unapplied."""
+    dev, prod = _pair(tmp_path)
+    for description, pack in (("alpha", "p@1.0.0"), ("beta", "p@1.1.0"), ("alpha", "p@1.2.0")):
+        _publish(dev, description, pack)
+    jobgate(dev, "export", str(tmp_path / "seed.zip"))
+    jobgate(prod, "import", str(tmp_path / "seed.zip"))
+    assert _definitions(prod)["rb"] == _definitions(dev)["rb"]
+    status = json.loads(jobgate(prod, "--json", "definitions", "approval", "rb").stdout)
+    assert status["matches"], status
+    again = json.loads(jobgate(prod, "--json", "import", str(tmp_path / "seed.zip")).stdout)  # nothing newer
+    assert _definitions(prod)["rb"] == _definitions(dev)["rb"] and again["skipped"] == []
+
+
+def test_a_definition_suspended_or_retired_here_is_left_as_it_is_and_the_rest_imported(tmp_path: Path) -> None:
+    """Found by a review: an import of newer content reactivated a definition suspended on the
+    importing host (its runs ran); one retired there refused every later import whole."""
+    dev, prod = _pair(tmp_path)
+    _publish(dev, "one", "s@1.0.0")
+    jobgate(dev, "export", str(tmp_path / "s1.zip"))
+    jobgate(prod, "import", str(tmp_path / "s1.zip"))
+    for status, said in (("suspended", "resume it here"), ("retired", "retirement is final")):
+        (prod / "rb.yaml").write_text(
+            "job_definition_id: rb\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+            f"description: one\nstatus: {status}\n"
+        )
+        jobgate(prod, "apply", "rb.yaml")
+        _publish(dev, f"newer-than-{status}", f"s@1.{1 if status == 'suspended' else 2}.0")
+        (dev / "other.yaml").write_text(
+            f"job_definition_id: other-{status}\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n"
+        )
+        jobgate(dev, "apply", "other.yaml", "--approve")
+        jobgate(dev, "packs", "publish", f"o-{status}@1.0.0", f"other-{status}")
+        jobgate(dev, "export", str(tmp_path / f"{status}.zip"))
+        done = json.loads(jobgate(prod, "--json", "import", str(tmp_path / f"{status}.zip")).stdout)
+        assert [s["job_definition_id"] for s in done["skipped"]] == ["rb"] and said in done["skipped"][0]["reason"]
+        shown = json.loads(jobgate(prod, "--json", "definitions", "show", "rb").stdout)
+        assert shown["status"] == status and shown["digest"] != _definitions(dev)["rb"], shown
+        assert f"other-{status}" in _definitions(prod)  # the rest of the archive arrived
+        refused = jobgate(prod, "submit", "rb", check=False)
+        assert refused.returncode == 1, refused.stdout

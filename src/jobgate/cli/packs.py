@@ -119,6 +119,7 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
                 ],
                 "definitions": done.definitions,
                 "approved": done.approved,
+                "skipped": done.skipped,
             }
         )
         return
@@ -134,4 +135,6 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
             else "approved here"
         )
         print(f"  {d['job_definition_id']} v{d['version']} {d['digest']} {state}")
+    for left in done.skipped:
+        print(f"  {left['job_definition_id']} left as it is: {left['reason']}")
     print(f"verified: signed by {done.signed_by}")

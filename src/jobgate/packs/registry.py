@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobgate.core.canonical import canonical_json, isoformat_utc
@@ -38,6 +38,7 @@ from jobgate.core.errors import (
     UnavailableError,
     ValidationError,
 )
+from jobgate.core.models import DefinitionStatus
 from jobgate.core.packs import (
     PackRecord,
     PackRef,
@@ -72,6 +73,7 @@ class Imported:
     packs: list[Published]
     definitions: list[dict[str, Any]]  # job_definition_id, version, digest, created
     approved: list[str]  # definition ids approved from the archive's approvals
+    skipped: list[dict[str, str]] = field(default_factory=list)  # job_definition_id, reason: left as they are here
 
 
 def publish(
@@ -174,7 +176,7 @@ def import_seed(
             raise SeedRefused("the archive is not imported: " + "; ".join(checked.problems), field="archive")
         assert checked.signed_by is not None
         ordered = sorted(checked.packs, key=lambda p: (p.manifest["pack_id"], version_order(p.manifest["version"])))
-        loaded = _not_older(engine, tenant_id, _definitions(engine, ordered, admit))
+        loaded, skipped = _to_apply(engine, tenant_id, _definitions(engine, ordered, admit))
         for item in loaded:  # as POST /definitions: a document naming another tenant is not this one's
             named = item.definition.content.get("tenant_id")
             if named is not None and named != tenant_id:
@@ -212,19 +214,23 @@ def import_seed(
         {"job_definition_id": a.job_definition_id, "version": a.version, "digest": a.digest, "created": a.created}
         for a in applied
     ]
-    return Imported(checked.signed_by, registered, definitions, approved)
+    return Imported(checked.signed_by, registered, definitions, approved, skipped)
 
 
 def _definitions(
     engine: Engine, seeds: list[archive.SeedPack], admit: Callable[[LoadedDefinition], None] | None
-) -> list[LoadedDefinition]:
+) -> list[tuple[LoadedDefinition, PackRef]]:
     """Every carried definition parsed with this deployment's configuration, each hashing to the
-    digest its pack recorded (a definition this host reads differently is refused, not applied)."""
-    out: dict[tuple[str, str], LoadedDefinition] = {}
+    digest its pack recorded (a definition this host reads differently is refused, not applied),
+    with the newest pack carrying it. Content carried by several packs is placed where its
+    newest pack puts it, so a definition's contents come in the order its newest packs carry
+    them, the last its current one: a pack that rolls a definition back to earlier content
+    ends on that content."""
+    out: dict[tuple[str, str], tuple[LoadedDefinition, PackRef]] = {}
     for seed in seeds:
-        key = f"{seed.manifest['pack_id']}@{seed.manifest['version']}"
+        ref = PackRef(seed.manifest["pack_id"], seed.manifest["version"])
         for d in seed.manifest["definitions"]:
-            source = f"{key}:{d['job_definition_id']}"
+            source = f"{ref.key}:{d['job_definition_id']}"
             try:
                 document = json.loads(seed.blobs[d["blob"]])
             except (ValueError, RecursionError):
@@ -237,23 +243,51 @@ def _definitions(
                 )
             if admit is not None:
                 admit(loaded)
-            out.setdefault((loaded.job_definition_id, loaded.digest), loaded)
+            out.pop((loaded.job_definition_id, loaded.digest), None)
+            out[(loaded.job_definition_id, loaded.digest)] = (loaded, ref)
     return list(out.values())
 
 
-def _not_older(engine: Engine, tenant_id: str, loaded: list[LoadedDefinition]) -> list[LoadedDefinition]:
-    """The carried definitions that would not turn one back: content this host stores as an
-    earlier version of its definition (an older archive imported again) is not applied again;
-    the version current here stays current. (A rollback is an ``apply`` of the older file.)"""
-    out = []
+def _to_apply(
+    engine: Engine, tenant_id: str, carried: list[tuple[LoadedDefinition, PackRef]]
+) -> tuple[list[LoadedDefinition], list[dict[str, str]]]:
+    """The carried definitions to apply, and the definitions left as they are here, with why.
+
+    A definition is left alone when this host suspended or retired it (a local decision stands
+    across imports, as a local revocation does: resume it here, then import again), and when
+    the newest pack carrying it was imported here already (an older archive imported again:
+    whatever this host did since stands). Otherwise its contents are applied in order, the
+    newest pack's last, which may be content this host stores as an earlier version (the
+    exporter rolled it back)."""
+    newest: dict[str, PackRef] = {}
+    for item, ref in carried:
+        newest[item.job_definition_id] = ref
+    apply: list[LoadedDefinition] = []
+    skipped: list[dict[str, str]] = []
     with engine.store.read(tenant_id=tenant_id) as tx:
-        for item in loaded:
-            current = tx.definition_get(tenant_id, item.job_definition_id)
-            earlier = {v.digest for v in tx.definition_versions(tenant_id, item.job_definition_id)}
-            if current is not None and item.digest in earlier and item.digest != current.digest:
-                continue
-            out.append(item)
-    return out
+        leave: set[str] = set()
+        unchanged: dict[str, str] = {}  # job -> its current digest, for a job nothing newer is carried for
+        for job, ref in newest.items():
+            current = tx.definition_get(tenant_id, job)
+            if current is not None and current.status is not DefinitionStatus.ACTIVE:
+                leave.add(job)
+                skipped.append(
+                    {
+                        "job_definition_id": job,
+                        "reason": f"{current.status.value} here: {ref.key}'s content is not applied"
+                        + (" (retirement is final)" if current.status is DefinitionStatus.RETIRED else
+                           " (resume it here, then import again)"),
+                    }
+                )  # fmt: skip
+            elif tx.packs.get(tenant_id, ref) is not None and current is not None:
+                unchanged[job] = current.digest  # its newest pack was imported before: nothing newer for it
+        apply = [
+            item
+            for item, _ in carried
+            if item.job_definition_id not in leave
+            and unchanged.get(item.job_definition_id, item.digest) == item.digest  # the current one: shown unchanged
+        ]
+    return apply, skipped
 
 
 def _new_packs(

@@ -72,6 +72,10 @@ class ImportOut(BaseModel):
     packs: list[PublishOut]
     definitions: list[dict[str, Any]]
     approved: list[str]
+    skipped: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="definitions left as they are here (suspended or retired here), each with why",
+    )
 
 
 @router.get("/packs", response_model=list[PackOut])
@@ -157,4 +161,5 @@ async def import_offline_seed(request: Request, caller: WholeTenant, state: Stat
         packs=[PublishOut(pack=PackOut.of(p.record), created=p.created) for p in done.packs],
         definitions=done.definitions,
         approved=done.approved,
+        skipped=done.skipped,
     )
