@@ -227,6 +227,20 @@ def test_same_person_follows_names_and_minting_both_ways_and_through_chains() ->
     assert same_person(Person("frank", ("bob", "root")), Person("grace", ("root",)))  # cousins share root
 
 
+def test_names_differing_only_in_case_or_width_are_one_person() -> None:
+    """Found by a review: "alice" applied (or proposed) and a token named "Alice" approved it;
+    to a reader of the record they are one person, and so they are to four eyes."""
+    assert same_person(Person("alice"), Person("Alice"))
+    assert same_person(Person("oidc:Straße"), Person("oidc:STRASSE"))
+    assert same_person(Person("\uff41lice"), Person("alice"))  # full-width a
+    assert same_person(Person("zed", ("ALICE",)), Person("alice"))
+    assert how_related(Person("Alice"), Person("alice"), "applied this version") == "Alice applied this version"
+    assert how_related(Person("zed", ("ALICE",)), Person("alice"), "proposed it") == (
+        "zed's credential was minted by alice, who proposed it"
+    )
+    assert not same_person(Person("alice"), Person("alicia"))
+
+
 @given(
     st.tuples(st.sampled_from("abcdef"), st.lists(st.sampled_from("abcdef"), max_size=3)),
     st.tuples(st.sampled_from("abcdef"), st.lists(st.sampled_from("abcdef"), max_size=3)),

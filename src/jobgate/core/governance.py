@@ -27,6 +27,7 @@ the run's remaining attempts are cancelled.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -387,19 +388,25 @@ class Person:
 
     @property
     def lineage(self) -> frozenset[str]:
-        return frozenset((self.name, *self.minted_by))
+        return frozenset(folded(n) for n in (self.name, *self.minted_by))
+
+
+def folded(name: str) -> str:
+    """A principal's name as four eyes compares it: "alice" and "Alice" (or "alice" in full-width
+    letters) name one person to a reader of the record, so they are one person to the rule."""
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 def how_related(approver: Person, other: Person, did: str) -> str:
     """Why four eyes counts ``approver`` as ``other`` (who ``did`` the thing), naming each
     person for what they did: "x1 minted the credential of p-admin, who proposed this request"."""
-    if approver.name == other.name:
+    if folded(approver.name) == folded(other.name):
         return f"{approver.name} {did}"
-    if approver.name in other.minted_by:
+    if folded(approver.name) in {folded(m) for m in other.minted_by}:
         return f"{approver.name} minted the credential of {other.name}, who {did}"
-    if other.name in approver.minted_by:
+    if folded(other.name) in {folded(m) for m in approver.minted_by}:
         return f"{approver.name}'s credential was minted by {other.name}, who {did}"
-    common = next(m for m in approver.minted_by if m in other.minted_by)
+    common = next(m for m in approver.minted_by if folded(m) in {folded(o) for o in other.minted_by})
     return f"{common} minted both {approver.name}'s credential and that of {other.name}, who {did}"
 
 
