@@ -34,7 +34,9 @@ def test_propose_test_approve_creates_the_run_and_links_it(world: World) -> None
     approved = world.client.post(f"{API}/requests/{rid}/approve", json={"note": "ok"}, headers=op).json()
     assert approved["status"] == "approved" and approved["decided_by"] == world.actor("acme", Role.OPERATOR)
     run = world.client.get(f"{API}/runs/{approved['job_run_id']}", headers=op).json()["run"]
-    assert run["params"] == {"n": "7"} and run["requested_by"] == world.actor("acme", Role.OPERATOR)
+    assert run["params"] == {"n": "7"} and run["reviewed_by"] == world.actor("acme", Role.OPERATOR)
+    # asked for by the proposer (found by a review: the approver was recorded as both)
+    assert run["requested_by"] == world.actor("acme", Role.CONSUMER) == req["requested_by"]
     assert actions(world, rid) == ["request.submitted", "request.tested", "request.approved"]
     again = world.client.post(f"{API}/requests/{rid}/approve", headers=op)
     assert again.status_code == 409 and count(world.engine, "job_runs") == 1

@@ -303,7 +303,9 @@ def _submission(
         trigger_type=TriggerType.MANUAL,
         params=dict(request.params),
         scope=Scope(tenant_id=request.tenant_id),
-        requested_by=actor,
+        # The run was asked for by the proposer; the approver (``actor``) is its reviewer: the
+        # sealed record names both, never the approver as requester and reviewer at once.
+        requested_by=request.requested_by,
         reason=f"request {request.request_id}: {request.title}",
         request_id=f"request:{request.request_id}",
         payload={"request_id": request.request_id, "proposed_by": request.requested_by},
