@@ -26,7 +26,7 @@ from world import Copies, World, build
 
 from jobgate.cli import cli
 from jobgate.core import seals
-from jobgate.core.canonical import isoformat_utc
+from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import JobgateError
 
 Tamper = str | Callable[[Connection, dict[str, Any]], None]
@@ -629,8 +629,32 @@ RESEAL_TAMPERS: list[tuple[str, Tamper, str]] = [
 ]
 
 
+def _sink_second_copy(
+    change: Callable[[dict[str, Any]], None],
+) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The true copy kept, a different one of the same anchor added after it (found by a
+    review: any one matching copy was enough, so a rewrite's trace in the sink went unseen)."""
+
+    def add(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        other = dict(lines[0])
+        change(other)
+        return [*lines, other]
+
+    return add
+
+
 SINK_TAMPERS: list[tuple[str, Callable[[World], None], str]] = [
     ("sink copy root changed", _sink_edit(_sink_root), "anchor 1"),
+    (
+        "a second, unsigned copy of an anchor in the sink",
+        _sink_edit(_sink_second_copy(lambda r: r.update(leaf_count=r["leaf_count"] - 1))),
+        "anchor 1 has another record in the sink",
+    ),
+    (
+        "a second copy with another root, its signature kept",
+        _sink_edit(_sink_second_copy(lambda r: r.update(root="sha256:" + "0" * 64))),
+        "anchor 1 has another record in the sink",
+    ),
     ("sink copy removed", _sink_edit(lambda lines: lines[1:]), "anchor 1"),
     ("anchor and sink copy rewritten alike", _rewrite_anchor_everywhere, "anchor 1 has a signature"),
 ]
@@ -810,3 +834,25 @@ def test_the_suite_edits_every_table_that_holds_evidence() -> None:
     covered = {t for t in EVIDENCE_TABLES if f"{t} " in source[start:] or f'"{t}"' in source[start:]}
     assert covered == set(EVIDENCE_TABLES)
     assert len(TAMPERS) + len(SINK_TAMPERS) + len(RESEAL_TAMPERS) >= 60
+
+
+def test_a_second_copy_the_evidence_key_signed_is_not_a_forgery() -> None:
+    """An anchoring attempt can write the sink and then not commit (its lease lost): its retry
+    anchors again under the same number. That leftover is signed; only an unsigned or
+    re-written one is a forgery."""
+    from jobgate.evidence.anchors import UNSIGNED_FIELDS, _forged_copy
+    from jobgate.governance import signing
+
+    key = signing.generate("evidence")
+    keys = {key.key_id: signing.public_key(key.public_b64, field="key")}
+
+    def signed(record: dict[str, Any]) -> dict[str, Any]:
+        message = digest({k: v for k, v in record.items() if k not in UNSIGNED_FIELDS})
+        made = signing.sign(message, key.key_id, key.private_b64)
+        return {**record, "key_id": made["key_id"], "signature": made["value"]}
+
+    stored = signed({"tenant_id": "t", "anchor_seq": 3, "root": "sha256:" + "a" * 64, "sink": "file:x"})
+    leftover = signed({**stored, "root": "sha256:" + "b" * 64})
+    assert _forged_copy(stored, [stored, leftover], keys) is None
+    assert _forged_copy(stored, [stored, {**leftover, "root": "sha256:" + "c" * 64}], keys) is not None
+    assert _forged_copy(stored, [stored, {**leftover, "signature": None}], keys) is not None

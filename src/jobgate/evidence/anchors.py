@@ -281,6 +281,9 @@ def verify_tenant(
                 a.first_seq,
                 f"anchor {a.anchor_seq} differs from the sink's copy ({differs})",
             )
+        forged = _forged_copy(record_of(a), copies, keys) if keys is not None and a.signature is not None else None
+        if forged is not None:
+            return Verification(tenant_id, count, len(anchors), False, a.first_seq, f"anchor {a.anchor_seq} {forged}")
         prev_chain = a.chain
     known = {a.anchor_seq for a in anchors}
     missing = sorted(seq for t, seq in witnessed if t == tenant_id and seq not in known)
@@ -384,6 +387,31 @@ def _differs_from_copies(stored: dict[str, Any], copies: Sequence[dict[str, Any]
         if best is None or copy.get("chain") == stored.get("chain"):
             best = f"field {fields[0]}"
     return best
+
+
+def _forged_copy(
+    stored: dict[str, Any], copies: Sequence[dict[str, Any]], keys: Mapping[str, Ed25519PublicKey]
+) -> str | None:
+    """A second, different record of a signed anchor in the sink that no evidence key signed:
+    the trace of someone who rewrote history and could append to the sink but not delete what
+    it held, or not sign. (A different record that *is* signed can be an anchoring attempt that
+    wrote the sink and then did not commit: its retry anchored again; it is not a failure.)"""
+    for copy in copies:
+        fields = [k for k in sorted(stored) if k != "sink" and str(copy.get(k)) != str(stored[k])]
+        if not fields:
+            continue
+        message = digest({k: v for k, v in copy.items() if k not in UNSIGNED_FIELDS})
+        key = keys.get(str(copy.get("key_id") or ""))
+        try:
+            if key is None or not isinstance(copy.get("signature"), str):
+                raise InvalidSignature
+            key.verify(base64.b64decode(copy["signature"], validate=True), message.encode("utf-8"))
+        except (InvalidSignature, ValueError, binascii.Error):
+            return (
+                f"has another record in the sink (field {fields[0]} differs) that the evidence key did not sign:"
+                " a forged or altered copy"
+            )
+    return None
 
 
 def _malformed(tx: StoreTx, tenant_id: str, entries: int, exc: MalformedRecordError) -> Verification:
