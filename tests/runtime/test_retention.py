@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from runtime_support import running_worker, wait_status
 from sqlalchemy import text
 
@@ -309,6 +310,79 @@ def test_a_retired_trigger_record_deleted_or_rewritten_is_named(database_url: st
             f"run {gone}: retired by retention, but the record of its key and slot" in named["retired_record_missing"]
         )
         assert f"holds the key or slot of run {kept}, retired by retention" in named["trigger_reused"]
+    finally:
+        store.dispose()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "status = 'FAILED'",
+        "created_at = created_at - 86400000000",
+        "ended_at = ended_at + 1",
+        "retired_at = retired_at - 1",
+        "job_definition_id = 'other-job'",
+    ],
+)
+def test_a_retired_runs_end_and_times_rewritten_are_named(database_url: str, tmp_path: Path, change: str) -> None:
+    """Found by a review: a retired run's status and times could be rewritten in retired_runs and
+    were then shown as fact by ``runs show`` and an evidence bundle's notes; the retention entry
+    holds a digest of them too."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        run = engine.submit(SubmitRequest(job, requested_by="ada", request_id="close-1"), actor="ada").run.job_run_id
+        with running_worker(engine):
+            wait_status(engine, run, RunStatus.COMPLETED)
+        later = _ready_to_retire(engine, tmp_path)
+        assert retire(engine, "default", now=later).deleted == 1
+        assert all(r.ok for r in audit.verify_records(engine, ["default"]))
+        with engine.store.write() as tx:
+            connection(tx).execute(text(f"UPDATE retired_runs SET {change} WHERE job_run_id = :r"), {"r": run})
+        (report,) = audit.verify_records(engine, ["default"])
+        [finding] = [f for f in report.findings if f.record_id == run]
+        assert finding.problem == "retired_record_changed" and "status, created_at" in (finding.column or "")
+    finally:
+        store.dispose()
+
+
+def test_a_bundle_cannot_show_a_retired_run_ending_otherwise(database_url: str, tmp_path: Path) -> None:
+    """The same offline: a period bundle carries the retention entry naming its retired runs,
+    and what ``retired.json`` says of one (its status, times) must be what that entry holds."""
+    import io
+    import json
+    import zipfile
+
+    from jobgate.export.bundles import build_bundle, pack, verify_bundle
+    from jobgate.export.scope import ExportScope
+
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        started = engine.clock.now()
+        run = engine.submit(SubmitRequest(job, requested_by="ada", request_id="close-1"), actor="ada").run.job_run_id
+        with running_worker(engine):
+            wait_status(engine, run, RunStatus.COMPLETED)
+        later = _ready_to_retire(engine, tmp_path)
+        assert retire(engine, "default", now=later).deleted == 1
+        audit.seal_pending(engine, engine.clock.now())
+        bundle = build_bundle(engine, ExportScope(start=started - timedelta(hours=1), end=engine.clock.now()))
+        assert verify_bundle(bundle).ok
+        source = zipfile.ZipFile(io.BytesIO(bundle))
+        files = {n: source.read(n) for n in source.namelist() if n not in ("manifest.json", "manifest.sig")}
+        listed = json.loads(files["retired.json"])
+        assert [r["status"] for r in listed] == ["COMPLETED"]
+        listed[0]["status"] = "FAILED"
+        files["retired.json"] = json.dumps(listed).encode()
+        import hashlib
+
+        manifest = json.loads(source.read("manifest.json"))
+        manifest["files"] = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
+        files["manifest.json"] = json.dumps(manifest).encode()
+        result = verify_bundle(pack(files))
+        assert not result.ok and any(f"run {run}'s definition, status or times" in p for p in result.problems)
     finally:
         store.dispose()
 

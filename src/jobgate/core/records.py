@@ -387,8 +387,8 @@ class Finding:
             " entry names it",
             "retired_record_missing": f"{where}: retired by retention, but the record of its key and slot"
             " (retired_runs) is gone: its trigger could run again",
-            "retired_record_changed": f"{where}: retired by retention, but the record of its key and slot"
-            " (retired_runs) is not the one its retention.deleted audit entry describes",
+            "retired_record_changed": f"{where}: retired by retention, but what retired_runs remembers of it"
+            f" ({self.column or 'its key and slot'}) is not what its retention.deleted audit entry describes",
             "retired_record_unexplained": f"{where}: a record of a retired run (retired_runs) that no"
             " retention.deleted audit entry names",
             "trigger_reused": f"{where}: holds the key or slot of run {self.detail}, retired by retention:"

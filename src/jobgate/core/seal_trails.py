@@ -54,6 +54,7 @@ REQUEUED = "requeued"
 RUN_REQUEUED_ACTION = "run.requeued"  # the audit entry every requeue writes with its transition
 RETENTION_DELETED = "retention.deleted"  # the audit entry that names the runs retention deleted
 RETIRED_TRIGGERS = "trigger_digests"  # its payload's list, beside "runs": what made each run its trigger's
+RETIRED_RECORDS = "record_digests"  # ... and what is shown of each: its definition, end and times
 # Identity columns a requeue may change (it grants one more attempt).
 REQUEUE_MAY_RAISE = frozenset({"max_attempts"})
 LETTER_RESOLUTION = frozenset({"resolved_at", "resolution"})
@@ -74,6 +75,22 @@ def retired_trigger(idempotency_key: str, slot: str | None) -> str:
     import hashlib
 
     text = json.dumps([idempotency_key, slot], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def retired_record(
+    job_definition_id: str, status: str, created_at_us: int, ended_at_us: int | None, retired_at_us: int
+) -> str:
+    """What else a retired run's ``retired_runs`` row says, as its retention audit entry holds it
+    (a digest): ``runs show`` and an evidence bundle present the run's end and times from that
+    row alone, so they are held to the entry as its key and slot are."""
+    import hashlib
+
+    text = json.dumps(
+        [job_definition_id, status, created_at_us, ended_at_us, retired_at_us],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

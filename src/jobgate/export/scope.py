@@ -187,6 +187,13 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         for seq in batch_seqs:
             for e in tx.anchors.entries(tenant, seq, seq):
                 entries[e.seq] = e
+        if retired:  # the retention entries naming them: they vouch for what retired.json says
+            named = {gone.job_run_id for gone in retired}
+            wanted = AuditFilter(tenant_id=tenant, action=seal_trails.RETENTION_DELETED, limit=1_000_000)
+            for e in tx.audit_list(wanted):
+                listed = e.event.payload.get("runs")
+                if isinstance(listed, list) and named.intersection(str(r) for r in listed):
+                    entries[e.seq] = e
         proofs = [p for seq in sorted(entries) if (p := anchors.inclusion_proof(tx, tenant, seq)) is not None]
     files: dict[str, bytes] = {}
     for r in runs:  # the rows the seal covers, and the run as the API shows it (its contract's shape)
@@ -316,7 +323,7 @@ def check_contents(
     present = {n.removeprefix("runs/").removesuffix(".json") for n in files if n.startswith("runs/")}
     listed_retired = _load(files, "retired.json")
     for gone in listed_retired:
-        _check_retired(gone, present, trails, out)
+        _check_retired(gone, present, trails, entries, out)
     accounted = present | {str(g["job_run_id"]) for g in listed_retired}
     exported = _scope_of(files).get("workflow_run_id")  # a workflow's bundle: all its steps' runs
     for name in sorted(n for n in files if n == f"workflows/{exported}.json"):
@@ -346,21 +353,56 @@ def _check_retired(
     gone: Mapping[str, Any],
     present: set[str],
     trails: Mapping[tuple[str, str], list[dict[str, Any]]],
+    entries: Mapping[int, Mapping[str, Any]],
     out: ContentCheck,
 ) -> None:
     """A run the bundle says retention deleted: its tombstone (its latest seal, ``retired``) is in
-    the bundle, chained like every seal (``_check_seal_chain``), and its file is not."""
+    the bundle, chained like every seal (``_check_seal_chain``), its file is not, and what the
+    bundle says of it (its definition, end and times) is what retention's audit entry holds."""
     rid = str(gone["job_run_id"])
     trail = trails.get((seals.RUN, rid), [])
+    vouched = _retention_record(entries, rid)
     if rid in present:
         out.problems.append(f"retired.json: run {rid} is listed as retired and its file is in the bundle")
     elif not trail or trail[-1]["event"] != seals.RETIRED:
         out.problems.append(f"retired.json: run {rid} has no tombstone seal in seals.json")
+    elif vouched is not None and vouched[1] != _retired_digest(gone):
+        out.problems.append(
+            f"retired.json: run {rid}'s definition, status or times are not what retention's audit entry"
+            f" {vouched[0]} holds"
+        )
     else:
         out.notes.append(
             f"run {rid} (created {gone['created_at']}, {gone['status']}) was retired by retention at"
             f" {gone['retired_at']}: its tombstone seal #{trail[-1]['id']} is in the bundle"
         )
+
+
+def _retention_record(entries: Mapping[int, Mapping[str, Any]], rid: str) -> tuple[int, str | None] | None:
+    """(the seq of the retention entry naming run ``rid``, the digest it holds of the run's
+    definition, end and times), when the bundle carries that entry and it holds one."""
+    for seq, e in sorted(entries.items()):
+        payload = e.get("payload") or {}
+        runs, records = payload.get("runs"), payload.get(seal_trails.RETIRED_RECORDS)
+        if e.get("action") != seal_trails.RETENTION_DELETED or not isinstance(runs, list) or rid not in runs:
+            continue
+        if not isinstance(records, list) or len(records) != len(runs):
+            return None  # written before retention kept that digest
+        return seq, str(records[runs.index(rid)])
+    return None
+
+
+def _retired_digest(gone: Mapping[str, Any]) -> str | None:
+    def us(value: Any) -> int | None:
+        return None if value is None else to_us(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+
+    try:
+        return seal_trails.retired_record(
+            str(gone["job_definition_id"]), str(gone["status"]), us(gone["created_at"]) or 0,
+            us(gone.get("ended_at")), us(gone["retired_at"]) or 0,
+        )  # fmt: skip
+    except (KeyError, ValueError, TypeError, OverflowError):
+        return None
 
 
 def _check_entries(docs: list[dict[str, Any]], out: ContentCheck) -> dict[int, dict[str, Any]]:

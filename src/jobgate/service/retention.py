@@ -24,9 +24,16 @@ from pathlib import Path
 
 from jobgate.config import RetentionSettings
 from jobgate.core.audit import AuditEvent
-from jobgate.core.seal_trails import RETENTION_DELETED, RETIRED_TRIGGERS, retired_trigger
+from jobgate.core.encoding import to_us
+from jobgate.core.seal_trails import (
+    RETENTION_DELETED,
+    RETIRED_RECORDS,
+    RETIRED_TRIGGERS,
+    retired_record,
+    retired_trigger,
+)
 from jobgate.service.engine import Engine
-from jobgate.store.base import RetireScope
+from jobgate.store.base import RetiredRun, RetireScope
 
 BATCH = 1000
 ACTOR = "retention"
@@ -97,6 +104,16 @@ def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_r
     return Retired(tenant_id, planned[-1].cutoff, deleted)
 
 
+def _record_digest(gone: RetiredRun) -> str:
+    return retired_record(
+        gone.job_definition_id,
+        gone.status,
+        to_us(gone.created_at),
+        None if gone.ended_at is None else to_us(gone.ended_at),
+        to_us(gone.retired_at),
+    )
+
+
 def _run_pass(engine: Engine, tenant_id: str, p: RetentionPass, now: datetime, dry_run: bool) -> int:
     if dry_run:  # the deletion's own predicate, counted: the two agree
         with engine.store.read() as tx:
@@ -108,12 +125,16 @@ def _run_pass(engine: Engine, tenant_id: str, p: RetentionPass, now: datetime, d
             if ids:
                 remembered = {r.job_run_id: r for r in tx.runs_retired_of(tenant_id, ids)}
                 triggers = [retired_trigger(remembered[i].idempotency_key, remembered[i].slot) for i in ids]
+                records = [_record_digest(remembered[i]) for i in ids]
                 tx.audit_append(
                     [
                         AuditEvent(
                             tenant_id, ACTOR, RETENTION_DELETED, "runs", f"{len(ids)} runs", now,
                             reason=p.rule,
-                            payload={"ended_before": p.cutoff.isoformat(), "runs": ids, RETIRED_TRIGGERS: triggers},
+                            payload={
+                                "ended_before": p.cutoff.isoformat(), "runs": ids,
+                                RETIRED_TRIGGERS: triggers, RETIRED_RECORDS: records,
+                            },
                         )
                     ]
                 )  # fmt: skip

@@ -736,30 +736,36 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
     report.checked[seals.RUN] = checked
 
 
-def _retired_by_retention(conn: Connection, tenant_id: str) -> dict[str, str | None]:
+def _retired_by_retention(conn: Connection, tenant_id: str) -> dict[str, tuple[str | None, str | None]]:
     """The runs retention says it deleted (its ``retention.deleted`` audit entries name them),
-    each with the digest of its key and slot the entry holds (None in entries written before
-    retention remembered them): a run's ``retired`` tombstone that none names was not written
-    by retention."""
+    each with the digests of its key and slot, and of its definition, end and times, the entry
+    holds (None in entries written before retention remembered them): a run's ``retired``
+    tombstone that none names was not written by retention."""
     a = audit_log.c
     q = select(a.payload).where(a.tenant_id == tenant_id, a.action == seal_trails.RETENTION_DELETED)
-    out: dict[str, str | None] = {}
+    out: dict[str, tuple[str | None, str | None]] = {}
     for (payload,) in conn.execute(q):
         try:
             document = json.loads(payload)
-            runs, triggers = document.get("runs"), document.get(seal_trails.RETIRED_TRIGGERS)
+            runs = document.get("runs")
+            triggers, records = document.get(seal_trails.RETIRED_TRIGGERS), document.get(seal_trails.RETIRED_RECORDS)
         except (ValueError, AttributeError):
             continue
         if not isinstance(runs, list):
             continue
         if not isinstance(triggers, list) or len(triggers) != len(runs):
             triggers = [None] * len(runs)
-        out.update((str(r), None if t is None else str(t)) for r, t in zip(runs, triggers, strict=True))
+        if not isinstance(records, list) or len(records) != len(runs):
+            records = [None] * len(runs)
+        out.update(
+            (str(r), (None if t is None else str(t), None if d is None else str(d)))
+            for r, t, d in zip(runs, triggers, records, strict=True)
+        )
     return out
 
 
 def _verify_retired_triggers(
-    conn: Connection, tenant_id: str, audited: Mapping[str, str | None], report: RecordsReport
+    conn: Connection, tenant_id: str, audited: Mapping[str, tuple[str | None, str | None]], report: RecordsReport
 ) -> None:
     """One run per trigger, ever, after retention: every run a retention entry names keeps its
     ``retired_runs`` row as the entry describes it (the digest of its key and slot); every row
@@ -768,11 +774,9 @@ def _verify_retired_triggers(
     from jobgate.store.tables import retired_runs
 
     x, r = retired_runs.c, job_runs.c
-    kept = {
-        row.job_run_id: row
-        for row in conn.execute(select(x.job_run_id, x.idempotency_key, x.slot).where(x.tenant_id == tenant_id))
-    }
-    for rid, digest in audited.items():
+    columns = (x.job_run_id, x.idempotency_key, x.slot, x.job_definition_id, x.status, x.created_at, x.ended_at)
+    kept = {row.job_run_id: row for row in conn.execute(select(*columns, x.retired_at).where(x.tenant_id == tenant_id))}
+    for rid, (digest, record) in audited.items():
         row = kept.get(rid)
         if digest is None:
             continue  # named before retention remembered triggers: nothing to hold the row to
@@ -780,6 +784,16 @@ def _verify_retired_triggers(
             _add(report, Finding(seals.RUN, rid, "retired_record_missing"))
         elif seal_trails.retired_trigger(row.idempotency_key, row.slot) != digest:
             _add(report, Finding(seals.RUN, rid, "retired_record_changed", column="idempotency_key, slot"))
+        elif record is not None and record != seal_trails.retired_record(
+            row.job_definition_id, row.status, row.created_at, row.ended_at, row.retired_at
+        ):
+            _add(
+                report,
+                Finding(
+                    seals.RUN, rid, "retired_record_changed",
+                    column="job_definition_id, status, created_at, ended_at, retired_at",
+                ),
+            )  # fmt: skip
     for rid in kept.keys() - audited.keys():
         _add(report, Finding(seals.RUN, rid, "retired_record_unexplained"))
     by_key = (
@@ -851,7 +865,7 @@ def _verify_run(
     ls: Sequence[Record],
     report: RecordsReport,
     kept: _KeptValues,
-    retired: Mapping[str, str | None],
+    retired: Mapping[str, tuple[str | None, str | None]],
     requeues: Sequence[tuple[str, int]],
 ) -> None:
     trail = _trail(seal) if seal is not None and "earlier" in seal else None  # most runs: one seal
