@@ -204,6 +204,9 @@ SAMPLES: dict[tuple[str, str], Make] = {
     ("POST", "/api/v1/dead-letters/{job_run_id}/requeue"): lambda w: Sample(
         f"/api/v1/dead-letters/{w.new_run().job_run_id}/requeue", ok={409}
     ),
+    ("POST", "/api/v1/dead-letters/{job_run_id}/close"): lambda w: Sample(
+        f"/api/v1/dead-letters/{w.new_run().job_run_id}/close", {"note": "done by hand"}, ok={409}
+    ),
     ("POST", "/api/v1/definitions/{job_definition_id}/approve"): lambda w: Sample(
         f"/api/v1/definitions/{ACME_JOB}/approve", {"digest": w.digest(ACME_JOB)}
     ),

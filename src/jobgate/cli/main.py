@@ -614,6 +614,26 @@ def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
     _say(app, {"job_run_id": run.job_run_id, "status": run.status}, f"{run.job_run_id} {run.status.value}")
 
 
+@dlq.command("close")
+@click.argument("run_id")
+@click.option("--note", required=True, help="why nothing more is to run (recorded and audited)")
+@click.option("--by", "requested_by")
+@pass_app
+def dlq_close(app: AppContext, run_id: str, note: str, requested_by: str | None) -> None:
+    """Close a run's open dead letter without another attempt (its workflow ended, the work was
+    done by hand): resolved with who and why, audited; the run stays as it ended."""
+    from jobgate.client.runs import LocalRuns
+    from jobgate.service import control
+
+    run_id = LocalRuns(app.engine()).resolve(run_id)
+    letter = control.close_dead_letter(app.engine(), run_id, actor=_actor(requested_by), note=note)
+    _say(
+        app,
+        {"job_run_id": run_id, "dead_letter_id": letter.dead_letter_id, "resolution": letter.resolution},
+        f"{letter.dead_letter_id} closed ({run_id})",
+    )
+
+
 # ---------------------------------------------------------------------------- processes
 @click.command()
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="executor threads (default: config)")

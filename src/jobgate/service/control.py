@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from jobgate.core import events, transitions
-from jobgate.core.errors import ConflictError, NotFoundError
+from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus, TransitionReason
@@ -112,6 +112,44 @@ def request_stop(tx: StoreTx, run: JobRun, *, actor: str, reason: str | None, no
     return True
 
 
+MAX_CLOSE_NOTE = 2000
+
+
+def close_dead_letter(
+    engine: Engine, job_run_id: str, *, actor: str, note: str, tenant_id: str | None = None
+) -> DeadLetter:
+    """Close a run's open dead letter without another attempt: someone looked at it and decided
+    nothing more is to run (its workflow ended and acted on the failure, the work was done by
+    hand, the input is gone). The letter is resolved naming who closed it and why, audited
+    (``run.dead_letter_closed``), and the run sealed again with it; the run stays as it ended.
+    Without a way to close it, a letter a requeue can never take (a step of an ended workflow)
+    stayed open for good, and retention keeps a run with an open letter for good."""
+    note = note.strip()
+    if not 0 < len(note) <= MAX_CLOSE_NOTE:
+        raise ValidationError(f"say why nothing more is to run, 1 to {MAX_CLOSE_NOTE} characters", field="note")
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        run = tx.run_lock(job_run_id)
+        if run is None:
+            raise no_run(tx, job_run_id, tenant_id)
+        if tenant_id is not None and run.tenant_id != tenant_id:
+            raise NotFoundError(f"no run {job_run_id!r}", field="job_run_id")
+        letter = tx.dead_letter_open_for(job_run_id)
+        if letter is None:
+            raise ConflictError(f"run is {run.status.value} and has no open dead letter to close", field="status")
+        tx.dead_letter_resolve(letter.dead_letter_id, f"closed by {actor}: {note}", now)
+        audit.record(
+            tx,
+            audit.event(
+                run.tenant_id, actor, "run.dead_letter_closed", "run", run.job_run_id, now, reason=note,
+                payload={"dead_letter_id": letter.dead_letter_id},
+            ),
+        )  # fmt: skip
+        closed = tx.dead_letter_open_for(job_run_id)
+    assert closed is None
+    return replace(letter, resolved_at=now, resolution=f"closed by {actor}: {note}")
+
+
 def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:
     """Give a dead-lettered or escalated run one more attempt, same idempotency key.
 
@@ -193,7 +231,8 @@ def check_step_requeue(tx: StoreTx, run: JobRun) -> None:
     if workflow is None or not waiting:
         state = "gone" if workflow is None else f"{workflow.status.value}, and has acted on this step's end"
         raise ConflictError(
-            f"run is a step of workflow run {run.workflow_run_id}, which is {state}: start a new workflow run",
+            f"run is a step of workflow run {run.workflow_run_id}, which is {state}: start a new workflow run"
+            " (and close this run's dead letter, saying why: jobgate dlq close RUN --note …)",
             field="workflow_run_id",
         )
 

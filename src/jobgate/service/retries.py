@@ -64,7 +64,8 @@ def retry(
         if source.workflow_run_id is not None:  # its workflow owns its effects (and their undoing)
             raise ConflictError(
                 f"run is a step of workflow run {source.workflow_run_id}: a retry would run it outside its"
-                " workflow; requeue its dead letter while the workflow waits for it, or start a new workflow run",
+                " workflow; start a new workflow run (a step's dead letter is requeued only while its workflow"
+                " still waits on it, and otherwise closed, saying why: jobgate dlq close RUN --note …)",
                 field="workflow_run_id",
             )
         check_definition(tx.definition_get(source.tenant_id, source.job_definition_id), source)

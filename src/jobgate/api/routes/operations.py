@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
+from pydantic import Field
 
 from jobgate.api import pagination
 from jobgate.api.access import OPERATE, READ, allow, principal
@@ -33,6 +34,7 @@ from jobgate.views.schemas import (
     EventOut,
     MissOut,
     Page,
+    Request,
     RunOut,
     ScheduleChangedOut,
     ScheduleCreateIn,
@@ -237,6 +239,23 @@ def list_dead_letters(
             runs = {r.job_run_id: r for r in tx.runs_get([d.job_run_id for d in page])}
             page = [d for d in page if d.job_run_id in runs and caller.may_use(runs[d.job_run_id].job_definition_id)]
     return Page[DeadLetterOut](items=[DeadLetterOut.of(d) for d in page], next_cursor=next_cursor)
+
+
+class CloseLetterIn(Request):
+    note: str = Field(min_length=1, max_length=control.MAX_CLOSE_NOTE, description="why nothing more is to run")
+
+
+@router.post("/dead-letters/{job_run_id}/close", response_model=DeadLetterOut)
+@allow(OPERATE)
+def close_dead_letter(job_run_id: str, body: CloseLetterIn, caller: Caller, state: State) -> DeadLetterOut:
+    """Close the run's open dead letter without another attempt (its workflow ended and acted on
+    the failure, the work was done by hand): resolved naming who and why, audited
+    (``run.dead_letter_closed``); 409 when it has none open."""
+    visible_run(state, caller, job_run_id)
+    closed = control.close_dead_letter(
+        state.engine, job_run_id, actor=caller.actor, note=body.note, tenant_id=caller.tenant_id
+    )
+    return DeadLetterOut.of(closed)
 
 
 @router.post("/dead-letters/{job_run_id}/requeue", response_model=RunOut)

@@ -1,0 +1,62 @@
+"""Closing a dead letter without another attempt. Found by a review: a step of a workflow that
+had ended (FAILED, ESCALATED) left its dead letter open for good (a requeue or a retry of it is
+refused, and rightly), and retention keeps a run with an open letter for good."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.helpers import count, define, make_config
+from tests.runtime.runtime_support import running_worker, wait_status
+
+from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
+from jobgate.core.records import AuditFilter
+from jobgate.core.states import RunStatus
+from jobgate.service import audit, control
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
+from jobgate.store.sqlstore import Store
+
+
+@pytest.fixture
+def letter(database_url: str, tmp_path: Path) -> Iterator[tuple[Engine, str]]:
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path))
+    job = define(engine, handler="engine_handlers:fail_final")
+    run = engine.submit(SubmitRequest(job, requested_by="ada"), actor="ada").run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, run, RunStatus.DEAD_LETTERED)
+    yield engine, run
+    store.dispose()
+
+
+def test_a_dead_letter_is_closed_with_who_and_why_audited_and_sealed(letter: tuple[Engine, str]) -> None:
+    engine, run = letter
+    closed = control.close_dead_letter(engine, run, actor="ops", note="  done by hand in the ledger  ")
+    assert closed.resolution == "closed by ops: done by hand in the ledger" and closed.resolved_at is not None
+    with engine.store.read() as tx:
+        assert tx.dead_letter_open_for(run) is None
+        assert tx.run_get(run).status is RunStatus.DEAD_LETTERED  # it stays as it ended
+        [entry] = tx.audit_list(AuditFilter(tenant_id="default", action="run.dead_letter_closed"))
+    assert (entry.event.actor, entry.event.target_id, entry.event.reason) == ("ops", run, "done by hand in the ledger")
+    audit.seal_pending(engine, engine.clock.now())
+    assert all(r.ok for r in audit.verify_records(engine, ["default"]))  # sealed again with its letter closed
+    with pytest.raises(ConflictError) as again:
+        control.close_dead_letter(engine, run, actor="ops", note="twice")
+    assert "no open dead letter" in again.value.message
+
+
+@pytest.mark.parametrize("note", ["", "   ", "x" * (control.MAX_CLOSE_NOTE + 1)])
+def test_a_close_without_a_reason_or_of_another_tenant_changes_nothing(letter: tuple[Engine, str], note: str) -> None:
+    engine, run = letter
+    before = count(engine, "audit_log")
+    with pytest.raises(ValidationError) as refused:
+        control.close_dead_letter(engine, run, actor="ops", note=note)
+    assert refused.value.field == "note"
+    with pytest.raises(NotFoundError):
+        control.close_dead_letter(engine, run, actor="ops", note="not mine", tenant_id="other")
+    with engine.store.read() as tx:
+        assert tx.dead_letter_open_for(run) is not None
+    assert count(engine, "audit_log") == before
