@@ -203,7 +203,7 @@ def test_safe_mode_on_fires_its_schedules_and_off_stops_them(folder: Path) -> No
     jobgate(
         folder, "schedules", "add", "emergency", typed(folder, "t-safe", "safe_mode"), "--safe-mode", "--every", "3600"
     )
-    assert listed(folder)["emergency"]["when"] == "at safe-mode activation, then every 3600s while on"
+    assert listed(folder)["emergency"]["when"] == "at safe-mode activation, then every 1h while on"
     assert "fired 0" in jobgate(folder, "scheduler", "--once").stdout
     status = json.loads(jobgate(folder, "--json", "safe-mode", "status").stdout)
     assert status == {"active": False, "activation": None}

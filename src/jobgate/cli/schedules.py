@@ -72,9 +72,19 @@ def _owner(source: str) -> str:
     return "definition" if source == service.DEFINITION_SOURCE else source
 
 
+def _period(every: timedelta) -> str:
+    """A period in the largest unit that divides it (``3650d``, ``90m``, ``1.5s``): never in
+    scientific notation, which ``{:g}`` wrote for ten years (``3.1536e+08s``)."""
+    seconds = every.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds:.6f}".rstrip("0") + "s"
+
+
 def _when(s: Schedule) -> str:
     """What makes the schedule fire, in a few words."""
-    timing = s.cron or (f"every {s.every.total_seconds():g}s" if s.every is not None else "")
+    timing = s.cron or (f"every {_period(s.every)}" if s.every is not None else "")
     if s.kind is ScheduleKind.BATCH_WINDOW:
         return f"windows of {timing[6:]}"
     if s.kind is ScheduleKind.SAFE_MODE:
