@@ -273,3 +273,39 @@ def test_the_key_s_holder_cannot_re_date_an_anchor(world: World) -> None:
     assert signature_only.ok  # the key's holder re-dated it, and the signature agrees
     result = world.verify()
     assert not result.ok and "anchor 1 has a timestamp token that does not verify" in (result.problem or "")
+
+
+def test_a_bundle_s_manifest_is_timestamped_so_its_export_time_is_vouched_for(world: World, database_url: str) -> None:
+    """The manifest says when it was exported and what was anchored then; with an authority,
+    a token over it (``manifest.tsr``) makes that time the authority's, not the key holder's:
+    ``--tsa-ca`` requires it and refuses one over other bytes."""
+    import io
+    import zipfile
+
+    from jobgate.export.bundles import build_bundle, pack, verify_bundle
+    from jobgate.export.scope import ExportScope
+    from jobgate.testing import FakeClock
+
+    engine = Engine(Store(database_url), world.engine.config, clock=FakeClock(NOW))
+    try:
+        world.anchor()
+        bundle = build_bundle(engine, ExportScope(start=T0, end=NOW))
+        trust = timestamping.TimestampTrust((world.tsa.root,))
+        names = zipfile.ZipFile(io.BytesIO(bundle)).namelist()
+        assert "manifest.tsr" in names
+        checked = verify_bundle(bundle, timestamps=trust)
+        assert checked.ok, checked.problems
+        source = zipfile.ZipFile(io.BytesIO(bundle))
+        files = {n: source.read(n) for n in names}
+        stripped = pack({n: d for n, d in files.items() if n != "manifest.tsr"})
+        assert (
+            "manifest.tsr: missing, and a timestamp is required (--tsa-ca)"
+            in verify_bundle(stripped, timestamps=trust).problems
+        )
+        assert verify_bundle(stripped).ok  # without the authority's roots nothing asks for it
+        other = pack(
+            {**files, "manifest.json": files["manifest.json"].replace(b'"anchored_through": ', b'"anchored_through":')}
+        )
+        assert any(p.startswith("manifest.tsr:") for p in verify_bundle(other, timestamps=trust).problems)
+    finally:
+        engine.store.dispose()

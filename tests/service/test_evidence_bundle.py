@@ -612,3 +612,47 @@ def test_an_entry_inside_the_anchored_chain_must_carry_its_proof(attempted: tupl
     result = verify_bundle(forged, public_keys=keys())
     assert not result.ok
     assert any(f"entry {dropped} lies within the anchored chain" in p for p in result.problems), result.problems
+
+
+def test_a_bundle_with_every_proof_left_out_still_owes_them(attempted: tuple[Engine, str]) -> None:
+    """Found by a review: with every proof removed from a re-signed bundle, nothing was "within
+    the anchored chain" and each entry was only "not anchored yet". The manifest says what was
+    anchored at export (``anchored_through``): those entries must carry their proofs."""
+    import json
+
+    engine, run_id = attempted
+    bundle = build_bundle(engine, run_scope(engine, run_id))
+    manifest = json.loads(zipfile.ZipFile(io.BytesIO(bundle)).read("manifest.json"))
+    assert manifest["anchored_through"] > 0 and manifest["exported_at"] and manifest["anchor_window_seconds"] == 3600
+    forged = _resign(bundle, {"proofs.json": b"[]\n"})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any("lies within the anchored chain" in p for p in result.problems), result.problems
+
+
+def test_entries_older_than_two_windows_at_export_must_be_proven(attempted: tuple[Engine, str]) -> None:
+    """The key's holder may also lower ``anchored_through`` in the manifest they re-sign: an entry
+    already two anchor windows old when the bundle was exported must still carry its proof (the
+    auditor may give the deployment's window; with a timestamping authority the export's time
+    itself is vouched for, ``manifest.tsr``)."""
+    import json
+    from datetime import timedelta
+
+    engine, run_id = attempted
+    bundle = build_bundle(engine, run_scope(engine, run_id))
+    source = zipfile.ZipFile(io.BytesIO(bundle))
+    manifest = json.loads(source.read("manifest.json"))
+    manifest["anchored_through"] = 0
+    files = {n: source.read(n) for n in source.namelist() if n not in ("manifest.json", "manifest.sig")}
+    files["proofs.json"] = b"[]\n"
+    import hashlib
+
+    from jobgate.export.bundles import pack
+
+    manifest["files"] = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
+    files["manifest.sig"] = (json.dumps(signing.sign(message, KEY.key_id, KEY.private_b64)) + "\n").encode()
+    forged = pack(files)
+    assert verify_bundle(forged, public_keys=keys()).ok  # within the stated window: the unanchored tail
+    tiny = verify_bundle(forged, public_keys=keys(), anchor_window=timedelta(microseconds=1))
+    assert not tiny.ok and any("more than two anchor windows" in p for p in tiny.problems), tiny.problems

@@ -3,6 +3,7 @@ a zip, checked offline."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,10 +91,23 @@ def _names(data: bytes) -> list[str]:
 @click.option(
     "--tsa-ca",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="PEM roots of the timestamping authority: every batch anchor's RFC 3161 token must verify",
+    help="PEM roots of the timestamping authority: every batch anchor's RFC 3161 token must verify, and the manifest's",
+)
+@click.option(
+    "--anchor-window",
+    type=click.FloatRange(min=1),
+    help="the deployment's anchor window in seconds (default: the one the manifest states): entries older than two"
+    " windows before the export must carry their proof",
 )
 @pass_app
-def verify(app: AppContext, bundle: Path, keys: tuple[str, ...], allow_unsigned: bool, tsa_ca: Path | None) -> None:
+def verify(
+    app: AppContext,
+    bundle: Path,
+    keys: tuple[str, ...],
+    allow_unsigned: bool,
+    tsa_ca: Path | None,
+    anchor_window: float | None,
+) -> None:
     """Check a bundle with nothing but the bundle and the signer's public key; exit 1 naming
     every file that fails. Without a key nobody vouches for the bundle, whatever signature it
     carries (a rewritten bundle can carry a rogue one): UNSIGNED, exit 1 unless --allow-unsigned.
@@ -109,7 +123,8 @@ def verify(app: AppContext, bundle: Path, keys: tuple[str, ...], allow_unsigned:
         signing.public_key(value, field="--public-key")  # a value that is no Ed25519 key: said here
         public[key_id] = value
     stamps = None if tsa_ca is None else TimestampTrust(load_roots(tsa_ca, field="--tsa-ca"))
-    result = verify_bundle(bundle.read_bytes(), public_keys=public or None, timestamps=stamps)
+    window = None if anchor_window is None else timedelta(seconds=anchor_window)
+    result = verify_bundle(bundle.read_bytes(), public_keys=public or None, timestamps=stamps, anchor_window=window)
     status = "failed" if not result.ok else "ok" if result.signed_by else "unsigned"
     if app.json_output:
         render.emit_json(

@@ -21,16 +21,21 @@ import json
 import zipfile
 import zlib
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
+from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
-from jobgate.evidence.timestamping import TimestampTrust
+from jobgate.evidence.timestamping import TimestampTrust, authority_for
 from jobgate.export.scope import ExportScope, bundle_files, check_contents, json_file
 from jobgate.governance import signing
 from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 
 FORMAT = "jobgate-evidence/2"
+MANIFEST_STAMP = "manifest.tsr"  # an RFC 3161 token over the manifest's digest (base64), when a TSA is configured
+OUTSIDE_MANIFEST = ("manifest.json", "manifest.sig", MANIFEST_STAMP)
 MAX_BUNDLE_BYTES = 256 << 20
 
 
@@ -38,17 +43,29 @@ def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
     """The zip's bytes for ``scope`` (``evidence.scope``), its manifest signed with the
     deployment's evidence key when it has one."""
     files = bundle_files(engine, scope)
+    now = engine.clock.now()
+    with engine.store.read() as tx:
+        anchored = [a.last_seq for a in tx.anchors.of(scope.tenant_id) if a.mode == "batch"]
     manifest = {
         "format": FORMAT,
         "tenant_id": scope.tenant_id,
         "scope": scope.describe(),
+        # What the deployment had anchored when this was exported, and when that was: every entry
+        # up to ``anchored_through``, and every entry older than two anchor windows before
+        # ``exported_at``, has its proof in the bundle (a bundle cannot leave one out unseen).
+        "exported_at": isoformat_utc(now),
+        "anchored_through": max(anchored, default=0),
+        "anchor_window_seconds": engine.config.evidence.anchor_window.total_seconds(),
         "files": {name: "sha256:" + hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
     }
     files["manifest.json"] = json_file(manifest)
+    message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
     signer = evidence_keys.signer_for(engine.config)
     if signer is not None:
-        message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
         files["manifest.sig"] = json_file(signing.sign(message, signer.key_id, signer.private_b64))
+    stamper = authority_for(engine.config)
+    if stamper is not None:  # the export's time, vouched for by the authority: not the key holder's to move
+        files[MANIFEST_STAMP] = (stamper.stamp(message, created_at=now, not_before=now) + "\n").encode("ascii")
     return pack(files)
 
 
@@ -96,12 +113,35 @@ class BundleCheck:
     timestamps_checked: int = 0  # batch anchors whose RFC 3161 token verified against the given roots
 
 
+def _stamp_problems(files: dict[str, bytes], manifest: dict[str, Any], trust: TimestampTrust) -> list[str]:
+    """With the authority's roots given, the manifest must carry its token, over its own digest,
+    dated when the manifest says it was exported."""
+    token = files.get(MANIFEST_STAMP)
+    if token is None:
+        return [f"{MANIFEST_STAMP}: missing, and a timestamp is required (--tsa-ca)"]
+    try:
+        exported = datetime.fromisoformat(str(manifest.get("exported_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return ["manifest.json: exported_at is not a time"]
+    message = "sha256:" + hashlib.sha256(files["manifest.json"]).hexdigest()
+    problem = trust.problem(
+        token.decode("ascii", "replace").strip(), message, created_at=exported, not_before=exported - trust.max_skew
+    )
+    return [] if problem is None else [f"{MANIFEST_STAMP}: {problem}"]
+
+
 def verify_bundle(
-    data: bytes, *, public_keys: dict[str, str] | None = None, timestamps: TimestampTrust | None = None
+    data: bytes,
+    *,
+    public_keys: dict[str, str] | None = None,
+    timestamps: TimestampTrust | None = None,
+    anchor_window: timedelta | None = None,
 ) -> BundleCheck:
     """Check a bundle offline. ``public_keys`` (key id -> base64): the signature must verify
     with one of them; without keys, an unsigned bundle is checked for internal consistency.
-    ``timestamps``: every batch anchor must carry an RFC 3161 token that verifies with its roots."""
+    ``timestamps``: every batch anchor (and the manifest) must carry an RFC 3161 token that
+    verifies with its roots. ``anchor_window``: the deployment's anchor window, when the
+    auditor knows it (the manifest's own otherwise)."""
     problems: list[str] = []
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
@@ -148,8 +188,10 @@ def verify_bundle(
         got = "sha256:" + hashlib.sha256(files[name]).hexdigest() if name in files else None
         if got != want:
             problems.append(f"{name}: {'missing' if got is None else 'does not match the manifest'}")
-    for name in sorted(set(files) - set(listed) - {"manifest.json", "manifest.sig"}):
+    for name in sorted(set(files) - set(listed) - set(OUTSIDE_MANIFEST)):
         problems.append(f"{name}: not listed in the manifest")
+    if timestamps is not None:
+        problems += _stamp_problems(files, manifest, timestamps)
     signed_by = None
     if public_keys:
         if "manifest.sig" not in files:
@@ -173,7 +215,7 @@ def verify_bundle(
     anchors = stamps = 0
     if not problems:
         try:
-            checked = check_contents(files, public_keys, timestamps)
+            checked = check_contents(files, public_keys, timestamps, manifest=manifest, window=anchor_window)
             problems += checked.problems
             notes, anchors, stamps = checked.notes, checked.anchors_checked, checked.timestamps_checked
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobgate.core import merkle, seal_trails, seals
@@ -254,7 +254,12 @@ def _load(files: Mapping[str, bytes], name: str) -> Any:
 
 
 def check_contents(
-    files: Mapping[str, bytes], keys: Mapping[str, str] | None, timestamps: TimestampTrust | None = None
+    files: Mapping[str, bytes],
+    keys: Mapping[str, str] | None,
+    timestamps: TimestampTrust | None = None,
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    window: timedelta | None = None,
 ) -> ContentCheck:
     """Recompute everything the files claim: digests, seals, batch roots, entry hashes, proofs,
     (with ``keys``) every anchor's signature and (with ``timestamps``) every batch anchor's
@@ -334,7 +339,7 @@ def check_contents(
                         f"{name}: step {step.get('step_id')}'s run {rid} is neither in the bundle nor listed as retired"
                     )
     proofs = _load(files, "proofs.json")
-    _check_proofs(proofs, entries, keys, out)
+    _check_proofs(proofs, entries, keys, out, _anchoring_claim(manifest or {}, window))
     if timestamps is not None:
         _check_timestamps(proofs, timestamps, out)
     return out
@@ -525,11 +530,34 @@ def _check_seal_chain(s: Mapping[str, Any], entries: Mapping[int, Mapping[str, A
         out.problems.append(f"{where}: its proof does not reach the root of audit entry {s['batch_seq']}")
 
 
+@dataclass(frozen=True)
+class AnchoringClaim:
+    """What the manifest says was anchored when the bundle was exported (absent from bundles
+    exported before it said so)."""
+
+    anchored_through: int = 0
+    exported_at: datetime | None = None
+    window: timedelta | None = None
+
+
+def _anchoring_claim(manifest: Mapping[str, Any], window: timedelta | None) -> AnchoringClaim:
+    try:
+        through = int(manifest.get("anchored_through") or 0)
+        at = manifest.get("exported_at")
+        exported = None if at is None else datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+        seconds = manifest.get("anchor_window_seconds")
+        stated = None if seconds is None else timedelta(seconds=float(seconds))
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError("manifest.json: its anchoring claim (anchored_through, exported_at) is unreadable") from None
+    return AnchoringClaim(through, exported, window or stated)
+
+
 def _check_proofs(
     proofs: list[dict[str, Any]],
     entries: Mapping[int, Mapping[str, Any]],
     keys: Mapping[str, str] | None,
     out: ContentCheck,
+    claim: AnchoringClaim = AnchoringClaim(),
 ) -> None:
     trusted = {k: signing.public_key(v, field=k) for k, v in (keys or {}).items()}
     proven = set()
@@ -555,8 +583,11 @@ def _check_proofs(
     # bundle carries the proof of each. One without it was left out (and could have been
     # rewritten: its own hash is then unchecked by any anchor).
     through = max(
-        (int(p["anchor"]["last_seq"]) for p in proofs if p["anchor"].get("mode") == "batch" and p["seq"] in proven),
-        default=0,
+        claim.anchored_through,
+        max(
+            (int(p["anchor"]["last_seq"]) for p in proofs if p["anchor"].get("mode") == "batch" and p["seq"] in proven),
+            default=0,
+        ),
     )
     missing = sorted(seq for seq in set(entries) - proven if seq <= through)
     if missing:
@@ -564,9 +595,24 @@ def _check_proofs(
             f"audit.json: entry {missing[0]} lies within the anchored chain (entries 1-{through}) but"
             f" proofs.json has no proof of it ({len(missing)} such entr(y/ies))"
         )
+    if claim.exported_at is not None and claim.window is not None:
+        # As ``audit verify`` fails on an entry left unanchored past two windows: one that old
+        # at export time has its proof, or the bundle left it out.
+        stale = claim.exported_at - 2 * claim.window
+        late = sorted(seq for seq in set(entries) - proven if seq > through and _entry_at(entries[seq]) < stale)
+        if late:
+            out.problems.append(
+                f"audit.json: entry {late[0]} was recorded more than two anchor windows ({claim.window}) before the"
+                f" export ({isoformat_utc(claim.exported_at)}) and proofs.json has no proof of it"
+                f" ({len(late)} such entr(y/ies))"
+            )
     unanchored = sorted(seq for seq in set(entries) - proven if seq > through)
     if unanchored:
         out.notes.append(f"audit.json: {len(unanchored)} entr(y/ies) not anchored yet (first {unanchored[0]})")
+
+
+def _entry_at(entry: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(entry["at"]).replace("Z", "+00:00"))
 
 
 def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: ContentCheck) -> None:
