@@ -425,6 +425,25 @@ def test_the_audit_page_shows_an_entrys_proof_and_hands_out_verifiable_bundles(w
     assert operator.get("/audit/proof", params={"seq": 1}).status_code == 403
 
 
+def test_a_token_minted_in_the_console_never_outlives_the_session_s_token(world: World) -> None:
+    """Found by a review: the console rebuilt its principal from the session without the
+    credential's expiry, so a five-minute admin token signed in could mint one for ever."""
+    from datetime import timedelta
+
+    short = tokens.create(world.engine, tenant_id="acme", role="admin", actor="t", expires_in=timedelta(minutes=5))
+    client = TestClient(world.client.app, follow_redirects=False)
+    csrf = _csrf(client.get("/login").text)
+    assert client.post("/login", data={"csrf": csrf, "method": "token", "token": short.token}).status_code == 303
+    made = client.post(
+        "/admin/tokens", data={"csrf": _csrf(client.get("/admin").text), "role": "admin", "expires_in_days": ""}
+    )
+    assert made.status_code == 201, made.text
+    token_id = re.search(r"Token <code>([^<]+)</code> \(admin", made.text)
+    assert token_id is not None
+    [child] = [t for t in tokens.listed(world.engine, "acme") if t.token_id == token_id.group(1)]
+    assert child.expires_at == short.stored.expires_at
+
+
 def test_an_admin_creates_a_token_sees_its_secret_once_and_revokes_it(world: World) -> None:
     admin = _signed_in(world, "acme", Role.ADMIN)
     page = admin.get("/admin")

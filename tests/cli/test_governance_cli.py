@@ -121,10 +121,10 @@ def test_tokens_revoke_by_principal_and_neither_or_both_is_refused(tmp_path: Pat
     folder = tmp_path / "site"
     made = [
         json.loads(jobgate(folder, "--json", "tokens", "create", "--role", "admin", "--principal", who).stdout)
-        for who in ("eve", "eve", "ada")
+        for who in ("eve", "EVE", "ada")  # one person to four eyes, and to off-boarding
     ]
     neither = jobgate(folder, "tokens", "revoke", check=False)
-    assert neither.returncode == 1 and "give a token id or --principal" in neither.stderr
+    assert neither.returncode == 1 and "give a token id, or --principal NAME" in neither.stderr
     both = jobgate(folder, "tokens", "revoke", made[2]["token_id"], "--principal", "eve", check=False)
     assert both.returncode == 1 and "not both" in both.stderr
     said = jobgate(folder, "tokens", "revoke", "--principal", "eve").stdout

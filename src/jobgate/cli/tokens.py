@@ -100,12 +100,17 @@ def list_tokens(app: AppContext, tenant: str | None) -> None:
 def revoke(app: AppContext, token_id: str | None, tenant: str, principal: str | None) -> None:
     """Revoke a token, and every token minted with it: every request with them is refused from
     now on."""
-    if (token_id is None) == (principal is None):
+    if token_id is None and principal is None:
+        raise ValidationError("give a token id, or --principal NAME", field="token_id")
+    if token_id is not None and principal is not None:
         raise ValidationError("give a token id or --principal, not both", field="token_id")
     actor = getpass.getuser()
     if principal is not None:
         gone = service.revoke_principal(app.engine(), tenant, principal, actor=actor)
-        render.out.print(f"{len(gone)} token(s) revoked" + (f": {', '.join(gone)}" if gone else ""))
+        if not gone:
+            render.out.print(f"no valid token of tenant {tenant!r} belongs to {principal} or was minted by them")
+            return
+        render.out.print(f"{len(gone)} token(s) revoked: {', '.join(gone)}")
         return
     assert token_id is not None
     try:

@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,9 @@ def session_payload(principal: Principal) -> dict[str, Any]:
         "name": principal.name,
         "minted_by": list(principal.minted_by),
         "display_name": principal.display_name,
+        # the credential's own expiry: a token minted in the console outlives it no more than
+        # one minted through the API does
+        "expires_at": None if principal.expires_at is None else principal.expires_at.isoformat(),
         "csrf": secrets.token_urlsafe(24),
     }
 
@@ -121,4 +125,15 @@ def principal_of(payload: dict[str, Any]) -> Principal:
         name=payload.get("name"),
         minted_by=tuple(str(m) for m in payload.get("minted_by") or ()),
         display_name=payload.get("display_name"),
+        expires_at=_expiry(payload.get("expires_at")),
     )
+
+
+def _expiry(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None

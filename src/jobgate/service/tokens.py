@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
-from jobgate.core.governance import Person
+from jobgate.core.governance import Person, folded
 from jobgate.core.records import AuditFilter, StoredToken
 from jobgate.core.tokens import TENANT_RULE, Role, is_tenant_name
 from jobgate.service import audit
@@ -264,8 +264,11 @@ def revoke_principal(
     the directory, ``ldap:<uid>`` / ``oidc:<subject>``) loses the tokens they minted."""
     now = now or engine.clock.now()
     with engine.store.write() as tx:
+        who = folded(principal)  # as four eyes compares names: "eve" and "Eve" are one person
         theirs = [
-            t.token_id for t in tx.tokens_list(tenant_id) if t.principal_name == principal or principal in t.minted_by
+            t.token_id
+            for t in tx.tokens_list(tenant_id)
+            if folded(t.principal_name) == who or who in {folded(m) for m in t.minted_by}
         ]
         revoked = _revoke_with_minted(tx, tenant_id, theirs, actor, now, because=f"principal {principal}")
     for rid in revoked:
