@@ -61,3 +61,17 @@ def test_the_python_api_refuses_such_text_as_a_validation_error() -> None:
     assert "not UTF-8" in refused.value.message
     with pytest.raises(ValidationError):
         canonical_json({"k": ["a", {"b": "\ud800"}], "n": 1.5})  # the stdlib path too
+
+
+def test_a_definition_file_named_in_another_encoding_is_applied(tmp_path: Path) -> None:
+    """Found by a review: the path was let through, then stored as the definition's source and
+    could not be encoded (exit 70): it is kept with its odd bytes escaped."""
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    named = folder.as_posix().encode() + b"/St\xf6rung.yaml"
+    with open(named, "w") as fh:
+        fh.write("job_definition_id: odd-name\njob_class: MAINTENANCE_JOB\nhandler: jobgate.standins:hello\n")
+    applied = _raw(folder, b"apply", named)
+    assert applied.returncode == 0, applied.stderr
+    listed = json.loads(jobgate(folder, "--json", "definitions", "list").stdout)
+    assert "odd-name" in {d["job_definition_id"] for d in listed}

@@ -63,12 +63,12 @@ def definition_files(paths: Iterable[str | Path]) -> list[Path]:
             )
         elif path.is_file():
             if path.suffix not in DEFINITION_SUFFIXES:
-                raise ValidationError("unsupported file type (expected .yaml, .yml, .json)", source=str(path))
+                raise ValidationError("unsupported file type (expected .yaml, .yml, .json)", source=shown_path(path))
             candidates = [path]
         elif path.exists():
-            raise ValidationError("not a regular file or a folder of definitions", source=str(path))
+            raise ValidationError("not a regular file or a folder of definitions", source=shown_path(path))
         else:
-            raise ValidationError("no such file or folder", source=str(path))
+            raise ValidationError("no such file or folder", source=shown_path(path))
         for candidate in candidates:
             key = candidate.resolve()
             if key not in resolved:  # a file named directly and through its folder is read once
@@ -81,7 +81,13 @@ def load_definition_file(path: str | Path, config: JobgateConfig) -> LoadedDefin
     """Read and validate one file; its name is the ``source`` every error and record carries."""
     file = Path(path)
     fmt: DocumentFormat = "json" if file.suffix == ".json" else "yaml"
-    return parse_definition_text(read_text(file), str(file), config, fmt=fmt)
+    return parse_definition_text(read_text(file), shown_path(file), config, fmt=fmt)
+
+
+def shown_path(path: Path) -> str:
+    """A file's name as text any record can hold: a name that is not UTF-8 (Python hands its
+    bytes over as lone surrogates, which no database can store) keeps them as ``\\xf6``."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def parse_definition_text(
