@@ -239,6 +239,9 @@ def test_names_differing_only_in_case_or_width_are_one_person() -> None:
         "zed's credential was minted by alice, who proposed it"
     )
     assert not same_person(Person("alice"), Person("alicia"))
+    # found by a regression review: `--by 'oleg '` approved what oleg applied
+    for disguised in ("oleg ", "oleg\u200b", "oleg\t", "ol\u200beg", " OLEG", "o l e g"):
+        assert same_person(Person(disguised), Person("oleg")), repr(disguised)
 
 
 @given(

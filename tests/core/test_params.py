@@ -86,7 +86,7 @@ def test_control_characters_are_refused_even_by_a_permissive_pattern(value: str)
 
 @pytest.mark.parametrize(
     "value",
-    ["abc\u202edef", "zero\u200bwidth", "\ufeffbom", "soft\u00adhyphen", "private\ue000", "lone\udc80", "x\u2066y"],
+    ["abc\u202edef", "zero\u200bwidth", "\ufeffbom", "mark\u200e", "joiner\u2060", "lone\udc80", "x\u2066y"],
     ids=repr,
 )
 def test_invisible_characters_are_refused_even_by_a_permissive_pattern(value: str) -> None:
@@ -95,6 +95,24 @@ def test_invisible_characters_are_refused_even_by_a_permissive_pattern(value: st
     another; a lone surrogate (a non-UTF-8 command-line argument) crashed the store's encoding."""
     error = refused([ANYTHING], {"note": value}, "note")
     assert "invisible ones" in error.message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # Persian with a zero-width non-joiner
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467 family",  # a ZWJ emoji sequence
+        "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f flag",  # a tag sequence
+        "\U0001face moose",  # newer than this Python's Unicode: unassigned here, text anyway
+        "x\u00ady",  # a soft hyphen
+        "caf\u00e9 \u0928\u092e\u0938\u094d\u0924\u0947",
+    ],
+    ids=repr,
+)
+def test_text_that_prints_as_itself_is_accepted_by_a_permissive_pattern(value: str) -> None:
+    """Found by a regression review: refusing every Unicode C category refused Persian spelling,
+    emoji sequences and flags, and new emoji only on hosts with an older Python."""
+    assert validate_params([ANYTHING], {"note": value}) == {"note": value}
 
 
 @pytest.mark.parametrize("pattern", ["(a|aa)+b", "(a|a)*c", "(?:x+x+)+y"])

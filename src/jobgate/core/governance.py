@@ -392,9 +392,12 @@ class Person:
 
 
 def folded(name: str) -> str:
-    """A principal's name as four eyes compares it: "alice" and "Alice" (or "alice" in full-width
-    letters) name one person to a reader of the record, so they are one person to the rule."""
-    return unicodedata.normalize("NFKC", name).casefold()
+    """A principal's name as four eyes compares it: "alice", "Alice", "alice " and "ali\u200bce"
+    (or "alice" in full-width letters) name one person to a reader of the record, so they are
+    one person to the rule: compatibility forms folded, case folded, and spaces and invisible
+    characters (controls, zero-width and direction marks) dropped."""
+    normal = unicodedata.normalize("NFKC", name).casefold()
+    return "".join(ch for ch in normal if not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
 def how_related(approver: Person, other: Person, did: str) -> str:

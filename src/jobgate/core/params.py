@@ -5,9 +5,9 @@ value must fully match its declared pattern (``regex.fullmatch``, so a trailing 
 sneak past ``$``, within ``PATTERN_SECONDS``), or the default safe pattern when none is
 declared; a typed value (integer, decimal, boolean, date, datetime) must parse as its type and
 is kept as that type's one canonical text, which no shell or option parser reads as anything
-but a value; control and invisible characters (Unicode's C categories: NUL, newline,
-zero-width, direction overrides, lone surrogates) are refused everywhere, as they would let one
-value print as another. Rendering is plain substitution of ``{{name}}`` or ``{{.name}}`` (the
+but a value; control and invisible characters (NUL, newline, lone surrogates, direction
+overrides, the zero-width space: ``readable_value``) are refused everywhere, as they would let
+one value print as another. Rendering is plain substitution of ``{{name}}`` or ``{{.name}}`` (the
 seed 004 spelling); it never evaluates anything, and argv is passed to the process without a
 shell, so a value can at worst be a strange but inert argument.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 from decimal import Context, Decimal
@@ -24,7 +25,6 @@ import regex
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
-from jobgate.core.tokens import readable
 
 # No '/', no whitespace, no shell metacharacters, no leading '-' (a value must never become an
 # option of the program it is passed to), not '.' or '..' (never a path step): safe as one argv
@@ -36,8 +36,23 @@ DEFAULT_PARAM_PATTERN = r"(?!-)(?!\.{1,2}$)[A-Za-z0-9_.:@+=,-]{0,256}"
 # (``re``'s syntax, far fewer such patterns, and a time limit), which releases the GIL meanwhile.
 PATTERN_SECONDS = 0.25
 UNREADABLE = (
-    "control characters and invisible ones (newline, NUL, zero-width, direction overrides, ...) are not allowed"
+    "control characters and invisible ones (newline, NUL, zero-width space, direction overrides, ...) are not allowed"
 )
+# What a parameter value may not hold: controls (C0, C1), lone surrogates (text that was not
+# UTF-8), line and paragraph separators, and the invisible characters that make one value print
+# as another — direction overrides and isolates, marks, the zero-width space, the word joiner,
+# the byte-order mark. The joiners scripts and emoji need (U+200C, U+200D), tag sequences
+# (flags), the soft hyphen and code points newer than this Python's Unicode are text.
+_INVISIBLE = frozenset(
+    "\u061c\u180e\u200b\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
+)
+
+
+def readable_value(text: str) -> bool:
+    """Whether ``text`` prints as itself (``UNREADABLE`` says what is refused)."""
+    return not any(ch in _INVISIBLE or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") for ch in text)
+
+
 _PLACEHOLDER = re.compile(r"\{\{\s*\.?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 RESERVED = frozenset({"tmpfile", "workdir", "run_id", "attempt"})
 PARAM_TYPES = ("string", "integer", "decimal", "boolean", "date", "datetime")
@@ -99,7 +114,7 @@ def param_value(spec: ParamSpec, raw: object) -> str:
     elif not isinstance(raw, str | int | float):
         raise ParamValueError("must be a string or a number")
     text = raw if isinstance(raw, str) else str(raw)
-    if not readable(text):
+    if not readable_value(text):
         raise ParamValueError(UNREADABLE)
     if spec.type == "string":
         pattern = spec.pattern or DEFAULT_PARAM_PATTERN

@@ -24,8 +24,7 @@ from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE, client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
-from jobgate.core.params import UNREADABLE
-from jobgate.core.tokens import readable
+from jobgate.core.params import UNREADABLE, readable_value
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 from jobgate.service import retries
 from jobgate.service.engine import Engine
@@ -48,7 +47,7 @@ def runs_created_today(engine: Engine, tenant_id: str, now: datetime | None = No
 
 def request_digest(job_definition_id: str, params: Mapping[str, str], scope: Scope) -> str:
     for name, value in params.items():  # text that is not UTF-8 cannot be digested: name where it is
-        if isinstance(value, str) and not readable(value):
+        if isinstance(value, str) and not readable_value(value):
             raise ValidationError(UNREADABLE, field=f"params.{name}")
     return digest({"job_definition_id": job_definition_id, "params": dict(params), "scope": scope.as_dict()})
 
