@@ -181,3 +181,15 @@ def test_a_definition_suspended_or_retired_here_is_left_as_it_is_and_the_rest_im
         assert f"other-{status}" in _definitions(prod)  # the rest of the archive arrived
         refused = jobgate(prod, "submit", "rb", check=False)
         assert refused.returncode == 1, refused.stdout
+
+
+def test_packs_of_different_ids_carrying_one_definition_differently_are_named(tmp_path: Path) -> None:
+    """Found by a regression review: a hotfix pack of another id (a lower version) lost to an
+    older pack in silence; versions of different packs say nothing of which is newer."""
+    dev, prod = _pair(tmp_path)
+    _publish(dev, "alpha", "p@1.2.0")
+    _publish(dev, "hotfix", "hotfix@0.1.0")
+    jobgate(dev, "export", str(tmp_path / "seed.zip"))
+    done = json.loads(jobgate(prod, "--json", "import", str(tmp_path / "seed.zip")).stdout)
+    [note] = done["notes"]
+    assert note.startswith("rb: carried with different content by packs hotfix, p") and "jobgate apply" in note

@@ -120,6 +120,7 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
                 "definitions": done.definitions,
                 "approved": done.approved,
                 "skipped": done.skipped,
+                "notes": done.notes,
             }
         )
         return
@@ -137,4 +138,6 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
         print(f"  {d['job_definition_id']} v{d['version']} {d['digest']} {state}")
     for left in done.skipped:
         print(f"  {left['job_definition_id']} left as it is: {left['reason']}")
+    for note in done.notes:
+        print(f"  note: {note}")
     print(f"verified: signed by {done.signed_by}")

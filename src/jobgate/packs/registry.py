@@ -74,6 +74,7 @@ class Imported:
     definitions: list[dict[str, Any]]  # job_definition_id, version, digest, created
     approved: list[str]  # definition ids approved from the archive's approvals
     skipped: list[dict[str, str]] = field(default_factory=list)  # job_definition_id, reason: left as they are here
+    notes: list[str] = field(default_factory=list)  # what a person should know of what was applied
 
 
 def publish(
@@ -176,7 +177,7 @@ def import_seed(
             raise SeedRefused("the archive is not imported: " + "; ".join(checked.problems), field="archive")
         assert checked.signed_by is not None
         ordered = sorted(checked.packs, key=lambda p: (p.manifest["pack_id"], version_order(p.manifest["version"])))
-        loaded, skipped = _to_apply(engine, tenant_id, _definitions(engine, ordered, admit))
+        loaded, skipped, notes = _to_apply(engine, tenant_id, _definitions(engine, ordered, admit))
         for item in loaded:  # as POST /definitions: a document naming another tenant is not this one's
             named = item.definition.content.get("tenant_id")
             if named is not None and named != tenant_id:
@@ -214,7 +215,7 @@ def import_seed(
         {"job_definition_id": a.job_definition_id, "version": a.version, "digest": a.digest, "created": a.created}
         for a in applied
     ]
-    return Imported(checked.signed_by, registered, definitions, approved, skipped)
+    return Imported(checked.signed_by, registered, definitions, approved, skipped, notes)
 
 
 def _definitions(
@@ -250,8 +251,9 @@ def _definitions(
 
 def _to_apply(
     engine: Engine, tenant_id: str, carried: list[tuple[LoadedDefinition, PackRef]]
-) -> tuple[list[LoadedDefinition], list[dict[str, str]]]:
-    """The carried definitions to apply, and the definitions left as they are here, with why.
+) -> tuple[list[LoadedDefinition], list[dict[str, str]], list[str]]:
+    """The carried definitions to apply, the definitions left as they are here (with why), and
+    notes on what was applied (a definition packs of different ids carry differently).
 
     A definition is left alone when this host suspended or retired it (a local decision stands
     across imports, as a local revocation does: resume it here, then import again), and when
@@ -260,10 +262,13 @@ def _to_apply(
     newest pack's last, which may be content this host stores as an earlier version (the
     exporter rolled it back)."""
     newest: dict[str, PackRef] = {}
+    by_pack: dict[str, dict[str, str]] = {}  # job -> pack id -> the digest its newest version carries
     for item, ref in carried:
         newest[item.job_definition_id] = ref
+        by_pack.setdefault(item.job_definition_id, {})[ref.pack_id] = item.digest
     apply: list[LoadedDefinition] = []
     skipped: list[dict[str, str]] = []
+    notes: list[str] = []
     with engine.store.read(tenant_id=tenant_id) as tx:
         leave: set[str] = set()
         unchanged: dict[str, str] = {}  # job -> its current digest, for a job nothing newer is carried for
@@ -281,13 +286,20 @@ def _to_apply(
                 )  # fmt: skip
             elif tx.packs.get(tenant_id, ref) is not None and current is not None:
                 unchanged[job] = current.digest  # its newest pack was imported before: nothing newer for it
+        for job, packs in sorted(by_pack.items()):
+            if job not in leave and len(set(packs.values())) > 1:
+                notes.append(
+                    f"{job}: carried with different content by packs {', '.join(sorted(packs))}: the content of"
+                    f" {newest[job].key} is applied (packs are ordered by id, then version; versions of different"
+                    " packs are not compared): apply the one you want with jobgate apply"
+                )
         apply = [
             item
             for item, _ in carried
             if item.job_definition_id not in leave
             and unchanged.get(item.job_definition_id, item.digest) == item.digest  # the current one: shown unchanged
         ]
-    return apply, skipped
+    return apply, skipped, notes
 
 
 def _new_packs(

@@ -76,6 +76,7 @@ class ImportOut(BaseModel):
         default_factory=list,
         description="definitions left as they are here (suspended or retired here), each with why",
     )
+    notes: list[str] = Field(default_factory=list, description="what to know of what was applied")
 
 
 @router.get("/packs", response_model=list[PackOut])
@@ -162,4 +163,5 @@ async def import_offline_seed(request: Request, caller: WholeTenant, state: Stat
         definitions=done.definitions,
         approved=done.approved,
         skipped=done.skipped,
+        notes=done.notes,
     )
