@@ -60,3 +60,9 @@ def test_a_file_that_is_not_a_database_is_named_not_retried_later(tmp_path: Path
         open_store(database_url(str(junk)))
     assert str(junk) in refused.value.message and "is not a jobgate database" in refused.value.message
     assert junk.read_bytes() == content
+
+
+def test_a_folder_given_as_the_database_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(database_url(str(tmp_path)))
+    assert "is a folder, not a database file" in refused.value.message

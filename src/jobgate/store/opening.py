@@ -114,6 +114,8 @@ def _unreachable(store_url: str, exc: DBAPIError) -> JobgateError:
         else f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database}"
     )
     cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    if parsed.get_backend_name() == "sqlite" and parsed.database and Path(parsed.database).is_dir():
+        return ConfigurationError(f"{where} is a folder, not a database file", field="--db")
     if parsed.get_backend_name() == "sqlite" and cause in _NOT_SQLITE:
         # Trying again later cannot help (exit 69 tells a script to): the path names the
         # wrong file, or a damaged one.
