@@ -385,3 +385,26 @@ def test_a_cancel_does_not_skip_a_compensation_already_decided() -> None:
     assert sim.started[-1] == "undo:a" and sim.status is RunStatus.RUNNING  # compensating, not CANCELLED
     sim.finish("undo:a")
     assert sim.status is RunStatus.FAILED and sim.step_status("a") is StepStatus.COMPENSATED
+
+
+def test_a_step_refused_is_recorded_after_the_step_whose_end_started_it() -> None:
+    """Found by two reviews: a step refused when its predecessor's end started it (approval
+    revoked meanwhile) was recorded before that predecessor's completion, so the sealed
+    sequence said a dependent step failed before what it depends on ended."""
+    sim = Sim(spec_of([{"id": "s1", "job": "j"}, {"id": "s2", "job": "j"}, {"id": "s3", "job": "j"}]))
+    sim.step()
+    refused = RunOutcome(RunStatus.FAILED, None, "approval_revoked", message="revoked")
+    outcomes = {"R-s1": OK, "refused:s2": refused}
+
+    def order(p: Plan) -> list[tuple[str, str, str]]:
+        return [(c.step_id, c.to_status.value, c.reason) for c in p.changes if isinstance(c, StepChange)][:2]
+
+    assert order(plan(sim.spec, sim.state, outcomes)) == [
+        ("s1", "COMPLETED", "step_completed"),
+        ("s2", "FAILED", "step_refused"),
+    ]
+    # what records made before hold, which replay still reproduces
+    assert order(plan(sim.spec, sim.state, outcomes, refusals_first=True)) == [
+        ("s2", "FAILED", "step_refused"),
+        ("s1", "COMPLETED", "step_completed"),
+    ]

@@ -208,16 +208,20 @@ class _Builder:
         return Plan(tuple(self.changes), tuple(self.starts), tuple(self.stops), final)
 
 
-def plan(spec: WorkflowSpec, state: WorkflowState, outcomes: Mapping[str, RunOutcome]) -> Plan:
+def plan(
+    spec: WorkflowSpec, state: WorkflowState, outcomes: Mapping[str, RunOutcome], *, refusals_first: bool = False
+) -> Plan:
     """Everything that follows from ``state`` and the finished runs in ``outcomes`` (by run id).
 
     ``refused`` steps (their run could not be created: not approved, safe mode...) are given
     as outcomes of a pseudo run id ``refused:<step>`` by the caller; they fail like a run would.
+    A refusal is recorded after the runs that finished: the step refused was started because
+    they did. ``refusals_first``: the order records made before that was so have (replay).
     """
     b = _Builder(state)
     if state.status not in WORKFLOW_ACTIVE:
         return b.plan()
-    _observe(spec, b, outcomes)
+    _observe(spec, b, outcomes, refusals_first=refusals_first)
     failing = any(st.status is StepStatus.FAILED for st in b.steps.values())
     if state.cancel_requested and b.state.phase is Phase.FORWARD and not failing:
         # (A workflow already failing follows its failure policy — its compensation too.)
@@ -236,10 +240,18 @@ def plan(spec: WorkflowSpec, state: WorkflowState, outcomes: Mapping[str, RunOut
     return b.plan()
 
 
-def _observe(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]) -> None:
-    """Record what finished. Step runs that finished are taken in the order they ended (then
-    by position), so ``completed_order`` — and the reverse order compensation follows — is the
-    order the runs really completed, however many one pass sees."""
+def _observe(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome], *, refusals_first: bool) -> None:
+    """Record what finished, then what was refused. Step runs that finished are taken in the
+    order they ended (then by position), so ``completed_order`` — and the reverse order
+    compensation follows — is the order the runs really completed, however many one pass sees."""
+    if refusals_first:
+        _observe_refusals(spec, b, outcomes)
+    _observe_finished(spec, b, outcomes)
+    if not refusals_first:
+        _observe_refusals(spec, b, outcomes)
+
+
+def _observe_refusals(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]) -> None:
     for step in spec.steps:
         refused = outcomes.get(f"refused:{step.step_id}")
         if b.steps[step.step_id].status is StepStatus.PENDING and refused is not None:
@@ -250,6 +262,9 @@ def _observe(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]
                 error_code=refused.error_code,
                 detail={"why": refused.message or ""},
             )
+
+
+def _observe_finished(spec: WorkflowSpec, b: _Builder, outcomes: Mapping[str, RunOutcome]) -> None:
     finished: list[tuple[StepSpec, RunOutcome]] = []
     for step in spec.steps:
         st = b.steps[step.step_id]
