@@ -30,6 +30,7 @@ def test_the_demo_runs_its_workflow_and_the_workflow_commands_show_and_replay_it
     shown = json.loads(jobgate(folder, "--json", "workflows", "show", wid, "--transitions").stdout)
     assert shown["completed_steps"][0] == "greet" and sorted(shown["completed_steps"][1:]) == ["payroll", "report"]
     assert shown["steps"][0]["outputs"] == {"greeting": "Hello, auditors!"}
+    assert {s["run_status"] for s in shown["steps"]} == {"COMPLETED"}  # each step's run as it stands
     assert shown["transitions"][-1]["to"] == "COMPLETED"
     table = jobgate(folder, "workflows", "show", wid).stdout  # a step's own run in "run"
     assert "compensation run" in table and shown["steps"][0]["job_run_id"] in table

@@ -40,6 +40,8 @@ def _summary(view: WorkflowView) -> dict[str, Any]:
                 "step_id": s.step_id,
                 "status": s.status,
                 "job_run_id": s.job_run_id,
+                # the step's run as it stands: a RUNNING step whose run is HELD or queued says so
+                "run_status": view.run_statuses.get(s.job_run_id or ""),
                 "compensation_run_id": s.compensation_run_id,
                 "outputs": s.outputs,
             }
@@ -52,8 +54,18 @@ def _print(view: WorkflowView, *, transitions: bool) -> None:
     r = view.record
     render.table(
         f"{r.workflow_run_id} · {r.job_definition_id} · {r.status.value}",
-        ["step", "status", "run", "compensation run", "outputs"],
-        [(s.step_id, s.status, s.job_run_id, s.compensation_run_id, s.outputs or "") for s in view.steps],
+        ["step", "status", "run", "run status", "compensation run", "outputs"],
+        [
+            (
+                s.step_id,
+                s.status,
+                s.job_run_id,
+                view.run_statuses.get(s.job_run_id or "", ""),
+                s.compensation_run_id,
+                s.outputs or "",
+            )
+            for s in view.steps
+        ],
     )
     if r.error_code:
         print(f"error: {r.error_code}: {r.error_message}")
