@@ -168,3 +168,19 @@ def test_a_malformed_manifest_is_a_verdict_not_an_exception(files: object) -> No
     result = verify_bundle(bundle)
     assert not result.ok and result.problems
     assert zipfile.ZipFile(io.BytesIO(bundle)).namelist() == ["manifest.json"]
+
+
+def test_a_request_for_a_retired_definition_is_refused_and_nothing_stored(engine: Engine) -> None:
+    """Found by a review: a proposal of a retired definition was stored pending, though no one
+    could ever approve it (retirement is final)."""
+    from jobgate.core.errors import ConflictError
+
+    job = define(engine)
+    define(engine, job_definition_id=job, status="retired", approve=False)
+    before = count(engine, "run_requests")
+    with pytest.raises(ConflictError) as refused:
+        requests.propose(
+            engine, tenant_id="default", requester="ada", job_definition_id=job, params={}, title="t", reason="r"
+        )
+    assert refused.value.field == "job_definition_id" and "retired" in refused.value.message
+    assert count(engine, "run_requests") == before

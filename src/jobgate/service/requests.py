@@ -19,7 +19,7 @@ from typing import Any
 
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Moment, Person, request_refusal
-from jobgate.core.models import Scope, TriggerType
+from jobgate.core.models import DefinitionStatus, Scope, TriggerType
 from jobgate.core.params import validate_params
 from jobgate.core.records import RunRequest
 from jobgate.service import audit
@@ -78,6 +78,8 @@ def propose(
         raise ValidationError(f"say why, in 1 to {MAX_REASON} characters", field="reason")
     with engine.store.read(tenant_id=tenant_id) as tx:
         definition = engine.definition(tx, tenant_id, job_definition_id)
+    if definition.status is DefinitionStatus.RETIRED:  # retirement is final: it could never be approved
+        raise ConflictError(f"{job_definition_id} is retired: it never runs again", field="job_definition_id")
     validate_params(definition.params, params, source=job_definition_id)  # a proposal that could never run
     now = engine.clock.now()
     request = RunRequest(
@@ -238,7 +240,8 @@ def approve(
         raise
     if request.digest is not None and request.digest != digest:
         raise ConflictError(
-            f"{request.job_definition_id} changed since this request was tested: the request saw "
+            f"{request.job_definition_id} changed since this request was "
+            f"{'tested' if request.tested_at is not None else 'proposed'}: the request saw "
             f"{request.digest} (v{request.version}), the current version is {digest} (v{version}); test it again",
             field="digest",
         )
