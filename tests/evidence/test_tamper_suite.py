@@ -856,3 +856,17 @@ def test_a_second_copy_the_evidence_key_signed_is_not_a_forgery() -> None:
     assert _forged_copy(stored, [stored, leftover], keys) is None
     assert _forged_copy(stored, [stored, {**leftover, "root": "sha256:" + "c" * 64}], keys) is not None
     assert _forged_copy(stored, [stored, {**leftover, "signature": None}], keys) is not None
+
+
+def test_an_anchor_deleted_names_the_first_entry_it_covered(copies: Copies) -> None:
+    """Found by a review: with the last anchor deleted (the sink remembers it), verify named the
+    entry after the chain's end, which does not exist, instead of the first entry it covered."""
+    world = copies.fresh()
+    records = [json.loads(x) for x in world.sink.read_text().splitlines() if x.strip()]
+    last = max((r for r in records if r["tenant_id"] == "default"), key=lambda r: r["anchor_seq"])
+    copies.tamper(lambda conn: _sql(f"DELETE FROM anchors WHERE anchor_seq = {last['anchor_seq']}")(conn, world.ids))
+    result = CliRunner().invoke(
+        cli, ["--json", "--config", str(world.config_file), "--db", world.url, "audit", "verify"]
+    )
+    [report] = [r for r in json.loads(result.output) if r["tenant"] == "default"]
+    assert report["first_bad_seq"] == last["first_seq"] and f"anchor {last['anchor_seq']}" in report["problem"]

@@ -288,8 +288,10 @@ def verify_tenant(
     known = {a.anchor_seq for a in anchors}
     missing = sorted(seq for t, seq in witnessed if t == tenant_id and seq not in known)
     if missing:  # anchors deleted from the database (with the tail they covered): the sink remembers
+        claimed = witnessed[(tenant_id, missing[0])][0].get("first_seq")
+        first = int(claimed) if isinstance(claimed, int) and 0 < claimed <= last_seq else last_seq + 1
         return Verification(
-            tenant_id, count, len(anchors), False, last_seq + 1,
+            tenant_id, count, len(anchors), False, first,
             f"anchor {missing[0]} is in the sink but not in the database: anchored entries were removed",
         )  # fmt: skip
     late = _overdue_problem(tenant_id, entries, anchors, overdue)

@@ -561,6 +561,7 @@ def _check_proofs(
 ) -> None:
     trusted = {k: signing.public_key(v, field=k) for k, v in (keys or {}).items()}
     proven = set()
+    signed: set[Any] = set()
     for p in proofs:
         seq = p["seq"]
         entry = entries.get(seq)
@@ -575,7 +576,8 @@ def _check_proofs(
             problem = _anchor_signature(anchor, trusted)
             if problem:
                 out.problems.append(f"proofs.json: entry {seq}'s anchor {anchor['anchor_seq']} {problem}")
-            else:
+            elif anchor["anchor_seq"] not in signed:  # an anchor many proofs share is counted once
+                signed.add(anchor["anchor_seq"])
                 out.anchors_checked += 1
         proven.add(seq)
     # Batch anchors cover the chain from its first entry without a gap, each from where the one
