@@ -119,3 +119,19 @@ def test_connect_reads_the_working_folders_configuration_as_the_commands_do(
         run = jg.submit("demo-hello", {"name": "bob"})
     listed = {r["job_run_id"]: r for r in json.loads(cli(folder, "--json", "runs", "list", "--wide").stdout)}
     assert run.config_digest == listed[json.loads(by_command)["job_run_id"]]["config_digest"]
+
+
+def test_an_unreachable_server_is_named_as_the_python_api_calls_it() -> None:
+    """Found by a review: the Python client's refusal named the CLI's ``--server`` option."""
+    import socket
+
+    import jobgate
+    from jobgate.core.errors import UnavailableError
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = jobgate.Client(f"http://127.0.0.1:{port}", "jgt_" + "0" * 12 + "_" + "A" * 43, timeout=2)
+    with pytest.raises(UnavailableError) as refused:
+        client.submit("anything")
+    assert refused.value.field == "url" and "--server" not in str(refused.value)

@@ -87,7 +87,7 @@ class AppContext:
             raise ValidationError("through --server the token is who asks; leave --by out", field="--by")
         if tenant != DEFAULT_TENANT:
             raise ValidationError("through --server the token decides the tenant; leave --tenant out", field="--tenant")
-        return RemoteRuns(self.server, self.token)
+        return RemoteRuns(self.server, self.token, named_as=self.server_named_as)
 
     def close(self) -> None:
         if self._engine is not None:

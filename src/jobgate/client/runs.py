@@ -163,11 +163,18 @@ class RemoteRuns:
     """Over HTTP with a bearer token; the server's rules (roles, tenant, quota) apply."""
 
     def __init__(
-        self, url: str, token: str, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        named_as: str = "url",
     ) -> None:
         import httpx  # only remote commands pay for the import
 
         self._transport_error = httpx.TransportError
+        self._named_as = named_as  # what an unreachable server is called: the Python API's ``url``, the CLI's option
         self.http = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
@@ -206,7 +213,7 @@ class RemoteRuns:
         try:
             response = self.http.request(method, path, **kwargs)
         except self._transport_error as exc:
-            raise UnavailableError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
+            raise UnavailableError(f"cannot reach {self.http.base_url}: {exc}", field=self._named_as) from None
         if response.status_code >= 400:
             self._refuse(response)
         return response
@@ -234,7 +241,7 @@ class RemoteRuns:
                     self._refuse(response)
                 yield response.iter_lines()
         except self._transport_error as exc:
-            raise UnavailableError(f"cannot reach {self.http.base_url}: {exc}", field="--server") from None
+            raise UnavailableError(f"cannot reach {self.http.base_url}: {exc}", field=self._named_as) from None
 
     def close(self) -> None:
         self.http.close()
