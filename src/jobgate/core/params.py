@@ -14,10 +14,10 @@ shell, so a value can at worst be a strange but inert argument.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
 from decimal import Context, Decimal
 
@@ -43,14 +43,25 @@ UNREADABLE = (
 # as another — direction overrides and isolates, marks, the zero-width space, the word joiner,
 # the byte-order mark. The joiners scripts and emoji need (U+200C, U+200D), tag sequences
 # (flags), the soft hyphen and code points newer than this Python's Unicode are text.
-_INVISIBLE = frozenset(
-    "\u061c\u180e\u200b\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
+# (Unicode's Cc is exactly U+0000-001F and U+007F-009F, Cs the surrogates, Zl and Zp U+2028-9.)
+_UNREADABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u061c\u180e\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
 )
 
 
 def readable_value(text: str) -> bool:
     """Whether ``text`` prints as itself (``UNREADABLE`` says what is refused)."""
-    return not any(ch in _INVISIBLE or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") for ch in text)
+    return _UNREADABLE.search(text) is None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Callable[[str], object]:
+    """A declared pattern's matcher, compiled once: the default one (a character class and a
+    bound, linear by construction) by ``re``; any other by ``regex``, with the time limit."""
+    if pattern == DEFAULT_PARAM_PATTERN:
+        return re.compile(pattern).fullmatch
+    compiled = regex.compile(pattern)
+    return functools.partial(compiled.fullmatch, timeout=PATTERN_SECONDS)
 
 
 _PLACEHOLDER = re.compile(r"\{\{\s*\.?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -119,7 +130,7 @@ def param_value(spec: ParamSpec, raw: object) -> str:
     if spec.type == "string":
         pattern = spec.pattern or DEFAULT_PARAM_PATTERN
         try:
-            matched = regex.fullmatch(pattern, text, timeout=PATTERN_SECONDS)
+            matched = _compiled(pattern)(text)
         except TimeoutError:
             raise ParamValueError(
                 f"the pattern {pattern!r} took more than {PATTERN_SECONDS} s to decide this value: it backtracks;"
