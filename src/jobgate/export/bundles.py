@@ -42,10 +42,10 @@ MAX_BUNDLE_BYTES = 256 << 20
 def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
     """The zip's bytes for ``scope`` (``evidence.scope``), its manifest signed with the
     deployment's evidence key when it has one."""
-    files = bundle_files(engine, scope)
     now = engine.clock.now()
-    with engine.store.read() as tx:
+    with engine.store.read() as tx:  # read before the files: an anchor made meanwhile only proves more
         anchored = [a.last_seq for a in tx.anchors.of(scope.tenant_id) if a.mode == "batch"]
+    files = bundle_files(engine, scope)
     manifest = {
         "format": FORMAT,
         "tenant_id": scope.tenant_id,
