@@ -141,3 +141,15 @@ def test_each_requeue_needs_its_own_audit_entry_by_the_same_actor_at_or_after_it
     assert seal_trails.unaudited_requeue(history, [("eve", 10), ("ops", 20)]) == 3  # another actor's
     assert seal_trails.unaudited_requeue(history, [("ops", 9), ("ops", 20)]) == 3  # before the move
     assert seal_trails.unaudited_requeue([move("created")], []) is None
+
+
+def test_two_long_values_are_shown_around_where_they_differ() -> None:
+    """Found by a review: both values were cut at the same prefix, so two long values that
+    differ late (a dead letter's attempts) read as the same in the finding."""
+    from jobgate.core.seal_trails import shown_pair
+
+    letter = ["TGDLQ-01a2478eaa07102f2dd06ddc6a4e24e5-1", "non_retryable_validation_failure", "BAD_INPUT", 1, 0, 5]
+    was, now = shown_pair([letter], [[*letter[:3], 2, 0, 5]])
+    assert was != now and "1, 0, 5" in was and "2, 0, 5" in now
+    assert shown_pair("a", "b") == ('"a"', '"b"')
+    assert all(len(t) <= 80 for t in shown_pair("x" * 500 + "A", "x" * 500 + "B"))

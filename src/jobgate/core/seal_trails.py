@@ -278,9 +278,21 @@ class TrailProblem:
     problem: str = "resealed"  # or ``changed`` / ``history_cut``: the record no longer matches this seal
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
+def shown_pair(was: Any, now: Any, width: int = 80) -> tuple[str, str]:
+    """Two values as a person compares them: whole when short, else each cut to the same window
+    around the first character that differs (cut at the same prefix, two long values that
+    differ late read as the same)."""
+    a, b = (json.dumps(v, ensure_ascii=False, default=str) for v in (was, now))
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, first - width // 4)
+
+    def cut(text: str) -> str:
+        part = text[start : start + width - 6]
+        return ("..." if start else "") + part + ("..." if start + width - 6 < len(text) else "")
+
+    return cut(a), cut(b)
 
 
 def row_trail(kind: str, sealed: Sequence[Seal], content_of: ContentOf) -> TrailProblem | None:
@@ -298,7 +310,8 @@ def row_trail(kind: str, sealed: Sequence[Seal], content_of: ContentOf) -> Trail
         column = row_change(kind, was, now)
         if column is not None:
             i = columns.index(column)
-            detail = f"seal #{before['id']} kept {_short(was[i])}, seal #{after['id']} {_short(now[i])}"
+            kept, then = shown_pair(was[i], now[i])
+            detail = f"seal #{before['id']} kept {kept}, seal #{after['id']} {then}"
             return TrailProblem(after["id"], "content", column, detail)
     return None
 

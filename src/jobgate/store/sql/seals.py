@@ -639,7 +639,8 @@ def _explain(content: str | None, part: str, names: Sequence[str], now: Sequence
     if found is None:
         return None, None
     name, was, is_ = found
-    return name, f"sealed {_short(was)}, now {_short(is_)}"
+    sealed_text, now_text = seal_trails.shown_pair(was, is_)
+    return name, f"sealed {sealed_text}, now {now_text}"
 
 
 def _short(value: Any) -> str:
@@ -951,7 +952,8 @@ def _verify_requeued(
         column = seal_trails.run_identity_change(sealed, values["identity"], requeued=True)
         if column is not None:
             i = seals.RUN_IDENTITY.index(column)
-            detail = f"sealed {_short(sealed[i])}, now {_short(values['identity'][i])}"
+            sealed_text, now_text = seal_trails.shown_pair(sealed[i], values["identity"][i])
+            detail = f"sealed {sealed_text}, now {now_text}"
             _add(report, Finding(seals.RUN, rid, "changed", "identity", column, seal["id"], detail))
             return
     outcome = seal_trails.kept_values(content, "outcome", seal["outcome"])
