@@ -376,8 +376,22 @@ def test_a_new_anchor_never_makes_a_window_overlap_one_closed_or_leave_time_out(
         after = windows_after_edit(before, window(size, anchor), now)
         [first] = next_fires(after, now, 1)
         assert first.window is not None and first.window.start == T0 + HOUR, anchor
-    # nothing closed yet: any anchor
-    assert windows_after_edit(before, window(HOUR, T0 + 7 * MINUTE), T0 + 30 * MINUTE) == window(HOUR, T0 + 7 * MINUTE)
+    # the stored grid not begun yet: any anchor
+    future = window(HOUR, T0 + 2 * HOUR)
+    assert windows_after_edit(future, window(HOUR, T0 + 7 * MINUTE), T0 + 30 * MINUTE) == window(HOUR, T0 + 7 * MINUTE)
+
+
+def test_a_length_edit_first_does_not_open_the_way_for_any_anchor() -> None:
+    """Found by a regression review: a length edit stored the grid from the boundary, and the
+    next edit found "no window closed" under it and accepted any anchor (a window cutting across
+    the one just closed, or the time up to a future anchor left out)."""
+    now = T0 + 20 * HOUR + 25 * MINUTE
+    stored = windows_after_edit(window(HOUR), window(40 * MINUTE), now)
+    assert stored.anchor == T0 + 20 * HOUR
+    for anchor in (T0 + 19 * HOUR + 50 * MINUTE, T0 + 24 * HOUR):
+        with pytest.raises(ValidationError):
+            windows_after_edit(stored, window(40 * MINUTE, anchor), now)
+    assert windows_after_edit(stored, window(20 * MINUTE, T0 + 19 * HOUR), now).anchor == T0 + 20 * HOUR
 
 
 def test_the_slots_an_edit_replaces_are_recorded_edited() -> None:

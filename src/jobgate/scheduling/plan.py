@@ -479,17 +479,19 @@ def windows_after_edit(before: Schedule, after: Schedule, now: datetime) -> Sche
     """A batch window's grid after an edit: no window may overlap one that closed already (it
     ran, or was owed), and none may be left out. Windows of a new length start where the last
     window of the old grid that closed by ``now`` ended. A new anchor is accepted when it puts
-    a window boundary there (the grid from that boundary on), or when no window of the old grid
-    has closed yet; any other anchor is refused, naming the boundary: its windows would cut
-    across a window already run, or leave the time up to the first of them out."""
+    a window boundary there (the grid from that boundary on), or while the stored grid has not
+    begun; any other anchor is refused, naming the boundary: its windows would cut across a
+    window already run, or leave the time up to the first of them out."""
     if before.kind is not ScheduleKind.BATCH_WINDOW or after.kind is not ScheduleKind.BATCH_WINDOW:
         return after
     if before.every == after.every and before.anchor == after.anchor:
         return after
     assert after.every is not None
+    if before.anchor.astimezone(UTC) > now:
+        return after  # the stored grid has not begun: no window of it has closed
+    # The end of the last window closed by now: the stored grid's, or its anchor itself, which
+    # an earlier edit set to where the grid before it ended (so the rule holds across edits).
     boundary = regrid(before, now)
-    if boundary <= before.anchor.astimezone(UTC):
-        return after  # no window of the old grid has closed: nothing to overlap or to leave out
     anchor = after.anchor.astimezone(UTC)
     if before.anchor == after.anchor or (anchor <= boundary and (boundary - anchor) % after.every == timedelta(0)):
         return replace(after, anchor=boundary)
