@@ -656,3 +656,28 @@ def test_entries_older_than_two_windows_at_export_must_be_proven(attempted: tupl
     assert verify_bundle(forged, public_keys=keys()).ok  # within the stated window: the unanchored tail
     tiny = verify_bundle(forged, public_keys=keys(), anchor_window=timedelta(microseconds=1))
     assert not tiny.ok and any("more than two anchor windows" in p for p in tiny.problems), tiny.problems
+
+
+def test_a_manifest_cannot_state_its_way_out_of_the_age_rule() -> None:
+    """Found by a regression review: the signer removed the stated window (or stated a huge one)
+    and no entry was ever "two windows old". The window taken from a manifest is at most a day;
+    a statement missing where it was made (timestamped) or asked for (--anchor-window) fails."""
+    from datetime import timedelta
+
+    from jobgate.export.scope import MAX_STATED_WINDOW, ContentCheck, _anchoring_claim
+
+    stated = {"exported_at": "2026-12-05T10:00:00Z", "anchor_window_seconds": 1e8, "anchored_through": 3}
+    out = ContentCheck([], [])
+    assert _anchoring_claim(stated, None, stamped=True, out=out).window == MAX_STATED_WINDOW
+    hour = timedelta(hours=1)
+    assert _anchoring_claim(stated, hour, stamped=False, out=out).window == hour and not out.problems
+    for stripped in ({k: v for k, v in stated.items() if k != "anchor_window_seconds"}, {"anchored_through": 3}):
+        out = ContentCheck([], [])
+        assert _anchoring_claim(stripped, None, stamped=True, out=out).exported_at is None
+        assert out.problems and "states no" in out.problems[0]
+        out = ContentCheck([], [])
+        _anchoring_claim({"anchored_through": 3}, hour, stamped=False, out=out)
+        assert out.problems and "states no exported_at" in out.problems[0]
+        legacy = ContentCheck([], [])
+        _anchoring_claim({}, None, stamped=False, out=legacy)
+        assert not legacy.problems and legacy.notes  # a bundle exported before manifests said it

@@ -339,7 +339,8 @@ def check_contents(
                         f"{name}: step {step.get('step_id')}'s run {rid} is neither in the bundle nor listed as retired"
                     )
     proofs = _load(files, "proofs.json")
-    _check_proofs(proofs, entries, keys, out, _anchoring_claim(manifest or {}, window))
+    claim = _anchoring_claim(manifest or {}, window, stamped="manifest.tsr" in files, out=out)
+    _check_proofs(proofs, entries, keys, out, claim)
     if timestamps is not None:
         _check_timestamps(proofs, timestamps, out)
     return out
@@ -540,7 +541,19 @@ class AnchoringClaim:
     window: timedelta | None = None
 
 
-def _anchoring_claim(manifest: Mapping[str, Any], window: timedelta | None) -> AnchoringClaim:
+# The longest anchor window a manifest's own statement is taken for: a bundle's signer could
+# state any (a year: no entry would be "two windows old"); a deployment anchoring less often
+# says so to its auditors, who give it with ``--anchor-window``.
+MAX_STATED_WINDOW = timedelta(days=1)
+
+
+def _anchoring_claim(
+    manifest: Mapping[str, Any], window: timedelta | None, *, stamped: bool, out: ContentCheck
+) -> AnchoringClaim:
+    """What the manifest says was anchored at export, and the window to judge entries by (the
+    auditor's, else the stated one up to ``MAX_STATED_WINDOW``). A manifest that states no
+    export time or window is a problem when it is timestamped or the auditor gave a window (the
+    statement was stripped), a note otherwise (a bundle exported before manifests said it)."""
     try:
         through = int(manifest.get("anchored_through") or 0)
         at = manifest.get("exported_at")
@@ -549,7 +562,15 @@ def _anchoring_claim(manifest: Mapping[str, Any], window: timedelta | None) -> A
         stated = None if seconds is None else timedelta(seconds=float(seconds))
     except (ValueError, TypeError, OverflowError):
         raise ValueError("manifest.json: its anchoring claim (anchored_through, exported_at) is unreadable") from None
-    return AnchoringClaim(through, exported, window or stated)
+    if stated is not None and stated <= timedelta(0):
+        stated = None
+    judged = window or (None if stated is None else min(stated, MAX_STATED_WINDOW))
+    if exported is None or judged is None:
+        missing = "exported_at" if exported is None else "anchor_window_seconds"
+        said = f"manifest.json states no {missing}: entries not anchored cannot be judged by their age"
+        (out.problems if stamped or window is not None else out.notes).append(said)
+        return AnchoringClaim(through, None, None)
+    return AnchoringClaim(through, exported, judged)
 
 
 def _check_proofs(
