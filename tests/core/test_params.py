@@ -86,7 +86,25 @@ def test_control_characters_are_refused_even_by_a_permissive_pattern(value: str)
 
 @pytest.mark.parametrize(
     "value",
-    ["abc\u202edef", "zero\u200bwidth", "\ufeffbom", "mark\u200e", "joiner\u2060", "lone\udc80", "x\u2066y"],
+    [
+        "abc\u202edef",
+        "zero\u200bwidth",
+        "\ufeffbom",
+        "mark\u200e",
+        "joiner\u2060",
+        "lone\udc80",
+        "x\u2066y",
+        # found by a second regression review: format characters outside the first list
+        "prod\u2063",
+        "a\u2061",
+        "x\u206a",
+        "\ufff9a",
+        "\U000e0041 lone tag",
+        "\U0001d173",
+        "cgj\u034f",
+        "\u3164",
+        "private\ue000",
+    ],
     ids=repr,
 )
 def test_invisible_characters_are_refused_even_by_a_permissive_pattern(value: str) -> None:

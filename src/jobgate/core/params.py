@@ -39,19 +39,29 @@ UNREADABLE = (
     "control characters and invisible ones (newline, NUL, zero-width space, direction overrides, ...) are not allowed"
 )
 # What a parameter value may not hold: controls (C0, C1), lone surrogates (text that was not
-# UTF-8), line and paragraph separators, and the invisible characters that make one value print
-# as another — direction overrides and isolates, marks, the zero-width space, the word joiner,
-# the byte-order mark. The joiners scripts and emoji need (U+200C, U+200D), tag sequences
-# (flags), the soft hyphen and code points newer than this Python's Unicode are text.
-# (Unicode's Cc is exactly U+0000-001F and U+007F-009F, Cs the surrogates, Zl and Zp U+2028-9.)
+# UTF-8), line and paragraph separators, private-use characters, and the invisible ones that make
+# a value print as another — Unicode's format characters (direction overrides and isolates,
+# marks, the zero-width space, the word joiner, invisible operators, annotation marks, the
+# byte-order mark...), the combining grapheme joiner and the Hangul fillers. The joiners scripts
+# and emoji need (U+200C, U+200D), the soft hyphen, a flag's tag sequence and code points newer
+# than this Python's Unicode are text.
 _UNREADABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u061c\u180e\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\ue000-\uf8ff\U000f0000-\U0010ffff"
+    "\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200e\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\u034f\u115f\u1160\u3164\uffa0]"
 )
+# A tag character is text only inside a flag's sequence: a black flag, tags, a cancel tag.
+_FLAG = re.compile("\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f")
+_TAG = re.compile("[\U000e0020-\U000e007f]")
 
 
 def readable_value(text: str) -> bool:
     """Whether ``text`` prints as itself (``UNREADABLE`` says what is refused)."""
-    return _UNREADABLE.search(text) is None
+    if _UNREADABLE.search(text) is not None:
+        return False
+    return _TAG.search(text) is None or _TAG.search(_FLAG.sub("", text)) is None
 
 
 @functools.lru_cache(maxsize=1024)
