@@ -48,7 +48,7 @@ def test_a_dead_letter_is_closed_with_who_and_why_audited_and_sealed(letter: tup
     assert "no open dead letter" in again.value.message
 
 
-@pytest.mark.parametrize("note", ["", "   ", "x" * (control.MAX_CLOSE_NOTE + 1)])
+@pytest.mark.parametrize("note", ["", "   ", "x" * (control.MAX_CLOSE_NOTE + 1), "ok\x1b[2J\x1b[31mFORGED", "a\u202eb"])
 def test_a_close_without_a_reason_or_of_another_tenant_changes_nothing(letter: tuple[Engine, str], note: str) -> None:
     engine, run = letter
     before = count(engine, "audit_log")

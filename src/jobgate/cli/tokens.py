@@ -107,9 +107,10 @@ def revoke(app: AppContext, token_id: str | None, tenant: str, principal: str | 
     actor = getpass.getuser()
     if principal is not None:
         gone = service.revoke_principal(app.engine(), tenant, principal, actor=actor)
-        if not gone:
-            render.out.print(f"no valid token of tenant {tenant!r} belongs to {principal} or was minted by them")
-            return
+        if not gone:  # exit 1: a script off-boarding someone must see that nothing was revoked
+            raise NotFoundError(
+                f"no valid token of tenant {tenant!r} belongs to {principal} or was minted by them", field="--principal"
+            )
         render.out.print(f"{len(gone)} token(s) revoked: {', '.join(gone)}")
         return
     assert token_id is not None

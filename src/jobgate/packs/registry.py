@@ -256,7 +256,8 @@ def _to_apply(
     notes on what was applied (a definition packs of different ids carry differently).
 
     A definition is left alone when this host suspended or retired it (a local decision stands
-    across imports, as a local revocation does: resume it here, then import again), and when
+    across imports, as a local revocation does: resume it here and apply the content wanted, or
+    import a newer pack), and when
     the newest pack carrying it was imported here already (an older archive imported again:
     whatever this host did since stands). Otherwise its contents are applied in order, the
     newest pack's last, which may be content this host stores as an earlier version (the
@@ -281,13 +282,13 @@ def _to_apply(
                         "job_definition_id": job,
                         "reason": f"{current.status.value} here: {ref.key}'s content is not applied"
                         + (" (retirement is final)" if current.status is DefinitionStatus.RETIRED else
-                           " (resume it here, then import again)"),
+                           " (to take it: resume it here and apply that content, or import a newer pack)"),
                     }
                 )  # fmt: skip
             elif tx.packs.get(tenant_id, ref) is not None and current is not None:
                 unchanged[job] = current.digest  # its newest pack was imported before: nothing newer for it
         for job, packs in sorted(by_pack.items()):
-            if job not in leave and len(set(packs.values())) > 1:
+            if job not in leave and job not in unchanged and len(set(packs.values())) > 1:
                 notes.append(
                     f"{job}: carried with different content by packs {', '.join(sorted(packs))}: the content of"
                     f" {newest[job].key} is applied (packs are ordered by id, then version; versions of different"

@@ -12,6 +12,7 @@ from datetime import datetime
 from jobgate.core import events, transitions
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
+from jobgate.core.params import UNREADABLE, readable_value
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import audit
@@ -127,6 +128,8 @@ def close_dead_letter(
     note = note.strip()
     if not 0 < len(note) <= MAX_CLOSE_NOTE:
         raise ValidationError(f"say why nothing more is to run, 1 to {MAX_CLOSE_NOTE} characters", field="note")
+    if not readable_value(note.replace("\n", " ")):  # a line break reads as itself; a terminal escape does not
+        raise ValidationError(UNREADABLE, field="note")
     now = engine.clock.now()
     with engine.store.write() as tx:
         run = tx.run_lock(job_run_id)
