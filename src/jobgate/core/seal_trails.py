@@ -31,6 +31,7 @@ before use) and names the first column that could not have changed that way, or 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,10 +73,7 @@ def retired_trigger(idempotency_key: str, slot: str | None) -> str:
     """What a retired run's ``retired_runs`` row must keep, as its retention audit entry holds
     it: a digest of its key and slot (the entry, hash-chained and anchored, names a thousand
     runs in a few kilobytes). Deleting or rewriting the row would let its trigger run again."""
-    import hashlib
-
-    text = json.dumps([idempotency_key, slot], separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    return _short_digest([idempotency_key, slot])
 
 
 def retired_record(
@@ -84,13 +82,12 @@ def retired_record(
     """What else a retired run's ``retired_runs`` row says, as its retention audit entry holds it
     (a digest): ``runs show`` and an evidence bundle present the run's end and times from that
     row alone, so they are held to the entry as its key and slot are."""
-    import hashlib
+    return _short_digest([job_definition_id, status, created_at_us, ended_at_us, retired_at_us])
 
-    text = json.dumps(
-        [job_definition_id, status, created_at_us, ended_at_us, retired_at_us],
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+
+def _short_digest(values: list[Any]) -> str:
+    """96 bits of the SHA-256 of ``values``' compact JSON: what a retention entry keeps a run by."""
+    text = json.dumps(values, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -60,8 +60,20 @@ def anchor_message(a: Anchor) -> str:
     """What an anchor's signature and its timestamp token cover: every field but the sink's
     name, the signature and the token themselves — the root, the window, the entries covered,
     the previous chain and the times."""
-    doc = {k: v for k, v in record_of(a).items() if k not in UNSIGNED_FIELDS}
-    return digest(doc)
+    return record_message(record_of(a))
+
+
+def record_message(record: Mapping[str, Any]) -> str:
+    """``anchor_message`` of an anchor as a record holds it (a sink's copy, a bundle's proof)."""
+    return digest({k: v for k, v in record.items() if k not in UNSIGNED_FIELDS})
+
+
+def _signed(key: Ed25519PublicKey, signature: str, message: str) -> bool:
+    try:
+        key.verify(base64.b64decode(signature, validate=True), message.encode("utf-8"))
+    except (InvalidSignature, ValueError, binascii.Error):
+        return False
+    return True
 
 
 def record_of(a: Anchor) -> dict[str, Any]:
@@ -344,9 +356,7 @@ def _signature_problem(a: Anchor, keys: Mapping[str, Ed25519PublicKey], unsigned
     if key is None:
         known = ", ".join(sorted(keys)) or "none"
         return f"is signed by {a.key_id!r}, which is not a trusted evidence key (trusted: {known})"
-    try:
-        key.verify(base64.b64decode(a.signature, validate=True), anchor_message(a).encode("utf-8"))
-    except (InvalidSignature, ValueError, binascii.Error):
+    if not _signed(key, a.signature, anchor_message(a)):
         return f"has a signature by {a.key_id!r} that does not match its content"
     return None
 
@@ -383,7 +393,7 @@ def _differs_from_copies(stored: dict[str, Any], copies: Sequence[dict[str, Any]
         return "the sink has no copy"
     best: str | None = None
     for copy in copies:
-        fields = [k for k in sorted(stored) if k != "sink" and str(copy.get(k)) != str(stored[k])]
+        fields = _differing(stored, copy)
         if not fields:
             return None
         if best is None or copy.get("chain") == stored.get("chain"):
@@ -399,21 +409,21 @@ def _forged_copy(
     it held, or not sign. (A different record that *is* signed can be an anchoring attempt that
     wrote the sink and then did not commit: its retry anchored again; it is not a failure.)"""
     for copy in copies:
-        fields = [k for k in sorted(stored) if k != "sink" and str(copy.get(k)) != str(stored[k])]
+        fields = _differing(stored, copy)
         if not fields:
             continue
-        message = digest({k: v for k, v in copy.items() if k not in UNSIGNED_FIELDS})
-        key = keys.get(str(copy.get("key_id") or ""))
-        try:
-            if key is None or not isinstance(copy.get("signature"), str):
-                raise InvalidSignature
-            key.verify(base64.b64decode(copy["signature"], validate=True), message.encode("utf-8"))
-        except (InvalidSignature, ValueError, binascii.Error):
+        key, signature = keys.get(str(copy.get("key_id") or "")), copy.get("signature")
+        if key is None or not isinstance(signature, str) or not _signed(key, signature, record_message(copy)):
             return (
                 f"has another record in the sink (field {fields[0]} differs) that the evidence key did not sign:"
                 " a forged or altered copy"
             )
     return None
+
+
+def _differing(stored: Mapping[str, Any], copy: Mapping[str, Any]) -> list[str]:
+    """The fields (but the sink's name) in which a sink's copy differs from the stored anchor."""
+    return [k for k in sorted(stored) if k != "sink" and str(copy.get(k)) != str(stored[k])]
 
 
 def _malformed(tx: StoreTx, tenant_id: str, entries: int, exc: MalformedRecordError) -> Verification:

@@ -28,13 +28,12 @@ from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
 from jobgate.evidence.timestamping import TimestampTrust, authority_for
-from jobgate.export.scope import ExportScope, bundle_files, check_contents, json_file
+from jobgate.export.scope import MANIFEST_STAMP, ExportScope, bundle_files, check_contents, json_file
 from jobgate.governance import signing
 from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 
 FORMAT = "jobgate-evidence/2"
-MANIFEST_STAMP = "manifest.tsr"  # an RFC 3161 token over the manifest's digest (base64), when a TSA is configured
 OUTSIDE_MANIFEST = ("manifest.json", "manifest.sig", MANIFEST_STAMP)
 MAX_BUNDLE_BYTES = 256 << 20
 

@@ -339,7 +339,7 @@ def check_contents(
                         f"{name}: step {step.get('step_id')}'s run {rid} is neither in the bundle nor listed as retired"
                     )
     proofs = _load(files, "proofs.json")
-    claim = _anchoring_claim(manifest or {}, window, stamped="manifest.tsr" in files, out=out)
+    claim = _anchoring_claim(manifest or {}, window, stamped=MANIFEST_STAMP in files, out=out)
     _check_proofs(proofs, entries, keys, out, claim)
     if timestamps is not None:
         _check_timestamps(proofs, timestamps, out)
@@ -400,7 +400,7 @@ def _retention_record(entries: Mapping[int, Mapping[str, Any]], rid: str) -> tup
 
 def _retired_digest(gone: Mapping[str, Any]) -> str | None:
     def us(value: Any) -> int | None:
-        return None if value is None else to_us(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+        return None if value is None else to_us(_instant(value))
 
     try:
         return seal_trails.retired_record(
@@ -531,6 +531,9 @@ def _check_seal_chain(s: Mapping[str, Any], entries: Mapping[int, Mapping[str, A
         out.problems.append(f"{where}: its proof does not reach the root of audit entry {s['batch_seq']}")
 
 
+MANIFEST_STAMP = "manifest.tsr"  # an RFC 3161 token over the manifest's digest (base64), when a TSA is configured
+
+
 @dataclass(frozen=True)
 class AnchoringClaim:
     """What the manifest says was anchored when the bundle was exported (absent from bundles
@@ -557,7 +560,7 @@ def _anchoring_claim(
     try:
         through = int(manifest.get("anchored_through") or 0)
         at = manifest.get("exported_at")
-        exported = None if at is None else datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+        exported = None if at is None else _instant(at)
         seconds = manifest.get("anchor_window_seconds")
         stated = None if seconds is None else timedelta(seconds=float(seconds))
     except (ValueError, TypeError, OverflowError):
@@ -635,7 +638,12 @@ def _check_proofs(
 
 
 def _entry_at(entry: Mapping[str, Any]) -> datetime:
-    return datetime.fromisoformat(str(entry["at"]).replace("Z", "+00:00"))
+    return _instant(entry["at"])
+
+
+def _instant(value: Any) -> datetime:
+    """A time as a bundle writes it (ISO 8601, UTC)."""
+    return datetime.fromisoformat(str(value))
 
 
 def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: ContentCheck) -> None:
@@ -647,7 +655,7 @@ def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: 
         if not token:
             out.problems.append(f"proofs.json: anchor {seq} is not timestamped")
             continue
-        message = digest({k: v for k, v in anchor.items() if k not in anchors.UNSIGNED_FIELDS})
+        message = anchors.record_message(anchor)
         problem = trust.problem(
             token,
             message,
@@ -663,7 +671,7 @@ def _check_timestamps(proofs: list[dict[str, Any]], trust: TimestampTrust, out: 
 def _anchor_signature(anchor: Mapping[str, Any], trusted: Mapping[str, Any]) -> str | None:
     if not anchor.get("signature"):
         return "is not signed"
-    message = digest({k: v for k, v in anchor.items() if k not in anchors.UNSIGNED_FIELDS})
+    message = anchors.record_message(anchor)
     try:
         signing.verify(message, {"key_id": anchor["key_id"], "value": anchor["signature"]}, trusted, what="the anchor")
     except ValidationError as exc:

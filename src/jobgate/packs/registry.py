@@ -257,17 +257,15 @@ def _to_apply(
 
     A definition is left alone when this host suspended or retired it (a local decision stands
     across imports, as a local revocation does: resume it here and apply the content wanted, or
-    import a newer pack), and when
-    the newest pack carrying it was imported here already (an older archive imported again:
-    whatever this host did since stands). Otherwise its contents are applied in order, the
-    newest pack's last, which may be content this host stores as an earlier version (the
-    exporter rolled it back)."""
+    import a newer pack), and when the newest pack carrying it was imported here already (an
+    older archive imported again: whatever this host did since stands). Otherwise its contents
+    are applied in order, the newest pack's last, which may be content this host stores as an
+    earlier version (the exporter rolled it back)."""
     newest: dict[str, PackRef] = {}
     by_pack: dict[str, dict[str, str]] = {}  # job -> pack id -> the digest its newest version carries
     for item, ref in carried:
         newest[item.job_definition_id] = ref
         by_pack.setdefault(item.job_definition_id, {})[ref.pack_id] = item.digest
-    apply: list[LoadedDefinition] = []
     skipped: list[dict[str, str]] = []
     notes: list[str] = []
     with engine.store.read(tenant_id=tenant_id) as tx:

@@ -140,7 +140,8 @@ def close_dead_letter(
         letter = tx.dead_letter_open_for(job_run_id)
         if letter is None:
             raise ConflictError(f"run is {run.status.value} and has no open dead letter to close", field="status")
-        tx.dead_letter_resolve(letter.dead_letter_id, f"closed by {actor}: {note}", now)
+        resolution = f"closed by {actor}: {note}"
+        tx.dead_letter_resolve(letter.dead_letter_id, resolution, now)
         audit.record(
             tx,
             audit.event(
@@ -148,9 +149,7 @@ def close_dead_letter(
                 payload={"dead_letter_id": letter.dead_letter_id},
             ),
         )  # fmt: skip
-        closed = tx.dead_letter_open_for(job_run_id)
-    assert closed is None
-    return replace(letter, resolved_at=now, resolution=f"closed by {actor}: {note}")
+    return replace(letter, resolved_at=now, resolution=resolution)
 
 
 def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import secrets
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -251,8 +252,7 @@ def revoke(engine: Engine, tenant_id: str, token_id: str, *, actor: str, now: da
         if stored is None or stored.tenant_id != tenant_id:
             raise NotFoundError(f"no token {token_id!r}", field="token_id")
         revoked = _revoke_with_minted(tx, tenant_id, [token_id], actor, now, because=None)
-    for rid in revoked:
-        log.info("token %s revoked by %s", rid, actor, extra={"action": "token_revoked", "token_id": rid})
+    _logged(revoked, actor)
     return revoked
 
 
@@ -271,9 +271,14 @@ def revoke_principal(
             if folded(t.principal_name) == who or who in {folded(m) for m in t.minted_by}
         ]
         revoked = _revoke_with_minted(tx, tenant_id, theirs, actor, now, because=f"principal {principal}")
+    _logged(revoked, actor)
+    return revoked
+
+
+def _logged(revoked: list[str], actor: str) -> None:
+    """Each revocation in the log, once its transaction has committed."""
     for rid in revoked:
         log.info("token %s revoked by %s", rid, actor, extra={"action": "token_revoked", "token_id": rid})
-    return revoked
 
 
 def _revoke_with_minted(
@@ -289,9 +294,9 @@ def _revoke_with_minted(
             minted.setdefault(parent.removeprefix("token:"), []).append(entry.event.target_id)
     revoked: list[str] = []
     seen: set[str] = set()
-    queue: list[tuple[str, str | None]] = [(t, because) for t in token_ids]
+    queue: deque[tuple[str, str | None]] = deque((t, because) for t in token_ids)
     while queue:
-        token_id, why = queue.pop(0)
+        token_id, why = queue.popleft()
         if token_id in seen:
             continue
         seen.add(token_id)
@@ -299,7 +304,7 @@ def _revoke_with_minted(
             payload = None if why is None else {"with": why}
             audit.record(tx, audit.event(tenant_id, actor, "token.revoked", "token", token_id, now, payload=payload))
             revoked.append(token_id)
-        queue += [(child, f"token {token_id}") for child in minted.get(token_id, ())]
+        queue.extend((child, f"token {token_id}") for child in minted.get(token_id, ()))
     return revoked
 
 
