@@ -274,7 +274,9 @@ class StandinServer:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def start(self) -> StandinServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="standins", daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="standins", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -121,7 +121,7 @@ def collector() -> Iterator[tuple[str, list[bytes]]]:
     """An OTLP/HTTP receiver on the loopback: the trace export requests it was sent."""
     handler: type[_Collector] = type("Collector", (_Collector,), {"bodies": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", handler.bodies
