@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 from collections.abc import Sequence
 
 from jobgate.core.errors import ValidationError
@@ -41,14 +40,13 @@ def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
         return
     try:
         with open(origin, "rb") as fh:
-            tree = ast.parse(fh.read(), filename=origin)
+            scope = _scope_of(origin, fh.read())
     except SyntaxError as exc:
         raise ValidationError(
             f"cannot import module {module_name!r}: SyntaxError: {exc.msg} (line {exc.lineno})", field="handler"
         ) from None
     except (OSError, ValueError) as exc:
         raise ValidationError(f"cannot read module {module_name!r}: {exc}", field="handler") from None
-    scope = _ModuleScope(tree)
     if scope.dynamic:
         return
     first, _, rest = attr_path.partition(".")
@@ -103,7 +101,7 @@ def reexported_from(module_name: str, name: str, *, limit: int = 32) -> list[str
 
 def _read_module(module_name: str) -> tuple[_ModuleScope, bool] | None:
     """A module's top-level bindings, read from its source (None: no source to read), and
-    whether it is a package; parsed once per version of its file."""
+    whether it is a package."""
     try:
         origin = code.module_source(module_name)
     except code.CodeUnreadable:
@@ -111,20 +109,19 @@ def _read_module(module_name: str) -> tuple[_ModuleScope, bool] | None:
     if origin is None:
         return None
     try:
-        stat = os.stat(origin)
-    except OSError:
+        with open(origin, "rb") as fh:
+            return _scope_of(origin, fh.read()), origin.endswith("__init__.py")
+    except (OSError, SyntaxError, ValueError):
         return None
-    return _parsed(origin, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(origin: str, _mtime_ns: int, _size: int) -> tuple[_ModuleScope, bool] | None:
-    try:
-        with open(origin, "rb") as fh:
-            tree = ast.parse(fh.read(), filename=origin)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    return _ModuleScope(tree), origin.endswith("__init__.py")
+def _scope_of(origin: str, source: bytes) -> _ModuleScope:
+    """A module's top-level bindings from its source text (``SyntaxError``, ``ValueError``
+    when it does not parse), parsed once per content: applying a batch of definitions of one
+    module parsed it for each (half an apply's time), and reading the bytes is what tells a
+    changed file, whatever its times say."""
+    return _ModuleScope(ast.parse(source, filename=origin))
 
 
 def _sources(module_name: str, scope: _ModuleScope, name: str, *, package: bool, depth: int) -> list[tuple[str, str]]:
