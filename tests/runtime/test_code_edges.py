@@ -527,3 +527,22 @@ def test_a_request_dry_run_names_code_that_differs_from_the_approved(engine: Eng
     assert not changed.admissible
     (check,) = [c for c in changed.checks if not c.ok]
     assert check.check == "code_changed" and f"package:{name}" in check.detail
+
+
+@pytest.mark.parametrize("spelling", ["{p}", "{p}/", "{p}/.", "{p}/sub/..", "./{rel}"])
+def test_a_package_tree_digest_is_the_same_however_its_folder_is_spelled(
+    tmp_path: Path, spelling: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing names each file relative to its root however the root is written (a trailing
+    slash, a dot, a parent step, relative to the working folder), as ``os.path.relpath`` would:
+    the digest an approval binds must not change with how a path entry spells the folder."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub" / "deeper").mkdir(parents=True)
+    for name in ("__init__.py", "sub/__init__.py", "sub/deeper/mod.py", ".hidden.py"):
+        (pkg / name).write_text(f"# {name}\n")
+    reference = code._digest_of(
+        [[str(0), os.path.relpath(p, pkg), code.FILES.sha256(p)] for p in code._files_under(str(pkg))]
+    )
+    monkeypatch.chdir(tmp_path)
+    root = spelling.format(p=pkg, rel="pkg")
+    assert code.tree_digest([root]) == reference

@@ -259,10 +259,18 @@ def tree_digest(roots: list[str]) -> str:
     listing: list[list[str]] = []
     for i, root in enumerate(sorted(roots)):
         for path in _files_under(root):
-            listing.append([str(i), os.path.relpath(path, root), FILES.sha256(path)])
+            listing.append([str(i), _relative(path, root), FILES.sha256(path)])
     if not listing:  # nothing read is nothing bound: a digest of no files would match any code
         raise CodeUnreadable(f"no file of {', '.join(sorted(roots))} can be read here", field="code")
     return _digest_of(listing)
+
+
+def _relative(path: str, root: str) -> str:
+    """``os.path.relpath(path, root)`` for a path ``_files_under(root)`` joined onto ``root``:
+    a cut of the prefix instead of both made absolute and compared part by part, which was half
+    of a package digest's time (a worker reads one at each claim batch's attempt gate)."""
+    base = root if root.endswith(os.sep) else root + os.sep
+    return path[len(base) :] if path.startswith(base) else os.path.relpath(path, root)
 
 
 class CodeReader:
