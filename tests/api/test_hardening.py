@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.api.conftest import ACME_FLOW, ACME_JOB, SHARED_JOB, World, build_world
 from tests.helpers import count, define, make_config
+from tests.runtime.test_event_triggers import subscribe
 
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
@@ -162,10 +163,16 @@ def test_a_repeat_is_answered_before_the_quota_and_retries_and_events_count(engi
     w.client.post(f"{API}/runs/{source}/cancel", headers=w.headers("acme", Role.ADMIN))
     retry = w.client.post(f"{API}/runs/{source}/retry", headers=w.headers("acme", Role.ADMIN))
     assert retry.status_code == 429
+    # an event counts the runs it would make; one that no schedule answers makes none
+    subscribe(w.engine, "on-x", SHARED_JOB, "x.y", tenant_id="acme")
     event = w.client.post(
         f"{API}/events", json={"event_type": "x.y", "event_id": "1"}, headers=w.headers("acme", Role.ADMIN)
     )
     assert event.status_code == 429
+    unanswered = w.client.post(
+        f"{API}/events", json={"event_type": "z.z", "event_id": "1"}, headers=w.headers("acme", Role.ADMIN)
+    )
+    assert unanswered.status_code == 200 and unanswered.json()["fired"] == []
     assert count(w.engine, "job_runs") == 2
     # found by a review: a workflow start (whose steps are runs) did not count, nor did it stop
     flow = {**w.headers("acme", Role.ADMIN), "Idempotency-Key": "wf-1"}
@@ -321,3 +328,24 @@ def test_a_single_valued_header_given_twice_is_refused_naming_it(world: World, h
     answer = world.client.post(f"{API}/runs", json={"job_definition_id": ACME_JOB}, headers=headers)
     assert answer.status_code == 400 and answer.json()["field"] == header, answer.text
     assert count(world.engine, "job_runs") == before
+
+
+def test_an_event_counts_every_run_it_would_make_and_a_repeat_passes_a_spent_quota(engine_with_quota: World) -> None:
+    """Found by a review: an event answered by two jobs took a tenant with one run left past its
+    quota, and a redelivered event got 429 instead of the runs its first delivery made."""
+    w = engine_with_quota
+    second = define(w.engine, job_definition_id="acme-ev2", tenant_id="acme", trigger_type="event")
+    subscribe(w.engine, "two-a", SHARED_JOB, "two.x", tenant_id="acme")
+    subscribe(w.engine, "two-b", second, "two.x", tenant_id="acme")
+    subscribe(w.engine, "one", SHARED_JOB, "one.x", tenant_id="acme")
+    admin = w.headers("acme", Role.ADMIN)
+    assert w.client.post(f"{API}/runs", json={"job_definition_id": ACME_JOB}, headers=admin).status_code == 201
+    both = w.client.post(f"{API}/events", json={"event_type": "two.x", "event_id": "e1"}, headers=admin)
+    assert both.status_code == 429 and "would create 2" in both.json()["message"]
+    assert count(w.engine, "job_runs") == 1
+    first = w.client.post(f"{API}/events", json={"event_type": "one.x", "event_id": "e2"}, headers=admin)
+    assert first.status_code == 200 and first.json()["fired"][0]["created"] is True
+    again = w.client.post(f"{API}/events", json={"event_type": "one.x", "event_id": "e2"}, headers=admin)
+    assert again.status_code == 200, again.text
+    assert again.json()["fired"][0]["job_run_id"] == first.json()["fired"][0]["job_run_id"]
+    assert again.json()["fired"][0]["created"] is False and count(w.engine, "job_runs") == 2

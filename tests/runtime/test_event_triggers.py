@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -11,7 +13,9 @@ from tests.helpers import count, define
 from jobgate.core.errors import ConflictError, ValidationError
 from jobgate.core.models import DefinitionStatus
 from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+from jobgate.service import approvals, pubsub_triggers
 from jobgate.service.engine import Engine
+from jobgate.service.pubsub_map import Subscription, Verdict, read_completion
 from jobgate.service.triggers import emit_event, post_alert, record_fact
 from jobgate.store.base import RunFilter
 from jobgate.testing import connection
@@ -19,8 +23,8 @@ from jobgate.testing import connection
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-def subscribe(engine: Engine, schedule_id: str, job: str, event_type: str, **kw: object) -> None:
-    s = check_schedule(Schedule(schedule_id, job, ScheduleKind.EVENT, T0, event_type=event_type, **kw))  # type: ignore[arg-type]
+def subscribe(engine: Engine, schedule_id: str, job: str, event_type: str, **kw: Any) -> None:
+    s = check_schedule(Schedule(schedule_id, job, ScheduleKind.EVENT, T0, event_type=event_type, **kw))
     with engine.store.write() as tx:
         tx.schedule_put(s, watermark=T0, source="test", now=T0)
 
@@ -254,3 +258,56 @@ def test_a_payload_param_the_definition_does_not_declare_is_refused_when_stored(
     assert count(engine, "schedules") == 0
     ok = check_schedule(Schedule("x", job, ScheduleKind.EVENT, T0, event_type="e", payload_params=("name",)))
     put_schedules(engine, [ok], source="test", now=T0)
+
+
+def test_a_redelivery_finds_its_run_with_every_gate_closed_and_records_no_refusal(engine: Engine) -> None:
+    """Found by a review: an event delivered again after its approval was revoked (or safe mode
+    came on) was refused by every schedule, telling a retrying sender nothing was made, and
+    audited and recorded as missed for a run that exists. A repeat is answered first (seed §11)."""
+    job = define(engine, trigger_type="event")
+    subscribe(engine, "a", job, "t.ev")
+    subscribe(engine, "b", job, "t.ev")
+    first = emit_event(engine, event_type="t.ev", event_id="rd1", data={}, tenant_id="default", actor="t")
+    run_id = first[0].job_run_id
+    assert run_id is not None and [(f.created, f.job_run_id) for f in first] == [(True, run_id), (False, run_id)]
+    approvals.revoke(engine, "default", job, actor="root", reason="closed")
+    entries, misses = count(engine, "audit_log"), count(engine, "schedule_misses")
+    again = emit_event(engine, event_type="t.ev", event_id="rd1", data={}, tenant_id="default", actor="t")
+    assert [(f.job_run_id, f.created, f.refused) for f in again] == [(run_id, False, None)] * 2
+    assert (count(engine, "audit_log"), count(engine, "schedule_misses"), count(engine, "job_runs")) == (
+        entries,
+        misses,
+        1,
+    )
+    with pytest.raises(ConflictError):  # other data under the same id is still the sender's mistake
+        emit_event(engine, event_type="t.ev", event_id="rd1", data={"x": 1}, tenant_id="default", actor="t")
+    fresh = emit_event(engine, event_type="t.ev", event_id="rd2", data={}, tenant_id="default", actor="t")
+    assert all(f.job_run_id is None and f.refused for f in fresh) and count(engine, "job_runs") == 1
+
+
+@pytest.mark.parametrize("event_id", ["pubsub:RES_A@2026-12-07T00:00:00Z", "pubsub:"])
+def test_an_outside_event_cannot_take_a_pubsub_completions_id(engine: Engine, event_id: str) -> None:
+    """Found by a review: an operator's event under a pub/sub completion's id held that
+    completion's slot first, with its own params; the completion's run was never made."""
+    job = define(engine, trigger_type="event")
+    subscribe(engine, "a", job, "t.ev")
+    with pytest.raises(ValidationError) as refused:
+        emit_event(engine, event_type="t.ev", event_id=event_id, data={}, tenant_id="default", actor="t")
+    assert refused.value.field == "id" and count(engine, "job_runs") == 0
+
+
+def test_a_completion_run_named_by_its_timestamp_as_written_is_found_again(engine: Engine) -> None:
+    """A pub/sub completion's run made before timestamps were read as instants is keyed by the
+    timestamp as written: delivered again (the state key read at a restart after the upgrade),
+    it finds that run instead of making a second one under the instant's name."""
+    job = define(engine, trigger_type="event")
+    sub = Subscription("R", job)
+    message = {"result_name": "R", "status": "success", "timestamp": 1796511600}
+    read = read_completion(message)
+    assert read is not None and read.written_delivery_id is not None
+    before = dataclasses.replace(read, delivery_id=read.written_delivery_id, written_delivery_id=None)
+    [made] = pubsub_triggers.fire(engine, "default", Verdict(before, (sub,)), via="message")
+    assert made.created and made.job_run_id is not None
+    again = pubsub_triggers.fire(engine, "default", Verdict(read, (sub,)), via="state")
+    assert [(f.job_run_id, f.created) for f in again] == [(made.job_run_id, False)]
+    assert count(engine, "job_runs") == 1

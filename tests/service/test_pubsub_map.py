@@ -93,6 +93,30 @@ def test_a_completion_is_one_delivery_however_it_is_heard() -> None:
     assert read_completion({**message, "x": float("nan")}) is None  # no identity, no run
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2026-12-05T23:00:00+00:00",
+        "2026-12-06T00:00:00+01:00",
+        "2026-12-05T23:00:00.000Z",
+        1796511600,
+        1796511600000,
+        1796511600.0,
+        "2026-12-05T23:00:00Z",
+    ],
+)
+def test_one_instant_is_one_delivery_however_it_is_written(stamp: Any) -> None:
+    """Found by a review: the same completion published with its timestamp written another way
+    (an offset, epoch seconds or milliseconds) made a run for each way. The identity is the
+    instant; the timestamp as written is kept for the runs an earlier release named by it."""
+    message = {"result_name": "R", "status": "success", "timestamp": stamp}
+    read = read_completion(message)
+    assert read is not None and read.delivery_id == "R@2026-12-05T23:00:00Z"
+    assert read.written_delivery_id == (None if stamp == "2026-12-05T23:00:00Z" else f"R@{stamp}")
+    unread = read_completion({**message, "timestamp": "yesterday"})  # not an instant: named as written
+    assert unread is not None and unread.delivery_id == "R@yesterday" and unread.written_delivery_id is None
+
+
 def test_reconnection_backs_off_exponentially_up_to_the_cap() -> None:
     cap = timedelta(seconds=30)
     delays = [reconnect_delay(n, cap).total_seconds() for n in range(0, 9)]

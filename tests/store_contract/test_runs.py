@@ -112,6 +112,17 @@ def test_run_holders_names_the_stored_run_of_a_key_or_a_slot(engine: Engine) -> 
     assert holders == {same_key.idempotency_key: stored.run, same_slot.idempotency_key: slotted.run}
 
 
+def test_runs_holding_slots_names_a_tenants_run_of_each_job_and_slot(engine: Engine) -> None:
+    mine, theirs = creation(new_run(slot="e@1")), creation(new_run(slot="e@1", tenant="tenant-b"))
+    with engine.store.write() as tx:
+        tx.runs_create([mine, theirs])
+    job = mine.run.job_definition_id
+    with engine.store.read() as tx:
+        held = tx.runs_holding_slots(mine.run.tenant_id, [(job, "e@1"), (job, "e@2"), ("another-job", "e@1")])
+        assert tx.runs_holding_slots("tenant-c", [(job, "e@1")]) == {}
+    assert held == {(job, "e@1"): mine.run}
+
+
 def test_run_get_finds_a_run_by_id_within_its_tenant(engine: Engine) -> None:
     (run,) = make(engine, tenant="tenant-a")
     with engine.store.read() as tx:

@@ -38,6 +38,9 @@ def trigger_identity(trigger: Trigger) -> str:
 
 
 EVENT_SLOT_PREFIX = "TGEVENT-"
+# The source event ids jobgate makes itself (a pub/sub completion's delivery); an event from
+# outside may not take one, or it would hold that completion's slot first, with its own data.
+PUBSUB_EVENT_PREFIX = "pubsub:"
 _SLOT_CHARS = 300  # job_runs.slot's width
 
 
@@ -48,9 +51,14 @@ def event_slot(trigger: Trigger) -> str | None:
     mode's overrides on) made a second run. None for every other trigger."""
     if trigger.trigger_type not in (TriggerType.EVENT, TriggerType.QUEUE) or not trigger.source_event_id:
         return None
-    slot = EVENT_SLOT_PREFIX + trigger.source_event_id
+    return slot_of_event(trigger.source_event_id)
+
+
+def slot_of_event(source_event_id: str) -> str:
+    """The slot the run of one job made for event ``source_event_id`` holds (``event_slot``)."""
+    slot = EVENT_SLOT_PREFIX + source_event_id
     if len(slot) > _SLOT_CHARS:  # a long id is named by its digest: the slot's column is bounded
-        slot = EVENT_SLOT_PREFIX + "sha256:" + hashlib.sha256(trigger.source_event_id.encode("utf-8")).hexdigest()
+        slot = EVENT_SLOT_PREFIX + "sha256:" + hashlib.sha256(source_event_id.encode("utf-8")).hexdigest()
     return slot
 
 

@@ -52,14 +52,16 @@ def request_digest(job_definition_id: str, params: Mapping[str, str], scope: Sco
     return digest({"job_definition_id": job_definition_id, "params": dict(params), "scope": scope.as_dict()})
 
 
-def check_daily_quota(engine: Engine, tenant_id: str) -> None:
-    """Refuse (429) when ``server.daily_run_quota`` runs of the tenant were created today."""
+def check_daily_quota(engine: Engine, tenant_id: str, adding: int = 1) -> None:
+    """Refuse (429) when ``adding`` more runs would take the tenant past ``server.daily_run_quota``
+    runs created today (an event fires every schedule subscribed to it: one request, many runs)."""
     quota = engine.config.server.daily_run_quota
     if quota is None:
         return
     used, _, _ = runs_created_today(engine, tenant_id)
-    if used >= quota:
-        raise QuotaExceededError(f"tenant {tenant_id} created {used} runs today; the daily quota is {quota}")
+    if used + adding > quota:
+        more = "" if adding == 1 else f"; this request would create {adding}"
+        raise QuotaExceededError(f"tenant {tenant_id} created {used} runs today{more}; the daily quota is {quota}")
 
 
 def submit_manual(
@@ -117,7 +119,7 @@ def submit_manual_many(
     repeats = _repeats(engine, scope.tenant_id, asks, fingerprints)
     fresh = [i for i in range(len(asks)) if i not in repeats]
     if fresh and quota:
-        check_daily_quota(engine, scope.tenant_id)
+        check_daily_quota(engine, scope.tenant_id, len(fresh))
     requests = [_request(asks[i], fingerprints[i], scope, actor, role) for i in fresh]
     made = dict(zip(fresh, engine.submit_many(requests, actor=actor) if requests else [], strict=True))
     for i, result in made.items():

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobgate.core.canonical import digest
+from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import ConfigurationError
 from jobgate.documents import Reader, join, parse_yaml, read_text
 
@@ -73,6 +73,9 @@ class Completion:
     fields: Mapping[str, str]
     delivery_id: str
     at: datetime | None = None  # when it completed, if its timestamp reads as an instant
+    # The identity a release before timestamps were read as instants gave the same completion
+    # (its timestamp as written), when that differs: its run may be stored under that one.
+    written_delivery_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,15 +181,21 @@ def read_completion(message: Mapping[str, Any], channel_result: str | None = Non
             return None
         fields[name] = value
     instant = next((message[k] for k in TIMESTAMP_FIELDS if isinstance(message.get(k), str | int | float)), None)
-    if instant is not None and not isinstance(instant, bool):
+    at = None if instant is None or isinstance(instant, bool) else completion_instant(instant)
+    written = None
+    if at is not None:  # one instant however written: 23:00Z, 23:00+00:00, epoch seconds or milliseconds
+        identity = isoformat_utc(at)
+        written = str(instant)[:MAX_FIELD]
+    elif instant is not None and not isinstance(instant, bool):
         identity = str(instant)[:MAX_FIELD]
     else:
         try:
             identity = digest(dict(message))
         except (ValueError, RecursionError):  # NaN, or nesting with no canonical JSON: no identity, no run
             return None
-    at = None if instant is None or isinstance(instant, bool) else completion_instant(instant)
-    return Completion(fields["result_name"], fields["status"], fields, f"{fields['result_name']}@{identity}", at)
+    name = fields["result_name"]
+    was = None if written is None or written == identity else f"{name}@{written}"
+    return Completion(name, fields["status"], fields, f"{name}@{identity}", at, was)
 
 
 def completion_instant(value: str | int | float) -> datetime | None:

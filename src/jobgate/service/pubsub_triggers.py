@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import GovernanceRefusal, JobgateError
+from jobgate.core.idempotency import PUBSUB_EVENT_PREFIX
 from jobgate.core.models import Scope, TriggerType
 from jobgate.service import audit
 from jobgate.service.admission import refusal_event
 from jobgate.service.engine import Engine
-from jobgate.service.pubsub_map import Subscription, Verdict, job_params
-from jobgate.service.submission import SubmitRequest
+from jobgate.service.pubsub_map import Completion, Subscription, Verdict, job_params
+from jobgate.service.submission import SubmitRequest, SubmitResult
 
 log = logging.getLogger("jobgate.pubsub")
 
@@ -54,13 +55,15 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
             scope=Scope(tenant_id=tenant_id),
             requested_by=ACTOR,
             reason=f"pub/sub {via}: {completion.result_name} {completion.status}",
-            source_event_id=f"pubsub:{completion.delivery_id}",
+            source_event_id=PUBSUB_EVENT_PREFIX + completion.delivery_id,
             event_type=EVENT_TYPE,
             payload=dict(completion.fields),
             run_key=delivery_key(tenant_id, sub.job_definition_id, completion.delivery_id),
         )
         try:
-            result = engine.submit(request, actor=ACTOR)
+            result = _made_before(engine, tenant_id, sub.job_definition_id, completion) or engine.submit(
+                request, actor=ACTOR
+            )
         except JobgateError as exc:
             log.warning(
                 "pub/sub %s %s: %s refused: %s",
@@ -86,6 +89,16 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
         )
         out.append(PubSubFire(sub.job_definition_id, run.job_run_id, result.created))
     return out
+
+
+def _made_before(engine: Engine, tenant_id: str, job_definition_id: str, completion: Completion) -> SubmitResult | None:
+    """The run an earlier release made for this completion under the identity it gave it then
+    (the timestamp as written, not yet read as an instant), so an upgrade makes no second one."""
+    if completion.written_delivery_id is None:
+        return None
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        found = tx.runs_by_keys([delivery_key(tenant_id, job_definition_id, completion.written_delivery_id)])
+    return SubmitResult(found[0], False) if found else None
 
 
 def delivery_key(tenant_id: str, job_definition_id: str, delivery_id: str) -> str:

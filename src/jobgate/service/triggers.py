@@ -21,6 +21,7 @@ from typing import Any
 
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, ValidationError
+from jobgate.core.idempotency import PUBSUB_EVENT_PREFIX, slot_of_event
 from jobgate.scheduling import conditions
 from jobgate.scheduling.model import EVENT_TYPE, Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
@@ -28,6 +29,7 @@ from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import audit
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
+from jobgate.service.manual import check_daily_quota
 from jobgate.service.schedules import fire_request
 from jobgate.service.submission import EventOrigin, PreparedSubmission, SubmitRequest
 
@@ -55,14 +57,24 @@ def emit_event(
     actor: str,
     only_definitions: Collection[str] | None = None,
     origin: EventOrigin | None = None,
+    quota: bool = False,
 ) -> list[EventFire]:
     """Fire every schedule of ``tenant_id`` subscribed to ``event_type``; one result per schedule.
     ``only_definitions`` (a token limited to some definitions) leaves the others' schedules be;
-    ``origin`` (seed §18: source engine, signal, ECO, policy context) is recorded with each run."""
+    ``origin`` (seed §18: source engine, signal, ECO, policy context) is recorded with each run.
+
+    A delivery of an event whose run a schedule's job already has gets that run back before any
+    gate, and before the daily quota (``quota``: the server's callers), as a repeated manual
+    request does (seed §11): closed gates or a spent quota since the first delivery would have
+    told a retrying sender that nothing was made, and recorded refusals of a run that exists."""
     if not EVENT_TYPE.fullmatch(event_type or ""):  # no schedule could subscribe to it: a typo, say so
         raise ValidationError("an event type: 1-200 letters, digits, '.', '_', '-', ':'", field="event_type")
     if not event_id or len(event_id) > MAX_EVENT_ID or any(ord(c) < 32 for c in event_id):
         raise ValidationError(f"an event id of 1 to {MAX_EVENT_ID} printable characters", field="id")
+    if event_id.startswith(PUBSUB_EVENT_PREFIX):
+        raise ValidationError(
+            f"event ids beginning {PUBSUB_EVENT_PREFIX!r} name pub/sub completions; choose another id", field="id"
+        )
     if not isinstance(data, Mapping):
         raise ValidationError("event data is a JSON object", field="data")
     try:
@@ -79,13 +91,26 @@ def emit_event(
         ]
         # Delivered before to a paused schedule? Read in the same transaction as the schedules.
         recorded = {s.schedule_id: tx.miss_of_event(tenant_id, s.schedule_id, event_id) for s in subscribed}
+        slot = slot_of_event(event_id)
+        held = tx.runs_holding_slots(tenant_id, [(s.job_definition_id, slot) for s in subscribed]) if subscribed else {}
     for schedule in subscribed:  # checked before any schedule fires: all or nothing
         for name in schedule.payload_params:
             if name in data:
                 param_value(data[name], name)
+    fresh = [
+        s
+        for s in subscribed
+        if (s.job_definition_id, slot) not in held and recorded[s.schedule_id] is None and not s.paused
+    ]
+    if quota and fresh:
+        check_daily_quota(engine, tenant_id, len({s.job_definition_id for s in fresh}))
     now = engine.clock.now()
     out: list[EventFire] = []
     for schedule in subscribed:
+        if (had := held.get((schedule.job_definition_id, slot))) is not None:  # delivered before: its run
+            other = _received_with_other_data(engine, had.job_run_id, data)
+            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, had.job_run_id, False, other))
+            continue
         if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
             why = f"recorded {recorded[schedule.schedule_id]} when first delivered"
             out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, why))

@@ -593,6 +593,10 @@ class StoreTx:
     def runs_by_keys(self, idempotency_keys: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_keys(self._conn, idempotency_keys)
 
+    def runs_holding_slots(self, tenant_id: str, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], JobRun]:
+        """The run of ``tenant_id`` holding each (job definition, slot) pair that one holds."""
+        return runs.runs_holding_slots(self._conn, tenant_id, pairs)
+
     def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
         """The stored runs holding these runs' keys or slots (``runs.holders``). On PostgreSQL a
         single submission's lookup travels with retention's (``runs_retired_holders``, asked

@@ -24,7 +24,7 @@ from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.scheduling.model import schedule_document
 from jobgate.scheduling.plan import MissReason
 from jobgate.scheduling.records import StoredSchedule
-from jobgate.service import control, manual, schedules, triggers
+from jobgate.service import control, schedules, triggers
 from jobgate.service.submission import EventOrigin
 from jobgate.service.tokens import Principal
 from jobgate.views.schemas import (
@@ -194,7 +194,6 @@ def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
     """Fire every schedule of the tenant subscribed to ``event_type``. The source event id is
     part of each run's key: a redelivered event finds the runs the first delivery made."""
     event_id, origin = _event_identity(body)
-    manual.check_daily_quota(state.engine, caller.tenant_id)
     fired = triggers.emit_event(
         state.engine,
         event_type=body.event_type,
@@ -204,6 +203,7 @@ def post_event(body: EventIn, caller: Caller, state: State) -> EventOut:
         actor=caller.actor,
         only_definitions=caller.jobs,
         origin=origin,
+        quota=True,
     )
     return EventOut(
         event_type=body.event_type,

@@ -300,6 +300,19 @@ def runs_by_ids(conn: Connection, ids: Sequence[str]) -> list[JobRun]:
     return _runs_where(conn, job_runs.c.job_run_id, ids)
 
 
+def runs_holding_slots(
+    conn: Connection, tenant_id: str, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], JobRun]:
+    """The run of ``tenant_id`` holding each (job, slot) pair that one holds."""
+    wanted = set(pairs)
+    found = _runs_where(conn, job_runs.c.slot, sorted({slot for _, slot in wanted}))
+    return {
+        (r.job_definition_id, r.slot): r
+        for r in found
+        if r.slot is not None and r.tenant_id == tenant_id and (r.job_definition_id, r.slot) in wanted
+    }
+
+
 def runs_by_keys(conn: Connection, keys: Sequence[str]) -> list[JobRun]:
     """The runs stored under these idempotency keys (those that exist)."""
     return _runs_where(conn, job_runs.c.idempotency_key, keys)
