@@ -25,7 +25,7 @@ ProgressReporter = Callable[[float | None, str | None], None]
 Effect = Callable[[Any], None]
 StoreEffect = Callable[["StoreTx"], None]  # a ``jobgate.store.sqlstore.StoreTx``
 # (acquire(run id, kind, key, ttl) -> held lock, release(held)): named locks, from the worker.
-LockProvider = tuple[Callable[[str, str, str, timedelta], Any], Callable[[Any], None]]
+LockProvider = tuple[Callable[[str, int, str, str, timedelta], Any], Callable[[Any], None]]
 _CANCELLED_LOCK = threading.Lock()
 
 
@@ -133,7 +133,7 @@ class ExecutionContext:
         if self.lock_provider is None:
             raise RuntimeError("named locks are available to handlers run by a worker")
         acquire, release = self.lock_provider
-        held = acquire(self.job_run_id, kind, key, ttl)
+        held = acquire(self.job_run_id, self.attempt, kind, key, ttl)
         try:
             yield held
         finally:

@@ -12,6 +12,7 @@ from helpers import define
 from jobgate.core.errors import ValidationError
 from jobgate.core.states import RunStatus
 from jobgate.runtime.named_locks import LockBusy, NamedLocks, lock_name
+from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 
@@ -67,3 +68,26 @@ def test_lock_names_are_checked(kind: str, key: str, field: str) -> None:
     with pytest.raises(ValidationError) as err:
         lock_name(kind, key)
     assert err.value.field == field
+
+
+def test_a_second_attempt_of_a_run_on_the_same_worker_is_another_holder(engine: Engine) -> None:
+    """Found by a review of the cluster: a worker that lost a run's lease and claimed it again
+    while the first attempt's thread still ran gave the second attempt the lock the first held
+    (the same token, the owner being the run), and the first attempt's release then freed it
+    under the second. A holder is an attempt: the second finds it busy until the first lets go,
+    and the first's release leaves a later holder's lock alone."""
+    worker = Worker(engine, WorkerSettings(concurrency=1))
+    try:
+        first = worker._lock("TGJOBRUN-1", 1, "job", "critical-A", timedelta(seconds=120))
+        with pytest.raises(LockBusy):
+            worker._lock("TGJOBRUN-1", 2, "job", "critical-A", timedelta(seconds=120))
+        worker._named_locks.release(first)
+        second = worker._lock("TGJOBRUN-1", 2, "job", "critical-A", timedelta(seconds=120))
+        assert second.token == first.token + 1
+        worker._named_locks.release(first)  # a stale release: the second still holds it
+        with pytest.raises(LockBusy):
+            worker._lock("TGJOBRUN-2", 1, "job", "critical-A", timedelta(seconds=120))
+    finally:
+        worker._watcher.close()
+        worker.dependencies.stop()
+        worker._rescuer.close()

@@ -739,13 +739,17 @@ class Worker:
         if not self._wake.is_set():  # setting it again takes its lock for nothing
             self._wake.set()
 
-    def _lock(self, run_id: str, kind: str, key: str, ttl: timedelta) -> HeldLock:
-        """A handler's named lock, owned by this worker's attempt of the run."""
+    def _lock(self, run_id: str, attempt: int, kind: str, key: str, ttl: timedelta) -> HeldLock:
+        """A handler's named lock, owned by this worker's attempt of the run: the attempt, not
+        the run. A worker that lost a run's lease may claim it again while the first attempt's
+        thread still runs; owned by the run, the second attempt took the lock the first still
+        held (the same fencing token), and the first's release freed it under the second (found
+        by a review of the cluster)."""
         try:
             name = lock_name(kind, key)
         except ValidationError as exc:  # a handler's bug: retrying cannot fix it
             raise NonRetryableError(f"{exc.field}: {exc.message}", error_code="BAD_LOCK_NAME") from None
-        return self._named_locks.acquire(name, f"{self.worker_id}/{run_id}", ttl)
+        return self._named_locks.acquire(name, f"{self.worker_id}/{run_id}/attempt-{attempt}", ttl)
 
     def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
         try:
