@@ -15,7 +15,7 @@ from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.evidence import anchors, sinks
 from jobgate.runtime.outbox import publish_once
-from jobgate.service import audit, retries
+from jobgate.service import audit, control, retries
 from jobgate.service.engine import Engine
 from jobgate.service.retention import retire
 from jobgate.service.submission import SubmitRequest
@@ -424,5 +424,30 @@ def test_a_command_naming_a_retired_run_says_it_was_retired(database_url: str, t
         with engine.store.read() as tx:
             assert "retired" not in no_run(tx, run, "other-tenant").message  # another tenant's: nothing
             assert "retired" not in no_run(tx, run, "default", may_see=lambda job: False).message
+    finally:
+        store.dispose()
+
+
+def test_an_escalated_run_awaiting_review_is_kept_until_requeued(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: a run ESCALATED for manual review has no dead letter, and retention
+    deleted it with the finished runs (in the dry run's count too), so the review item vanished
+    and could no longer be requeued. It is kept, as an open dead letter is, until requeued."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        done = define(engine, handler="engine_handlers:succeed")
+        review = define(engine, handler="engine_handlers:fail_retryable", retry_policy="test_review_v1")
+        finished, escalated = submit(engine, done), submit(engine, review)
+        with running_worker(engine):
+            wait_status(engine, finished, RunStatus.COMPLETED)
+            wait_status(engine, escalated, RunStatus.ESCALATED)
+        later = _ready_to_retire(engine, tmp_path)
+        assert retire(engine, "default", now=later, dry_run=True).deleted == 1
+        assert retire(engine, "default", now=later).deleted == 1
+        with engine.store.read() as tx:
+            assert {r.job_run_id for r in tx.runs_get([finished, escalated])} == {escalated}
+        control.requeue_run(engine, escalated, actor="ops")  # the review it waited for
+        with engine.store.read() as tx:
+            assert tx.runs_get([escalated])[0].status is RunStatus.SCHEDULED
     finally:
         store.dispose()

@@ -20,7 +20,7 @@ def _retirable(
     conn: Connection, tenant_id: str, ended_before: datetime, scope: RetireScope, *, ordered_ids: bool
 ) -> Any:
     """The predicate of the runs retention may delete: finished before ``ended_before``, no event
-    undelivered, no open dead letter, not a step of a workflow run still active, not the source
+    undelivered, no open dead letter, not ESCALATED (awaiting review), not a step of a workflow run still active, not the source
     of a retry still to finish, within
     ``scope`` (its job classes; a resolved dead letter old enough). One predicate for the
     deletion and for its dry run, so the two agree."""
@@ -30,6 +30,9 @@ def _retirable(
 
     r = job_runs.c
     terminal = ("COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED", "ESCALATED")
+    # ESCALATED waits for a person's review (a requeue), as an open dead letter does, and has no
+    # dead letter to keep it: retired, the review item vanished (found by a review of retention).
+    settled = tuple(s for s in terminal if s != "ESCALATED")
     busy_event = exists().where(and_(outbox.c.job_run_id == r.job_run_id, undelivered(conn, ordered_ids)))
     open_letter = exists().where(and_(dead_letters.c.job_run_id == r.job_run_id, dead_letters.c.resolved_at.is_(None)))
     active_workflow = exists().where(
@@ -42,7 +45,7 @@ def _retirable(
     open_retry = exists().where(and_(retry.c.retry_of == r.job_run_id, retry.c.status.not_in(terminal)))
     clauses = [
         r.tenant_id == tenant_id,
-        r.status.in_(terminal),
+        r.status.in_(settled),
         r.ended_at < codec.to_us(ended_before),
         ~busy_event,
         ~open_letter,
