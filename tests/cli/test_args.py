@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from jobgate.cli.args import parse_params
@@ -65,3 +68,39 @@ def test_a_local_command_through_a_server_names_where_the_server_came_from(
     refused = result.exception
     assert isinstance(refused, ValidationError) and refused.field == named
     assert f"({named} is set)" in refused.message
+
+
+def _commands(group: Any, ctx: Any, path: str = "jobgate") -> Iterator[tuple[str, Any]]:
+    import click
+
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _commands(command, ctx, f"{path} {name}")
+        elif command is not None:
+            yield f"{path} {name}", command
+
+
+def test_every_tenant_option_takes_only_a_tenant_name() -> None:
+    """Found by a review: ``--tenant ' default'`` (or a quote, or a name no tenant has the form
+    of) gave read and maintenance commands "0 to delete", "none" or empty series, rc 0. Every
+    command's ``--tenant`` now goes through one rule, which refuses it naming the option."""
+    import click
+
+    from jobgate.cli.args import _tenant_name
+    from jobgate.cli.root import cli
+
+    ctx = click.Context(cli)
+    taking = [
+        (path, option)
+        for path, command in _commands(cli, ctx)
+        for option in command.params
+        if "--tenant" in getattr(option, "opts", ())
+    ]
+    assert len(taking) > 30, "the walk found the commands"
+    assert [path for path, option in taking if option.callback is not _tenant_name] == []
+    for bad in (" default", 'a"b', "", "x" * 65, "default\n"):
+        with pytest.raises(ValidationError) as err:
+            _tenant_name(ctx, taking[0][1], bad)
+        assert err.value.field == "--tenant"
+    assert _tenant_name(ctx, taking[0][1], "acme.eu") == "acme.eu"

@@ -6,13 +6,14 @@ import contextlib
 import errno
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import click
 
 from jobgate.core.errors import ValidationError
+from jobgate.core.tokens import TENANT_RULE, is_tenant_name
 
 
 def parse_params(values: tuple[str, ...]) -> dict[str, str]:
@@ -66,3 +67,20 @@ def new_output(path: Path, field: str, *, mode: int = 0o644) -> Iterator[IO[byte
             path.unlink()
         raise
     handle.close()
+
+
+def _tenant_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A ``--tenant`` that names no tenant (a leading space, a quote, another script's letter
+    that prints alike) is refused: read and maintenance commands otherwise answered "0 to
+    delete", "none" or empty series for it, as if the tenant had nothing (found by a review)."""
+    if value is not None and not is_tenant_name(value):
+        raise ValidationError(f"{value!r}: {TENANT_RULE}", field="--tenant")
+    return value
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def tenant_option(*, default: str | None = "default", help: str | None = None) -> Callable[[_Command], _Command]:
+    """The ``--tenant`` option of every command: one rule for what it accepts."""
+    return click.option("--tenant", default=default, show_default=default is not None, help=help, callback=_tenant_name)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import new_output
+from jobgate.cli.args import new_output, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
@@ -31,7 +31,7 @@ def evidence_group() -> None:
 @click.option("--definition", "job_definition_id", help="every run of a definition (with --from/--to: in that period)")
 @click.option("--from", "start", help="runs created at or after this instant (ISO 8601, with its zone)")
 @click.option("--to", "end", help="... and before this one")
-@click.option("--tenant", help="the tenant (a run's own by default; else default)")
+@tenant_option(default=None, help="the tenant (a run's own by default; else default)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="the zip to write")
 @pass_app
 def export(

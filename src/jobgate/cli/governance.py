@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.main import definitions
 from jobgate.core.canonical import isoformat_utc
@@ -22,7 +23,7 @@ from jobgate.service import approvals, audit
 @click.option("--digest", help="the content digest you reviewed: refused if the current version differs")
 @click.option("--code-digest", help="the code digest you reviewed: refused if the code here differs")
 @click.option("--by", "by", help="who approves (default: the OS user); four eyes compares it with the applier")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def approve(
     app: AppContext,
@@ -63,7 +64,7 @@ def approve(
 @click.command("revoke")
 @click.argument("job")
 @click.option("--reason", help="why (recorded)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def revoke(app: AppContext, job: str, reason: str | None, tenant: str) -> None:
     """Revoke JOB's approval: new triggers are refused, runs not yet started are cancelled."""
@@ -85,7 +86,7 @@ def revoke(app: AppContext, job: str, reason: str | None, tenant: str) -> None:
 
 @click.command("approval")
 @click.argument("job")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def approval(app: AppContext, job: str, tenant: str) -> None:
     """Who approved what, and whether the current content still matches it."""
@@ -142,7 +143,7 @@ def audit_group() -> None:
 
 
 @audit_group.command("list")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--actor")
 @click.option("--action")
 @click.option("--target", help="a target id (run, definition, request, token ...)")
@@ -198,7 +199,7 @@ def audit_list(
 
 
 @audit_group.command("verify")
-@click.option("--tenant", help="one tenant's chain (default: every chain)")
+@tenant_option(default=None, help="one tenant's chain (default: every chain)")
 @click.option("--offline", is_flag=True, help="do not read the anchor sink (a warning says the anchors are unchecked)")
 @click.option(
     "--records",
@@ -302,7 +303,7 @@ def _render_records(app: AppContext, report: Any) -> None:
 
 
 @audit_group.command("seal")
-@click.option("--tenant", help="one tenant (default: every tenant with seals waiting)")
+@tenant_option(default=None, help="one tenant (default: every tenant with seals waiting)")
 @pass_app
 def audit_seal(app: AppContext, tenant: str | None) -> None:
     """Chain the seals not yet chained into the audit log now (what the leader does every
@@ -318,7 +319,7 @@ def audit_seal(app: AppContext, tenant: str | None) -> None:
 
 
 @audit_group.command("anchor")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def audit_anchor(app: AppContext, tenant: str) -> None:
     """Anchor the tenant's ended windows now (what the DAL_ANCHOR_JOB does on its schedule)."""
@@ -337,7 +338,7 @@ def audit_anchor(app: AppContext, tenant: str) -> None:
 
 @audit_group.command("proof")
 @click.argument("seq", type=click.IntRange(1))
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
     """The inclusion proof of entry SEQ in its anchored root (JSON), for offline checking."""
@@ -400,7 +401,7 @@ def retention_group() -> None:
 
 
 @retention_group.command("run")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--dry-run", is_flag=True, help="count what would go; delete nothing")
 @pass_app
 def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import FiniteFloat, parse_params
+from jobgate.cli.args import FiniteFloat, parse_params, tenant_option
 from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
@@ -300,7 +300,7 @@ def definitions() -> None:
 
 
 @definitions.command("list")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def definitions_list(app: AppContext, tenant: str) -> None:
     with app.engine().store.read() as tx:
@@ -328,7 +328,7 @@ def definitions_list(app: AppContext, tenant: str) -> None:
 
 @definitions.command("show")
 @click.argument("job")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def definitions_show(app: AppContext, job: str, tenant: str) -> None:
     with app.engine().store.read() as tx:
@@ -362,7 +362,7 @@ def definitions_show(app: AppContext, job: str, tenant: str) -> None:
 @click.option("--request-id", help="idempotency: the same request id always maps to the same run")
 @click.option("--reason", help="why this run is requested (recorded with the trigger)")
 @click.option("--by", "requested_by", default=None, help="who requests it (default: $USER)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option(
     "--count",
     default=1,
@@ -429,7 +429,7 @@ def runs() -> None:
 @click.option("--job", help="only runs of this definition")
 @click.option("--class", "job_class", help="only runs of this job class")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--wide", is_flag=True, help="full run ids and every column (the default fits 80 columns)")
 @pass_app
 def runs_list(
@@ -586,7 +586,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @click.option("--all", "show_all", is_flag=True, help="include resolved dead letters")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--wide", is_flag=True, help="full run ids and every column (the default fits 80 columns)")
 @pass_app
 def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:

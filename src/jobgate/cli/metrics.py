@@ -8,12 +8,13 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobgate.cli import render
+from jobgate.cli.args import tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.telemetry.metrics import exposition
 
 
 @click.command("metrics")
-@click.option("--tenant", help="this tenant's series only (default: every tenant)")
+@tenant_option(default=None, help="this tenant's series only (default: every tenant)")
 @pass_app
 def metrics_command(app: AppContext, tenant: str | None) -> None:
     """Print the Prometheus exposition the server's /metrics gives for the database figures

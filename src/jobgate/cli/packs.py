@@ -14,10 +14,10 @@ from pathlib import Path
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import new_output
+from jobgate.cli.args import new_output, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 
-TENANT = click.option("--tenant", default="default", show_default=True, help="the tenant whose registry it is")
+TENANT = tenant_option(help="the tenant whose registry it is")
 
 
 @click.group("packs")

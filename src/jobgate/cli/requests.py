@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import parse_params
+from jobgate.cli.args import parse_params, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import RunRequest
@@ -43,7 +43,7 @@ def requests_group() -> None:
 @click.option("--title", required=True)
 @click.option("--reason", required=True)
 @click.option("--by", "actor", help="who proposes (default: you)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def propose(
     app: AppContext, job: str, params: tuple[str, ...], title: str, reason: str, actor: str | None, tenant: str
@@ -62,7 +62,7 @@ def propose(
 
 @requests_group.command("list")
 @click.option("--status", type=click.Choice(["pending", "approved", "rejected"]))
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def list_requests(app: AppContext, status: str | None, tenant: str) -> None:
     rows = [_row(r) for r in requests.listed(app.engine(), tenant, status=status)]
@@ -76,7 +76,7 @@ def list_requests(app: AppContext, status: str | None, tenant: str) -> None:
 
 @requests_group.command("show")
 @click.argument("request_id")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def show(app: AppContext, request_id: str, tenant: str) -> None:
     row = _row(requests.get(app.engine(), tenant, request_id))
@@ -86,7 +86,7 @@ def show(app: AppContext, request_id: str, tenant: str) -> None:
 @requests_group.command("test")
 @click.argument("request_id")
 @click.option("--by", "actor", help="who reviews (default: you)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> None:
     """Dry run: every admission check, nothing stored or executed."""
@@ -102,7 +102,7 @@ def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> No
 @click.argument("request_id")
 @click.option("--note")
 @click.option("--by", "actor", help="who approves (default: you; never the proposer)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def approve(app: AppContext, request_id: str, note: str | None, actor: str | None, tenant: str) -> None:
     done = requests.approve(app.engine(), tenant, request_id, actor=actor or getpass.getuser(), note=note)
@@ -113,7 +113,7 @@ def approve(app: AppContext, request_id: str, note: str | None, actor: str | Non
 @click.argument("request_id")
 @click.option("--note", required=True, help="what the proposer should know")
 @click.option("--by", "actor", help="who rejects (default: you)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def reject(app: AppContext, request_id: str, note: str, actor: str | None, tenant: str) -> None:
     done = requests.reject(app.engine(), tenant, request_id, actor=actor or getpass.getuser(), note=note)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import SafeModePeriod
@@ -45,7 +46,7 @@ def _line(p: SafeModePeriod | None) -> str:
 
 
 @safe_mode.command("status")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def status(app: AppContext, tenant: str) -> None:
     """Whether safe mode is on, since when, by whom and why."""
@@ -55,7 +56,7 @@ def status(app: AppContext, tenant: str) -> None:
 @safe_mode.command("on")
 @click.option("--reason", required=True, help="why (recorded with the activation)")
 @click.option("--by", "actor", help="who (default: the OS user)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def on(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
     """Activate safe mode (refused if it is on already)."""
@@ -65,7 +66,7 @@ def on(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
 @safe_mode.command("off")
 @click.option("--reason", required=True, help="why (recorded with the deactivation)")
 @click.option("--by", "actor", help="who (default: the OS user)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def off(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
     """Deactivate safe mode (refused if it is off)."""
@@ -73,7 +74,7 @@ def off(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
 
 
 @safe_mode.command("history")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @pass_app
 def history(app: AppContext, tenant: str, limit: int) -> None:

@@ -17,7 +17,7 @@ import click
 from rich.progress import Progress
 
 from jobgate.cli import render
-from jobgate.cli.args import FiniteFloat
+from jobgate.cli.args import FiniteFloat, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ValidationError
@@ -43,7 +43,7 @@ def schedules() -> None:
 
 
 @schedules.command("list")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_list(app: AppContext, tenant: str) -> None:
     with app.engine().store.read() as tx:
@@ -125,7 +125,7 @@ def _when(s: Schedule) -> str:
 @click.option("--grace-seconds", "misfire_grace_seconds", type=float, default=60, show_default=True)
 @click.option("--max-catchup", type=int, default=100, show_default=True)
 @click.option("--overlap", default="allow", show_default=True, type=click.Choice(["allow", "forbid", "replace"]))
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--allow-pending", is_flag=True, help="store it paused until its definition is approved")
 @pass_app
 def schedules_add(
@@ -199,7 +199,7 @@ def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
 )
 @click.option("--by", "source", required=True, help="who recommends it (e.g. the DSAIL recommender)")
 @click.option("--reason")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_recommend(
     app: AppContext, schedule_id: str, every_seconds: float, source: str, reason: str | None, tenant: str
@@ -223,7 +223,7 @@ def schedules_recommend(
 
 @schedules.command("changes")
 @click.argument("schedule_id")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
     """Every change of a schedule: created, updated, paused, resumed, deleted (who, when, from
@@ -243,7 +243,7 @@ def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
 @click.option("--reason", type=click.Choice([r.value for r in MissReason]), help="only misses for this reason")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.option("--after", help="only misses after this instant (the last one of the previous page)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_misses(
     app: AppContext, schedule_id: str, reason: str | None, limit: int, after: str | None, tenant: str
@@ -261,7 +261,7 @@ def schedules_misses(
 
 @schedules.command("pause")
 @click.argument("schedule_id")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
     _pause(app, schedule_id, tenant, True)
@@ -269,7 +269,7 @@ def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
 
 @schedules.command("resume")
 @click.argument("schedule_id")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_resume(app: AppContext, schedule_id: str, tenant: str) -> None:
     _pause(app, schedule_id, tenant, False)
@@ -285,7 +285,7 @@ def _pause(app: AppContext, schedule_id: str, tenant: str, paused: bool) -> None
 
 @schedules.command("delete")
 @click.argument("schedule_id")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
     service.delete(app.engine(), tenant, schedule_id, now=app.engine().clock.now(), actor=getpass.getuser())
@@ -295,7 +295,7 @@ def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
 @click.command("next")
 @click.argument("job")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
     """The next fire times of JOB's schedules, in each schedule's timezone and in UTC (a paused
@@ -339,7 +339,7 @@ def events() -> None:
 )
 @click.option("--data", default="{}", show_default=True, help="a JSON object, or @file.json")
 @click.option("--by", "requested_by", help="who posts it (default: $USER)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def events_emit(
     app: AppContext, event_type: str, event_id: str, data: str, requested_by: str | None, tenant: str
@@ -393,7 +393,7 @@ def facts() -> None:
 @click.argument("name")
 @click.argument("value", type=float)
 @click.option("--source", default="cli", show_default=True, help="where the observation comes from")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def facts_record(app: AppContext, name: str, value: float, source: str, tenant: str) -> None:
     """Record NAME = VALUE; a policy whose condition becomes true with it fires (once per episode)."""
@@ -412,7 +412,7 @@ def alerts() -> None:
 @click.argument("name")
 @click.option("--status", type=click.Choice(["firing", "resolved"]), default="firing", show_default=True)
 @click.option("--data", default="{}", show_default=True, help="a JSON object (numeric fields become facts), or @file")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def alerts_post(app: AppContext, name: str, status: str, data: str, tenant: str) -> None:
     fires = triggers.post_alert(
@@ -448,7 +448,7 @@ def _policy_fires(app: AppContext, fires: list[triggers.PolicyFire], line: str) 
 @click.option("--schedule", "schedule_id", help="which of JOB's schedules gives the slots")
 @click.option("--dry-run", is_flag=True, help="list the slots and their existing runs; store nothing")
 @click.option("--by", "requested_by", help="who requests it (default: $USER)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def backfill_command(
     app: AppContext,

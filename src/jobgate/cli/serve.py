@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import NotReadyError
 from jobgate.plugins.admission import admit as admit_plugins
@@ -114,7 +115,7 @@ def load_definitions_at_start(engine: Engine) -> None:
 
 
 @click.command("doctor")
-@click.option("--tenant", help="count this tenant's queue and outbox only (default: every tenant)")
+@tenant_option(default=None, help="count this tenant's queue and outbox only (default: every tenant)")
 @pass_app
 def doctor_command(app: AppContext, tenant: str | None) -> None:
     """Check the deployment: database, schema, queue, workers, scheduler leader, outbox."""

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import BreachRecord
@@ -46,7 +47,7 @@ def check_command(app: AppContext) -> None:
 
 
 @sla_group.command("breaches")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--phase", type=click.Choice([p.value for p in Phase]), help="only reminders or only breaches")
 @click.option("--kind", type=click.Choice([k.value for k in DeadlineKind]), help="only this deadline kind")
 @click.option("--subject", "subject_id", help="only this run or workflow run")

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
@@ -39,7 +40,7 @@ def _record(t: StoredToken) -> dict[str, Any]:
 
 
 @tokens.command("create")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--role", required=True, type=click.Choice([r.value for r in Role]))
 @click.option("--job", "jobs", multiple=True, help="limit the token to this definition (repeatable)")
 @click.option("--label", default="", help="what the token is for")
@@ -78,7 +79,7 @@ def create(
 
 
 @tokens.command("list")
-@click.option("--tenant", help="only this tenant's tokens")
+@tenant_option(default=None, help="only this tenant's tokens")
 @pass_app
 def list_tokens(app: AppContext, tenant: str | None) -> None:
     """Every token without its secret: id, tenant, role, limits, dates."""
@@ -91,7 +92,7 @@ def list_tokens(app: AppContext, tenant: str | None) -> None:
 
 @tokens.command("revoke")
 @click.argument("token_id", required=False)
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option(
     "--principal",
     help="instead of one token: every token of this person and every token they minted (someone who left)",

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import parse_params
+from jobgate.cli.args import parse_params, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotReadyError
@@ -91,7 +91,7 @@ def workflows_group() -> None:
 @click.option("--key", "client_key", help="idempotency: the same key always finds the same workflow run")
 @click.option("--reason", help="why (recorded with the start and in the audit log)")
 @click.option("--by", "actor", help="who starts it (default: you)")
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @click.option("--wait", is_flag=True, help="wait until the workflow ends (a worker must be running)")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1, 86_400), help="seconds")
 @pass_app
@@ -151,7 +151,7 @@ def _wait(engine: Any, workflow_run_id: str, timeout: float) -> WorkflowView:
 @click.option("--status", type=click.Choice([s.value for s in WORKFLOW_STATUSES], case_sensitive=False))
 @click.option("--workflow", "job_definition_id", help="only runs of this workflow definition")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option()
 @pass_app
 def list_workflows(app: AppContext, status: str | None, job_definition_id: str | None, limit: int, tenant: str) -> None:
     engine = app.engine()
@@ -171,7 +171,7 @@ def list_workflows(app: AppContext, status: str | None, job_definition_id: str |
 @workflows_group.command("show")
 @click.argument("workflow_run_id")
 @click.option("--transitions", is_flag=True, help="also every state change, in order")
-@click.option("--tenant", default=None, help="only if it belongs to this tenant")
+@tenant_option(default=None, help="only if it belongs to this tenant")
 @pass_app
 def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str | None) -> None:
     view = workflow_service.workflow_view(app.engine(), workflow_run_id, tenant)
@@ -198,7 +198,7 @@ def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str |
 @workflows_group.command("cancel")
 @click.argument("workflow_run_id")
 @click.option("--by", "actor", help="who cancels (default: you)")
-@click.option("--tenant", default=None, help="only if it belongs to this tenant")
+@tenant_option(default=None, help="only if it belongs to this tenant")
 @pass_app
 def cancel(app: AppContext, workflow_run_id: str, actor: str | None, tenant: str | None) -> None:
     """Cancel pending steps and stop running ones."""

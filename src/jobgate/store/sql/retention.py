@@ -20,8 +20,8 @@ def _retirable(
     conn: Connection, tenant_id: str, ended_before: datetime, scope: RetireScope, *, ordered_ids: bool
 ) -> Any:
     """The predicate of the runs retention may delete: finished before ``ended_before``, no event
-    undelivered, no open dead letter, not ESCALATED (awaiting review), not a step of a workflow run still active, not the source
-    of a retry still to finish, within
+    undelivered, no open dead letter, not ESCALATED (awaiting review), not a step of a workflow
+    run still active, not the source of a retry still to finish, within
     ``scope`` (its job classes; a resolved dead letter old enough). One predicate for the
     deletion and for its dry run, so the two agree."""
     from sqlalchemy import and_, exists
