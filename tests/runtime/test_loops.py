@@ -7,6 +7,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from jobgate.runtime.loops import LoopThread
 from jobgate.testing import FakeClock, run_loop
@@ -67,6 +68,36 @@ def test_a_failing_pass_is_counted_and_the_loop_goes_on_after_its_back_off() -> 
         thread.stop()
         assert thread.join(10)
     assert len(loop.seen) >= 4 and loop.closed == 1
+
+
+class Disconnected(Recording):
+    """A loop whose first pass finds its database session dropped (a killed backend)."""
+
+    def step(self, now: datetime) -> timedelta:
+        self.seen.append(now)
+        if len(self.seen) == 1:
+            raise OperationalError("SELECT 1", {}, Exception("server closed the connection unexpectedly"))
+        if len(self.seen) == 2:
+            raise RuntimeError("a bug")
+        return self.wait
+
+
+def test_a_dropped_session_is_one_warning_line_and_a_bug_keeps_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by a review: killed database sessions filled the outbox and workflow loops' logs with
+    ERROR entries of sixty-line tracebacks, where the guide calls them passing errors and the
+    worker's cycle logs one warning line for them."""
+    loop = Disconnected(timedelta(0))
+    thread = LoopThread(loop, FakeClock(T0), error_backoff=timedelta(0)).start()
+    try:
+        assert thread.wait_passes(3, timeout=10)
+    finally:
+        thread.stop()
+        assert thread.join(10)
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "loop_failed"]
+    assert [(r.levelname, r.exc_info is not None) for r in failed] == [("WARNING", False), ("ERROR", True)]
+    assert "database unavailable (OperationalError)" in failed[0].getMessage()
 
 
 def test_the_fake_clock_moves_only_forward_and_when_told() -> None:

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from jobgate.clock import Clock
+from jobgate.store.errors import is_transient
 
 log = logging.getLogger("jobgate.loops")
 
@@ -72,8 +73,16 @@ class LoopThread:
                 try:
                     wait = self.loop.step(self.clock.now())
                     self._count(failed=False)
-                except Exception:
-                    log.exception("%s: pass failed; trying again", self.loop.name, extra={"action": "loop_failed"})
+                except Exception as exc:
+                    if is_transient(exc):  # a dropped session or a deadlock: a passing error, one line
+                        log.warning(
+                            "%s: pass failed: database unavailable (%s); trying again",
+                            self.loop.name,
+                            type(exc).__name__,
+                            extra={"action": "loop_failed"},
+                        )
+                    else:
+                        log.exception("%s: pass failed; trying again", self.loop.name, extra={"action": "loop_failed"})
                     self._count(failed=True)
                     wait = self.error_backoff
                 if wait > timedelta(0):
