@@ -239,6 +239,9 @@ def test_streams_refuse_an_id_beyond_history_and_end_on_revocation_and_age(strea
     h = w.headers("acme", Role.CONSUMER)
     beyond = w.client.get(f"{API}/runs/{run.job_run_id}/stream", headers={**h, "Last-Event-ID": "99"})
     assert beyond.status_code == 400 and beyond.json()["field"] == "Last-Event-ID"
+    for malformed in ("abc", "-1", "1.5", " 7x", "1" * 13):  # found by a review: 422, not the documented 400
+        bad = w.client.get(f"{API}/runs/{run.job_run_id}/stream", headers={**h, "Last-Event-ID": malformed})
+        assert bad.status_code == 400 and bad.json()["field"] == "Last-Event-ID", (malformed, bad.text)
     made = tokens.create(w.engine, tenant_id="acme", role="consumer", actor="test")
     mine = {"Authorization": f"Bearer {made.token}"}
     with w.client.stream("GET", f"{API}/runs/{run.job_run_id}/stream", headers=mine) as r:

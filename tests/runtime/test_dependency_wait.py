@@ -32,6 +32,7 @@ from jobgate.core.states import RunStatus
 from jobgate.health.rules import alert_body
 from jobgate.runtime.dependencies import DependencyMonitor
 from jobgate.runtime.outbox import RecordingSink, envelope, publish_once
+from jobgate.runtime.process import WorkerProcess
 from jobgate.runtime.worker import Worker, WorkerSettings
 from jobgate.service import doctor
 from jobgate.service.doctor import Level
@@ -336,3 +337,26 @@ def test_probes_tell_up_from_down(tmp_path: Path) -> None:
     blocker.write_text("")
     problem = probe(check(ProbeKind.FILE, str(blocker / "a.jsonl")))
     assert problem is not None and problem.startswith("cannot create")
+
+
+def test_exit_when_idle_stops_with_runs_whose_dependency_is_down_and_names_them(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Found by a review: ``jobgate worker --exit-when-idle`` never exited while a due run waited
+    for a dependency that was down, hanging the script or CI that relied on it. It stops once
+    nothing it would claim is due, and names the runs it leaves waiting."""
+    deps = {"dal": {"url": closed_port_url(), "ttl_seconds": 0.2, "max_wait_seconds": 3600}}
+    with engine_with(database_url, tmp_path, dependencies=deps) as engine:
+        needy = define(engine, dependencies=["dal"])
+        waiting = submit(engine, needy, 2, "w")
+        proc = WorkerProcess(engine, WorkerSettings(poll_interval=timedelta(milliseconds=20)), publish=False)
+        proc.start()
+        proc.stop_when_idle()
+        ended = threading.Event()
+        threading.Thread(target=lambda: (proc.join(), ended.set()), daemon=True).start()
+        try:
+            assert ended.wait(60), "the worker did not exit"  # real time: a bound on the process's own exit
+        finally:
+            proc.stop()
+        assert sorted(r.job_run_id for r in proc.left_behind()) == sorted(waiting)
+        assert {get_run(engine, r).status for r in waiting} == {RunStatus.SCHEDULED}

@@ -695,7 +695,8 @@ def worker(
     if left:  # found by a review: it stopped in silence, as if nothing were due
         jobs = sorted({r.job_definition_id for r in left})
         render.err.print(
-            f"{len(left)} run(s) of {', '.join(jobs)} still wait: this worker cannot run them here (its log says"
-            " why); start a worker where their code, runner or policy is",
+            f"{len(left)} run(s) of {', '.join(jobs)} still wait: this worker cannot run them here or a"
+            " dependency they need is down (its log says which); start a worker where their code, runner or"
+            " policy is, or bring the dependency back",
             markup=False,
         )

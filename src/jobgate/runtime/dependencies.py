@@ -105,6 +105,18 @@ class DependencyMonitor:
     def states(self) -> dict[str, State]:
         return dict(self._states)
 
+    def held_back(self) -> frozenset[str]:
+        """The definition digests this host will not run until something changes: a dependency
+        they need was seen down, or has no check here. Not those whose dependency is merely not
+        checked yet (its first check is on its way): ``--exit-when-idle`` stops on this."""
+        states, unconfigured = dict(self._states), set(self._unconfigured)
+
+        def held(name: str) -> bool:
+            state = states.get(name)
+            return name in unconfigured or (state is not None and state.up is False)
+
+        return frozenset(key for key, names in self._needs.items() if any(held(n) for n in names))
+
     def wait_passes(self, n: int, timeout: float) -> bool:
         """Wait until the background thread has made ``n`` more passes (a signal for tests and
         tools, instead of sleeping); False if it did not within ``timeout`` seconds."""

@@ -159,9 +159,10 @@ class WorkerProcess:
         def watch() -> None:
             while not self.worker.wait_stopped(poll):
                 if self.worker.idle.is_set():
+                    beyond = self._beyond()
                     with store.read() as tx:
-                        waiting = self._waiting(tx, limit=1 if not self.worker.unrunnable else 1000)
-                        busy = any(r.definition_digest not in self.worker.unrunnable for r in waiting)
+                        waiting = self._waiting(tx, limit=1 if not beyond else 1000)
+                        busy = any(r.definition_digest not in beyond for r in waiting)
                         # A workflow with something to decide is about to make its next step; one
                         # whose steps wait on held runs (a gate) waits on nobody here.
                         busy = busy or bool(tx.workflows_due(1))
@@ -177,10 +178,16 @@ class WorkerProcess:
         gate, not for a worker: it keeps nobody busy)."""
         return tx.runs_list(RunFilter(statuses=tuple((PENDING - {RunStatus.HELD}) | LEASED), limit=limit))
 
+    def _beyond(self) -> frozenset[str]:
+        """The definition digests whose runs this worker will not claim now: code it cannot run
+        here, or a dependency that is down. A run of them waiting kept ``--exit-when-idle``
+        running for ever (found by a review: a dependency down, the worker never stopped)."""
+        return self.worker.unrunnable | self.worker.dependencies.held_back()
+
     def left_behind(self) -> list[JobRun]:
-        """The waiting runs of the definitions this worker found it cannot run here (another
-        host may): what an idle worker leaves queued as it stops."""
-        beyond = self.worker.unrunnable
+        """The waiting runs of the definitions this worker cannot run here (another host may) or
+        whose dependency is down: what an idle worker leaves queued as it stops."""
+        beyond = self._beyond()
         if not beyond:
             return []
         with self.worker.engine.store.read() as tx:
