@@ -91,3 +91,29 @@ def test_a_second_attempt_of_a_run_on_the_same_worker_is_another_holder(engine: 
         worker._watcher.close()
         worker.dependencies.stop()
         worker._rescuer.close()
+
+
+def test_a_lock_taken_again_inside_its_own_block_is_busy_and_a_late_renew_takes_nothing(engine: Engine) -> None:
+    """Found by a regression review: a handler taking a lock it already held (nested) got the
+    same token, and leaving the inner block freed the outer hold while it still ran; and a
+    renew after the expiry took the unclaimed lock again under a new token while saying False,
+    leaving it held by nobody's release."""
+    now = [engine.clock.now()]
+    worker = Worker(engine, WorkerSettings(concurrency=1))
+    worker._named_locks = NamedLocks(engine.store, lambda: now[0])
+    try:
+        outer = worker._lock("TGJOBRUN-1", 1, "batch", "k1", timedelta(seconds=5))
+        with pytest.raises(LockBusy):
+            worker._lock("TGJOBRUN-1", 1, "batch", "k1", timedelta(seconds=5))
+        assert outer.renew()  # still its holder
+        now[0] += timedelta(seconds=6)  # expired, nobody took it
+        assert not outer.renew()
+        with engine.store.read() as tx:
+            held = tx.lock_get("batch:k1")
+        assert held is not None and held.token == outer.token and held.expires_at <= now[0]
+        other = worker._lock("TGJOBRUN-2", 1, "batch", "k1", timedelta(seconds=5))
+        assert other.token == outer.token + 1
+    finally:
+        worker._watcher.close()
+        worker.dependencies.stop()
+        worker._rescuer.close()

@@ -451,3 +451,24 @@ def test_an_escalated_run_awaiting_review_is_kept_until_requeued(database_url: s
             assert tx.runs_get([escalated])[0].status is RunStatus.SCHEDULED
     finally:
         store.dispose()
+
+
+def test_the_source_of_an_escalated_retry_is_kept(database_url: str, tmp_path: Path) -> None:
+    """Found by a regression review: retention kept ESCALATED runs but still deleted the source
+    of an ESCALATED retry, so the retry awaiting review lost its parent."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        review = define(engine, handler="engine_handlers:fail_retryable", retry_policy="test_review_v1")
+        source = submit(engine, review)
+        control.cancel_run(engine, source, actor="ops", reason="not yet")
+        pending, _ = retries.retry(engine, source, actor="ada", tenant_id="default")
+        with running_worker(engine):
+            wait_status(engine, pending.job_run_id, RunStatus.ESCALATED)
+        later = _ready_to_retire(engine, tmp_path)
+        assert retire(engine, "default", now=later, dry_run=True).deleted == 0
+        assert retire(engine, "default", now=later).deleted == 0
+        with engine.store.read() as tx:
+            assert {r.job_run_id for r in tx.runs_get([source, pending.job_run_id])} == {source, pending.job_run_id}
+    finally:
+        store.dispose()

@@ -88,8 +88,14 @@ class NamedLocks:
         return HeldLock(name, owner, token, ttl, self._renew)
 
     def _renew(self, held: HeldLock) -> bool:
+        """Extend a lock still held under ``held.token``; never take it again. A renew that came
+        after the expiry re-took an unclaimed lock under a new token: it said False, and the
+        lock stayed held by nobody's release until its expiry (found by a review)."""
+        now = self.now()
         with self.store.write() as tx:
-            token = tx.lock_acquire(held.name, held.owner, self.now(), held.ttl)
+            if not tx.lock_holds(held.name, held.owner, held.token, now):
+                return False
+            token = tx.lock_acquire(held.name, held.owner, now, held.ttl)
         return token == held.token
 
     def release(self, held: HeldLock) -> None:

@@ -19,6 +19,7 @@ import functools
 import logging
 import os
 import queue
+import secrets
 import socket
 import threading
 import time
@@ -749,7 +750,10 @@ class Worker:
             name = lock_name(kind, key)
         except ValidationError as exc:  # a handler's bug: retrying cannot fix it
             raise NonRetryableError(f"{exc.field}: {exc.message}", error_code="BAD_LOCK_NAME") from None
-        return self._named_locks.acquire(name, f"{self.worker_id}/{run_id}/attempt-{attempt}", ttl)
+        # Each take its own holder: a handler taking a lock it already holds (nested) is told it
+        # is busy; as one holder, the inner release freed the outer hold (found by a review).
+        take = secrets.token_hex(3)
+        return self._named_locks.acquire(name, f"{self.worker_id}/{run_id}/attempt-{attempt}/{take}", ttl)
 
     def _progress(self, run_id: str, token: int, fraction: float | None, message: str | None) -> None:
         try:

@@ -42,7 +42,7 @@ def _retirable(
         )
     )
     retry = job_runs.alias("retry")
-    open_retry = exists().where(and_(retry.c.retry_of == r.job_run_id, retry.c.status.not_in(terminal)))
+    open_retry = exists().where(and_(retry.c.retry_of == r.job_run_id, retry.c.status.not_in(settled)))
     clauses = [
         r.tenant_id == tenant_id,
         r.status.in_(settled),
