@@ -311,3 +311,18 @@ def test_a_completion_run_named_by_its_timestamp_as_written_is_found_again(engin
     again = pubsub_triggers.fire(engine, "default", Verdict(read, (sub,)), via="state")
     assert [(f.job_run_id, f.created) for f in again] == [(made.job_run_id, False)]
     assert count(engine, "job_runs") == 1
+
+
+def test_other_data_under_a_received_id_stores_nothing_even_for_a_schedule_added_since(engine: Engine) -> None:
+    """Found by a regression review: a schedule added after an event's first delivery made a
+    run of a redelivery carrying other data, while the earlier schedules said "received before
+    with other data". The id names one event: refused (409, field data), nothing stored."""
+    job, added = define(engine, trigger_type="event"), define(engine, trigger_type="event")
+    subscribe(engine, "first", job, "t.ev")
+    emit_event(engine, event_type="t.ev", event_id="e1", data={"n": 1}, tenant_id="default", actor="t")
+    subscribe(engine, "since", added, "t.ev")
+    with pytest.raises(ConflictError) as conflict:
+        emit_event(engine, event_type="t.ev", event_id="e1", data={"n": 2}, tenant_id="default", actor="t")
+    assert conflict.value.field == "data" and count(engine, "job_runs") == 1
+    same = emit_event(engine, event_type="t.ev", event_id="e1", data={"n": 1}, tenant_id="default", actor="t")
+    assert [f.created for f in same] == [False, True]  # the same event: the new schedule's job runs it

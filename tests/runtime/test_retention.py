@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from runtime_support import running_worker, wait_status
 from sqlalchemy import text
+from tests.runtime.test_event_triggers import subscribe
 
 from helpers import count, define, make_config
 from jobgate.core.records import AuditFilter
@@ -19,6 +20,7 @@ from jobgate.service import audit, control, retries
 from jobgate.service.engine import Engine
 from jobgate.service.retention import retire
 from jobgate.service.submission import SubmitRequest
+from jobgate.service.triggers import emit_event
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
 
@@ -470,5 +472,32 @@ def test_the_source_of_an_escalated_retry_is_kept(database_url: str, tmp_path: P
         assert retire(engine, "default", now=later).deleted == 0
         with engine.store.read() as tx:
             assert {r.job_run_id for r in tx.runs_get([source, pending.job_run_id])} == {source, pending.job_run_id}
+    finally:
+        store.dispose()
+
+
+def test_an_event_redelivered_after_retention_is_answered_with_its_retired_run(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Found by a regression review: an event redelivered after retention deleted its run was
+    refused by each schedule (a miss recorded each time) and, with the quota spent, told 429;
+    it had its run, and is answered with it, before any gate or quota."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:succeed", trigger_type="event")
+        subscribe(engine, "on-ev", job, "t.ev")
+        (first,) = emit_event(engine, event_type="t.ev", event_id="e1", data={}, tenant_id="default", actor="t")
+        assert first.job_run_id is not None
+        with running_worker(engine):
+            wait_status(engine, first.job_run_id, RunStatus.COMPLETED)
+        later = _ready_to_retire(engine, tmp_path)
+        assert retire(engine, "default", now=later).deleted == 1
+        misses = count(engine, "schedule_misses")
+        (again,) = emit_event(
+            engine, event_type="t.ev", event_id="e1", data={}, tenant_id="default", actor="t", quota=True
+        )
+        assert (again.job_run_id, again.created, again.refused) == (first.job_run_id, False, None)
+        assert count(engine, "schedule_misses") == misses and count(engine, "job_runs") == 0
     finally:
         store.dispose()

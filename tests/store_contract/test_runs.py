@@ -15,6 +15,7 @@ from datetime import timedelta
 import pytest
 from tests.helpers import count
 from tests.store_contract.support import (
+    JOB,
     T0,
     WORKER,
     apply,
@@ -450,3 +451,9 @@ def test_run_ids_ending_finds_the_runs_a_short_id_names(engine: Engine) -> None:
         assert len(tx.run_ids_ending(first.job_run_id[-1:], limit=5)) <= 5
     with pytest.raises(ValueError), engine.store.read() as tx:
         tx.run_ids_ending("%")
+
+
+def test_runs_retired_in_slots_is_empty_for_slots_no_retired_run_held(engine: Engine) -> None:
+    with engine.store.read() as tx:
+        assert tx.runs_retired_in_slots("default", []) == {}
+        assert tx.runs_retired_in_slots("default", [(JOB, "TGEVENT-e1")]) == {}

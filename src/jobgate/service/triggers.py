@@ -92,15 +92,30 @@ def emit_event(
         # Delivered before to a paused schedule? Read in the same transaction as the schedules.
         recorded = {s.schedule_id: tx.miss_of_event(tenant_id, s.schedule_id, event_id) for s in subscribed}
         slot = slot_of_event(event_id)
-        held = tx.runs_holding_slots(tenant_id, [(s.job_definition_id, slot) for s in subscribed]) if subscribed else {}
+        pairs = [(s.job_definition_id, slot) for s in subscribed]
+        held = tx.runs_holding_slots(tenant_id, pairs) if subscribed else {}
+        # a run retention deleted held its slot too: the event had its run (one per event, ever)
+        retired = tx.runs_retired_in_slots(tenant_id, [p for p in pairs if p not in held])
     for schedule in subscribed:  # checked before any schedule fires: all or nothing
         for name in schedule.payload_params:
             if name in data:
                 param_value(data[name], name)
+    # Other data under an id already received is the sender's mistake, refused before anything
+    # is stored: a schedule added since the first delivery made a run of it (found by a review).
+    for first in {r.job_run_id: r for r in held.values()}.values():
+        if _received_with_other_data(engine, first.job_run_id, data) is not None:
+            raise ConflictError(
+                f"event {event_id!r} was received before with other data (run {first.job_run_id}):"
+                " an event id names one event; send a new event under a new id",
+                field="data",
+            )
     fresh = [
         s
         for s in subscribed
-        if (s.job_definition_id, slot) not in held and recorded[s.schedule_id] is None and not s.paused
+        if (s.job_definition_id, slot) not in held
+        and (s.job_definition_id, slot) not in retired
+        and recorded[s.schedule_id] is None
+        and not s.paused
     ]
     if quota and fresh:
         check_daily_quota(engine, tenant_id, len({s.job_definition_id for s in fresh}))
@@ -108,8 +123,10 @@ def emit_event(
     out: list[EventFire] = []
     for schedule in subscribed:
         if (had := held.get((schedule.job_definition_id, slot))) is not None:  # delivered before: its run
-            other = _received_with_other_data(engine, had.job_run_id, data)
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, had.job_run_id, False, other))
+            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, had.job_run_id, False, None))
+            continue
+        if (gone := retired.get((schedule.job_definition_id, slot))) is not None:  # its run, since retired
+            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, gone.job_run_id, False, None))
             continue
         if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
             why = f"recorded {recorded[schedule.schedule_id]} when first delivered"

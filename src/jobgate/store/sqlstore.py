@@ -597,6 +597,16 @@ class StoreTx:
         """The run of ``tenant_id`` holding each (job definition, slot) pair that one holds."""
         return runs.runs_holding_slots(self._conn, tenant_id, pairs)
 
+    def runs_retired_in_slots(
+        self, tenant_id: str, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], RetiredRun]:
+        """The retired run of ``tenant_id`` that held each (job definition, slot) pair, where
+        retention deleted one (``retired_runs`` remembers it)."""
+        if not pairs:
+            return {}
+        found = retention.retired_holders(self._conn, [], [(tenant_id, job, slot) for job, slot in pairs])
+        return {(r.job_definition_id, r.slot): r for r in found if r.slot is not None and r.tenant_id == tenant_id}
+
     def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
         """The stored runs holding these runs' keys or slots (``runs.holders``). On PostgreSQL a
         single submission's lookup travels with retention's (``runs_retired_holders``, asked
