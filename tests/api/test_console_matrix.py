@@ -155,3 +155,12 @@ def test_console_route_matrix(world: World, method: str, path: str) -> None:
             else:
                 crossed = theirs.post(sample.path, data={"csrf": theirs_csrf, **sample.data}, params=sample.params)
             assert crossed.status_code == 404, (role, "other tenant", crossed.status_code, crossed.text[:300])
+
+
+def test_a_malformed_last_event_id_on_the_consoles_stream_is_a_400(world: World) -> None:
+    """Found by a regression review: the console's run stream kept a schema pattern on the
+    header, so a malformed id was a 422 page where the API's stream answers 400 naming it."""
+    client, _ = _client(world, Role.CONSUMER)
+    run = _finished(world, Role.CONSUMER)
+    bad = client.get(f"/runs/{run}/events", headers={"Last-Event-ID": "abc"})
+    assert bad.status_code == 400 and "Last-Event-ID" in bad.text, bad.text[:300]

@@ -96,6 +96,8 @@ def test_a_completion_is_one_delivery_however_it_is_heard() -> None:
 @pytest.mark.parametrize(
     "stamp",
     [
+        "1796511600",
+        "1796511600000",
         "2026-12-05T23:00:00+00:00",
         "2026-12-06T00:00:00+01:00",
         "2026-12-05T23:00:00.000Z",

@@ -198,10 +198,15 @@ def read_completion(message: Mapping[str, Any], channel_result: str | None = Non
     return Completion(name, fields["status"], fields, f"{name}@{identity}", at, was)
 
 
+_EPOCH_TEXT = re.compile(r"[0-9]{1,16}([.][0-9]{1,9})?")
+
+
 def completion_instant(value: str | int | float) -> datetime | None:
     """A completion timestamp as an instant: epoch seconds (milliseconds when that large), or
     ISO 8601 with an offset; None when it reads as neither (it still names the delivery)."""
     try:
+        if isinstance(value, str) and _EPOCH_TEXT.fullmatch(value):  # an epoch sent as a JSON string
+            value = float(value)
         if isinstance(value, str):
             parsed = datetime.fromisoformat(value)
             return None if parsed.tzinfo is None else parsed.astimezone(UTC)
