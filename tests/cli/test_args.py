@@ -104,3 +104,22 @@ def test_every_tenant_option_takes_only_a_tenant_name() -> None:
             _tenant_name(ctx, taking[0][1], bad)
         assert err.value.field == "--tenant"
     assert _tenant_name(ctx, taking[0][1], "acme.eu") == "acme.eu"
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ({"server": {"tenant": "acme:prod"}}, "server.tenant"),
+        ({"pubsub": {"tenant": "acme:prod"}}, "pubsub.tenant"),
+    ],
+)
+def test_the_configuration_names_tenants_by_the_same_rule(tmp_path: Any, section: dict[str, Any], field: str) -> None:
+    """Found by a regression review: ``server.tenant: acme:prod`` was accepted by the
+    configuration, served with ``--no-auth``, and then refused by every ``--tenant`` and by the
+    bootstrap token: one rule wherever a tenant's name comes from."""
+    from jobgate.config import build_config
+    from jobgate.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as err:
+        build_config(section, base_dir=tmp_path, path=None)
+    assert err.value.field == field and "1-64 letters" in err.value.message

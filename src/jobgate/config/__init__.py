@@ -967,7 +967,7 @@ def _server(r: Reader, value: Any) -> ServerSettings:
         body = r.integer(spec["max_body_bytes"], "server.max_body_bytes", minimum=1024, maximum=1 << 30)
     tenant = d.tenant
     if spec.get("tenant") is not None:
-        tenant = r.name(spec["tenant"], "server.tenant")
+        tenant = r.tenant(spec["tenant"], "server.tenant")
     return ServerSettings(
         tenant=tenant,
         max_body_bytes=body,

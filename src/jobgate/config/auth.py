@@ -231,7 +231,7 @@ def _ldap(r: Reader, value: Any, base_dir: Path, tenant: str) -> LdapSettings:
     return LdapSettings(
         url=url,
         user_base=r.string(spec["user_base"], join(where, "user_base")),
-        tenant=r.name(spec["tenant"], join(where, "tenant")) if spec.get("tenant") is not None else tenant,
+        tenant=r.tenant(spec["tenant"], join(where, "tenant")) if spec.get("tenant") is not None else tenant,
         start_tls=start_tls,
         ca_bundle=_ca_bundle(r, spec.get("ca_bundle"), join(where, "ca_bundle"), base_dir),
         bind_dn=bind_dn,
@@ -290,7 +290,7 @@ def _oidc(r: Reader, value: Any, base_dir: Path) -> OidcSettings:
     ca_bundle = _ca_bundle(r, spec.get("ca_bundle"), join(where, "ca_bundle"), base_dir)
     per_tenant = join(where, "tenant_roles")
     tenant_roles = {
-        r.name(tenant, join(per_tenant, str(tenant))): _roles(r, doc, join(per_tenant, str(tenant)))
+        r.tenant(tenant, join(per_tenant, str(tenant))): _roles(r, doc, join(per_tenant, str(tenant)))
         for tenant, doc in r.mapping(spec.get("tenant_roles") or {}, per_tenant).items()
     }
     default_role = None

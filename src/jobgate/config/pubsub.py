@@ -83,7 +83,7 @@ def parse_pubsub_settings(r: Reader, value: Any, base_dir: Path) -> PubSubSettin
             rule="must be a literal prefix ending in one '*' (like tdtp:pipeline:*)",
         )
     map_path = base_dir / r.string(doc["map"], "pubsub.map") if "map" in doc else base_dir / DEFAULT_MAP
-    tenant = r.name(doc["tenant"], "pubsub.tenant") if "tenant" in doc else None
+    tenant = r.tenant(doc["tenant"], "pubsub.tenant") if "tenant" in doc else None
     cap = timedelta(seconds=30)
     if "reconnect_max_seconds" in doc:
         cap = r.duration(doc["reconnect_max_seconds"], "pubsub.reconnect_max_seconds")
