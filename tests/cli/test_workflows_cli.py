@@ -35,6 +35,10 @@ def test_the_demo_runs_its_workflow_and_the_workflow_commands_show_and_replay_it
     table = jobgate(folder, "workflows", "show", wid).stdout  # a step's own run in "run"
     assert "compensation run" in table and shown["steps"][0]["job_run_id"] in table
     assert "MATCH" in jobgate(folder, "replay", wid).stdout
+    # a run's replay says what it checks: a MATCH read alone passed a run whose stored actor was
+    # edited (found by a review), which the records check names
+    step = jobgate(folder, "replay", shown["steps"][0]["job_run_id"]).stdout
+    assert "(audit replay): MATCH" in step and "`jobgate audit verify --records` checks its stored record" in step
     refused = jobgate(folder, "workflows", "cancel", wid, check=False)
     assert refused.returncode == 1 and "only an active one" in refused.stderr
 

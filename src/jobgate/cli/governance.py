@@ -357,7 +357,8 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
 @pass_app
 def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
     """Rebuild RUN_ID's record (or a TGWF- workflow run's state sequence) from its recorded
-    inputs with the same decision code and compare hashes; exit 1 naming the first difference."""
+    inputs with the same decision code and compare hashes; exit 1 naming the first difference.
+    It checks decisions, not the stored record: ``audit verify --records`` does that."""
     from jobgate.service.replay import replay
     from jobgate.service.workflow_replay import replay_workflow
 
@@ -391,6 +392,8 @@ def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
             print(f"  code     {bound.get('code_digest') or 'not bound (approved before code was)'}")
         for note in report.notes:
             print(f"  note     {note}")
+        if not simulate:  # a MATCH read alone passed a run whose stored actor was edited (a review)
+            print("  checks   the decisions its inputs make; `jobgate audit verify --records` checks its stored record")
     if not report.match:
         raise ValidationError(f"replay differs: {report.first_difference}", field="replay")
 
