@@ -59,14 +59,19 @@ def test_a_waiting_loop_is_woken_early_and_stopped_at_once() -> None:
     assert loop.closed == 1  # stop interrupted the hour's wait
 
 
-def test_a_failing_pass_is_counted_and_the_loop_goes_on_after_its_back_off() -> None:
-    loop = Recording(timedelta(0), fail=frozenset({1, 2}))
+def _passes_without_back_off(loop: Recording, passes: int) -> None:
+    """Run ``loop`` with no back-off after a failed pass until it has made ``passes``, then stop it."""
     thread = LoopThread(loop, FakeClock(T0), error_backoff=timedelta(0)).start()
     try:
-        assert thread.wait_passes(4, timeout=10)
+        assert thread.wait_passes(passes, timeout=10)
     finally:
         thread.stop()
         assert thread.join(10)
+
+
+def test_a_failing_pass_is_counted_and_the_loop_goes_on_after_its_back_off() -> None:
+    loop = Recording(timedelta(0), fail=frozenset({1, 2}))
+    _passes_without_back_off(loop, 4)
     assert len(loop.seen) >= 4 and loop.closed == 1
 
 
@@ -88,13 +93,7 @@ def test_a_dropped_session_is_one_warning_line_and_a_bug_keeps_its_traceback(
     """Found by a review: killed database sessions filled the outbox and workflow loops' logs with
     ERROR entries of sixty-line tracebacks, where the guide calls them passing errors and the
     worker's cycle logs one warning line for them."""
-    loop = Disconnected(timedelta(0))
-    thread = LoopThread(loop, FakeClock(T0), error_backoff=timedelta(0)).start()
-    try:
-        assert thread.wait_passes(3, timeout=10)
-    finally:
-        thread.stop()
-        assert thread.join(10)
+    _passes_without_back_off(Disconnected(timedelta(0)), 3)
     failed = [r for r in caplog.records if getattr(r, "action", None) == "loop_failed"]
     assert [(r.levelname, r.exc_info is not None) for r in failed] == [("WARNING", False), ("ERROR", True)]
     assert "database unavailable (OperationalError)" in failed[0].getMessage()

@@ -93,9 +93,10 @@ def emit_event(
         recorded = {s.schedule_id: tx.miss_of_event(tenant_id, s.schedule_id, event_id) for s in subscribed}
         slot = slot_of_event(event_id)
         pairs = [(s.job_definition_id, slot) for s in subscribed]
-        held = tx.runs_holding_slots(tenant_id, pairs) if subscribed else {}
+        held = tx.runs_holding_slots(tenant_id, pairs)
         # a run retention deleted held its slot too: the event had its run (one per event, ever)
         retired = tx.runs_retired_in_slots(tenant_id, [p for p in pairs if p not in held])
+    had_run = {**{p: r.job_run_id for p, r in retired.items()}, **{p: r.job_run_id for p, r in held.items()}}
     for schedule in subscribed:  # checked before any schedule fires: all or nothing
         for name in schedule.payload_params:
             if name in data:
@@ -112,21 +113,15 @@ def emit_event(
     fresh = [
         s
         for s in subscribed
-        if (s.job_definition_id, slot) not in held
-        and (s.job_definition_id, slot) not in retired
-        and recorded[s.schedule_id] is None
-        and not s.paused
+        if (s.job_definition_id, slot) not in had_run and recorded[s.schedule_id] is None and not s.paused
     ]
     if quota and fresh:
         check_daily_quota(engine, tenant_id, len({s.job_definition_id for s in fresh}))
     now = engine.clock.now()
     out: list[EventFire] = []
     for schedule in subscribed:
-        if (had := held.get((schedule.job_definition_id, slot))) is not None:  # delivered before: its run
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, had.job_run_id, False, None))
-            continue
-        if (gone := retired.get((schedule.job_definition_id, slot))) is not None:  # its run, since retired
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, gone.job_run_id, False, None))
+        if (run_id := had_run.get((schedule.job_definition_id, slot))) is not None:  # delivered before
+            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, run_id, False, None))
             continue
         if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
             why = f"recorded {recorded[schedule.schedule_id]} when first delivered"

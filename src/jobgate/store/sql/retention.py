@@ -29,10 +29,10 @@ def _retirable(
     from jobgate.store.tables import dead_letters, job_runs, workflow_runs
 
     r = job_runs.c
-    terminal = ("COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED", "ESCALATED")
-    # ESCALATED waits for a person's review (a requeue), as an open dead letter does, and has no
-    # dead letter to keep it: retired, the review item vanished (found by a review of retention).
-    settled = tuple(s for s in terminal if s != "ESCALATED")
+    # Every ending but ESCALATED, which waits for a person's review (a requeue), as an open dead
+    # letter does, and has no dead letter to keep it: retired, the review item vanished (found by
+    # a review of retention). A retry awaiting review is not finished either.
+    settled = ("COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED")
     busy_event = exists().where(and_(outbox.c.job_run_id == r.job_run_id, undelivered(conn, ordered_ids)))
     open_letter = exists().where(and_(dead_letters.c.job_run_id == r.job_run_id, dead_letters.c.resolved_at.is_(None)))
     active_workflow = exists().where(

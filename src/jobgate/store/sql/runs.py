@@ -305,6 +305,8 @@ def runs_holding_slots(
 ) -> dict[tuple[str, str], JobRun]:
     """The run of ``tenant_id`` holding each (job, slot) pair that one holds."""
     wanted = set(pairs)
+    if not wanted:
+        return {}
     found = _runs_where(conn, job_runs.c.slot, sorted({slot for _, slot in wanted}))
     return {
         (r.job_definition_id, r.slot): r
