@@ -75,6 +75,7 @@ from jobgate.store.base import (
 )
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import CHANNEL, NOTIFY_SQL, PgChangeWatcher
+from jobgate.store.pg_engine import postgres_engine
 from jobgate.store.sql import chains as run_chains
 from jobgate.store.sql import changes as run_changes
 from jobgate.store.sql import (
@@ -1036,7 +1037,7 @@ class Store:
             ).strip()
             parsed = parsed.set(drivername="postgresql+psycopg").update_query_dict({"options": options})
             url = parsed.render_as_string(hide_password=False)
-            self._writer = create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+            self._writer = postgres_engine(url, pool_size=10, max_overflow=10)
             self._reader = self._writer
             self.skip_locked = True
             self.notify = True
