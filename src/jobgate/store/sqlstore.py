@@ -879,6 +879,7 @@ class StoreTx:
 
 
 WRITE_LOCK_TIMEOUT_S = 30.0
+NEVER = 2**62  # executions of one statement before psycopg prepares it unasked
 
 
 def _begin_immediate(dbapi_conn: Any, timeout: float = WRITE_LOCK_TIMEOUT_S) -> None:
@@ -1025,19 +1026,20 @@ class Store:
             # The cluster's own processes act for every tenant ('*'); a transaction for one tenant
             # narrows it (``read(tenant_id=...)``), and row-level security holds it to that.
             #
-            # Every statement is planned for the table as it is now (``force_custom_plan``).
-            # psycopg prepares a statement on its fifth use, and PostgreSQL then keeps a generic
-            # plan chosen for the table of that moment: a queue's tables grow from empty to many
-            # thousands of rows in seconds, and an idempotency lookup planned as a sequential
-            # scan of a near-empty table took 280 ms per batch on 35,000 runs until autovacuum's
-            # next ANALYZE (measured: bulk submit fell from 4,500 to 550 runs/s). The hot
-            # statements are batches, so planning each one costs little.
-            options = (
-                f"{parsed.query.get('options', '')} -c {TENANT_SETTING}=* -c plan_cache_mode=force_custom_plan"
-            ).strip()
+            # Every statement is planned for its tables as they are now, at each execution: none
+            # is prepared on the server but those marked ``driver.planned_once``, whose plan
+            # cannot go wrong as tables grow (psycopg's threshold, never reached, leaves the rest
+            # alone; ``None`` would refuse to prepare even those asked for). psycopg used to
+            # prepare every statement on its fifth use, and PostgreSQL then keeps a generic plan
+            # chosen for the table of that moment: a queue's tables grow from empty to many
+            # thousands of rows in seconds, and an idempotency lookup (``= ANY`` of keys)
+            # planned as a scan of a near-empty table took 280 ms per batch on 35,000 runs until
+            # autovacuum's next ANALYZE (measured: bulk submit fell from 4,500 to 550 runs/s).
+            options = (f"{parsed.query.get('options', '')} -c {TENANT_SETTING}=*").strip()
             parsed = parsed.set(drivername="postgresql+psycopg").update_query_dict({"options": options})
             url = parsed.render_as_string(hide_password=False)
-            self._writer = postgres_engine(url, pool_size=10, max_overflow=10)
+            pool = {"pool_size": 10, "max_overflow": 10, "connect_args": {"prepare_threshold": NEVER}}
+            self._writer = postgres_engine(url, **pool)
             self._reader = self._writer
             self.skip_locked = True
             self.notify = True

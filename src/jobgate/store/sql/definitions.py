@@ -168,7 +168,9 @@ _WITH_HEAD = select(definitions, H.current_version.label("head_version"), H.stat
     D.tenant_id == bindparam("tenant"), D.job_definition_id == bindparam("job")
 )
 _SAME_DEFINITION = (H.tenant_id == D.tenant_id) & (H.job_definition_id == D.job_definition_id)
-_CURRENT = _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION & (H.current_version == D.version))
+_CURRENT = driver.planned_once(
+    _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION & (H.current_version == D.version))
+)
 _PINNED = _WITH_HEAD.join_from(definitions, definition_heads, _SAME_DEFINITION).where(D.version == bindparam("version"))
 
 

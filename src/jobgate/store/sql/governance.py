@@ -69,7 +69,7 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
 
 # Built once (``driver``): a manual submission appends an entry in its own transaction.
 _HEAD = select(audit_heads.c.seq, audit_heads.c.entry_hash).where(audit_heads.c.tenant_id == bindparam("tenant"))
-_HEAD_LOCKED = _HEAD.with_for_update()
+_HEAD_LOCKED = driver.planned_once(_HEAD.with_for_update())
 _HEAD_MOVE = (
     update(audit_heads)
     .where(audit_heads.c.tenant_id == bindparam("tenant"))
@@ -81,7 +81,7 @@ _LAST_AT = select(A.at).where(A.tenant_id == bindparam("tenant"), A.seq == _HEAD
 # After the lock, in a statement of its own: under READ COMMITTED only a statement that starts
 # after the lock is granted sees what the append that held it before committed. The two travel
 # together (``driver.returning_each``), and the server starts this one once the lock is held.
-_FLOORS = select(_LAST_WINDOW.scalar_subquery(), _LAST_AT.scalar_subquery())
+_FLOORS = driver.planned_once(select(_LAST_WINDOW.scalar_subquery(), _LAST_AT.scalar_subquery()))
 # SQLite: the one writer holds everything already, so the head and the floors are one read.
 _HEAD_AND_FLOORS = select(
     audit_heads.c.seq,
@@ -128,7 +128,7 @@ def _append_sql(conn: Connection) -> str:
     if not _append_sqls:
         move = "WITH moved AS (UPDATE audit_heads SET seq = %s, entry_hash = %s WHERE tenant_id = %s) "
         rows = driver.ordered_rows(conn.dialect, audit_log, _AUDIT_COLUMNS)
-        _append_sqls.append(f"{move}INSERT INTO audit_log ({', '.join(_AUDIT_COLUMNS)}) {rows}")
+        _append_sqls.append(driver.planned_once(f"{move}INSERT INTO audit_log ({', '.join(_AUDIT_COLUMNS)}) {rows}"))
     return _append_sqls[0]
 
 
@@ -341,7 +341,7 @@ def active_of(
 
 _FEW_DEFINITIONS = 4
 _ACTIVE_COLUMNS = (D.tenant_id, D.job_definition_id, D.digest, D.code_digest)
-_ACTIVE = (
+_ACTIVE = driver.planned_once(
     select(*_ACTIVE_COLUMNS)
     .where(D.tenant_id == bindparam("tenant"), D.job_definition_id == bindparam("job"), D.revoked_at.is_(None))
     .order_by(D.approval_id)

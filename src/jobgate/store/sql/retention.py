@@ -233,6 +233,7 @@ def _retired(row: Sequence[Any]) -> RetiredRun:
 def _retired_statements() -> tuple[tuple[Any, ...], Any, Any]:
     from sqlalchemy import bindparam
 
+    from jobgate.store.sql import driver
     from jobgate.store.tables import retired_runs
 
     t = retired_runs.c
@@ -241,7 +242,8 @@ def _retired_statements() -> tuple[tuple[Any, ...], Any, Any]:
     by_slot = select(*columns).where(
         t.tenant_id == bindparam("tenant"), t.job_definition_id == bindparam("job"), t.slot == bindparam("slot")
     )
-    return columns, by_key, by_slot
+    # Equality on an index's every column: plans the server may keep (``driver.planned_once``).
+    return columns, driver.planned_once(by_key), driver.planned_once(by_slot)
 
 
 _RETIRED_COLUMNS, _BY_KEY, _BY_SLOT = _retired_statements()  # built once: every submission asks

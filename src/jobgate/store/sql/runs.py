@@ -144,7 +144,7 @@ def _create_sql(conn: Connection, notify_channel: str | None) -> str:
             conn.dialect, run_transitions, codec.TRANSITION_COLUMNS, where="x.job_run_id IN (SELECT id FROM made)"
         )
         announce = ", pg_notify(%s, '')" if notify_channel is not None else ""
-        sql = _create_sqls[notify_channel] = (
+        sql = _create_sqls[notify_channel] = driver.planned_once(
             f"WITH made AS (INSERT INTO job_runs ({', '.join(_RUN_INSERT_COLUMNS)}) {runs_in} "
             "ON CONFLICT DO NOTHING RETURNING job_run_id AS id), "
             f"moved AS (INSERT INTO run_transitions ({', '.join(codec.TRANSITION_COLUMNS)}) {moves_in}) "
@@ -239,7 +239,7 @@ def holders(conn: Connection, runs: Sequence[JobRun]) -> dict[str, JobRun]:
 def holder_queries(run: JobRun) -> list[tuple[Any, dict[str, Any]]]:
     """``holders`` of one run as statements that can travel together (PostgreSQL's pipeline,
     ``store.sql.ahead``): the runs under its key and, when it has a slot, those holding it."""
-    queries: list[tuple[Any, dict[str, Any]]] = [(_by_any("idempotency_key"), {"values": [run.idempotency_key]})]
+    queries: list[tuple[Any, dict[str, Any]]] = [(_BY_ONE["idempotency_key"], {"value": run.idempotency_key})]
     if run.slot is not None:
         queries.append((_by_any("slot"), {"values": [run.slot]}))
     return queries
@@ -324,6 +324,8 @@ def _runs_where(conn: Connection, column: ColumnElement[str], values: Sequence[s
     """Runs whose ``column`` is one of ``values``, straight through the driver: a submission
     looks its key up once or twice, and SQLAlchemy's execution and row processing cost more
     than SQLite's own work."""
+    if len(values) == 1 and column.key in _BY_ONE:
+        return [codec.run_from_row(r) for r in driver.returning(conn, _BY_ONE[column.key], {"value": values[0]})]
     if conn.dialect.name == "postgresql":
         # One array parameter: the same statement text for any number of values. An IN list
         # of 500 parameters was a new text for psycopg to parse on every batch, 17 % of a bulk
@@ -343,6 +345,18 @@ _IN_CHUNK = 512
 _VALUES = bindparam("values", type_=ARRAY(String))
 
 
+# One run by its id or its key: equality on a unique column, a plan the server may keep
+# (``driver.planned_once``).
+_BY_ONE = {
+    name: driver.planned_once(select(job_runs).where(job_runs.c[name] == bindparam("value")))
+    for name in ("job_run_id", "idempotency_key")
+}
+_BY_ID_IN_TENANT = driver.planned_once(
+    select(job_runs).where(job_runs.c.job_run_id == bindparam("value"), job_runs.c.tenant_id == bindparam("tenant"))
+)
+_BY_ID_LOCKED = driver.planned_once(_BY_ONE["job_run_id"].with_for_update())
+
+
 @functools.cache
 def _by_any(column: str) -> Select[Any]:
     """Runs whose ``column`` is any of an array (PostgreSQL), built once a column: a submission
@@ -358,22 +372,20 @@ def _by_in(column: str, n: int) -> Select[Any]:
 
 
 def run_get(conn: Connection, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
-    q = select(job_runs).where(job_runs.c.job_run_id == job_run_id)
-    if tenant_id is not None:
-        q = q.where(job_runs.c.tenant_id == tenant_id)
-    row = conn.execute(q).mappings().first()
-    return None if row is None else codec.run_from_row(row)
+    if tenant_id is None:
+        found = driver.returning(conn, _BY_ONE["job_run_id"], {"value": job_run_id})
+    else:
+        found = driver.returning(conn, _BY_ID_IN_TENANT, {"value": job_run_id, "tenant": tenant_id})
+    return codec.run_from_row(found[0]) if found else None
 
 
 def run_lock(conn: Connection, job_run_id: str, *, lock_rows: bool) -> JobRun | None:
     """The run, its row locked until the transaction ends (PostgreSQL; SQLite's one writer holds
     everything already): two changes that each decide from the run's state (a requeue and a
     retry of it) then take turns, the second seeing what the first committed."""
-    q = select(job_runs).where(job_runs.c.job_run_id == job_run_id)
-    if lock_rows:
-        q = q.with_for_update()
-    row = conn.execute(q).mappings().first()
-    return None if row is None else codec.run_from_row(row)
+    statement = _BY_ID_LOCKED if lock_rows else _BY_ONE["job_run_id"]
+    found = driver.returning(conn, statement, {"value": job_run_id})
+    return codec.run_from_row(found[0]) if found else None
 
 
 def run_retries(conn: Connection, tenant_id: str, source_job_run_id: str, limit: int = 100) -> list[JobRun]:

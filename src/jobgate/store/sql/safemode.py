@@ -32,7 +32,9 @@ def _from_row(r: Mapping[str, Any] | RowMapping) -> SafeModePeriod:
 
 
 # Built once: every submission reads it, before and under the write lock (``driver.first``).
-_CURRENT = select(safe_mode_periods).where(P.tenant_id == bindparam("tenant")).order_by(P.activation.desc()).limit(1)
+_CURRENT = driver.planned_once(
+    select(safe_mode_periods).where(P.tenant_id == bindparam("tenant")).order_by(P.activation.desc()).limit(1)
+)
 
 
 def current(conn: Connection, tenant_id: str) -> SafeModePeriod | None:

@@ -110,8 +110,10 @@ def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
             " ORDER BY x._ord", ", seal_writers ORDER BY x._ord"
         )
         _pg_insert_sql.append(
-            f"WITH seal_writers AS (SELECT pg_advisory_xact_lock_shared({SEAL_WRITERS})) "
-            f"INSERT INTO record_seals ({', '.join(SEAL_COLUMNS)}) {source}"
+            driver.planned_once(
+                f"WITH seal_writers AS (SELECT pg_advisory_xact_lock_shared({SEAL_WRITERS})) "
+                f"INSERT INTO record_seals ({', '.join(SEAL_COLUMNS)}) {source}"
+            )
         )
     for start in range(0, len(rows), 5000):
         driver.run_arrays(conn, _pg_insert_sql[0], rows[start : start + 5000])
@@ -1263,6 +1265,9 @@ def _by_ids(
     tail = f" ORDER BY {order}" if order else ""
     cols = ", ".join(names)
     if conn.dialect.name == "postgresql":
+        if len(ids) == 1:  # equality on an indexed column: a plan the server may keep
+            one = driver.planned_once(f"SELECT {cols} FROM {table} WHERE job_run_id = %s{tail}")
+            return driver.rows_sql(conn, one, [ids[0]])
         return driver.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id = ANY(%s){tail}", [list(ids)])
     marks = ", ".join("?" * len(ids))
     return driver.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id IN ({marks}){tail}", list(ids))

@@ -1,0 +1,92 @@
+"""Statements PostgreSQL plans once (``driver.planned_once``) keep a plan that never scans a
+table in full: checked on each one's generic plan over empty, never analysed tables, the state
+in which a cached plan can go wrong (a scan of a near-empty table, kept as the table grows)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from runtime_support import running_worker, wait_status
+
+from helpers import define
+from jobgate.core.states import RunStatus
+from jobgate.service import control
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
+from jobgate.store.sql import driver
+from jobgate.store.tables import metadata
+from jobgate.testing import connection
+
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%[sbt]")
+
+
+def _numbered(sql: str) -> tuple[str, int]:
+    """``sql`` with PostgreSQL's ``$n`` parameters for psycopg's (a name keeps its number)."""
+    names: dict[str, int] = {}
+    count = 0
+
+    def number(found: re.Match[str]) -> str:
+        nonlocal count
+        if found.group(0) == "%%":
+            return "%"
+        name = found.group(1)
+        if name is not None and name in names:
+            return f"${names[name]}"
+        count += 1
+        if name is not None:
+            names[name] = count
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(number, sql), count
+
+
+def _forms(sql: str) -> list[str]:
+    """The statement as written and, for one with array parameters, its one-row form (what
+    a single row's statement is sent as: ``driver._one_row_form``)."""
+    single, _ = driver._one_row_form(sql, [[None]] * 200)
+    return [sql] if single == sql else [sql, single]
+
+
+def _generic_plan(engine: Engine, sql: str, name: str) -> str:
+    numbered, count = _numbered(sql)
+    with engine.store.write() as tx:
+        conn = connection(tx)
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE {name} AS {numbered}".replace("%", "%%"))
+        try:
+            args = ", ".join(["NULL"] * count)
+            plan = conn.exec_driver_sql(f"EXPLAIN EXECUTE {name}({args})" if count else f"EXPLAIN EXECUTE {name}")
+            return "\n".join(str(row[0]) for row in plan)
+        finally:
+            conn.exec_driver_sql(f"DEALLOCATE {name}")
+
+
+def test_statements_planned_once_never_scan_a_table_in_full(engine: Engine) -> None:
+    if engine.store.dialect != "postgresql":
+        pytest.skip("plans kept on the server are PostgreSQL's")
+    # A run submitted, claimed, started and settled: the statements built on first use are built.
+    job = define(engine)
+    run = engine.submit(SubmitRequest(job, request_id="planned")).run
+    with running_worker(engine):
+        wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
+    later = engine.clock.now() + timedelta(hours=1)
+    pending = engine.submit(SubmitRequest(job, request_id="cancelled", due_at=later)).run
+    control.cancel_run(engine, pending.job_run_id, actor="tester")  # a change by id, a run locked
+    with engine.store.read() as tx:
+        assert tx.run_get(run.job_run_id, run.tenant_id) is not None
+    with engine.store.write() as tx:  # empty and never analysed again: the generic plan's worst case
+        connection(tx).exec_driver_sql("TRUNCATE " + ", ".join(t.name for t in metadata.sorted_tables))
+    texts, statements = driver.planned_once_statements()
+    dialect = engine.store._writer.dialect
+    texts |= {str(stmt.compile(dialect=dialect)) for stmt in statements}
+    assert len(texts) >= 10  # the submission's own at least
+    scans: dict[str, Any] = {}
+    for i, sql in enumerate(sorted(texts)):
+        for j, form in enumerate(_forms(sql)):
+            plan = _generic_plan(engine, form, f"planned_once_{i}_{j}")
+            if "Seq Scan on" in plan:
+                scans[form[:160]] = plan
+    assert scans == {}, "\n\n".join(f"{sql}\n{plan}" for sql, plan in scans.items())
