@@ -83,6 +83,7 @@ def test_statements_planned_once_never_scan_a_table_in_full(engine: Engine) -> N
     dialect = engine.store._writer.dialect
     texts |= {str(stmt.compile(dialect=dialect)) for stmt in statements}
     assert len(texts) >= 10  # the submission's own at least
+    assert any(t.startswith("WITH changed AS (UPDATE job_runs") for t in texts)  # one run's settlement
     scans: dict[str, Any] = {}
     for i, sql in enumerate(sorted(texts)):
         for j, form in enumerate(_forms(sql)):

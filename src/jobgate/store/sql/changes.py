@@ -78,11 +78,21 @@ def _cas_sqlite_sql(key: _GroupKey, n: int) -> str:
     return f"UPDATE job_runs SET {sets} FROM (VALUES {', '.join([row] * n)}) AS v WHERE {where}"
 
 
-def _cas_postgres_sql(dialect: Dialect, key: _GroupKey) -> str:
+def _cas_postgres_sql(dialect: Dialect, key: _GroupKey, *, one_row: bool = False) -> str:
     """The same for PostgreSQL, the rows as one array per column (``unnest``): one statement
-    text whatever the number of rows, where ``executemany`` paid a statement per row."""
+    text whatever the number of rows, where ``executemany`` paid a statement per row.
+
+    ``one_row``: the values of a single run as scalar parameters of a sub-select, which the
+    planner folds into the statement, so the run is found by its key in any plan: one that the
+    server keeps (``driver.planned_once``). Joined from ``unnest``, even one row's generic plan
+    scanned the table (``tests/runtime/test_planned_once.py``)."""
     columns = key[6]
-    rows = driver.unnest(dialect, job_runs, ("job_run_id", "lease_token", "lease_expires_at", *columns))
+    named = ("job_run_id", "lease_token", "lease_expires_at", *columns)
+    if one_row:
+        types = driver.pg_array_types(dialect, job_runs, named)
+        rows = "(SELECT " + ", ".join(f"%b::{t.removesuffix('[]')}" for t in types) + ")"
+    else:
+        rows = driver.unnest(dialect, job_runs, named)
     names = ", ".join(["id", "token", "expired_before", *(f"c{i}" for i in range(len(columns)))])
     sets = _cas_sets(key, lambda i: f"v.c{i}")
     # The expected status is a sub-select, not a literal: a literal matches the predicate of the
@@ -94,7 +104,7 @@ def _cas_postgres_sql(dialect: Dialect, key: _GroupKey) -> str:
     return f"UPDATE job_runs SET {sets} FROM {rows} AS v({names}) WHERE {where}"
 
 
-def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, with_seals: bool) -> str:
+def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, with_seals: bool, one_row: bool) -> str:
     """A group's compare-and-set, the transitions, the events and the precomputed seals of the
     rows it changed, as one statement: the rows that did not match write nothing, and no
     savepoint or second round trip is needed to learn which they were (``RETURNING``)."""
@@ -104,7 +114,7 @@ def _apply_postgres_sql(dialect: Dialect, key: _GroupKey, with_events: bool, wit
         return f"{name} AS (INSERT INTO {table.name} ({', '.join(columns)}) {rows})"
 
     parts = [
-        f"changed AS ({_cas_postgres_sql(dialect, key)} RETURNING job_runs.job_run_id)",
+        f"changed AS ({_cas_postgres_sql(dialect, key, one_row=one_row)} RETURNING job_runs.job_run_id)",
         insert_changed("recorded", run_transitions, codec.TRANSITION_COLUMNS),
     ]
     if with_events:
@@ -136,7 +146,7 @@ def _packed_seals_sql(dialect: Dialect) -> list[str]:
     ]
 
 
-_apply_sql_cache: dict[tuple[_GroupKey, bool, bool], str] = {}
+_apply_sql_cache: dict[tuple[_GroupKey, bool, bool, bool], str] = {}
 
 
 def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> tuple[list[RunChange], set[str]]:
@@ -148,14 +158,20 @@ def _apply_postgres(conn: Connection, prepared: PreparedChanges) -> tuple[list[R
         transitions = [prepared.transitions[ch.job_run_id] for ch in items]
         events = [row for ch in items for row in prepared.events[ch.job_run_id]]
         ready = [prepared.seals[ch.job_run_id] for ch in items if ch.job_run_id in prepared.seals]
-        shape = (key, bool(events), bool(ready))
+        one_row = len(rows) == 1
+        shape = (key, bool(events), bool(ready), one_row)
         sql = _apply_sql_cache.get(shape)
         if sql is None:
-            sql = _apply_sql_cache[shape] = _apply_postgres_sql(conn.dialect, *shape)
-        row_sets = [rows, transitions] + ([events] if events else [])
+            sql = _apply_postgres_sql(conn.dialect, *shape)
+            _apply_sql_cache[shape] = driver.planned_once(sql) if one_row else sql
+        row_sets = [transitions] + ([events] if events else [])
         if ready:
             row_sets += [list(record_seals.pack(ready).items()), [record_seals.without_content(r) for r in ready]]
-        changed = {r[0] for r in driver.run_arrays(conn, sql, *row_sets)[1]}
+        if one_row:  # the run's values as scalars, the rest as arrays
+            params = [*rows[0], *(list(column) for r in row_sets for column in zip(*r, strict=True))]
+            changed = {r[0] for r in driver.rows_sql(conn, sql, params)}
+        else:
+            changed = {r[0] for r in driver.run_arrays(conn, sql, rows, *row_sets)[1]}
         accepted |= changed
         sealed |= {ch.job_run_id for ch in items if ch.job_run_id in prepared.seals} & changed
     return [ch for ch in prepared.changes if ch.job_run_id in accepted], sealed
