@@ -168,6 +168,15 @@ _FACTS_POSTGRES = (
 )
 
 
+# One definition's facts (a light load's claim): equality on each index, planned once
+# (``driver.planned_once``); arrays of several are planned for their values at each claim.
+_FACTS_POSTGRES_ONE = driver.planned_once(
+    _FACTS_POSTGRES.replace("= ANY(%(tenants)s::varchar[])", "= %(tenant)s::varchar").replace(
+        "= ANY(%(jobs)s::varchar[])", "= %(job)s::varchar"
+    )
+)
+
+
 def admission_facts(conn: Connection, candidates: Sequence[Any]) -> AdmissionFacts:
     """The approvals, lifecycle statuses and safe-mode periods of ``candidates``' definitions and
     tenants (anything with their ``tenant_id`` and ``job_definition_id``), in one statement."""
@@ -177,6 +186,8 @@ def admission_facts(conn: Connection, candidates: Sequence[Any]) -> AdmissionFac
         found = driver.rows_sql(
             conn, _FACTS_SQLITE, {"tenants": orjson.dumps(tenants).decode(), "jobs": orjson.dumps(jobs).decode()}
         )
+    elif len(tenants) == 1 and len(jobs) == 1:  # one definition's: a plan the server keeps
+        found = driver.rows_sql(conn, _FACTS_POSTGRES_ONE, {"tenant": tenants[0], "job": jobs[0]})
     else:
         found = driver.rows_sql(conn, _FACTS_POSTGRES, {"tenants": tenants, "jobs": jobs})
     facts = AdmissionFacts({}, {}, {})
@@ -293,7 +304,7 @@ _SQLITE_CANDIDATES, _SQLITE_START, _SQLITE_DISPATCH, _SQLITE_CLAIMED = _sqlite_c
 _SQLITE_CANDIDATES_EXCLUDING = _sqlite_read_candidates(C.definition_digest.not_in(_json_values("exclude")))
 
 
-def _pg_claim_sql(start: bool) -> str:
+def _pg_claim_sql(start: bool, *, one: bool = False) -> str:
     """One statement (PostgreSQL) that claims the runs the candidate read locked and records
     their transitions: the run rows come back, the transitions never leave the server.
 
@@ -329,9 +340,15 @@ def _pg_claim_sql(start: bool) -> str:
         ]
         where += " AND job_runs.attempt < job_runs.max_attempts"
         steps.append(f"(2, '{_DISPATCHED}', '{_RUNNING}', c.attempt, '{_STARTED}')")
+    picked = (
+        # One run (a light load's claim): its id a scalar the planner folds in, so the run is
+        # found by its key in any plan, one the server keeps (``driver.planned_once``).
+        "SELECT %(id)s::varchar AS id, %(previous)s::varchar AS previous, 1::bigint AS ord"
+        if one
+        else "SELECT * FROM unnest(%(ids)b::varchar[], %(previous)b::varchar[]) WITH ORDINALITY AS p(id, previous, ord)"
+    )
     return (
-        "WITH picked AS (SELECT * FROM unnest(%(ids)b::varchar[], %(previous)b::varchar[]) WITH ORDINALITY"
-        " AS p(id, previous, ord)),"
+        f"WITH picked AS ({picked}),"
         f" claimed AS (UPDATE job_runs SET {', '.join(sets)} FROM picked WHERE {where}"
         " RETURNING picked.previous AS claimed_from, picked.ord AS claimed_order, job_runs.*),"
         f" recorded AS (INSERT INTO run_transitions ({', '.join(codec.TRANSITION_COLUMNS)})"
@@ -347,6 +364,17 @@ _RUNNING = RunStatus.RUNNING.value
 _CLAIMED = TransitionReason.CLAIMED.value
 _STARTED = TransitionReason.STARTED.value
 _PG_START, _PG_DISPATCH = _pg_claim_sql(True), _pg_claim_sql(False)
+_PG_START_ONE = driver.planned_once(_pg_claim_sql(True, one=True))
+_PG_DISPATCH_ONE = driver.planned_once(_pg_claim_sql(False, one=True))
+
+
+def _pg_claim(conn: Connection, start: bool, ids: Sequence[str], previous: dict[str, str], base: dict[str, Any]) -> Any:
+    """Claim ``ids`` (started or dispatched), one run's by its scalar statement."""
+    if len(ids) == 1:
+        values = {**base, "id": ids[0], "previous": previous[ids[0]]}
+        return driver.returning_sql(conn, _PG_START_ONE if start else _PG_DISPATCH_ONE, values)
+    values = {**base, "ids": list(ids), "previous": [previous[i] for i in ids]}
+    return driver.returning_sql(conn, _PG_START if start else _PG_DISPATCH, values)
 
 
 def _candidates(conn: Connection, p: RunsClaim, now: int, *, skip_locked: bool) -> list[Candidate]:
@@ -407,17 +435,14 @@ def _claim_ids(
     if conn.dialect.name != "sqlite":
         claimed: list[JobRun] = []
         raws: list[dict[str, Any]] = []
+        base = {"owner": p.worker_id, "exp": exp, "now": now}
         if start_ids:
-            values = {"owner": p.worker_id, "exp": exp, "now": now, "ids": list(start_ids)}
-            values["previous"] = [previous[i] for i in start_ids]
-            raws.extend(driver.returning_sql(conn, _PG_START, values))
+            raws.extend(_pg_claim(conn, True, start_ids, previous, base))
             claimed.extend(codec.run_from_row(r) for r in raws)
         started = {r.job_run_id for r in claimed}
         rest = [i for i in start_ids if i not in started] + list(dispatch_ids)  # no attempt left: dispatch
         if rest:
-            values = {"owner": p.worker_id, "exp": exp, "now": now, "ids": rest}
-            values["previous"] = [previous[i] for i in rest]
-            dispatched = driver.returning_sql(conn, _PG_DISPATCH, values)
+            dispatched = _pg_claim(conn, False, rest, previous, base)
             raws.extend(dispatched)
             claimed.extend(codec.run_from_row(r) for r in dispatched)
         facts = [
