@@ -7,7 +7,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
@@ -34,8 +33,7 @@ def kill_other_sessions(engine: Engine) -> int:
             connection(tx)
             .execute(
                 text(
-                    # Waiting (up to 5 s) for each to end: its farewell is then on its client's socket.
-                    "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE usename = current_user AND pid <> pg_backend_pid() AND datname = current_database()"
                 )
             )
@@ -171,32 +169,15 @@ def test_a_worker_survives_a_killed_listening_and_pool_sessions_and_keeps_claimi
         assert not worker.wait_stopped(0)
 
 
-def test_pooled_connections_ended_while_idle_are_replaced_without_a_failed_transaction(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Idle pooled sessions ended by the server (an operator, a failover, a timeout) are found at
-    checkout by what the server left on their sockets, and replaced: no transaction fails. A live
-    connection is handed out without asking the server (no round trip before each transaction)."""
+def test_pooled_connections_ended_while_idle_are_replaced_without_a_failed_transaction(engine: Engine) -> None:
+    """Idle pooled sessions ended by the server (an operator, a failover, a timeout), at once
+    before the next transactions, are found at checkout and replaced: no transaction fails."""
     if engine.store.dialect != "postgresql":
         pytest.skip("pooled server sessions are PostgreSQL's")
-    pings: list[str] = []
-    real_execute = psycopg.Connection.execute
-
-    def execute(self: psycopg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
-        pings.append(query)
-        return real_execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", execute)
-    with contextlib.ExitStack() as stack:  # three pooled connections, idle once the block ends
-        for _ in range(3):
-            connection(stack.enter_context(engine.store.read())).exec_driver_sql("SELECT 1")
-    for _ in range(6):
-        with engine.store.read() as tx:
-            connection(tx).exec_driver_sql("SELECT 1")
-    assert pings == []  # live connections: handed out as they are
-    killed = kill_other_sessions(engine)
-    assert killed >= 2  # the idle ones beside the one that ends them
-    for _ in range(6):  # every idle connection is a dead one now; each checkout must replace it
-        with engine.store.read() as tx:
+    for _ in range(20):
+        with contextlib.ExitStack() as stack:  # three pooled connections, idle once the block ends
+            for _ in range(3):
+                connection(stack.enter_context(engine.store.read())).exec_driver_sql("SELECT 1")
+        assert kill_other_sessions(engine) >= 2  # the idle ones beside the one that ends them
+        with engine.store.read() as tx:  # at once: the ended sessions may not have said so yet
             assert connection(tx).exec_driver_sql("SELECT 1").scalar_one() == 1
-    assert 1 <= len(pings) <= killed  # the server asked only about the connections it had spoken to
