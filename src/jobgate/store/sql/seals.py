@@ -11,6 +11,7 @@ is locked only by the batch, once every few seconds, by the one leader).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -1266,11 +1267,16 @@ def _by_ids(
     cols = ", ".join(names)
     if conn.dialect.name == "postgresql":
         if len(ids) == 1:  # equality on an indexed column: a plan the server may keep
-            one = driver.planned_once(f"SELECT {cols} FROM {table} WHERE job_run_id = %s{tail}")
-            return driver.rows_sql(conn, one, [ids[0]])
+            return driver.rows_sql(conn, _one_run_sql(table, cols, tail), [ids[0]])
         return driver.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id = ANY(%s){tail}", [list(ids)])
     marks = ", ".join("?" * len(ids))
     return driver.rows_sql(conn, f"SELECT {cols} FROM {table} WHERE job_run_id IN ({marks}){tail}", list(ids))
+
+
+@functools.cache
+def _one_run_sql(table: str, cols: str, tail: str) -> str:
+    """``_by_ids``' statement for one run, marked once (``driver.planned_once``)."""
+    return str(driver.planned_once(f"SELECT {cols} FROM {table} WHERE job_run_id = %s{tail}"))
 
 
 def _unique(names: Sequence[str]) -> tuple[str, ...]:
