@@ -6,13 +6,15 @@ Each asserts through a marker written by the code itself what really executed.""
 
 from __future__ import annotations
 
+import importlib
 import os
 import py_compile
 import sys
 import textwrap
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,12 @@ from tests.runtime.test_attempt_gates import submit
 
 from helpers import define
 from jobgate.core.decide import OutcomeKind
-from jobgate.core.states import RunStatus
+from jobgate.core.models import JobRun
+from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.governance import code
 from jobgate.registry import RunnerSpec
 from jobgate.runtime.executors import CommandExecutor
+from jobgate.runtime.worker import Worker
 from jobgate.service.engine import Engine
 
 
@@ -546,3 +550,68 @@ def test_a_package_tree_digest_is_the_same_however_its_folder_is_spelled(
     monkeypatch.chdir(tmp_path)
     root = spelling.format(p=pkg, rel="pkg")
     assert code.tree_digest([root]) == reference
+
+
+class _SwappingWorker(Worker):
+    """A worker whose handler files are rewritten between the gate that admits an attempt and
+    the attempt's import of its handler: the race a review won by swapping a module every 3 ms."""
+
+    swap: Callable[[], None] = staticmethod(lambda: None)
+
+    def _launch(self, run: JobRun, now: datetime) -> None:
+        type(self).swap()
+        super()._launch(run, now)
+
+
+EVIL = 'import os\nwith open(os.environ["JOBGATE_TEST_MARKER"], "a") as fh:\n    fh.write("evil\\n")\n'
+
+
+@pytest.mark.parametrize("layout", ["module", "package"])
+def test_code_swapped_between_the_gate_and_the_import_never_runs(
+    engine: Engine, site: Path, marker: Path, layout: str
+) -> None:
+    """Found by a review: the first import of a top-level module (or of a package's
+    ``__init__``) was compared with the file's digest read afresh, so a file rewritten after
+    the gate admitted the attempt ran its new code, and the run COMPLETED. The import now holds
+    each file to the bytes the gate read: the attempt is handed back unrun, and the next claim
+    holds the run (the files on disk are not the approved ones)."""
+    name = _name("swapped")
+    if layout == "module":
+        source, handler = site / f"{name}.py", f"{name}:work"
+    else:
+        (site / name).mkdir()
+        (site / name / "h.py").write_text(RECORD)
+        source, handler = site / name / "__init__.py", f"{name}.h:work"
+    source.write_text(RECORD if layout == "module" else "")
+    job = define(engine, handler=handler)
+    run_id = submit(engine, job)
+    for gone in [m for m in sys.modules if m.startswith(name)]:
+        sys.modules.pop(gone)  # a worker starts afresh (applying the definition read it here)
+    _SwappingWorker.swap = staticmethod(lambda: source.write_text(EVIL + source.read_text()))
+    with running_worker(engine, worker_class=_SwappingWorker):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed"
+    assert marker_lines(marker) == []  # neither the module's top level nor the handler ran
+    with engine.store.read() as tx:
+        reasons = [t.reason for t in tx.run_transitions(run_id)]
+    assert TransitionReason.RELEASED_UNRUNNABLE in reasons  # the attempt handed back, not counted
+
+
+def test_a_namespace_package_digest_follows_the_import_order_of_its_portions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: a namespace package's portions were digested in sorted order, so
+    reordering ``sys.path`` (which changes which portion's module is imported) kept the digest
+    the approval bound while other code ran."""
+    name = _name("nsp")
+    for portion, tag in (("a", "A"), ("b", "B")):
+        (tmp_path / portion / name).mkdir(parents=True)
+        (tmp_path / portion / name / "h.py").write_text(f"TAG = {tag!r}\n")
+    digests = []
+    for order in (("a", "b"), ("b", "a")):
+        with monkeypatch.context() as patch:
+            for portion in reversed(order):
+                patch.syspath_prepend(str(tmp_path / portion))
+            importlib.invalidate_caches()
+            digests.append(code.package_digest(name))
+    assert digests[0] != digests[1]

@@ -27,6 +27,7 @@ times), so checking the identity before every attempt costs a ``stat`` per file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.abc
@@ -75,6 +76,27 @@ class FileDigests:
     def __init__(self) -> None:
         self._seen: dict[str, _Seen] = {}
         self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[dict[str, str]]:
+        """Every digest this thread reads in the block, by path: the files a code part was
+        computed from, so that an import can later be held to those very bytes."""
+        read: dict[str, str] = {}
+        outer = getattr(self._local, "read", None)
+        self._local.read = read
+        try:
+            yield read
+        finally:
+            self._local.read = outer
+            if outer is not None:
+                outer.update(read)
+
+    def _noted(self, path: str, value: str) -> str:
+        read = getattr(self._local, "read", None)
+        if read is not None:
+            read[path] = value
+        return value
 
     def sha256(self, path: str) -> str:
         """The file's digest; ``CodeUnreadable`` (a governed refusal, never a crash) when it
@@ -88,7 +110,7 @@ class FileDigests:
             with self._lock:
                 seen = self._seen.get(path)
             if seen is not None and seen.key == key:
-                return seen.sha256
+                return self._noted(path, seen.sha256)
             h = hashlib.sha256()
             # Opened without blocking and checked again: a file swapped for a pipe after the stat.
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -104,7 +126,7 @@ class FileDigests:
         value = "sha256:" + h.hexdigest()
         with self._lock:
             self._seen[path] = _Seen(key, value)
-        return value
+        return self._noted(path, value)
 
 
 def _files_under(root: str) -> Iterator[str]:
@@ -142,6 +164,13 @@ FILES = FileDigests()  # one cache per process: every reader and the import hook
 # imported (``note_import``), or else when a worker first asked.
 _LOADED: dict[str, str] = {}
 _LOADED_LOCK = threading.Lock()
+# The files of the parts a worker's gate admitted, as it read them (real path -> digest), the
+# first time every part it asked of matched what the process first read: a governed import
+# compiles a file only if its bytes are these (``_SourceOnlyLoader``). Without it, a file
+# swapped between the gate's check and the handler's first import was digested afresh by the
+# loader and ran (found by a review: a module rewritten every 3 ms ran its unapproved version).
+_FIRST_FILES: dict[str, str] = {}
+_PINNED_PARTS: set[str] = set()
 
 
 def note_import(module: str) -> None:
@@ -256,8 +285,12 @@ def _covers(root: str, path: str) -> bool:
 
 
 def tree_digest(roots: list[str]) -> str:
+    """One digest over the files under ``roots``, each named by its root's place and its path
+    relative to it. In the order given: a namespace package's portions in the order the import
+    system searches them (``sys.path``'s), which decides whose module an import runs (sorted, a
+    reordered path kept the digest an approval bound while another portion's code ran)."""
     listing: list[list[str]] = []
-    for i, root in enumerate(sorted(roots)):
+    for i, root in enumerate(roots):
         for path in _files_under(root):
             listing.append([str(i), _relative(path, root), FILES.sha256(path)])
     if not listing:  # nothing read is nothing bound: a digest of no files would match any code
@@ -289,15 +322,11 @@ class CodeReader:
         spec = definition.executor
         code = definition.content.get("code")
         if spec.kind == "python" and spec.handler:
-            parts = {"handler": spec.handler}
-            if code:
-                listed = [str(c) for c in code]
-                parts.update(self._listed(listed))
-                parts.update(self._own_module(spec.handler, listed))
-            else:
-                top = spec.handler.partition(":")[0].split(".")[0]
-                parts[f"package:{top}"] = self._package(top)
-            return CodeIdentity(self._as_loaded(parts) if as_loaded else parts)
+            if not as_loaded:
+                return CodeIdentity(self._python_parts(spec.handler, code))
+            with self.files.recording() as read:
+                parts = self._python_parts(spec.handler, code)
+            return CodeIdentity(self._as_loaded(parts, read))
         if spec.kind == "command" and spec.runner:
             runner = self.registries.runners.get(spec.runner)
             if runner is None:
@@ -313,7 +342,18 @@ class CodeReader:
             return CodeIdentity({**url_parts(target.http.url), "method": "POST"})
         raise CodeUnreadable(f"definition has no executable code ({spec.kind})", field="executor")
 
-    def _as_loaded(self, parts: dict[str, str]) -> dict[str, str]:
+    def _python_parts(self, handler: str, code: Any) -> dict[str, str]:
+        parts = {"handler": handler}
+        if code:
+            listed = [str(c) for c in code]
+            parts.update(self._listed(listed))
+            parts.update(self._own_module(handler, listed))
+        else:
+            top = handler.partition(":")[0].split(".")[0]
+            parts[f"package:{top}"] = self._package(top)
+        return parts
+
+    def _as_loaded(self, parts: dict[str, str], read: Mapping[str, str]) -> dict[str, str]:
         for name in parts:  # what this worker imports of them from now on is what was read
             kind, _, rest = name.partition(":")
             if kind == "package":
@@ -333,6 +373,10 @@ class CodeReader:
                     continue
                 first = _LOADED.setdefault(name, value)
                 out[name] = value if first == value else f"{first} when loaded, {value} on disk now"
+            if out == parts and not _PINNED_PARTS.issuperset(parts):  # every part as first read
+                for path, digest in read.items():
+                    _FIRST_FILES.setdefault(os.path.realpath(path), digest)
+                _PINNED_PARTS.update(parts)
             return out
 
     # ------------------------------------------------------------------ parts
@@ -476,7 +520,15 @@ def _digest_of(listing: list[list[str]]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(listing)).hexdigest()
 
 
-__all__ = ["CodeReader", "CodeUnreadable", "FileDigests", "locate_handler", "note_import", "package_digest"]
+__all__ = [
+    "CodeChangedOnImport",
+    "CodeReader",
+    "CodeUnreadable",
+    "FileDigests",
+    "locate_handler",
+    "note_import",
+    "package_digest",
+]
 
 
 # ---------------------------------------------------------------------------- governed imports
@@ -500,6 +552,15 @@ _GOVERNED_LOCK = threading.Lock()
 
 class ChangedCode(ImportError):
     """A governed module's files changed since this process first read its package."""
+
+
+class CodeChangedOnImport(ValidationError):
+    """A handler's code changed between the gate that admitted its attempt and its import: the
+    attempt is handed back (not counted), and the next claim's gate judges the files as they are
+    then (held if they are not the approved ones). Not a property of this host: the worker keeps
+    claiming the definition."""
+
+    code = "code_changed"
 
 
 def _check_unchanged(top: str, fullname: str) -> None:
@@ -537,9 +598,11 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
     def get_data(self, path: str) -> bytes:
         data = super().get_data(path)
         if path == self.path:
-            counted = FILES.sha256(path)  # as the package digest read it (by file identity)
+            # The bytes a gate admitted (``_FIRST_FILES``); a file no gate read yet, as the
+            # package digest read it (by file identity).
+            counted = _FIRST_FILES.get(os.path.realpath(path)) or FILES.sha256(path)
             if "sha256:" + hashlib.sha256(data).hexdigest() != counted:
-                raise ChangedCode(f"{path} changed while it was being imported")
+                raise ChangedCode(f"{path} is not the file this process admitted: it changed since it was read")
         return data
 
 
@@ -659,6 +722,8 @@ def resolve_handler(handler: str) -> Callable[..., object]:
     govern(module_name)  # its modules compiled from those files, now and at every later import
     try:
         target: Any = importlib.import_module(module_name)
+    except ChangedCode as exc:
+        raise CodeChangedOnImport(f"{handler!r} was not imported: {exc}", field="handler") from None
     except Exception as exc:  # an import can fail in any way the module's top level can
         raise ValidationError(
             f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", field="handler"
