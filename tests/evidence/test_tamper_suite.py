@@ -13,6 +13,7 @@ what cannot.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -182,6 +183,7 @@ def _dead_letter_as_success(conn: Connection, ids: dict[str, Any]) -> None:
 
 
 FIRST_T = "(SELECT min(id) FROM run_transitions WHERE job_run_id = '{run}')"
+LAST_BATCH = "(SELECT max(seq) FROM audit_log WHERE action = 'records.sealed')"
 LAST_T = "(SELECT max(id) FROM run_transitions WHERE job_run_id = '{run}')"
 CHANGE = "(SELECT min(id) FROM schedule_changes WHERE schedule_id = '{schedule}')"
 SEAL = "(SELECT min(id) FROM record_seals WHERE kind = 'run' AND record_id = '{run}')"
@@ -413,7 +415,10 @@ def _apply(edit: Tamper, conn: Connection, ids: dict[str, Any]) -> None:
         conn.execute(text(edit.format(**ids)))
 
 
-def _resealed_run(edit: Tamper, target: str) -> Callable[[Connection, dict[str, Any]], None]:
+def _resealed_run(edit: Tamper, target: str, *, values: bool = True) -> Callable[[Connection, dict[str, Any]], None]:
+    """``edit``, then a seal of the run as it is now by the published rules; ``values``: the
+    seal keeps its value lists (without them nothing names a column, and nothing may pass)."""
+
     def apply(conn: Connection, ids: dict[str, Any]) -> None:
         _apply(edit, conn, ids)
         rid, key = ids[target], {"r": ids[target]}
@@ -421,7 +426,38 @@ def _resealed_run(edit: Tamper, target: str) -> Callable[[Connection, dict[str, 
         ts = conn.execute(text("SELECT * FROM run_transitions WHERE job_run_id = :r ORDER BY id"), key).mappings().all()
         order = "ORDER BY created_at, dead_letter_id"
         ls = conn.execute(text(f"SELECT * FROM dead_letters WHERE job_run_id = :r {order}"), key).mappings().all()
-        _append_seal(conn, seals.RUN, rid, seals.run_parts(run, ts, ls))
+        parts = seals.run_parts(run, ts, ls)
+        _append_seal(conn, seals.RUN, rid, parts if values else dataclasses.replace(parts, content=None))
+
+    return apply
+
+
+def _letter_gone_run_completed(conn: Connection, ids: dict[str, Any]) -> None:
+    """A review's case: the dead-lettered run's open letter deleted and its row made a success,
+    its transitions left as they were (sealed again in place, as a resolved letter is)."""
+    for statement in (
+        "UPDATE job_runs SET status = 'COMPLETED', error_code = NULL, error_message = NULL,"
+        " result = '{\"ok\": true}' WHERE job_run_id = :r",
+        "DELETE FROM dead_letters WHERE job_run_id = :r",
+    ):
+        conn.execute(text(statement), {"r": ids["dead"]})
+
+
+def _letter_gone_error_rewritten(conn: Connection, ids: dict[str, Any]) -> None:
+    for statement in (
+        "UPDATE job_runs SET error_message = 'nothing to see' WHERE job_run_id = :r",
+        "DELETE FROM dead_letters WHERE job_run_id = :r",
+    ):
+        conn.execute(text(statement), {"r": ids["dead"]})
+
+
+def _earlier_values_cleared(edit: Tamper) -> Callable[[Connection, dict[str, Any]], None]:
+    """``edit`` after the values the dead-lettered run's seals kept were cleared (inline or packed)."""
+
+    def apply(conn: Connection, ids: dict[str, Any]) -> None:
+        conn.execute(text("UPDATE record_seals SET content = NULL WHERE record_id = :r"), {"r": ids["dead"]})
+        conn.execute(text("DELETE FROM seal_values"))
+        _apply(edit, conn, ids)
 
     return apply
 
@@ -517,6 +553,21 @@ RUN_TABLES_DELETED = tuple(
 )
 RESEAL_TAMPERS: list[tuple[str, Tamper, str]] = [
     ("dead letter rewritten as a success", _resealed_run(_dead_letter_as_success, "dead"), "dead"),
+    (
+        "letter deleted, run made a success, sealed without values",
+        _resealed_run(_letter_gone_run_completed, "dead", values=False),
+        "dead",
+    ),
+    (
+        "letter deleted, error rewritten, sealed without values",
+        _resealed_run(_letter_gone_error_rewritten, "dead", values=False),
+        "dead",
+    ),
+    (
+        "earlier values cleared, then a success sealed",
+        _earlier_values_cleared(_resealed_run(_letter_gone_run_completed, "dead")),
+        "dead",
+    ),
     ("requeue forged, then a success", _resealed_run(_forged_requeue, "dead"), "dead"),
     ("run requester", _resealed_run(_run("requested_by = 'mallory'"), "run"), "run"),
     ("run result", _resealed_run(_run("result = '{{\"ok\": false}}'"), "run"), "run"),
@@ -686,7 +737,16 @@ def test_a_record_changed_and_sealed_again_is_caught(copies: Copies, name: str, 
     assert _expected(names, world.ids) in error, f"{name}: the message does not name {names}\n{out}"
 
 
-EXPORTED_RESEALS = [t for t in RESEAL_TAMPERS if t[0] in ("dead letter rewritten as a success", "run requester")]
+EXPORTED_RESEALS = [
+    t
+    for t in RESEAL_TAMPERS
+    if t[0]
+    in (
+        "dead letter rewritten as a success",
+        "run requester",
+        "letter deleted, run made a success, sealed without values",
+    )
+]
 
 
 @pytest.mark.parametrize(("name", "tamper", "names"), EXPORTED_RESEALS, ids=[t[0] for t in EXPORTED_RESEALS])
@@ -754,6 +814,13 @@ MALFORMED: list[tuple[str, Tamper, list[str], str]] = [
         "a transition of run {run}",
     ),
     ("run params a list", _run("params = '[1]'"), ["runs show {run}", "replay {run}"], "run {run}"),
+    # found by a review: a batch entry without its range made verify (and the leader's chaining) crash
+    (
+        "seal batch entry without its range",
+        _row("audit_log", """payload = '{{"root": "x"}}'""", f"seq = {LAST_BATCH}"),
+        ["audit verify --records"],
+        "audit entry",
+    ),
 ]
 
 
@@ -870,3 +937,35 @@ def test_an_anchor_deleted_names_the_first_entry_it_covered(copies: Copies) -> N
     )
     [report] = [r for r in json.loads(result.output) if r["tenant"] == "default"]
     assert report["first_bad_seq"] == last["first_seq"] and f"anchor {last['anchor_seq']}" in report["problem"]
+
+
+def test_seals_are_chained_past_a_batch_entry_that_does_not_read(copies: Copies) -> None:
+    """The leader's chaining (``audit seal``) reads where the last batch ended: an entry edited so
+    that it names no range is passed over, not a crash that stops every later batch."""
+    world = copies.fresh()
+    copies.tamper(lambda conn: conn.execute(text(f"UPDATE audit_log SET payload = '{{}}' WHERE seq = {LAST_BATCH}")))
+    sealed = CliRunner().invoke(cli, ["--config", str(world.config_file), "--db", world.url, "audit", "seal"])
+    assert sealed.exception is None or isinstance(sealed.exception, SystemExit), sealed.exception
+    assert sealed.exit_code == 0, sealed.output
+
+
+def test_a_seal_with_an_extent_no_write_makes_is_named_not_a_crash(copies: Copies) -> None:
+    """Found by a review (SQLite keeps any value in an integer column): a run seal whose extent
+    is not a number, its hash recomputed to match, made ``audit verify --records`` crash."""
+    world = copies.fresh()
+    if world.url.startswith("postgresql"):
+        pytest.skip("PostgreSQL refuses text in an integer column")
+    rid = world.ids["run"]
+
+    def forge(conn: Connection) -> None:
+        row = (
+            conn.execute(text("SELECT * FROM record_seals WHERE record_id = :r ORDER BY id DESC LIMIT 1"), {"r": rid})
+            .mappings()
+            .one()
+        )
+        seal = seals.seal_hash("run", rid, row["event"], "x", row["identity"], row["outcome"], row["history"])  # type: ignore[arg-type]
+        conn.execute(text("UPDATE record_seals SET extent = 'x', seal = :s WHERE id = :i"), {"s": seal, "i": row["id"]})
+
+    copies.tamper(forge)
+    code, out = verify(world)
+    assert code == 1 and rid in out, out

@@ -127,6 +127,21 @@ def test_dead_lettered_requeued_and_cancelled_runs_are_sealed_by_reading(engine:
     assert all(r.ok for r in audit.verify_records(engine, ["default"]))
 
 
+def test_a_requeued_runs_sealed_letters_are_checked_only_with_the_values_its_seal_kept(engine: Engine) -> None:
+    """Found by a review: while a requeued run waits, what it may have changed since its seal
+    (``max_attempts``, its dead letters) is held to the values that seal kept; with those values
+    gone, nothing shows the change was a requeue's: it fails closed."""
+    lettered = engine.submit(SubmitRequest(define(engine, handler="engine_handlers:fail_final"))).run.job_run_id
+    with running_worker(engine):
+        wait_status(engine, lettered, RunStatus.DEAD_LETTERED)
+    control.requeue_run(engine, lettered, actor="ops")  # no worker: it waits, open, past its seal
+    assert _findings(engine) == []
+    with engine.store.write() as tx:
+        connection(tx).execute(text("UPDATE record_seals SET content = NULL WHERE record_id = :r"), {"r": lettered})
+    found = _findings(engine)
+    assert [f.record_id for f in found] == [lettered]  # the identity a requeue changed is no longer shown sound
+
+
 def test_a_requeued_run_verifies_while_it_waits_and_after_it_ends_again(engine: Engine) -> None:
     """A requeue raises ``max_attempts``, which the seal of the dead letter holds: verification
     lets a requeue raise it and nothing else, while the run is open and once it is sealed again."""

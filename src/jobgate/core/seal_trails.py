@@ -401,14 +401,19 @@ def _run_reseal(
     if after["outcome"] != before["outcome"]:
         was = kept_values(content_of(before), "outcome", before["outcome"])
         now = kept_values(content_of(after), "outcome", after["outcome"])
-        if was is not None and now is not None:
-            n = len(seals.RUN_OUTCOME)
-            if not requeued and was[:n] != now[:n]:
-                found = seals.difference(seals.RUN_OUTCOME, was[:n], now[:n])
-                return TrailProblem(after["id"], "outcome", None if found is None else found[0], since)
-            letter = letters_change(was[-1], now[-1])
-            if letter is not None:
-                return TrailProblem(after["id"], "outcome", "dead_letters", f"dead letter {letter} lost {since}")
+        if was is None or now is None:
+            # Without both value lists nothing shows the change was one jobgate makes (a dead
+            # letter resolved, a requeue's new ending) rather than a letter deleted and the run
+            # rewritten as a success: fail closed, as for the identity (found by a review that
+            # cleared the earlier seal's values, or sealed the forgery without them).
+            return TrailProblem(after["id"], "outcome", None, f"{since}, whose kept values are gone")
+        n = len(seals.RUN_OUTCOME)
+        if not requeued and was[:n] != now[:n]:
+            found = seals.difference(seals.RUN_OUTCOME, was[:n], now[:n])
+            return TrailProblem(after["id"], "outcome", None if found is None else found[0], since)
+        letter = letters_change(was[-1], now[-1])
+        if letter is not None:
+            return TrailProblem(after["id"], "outcome", "dead_letters", f"dead letter {letter} lost {since}")
     return None
 
 

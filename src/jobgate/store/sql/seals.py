@@ -354,10 +354,21 @@ def batch_entries(conn: Connection, tenant_id: str) -> list[BatchEntry]:
 
 
 def _last_chained(conn: Connection, tenant_id: str) -> int:
+    """The last seal id a batch of the tenant chained. An entry that does not read as a batch
+    jobgate wrote (edited in the database) is passed over for the one before it: verification
+    names it (``batch_entries``), and counting or chaining must not crash on it (a review's
+    edit made ``audit verify --records`` and the leader's chaining exit with a KeyError)."""
     a = audit_log.c
-    q = select(a.payload).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION).order_by(a.seq.desc()).limit(1)
-    payload = conn.execute(q).scalar()
-    return 0 if payload is None else int(codec.loads(payload)["last_id"])
+    q = select(a.payload).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION).order_by(a.seq.desc())
+    latest = conn.execute(q.limit(1)).scalar()  # the common case: one row read
+    for payload in [latest] if latest is None else [latest, *conn.execute(q.offset(1)).scalars()]:
+        if payload is None:
+            break
+        try:
+            return int(codec.loads(payload)["last_id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
 
 
 def seal_tenants(conn: Connection) -> list[str]:
@@ -731,7 +742,7 @@ def _verify_runs(conn: Connection, tenant_id: str, report: RecordsReport) -> Non
         ls = letters.get(rid, [])
         try:
             _verify_run(rid, run, seal, ts, ls, report, kept, retired, requeues.get(rid, ()))
-        except TypeError:  # a value no encoder takes: named, not a crash
+        except (TypeError, ValueError):  # a value no encoder takes (or no number): named, not a crash
             _add(report, _unreadable(seals.RUN, rid, run or {}, *ts, *ls))
     while pending_history is not None:
         _add(report, Finding(seals.RUN, pending_history[0], "transitions_without_run"))
@@ -960,11 +971,14 @@ def _verify_requeued(
             _add(report, Finding(seals.RUN, rid, "changed", "identity", column, seal["id"], detail))
             return
     outcome = seal_trails.kept_values(content, "outcome", seal["outcome"])
-    if outcome is not None:
-        letter = seal_trails.letters_change(outcome[-1], values["outcome"][-1])
-        if letter is not None:
-            detail = f"dead letter {letter} removed or rewritten after seal #{seal['id']}"
-            _add(report, Finding(seals.RUN, rid, "changed", "outcome", "dead_letters", seal["id"], detail))
+    if outcome is None:  # the dead letters it sealed cannot be checked: fail closed
+        detail = f"the values seal #{seal['id']} kept are gone: its dead letters cannot be checked"
+        _add(report, Finding(seals.RUN, rid, "changed", "outcome", "dead_letters", seal["id"], detail))
+        return
+    letter = seal_trails.letters_change(outcome[-1], values["outcome"][-1])
+    if letter is not None:
+        detail = f"dead letter {letter} removed or rewritten after seal #{seal['id']}"
+        _add(report, Finding(seals.RUN, rid, "changed", "outcome", "dead_letters", seal["id"], detail))
 
 
 def _check_letter_class(rid: str, run: Record, ls: Sequence[Record], seal: Record, report: RecordsReport) -> None:
@@ -1057,7 +1071,7 @@ def _verify_workflow_batch(
             continue
         try:
             parts = seals.workflow_parts(row, steps.get(rid, []), ts.get(rid, []))
-        except TypeError:
+        except (TypeError, ValueError):
             _add(report, _unreadable(seals.WORKFLOW, rid, row, *steps.get(rid, []), *ts.get(rid, [])))
             continue
         for part in ("identity", "history", "outcome"):
@@ -1093,7 +1107,7 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         _row_trail(kind, rid, trail, report)
         try:
             parts = seals.row_parts(spec, row)
-        except TypeError:
+        except (TypeError, ValueError):
             _add(report, _unreadable(kind, rid, row))
             continue
         if parts.identity != seal["identity"]:
