@@ -164,3 +164,23 @@ def test_entries_left_unanchored_past_two_windows_fail_verification(keyed: Engin
     sink.path.write_text("")
     gone = configured(T0 + timedelta(hours=5, minutes=1))
     assert not gone.ok and gone.first_bad_seq == 1 and "not anchored" in str(gone.problem)
+
+
+def test_an_entry_recorded_later_than_its_writer_read_the_clock_is_anchored_after_it(
+    keyed: Engine, tmp_path: Path
+) -> None:
+    """Found by a review: a writer reads the time before it takes the chain's lock, and the
+    append raises an entry's time to the chain's latest; an entry anchored at once was signed
+    with the writer's earlier time, "made before the entry it anchors" for good (a false tamper
+    verdict on an untouched database). The anchor is made no earlier than the entry."""
+    sink = sinks.FileSink(tmp_path / "anchors.jsonl")
+    signer = evidence_keys.signer_for(keyed.config)
+    with keyed.store.write() as tx:  # another writer's entry, a moment later than ours
+        tx.audit_append([AuditEvent("default", "a", "test.fact", "test", "1", T0 + timedelta(seconds=2))])
+    with keyed.store.write() as tx:
+        [switch] = tx.audit_append([AuditEvent("default", "b", "safe_mode.activated", "t", "s", T0)])
+        assert switch.event.at == T0 + timedelta(seconds=2)  # kept in order with the chain
+        made = anchors.anchor_direct(tx, switch, now=T0, sink=sink, signer=signer)
+    assert made.created_at == switch.event.at
+    result = _verify(keyed, sink)
+    assert result.ok, result.problem

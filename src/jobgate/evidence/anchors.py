@@ -121,8 +121,11 @@ def anchor_due(
 def anchor_direct(
     tx: StoreTx, entry: AuditEntry, *, now: datetime, sink: AnchorSink, signer: Signer | None = None
 ) -> Anchor:
-    """Anchor one critical entry at once (a one-leaf tree: its root is the leaf's digest)."""
-    return _store(tx, entry.event.tenant_id, "direct", entry.event.at, entry.event.at, [entry], now, sink, signer)
+    """Anchor one critical entry at once (a one-leaf tree: its root is the leaf's digest). Made
+    no earlier than the entry: the caller read ``now`` before the chain's lock, and the append
+    may have recorded the entry later, in order with the chain (``audit_append``)."""
+    at = entry.event.at
+    return _store(tx, entry.event.tenant_id, "direct", at, at, [entry], max(now, at), sink, signer)
 
 
 def _store(
