@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import json
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,8 @@ def _forged(issuer: Issuer) -> dict[str, str]:
         "wrong audience": issuer.token(aud="someone-else"),
         "unknown issuer": issuer.token(iss="https://127.0.0.1:1/elsewhere"),
         "no expiry": issuer.token(exp=None),
+        # found by a review: accepted by the decoder, its minted tokens never expired
+        "expiry a string of digits": issuer.token(exp=str(int((datetime.now(UTC) + timedelta(minutes=5)).timestamp()))),
         "no subject": issuer.token(sub=None),
         "wrongly signed": issuer.token(key=other),
         "claims changed after signing": f"{header}.{tampered_claims}.{signature}",

@@ -99,6 +99,11 @@ def principal_of(claims: Mapping[str, Any], settings: OidcSettings) -> Principal
     role = role_of(claims.get(settings.roles_claim), settings, tenant)
     if role is None:
         raise refused(f"{actor} holds no role mapped by auth.oidc (claim {settings.roles_claim!r})")
+    expires_at = _expiry(claims.get("exp"))
+    if expires_at is None and claims.get("exp") is not None:
+        # RFC 7519: a NumericDate is a JSON number. The decoder also takes a string of digits,
+        # and the tokens such a JWT minted were left with no expiry (found by a review).
+        raise refused("a JWT whose exp is not a NumericDate (a JSON number of seconds)")
     return Principal(
         credential=f"{PREFIX}{settings.issuer}",
         tenant_id=tenant,
@@ -106,7 +111,7 @@ def principal_of(claims: Mapping[str, Any], settings: OidcSettings) -> Principal
         jobs=None,
         name=actor,
         display_name=_display_name(claims, settings.name_claims),
-        expires_at=_expiry(claims.get("exp")),
+        expires_at=expires_at,
     )
 
 
