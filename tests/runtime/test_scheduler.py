@@ -176,6 +176,23 @@ def test_batch_windows_fire_once_per_closed_window(engine: Engine) -> None:
     assert '"window":["2026-03-01T02:00:00Z","2026-03-01T03:00:00Z"]' in rows[-1][0]
 
 
+def test_a_schedule_with_the_longest_id_it_may_have_fires(engine: Engine) -> None:
+    """Found by a review: a run's trigger id (``TGTRIG-<schedule>@<slot>``) did not fit its
+    column for a schedule id near the 200 characters allowed, and such a schedule never fired
+    on PostgreSQL; a batch window's slot names its start and end, longer still."""
+    from jobgate.scheduling.model import MAX_SCHEDULE_ID
+
+    cron, windows = define(engine), helpers.define(engine, trigger_type="batch_window")
+    long_cron, long_window = "c" * MAX_SCHEDULE_ID, "w" * MAX_SCHEDULE_ID
+    add(engine, Schedule(long_cron, cron, ScheduleKind.CRON, T0, cron="0 * * * *"))
+    add(engine, Schedule(long_window, windows, ScheduleKind.BATCH_WINDOW, T0, every=HOUR))
+    result = Scheduler(engine, owner="a").tick(T0 + HOUR + timedelta(seconds=1))
+    assert result.fired == 2
+    with engine.store.read() as tx:
+        ids = sorted(r[0] for r in connection(tx).execute(text("SELECT trigger_id FROM job_runs")).all())
+    assert [i.split("@")[0] for i in ids] == [f"TGTRIG-{long_cron}", f"TGTRIG-{long_window}"]
+
+
 def test_a_failing_schedule_is_marked_backs_off_and_never_delays_the_others(engine: Engine) -> None:
     from jobgate.service import doctor
 

@@ -95,7 +95,8 @@ job_runs = Table(
     Column("definition_version", Integer, nullable=False),
     Column("definition_digest", String(80), nullable=False),
     Column("job_class", String(64), nullable=False),
-    Column("trigger_id", String(200), nullable=False),
+    # A slot's name: as wide as ``slot`` (migration 0032; SQLite keeps any length as declared).
+    Column("trigger_id", String(200).with_variant(String(300), "postgresql"), nullable=False),
     Column("trigger_type", String(32), nullable=False),
     Column("trigger", Text, nullable=False),
     Column("scope", Text, nullable=False),
