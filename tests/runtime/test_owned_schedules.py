@@ -19,7 +19,7 @@ from jobgate.service import approvals
 from jobgate.service.engine import Engine
 from jobgate.service.schedules import put_schedules, schedule_from_document, set_paused
 from jobgate.service.submission import SubmitRequest
-from jobgate.testing import connection
+from jobgate.testing import FakeClock, connection
 
 SEED_15 = {
     "job_definition_id": "TGJOBDEF-REPLAY-SAMPLING-001",
@@ -361,3 +361,26 @@ def test_an_operator_pausing_a_schedule_waiting_for_approval_keeps_it_paused(eng
     assert set_paused(engine, "default", "TGJOBDEF-REPLAY-SAMPLING-001", True, now=engine.clock.now(), actor="ops")
     approvals.approve(engine, "default", job, actor="bob")
     assert stored(engine).state == "paused"
+
+
+def test_a_batch_window_definition_takes_new_versions_after_its_window_length_changed(engine: Engine) -> None:
+    """Found by a review: a change of window length re-anchors the stored grid where the last
+    closed window ended; the next version (a description changed, the length kept) was given
+    the epoch anchor again and refused as cutting across windows already run, depending on the
+    time of day, with no way for the author to name an anchor. A new version keeps the grid."""
+    clock = FakeClock(datetime(2026, 3, 2, 10, 20, tzinfo=UTC))
+    engine.clock = engine.definitions.clock = clock
+    fields = {"job_definition_id": "windowed", "trigger_type": "batch_window"}
+    apply(engine, **fields, schedule_expression="1h")
+    clock.advance(timedelta(hours=2))
+    apply(engine, **fields, schedule_expression="7m")  # re-anchored at 12:00, the last window's end
+    regridded = stored(engine, "windowed").schedule
+    assert regridded.anchor == datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    for later in (timedelta(minutes=57), timedelta(hours=5, minutes=3)):
+        clock.advance(later)
+        apply(engine, **fields, schedule_expression="7m", description=f"v at {clock.now():%H:%M}")
+        assert stored(engine, "windowed").schedule.anchor == regridded.anchor  # the grid kept
+    clock.advance(timedelta(minutes=10))
+    apply(engine, **fields, schedule_expression="1h")  # and its length changed again
+    moved = stored(engine, "windowed").schedule
+    assert (moved.anchor - regridded.anchor) % timedelta(minutes=7) == timedelta(0)

@@ -29,6 +29,17 @@ def owned_schedule_id(job_definition_id: str) -> str:
     return job_definition_id.replace(":", ".")
 
 
+def owned_kind(definition: JobDefinition) -> ScheduleKind | None:
+    """The kind of schedule ``definition``'s trigger type keeps, if any."""
+    return _KINDS.get(definition.trigger_type)
+
+
+def first_anchor(definition: JobDefinition, now: datetime) -> datetime:
+    """Where a new schedule of ``definition`` counts from: ``now``, or the epoch for a batch
+    window (its windows fall on the same grid wherever it is applied)."""
+    return _EPOCH if owned_kind(definition) is ScheduleKind.BATCH_WINDOW else now
+
+
 def owned_schedule(
     definition: JobDefinition,
     *,
@@ -37,9 +48,11 @@ def owned_schedule(
     timezone: str,
     misfire: str,
 ) -> Schedule | None:
-    """The schedule ``definition`` declares, or None. ``anchor``: where an interval counts
-    from (the kept schedule's, on a new version, so its rhythm does not move); ``timezone`` and
-    ``misfire``: the configured defaults for what the definition does not say."""
+    """The schedule ``definition`` declares, or None. ``anchor``: where an interval or a batch
+    window's grid counts from, the kept schedule's on a new version (so its rhythm does not move:
+    a grid an earlier change of window length re-anchored stays where it is), else ``now`` for
+    an interval (a batch window's grid then starts at the epoch); ``timezone`` and ``misfire``:
+    the configured defaults for what the definition does not say."""
     content = definition.content
     expression = content.get("schedule_expression")
     kind = _KINDS.get(definition.trigger_type)
@@ -52,7 +65,7 @@ def owned_schedule(
         schedule_id=owned_schedule_id(definition.job_definition_id),
         job_definition_id=definition.job_definition_id,
         kind=kind,
-        anchor=_EPOCH if kind is ScheduleKind.BATCH_WINDOW else anchor,
+        anchor=anchor,
         timezone=zone if isinstance(zone, str) else timezone,
         cron=expression if kind is ScheduleKind.CRON else None,
         every=every,

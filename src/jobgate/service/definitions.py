@@ -23,7 +23,7 @@ from jobgate.governance.code import CodeReader
 from jobgate.governance.handler_source import check_handler_source
 from jobgate.plugins.admission import check_handler
 from jobgate.scheduling.model import schedule_document
-from jobgate.scheduling.owned import owned_schedule, owned_schedule_id
+from jobgate.scheduling.owned import first_anchor, owned_kind, owned_schedule, owned_schedule_id
 from jobgate.scheduling.plan import windows_after_edit
 from jobgate.scheduling.records import OWNED_SOURCE, PAUSED_UNAPPROVED, ScheduleChange, pause_after_edit
 from jobgate.service.submission import SYSTEM_ACTOR
@@ -116,10 +116,11 @@ class Definitions:
                 field="schedule_expression",
                 source=definition.job_definition_id,
             )
+        kept = existing.schedule if existing is not None and existing.schedule.kind is owned_kind(definition) else None
         wanted = owned_schedule(
             definition,
             tenant_id=tenant_id,
-            anchor=now if existing is None else existing.schedule.anchor,
+            anchor=kept.anchor if kept is not None else first_anchor(definition, now),
             timezone=self.config.scheduling.timezone,
             misfire=self.config.scheduling.misfire,
         )
