@@ -99,6 +99,7 @@ def _populate(engine: Engine) -> dict[str, Any]:
     safemode.activate(engine, TENANT, actor="sam", reason="drill")
     safemode.deactivate(engine, TENANT, actor="sam", reason="drill over")
     approvals.revoke(engine, TENANT, spare, actor="carol", reason="superseded")
+    incident = safemode.activate(engine, TENANT, actor="sam", reason="incident 42")  # still on
     with engine.store.read() as tx:
         run = tx.run_get(done[0])
         assert run is not None
@@ -129,6 +130,7 @@ def _populate(engine: Engine) -> dict[str, Any]:
         "revoked_token": gone.stored.token_id,
         "schedule": "nightly",
         "request": ask.request_id,
+        "safe_mode_on": incident.activation,
     }
 
 

@@ -435,6 +435,56 @@ def moved_on_without_requeue(seal: Seal, transitions: Sequence[Sequence[Any]]) -
     return f"moved on after seal #{seal['id']} without a requeue of a dead-lettered or escalated run"
 
 
+@dataclass(frozen=True)
+class ClosingAudit:
+    """How a closed record of a kind is accounted for in the audit log: the action its one
+    door writes in the closing's own transaction, the row's columns naming who closed it and
+    when, the entry's target (a row column), and what else in the entry's payload names this
+    row: (payload key, row column, the key holds a list of such values)."""
+
+    action: str
+    by: str
+    at: str
+    target: str
+    payload: tuple[str, str, bool] | None = None
+
+
+# A closing jobgate makes writes its audit entry with the row's change (``service.safemode``,
+# ``service.approvals.revoke``, ``service.tokens``): without one, a safe-mode period switched off
+# (or a token, an approval revoked) by a database write and sealed again by the published rules
+# passed as one of them (found by a review).
+CLOSING_AUDITS = {
+    "safe_mode": ClosingAudit(
+        "safe_mode.deactivated", "deactivated_by", "deactivated_at", "tenant_id", ("activation", "activation", False)
+    ),
+    "approval": ClosingAudit(
+        "definition.approval_revoked", "revoked_by", "revoked_at", "job_definition_id", ("digests", "digest", True)
+    ),
+    "token": ClosingAudit("token.revoked", "revoked_by", "revoked_at", "token_id"),
+}
+
+
+def unaudited_closing(kind: str, row: Mapping[Any, Any], audited: Sequence[tuple[str, int, Any]]) -> bool:
+    """Whether a closed record of ``kind`` (``row``: its columns) has no audit entry of its
+    closing: ``audited`` are the kind's closing entries for the row's target (actor, time in µs,
+    payload). An entry accounts for it when it names the same actor at or after the row's time
+    (an append may record it later, never earlier) and, where the entry names rows, this one."""
+    rule = CLOSING_AUDITS[kind]
+    at = row.get(rule.at)
+    if at is None:
+        return False  # open: nothing to account for
+    for actor, when, payload in audited:
+        if actor != row.get(rule.by) or when < int(at):
+            continue
+        if rule.payload is not None:
+            key, column, many = rule.payload
+            named = payload.get(key) if isinstance(payload, Mapping) else None
+            if not (row.get(column) in named if many and isinstance(named, list) else named == row.get(column)):
+                continue
+        return False
+    return True
+
+
 def unaudited_requeue(transitions: Sequence[Mapping[str, Any]], audited: Sequence[tuple[str, int]]) -> int | None:
     """The position (from 0) of the first requeue in a run's history that no ``run.requeued``
     audit entry accounts for, or None. ``audited``: each entry's actor and time (µs). Every

@@ -859,6 +859,21 @@ def _requeues_audited(conn: Connection, tenant_id: str) -> dict[str, list[tuple[
     return out
 
 
+def _closings_audited(conn: Connection, tenant_id: str, kind: str) -> dict[str, list[tuple[str, int, Any]]]:
+    """The tenant's audit entries of ``kind``'s closing action, by target: (actor, time, payload)."""
+    a = audit_log.c
+    action = seal_trails.CLOSING_AUDITS[kind].action
+    q = select(a.target_id, a.actor, a.at, a.payload).where(a.tenant_id == tenant_id, a.action == action)
+    out: dict[str, list[tuple[str, int, Any]]] = {}
+    for target, actor, at, payload in conn.execute(q.order_by(a.seq)):
+        try:
+            body = codec.loads(payload) if payload else None
+        except ValueError:
+            body = None  # an entry edited into no JSON: its chain check names it
+        out.setdefault(str(target), []).append((str(actor), int(at), body))
+    return out
+
+
 def _check_requeues(
     rid: str, ts: Sequence[Record], audited: Sequence[tuple[str, int]], seal: Record, report: RecordsReport
 ) -> bool:
@@ -1093,6 +1108,7 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
     spec = seals.SPECS[kind]
     table = _table(spec.table)
     latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
+    closings = _closings_audited(conn, tenant_id, kind) if kind in seal_trails.CLOSING_AUDITS else None
     checked = 0
     for row in conn.execute(select(*_spec_cols(spec, table)).where(table.c.tenant_id == tenant_id)).mappings():
         checked += 1
@@ -1113,6 +1129,11 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         if parts.identity != seal["identity"]:
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
+        elif closings is not None:
+            rule = seal_trails.CLOSING_AUDITS[kind]
+            if seal_trails.unaudited_closing(kind, row, closings.get(str(row[rule.target]), ())):
+                detail = f"closed by {_short(row[rule.by])} with no {rule.action} audit entry of it"
+                _add(report, Finding(kind, rid, "changed", "content", rule.by, seal["id"], detail))
     for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
         trail = _trail(seal)
         if not _check_trail(kind, rid, trail, report):
