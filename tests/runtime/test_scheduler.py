@@ -832,3 +832,28 @@ def test_a_long_tick_renews_the_lease_as_it_goes(engine: Engine, monkeypatch: py
     assert a.tick(T0 + HOUR).fired == 3
     b = Scheduler(engine, owner="b", lease=timedelta(seconds=2))
     assert not b.tick(T0 + HOUR + timedelta(seconds=6)).leader
+
+
+def test_an_edit_read_before_a_schedulers_commit_settles_only_what_is_still_owed(engine: Engine) -> None:
+    """Found by a review: an edit that read the schedule before a scheduler's tick committed
+    recorded ``edited`` misses for slots that tick had fired, and its move of the watermark to
+    the edit failed unseen, so the new rhythm's slot before the edit fired. The edit now settles
+    from the watermark as it stands, the row locked, and a failed move is refused."""
+    from jobgate.service.schedules import settle_owed_before_edit
+
+    job = define(engine)
+    every10 = add(
+        engine, Schedule("ten", job, ScheduleKind.CRON, T0, cron="*/10 * * * *", misfire=MisfirePolicy.FIRE_ALL)
+    )
+    with engine.store.read() as tx:
+        stale = tx.schedule_get("default", "ten")
+    assert stale is not None
+    assert Scheduler(engine, owner="a").tick(T0 + timedelta(minutes=25)).fired == 2  # 00:10 and 00:20
+    edit_at = T0 + timedelta(minutes=27)
+    with engine.store.write() as tx:
+        settle_owed_before_edit(tx, stale, replace(every10, cron="26 * * * *"), edit_at)
+    with engine.store.read() as tx:
+        misses = tx.misses_list("default", "ten")
+        stored = tx.schedule_get("default", "ten")
+    assert [reason for _at, reason in misses] == []  # what the tick fired is not owed
+    assert stored is not None and stored.watermark == edit_at

@@ -108,7 +108,7 @@ class Definitions:
         it), removed when the version declares none. A schedule of that name stored by someone
         else is not taken over: the apply is refused."""
         name = owned_schedule_id(definition.job_definition_id)
-        existing = tx.schedule_get(tenant_id, name)
+        existing = tx.schedule_get(tenant_id, name, lock=True)
         if existing is not None and existing.source != OWNED_SOURCE:
             raise ValidationError(
                 f"a schedule {name!r} stored by {existing.source} exists: delete or rename it, so the "

@@ -290,7 +290,7 @@ def put_schedules(
     with engine.store.write() as tx:
         for s in items:
             unapproved = pending[(s.tenant_id, s.schedule_id)] is not None
-            before = tx.schedule_get(s.tenant_id, s.schedule_id)
+            before = tx.schedule_get(s.tenant_id, s.schedule_id, lock=True)
             if before is not None:
                 _refuse_owned(before.source, before.schedule, "replaced")
                 s = windows_after_edit(before.schedule, _keep_anchor(s, before.schedule, now), now)
@@ -461,12 +461,21 @@ def settle_owed_before_edit(tx: StoreTx, before: StoredSchedule, after: Schedule
     if they should run), and the watermark moves to the edit: the new rhythm owes only its own
     slots after it, none of the instants before it that belonged to neither. Returns warnings."""
     old = before.schedule
-    if before.watermark >= now or not rhythm_changed(old, after):
+    if not rhythm_changed(old, after):
         return []
-    owed = owed_before_edit(old, before.watermark, now)
+    # The watermark as it stands now, the row locked: the caller may have read ``before`` before
+    # a scheduler's commit (another transaction, or before this one locked anything), and the
+    # slots that commit decided are not owed (found by a review: they got ``edited`` misses beside
+    # their runs, and the watermark stayed behind the edit).
+    current = tx.schedule_get(old.tenant_id, old.schedule_id, lock=True)
+    watermark = before.watermark if current is None else current.watermark
+    if watermark >= now:
+        return []
+    owed = owed_before_edit(old, watermark, now)
     if owed.misses:
         tx.misses_record(old.tenant_id, owed.misses, now)
-    tx.schedule_advance(old.tenant_id, old.schedule_id, before.watermark, now)
+    if not tx.schedule_advance(old.tenant_id, old.schedule_id, watermark, now):
+        raise ConflictError("the schedule was fired while it was being edited; edit it again", field="schedule")
     return list(owed.warnings)
 
 

@@ -381,8 +381,8 @@ class StoreTx:
     def schedules_list(self, tenant_id: str | None = None) -> list[StoredSchedule]:
         return schedules.schedules_list(self._conn, tenant_id)
 
-    def schedule_get(self, tenant_id: str, schedule_id: str) -> StoredSchedule | None:
-        return schedules.schedule_get(self._conn, tenant_id, schedule_id)
+    def schedule_get(self, tenant_id: str, schedule_id: str, *, lock: bool = False) -> StoredSchedule | None:
+        return schedules.schedule_get(self._conn, tenant_id, schedule_id, lock=lock)
 
     def schedule_set_paused(
         self, tenant_id: str, schedule_id: str, paused: bool, now: datetime, reason: str | None = None

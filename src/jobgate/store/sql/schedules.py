@@ -125,8 +125,12 @@ def schedules_failing_count(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(schedules).where(S.failures > 0)).scalar_one())
 
 
-def schedule_get(conn: Connection, tenant_id: str, schedule_id: str) -> StoredSchedule | None:
-    row = conn.execute(select(schedules).where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)).first()
+def schedule_get(conn: Connection, tenant_id: str, schedule_id: str, *, lock: bool = False) -> StoredSchedule | None:
+    """One stored schedule; ``lock``: its row locked until the transaction ends (PostgreSQL; a
+    SQLite write transaction holds the whole database), so that an edit reads the watermark no
+    scheduler moves before the edit commits."""
+    q = select(schedules).where(S.tenant_id == tenant_id, S.schedule_id == schedule_id)
+    row = conn.execute(q.with_for_update() if lock and conn.dialect.name == "postgresql" else q).first()
     return None if row is None else _from_row(row)
 
 
