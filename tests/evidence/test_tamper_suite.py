@@ -624,40 +624,6 @@ RESEAL_TAMPERS: list[tuple[str, Tamper, str]] = [
         ),
         "approval",
     ),
-    # found by a review: closed by a database write and sealed again, with no audit entry of it
-    (
-        "safe mode switched off behind the audit log",
-        _resealed_row(
-            "safe_mode",
-            _row(
-                "safe_mode_periods",
-                "deactivated_at = activated_at + 1000000, deactivated_by = 'root', deactivation_reason = 'resolved'",
-                "activation = {safe_mode_on}",
-            ),
-            "activation = {safe_mode_on}",
-        ),
-        "deactivated_by",
-    ),
-    (
-        "token revoked behind the audit log",
-        _resealed_row(
-            "token",
-            _row("api_tokens", "revoked_at = created_at + 1, revoked_by = 'root'", "token_id = '{token}'"),
-            "token_id = '{token}'",
-        ),
-        "token",
-    ),
-    (
-        "approval revoked behind the audit log",
-        _resealed_row(
-            "approval",
-            _row(
-                "definition_approvals", "revoked_at = approved_at + 1, revoked_by = 'carol'", "approval_id = {approval}"
-            ),
-            "approval_id = {approval}",
-        ),
-        "approval",
-    ),
     (
         "token revocation undone",
         _resealed_row(

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from runtime_support import marker_lines, running_worker, wait_status
+from runtime_support import marker_lines, running_worker, wait_status, wait_until
 from tests.executors.support import make_context
 from tests.runtime.test_attempt_gates import submit
 
@@ -573,8 +573,8 @@ def test_code_swapped_between_the_gate_and_the_import_never_runs(
     """Found by a review: the first import of a top-level module (or of a package's
     ``__init__``) was compared with the file's digest read afresh, so a file rewritten after
     the gate admitted the attempt ran its new code, and the run COMPLETED. The import now holds
-    each file to the bytes the gate read: the attempt is handed back unrun, and the next claim
-    holds the run (the files on disk are not the approved ones)."""
+    each file to the bytes the gate read: the attempt is handed back unrun, once, and this
+    worker claims no more of the definition version (its code changed under it)."""
     name = _name("swapped")
     if layout == "module":
         source, handler = site / f"{name}.py", f"{name}:work"
@@ -588,13 +588,15 @@ def test_code_swapped_between_the_gate_and_the_import_never_runs(
     for gone in [m for m in sys.modules if m.startswith(name)]:
         sys.modules.pop(gone)  # a worker starts afresh (applying the definition read it here)
     _SwappingWorker.swap = staticmethod(lambda: source.write_text(EVIL + source.read_text()))
-    with running_worker(engine, worker_class=_SwappingWorker):
-        held = wait_status(engine, run_id, RunStatus.HELD)
-    assert held.hold_reason == "code_changed"
+    with running_worker(engine, worker_class=_SwappingWorker) as worker:
+        wait_until(lambda: bool(worker.unrunnable), what="the worker to stop claiming the definition")
+        worker.idle.wait(5)
     assert marker_lines(marker) == []  # neither the module's top level nor the handler ran
     with engine.store.read() as tx:
         reasons = [t.reason for t in tx.run_transitions(run_id)]
-    assert TransitionReason.RELEASED_UNRUNNABLE in reasons  # the attempt handed back, not counted
+        run = tx.run_get(run_id)
+    assert reasons.count(TransitionReason.RELEASED_UNRUNNABLE) == 1  # handed back once, not counted
+    assert run is not None and run.status is RunStatus.SCHEDULED
 
 
 def test_a_namespace_package_digest_follows_the_import_order_of_its_portions(

@@ -438,13 +438,14 @@ def moved_on_without_requeue(seal: Seal, transitions: Sequence[Sequence[Any]]) -
 @dataclass(frozen=True)
 class ClosingAudit:
     """How a closed record of a kind is accounted for in the audit log: the action its one
-    door writes in the closing's own transaction, the row's columns naming who closed it and
-    when, the entry's target (a row column), and what else in the entry's payload names this
-    row: (payload key, row column, the key holds a list of such values)."""
+    door writes in the closing's own transaction, the row's columns naming who closed it, when,
+    and when the record was opened, the entry's target (a row column), and what else in the
+    entry's payload names this row: (payload key, row column, the key holds a list of such values)."""
 
     action: str
     by: str
     at: str
+    opened: str
     target: str
     payload: tuple[str, str, bool] | None = None
 
@@ -455,34 +456,65 @@ class ClosingAudit:
 # passed as one of them (found by a review).
 CLOSING_AUDITS = {
     "safe_mode": ClosingAudit(
-        "safe_mode.deactivated", "deactivated_by", "deactivated_at", "tenant_id", ("activation", "activation", False)
+        "safe_mode.deactivated", "deactivated_by", "deactivated_at", "activated_at", "tenant_id",
+        ("activation", "activation", False),
     ),
     "approval": ClosingAudit(
-        "definition.approval_revoked", "revoked_by", "revoked_at", "job_definition_id", ("digests", "digest", True)
+        "definition.approval_revoked", "revoked_by", "revoked_at", "approved_at", "job_definition_id",
+        ("digests", "digest", True),
     ),
-    "token": ClosingAudit("token.revoked", "revoked_by", "revoked_at", "token_id"),
-}
+    "token": ClosingAudit("token.revoked", "revoked_by", "revoked_at", "created_at", "token_id"),
+}  # fmt: skip
 
 
-def unaudited_closing(kind: str, row: Mapping[Any, Any], audited: Sequence[tuple[str, int, Any]]) -> bool:
-    """Whether a closed record of ``kind`` (``row``: its columns) has no audit entry of its
-    closing: ``audited`` are the kind's closing entries for the row's target (actor, time in µs,
-    payload). An entry accounts for it when it names the same actor at or after the row's time
-    (an append may record it later, never earlier) and, where the entry names rows, this one."""
+def unaudited_closings(
+    kind: str,
+    rows: Sequence[Mapping[Any, Any]],
+    audited: Mapping[str, Sequence[tuple[str, int, Any]]],
+    log_began: int | None,
+) -> list[int]:
+    """The positions in ``rows`` (records of ``kind``) of the closed ones no audit entry accounts
+    for. ``audited``: the kind's closing entries by target (actor, time in µs, payload);
+    ``log_began``: the time of the tenant's first audit entry (None: it has none).
+
+    Each entry accounts for one closing (an approvals entry, for one row per digest it names):
+    the same actor, at or after the row's time (an append may record it later, never earlier),
+    naming the row where it names rows; the earliest such entry left is taken, closings in time
+    order, so an older closing's entry is not taken again for a forged later one (found by a
+    review). A closing before its record was opened is none jobgate makes. One before the
+    tenant's audit log began (a database from before migration 0010) has no entry to find."""
     rule = CLOSING_AUDITS[kind]
-    at = row.get(rule.at)
-    if at is None:
-        return False  # open: nothing to account for
-    for actor, when, payload in audited:
-        if actor != row.get(rule.by) or when < int(at):
+    left: dict[str, list[list[Any]]] = {}
+    for target, found in audited.items():
+        kept = left.setdefault(target, [])
+        for actor, when, payload in found:
+            named = payload.get(rule.payload[0]) if rule.payload is not None and isinstance(payload, Mapping) else None
+            names = list(named) if isinstance(named, list) else [named]
+            kept.append([actor, when, names])
+    closed = sorted((i for i, r in enumerate(rows) if r.get(rule.at) is not None), key=lambda i: int(rows[i][rule.at]))
+    bad: list[int] = []
+    for i in closed:
+        row = rows[i]
+        at = int(row[rule.at])
+        opened = row.get(rule.opened)
+        if opened is not None and at < int(opened):
+            bad.append(i)
             continue
-        if rule.payload is not None:
-            key, column, many = rule.payload
-            named = payload.get(key) if isinstance(payload, Mapping) else None
-            if not (row.get(column) in named if many and isinstance(named, list) else named == row.get(column)):
-                continue
-        return False
-    return True
+        if log_began is None or at < log_began:
+            continue
+        entries = left.get(str(row.get(rule.target)), [])
+        value = None if rule.payload is None else row.get(rule.payload[1])
+        match = next(
+            (e for e in entries if e[0] == row.get(rule.by) and e[1] >= at and (rule.payload is None or value in e[2])),
+            None,
+        )
+        if match is None:
+            bad.append(i)
+        elif rule.payload is None or len(match[2]) <= 1:
+            entries.remove(match)
+        else:
+            match[2].remove(value)
+    return bad
 
 
 def unaudited_requeue(transitions: Sequence[Mapping[str, Any]], audited: Sequence[tuple[str, int]]) -> int | None:

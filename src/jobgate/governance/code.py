@@ -555,10 +555,11 @@ class ChangedCode(ImportError):
 
 
 class CodeChangedOnImport(ValidationError):
-    """A handler's code changed between the gate that admitted its attempt and its import: the
-    attempt is handed back (not counted), and the next claim's gate judges the files as they are
-    then (held if they are not the approved ones). Not a property of this host: the worker keeps
-    claiming the definition."""
+    """A handler's code changed between the gate that admitted its attempt and its import (or a
+    package part another approval binds changed since this process read it): nothing of it ran.
+    Like a handler that does not import here, the attempt is handed back (not counted) and this
+    worker claims no more runs of the definition version until it is restarted on approved code;
+    handing it back to be claimed again by the same process made a loop (found by a review)."""
 
     code = "code_changed"
 

@@ -40,7 +40,6 @@ from jobgate.core.policies import RetryPolicy
 from jobgate.core.settle import Settlement, settle_attempt
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.core.transitions import RunChange
-from jobgate.governance.code import CodeChangedOnImport
 from jobgate.logs import run_fields
 from jobgate.runtime import rescuer
 from jobgate.runtime.capabilities import CapabilityProbe
@@ -675,18 +674,6 @@ class Worker:
             self.dispatcher.prepare([run])
             executor = self.dispatcher.executor(run)
             ctx = self.dispatcher.context(run, run.attempt, trace)
-        except CodeChangedOnImport as exc:
-            # Admitted on files that changed before the import read them: nothing of it ran.
-            self._return_attempt(run, TransitionReason.RELEASED_UNRUNNABLE, f"{self.worker_id}: {exc}", now)
-            log.warning(
-                "run %s: %s; the attempt is handed back",
-                run.job_run_id,
-                exc,
-                extra=self._run_fields(run.job_run_id, action="code_changed_on_import", attempt=run.attempt),
-            )
-            if span is not None and self._spans is not None:
-                self._spans.end(span, RunStatus.SCHEDULED.value, "CODE_CHANGED")
-            return
         except JobgateError as exc:
             if exc.field in HOST_FIELDS:
                 # This host cannot run it (its code does not import here, its runner or target is

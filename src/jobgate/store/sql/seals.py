@@ -12,6 +12,7 @@ is locked only by the batch, once every few seconds, by the one leader).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -361,9 +362,13 @@ def _last_chained(conn: Connection, tenant_id: str) -> int:
     a = audit_log.c
     q = select(a.payload).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION).order_by(a.seq.desc())
     latest = conn.execute(q.limit(1)).scalar()  # the common case: one row read
-    for payload in [latest] if latest is None else [latest, *conn.execute(q.offset(1)).scalars()]:
-        if payload is None:
-            break
+    if latest is None:
+        return 0
+
+    def older() -> Iterator[Any]:  # read only when the latest does not parse
+        yield from conn.execute(q.offset(1)).scalars()
+
+    for payload in itertools.chain([latest], older()):
         try:
             return int(codec.loads(payload)["last_id"])
         except (ValueError, KeyError, TypeError):
@@ -874,6 +879,13 @@ def _closings_audited(conn: Connection, tenant_id: str, kind: str) -> dict[str, 
     return out
 
 
+def _log_began(conn: Connection, tenant_id: str) -> int | None:
+    """The time of the tenant's first audit entry (µs), None without one."""
+    a = audit_log.c
+    found = conn.execute(select(a.at).where(a.tenant_id == tenant_id).order_by(a.seq).limit(1)).scalar()
+    return None if found is None else int(found)
+
+
 def _check_requeues(
     rid: str, ts: Sequence[Record], audited: Sequence[tuple[str, int]], seal: Record, report: RecordsReport
 ) -> bool:
@@ -1109,6 +1121,7 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
     table = _table(spec.table)
     latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
     closings = _closings_audited(conn, tenant_id, kind) if kind in seal_trails.CLOSING_AUDITS else None
+    closed: list[tuple[str, int, dict[str, Any]]] = []
     checked = 0
     for row in conn.execute(select(*_spec_cols(spec, table)).where(table.c.tenant_id == tenant_id)).mappings():
         checked += 1
@@ -1129,11 +1142,14 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         if parts.identity != seal["identity"]:
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
-        elif closings is not None:
-            rule = seal_trails.CLOSING_AUDITS[kind]
-            if seal_trails.unaudited_closing(kind, row, closings.get(str(row[rule.target]), ())):
-                detail = f"closed by {_short(row[rule.by])} with no {rule.action} audit entry of it"
-                _add(report, Finding(kind, rid, "changed", "content", rule.by, seal["id"], detail))
+        elif closings is not None and row[seal_trails.CLOSING_AUDITS[kind].at] is not None:
+            closed.append((rid, seal["id"], dict(row)))
+    if closed and closings is not None:
+        rule = seal_trails.CLOSING_AUDITS[kind]
+        for i in seal_trails.unaudited_closings(kind, [r for _, _, r in closed], closings, _log_began(conn, tenant_id)):
+            rid, seal_id, values = closed[i]
+            detail = f"closed by {_short(values[rule.by])} with no {rule.action} audit entry of it"
+            _add(report, Finding(kind, rid, "changed", "content", rule.by, seal_id, detail))
     for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
         trail = _trail(seal)
         if not _check_trail(kind, rid, trail, report):
