@@ -16,6 +16,7 @@ from sqlalchemy import text
 from tests.store_contract.support import T0, complete, dead_letter, make
 
 from jobgate.core import merkle, seals
+from jobgate.core.audit import AuditEvent
 from jobgate.core.encoding import to_us
 from jobgate.core.records import AuditFilter, StepRecord, StoredToken, WorkflowRecord, WorkflowUpdate
 from jobgate.core.states import RunStatus
@@ -58,6 +59,8 @@ def test_verification_finds_nothing_wrong_with_what_the_store_wrote(engine: Engi
         tx.safe_mode_activate("default", "ada", "drill", T0)
         tx.seals_chain("default", T0)
         tx.token_revoke("default", "tok-1", "admin", T0)  # sealed again, not chained yet
+        # with the audit entry the service's one door writes beside every revocation
+        tx.audit_append([AuditEvent("default", "admin", "token.revoked", "token", "tok-1", T0)])
     with engine.store.read() as tx:
         report = tx.seals_verify("default")
         assert tx.seals_verify("tenant-c").ok
