@@ -55,7 +55,7 @@ def owned_schedule(
     the configured defaults for what the definition does not say."""
     content = definition.content
     expression = content.get("schedule_expression")
-    kind = _KINDS.get(definition.trigger_type)
+    kind = owned_kind(definition)
     if kind is None or not isinstance(expression, str):
         return None
     zone = content.get("schedule_timezone")

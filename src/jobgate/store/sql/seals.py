@@ -1120,8 +1120,8 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
     spec = seals.SPECS[kind]
     table = _table(spec.table)
     latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
-    closings = _closings_audited(conn, tenant_id, kind) if kind in seal_trails.CLOSING_AUDITS else None
-    closed: list[tuple[str, int, dict[str, Any]]] = []
+    closing = seal_trails.CLOSING_AUDITS.get(kind)
+    closed: list[tuple[str, int, dict[str, Any]]] = []  # closed rows, held to their audit entries below
     checked = 0
     for row in conn.execute(select(*_spec_cols(spec, table)).where(table.c.tenant_id == tenant_id)).mappings():
         checked += 1
@@ -1142,14 +1142,14 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         if parts.identity != seal["identity"]:
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
-        elif closings is not None and row[seal_trails.CLOSING_AUDITS[kind].at] is not None:
+        elif closing is not None and row[closing.at] is not None:
             closed.append((rid, seal["id"], dict(row)))
-    if closed and closings is not None:
-        rule = seal_trails.CLOSING_AUDITS[kind]
-        for i in seal_trails.unaudited_closings(kind, [r for _, _, r in closed], closings, _log_began(conn, tenant_id)):
+    if closed and closing is not None:  # the audit log read only when a record of the kind is closed
+        audited, began = _closings_audited(conn, tenant_id, kind), _log_began(conn, tenant_id)
+        for i in seal_trails.unaudited_closings(kind, [r for _, _, r in closed], audited, began):
             rid, seal_id, values = closed[i]
-            detail = f"closed by {_short(values[rule.by])} with no {rule.action} audit entry of it"
-            _add(report, Finding(kind, rid, "changed", "content", rule.by, seal_id, detail))
+            detail = f"closed by {_short(values[closing.by])} with no {closing.action} audit entry of it"
+            _add(report, Finding(kind, rid, "changed", "content", closing.by, seal_id, detail))
     for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
         trail = _trail(seal)
         if not _check_trail(kind, rid, trail, report):
