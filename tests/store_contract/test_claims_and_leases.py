@@ -489,9 +489,16 @@ def test_admission_facts_reads_approvals_lifecycles_and_safe_mode_of_the_candida
     assert facts.safe_modes == {"tenant-b": period.activation}
 
 
+def _shared_then_read(tx: StoreTx) -> None:
+    """The shared side, held from the transaction's next statement on (it travels with it on
+    PostgreSQL: ``driver.owe``), which here is a read touching no row."""
+    tx.gates_shared()
+    tx.outbox_backlog()
+
+
 def test_a_gate_closing_write_and_an_admitting_claim_wait_for_each_other(engine: Engine) -> None:
-    other_thread_waits(engine.store, lambda tx: tx.gates_closing(), lambda tx: tx.gates_shared())
-    other_thread_waits(engine.store, lambda tx: tx.gates_shared(), lambda tx: tx.gates_closing())
+    other_thread_waits(engine.store, lambda tx: tx.gates_closing(), _shared_then_read)
+    other_thread_waits(engine.store, _shared_then_read, lambda tx: tx.gates_closing())
 
 
 def test_gates_can_be_taken_again_in_their_own_transaction(engine: Engine) -> None:

@@ -1043,6 +1043,7 @@ class Store:
             # connections whose session had been ended a moment before, its farewell not yet
             # written: 56 of 100 transactions failed just after pg_terminate_backend.
             self._writer = create_engine(url, pool_pre_ping=True, **pool)
+            driver.owing(self._writer)
             self._reader = self._writer
             self.skip_locked = True
             self.notify = True
@@ -1133,7 +1134,8 @@ class Store:
             return
         if not tenant_id or tenant_id == "*":
             raise ValueError(f"not a tenant id: {tenant_id!r}")
-        conn.exec_driver_sql("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant_id))
+        # With the transaction's first statement, in its round trip (``driver.owe``).
+        driver.owe(conn, "SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant_id))
 
     def prepare_changes(self, changes: Sequence[RunChange]) -> run_changes.PreparedChanges:
         """Build a batch's statements and rows before taking the write lock, and, on SQLite, the

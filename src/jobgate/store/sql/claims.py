@@ -68,7 +68,7 @@ _GATES_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({_GATES_LOCK})"
 def gates_shared(conn: Connection) -> None:
     """The shared side of ``gates_closing``: taken by a transaction that asks the admission rule."""
     if conn.dialect.name == "postgresql":
-        driver.execute(conn, _GATES_SHARED)
+        driver.owe(conn, _GATES_SHARED)  # with the transaction's next statement, before it locks a row
 
 
 def gates_closing(conn: Connection) -> None:
@@ -79,7 +79,8 @@ def gates_closing(conn: Connection) -> None:
     be followed by an attempt started on the approval it had just revoked. With it, a claim
     either commits before the revocation is written, or reads after it committed. SQLite's single
     writer serialises them already. An advisory lock lives in memory: taking it costs a claim one
-    round trip and writes nothing."""
+    round trip and writes nothing (the shared side travels with the claim's next statement:
+    ``driver.owe``)."""
     if conn.dialect.name == "postgresql":
         driver.execute(conn, _GATES_EXCLUSIVE)
 

@@ -86,11 +86,91 @@ def planned_once_statements() -> tuple[set[str], list[Any]]:
 
 def _execute(cursor: Any, sql: str, params: Any = None, *, marked: str | None = None) -> None:
     """``cursor.execute``, preparing ``sql`` on the server when it (or ``marked``, the text it
-    was derived from) is ``planned_once``. SQLite: a plain execute."""
-    if (sql in _planned_once or marked in _planned_once) and hasattr(cursor, "pgresult"):
-        cursor.execute(sql, params, prepare=True)
+    was derived from) is ``planned_once``, with the statements the transaction owes sent ahead
+    of it in the same round trip (``owe``). SQLite: a plain execute."""
+    if not hasattr(cursor, "pgresult"):
+        cursor.execute(sql) if params is None else cursor.execute(sql, params)
+        return
+    prepare = sql in _planned_once or marked in _planned_once
+    dbapi = cursor.connection
+    owed = _take_owed(dbapi)
+    if owed is None:
+        cursor.execute(sql, params, prepare=prepare)
+    elif dbapi.pgconn.pipeline_status:  # in a pipeline already: queued with the rest
+        _send(dbapi, owed)
+        cursor.execute(sql, params, prepare=prepare)
     else:
-        cursor.execute(sql, params)
+        with dbapi.pipeline():
+            _send(dbapi, owed)
+            cursor.execute(sql, params, prepare=prepare)
+
+
+# Statements a PostgreSQL transaction owes the server (``owe``), kept on its DBAPI connection.
+_OWED = "_jobgate_owed"
+
+
+def owe(conn: Connection, sql: str, params: Sequence[Any] | None = None) -> None:
+    """Run ``sql``, a statement whose answer nobody reads and whose effect ends with the
+    transaction (a transaction's lock, a local setting), ahead of the transaction's next
+    statement.
+
+    On PostgreSQL it waits and travels with that statement, in one round trip through
+    psycopg's pipeline, where it was a round trip of its own (and the transaction's ``BEGIN``,
+    which psycopg sends before a transaction's first statement, another: a worker's cycle took
+    the gates' lock that way first, three round trips before its first real statement). The
+    server still runs them in order: a lock owed is held before the next statement touches a
+    row. A statement Core sends pays what is owed first (``owing``); a transaction that ends
+    before its next statement never needed it, and the next transaction on the connection
+    forgets it. SQLite: at once."""
+    if conn.dialect.name != "postgresql":
+        conn.exec_driver_sql(sql, tuple(params) if params is not None else ())
+        return
+    dbapi: Any = conn.connection.dbapi_connection
+    owed: list[tuple[str, Sequence[Any] | None]] | None = getattr(dbapi, _OWED, None)
+    if owed is None:
+        setattr(dbapi, _OWED, [(sql, params)])
+    else:
+        owed.append((sql, params))
+
+
+def _take_owed(dbapi: Any) -> list[tuple[str, Sequence[Any] | None]] | None:
+    owed: list[tuple[str, Sequence[Any] | None]] | None = getattr(dbapi, _OWED, None)
+    if owed is not None:
+        setattr(dbapi, _OWED, None)
+    return owed
+
+
+def _send(dbapi: Any, owed: list[tuple[str, Sequence[Any] | None]]) -> None:
+    for sql, params in owed:
+        dbapi.execute(sql, params)
+
+
+def pay_owed(dbapi: Any) -> None:
+    """Send what the transaction owes on its own (one round trip for all of it), when the next
+    statement cannot take it along: one that Core sends, a server-side cursor."""
+    owed = _take_owed(dbapi)
+    if owed is None:
+        return
+    if dbapi.pgconn.pipeline_status:
+        _send(dbapi, owed)
+        return
+    with dbapi.pipeline():
+        _send(dbapi, owed)
+
+
+def owing(engine: Any) -> None:
+    """Install the listeners that keep ``owe``'s promise on a PostgreSQL engine: Core's
+    statements pay what is owed first; a transaction that begins forgets what an earlier one
+    owed and never sent (it ended before its next statement)."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "begin")
+    def _forget(conn: Connection) -> None:
+        setattr(conn.connection.dbapi_connection, _OWED, None)
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _pay_first(conn: Connection, *_: Any) -> None:
+        pay_owed(conn.connection.dbapi_connection)
 
 
 _MAX_PARAMS = 30000  # below SQLite's 32766 host parameters
@@ -298,7 +378,7 @@ def execute(conn: Connection, sql: str) -> None:
     """A parameterless statement (SAVEPOINT, RELEASE) on the transaction's own connection."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.execute(sql)
+        _execute(cursor, sql)
     finally:
         cursor.close()
 
@@ -387,6 +467,8 @@ def stream(
     sql, names, defaults = _compile(conn, stmt)
     dbapi = conn.connection.dbapi_connection
     named = conn.dialect.name == "postgresql"
+    if named:
+        pay_owed(dbapi)  # a server-side cursor cannot travel in a pipeline
     cursor = dbapi.cursor(name=f"jobgate_stream_{next(_streams)}") if named else dbapi.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, _bind(names, defaults, params or {}))
