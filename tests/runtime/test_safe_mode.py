@@ -142,6 +142,29 @@ def test_a_schedule_watching_the_policy_bundle_fires_only_when_the_bundle_change
     assert run[0] == "configuration" and "@config-watch-" in run[1]
 
 
+def test_watched_values_that_had_their_run_make_no_second_one_whatever_else_changed(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """One run per watched values, ever: going back to values that had their run, after an
+    unwatched key changed (so the whole snapshot's digest, in the idempotency key, differs),
+    makes none."""
+    job = define(engine, trigger_type="configuration")
+
+    def profile(bundle: str, sample: int) -> None:  # the profile the runs are bound to, too
+        engine.config = make_config(tmp_path, profiles={"default": {"policy_bundle": bundle, "sample": sample}})
+
+    profile("FAGF-2026.1", 5)
+    schedule = Schedule("on-bundle", job, ScheduleKind.CONFIGURATION, T0, config_profile="default")
+    put_schedules(engine, [check_schedule(_watching(schedule))], source="test", now=T0)
+    s = Scheduler(engine, owner="a")
+    steps = [("FAGF-2026.2", 5, 1), ("FAGF-2026.1", 6, 2), ("FAGF-2026.2", 7, 2), ("FAGF-2026.1", 8, 2)]
+    for minute, (bundle, sample, expected) in enumerate(steps, start=1):
+        profile(bundle, sample)
+        s.tick(T0 + minute * MIN)
+        assert len(runs(engine)) == expected, (bundle, sample)
+    assert len({r[1] for r in runs(engine)}) == 2  # one run per watched values' trigger
+
+
 def _watching(s: Schedule) -> Schedule:
     from dataclasses import replace
 

@@ -258,13 +258,18 @@ class Scheduler:
         if seen == item.config_digest_seen or s.paused:
             return  # a paused schedule answers the snapshot active when it is resumed
         what = f"{', '.join(s.config_watch)} of " if s.config_watch else ""
+        trigger_id = f"{TRIGGER_PREFIX}{s.schedule_id}@config-{_config_label(snapshot.config_snapshot_id, s, seen)}"
         request = fire_request(
             s,
             at=now,
             actor=SCHEDULER_ACTOR,
             reason=f"configuration {what}{s.config_profile} activated (schedule {s.schedule_id})",
-            trigger_id=f"{TRIGGER_PREFIX}{s.schedule_id}@config-{_config_label(snapshot.config_snapshot_id, s, seen)}",
+            trigger_id=trigger_id,
             policy_context={"config_profile": s.config_profile, "config_digest": snapshot.config_digest},
+            # One run per snapshot (or watched values), ever: the slot, not the idempotency key,
+            # which includes the whole snapshot's digest (an unwatched key changed since the
+            # values' first run would make a second).
+            slot=trigger_id,
         )
         misses: list[Miss] = []
         try:
