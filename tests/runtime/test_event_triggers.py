@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -236,12 +237,32 @@ def test_a_refused_policy_fire_is_recorded_and_stores_no_run(engine: Engine) -> 
         assert [r for _, r in tx.misses_list("default", "drift")] == ["refused"]
 
 
-@pytest.mark.parametrize(("name", "value", "field"), [("1x", 1.0, "name"), ("x", float("inf"), "value")])
+@pytest.mark.parametrize(
+    ("name", "value", "field"), [("1x", 1.0, "name"), ("x", float("inf"), "value"), ("x", 10**400, "value")]
+)
 def test_a_bad_fact_is_refused_and_nothing_is_recorded(engine: Engine, name: str, value: float, field: str) -> None:
     with pytest.raises(ValidationError) as err:
         record_fact(engine, tenant_id="default", name=name, value=value, source="test", actor="t")
     assert err.value.field == field
     assert count(engine, "facts") == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"), [("b c", 3, "data.b c"), ("huge", 10**400, "data.huge"), ("inf", math.inf, "data")]
+)
+def test_an_alert_with_one_bad_field_records_nothing_and_fires_nothing(
+    engine: Engine, field: str, value: object, named: str
+) -> None:
+    """Every field is checked before anything is recorded: the fields before the bad one in the
+    alert's order (``a``) would have been recorded, and fired their schedule, first."""
+    job = define(engine, trigger_type="alert")
+    watch(engine, "on-a", job, "alert.disk.a > 5", ScheduleKind.ALERT)
+    with pytest.raises(ValidationError) as err:
+        post_alert(engine, tenant_id="default", name="disk", firing=True, data={"a": 10, field: value}, actor="t")
+    assert err.value.field == named
+    assert count(engine, "facts") == 0 and count(engine, "job_runs") == 0 and count(engine, "outbox") == 0
+    fires = post_alert(engine, tenant_id="default", name="disk", firing=True, data={"a": 10}, actor="t")
+    assert [f.fired for f in fires] == [True]  # the corrected alert opens the episode
 
 
 def test_a_payload_param_the_definition_does_not_declare_is_refused_when_stored(engine: Engine) -> None:

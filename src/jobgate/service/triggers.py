@@ -224,15 +224,28 @@ class PolicyFire:
     refused: str | None = None
 
 
+def _check_fact(name: str, value: object, *, name_field: str = "name", value_field: str = "value") -> float:
+    """The fact's value as a float, or a refusal naming the field: a name of the fact grammar and
+    a finite number a float can hold (an integer beyond one is refused, not an overflow)."""
+    if not _FACT_NAME.fullmatch(name or ""):
+        raise ValidationError("a fact name: a letter, then letters, digits, '.', '_', '-', ':'", field=name_field)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError("a finite number", field=value_field)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValidationError("a finite number (at most about 1.8e308 in size)", field=value_field)
+    return number
+
+
 def record_fact(
     engine: Engine, *, tenant_id: str, name: str, value: float, source: str, actor: str
 ) -> list[PolicyFire]:
     """Record one observation and fire each policy or alert schedule whose condition on this fact
     starts an episode with it (false -> true). Re-recording while it holds fires nothing."""
-    if not _FACT_NAME.fullmatch(name or ""):
-        raise ValidationError("a fact name: a letter, then letters, digits, '.', '_', '-', ':'", field="name")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValidationError("a finite number", field="value")
+    _check_fact(name, value)
     now = engine.clock.now()
     with engine.store.read() as tx:
         watching = [
@@ -306,12 +319,17 @@ def post_alert(
     except ValueError as exc:
         raise ValidationError(str(exc), field="data") from None
     source = f"alert {name}"
-    out = []
+    # Every field is checked before any fact is recorded: a refused alert records nothing (and
+    # fires nothing), where its first fields' facts had been recorded, and had fired, already.
+    facts = []
     for field, value in sorted(data.items()):
         if isinstance(value, int | float) and not isinstance(value, bool):
-            out += record_fact(
-                engine, tenant_id=tenant_id, name=f"alert.{name}.{field}", value=value, source=source, actor=actor
-            )
+            fact = f"alert.{name}.{field}"
+            _check_fact(fact, value, name_field=f"data.{field}", value_field=f"data.{field}")
+            facts.append((fact, value))
+    out = []
+    for fact, value in facts:
+        out += record_fact(engine, tenant_id=tenant_id, name=fact, value=value, source=source, actor=actor)
     out += record_fact(
         engine, tenant_id=tenant_id, name=f"alert.{name}", value=1.0 if firing else 0.0, source=source, actor=actor
     )
