@@ -123,9 +123,10 @@ def test_export_and_verify_from_the_command_line(tmp_path: Path) -> None:
     assert again.returncode == 1 and "exists" in again.stderr
 
 
-def _resign(bundle: bytes, change: dict[str, bytes]) -> bytes:
-    """The bundle with files replaced and its manifest rebuilt and re-signed with the real key:
-    an insider who holds the evidence key but cannot rewrite the anchors already published."""
+def _resign(bundle: bytes, change: dict[str, bytes | None]) -> bytes:
+    """The bundle with files replaced (None: taken out) and its manifest rebuilt and re-signed
+    with the real key: an insider who holds the evidence key but cannot rewrite the anchors
+    already published."""
     import hashlib
     import json
 
@@ -133,7 +134,11 @@ def _resign(bundle: bytes, change: dict[str, bytes]) -> bytes:
 
     source = zipfile.ZipFile(io.BytesIO(bundle))
     files = {n: source.read(n) for n in source.namelist() if n not in ("manifest.json", "manifest.sig")}
-    files.update(change)
+    for name, data in change.items():
+        if data is None:
+            files.pop(name, None)
+        else:
+            files[name] = data
     manifest = json.loads(source.read("manifest.json"))
     manifest["files"] = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
@@ -210,6 +215,10 @@ def test_a_record_rewritten_in_a_re_signed_bundle_breaks_its_seal(period: tuple[
             s["outcome"] = "sha256:" + "0" * 64
     forged = _resign(bundle, {"seals.json": (json.dumps(seals_doc, indent=2, sort_keys=True) + "\n").encode()})
     assert not verify_bundle(forged, public_keys=keys()).ok
+    # ... and leaving the run out, with its seal, leaves a bundle of nothing its scope names.
+    forged = _resign(bundle, _without(zipfile.ZipFile(io.BytesIO(bundle)), {name}))
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any(f"its scope is run {ids[0]}" in p for p in result.problems), result.problems
 
 
 @pytest.mark.parametrize(
@@ -497,8 +506,35 @@ def test_a_workflow_bundle_names_its_steps_runs_retention_deleted(database_url: 
         result = verify_bundle(forged, public_keys=keys())
         assert not result.ok
         assert any(f"run {made.job_run_id} is neither in the bundle nor listed" in p for p in result.problems)
+        # Found by a review: the workflow itself, or what it was made under, left out of a
+        # re-signed bundle (with their seals) verified.
+        wid = record.workflow_run_id
+        for left_out, expected in (
+            ({f"workflows/{wid}.json"}, f"its scope is workflow run {wid}, which the bundle does not hold"),
+            ({"ledger-flow"}, f"workflows/{wid}.json: its definition version is not in definitions.json"),
+            ({"ledger-flow"}, f"workflows/{wid}.json: no approval of its definition"),
+        ):
+            forged = _resign(bundle, _without(files, left_out))
+            result = verify_bundle(forged, public_keys=keys())
+            assert not result.ok and any(expected in p for p in result.problems), result.problems
     finally:
         store.dispose()
+
+
+def _without(files: zipfile.ZipFile, names: set[str]) -> dict[str, bytes | None]:
+    """A bundle's changes taking ``names`` out: files by name, with their records' seals; a
+    definition id's versions and approvals (their seals left, as a careless forger would)."""
+    import json
+
+    gone = {n for n in names if n in files.namelist()}
+    changed: dict[str, bytes | None] = dict.fromkeys(gone)
+    dropped = {n.split("/", 1)[1].removesuffix(".json") for n in gone}
+    for listed in ("definitions.json", "approvals.json"):
+        kept = [r for r in json.loads(files.read(listed)) if r["job_definition_id"] not in names]
+        changed[listed] = (json.dumps(kept, indent=2, sort_keys=True) + "\n").encode()
+    seals = [x for x in json.loads(files.read("seals.json")) if x["record_id"] not in dropped]
+    changed["seals.json"] = (json.dumps(seals, indent=2, sort_keys=True) + "\n").encode()
+    return changed
 
 
 @pytest.fixture

@@ -163,7 +163,10 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
             for job, version in bound
             for row in rows.raw_rows("definition", tenant, {"job_definition_id": job, "version": version})
         ]
-        snapshot_ids = sorted({str(r["row"]["config_snapshot_id"]) for r in runs})
+        snapshot_ids = sorted(
+            {str(r["row"]["config_snapshot_id"]) for r in runs}
+            | {str(w["row"]["config_snapshot_id"]) for w in workflows.values() if w is not None}
+        )
         snapshots = [
             row for sid in snapshot_ids for row in rows.raw_rows("snapshot", tenant, {"config_snapshot_id": sid})
         ]
@@ -286,28 +289,16 @@ def check_contents(
         doc = json.loads(files[name])
         row = doc["row"]
         rid = row["job_run_id"]
-        d = definitions.get((row["job_definition_id"], row["definition_version"]))
-        if d is None or d["digest"] != row["definition_digest"]:
-            out.problems.append(f"{name}: its definition version is not in definitions.json with its digest")
-        snap = snapshots.get(row["config_snapshot_id"])
-        if snap is None or snap["config_digest"] != row["config_digest"]:
-            out.problems.append(f"{name}: its snapshot is not in snapshots.json with its digest")
+        _check_bound(name, row, definitions, snapshots, approvals, out)
         parts = seals.run_parts(row, doc["transitions"], doc["dead_letters"])
         history = [[t[c] for c in seals.TRANSITION_COLUMNS] for t in doc["transitions"]]
         _check_run(name, doc, parts, history, sealed.get((seals.RUN, rid)), _requeues(entries, rid), out)
         _check_trail(name, seal_trails.run_trail(_sealed(trails, seals.RUN, rid), history, _content), out)
         out.problems.extend(detail_problems(name, doc))
-        if not any(
-            a["job_definition_id"] == row["job_definition_id"] and a["digest"] == row["definition_digest"]
-            for a in approvals
-        ):
-            out.problems.append(
-                f"{name}: no approval of its definition ({row['job_definition_id']} {row['definition_digest']})"
-                " is in approvals.json: a run is made only under one"
-            )
     for name in sorted(n for n in files if n.startswith("workflows/")):
         doc = json.loads(files[name])
         wid = doc["row"]["workflow_run_id"]
+        _check_bound(name, doc["row"], definitions, snapshots, approvals, out)
         parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])
         ended = doc["row"]["status"] in seal_trails.WORKFLOW_ENDED
         _check_record(name, seals.WORKFLOW, parts, sealed.get((seals.WORKFLOW, wid)), out, ended=ended)
@@ -330,7 +321,14 @@ def check_contents(
     for gone in listed_retired:
         _check_retired(gone, present, trails, entries, out)
     accounted = present | {str(g["job_run_id"]) for g in listed_retired}
-    exported = _scope_of(files).get("workflow_run_id")  # a workflow's bundle: all its steps' runs
+    scope = _scope_of(files)
+    exported = scope.get("workflow_run_id")  # a workflow's bundle: the workflow and all its steps' runs
+    if exported and f"workflows/{exported}.json" not in files:
+        out.problems.append(f"manifest.json: its scope is workflow run {exported}, which the bundle does not hold")
+    if (run := scope.get("job_run_id")) and run not in accounted:
+        out.problems.append(
+            f"manifest.json: its scope is run {run}, which is neither in the bundle nor listed as retired"
+        )
     for name in sorted(n for n in files if n == f"workflows/{exported}.json"):
         for step in json.loads(files[name])["steps"]:
             for rid in (step.get("job_run_id"), step.get("compensation_run_id")):
@@ -344,6 +342,33 @@ def check_contents(
     if timestamps is not None:
         _check_timestamps(proofs, timestamps, out)
     return out
+
+
+def _check_bound(
+    name: str,
+    row: Mapping[str, Any],
+    definitions: Mapping[tuple[str, int], Mapping[str, Any]],
+    snapshots: Mapping[str, Mapping[str, Any]],
+    approvals: Sequence[Mapping[str, Any]],
+    out: ContentCheck,
+) -> None:
+    """A run's or workflow run's definition version, snapshot and an approval of the definition's
+    content are in the bundle, each with the digest the record names: either is made only under
+    an approval, bound to both (a re-signed bundle that leaves one out is caught)."""
+    d = definitions.get((row["job_definition_id"], row["definition_version"]))
+    if d is None or d["digest"] != row["definition_digest"]:
+        out.problems.append(f"{name}: its definition version is not in definitions.json with its digest")
+    snap = snapshots.get(row["config_snapshot_id"])
+    if snap is None or snap["config_digest"] != row["config_digest"]:
+        out.problems.append(f"{name}: its snapshot is not in snapshots.json with its digest")
+    if not any(
+        a["job_definition_id"] == row["job_definition_id"] and a["digest"] == row["definition_digest"]
+        for a in approvals
+    ):
+        out.problems.append(
+            f"{name}: no approval of its definition ({row['job_definition_id']} {row['definition_digest']})"
+            " is in approvals.json: it is made only under one"
+        )
 
 
 def _scope_of(files: Mapping[str, bytes]) -> dict[str, Any]:
