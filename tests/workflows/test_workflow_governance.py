@@ -148,6 +148,16 @@ def test_cancel_is_refused_while_the_workflow_compensates(engine: Engine, marker
         wait_until(lambda: ran(marker, "started") == ["undo-a"], what="the compensation to start")
         with pytest.raises(ConflictError, match="compensating"):
             cancel_workflow(engine, wid, actor="op")
+        # Nor through the compensation's own run (found by a review: a stop of it ended the
+        # compensation failed and the workflow escalated).
+        (undo,) = [s.compensation_run_id for s in view(engine, wid).steps if s.compensation_run_id]
+        assert undo is not None
+        audited = count(engine, "audit_log")
+        for act in (control.stop_run, control.cancel_run):
+            with pytest.raises(ConflictError, match="compensation of step a") as refused:
+                act(engine, undo, actor="op", reason="enough")
+            assert refused.value.field == "job_run_id"
+        assert count(engine, "audit_log") == audited  # nothing recorded
         Path(str(marker) + ".gate").touch()
         done = wait_workflow(engine, wid)
     assert done.record.status is RunStatus.FAILED

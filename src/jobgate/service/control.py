@@ -59,6 +59,7 @@ def cancel_in(
     run = tx.run_get(job_run_id, tenant_id)
     if run is None:
         raise no_run(tx, job_run_id, tenant_id)
+    refuse_compensation(tx, run, "cancelled")
     if not run.status.is_pending:
         hint = " (use stop for a running run)" if run.status is RunStatus.RUNNING else ""
         raise ConflictError(f"run is {run.status.value}; only a pending run can be cancelled{hint}", field="status")
@@ -91,6 +92,7 @@ def stop_in(
     run = tx.run_get(job_run_id, tenant_id)
     if run is None:
         raise no_run(tx, job_run_id, tenant_id)
+    refuse_compensation(tx, run, "stopped")
     if run.status is not RunStatus.RUNNING:
         hint = " (use cancel for a pending run)" if run.status.is_pending else ""
         raise ConflictError(f"run is {run.status.value}; only a running run can be stopped{hint}", field="status")
@@ -98,6 +100,21 @@ def stop_in(
         return
     if not request_stop(tx, run, actor=actor, reason=reason, now=now):
         raise ConflictError("run finished before the stop was recorded", field="status")
+
+
+def refuse_compensation(tx: StoreTx, run: JobRun, what: str) -> None:
+    """A workflow's compensation always runs to its end: cancelling the workflow is refused while
+    it compensates, and so is cancelling or stopping one of its compensation runs (which ended
+    the compensation failed, and the workflow escalated, on one person's word)."""
+    if run.workflow_run_id is None:
+        return
+    for step in tx.workflow_steps(run.workflow_run_id):
+        if step.compensation_run_id == run.job_run_id:
+            raise ConflictError(
+                f"run is the compensation of step {step.step_id} of workflow run {run.workflow_run_id}, which"
+                f" always runs to its end: it cannot be {what}",
+                field="job_run_id",
+            )
 
 
 def request_stop(tx: StoreTx, run: JobRun, *, actor: str, reason: str | None, now: datetime) -> bool:
