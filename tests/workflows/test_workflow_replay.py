@@ -155,3 +155,54 @@ def test_the_replay_job_samples_workflow_runs_too_and_names_an_altered_one(engin
             connection(tx).execute(text("SELECT payload FROM outbox WHERE event_type = 'replay_mismatch'")).scalars()
         )
         assert any(ids[1] in p for p in payloads)
+
+
+_NEXT = "(SELECT max(seq) + 1 FROM workflow_transitions WHERE workflow_run_id = :w)"
+_ADDED = (
+    "INSERT INTO workflow_transitions (workflow_run_id, tenant_id, seq, step_id, from_status, to_status, reason,"
+    f" actor, at, detail) SELECT CAST(:w AS VARCHAR), 'default', {_NEXT}, %s, %s, %s, %s, 'x', 1, '{{\"advance\": 99}}'"
+)
+_FIRST_COMPLETION = (
+    "seq = (SELECT min(seq) FROM workflow_transitions WHERE workflow_run_id = :w AND reason = 'step_completed')"
+)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "named"),
+    [
+        (_ADDED % ("'a'", "'COMPLETED'", "'CANCELLED'", "'workflow_halted'"), "a halt only cancels an open step"),
+        (_ADDED % ("'a'", "'COMPLETED'", "'COMPLETED'", "'workflow_halted'"), "a halt only cancels an open step"),
+        (_ADDED % ("NULL", "'COMPLETED'", "'COMPLETED'", "'sla_escalation'"), "may only escalate an open workflow"),
+        ("UPDATE workflow_runs SET phase = 'bogus' WHERE workflow_run_id = :w", "phase: recorded bogus"),
+        (
+            "UPDATE workflow_steps SET status = 'BOGUS' WHERE workflow_run_id = :w AND step_id = 'a'",
+            "step a: status: recorded BOGUS",
+        ),
+        (f"UPDATE workflow_transitions SET detail = '[1, 2]' WHERE workflow_run_id = :w AND {_FIRST_COMPLETION}",
+         "cannot be read"),
+        (f"UPDATE workflow_transitions SET step_id = 'zz' WHERE workflow_run_id = :w AND {_FIRST_COMPLETION}",
+         "cannot be read"),
+        (
+            "UPDATE workflow_transitions SET detail = '{\"run_ended_at\": \"garbage\"}'"
+            f" WHERE workflow_run_id = :w AND {_FIRST_COMPLETION}",
+            "cannot be read",
+        ),
+        ("UPDATE workflow_runs SET params = '[1]' WHERE workflow_run_id = :w", "params"),
+    ],
+)  # fmt: skip
+def test_a_sequence_no_advance_could_write_or_a_malformed_row_is_a_named_mismatch(
+    engine: Engine, marker: Path, tamper: str, named: str
+) -> None:
+    """Found by a review: changes from outside the planner (an SLA escalation, the halt after
+    it) were applied on trust, so a halt recording steps COMPLETED replayed MATCH; the phase and
+    the step rows were never compared; a malformed row crashed replay."""
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"]}, {"id": "b", "job": j["record"]}])
+    wid = start(engine, wf)
+    with coordinating(engine):
+        assert wait_workflow(engine, wid).record.status is RunStatus.COMPLETED
+    assert replay_workflow(engine, wid).match
+    with engine.store.write() as tx:
+        connection(tx).execute(text(tamper), {"w": wid})
+    report = replay_workflow(engine, wid)
+    assert not report.match and named in str(report.first_difference), report

@@ -9,6 +9,7 @@ logical content (run ids are left out: they are minted when a run is created, no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import groupby
@@ -80,7 +81,10 @@ def sequence_key(
 
 
 def _recorded_key(t: WorkflowTransition) -> list[Any]:
-    return sequence_key(t.step_id, t.from_status, t.to_status, t.reason, dict(t.detail))
+    # A detail that is no object (a malformed row) is kept whole, so the hash still covers it;
+    # replay names it when it reads the row (``_observations``).
+    detail = dict(t.detail) if isinstance(t.detail, Mapping) else {"error_code": t.detail}
+    return sequence_key(t.step_id, t.from_status, t.to_status, t.reason, detail)
 
 
 def sequence_hash(transitions: list[WorkflowTransition]) -> str:
@@ -93,6 +97,7 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
         if record is None:
             raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
         transitions = tx.workflow_transitions(workflow_run_id)
+        steps = tx.workflow_steps(workflow_run_id)
         stored = tx.definition_get(record.tenant_id, record.job_definition_id, record.definition_version)
     original = sequence_hash(transitions)
 
@@ -112,15 +117,26 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
     head = [(t.step_id, t.from_status, t.to_status, t.reason) for t in transitions[:2]]
     if head != [(None, None, "CREATED", "created"), (None, "CREATED", "SCHEDULED", "admitted")]:
         return differs("seq 1-2: a workflow run starts CREATED then SCHEDULED")
-    state = initial_state(spec, record.workflow_run_id, record.tenant_id, record.params, RunStatus.SCHEDULED)
+    try:
+        state = initial_state(spec, record.workflow_run_id, record.tenant_id, record.params, RunStatus.SCHEDULED)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return differs(f"params: the recorded params cannot be read ({type(exc).__name__})")
     produced: list[list[Any]] = [_recorded_key(t) for t in transitions[:2]]
     for _, group_iter in groupby(transitions[2:], key=_advance_of):
         group = list(group_iter)
         if group[0].reason in _EXTERNAL:
+            applied = _apply_external(state, group)
+            if isinstance(applied, str):
+                return differs(applied)
             produced += [_recorded_key(t) for t in group]
-            state = _apply_external(state, group)
+            state = applied
             continue
-        outcomes, state = _observations(spec, state, group)
+        try:
+            outcomes, state = _observations(spec, state, group)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            # A malformed row (an unknown status or step, a detail that is no object, a time that
+            # is none): named, never a crash.
+            return differs(f"seq {group[0].seq}: the recorded transition cannot be read ({type(exc).__name__}: {exc})")
         decided = plan(spec, state, outcomes)
         keys = [_key_of(c) for c in decided.changes]
         recorded = [_recorded_key(t) for t in group]
@@ -142,6 +158,15 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
         state = _with_run_ids(decided.state, group)
     if state.status is not record.status:  # the row itself, not only its transitions
         return differs(f"status: recorded {record.status.value}, the sequence ends {state.status.value}")
+    if record.phase != state.phase.value:
+        return differs(f"phase: recorded {record.phase}, the sequence ends {state.phase.value}")
+    for step in steps:  # the step rows, which the console and the API show
+        ended = state.steps.get(step.step_id)
+        if ended is None or step.status != ended.status.value:
+            ends = "no such step" if ended is None else ended.status.value
+            return differs(f"step {step.step_id}: status: recorded {step.status}, the sequence ends {ends}")
+    if len(steps) != len(state.steps):
+        return differs(f"steps: {len(steps)} recorded, the workflow has {len(state.steps)}")
     replayed = digest(produced)
     return WorkflowReplayReport(workflow_run_id, replayed == original, original, replayed, None)
 
@@ -199,21 +224,48 @@ def _with_run_ids(state: WorkflowState, group: list[WorkflowTransition]) -> Work
     return replace(state, steps=steps)
 
 
-def _apply_external(state: WorkflowState, group: list[WorkflowTransition]) -> WorkflowState:
+# What each change from outside the planner may record: the SLA monitor's escalation and an
+# unreadable definition escalate an open workflow; the halt that follows cancels open steps.
+_EXTERNAL_WORKFLOW = {"sla_escalation": RunStatus.ESCALATED, "definition_unreadable": RunStatus.ESCALATED}
+_HALTED_FROM = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.STOPPING, StepStatus.COMPENSATING})
+
+
+def _apply_external(state: WorkflowState, group: list[WorkflowTransition]) -> WorkflowState | str:
+    """The state after a group of changes made outside the planner, each held to what such a
+    change may do from the state the sequence reached (the difference, named, otherwise): they
+    are facts the planner did not decide, not changes replay may take on trust."""
     steps = dict(state.steps)
     status = state.status
     for t in group:
+        where = f"seq {t.seq} ({t.step_id or 'workflow'})"
         if t.step_id is None:
-            status = RunStatus(t.to_status)
-        else:
-            steps[t.step_id] = replace(steps[t.step_id], status=StepStatus(t.to_status))
+            allowed = _EXTERNAL_WORKFLOW.get(t.reason)
+            if allowed is None or status.is_terminal or t.from_status != status.value or t.to_status != allowed.value:
+                return (
+                    f"{where}: {t.reason}: recorded {t.from_status} -> {t.to_status}; from {status.value} it may only"
+                    f" escalate an open workflow"
+                )
+            status = allowed
+            continue
+        step = steps.get(t.step_id)
+        if (
+            t.reason != "workflow_halted"
+            or step is None
+            or step.status not in _HALTED_FROM
+            or t.from_status != step.status.value
+            or t.to_status != StepStatus.CANCELLED.value
+        ):
+            now = "no such step" if step is None else step.status.value
+            move = f"{t.from_status} -> {t.to_status}"
+            return f"{where}: {t.reason}: recorded {move}; from {now} a halt only cancels an open step"
+        steps[t.step_id] = replace(step, status=StepStatus.CANCELLED)
     return replace(state, status=status, steps=steps)
 
 
 def _advance_of(t: WorkflowTransition) -> Any:
     """Which advance wrote a transition: its recorded number, or (the SLA monitor's escalation,
     which writes none) its instant."""
-    advance = t.detail.get("advance")
+    advance = t.detail.get("advance") if isinstance(t.detail, Mapping) else None
     return ("advance", advance) if isinstance(advance, int) else ("at", t.at)
 
 
