@@ -239,6 +239,19 @@ def test_refused_fires_mark_the_schedule_failing_and_back_off(engine: Engine) ->
         misses = tx.misses_list("default", "hourly")
     assert stored is not None and stored.state == "failing" and "no admin approval" in (stored.last_error or "")
     assert misses == [(T0 + HOUR, "refused")]
+    # Found by a review: a tick after the back-off with nothing due called it recovered (active,
+    # green) though its next fire would be refused as well. Failing until a fire is admitted.
+    from jobgate.service import approvals
+
+    s.tick(T0 + HOUR + timedelta(minutes=30))
+    with engine.store.read() as tx:
+        still = tx.schedule_get("default", "hourly")
+    assert still is not None and still.state == "failing"
+    approvals.approve(engine, "default", job, actor="admin")
+    s.tick(T0 + 2 * HOUR + timedelta(minutes=1))
+    with engine.store.read() as tx:
+        healed = tx.schedule_get("default", "hourly")
+    assert healed is not None and healed.state == "active" and count(engine, "job_runs") == 1
 
 
 # --- backfill ------------------------------------------------------------------------------

@@ -54,6 +54,14 @@ SCHEDULER_ACTOR = "scheduler"
 MAX_BACKOFF = timedelta(minutes=5)  # the longest a failing schedule waits between tries
 
 
+FIRES_REFUSED = "its fires are refused"  # in a failing schedule's error when its fires were refused
+
+
+def _refused(item: StoredSchedule) -> bool:
+    """Whether the schedule is failing because its fires were refused (not a plan or a write)."""
+    return f"{FIRES_REFUSED}:" in (item.last_error or "")
+
+
 class FiresRefused(JobgateError):
     """A schedule's fires were refused (recorded as misses); the schedule is marked failing."""
 
@@ -119,18 +127,21 @@ class Scheduler:
                 break
             token = renewed
             try:
-                self._one(item, token, now, result, safe_mode.get(item.schedule.tenant_id, []))
+                admitted = self._one(item, token, now, result, safe_mode.get(item.schedule.tenant_id, []))
             except Exception as exc:
                 self._failed(item, exc, now)
                 continue
-            if item.failures:
+            # A schedule whose fires were refused stays failing until one is admitted (a tick with
+            # nothing due says nothing about its next fire); any other failure ends with a tick
+            # that plans without one.
+            if item.failures and (admitted or not _refused(item)):
                 self._recovered(item)
         return result
 
-    def _one(self, item: StoredSchedule, token: int, now: datetime, result: TickResult, periods: list[Period]) -> None:
+    def _one(self, item: StoredSchedule, token: int, now: datetime, result: TickResult, periods: list[Period]) -> bool:
+        """Plan and fire one schedule; whether a fire was admitted and stored."""
         if item.schedule.kind is ScheduleKind.CONFIGURATION:
-            self._configuration(item, token, now, result)
-            return
+            return self._configuration(item, token, now, result)
         if item.schedule.kind is ScheduleKind.SAFE_MODE:
             p = plan_periods(
                 item.schedule, watermark=item.watermark, now=now, periods=periods, paused=self._paused_since(item)
@@ -138,8 +149,8 @@ class Scheduler:
         else:
             p = plan(item.schedule, watermark=item.watermark, now=now, paused=self._paused_since(item))
         if not p.fires and not p.misses and p.watermark == item.watermark:
-            return  # nothing owed: keep the watermark, write nothing
-        self._execute(item.schedule, item.watermark, p, token, now, result, version=item.updated_at)
+            return False  # nothing owed: keep the watermark, write nothing
+        return self._execute(item.schedule, item.watermark, p, token, now, result, version=item.updated_at)
 
     def _paused_since(self, item: StoredSchedule) -> tuple[Period, ...]:
         """The spans the schedule was paused in since its watermark: a pause and a resume with no
@@ -194,7 +205,8 @@ class Scheduler:
         result: TickResult,
         *,
         version: datetime | None = None,
-    ) -> None:
+    ) -> bool:
+        """Store a plan's fires and misses; whether a fire was admitted and stored."""
         fires, misses = list(p.fires), list(p.misses)
         replaced: list[JobRun] = []
         if schedule.overlap is not OverlapPolicy.ALLOW and fires:
@@ -238,25 +250,27 @@ class Scheduler:
             schedule.tenant_id, schedule.schedule_id, watermark, p.watermark, version
         )
         if not self._commit(schedule, advance, prepared, misses, token, now, result, replaced=replaced):
-            return
+            return False
         for warning in p.warnings:
             log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
         result.warnings += p.warnings
         if refusal is not None:  # recorded; and the schedule is failing until a fire is admitted
-            raise FiresRefused(f"its fires are refused: {refusal}", source=schedule.schedule_id)
+            raise FiresRefused(f"{FIRES_REFUSED}: {refusal}", source=schedule.schedule_id)
+        return bool(prepared)
 
-    def _configuration(self, item: StoredSchedule, token: int, now: datetime, result: TickResult) -> None:
-        """Fire once for each snapshot of the watched profile that becomes active (a new digest)."""
+    def _configuration(self, item: StoredSchedule, token: int, now: datetime, result: TickResult) -> bool:
+        """Fire once for each snapshot of the watched profile that becomes active (a new digest);
+        whether a fire was admitted and stored."""
         s = item.schedule
         assert s.config_profile is not None
         try:
             snapshot = resolve_snapshot(self.engine.config, s.config_profile, s.tenant_id)
         except JobgateError as exc:
             log.warning("schedule %s: profile %s cannot be resolved: %s", s.schedule_id, s.config_profile, exc)
-            return
+            return False
         seen = watched_digest(snapshot, s.config_watch)
         if seen == item.config_digest_seen or s.paused:
-            return  # a paused schedule answers the snapshot active when it is resumed
+            return False  # a paused schedule answers the snapshot active when it is resumed
         what = f"{', '.join(s.config_watch)} of " if s.config_watch else ""
         trigger_id = f"{TRIGGER_PREFIX}{s.schedule_id}@config-{_config_label(snapshot.config_snapshot_id, s, seen)}"
         request = fire_request(
@@ -277,7 +291,7 @@ class Scheduler:
         except JobgateError as exc:
             log.warning("schedule %s: configuration fire refused: %s", s.schedule_id, exc)
             prepared, misses = [], [Miss(s.schedule_id, now, MissReason.REFUSED)]
-        self._commit(
+        committed = self._commit(
             s,
             lambda tx: tx.schedule_config_seen(s.tenant_id, s.schedule_id, item.config_digest_seen, seen),
             prepared,
@@ -286,6 +300,7 @@ class Scheduler:
             now,
             result,
         )
+        return committed and bool(prepared)
 
     def _commit(
         self,

@@ -130,6 +130,16 @@ class Definitions:
                 tx.schedule_delete(tenant_id, name)
                 tx.change_record(tenant_id, name, ScheduleChange(now, "deleted", before, "deleted", True, actor, None))
             return
+        from jobgate.service.schedules import check_params  # it imports the engine, which imports us
+
+        try:  # a schedule that could never fire is refused, as one stored by hand is
+            check_params(definition, wanted, now)
+        except ValidationError as exc:
+            raise ValidationError(
+                f"its own schedule could never fire: {exc.field}: {exc.message}",
+                field="schedule_expression",
+                source=definition.job_definition_id,
+            ) from None
         _, pause_reason = pause_after_edit(existing, asked=False, unapproved=True)  # an operator's pause stays theirs
         wanted = replace(wanted, paused=True)
         if existing is not None:

@@ -344,7 +344,7 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
     )
     if why is not None:
         raise ValidationError(why, field="job", source=s.schedule_id)
-    _check_params(definition, s, now)
+    check_params(definition, s, now)
     status = approvals.status(engine, s.tenant_id, s.job_definition_id)
     version = f"definition {s.job_definition_id!r} version {status.current_version}"
     if not status.approved:
@@ -357,7 +357,7 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
     return None
 
 
-def _check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
+def check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
     """The params a fire would carry, rendered as of ``now``, satisfy the definition's declared
     params (names, patterns; required ones, except those an event's payload may supply)."""
     window = ExecutionWindow(now - s.every, now) if s.kind is ScheduleKind.BATCH_WINDOW and s.every else None
