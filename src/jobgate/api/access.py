@@ -126,11 +126,13 @@ async def enforce(request: Request) -> None:
             raise BadRequest(f"the {name} header is given more than once; send one", field=name)
     principal, csrf = await identify(server, request)
     request.state.principal = principal  # known before any check: a refusal is attributed, and drawn as a page
+    # This request's task only; before any check, so every refusal's audit entry names the
+    # credential it came through (a forged console form's too).
+    ACTING.set(Acting(principal.actor, principal.credential, principal.display_name))
     if is_console(request):
         request.state.csrf = csrf
         if request.method not in ("GET", "HEAD", "OPTIONS") and server.auth:
             await check_csrf(request, csrf)
-    ACTING.set(Acting(principal.actor, principal.credential, principal.display_name))  # this request's task only
     request.state.rule = rule
     check_role(rule, principal)
     await check_tenant_claims(request, principal)
