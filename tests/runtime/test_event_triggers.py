@@ -265,6 +265,15 @@ def test_an_alert_with_one_bad_field_records_nothing_and_fires_nothing(
     assert [f.fired for f in fires] == [True]  # the corrected alert opens the episode
 
 
+def test_an_alert_whose_facts_names_grow_too_long_is_refused_saying_so(engine: Engine) -> None:
+    """The name alone is allowed; ``alert.<name>.<field>`` is a fact name, 200 characters at most."""
+    for name, data, field in (("a" * 195, {}, "name"), ("a" * 194, {"b": 1}, "data.b")):
+        with pytest.raises(ValidationError, match="characters, at most 200") as err:
+            post_alert(engine, tenant_id="default", name=name, firing=True, data=data, actor="t")
+        assert err.value.field == field
+    assert count(engine, "facts") == 0
+
+
 def test_a_payload_param_the_definition_does_not_declare_is_refused_when_stored(engine: Engine) -> None:
     """Every event carrying it would be refused: a schedule that could never fire is refused,
     naming the field, and nothing is stored; a name listed twice is refused too."""

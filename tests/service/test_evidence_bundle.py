@@ -201,6 +201,8 @@ def test_a_period_export_ties_every_run_to_a_signed_anchor(period: tuple[Engine,
 def test_a_record_rewritten_in_a_re_signed_bundle_breaks_its_seal(period: tuple[Engine, str, list[str]]) -> None:
     import json
 
+    from jobgate.export.scope import ExportScope
+
     engine, _job, ids = period
     bundle = build_bundle(engine, run_scope(engine, ids[0]))
     name = f"runs/{ids[0]}.json"
@@ -215,6 +217,13 @@ def test_a_record_rewritten_in_a_re_signed_bundle_breaks_its_seal(period: tuple[
             s["outcome"] = "sha256:" + "0" * 64
     forged = _resign(bundle, {"seals.json": (json.dumps(seals_doc, indent=2, sort_keys=True) + "\n").encode()})
     assert not verify_bundle(forged, public_keys=keys()).ok
+    # ... and another run put under its name (found by a review: a definition's bundle holds
+    # several; the scope was checked against file names, not the rows they hold).
+    whole = zipfile.ZipFile(io.BytesIO(build_bundle(engine, ExportScope(job_definition_id=_job))))
+    other = f"runs/{ids[1]}.json"
+    forged = _resign(build_bundle(engine, ExportScope(job_definition_id=_job)), {name: whole.read(other), other: None})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok and any(f"{name}: holds run {ids[1]}" in p for p in result.problems), result.problems
     # ... and leaving the run out, with its seal, leaves a bundle of nothing its scope names.
     forged = _resign(bundle, _without(zipfile.ZipFile(io.BytesIO(bundle)), {name}))
     result = verify_bundle(forged, public_keys=keys())

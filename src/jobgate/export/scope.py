@@ -289,6 +289,8 @@ def check_contents(
         doc = json.loads(files[name])
         row = doc["row"]
         rid = row["job_run_id"]
+        if name != f"runs/{rid}.json":  # a file is named by what it holds, the scope by the file
+            out.problems.append(f"{name}: holds run {rid}, not the run it is named for")
         _check_bound(name, row, definitions, snapshots, approvals, out)
         parts = seals.run_parts(row, doc["transitions"], doc["dead_letters"])
         history = [[t[c] for c in seals.TRANSITION_COLUMNS] for t in doc["transitions"]]
@@ -298,6 +300,8 @@ def check_contents(
     for name in sorted(n for n in files if n.startswith("workflows/")):
         doc = json.loads(files[name])
         wid = doc["row"]["workflow_run_id"]
+        if name != f"workflows/{wid}.json":
+            out.problems.append(f"{name}: holds workflow run {wid}, not the workflow run it is named for")
         _check_bound(name, doc["row"], definitions, snapshots, approvals, out)
         parts = seals.workflow_parts(doc["row"], doc["steps"], doc["transitions"])
         ended = doc["row"]["status"] in seal_trails.WORKFLOW_ENDED

@@ -212,7 +212,8 @@ def _record(engine: Engine, schedule: Schedule, miss: Miss) -> None:
 
 # --- policy and alert triggers ------------------------------------------------------------------
 
-_FACT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+MAX_FACT_NAME = 200
+_FACT_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_.:-]{{0,{MAX_FACT_NAME - 1}}}")
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,10 @@ class PolicyFire:
 def _check_fact(name: str, value: object, *, name_field: str = "name", value_field: str = "value") -> float:
     """The fact's value as a float, or a refusal naming the field: a name of the fact grammar and
     a finite number a float can hold (an integer beyond one is refused, not an overflow)."""
+    if len(name or "") > MAX_FACT_NAME:
+        raise ValidationError(
+            f"the fact's name {name[:40]!r}… is {len(name)} characters, at most {MAX_FACT_NAME}", field=name_field
+        )
     if not _FACT_NAME.fullmatch(name or ""):
         raise ValidationError("a fact name: a letter, then letters, digits, '.', '_', '-', ':'", field=name_field)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -321,6 +326,7 @@ def post_alert(
     source = f"alert {name}"
     # Every field is checked before any fact is recorded: a refused alert records nothing (and
     # fires nothing), where its first fields' facts had been recorded, and had fired, already.
+    _check_fact(f"alert.{name}", 1.0)
     facts = []
     for field, value in sorted(data.items()):
         if isinstance(value, int | float) and not isinstance(value, bool):
