@@ -13,7 +13,7 @@ from tests.helpers import count, define
 
 from jobgate.core.errors import ConflictError, ValidationError
 from jobgate.core.models import DefinitionStatus
-from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service import approvals, pubsub_triggers
 from jobgate.service.engine import Engine
 from jobgate.service.pubsub_map import Subscription, Verdict, read_completion
@@ -272,6 +272,29 @@ def test_an_alert_whose_facts_names_grow_too_long_is_refused_saying_so(engine: E
             post_alert(engine, tenant_id="default", name=name, firing=True, data=data, actor="t")
         assert err.value.field == field
     assert count(engine, "facts") == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [(ScheduleKind.EVENT, {"event_type": "x.done"}), (ScheduleKind.POLICY, {"condition": "x > 1"})],
+)
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("overlap", OverlapPolicy.FORBID),
+        ("misfire", MisfirePolicy.SKIP),
+        ("misfire_grace", timedelta(seconds=5)),
+        ("max_catchup", 3),
+    ],
+)
+def test_options_a_schedule_fired_by_input_would_ignore_are_refused(
+    kind: ScheduleKind, extra: dict[str, Any], option: str, value: object
+) -> None:
+    """Found by a review: ``--overlap forbid`` on an event schedule was stored and ignored (three
+    events, three runs at once). An input-fired schedule has no late slot and no overlap rule."""
+    with pytest.raises(ValidationError, match="fires on input, not on time") as err:
+        check_schedule(Schedule("s", "job", kind, T0, **extra, **{option: value}))  # type: ignore[arg-type]
+    assert err.value.field == option
 
 
 def test_a_payload_param_the_definition_does_not_declare_is_refused_when_stored(engine: Engine) -> None:

@@ -47,6 +47,10 @@ class ScheduleKind(StrEnum):
         return self in (ScheduleKind.POLICY, ScheduleKind.ALERT)
 
 
+DEFAULT_MISFIRE_GRACE = timedelta(seconds=60)
+DEFAULT_MAX_CATCHUP = 100
+
+
 class MisfirePolicy(StrEnum):
     """What a schedule does with fires it owes but could not make on time (downtime)."""
 
@@ -80,8 +84,8 @@ class Schedule:
     every: timedelta | None = None
     params: Mapping[str, str] = field(default_factory=dict)
     misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE
-    misfire_grace: timedelta = timedelta(seconds=60)
-    max_catchup: int = 100
+    misfire_grace: timedelta = DEFAULT_MISFIRE_GRACE
+    max_catchup: int = DEFAULT_MAX_CATCHUP
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     tenant_id: str = DEFAULT_TENANT
     paused: bool = False
@@ -211,6 +215,23 @@ def check_schedule(s: Schedule) -> Schedule:
             raise ValidationError(f"{name!r} is not a field name", field="payload_params", source=s.schedule_id)
         if name in s.payload_params[:i]:
             raise ValidationError(f"{name!r} is listed twice", field="payload_params", source=s.schedule_id)
+    if s.kind.evented or s.kind.conditional or s.kind is ScheduleKind.CONFIGURATION:
+        # Fired by input, one run per event, episode or snapshot: no slot is late or owed, and
+        # no fire waits for another. Options that would do nothing are refused, not ignored.
+        ignored = {
+            "overlap": s.overlap is not OverlapPolicy.ALLOW,
+            "misfire": s.misfire is not MisfirePolicy.FIRE_ONCE,
+            "misfire_grace": s.misfire_grace != DEFAULT_MISFIRE_GRACE,
+            "max_catchup": s.max_catchup != DEFAULT_MAX_CATCHUP,
+        }
+        for field, given in ignored.items():
+            if given:
+                raise ValidationError(
+                    f"a {s.kind.value} schedule fires on input, not on time: {field} applies only to schedules"
+                    " that fire on time",
+                    field=field,
+                    source=s.schedule_id,
+                )
     if s.misfire_grace < timedelta(0):
         raise ValidationError("must not be negative", field="misfire_grace", source=s.schedule_id)
     if s.misfire is MisfirePolicy.SKIP and s.misfire_grace < MIN_SKIP_GRACE:
