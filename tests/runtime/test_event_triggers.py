@@ -51,6 +51,17 @@ def test_an_event_fires_its_subscribers_once_and_a_duplicate_is_a_no_op(engine: 
     assert rows == [('{"name":"Ada"}', "event")]  # only the listed field reaches the job
 
 
+@pytest.mark.parametrize(("given", "stored"), [(1e-7, "0.0000001"), (1e16, "10000000000000000"), (12.5, "12.5")])
+def test_a_number_in_an_event_reaches_a_decimal_param_as_its_value(engine: Engine, given: float, stored: str) -> None:
+    """Found by a review: written with ``str`` (``1e-07``), which no decimal param takes."""
+    job = define(engine, trigger_type="event", params=[{"name": "amt", "type": "decimal"}])
+    subscribe(engine, "on-amt", job, "amt.ev", payload_params=("amt",))
+    assert emit(engine, "amt.ev", "ev-1", amt=given) == [("on-amt", True, None)]
+    with engine.store.read() as tx:
+        (params,) = connection(tx).execute(text("SELECT params FROM job_runs")).scalars().all()
+    assert params == f'{{"amt":"{stored}"}}'
+
+
 def test_a_refused_or_paused_subscriber_is_recorded_and_stores_no_run(engine: Engine) -> None:
     job = define(engine, trigger_type="event")
     subscribe(engine, "a", job, "x.y")

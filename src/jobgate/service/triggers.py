@@ -22,6 +22,7 @@ from typing import Any
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, ValidationError
 from jobgate.core.idempotency import PUBSUB_EVENT_PREFIX, slot_of_event
+from jobgate.core.params import number_text
 from jobgate.scheduling import conditions
 from jobgate.scheduling.model import EVENT_TYPE, Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
@@ -200,8 +201,12 @@ def param_value(value: Any, name: str) -> str:
     they are refused, naming the field, as ``POST /runs`` refuses them."""
     if isinstance(value, str):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        # Positional, as a run's param given as a number is read (``1e-07`` is ``0.0000001``):
+        # ``str`` wrote exponents, which no decimal param takes.
+        return number_text(value)
     raise ValidationError(f"a string or a number (it becomes the param {name!r})", field=f"data.{name}")
 
 
