@@ -137,7 +137,13 @@ def test_event_data_that_is_not_a_string_or_a_number_is_refused_naming_it(engine
 
 @pytest.mark.parametrize(
     ("event_id", "data", "field"),
-    [("", {}, "id"), ("x" * 201, {}, "id"), ("ok", {"v": float("nan")}, "data")],
+    [
+        ("", {}, "id"),
+        ("x" * 201, {}, "id"),
+        ("ok", {"v": float("nan")}, "data"),
+        # Invisible: each printed as "h-1" and made its own run (found by a review).
+        *[(f"h-1{c}", {}, "id") for c in ("\u200b", "\u007f", "\u0085", "\u202e", "\t", "\u2028")],
+    ],
 )
 def test_a_bad_event_is_refused_naming_the_field(
     engine: Engine, event_id: str, data: dict[str, object], field: str

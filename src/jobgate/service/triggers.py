@@ -70,7 +70,10 @@ def emit_event(
     told a retrying sender that nothing was made, and recorded refusals of a run that exists."""
     if not EVENT_TYPE.fullmatch(event_type or ""):  # no schedule could subscribe to it: a typo, say so
         raise ValidationError("an event type: 1-200 letters, digits, '.', '_', '-', ':'", field="event_type")
-    if not event_id or len(event_id) > MAX_EVENT_ID or any(ord(c) < 32 for c in event_id):
+    # Printable only (``str.isprintable``: no control, format or separator character but the
+    # space): ids that print the same would otherwise be told apart by an invisible character
+    # (a zero-width space, a direction override) and each make its own run.
+    if not event_id or len(event_id) > MAX_EVENT_ID or not event_id.isprintable():
         raise ValidationError(f"an event id of 1 to {MAX_EVENT_ID} printable characters", field="id")
     if event_id.startswith(PUBSUB_EVENT_PREFIX):
         raise ValidationError(
