@@ -706,7 +706,7 @@ def _backfill_schedule(engine: Engine, tenant_id: str, job: str, schedule_id: st
         raise ValidationError(f"{job!r} has several schedules ({names}); name one with --schedule", field="schedule")
     if not mine[0].kind.timed:  # its slots come from what happened (an activation, an event, a fact), not a clock
         raise ValidationError(
-            f"schedule {mine[0].schedule_id!r} fires on {mine[0].kind.value.replace('_', ' ')}: only a cron,"
+            f"schedule {mine[0].schedule_id!r} is of kind {mine[0].kind.value}, fired by what happens: only a cron,"
             " interval or batch window (or adaptive) schedule has slots a backfill can name",
             field="schedule",
         )
