@@ -3,7 +3,7 @@ retention period — never pending runs, undelivered events or audit entries —
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -499,5 +499,32 @@ def test_an_event_redelivered_after_retention_is_answered_with_its_retired_run(
         )
         assert (again.job_run_id, again.created, again.refused) == (first.job_run_id, False, None)
         assert count(engine, "schedule_misses") == misses and count(engine, "job_runs") == 0
+    finally:
+        store.dispose()
+
+
+def test_a_retry_whose_source_was_retired_still_names_it_as_its_parent(database_url: str, tmp_path: Path) -> None:
+    """Found by a review: ``runs children --parents`` said "no parents" once retention deleted
+    the run a retry retries; the lineage names it from its tombstone."""
+    from jobgate.client.runs import LocalRuns
+    from jobgate.testing import FakeClock
+
+    store = Store(database_url)
+    clock = FakeClock(datetime(2026, 11, 2, 9, 0, tzinfo=UTC))
+    engine = Engine(store, make_config(tmp_path), clock=clock)
+    try:
+        job = define(engine, handler="engine_handlers:succeed")
+        source = submit(engine, job)
+        control.cancel_run(engine, source, actor="ops", reason="not today")
+        clock.advance(timedelta(hours=1))
+        retry, _ = retries.retry(engine, source, actor="ada", tenant_id="default")
+        control.cancel_run(engine, retry.job_run_id, actor="ops", reason="not today either")
+        later = _ready_to_retire(engine, tmp_path)
+        with engine.store.write() as tx:  # only the source ended before the cutoff
+            assert tx.runs_retire("default", clock.now() - timedelta(minutes=30), 10, now=later) == [source]
+        found = retries.lineage(engine, retry.job_run_id, "default")
+        assert found.parents == [] and [g.job_run_id for g in found.retired_parents] == [source]
+        shown = LocalRuns(engine).lineage(retry.job_run_id, "parents")
+        assert shown.edges == [] and [(e.job_run_id, e.status) for e in shown.retired] == [(source, "CANCELLED")]
     finally:
         store.dispose()

@@ -565,11 +565,13 @@ def runs_children(app: AppContext, run_id: str, parents: bool) -> None:
     if app.json_output:
         render.emit_json(found.model_dump(mode="json"))
         return
-    if not found.edges:
+    if not found.edges and not found.retired:
         print(f"{found.job_run_id}: no {found.direction}")
     for edge in found.edges:
         source = f"\tretry of {edge.run.retry_of}" if edge.run.retry_of else ""
         print(f"{edge.kind}\t{edge.run.job_run_id}\t{edge.run.status}{source}")
+    for gone in found.retired:
+        print(f"{gone.kind}\t{gone.job_run_id}\t{gone.status}\tretired by retention at {gone.retired_at.isoformat()}")
 
 
 def _say(app: AppContext, data: dict[str, Any], text: str) -> None:

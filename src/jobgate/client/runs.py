@@ -31,7 +31,7 @@ from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.store.base import RunFilter
 from jobgate.views.runs import run_detail_view
-from jobgate.views.schemas import Page, RunCreatedOut, RunDetailOut, RunEdgeOut, RunLineageOut, RunOut
+from jobgate.views.schemas import Page, RunCreatedOut, RunDetailOut, RunEdgeOut, RunLineageOut, RunOut, retired_edge
 
 if TYPE_CHECKING:
     import httpx
@@ -126,7 +126,8 @@ class LocalRuns:
         found = retries.lineage(self.engine, self.resolve(run_id), None)
         ends = found.parents if direction == "parents" else found.children
         edges = [RunEdgeOut(kind=RETRY_EDGE, run=RunOut.of(r)) for r in ends]
-        return RunLineageOut(job_run_id=found.run.job_run_id, direction=direction, edges=edges)
+        retired = [retired_edge(g) for g in (found.retired_parents if direction == "parents" else [])]
+        return RunLineageOut(job_run_id=found.run.job_run_id, direction=direction, edges=edges, retired=retired)
 
     def log(self, run_id: str, *, tail: int | None, offset: int) -> LogPart:
         from jobgate.service import run_files

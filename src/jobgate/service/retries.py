@@ -17,7 +17,7 @@ that inserts it, so the loser writes none. Every refusal stores nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jobgate.core.errors import ConflictError, UnusableReferenceError
 from jobgate.core.lineage import RETRY_REQUEST_PREFIX, retry_refusal, schedule_of
@@ -26,7 +26,7 @@ from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
-from jobgate.store.base import StoredDefinition
+from jobgate.store.base import RetiredRun, StoredDefinition
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Lineage:
     run: JobRun
     parents: list[JobRun]
     children: list[JobRun]
+    retired_parents: list[RetiredRun] = field(default_factory=list)  # the parent, when retention deleted it
 
 
 def retry(
@@ -134,5 +135,8 @@ def lineage(engine: Engine, job_run_id: str, tenant_id: str | None, limit: int =
         if run is None:
             raise no_run(tx, job_run_id, tenant_id)
         parent = None if run.retry_of is None else tx.run_get(run.retry_of, run.tenant_id)
+        # A parent retention deleted is still the run this one retries: named from its tombstone,
+        # never "no parents" (found by a review).
+        gone = tx.runs_retired_of(run.tenant_id, [run.retry_of]) if run.retry_of and parent is None else []
         children = tx.run_retries(run.tenant_id, job_run_id, limit)
-    return Lineage(run, [] if parent is None else [parent], children)
+    return Lineage(run, [] if parent is None else [parent], children, gone)

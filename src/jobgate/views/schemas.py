@@ -17,12 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobgate.core.audit import AuditEntry
 from jobgate.core.errors import ValidationError
+from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.records import Approval, RunRequest, StoredToken
 from jobgate.core.states import RunStatus
 from jobgate.core.tokens import Role
 from jobgate.scheduling.plan import parse_slot
-from jobgate.store.base import StoredDefinition
+from jobgate.store.base import RetiredRun, StoredDefinition
 
 T = TypeVar("T")
 
@@ -266,12 +267,38 @@ class RunEdgeOut(BaseModel):
     run: RunOut
 
 
+class RetiredEdgeOut(BaseModel):
+    """An edge's other end that retention deleted: what ``retired_runs`` remembers of it."""
+
+    kind: str
+    job_run_id: str
+    job_definition_id: str
+    status: str
+    ended_at: datetime | None
+    retired_at: datetime
+
+
+def retired_edge(gone: RetiredRun) -> RetiredEdgeOut:
+    """A lineage edge to a run retention deleted."""
+    return RetiredEdgeOut(
+        kind=RETRY_EDGE,
+        job_run_id=gone.job_run_id,
+        job_definition_id=gone.job_definition_id,
+        status=gone.status,
+        ended_at=gone.ended_at,
+        retired_at=gone.retired_at,
+    )
+
+
 class RunLineageOut(BaseModel):
     """A run's parents (the run it retries) or children (the runs that retry it)."""
 
     job_run_id: str
     direction: str = Field(description="parents | children")
     edges: list[RunEdgeOut]
+    retired: list[RetiredEdgeOut] = Field(
+        default_factory=list, description="edges whose other end retention deleted (the parent, when it was retired)"
+    )
 
 
 class RunCreateIn(Request):

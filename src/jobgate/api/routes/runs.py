@@ -39,6 +39,7 @@ from jobgate.views.schemas import (
     RunEdgeOut,
     RunLineageOut,
     RunOut,
+    retired_edge,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
@@ -233,7 +234,9 @@ def _lineage(job_run_id: str, caller: Caller, state: State, direction: str) -> R
     found = retries.lineage(state.engine, job_run_id, caller.tenant_id)
     ends = found.parents if direction == "parents" else found.children
     edges = [RunEdgeOut(kind=RETRY_EDGE, run=RunOut.of(r)) for r in ends if caller.may_use(r.job_definition_id)]
-    return RunLineageOut(job_run_id=job_run_id, direction=direction, edges=edges)
+    gone = found.retired_parents if direction == "parents" else []
+    retired = [retired_edge(g) for g in gone if caller.may_use(g.job_definition_id)]
+    return RunLineageOut(job_run_id=job_run_id, direction=direction, edges=edges, retired=retired)
 
 
 @router.get("/runs/{job_run_id}/log", response_class=PlainTextResponse)
