@@ -427,6 +427,10 @@ def test_a_code_list_binds_the_packages_above_the_handler(
         "from .helper import *",
         "import {name}.helper as h\nwork = h.work",
         "try:\n    from .fast import work\nexcept ImportError:\n    from .helper import work",
+        # found by a review: built by a call (a partial, a factory), the body is in helper
+        "import functools\nfrom . import helper\nwork = functools.partial(helper.work)",
+        "import functools\nfrom .helper import work as _w\nwork = functools.partial(_w)",
+        "from .helper import make\nwork = make()",
     ],
 )
 def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
@@ -438,9 +442,10 @@ def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
     name = _name("reexp")
     (site / name).mkdir()
     (site / name / "__init__.py").write_text(reexport.format(name=name) + "\n")
-    (site / name / "helper.py").write_text(RECORD)
+    factory = "\ndef make():\n    return work\n"
+    (site / name / "helper.py").write_text(RECORD + factory)
     job = define(engine, handler=f"{name}:work", code=[str(site / name / "__init__.py")])
-    (site / name / "helper.py").write_text(RECORD.replace('"ran', '"EDITED'))
+    (site / name / "helper.py").write_text(RECORD.replace('"ran', '"EDITED') + factory)
     run_id = submit(engine, job)
     with running_worker(engine):
         held = wait_status(engine, run_id, RunStatus.HELD)

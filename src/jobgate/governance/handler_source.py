@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from collections.abc import Sequence
 
 from jobgate.core.errors import ValidationError
@@ -143,11 +144,25 @@ def _sources(module_name: str, scope: _ModuleScope, name: str, *, package: bool,
             elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):  # ``run = impl.run``
                 for held in _modules_bound_as(module_name, scope, value.value.id, package=package):
                     out.append((held, value.attr))
+            else:  # built by a call or another expression (``functools.partial(impl.real)``,
+                # ``impl.make()``, ``make()``): the body may be in any module the expression names
+                # (found by a review: an edit of ``impl.real`` ran under a narrowed approval).
+                for node in ast.walk(value):
+                    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                        for held in _modules_bound_as(module_name, scope, node.value.id, package=package):
+                            out.append((held, node.attr))
+                    elif isinstance(node, ast.Name) and node.id != name:
+                        out += _sources(module_name, scope, node.id, package=package, depth=depth + 1)
     for star in scope.stars:  # ``from .impl import *`` may offer any name
         base = _absolute(module_name, star, package=package)
         if base is not None:
             out.append((base, name))
-    return [pair for pair in out if _read_module(pair[0]) is not None]
+    # The standard library is the interpreter's, not code an approval of a job binds.
+    return [
+        pair
+        for pair in out
+        if pair[0].partition(".")[0] not in sys.stdlib_module_names and _read_module(pair[0]) is not None
+    ]
 
 
 def _modules_bound_as(module_name: str, scope: _ModuleScope, alias_name: str, *, package: bool) -> list[str]:
