@@ -183,6 +183,23 @@ def test_a_definition_suspended_or_retired_here_is_left_as_it_is_and_the_rest_im
         assert refused.returncode == 1, refused.stdout
 
 
+def test_a_definition_left_as_it_is_here_is_not_approved_by_the_pack(tmp_path: Path) -> None:
+    """Found by a review: the import said it left a definition suspended here as it is, and
+    applied the pack's approval of that very content; resumed, it ran on nobody's word here."""
+    dev, prod = _pair(tmp_path)
+    _publish(dev, "one", "s@1.0.0")
+    jobgate(dev, "export", str(tmp_path / "s1.zip"))
+    (prod / "rb.yaml").write_text((dev / "rb.yaml").read_text() + "status: suspended\n")  # the same content
+    jobgate(prod, "apply", "rb.yaml")
+    done = json.loads(jobgate(prod, "--json", "import", str(tmp_path / "s1.zip")).stdout)
+    assert [s["job_definition_id"] for s in done["skipped"]] == ["rb"] and "rb" not in done["approved"]
+    approval = json.loads(jobgate(prod, "--json", "definitions", "approval", "rb").stdout)
+    assert not approval["approved"], approval
+    jobgate(prod, "apply", str(dev / "rb.yaml"))  # resumed here: still to be approved here
+    refused = jobgate(prod, "submit", "rb", check=False)
+    assert refused.returncode == 1 and "approv" in refused.stderr, refused.stderr
+
+
 def test_packs_of_different_ids_carrying_one_definition_differently_are_named(tmp_path: Path) -> None:
     """Found by a regression review: a hotfix pack of another id (a lower version) lost to an
     older pack in silence; versions of different packs say nothing of which is newer."""

@@ -210,7 +210,8 @@ def import_seed(
                         payload={"signed_by": checked.signed_by, "packs": [p.record.ref.key for p in registered],
                                  "definitions": [a.job_definition_id for a in applied]}),
         )  # fmt: skip
-    approved = _approve(engine, tenant_id, checked, actor) if engine.config.packs.import_approvals else []
+    left = {item["job_definition_id"] for item in skipped}
+    approved = _approve(engine, tenant_id, checked, actor, left) if engine.config.packs.import_approvals else []
     definitions = [
         {"job_definition_id": a.job_definition_id, "version": a.version, "digest": a.digest, "created": a.created}
         for a in applied
@@ -327,13 +328,17 @@ def _revoked_here(engine: Engine, tenant_id: str, job_definition_id: str, digest
     )
 
 
-def _approve(engine: Engine, tenant_id: str, checked: archive.ArchiveCheck, actor: str) -> list[str]:
+def _approve(engine: Engine, tenant_id: str, checked: archive.ArchiveCheck, actor: str, left: set[str]) -> list[str]:
     """Approve what the verified archive's approvals name, each through the ordinary approval
-    (a refusal there, four eyes for one, leaves that definition unapproved)."""
+    (a refusal there, four eyes for one, leaves that definition unapproved). A definition the
+    import left as it is here (``left``: suspended or retired here, say) is left unapproved too:
+    a local decision stands, and resuming it later must not run it on the pack's approval."""
     done = []
     approver = f"offline-seed:{checked.signed_by}"
     for seed in checked.packs:
         for a in seed.manifest["approvals"]:
+            if a["job_definition_id"] in left:
+                continue
             if _revoked_here(engine, tenant_id, a["job_definition_id"], a["digest"]):
                 continue  # a revocation made here stands until someone here approves again
             note = f"approved by {a['approved_by']} at {a['approved_at']} where exported; imported by {actor}"
