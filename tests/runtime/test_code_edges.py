@@ -431,6 +431,10 @@ def test_a_code_list_binds_the_packages_above_the_handler(
         "import functools\nfrom . import helper\nwork = functools.partial(helper.work)",
         "import functools\nfrom .helper import work as _w\nwork = functools.partial(_w)",
         "from .helper import make\nwork = make()",
+        # found by the second regression review: a dotted module path, a decorator
+        "import {name}.helper\nimport functools\nwork = functools.partial({name}.helper.work)",
+        "import {name}.helper\nwork = {name}.helper.work",
+        "from . import helper\n\n@helper.wrap\ndef work(ctx):\n    return {{}}",
     ],
 )
 def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
@@ -442,7 +446,7 @@ def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
     name = _name("reexp")
     (site / name).mkdir()
     (site / name / "__init__.py").write_text(reexport.format(name=name) + "\n")
-    factory = "\ndef make():\n    return work\n"
+    factory = "\ndef make():\n    return work\n\ndef wrap(fn):\n    return work\n"
     (site / name / "helper.py").write_text(RECORD + factory)
     job = define(engine, handler=f"{name}:work", code=[str(site / name / "__init__.py")])
     (site / name / "helper.py").write_text(RECORD.replace('"ran', '"EDITED') + factory)

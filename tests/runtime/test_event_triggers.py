@@ -143,6 +143,9 @@ def test_event_data_that_is_not_a_string_or_a_number_is_refused_naming_it(engine
         ("ok", {"v": float("nan")}, "data"),
         # Invisible: each printed as "h-1" and made its own run (found by a review).
         *[(f"h-1{c}", {}, "id") for c in ("\u200b", "\u007f", "\u0085", "\u202e", "\t", "\u2028")],
+        # ... and those str.isprintable lets through, and another spelling of one letter
+        *[(f"h-1{c}", {}, "id") for c in ("\u034f", "\ufe0f", "\u3164", "\u115f", "\uffa0")],
+        ("cafe\u0301", {}, "id"),
     ],
 )
 def test_a_bad_event_is_refused_naming_the_field(

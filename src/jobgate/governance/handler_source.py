@@ -29,6 +29,7 @@ from jobgate.governance import code
 # Calls through which a module can bind names this reading cannot list.
 _DYNAMIC_CALLS = frozenset({"globals", "vars", "setattr", "exec", "eval", "__import__", "locals"})
 _HOST_MODULES = frozenset({"jobgate.governance.code", "jobgate"})
+_HOST_CODE = frozenset(sys.stdlib_module_names) | {"jobgate"}  # top-level packages no job approval binds
 
 
 def check_handler_source(handler: str, trusted: Sequence[str]) -> None:
@@ -141,28 +142,43 @@ def _sources(module_name: str, scope: _ModuleScope, name: str, *, package: bool,
             value = bound.value
             if isinstance(value, ast.Name) and value.id != name:  # ``run = _r``
                 out += _sources(module_name, scope, value.id, package=package, depth=depth + 1)
-            elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):  # ``run = impl.run``
-                for held in _modules_bound_as(module_name, scope, value.value.id, package=package):
-                    out.append((held, value.attr))
-            else:  # built by a call or another expression (``functools.partial(impl.real)``,
-                # ``impl.make()``, ``make()``): the body may be in any module the expression names
-                # (found by a review: an edit of ``impl.real`` ran under a narrowed approval).
-                for node in ast.walk(value):
-                    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                        for held in _modules_bound_as(module_name, scope, node.value.id, package=package):
-                            out.append((held, node.attr))
-                    elif isinstance(node, ast.Name) and node.id != name:
-                        out += _sources(module_name, scope, node.id, package=package, depth=depth + 1)
+            else:  # ``run = impl.run``, ``run = a.b.run``, or built by a call or another expression
+                # (``functools.partial(impl.real)``, ``impl.make()``, ``make()``): the body may be
+                # in any module the expression names (found by two reviews: an edit of the body
+                # ran under an approval narrowed to the assigning file).
+                out += _expression_sources(module_name, scope, value, name, package=package, depth=depth)
+        elif isinstance(bound, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for decorator in bound.decorator_list:  # ``@helper.wrap``: what runs may be the decorator's
+                out += _expression_sources(module_name, scope, decorator, name, package=package, depth=depth)
     for star in scope.stars:  # ``from .impl import *`` may offer any name
         base = _absolute(module_name, star, package=package)
         if base is not None:
             out.append((base, name))
-    # The standard library is the interpreter's, not code an approval of a job binds.
-    return [
-        pair
-        for pair in out
-        if pair[0].partition(".")[0] not in sys.stdlib_module_names and _read_module(pair[0]) is not None
-    ]
+    # The standard library is the interpreter's and jobgate the host's (``@jobgate.job``), not code
+    # an approval of a job binds.
+    return [pair for pair in out if pair[0].partition(".")[0] not in _HOST_CODE and _read_module(pair[0]) is not None]
+
+
+def _expression_sources(
+    module_name: str, scope: _ModuleScope, expr: ast.AST, name: str, *, package: bool, depth: int
+) -> list[tuple[str, str]]:
+    """The (module, name there) pairs an expression names: each dotted name through the modules
+    its first part is bound to (``a.b.run`` after ``import a.b``: ``a``'s ``b``, ``a.b``'s
+    ``run``), and each plain name through where the module binds it."""
+    out: list[tuple[str, str]] = []
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Attribute):
+            chain: list[str] = []
+            current: ast.AST = node
+            while isinstance(current, ast.Attribute):
+                chain.insert(0, current.attr)
+                current = current.value
+            if isinstance(current, ast.Name):
+                for held in _modules_bound_as(module_name, scope, current.id, package=package):
+                    out += [(".".join([held, *chain[:i]]), chain[i]) for i in range(len(chain))]
+        elif isinstance(node, ast.Name) and node.id != name:
+            out += _sources(module_name, scope, node.id, package=package, depth=depth + 1)
+    return out
 
 
 def _modules_bound_as(module_name: str, scope: _ModuleScope, alias_name: str, *, package: bool) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from typing import Any
 from jobgate.core.canonical import canonical_json
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, ValidationError
 from jobgate.core.idempotency import PUBSUB_EVENT_PREFIX, slot_of_event
-from jobgate.core.params import number_text
+from jobgate.core.params import number_text, readable_value
 from jobgate.scheduling import conditions
 from jobgate.scheduling.model import EVENT_TYPE, Schedule
 from jobgate.scheduling.plan import TRIGGER_PREFIX, Miss, MissReason
@@ -70,11 +71,12 @@ def emit_event(
     told a retrying sender that nothing was made, and recorded refusals of a run that exists."""
     if not EVENT_TYPE.fullmatch(event_type or ""):  # no schedule could subscribe to it: a typo, say so
         raise ValidationError("an event type: 1-200 letters, digits, '.', '_', '-', ':'", field="event_type")
-    # Printable only (``str.isprintable``: no control, format or separator character but the
-    # space): ids that print the same would otherwise be told apart by an invisible character
-    # (a zero-width space, a direction override) and each make its own run.
-    if not event_id or len(event_id) > MAX_EVENT_ID or not event_id.isprintable():
-        raise ValidationError(f"an event id of 1 to {MAX_EVENT_ID} printable characters", field="id")
+    if not event_id or len(event_id) > MAX_EVENT_ID or not _prints_as_itself(event_id):
+        raise ValidationError(
+            f"an event id of 1 to {MAX_EVENT_ID} printable characters, in Unicode's composed form (NFC), with no"
+            " invisible one",
+            field="id",
+        )
     if event_id.startswith(PUBSUB_EVENT_PREFIX):
         raise ValidationError(
             f"event ids beginning {PUBSUB_EVENT_PREFIX!r} name pub/sub completions; choose another id", field="id"
@@ -195,6 +197,23 @@ def _request(
         event_type=event_type,
         payload=data,
         origin=origin,
+    )
+
+
+_VARIATION_SELECTOR = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+
+
+def _prints_as_itself(event_id: str) -> bool:
+    """Whether no other id prints the same: ids told apart only by an invisible character (a
+    zero-width space, a direction override, a combining grapheme joiner, a Hangul filler, a
+    variation selector) or by another spelling of one letter (``é`` composed or not) would each
+    make their own run. Printable (``str.isprintable``), readable as a param value must be
+    (``core.params.readable_value``), composed (NFC), and no variation selector."""
+    return (
+        event_id.isprintable()
+        and readable_value(event_id)
+        and unicodedata.is_normalized("NFC", event_id)
+        and _VARIATION_SELECTOR.search(event_id) is None
     )
 
 
