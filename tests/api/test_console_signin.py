@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import ssl
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,7 +23,7 @@ from jobgate.api.access import CONSOLE_ATTRIBUTE
 from jobgate.core.records import AuditFilter
 from jobgate.core.tokens import Role
 from jobgate.identity.authenticator import Authenticator
-from jobgate.identity.sessions import SESSION_COOKIE
+from jobgate.identity.sessions import PENDING_COOKIE, SESSION_COOKIE
 from jobgate.service import audit, tokens
 
 CLIENT_ID = "jobgate-console"
@@ -58,6 +60,32 @@ def test_a_token_signs_in_and_its_revocation_ends_the_session(world: World) -> N
     assert secret not in home.text and secret not in cookie  # the secret is nowhere
     tokens.revoke(world.engine, "acme", made.stored.token_id, actor="test")
     assert client.get("/").status_code == 303
+
+
+def _session_lifetime(w: World, response: Any) -> float:
+    """How long the session a sign-in answered with lasts: its cookie's Max-Age, checked
+    against the signed expiry inside the value (what the server holds the browser to)."""
+    cookie = next(c for c in response.headers.get_list("set-cookie") if c.startswith(f"{SESSION_COOKIE}="))
+    max_age = int(re.search(r"Max-Age=(\d+)", cookie).group(1))  # type: ignore[union-attr]
+    value = cookie.split(";", 1)[0].split("=", 1)[1].strip('"')
+    signer = w.client.app.state.server.signer("session")  # type: ignore[attr-defined]
+    assert signer.loads(value) is not None
+    assert signer.loads(value, now=time.time() + max_age + 2) is None  # the value itself ends then
+    return float(max_age)
+
+
+def test_a_session_from_a_pasted_credential_ends_when_the_credential_does(oidc_world: World, issuer: Issuer) -> None:
+    """A JWT or a jobgate token pasted into the form gives a session that ends with it, not
+    ``session_hours`` later; one already expired gives none."""
+    w = oidc_world
+    jwt_in = _sign_in(_fresh_client(w), method="token", token=issuer.token(lifetime=timedelta(seconds=90)))
+    assert jwt_in.status_code == 303, jwt_in.text
+    assert 0 < _session_lifetime(w, jwt_in) <= 90
+    made = tokens.create(w.engine, tenant_id="acme", role="operator", actor="test", expires_in=timedelta(minutes=10))
+    token_in = _sign_in(_fresh_client(w), method="token", token=made.token)
+    assert token_in.status_code == 303 and 500 < _session_lifetime(w, token_in) <= 600
+    lasting = tokens.create(w.engine, tenant_id="acme", role="operator", actor="test")
+    assert _session_lifetime(w, _sign_in(_fresh_client(w), method="token", token=lasting.token)) == 8 * 3600
 
 
 def test_a_failed_sign_in_says_one_thing_and_sets_no_session(world: World) -> None:
@@ -197,6 +225,10 @@ def test_the_provider_signs_a_person_in_with_pkce(flow_world: World, issuer: Iss
     path, back = _to_provider(client, issuer)
     signed = client.get(path, params=back)
     assert signed.status_code == 303, signed.text
+    # the flow's cookie is deleted where it was set (a cookie is removed by its own path only)
+    gone = [c for c in signed.headers.get_list("set-cookie") if c.startswith(f"{PENDING_COOKIE}=")]
+    assert len(gone) == 1 and "Path=/login/oidc;" in gone[0] + ";" and "Max-Age=0" in gone[0]
+    assert PENDING_COOKIE not in client.cookies
     home = client.get("/")
     assert home.status_code == 200 and "Carla Example" in home.text and "oidc:carla" in home.text
     replayed = _fresh_client(w)

@@ -26,11 +26,13 @@ from jobgate.core.records import AuditFilter
 from jobgate.core.tokens import Role, is_tenant_name
 from jobgate.documents import Reader
 from jobgate.identity.authenticator import Authenticator
+from jobgate.identity.jwks import KeyNotFound, KeySet
 from jobgate.identity.oidc import principal_of, role_of
 from jobgate.service import audit
 from jobgate.service.tokens import Unauthenticated
 
 API = "/api/v1"
+REDIRECT = "auth.oidc.redirect_url"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -158,7 +160,40 @@ def test_keys_rotate_and_an_unknown_kid_refetches_once_per_interval(oidc_world: 
     reads = issuer.key_reads
     for _ in range(20):
         _refused(w.client.get(f"{API}/runs", headers=bearer(issuer.token(key=new_key()))))
-    assert issuer.key_reads == reads
+    assert issuer.key_reads == reads + 1  # the first made-up kid is read for once, the rest never
+
+
+def test_a_new_key_is_taken_at_once_and_a_retired_one_stops_within_the_keys_age(issuer: Issuer) -> None:
+    """A routine read of the keys does not use up the refetch a rotation needs (the first token
+    of a new key is accepted at once); a retired key stops verifying once the keys are older
+    than ``keys_max_age`` even if no token names an unknown key; and a provider that is down is
+    asked again after the refetch interval, not at every request."""
+    now = [1000.0]
+    settings = _settings(issuer, refetch_interval_seconds=30, keys_max_age_seconds=300).oidc
+    assert settings is not None
+    keys = KeySet(settings, clock=lambda: now[0])
+    old = issuer.keys[0]
+    assert keys.key_for(old.kid, old.alg) is not None
+    new = issuer.rotate("ES256")
+    issuer.keys.append(old)  # both published for a while, as providers do
+    now[0] += 1  # within the refetch interval of the routine read
+    assert keys.key_for(new.kid, new.alg) is not None
+    reads = issuer.key_reads
+    issuer.keys = [new]  # the old key retired; no token names an unknown key from now on
+    now[0] += 299
+    assert keys.key_for(old.kid, old.alg) is not None  # the keys are not old enough to be read again
+    now[0] += 2
+    with pytest.raises(KeyNotFound):
+        keys.key_for(old.kid, old.alg)
+    assert issuer.key_reads == reads + 2  # read for their age, then once for the kid no longer there
+    issuer.down = True
+    now[0] += 301
+    assert keys.key_for(new.kid, new.alg) is not None  # known keys serve while it is down
+    tried = issuer.key_reads
+    for _ in range(5):
+        now[0] += 1
+        assert keys.key_for(new.kid, new.alg) is not None
+    assert issuer.key_reads == tried  # not asked again within the interval
 
 
 def test_an_unreachable_provider_is_503_never_a_pass(oidc_world: World) -> None:
@@ -331,6 +366,12 @@ def test_tenant_names_follow_one_rule_wherever_they_come_from() -> None:
         ({"redirect_url": "https://jobgate.example/login/oidc/callback"}, "auth.oidc.client_id"),
         ({"client_id": "c", "redirect_url": "http://jobgate.example/login/oidc/callback"}, "auth.oidc.redirect_url"),
         ({"client_id": "c", "redirect_url": "https://jobgate.example/elsewhere"}, "auth.oidc.redirect_url"),
+        (
+            {"client_id": "c", "redirect_url": "http://localhost.evil.example/login/oidc/callback"},
+            "auth.oidc.redirect_url",
+        ),
+        ({"client_id": "c", "redirect_url": "http://127.0.0.1.nip.io/login/oidc/callback"}, REDIRECT),
+        ({"client_id": "c", "redirect_url": "http://[::1]evil/login/oidc/callback"}, REDIRECT),
         ({"client_secret_env": "JOBGATE_TEST_UNSET_VARIABLE"}, "auth.oidc.client_secret_env"),
     ],
 )

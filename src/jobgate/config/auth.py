@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jobgate.core.tokens import Role
 from jobgate.documents import Reader, join
@@ -75,7 +76,9 @@ class OidcSettings:
     name_claims: tuple[str, ...] = ("name", "preferred_username", "email")  # the display name
     timeout: timedelta = timedelta(seconds=5)
     refetch_interval: timedelta = timedelta(seconds=30)  # an unknown key id refetches at most this often
-    keys_max_age: timedelta = timedelta(hours=1)  # keys are read again after this long
+    # Keys are read again after this long: a key the provider retires (compromised, rotated out)
+    # stops verifying tokens within it.
+    keys_max_age: timedelta = timedelta(minutes=5)
     # The console's sign-in (authorization-code flow with PKCE): None without a client id.
     client_id: str | None = None
     client_secret: str | None = field(default=None, repr=False)  # None: a public client (PKCE alone)
@@ -152,6 +155,26 @@ _OIDC_KEYS = (
     "client_secret_env",
     "redirect_url",
 )
+
+
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _is_callback_url(url: str) -> bool:
+    """``https://<host>/…/login/oidc/callback``, or ``http://`` to a loopback host exactly (a
+    host that only starts with ``localhost`` is another machine); no user part, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a malformed port or bracket
+        return False
+    if not host or parts.query or parts.fragment:
+        return False
+    named = f"[{host}]" if ":" in host else host
+    if parts.netloc.lower() not in (named, f"{named}:{port}"):  # no user part, nothing after the host
+        return False
+    secure = parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK_HOSTS)
+    return secure and parts.path.endswith("/login/oidc/callback")
 
 
 def parse_auth_settings(r: Reader, value: Any, base_dir: Path, *, tenant: str = "default") -> AuthSettings:
@@ -309,8 +332,7 @@ def _oidc(r: Reader, value: Any, base_dir: Path) -> OidcSettings:
     redirect_url = None
     if spec.get("redirect_url") is not None:
         redirect_url = r.string(spec["redirect_url"], join(where, "redirect_url"))
-        loopback = redirect_url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]"))
-        if not (redirect_url.startswith("https://") or loopback) or not redirect_url.endswith("/login/oidc/callback"):
+        if not _is_callback_url(redirect_url):
             r.fail(
                 join(where, "redirect_url"),
                 "must be https://<this server>/login/oidc/callback (http:// on loopback only)",

@@ -30,6 +30,7 @@ from jobgate.service.tokens import Principal
 
 router = APIRouter(include_in_schema=False)
 LOGIN_COOKIE = "jobgate_login"  # the sign-in form's anti-forgery value
+PENDING_PATH = "/login/oidc"  # the OIDC flow's cookie goes only to its two pages
 FAILED = "Sign-in failed: check the name and password, or the token."
 UNAVAILABLE = "The identity provider cannot be reached; try again later."
 
@@ -72,14 +73,21 @@ def _login_page(request: Request, message: str | None = None, status: int = 200)
     return page
 
 
-def _signed_in(request: Request, principal: Principal) -> RedirectResponse:
+def _signed_in(request: Request, principal: Principal, *, bounded: bool = False) -> Response:
+    """A session for ``principal``. ``bounded``: the person pasted a credential (a jobgate token,
+    a provider's JWT) that expires; the session ends with it, never ``session_hours`` later."""
     state = state_of(request)
     lifetime = state.authenticator.settings.session.total_seconds()
+    if bounded and principal.expires_at is not None:
+        lifetime = min(lifetime, (principal.expires_at - state.engine.clock.now()).total_seconds())
+        if lifetime < 1:
+            return _login_page(request, FAILED, status=401)
     value = state.signer("session").dumps(sessions.session_payload(principal), lifetime)
     response = RedirectResponse("/", status_code=303)
     _cookie(response, request, sessions.SESSION_COOKIE, value, int(lifetime))
     response.delete_cookie(LOGIN_COOKIE, path="/")
-    response.delete_cookie(sessions.PENDING_COOKIE, path="/")
+    # deleted where it was set: a cookie is removed only by its own path
+    response.delete_cookie(sessions.PENDING_COOKIE, path=PENDING_PATH)
     return response
 
 
@@ -103,20 +111,23 @@ async def login(request: Request) -> Response:
     if method == "ldap" and auth.ldap is not None:
         return await _sign_in_with(request, auth.ldap.authenticate, form.get("username", ""), form.get("password", ""))
     if method == "token" and auth.settings.tokens:
-        return await _sign_in_with(request, auth.authenticate, f"Bearer {form.get('token', '').strip()}")
+        bearer = f"Bearer {form.get('token', '').strip()}"
+        return await _sign_in_with(request, auth.authenticate, bearer, bounded=True)
     return _login_page(request, FAILED, status=401)
 
 
-async def _sign_in_with(request: Request, check: Callable[..., Principal], *args: Any) -> Response:
-    """Ask a provider (off the event loop); its principal gets a session, a refusal the one
-    message, an unreachable provider its own (503)."""
+async def _sign_in_with(
+    request: Request, check: Callable[..., Principal], *args: Any, bounded: bool = False
+) -> Response:
+    """Ask a provider (off the event loop); its principal gets a session (``_signed_in``), a
+    refusal the one message, an unreachable provider its own (503)."""
     try:
         principal = await run_in_threadpool(check, *args)
     except IdentityProviderUnavailable:
         return _login_page(request, UNAVAILABLE, status=503)
     except JobgateError:
         return _login_page(request, FAILED, status=401)
-    return _signed_in(request, principal)
+    return _signed_in(request, principal, bounded=bounded)
 
 
 @router.get("/login/oidc")
@@ -143,7 +154,7 @@ async def login_oidc(request: Request) -> Response:
         carried,
         sessions.PENDING_SECONDS,
         samesite="lax",
-        path="/login/oidc",
+        path=PENDING_PATH,
     )
     return response
 

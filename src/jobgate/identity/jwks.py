@@ -3,10 +3,13 @@ provider rotates them.
 
 Keys are read on first use (from ``jwks_url``, else from the ``jwks_uri`` of the issuer's
 discovery document, whose ``issuer`` must be the configured one), again once they are older
-than ``keys_max_age``, and at once when a token names a key id the set lacks — a rotation —
-but at most once per ``refetch_interval``, so a stream of tokens with made-up key ids cannot
-make jobgate hammer the provider. A failed read keeps the keys already known (a provider that
-is briefly down does not lock everyone out); with no key known it is ``IdentityProviderUnavailable``.
+than ``keys_max_age`` (so a key the provider retired stops verifying within it), and at once
+when a token names a key id the set lacks — a rotation — but at most once per
+``refetch_interval`` counted from the last such read, so a stream of tokens with made-up key
+ids cannot make jobgate hammer the provider, while the first token of a new key after a routine
+read is not refused for it. A failed read keeps the keys already known (a provider that is
+briefly down does not lock everyone out, and is asked again after ``refetch_interval``, not at
+every request); with no key known it is ``IdentityProviderUnavailable``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class KeySet:
         self._prepared: dict[tuple[str, str], jwt.PyJWK] = {}
         self._fetched_at: float | None = None  # when the keys were last read successfully
         self._tried_at: float | None = None  # when a read was last attempted
+        self._retried_at: float | None = None  # when a token's unknown key id last made one
         self._jwks_url = settings.jwks_url
         self._discovery: Mapping[str, Any] | None = None
 
@@ -66,18 +70,23 @@ class KeySet:
         ``KeyNotFound`` (the token is refused: 401) or ``IdentityProviderUnavailable`` (503)."""
         with self._lock:
             now = self._clock()
-            if self._fetched_at is None or now - self._fetched_at >= self._settings.keys_max_age.total_seconds():
+            if not self._keys or (self._stale(now) and self._due(self._tried_at, now)):
                 self._refresh(now, required=not self._keys)
             jwk = self._find(kid)
-            if jwk is None and self._may_retry(now):
+            if jwk is None and self._due(self._retried_at, now):
+                self._retried_at = now
                 self._refresh(now, required=True)
                 jwk = self._find(kid)
             if jwk is None:
                 raise KeyNotFound(f"no key {kid!r} among the provider's {len(self._keys)}")
             return self._prepare(kid or "", jwk, alg)
 
-    def _may_retry(self, now: float) -> bool:
-        return self._tried_at is None or now - self._tried_at >= self._settings.refetch_interval.total_seconds()
+    def _stale(self, now: float) -> bool:
+        return self._fetched_at is None or now - self._fetched_at >= self._settings.keys_max_age.total_seconds()
+
+    def _due(self, last: float | None, now: float) -> bool:
+        """Whether a read last made at ``last`` may be made again (``refetch_interval``)."""
+        return last is None or now - last >= self._settings.refetch_interval.total_seconds()
 
     def _find(self, kid: str | None) -> Mapping[str, Any] | None:
         if kid is not None:
