@@ -1,10 +1,16 @@
-"""Closed records accounted for by their audit entries (``core.seal_trails.unaudited_closings``)."""
+"""Opened and closed records accounted for by their audit entries (``core.seal_trails.unaudited``)."""
 
 from __future__ import annotations
 
 from typing import Any
+from typing import Any as _Any
 
-from jobgate.core.seal_trails import unaudited_closings
+from jobgate.core.seal_trails import AUDITED_CHANGES, unaudited
+
+
+def unaudited_closings(kind: str, rows: list[dict[str, _Any]], audited: dict[str, _Any], log_began: int) -> list[int]:
+    """The closing rule of ``kind`` (its second): what these tests were written against."""
+    return unaudited(AUDITED_CHANGES[kind][1], rows, audited, log_began)
 
 
 def _approval(digest: str, approved: int, revoked: int | None, by: str | None = "carol") -> dict[str, Any]:
@@ -51,3 +57,24 @@ def test_a_closing_before_the_audit_log_began_has_no_entry_to_find() -> None:
     assert unaudited_closings("token", [token], {}, log_began=100) == []
     assert unaudited_closings("token", [token], {}, log_began=7) == [0]
     assert unaudited_closings("token", [{**token, "revoked_at": None}], {}, log_began=1) == []
+
+
+def test_an_opening_needs_its_entry_naming_the_row() -> None:
+    """Found by a review: an approval (a token, a request's decision) inserted whole with a seal
+    computed for it passed every check; its one door writes an audit entry with it."""
+    opening = AUDITED_CHANGES["approval"][0]
+    row = {"approval_id": "a2", "job_definition_id": "job", "approved_by": "bob", "approved_at": 50}
+    entry = ("bob", 50, {"approval_id": "a2"})
+    assert unaudited(opening, [row], {"job": [entry]}, log_began=1) == []
+    assert unaudited(opening, [row], {"job": [("bob", 50, {"approval_id": "a1"})]}, log_began=1) == [0]
+    assert unaudited(opening, [row], {}, log_began=1) == [0]
+    assert unaudited(opening, [row, {**row, "approval_id": "a3"}], {"job": [entry]}, log_began=1) == [1]
+
+
+def test_a_decision_is_held_to_the_entry_of_its_own_outcome() -> None:
+    approved, rejected = AUDITED_CHANGES["request"][1:]
+    row = {"request_id": "r1", "status": "approved", "decided_by": "bob", "decided_at": 9, "created_at": 5}
+    assert unaudited(approved, [row], {"r1": [("bob", 9, None)]}, log_began=1) == []
+    assert unaudited(rejected, [row], {}, log_began=1) == []  # not a rejection: not this rule's
+    assert unaudited(approved, [row], {}, log_began=1) == [0]
+    assert unaudited(approved, [{**row, "status": "pending", "decided_at": None}], {}, log_began=1) == []

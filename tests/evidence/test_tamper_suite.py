@@ -672,6 +672,44 @@ RESEAL_TAMPERS: list[tuple[str, Tamper, str]] = [
         ),
         "request",
     ),
+    # found by a review: a record inserted whole with a seal computed for it was chained and
+    # anchored like any other; its one door writes an audit entry with it
+    (
+        "approval inserted whole with its own seal",
+        _resealed_row("approval", _forge_approval, "approval_id = 9999"),
+        "9999",
+    ),
+    (
+        "admin token inserted whole with its own seal",
+        _resealed_row("token", _forge_token, "token_id = 'forgedtoken00000'"),
+        "forgedtoken00000",
+    ),
+    (
+        "request inserted whole, approved, with its own seal",
+        _resealed_row(
+            "request",
+            _forge(
+                "run_requests",
+                "request_id",
+                "request",
+                request_id="TGREQ-forged",
+                status="approved",
+                decided_by="bob",
+                decision_note="fine",
+            ),
+            "request_id = 'TGREQ-forged'",
+        ),
+        "TGREQ-forged",
+    ),
+    (
+        "safe mode period inserted whole with its own seal",
+        _resealed_row(
+            "safe_mode",
+            _forge("safe_mode_periods", "activation", "safe_mode_on", activation=777, activated_by="mallory"),
+            "activation = 777",
+        ),
+        "safe_mode",
+    ),
     (
         "safe mode reopened",
         _resealed_row(

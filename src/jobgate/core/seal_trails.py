@@ -436,11 +436,12 @@ def moved_on_without_requeue(seal: Seal, transitions: Sequence[Sequence[Any]]) -
 
 
 @dataclass(frozen=True)
-class ClosingAudit:
-    """How a closed record of a kind is accounted for in the audit log: the action its one
-    door writes in the closing's own transaction, the row's columns naming who closed it, when,
-    and when the record was opened, the entry's target (a row column), and what else in the
-    entry's payload names this row: (payload key, row column, the key holds a list of such values)."""
+class AuditedChange:
+    """How a record's opening or closing is accounted for in the audit log: the action its one
+    door writes in the change's own transaction, the row's columns naming who made the change,
+    when, and when the record was opened, the entry's target (a row column), what else in the
+    entry's payload names this row: (payload key, row column, the key holds a list of such
+    values), and the ``status`` a row holds when the rule is its (a request approved or rejected)."""
 
     action: str
     by: str
@@ -448,42 +449,68 @@ class ClosingAudit:
     opened: str
     target: str
     payload: tuple[str, str, bool] | None = None
+    status: str | None = None
+
+    def applies(self, row: Mapping[Any, Any]) -> bool:
+        return row.get(self.at) is not None and (self.status is None or row.get("status") == self.status)
 
 
-# A closing jobgate makes writes its audit entry with the row's change (``service.safemode``,
-# ``service.approvals.revoke``, ``service.tokens``): without one, a safe-mode period switched off
-# (or a token, an approval revoked) by a database write and sealed again by the published rules
-# passed as one of them (found by a review).
-CLOSING_AUDITS = {
-    "safe_mode": ClosingAudit(
-        "safe_mode.deactivated", "deactivated_by", "deactivated_at", "activated_at", "tenant_id",
-        ("activation", "activation", False),
+# Every opening and closing jobgate makes writes its audit entry with the row's change
+# (``service.approvals``, ``service.tokens``, ``service.requests``, ``service.safemode``): without
+# the check, a safe-mode period switched off (or a token, an approval revoked) by a database
+# write and sealed again by the published rules passed as one of them; and a token, an approval
+# or a request's decision inserted whole with a seal computed for it passed as one jobgate made,
+# and was chained and anchored with the rest (both found by reviews). A forger must now write the
+# audit entry too, into the hash-chained log, and cannot date it inside an anchored window.
+AUDITED_CHANGES: dict[str, tuple[AuditedChange, ...]] = {
+    "safe_mode": (
+        AuditedChange(
+            "safe_mode.activated", "activated_by", "activated_at", "activated_at", "tenant_id",
+            ("activation", "activation", False),
+        ),
+        AuditedChange(
+            "safe_mode.deactivated", "deactivated_by", "deactivated_at", "activated_at", "tenant_id",
+            ("activation", "activation", False),
+        ),
     ),
-    "approval": ClosingAudit(
-        "definition.approval_revoked", "revoked_by", "revoked_at", "approved_at", "job_definition_id",
-        ("digests", "digest", True),
+    "approval": (
+        AuditedChange(
+            "definition.approved", "approved_by", "approved_at", "approved_at", "job_definition_id",
+            ("approval_id", "approval_id", False),
+        ),
+        AuditedChange(
+            "definition.approval_revoked", "revoked_by", "revoked_at", "approved_at", "job_definition_id",
+            ("digests", "digest", True),
+        ),
     ),
-    "token": ClosingAudit("token.revoked", "revoked_by", "revoked_at", "created_at", "token_id"),
+    "token": (
+        AuditedChange("token.created", "created_by", "created_at", "created_at", "token_id"),
+        AuditedChange("token.revoked", "revoked_by", "revoked_at", "created_at", "token_id"),
+    ),
+    "request": (
+        AuditedChange("request.submitted", "requested_by", "created_at", "created_at", "request_id"),
+        AuditedChange("request.approved", "decided_by", "decided_at", "created_at", "request_id", status="approved"),
+        AuditedChange("request.rejected", "decided_by", "decided_at", "created_at", "request_id", status="rejected"),
+    ),
 }  # fmt: skip
 
 
-def unaudited_closings(
-    kind: str,
+def unaudited(
+    rule: AuditedChange,
     rows: Sequence[Mapping[Any, Any]],
     audited: Mapping[str, Sequence[tuple[str, int, Any]]],
     log_began: int | None,
 ) -> list[int]:
-    """The positions in ``rows`` (records of ``kind``) of the closed ones no audit entry accounts
-    for. ``audited``: the kind's closing entries by target (actor, time in µs, payload);
-    ``log_began``: the time of the tenant's first audit entry (None: it has none).
+    """The positions in ``rows`` of the ones ``rule`` applies to that no audit entry accounts
+    for. ``audited``: the rule's entries by target (actor, time in µs, payload); ``log_began``:
+    the time of the tenant's first audit entry (None: it has none).
 
-    Each entry accounts for one closing (an approvals entry, for one row per digest it names):
+    Each entry accounts for one change (an approvals entry, for one row per digest it names):
     the same actor, at or after the row's time (an append may record it later, never earlier),
-    naming the row where it names rows; the earliest such entry left is taken, closings in time
-    order, so an older closing's entry is not taken again for a forged later one (found by a
-    review). A closing before its record was opened is none jobgate makes. One before the
+    naming the row where it names rows; the earliest such entry left is taken, changes in time
+    order, so an older change's entry is not taken again for a forged later one (found by a
+    review). A closing before its record was opened is none jobgate makes. A change before the
     tenant's audit log began (a database from before migration 0010) has no entry to find."""
-    rule = CLOSING_AUDITS[kind]
     left: dict[str, list[list[Any]]] = {}
     for target, found in audited.items():
         kept = left.setdefault(target, [])
@@ -491,7 +518,7 @@ def unaudited_closings(
             named = payload.get(rule.payload[0]) if rule.payload is not None and isinstance(payload, Mapping) else None
             names = list(named) if isinstance(named, list) else [named]
             kept.append([actor, when, names])
-    closed = sorted((i for i, r in enumerate(rows) if r.get(rule.at) is not None), key=lambda i: int(rows[i][rule.at]))
+    closed = sorted((i for i, r in enumerate(rows) if rule.applies(r)), key=lambda i: int(rows[i][rule.at]))
     bad: list[int] = []
     for i in closed:
         row = rows[i]

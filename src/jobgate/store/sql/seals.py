@@ -31,6 +31,7 @@ from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
 from jobgate.store.sql import chains, driver
 from jobgate.store.tables import (
+    audit_heads,
     audit_log,
     dead_letters,
     job_runs,
@@ -864,10 +865,9 @@ def _requeues_audited(conn: Connection, tenant_id: str) -> dict[str, list[tuple[
     return out
 
 
-def _closings_audited(conn: Connection, tenant_id: str, kind: str) -> dict[str, list[tuple[str, int, Any]]]:
-    """The tenant's audit entries of ``kind``'s closing action, by target: (actor, time, payload)."""
+def _changes_audited(conn: Connection, tenant_id: str, action: str) -> dict[str, list[tuple[str, int, Any]]]:
+    """The tenant's audit entries of ``action``, by target: (actor, time, payload)."""
     a = audit_log.c
-    action = seal_trails.CLOSING_AUDITS[kind].action
     q = select(a.target_id, a.actor, a.at, a.payload).where(a.tenant_id == tenant_id, a.action == action)
     out: dict[str, list[tuple[str, int, Any]]] = {}
     for target, actor, at, payload in conn.execute(q.order_by(a.seq)):
@@ -879,11 +879,19 @@ def _closings_audited(conn: Connection, tenant_id: str, kind: str) -> dict[str, 
     return out
 
 
-def _log_began(conn: Connection, tenant_id: str) -> int | None:
-    """The time of the tenant's first audit entry (µs), None without one."""
+def _log_began(conn: Connection) -> int | None:
+    """When the deployment's audit log began: the time of the first entry of any tenant (µs),
+    None without one. Any tenant's, not the record's own: a tenant made by a forger has a log
+    that begins with its forged records' seals, and a record dated before that would pass as
+    one older than the log (records from before migration 0010 are older than every entry)."""
     a = audit_log.c
-    found = conn.execute(select(a.at).where(a.tenant_id == tenant_id).order_by(a.seq).limit(1)).scalar()
-    return None if found is None else int(found)
+    tenants = [t for (t,) in conn.execute(select(audit_heads.c.tenant_id))]
+    firsts = [
+        conn.execute(select(a.at).where(a.tenant_id == t).order_by(a.tenant_id, a.at).limit(1)).scalar()
+        for t in tenants
+    ]
+    found = [int(f) for f in firsts if f is not None]
+    return min(found) if found else None
 
 
 def _check_requeues(
@@ -1120,8 +1128,8 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
     spec = seals.SPECS[kind]
     table = _table(spec.table)
     latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
-    closing = seal_trails.CLOSING_AUDITS.get(kind)
-    closed: list[tuple[str, int, dict[str, Any]]] = []  # closed rows, held to their audit entries below
+    rules = seal_trails.AUDITED_CHANGES.get(kind, ())
+    intact: list[tuple[str, int, dict[str, Any]]] = []  # rows as sealed, held to their audit entries below
     checked = 0
     for row in conn.execute(select(*_spec_cols(spec, table)).where(table.c.tenant_id == tenant_id)).mappings():
         checked += 1
@@ -1142,14 +1150,9 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         if parts.identity != seal["identity"]:
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
-        elif closing is not None and row[closing.at] is not None:
-            closed.append((rid, seal["id"], dict(row)))
-    if closed and closing is not None:  # the audit log read only when a record of the kind is closed
-        audited, began = _closings_audited(conn, tenant_id, kind), _log_began(conn, tenant_id)
-        for i in seal_trails.unaudited_closings(kind, [r for _, _, r in closed], audited, began):
-            rid, seal_id, values = closed[i]
-            detail = f"closed by {_short(values[closing.by])} with no {closing.action} audit entry of it"
-            _add(report, Finding(kind, rid, "changed", "content", closing.by, seal_id, detail))
+        elif rules:
+            intact.append((rid, seal["id"], dict(row)))
+    _check_audited(conn, tenant_id, kind, rules, intact, report)
     for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
         trail = _trail(seal)
         if not _check_trail(kind, rid, trail, report):
@@ -1159,6 +1162,31 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
         else:
             _row_trail(kind, rid, trail, report)
     report.checked[kind] = checked
+
+
+def _check_audited(
+    conn: Connection,
+    tenant_id: str,
+    kind: str,
+    rules: Sequence[seal_trails.AuditedChange],
+    rows: Sequence[tuple[str, int, dict[str, Any]]],
+    report: RecordsReport,
+) -> None:
+    """Each opening and closing of a sealed row accounted for by the audit entry its one door
+    writes (``seal_trails.AUDITED_CHANGES``): a record inserted or closed by a database write,
+    with a seal computed for it, is none jobgate made. The log is read only for the actions of
+    rows that have such a change."""
+    began: int | None = None
+    for rule in rules:
+        applying = [r for r in rows if rule.applies(r[2])]
+        if not applying:
+            continue
+        began = began if began is not None else _log_began(conn)
+        audited = _changes_audited(conn, tenant_id, rule.action)
+        for i in seal_trails.unaudited(rule, [r for _, _, r in applying], audited, began):
+            rid, seal_id, values = applying[i]
+            detail = f"{rule.by} {_short(values[rule.by])} with no {rule.action} audit entry of it"
+            _add(report, Finding(kind, rid, "changed", "content", rule.by, seal_id, detail))
 
 
 def batch_leaves(conn: Connection, tenant_id: str, entry: BatchEntry) -> list[tuple[int, str]]:
