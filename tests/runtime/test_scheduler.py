@@ -229,7 +229,35 @@ def test_a_failing_schedule_is_marked_backs_off_and_never_delays_the_others(engi
     assert check.level is doctor.Level.GREEN
 
 
-def test_refused_fires_mark_the_schedule_failing_and_back_off(engine: Engine) -> None:
+def test_refused_fires_wait_out_no_back_off_each_slot_keeps_its_own_cause(engine: Engine) -> None:
+    """Found by a review: refused fires backed the schedule off like a failing plan, so under
+    ``skip`` the slots due meanwhile (refused ones, and after an approval admitted ones) were
+    recorded ``skipped`` as if the scheduler had been down, and an approved definition waited up
+    to five minutes. Each slot is now decided when it falls due: refused, then run."""
+    from jobgate.service import approvals
+
+    job = define(engine, approve=False)
+    minute = Schedule("minutely", job, ScheduleKind.CRON, T0, cron="* * * * *", misfire=MisfirePolicy.SKIP)
+    add(engine, minute)
+    s = Scheduler(engine, owner="a")
+    for k in range(1, 9):  # eight slots refused one after the other, each ticked on time
+        s.tick(T0 + k * timedelta(minutes=1) + timedelta(seconds=1))
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "minutely")
+    last_tick = T0 + 8 * timedelta(minutes=1) + timedelta(seconds=1)
+    assert stored is not None and stored.state == "failing"
+    assert stored.retry_at is None or stored.retry_at <= last_tick  # tried again at the next tick
+    approvals.approve(engine, "default", job, actor="admin")
+    for k in range(9, 12):  # the minutes right after the approval: each slot runs on time
+        assert s.tick(T0 + k * timedelta(minutes=1) + timedelta(seconds=1)).fired == 1
+    with engine.store.read() as tx:
+        misses = tx.misses_list("default", "minutely")
+        healed = tx.schedule_get("default", "minutely")
+    assert misses == [(T0 + k * timedelta(minutes=1), "refused") for k in range(1, 9)]
+    assert healed is not None and healed.state == "active" and scheduled_runs(engine) == 3
+
+
+def test_refused_fires_mark_the_schedule_failing_until_one_is_admitted(engine: Engine) -> None:
     job = define(engine, approve=False)
     add(engine, hourly(job))
     s = Scheduler(engine, owner="a")

@@ -128,6 +128,13 @@ class Scheduler:
             token = renewed
             try:
                 admitted = self._one(item, token, now, result, safe_mode.get(item.schedule.tenant_id, []))
+            except FiresRefused as exc:
+                # Recorded already, slot by slot, and the watermark moved on: no back-off. Waiting
+                # one out made the slots due meanwhile late (skipped or coalesced by the misfire
+                # policy as if the scheduler had been down, found by a review) and kept a schedule
+                # whose definition was just approved from firing for up to five minutes.
+                self._failed(item, exc, now, back_off=False)
+                continue
             except Exception as exc:
                 self._failed(item, exc, now)
                 continue
@@ -163,24 +170,25 @@ class Scheduler:
             changes = tx.changes_list(s.tenant_id, s.schedule_id, since=item.watermark)
         return pause_spans(pause_switches(changes), after=item.watermark)
 
-    def _failed(self, item: StoredSchedule, exc: Exception, now: datetime) -> None:
+    def _failed(self, item: StoredSchedule, exc: Exception, now: datetime, *, back_off: bool = True) -> None:
         """One schedule's plan or fire failed: it is marked failing (its error kept, tried again
-        after a back-off that doubles up to ``MAX_BACKOFF``) and the tick goes on with the others.
-        When even that cannot be written (the database is gone) the tick fails as a whole."""
+        after a back-off that doubles up to ``MAX_BACKOFF``; at its next slot when ``back_off``
+        is false) and the tick goes on with the others. When even that cannot be written (the
+        database is gone) the tick fails as a whole."""
         s = item.schedule
         error = str(exc) if isinstance(exc, JobgateError) else f"internal error ({type(exc).__name__})"
-        delay = min(MAX_BACKOFF, timedelta(seconds=2 ** min(item.failures + 1, 16)))
+        delay = min(MAX_BACKOFF, timedelta(seconds=2 ** min(item.failures + 1, 16))) if back_off else timedelta(0)
         try:
             with self.engine.store.write() as tx:
                 tx.schedule_failed(s.tenant_id, s.schedule_id, error, now + delay)
         except Exception:
             raise exc from None
         log.warning(
-            "schedule %s failing (%d in a row): %s; tried again in %.0f s",
+            "schedule %s failing (%d in a row): %s; tried again %s",
             s.schedule_id,
             item.failures + 1,
             error,
-            delay.total_seconds(),
+            f"in {delay.total_seconds():.0f} s" if back_off else "at its next slot",
             extra={"action": "schedule_failing", "schedule_id": s.schedule_id, "tenant_id": s.tenant_id},
         )
 
