@@ -96,7 +96,12 @@ class ApiServer:
         # Seed 004's pub/sub triggers: built now, so a bad mapping or a missing extra fails the start.
         self.pubsub = pubsub_source(engine, options.redis_url)
         self.state = ServerState(
-            engine, auth=options.auth, embedded_worker=options.worker, loops=self.loops, pubsub=self.pubsub_health
+            engine,
+            auth=options.auth,
+            embedded_worker=options.worker,
+            loops=self.loops,
+            loops_failing=self.loops_failing,
+            pubsub=self.pubsub_health,
         )
         self.app = create_app(self.state)
 
@@ -107,6 +112,10 @@ class ApiServer:
         if self.pubsub is not None:
             out[self.pubsub.name] = self.pubsub.running
         return out
+
+    def loops_failing(self) -> dict[str, int]:
+        """Each background loop's failed passes in a row (``/readyz``)."""
+        return {name: loop.failing for name, loop in self._loops.items()}
 
     def pubsub_health(self) -> str:
         """``/healthz``'s ``pubsub``: connected, disconnected, or skip (none configured)."""

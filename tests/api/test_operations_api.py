@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 from tests.helpers import count, define
@@ -191,6 +192,18 @@ def test_doctor_and_readiness(world: World) -> None:
     assert {c["name"]: c for c in other["checks"]}["queue"]["detail"] == "no run is waiting"
     ready = world.client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["ready"] is True
+
+
+def test_a_loop_whose_every_pass_fails_is_amber_on_readyz(world: World) -> None:
+    """Found by a review: the SLA monitor failed every pass for minutes (one run's parameter)
+    while ``/readyz`` said ``green, alive``. Alive is not working: three failed passes in a row
+    make it amber (the node still serves: ready stays true)."""
+    state: Any = world.client.app.state.server  # type: ignore[attr-defined]
+    state.loops = lambda: {"sla-monitor": True, "scheduler": True}
+    state.loops_failing = lambda: {"sla-monitor": 3, "scheduler": 2}
+    checks = {c["name"]: c for c in world.client.get("/readyz").json()["checks"]}
+    assert checks["sla-monitor"]["status"] == "amber" and "last 3 passes failed" in checks["sla-monitor"]["detail"]
+    assert checks["scheduler"] == {"name": "scheduler", "status": "green", "detail": "alive"}
 
 
 def test_metrics_are_the_callers_tenants(world: World) -> None:

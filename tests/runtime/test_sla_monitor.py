@@ -413,6 +413,27 @@ def test_the_evidence_deadline_counts_from_the_quarantine_opening(engine: Engine
     )
 
 
+def test_an_anchor_at_the_calendars_end_does_not_stop_the_monitor(engine: Engine) -> None:
+    """Found by a review: one run whose anchor parameter said ``9999-12-31T23:59:59Z`` made every
+    pass fail (the deadline overflowed), for every run of every tenant, cancelled or not. An
+    anchor more than a century from the run's creation is none: the deadline counts from creation."""
+    job = define(
+        engine,
+        sla_policy="quarantine_evidence",
+        job_class="QUARANTINE_SLA_JOB",
+        params=[{"name": "opened_at", "pattern": "[0-9TZ:.+-]{1,40}"}],
+    )
+    other = define(engine, sla_policy="sla_60")
+    far = submit(engine, job, params={"opened_at": "9999-12-31T23:59:59Z"})
+    early = submit(engine, job, params={"opened_at": "0001-01-01T00:00:00Z"})
+    plain = submit(engine, other)
+    at = max(r.created_at for r in (far, early, plain))
+    result = sla.check(engine, at + 61 * S)
+    assert result.breaches == 3  # both evidence deadlines from creation (30 s), and the other's
+    assert records(engine, far.job_run_id) == [("evidence_deadline", "breach")]
+    assert records(engine, plain.job_run_id) == [("sla_deadline", "breach")]
+
+
 # --- once only -----------------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ class ServerState:
     auth: bool = True
     embedded_worker: bool = False
     loops: Callable[[], dict[str, bool]] = dict
+    loops_failing: Callable[[], dict[str, int]] = dict  # failed passes in a row, by loop
     pubsub: Callable[[], str] = lambda: "skip"  # /healthz: connected | disconnected | skip (seed 004)
     stopping: threading.Event = field(default_factory=threading.Event)
     http_metrics: HttpMetrics = field(default_factory=HttpMetrics)

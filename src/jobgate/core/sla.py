@@ -181,10 +181,14 @@ def earliest_offset(policy: SlaPolicy) -> timedelta:
     return max(timedelta(0), min(offsets))
 
 
+MAX_ANCHOR_DISTANCE = timedelta(days=36525)  # a century either way of the subject's creation
+
+
 def evidence_anchor(policy: SlaPolicy | None, params: Mapping[str, Any], created_at: datetime) -> datetime:
     """What the evidence deadline counts from: the instant in the parameter the policy names
     (ISO 8601 with an offset, e.g. ``2026-06-25T12:22:44Z``), else the subject's creation. A
-    missing or unreadable value falls back to creation rather than silencing the deadline."""
+    missing or unreadable value, or one more than a century from the creation, falls back to
+    creation rather than silencing the deadline."""
     name = policy.evidence_anchor_param if policy is not None else None
     value = params.get(name) if name else None
     if not isinstance(value, str):
@@ -193,7 +197,14 @@ def evidence_anchor(policy: SlaPolicy | None, params: Mapping[str, Any], created
         instant = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         return created_at
-    return instant if instant.tzinfo is not None else created_at
+    if instant.tzinfo is None:
+        return created_at
+    # An instant further than a century from the subject's creation is no anchor of it; and one
+    # near the calendar's end would overflow with the deadline added (found by a review: one
+    # run's ``9999-12-31`` stopped the monitor's every pass, for every tenant).
+    if abs(instant - created_at) > MAX_ANCHOR_DISTANCE:
+        return created_at
+    return instant
 
 
 def escalation_target(status: RunStatus) -> RunStatus | None:

@@ -59,6 +59,7 @@ class LoopThread:
         self._wake = threading.Event()
         self._passes = 0
         self._failures = 0
+        self._failing = 0  # failed passes in a row (``/readyz`` ambers a loop that keeps failing)
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -98,11 +99,17 @@ class LoopThread:
         with self._changed:
             self._passes += 1
             self._failures += failed
+            self._failing = self._failing + 1 if failed else 0
             self._changed.notify_all()
 
     @property
     def passes(self) -> int:
         return self._passes
+
+    @property
+    def failing(self) -> int:
+        """How many passes in a row have failed (0 after one that did not)."""
+        return self._failing
 
     @property
     def running(self) -> bool:

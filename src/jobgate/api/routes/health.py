@@ -30,6 +30,7 @@ router = APIRouter(tags=["health"])
 
 State = Annotated[ServerState, Depends(server_state)]
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+LOOP_FAILING_AFTER = 3  # failed passes in a row that make a live loop amber on /readyz
 
 
 @router.get("/healthz", response_model=HealthOut)
@@ -84,8 +85,16 @@ def _readiness(state: ServerState) -> list[CheckOut]:
         return [CheckOut(name="database", status="red", detail=f"unreachable: {type(exc).__name__}")]
     if state.stopping.is_set():
         out.append(CheckOut(name="shutdown", status="red", detail="shutting down"))
+    failing = state.loops_failing()
     for name, alive in sorted(state.loops().items()):
-        out.append(CheckOut(name=name, status="green" if alive else "red", detail="alive" if alive else "stopped"))
+        in_a_row = failing.get(name, 0)
+        if not alive:
+            out.append(CheckOut(name=name, status="red", detail="stopped"))
+        elif in_a_row >= LOOP_FAILING_AFTER:  # alive, and every pass fails: nothing it does is done
+            detail = f"alive, its last {in_a_row} passes failed (see the server log)"
+            out.append(CheckOut(name=name, status="amber", detail=detail))
+        else:
+            out.append(CheckOut(name=name, status="green", detail="alive"))
     return out
 
 
