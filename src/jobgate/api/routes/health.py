@@ -85,9 +85,9 @@ def _readiness(state: ServerState) -> list[CheckOut]:
         return [CheckOut(name="database", status="red", detail=f"unreachable: {type(exc).__name__}")]
     if state.stopping.is_set():
         out.append(CheckOut(name="shutdown", status="red", detail="shutting down"))
-    failing = state.loops_failing()
+    failing_by_loop = state.loops_failing()
     for name, alive in sorted(state.loops().items()):
-        in_a_row = failing.get(name, 0)
+        in_a_row = failing_by_loop.get(name, 0)
         if not alive:
             out.append(CheckOut(name=name, status="red", detail="stopped"))
         elif in_a_row >= LOOP_FAILING_AFTER:  # alive, and every pass fails: nothing it does is done
