@@ -149,6 +149,28 @@ def test_the_state_key_read_at_start_up_fires_once_and_not_again_on_restart(
     assert runs(engine) == [(job, '{"status":"success"}', "event")]
 
 
+def test_a_completion_read_again_after_a_gate_closed_finds_its_run_and_records_no_refusal(
+    engine: Engine, broker: Any, prefix: str, tmp_path: Path
+) -> None:
+    """Found by a review: a node's restart read the state key again, and with the definition's
+    approval revoked since, the completion whose run exists was recorded refused (one entry a
+    node, at every restart). Its run is found before any gate, as a repeated event's is."""
+    from jobgate.service import approvals
+
+    job = event_job(engine)
+    s = settings(tmp_path, prefix, [{"result_name": "R1", "job_definition_id": job}])
+    broker.set(s.state_key("R1"), completion("R1", timestamp=1764828000), ex=600)
+    first = started(engine, s)
+    first.stop()
+    assert first.stats.snapshot().get("fired") == 1
+    approvals.revoke(engine, "default", job, actor="admin", reason="under review")
+    again = started(engine, s)
+    again.stop()
+    assert again.stats["duplicates"] == 1 and again.stats["refused"] == 0, again.stats.snapshot()
+    assert count(engine, "audit_log", "action = 'run.refused'") == 0
+    assert count(engine, "job_runs") == 1
+
+
 def test_a_killed_connection_reconnects_and_the_next_message_fires(
     engine: Engine, broker: Any, prefix: str, tmp_path: Path
 ) -> None:
@@ -186,6 +208,23 @@ def test_healthz_says_connected_disconnected_or_skip(engine: Engine, prefix: str
     finally:
         up.stop()
         down.stop()
+
+
+def test_a_broker_that_refuses_our_commands_backs_off_like_one_that_is_down(
+    engine: Engine, prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = event_job(engine)
+    entries = [{"result_name": "R1", "job_definition_id": job}]
+    refusing = RedisPubSub(
+        engine, settings(tmp_path, prefix, entries, url="redis://127.0.0.1:6379/99"), reconnect_base=FAST
+    )  # no database 99 on the server: every SELECT is refused
+    refusing.start()
+    try:
+        assert refusing.stats.wait_count("connect_failures", 2, WAIT), refusing.stats.snapshot()
+    finally:
+        refusing.stop()
+    assert any(getattr(r, "action", None) == "pubsub_disconnected" for r in caplog.records)
+    assert not any(r.exc_info for r in caplog.records)  # a line, not a traceback
 
 
 def test_an_unapproved_definition_is_refused_by_the_gate_and_the_refusal_audited(

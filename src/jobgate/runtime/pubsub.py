@@ -81,7 +81,10 @@ class RedisPubSub(ReconnectingSource):
     # --- Loop ----------------------------------------------------------------------------
 
     def step(self, now: datetime) -> timedelta:
-        errors = (self._redis.ConnectionError, self._redis.TimeoutError, OSError)
+        # Any error of the broker's, not only a dropped connection: a refused command (a database
+        # number out of range, an ACL's NOPERM) is a connection that cannot serve, and backs off
+        # with the same log line (found by a review: a traceback a second instead).
+        errors = (self._redis.RedisError, OSError)
         if self._pubsub is None:
             try:
                 self._connect()

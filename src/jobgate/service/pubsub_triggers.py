@@ -92,12 +92,17 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
 
 
 def _made_before(engine: Engine, tenant_id: str, job_definition_id: str, completion: Completion) -> SubmitResult | None:
-    """The run an earlier release made for this completion under the identity it gave it then
-    (the timestamp as written, not yet read as an instant), so an upgrade makes no second one."""
-    if completion.written_delivery_id is None:
-        return None
+    """The run this completion already has, found before any gate (as a repeated event's is):
+    a completion read again from its state key at every start, or delivered twice, gets its run
+    back even when a gate closed since, with no refusal recorded of a run that exists (found by a
+    review: one refusal a node, at every restart). Under the identity it has now, or the one an
+    earlier release gave it (the timestamp as written, not yet read as an instant), so an upgrade
+    makes no second run."""
+    keys = [delivery_key(tenant_id, job_definition_id, completion.delivery_id)]
+    if completion.written_delivery_id is not None:
+        keys.append(delivery_key(tenant_id, job_definition_id, completion.written_delivery_id))
     with engine.store.read(tenant_id=tenant_id) as tx:
-        found = tx.runs_by_keys([delivery_key(tenant_id, job_definition_id, completion.written_delivery_id)])
+        found = tx.runs_by_keys(keys)
     return SubmitResult(found[0], False) if found else None
 
 
