@@ -58,6 +58,11 @@ def _sum_if(condition: ColumnElement[bool]) -> ColumnElement[int]:
 _FIRST_ATTEMPT_ONLY = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ESCALATED, RunStatus.RUNNING)
 
 
+# Runs waiting for a worker (``tg_scheduler_queue_depth``): a HELD run waits for a gate (an
+# approval, the end of safe mode), and no worker will take it until then.
+_WAITING_FOR_A_WORKER = sorted(s.value for s in PENDING - {RunStatus.HELD})
+
+
 def run_counts(conn: Connection, tenant_id: str | None) -> list[RunCounts]:
     """Created, started, completed, failed, retried and pending runs: one pass over the runs,
     with the transitions read (through their run index) only for runs that may have retried."""
@@ -81,7 +86,7 @@ def run_counts(conn: Connection, tenant_id: str | None) -> list[RunCounts]:
             _sum_if(R.status == RunStatus.COMPLETED.value),
             _sum_if(R.status == RunStatus.FAILED.value),
             func.coalesce(func.sum(case((may_have_retried, retries_of_run), else_=0)), 0),
-            _sum_if(R.status.in_([s.value for s in PENDING])),
+            _sum_if(R.status.in_(_WAITING_FOR_A_WORKER)),
         )
         .where(_tenant(R.tenant_id, tenant_id))
         .group_by(R.tenant_id, R.job_class, R.queue)
