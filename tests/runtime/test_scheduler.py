@@ -845,6 +845,28 @@ def test_an_edit_of_a_paused_or_interval_schedule_keeps_its_slots_truthful(engin
     assert rhythm_changed(hourly(job), replace(hourly(job), timezone="Europe/Helsinki"))
 
 
+def test_an_edit_after_a_pause_and_a_resume_records_each_slot_by_when_it_fell(engine: Engine) -> None:
+    """Found by a review: paused at 01:30, resumed at 03:30, edited at 04:30, no scheduler
+    between: every owed slot was recorded ``edited`` (the state at the edit), though 02:00 and
+    03:00 fell while it was paused."""
+    from jobgate.service.schedules import set_paused
+
+    job = define(engine)
+    add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))
+    set_paused(engine, "default", "hourly", True, now=T0 + 1.5 * HOUR)
+    set_paused(engine, "default", "hourly", False, now=T0 + 3.5 * HOUR)
+    edited = check_schedule(replace(hourly(job, misfire=MisfirePolicy.FIRE_ALL), cron="30 * * * *"))
+    put_schedules(engine, [edited], source="cli", now=T0 + 4.5 * HOUR)
+    with engine.store.read() as tx:
+        misses = tx.misses_list("default", "hourly")
+    assert misses == [
+        (T0 + HOUR, "edited"),
+        (T0 + 2 * HOUR, "paused"),
+        (T0 + 3 * HOUR, "paused"),
+        (T0 + 4 * HOUR, "edited"),
+    ]
+
+
 def test_a_skip_schedule_without_slack_is_refused() -> None:
     """Found by a review: misfire skip with a grace of 0 skipped every slot (a tick comes a
     little after its slot): refused, naming the grace."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from unittest import mock
 
@@ -399,6 +400,25 @@ def test_the_slots_an_edit_replaces_are_recorded_edited() -> None:
     assert owed.fires == () and [(m.fire_at, m.reason) for m in owed.misses] == [
         (T0 + h * HOUR, MissReason.EDITED) for h in (1, 2, 3)
     ]
+
+
+def test_slots_owed_before_an_edit_are_the_pauses_or_the_edits_each_by_when_it_fell() -> None:
+    """Found by a review: one reason for every slot, taken from the state at the edit; a pause
+    and a resume with no scheduler between made the pause's slots ``edited``, and slots owed
+    while active then paused were all ``paused``."""
+    hourly_all = hourly(MisfirePolicy.FIRE_ALL)
+    pause = (Period(T0 + 1.5 * HOUR, T0 + 3.5 * HOUR),)  # paused, then resumed, before the edit
+    owed = owed_before_edit(hourly_all, T0, T0 + 4.5 * HOUR, paused=pause)
+    assert [(m.fire_at, m.reason) for m in owed.misses] == [
+        (T0 + HOUR, MissReason.EDITED),
+        (T0 + 2 * HOUR, MissReason.PAUSED),
+        (T0 + 3 * HOUR, MissReason.PAUSED),
+        (T0 + 4 * HOUR, MissReason.EDITED),
+    ]
+    still = owed_before_edit(replace(hourly_all, paused=True), T0, T0 + 3.5 * HOUR, paused=(Period(T0 + 2.5 * HOUR),))
+    assert [m.reason for m in still.misses] == [MissReason.EDITED, MissReason.EDITED, MissReason.PAUSED]
+    paused_all_along = owed_before_edit(replace(hourly_all, paused=True), T0, T0 + 2.5 * HOUR)
+    assert [m.reason for m in paused_all_along.misses] == [MissReason.PAUSED, MissReason.PAUSED]
 
 
 @settings(max_examples=40, deadline=None)

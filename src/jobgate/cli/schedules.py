@@ -249,7 +249,7 @@ def schedules_misses(
     app: AppContext, schedule_id: str, reason: str | None, limit: int, after: str | None, tenant: str
 ) -> None:
     """The slots a schedule owed and did not fire, with why (coalesced into a catch-up run,
-    beyond max_catchup, skipped, paused, refused, overlap), oldest first."""
+    beyond max_catchup, skipped, paused, refused, overlap, edited), oldest first."""
     since = None if after is None else service.parse_instant(after, field="after")
     page = service.misses(app.engine(), tenant, schedule_id, reason=reason, after=since, limit=limit)
     rows = [

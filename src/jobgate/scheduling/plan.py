@@ -462,16 +462,21 @@ def rhythm_changed(before: Schedule, after: Schedule) -> bool:
     )
 
 
-def owed_before_edit(before: Schedule, watermark: datetime, now: datetime) -> Plan:
+def owed_before_edit(before: Schedule, watermark: datetime, now: datetime, *, paused: Sequence[Period] = ()) -> Plan:
     """The slots ``before``'s rhythm owed in ``(watermark, now]`` that no scheduler decided, as
-    misses (``edited``): an edit at ``now`` replaces that rhythm, and its new one owes only the
-    slots after the edit. Older slots past those recorded are counted in a warning."""
+    misses: an edit at ``now`` replaces that rhythm, and its new one owes only the slots after
+    the edit. ``paused``: the spans it was paused in since the watermark (``pause_spans``); a
+    slot that fell in one was the pause's (``paused``), whatever the edit did, and every other
+    one the edit's (``edited``), slot by slot (found by a review: one reason for all, taken
+    from the state at the edit). Older slots past those recorded are counted in a warning."""
     if before.kind is ScheduleKind.SAFE_MODE or not before.kind.timed or now <= watermark:
         return Plan((), (), watermark)
+    spans = tuple(paused) or ((Period(watermark),) if before.paused else ())  # paused since before it
     held = plan(replace(before, paused=True), watermark=watermark, now=now)
-    # Slots that fell while the schedule was paused were the pause's, whatever the edit did.
-    reason = MissReason.PAUSED if before.paused else MissReason.EDITED
-    misses = tuple(Miss(m.schedule_id, m.fire_at, reason) for m in held.misses)
+    misses = tuple(
+        Miss(m.schedule_id, m.fire_at, MissReason.PAUSED if within(m.fire_at, spans) else MissReason.EDITED)
+        for m in held.misses
+    )
     return Plan((), misses, held.watermark, tuple(w.replace("(paused)", "(edited)") for w in held.warnings))
 
 

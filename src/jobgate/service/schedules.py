@@ -40,6 +40,7 @@ from jobgate.scheduling.plan import (
     MissReason,
     Slot,
     owed_before_edit,
+    pause_spans,
     regrid,
     rhythm_changed,
     slots,
@@ -53,6 +54,7 @@ from jobgate.scheduling.records import (
     ScheduleChange,
     StoredSchedule,
     pause_after_edit,
+    pause_switches,
 )
 from jobgate.service.engine import Engine
 from jobgate.service.pipeline import existing_results
@@ -471,7 +473,8 @@ def settle_owed_before_edit(tx: StoreTx, before: StoredSchedule, after: Schedule
     watermark = before.watermark if current is None else current.watermark
     if watermark >= now:
         return []
-    owed = owed_before_edit(old, watermark, now)
+    changes = tx.changes_list(old.tenant_id, old.schedule_id, since=watermark)
+    owed = owed_before_edit(old, watermark, now, paused=pause_spans(pause_switches(changes), after=watermark))
     if owed.misses:
         tx.misses_record(old.tenant_id, owed.misses, now)
     if not tx.schedule_advance(old.tenant_id, old.schedule_id, watermark, now):
