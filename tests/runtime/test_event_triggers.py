@@ -399,3 +399,17 @@ def test_other_data_under_a_received_id_stores_nothing_even_for_a_schedule_added
     assert conflict.value.field == "data" and count(engine, "job_runs") == 1
     same = emit_event(engine, event_type="t.ev", event_id="e1", data={"n": 1}, tenant_id="default", actor="t")
     assert [f.created for f in same] == [False, True]  # the same event: the new schedule's job runs it
+
+
+def test_another_type_under_a_received_id_is_a_conflict_not_a_repeat(engine: Engine) -> None:
+    """Found by a review: the same id and data under another event type was answered as a
+    repeat of the first (created false, its run), and the second type's schedule fired nothing."""
+    job = define(engine, trigger_type="event")
+    subscribe(engine, "items", job, "q.item")
+    subscribe(engine, "others", job, "q.other")
+    emit_event(engine, event_type="q.item", event_id="k1", data={"item": "a"}, tenant_id="default", actor="t")
+    with pytest.raises(ConflictError) as conflict:
+        emit_event(engine, event_type="q.other", event_id="k1", data={"item": "a"}, tenant_id="default", actor="t")
+    assert "another type" in str(conflict.value) and count(engine, "job_runs") == 1
+    again = emit_event(engine, event_type="q.item", event_id="k1", data={"item": "a"}, tenant_id="default", actor="t")
+    assert [f.created for f in again] == [False]

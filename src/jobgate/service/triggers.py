@@ -110,10 +110,10 @@ def emit_event(
     # Other data under an id already received is the sender's mistake, refused before anything
     # is stored: a schedule added since the first delivery made a run of it (found by a review).
     for first in {r.job_run_id: r for r in held.values()}.values():
-        if _received_with_other_data(engine, first.job_run_id, data) is not None:
+        if _received_with_other_data(engine, first.job_run_id, event_type, data) is not None:
             raise ConflictError(
-                f"event {event_id!r} was received before with other data (run {first.job_run_id}):"
-                " an event id names one event; send a new event under a new id",
+                f"event {event_id!r} was received before as another event, of another type or with other data"
+                f" (run {first.job_run_id}): an event id names one event; send a new event under a new id",
                 field="data",
             )
     fresh = [
@@ -144,15 +144,15 @@ def emit_event(
             _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.REFUSED))
             out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, str(exc)))
             continue
-        other = None if result.created else _received_with_other_data(engine, result.run.job_run_id, data)
+        other = None if result.created else _received_with_other_data(engine, result.run.job_run_id, event_type, data)
         out.append(
             EventFire(schedule.schedule_id, schedule.job_definition_id, result.run.job_run_id, result.created, other)
         )
     conflicts = [f for f in out if f.refused == OTHER_DATA]
     if conflicts and not any(f.created for f in out):
         raise ConflictError(
-            f"event {event_id!r} was received before with other data (run {conflicts[0].job_run_id}):"
-            " an event id names one event; send a new event under a new id",
+            f"event {event_id!r} was received before as another event, of another type or with other data"
+            f" (run {conflicts[0].job_run_id}): an event id names one event; send a new event under a new id",
             field="data",
         )
     log.info(
@@ -166,15 +166,20 @@ def emit_event(
     return out
 
 
-OTHER_DATA = "received before with other data"
+OTHER_DATA = "received before as another event (another type or other data)"
 
 
-def _received_with_other_data(engine: Engine, job_run_id: str, data: Mapping[str, Any]) -> str | None:
-    """``OTHER_DATA`` when the run an earlier delivery of this event id made recorded other
-    data: a redelivery carries the same event, so a different one under the same id is a
-    sender's mistake, refused as the API's Idempotency-Key refuses another body under its key."""
+def _received_with_other_data(engine: Engine, job_run_id: str, event_type: str, data: Mapping[str, Any]) -> str | None:
+    """``OTHER_DATA`` when the run an earlier delivery of this event id made recorded another
+    event type or other data: a redelivery carries the same event, so a different one under the
+    same id is a sender's mistake, refused as the API's Idempotency-Key refuses another body
+    under its key (found by a review: another type with the same data was taken for a repeat)."""
     with engine.store.read() as tx:
-        recorded = (tx.run_trigger(job_run_id) or {}).get("payload") or {}
+        trigger = tx.run_trigger(job_run_id) or {}
+    recorded_type = trigger.get("event_type")
+    if recorded_type is not None and recorded_type != event_type:
+        return OTHER_DATA
+    recorded = trigger.get("payload") or {}
     return None if canonical_json(dict(recorded)) == canonical_json(dict(data)) else OTHER_DATA
 
 
