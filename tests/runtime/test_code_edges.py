@@ -626,3 +626,29 @@ def test_a_namespace_package_digest_follows_the_import_order_of_its_portions(
             importlib.invalidate_caches()
             digests.append(code.package_digest(name))
     assert digests[0] != digests[1]
+
+
+def test_a_schedule_of_changed_code_is_told_its_runs_would_be_held_not_refused(engine: Engine, site: Path) -> None:
+    """Found by a review: storing a schedule for a definition whose code changed since its
+    approval said "its fires would be refused", though its fires are admitted and each run is
+    held at its start (code_changed) until the code is approved again."""
+    from datetime import UTC
+
+    from jobgate.core.errors import ValidationError
+    from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+    from jobgate.service.schedules import put_schedules
+
+    name = _name("sched")
+    package = site / name
+    package.mkdir()
+    (package / "__init__.py").write_text(LAZY)
+    (package / "helper.py").write_text('VALUE = "approved"\n')
+    job = define(engine, handler=f"{name}:work", trigger_type="event")
+    (package / "helper.py").write_text('VALUE = "edited"\n')
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    schedule = check_schedule(Schedule("on-done", job, ScheduleKind.EVENT, at, event_type="x.done"))
+    with pytest.raises(ValidationError) as refused:
+        put_schedules(engine, [schedule], source="cli", now=at)
+    message = str(refused.value)
+    assert "not the approved code" in message and "held at their start" in message
+    assert "would be refused" not in message

@@ -241,6 +241,25 @@ def test_an_unapproved_definition_is_refused_by_the_gate_and_the_refusal_audited
     assert count(engine, "audit_log", f"action = 'run.refused' AND target_id = '{job}' AND actor = 'pubsub'") == 1
 
 
+def test_a_refused_param_is_named_in_the_log_and_the_audit_entry(
+    engine: Engine, broker: Any, prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a review: a pipeline name that failed its pattern was refused saying only
+    "value does not match the pattern", with no param named (the events path names it)."""
+    job = event_job(engine, params=("pipeline_name",))
+    source = started(engine, settings(tmp_path, prefix, [{"result_name": "R1", "job_definition_id": job}]))
+    try:
+        broker.publish(f"{prefix}R1", completion("R1", timestamp="t1", pipeline_name="not allowed!"))
+        assert source.stats.wait_count("refused", 1, WAIT), source.stats.snapshot()
+    finally:
+        source.stop()
+    assert any("pipeline_name" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    with engine.store.read() as tx:
+        sql = "SELECT payload FROM audit_log WHERE action = 'run.refused'"
+        (payload,) = [json.loads(p) for (p,) in connection(tx).execute(text(sql))]
+    assert "pipeline_name" in payload["field"] and count(engine, "job_runs") == 0
+
+
 def test_a_mapping_to_a_missing_definition_is_refused_and_the_refusal_audited(
     engine: Engine, broker: Any, prefix: str, tmp_path: Path
 ) -> None:

@@ -314,6 +314,7 @@ def refusal_event(request: SubmitRequest, exc: JobgateError, *, actor: str | Non
         payload={
             "rule": getattr(exc, "rule", None),
             "message": exc.message,
+            **({"field": exc.field} if exc.field else {}),  # what it refused: a param, say
             "trigger_type": request.trigger_type.value,
             "trigger_id": request.trigger_id,
             "request_id": request.request_id,

@@ -70,7 +70,7 @@ def fire(engine: Engine, tenant_id: str, verdict: Verdict, *, via: str) -> list[
                 completion.result_name,
                 completion.status,
                 sub.job_definition_id,
-                exc.message,
+                f"{exc.field}: {exc.message}" if exc.field else exc.message,  # the param it names
                 extra={"action": "pubsub_refused", "result_name": completion.result_name, "code": exc.code},
             )
             if not isinstance(exc, GovernanceRefusal):  # a governance refusal is audited where it is made

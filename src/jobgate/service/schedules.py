@@ -281,7 +281,7 @@ def put_schedules(
         reason = pending[(s.tenant_id, s.schedule_id)]
         if reason is not None and not allow_pending:
             raise ValidationError(
-                f"{reason}: its fires would be refused (approve it first, or store the schedule paused until "
+                f"{reason}: {_what_follows(reason)} (approve it first, or store the schedule paused until "
                 "then: --allow-pending, or allow_pending in the API)",
                 field="job",
                 source=s.schedule_id,
@@ -355,8 +355,20 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
         if status.code is None:
             return f"the code of {version} cannot be read on this host ({status.code_problem})"
         changed = ", ".join(status.code_changed) or "no code identity was approved"
-        return f"the code of {version} is not the approved code ({changed})"
+        return f"the code of {version} {_CODE_NOT_APPROVED} ({changed})"
     return None
+
+
+_CODE_NOT_APPROVED = "is not the approved code"
+
+
+def _what_follows(reason: str) -> str:
+    """What the schedule's fires would meet: a definition version not approved refuses them; its
+    code changed since the approval admits them and holds each run at its start until the code
+    is approved again (the gate at every attempt's start, ``code_changed``)."""
+    if _CODE_NOT_APPROVED in reason:
+        return "its runs would be held at their start (code_changed) until the code is approved"
+    return "its fires would be refused"
 
 
 def check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
