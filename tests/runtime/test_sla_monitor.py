@@ -434,6 +434,20 @@ def test_an_anchor_at_the_calendars_end_does_not_stop_the_monitor(engine: Engine
     assert records(engine, plain.job_run_id) == [("sla_deadline", "breach")]
 
 
+def test_an_eco_number_param_longer_than_one_is_left_out_not_a_failed_pass(engine: Engine) -> None:
+    """Found by a regression review: a run whose ``eco_number`` param held 300 characters failed
+    the breach record's insert (200) on PostgreSQL, and with it every monitor pass."""
+    job = define(engine, sla_policy="sla_60", params=[{"name": "eco_number", "pattern": "[A-Z0-9-]{1,2000}"}])
+    long = submit(engine, job, params={"eco_number": "E" * 300})
+    short = submit(engine, job, params={"eco_number": "ECO-2"})
+    result = sla.check(engine, max(long.created_at, short.created_at) + 61 * S)
+    assert result.breaches == 2
+    (event,) = sla_events(engine, short.job_run_id)
+    assert event["eco_number"] == "ECO-2"
+    (other,) = sla_events(engine, long.job_run_id)
+    assert other["eco_number"] is None
+
+
 # --- once only -----------------------------------------------------------------------------------
 
 

@@ -56,7 +56,18 @@ def test_verification_finds_nothing_wrong_with_what_the_store_wrote(engine: Engi
     dead_letter(engine)
     with engine.store.write() as tx:
         tx.token_put(_token("tok-1"))
-        tx.safe_mode_activate("default", "ada", "drill", T0)
+        period = tx.safe_mode_activate("default", "ada", "drill", T0)
+        assert period is not None
+        # with the audit entries the service's doors write beside every making of a record
+        tx.audit_append(
+            [
+                AuditEvent("default", "admin", "token.created", "token", "tok-1", T0),
+                AuditEvent(
+                    "default", "ada", "safe_mode.activated", "safe_mode", "default", T0,
+                    payload={"activation": period.activation},
+                ),
+            ]
+        )  # fmt: skip
         tx.seals_chain("default", T0)
         tx.token_revoke("default", "tok-1", "admin", T0)  # sealed again, not chained yet
         # with the audit entry the service's one door writes beside every revocation

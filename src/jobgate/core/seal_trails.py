@@ -495,22 +495,31 @@ AUDITED_CHANGES: dict[str, tuple[AuditedChange, ...]] = {
 }  # fmt: skip
 
 
+FIRST_SEAL = "__first_seal__"  # a row's key (added by the verifier): the id of the record's first seal
+
+
 def unaudited(
     rule: AuditedChange,
     rows: Sequence[Mapping[Any, Any]],
     audited: Mapping[str, Sequence[tuple[str, int, Any]]],
     log_began: int | None,
+    legacy_through: int | None = None,
 ) -> list[int]:
     """The positions in ``rows`` of the ones ``rule`` applies to that no audit entry accounts
     for. ``audited``: the rule's entries by target (actor, time in µs, payload); ``log_began``:
-    the time of the tenant's first audit entry (None: it has none).
+    the time of the deployment's first audit entry (None: it has none); ``legacy_through``: the
+    last seal id of the tenant's first batch of seals, where the upgrade that brought seals
+    sealed what a database from before the log held.
 
     Each entry accounts for one change (an approvals entry, for one row per digest it names):
     the same actor, at or after the row's time (an append may record it later, never earlier),
     naming the row where it names rows; the earliest such entry left is taken, changes in time
     order, so an older change's entry is not taken again for a forged later one (found by a
     review). A closing before its record was opened is none jobgate makes. A change before the
-    tenant's audit log began (a database from before migration 0010) has no entry to find."""
+    audit log began (a database from before migration 0010) has no entry to find, if the record
+    was sealed at the upgrade (its first seal in the first batch, ``FIRST_SEAL``): a record dated
+    before the log but sealed later was inserted later, whatever date it claims (found by a
+    regression review: a backdated forged token passed)."""
     left: dict[str, list[list[Any]]] = {}
     for target, found in audited.items():
         kept = left.setdefault(target, [])
@@ -527,7 +536,7 @@ def unaudited(
         if opened is not None and at < int(opened):
             bad.append(i)
             continue
-        if log_began is None or at < log_began:
+        if (log_began is None or at < log_began) and _sealed_at_upgrade(row, legacy_through):
             continue
         entries = left.get(str(row.get(rule.target)), [])
         value = None if rule.payload is None else row.get(rule.payload[1])
@@ -542,6 +551,11 @@ def unaudited(
         else:
             match[2].remove(value)
     return bad
+
+
+def _sealed_at_upgrade(row: Mapping[Any, Any], legacy_through: int | None) -> bool:
+    first = row.get(FIRST_SEAL)
+    return first is None or (legacy_through is not None and int(first) <= legacy_through)
 
 
 def unaudited_requeue(transitions: Sequence[Mapping[str, Any]], audited: Sequence[tuple[str, int]]) -> int | None:

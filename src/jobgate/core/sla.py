@@ -232,10 +232,15 @@ def record_id(tenant_id: str, subject_id: str, kind: DeadlineKind, phase: Phase)
     return SLA_RECORD_PREFIX + hashlib.sha256(raw).hexdigest()[:32]
 
 
+MAX_ECO_NUMBER = 200  # as a scope's key is bounded, and the breach record holds
+
+
 def eco_number(scope: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
-    """The ECO a subject concerns (seed §23 ``eco_number``): its scope's key, else its parameter."""
+    """The ECO a subject concerns (seed §23 ``eco_number``): its scope's key, else its parameter.
+    A value longer than an ECO number may be is none (found by a review: a 300-character param
+    failed the breach record's insert, and with it every pass of the monitor, on PostgreSQL)."""
     for source in (scope, params):
         value = source.get("eco_number")
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and 0 < len(value) <= MAX_ECO_NUMBER:
             return value
     return None

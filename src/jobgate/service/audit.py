@@ -84,13 +84,14 @@ def verify_records(engine: Engine, tenants: list[str] | None = None) -> list[Rec
     """Recompute every sealed record of each tenant against its latest seal, and each batch of
     seals against the root its audit entry chained (read-only). ``None``: every tenant with a
     chain, seals or sealed records, also one whose audit chain is gone."""
-    if tenants is None:
-        with engine.store.read() as tx:
+    with engine.store.read() as tx:  # every tenant's rows: when the deployment's log began
+        if tenants is None:
             tenants = sorted(set(tx.audit_tenants()) | set(tx.seals_tenants()))
+        began = tx.audit_log_began()
     out = []
     for t in tenants:
         with engine.store.read(tenant_id=t) as tx:
-            out.append(tx.seals_verify(t))
+            out.append(tx.seals_verify(t, began))
     return out
 
 

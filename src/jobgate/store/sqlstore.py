@@ -216,8 +216,12 @@ class StoreTx:
     def seals_pending_tenants(self) -> list[str]:
         return record_seals.pending_tenants(self._conn)
 
-    def seals_verify(self, tenant_id: str) -> RecordsReport:
-        return record_seals.verify_records(self._conn, tenant_id)
+    def seals_verify(self, tenant_id: str, log_began: int | None = None) -> RecordsReport:
+        return record_seals.verify_records(self._conn, tenant_id, log_began)
+
+    def audit_log_began(self) -> int | None:
+        """When the deployment's audit log began (µs): read unscoped, it sees every tenant's."""
+        return record_seals.audit_log_began(self._conn)
 
     # the audit chain (PostgreSQL locks each chain's head row; SQLite has one writer)
     def audit_append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:

@@ -458,20 +458,33 @@ def chain_pending(conn: Connection, tenant_id: str, at: datetime, append: Any) -
 MAX_FINDINGS = 100
 
 
-def verify_records(conn: Connection, tenant_id: str) -> RecordsReport:
+def verify_records(conn: Connection, tenant_id: str, log_began: int | None = None) -> RecordsReport:
     """Recompute every record of ``tenant_id`` and compare it with its latest seal, read each
     record's seals in order by the rules of ``core.seal_trails`` (an old record changed and
     sealed again shows there), and check every batch of seals against the root its audit
-    entry chained."""
+    entry chained. ``log_began``: when the deployment's audit log began (``audit_log_began``,
+    read beyond this tenant's rows; None: read here)."""
+    if log_began is None:
+        log_began = audit_log_began(conn)
     report = RecordsReport(tenant_id)
     report.pending = pending_count(conn, tenant_id)
     # Records first: a finding that names the record beats one that names the batch it is in.
     _verify_runs(conn, tenant_id, report)
     _verify_workflows(conn, tenant_id, report)
+    legacy = _legacy_seals_through(conn, tenant_id)
     for kind in seals.SPECS:
-        _verify_rows(conn, tenant_id, kind, report)
+        _verify_rows(conn, tenant_id, kind, report, (log_began, legacy))
     _verify_batches(conn, tenant_id, report)
     return report
+
+
+def _legacy_seals_through(conn: Connection, tenant_id: str) -> int | None:
+    """The last seal id of the tenant's first batch: the records a database from before the
+    audit log held were sealed at the upgrade that brought seals, so their first seals are in it.
+    A record dated before the log with a first seal after it was sealed later: none jobgate made
+    (found by a review: a token dated before the log, inserted with a seal of its own, passed)."""
+    entries = batch_entries(conn, tenant_id)
+    return entries[0].last_id if entries and entries[0].last_id >= 0 else None
 
 
 def _add(report: RecordsReport, finding: Finding) -> None:
@@ -879,11 +892,12 @@ def _changes_audited(conn: Connection, tenant_id: str, action: str) -> dict[str,
     return out
 
 
-def _log_began(conn: Connection) -> int | None:
+def audit_log_began(conn: Connection) -> int | None:
     """When the deployment's audit log began: the time of the first entry of any tenant (µs),
     None without one. Any tenant's, not the record's own: a tenant made by a forger has a log
     that begins with its forged records' seals, and a record dated before that would pass as
-    one older than the log (records from before migration 0010 are older than every entry)."""
+    one older than the log (records from before migration 0010 are older than every entry).
+    Read in a transaction that sees every tenant's rows (row security scopes a tenant's)."""
     a = audit_log.c
     tenants = [t for (t,) in conn.execute(select(audit_heads.c.tenant_id))]
     firsts = [
@@ -1124,7 +1138,11 @@ def _workflow_trail(rid: str, trail: Sequence[Record], report: RecordsReport) ->
     return problem is None
 
 
-def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsReport) -> None:
+def _verify_rows(
+    conn: Connection, tenant_id: str, kind: str, report: RecordsReport, legacy: tuple[int | None, int | None]
+) -> None:
+    """``legacy``: when the audit log began, and the last seal id of the upgrade that sealed what
+    was there before it (``_check_audited``)."""
     spec = seals.SPECS[kind]
     table = _table(spec.table)
     latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
@@ -1151,8 +1169,8 @@ def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsRep
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
         elif rules:
-            intact.append((rid, seal["id"], dict(row)))
-    _check_audited(conn, tenant_id, kind, rules, intact, report)
+            intact.append((rid, seal["id"], {**row, seal_trails.FIRST_SEAL: trail[0]["id"]}))
+    _check_audited(conn, tenant_id, kind, rules, intact, report, legacy)
     for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
         trail = _trail(seal)
         if not _check_trail(kind, rid, trail, report):
@@ -1171,19 +1189,20 @@ def _check_audited(
     rules: Sequence[seal_trails.AuditedChange],
     rows: Sequence[tuple[str, int, dict[str, Any]]],
     report: RecordsReport,
+    legacy: tuple[int | None, int | None],
 ) -> None:
     """Each opening and closing of a sealed row accounted for by the audit entry its one door
     writes (``seal_trails.AUDITED_CHANGES``): a record inserted or closed by a database write,
     with a seal computed for it, is none jobgate made. The log is read only for the actions of
-    rows that have such a change."""
-    began: int | None = None
+    rows that have such a change. ``legacy``: (when the log began, the last seal id of the first
+    batch): a change dated before the log is excused only for a record sealed in that batch."""
+    log_began, legacy_through = legacy
     for rule in rules:
         applying = [r for r in rows if rule.applies(r[2])]
         if not applying:
             continue
-        began = began if began is not None else _log_began(conn)
         audited = _changes_audited(conn, tenant_id, rule.action)
-        for i in seal_trails.unaudited(rule, [r for _, _, r in applying], audited, began):
+        for i in seal_trails.unaudited(rule, [r for _, _, r in applying], audited, log_began, legacy_through):
             rid, seal_id, values = applying[i]
             detail = f"{rule.by} {_short(values[rule.by])} with no {rule.action} audit entry of it"
             _add(report, Finding(kind, rid, "changed", "content", rule.by, seal_id, detail))
