@@ -115,7 +115,10 @@ class ApiServer:
 
     def loops_failing(self) -> dict[str, int]:
         """Each background loop's failed passes in a row (``/readyz``)."""
-        return {name: loop.failing for name, loop in self._loops.items()}
+        out = {name: loop.failing for name, loop in self._loops.items()}
+        if self.pubsub is not None:  # a broker that refuses or cannot be reached, attempt after attempt
+            out[self.pubsub.name] = self.pubsub.failing
+        return out
 
     def pubsub_health(self) -> str:
         """``/healthz``'s ``pubsub``: connected, disconnected, or skip (none configured)."""

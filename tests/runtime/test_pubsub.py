@@ -220,7 +220,8 @@ def test_a_broker_that_refuses_our_commands_backs_off_like_one_that_is_down(
     )  # no database 99 on the server: every SELECT is refused
     refusing.start()
     try:
-        assert refusing.stats.wait_count("connect_failures", 2, WAIT), refusing.stats.snapshot()
+        assert refusing.stats.wait_count("connect_failures", 3, WAIT), refusing.stats.snapshot()
+        assert refusing.failing >= 3  # what /readyz ambers the source by, as a failing loop
     finally:
         refusing.stop()
     assert any(getattr(r, "action", None) == "pubsub_disconnected" for r in caplog.records)

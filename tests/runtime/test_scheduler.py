@@ -257,6 +257,30 @@ def test_refused_fires_wait_out_no_back_off_each_slot_keeps_its_own_cause(engine
     assert healed is not None and healed.state == "active" and scheduled_runs(engine) == 3
 
 
+def test_a_refusal_streak_warns_once_and_a_later_failure_backs_off_from_the_start(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a regression review: with no back-off, a fast schedule refused for a day wrote two
+    warnings a slot; and the first real failure after a streak of refusals waited the longest
+    back-off (5 min), counted over the refusals."""
+    job = define(engine, approve=False)
+    add(engine, Schedule("minutely", job, ScheduleKind.CRON, T0, cron="* * * * *"))
+    s = Scheduler(engine, owner="a")
+    caplog.set_level("DEBUG", logger="jobgate.scheduler")
+    for k in range(1, 11):
+        s.tick(T0 + k * timedelta(minutes=1) + timedelta(seconds=1))
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and r.name == "jobgate.scheduler"]
+    assert len(warned) == 2, [r.getMessage() for r in warned]  # refused, failing: once each
+    assert count(engine, "audit_log", "action = 'run.refused'") == 10  # every slot still audited
+    with engine.store.write() as tx:  # now a plan that fails outright
+        connection(tx).execute(text("UPDATE schedules SET timezone = 'Mars/Olympus' WHERE schedule_id = 'minutely'"))
+    at = T0 + 11 * timedelta(minutes=1) + timedelta(seconds=1)
+    s.tick(at)
+    with engine.store.read() as tx:
+        broken = tx.schedule_get("default", "minutely")
+    assert broken is not None and broken.retry_at == at + timedelta(seconds=2)
+
+
 def test_refused_fires_mark_the_schedule_failing_until_one_is_admitted(engine: Engine) -> None:
     job = define(engine, approve=False)
     add(engine, hourly(job))

@@ -223,3 +223,31 @@ def test_paths_that_check_slots_only_under_the_lock_audit_the_refusal(gated: tup
     assert refused_rules(engine) == ["licence_concurrency", "licence_concurrency"]
     with engine.store.read() as tx:
         assert [value for _, value, _ in tx.facts_list("default", "etl.lag")] == [9.0]
+
+
+def test_a_schedule_refused_under_the_write_lock_is_failing_as_one_refused_before_it(
+    gated: tuple[Engine, Environment, Path],
+) -> None:
+    """Found by a regression review: the licence's concurrency refused a schedule's fires at the
+    write lock; the slots were recorded refused but the schedule stayed active, unlogged."""
+    from jobgate.runtime.scheduler import Scheduler
+    from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
+
+    engine, _, _ = gated
+    # a licensed definition a cron trigger may start (its own schedule never due in March)
+    define(engine, job_definition_id="etl-cron", permissions=["etl"], trigger_type="cron",
+           schedule_expression="0 0 29 2 *")  # fmt: skip
+    submit(engine), submit(engine)  # the licence's two concurrent runs
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    every_minute = check_schedule(Schedule("each-minute", "etl-cron", ScheduleKind.CRON, start, cron="* * * * *"))
+    with engine.store.write() as tx:
+        tx.schedule_put(every_minute, watermark=start, source="test", now=start)
+    scheduler = Scheduler(engine, owner="a")
+    for k in range(1, 4):
+        scheduler.tick(start + k * timedelta(minutes=1) + timedelta(seconds=1))
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "each-minute")
+        misses = tx.misses_list("default", "each-minute")
+    assert [r for _, r in misses] == ["refused"] * 3
+    assert stored is not None and stored.state == "failing" and "licence" in (stored.last_error or "")
+    assert count(engine, "job_runs") == 2

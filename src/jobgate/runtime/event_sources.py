@@ -51,6 +51,11 @@ class EventSource(Protocol):
         """Whether its thread is alive (``/readyz``), connected or not."""
         ...
 
+    @property
+    def failing(self) -> int:
+        """Failed connection attempts in a row (0 while connected): ``/readyz`` ambers it."""
+        ...
+
 
 class Sources:
     """Several sources as one: started and stopped together, ``connected`` only while every
@@ -75,6 +80,10 @@ class Sources:
     @property
     def running(self) -> bool:
         return all(s.running for s in self.sources)
+
+    @property
+    def failing(self) -> int:
+        return max((s.failing for s in self.sources), default=0)
 
 
 def reconnect_delay(failures: int, cap: timedelta, base: timedelta = RECONNECT_BASE) -> timedelta:
@@ -150,6 +159,11 @@ class ReconnectingSource(ABC):
     @property
     def running(self) -> bool:
         return self._thread.running
+
+    @property
+    def failing(self) -> int:
+        """Failed connection attempts in a row (0 once connected)."""
+        return self._failures
 
     # --- Loop ----------------------------------------------------------------------------
 

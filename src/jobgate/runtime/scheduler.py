@@ -157,7 +157,9 @@ class Scheduler:
             p = plan(item.schedule, watermark=item.watermark, now=now, paused=self._paused_since(item))
         if not p.fires and not p.misses and p.watermark == item.watermark:
             return False  # nothing owed: keep the watermark, write nothing
-        return self._execute(item.schedule, item.watermark, p, token, now, result, version=item.updated_at)
+        return self._execute(
+            item.schedule, item.watermark, p, token, now, result, version=item.updated_at, quiet=_refused(item)
+        )
 
     def _paused_since(self, item: StoredSchedule) -> tuple[Period, ...]:
         """The spans the schedule was paused in since its watermark: a pause and a resume with no
@@ -177,13 +179,17 @@ class Scheduler:
         database is gone) the tick fails as a whole."""
         s = item.schedule
         error = str(exc) if isinstance(exc, JobgateError) else f"internal error ({type(exc).__name__})"
-        delay = min(MAX_BACKOFF, timedelta(seconds=2 ** min(item.failures + 1, 16))) if back_off else timedelta(0)
+        # The back-off doubles over failures that backed off: a streak of refusals before this
+        # failure did not (found by a regression review: the first real failure waited 5 min).
+        streak = 0 if _refused(item) else item.failures
+        delay = min(MAX_BACKOFF, timedelta(seconds=2 ** min(streak + 1, 16))) if back_off else timedelta(0)
         try:
             with self.engine.store.write() as tx:
                 tx.schedule_failed(s.tenant_id, s.schedule_id, error, now + delay)
         except Exception:
             raise exc from None
-        log.warning(
+        log.log(
+            logging.DEBUG if not back_off and _refused(item) else logging.WARNING,  # a refusal streak: said once
             "schedule %s failing (%d in a row): %s; tried again %s",
             s.schedule_id,
             item.failures + 1,
@@ -213,8 +219,11 @@ class Scheduler:
         result: TickResult,
         *,
         version: datetime | None = None,
+        quiet: bool = False,
     ) -> bool:
-        """Store a plan's fires and misses; whether a fire was admitted and stored."""
+        """Store a plan's fires and misses; whether a fire was admitted and stored. ``quiet``: the
+        schedule's fires were refused already (a streak): a refusal again is audited and recorded
+        slot by slot, and logged at debug level, not one warning a slot for as long as it lasts."""
         fires, misses = list(p.fires), list(p.misses)
         replaced: list[JobRun] = []
         if schedule.overlap is not OverlapPolicy.ALLOW and fires:
@@ -245,7 +254,8 @@ class Scheduler:
                 self.engine.admission.record_refusals(requests, exc, actor=SCHEDULER_ACTOR, now=now)
             # The definition cannot run now (unknown, not active, params refused): the slots are
             # recorded as refused, never dropped in silence, and the schedule moves on.
-            log.warning(
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
                 "schedule %s: %d fires refused: %s",
                 schedule.schedule_id,
                 len(fires),
@@ -257,14 +267,23 @@ class Scheduler:
         advance = lambda tx: tx.schedule_advance(  # noqa: E731
             schedule.tenant_id, schedule.schedule_id, watermark, p.watermark, version
         )
-        if not self._commit(schedule, advance, prepared, misses, token, now, result, replaced=replaced):
+        try:
+            committed = self._commit(schedule, advance, prepared, misses, token, now, result, replaced=replaced)
+        except FiresRefused:  # refused under the write lock: recorded; the plan's warnings still said
+            self._warn(schedule, p, result)
+            raise
+        if not committed:
             return False
-        for warning in p.warnings:
-            log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
-        result.warnings += p.warnings
+        self._warn(schedule, p, result)
         if refusal is not None:  # recorded; and the schedule is failing until a fire is admitted
             raise FiresRefused(f"{FIRES_REFUSED}: {refusal}", source=schedule.schedule_id)
         return bool(prepared)
+
+    @staticmethod
+    def _warn(schedule: Schedule, p: Plan, result: TickResult) -> None:
+        for warning in p.warnings:
+            log.warning(warning, extra={"action": "schedule_catchup_limited", "schedule_id": schedule.schedule_id})
+        result.warnings += p.warnings
 
     def _configuration(self, item: StoredSchedule, token: int, now: datetime, result: TickResult) -> bool:
         """Fire once for each snapshot of the watched profile that becomes active (a new digest);
@@ -349,7 +368,18 @@ class Scheduler:
             # Each at its slot's own instant (the misses are keyed by it): at the tick's instant,
             # every refused slot but one was dropped as a duplicate.
             refused = [Miss(schedule.schedule_id, _slot_instant(p), MissReason.REFUSED) for p in prepared]
-            return self._commit(schedule, advance, [], [*misses, *refused], token, now, result)
+            if not self._commit(schedule, advance, [], [*misses, *refused], token, now, result):
+                return False
+            # Recorded; and the schedule is failing until a fire is admitted, as when the refusal
+            # came before the lock (found by a regression review: it stayed active, unlogged).
+            log.warning(
+                "schedule %s: %d fires refused: %s",
+                schedule.schedule_id,
+                len(prepared),
+                exc,
+                extra={"action": "schedule_fire_refused", "schedule_id": schedule.schedule_id},
+            )
+            raise FiresRefused(f"{FIRES_REFUSED}: {exc}", source=schedule.schedule_id) from None
         result.fired += sum(1 for r in made if r.created)
         result.missed += len(misses)
         for r in made:
