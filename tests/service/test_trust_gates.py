@@ -226,7 +226,7 @@ def test_paths_that_check_slots_only_under_the_lock_audit_the_refusal(gated: tup
 
 
 def test_a_schedule_refused_under_the_write_lock_is_failing_as_one_refused_before_it(
-    gated: tuple[Engine, Environment, Path],
+    gated: tuple[Engine, Environment, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Found by a regression review: the licence's concurrency refused a schedule's fires at the
     write lock; the slots were recorded refused but the schedule stayed active, unlogged."""
@@ -234,6 +234,7 @@ def test_a_schedule_refused_under_the_write_lock_is_failing_as_one_refused_befor
     from jobgate.scheduling.model import Schedule, ScheduleKind, check_schedule
 
     engine, _, _ = gated
+    caplog.set_level("DEBUG", logger="jobgate.scheduler")
     # a licensed definition a cron trigger may start (its own schedule never due in March)
     define(engine, job_definition_id="etl-cron", permissions=["etl"], trigger_type="cron",
            schedule_expression="0 0 29 2 *")  # fmt: skip
@@ -243,11 +244,13 @@ def test_a_schedule_refused_under_the_write_lock_is_failing_as_one_refused_befor
     with engine.store.write() as tx:
         tx.schedule_put(every_minute, watermark=start, source="test", now=start)
     scheduler = Scheduler(engine, owner="a")
-    for k in range(1, 4):
+    for k in range(1, 6):
         scheduler.tick(start + k * timedelta(minutes=1) + timedelta(seconds=1))
     with engine.store.read() as tx:
         stored = tx.schedule_get("default", "each-minute")
         misses = tx.misses_list("default", "each-minute")
-    assert [r for _, r in misses] == ["refused"] * 3
+    assert [r for _, r in misses] == ["refused"] * 5
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and r.name == "jobgate.scheduler"]
+    assert len(warned) == 2, [r.getMessage() for r in warned]  # the streak's first refusal, failing
     assert stored is not None and stored.state == "failing" and "licence" in (stored.last_error or "")
     assert count(engine, "job_runs") == 2

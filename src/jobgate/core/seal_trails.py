@@ -450,6 +450,11 @@ class AuditedChange:
     target: str
     payload: tuple[str, str, bool] | None = None
     status: str | None = None
+    # A closing dated before the deployment's audit log began (a database from before schema
+    # 0010) has no entry to find. Never an opening: a record's own date is what a forger writes,
+    # and neither the seal's place nor its tenant told a record from before the log from one
+    # inserted later and dated back (found by two regression reviews).
+    excused_before_log: bool = True
 
     def applies(self, row: Mapping[Any, Any]) -> bool:
         return row.get(self.at) is not None and (self.status is None or row.get("status") == self.status)
@@ -467,6 +472,7 @@ AUDITED_CHANGES: dict[str, tuple[AuditedChange, ...]] = {
         AuditedChange(
             "safe_mode.activated", "activated_by", "activated_at", "activated_at", "tenant_id",
             ("activation", "activation", False),
+            excused_before_log=False,
         ),
         AuditedChange(
             "safe_mode.deactivated", "deactivated_by", "deactivated_at", "activated_at", "tenant_id",
@@ -477,6 +483,7 @@ AUDITED_CHANGES: dict[str, tuple[AuditedChange, ...]] = {
         AuditedChange(
             "definition.approved", "approved_by", "approved_at", "approved_at", "job_definition_id",
             ("approval_id", "approval_id", False),
+            excused_before_log=False,
         ),
         AuditedChange(
             "definition.approval_revoked", "revoked_by", "revoked_at", "approved_at", "job_definition_id",
@@ -484,18 +491,17 @@ AUDITED_CHANGES: dict[str, tuple[AuditedChange, ...]] = {
         ),
     ),
     "token": (
-        AuditedChange("token.created", "created_by", "created_at", "created_at", "token_id"),
+        AuditedChange("token.created", "created_by", "created_at", "created_at", "token_id", excused_before_log=False),
         AuditedChange("token.revoked", "revoked_by", "revoked_at", "created_at", "token_id"),
     ),
     "request": (
-        AuditedChange("request.submitted", "requested_by", "created_at", "created_at", "request_id"),
+        AuditedChange(
+            "request.submitted", "requested_by", "created_at", "created_at", "request_id", excused_before_log=False
+        ),
         AuditedChange("request.approved", "decided_by", "decided_at", "created_at", "request_id", status="approved"),
         AuditedChange("request.rejected", "decided_by", "decided_at", "created_at", "request_id", status="rejected"),
     ),
 }  # fmt: skip
-
-
-FIRST_SEAL = "__first_seal__"  # a row's key (added by the verifier): the id of the record's first seal
 
 
 def unaudited(
@@ -503,23 +509,18 @@ def unaudited(
     rows: Sequence[Mapping[Any, Any]],
     audited: Mapping[str, Sequence[tuple[str, int, Any]]],
     log_began: int | None,
-    legacy_through: int | None = None,
 ) -> list[int]:
     """The positions in ``rows`` of the ones ``rule`` applies to that no audit entry accounts
     for. ``audited``: the rule's entries by target (actor, time in µs, payload); ``log_began``:
-    the time of the deployment's first audit entry (None: it has none); ``legacy_through``: the
-    last seal id of the tenant's first batch of seals, where the upgrade that brought seals
-    sealed what a database from before the log held.
+    the time of the deployment's first audit entry (None: it has none).
 
     Each entry accounts for one change (an approvals entry, for one row per digest it names):
     the same actor, at or after the row's time (an append may record it later, never earlier),
     naming the row where it names rows; the earliest such entry left is taken, changes in time
     order, so an older change's entry is not taken again for a forged later one (found by a
-    review). A closing before its record was opened is none jobgate makes. A change before the
-    audit log began (a database from before migration 0010) has no entry to find, if the record
-    was sealed at the upgrade (its first seal in the first batch, ``FIRST_SEAL``): a record dated
-    before the log but sealed later was inserted later, whatever date it claims (found by a
-    regression review: a backdated forged token passed)."""
+    review). A closing before its record was opened is none jobgate makes. A closing before the
+    audit log began (a database from before migration 0010) has no entry to find; an opening
+    always has one (``AuditedChange.excused_before_log``)."""
     left: dict[str, list[list[Any]]] = {}
     for target, found in audited.items():
         kept = left.setdefault(target, [])
@@ -536,7 +537,7 @@ def unaudited(
         if opened is not None and at < int(opened):
             bad.append(i)
             continue
-        if (log_began is None or at < log_began) and _sealed_at_upgrade(row, legacy_through):
+        if rule.excused_before_log and (log_began is None or at < log_began):
             continue
         entries = left.get(str(row.get(rule.target)), [])
         value = None if rule.payload is None else row.get(rule.payload[1])
@@ -551,11 +552,6 @@ def unaudited(
         else:
             match[2].remove(value)
     return bad
-
-
-def _sealed_at_upgrade(row: Mapping[Any, Any], legacy_through: int | None) -> bool:
-    first = row.get(FIRST_SEAL)
-    return first is None or (legacy_through is not None and int(first) <= legacy_through)
 
 
 def unaudited_requeue(transitions: Sequence[Mapping[str, Any]], audited: Sequence[tuple[str, int]]) -> int | None:

@@ -268,7 +268,9 @@ class Scheduler:
             schedule.tenant_id, schedule.schedule_id, watermark, p.watermark, version
         )
         try:
-            committed = self._commit(schedule, advance, prepared, misses, token, now, result, replaced=replaced)
+            committed = self._commit(
+                schedule, advance, prepared, misses, token, now, result, replaced=replaced, quiet=quiet
+            )
         except FiresRefused:  # refused under the write lock: recorded; the plan's warnings still said
             self._warn(schedule, p, result)
             raise
@@ -340,10 +342,12 @@ class Scheduler:
         result: TickResult,
         *,
         replaced: Sequence[JobRun] = (),
+        quiet: bool = False,
     ) -> bool:
         """One transaction: the lease is still ours, ``advance`` (the schedule's compare-and-set)
         matched, then the runs, the runs they replace (overlap ``replace``: only when a fire is
-        stored) and the misses. False, with nothing written, otherwise."""
+        stored) and the misses. False, with nothing written, otherwise. ``quiet``: as
+        ``_execute``'s, for a refusal at the lock."""
         try:
             with self.engine.store.write() as tx:
                 if not tx.lock_holds(LEADER_LOCK, self.owner, token, now):
@@ -372,7 +376,8 @@ class Scheduler:
                 return False
             # Recorded; and the schedule is failing until a fire is admitted, as when the refusal
             # came before the lock (found by a regression review: it stayed active, unlogged).
-            log.warning(
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
                 "schedule %s: %d fires refused: %s",
                 schedule.schedule_id,
                 len(prepared),

@@ -285,7 +285,10 @@ def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str
                 job_definition_id,
                 now,
                 reason=reason,
-                payload={"digests": sorted(digests), "cancelled_runs": cancelled},
+                # One digest per approval row it closed (a digest approved twice names two rows):
+                # each closing is accounted for by a name (``seal_trails.unaudited``; a review
+                # found a revocation of a twice-approved digest reported as a forged one).
+                payload={"digests": sorted(a.digest for a in active), "cancelled_runs": cancelled},
             ),
         )
     return Revoked(active, cancelled)

@@ -471,20 +471,10 @@ def verify_records(conn: Connection, tenant_id: str, log_began: int | None = Non
     # Records first: a finding that names the record beats one that names the batch it is in.
     _verify_runs(conn, tenant_id, report)
     _verify_workflows(conn, tenant_id, report)
-    legacy = _legacy_seals_through(conn, tenant_id)
     for kind in seals.SPECS:
-        _verify_rows(conn, tenant_id, kind, report, (log_began, legacy))
+        _verify_rows(conn, tenant_id, kind, report, log_began)
     _verify_batches(conn, tenant_id, report)
     return report
-
-
-def _legacy_seals_through(conn: Connection, tenant_id: str) -> int | None:
-    """The last seal id of the tenant's first batch: the records a database from before the
-    audit log held were sealed at the upgrade that brought seals, so their first seals are in it.
-    A record dated before the log with a first seal after it was sealed later: none jobgate made
-    (found by a review: a token dated before the log, inserted with a seal of its own, passed)."""
-    entries = batch_entries(conn, tenant_id)
-    return entries[0].last_id if entries and entries[0].last_id >= 0 else None
 
 
 def _add(report: RecordsReport, finding: Finding) -> None:
@@ -1138,11 +1128,8 @@ def _workflow_trail(rid: str, trail: Sequence[Record], report: RecordsReport) ->
     return problem is None
 
 
-def _verify_rows(
-    conn: Connection, tenant_id: str, kind: str, report: RecordsReport, legacy: tuple[int | None, int | None]
-) -> None:
-    """``legacy``: when the audit log began, and the last seal id of the upgrade that sealed what
-    was there before it (``_check_audited``)."""
+def _verify_rows(conn: Connection, tenant_id: str, kind: str, report: RecordsReport, log_began: int | None) -> None:
+    """``log_began``: when the deployment's audit log began (``_check_audited``)."""
     spec = seals.SPECS[kind]
     table = _table(spec.table)
     latest = {r["record_id"]: r for r in _latest_stream(conn, tenant_id, kind)}
@@ -1169,8 +1156,8 @@ def _verify_rows(
             column, detail = _explain(seal["content"], "identity", spec.columns, [row[c] for c in spec.columns])
             _add(report, Finding(kind, rid, "changed", "content", column, seal["id"], detail))
         elif rules:
-            intact.append((rid, seal["id"], {**row, seal_trails.FIRST_SEAL: trail[0]["id"]}))
-    _check_audited(conn, tenant_id, kind, rules, intact, report, legacy)
+            intact.append((rid, seal["id"], dict(row)))
+    _check_audited(conn, tenant_id, kind, rules, intact, report, log_began)
     for rid, seal in sorted(latest.items()):  # sealed records whose row is gone
         trail = _trail(seal)
         if not _check_trail(kind, rid, trail, report):
@@ -1189,20 +1176,18 @@ def _check_audited(
     rules: Sequence[seal_trails.AuditedChange],
     rows: Sequence[tuple[str, int, dict[str, Any]]],
     report: RecordsReport,
-    legacy: tuple[int | None, int | None],
+    log_began: int | None,
 ) -> None:
     """Each opening and closing of a sealed row accounted for by the audit entry its one door
     writes (``seal_trails.AUDITED_CHANGES``): a record inserted or closed by a database write,
     with a seal computed for it, is none jobgate made. The log is read only for the actions of
-    rows that have such a change. ``legacy``: (when the log began, the last seal id of the first
-    batch): a change dated before the log is excused only for a record sealed in that batch."""
-    log_began, legacy_through = legacy
+    rows that have such a change. ``log_began``: a closing dated before it is excused."""
     for rule in rules:
         applying = [r for r in rows if rule.applies(r[2])]
         if not applying:
             continue
         audited = _changes_audited(conn, tenant_id, rule.action)
-        for i in seal_trails.unaudited(rule, [r for _, _, r in applying], audited, log_began, legacy_through):
+        for i in seal_trails.unaudited(rule, [r for _, _, r in applying], audited, log_began):
             rid, seal_id, values = applying[i]
             detail = f"{rule.by} {_short(values[rule.by])} with no {rule.action} audit entry of it"
             _add(report, Finding(kind, rid, "changed", "content", rule.by, seal_id, detail))
