@@ -378,6 +378,8 @@ TAMPERS: list[tuple[str, Tamper, str]] = [
     ("seal identity rewritten", _row("record_seals", "identity = 'sha256:00'", f"id = {SEAL}"), "run"),
     ("seal deleted", _sql(f"DELETE FROM record_seals WHERE id = {SEAL}"), "run"),
     ("seal moved out of its batch", _row("record_seals", "id = id + 1000000", f"id = {SEAL}"), "records"),
+    # found by a regression review: below every batch's range, a seal was read by nothing
+    ("seal moved below every batch", _row("record_seals", "id = -7", f"id = {SEAL}"), "#-7"),
     ("every seal deleted", _sql("DELETE FROM record_seals"), "has no seal"),
 ]
 # -- changed, then sealed again ------------------------------------------------------------------

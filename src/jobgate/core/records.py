@@ -402,6 +402,8 @@ class Finding:
             " a seal in it was rewritten, added or removed",
             "batch_missing": f"{where}: the seals that audit entry (records.sealed) chained are gone",
             "batch_gap": f"{where}: does not start where the previous records.sealed entry ended",
+            "outside_batches": f"{where}: lies before the first records.sealed entry's range (no jobgate"
+            " seal has an id below 1): it is chained by no entry",
         }.get(self.problem, f"{where}: {self.problem}")
 
 
