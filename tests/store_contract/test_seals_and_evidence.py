@@ -186,3 +186,15 @@ def test_an_exported_workflow_is_its_row_steps_and_transitions(engine: Engine) -
     assert [s["step_id"] for s in raw["steps"]] == ["a"] and raw["transitions"] == []
     parts = seals.workflow_parts(raw["row"], raw["steps"], raw["transitions"])
     assert (proof["identity"], proof["outcome"], proof["history"]) == (parts.identity, parts.outcome, parts.history)
+
+
+def test_the_audit_log_began_at_its_first_entry_of_any_tenant(engine: Engine) -> None:
+    with engine.store.read() as tx:
+        assert tx.audit_log_began() is None
+    with engine.store.write() as tx:
+        tx.audit_append([AuditEvent("tenant-b", "ada", "token.created", "token", "t2", T0 + timedelta(seconds=5))])
+    with engine.store.write() as tx:
+        tx.audit_append([AuditEvent("default", "ada", "token.created", "token", "t1", T0 + timedelta(seconds=9))])
+        tx.audit_append([AuditEvent("tenant-c", "ada", "token.created", "token", "t3", T0 + timedelta(seconds=7))])
+    with engine.store.read() as tx:  # unscoped: every tenant's entries
+        assert tx.audit_log_began() == to_us(T0 + timedelta(seconds=5))
