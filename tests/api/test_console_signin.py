@@ -244,7 +244,10 @@ def test_a_forged_or_crossed_callback_signs_nobody_in(flow_world: World, issuer:
     victim = _fresh_client(w)  # a browser that never started a flow gets someone else's code
     _, theirs = _to_provider(_fresh_client(w), issuer)
     assert victim.get(path, params=theirs).status_code == 401
-    assert client.get(path, params={"error": "access_denied", "state": back["state"]}).status_code == 401
+    denied = client.get(path, params={"error": "access_denied", "state": back["state"]})
+    assert denied.status_code == 401
+    # a failed callback spends the flow's state too (found by a review: it stayed 10 minutes)
+    assert any(c.startswith(f"{PENDING_COOKIE}=") and "Max-Age=0" in c for c in denied.headers.get_list("set-cookie"))
     assert client.get("/").status_code == 303 and victim.get("/").status_code == 303
 
 

@@ -86,8 +86,6 @@ def _signed_in(request: Request, principal: Principal, *, bounded: bool = False)
     response = RedirectResponse("/", status_code=303)
     _cookie(response, request, sessions.SESSION_COOKIE, value, int(lifetime))
     response.delete_cookie(LOGIN_COOKIE, path="/")
-    # deleted where it was set: a cookie is removed only by its own path
-    response.delete_cookie(sessions.PENDING_COOKIE, path=PENDING_PATH)
     return response
 
 
@@ -167,9 +165,14 @@ async def login_oidc_callback(request: Request, code: str = "", state: str = "",
     flow = server.code_flow
     carried = server.signer("signin").loads(request.cookies.get(sessions.PENDING_COOKIE))
     if flow is None or carried is None or error:
-        return _login_page(request, FAILED, status=401)
-    pending = Pending(str(carried["state"]), str(carried["nonce"]), str(carried["verifier"]))
-    return await _sign_in_with(request, flow.finish, code, state, pending)
+        answer: Response = _login_page(request, FAILED, status=401)
+    else:
+        pending = Pending(str(carried["state"]), str(carried["nonce"]), str(carried["verifier"]))
+        answer = await _sign_in_with(request, flow.finish, code, state, pending)
+    # The flow's state is spent whatever the answer (a failed callback leaves nothing behind),
+    # deleted where it was set: a cookie is removed only by its own path.
+    answer.delete_cookie(sessions.PENDING_COOKIE, path=PENDING_PATH)
+    return answer
 
 
 @router.post("/logout")
