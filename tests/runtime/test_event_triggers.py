@@ -410,6 +410,7 @@ def test_another_type_under_a_received_id_is_a_conflict_not_a_repeat(engine: Eng
     emit_event(engine, event_type="q.item", event_id="k1", data={"item": "a"}, tenant_id="default", actor="t")
     with pytest.raises(ConflictError) as conflict:
         emit_event(engine, event_type="q.other", event_id="k1", data={"item": "a"}, tenant_id="default", actor="t")
-    assert "another type" in str(conflict.value) and count(engine, "job_runs") == 1
+    assert conflict.value.field == "event_type" and "another event type" in str(conflict.value)
+    assert count(engine, "job_runs") == 1
     again = emit_event(engine, event_type="q.item", event_id="k1", data={"item": "a"}, tenant_id="default", actor="t")
     assert [f.created for f in again] == [False]

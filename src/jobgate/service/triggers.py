@@ -110,12 +110,8 @@ def emit_event(
     # Other data under an id already received is the sender's mistake, refused before anything
     # is stored: a schedule added since the first delivery made a run of it (found by a review).
     for first in {r.job_run_id: r for r in held.values()}.values():
-        if _received_with_other_data(engine, first.job_run_id, event_type, data) is not None:
-            raise ConflictError(
-                f"event {event_id!r} was received before as another event, of another type or with other data"
-                f" (run {first.job_run_id}): an event id names one event; send a new event under a new id",
-                field="data",
-            )
+        if (why := _received_with_other_data(engine, first.job_run_id, event_type, data)) is not None:
+            raise _received_before(event_id, first.job_run_id, why)
     fresh = [
         s
         for s in subscribed
@@ -148,13 +144,9 @@ def emit_event(
         out.append(
             EventFire(schedule.schedule_id, schedule.job_definition_id, result.run.job_run_id, result.created, other)
         )
-    conflicts = [f for f in out if f.refused == OTHER_DATA]
+    conflicts = [f for f in out if f.refused in (OTHER_DATA, OTHER_TYPE)]
     if conflicts and not any(f.created for f in out):
-        raise ConflictError(
-            f"event {event_id!r} was received before as another event, of another type or with other data"
-            f" (run {conflicts[0].job_run_id}): an event id names one event; send a new event under a new id",
-            field="data",
-        )
+        raise _received_before(event_id, conflicts[0].job_run_id, conflicts[0].refused)
     log.info(
         "event %s %s: %d schedules, %d runs created",
         event_type,
@@ -166,19 +158,29 @@ def emit_event(
     return out
 
 
-OTHER_DATA = "received before as another event (another type or other data)"
+OTHER_DATA = "received before with other data"
+OTHER_TYPE = "received before as another event type"
+
+
+def _received_before(event_id: str, job_run_id: str | None, why: str | None) -> ConflictError:
+    """The 409 of an id received before as another event, naming what differs."""
+    return ConflictError(
+        f"event {event_id!r} was {why} (run {job_run_id}): an event id names one event; send a new event"
+        " under a new id",
+        field="event_type" if why == OTHER_TYPE else "data",
+    )
 
 
 def _received_with_other_data(engine: Engine, job_run_id: str, event_type: str, data: Mapping[str, Any]) -> str | None:
-    """``OTHER_DATA`` when the run an earlier delivery of this event id made recorded another
-    event type or other data: a redelivery carries the same event, so a different one under the
+    """``OTHER_TYPE`` or ``OTHER_DATA`` when the run an earlier delivery of this event id made
+    recorded another event type or other data: a redelivery carries the same event, so a different one under the
     same id is a sender's mistake, refused as the API's Idempotency-Key refuses another body
     under its key (found by a review: another type with the same data was taken for a repeat)."""
     with engine.store.read() as tx:
         trigger = tx.run_trigger(job_run_id) or {}
     recorded_type = trigger.get("event_type")
     if recorded_type is not None and recorded_type != event_type:
-        return OTHER_DATA
+        return OTHER_TYPE
     recorded = trigger.get("payload") or {}
     return None if canonical_json(dict(recorded)) == canonical_json(dict(data)) else OTHER_DATA
 
