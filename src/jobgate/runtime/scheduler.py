@@ -62,6 +62,19 @@ def _refused(item: StoredSchedule) -> bool:
     return f"{FIRES_REFUSED}:" in (item.last_error or "")
 
 
+def _log_refused(schedule: Schedule, count: int, exc: Exception, *, quiet: bool) -> None:
+    """A schedule's fires refused (before the write lock or at it): a warning at the first of a
+    streak, debug after (``quiet``); every slot is audited and recorded whatever the level."""
+    log.log(
+        logging.DEBUG if quiet else logging.WARNING,
+        "schedule %s: %d fires refused: %s",
+        schedule.schedule_id,
+        count,
+        exc,
+        extra={"action": "schedule_fire_refused", "schedule_id": schedule.schedule_id},
+    )
+
+
 class FiresRefused(JobgateError):
     """A schedule's fires were refused (recorded as misses); the schedule is marked failing."""
 
@@ -254,14 +267,7 @@ class Scheduler:
                 self.engine.admission.record_refusals(requests, exc, actor=SCHEDULER_ACTOR, now=now)
             # The definition cannot run now (unknown, not active, params refused): the slots are
             # recorded as refused, never dropped in silence, and the schedule moves on.
-            log.log(
-                logging.DEBUG if quiet else logging.WARNING,
-                "schedule %s: %d fires refused: %s",
-                schedule.schedule_id,
-                len(fires),
-                exc,
-                extra={"action": "schedule_fire_refused", "schedule_id": schedule.schedule_id},
-            )
+            _log_refused(schedule, len(fires), exc, quiet=quiet)
             misses += [Miss(schedule.schedule_id, f.fire_at, MissReason.REFUSED) for f in fires]
             prepared, fires = [], []
         advance = lambda tx: tx.schedule_advance(  # noqa: E731
@@ -376,14 +382,7 @@ class Scheduler:
                 return False
             # Recorded; and the schedule is failing until a fire is admitted, as when the refusal
             # came before the lock (found by a regression review: it stayed active, unlogged).
-            log.log(
-                logging.DEBUG if quiet else logging.WARNING,
-                "schedule %s: %d fires refused: %s",
-                schedule.schedule_id,
-                len(prepared),
-                exc,
-                extra={"action": "schedule_fire_refused", "schedule_id": schedule.schedule_id},
-            )
+            _log_refused(schedule, len(prepared), exc, quiet=quiet)
             raise FiresRefused(f"{FIRES_REFUSED}: {exc}", source=schedule.schedule_id) from None
         result.fired += sum(1 for r in made if r.created)
         result.missed += len(misses)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import MINYEAR, UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobgate.core.canonical import canonical_json, isoformat_utc
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
@@ -278,16 +278,16 @@ def put_schedules(
     current = {(s.tenant_id, s.schedule_id): _current_snapshot(engine, s) for s in items if s.config_profile}
     pending = {(s.tenant_id, s.schedule_id): _pending_reason(engine, s, now) for s in items}
     for s in items:
-        reason = pending[(s.tenant_id, s.schedule_id)]
-        if reason is not None and not allow_pending:
+        waiting = pending[(s.tenant_id, s.schedule_id)]
+        if waiting is not None and not allow_pending:
             raise ValidationError(
-                f"{reason}: {_what_follows(reason)} (approve it first, or store the schedule paused until "
+                f"{waiting.reason}: {waiting.consequence} (approve it first, or store the schedule paused until "
                 "then: --allow-pending, or allow_pending in the API)",
                 field="job",
                 source=s.schedule_id,
             )
-        if reason is not None and warnings is not None:
-            warnings.append(f"schedule {s.schedule_id} is stored paused ({PAUSED_UNAPPROVED}): {reason}")
+        if waiting is not None and warnings is not None:
+            warnings.append(f"schedule {s.schedule_id} is stored paused ({PAUSED_UNAPPROVED}): {waiting.reason}")
     created: list[bool] = []
     with engine.store.write() as tx:
         for s in items:
@@ -325,9 +325,24 @@ def put_schedules(
     return created
 
 
-def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
-    """Why the schedule's fires would be refused until someone approves its definition (None:
-    they would be admitted, as far as can be known now). Raises for what only an edit of the
+class Pending(NamedTuple):
+    """Why a schedule's fires wait for an approval. ``held``: its code changed since the
+    approval, so its fires are admitted and each run is held at its start (``code_changed``)
+    until the code is approved again; otherwise they are refused."""
+
+    reason: str
+    held: bool = False
+
+    @property
+    def consequence(self) -> str:
+        if self.held:
+            return "its runs would be held at their start (code_changed) until the code is approved"
+        return "its fires would be refused"
+
+
+def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> Pending | None:
+    """Why the schedule's fires would wait until someone approves its definition (None: they
+    would be admitted, as far as can be known now). Raises for what only an edit of the
     schedule or of its definition can fix: an unknown or inactive definition, refused params."""
     from jobgate.service import approvals  # approvals resumes schedules: imported late, one way
 
@@ -350,25 +365,13 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> str | None:
     status = approvals.status(engine, s.tenant_id, s.job_definition_id)
     version = f"definition {s.job_definition_id!r} version {status.current_version}"
     if not status.approved:
-        return f"{version} is not approved"
+        return Pending(f"{version} is not approved")
     if not status.code_matches:
         if status.code is None:
-            return f"the code of {version} cannot be read on this host ({status.code_problem})"
+            return Pending(f"the code of {version} cannot be read on this host ({status.code_problem})")
         changed = ", ".join(status.code_changed) or "no code identity was approved"
-        return f"the code of {version} {_CODE_NOT_APPROVED} ({changed})"
+        return Pending(f"the code of {version} is not the approved code ({changed})", held=True)
     return None
-
-
-_CODE_NOT_APPROVED = "is not the approved code"
-
-
-def _what_follows(reason: str) -> str:
-    """What the schedule's fires would meet: a definition version not approved refuses them; its
-    code changed since the approval admits them and holds each run at its start until the code
-    is approved again (the gate at every attempt's start, ``code_changed``)."""
-    if _CODE_NOT_APPROVED in reason:
-        return "its runs would be held at their start (code_changed) until the code is approved"
-    return "its fires would be refused"
 
 
 def check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
@@ -417,9 +420,9 @@ def set_paused(
         with engine.store.read(tenant_id=tenant_id) as tx:
             found = tx.schedule_get(tenant_id, schedule_id)
         if found is not None and found.schedule.paused:
-            reason = _pending_reason(engine, found.schedule, now)
-            if reason is not None:
-                raise ValidationError(f"{reason}: approve it first", field="job", source=schedule_id)
+            waiting = _pending_reason(engine, found.schedule, now)
+            if waiting is not None:
+                raise ValidationError(f"{waiting.reason}: approve it first", field="job", source=schedule_id)
     with engine.store.write() as tx:
         stored = tx.schedule_get(tenant_id, schedule_id)
         if stored is None:
