@@ -1,6 +1,7 @@
 """``driver.owe``: a statement whose effect ends with its transaction (a lock, a local setting)
 travels with the transaction's next statement, whichever path sends it, and is never carried
-into another transaction."""
+into another transaction; a write owed travels with the next statement or the commit; the
+transaction's own ``BEGIN`` is owed, and a transaction is still one on the server."""
 
 from __future__ import annotations
 
@@ -66,3 +67,92 @@ def test_a_failing_owed_statement_fails_the_statement_it_travelled_with(one_conn
     with pytest.raises(psycopg.errors.UndefinedFunction), one_connection.begin() as conn:
         driver.owe(conn, "SELECT no_such_function()")
         driver.rows_sql(conn, "SELECT 1", [])
+
+
+@pytest.mark.parametrize("send", NEXT_STATEMENTS.values(), ids=NEXT_STATEMENTS.keys())
+def test_the_owed_begin_makes_one_transaction_whichever_path_sends_first(
+    one_connection: Engine, send: Callable[[Connection], Any]
+) -> None:
+    """psycopg's connections are in autocommit mode and a transaction's ``BEGIN`` is owed: it
+    must reach the server with the first statement, whichever path sends it, or every statement
+    after it would commit on its own. One transaction has one ``now()`` and one id."""
+    with one_connection.begin() as conn:
+        send(conn)
+        first = conn.execute(text("SELECT now(), pg_current_xact_id()::text")).one()
+        conn.execute(text("SELECT pg_sleep(0.002)"))
+        second = conn.execute(text("SELECT now(), pg_current_xact_id()::text")).one()
+        assert first == second
+        assert conn.execute(text("SELECT now() < clock_timestamp()")).scalar() is True
+
+
+def test_a_rolled_back_transaction_leaves_nothing_and_a_committed_one_everything(one_connection: Engine) -> None:
+    _fresh_rows(one_connection)
+    with pytest.raises(RuntimeError), one_connection.begin() as conn:
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [1])
+        conn.execute(text("INSERT INTO owed_rows VALUES (2)"))
+        raise RuntimeError("rolled back")
+    with one_connection.begin() as conn:
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [3])
+    assert _rows(one_connection) == [3]
+
+
+def test_a_transaction_that_sent_nothing_never_began_on_the_server(one_connection: Engine) -> None:
+    with one_connection.begin() as conn:
+        dbapi: Any = conn.connection.dbapi_connection
+        assert dbapi.info.transaction_status.name == "IDLE"  # BEGIN still owed
+        driver.rows_sql(conn, "SELECT 1", [])
+        assert dbapi.info.transaction_status.name == "INTRANS"
+    assert dbapi.info.transaction_status.name == "IDLE"
+
+
+def _fresh_rows(engine: Engine) -> None:
+    with engine.begin() as conn:  # a table of this session (one connection)
+        conn.execute(text("CREATE TEMP TABLE IF NOT EXISTS owed_rows (n int)"))
+        conn.execute(text("DELETE FROM owed_rows"))
+
+
+def _rows(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        found = conn.execute(text("SELECT coalesce(array_agg(n ORDER BY n), '{}') FROM owed_rows")).scalar()
+        conn.rollback()
+    return list(found)
+
+
+def test_an_owed_write_is_sent_with_the_commit_when_nothing_follows_it(one_connection: Engine) -> None:
+    _fresh_rows(one_connection)
+    with one_connection.begin() as conn:
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [1])
+        driver.owe(conn, "INSERT INTO owed_rows VALUES (%s)", [2], write=True)
+    assert _rows(one_connection) == [1, 2]
+
+
+def test_an_owed_write_is_seen_by_the_next_statement(one_connection: Engine) -> None:
+    _fresh_rows(one_connection)
+    with one_connection.begin() as conn:
+        driver.owe(conn, "INSERT INTO owed_rows VALUES (%s)", [5], write=True)
+        assert conn.execute(text("SELECT count(*) FROM owed_rows")).scalar() == 1
+    assert _rows(one_connection) == [5]
+
+
+def test_an_owed_write_that_fails_fails_the_commit_and_nothing_is_kept(one_connection: Engine) -> None:
+    import psycopg
+
+    _fresh_rows(one_connection)
+    with pytest.raises(psycopg.errors.DivisionByZero), one_connection.begin() as conn:
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [1])
+        driver.owe(conn, "INSERT INTO owed_rows VALUES (1 / %s)", [0], write=True)
+    assert _rows(one_connection) == []
+    with one_connection.begin() as conn:  # the connection is fit for the next transaction
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [3])
+    assert _rows(one_connection) == [3]
+
+
+def test_a_rolled_back_transaction_never_sends_its_owed_write(one_connection: Engine) -> None:
+    _fresh_rows(one_connection)
+    with pytest.raises(RuntimeError), one_connection.begin() as conn:
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [1])
+        driver.owe(conn, "INSERT INTO owed_rows VALUES (%s)", [2], write=True)
+        raise RuntimeError("rolled back")
+    with one_connection.begin() as conn:  # nor carries it into the next one
+        driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [3])
+    assert _rows(one_connection) == [3]

@@ -439,7 +439,12 @@ def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dic
     whatever its state, and nothing is written for it. Found by idempotency key, or by slot
     (a schedule's slot has one run even when the configuration, so the key, changed since);
     keyed by the prepared run's idempotency key."""
-    return tx.run_holders([p.create.run for p in prepared])
+    runs = [p.create.run for p in prepared]
+    # A manual trigger's run appends an entry when made: its chain head is locked with this
+    # lookup. Not a retry's: it locks its source run first (``settle_retry_sources``), in the
+    # order a requeue of the source takes the two.
+    audited = any(r.trigger_type is TriggerType.MANUAL and r.retry_of is None for r in runs)
+    return tx.run_holders(runs, audited=audited)
 
 
 RETRIED = "run.retried"

@@ -228,7 +228,9 @@ class StoreTx:
         acting = ACTING.get()
         if acting is not None:  # the one door of audit entries: each names the credential used
             events = [attributed(e, acting) for e in events]
-        return governance.audit_append(self._conn, events, lock_rows=self._skip_locked)
+        return governance.audit_append(
+            self._conn, events, lock_rows=self._skip_locked, head_read=self._ahead.audit_head
+        )
 
     def audit_list(self, f: AuditFilter) -> list[AuditEntry]:
         return governance.audit_list(self._conn, f)
@@ -611,12 +613,13 @@ class StoreTx:
         found = retention.retired_holders(self._conn, [], [(tenant_id, job, slot) for job, slot in pairs])
         return {(r.job_definition_id, r.slot): r for r in found if r.slot is not None and r.tenant_id == tenant_id}
 
-    def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
+    def run_holders(self, candidates: Sequence[JobRun], *, audited: bool = False) -> dict[str, JobRun]:
         """The stored runs holding these runs' keys or slots (``runs.holders``). On PostgreSQL a
         single submission's lookup travels with retention's (``runs_retired_holders``, asked
-        next) in one round trip."""
+        next) in one round trip, and with its tenant's audit chain head, locked, when its
+        creation appends an entry (``audited``; ``audit_append`` then uses it)."""
         if len(candidates) == 1 and self._conn.dialect.name == "postgresql":
-            return self._ahead.holders(self._conn, candidates[0])
+            return self._ahead.holders(self._conn, candidates[0], audited=audited)
         return runs.holders(self._conn, candidates)
 
     def runs_list(self, f: RunFilter) -> list[JobRun]:

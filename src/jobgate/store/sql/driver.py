@@ -105,44 +105,53 @@ def _execute(cursor: Any, sql: str, params: Any = None, *, marked: str | None = 
             cursor.execute(sql, params, prepare=prepare)
 
 
-# Statements a PostgreSQL transaction owes the server (``owe``), kept on its DBAPI connection.
+# Statements a PostgreSQL transaction owes the server (``owe``), kept on its DBAPI connection:
+# (SQL, parameters, whether to prepare it), and whether a write is among them.
 _OWED = "_jobgate_owed"
+_OWES_WRITE = "_jobgate_owes_write"
+_Owed = list[tuple[str, Any, bool]]
 
 
-def owe(conn: Connection, sql: str, params: Sequence[Any] | None = None) -> None:
-    """Run ``sql``, a statement whose answer nobody reads and whose effect ends with the
-    transaction (a transaction's lock, a local setting), ahead of the transaction's next
-    statement.
+def owe(conn: Connection, sql: str, params: Sequence[Any] | None = None, *, write: bool = False) -> None:
+    """Run ``sql``, a statement whose answer nobody reads, ahead of the transaction's next
+    statement: a transaction's lock, a local setting, or (``write``) a change that must commit
+    with the transaction.
 
     On PostgreSQL it waits and travels with that statement, in one round trip through
-    psycopg's pipeline, where it was a round trip of its own (and the transaction's ``BEGIN``,
-    which psycopg sends before a transaction's first statement, another: a worker's cycle took
-    the gates' lock that way first, three round trips before its first real statement). The
-    server still runs them in order: a lock owed is held before the next statement touches a
-    row. A statement Core sends pays what is owed first (``owing``); a transaction that ends
-    before its next statement never needed it, and the next transaction on the connection
-    forgets it. SQLite: at once."""
+    psycopg's pipeline, where it was a round trip of its own (a worker's cycle took the gates'
+    lock that way first). The server still runs them in order: a lock owed is held before the
+    next statement touches a row, a write owed is seen by it. A statement Core sends pays what
+    is owed first (``owing``). A transaction that ends before its next statement never needed
+    a lock or a setting, and the next transaction on the connection forgets them; a write owed
+    travels with the ``COMMIT`` instead (a manual submission's audit entry, the last statement
+    of its transaction: one round trip for both). A write that fails then fails the commit,
+    and nothing of the transaction is kept. SQLite: at once."""
     if conn.dialect.name != "postgresql":
         conn.exec_driver_sql(sql, tuple(params) if params is not None else ())
         return
     dbapi: Any = conn.connection.dbapi_connection
-    owed: list[tuple[str, Sequence[Any] | None]] | None = getattr(dbapi, _OWED, None)
+    text, values = _one_row_form(sql, list(params) if params is not None else None)
+    entry = (text, values, sql in _planned_once)
+    owed: _Owed | None = getattr(dbapi, _OWED, None)
     if owed is None:
-        setattr(dbapi, _OWED, [(sql, params)])
+        setattr(dbapi, _OWED, [entry])
     else:
-        owed.append((sql, params))
+        owed.append(entry)
+    if write:
+        setattr(dbapi, _OWES_WRITE, True)
 
 
-def _take_owed(dbapi: Any) -> list[tuple[str, Sequence[Any] | None]] | None:
-    owed: list[tuple[str, Sequence[Any] | None]] | None = getattr(dbapi, _OWED, None)
+def _take_owed(dbapi: Any) -> _Owed | None:
+    owed: _Owed | None = getattr(dbapi, _OWED, None)
     if owed is not None:
         setattr(dbapi, _OWED, None)
+        setattr(dbapi, _OWES_WRITE, False)
     return owed
 
 
-def _send(dbapi: Any, owed: list[tuple[str, Sequence[Any] | None]]) -> None:
-    for sql, params in owed:
-        dbapi.execute(sql, params)
+def _send(dbapi: Any, owed: _Owed) -> None:
+    for sql, params, prepare in owed:
+        dbapi.execute(sql, params, prepare=prepare)
 
 
 def pay_owed(dbapi: Any) -> None:
@@ -161,12 +170,38 @@ def pay_owed(dbapi: Any) -> None:
 def owing(engine: Any) -> None:
     """Install the listeners that keep ``owe``'s promise on a PostgreSQL engine: Core's
     statements pay what is owed first; a transaction that begins forgets what an earlier one
-    owed and never sent (it ended before its next statement)."""
+    owed and never sent (it ended before its next statement).
+
+    A transaction's ``BEGIN`` is owed too. Left to psycopg, ``BEGIN`` goes out before a
+    transaction's first statement and, inside a pipeline, is followed by a sync that waits for
+    its answer: a round trip of its own in every transaction (a single submission's eighth).
+    So psycopg's connections are in autocommit mode, where it sends no ``BEGIN``, and the
+    transaction's own ``BEGIN`` is owed when SQLAlchemy begins it: it travels with the first
+    statement. ``commit()`` and ``rollback()`` still end it (psycopg sends them whenever the
+    server says a transaction is open); a transaction that ended before its first statement
+    never began on the server, which is the same as one that began and did nothing."""
     from sqlalchemy import event
 
+    @event.listens_for(engine, "connect")
+    def _autocommit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.autocommit = True
+
     @event.listens_for(engine, "begin")
-    def _forget(conn: Connection) -> None:
-        setattr(conn.connection.dbapi_connection, _OWED, None)
+    def _begin_owed(conn: Connection) -> None:
+        dbapi = conn.connection.dbapi_connection
+        setattr(dbapi, _OWED, [("BEGIN", None, False)])
+        setattr(dbapi, _OWES_WRITE, False)
+
+    @event.listens_for(engine, "commit")
+    def _commit_with_owed_writes(conn: Connection) -> None:
+        dbapi: Any = conn.connection.dbapi_connection
+        if not getattr(dbapi, _OWES_WRITE, False):
+            return  # psycopg commits what began, if anything did
+        owed = _take_owed(dbapi)
+        assert owed is not None
+        with dbapi.pipeline():  # the writes and the COMMIT in one round trip; psycopg's own
+            _send(dbapi, owed)  # commit() then finds no transaction open
+            dbapi.execute("COMMIT")
 
     @event.listens_for(engine, "before_cursor_execute")
     def _pay_first(conn: Connection, *_: Any) -> None:

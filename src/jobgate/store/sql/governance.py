@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -44,7 +44,13 @@ _AUDIT_COLUMNS = (
 
 
 # ---------------------------------------------------------------------- the audit chain
-def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: bool) -> list[AuditEntry]:
+def audit_append(
+    conn: Connection,
+    events: Sequence[AuditEvent],
+    *,
+    lock_rows: bool,
+    head_read: Callable[[str], Head | None] = lambda _tenant: None,
+) -> list[AuditEntry]:
     """Append ``events`` to their tenants' chains inside the caller's transaction.
 
     The head row of each chain is locked (``FOR UPDATE`` on PostgreSQL; SQLite's single
@@ -60,7 +66,7 @@ def audit_append(conn: Connection, events: Sequence[AuditEvent], *, lock_rows: b
     for e in events:
         by_tenant.setdefault(e.tenant_id, []).append(e)
     for tenant_id, items in sorted(by_tenant.items()):
-        seq, head, floors = _head_and_floors(conn, tenant_id, lock_rows=lock_rows)
+        seq, head, floors = head_read(tenant_id) or _head_and_floors(conn, tenant_id, lock_rows=lock_rows)
         entries = chain(_in_order(floors, items), seq, head)
         _write_entries(conn, tenant_id, entries)
         out.extend(entries)
@@ -91,7 +97,27 @@ _HEAD_AND_FLOORS = select(
 ).where(audit_heads.c.tenant_id == bindparam("tenant"))
 
 
-def _head_and_floors(conn: Connection, tenant_id: str, *, lock_rows: bool) -> tuple[int, str, list[int]]:
+Head = tuple[int, str, list[int]]  # the chain's last position and hash, the floors of its next entry
+
+
+def head_queries(tenant_id: str) -> list[tuple[Any, dict[str, Any]]]:
+    """The locked head and the floors (PostgreSQL) as statements that can travel with others
+    (``store.sql.ahead``): a manual submission's append reads them with its run's lookups."""
+    key = {"tenant": tenant_id}
+    return [(_HEAD_LOCKED, key), (_FLOORS, key)]
+
+
+def head_from(head: Sequence[Mapping[str, Any]], floors: Sequence[Mapping[str, Any]]) -> Head | None:
+    """``head_queries``' answers as ``_head_and_floors`` returns them; None for a tenant whose
+    chain has no head yet (its first append makes it)."""
+    found = [(*h.values(), *f.values()) for h in head for f in floors]
+    if not found:
+        return None
+    ((seq, head_hash, *bounds),) = found
+    return int(seq), str(head_hash), [int(b) for b in bounds if b is not None]
+
+
+def _head_and_floors(conn: Connection, tenant_id: str, *, lock_rows: bool) -> Head:
     """The tenant's head (held until the transaction ends where rows are locked) and the times
     its next entries may not precede: the end of the last anchored window, the last entry's."""
     key = {"tenant": tenant_id}
@@ -110,12 +136,15 @@ def _head_and_floors(conn: Connection, tenant_id: str, *, lock_rows: bool) -> tu
 
 def _write_entries(conn: Connection, tenant_id: str, entries: Sequence[AuditEntry]) -> None:
     """The entries and the head's move to the last of them: one statement on PostgreSQL (the
-    move a data-modifying ``WITH`` of the insert), two on SQLite."""
+    move a data-modifying ``WITH`` of the insert, owed: ``driver.owe``), two on SQLite."""
     rows = [_row(e) for e in entries]
     last = entries[-1]
     if conn.dialect.name == "postgresql" and len(rows) <= driver.PG_ROWS:
         sql = _append_sql(conn)
-        driver.run_sql(conn, sql, [last.seq, last.entry_hash, tenant_id, *(list(c) for c in zip(*rows, strict=True))])
+        # Nothing is read back: sent with the transaction's next statement, or with its COMMIT
+        # (a manual submission's entry is its transaction's last statement).
+        values = [last.seq, last.entry_hash, tenant_id, *(list(c) for c in zip(*rows, strict=True))]
+        driver.owe(conn, sql, values, write=True)
         return
     driver.insert_rows(conn, audit_log, _AUDIT_COLUMNS, rows)
     driver.run(conn, _HEAD_MOVE, {"tenant": tenant_id, "seq": last.seq, "hash": last.entry_hash})
