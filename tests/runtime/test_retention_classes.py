@@ -46,6 +46,11 @@ def test_each_class_with_its_own_retention_is_a_pass_and_the_rest_one_more() -> 
         ({"job_classes": {"REPLAY_JOB": 0}}, "retention.job_classes.REPLAY_JOB"),
         ({"resolved_dead_letters_days": 0.5}, "retention.resolved_dead_letters_days"),
         ({"archive_days": 3}, "retention"),
+        # past a century no cutoff is a date any more (a calendar's limits): keep for ever is unset
+        ({"finished_runs_days": 9_999_999_999}, "retention.finished_runs_days"),
+        ({"finished_runs_days": 800_000}, "retention.finished_runs_days"),
+        ({"job_classes": {"REPLAY_JOB": 36_501}}, "retention.job_classes.REPLAY_JOB"),
+        ({"resolved_dead_letters_days": 1e300}, "retention.resolved_dead_letters_days"),
     ],
 )
 def test_a_rule_the_configuration_cannot_use_is_refused(
@@ -54,6 +59,12 @@ def test_a_rule_the_configuration_cannot_use_is_refused(
     with pytest.raises(ValidationError) as refused:
         make_config(tmp_path, retention=retention)
     assert (refused.value.field or "").startswith(field)
+
+
+def test_the_longest_retention_allowed_still_gives_a_cutoff() -> None:
+    longest = timedelta(days=36_500)
+    settings = RetentionSettings(longest, {"REPLAY_JOB": longest}, longest)
+    assert [p.cutoff for p in passes(settings, NOW, None)] == [NOW - longest, NOW - longest]
 
 
 def test_replay_records_and_recently_resolved_dead_letters_outlive_the_other_runs(

@@ -764,6 +764,9 @@ def _telemetry(r: Reader, value: Any, base_dir: Path) -> TelemetrySettings:
     )
 
 
+RETENTION_MAX_DAYS = 36_500
+
+
 def _retention(r: Reader, value: Any, job_classes: Mapping[str, Any]) -> RetentionSettings:
     spec = r.mapping(_or_empty(value), "retention")
     r.only_keys(spec, "retention", ("finished_runs_days", "job_classes", "resolved_dead_letters_days"))
@@ -772,6 +775,8 @@ def _retention(r: Reader, value: Any, job_classes: Mapping[str, Any]) -> Retenti
         number = r.number(raw, field_name)
         if number < 1:
             r.fail(field_name, "at least 1 day")
+        if number > RETENTION_MAX_DAYS:  # a cutoff must stay a date; unset keeps for ever
+            r.fail(field_name, f"at most {RETENTION_MAX_DAYS} days (100 years); leave it unset to keep for ever")
         return timedelta(days=number)
 
     finished = None
