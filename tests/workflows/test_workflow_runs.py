@@ -367,11 +367,61 @@ def test_revoking_the_workflows_approval_refuses_its_next_step(engine: Engine, m
         approvals.revoke(engine, "default", wf, actor="admin")
         Path(str(marker) + ".gate").touch()
         done = wait_workflow(engine, wid)
-    assert done.record.status is RunStatus.FAILED and done.record.error_code == "definition_not_approved"
+    assert done.record.status is RunStatus.FAILED and done.record.error_code == "approval_revoked"
     assert ran(marker) == ["a"]  # a finished; b never ran
     assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]
     # The refused start of b is on the record, once, as a refusal at preparation would be.
-    assert count(engine, "audit_log", "action = 'run.refused' AND reason = 'definition_not_approved'") == 1
+    assert count(engine, "audit_log", "action = 'run.refused' AND reason = 'approval_revoked'") == 1
+
+
+@pytest.mark.parametrize(
+    ("gate", "code"),
+    [("suspended", "definition_inactive"), ("retired", "definition_retired"), ("safe_mode", "safe_mode_active")],
+)
+def test_a_workflow_the_rule_no_longer_admits_starts_nothing_more(
+    database_url: str, tmp_path: Path, marker: Path, gate: str, code: str
+) -> None:
+    """Not only a revoked approval: a workflow whose definition was suspended or retired, or
+    whose class safe mode suspends, while it ran starts no further step (as a run of it would
+    not start, and a held run would not be released)."""
+    from helpers import make_config
+    from jobgate.service import safemode
+    from jobgate.store.sqlstore import Store
+
+    engine = Engine(
+        Store(database_url), make_config(tmp_path, safe_mode={"suspend_job_classes": ["AUDIT_INTEGRITY_JOB"]})
+    )
+    try:
+        j = jobs(engine)
+        steps = [
+            {"id": "a", "job": j["wait"], "params": {"name": "a"}},
+            {"id": "b", "job": j["record"], "params": {"name": "b"}},
+        ]
+        wf = workflow(engine, steps)
+        wid = start(engine, wf)
+        with coordinating(engine):
+            wait_until(lambda: ran(marker, "started") == ["a"], what="step a to start")
+            if gate == "safe_mode":
+                safemode.activate(engine, "default", actor="admin", reason="incident")
+            else:  # the definition's next version says so (the lifecycle is the definition's)
+                define(
+                    engine,
+                    approve=False,
+                    job_definition_id=wf,
+                    job_class="AUDIT_INTEGRITY_JOB",
+                    workflow={"steps": steps},
+                    handler=None,
+                    status=gate,
+                )
+            Path(str(marker) + ".gate").touch()
+            done = wait_workflow(engine, wid)
+        assert done.record.status is RunStatus.FAILED and done.record.error_code == code
+        assert ran(marker) == ["a"]  # a finished; b never ran
+        assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]
+        assert count(engine, "job_runs", f"workflow_run_id = '{wid}'") == 1
+        assert count(engine, "audit_log", f"action = 'run.refused' AND reason = '{code}'") == 1
+    finally:
+        engine.store.dispose()
 
 
 def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_its_running_step(

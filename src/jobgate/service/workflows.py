@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobgate.core import events, transitions
 from jobgate.core.canonical import digest
@@ -28,6 +28,7 @@ from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
+from jobgate.service.gates import AttemptFacts, AttemptGate
 from jobgate.service.pipeline import same_params, validate_preconditions
 from jobgate.service.submission import PreparedSubmission, SubmitRequest
 from jobgate.store.sqlstore import StoreTx
@@ -404,9 +405,10 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
             for r in tx.runs_get(watched)
             if r.status.is_terminal
         }
-        # Revoking the workflow's approval stops it from starting anything more (its running
-        # steps finish; the next step is refused, and the step's failure policy applies).
-        approved = _approved(tx, record)
+        # A workflow the admission rule would no longer let run (its approval revoked, its
+        # definition suspended or retired, its class suspended by safe mode) starts nothing
+        # more: its running steps finish; the next step is refused, and the failure policy applies.
+        refusal = _continuation_refusal(engine, tx, record, now)
     if spec is None:
         return _escalate_unreadable(engine, record, steps, actor, now)
     state = state_of(record, steps)
@@ -414,10 +416,10 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
     refusals: Refusals = {}
     decided = plan(spec, state, outcomes)
     for _ in range(len(spec.steps) + 1):
-        if approved:
+        if refusal is None:
             refused = _prepare_starts(engine, record, decided.starts, prepared, refusals, actor, now)
         else:
-            refused = _refuse_starts(record, decided.starts, refusals)
+            refused = _refuse_starts(record, decided.starts, refusals, refusal)
         if not refused:
             break
         outcomes = {**outcomes, **refused}
@@ -426,8 +428,9 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         return False
     with engine.store.write() as tx:
         locked = tx.workflow_lock(workflow_run_id)
-        if locked is None or locked.version != record.version or _approved(tx, record) != approved:
-            return None  # someone advanced it (or the approval changed) meanwhile: decide again
+        again = _continuation_refusal(engine, tx, record, now)
+        if locked is None or locked.version != record.version or _code_of(again) != _code_of(refusal):
+            return None  # someone advanced it (or a gate changed) meanwhile: decide again
         wanted = [prepared[(s.step_id, s.compensation)] for s in decided.starts]
         results = engine.pipeline.create(tx, wanted, now)
         run_ids = {(s.step_id, s.compensation): r.run.job_run_id for s, r in zip(decided.starts, results, strict=True)}
@@ -449,8 +452,41 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
     return True
 
 
-def _approved(tx: StoreTx, record: WorkflowRecord) -> bool:
-    return bool(tx.approvals_active([(record.tenant_id, record.job_definition_id, record.definition_digest)]))
+class _WorkflowAsRun(NamedTuple):
+    """A workflow run as the admission rule's gate reads a run (``gates.AttemptGate``)."""
+
+    job_run_id: str
+    tenant_id: str
+    job_definition_id: str
+    definition_version: int
+    trigger_type: str
+    reviewed_by: str | None
+
+
+def _continuation_refusal(
+    engine: Engine, tx: StoreTx, record: WorkflowRecord, now: datetime
+) -> GovernanceRefusal | None:
+    """The admission rule for a workflow run going on, as for a held run looked at again
+    (``Moment.RELEASE``: lifecycle, the approval of the content it started with, signature,
+    safe mode; its steps are each judged as they start, the scheduler policy included)."""
+    trigger = record.trigger.get("trigger_type")
+    as_run = _WorkflowAsRun(
+        record.workflow_run_id,
+        record.tenant_id,
+        record.job_definition_id,
+        record.definition_version,
+        trigger if isinstance(trigger, str) and trigger in _TRIGGER_TYPES else TriggerType.WORKFLOW.value,
+        None,
+    )
+    verdict = AttemptGate(AttemptFacts(engine), tx, now, moment=Moment.RELEASE).verdict(as_run)
+    return None if verdict.admitted else verdict.refusal()
+
+
+_TRIGGER_TYPES = frozenset(t.value for t in TriggerType)
+
+
+def _code_of(refusal: GovernanceRefusal | None) -> str | None:
+    return None if refusal is None else refusal.code
 
 
 def _escalate_unreadable(
@@ -549,16 +585,19 @@ def _step_request(record: WorkflowRecord, start: StartRun) -> SubmitRequest:
     )
 
 
-def _refuse_starts(record: WorkflowRecord, starts: Sequence[StartRun], refusals: Refusals) -> dict[str, RunOutcome]:
-    """Every step start refused because the workflow's own approval was revoked: each fails its
-    step and, like a refusal at preparation, is audited by the coordinator whose decision lands."""
+def _refuse_starts(
+    record: WorkflowRecord, starts: Sequence[StartRun], refusals: Refusals, refusal: GovernanceRefusal
+) -> dict[str, RunOutcome]:
+    """Every step start refused because the workflow itself may no longer run (``refusal``):
+    each fails its step and, like a refusal at preparation, is audited by the coordinator whose
+    decision lands."""
     refused: dict[str, RunOutcome] = {}
     for start in starts:
         exc = GovernanceRefusal(
-            f"the approval of workflow {record.job_definition_id} was revoked",
-            code="definition_not_approved",
-            rule="workflow_approval",
-            field="job_definition_id",
+            f"workflow {record.job_definition_id} may not go on: {refusal.message}",
+            code=refusal.code,
+            rule=refusal.rule,
+            field=refusal.field,
         )
         refused[f"refused:{start.step_id}"] = RunOutcome(RunStatus.FAILED, None, exc.code, exc.message)
         refusals[(start.step_id, start.compensation)] = (_step_request(record, start), exc)
