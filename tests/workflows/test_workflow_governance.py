@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from runtime_support import wait_until
+from sqlalchemy import text
 from support import coordinating, jobs, lines, start, view, wait_workflow, workflow
 
 from helpers import count, define, make_config
@@ -289,6 +290,34 @@ def test_the_starters_role_bounds_the_steps_priority(engine: Engine, tmp_path: P
     record, _ = start_workflow(edited, StartWorkflow(wf, scope=Scope(), requested_by="c1", role="consumer"), actor="c1")
     with coordinating(edited):
         done = wait_workflow(edited, record.workflow_run_id)
+    assert done.record.status is RunStatus.FAILED and ran(marker) == []
+    refused = next(t for t in done.transitions if t.reason == "step_refused")
+    assert "SP-PRIORITY" in refused.detail["why"], refused.detail
+
+
+def test_the_role_of_a_workflow_fired_as_a_run_bounds_its_steps_priority(
+    engine: Engine, tmp_path: Path, marker: Path
+) -> None:
+    """A workflow definition submitted as a run (``POST /runs``) starts its workflow from that
+    run: its requester's role is recorded with the trigger and judges the steps, as for a
+    workflow started directly."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        json.dumps(
+            {"policy_id": "P", "version": 1, "priority": {"id": "SP-PRIORITY", "by_role": {"consumer": "normal"}}}
+        )
+    )
+    edited = Engine(engine.store, make_config(tmp_path / "p", policy=str(policy)))
+    high = define(edited, handler="workflow_handlers:record", params=[{"name": "name"}], priority="high")
+    wf = workflow(edited, [{"id": "a", "job": high, "params": {"name": "a"}}])
+    run = edited.submit(SubmitRequest(wf, requested_by="c1", role="consumer", reason="t"), actor="c1").run
+    with edited.store.read() as tx:  # on the record, with the trigger
+        assert (tx.run_trigger(run.job_run_id) or {})["role"] == "consumer"
+    with coordinating(edited):
+        wait_until(lambda: count(edited, "workflow_runs", f"job_definition_id = '{wf}'") == 1, what="its workflow")
+        with edited.store.read() as tx:
+            wid = str(connection(tx).execute(text("SELECT workflow_run_id FROM workflow_runs")).scalar_one())
+        done = wait_workflow(edited, wid)
     assert done.record.status is RunStatus.FAILED and ran(marker) == []
     refused = next(t for t in done.transitions if t.reason == "step_refused")
     assert "SP-PRIORITY" in refused.detail["why"], refused.detail

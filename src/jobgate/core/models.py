@@ -245,6 +245,10 @@ class Trigger:
     policy_context: JsonObject = field(default_factory=dict)
     payload: JsonObject = field(default_factory=dict)
     created_at: datetime | None = None
+    # The requester's role where one was given (a token's role at the API): the scheduler
+    # policy's ceilings judged the trigger by it, and a workflow the run starts judges its steps
+    # by it too.
+    role: str | None = None
 
 
 @dataclass(frozen=True)

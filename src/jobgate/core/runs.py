@@ -126,6 +126,7 @@ def trigger_document(trigger: Trigger) -> JsonObject:
         "source_engine_cmi": trigger.source_engine_cmi,
         "policy_context": trigger.policy_context,
         "payload": trigger.payload,
+        "role": trigger.role,
         "window": None
         if trigger.window is None
         else [isoformat_utc(trigger.window.start), isoformat_utc(trigger.window.end)],

@@ -567,6 +567,7 @@ def build_trigger(request: SubmitRequest, now: datetime) -> Trigger:
         policy_context=dict(request.policy_context),
         payload=dict(request.payload),
         created_at=now,
+        role=request.role,
     )
 
 

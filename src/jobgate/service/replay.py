@@ -108,6 +108,7 @@ def _trigger(doc: dict[str, Any], run: JobRun) -> Trigger:
         policy_context=dict(doc.get("policy_context") or {}),
         payload=dict(doc.get("payload") or {}),
         created_at=run.created_at,
+        role=doc["role"] if isinstance(doc.get("role"), str) else None,
     )
 
 

@@ -25,6 +25,7 @@ def start_workflow_job(ctx: Any, host: Host) -> dict[str, Any]:
     payload = ctx.payload
     with engine.store.read() as tx:
         run = tx.run_get(payload.job_run_id)
+        trigger = tx.run_trigger(payload.job_run_id) or {}
     if run is None:
         raise NonRetryableError(f"run {payload.job_run_id} is gone", error_code="RUN_MISSING")
     request = StartWorkflow(
@@ -37,6 +38,8 @@ def start_workflow_job(ctx: Any, host: Host) -> dict[str, Any]:
         trigger_type=run.trigger_type,
         definition_version=run.definition_version,  # the version its trigger run was admitted for
         traceparent=run.traceparent,
+        # the role its trigger run was admitted with: the policy's ceilings judge the steps by it
+        role=role if isinstance(role := trigger.get("role"), str) else None,
     )
     try:
         record, created = start_workflow(engine, request, actor=run.requested_by or "scheduler")
