@@ -9,7 +9,7 @@ gates, the scheduler policy and its counts. The attempt side of the same rule is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -19,7 +19,8 @@ from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Facts, Moment, TrustFact, admit
-from jobgate.core.models import JobDefinition, JobRun, Scope, TriggerType
+from jobgate.core.models import JobDefinition, JobRun, ParamSpec, Scope, TriggerType
+from jobgate.core.params import validate_params
 from jobgate.core.policy import Policy
 from jobgate.core.records import AuditFilter, SafeModePeriod
 from jobgate.governance import trust
@@ -175,7 +176,7 @@ class Admission:
             counts[0] += 1
             counts[1] += 1
         if "workflow" in definition.content and moment is not Moment.REQUEUE:
-            self.check_workflow_steps(tx, definition, tenant, batch.approved)
+            self.check_workflow_steps(tx, definition, tenant, batch.approved, request.params)
         return facts, period
 
     def requeue_refusal(
@@ -208,17 +209,26 @@ class Admission:
         return None
 
     def check_workflow_steps(
-        self, tx: StoreTx, definition: JobDefinition, tenant: str, approved: Approved
+        self,
+        tx: StoreTx,
+        definition: JobDefinition,
+        tenant: str,
+        approved: Approved,
+        params: Mapping[str, object] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """The definitions a workflow's steps and compensations name, for a workflow fired as a
         run or started directly (one rule for both): each must exist, be a job (a step runs a
-        job, never another workflow) and be approved now, or the start is refused before
-        anything is stored, not a run that fails later. Returns the version and digest of each,
-        which the steps will run."""
+        job, never another workflow) and be approved now, and (given the workflow's ``params``)
+        what each step will be given must fit its definition as far as the start knows it
+        (``workflows.inputs``), or the start is refused before anything is stored, not a run
+        that fails half way. Returns the version and digest of each, which the steps will run."""
+        from jobgate.workflows.inputs import check_start
         from jobgate.workflows.spec import workflow_spec_of
 
+        spec = workflow_spec_of(definition.content, definition.job_definition_id)
         out: dict[str, dict[str, Any]] = {}
-        for job in workflow_spec_of(definition.content, definition.job_definition_id).jobs:
+        declared: dict[str, tuple[ParamSpec, ...]] = {}
+        for job in spec.jobs:
             try:
                 step = self.definitions.get(tx, tenant, job)
             except NotFoundError:
@@ -227,6 +237,10 @@ class Admission:
                 raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
             self.check_approved(tx, step, tenant, approved)
             out[job] = {"version": step.version, "digest": step.digest}
+            declared[job] = step.params
+        if params is not None:
+            given = validate_params(definition.params, params, source=definition.job_definition_id)
+            check_start(spec, declared, given, source=definition.job_definition_id)
         return out
 
     def check_approved(self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: Approved) -> None:

@@ -162,7 +162,7 @@ def start_workflow(
                 _, period = engine.admission.check(
                     tx, definition, submit, now, moment=Moment.TRIGGER, batch=AdmissionBatch(policy)
                 )
-            pinned = engine.admission.check_workflow_steps(tx, definition, tenant, {})
+            pinned = engine.admission.check_workflow_steps(tx, definition, tenant, {}, submit.params)
         except GovernanceRefusal as exc:
             engine.admission.record_refusal(submit, exc, actor=actor, now=now)
             raise

@@ -402,6 +402,11 @@ def render(
     return out
 
 
+def references(template: str) -> list[Reference]:
+    """The ``${...}`` references of a template (each valid: templates are checked at load)."""
+    return [_parse_ref(m.group(1)) for m in _REFERENCE.finditer(template)]
+
+
 def _parse_ref(text: str) -> Reference:
     return _reference(Reader("workflow"), text, "reference")
 

@@ -1,0 +1,132 @@
+"""A workflow whose steps could only fail half way is refused at its start (``workflows.inputs``):
+what a step will be given is checked against its pinned definition as far as the start knows it,
+and nothing is stored or run for a refused start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import jobs, workflow
+
+from helpers import count, define
+from jobgate.core.errors import ValidationError
+from jobgate.core.models import ParamSpec
+from jobgate.service.engine import Engine
+from jobgate.service.submission import SubmitRequest
+from jobgate.service.workflows import StartWorkflow, start_workflow
+from jobgate.workflows.inputs import check_start
+from jobgate.workflows.spec import parse_workflow
+
+DECLARED = {
+    "lower": (ParamSpec("tag", required=True, pattern="[a-z]+"), ParamSpec("note")),
+    "free": (ParamSpec("tag"),),
+}
+
+
+def _check(body: dict[str, Any], params: dict[str, str], declared: dict[str, Any] = DECLARED) -> None:
+    spec = parse_workflow(body, source="wf", param_names=["tag", "other"])
+    check_start(spec, declared, params, source="wf")
+
+
+@pytest.mark.parametrize(
+    ("steps", "params", "field"),
+    [
+        # a param the step's definition does not declare
+        ([{"id": "a", "job": "lower", "params": {"tag": "ok", "bogus": "x"}}], {}, "workflow.steps.a.params.bogus"),
+        # a literal its declaration refuses
+        ([{"id": "a", "job": "lower", "params": {"tag": "NOT_LOWER"}}], {}, "workflow.steps.a.params.tag"),
+        # the workflow's own param, filled in, refused likewise
+        (
+            [{"id": "a", "job": "lower", "params": {"tag": "${params.tag}"}}],
+            {"tag": "UP"},
+            "workflow.steps.a.params.tag",
+        ),
+        (
+            [{"id": "a", "job": "lower", "params": {"tag": "x-${params.tag}"}}],
+            {"tag": "y"},
+            "workflow.steps.a.params.tag",
+        ),
+        # a required param the step never gives
+        ([{"id": "a", "job": "lower", "params": {"note": "n"}}], {}, "workflow.steps.a.params.tag"),
+        # a workflow param this start has no value for, in a step that always runs...
+        (
+            [{"id": "a", "job": "free"}, {"id": "b", "job": "free", "params": {"tag": "${params.tag}"}}],
+            {},
+            "workflow.steps.b.params.tag",
+        ),
+        # ... or in such a step's compensation
+        (
+            [{"id": "a", "job": "free", "compensate": {"job": "free", "params": {"tag": "${params.tag}"}}}],
+            {},
+            "workflow.steps.a.compensate.params.tag",
+        ),
+        # a bad literal is refused even behind a condition: it could only fail
+        (
+            [{"id": "a", "job": "lower", "when": 'params.other == "x"', "params": {"tag": "B"}}],
+            {},
+            "workflow.steps.a.params.tag",
+        ),
+    ],
+)
+def test_a_step_input_that_cannot_be_right_is_named(
+    steps: list[dict[str, Any]], params: dict[str, str], field: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        _check({"steps": steps}, params)
+    assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("steps", "params"),
+    [
+        ([{"id": "a", "job": "lower", "params": {"tag": "${params.tag}"}}], {"tag": "fine"}),
+        # a missing param behind a condition may be what the condition guards
+        ([{"id": "a", "job": "free", "when": 'params.other == "x"', "params": {"tag": "${params.tag}"}}], {}),
+        # ... and in every step that waits for a conditional one
+        (
+            [
+                {"id": "a", "job": "free", "when": 'params.other == "x"'},
+                {"id": "b", "job": "free", "depends_on": ["a"], "params": {"tag": "${params.tag}"}},
+            ],
+            {},
+        ),
+        # another step's output is known only when the step starts
+        (
+            [
+                {"id": "a", "job": "free", "outputs": ["out"]},
+                {"id": "b", "job": "lower", "params": {"tag": "${steps.a.outputs.out}"}},
+            ],
+            {},
+        ),
+        ([{"id": "a", "job": "lower", "params": {"tag": "${workflow.workflow_run_id}"}}], {}),
+    ],
+)
+def test_what_only_the_step_start_can_know_is_left_to_it(steps: list[dict[str, Any]], params: dict[str, str]) -> None:
+    _check({"steps": steps}, params)
+
+
+def test_a_refused_start_stores_and_runs_nothing(engine: Engine, marker: Path) -> None:
+    j = jobs(engine)
+    strict = define(
+        engine,
+        handler="workflow_handlers:record",
+        params=[{"name": "name", "required": True, "pattern": "[a-z]+"}],
+    )
+    wf = workflow(
+        engine,
+        [
+            {"id": "a", "job": j["record"], "params": {"name": "a"}},
+            {"id": "b", "job": strict, "params": {"name": "B!"}},
+        ],
+    )
+    before = count(engine, "job_runs"), count(engine, "workflow_runs")
+    with pytest.raises(ValidationError) as refused:
+        start_workflow(engine, StartWorkflow(wf, requested_by="tester"), actor="tester")
+    assert refused.value.field == "workflow.steps.b.params.name"
+    with pytest.raises(ValidationError) as as_run:  # fired as a run: refused when the run is made
+        engine.submit(SubmitRequest(wf, requested_by="tester"), actor="tester")
+    assert as_run.value.field == "workflow.steps.b.params.name"
+    assert (count(engine, "job_runs"), count(engine, "workflow_runs")) == before
+    assert marker.read_text() == ""  # step a never ran
