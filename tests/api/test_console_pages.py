@@ -313,6 +313,27 @@ def test_a_workflow_page_draws_its_bound_step_graph(world: World) -> None:
     assert '<td>extract</td><td>RUNNING <span class="run-status">(its run is SCHEDULED)</span>' in started
 
 
+def test_a_workflow_graph_links_a_step_to_the_one_before_it_when_it_names_none(world: World) -> None:
+    """A step without ``depends_on`` waits for the step before it: the graph draws that edge too
+    (found by a review: such steps were drawn as unlinked roots)."""
+    from tests.helpers import define
+
+    from jobgate.core.models import Scope
+    from jobgate.service.workflows import StartWorkflow, start_workflow
+
+    steps = [
+        {"id": "first", "job": ACME_JOB, "params": {"n": "1"}},
+        {"id": "second", "job": ACME_JOB, "params": {"n": "2"}},
+        {"id": "third", "job": ACME_JOB, "params": {"n": "3"}, "depends_on": []},
+    ]
+    define(world.engine, job_definition_id="seq3", tenant_id="acme", handler=None, workflow={"steps": steps})
+    record, _ = start_workflow(world.engine, StartWorkflow("seq3", scope=Scope(tenant_id="acme")), actor="test")
+    page = _signed_in(world, "acme", Role.CONSUMER).get(f"/workflows/{record.workflow_run_id}").text
+    assert page.count("<line ") == 1  # first -> second; third is a root of its own
+    boxes = dict(re.findall(r'data-step="([a-z]+)"[^>]*>\s*<rect x="(\d+)"', page))
+    assert boxes and boxes["first"] == boxes["third"] != boxes["second"], boxes
+
+
 def test_a_run_page_shows_its_log_and_offers_its_artifact_with_the_digest(world: World) -> None:
     import hashlib
 

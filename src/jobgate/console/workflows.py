@@ -18,6 +18,7 @@ from jobgate.console.graph import BOX_HEIGHT, BOX_WIDTH, layout
 from jobgate.console.pages import caller_of, render, state_of
 from jobgate.core.states import RunStatus
 from jobgate.views.schemas import WorkflowRunOut
+from jobgate.workflows.spec import workflow_spec_of
 
 router = APIRouter(include_in_schema=False)
 _OPEN = {s.value for s in RunStatus if not s.is_terminal}
@@ -37,10 +38,10 @@ def _bound_steps(request: Request, job: str, version: int) -> list[tuple[str, li
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         versions = tx.definition_versions(caller.tenant_id, job)
     content: dict[str, Any] = next((dict(v.content) for v in versions if v.version == version), {})
-    steps = (content.get("workflow") or {}).get("steps") or []
-    return [
-        (str(s["id"]), [str(d) for d in s.get("depends_on") or []]) for s in steps if isinstance(s, dict) and "id" in s
-    ]
+    if "workflow" not in content:
+        return []
+    # The parsed spec, not the raw steps: a step without depends_on waits for the one before it.
+    return [(s.step_id, list(s.depends_on)) for s in workflow_spec_of(content, job).steps]
 
 
 @router.get("/workflows/{workflow_run_id}", response_class=HTMLResponse)
