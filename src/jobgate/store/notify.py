@@ -68,8 +68,10 @@ class PgChangeWatcher:
                     self._conninfo, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME
                 ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
-                    self.listening.set()
                     self._signal()  # whatever was committed while nobody listened
+                    # Only then "listening": whoever waits for it and then looks has seen that
+                    # signal (a look made between the two was signalled again a moment later).
+                    self.listening.set()
                     backoff = 0.1
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=0.2):  # short: close() waits at most this
