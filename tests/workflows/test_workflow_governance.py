@@ -372,6 +372,30 @@ def test_a_cancel_request_never_lands_on_a_compensating_workflow(engine: Engine,
     assert not view(engine, wid).record.cancel_requested
 
 
+@pytest.mark.parametrize("step_status", ["FAILED", "STOPPING"])
+def test_a_cancel_of_a_failing_workflow_is_refused_and_nothing_recorded(
+    engine: Engine, marker: Path, step_status: str
+) -> None:
+    """Once a step failed the workflow follows its failure policy (the plan ignores a cancel):
+    a cancel accepted and audited then would never land (found by a review)."""
+    from sqlalchemy import text
+
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"]}, {"id": "b", "job": j["record"], "depends_on": []}])
+    wid = start(engine, wf)
+    advance(engine, wid)
+    with engine.store.write() as tx:  # as the coordinator records a failing step
+        connection(tx).execute(
+            text("UPDATE workflow_steps SET status = :s WHERE workflow_run_id = :w AND step_id = 'b'"),
+            {"s": step_status, "w": wid},
+        )
+    with pytest.raises(ConflictError) as refused:
+        cancel_workflow(engine, wid, actor="op")
+    assert refused.value.field == "status" and "failing" in refused.value.message
+    assert not view(engine, wid).record.cancel_requested
+    assert count(engine, "audit_log", "action = 'workflow.cancel_requested'") == 0
+
+
 def test_the_run_of_a_step_being_stopped_cannot_be_requeued(engine: Engine, marker: Path) -> None:
     from sqlalchemy import text
 

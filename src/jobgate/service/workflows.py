@@ -298,7 +298,9 @@ def cancel_workflow(
     """Ask for the workflow to stop; the coordinator cancels pending steps and stops running ones.
 
     Refused while it compensates: undoing half a compensation would leave the saga neither done
-    nor undone; it ends FAILED (or ESCALATED) on its own."""
+    nor undone; it ends FAILED (or ESCALATED) on its own. Refused too once a step failed: the
+    workflow follows its failure policy from there (``workflows.plan`` ignores a cancel then), so
+    a cancel accepted would never land."""
     now = engine.clock.now()
     with engine.store.write(tenant_id=tenant_id) as tx:
         record = tx.workflow_get(workflow_run_id, tenant_id)
@@ -306,6 +308,13 @@ def cancel_workflow(
             raise NotFoundError(f"no workflow run {workflow_run_id!r}", field="workflow_run_id")
         if record.phase == Phase.COMPENSATING.value and record.status in WORKFLOW_ACTIVE:
             raise ConflictError("the workflow run is compensating; it cannot be cancelled now", field="status")
+        failing = [s for s in tx.workflow_steps(workflow_run_id) if s.status in ("FAILED", "STOPPING")]
+        if failing and record.status in WORKFLOW_ACTIVE:
+            raise ConflictError(
+                f"the workflow run is failing (step {failing[0].step_id!r} is {failing[0].status}): it follows its"
+                " failure policy and cannot be cancelled now",
+                field="status",
+            )
         if record.status not in WORKFLOW_ACTIVE or not tx.workflow_request_cancel(workflow_run_id):
             current = tx.workflow_get(workflow_run_id, tenant_id)
             status = (current or record).status.value
