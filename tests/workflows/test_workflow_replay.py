@@ -98,6 +98,34 @@ def test_a_workflow_rows_status_edited_is_a_mismatch(engine: Engine, marker: Pat
     assert not report.match and report.first_difference == "status: recorded FAILED, the sequence ends COMPLETED"
 
 
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("outputs", "'{\"n\": 999}'"),
+        ("error_code", "'OK_REALLY'"),
+        ("job_run_id", "'TGJOBRUN-someone-else'"),
+        ("completed_order", "7"),
+    ],
+)
+def test_a_step_rows_field_edited_is_a_mismatch_naming_it(
+    engine: Engine, marker: Path, column: str, value: str
+) -> None:
+    """Not only a step's status: every field of its row the console and the API show (found by a
+    review: outputs and an error code edited replayed MATCH)."""
+    j = jobs(engine)
+    wid = start(engine, workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}]))
+    with coordinating(engine):
+        assert wait_workflow(engine, wid).record.status is RunStatus.COMPLETED
+    assert replay_workflow(engine, wid).match
+    with engine.store.write() as tx:
+        connection(tx).execute(
+            text(f"UPDATE workflow_steps SET {column} = {value} WHERE workflow_run_id = :w AND step_id = 'a'"),
+            {"w": wid},
+        )
+    report = replay_workflow(engine, wid)
+    assert not report.match and str(report.first_difference).startswith(f"step a: {column}: recorded ")
+
+
 @pytest.mark.parametrize("column", ["reason", "to_status"])
 def test_an_edited_decision_is_a_mismatch(engine: Engine, marker: Path, column: str) -> None:
     j = jobs(engine)

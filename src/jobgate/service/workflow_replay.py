@@ -160,11 +160,15 @@ def replay_workflow(engine: Engine, workflow_run_id: str, *, tenant_id: str | No
         return differs(f"status: recorded {record.status.value}, the sequence ends {state.status.value}")
     if record.phase != state.phase.value:
         return differs(f"phase: recorded {record.phase}, the sequence ends {state.phase.value}")
-    for step in steps:  # the step rows, which the console and the API show
+    for step in steps:  # the step rows, which the console and the API show, field by field
         ended = state.steps.get(step.step_id)
         if ended is None or step.status != ended.status.value:
             ends = "no such step" if ended is None else ended.status.value
             return differs(f"step {step.step_id}: status: recorded {step.status}, the sequence ends {ends}")
+        for name in ("outputs", "error_code", "job_run_id", "compensation_run_id", "completed_order"):
+            recorded, replayed = getattr(step, name), getattr(ended, name)
+            if recorded != replayed:
+                return differs(f"step {step.step_id}: {name}: recorded {recorded!r}, the sequence ends {replayed!r}")
     if len(steps) != len(state.steps):
         return differs(f"steps: {len(steps)} recorded, the workflow has {len(state.steps)}")
     replayed = digest(produced)
