@@ -90,6 +90,11 @@ def test_policies_default_from_the_workflow() -> None:
         ),
         ({"steps": [{"id": "a", "job": "j", "when": "params.x ~ 3"}]}, "workflow.steps[0].when", "condition"),
         ({"steps": [{"id": "a", "job": "j", "when": "params.x == nope"}]}, "workflow.steps[0].when", "JSON"),
+        # Python's JSON reader takes these; JSON has no such values (found by a review)
+        ({"steps": [{"id": "a", "job": "j", "when": "params.x == NaN"}]}, "workflow.steps[0].when", "JSON"),
+        ({"steps": [{"id": "a", "job": "j", "when": "params.x > Infinity"}]}, "workflow.steps[0].when", "JSON"),
+        ({"steps": [{"id": "a", "job": "j", "when": "params.x < -Infinity"}]}, "workflow.steps[0].when", "JSON"),
+        ({"steps": [{"id": "a", "job": "j", "when": "params.x > 1e999"}]}, "workflow.steps[0].when", "JSON"),
         ({"steps": [{"id": "a", "job": "j", "when": 'params.x > "a"'}]}, "workflow.steps[0].when", "numbers"),
         ({"steps": [{"id": "a", "job": "j", "outputs": ["1x"]}]}, "workflow.steps[0].outputs[0]", "output name"),
         ({"steps": [{"id": "a", "job": "j", "compensate": {}}]}, "workflow.steps[0].compensate.job", "required"),

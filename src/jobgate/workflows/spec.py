@@ -287,7 +287,10 @@ def _condition(r: Reader, value: Any, where: str) -> Condition:
     ref_text = ref_text[2:-1] if ref_text.startswith("${") and ref_text.endswith("}") else ref_text
     reference = _reference(r, ref_text, where)
     try:
-        literal = json.loads(literal_text)
+        # NaN, Infinity and numbers past a float's range are no JSON values (Python reads them)
+        literal = json.loads(literal_text, parse_constant=_not_json)
+        if isinstance(literal, float) and not math.isfinite(literal):
+            raise ValueError(literal_text)
     except ValueError:
         r.fail(where, f"{literal_text!r} is not a JSON value (strings need double quotes)")
     if isinstance(literal, dict | list):
@@ -295,6 +298,10 @@ def _condition(r: Reader, value: Any, where: str) -> Condition:
     if op in {"<", "<=", ">", ">="} and (isinstance(literal, bool) or not isinstance(literal, int | float)):
         r.fail(where, f"{op} compares numbers")
     return Condition(reference, op, literal, text)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(constant)
 
 
 def _check_acyclic(r: Reader, spec: WorkflowSpec, at: str) -> None:
