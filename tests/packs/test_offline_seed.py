@@ -236,6 +236,39 @@ def test_a_tampered_archive_is_refused_audited_and_writes_nothing(
     assert _audit(target, "acme")[-1] == ("offline_seed.import_refused", archive.archive_digest(data))
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda item: {**item, "digest": 5},
+        lambda item: {**item, "entry": ["packs/x.json"]},
+        lambda item: {**item, "pack": None},
+        lambda item: "a pack",
+        lambda item: [item],
+    ],
+    ids=["digest a number", "entry a list", "pack null", "a string", "a list"],
+)
+def test_a_signed_manifest_with_a_malformed_pack_entry_is_refused_audited_and_writes_nothing(
+    source: Engine, make_target: Any, edit: Any
+) -> None:
+    """Signed by a trusted key, yet its listing malformed: refused naming the entry, as every
+    other malformed manifest is (found by a review: a number as digest crashed the import)."""
+    files = _files(_seed(source))
+    manifest = json.loads(files[archive.MANIFEST])
+    manifest["packs"][0] = edit(manifest["packs"][0])
+    files[archive.MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    signer = evidence_keys.signer_for(source.config)
+    assert signer is not None
+    files[archive.ENVELOPE] = json.dumps(dsse.sign(files[archive.MANIFEST], signer.private_b64)).encode()
+    data = pack(files)
+    target = make_target([_public(source)])
+    before = _written(target)
+    with pytest.raises(registry.SeedRefused) as refused:
+        registry.import_seed(target, "acme", data, actor="prod-admin")
+    assert "packs[0]" in refused.value.message
+    assert _written(target) == before
+    assert _audit(target, "acme")[-1] == ("offline_seed.import_refused", archive.archive_digest(data))
+
+
 def test_a_verified_archive_checks_clean_offline(source: Engine) -> None:
     data = _seed(source)
     roots = dsse.trust_roots([_public(source)], "roots")

@@ -163,6 +163,8 @@ def check_archive(data: bytes, roots: dict[str, Ed25519PublicKey]) -> ArchiveChe
 
 def _seed(files: dict[str, bytes], item: dict[str, str], where: str) -> SeedPack:
     """One listed pack, its entry's bytes checked against its digest and its blobs against theirs."""
+    if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("digest", "entry", "pack")):
+        raise TypeError(where)  # a signed manifest may still list a malformed entry
     digest = item["digest"]
     if item["entry"] != pack_entry(digest) or item["entry"] not in files:
         raise ValidationError(f"{where}: its entry is not packs/<digest>.json", field=where)
