@@ -426,6 +426,11 @@ def test_a_command_naming_a_retired_run_says_it_was_retired(database_url: str, t
         with engine.store.read() as tx:
             assert "retired" not in no_run(tx, run, "other-tenant").message  # another tenant's: nothing
             assert "retired" not in no_run(tx, run, "default", may_see=lambda job: False).message
+        # The short id a table showed finds the retired run too (found by a review: "no run whose
+        # id ends with ..." lost the explanation in the usual case).
+        from jobgate.client.runs import LocalRuns
+
+        assert LocalRuns(engine).resolve(run[-12:]) == run
     finally:
         store.dispose()
 

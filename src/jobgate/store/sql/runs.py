@@ -18,7 +18,7 @@ from jobgate.store import codec
 from jobgate.store.base import RunCreate, RunFilter
 from jobgate.store.sql import driver
 from jobgate.store.sql.predicates import starts_with
-from jobgate.store.tables import dead_letters, job_runs, run_transitions
+from jobgate.store.tables import dead_letters, job_runs, retired_runs, run_transitions
 
 _RUN_INSERT_COLUMNS = (
     "job_run_id",
@@ -558,11 +558,14 @@ def runs_ended_by_bucket(
 def run_ids_ending(conn: Connection, suffix: str, tenant_id: str | None, limit: int) -> list[str]:
     """Run ids that end with ``suffix`` (hex digits only: checked by the caller), at most
     ``limit``: the lookup of a short id a person typed. A scan of the key index, for people,
-    never on a hot path."""
+    never on a hot path. Runs retention retired count too (``retired_runs``): their full id is
+    what tells a person the run was retired, and when."""
     if not suffix or any(ch not in "0123456789abcdef" for ch in suffix):
         raise ValueError("a run id's end is hex digits")
-    c = job_runs.c
-    q = select(c.job_run_id).where(c.job_run_id.like(f"%{suffix}"))
-    if tenant_id is not None:
-        q = q.where(c.tenant_id == tenant_id)
-    return [str(r) for r in conn.execute(q.order_by(c.job_run_id).limit(limit)).scalars()]
+    found: set[str] = set()
+    for table in (job_runs, retired_runs):
+        q = select(table.c.job_run_id).where(table.c.job_run_id.like(f"%{suffix}"))
+        if tenant_id is not None:
+            q = q.where(table.c.tenant_id == tenant_id)
+        found.update(str(r) for r in conn.execute(q.order_by(table.c.job_run_id).limit(limit)).scalars())
+    return sorted(found)[:limit]
