@@ -89,7 +89,7 @@ def test_json_output_of_retention_and_evidence_verify(tmp_path: Path) -> None:
     jobgate(tmp_path, "init", "dev")
     dev = tmp_path / "dev"
     retention = json.loads(jobgate(dev, "--json", "retention", "run", "--dry-run").stdout)
-    assert retention == {"tenant_id": "default", "dry_run": True, "cutoff": None, "runs": 0}
+    assert retention == {"tenant_id": "default", "dry_run": True, "cutoff": None, "runs": 0, "rules": []}
     bundle = tmp_path / "period.zip"
     period = ("--from", "2026-01-01T00:00:00Z", "--to", "2099-01-01T00:00:00Z")
     exported = json.loads(jobgate(dev, "--json", "evidence", "export", *period, "--out", str(bundle)).stdout)

@@ -94,7 +94,11 @@ def test_replay_records_and_recently_resolved_dead_letters_outlive_the_other_run
         assert retire(engine, "default", now=soon).deleted == 1
         assert _left(engine, [*runs.values(), lettered]) == {runs["replay"], lettered}
         _anchor(engine, tmp_path, much_later)
-        assert retire(engine, "default", now=much_later, dry_run=True).deleted == 2
+        counted = retire(engine, "default", now=much_later, dry_run=True)
+        assert counted.deleted == 2
+        # each rule with its own cutoff and count (the command prints one line a rule)
+        by_rule = {r.rule: r.deleted for r in counted.rules}
+        assert by_rule == {"retention.job_classes.REPLAY_JOB": 1, "retention.finished_runs_days": 1}
         assert retire(engine, "default", now=much_later).deleted == 2
         assert _left(engine, [*runs.values(), lettered]) == set()
     finally:

@@ -414,13 +414,19 @@ def retention_run(app: AppContext, tenant: str, dry_run: bool) -> None:
     done = retire(app.engine(), tenant, dry_run=dry_run)
     if app.json_output:
         cutoff = None if done.cutoff is None else isoformat_utc(done.cutoff)
-        render.emit_json({"tenant_id": tenant, "dry_run": dry_run, "cutoff": cutoff, "runs": done.deleted})
+        rules = [{"rule": r.rule, "ended_before": isoformat_utc(r.cutoff), "runs": r.deleted} for r in done.rules]
+        render.emit_json(
+            {"tenant_id": tenant, "dry_run": dry_run, "cutoff": cutoff, "runs": done.deleted, "rules": rules}
+        )
         return
     if done.cutoff is None:
         print(f"{tenant}: nothing may go (no retention configured, or nothing anchored yet)")
-    else:
-        verb = "would delete" if dry_run else "deleted"
-        print(f"{tenant}: {verb} {done.deleted} finished runs that ended before {isoformat_utc(done.cutoff)}")
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for r in done.rules:  # each rule its own cutoff (a job class's days, then the rest's)
+        print(f"{tenant}: {verb} {r.deleted} finished runs that ended before {isoformat_utc(r.cutoff)} ({r.rule})")
+    if len(done.rules) > 1:
+        print(f"{tenant}: {verb} {done.deleted} finished runs in all")
 
 
 # ``jobgate definitions``: list and show (``cli.main``) with approve, revoke and approval.

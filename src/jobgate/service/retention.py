@@ -40,10 +40,20 @@ ACTOR = "retention"
 
 
 @dataclass(frozen=True)
+class RuleRetired:
+    """What one rule of ``retention`` deleted (or would): its runs that ended before ``cutoff``."""
+
+    rule: str
+    cutoff: datetime
+    deleted: int
+
+
+@dataclass(frozen=True)
 class Retired:
     tenant_id: str
-    cutoff: datetime | None
-    deleted: int
+    cutoff: datetime | None  # the last rule's (``finished_runs_days`` when set)
+    deleted: int  # every rule's
+    rules: tuple[RuleRetired, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,8 +110,8 @@ def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_r
     planned = passes(engine.config.retention, now, bound) if allowed else []
     if not planned:
         return Retired(tenant_id, None, 0)
-    deleted = sum(_run_pass(engine, tenant_id, p, now, dry_run) for p in planned)
-    return Retired(tenant_id, planned[-1].cutoff, deleted)
+    rules = tuple(RuleRetired(p.rule, p.cutoff, _run_pass(engine, tenant_id, p, now, dry_run)) for p in planned)
+    return Retired(tenant_id, planned[-1].cutoff, sum(r.deleted for r in rules), rules)
 
 
 def _record_digest(gone: RetiredRun) -> str:
