@@ -424,6 +424,51 @@ def test_a_workflow_the_rule_no_longer_admits_starts_nothing_more(
         engine.store.dispose()
 
 
+def test_a_workflow_started_by_a_reviewed_request_goes_on_under_safe_modes_manual_review(
+    database_url: str, tmp_path: Path, marker: Path
+) -> None:
+    """Safe mode's manual review asks for a second person: a workflow whose trigger run a
+    request's approver reviewed has one, and goes on step after step (found by a review: the
+    check before each step judged it unreviewed and refused its first step)."""
+    from helpers import make_config
+    from jobgate.service import requests, safemode
+    from jobgate.store.sqlstore import Store
+
+    engine = Engine(Store(database_url), make_config(tmp_path, safe_mode={"manual_review": True}))
+    try:
+        j = jobs(engine)
+        steps = [
+            {"id": "a", "job": j["record"], "params": {"name": "a"}},
+            {"id": "b", "job": j["record"], "params": {"name": "b"}},
+        ]
+        wf = workflow(engine, steps)
+        safemode.activate(engine, "default", actor="root", reason="incident")
+        with pytest.raises(GovernanceRefusal):  # one person alone may not start it
+            start(engine, wf)
+        asked = requests.propose(
+            engine, tenant_id="default", requester="ada", job_definition_id=wf, params={}, title="t", reason="r"
+        )
+        assert requests.approve(engine, "default", asked.request_id, actor="root").job_run_id is not None
+        with coordinating(engine):
+            wait_until(lambda: count(engine, "workflow_runs", f"job_definition_id = '{wf}'") == 1, what="its workflow")
+            wid = next(iter(workflow_ids(engine, wf)))
+            done = wait_workflow(engine, wid)
+        assert done.record.status is RunStatus.COMPLETED, done.record
+        assert ran(marker) == ["a", "b"]
+    finally:
+        engine.store.dispose()
+
+
+def workflow_ids(engine: Engine, job: str) -> list[str]:
+    from sqlalchemy import text
+
+    from jobgate.testing import connection
+
+    with engine.store.read() as tx:
+        sql = text("SELECT workflow_run_id FROM workflow_runs WHERE job_definition_id = :j")
+        return [str(r) for r in connection(tx).execute(sql, {"j": job}).scalars()]
+
+
 def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_its_running_step(
     database_url: str, tmp_path: Path, marker: Path
 ) -> None:

@@ -71,6 +71,9 @@ class StartWorkflow:
     role: str | None = None
     definition_version: int | None = None  # the trigger run's version (a workflow fired as a job)
     traceparent: str | None = None  # the caller's W3C trace context: the steps join that trace
+    # Who reviewed the trigger run (an approved four-eyes request): the workflow going on is
+    # judged as the reviewed run it was started by (safe mode's manual review).
+    reviewed_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ def start_workflow(
         "trigger_run_id": request.trigger_run_id,
         "client_key": request.client_key,
         "role": request.role,  # the scheduler policy's ceilings apply to the steps as to the starter
+        "reviewed_by": request.reviewed_by,
         "traceparent": request.traceparent,
         # The exact version (and content digest) of each step's definition at the start: the
         # steps run these, so a later edit of a step's definition cannot change a running workflow.
@@ -479,13 +483,14 @@ def _continuation_refusal(
     (``Moment.RELEASE``: lifecycle, the approval of the content it started with, signature,
     safe mode; its steps are each judged as they start, the scheduler policy included)."""
     trigger = record.trigger.get("trigger_type")
+    reviewed_by = record.trigger.get("reviewed_by")
     as_run = _WorkflowAsRun(
         record.workflow_run_id,
         record.tenant_id,
         record.job_definition_id,
         record.definition_version,
         trigger if isinstance(trigger, str) and trigger in _TRIGGER_TYPES else TriggerType.WORKFLOW.value,
-        None,
+        reviewed_by if isinstance(reviewed_by, str) else None,
     )
     verdict = AttemptGate(AttemptFacts(engine), tx, now, moment=Moment.RELEASE).verdict(as_run)
     return None if verdict.admitted else verdict.refusal()

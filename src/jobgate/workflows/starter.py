@@ -40,6 +40,7 @@ def start_workflow_job(ctx: Any, host: Host) -> dict[str, Any]:
         traceparent=run.traceparent,
         # the role its trigger run was admitted with: the policy's ceilings judge the steps by it
         role=role if isinstance(role := trigger.get("role"), str) else None,
+        reviewed_by=run.reviewed_by,  # a four-eyes request's: safe mode's manual review is met
     )
     try:
         record, created = start_workflow(engine, request, actor=run.requested_by or "scheduler")
