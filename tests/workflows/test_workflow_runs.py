@@ -459,6 +459,26 @@ def test_a_workflow_started_by_a_reviewed_request_goes_on_under_safe_modes_manua
         engine.store.dispose()
 
 
+def test_a_workflow_whose_stored_block_this_version_cannot_read_is_escalated_not_wedged(
+    engine: Engine, marker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow block an earlier version stored and this one's reading refuses (found by a
+    review: a condition literal NaN, refused since) made every coordinator pass fail and the
+    cancel fail with it. The workflow is handed to a person (ESCALATED), naming why."""
+    j = jobs(engine)
+    wid = start(engine, workflow(engine, [{"id": "a", "job": j["record"]}, {"id": "b", "job": j["record"]}]))
+
+    def stricter(content: object, source: str) -> object:
+        raise ValidationError("'NaN' is not a JSON value", field="workflow.steps[1].when")
+
+    monkeypatch.setattr(workflow_service, "workflow_spec_of", stricter)
+    cancel_workflow(engine, wid, actor="op")  # asked, and the pass after it escalates
+    done = view(engine, wid)
+    assert done.record.status is RunStatus.ESCALATED and done.record.error_code == "definition_unreadable"
+    assert "workflow.steps[1].when" in str(done.record.error_message)
+    assert ran(marker) == []
+
+
 def workflow_ids(engine: Engine, job: str) -> list[str]:
     from sqlalchemy import text
 

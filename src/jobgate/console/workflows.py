@@ -16,6 +16,7 @@ from jobgate.api.access import READ, allow, console
 from jobgate.api.routes import workflows as workflow_routes
 from jobgate.console.graph import BOX_HEIGHT, BOX_WIDTH, layout
 from jobgate.console.pages import caller_of, render, state_of
+from jobgate.core.errors import ValidationError
 from jobgate.core.states import RunStatus
 from jobgate.views.schemas import WorkflowRunOut
 from jobgate.workflows.spec import workflow_spec_of
@@ -41,7 +42,10 @@ def _bound_steps(request: Request, job: str, version: int) -> list[tuple[str, li
     if "workflow" not in content:
         return []
     # The parsed spec, not the raw steps: a step without depends_on waits for the one before it.
-    return [(s.step_id, list(s.depends_on)) for s in workflow_spec_of(content, job).steps]
+    try:
+        return [(s.step_id, list(s.depends_on)) for s in workflow_spec_of(content, job).steps]
+    except ValidationError:  # stored by an earlier version that read it more loosely
+        return []  # the page draws the recorded steps instead
 
 
 @router.get("/workflows/{workflow_run_id}", response_class=HTMLResponse)

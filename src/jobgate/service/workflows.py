@@ -387,18 +387,37 @@ def advance(engine: Engine, workflow_run_id: str, *, actor: str = COORDINATOR) -
     return False
 
 
-def stored_spec(tx: StoreTx, record: WorkflowRecord) -> WorkflowSpec | None:
+@dataclass(frozen=True)
+class UnreadableSpec:
+    """Why the workflow block a run started with cannot be read now."""
+
+    code: str
+    message: str
+
+
+def stored_spec(tx: StoreTx, record: WorkflowRecord) -> WorkflowSpec | UnreadableSpec:
     """The spec of the exact content the workflow run started with, read as stored (its digest
     pins it) rather than re-validated against today's configuration: removing a retry policy
     or a target must not wedge the workflows already running (their steps meet today's
-    configuration when they start, and are refused there). None when the stored content no
-    longer matches its digest."""
+    configuration when they start, and are refused there). ``UnreadableSpec`` when the stored
+    content no longer matches its digest, or when this version's reading of workflow blocks
+    refuses what an earlier one stored (a condition literal that is no JSON, say): the
+    workflow is then handed to a person, not retried at every pass."""
     from jobgate.definitions.schema import content_digest
 
     stored = tx.definition_get(record.tenant_id, record.job_definition_id, record.definition_version)
     if stored is None or content_digest(stored.content) != record.definition_digest:
-        return None
-    return workflow_spec_of(stored.content, record.job_definition_id)
+        return UnreadableSpec(
+            "definition_digest_mismatch",
+            "the stored workflow definition no longer matches the digest the run started with",
+        )
+    try:
+        return workflow_spec_of(stored.content, record.job_definition_id)
+    except ValidationError as exc:
+        where = f" ({exc.field})" if exc.field else ""
+        return UnreadableSpec(
+            "definition_unreadable", f"the stored workflow block cannot be read{where}: {exc.message}"
+        )
 
 
 def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | None:
@@ -422,8 +441,8 @@ def _advance_once(engine: Engine, workflow_run_id: str, actor: str) -> bool | No
         # definition suspended or retired, its class suspended by safe mode) starts nothing
         # more: its running steps finish; the next step is refused, and the failure policy applies.
         refusal = _continuation_refusal(engine, tx, record, now)
-    if spec is None:
-        return _escalate_unreadable(engine, record, steps, actor, now)
+    if isinstance(spec, UnreadableSpec):
+        return _escalate_unreadable(engine, record, steps, actor, now, spec)
     state = state_of(record, steps)
     prepared: dict[tuple[str, bool], PreparedSubmission] = {}
     refusals: Refusals = {}
@@ -504,17 +523,17 @@ def _code_of(refusal: GovernanceRefusal | None) -> str | None:
 
 
 def _escalate_unreadable(
-    engine: Engine, record: WorkflowRecord, steps: Sequence[StepRecord], actor: str, now: datetime
+    engine: Engine,
+    record: WorkflowRecord,
+    steps: Sequence[StepRecord],
+    actor: str,
+    now: datetime,
+    why: UnreadableSpec,
 ) -> bool | None:
-    """The stored definition no longer matches the digest the workflow started with: nothing
-    more may start from it; a human must look (ESCALATED), and replay will name the difference."""
+    """The stored definition cannot be read as the workflow started with it: nothing more may
+    start from it; a human must look (ESCALATED), and replay will name the difference."""
     escalate = WorkflowChange(
-        record.status,
-        RunStatus.ESCALATED,
-        "definition_unreadable",
-        Phase(record.phase),
-        "definition_digest_mismatch",
-        "the stored workflow definition no longer matches the digest the run started with",
+        record.status, RunStatus.ESCALATED, "definition_unreadable", Phase(record.phase), why.code, why.message
     )
     return _halt(engine, record, steps, actor, now, then=escalate)
 
