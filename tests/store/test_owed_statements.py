@@ -156,3 +156,28 @@ def test_a_rolled_back_transaction_never_sends_its_owed_write(one_connection: En
     with one_connection.begin() as conn:  # nor carries it into the next one
         driver.run_sql(conn, "INSERT INTO owed_rows VALUES (%s)", [3])
     assert _rows(one_connection) == [3]
+
+
+def test_a_session_lost_before_the_commit_fails_it_and_the_connection_is_not_reused(
+    one_connection: Engine, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The owed write travels with the COMMIT, inside SQLAlchemy's commit event: a session killed
+    before it fails the commit, nothing is kept, and the pool replaces the connection (a review
+    found it handed back for a reset that logged a traceback)."""
+    import psycopg
+
+    _fresh_rows(one_connection)
+    with one_connection.connect() as conn:  # a plain table: the temp one dies with the session
+        conn.execute(text("CREATE TABLE IF NOT EXISTS owed_kept (n int)"))
+        conn.execute(text("DELETE FROM owed_kept"))
+        conn.commit()
+    with pytest.raises(psycopg.OperationalError), one_connection.begin() as conn:
+        driver.run_sql(conn, "INSERT INTO owed_kept VALUES (%s)", [1])
+        driver.owe(conn, "INSERT INTO owed_kept VALUES (%s)", [2], write=True)
+        pid = conn.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
+        with psycopg.connect(database_url, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no reset of a dead session tried
+    with one_connection.begin() as conn:  # a new session: the next transaction works
+        assert conn.execute(text("SELECT count(*) FROM owed_kept")).scalar() == 0
+        conn.execute(text("DROP TABLE owed_kept"))

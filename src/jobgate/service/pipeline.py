@@ -339,7 +339,11 @@ class Pipeline:
                 raise RefusedSubmission(exc, licensed[0].request) from None
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
             tx.snapshot_put(snapshot, now)
-        made = tx.runs_create([p.create for p in prepared])
+        # The runs of manual triggers append an entry each: with one tenant's, its chain head
+        # travels with the insert (locked after the runs' keys, as every path takes them).
+        manual_tenants = {p.create.run.tenant_id for p in prepared if p.create.run.trigger_type is TriggerType.MANUAL}
+        audited = next(iter(manual_tenants)) if len(manual_tenants) == 1 else None
+        made = tx.runs_create([p.create for p in prepared], audited=audited)
         if licensed:
             tx.licence_slots_take(
                 [
@@ -439,12 +443,7 @@ def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dic
     whatever its state, and nothing is written for it. Found by idempotency key, or by slot
     (a schedule's slot has one run even when the configuration, so the key, changed since);
     keyed by the prepared run's idempotency key."""
-    runs = [p.create.run for p in prepared]
-    # A manual trigger's run appends an entry when made: its chain head is locked with this
-    # lookup. Not a retry's: it locks its source run first (``settle_retry_sources``), in the
-    # order a requeue of the source takes the two.
-    audited = any(r.trigger_type is TriggerType.MANUAL and r.retry_of is None for r in runs)
-    return tx.run_holders(runs, audited=audited)
+    return tx.run_holders([p.create.run for p in prepared])
 
 
 RETRIED = "run.retried"

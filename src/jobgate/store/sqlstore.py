@@ -580,8 +580,19 @@ class StoreTx:
         return workflows.workflow_next_seq(self._conn, workflow_run_id)
 
     # runs
-    def runs_create(self, creates: Sequence[RunCreate]) -> list[tuple[JobRun, bool]]:
-        return runs.runs_create(self._conn, creates, notify_channel=CHANNEL if self._notify else None)
+    def runs_create(self, creates: Sequence[RunCreate], *, audited: str | None = None) -> list[tuple[JobRun, bool]]:
+        """``audited``: the tenant whose audit chain the caller appends to next (a manual
+        submission's entry). On PostgreSQL its head is locked and read in the insert's round
+        trip, after the runs' keys, and the append uses it (``ReadAhead.audit_head``)."""
+        notify = CHANNEL if self._notify else None
+        if audited is None or self._conn.dialect.name != "postgresql":
+            return runs.runs_create(self._conn, creates, notify_channel=notify)
+        answers: list[list[dict[str, Any]]] = []
+        made = runs.runs_create(
+            self._conn, creates, notify_channel=notify, then=governance.head_queries(audited), answers=answers
+        )
+        self._ahead.keep_audit_head(audited, governance.head_from(*answers))
+        return made
 
     def run_get(self, job_run_id: str, tenant_id: str | None = None) -> JobRun | None:
         return runs.run_get(self._conn, job_run_id, tenant_id)
@@ -613,13 +624,12 @@ class StoreTx:
         found = retention.retired_holders(self._conn, [], [(tenant_id, job, slot) for job, slot in pairs])
         return {(r.job_definition_id, r.slot): r for r in found if r.slot is not None and r.tenant_id == tenant_id}
 
-    def run_holders(self, candidates: Sequence[JobRun], *, audited: bool = False) -> dict[str, JobRun]:
+    def run_holders(self, candidates: Sequence[JobRun]) -> dict[str, JobRun]:
         """The stored runs holding these runs' keys or slots (``runs.holders``). On PostgreSQL a
         single submission's lookup travels with retention's (``runs_retired_holders``, asked
-        next) in one round trip, and with its tenant's audit chain head, locked, when its
-        creation appends an entry (``audited``; ``audit_append`` then uses it)."""
+        next) in one round trip."""
         if len(candidates) == 1 and self._conn.dialect.name == "postgresql":
-            return self._ahead.holders(self._conn, candidates[0], audited=audited)
+            return self._ahead.holders(self._conn, candidates[0])
         return runs.holders(self._conn, candidates)
 
     def runs_list(self, f: RunFilter) -> list[JobRun]:

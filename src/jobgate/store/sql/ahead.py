@@ -4,8 +4,9 @@ Preparing a trigger reads the definition's current version, its active approvals
 tenant's safe mode, one after the other, each waiting for the last one's answer. On
 PostgreSQL each is a round trip; asked together (``driver.returning_each``) they are one, a
 sixth of a single submission's round trips. Storing it asks whether its trigger has a run
-already, stored or retired by retention, and, when it appends an audit entry, its tenant's
-chain head: one round trip for all. What was read ahead is kept in the transaction
+already, stored or retired by retention: one round trip for both too. A manual submission's
+run insert carries its tenant's chain head and floors (locked after the run's key, the order
+every path that makes a run and appends takes them), kept for its append. What was read ahead is kept in the transaction
 (``ReadAhead``) and handed out once to the read it stands for; any write to a sealed record in
 the transaction forgets all of it (``StoreTx._reseal``), so nothing read ahead is ever older
 than what the transaction itself wrote.
@@ -52,26 +53,22 @@ class ReadAhead:
         self.approvals[pair] = [tuple(r.values()) for r in found_approvals]
         self.safe_modes[tenant_id] = safemode.current_of(found_period)
 
-    def holders(self, conn: Connection, run: JobRun, *, audited: bool = False) -> dict[str, JobRun]:
+    def holders(self, conn: Connection, run: JobRun) -> dict[str, JobRun]:
         """``runs.holders`` of one unstored run, and, in the same round trip, the runs retention
-        retired under its key or slot, kept for ``retired`` (a submission asks both in turn).
-        ``audited``: the run's creation appends an audit entry (a manual submission's), so its
-        tenant's chain head is locked and read here too, kept for ``audit_head``: the append
-        then needs no round trip of its own to read it."""
+        retired under its key or slot, kept for ``retired`` (a submission asks both in turn)."""
         stored = runs.holder_queries(run)
-        gone_queries = retention.retired_queries(run)
-        head = governance.head_queries(run.tenant_id) if audited else []
-        answers = driver.returning_each(conn, [*stored, *gone_queries, *head])
-        found = answers[: len(stored)]
-        gone = answers[len(stored) : len(stored) + len(gone_queries)]
+        answers = driver.returning_each(conn, [*stored, *retention.retired_queries(run)])
+        found, gone = answers[: len(stored)], answers[len(stored) :]
         by_key = [codec.run_from_row(r) for r in found[0]]
         by_slot = [codec.run_from_row(r) for r in found[1]] if len(found) > 1 else []
         self.retired_runs[run.idempotency_key] = [r for rows in gone for r in retention.retired_from(rows)]
-        if head:
-            read = governance.head_from(*answers[len(stored) + len(gone_queries) :])
-            if read is not None:  # a tenant's first entry makes its head: read where it is made
-                self.audit_heads[run.tenant_id] = read
         return runs.holders_from(conn, [run], by_key, by_slot)
+
+    def keep_audit_head(self, tenant_id: str, read: governance.Head | None) -> None:
+        """A tenant's chain head and floors, locked and read along with the statement before
+        its append (a manual submission's run insert), for ``audit_head``."""
+        if read is not None:  # a tenant's first entry makes its head: read where it is made
+            self.audit_heads[tenant_id] = read
 
     def audit_head(self, tenant_id: str) -> governance.Head | None:
         """The tenant's locked chain head and floors read ahead, once (the append moves it)."""

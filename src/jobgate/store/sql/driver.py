@@ -199,9 +199,18 @@ def owing(engine: Any) -> None:
             return  # psycopg commits what began, if anything did
         owed = _take_owed(dbapi)
         assert owed is not None
-        with dbapi.pipeline():  # the writes and the COMMIT in one round trip; psycopg's own
-            _send(dbapi, owed)  # commit() then finds no transaction open
-            dbapi.execute("COMMIT")
+        import psycopg
+
+        try:
+            with dbapi.pipeline():  # the writes and the COMMIT in one round trip; psycopg's own
+                _send(dbapi, owed)  # commit() then finds no transaction open
+                dbapi.execute("COMMIT")
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            # The session is gone (a killed backend, a restarted server): the pool must not
+            # hand this connection out again, nor try to reset it (SQLAlchemy does so for the
+            # errors it sees itself; this one is raised inside its commit event).
+            conn.invalidate(exc)
+            raise
 
     @event.listens_for(engine, "before_cursor_execute")
     def _pay_first(conn: Connection, *_: Any) -> None:
@@ -484,6 +493,33 @@ def returning_each(conn: Connection, queries: Sequence[tuple[Any, Mapping[str, A
             columns = _column_names(cursor)
             out.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
         return out
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def rows_sql_then(
+    conn: Connection, sql: str, params: Sequence[Any], queries: Sequence[tuple[Any, Mapping[str, Any]]]
+) -> tuple[list[tuple[Any, ...]], list[list[dict[str, Any]]]]:
+    """``rows_sql``, then ``queries`` (statements built once) after it in the same pipeline on
+    PostgreSQL: one round trip, the server running them in order (a lock the queries take is
+    taken after what the first statement locked). Returns the first's rows and each query's."""
+    if conn.dialect.name != "postgresql":
+        return rows_sql(conn, sql, params), [returning(conn, stmt, p) for stmt, p in queries]
+    dbapi: Any = conn.connection.dbapi_connection
+    cursors = [dbapi.cursor() for _ in range(len(queries) + 1)]
+    try:
+        with dbapi.pipeline():
+            _execute(cursors[0], *_one_row_form(sql, list(params)), marked=sql)
+            for cursor, (stmt, values) in zip(cursors[1:], queries, strict=True):
+                text, names, defaults = _compile(conn, stmt)
+                _execute(cursor, text, _bind(names, defaults, values))
+        first = [tuple(row) for row in cursors[0].fetchall()] if _returns_rows(cursors[0]) else []
+        after = []
+        for cursor in cursors[1:]:
+            columns = _column_names(cursor)
+            after.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
+        return first, after
     finally:
         for cursor in cursors:
             cursor.close()

@@ -121,16 +121,24 @@ def _create_in_one_statement(
     run_rows: list[tuple[object, ...]],
     transition_rows: list[tuple[Any, ...]],
     notify_channel: str | None,
+    then: Sequence[tuple[Any, dict[str, Any]]] = (),
+    answers: list[list[dict[str, Any]]] | None = None,
 ) -> set[str]:
     """PostgreSQL: the runs, the transitions of those this statement made, and the wake-up, in
     one round trip (data-modifying ``WITH``) where they were three: a single submission waits
-    on each round trip in turn. Returns the ids of the runs it made."""
+    on each round trip in turn; ``then``'s statements travel after it (``answers``). Returns the
+    ids of the runs it made."""
     sql = _create_sql(conn, notify_channel)
     params: list[Any] = [list(col) for col in zip(*run_rows, strict=True)]
     params += [list(col) for col in zip(*transition_rows, strict=True)]
     if notify_channel is not None:
         params.append(notify_channel)
-    return {row[0] for row in driver.rows_sql(conn, sql, params)}
+    if not then:
+        return {row[0] for row in driver.rows_sql(conn, sql, params)}
+    made, after = driver.rows_sql_then(conn, sql, params, then)
+    if answers is not None:
+        answers.extend(after)
+    return {row[0] for row in made}
 
 
 _create_sqls: dict[str | None, str] = {}
@@ -176,14 +184,23 @@ def _insert_order(fresh: dict[str, RunCreate]) -> list[RunCreate]:
 
 
 def runs_create(
-    conn: Connection, creates: Sequence[RunCreate], *, notify_channel: str | None = None
+    conn: Connection,
+    creates: Sequence[RunCreate],
+    *,
+    notify_channel: str | None = None,
+    then: Sequence[tuple[Any, dict[str, Any]]] = (),
+    answers: list[list[dict[str, Any]]] | None = None,
 ) -> list[tuple[JobRun, bool]]:
     """Insert the runs whose idempotency key and slot are new; return, for every request in
     order, the run stored under its key (or holding its slot) and whether this call created it
     (a key or slot repeated in one call is created once, for its first occurrence).
 
-    ``notify_channel`` (PostgreSQL): announced on it when a run was created, delivered at commit."""
+    ``notify_channel`` (PostgreSQL): announced on it when a run was created, delivered at commit.
+    ``then``: statements run after the insert (its round trip, where it is one statement), their
+    rows appended to ``answers``."""
     if not creates:
+        if then and answers is not None:
+            answers.extend(driver.returning_each(conn, then))
         return []
     fresh: dict[str, RunCreate] = {}
     for c in creates:
@@ -196,13 +213,15 @@ def runs_create(
     run_rows = [run_values(c, recorded[c.run.idempotency_key]) for c in order]
     all_transitions = [row for c in order for row in recorded[c.run.idempotency_key]]
     if conn.dialect.name == "postgresql" and 0 < len(all_transitions) <= driver.PG_ROWS >= len(run_rows):
-        made = _create_in_one_statement(conn, run_rows, all_transitions, notify_channel)
+        made = _create_in_one_statement(conn, run_rows, all_transitions, notify_channel, then, answers)
     else:
         made = _insert_ignoring_duplicates(conn, run_rows)
         rows = [row for c in order if c.run.job_run_id in made for row in recorded[c.run.idempotency_key]]
         driver.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
         if notify_channel is not None and made:
             driver.execute(conn, f"NOTIFY {notify_channel}")
+        if then and answers is not None:
+            answers.extend(driver.returning_each(conn, then))
     if len(made) == len(fresh):
         stored = {key: c.run for key, c in fresh.items()}
     else:
