@@ -64,6 +64,12 @@ def test_run_records_conform_in_every_status(world: World, engine: Engine) -> No
         validate(RUN, detail["run"])
     completed = next(r for r in items if r["status"] == "COMPLETED")
     assert completed["result"] is not None and completed["started_at"] is not None  # the non-null branches too
+    # The trigger each run recorded, an API submission's with its token's role among them.
+    with world.engine.store.read() as tx:
+        triggers = [tx.run_trigger(item["job_run_id"]) for item in items]
+    assert any(t is not None and t.get("role") == "admin" for t in triggers)
+    for trigger in triggers:
+        validate(TRIGGER, trigger)
 
 
 def test_the_seed_schedule_response_conforms_new_and_repeated(world: World) -> None:
