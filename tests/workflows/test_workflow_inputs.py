@@ -130,3 +130,35 @@ def test_a_refused_start_stores_and_runs_nothing(engine: Engine, marker: Path) -
     assert as_run.value.field == "workflow.steps.b.params.name"
     assert (count(engine, "job_runs"), count(engine, "workflow_runs")) == before
     assert marker.read_text() == ""  # step a never ran
+
+
+def test_a_schedule_of_a_workflow_whose_every_fire_would_be_refused_is_refused(engine: Engine) -> None:
+    """A schedule that could never fire is refused when stored: for a workflow, what its steps
+    would be given is checked as at a start (found by a review: it was stored and each fire
+    refused), except the params an event's payload brings when it fires."""
+    from datetime import UTC, datetime
+
+    from jobgate.service import schedules
+
+    j = jobs(engine)
+    wf = workflow(
+        engine,
+        [{"id": "a", "job": j["record"], "params": {"name": "${params.x}"}}],
+        params=[{"name": "x"}],
+        trigger_type="manual",
+        also_triggered_by=["cron", "event"],
+    )
+    now = datetime.now(UTC)
+    timed = schedules.schedule_from_document({"id": "every-minute", "job": wf, "cron": "* * * * *"}, now=now)
+    with pytest.raises(ValidationError) as refused:
+        schedules.put_schedules(engine, [timed], source="test", now=now)
+    assert refused.value.field == "workflow.steps.a.params.name"
+    assert count(engine, "schedules") == 0
+    given = schedules.schedule_from_document(
+        {"id": "every-minute", "job": wf, "cron": "* * * * *", "params": {"x": "given"}}, now=now
+    )
+    schedules.put_schedules(engine, [given], source="test", now=now)  # with its value: stored
+    by_event = schedules.schedule_from_document(
+        {"id": "on-upload", "job": wf, "event_type": "file.uploaded", "payload_params": ["x"]}, now=now
+    )
+    schedules.put_schedules(engine, [by_event], source="test", now=now)  # the payload brings it

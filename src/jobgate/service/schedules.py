@@ -361,7 +361,12 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> Pending | Non
     )
     if why is not None:
         raise ValidationError(why, field="job", source=s.schedule_id)
-    check_params(definition, s, now)
+    rendered = check_params(definition, s, now)
+    if "workflow" in definition.content:  # what its steps will be given, as at a start
+        with engine.store.read(tenant_id=s.tenant_id) as tx:
+            engine.admission.check_workflow_inputs(
+                tx, definition, s.tenant_id, rendered, later=frozenset(s.payload_params)
+            )
     status = approvals.status(engine, s.tenant_id, s.job_definition_id)
     version = f"definition {s.job_definition_id!r} version {status.current_version}"
     if not status.approved:
@@ -374,9 +379,10 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> Pending | Non
     return None
 
 
-def check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
+def check_params(definition: JobDefinition, s: Schedule, now: datetime) -> dict[str, str]:
     """The params a fire would carry, rendered as of ``now``, satisfy the definition's declared
-    params (names, patterns; required ones, except those an event's payload may supply)."""
+    params (names, patterns; required ones, except those an event's payload may supply).
+    Returns them as rendered."""
     window = ExecutionWindow(now - s.every, now) if s.kind is ScheduleKind.BATCH_WINDOW and s.every else None
     rendered = magic.render(s.params, now, s.zone, window)
     supplied = set(s.payload_params)
@@ -391,6 +397,7 @@ def check_params(definition: JobDefinition, s: Schedule, now: datetime) -> None:
         )
     specs = [replace(spec, required=False) if spec.name in supplied else spec for spec in definition.params]
     validate_params(specs, rendered, source=s.schedule_id)
+    return rendered
 
 
 def _current_snapshot(engine: Engine, s: Schedule) -> ConfigSnapshot:

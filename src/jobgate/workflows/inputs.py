@@ -17,7 +17,7 @@ starts, and are checked then, as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import ParamSpec
@@ -26,23 +26,31 @@ from jobgate.workflows.spec import WorkflowSpec, references, render
 
 
 def check_start(
-    spec: WorkflowSpec, declared: Mapping[str, tuple[ParamSpec, ...]], params: Mapping[str, str], *, source: str
+    spec: WorkflowSpec,
+    declared: Mapping[str, tuple[ParamSpec, ...]],
+    params: Mapping[str, str],
+    *,
+    source: str,
+    later: Collection[str] = (),
 ) -> None:
     """Raise ``ValidationError`` for the first step input that cannot be right (module doc).
     ``declared``: each step job's params, as its pinned definition declares them; ``params``:
-    the workflow's own, validated, defaults filled in."""
+    the workflow's own, validated, defaults filled in; ``later``: workflow params whose value
+    comes only when it fires (an event's payload), judged then."""
     certain = _certain_steps(spec)
     for step in spec.steps:
         where = f"workflow.steps.{step.step_id}"
-        _check(step.job, step.params, declared.get(step.job, ()), params, where, step.step_id in certain, source)
+        judged = step.step_id in certain
+        _check(step.job, step.params, declared.get(step.job, ()), params, later, where, judged, source)
         if step.compensate is not None:
             _check(
                 step.compensate.job,
                 step.compensate.params,
                 declared.get(step.compensate.job, ()),
                 params,
+                later,
                 f"{where}.compensate",
-                step.step_id in certain,
+                judged,
                 source,
             )
 
@@ -62,6 +70,7 @@ def _check(
     templates: Mapping[str, str],
     declared: tuple[ParamSpec, ...],
     params: Mapping[str, str],
+    later: Collection[str],
     where: str,
     certain: bool,
     source: str,
@@ -73,6 +82,8 @@ def _check(
         if decl is None:
             raise ValidationError(f"{job} declares no parameter {name!r}", field=field, source=source)
         refs = references(template)
+        if any(r.kind == "params" and r.name in later for r in refs):
+            continue  # its value comes when the workflow fires
         missing = [r.name for r in refs if r.kind == "params" and r.name not in params]
         if missing:
             if not certain:
