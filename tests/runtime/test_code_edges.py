@@ -456,6 +456,26 @@ def test_a_code_list_binds_the_module_that_defines_a_reexported_handler(
     assert held.hold_reason == "code_changed" and marker_lines(marker) == []
 
 
+def test_without_a_code_list_the_module_another_package_reexports_is_bound_too(
+    engine: Engine, site: Path, marker: Path
+) -> None:
+    """Found by a review: ``handler: myjobs.greet:work`` where ``greet`` only imports ``work``
+    from another top-level package, no ``code:`` list: the approval bound ``package:myjobs``
+    alone, and an edit of the function's own body ran."""
+    jobs, helpers = _name("myjobs"), _name("helperpkg")
+    for package in (jobs, helpers):
+        (site / package).mkdir()
+        (site / package / "__init__.py").write_text("")
+    (site / helpers / "impl.py").write_text(RECORD)
+    (site / jobs / "greet.py").write_text(f"from {helpers}.impl import work\n")
+    job = define(engine, handler=f"{jobs}.greet:work")
+    (site / helpers / "impl.py").write_text(RECORD.replace('"ran', '"EDITED'))
+    run_id = submit(engine, job)
+    with running_worker(engine):
+        held = wait_status(engine, run_id, RunStatus.HELD)
+    assert held.hold_reason == "code_changed" and marker_lines(marker) == []
+
+
 def test_a_host_job_decorator_renamed_by_assignment_is_refused_at_apply(engine: Engine, site: Path) -> None:
     """Found by a review: ``hj = code.host_job`` then ``@hj`` passed ``apply`` (the worker then
     refused it, leaving its runs waiting for ever)."""

@@ -351,6 +351,10 @@ class CodeReader:
         else:
             top = handler.partition(":")[0].split(".")[0]
             parts[f"package:{top}"] = self._package(top)
+            # A handler its package only re-exports from another top-level package is that
+            # package's code: bound too, as with a ``code:`` list (found by a review: an edit of
+            # the function's own body ran under an approval of the package that imports it).
+            parts.update(self._own_module(handler, [f"package:{top}"]))
         return parts
 
     def _as_loaded(self, parts: dict[str, str], read: Mapping[str, str]) -> dict[str, str]:
