@@ -37,6 +37,15 @@ def return_nan(ctx: ExecutionContext) -> dict[str, Any]:
     return {"ratio": float("nan")}
 
 
+def return_huge(ctx: ExecutionContext) -> dict[str, Any]:
+    """Over a result's 1 MiB: it rides in the run's row and every event of it (an artifact's job)."""
+    return {"blob": "x" * (1 << 20)}
+
+
+def return_surrogate(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"name": "\udcff.csv"}  # a file name decoded with surrogateescape
+
+
 def refuse(ctx: ExecutionContext) -> None:
     raise NonRetryableError("period 2026-13 does not exist", error_code="BAD_PERIOD")
 

@@ -391,7 +391,17 @@ def test_a_command_reports_outputs_through_the_outputs_file(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     "written",
-    ["[1, 2]", "not json", '"text"', "x" * (64 * 1024 + 1)],
+    [
+        "[1, 2]",
+        "not json",
+        '"text"',
+        "x" * (64 * 1024 + 1),
+        # found by a review: stored as null, or (a lone surrogate) failing every settlement after
+        '{"x": NaN}',
+        '{"x": -Infinity}',
+        '{"n": 1e999}',
+        '{"s": "\\ud800"}',
+    ],
 )
 def test_anything_but_a_small_json_object_fails_the_attempt(tmp_path: Path, written: str) -> None:
     result = run(py_runner(WRITE_OUTPUTS, written), make_context(tmp_path))

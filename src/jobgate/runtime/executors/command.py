@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import select
@@ -49,6 +48,7 @@ from jobgate.core.params import RESERVED, placeholders, render
 from jobgate.registry import RunnerSpec
 from jobgate.runtime.executors import capture
 from jobgate.runtime.executors.base import Artifact, ExecutionResult, failure, log_best_effort, stopped
+from jobgate.runtime.executors.results import NotStorable, loads_strict, storable
 
 INHERITED_ENV = ("PATH", "LANG", "HOME")
 _POLL_SECONDS = 0.05
@@ -491,9 +491,12 @@ def _read_outputs(path: Path) -> dict[str, Any]:
             OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name} is over {MAX_OUTPUTS_BYTES} bytes"
         )
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = loads_strict(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name}: {exc}") from None
     if not isinstance(value, dict):
         raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", f"{path.name} must hold a JSON object")
-    return value
+    try:
+        return storable(value, what=path.name)  # a lone surrogate escaped as \ud800, say
+    except NotStorable as refused:
+        raise _Refused(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_OUTPUTS", str(refused)) from None

@@ -30,6 +30,7 @@ from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.registry import HttpTargetSpec
 from jobgate.runtime.executors.base import ExecutionResult, failure, log_best_effort, stopped
+from jobgate.runtime.executors.results import NotStorable, loads_strict, storable
 
 # Client errors that mean "not now" rather than "never": Request Timeout, Too Early, Too Many Requests.
 RETRYABLE_CLIENT_ERRORS = frozenset({408, 425, 429})
@@ -119,17 +120,17 @@ def _map_response(response: httpx.Response) -> ExecutionResult:
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any] | None:
-    """The answer's JSON object, if it is one JSON can store: NaN and Infinity (which Python's
-    parser accepts) are not JSON, so such an answer is kept as its status code only."""
+    """The answer's JSON object, if it is one the store can hold (``results.storable``): NaN,
+    Infinity and numbers past a float's range (which Python's parser accepts), a lone surrogate,
+    an answer over the result's size: such an answer is kept as its status code only."""
     try:
-        value = json.loads(response.text, parse_constant=_refuse_constant)
+        value = loads_strict(response.text)
     except ValueError:  # not JSON (json.JSONDecodeError and UnicodeDecodeError are both ValueErrors)
         return None
-    return value if isinstance(value, dict) else None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    try:
+        return storable(value, what="the answer")
+    except NotStorable:
+        return None
 
 
 def _describe(exc: httpx.HTTPError) -> str:

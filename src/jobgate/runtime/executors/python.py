@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -33,6 +32,7 @@ from jobgate.governance.code import check_trusted, resolve_handler
 from jobgate.plugins.admission import check_handler
 from jobgate.runtime.executors.base import ExecutionResult
 from jobgate.runtime.executors.capture import AttemptLog, attempt_output
+from jobgate.runtime.executors.results import NotStorable, storable
 from jobgate.service.host import Host
 
 MAX_ERROR_MESSAGE = 2000
@@ -98,39 +98,14 @@ _SUCCEEDED = ExecutionResult(Outcome(OutcomeKind.SUCCEEDED))  # immutable: share
 
 
 def _as_result(value: object) -> ExecutionResult:
-    """Accept ``None`` or a JSON object; the recorded result is the JSON round trip, i.e. exactly
-    what the store will hold, detached from any object the handler keeps mutating."""
+    """Accept ``None`` or a JSON object the store can hold (``results.storable``); the recorded
+    result is the JSON round trip, i.e. exactly what the store will hold."""
     if value is None:
         return _SUCCEEDED
-    if not isinstance(value, dict):
-        return _failure(
-            OutcomeKind.NON_RETRYABLE_FAILURE,
-            "INVALID_RESULT",
-            f"handler returned {type(value).__name__}; expected a dict or None",
-        )
     try:
-        text = json.dumps(value, allow_nan=False)
-        normalised = json.loads(text)
-        json.dumps(normalised, ensure_ascii=False).encode("utf-8")  # every string is Unicode text
-    except UnicodeEncodeError:
-        return _failure(
-            OutcomeKind.NON_RETRYABLE_FAILURE,
-            "INVALID_RESULT",
-            "handler result holds a string that is not Unicode text (a lone surrogate: a file name "
-            "decoded with surrogateescape?); decode it, or return its bytes as base64",
-        )
-    except (TypeError, ValueError, RecursionError) as exc:
-        return _failure(
-            OutcomeKind.NON_RETRYABLE_FAILURE,
-            "INVALID_RESULT",
-            f"handler result is not JSON-serialisable: {exc}",
-        )
-    if len(normalised) != len(value):  # {1: "a", "1": "b"}: two keys became one
-        return _failure(
-            OutcomeKind.NON_RETRYABLE_FAILURE,
-            "INVALID_RESULT",
-            "handler result has keys that are the same as JSON text (an int and its digits as a string)",
-        )
+        normalised = storable(value, what="handler result")
+    except NotStorable as refused:
+        return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, "INVALID_RESULT", str(refused))
     return ExecutionResult(Outcome(OutcomeKind.SUCCEEDED), result=normalised)
 
 
