@@ -50,6 +50,14 @@ def refuse(ctx: ExecutionContext) -> None:
     raise NonRetryableError("period 2026-13 does not exist", error_code="BAD_PERIOD")
 
 
+def refuse_with_a_number(ctx: ExecutionContext) -> None:
+    raise NonRetryableError("period 2026-13 does not exist", error_code=12345)  # type: ignore[arg-type]
+
+
+def refuse_with_none(ctx: ExecutionContext) -> None:
+    raise NonRetryableError("period 2026-13 does not exist", error_code=None)  # type: ignore[arg-type]
+
+
 def busy(ctx: ExecutionContext) -> None:
     raise RetryableError("target is busy", error_code="TARGET_BUSY")
 

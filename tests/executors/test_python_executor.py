@@ -63,6 +63,17 @@ def test_non_retryable_error_keeps_its_code(tmp_path: Path) -> None:
     assert outcome.error_message == "period 2026-13 does not exist"
 
 
+@pytest.mark.parametrize(("name", "code"), [("refuse_with_a_number", "12345"), ("refuse_with_none", "ERROR")])
+def test_a_non_retryable_error_with_a_code_that_is_no_string_stays_non_retryable(
+    tmp_path: Path, name: str, code: str
+) -> None:
+    """Found by a review: ``error_code=12345`` failed the recording of the failure, which the
+    worker then took for a retryable executor error (three attempts, then a dead letter)."""
+    outcome = PythonExecutor(f"{H}:{name}").execute(make_context(tmp_path)).outcome
+    assert outcome.kind is OutcomeKind.NON_RETRYABLE_FAILURE
+    assert outcome.error_code == code and outcome.error_message == "period 2026-13 does not exist"
+
+
 def test_retryable_error_keeps_its_code(tmp_path: Path) -> None:
     outcome = PythonExecutor(f"{H}:busy").execute(make_context(tmp_path)).outcome
     assert outcome.kind is OutcomeKind.RETRYABLE_FAILURE

@@ -49,9 +49,16 @@ class Outcome:
 ERROR_CODE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
-def error_code_of(code: str) -> str:
+def error_code_of(code: object) -> str:
     """``code`` as an error code: letters, digits and ``_ . : -``, at most 64; anything else is
-    replaced by ``_`` (a code names a kind of failure, it carries no free text)."""
+    replaced by ``_`` (a code names a kind of failure, it carries no free text). A handler may
+    raise with any object as its code (``error_code=12345``): its text is used, and no code at
+    all is ``ERROR``, never a failure to record the failure."""
+    if not isinstance(code, str):
+        try:
+            code = "" if code is None else str(code)
+        except Exception:  # a handler's object can do anything in __str__
+            code = ""
     if ERROR_CODE.fullmatch(code):
         return code
     return re.sub(r"[^A-Za-z0-9_.:-]+", "_", code)[:64].strip("_") or "ERROR"

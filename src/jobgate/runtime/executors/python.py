@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from jobgate.context import ExecutionContext
-from jobgate.core.decide import Outcome, OutcomeKind
+from jobgate.core.decide import Outcome, OutcomeKind, error_code_of
 from jobgate.core.errors import NonRetryableError, RetryableError, ValidationError
 from jobgate.governance.code import check_trusted, resolve_handler
 from jobgate.plugins.admission import check_handler
@@ -82,11 +82,13 @@ class PythonExecutor:
             try:
                 value = self._fn(ctx)
             except NonRetryableError as exc:
-                _log(log, f"[jobgate] handler {self.handler} failed (non-retryable, {exc.error_code}): {exc}")
-                return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, exc.error_code, str(exc))
+                code, text = error_code_of(exc.error_code), described(exc)  # whatever the handler passed
+                _log(log, f"[jobgate] handler {self.handler} failed (non-retryable, {code}): {text}")
+                return _failure(OutcomeKind.NON_RETRYABLE_FAILURE, code, text)
             except RetryableError as exc:
-                _log(log, f"[jobgate] handler {self.handler} failed (retryable, {exc.error_code}): {exc}")
-                return _failure(OutcomeKind.RETRYABLE_FAILURE, exc.error_code, str(exc))
+                code, text = error_code_of(exc.error_code), described(exc)
+                _log(log, f"[jobgate] handler {self.handler} failed (retryable, {code}): {text}")
+                return _failure(OutcomeKind.RETRYABLE_FAILURE, code, text)
             except BaseException as exc:  # sys.exit, KeyboardInterrupt, GeneratorExit raised by
                 # the handler's own code (signals reach the main thread, never this one) end its attempt, not the worker
                 _log(log, f"[jobgate] handler {self.handler} raised:\n" + "".join(traceback.format_exception(exc)))
