@@ -131,3 +131,8 @@ def test_tokens_revoke_by_principal_and_neither_or_both_is_refused(tmp_path: Pat
     assert said.startswith("2 token(s) revoked") and made[0]["token_id"] in said and made[1]["token_id"] in said
     listed = {t["token_id"]: t for t in json.loads(jobgate(folder, "--json", "tokens", "list").stdout)}
     assert [listed[m["token_id"]]["revoked_at"] is not None for m in made] == [True, True, False]
+    # found by a review: a lifetime past a date's range was an internal OverflowError (exit 70)
+    for days in ("1e12", "3651"):
+        long = jobgate(folder, "tokens", "create", "--role", "admin", "--expires-in-days", days, check=False)
+        assert long.returncode == 2 and "--expires-in-days" in long.stderr and "Traceback" not in long.stderr
+    assert len(json.loads(jobgate(folder, "--json", "tokens", "list").stdout)) == len(listed)  # none made

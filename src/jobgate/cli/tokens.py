@@ -44,7 +44,11 @@ def _record(t: StoredToken) -> dict[str, Any]:
 @click.option("--role", required=True, type=click.Choice([r.value for r in Role]))
 @click.option("--job", "jobs", multiple=True, help="limit the token to this definition (repeatable)")
 @click.option("--label", default="", help="what the token is for")
-@click.option("--expires-in-days", type=click.FloatRange(min=0, min_open=True), help="default: never")
+@click.option(
+    "--expires-in-days",
+    type=click.FloatRange(min=0, min_open=True, max=service.MAX_LIFETIME.days),
+    help=f"default: never; at most {service.MAX_LIFETIME.days} (ten years)",
+)
 @click.option(
     "--principal",
     help="the person or service account the token belongs to (four eyes compares principals); "
