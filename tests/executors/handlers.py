@@ -42,6 +42,16 @@ def return_huge(ctx: ExecutionContext) -> dict[str, Any]:
     return {"blob": "x" * (1 << 20)}
 
 
+def return_deep(ctx: ExecutionContext) -> dict[str, Any]:
+    """Nested past what the API's serialiser shows (a review: one such run broke its tenant's list)."""
+    top: dict[str, Any] = {}
+    inner = top
+    for _ in range(300):
+        inner["a"] = {}
+        inner = inner["a"]
+    return top
+
+
 def return_surrogate(ctx: ExecutionContext) -> dict[str, Any]:
     return {"name": "\udcff.csv"}  # a file name decoded with surrogateescape
 

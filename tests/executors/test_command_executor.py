@@ -401,6 +401,8 @@ def test_a_command_reports_outputs_through_the_outputs_file(tmp_path: Path) -> N
         '{"x": -Infinity}',
         '{"n": 1e999}',
         '{"s": "\\ud800"}',
+        '{"a": ' + "[" * 1000 + "]" * 1000 + "}",  # past the parser's recursion: not a retryable error
+        '{"a": ' + "[" * 100 + "]" * 100 + "}",  # past a result's nesting
     ],
 )
 def test_anything_but_a_small_json_object_fails_the_attempt(tmp_path: Path, written: str) -> None:

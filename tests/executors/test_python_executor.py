@@ -48,7 +48,7 @@ def test_dotted_attribute_handler(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["return_list", "return_unserialisable", "return_nan", "return_huge", "return_surrogate"]
+    "name", ["return_list", "return_unserialisable", "return_nan", "return_huge", "return_surrogate", "return_deep"]
 )
 def test_result_that_is_not_a_json_object_is_invalid(tmp_path: Path, name: str) -> None:
     outcome = PythonExecutor(f"{H}:{name}").execute(make_context(tmp_path)).outcome

@@ -162,3 +162,23 @@ def test_a_schedule_of_a_workflow_whose_every_fire_would_be_refused_is_refused(e
         {"id": "on-upload", "job": wf, "event_type": "file.uploaded", "payload_params": ["x"]}, now=now
     )
     schedules.put_schedules(engine, [by_event], source="test", now=now)  # the payload brings it
+
+
+def test_a_workflows_own_schedule_that_could_never_fire_is_refused_at_apply(engine: Engine) -> None:
+    """Its own schedule (``trigger_type: cron``) is checked as one stored by hand (found by a
+    review: apply stored it active, every fire refused)."""
+    j = jobs(engine)
+    steps = [{"id": "a", "job": j["record"], "params": {"name": "${params.x}"}}]
+    with pytest.raises(ValidationError) as refused:
+        workflow(engine, steps, params=[{"name": "x"}], trigger_type="cron", schedule_expression="*/5 * * * *")
+    assert refused.value.field == "schedule_expression" and "workflow.steps.a.params.name" in refused.value.message
+    assert count(engine, "schedules") == 0
+    # with a default for x its fires can run: stored
+    workflow(
+        engine,
+        steps,
+        params=[{"name": "x", "default": "given"}],
+        trigger_type="cron",
+        schedule_expression="*/5 * * * *",
+    )
+    assert count(engine, "schedules") == 1

@@ -9,7 +9,7 @@ gates, the scheduler policy and its counts. The attempt side of the same rule is
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -17,10 +17,9 @@ from typing import Any
 
 from jobgate.config import JobgateConfig
 from jobgate.core.audit import AuditEvent
-from jobgate.core.errors import GovernanceRefusal, JobgateError, NotFoundError, ValidationError
+from jobgate.core.errors import GovernanceRefusal, JobgateError
 from jobgate.core.governance import Facts, Moment, TrustFact, admit
 from jobgate.core.models import JobDefinition, JobRun, Scope, TriggerType
-from jobgate.core.params import validate_params
 from jobgate.core.policy import Policy
 from jobgate.core.records import AuditFilter, SafeModePeriod
 from jobgate.governance import trust
@@ -222,51 +221,12 @@ class Admission:
         what each step will be given must fit its definition as far as the start knows it
         (``workflows.inputs``), or the start is refused before anything is stored, not a run
         that fails half way. Returns the version and digest of each, which the steps will run."""
-        steps = self._step_definitions(tx, definition, tenant)
+        steps = self.definitions.step_definitions(tx, definition, tenant)
         for step in steps.values():
             self.check_approved(tx, step, tenant, approved)
         if params is not None:
-            self.check_workflow_inputs(tx, definition, tenant, params, steps=steps)
+            self.definitions.check_workflow_inputs(tx, definition, tenant, params, steps=steps)
         return {job: {"version": step.version, "digest": step.digest} for job, step in steps.items()}
-
-    def check_workflow_inputs(
-        self,
-        tx: StoreTx,
-        definition: JobDefinition,
-        tenant: str,
-        params: Mapping[str, object],
-        *,
-        later: Collection[str] = (),
-        steps: Mapping[str, JobDefinition] | None = None,
-    ) -> None:
-        """What a workflow's steps will be given, against their definitions as they stand
-        (``workflows.inputs``): at a start, and when a schedule of it is stored (``later``: the
-        params an event's payload supplies when it fires)."""
-        from jobgate.workflows.inputs import check_start
-        from jobgate.workflows.spec import workflow_spec_of
-
-        steps = self._step_definitions(tx, definition, tenant) if steps is None else steps
-        spec = workflow_spec_of(definition.content, definition.job_definition_id)
-        specs = [replace(p, required=False) if p.name in later else p for p in definition.params]
-        given = validate_params(specs, params, source=definition.job_definition_id)
-        declared = {job: step.params for job, step in steps.items()}
-        check_start(spec, declared, given, source=definition.job_definition_id, later=later)
-
-    def _step_definitions(self, tx: StoreTx, definition: JobDefinition, tenant: str) -> dict[str, JobDefinition]:
-        """The current definition of each job a workflow's steps and compensations name: each
-        must exist and be a job (a step runs a job, never another workflow)."""
-        from jobgate.workflows.spec import workflow_spec_of
-
-        out: dict[str, JobDefinition] = {}
-        for job in workflow_spec_of(definition.content, definition.job_definition_id).jobs:
-            try:
-                step = self.definitions.get(tx, tenant, job)
-            except NotFoundError:
-                raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
-            if "workflow" in step.content:
-                raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
-            out[job] = step
-        return out
 
     def check_approved(self, tx: StoreTx, definition: JobDefinition, tenant_id: str, approved: Approved) -> None:
         """Seed 004: nothing runs unless an admin approved this exact content (its digest): the

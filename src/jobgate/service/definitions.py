@@ -8,7 +8,7 @@ what was stored is refused as tampered. Applying stores every version or none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -133,7 +133,9 @@ class Definitions:
         from jobgate.service.schedules import check_params  # it imports the engine, which imports us
 
         try:  # a schedule that could never fire is refused, as one stored by hand is
-            check_params(definition, wanted, now)
+            rendered = check_params(definition, wanted, now)
+            if "workflow" in definition.content:
+                self._check_owned_workflow_inputs(tx, tenant_id, definition, rendered, wanted.payload_params)
         except ValidationError as exc:
             raise ValidationError(
                 f"its own schedule could never fire: {exc.field}: {exc.message}",
@@ -156,6 +158,58 @@ class Definitions:
         tx.change_record(
             tenant_id, name, ScheduleChange(now, "created" if made else "updated", before, after, True, actor, reason)
         )
+
+    def _check_owned_workflow_inputs(
+        self, tx: StoreTx, tenant: str, definition: JobDefinition, params: Mapping[str, object], later: Sequence[str]
+    ) -> None:
+        """``check_workflow_inputs`` for a workflow's own schedule, as one stored by hand is
+        checked; unless a step's definition is not stored yet (applied later in the same
+        batch, say): what it declares is not known, and its fires are checked as they come."""
+        try:
+            steps = self.step_definitions(tx, definition, tenant)
+        except ValidationError:
+            return
+        self.check_workflow_inputs(tx, definition, tenant, params, later=frozenset(later), steps=steps)
+
+    def step_definitions(self, tx: StoreTx, definition: JobDefinition, tenant: str) -> dict[str, JobDefinition]:
+        """The current definition of each job a workflow's steps and compensations name: each
+        must exist and be a job (a step runs a job, never another workflow)."""
+        from jobgate.workflows.spec import workflow_spec_of
+
+        out: dict[str, JobDefinition] = {}
+        for job in workflow_spec_of(definition.content, definition.job_definition_id).jobs:
+            try:
+                step = self.get(tx, tenant, job)
+            except NotFoundError:
+                raise ValidationError(f"step job {job!r} is not a known definition", field="workflow.steps") from None
+            if "workflow" in step.content:
+                raise ValidationError(f"step job {job!r} is a workflow; a step runs a job", field="workflow.steps")
+            out[job] = step
+        return out
+
+    def check_workflow_inputs(
+        self,
+        tx: StoreTx,
+        definition: JobDefinition,
+        tenant: str,
+        params: Mapping[str, object],
+        *,
+        later: Collection[str] = (),
+        steps: Mapping[str, JobDefinition] | None = None,
+    ) -> None:
+        """What a workflow's steps will be given, against their definitions as they stand
+        (``workflows.inputs``): at a start, and when a schedule of it is stored (``later``: the
+        params an event's payload supplies when it fires)."""
+        from jobgate.core.params import validate_params
+        from jobgate.workflows.inputs import check_start
+        from jobgate.workflows.spec import workflow_spec_of
+
+        steps = self.step_definitions(tx, definition, tenant) if steps is None else steps
+        spec = workflow_spec_of(definition.content, definition.job_definition_id)
+        specs = [replace(p, required=False) if p.name in later else p for p in definition.params]
+        given = validate_params(specs, params, source=definition.job_definition_id)
+        declared = {job: step.params for job, step in steps.items()}
+        check_start(spec, declared, given, source=definition.job_definition_id, later=later)
 
     def get(self, tx: StoreTx, tenant_id: str, job_definition_id: str, version: int | None = None) -> JobDefinition:
         """A stored version (the current one when ``version`` is None), checked as ``build``."""

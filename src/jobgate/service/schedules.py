@@ -364,7 +364,7 @@ def _pending_reason(engine: Engine, s: Schedule, now: datetime) -> Pending | Non
     rendered = check_params(definition, s, now)
     if "workflow" in definition.content:  # what its steps will be given, as at a start
         with engine.store.read(tenant_id=s.tenant_id) as tx:
-            engine.admission.check_workflow_inputs(
+            engine.definitions.check_workflow_inputs(
                 tx, definition, s.tenant_id, rendered, later=frozenset(s.payload_params)
             )
     status = approvals.status(engine, s.tenant_id, s.job_definition_id)

@@ -15,6 +15,9 @@ import math
 from typing import Any
 
 MAX_RESULT_BYTES = 1 << 20  # a result rides in its run's row and its events: 1 MiB of JSON at most
+# Objects and arrays inside one another: the API's and the CLI's serialisers stop at 255 (a run
+# with a deeper result broke its tenant's whole run list); no result needs more than this.
+MAX_RESULT_DEPTH = 64
 
 
 class NotStorable(ValueError):
@@ -26,6 +29,8 @@ def storable(value: object, *, what: str) -> dict[str, Any]:
     producer keeps mutating), or ``NotStorable`` naming ``what`` and the reason."""
     if not isinstance(value, dict):
         raise NotStorable(f"{what} is {type(value).__name__}; expected a JSON object")
+    if _deeper_than(value, MAX_RESULT_DEPTH):
+        raise NotStorable(f"{what} nests objects and arrays more than {MAX_RESULT_DEPTH} deep")
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
         size = len(text.encode("utf-8"))  # every string must be Unicode text
@@ -46,8 +51,25 @@ def storable(value: object, *, what: str) -> dict[str, Any]:
 
 def loads_strict(text: str) -> Any:
     """``json.loads`` of JSON itself: NaN, Infinity and numbers past a float's range (which
-    Python's parser turns into infinities) are refused with ``ValueError``."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    Python's parser turns into infinities) are refused with ``ValueError``, and so is nesting
+    past the parser's recursion limit (a few kilobytes of brackets)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deep to read") from None
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether objects and arrays nest in ``value`` more than ``limit`` deep (without recursion:
+    a handler's value may nest past Python's own limit)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if depth > limit:
+            return True
+        inner = current.values() if isinstance(current, dict) else current if isinstance(current, list | tuple) else ()
+        stack.extend((v, depth + 1) for v in inner if isinstance(v, dict | list | tuple))
+    return False
 
 
 def _refuse_constant(name: str) -> Any:
