@@ -277,7 +277,9 @@ def test_racing_coordinators_audit_a_refused_step_once(engine: Engine, marker: P
     assert refused == 1
 
 
-def test_the_starters_role_bounds_the_steps_priority(engine: Engine, tmp_path: Path, marker: Path) -> None:
+def _high_priority_workflow_capped_for_consumers(engine: Engine, tmp_path: Path) -> tuple[Engine, str]:
+    """An engine whose scheduler policy caps a consumer at normal priority, and a workflow of
+    one high-priority step."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         json.dumps(
@@ -286,7 +288,11 @@ def test_the_starters_role_bounds_the_steps_priority(engine: Engine, tmp_path: P
     )
     edited = Engine(engine.store, make_config(tmp_path / "p", policy=str(policy)))
     high = define(edited, handler="workflow_handlers:record", params=[{"name": "name"}], priority="high")
-    wf = workflow(edited, [{"id": "a", "job": high, "params": {"name": "a"}}])
+    return edited, workflow(edited, [{"id": "a", "job": high, "params": {"name": "a"}}])
+
+
+def test_the_starters_role_bounds_the_steps_priority(engine: Engine, tmp_path: Path, marker: Path) -> None:
+    edited, wf = _high_priority_workflow_capped_for_consumers(engine, tmp_path)
     record, _ = start_workflow(edited, StartWorkflow(wf, scope=Scope(), requested_by="c1", role="consumer"), actor="c1")
     with coordinating(edited):
         done = wait_workflow(edited, record.workflow_run_id)
@@ -301,15 +307,7 @@ def test_the_role_of_a_workflow_fired_as_a_run_bounds_its_steps_priority(
     """A workflow definition submitted as a run (``POST /runs``) starts its workflow from that
     run: its requester's role is recorded with the trigger and judges the steps, as for a
     workflow started directly."""
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        json.dumps(
-            {"policy_id": "P", "version": 1, "priority": {"id": "SP-PRIORITY", "by_role": {"consumer": "normal"}}}
-        )
-    )
-    edited = Engine(engine.store, make_config(tmp_path / "p", policy=str(policy)))
-    high = define(edited, handler="workflow_handlers:record", params=[{"name": "name"}], priority="high")
-    wf = workflow(edited, [{"id": "a", "job": high, "params": {"name": "a"}}])
+    edited, wf = _high_priority_workflow_capped_for_consumers(engine, tmp_path)
     run = edited.submit(SubmitRequest(wf, requested_by="c1", role="consumer", reason="t"), actor="c1").run
     with edited.store.read() as tx:  # on the record, with the trigger
         assert (tx.run_trigger(run.job_run_id) or {})["role"] == "consumer"
