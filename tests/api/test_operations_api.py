@@ -206,6 +206,29 @@ def test_a_loop_whose_every_pass_fails_is_amber_on_readyz(world: World) -> None:
     assert checks["scheduler"] == {"name": "scheduler", "status": "green", "detail": "alive"}
 
 
+def test_readyz_answers_red_in_time_when_the_database_never_answers_and_healthz_still_answers(
+    world: World, monkeypatch: Any
+) -> None:
+    """Found by a review: a database that accepts connections and never answers held /readyz
+    for ever, and the waiting requests held every thread /healthz needed."""
+    import threading
+
+    from jobgate.api.routes import health
+
+    released = threading.Event()
+    monkeypatch.setattr(health, "READY_SECONDS", 0.2)
+    monkeypatch.setattr(health, "_readiness", lambda state: released.wait(10) and [])  # a stalled read
+    try:
+        ready = world.client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"] == [
+            {"name": "database", "status": "red", "detail": "no answer within 0.2 s"}
+        ]
+        assert world.client.get("/healthz").status_code == 200
+    finally:
+        released.set()
+    assert health.healthz.__code__.co_flags & 0x80  # a coroutine: on the event loop, never the pool
+
+
 def test_metrics_are_the_callers_tenants(world: World) -> None:
     world.new_run()
     world.new_run(tenant="other", job="shared-job")

@@ -18,7 +18,8 @@ from jobgate.telemetry.metrics import exposition
 @pass_app
 def metrics_command(app: AppContext, tenant: str | None) -> None:
     """Print the Prometheus exposition the server's /metrics gives for the database figures
-    (the tg_scheduler_* set), for every tenant or one; with --json, one record per sample."""
+    (the tg_scheduler_* set), for every tenant or one; with the global --json (jobgate --json
+    metrics), one record per sample."""
     text = exposition(app.engine(), tenant).decode("utf-8")
     if not app.json_output:
         sys.stdout.write(text)

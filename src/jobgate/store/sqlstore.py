@@ -895,6 +895,7 @@ class StoreTx:
 
 
 WRITE_LOCK_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10  # PostgreSQL: seconds to open a connection (the URL's connect_timeout wins)
 NEVER = 2**62  # executions of one statement before psycopg prepares it unasked
 
 
@@ -1054,7 +1055,10 @@ class Store:
             options = (f"{parsed.query.get('options', '')} -c {TENANT_SETTING}=*").strip()
             parsed = parsed.set(drivername="postgresql+psycopg").update_query_dict({"options": options})
             url = parsed.render_as_string(hide_password=False)
-            pool = {"pool_size": 10, "max_overflow": 10, "connect_args": {"prepare_threshold": NEVER}}
+            connect: dict[str, Any] = {"prepare_threshold": NEVER}
+            if "connect_timeout" not in parsed.query:  # a database that never answers fails in time
+                connect["connect_timeout"] = CONNECT_TIMEOUT_S
+            pool = {"pool_size": 10, "max_overflow": 10, "connect_args": connect}
             # A dead pooled connection (a killed session, a restarted server) is found by a ping
             # at checkout. A look at its socket instead (a round trip less) handed out
             # connections whose session had been ended a moment before, its farewell not yet

@@ -10,6 +10,7 @@ beside this process's HTTP figures.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
@@ -31,12 +32,16 @@ router = APIRouter(tags=["health"])
 State = Annotated[ServerState, Depends(server_state)]
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 LOOP_FAILING_AFTER = 3  # failed passes in a row that make a live loop amber on /readyz
+READY_SECONDS = 5.0  # /readyz answers red after this long without the database's answer
 
 
 @router.get("/healthz", response_model=HealthOut)
 @allow(PUBLIC)
-def healthz(state: State) -> HealthOut:
-    """Alive, and whether the pub/sub subscriber holds its connection (no database call)."""
+async def healthz(state: State) -> HealthOut:
+    """Alive, and whether the pub/sub subscriber holds its connection (no database call). On
+    the event loop itself, not the thread pool: requests waiting on a stalled database hold
+    every pool thread, and a liveness probe queued behind them made a supervisor restart a
+    process that was only waiting (found by a review)."""
     return HealthOut(status="ok", pubsub=state.pubsub())
 
 
@@ -64,7 +69,11 @@ def buildinfo_json() -> BuildInfoOut:
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
 @allow(PUBLIC)
 async def readyz(state: State) -> JSONResponse:
-    checks = await run_in_threadpool(_readiness, state)
+    try:  # a database that accepts connections and never answers is not ready: say so, in time
+        checks = await asyncio.wait_for(run_in_threadpool(_readiness, state), timeout=READY_SECONDS)
+    except TimeoutError:
+        detail = f"no answer within {READY_SECONDS:g} s"
+        checks = [CheckOut(name="database", status=doctor.Level.RED.value, detail=detail)]
     ready = all(c.status != doctor.Level.RED.value for c in checks)
     body = ReadyOut(ready=ready, checks=checks).model_dump(mode="json")
     return JSONResponse(body, status_code=200 if ready else 503)
