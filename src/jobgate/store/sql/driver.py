@@ -467,10 +467,15 @@ def returning_sql(conn: Connection, sql: str, params: Sequence[Any] | Mapping[st
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         _execute(cursor, *_one_row_form(sql, params), marked=sql)
-        columns = _column_names(cursor)
-        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        return _dict_rows(cursor)
     finally:
         cursor.close()
+
+
+def _dict_rows(cursor: Any) -> list[dict[str, Any]]:
+    """The cursor's current result as dicts of column names."""
+    columns = _column_names(cursor)
+    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
 def returning_each(conn: Connection, queries: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[list[dict[str, Any]]]:
@@ -479,6 +484,8 @@ def returning_each(conn: Connection, queries: Sequence[tuple[Any, Mapping[str, A
     for the last's answer (a submission's first reads; the audit chain's head and floors). The
     server still runs them one after the other, each statement seeing what committed before
     it started: a statement after a ``FOR UPDATE`` sees what the lock's previous holder wrote."""
+    if not queries:
+        return []  # an empty pipeline would still cost a round trip
     if conn.dialect.name != "postgresql":
         return [returning(conn, stmt, params) for stmt, params in queries]
     dbapi: Any = conn.connection.dbapi_connection
@@ -488,11 +495,7 @@ def returning_each(conn: Connection, queries: Sequence[tuple[Any, Mapping[str, A
             for cursor, (stmt, params) in zip(cursors, queries, strict=True):
                 sql, names, defaults = _compile(conn, stmt)
                 _execute(cursor, sql, _bind(names, defaults, params))
-        out = []
-        for cursor in cursors:
-            columns = _column_names(cursor)
-            out.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
-        return out
+        return [_dict_rows(cursor) for cursor in cursors]
     finally:
         for cursor in cursors:
             cursor.close()
@@ -504,6 +507,8 @@ def rows_sql_then(
     """``rows_sql``, then ``queries`` (statements built once) after it in the same pipeline on
     PostgreSQL: one round trip, the server running them in order (a lock the queries take is
     taken after what the first statement locked). Returns the first's rows and each query's."""
+    if not queries:
+        return rows_sql(conn, sql, params), []
     if conn.dialect.name != "postgresql":
         return rows_sql(conn, sql, params), [returning(conn, stmt, p) for stmt, p in queries]
     dbapi: Any = conn.connection.dbapi_connection
@@ -515,11 +520,7 @@ def rows_sql_then(
                 text, names, defaults = _compile(conn, stmt)
                 _execute(cursor, text, _bind(names, defaults, values))
         first = [tuple(row) for row in cursors[0].fetchall()] if _returns_rows(cursors[0]) else []
-        after = []
-        for cursor in cursors[1:]:
-            columns = _column_names(cursor)
-            after.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
-        return first, after
+        return first, [_dict_rows(cursor) for cursor in cursors[1:]]
     finally:
         for cursor in cursors:
             cursor.close()

@@ -101,8 +101,8 @@ Head = tuple[int, str, list[int]]  # the chain's last position and hash, the flo
 
 
 def head_queries(tenant_id: str) -> list[tuple[Any, dict[str, Any]]]:
-    """The locked head and the floors (PostgreSQL) as statements that can travel with others
-    (``store.sql.ahead``): a manual submission's append reads them with its run's lookups."""
+    """The locked head, then the floors as they stand once it is held (PostgreSQL), as
+    statements that can travel with others: a manual submission's run insert carries them."""
     key = {"tenant": tenant_id}
     return [(_HEAD_LOCKED, key), (_FLOORS, key)]
 
@@ -110,7 +110,10 @@ def head_queries(tenant_id: str) -> list[tuple[Any, dict[str, Any]]]:
 def head_from(head: Sequence[Mapping[str, Any]], floors: Sequence[Mapping[str, Any]]) -> Head | None:
     """``head_queries``' answers as ``_head_and_floors`` returns them; None for a tenant whose
     chain has no head yet (its first append makes it)."""
-    found = [(*h.values(), *f.values()) for h in head for f in floors]
+    return _as_head([(*h.values(), *f.values()) for h in head for f in floors])
+
+
+def _as_head(found: Sequence[Sequence[Any]]) -> Head | None:
     if not found:
         return None
     ((seq, head_hash, *bounds),) = found
@@ -120,18 +123,17 @@ def head_from(head: Sequence[Mapping[str, Any]], floors: Sequence[Mapping[str, A
 def _head_and_floors(conn: Connection, tenant_id: str, *, lock_rows: bool) -> Head:
     """The tenant's head (held until the transaction ends where rows are locked) and the times
     its next entries may not precede: the end of the last anchored window, the last entry's."""
-    key = {"tenant": tenant_id}
     for attempt in range(2):
         if lock_rows:  # the locked head, then the floors as they stand once it is held
-            head, floors = driver.returning_each(conn, [(_HEAD_LOCKED, key), (_FLOORS, key)])
-            found = [(*h.values(), *f.values()) for h in head for f in floors]
+            read = head_from(*driver.returning_each(conn, head_queries(tenant_id)))
         else:
-            found = driver.rows(conn, _HEAD_AND_FLOORS, key)
-        if found or attempt:
+            read = _as_head(driver.rows(conn, _HEAD_AND_FLOORS, {"tenant": tenant_id}))
+        if read is not None:
+            return read
+        if attempt:
             break
         _ensure_head(conn, tenant_id)  # the first entry of the tenant's chain
-    ((seq, head_hash, *bounds),) = found
-    return int(seq), str(head_hash), [int(b) for b in bounds if b is not None]
+    raise RuntimeError(f"the audit chain head of {tenant_id!r} is missing after it was made")
 
 
 def _write_entries(conn: Connection, tenant_id: str, entries: Sequence[AuditEntry]) -> None:

@@ -122,23 +122,18 @@ def _create_in_one_statement(
     transition_rows: list[tuple[Any, ...]],
     notify_channel: str | None,
     then: Sequence[tuple[Any, dict[str, Any]]] = (),
-    answers: list[list[dict[str, Any]]] | None = None,
-) -> set[str]:
+) -> tuple[set[str], list[list[dict[str, Any]]]]:
     """PostgreSQL: the runs, the transitions of those this statement made, and the wake-up, in
     one round trip (data-modifying ``WITH``) where they were three: a single submission waits
-    on each round trip in turn; ``then``'s statements travel after it (``answers``). Returns the
-    ids of the runs it made."""
+    on each round trip in turn; ``then``'s statements travel after it. Returns the ids of the
+    runs it made and the rows of ``then``'s statements."""
     sql = _create_sql(conn, notify_channel)
     params: list[Any] = [list(col) for col in zip(*run_rows, strict=True)]
     params += [list(col) for col in zip(*transition_rows, strict=True)]
     if notify_channel is not None:
         params.append(notify_channel)
-    if not then:
-        return {row[0] for row in driver.rows_sql(conn, sql, params)}
     made, after = driver.rows_sql_then(conn, sql, params, then)
-    if answers is not None:
-        answers.extend(after)
-    return {row[0] for row in made}
+    return {row[0] for row in made}, after
 
 
 _create_sqls: dict[str | None, str] = {}
@@ -199,7 +194,7 @@ def runs_create(
     ``then``: statements run after the insert (its round trip, where it is one statement), their
     rows appended to ``answers``."""
     if not creates:
-        if then and answers is not None:
+        if answers is not None:
             answers.extend(driver.returning_each(conn, then))
         return []
     fresh: dict[str, RunCreate] = {}
@@ -213,15 +208,16 @@ def runs_create(
     run_rows = [run_values(c, recorded[c.run.idempotency_key]) for c in order]
     all_transitions = [row for c in order for row in recorded[c.run.idempotency_key]]
     if conn.dialect.name == "postgresql" and 0 < len(all_transitions) <= driver.PG_ROWS >= len(run_rows):
-        made = _create_in_one_statement(conn, run_rows, all_transitions, notify_channel, then, answers)
+        made, after = _create_in_one_statement(conn, run_rows, all_transitions, notify_channel, then)
     else:
         made = _insert_ignoring_duplicates(conn, run_rows)
         rows = [row for c in order if c.run.job_run_id in made for row in recorded[c.run.idempotency_key]]
         driver.insert_rows(conn, run_transitions, codec.TRANSITION_COLUMNS, rows)
         if notify_channel is not None and made:
             driver.execute(conn, f"NOTIFY {notify_channel}")
-        if then and answers is not None:
-            answers.extend(driver.returning_each(conn, then))
+        after = driver.returning_each(conn, then)  # its own round trip here (a bulk insert)
+    if answers is not None:
+        answers.extend(after)
     if len(made) == len(fresh):
         stored = {key: c.run for key, c in fresh.items()}
     else:
