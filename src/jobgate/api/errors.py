@@ -16,6 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobgate.core.errors import (
@@ -23,12 +25,15 @@ from jobgate.core.errors import (
     GovernanceRefusal,
     JobgateError,
     NotFoundError,
+    NotReadyError,
     QuotaExceededError,
+    UnavailableError,
     UnusableReferenceError,
     ValidationError,
 )
 from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
 from jobgate.service.tokens import Unauthenticated
+from jobgate.store.errors import is_transient
 
 log = logging.getLogger("jobgate.api")
 
@@ -70,6 +75,8 @@ class BadRequest(ValidationError):
 _STATUS: list[tuple[type[JobgateError], int]] = [
     (Unauthenticated, 401),
     (IdentityProviderUnavailable, 503),
+    (UnavailableError, 503),
+    (NotReadyError, 503),
     (NotImplementedHere, 501),
     (TenantMissing, 400),
     (Forbidden, 403),
@@ -105,6 +112,8 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
     if status == 401 and _is_console(request):  # a page or its form: sign in (again) first
         return RedirectResponse("/login", status_code=303)
     headers = {"WWW-Authenticate": _challenge(request)} if status == 401 else None
+    if status == 503:
+        headers = {"Retry-After": RETRY_AFTER_SECONDS}
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.
     message = f"{exc.source}: {exc.message}" if exc.source else exc.message
@@ -227,7 +236,46 @@ def _http_error(request: Request, exc: Exception) -> Response:
 _PAGE_MESSAGES = {404: "the console has no such page", 405: "this address is a form's action, not a page"}
 
 
-def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+# What a 503 asks a client to wait before trying again: a database restart or a busy file is
+# usually over in a second or two.
+RETRY_AFTER_SECONDS = "2"
+
+
+def _database_unavailable(request: Request, exc: Exception) -> Response:
+    """The database refused or dropped the connection, or the pool had none to give: a passing
+    condition, not a bug. 503 with Retry-After, and one warning line without the traceback
+    (the driver's first line says what happened; the statement is not logged)."""
+    cause = getattr(exc, "orig", None) or exc
+    first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    log.warning(
+        "database unavailable on %s %s: %s",
+        request.method,
+        request.url.path,
+        first_line[:300],
+        extra={"action": "api_database_unavailable"},
+    )
+    message = "the database is unavailable or busy; try again shortly"
+    page = _console_page(request, 503, "unavailable", message, None)
+    if page is not None:
+        return page
+    return JSONResponse(body("unavailable", message), status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """A database error worth retrying later (see ``store.errors.is_transient``) or a pool
+    that timed out waiting for a connection."""
+    return isinstance(exc, PoolTimeout) or is_transient(exc)
+
+
+def _database_error(request: Request, exc: Exception) -> Response:
+    """Registered for the database's own errors, so that the passing ones are answered here
+    (Starlette re-raises whatever reaches the catch-all, and the server logs it again)."""
+    if database_unavailable(exc):
+        return _database_unavailable(request, exc)
+    return _internal_error(request, exc)
+
+
+def _internal_error(request: Request, exc: Exception) -> Response:
     request_id = uuid.uuid4().hex[:12]
     log.error(
         "internal error on %s %s (request %s)",
@@ -247,4 +295,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(JobgateError, _jobgate_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(PoolTimeout, _database_error)
     app.add_exception_handler(Exception, _internal_error)

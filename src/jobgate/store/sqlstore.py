@@ -936,11 +936,11 @@ SQLITE_READERS = 32
 
 def _sqlite_engine(url: str, *, synchronous: str, writer: bool) -> Engine:
     if ":memory:" in url:
-        engine = create_engine(url, poolclass=NullPool)
+        engine = create_engine(url, poolclass=NullPool, hide_parameters=True)
     elif writer:
-        engine = create_engine(url)
+        engine = create_engine(url, hide_parameters=True)
     else:
-        engine = create_engine(url, pool_size=SQLITE_READERS, max_overflow=SQLITE_READERS)
+        engine = create_engine(url, pool_size=SQLITE_READERS, max_overflow=SQLITE_READERS, hide_parameters=True)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -1063,7 +1063,7 @@ class Store:
             # at checkout. A look at its socket instead (a round trip less) handed out
             # connections whose session had been ended a moment before, its farewell not yet
             # written: 56 of 100 transactions failed just after pg_terminate_backend.
-            self._writer = create_engine(url, pool_pre_ping=True, **pool)
+            self._writer = create_engine(url, pool_pre_ping=True, hide_parameters=True, **pool)
             driver.owing(self._writer)
             self._reader = self._writer
             self.skip_locked = True

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobgate.api.access import READ, allow, caller_of_request, principal
-from jobgate.api.errors import BadRequest
+from jobgate.api.errors import BadRequest, database_unavailable
 from jobgate.api.routes.runs import visible_run
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import QuotaExceededError
@@ -45,6 +46,7 @@ from jobgate.service.tokens import Principal
 from jobgate.views.schemas import RunOut, TransitionOut
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
+log = logging.getLogger("jobgate.api.stream")
 
 Caller = Annotated[Principal, Depends(principal)]
 State = Annotated[ServerState, Depends(server_state)]
@@ -109,7 +111,29 @@ async def _still_allowed(state: ServerState, request: Request) -> bool:
         await run_in_threadpool(caller_of_request, state, request)
     except (tokens.Unauthenticated, TenantMissing, IdentityProviderUnavailable):
         return False  # a credential that cannot be checked now ends the stream: never fail open
+    except Exception as exc:
+        if not database_unavailable(exc):
+            raise
+        return False  # the same when the database cannot say: the client reconnects later
     return True
+
+
+async def _look(state: ServerState, caller: Principal, job_run_id: str) -> Observed | None:
+    """The run now, or None while the database is unreachable or busy: a blip shorter than a
+    heartbeat costs the stream nothing (the next poll looks again), and a longer one ends it at
+    the heartbeat, whose credential check cannot be answered either."""
+    try:
+        return await run_in_threadpool(_observe, state, caller.tenant_id, job_run_id)
+    except Exception as exc:
+        if not database_unavailable(exc):
+            raise
+        log.warning(
+            "run stream of %s: the database is unavailable (%s); looking again at the next poll",
+            job_run_id,
+            type(exc).__name__,
+            extra={"action": "stream_database_unavailable", "job_run_id": job_run_id},
+        )
+        return None
 
 
 async def _run_events(
@@ -121,7 +145,10 @@ async def _run_events(
     beat = settings.stream_heartbeat.total_seconds()
     lag = settings.stream_queue_lag.total_seconds()
     yield f"retry: {int(settings.stream_retry.total_seconds() * 1000)}\n\n"
-    observed = await run_in_threadpool(_observe, state, caller.tenant_id, job_run_id)
+    first = await _look(state, caller, job_run_id)
+    if first is None:
+        return  # the client reconnects after the retry delay, resuming where it was
+    observed = first
     if observed.run is None:
         yield frame("gone", {"job_run_id": job_run_id})
         return
@@ -151,14 +178,17 @@ async def _run_events(
         if time.monotonic() >= next_beat:
             if not await _still_allowed(state, request):
                 return  # revoked or expired meanwhile: the reconnect gets its 401
-            yield frame("heartbeat", {"at": observed.now.isoformat()})
+            yield frame("heartbeat", {"at": state.engine.clock.now().isoformat()})
             next_beat = time.monotonic() + beat
         if time.monotonic() >= ends_at:
             return  # long enough: the client resumes with its last event id
         await asyncio.sleep(poll)
         if state.stopping.is_set() or await request.is_disconnected():
             return  # the client reconnects (to another node, or after the restart) with its last id
-        observed = await run_in_threadpool(_observe, state, caller.tenant_id, job_run_id)
+        latest = await _look(state, caller, job_run_id)
+        if latest is None:
+            continue  # nothing new to say; the heartbeat decides whether the stream goes on
+        observed = latest
         if observed.run is None:
             yield frame("gone", {"job_run_id": job_run_id})
             return
