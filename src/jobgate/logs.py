@@ -36,6 +36,7 @@ from typing import IO, Any, Literal
 import orjson
 
 from jobgate.core.errors import ConfigurationError
+from jobgate.core.params import escaped
 from jobgate.core.trace import run_trace_id
 from jobgate.documents import Reader
 
@@ -124,6 +125,17 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, one line a message: a line break or a terminal escape in a message
+    (a safe-mode reason, a run's error text) is written as its escape, so no text a caller
+    stored can add a forged line to the log or rewrite the terminal reading it. Tracebacks,
+    which follow the message, keep their lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escaped(record.message)
+        return super().formatMessage(record)
+
+
 _HANDLER_NAME = "jobgate"
 
 
@@ -142,7 +154,7 @@ def configure(fmt: LogFormat = "text", level: str = "info", stream: IO[str] | No
         root.removeHandler(old)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     root.addHandler(handler)
     root.setLevel(level.upper())
     # httpx logs every request at info (dependency checks, webhooks, sinks: one line per call);

@@ -15,14 +15,25 @@ from rich.text import Text
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.idempotency import short_run_id
 from jobgate.core.models import DeadLetter
+from jobgate.core.params import escaped
 
 if TYPE_CHECKING:  # the API's schemas (pydantic) load with the commands that show runs
     from jobgate.views.schemas import RunDetailOut, RunOut
 
+
+class _Console(Console):
+    """A console that shows text it is given as what it is: a reason, a title or a label
+    someone stored through the API reaches an admin's terminal here, and a terminal escape in
+    it (clear the screen, a fake line, a window title) is written as ``\\x1b``, never obeyed."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(escaped(o, lines=True) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
 # Piped output is not cut to 80 columns: tables stay one line per row for grep and less.
 _WIDTH = None if sys.stdout.isatty() else 200
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+out = _Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = _Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 
 def jsonable(value: Any) -> Any:
@@ -57,7 +68,8 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for c in columns:
         t.add_column(c, overflow="fold")
     for row in rows:
-        t.add_row(*[Text("" if v is None else str(v)) for v in row])  # as written: `[a-z]` is no markup
+        # as written (`[a-z]` is no markup), and escapes shown, not obeyed
+        t.add_row(*[Text("" if v is None else escaped(str(v), lines=True)) for v in row])
     out.print(t)
 
 

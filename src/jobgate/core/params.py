@@ -64,6 +64,43 @@ def readable_value(text: str) -> bool:
     return _TAG.search(text) is None or _TAG.search(_FLAG.sub("", text)) is None
 
 
+def check_text(value: str | None, field: str, *, lines: bool = False) -> None:
+    """Free text a person wrote (a reason, a title, a label) is refused, naming ``field``, when
+    it holds what would not print as itself: a terminal escape would rewrite an admin's screen
+    when the CLI lists it, a direction override would make it read as other words in the audit
+    log. ``lines`` lets line breaks and tabs through (a reason may be a paragraph)."""
+    if value is None:
+        return
+    text = value.replace("\r\n", "\n").replace("\n", " ").replace("\t", " ") if lines else value
+    if not readable_value(text):
+        raise ValidationError(UNREADABLE if not lines else _UNREADABLE_LINES, field=field)
+
+
+_UNREADABLE_LINES = (
+    "control characters other than line breaks and tabs, and invisible ones (NUL, escape, zero-width space, "
+    "direction overrides, ...) are not allowed"
+)
+
+
+def escaped(text: str, *, lines: bool = False) -> str:
+    """``text`` with every character ``readable_value`` refuses written as its escape
+    (``\\x1b``, ``\\u202e``): what a terminal or a log line shows of text it did not check.
+    ``lines``: line breaks and tabs are kept (a table cell may hold a paragraph)."""
+    if _UNREADABLE.search(text) is None and _TAG.search(text) is None:
+        return text
+    return _TAG.sub(_escape, _UNREADABLE.sub(_escape_kept if lines else _escape, text))
+
+
+def _escape_kept(match: re.Match[str]) -> str:
+    return match.group() if match.group() in "\n\t" else _escape(match)
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 @functools.lru_cache(maxsize=1024)
 def _compiled(pattern: str) -> Callable[[str], object]:
     """A declared pattern's matcher, compiled once: the default one (a character class and a

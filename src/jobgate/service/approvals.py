@@ -30,6 +30,7 @@ from jobgate.core.code_identity import CodeIdentity, changed_parts
 from jobgate.core.errors import ConflictError, GovernanceRefusal, NotFoundError, ValidationError
 from jobgate.core.governance import ApprovalRule, Person, approval_refusal
 from jobgate.core.models import JobDefinition
+from jobgate.core.params import check_text
 from jobgate.core.records import Approval
 from jobgate.core.states import PENDING, TransitionReason
 from jobgate.scheduling.records import PAUSED_UNAPPROVED, ScheduleChange
@@ -148,6 +149,7 @@ def approve(
     their credential (four eyes); by default ``actor`` alone. ``limit``: the definitions the
     approver's credential is limited to (None: any): a workflow whose steps run others is refused
     (every door that approves passes it)."""
+    check_text(note, "note", lines=True)
     now = engine.clock.now()
     person = approver or Person(actor)
     with engine.store.write() as tx:
@@ -249,6 +251,7 @@ def status(engine: Engine, tenant_id: str, job_definition_id: str) -> ApprovalSt
 
 def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str, reason: str | None = None) -> Revoked:
     """Revoke every active approval of the definition and cancel its runs not yet started."""
+    check_text(reason, "reason", lines=True)
     now = engine.clock.now()
     with engine.store.write() as tx:
         tx.gates_closing()  # no claim decides on this approval while it is being revoked

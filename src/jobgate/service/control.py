@@ -12,7 +12,7 @@ from datetime import datetime
 from jobgate.core import events, transitions
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
-from jobgate.core.params import UNREADABLE, readable_value
+from jobgate.core.params import UNREADABLE, check_text, readable_value
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import audit
@@ -43,6 +43,7 @@ def cancel_run(
     engine: Engine, job_run_id: str, *, actor: str, reason: str | None = None, tenant_id: str | None = None
 ) -> JobRun:
     """Cancel a run that has not started. A claimed-but-unstarted run loses its lease too."""
+    check_text(reason, "reason", lines=True)
     now = engine.clock.now()
     with engine.store.write() as tx:
         cancel_in(tx, job_run_id, actor=actor, reason=reason, tenant_id=tenant_id, now=now)
@@ -77,6 +78,7 @@ def stop_run(
     Asynchronous like seed 004's Stop: this records the request; the run lands in CANCELLED
     when its worker observes the exit.
     """
+    check_text(reason, "reason", lines=True)
     with engine.store.write() as tx:
         stop_in(tx, job_run_id, actor=actor, reason=reason, tenant_id=tenant_id, now=engine.clock.now())
         updated = tx.run_get(job_run_id)

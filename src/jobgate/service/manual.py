@@ -24,7 +24,7 @@ from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE, client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
-from jobgate.core.params import UNREADABLE, readable_value
+from jobgate.core.params import UNREADABLE, check_text, readable_value
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
 from jobgate.service import retries
 from jobgate.service.engine import Engine
@@ -115,6 +115,8 @@ def submit_manual_many(
     for ask in asks:
         if ask.idempotency_key is not None and not CLIENT_KEY.fullmatch(ask.idempotency_key):
             raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")
+        check_text(ask.reason, "reason", lines=True)
+        check_text(ask.stated_requester, "requested_by")
         fingerprints.append(request_digest(ask.job_definition_id, ask.params, scope))
     repeats = _repeats(engine, scope.tenant_id, asks, fingerprints)
     fresh = [i for i in range(len(asks)) if i not in repeats]

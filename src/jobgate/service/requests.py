@@ -20,7 +20,7 @@ from typing import Any
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Moment, Person, request_refusal
 from jobgate.core.models import DefinitionStatus, Scope, TriggerType
-from jobgate.core.params import validate_params
+from jobgate.core.params import check_text, validate_params
 from jobgate.core.records import RunRequest
 from jobgate.service import audit
 from jobgate.service.engine import Engine
@@ -76,6 +76,8 @@ def propose(
         raise ValidationError(f"1 to {MAX_TITLE} characters", field="title")
     if not 0 < len(reason) <= MAX_REASON:
         raise ValidationError(f"say why, in 1 to {MAX_REASON} characters", field="reason")
+    check_text(title, "title")
+    check_text(reason, "reason", lines=True)
     with engine.store.read(tenant_id=tenant_id) as tx:
         definition = engine.definition(tx, tenant_id, job_definition_id)
     if definition.status is DefinitionStatus.RETIRED:  # retirement is final: it could never be approved
@@ -219,6 +221,7 @@ def approve(
     now) and link it. Four eyes: the proposer, and anyone whose credential minted or was minted
     by the proposer's, may not approve. A definition changed since the test is a conflict: test
     the request again."""
+    check_text(note, "note", lines=True)
     request = _get(engine, tenant_id, request_id)
     if request.status != "pending":
         raise ConflictError(f"request is {request.status}; only a pending request can be approved", field="status")
@@ -283,6 +286,7 @@ def reject(engine: Engine, tenant_id: str, request_id: str, *, actor: str, note:
     note = note.strip()
     if not 0 < len(note) <= MAX_REASON:
         raise ValidationError(f"a note for the proposer, 1 to {MAX_REASON} characters", field="note")
+    check_text(note, "note", lines=True)
     now = engine.clock.now()
     with engine.store.write() as tx:
         current = tx.request_get(tenant_id, request_id)

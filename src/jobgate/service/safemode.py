@@ -20,6 +20,7 @@ from jobgate.core import events
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import ConflictError, JobgateError, ValidationError
 from jobgate.core.models import Scope, TriggerType
+from jobgate.core.params import check_text
 from jobgate.core.records import SafeModePeriod
 from jobgate.core.settle import ACTIVATES_SAFE_MODE
 from jobgate.core.transitions import RunChange
@@ -118,6 +119,7 @@ def _switch(
         raise ValidationError("say why safe mode is switched", field="reason")
     if len(reason) > MAX_REASON:
         raise ValidationError(f"at most {MAX_REASON} characters", field="reason")
+    check_text(reason, "reason", lines=True)
     if not actor.strip():
         raise ValidationError("name who switches safe mode", field="actor")
     now = now or engine.clock.now()

@@ -20,6 +20,7 @@ from pathlib import Path
 from jobgate.core import tokens as rules
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Person, folded
+from jobgate.core.params import check_text
 from jobgate.core.records import AuditFilter, StoredToken
 from jobgate.core.tokens import TENANT_RULE, Role, is_tenant_name
 from jobgate.service import audit
@@ -139,6 +140,7 @@ def create(
         raise ValidationError(TENANT_RULE, field="tenant")
     if len(label) > 200:
         raise ValidationError("at most 200 characters", field="label")
+    check_text(label, "label")
     if expires_in is not None and not timedelta(0) < expires_in <= MAX_LIFETIME:
         raise ValidationError("must be positive and at most ten years", field="expires_in")
     if jobs is not None and (not jobs or any(not j for j in jobs)):

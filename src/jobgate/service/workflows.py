@@ -23,6 +23,7 @@ from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, 
 from jobgate.core.governance import Moment
 from jobgate.core.idempotency import client_request_key
 from jobgate.core.models import JobDefinition, Scope, TriggerType
+from jobgate.core.params import check_text
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
 from jobgate.service import audit, control
@@ -122,6 +123,8 @@ def start_workflow(
     """Start a workflow run, or find the one this request already started. Refusals store nothing.
     ``quota``: asked before a new workflow run is started (the API's daily run quota), never for
     a repeat, which is answered first."""
+    check_text(request.reason, "reason", lines=True)
+    check_text(request.requested_by, "requested_by")
     now = engine.clock.now()
     tenant = request.scope.tenant_id
     submit = SubmitRequest(
