@@ -188,3 +188,17 @@ def test_the_import_and_the_definitions_route_refuse_the_same_documents(tmp_path
     with pytest.raises(ValidationError) as refused:
         admit(parse_definition(raw, "pack:raw", config))
     assert refused.value.field == "handler"
+
+
+def test_a_publish_with_an_unknown_field_or_a_huge_name_is_refused_briefly(world: World) -> None:
+    admin = world.headers("acme", Role.ADMIN)
+    extra = world.client.post(
+        "/api/v1/packs", json={"pack": "p@1.0.0", "definitions": ["nightly-report"], "extra": 1}, headers=admin
+    )
+    assert extra.status_code == 422 and extra.json()["field"] == "extra"
+    for name in ("p" * 150 + "@1", "bad id!@1"):
+        body = {"pack": name, "definitions": ["nightly-report"]}
+        named = world.client.post("/api/v1/packs", json=body, headers=admin)
+        assert named.status_code == 422 and named.json()["field"] == "pack"
+        assert len(named.text) < 400  # the answer names the rule, it does not echo the input
+    assert world.client.get("/api/v1/packs", headers=admin).json() == []

@@ -68,14 +68,19 @@ def parse_ref(text: Any, field: str = "pack") -> PackRef:
     pack_id = pack_id.strip().lower()
     if not _PACK_ID.fullmatch(pack_id):
         raise ValidationError(
-            f"pack id {pack_id!r} must be 1-100 of a-z 0-9 . _ - starting with a letter or digit", field=field
+            f"pack id {_shown(pack_id)} must be 1-100 of a-z 0-9 . _ - starting with a letter or digit", field=field
         )
     if not _VERSION.fullmatch(version):
         raise ValidationError(
-            f"pack version {version!r} must be 1-64 of A-Z a-z 0-9 . _ + - starting with a letter or digit",
+            f"pack version {_shown(version)} must be 1-64 of A-Z a-z 0-9 . _ + - starting with a letter or digit",
             field=field,
         )
     return PackRef(pack_id, version)
+
+
+def _shown(text: str) -> str:
+    """A refused name as the message quotes it: its start only (an answer is not an echo)."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
 
 
 def blob_digest(data: bytes) -> str:

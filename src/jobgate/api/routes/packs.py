@@ -28,6 +28,7 @@ from jobgate.core.packs import PackRecord, parse_ref
 from jobgate.definitions.schema import LoadedDefinition, names_raw_handler
 from jobgate.packs import archive, registry
 from jobgate.service.tokens import Principal
+from jobgate.views.schemas import Request as RequestBody
 
 router = APIRouter(prefix="/api/v1", tags=["packs"])
 
@@ -57,9 +58,11 @@ class PackOut(BaseModel):
         )
 
 
-class PublishIn(BaseModel):
-    pack: str = Field(description="<pack_id>@<version>")
-    definitions: list[str] = Field(description="job definition ids; their current versions are packed")
+class PublishIn(RequestBody):
+    pack: str = Field(max_length=200, description="<pack_id>@<version>")
+    definitions: list[Annotated[str, Field(max_length=200)]] = Field(
+        max_length=500, description="job definition ids; their current versions are packed"
+    )
 
 
 class PublishOut(BaseModel):
