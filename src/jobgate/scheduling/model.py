@@ -251,7 +251,8 @@ def check_schedule(s: Schedule) -> Schedule:
 
 def schedule_document(s: Schedule) -> dict[str, Any]:
     """What a schedule is, as a document in the terms of ``schedule_from_document`` (plus its
-    kind): the record kept of each creation and update."""
+    kind, which that reads back when it agrees): the record kept of each creation and update,
+    and what the API shows, so a document read can be posted again as it is."""
     doc: dict[str, Any] = {
         "id": s.schedule_id,
         "job": s.job_definition_id,
@@ -266,9 +267,17 @@ def schedule_document(s: Schedule) -> dict[str, Any]:
         "overlap": s.overlap.value,
         "paused": s.paused,
     }
+    every = None if s.every is None else s.every.total_seconds()
+    windowed = s.kind is ScheduleKind.BATCH_WINDOW
     optional = {
         "cron": s.cron,
-        "every_seconds": None if s.every is None else s.every.total_seconds(),
+        "every_seconds": None if windowed else every,
+        "window_seconds": every if windowed else None,
+        # the flags that tell a kind from another of the same trigger key
+        "adaptive": s.kind is ScheduleKind.ADAPTIVE or None,
+        "queue": s.kind is ScheduleKind.QUEUE or None,
+        "alert": s.kind is ScheduleKind.ALERT or None,
+        "safe_mode": s.kind is ScheduleKind.SAFE_MODE or None,
         "event_type": s.event_type,
         "payload_params": list(s.payload_params) or None,
         "condition": s.condition,

@@ -92,6 +92,7 @@ _KEYS = {
     "overlap",
     "paused",
     "tenant",
+    "kind",  # what ``schedule_document`` says; read back only when it agrees with the rest
 }
 # Seed 004's schedule seed file names the definition ``scenario`` and its cron ``schedule``.
 ALIASES = {"scenario": "job", "schedule": "cron"}
@@ -152,6 +153,13 @@ def schedule_from_document(doc: Mapping[str, Any], *, now: datetime, source: str
             "config_profile": ScheduleKind.CONFIGURATION,
         }[kinds[0]]
     )
+    stated = doc.get("kind")
+    if stated is not None and stated != kind.value:
+        raise ValidationError(
+            f"the document describes a {kind.value} schedule; kind says {str(stated)[:40]!r}",
+            field="kind",
+            source=schedule_id,
+        )
     timed = kind in (ScheduleKind.INTERVAL, ScheduleKind.BATCH_WINDOW, ScheduleKind.ADAPTIVE) or (
         kind is ScheduleKind.SAFE_MODE and "every_seconds" in kinds
     )
