@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -78,34 +77,23 @@ def migrate(app: AppContext, check: bool) -> None:
 def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> None:
     """Create a jobgate folder: configuration, demo definitions, database (migrated), definitions applied.
     With --production: the production configuration (four eyes on) and an empty definitions folder."""
+    from jobgate.cli import shipped
+
     app: AppContext = ctx.obj
     app.may_create = True
     target = directory / CONFIG_FILENAME
     if target.exists() and not force:
         raise ValidationError(f"{target} exists; use --force to overwrite", field="directory")
-    with _undone_on_failure(directory):
+    if target.exists() and not production:
+        shipped.refuse_four_eyes_folder(
+            target, "`init --force` would replace it with the demo's configuration, which has four eyes off"
+        )
+    with shipped.restored_on_failure(directory, [target] if production else shipped.written_by_init(directory)):
         _init(app, directory, target, production)
 
 
-@contextlib.contextmanager
-def _undone_on_failure(directory: Path) -> Iterator[None]:
-    """What ``init`` made is taken away again when it fails (a database it cannot reach, a
-    definition refused): found by a review, a half-made folder was left behind, and running the
-    same command again was refused because its jobgate.yaml existed. What was there before stays."""
-    existed = directory.exists()
-    before = {p.name for p in directory.iterdir()} if existed else set()
-    try:
-        yield
-    except BaseException:
-        if existed:
-            for made in [p for p in directory.iterdir() if p.name not in before]:
-                shutil.rmtree(made) if made.is_dir() and not made.is_symlink() else made.unlink(missing_ok=True)
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
-        raise
-
-
 def _init(app: AppContext, directory: Path, target: Path, production: bool) -> None:
+    from jobgate.cli import shipped
     from jobgate.evidence import keys as evidence_keys
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -136,9 +124,12 @@ def _init(app: AppContext, directory: Path, target: Path, production: bool) -> N
         shutil.copy(src / "schedules.yaml", directory / "schedules.yaml")
         shutil.copytree(src / "definitions", directory / "definitions", dirs_exist_ok=True)
     app.config_path = str(target)
-    # Whoever creates the folder is its first admin: the demo definitions are approved in their
-    # name (recorded in the audit log), so the demo runs; anything applied later needs approving.
-    applied = _apply(app, [directory / "definitions"], approve_as=_actor(None), applied_by=SHIPPED)
+    # Whoever creates the folder is its first admin: the demo definitions (the shipped files,
+    # nothing else of the folder's) are approved in their name (recorded in the audit log), so
+    # the demo runs, unless an admin of an existing database decided otherwise; anything applied
+    # later needs approving.
+    files, _ = shipped.unchanged_definitions(directory)
+    applied = _apply(app, files, approve_as=_actor(None), applied_by=SHIPPED, spare_decisions=True)
     engine = app.engine()
     key = evidence_keys.ensure(engine.config)  # anchors and bundles are signed from the start
     if app.json_output:
@@ -146,7 +137,12 @@ def _init(app: AppContext, directory: Path, target: Path, production: bool) -> N
         return
     render.out.print(f"initialised {directory.resolve()}")
     render.out.print(f"  database   {engine.store.safe_url}")
-    render.out.print(f"  applied    {len(applied)} definitions, approved by {_actor(None)}")
+    spared = [a["job_definition_id"] for a in applied if not a["approved"]]
+    render.out.print(
+        f"  applied    {len(applied)} definitions, {len(applied) - len(spared)} approved by {_actor(None)}"
+    )
+    if spared:
+        render.out.print(f"  left as an admin decided (revoked, suspended or retired): {', '.join(spared)}")
     render.out.print(f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)")
     render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
 
@@ -183,7 +179,11 @@ def _apply(
     modules: Sequence[str] = (),
     approve_as: str | None = None,
     applied_by: str | None = None,
+    spare_decisions: bool = False,
 ) -> list[dict[str, Any]]:
+    """Apply ``paths`` and ``modules`` (all or none), approving each as ``approve_as`` if given.
+    ``spare_decisions`` (the demo's shortcut): a definition an admin decided against (an
+    approval revoked, suspended or retired) is applied but not approved."""
     from rich.progress import Progress
 
     from jobgate.definitions import load_definitions
@@ -217,7 +217,10 @@ def _apply(
         results = engine.apply_definitions(loaded, applied_by=applier)
     approved: set[str] = set()
     if approve_as is not None:
+        decided = _decided_against(engine, loaded) if spare_decisions else set()
         for item, result in zip(loaded, results, strict=True):
+            if (item.definition.tenant_id, result.job_definition_id) in decided:
+                continue
             approvals.approve(engine, item.definition.tenant_id, result.job_definition_id, actor=approve_as)
             approved.add(result.job_definition_id)
     return [
@@ -232,6 +235,22 @@ def _apply(
         }
         for item, r in zip(loaded, results, strict=True)
     ]
+
+
+def _decided_against(engine: Any, loaded: Sequence[Any]) -> set[tuple[str, str]]:
+    """The definitions of ``loaded`` an admin decided against: an approval revoked (of any
+    version), or the definition suspended or retired."""
+    from jobgate.core.models import DefinitionStatus
+
+    out: set[tuple[str, str]] = set()
+    with engine.store.read() as tx:
+        for item in loaded:
+            key = (item.definition.tenant_id, item.definition.job_definition_id)
+            stored = tx.definition_get(*key)
+            set_aside = stored is not None and stored.status in (DefinitionStatus.SUSPENDED, DefinitionStatus.RETIRED)
+            if set_aside or any(not a.active for a in tx.approvals_list(*key)):
+                out.add(key)
+    return out
 
 
 @click.command()
