@@ -8,6 +8,7 @@ run's status and attempts, the dead letters, and the event log the outbox delive
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
     finally:
         proc.stop()
         proc.join()
-    audit.seal_pending(engine, engine.clock.now())  # the last runs' seals, chained before it reports
+    # the last runs' seals, chained before it reports
+    audit.seal_pending(engine, engine.clock.now(), patience=timedelta(seconds=30))
     by_id = {r.job_run_id: r for r in finished}
     ordered = [by_id[i] for i in ids if i in by_id]
     unfinished = [r for r in ordered if not r.status.is_terminal]

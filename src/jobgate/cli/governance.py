@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -302,6 +303,10 @@ def _render_records(app: AppContext, report: Any) -> None:
         )
 
 
+# How long `audit seal` waits for transactions writing seals to end before saying so.
+SEAL_PATIENCE = timedelta(seconds=30)
+
+
 @audit_group.command("seal")
 @tenant_option(default=None, help="one tenant (default: every tenant with seals waiting)")
 @pass_app
@@ -309,7 +314,7 @@ def audit_seal(app: AppContext, tenant: str | None) -> None:
     """Chain the seals not yet chained into the audit log now (what the leader does every
     ``evidence.seal_interval_seconds``)."""
     engine = app.engine()
-    batches = audit.seal_pending(engine, engine.clock.now(), tenant)
+    batches = audit.seal_pending(engine, engine.clock.now(), tenant, patience=SEAL_PATIENCE)
     render.records(
         app.json_output,
         "seal batches",

@@ -41,6 +41,7 @@ from jobgate.service import audit, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.gates import AttemptFacts, AttemptGate, release_verdict
 from jobgate.service.policies import settling_policy
+from jobgate.store.errors import SealWritersBusy
 from jobgate.store.sqlstore import StoreTx
 
 log = logging.getLogger("jobgate.rescuer")
@@ -286,6 +287,8 @@ class Rescuer:
                 self._next_seal_batch = now + self.engine.config.evidence.seal_interval
                 try:
                     audit.seal_pending(self.engine, now)
+                except SealWritersBusy as busy:
+                    log.info("%s", busy.message, extra={"action": "seal_batch_put_off"})
                 except Exception:
                     log.exception("seal batch failed; the seals wait for the next one")
         return self.interval

@@ -7,8 +7,9 @@ else is written — are recorded in a transaction of their own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobgate.core.audit import AuditEntry, AuditEvent
@@ -16,6 +17,7 @@ from jobgate.core.records import AuditFilter, Batch, RecordsReport
 from jobgate.evidence import anchors, sinks
 from jobgate.evidence.keys import signer_for
 from jobgate.service.engine import Engine
+from jobgate.store.errors import SealWritersBusy
 from jobgate.store.sqlstore import StoreTx
 
 __all__ = [
@@ -72,12 +74,26 @@ def record_now(engine: Engine, *events: AuditEvent) -> list[AuditEntry]:
         return tx.audit_append(list(events))
 
 
-def seal_pending(engine: Engine, now: datetime, tenant_id: str | None = None) -> list[Batch]:
+def seal_pending(
+    engine: Engine, now: datetime, tenant_id: str | None = None, *, patience: timedelta = timedelta(0)
+) -> list[Batch]:
     """Chain every seal not yet chained into its tenant's audit log (``core.seals``): one
-    ``records.sealed`` entry per tenant with seals waiting, its Merkle root over them."""
-    with engine.store.write() as tx:
-        tenants = [tenant_id] if tenant_id else tx.seals_pending_tenants()
-        return [b for t in tenants for b in tx.seals_chain(t, now)]
+    ``records.sealed`` entry per tenant with seals waiting, its Merkle root over them.
+
+    While a transaction writing seals stays open (a slow completion, a paused worker) the batch
+    cannot fix its horizon and is put off (``SealWritersBusy``): tried again, a moment apart,
+    for ``patience`` (a command waiting for its batch), then raised (the leader's next round
+    tries again; nothing is lost, the seals wait)."""
+    deadline = time.monotonic() + patience.total_seconds()
+    while True:
+        try:
+            with engine.store.write() as tx:
+                tenants = [tenant_id] if tenant_id else tx.seals_pending_tenants()
+                return [b for t in tenants for b in tx.seals_chain(t, now)]
+        except SealWritersBusy:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)  # the writers go on meanwhile: the batch queues for 0.1 s at a time
 
 
 def verify_records(engine: Engine, tenants: list[str] | None = None) -> list[RecordsReport]:

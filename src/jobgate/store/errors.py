@@ -13,6 +13,8 @@ import sqlite3
 import psycopg
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from jobgate.core.errors import UnavailableError
+
 # SQLSTATE classes and codes (PostgreSQL appendix A).
 _TRANSIENT_CLASSES = ("08", "53", "57")  # connection exception, insufficient resources, operator intervention
 _TRANSIENT_CODES = {"40001", "40P01"}  # serialization failure, deadlock detected
@@ -41,3 +43,11 @@ def _transient_driver_error(err: BaseException | None) -> bool:
         # SQLite's OperationalError also says "no such table"; only a busy file is passing.
         return "locked" in str(err) or "busy" in str(err)
     return False
+
+
+class SealWritersBusy(UnavailableError):
+    """A seal batch could not fix its horizon: a transaction writing seals has been open longer
+    than the batch waits (``store.sql.seals.HORIZON_WAIT_MS``). The batch is put off rather than
+    queued behind it, because every other writer would queue behind the batch."""
+
+    code = "seal_writers_busy"

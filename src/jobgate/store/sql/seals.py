@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Table, and_, bindparam, func, select
 
 from jobgate.core import merkle, seal_trails, seals
@@ -29,6 +30,7 @@ from jobgate.core.records import Batch, BatchEntry, Finding, RecordsReport
 from jobgate.core.seals import Record
 from jobgate.core.states import TERMINAL, RunStatus
 from jobgate.store import codec
+from jobgate.store.errors import SealWritersBusy
 from jobgate.store.sql import chains, driver
 from jobgate.store.tables import (
     audit_heads,
@@ -332,13 +334,33 @@ def _of_tenant(rows: Iterable[Record], tenants: Mapping[str, str]) -> list[Recor
 # before reading the highest id, so every id up to that horizon is committed (or gone) when it
 # reads the batch's rows, and a batch is exactly the tenant's seals in an id range.
 SEAL_WRITERS = 0x6A6F6273  # "jobs"
+# How long the batch waits for that lock. While it waits, every new writer queues behind it
+# (PostgreSQL grants locks in order): a review found one completion held open for 30 s (a slow
+# effect, a paused worker) stopping every completion and heartbeat of the cluster until it
+# ended. Writers hold the lock for milliseconds, so the wait is granted at once in a drain; when
+# it is not, the batch is put off (``SealWritersBusy``) and the writers go on.
+HORIZON_WAIT_MS = 100
 
 
 def _horizon(conn: Connection) -> int:
     """The highest seal id below which every seal is committed (see ``SEAL_WRITERS``)."""
     if conn.dialect.name == "postgresql":  # a session lock, let go at once: writers wait an instant
-        driver.execute(conn, f"SELECT pg_advisory_lock({SEAL_WRITERS})")
+        # In a savepoint, so that a wait given up leaves the transaction usable, and the timeout
+        # set for this one statement is undone with it.
+        driver.execute(conn, "SAVEPOINT jobgate_horizon")
+        try:
+            driver.execute(conn, f"SET LOCAL lock_timeout = '{HORIZON_WAIT_MS}ms'")
+            driver.execute(conn, f"SELECT pg_advisory_lock({SEAL_WRITERS})")
+        except psycopg.errors.LockNotAvailable:
+            driver.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_horizon")
+            driver.execute(conn, "RELEASE SAVEPOINT jobgate_horizon")
+            raise SealWritersBusy(
+                f"a transaction writing seals has been open longer than {HORIZON_WAIT_MS} ms; the batch waits",
+                field="seals",
+            ) from None
         driver.execute(conn, f"SELECT pg_advisory_unlock({SEAL_WRITERS})")
+        driver.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_horizon")  # the lock timeout, undone
+        driver.execute(conn, "RELEASE SAVEPOINT jobgate_horizon")
     return int(conn.execute(select(func.max(S.id))).scalar() or 0)
 
 
