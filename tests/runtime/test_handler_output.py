@@ -89,3 +89,55 @@ def test_a_silent_handler_costs_no_file_nor_folder(engine: Engine) -> None:
     with running_worker(engine):
         wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
     assert not (Path(engine.config.data_dir) / "runs" / run.job_run_id).exists()
+
+
+def test_an_attempt_writing_after_another_attempts_lines_is_headed_again(tmp_path: Path) -> None:
+    """Found by a review: a worker paused past its lease went on writing after the next attempt
+    had written (and completed the run); its last line read as the next attempt's output."""
+    path = tmp_path / "run.log"
+    first, second = capture.AttemptLog(lambda: path, 1), capture.AttemptLog(lambda: path, 2)
+    first.line("attempt 1 start")
+    second.line("attempt 2 start")
+    second.line("attempt 2 end")
+    first.line("attempt 1 end")
+    first.line("attempt 1 after")
+    second.close()
+    first.close()
+    assert path.read_text().splitlines() == [
+        "[jobgate] attempt 1",
+        "attempt 1 start",
+        "[jobgate] attempt 2",
+        "attempt 2 start",
+        "attempt 2 end",
+        "[jobgate] attempt 1, continued",
+        "attempt 1 end",
+        "attempt 1 after",  # its own lines follow one another: no header between them
+    ]
+
+
+def test_a_runners_output_after_another_attempts_lines_is_headed_again(tmp_path: Path) -> None:
+    import os
+
+    from jobgate.runtime.executors.command import _Output
+
+    path = tmp_path / "run.log"
+    path.write_text("[jobgate] starting runner sh (run r, attempt 1)\n")
+    read_end, write_end = os.pipe()
+    with path.open("ab", buffering=0) as log, os.fdopen(read_end, "rb", buffering=0) as pipe:
+        output = _Output(pipe, log, capture.MAX_ATTEMPT_LOG_BYTES, 1)
+        os.write(write_end, b"runner line 1\n")
+        output.copy(5)
+        later = capture.AttemptLog(lambda: path, 2)
+        later.line("attempt 2 line")
+        later.close()
+        os.write(write_end, b"runner line 2\n")
+        output.copy(5)
+        os.close(write_end)
+    assert path.read_text().splitlines() == [
+        "[jobgate] starting runner sh (run r, attempt 1)",
+        "runner line 1",
+        "[jobgate] attempt 2",
+        "attempt 2 line",
+        "[jobgate] attempt 1, continued",
+        "runner line 2",
+    ]

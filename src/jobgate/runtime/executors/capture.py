@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import sys
 import threading
@@ -37,6 +38,26 @@ _local = threading.local()
 _install_lock = threading.Lock()
 
 
+class Interleaving:
+    """Whether another attempt wrote to the run's log since this one last did. Attempts of one
+    run share its log; an attempt whose lease was taken back (its worker paused, then resumed)
+    may still write after the next attempt's header, and a review found its lines read as the
+    next attempt's. Such output is headed again, ``[jobgate] attempt N, continued``."""
+
+    def __init__(self, attempt: int) -> None:
+        self._attempt = attempt
+        self._end: int | None = None  # the log's size after this attempt's last write
+
+    def heading(self, fd: int) -> str:
+        """The line to write before this attempt's next output ('' when it follows its own)."""
+        if self._end is None or os.fstat(fd).st_size == self._end:
+            return ""
+        return f"[jobgate] attempt {self._attempt}, continued\n"
+
+    def wrote(self, fd: int) -> None:
+        self._end = os.fstat(fd).st_size
+
+
 class AttemptLog:
     """One attempt's share of the run log: opened at its first write (a silent handler costs no
     file), headed by the attempt's number, capped at ``limit`` bytes."""
@@ -49,6 +70,7 @@ class AttemptLog:
         self.written = 0
         self.dropped = False
         self._line_start = True  # what was written last ended a line (or nothing was)
+        self._interleaving = Interleaving(attempt)
 
     def _open(self) -> IO[str]:
         if self._file is None:
@@ -56,12 +78,16 @@ class AttemptLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", encoding="utf-8", errors="backslashreplace")
             self._file.write(f"[jobgate] attempt {self._attempt}\n")
+            self._file.flush()
+            self._interleaving.wrote(self._file.fileno())
         return self._file
 
     def write(self, text: str) -> None:
         if self.dropped or not text:
             return
         file = self._open()
+        if self._line_start:  # everything before is flushed: the file's size is what it holds
+            file.write(self._interleaving.heading(file.fileno()))
         size = len(text.encode("utf-8", errors="replace"))
         if self.written + size > self._limit:
             self.dropped = True
@@ -73,6 +99,7 @@ class AttemptLog:
         self._line_start = text.endswith("\n")
         if "\n" in text:
             file.flush()
+            self._interleaving.wrote(file.fileno())
 
     def line(self, text: str) -> None:
         """``text`` as a line of its own: on a new line even after output that did not end one

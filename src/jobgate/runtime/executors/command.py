@@ -269,7 +269,7 @@ class CommandExecutor:
             return failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
         assert process.stdout is not None  # stdout=PIPE
         running = _Running(process)
-        output = _Output(process.stdout, log, capture.MAX_ATTEMPT_LOG_BYTES)
+        output = _Output(process.stdout, log, capture.MAX_ATTEMPT_LOG_BYTES, ctx.attempt)
         with self._lock:
             self._running[id(ctx)] = (ctx, running)
         try:
@@ -319,7 +319,7 @@ class _Output:
     own thread: at most ``limit`` bytes an attempt, then one line saying the rest is not kept,
     the pipe drained all the same so the runner never blocks writing to it."""
 
-    def __init__(self, pipe: IO[bytes], log: IO[bytes], limit: int) -> None:
+    def __init__(self, pipe: IO[bytes], log: IO[bytes], limit: int, attempt: int) -> None:
         self._pipe = pipe
         self._fd = pipe.fileno()
         self._poll = select.poll()  # not select(): a worker may hold descriptors past 1,024
@@ -329,6 +329,9 @@ class _Output:
         self._written = 0
         self._dropped = False
         self._ended = False  # every writer closed the pipe
+        self._interleaving = capture.Interleaving(attempt)  # the runner's start line is in the log already
+        with contextlib.suppress(OSError):
+            self._interleaving.wrote(log.fileno())
 
     def copy(self, timeout: float) -> None:
         """Copy what arrives within ``timeout`` seconds (wait that long when nothing does)."""
@@ -365,13 +368,15 @@ class _Output:
             return
         room = self._limit - self._written
         try:
+            heading = self._interleaving.heading(self._log.fileno()).encode()
             if len(chunk) <= room:
-                self._log.write(chunk)
+                self._log.write(heading + chunk)
                 self._written += len(chunk)
-                return
-            self._dropped = True
-            self._log.write(chunk[:room] + capture.dropped_note(self._limit).encode())
-            self._written = self._limit
+            else:
+                self._dropped = True
+                self._log.write(heading + chunk[:room] + capture.dropped_note(self._limit).encode())
+                self._written = self._limit
+            self._interleaving.wrote(self._log.fileno())
         except OSError:
             self._dropped = True  # a log that cannot be written: the attempt goes on, its output is lost
 
