@@ -1,8 +1,10 @@
-"""A seal batch never holds the cluster up (PostgreSQL). The batch takes the seal writers' lock
+"""A long transaction never holds the cluster up behind a lock request (PostgreSQL). The seal
+batch takes the seal writers' lock
 exclusively for an instant to fix its horizon; PostgreSQL queues every later writer behind that
 request, so a review's completion held open for 30 s (a slow effect, a paused worker) stopped
 every completion and heartbeat of the cluster until it ended. The batch now waits at most
-``HORIZON_WAIT_MS`` and is put off (``SealWritersBusy``); the seals are chained later."""
+``HORIZON_WAIT_MS`` and is put off (``SealWritersBusy``); the seals are chained later. A
+gate-closing write (a revocation) asks for the admission gates the same way, a try at a time."""
 
 from __future__ import annotations
 
@@ -59,3 +61,35 @@ def test_an_open_seal_writer_puts_the_batch_off_and_holds_no_other_writer_up(eng
     chained = audit.seal_pending(engine, engine.clock.now())  # the writer ended: the seals are chained now
     assert sum(b.count for b in chained) >= 20
     assert [f.message() for r in audit.verify_records(engine, ["default"]) for f in r.findings] == []
+
+
+def test_a_gate_closing_write_waits_without_holding_the_claims_up(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a revocation (safe mode, a suspension): it takes the admission gates
+    exclusively, which claims hold shared; a worker's transaction holding them for long (a slow
+    completion effect) made every claim of the cluster queue behind the waiting revocation."""
+    from jobgate.service import approvals
+    from jobgate.store.errors import GatesBusy
+    from jobgate.store.sql import claims
+
+    job, other = define(engine), define(engine)
+    revoked: list[object] = []
+    with engine.store.write() as slow_worker:  # a cycle holding the gates shared, its effect still running
+        connection(slow_worker).execute(text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": claims._GATES_LOCK})
+        revoker = threading.Thread(
+            target=lambda: revoked.append(approvals.revoke(engine, "default", other, actor="admin")), daemon=True
+        )
+        revoker.start()
+        runs = [engine.submit(SubmitRequest(job, request_id=f"g{i}")).run.job_run_id for i in range(10)]
+        with running_worker(engine):
+            wait_all(engine, runs, RunStatus.COMPLETED, timeout=30)  # claims went on meanwhile
+        assert revoker.is_alive() and not revoked  # the revocation still waits for the slow transaction
+        monkeypatch.setattr(claims, "GATES_PATIENCE_S", 0.3)
+        with pytest.raises(GatesBusy):  # one that runs out of patience is refused, nothing stored
+            approvals.revoke(engine, "default", job, actor="admin")
+    revoker.join(30)
+    assert revoked  # the slow transaction ended: the revocation went through
+    with engine.store.read() as tx:
+        assert all(a.active for a in tx.approvals_list("default", job))
+        assert not any(a.active for a in tx.approvals_list("default", other))

@@ -51,3 +51,10 @@ class SealWritersBusy(UnavailableError):
     queued behind it, because every other writer would queue behind the batch."""
 
     code = "seal_writers_busy"
+
+
+class GatesBusy(UnavailableError):
+    """A gate-closing write (a revocation, safe mode on, a suspension) could not take the
+    admission gates exclusively in time: a worker's transaction held them (``claims.gates_closing``)."""
+
+    code = "gates_busy"

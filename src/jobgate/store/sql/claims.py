@@ -16,6 +16,7 @@ writes the transitions and events of the rows it changed.
 from __future__ import annotations
 
 import functools
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
+import psycopg
 from sqlalchemy import (
     ARRAY,
     Connection,
@@ -43,6 +45,7 @@ from jobgate.core.models import JobRun
 from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.store import codec
 from jobgate.store.base import ClaimedRuns, RunsClaim
+from jobgate.store.errors import GatesBusy
 from jobgate.store.sql import chains, driver
 from jobgate.store.sql.outbox import OUTBOX_COLUMNS, event_rows
 from jobgate.store.sql.predicates import (
@@ -80,9 +83,40 @@ def gates_closing(conn: Connection) -> None:
     either commits before the revocation is written, or reads after it committed. SQLite's single
     writer serialises them already. An advisory lock lives in memory: taking it costs a claim one
     round trip and writes nothing (the shared side travels with the claim's next statement:
-    ``driver.owe``)."""
-    if conn.dialect.name == "postgresql":
-        driver.execute(conn, _GATES_EXCLUSIVE)
+    ``driver.owe``).
+
+    The exclusive request is made ``GATES_WAIT_MS`` at a time, a pause between: while it waits,
+    PostgreSQL queues every claim behind it, and a worker's transaction can hold the shared side
+    for long (a slow completion effect, a paused worker: a review's froze the cluster behind
+    the seal batch's lock the same way). Past ``GATES_PATIENCE_S`` the write is refused
+    (``GatesBusy``: 503, exit 69) with nothing stored."""
+    if conn.dialect.name != "postgresql":
+        return
+    deadline = time.monotonic() + GATES_PATIENCE_S
+    while True:
+        driver.execute(conn, "SAVEPOINT jobgate_gates")
+        try:
+            driver.execute(conn, f"SET LOCAL lock_timeout = '{GATES_WAIT_MS}ms'")
+            driver.execute(conn, _GATES_EXCLUSIVE)
+        except psycopg.errors.LockNotAvailable:
+            driver.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_gates")
+            driver.execute(conn, "RELEASE SAVEPOINT jobgate_gates")
+            if time.monotonic() >= deadline:
+                raise GatesBusy(
+                    f"a worker's transaction has held the admission gates for over {GATES_PATIENCE_S} s"
+                    " (a slow completion effect, a paused worker); nothing was changed: try again",
+                    field="gates",
+                ) from None
+            time.sleep(GATES_PAUSE_S)  # the claims queued behind the request go on meanwhile
+            continue
+        driver.execute(conn, "RELEASE SAVEPOINT jobgate_gates")  # the lock is the transaction's now
+        driver.execute(conn, "SET LOCAL lock_timeout TO DEFAULT")
+        return
+
+
+GATES_WAIT_MS = 100
+GATES_PAUSE_S = 0.3
+GATES_PATIENCE_S = 30.0
 
 
 C = job_runs.c
