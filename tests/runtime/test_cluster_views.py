@@ -1,4 +1,4 @@
-"""``jobgate workers`` and ``jobgate locks``: alive, stale and stopped workers; held and free locks."""
+"""``jobgate workers`` and ``jobgate locks``: alive, stale, gone and stopped workers; held and free locks."""
 
 from __future__ import annotations
 
@@ -22,6 +22,24 @@ def test_workers_are_alive_stale_or_stopped_by_their_heartbeat(engine: Engine) -
     assert every == {"w-alive": "alive", "w-stale": "stale", "w-gone": "stopped"}
     strict = {r.info.worker_id: r.state for r in cluster.workers(engine, stale_after=timedelta(seconds=1))}
     assert strict["w-alive"] == "stale"
+
+
+def test_a_worker_silent_for_long_is_gone_not_stale_for_ever(engine: Engine) -> None:
+    """Found by a review: a SIGKILLed worker (nothing marks it stopped) stayed stale, and
+    ``doctor`` amber, for good. Past ``GONE_AFTER`` it is gone: listed with the stopped ones."""
+    from jobgate.service import doctor
+    from jobgate.service.doctor import Level
+
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        tx.worker_heartbeat(WorkerBeat("w-alive", "h1", 11, 8, ("default",), now - timedelta(seconds=2)))
+        tx.worker_heartbeat(WorkerBeat("w-killed", "h2", 12, 8, ("default",), now - cluster.GONE_AFTER * 2))
+    assert {r.info.worker_id: r.state for r in cluster.workers(engine)} == {"w-alive": "alive"}
+    every = {r.info.worker_id: r.state for r in cluster.workers(engine, include_stopped=True)}
+    assert every == {"w-alive": "alive", "w-killed": "gone"}
+    with engine.store.read() as tx:
+        check = doctor.judge_workers(now, tx.workers_list(), 0, False)
+    assert check.level is Level.GREEN and "1 alive, 0 stale, 1 gone" in check.detail
 
 
 def test_locks_show_holder_token_and_whether_they_are_held(engine: Engine) -> None:

@@ -15,7 +15,9 @@ from jobgate.service import cluster
 
 
 @click.command("workers")
-@click.option("--all", "include_stopped", is_flag=True, help="also the workers that stopped")
+@click.option(
+    "--all", "include_stopped", is_flag=True, help="also the workers that stopped, or are gone (silent over 10 minutes)"
+)
 @click.option(
     "--stale-after",
     type=FiniteFloat(0, 1e9),
@@ -25,7 +27,7 @@ from jobgate.service import cluster
 )
 @pass_app
 def workers_command(app: AppContext, include_stopped: bool, stale_after: float) -> None:
-    """Registered workers: host, pid, concurrency, queues, last heartbeat, alive/stale/stopped,
+    """Registered workers: host, pid, concurrency, queues, last heartbeat, alive/stale/gone/stopped,
     and the definitions each found it cannot execute on its host (their runs wait for another)."""
     rows = cluster.workers(app.engine(), include_stopped=include_stopped, stale_after=timedelta(seconds=stale_after))
     records = [

@@ -1,8 +1,11 @@
-"""What the cluster looks like: its workers (alive, stale, stopped) and its named locks.
+"""What the cluster looks like: its workers (alive, stale, gone, stopped) and its named locks.
 
 A worker heartbeats every few seconds; one whose last heartbeat is older than ``stale_after``
 (three missed beats by default) is shown as stale: its host died, it was SIGKILLed, or it
 hangs. Its runs are not touched by this: the rescuer recovers them when their leases expire.
+One silent for longer than ``GONE_AFTER`` is gone: it ended without stopping (nothing but a
+clean stop marks a worker stopped), and is listed with the stopped ones, not as a warning
+forever (a review found a SIGKILLed worker keeping ``doctor`` amber for good).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from jobgate.service.engine import Engine
 from jobgate.store.base import WorkerInfo
 
 STALE_AFTER = timedelta(seconds=15)  # three heartbeats of the default 5 s interval
+GONE_AFTER = timedelta(minutes=10)  # past every default lease many times: its runs were returned
 # The named locks the cluster's leaders hold (``runtime.leadership``): one scheduler fires.
 SCHEDULER_LEADER = "scheduler-leader"
 
@@ -22,7 +26,7 @@ SCHEDULER_LEADER = "scheduler-leader"
 @dataclass(frozen=True)
 class WorkerRow:
     info: WorkerInfo
-    state: str  # alive | stale | stopped
+    state: str  # alive | stale | gone | stopped
     heartbeat_age: timedelta
 
 
@@ -35,7 +39,10 @@ class LockRow:
 def worker_state(info: WorkerInfo, now: datetime, stale_after: timedelta = STALE_AFTER) -> str:
     if info.stopped_at is not None:
         return "stopped"
-    return "alive" if now - info.heartbeat_at <= stale_after else "stale"
+    silent = now - info.heartbeat_at
+    if silent <= stale_after:
+        return "alive"
+    return "stale" if silent <= max(GONE_AFTER, stale_after) else "gone"
 
 
 def workers(engine: Engine, *, include_stopped: bool = False, stale_after: timedelta = STALE_AFTER) -> list[WorkerRow]:
@@ -43,7 +50,7 @@ def workers(engine: Engine, *, include_stopped: bool = False, stale_after: timed
     with engine.store.read() as tx:
         found = tx.workers_list()
     rows = [WorkerRow(w, worker_state(w, now, stale_after), now - w.heartbeat_at) for w in found]
-    return [r for r in rows if include_stopped or r.state != "stopped"]
+    return [r for r in rows if include_stopped or r.state not in ("stopped", "gone")]
 
 
 def locks(engine: Engine, prefix: str = "") -> list[LockRow]:

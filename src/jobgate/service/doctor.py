@@ -19,7 +19,7 @@ from jobgate.core.errors import JobgateError
 from jobgate.core.records import LockInfo
 from jobgate.evidence.keys import signer_for
 from jobgate.scheduling.records import StoredSchedule
-from jobgate.service.cluster import SCHEDULER_LEADER, STALE_AFTER, lock_state, worker_state
+from jobgate.service.cluster import GONE_AFTER, SCHEDULER_LEADER, STALE_AFTER, lock_state, worker_state
 from jobgate.service.engine import Engine
 from jobgate.store.base import WorkerInfo
 from jobgate.store.migrate import HEAD
@@ -103,10 +103,13 @@ def judge_queue(now: datetime, due: int, oldest_due: datetime | None) -> Check:
     return Check("queue", level, text)
 
 
+GONE_AFTER_TEXT = f"{GONE_AFTER.total_seconds() / 60:g} minutes"
+
+
 def judge_workers(now: datetime, workers: list[WorkerInfo], due: int, embedded: bool) -> Check:
     states = [worker_state(w, now, STALE_AFTER) for w in workers]
-    alive, stale = states.count("alive"), states.count("stale")
-    text = f"{alive} alive, {stale} stale"
+    alive, stale, gone = states.count("alive"), states.count("stale"), states.count("gone")
+    text = f"{alive} alive, {stale} stale" + (f", {gone} gone (silent over {GONE_AFTER_TEXT})" if gone else "")
     if alive == 0 and not embedded:
         return Check("workers", Level.RED if due else Level.AMBER, f"{text}: nothing is executing runs")
     if stale:
