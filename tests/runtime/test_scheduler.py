@@ -944,3 +944,17 @@ def test_an_edit_read_before_a_schedulers_commit_settles_only_what_is_still_owed
         stored = tx.schedule_get("default", "ten")
     assert [reason for _at, reason in misses] == []  # what the tick fired is not owed
     assert stored is not None and stored.watermark == edit_at
+
+
+def test_a_leader_passes_again_before_its_lease_needs_renewing(engine: Engine) -> None:
+    """Found by a review: with ``--lease-seconds 1`` the leader slept its 1 s tick and let the
+    lease lapse every other turn, a standby taking over each time. A leader sleeps at most a
+    third of its lease (when it renews); a standby polls at its usual rate."""
+    clock = engine.clock
+    leader = Scheduler(engine, owner="leader", lease=timedelta(seconds=1), max_sleep=timedelta(seconds=1))
+    standby = Scheduler(engine, owner="standby", lease=timedelta(seconds=1), max_sleep=timedelta(seconds=1))
+    assert leader.tick(clock.now()).leader and not standby.tick(clock.now()).leader
+    assert leader._sleep_seconds() <= 1 / 3 + 1e-9
+    assert standby._sleep_seconds() == 1.0
+    patient = Scheduler(engine, owner="patient", lease=timedelta(seconds=30), max_sleep=timedelta(seconds=1))
+    assert patient._sleep_seconds() == 1.0  # a long lease: the tick's own rate

@@ -53,6 +53,12 @@ class Lease:
         self._expires_at = now + self.ttl if token is not None else None
         return token
 
+    def within_renewal(self, wait: timedelta) -> timedelta:
+        """``wait``, or less: a loop that holds this lock must pass again before its renewal is
+        due (a third of the time to live). A review's scheduler with a 1 s lease slept its 1 s
+        tick and let the lease lapse every other turn, a standby taking over each time."""
+        return min(wait, self.ttl / 3) if self.token is not None else wait
+
     def lost(self) -> None:
         """Forget the token: a fenced write found the lock taken by another holder."""
         if self.token is not None:

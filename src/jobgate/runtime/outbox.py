@@ -211,7 +211,7 @@ class OutboxPublisher:
             return self.interval
         n = self._publish(token, self.batch)
         self.delivered += n
-        return timedelta(0) if n == self.batch else self.interval
+        return timedelta(0) if n == self.batch else self._lease.within_renewal(self.interval)
 
     def close(self) -> None:
         """Drain what is left so a clean shutdown leaves nothing undelivered, then hand over."""

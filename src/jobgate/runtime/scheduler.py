@@ -469,7 +469,7 @@ class Scheduler:
                 upcoming = next_fires(item.schedule, max(item.watermark, now), 1)
                 if upcoming:
                     wait = min(wait, max(upcoming[0].fire_at - now, timedelta(0)))
-        return max(wait.total_seconds(), 0.01)
+        return max(self._lease.within_renewal(wait).total_seconds(), 0.01)
 
     def release(self) -> None:
         """Give up the leader lease (a standby takes over at once instead of after its expiry)."""

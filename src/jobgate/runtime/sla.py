@@ -65,7 +65,7 @@ class SlaMonitor:
     def step(self, now: datetime) -> timedelta:
         """A pass that could not read everything is followed at once by the next."""
         result = self.tick(now)
-        return timedelta(0) if result is not None and result.behind else self.interval
+        return timedelta(0) if result is not None and result.behind else self._lease.within_renewal(self.interval)
 
     def close(self) -> None:
         """Hand the lock over."""
