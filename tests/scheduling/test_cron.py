@@ -195,3 +195,35 @@ def test_a_plan_from_inside_a_repeated_hour_owes_nothing_already_run() -> None:
             utc("2026-10-26T01:30Z"),
             utc("2026-10-27T01:30Z"),
         ]
+
+
+# Zones that skipped a whole day, moving across the date line: a correction of more than three
+# hours (Debian cron's word), not a DST jump.
+DATE_LINE_JUMPS = [
+    ("Pacific/Apia", "2011-12-27T00:00:00Z", "2012-01-03T00:00:00Z"),
+    ("Pacific/Kiritimati", "1994-12-27T00:00:00Z", "1995-01-04T00:00:00Z"),
+    ("Pacific/Kwajalein", "1993-08-17T00:00:00Z", "1993-08-24T00:00:00Z"),
+]
+
+
+@pytest.mark.parametrize(("zone", "start", "end"), DATE_LINE_JUMPS)
+@pytest.mark.parametrize("expression", ["0 12 * * *", "0 0 * * *", "30 23 * * *", "15 6,18 * * *", "0 9 * * 1-5"])
+def test_a_skipped_day_is_not_caught_up_on_the_next(zone: str, start: str, end: str, expression: str) -> None:
+    """Found by a review: a daily 12:00 in Pacific/Apia ran twice on 2011-12-31 (the skipped
+    30th's slot at the jump, then the 31st's), both rendering the same business date."""
+    from zoneinfo import ZoneInfo
+
+    local = [utc(f).astimezone(ZoneInfo(zone)) for f in fires(expression, zone, start, end)]
+    walls = [(t.date(), t.hour, t.minute) for t in local]
+    assert len(walls) == len(set(walls))  # no local date and time fires twice
+    days = sorted({d for d, _, _ in walls})[1:-1]  # whole local days: the range cuts the first and last
+    expected = len(expression.split()[1].split(","))
+    assert {sum(1 for w in walls if w[0] == d) for d in days} == {expected}  # as the expression says, no more
+    assert all((t.hour, t.minute) in {(w[1], w[2]) for w in walls} for t in local)  # never off its time
+
+
+def test_a_dst_jump_still_fires_its_skipped_time_at_the_jump() -> None:
+    assert fires("30 2 * * *", "Europe/Oslo", "2026-03-28T00:00:00Z", "2026-03-30T00:00:00Z") == [
+        "2026-03-28T01:30:00Z",
+        "2026-03-29T01:00:00Z",  # 02:30 does not exist: at the jump, 03:00 CEST
+    ]

@@ -4,7 +4,10 @@ Why cronsim and not croniter or a parser of our own: cronsim is small, maintaine
 Healthchecks.io's cron checks), and implements Debian cron's semantics that users expect and
 that home-made parsers get wrong: day-of-month and day-of-week combine with OR when both are
 restricted; a fixed-time job whose local time is skipped by a DST jump runs once, right after
-the jump; one whose local time is repeated when clocks go back runs once (the first time).
+the jump; one whose local time is repeated when clocks go back runs once (the first time). A
+jump forward of more than three hours is, as for Debian cron, a correction of the clock (a zone
+moving across the date line: Pacific/Apia skipped 2011-12-30): the times it skips do not fire,
+or a daily job would run twice on the day after, for the same business date.
 Jobs with a wildcard hour (``*/30 * * * *``) fire at every real instant that matches, so
 during a repeated hour they fire in both passes: those are different instants.
 
@@ -89,6 +92,9 @@ def fire_times(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[dat
 
 
 _SECOND = timedelta(seconds=1)
+# Debian cron: "clock changes of more than 3 hours are considered to be corrections to the clock
+# or timezone"; the jobs of a skipped span up to that long run at the jump, longer ones not.
+CORRECTION = timedelta(hours=3)
 
 
 class _Walls:
@@ -122,17 +128,18 @@ def _first_wall(local: datetime, zone: ZoneInfo) -> datetime:
 
 def _instants(wall: datetime, zone: ZoneInfo, fixed: bool, walls: _Walls) -> list[datetime]:
     """The instants a matching wall-clock time fires at, ascending. A time that exists once: that
-    instant. A skipped time: a fixed-time job fires once at the jump, a wildcard one not at all
-    (it fires at the real instants around it). A repeated time: a fixed-time job fires at the
+    instant. A skipped time: a fixed-time job fires once at the jump (none when the jump is a
+    correction, over ``CORRECTION``), a wildcard one not at all (it fires at the real instants
+    around it). A repeated time: a fixed-time job fires at the
     first pass; a wildcard one at both, so the rest of the repeated span's matches are taken
     from ``walls`` and all first passes come before all second passes."""
     early, late = _offsets(wall, zone)
     if early == late:
         return [(wall - early).replace(tzinfo=UTC)]
     if early < late:  # in a gap: fold=0 reads the offset before the jump, the smaller one
-        return (
-            [_transition((wall - late).replace(tzinfo=UTC), (wall - early).replace(tzinfo=UTC), zone)] if fixed else []
-        )
+        if not fixed or late - early > CORRECTION:
+            return []
+        return [_transition((wall - late).replace(tzinfo=UTC), (wall - early).replace(tzinfo=UTC), zone)]
     first = (wall - early).replace(tzinfo=UTC)
     if fixed:
         return [first]
