@@ -437,6 +437,34 @@ def test_backfill_of_a_huge_or_extreme_range_is_refused_at_once(
     assert count(engine, "job_runs") == 0
 
 
+def test_a_backfill_in_the_calendars_first_days_lists_its_slots(engine: Engine) -> None:
+    """Found by a review: a range starting in year 1's first minute was refused as reaching past
+    the calendar's limits although its slots exist (cron stepped back before year 1)."""
+    job = define(engine)
+    engine.clock = FakeClock(T0 + HOUR)
+    add(engine, Schedule("daily", job, ScheduleKind.CRON, T0, cron="0 2 * * *"))
+    add(engine, Schedule("first-minute", job, ScheduleKind.CRON, T0, cron="1 0 * * *"))
+    start = datetime(1, 1, 1, 0, 0, 1, tzinfo=UTC)
+    for schedule_id, first in (
+        ("daily", datetime(1, 1, 1, 2, tzinfo=UTC)),
+        ("first-minute", datetime(1, 1, 1, 0, 1, tzinfo=UTC)),
+    ):
+        found = backfill(
+            engine,
+            tenant_id="default",
+            job_definition_id=job,
+            schedule_id=schedule_id,
+            start=start,
+            end=datetime(1, 1, 5, tzinfo=UTC),
+            dry_run=True,
+        )
+        assert [s.fire_at for s in found] == [first + timedelta(days=d) for d in range(4)]
+    with pytest.raises(ValidationError) as refused:
+        backfill(engine, tenant_id="default", job_definition_id=job, schedule_id="daily", start=start, end=T0)
+    assert refused.value.field == "to" and "more than 100000 slots" in refused.value.message
+    assert count(engine, "job_runs") == 0
+
+
 def test_backfill_does_not_repeat_a_slot_the_scheduler_fired(engine: Engine) -> None:
     job = define(engine)
     add(engine, hourly(job, misfire=MisfirePolicy.FIRE_ALL))

@@ -101,8 +101,13 @@ class _Walls:
     """The matching wall-clock times (naive, ascending) from cronsim; one can be put back."""
 
     def __init__(self, text: str, start: datetime) -> None:
-        self._sim = CronSim(text, start - _SECOND)  # cronsim yields strictly after its start
         self._back: list[datetime] = []
+        try:
+            self._sim = CronSim(text, start - _SECOND)  # cronsim yields strictly after its start
+        except OverflowError:  # the calendar's first minute: nothing before it to start from
+            self._sim = CronSim(text, start)
+            if _matches(self._sim, start):
+                self._back.append(start)
 
     def __iter__(self) -> Iterator[datetime]:
         return self
@@ -112,6 +117,18 @@ class _Walls:
 
     def put_back(self, wall: datetime) -> None:
         self._back.append(wall)
+
+
+def _matches(sim: CronSim, wall: datetime) -> bool:
+    """Whether the wall-clock minute ``wall`` is one of ``sim``'s (what cronsim, which only
+    looks strictly after its start, cannot say of its start)."""
+    return (
+        wall.second == 0
+        and wall.minute in sim.minutes
+        and wall.hour in sim.hours
+        and wall.month in sim.months
+        and sim.match_day(wall.date())
+    )
 
 
 def _first_wall(local: datetime, zone: ZoneInfo) -> datetime:

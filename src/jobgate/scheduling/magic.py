@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from jobgate.core.canonical import isoformat_utc
@@ -35,13 +35,25 @@ def check(params: Mapping[str, str]) -> None:
 def render(
     params: Mapping[str, str], fire_at: datetime, zone: ZoneInfo, window: ExecutionWindow | None
 ) -> dict[str, str]:
-    """``params`` with every magic param replaced by its value for this fire."""
-    local = fire_at.astimezone(zone).date()
-    values = {
-        "current_month": local.strftime("%Y-%m"),
-        "current_date": local.isoformat(),
-        "yesterday": (local - timedelta(days=1)).isoformat(),
-        "window_start": isoformat_utc(window.start) if window is not None else "",
-        "window_end": isoformat_utc(window.end) if window is not None else "",
+    """``params`` with every magic param replaced by its value for this fire. Each value is
+    worked out only where a param names it: a fire on the calendar's first day has no
+    yesterday, and is refused only by a param that asks for it (naming that param)."""
+
+    def value(name: str, param: str) -> str:
+        if name == "window_start":
+            return isoformat_utc(window.start) if window is not None else ""
+        if name == "window_end":
+            return isoformat_utc(window.end) if window is not None else ""
+        local = fire_at.astimezone(zone).date()
+        if name == "current_month":
+            return local.strftime("%Y-%m")
+        if name == "current_date":
+            return local.isoformat()
+        if local == date.min:  # yesterday
+            raise ValidationError("the fire is on the calendar's first day: no yesterday", field=f"params.{param}")
+        return (local - timedelta(days=1)).isoformat()
+
+    return {
+        param: _PLACEHOLDER.sub(lambda m, param=param: value(m.group(1), param), text)  # type: ignore[misc]
+        for param, text in params.items()
     }
-    return {name: _PLACEHOLDER.sub(lambda m: values[m.group(1)], value) for name, value in params.items()}

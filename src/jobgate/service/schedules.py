@@ -622,6 +622,8 @@ def backfill(
         raise ValidationError("give instants with a timezone offset (e.g. Z)", field="from")
     if end <= start:
         raise ValidationError("must be after --from", field="to")
+    if start.astimezone(UTC) == datetime.min.replace(tzinfo=UTC):  # slots are counted after an instant before it
+        raise ValidationError("the calendar's first instant cannot start a range: start a second later", field="from")
     schedule = _backfill_schedule(engine, tenant_id, job_definition_id, schedule_id)
     try:
         owed = _owed_slots(schedule, start, end, engine.clock.now())
