@@ -260,3 +260,15 @@ def test_apply_approve_reads_every_approvals_code_before_storing_any(tmp_path: P
     assert refused.returncode == 1 and "nope/x.py" in refused.stderr
     listed = jobgate(site, "--json", "definitions", "list").stdout
     assert '"z1"' not in listed and '"z2"' not in listed
+
+
+def test_a_database_named_without_a_configuration_says_the_built_in_one_applies(tmp_path: Path) -> None:
+    """Found by a review: ``jobgate --db site/jobgate.db submit`` from outside the folder bound the
+    run to the built-in configuration (no profiles of the folder's) and nothing said so."""
+    jobgate(tmp_path, "init", "site")
+    outside = jobgate(tmp_path, "--db", "site/jobgate.db", "--json", "submit", "demo-hello", "--param", "name=ada")
+    assert outside.stderr.count("note: no jobgate.yaml here: the built-in configuration applies") == 1
+    inside = jobgate(tmp_path / "site", "--json", "submit", "demo-hello", "--param", "name=bo")
+    assert "note:" not in inside.stderr
+    named = jobgate(tmp_path, "--db", "site/jobgate.db", "--config", "site/jobgate.yaml", "--json", "runs", "list")
+    assert "note:" not in named.stderr

@@ -35,6 +35,7 @@ class AppContext:
     # and bring its schema up to date. Every other command opens what exists, or refuses.
     may_create: bool = False
     _engine: Engine | None = field(default=None, repr=False)
+    _built_in_noted: bool = field(default=False, repr=False)
 
     def config(self) -> JobgateConfig:
         from jobgate.config import CONFIG_FILENAME, default_config, load_config
@@ -44,7 +45,24 @@ class AppContext:
             return load_config(path)
         if Path(CONFIG_FILENAME).is_file():
             return load_config(CONFIG_FILENAME)
+        self._note_built_in()
         return default_config(Path.cwd())
+
+    def _note_built_in(self) -> None:
+        """Say once, on stderr, that a command given a database but no configuration works under
+        the built-in one: a review's runs submitted with ``--db folder/jobgate.db`` from outside
+        the folder were bound to a configuration snapshot without the folder's profiles, and
+        nothing said so. (A cluster's hosts may run on ``$JOBGATE_DATABASE_URL`` alone.)"""
+        from jobgate.config import DATABASE_ENV
+
+        if self._built_in_noted or not (self.database or os.environ.get(DATABASE_ENV)):
+            return
+        self._built_in_noted = True
+        click.echo(
+            "note: no jobgate.yaml here: the built-in configuration applies (no profiles, policies or"
+            " runners of a folder's); pass --config FILE to use one",
+            err=True,
+        )
 
     def setup_logging(self) -> None:
         """Logging for a long-running command (worker, scheduler, serve): the command line's
