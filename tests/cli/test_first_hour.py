@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from alembic import command
 from sqlalchemy import create_engine
 from tests.cli.test_cli import ENV, jobgate
@@ -272,3 +273,32 @@ def test_a_database_named_without_a_configuration_says_the_built_in_one_applies(
     assert "note:" not in inside.stderr
     named = jobgate(tmp_path, "--db", "site/jobgate.db", "--config", "site/jobgate.yaml", "--json", "runs", "list")
     assert "note:" not in named.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("sqlite:///", "names a file"),
+        ("sqlite://", "names a file"),
+        ("sqlite:///:memory:", "names a file"),
+        ("sqlite://relative.db", "not a host"),
+        ("sqlite://user@host/x.db", "not a host"),
+        ("sqlite:////tmp/x.db?x=1", "unknown SQLite option 'x'"),
+    ],
+)
+def test_a_malformed_sqlite_url_is_refused_naming_the_form(url: str, says: str) -> None:
+    """Found by a review: these were internal errors (exit 70) or passed on with warnings."""
+    from jobgate.core.errors import ConfigurationError
+    from jobgate.store.opening import database_url
+
+    with pytest.raises(ConfigurationError) as refused:
+        database_url(url)
+    assert refused.value.field == "--db" and says in refused.value.message
+
+
+def test_a_sqlite_url_with_a_drivers_option_is_taken(tmp_path: Path) -> None:
+    from jobgate.store.opening import database_url
+
+    assert database_url("sqlite:///jobs.db?timeout=5") == "sqlite:///jobs.db?timeout=5"
+    refused = jobgate(tmp_path, "--db", "sqlite:///", "runs", "list", check=False)
+    assert refused.returncode == 1 and "internal" not in refused.stderr and "names a file" in refused.stderr

@@ -45,7 +45,37 @@ def database_url(value: str) -> str:
         )
     if backend == "postgresql":
         _check_postgresql(value)
+    else:
+        _check_sqlite(value)
     return value
+
+
+# What SQLite's driver takes in a URL's query (Python's sqlite3.connect and its URI filenames);
+# anything else was passed on and only warned about, or failed as an internal error.
+_SQLITE_QUERY = frozenset(
+    {"timeout", "check_same_thread", "cached_statements", "detect_types", "uri", "mode", "cache", "immutable", "nolock"}
+)
+
+
+def _check_sqlite(value: str) -> None:
+    """A SQLite URL names a file: ``sqlite:///relative.db`` or ``sqlite:////absolute.db``. A
+    review's ``sqlite:///`` (no file: a database in memory, gone with the process) and
+    ``sqlite://relative.db`` (the file read as a host) failed as internal errors."""
+    url = make_url(value)
+    form = "sqlite:///PATH (three slashes, four for an absolute path) or the file's path"
+    if url.host or url.port or url.username or url.password:
+        raise ConfigurationError(f"a SQLite URL names a file, not a host: {form}", field="--db")
+    if not url.database or url.database == ":memory:":
+        raise ConfigurationError(
+            f"a SQLite URL names a file (a database in memory would be gone when the command ends): {form}",
+            field="--db",
+        )
+    unknown = sorted(set(url.query) - _SQLITE_QUERY)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown SQLite option {unknown[0]!r} in the URL (known: {', '.join(sorted(_SQLITE_QUERY))})",
+            field="--db",
+        )
 
 
 def _refuse_host_list(value: str) -> None:
