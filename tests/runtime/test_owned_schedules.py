@@ -407,3 +407,19 @@ def test_a_batch_window_definition_takes_new_versions_after_its_window_length_ch
     apply(engine, **fields, schedule_expression="1h")  # and its length changed again
     moved = stored(engine, "windowed").schedule
     assert (moved.anchor - regridded.anchor) % timedelta(minutes=7) == timedelta(0)
+
+
+def test_applying_an_earlier_versions_content_makes_it_current_with_its_own_schedule(engine: Engine) -> None:
+    """Found by a review: applying v1's content after v2 made v1 current again but said
+    'unchanged', and kept v2's own schedule."""
+    first = engine.apply_definitions([parse_definition(SEED_15, "test", engine.config)], applied_by="ada")[0]
+    second = engine.apply_definitions(
+        [parse_definition({**SEED_15, "schedule_expression": "0 4 * * *"}, "test", engine.config)], applied_by="ada"
+    )[0]
+    assert (first.version, first.created, second.version, second.created) == (1, True, 2, True)
+    assert stored(engine).schedule.cron == "0 4 * * *"
+    again = engine.apply_definitions([parse_definition(SEED_15, "test", engine.config)], applied_by="ada")[0]
+    assert (again.version, again.created, again.reverted) == (1, False, True)
+    assert stored(engine).schedule.cron == "0 2 * * *"  # v1's own schedule again
+    same = engine.apply_definitions([parse_definition(SEED_15, "test", engine.config)], applied_by="ada")[0]
+    assert (same.version, same.created, same.reverted) == (1, False, False)

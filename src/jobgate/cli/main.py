@@ -230,6 +230,7 @@ def _apply(
             "version": r.version,
             "digest": r.digest,
             "created": r.created,
+            "reverted": r.reverted,
             "source": r.source,
             "approved": r.job_definition_id in approved,
         }
@@ -290,7 +291,7 @@ def apply(app: AppContext, paths: tuple[Path, ...], modules: tuple[str, ...], ap
                 a["job_definition_id"],
                 a["version"],
                 a["digest"][:23] + "…",
-                "new version" if a["created"] else "unchanged",
+                "new version" if a["created"] else f"v{a['version']} current again" if a["reverted"] else "unchanged",
                 a["approval"],
                 a["source"],
             )

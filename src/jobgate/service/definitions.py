@@ -38,6 +38,7 @@ class ApplyResult:
     digest: str
     created: bool
     source: str | None
+    reverted: bool = False  # an older version is current again (its content applied again)
 
 
 _BUILT_LIMIT = 1024  # versions kept built per process; emptied when full
@@ -92,9 +93,16 @@ class Definitions:
                     )
                 )
                 out.append(
-                    ApplyResult(d.job_definition_id, result.definition.version, d.digest, result.created, item.source)
+                    ApplyResult(
+                        d.job_definition_id,
+                        result.definition.version,
+                        d.digest,
+                        result.created,
+                        item.source,
+                        reverted=result.reverted,
+                    )
                 )
-                if result.created:
+                if result.created or result.reverted:  # the current version changed: its own schedule too
                     self.keep_owned_schedule(tx, tenant_id or d.tenant_id, d, actor=applied_by, now=now)
                 if progress:
                     progress(1)

@@ -65,6 +65,9 @@ class DefinitionPut:
 class DefinitionPutResult:
     definition: StoredDefinition
     created: bool  # False: identical content was already stored (same digest)
+    # The head now points at an older version stored before (its content applied again): not
+    # a new version, but the current one changed.
+    reverted: bool = False
 
 
 @dataclass(frozen=True)

@@ -400,6 +400,9 @@ class AppliedOut(BaseModel):
     version: int
     digest: str
     created: bool
+    reverted: bool = Field(
+        default=False, description="an older version is current again: its content was applied again (not created)"
+    )
 
 
 # ---------------------------------------------------------------- schedules, events, dead letters

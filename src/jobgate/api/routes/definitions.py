@@ -110,7 +110,13 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         loaded, tenant_id=caller.tenant_id, applied_by=caller.actor, applied_lineage=caller.minted_by
     )
     return [
-        AppliedOut(job_definition_id=a.job_definition_id, version=a.version, digest=a.digest, created=a.created)
+        AppliedOut(
+            job_definition_id=a.job_definition_id,
+            version=a.version,
+            digest=a.digest,
+            created=a.created,
+            reverted=a.reverted,
+        )
         for a in applied
     ]
 

@@ -136,7 +136,7 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
         )
     stored = definition_get(conn, p.tenant_id, p.job_definition_id, version)
     assert stored is not None
-    return DefinitionPutResult(stored, created=same_digest is None)
+    return DefinitionPutResult(stored, created=same_digest is None, reverted=same_digest is not None)
 
 
 def definition_get(
