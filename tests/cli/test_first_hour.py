@@ -302,3 +302,18 @@ def test_a_sqlite_url_with_a_drivers_option_is_taken(tmp_path: Path) -> None:
     assert database_url("sqlite:///jobs.db?timeout=5") == "sqlite:///jobs.db?timeout=5"
     refused = jobgate(tmp_path, "--db", "sqlite:///", "runs", "list", check=False)
     assert refused.returncode == 1 and "internal" not in refused.stderr and "names a file" in refused.stderr
+
+
+def test_refusals_say_their_kind_a_typo_in_server_is_not_an_outage(tmp_path: Path) -> None:
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    for args in (("definitions", "show", "nope"), ("next", "nope")):
+        missing = jobgate(folder, *args, check=False)
+        assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:"), (args, missing.stderr)
+    for server in ("notaurl", "ftp://host", "http://"):
+        typo = jobgate(folder, "--server", server, "--token", "x", "runs", "list", check=False)
+        assert typo.returncode == 1 and "configuration_error: --server" in typo.stderr, typo.stderr
+    down = jobgate(folder, "--server", "http://127.0.0.1:1", "--token", "x", "runs", "list", check=False)
+    assert down.returncode == 69 and "unavailable" in down.stderr
+    quiet = jobgate(folder, "plugins", "verify")
+    assert "no plugins to verify" in quiet.stdout

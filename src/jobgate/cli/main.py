@@ -20,7 +20,7 @@ from jobgate.cli.args import FiniteFloat, parse_params, tenant_option
 from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
-from jobgate.core.errors import NotReadyError, ValidationError
+from jobgate.core.errors import NotFoundError, NotReadyError, ValidationError
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.states import RunStatus
 from jobgate.plugins.admission import admit as admit_plugins
@@ -354,7 +354,7 @@ def definitions_show(app: AppContext, job: str, tenant: str) -> None:
     with app.engine().store.read() as tx:
         versions = tx.definition_versions(tenant, job)
     if not versions:
-        raise ValidationError(f"no job definition {job!r}", field="job_definition_id")
+        raise NotFoundError(f"no job definition {job!r}", field="job_definition_id")
     current = next(v for v in versions if v.is_current)
     if app.json_output:
         render.emit_json(
@@ -480,6 +480,9 @@ def runs_list(
 @click.argument("run_id")
 @pass_app
 def runs_show(app: AppContext, run_id: str) -> None:
+    """One run: its definition version and digests, configuration snapshot, params, status,
+    attempts, every transition, dead letter and result (RUN_ID: the id, or its end as the
+    tables show it)."""
     detail = app.runs_client().detail(run_id)
     if app.json_output:
         render.emit_json(detail.model_dump(mode="json"))

@@ -84,6 +84,8 @@ def verify(app: AppContext, names: tuple[str, ...]) -> None:
         say(entry, f"ok      {name}: {len(files)} files signed by {keys}")
     if app.json_output:
         render.emit_json(checked)
+    elif not checked:
+        print("no plugins to verify: none named, and none enabled (plugins.enabled in jobgate.yaml)")
     if failed:
         raise ValidationError(f"{failed} plugins would be refused at startup", field="plugins")
 

@@ -20,7 +20,7 @@ from jobgate.cli import render
 from jobgate.cli.args import FiniteFloat, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.documents import parse_yaml, read_text
 from jobgate.plugins.admission import admit as admit_plugins
 from jobgate.runtime.loops import LoopThread
@@ -303,7 +303,7 @@ def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
     with app.engine().store.read() as tx:
         items = [i for i in tx.schedules_list(tenant) if i.schedule.job_definition_id == job]
     if not items:
-        raise ValidationError(f"no schedule for {job!r}", field="job")
+        raise NotFoundError(f"no schedule for {job!r}", field="job")
     now = app.engine().clock.now()
     rows = []
     for i in items:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jobgate.core.errors import (
+    ConfigurationError,
     ConflictError,
     JobgateError,
     NotFoundError,
@@ -176,6 +177,10 @@ class RemoteRuns:
 
         self._transport_error = httpx.TransportError
         self._named_as = named_as  # what an unreachable server is called: the Python API's ``url``, the CLI's option
+        parsed = httpx.URL(url) if "://" in url else None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+            # a typo is not an unreachable server: a configuration error (exit 1), not exit 69
+            raise ConfigurationError(f"{url[:200]!r} is not a server's URL (http://HOST:PORT)", field=named_as)
         self.http = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
