@@ -77,6 +77,12 @@ def test_refused_creates_name_the_field_and_store_nothing(
 def test_malformed_json_is_a_400_and_an_oversized_body_a_413(world: World) -> None:
     bad = world.client.post(RUNS, content=b"{not json", headers={**admin(world), "Content-Type": "application/json"})
     assert bad.status_code == 400 and bad.json()["error"] == "bad_request"
+    # what the decoder refuses otherwise than as a syntax error is named too (the body)
+    for unreadable in (b'{"reason": "\xff"}', b"[" * 5000 + b"]" * 5000, b'{"n": ' + b"9" * 5000 + b"}"):
+        refused = world.client.post(
+            RUNS, content=unreadable, headers={**admin(world), "Content-Type": "application/json"}
+        )
+        assert refused.status_code == 400 and refused.json().get("field") == "body", refused.text
     huge = {"job_definition_id": ACME_JOB, "reason": "x" * 1000, "params": {f"p{i}": "v" * 1000 for i in range(1200)}}
     too_big = world.client.post(RUNS, json=huge, headers=admin(world))
     assert too_big.status_code == 413 and too_big.json()["error"] == "payload_too_large"

@@ -223,16 +223,22 @@ def _http_error(request: Request, exc: Exception) -> Response:
     }
     message = messages.get(exc.status_code, str(exc.detail))
     code = codes.get(exc.status_code, "http_error")
-    page = _console_page(request, exc.status_code, code, _PAGE_MESSAGES.get(exc.status_code, message), None)
+    field = None
+    if exc.status_code == 400 and exc.detail == _FASTAPI_UNPARSEABLE:
+        # FastAPI's words when the JSON decoder raised something else than a syntax error
+        message, field = _UNPARSEABLE, "body"
+    page = _console_page(request, exc.status_code, code, _PAGE_MESSAGES.get(exc.status_code, message), field)
     if page is not None:
         return page
     return JSONResponse(
-        body(code, message),
+        body(code, message, field),
         status_code=exc.status_code,
         headers=getattr(exc, "headers", None),
     )
 
 
+_FASTAPI_UNPARSEABLE = "There was an error parsing the body"
+_UNPARSEABLE = "the body cannot be read as JSON: not UTF-8, nested too deep, or a number with too many digits"
 _PAGE_MESSAGES = {404: "the console has no such page", 405: "this address is a form's action, not a page"}
 
 
