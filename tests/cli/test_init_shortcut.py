@@ -87,3 +87,36 @@ def test_demo_in_a_folder_applies_none_of_its_other_files(tmp_path: Path) -> Non
     jobgate(folder, "apply", "definitions/mine.yaml")
     jobgate(tmp_path, "demo", "--dir", "site", "--timeout", "120")
     assert not submitted(folder, "mine")
+
+
+def test_init_force_writes_through_no_link_and_a_file_for_a_folder_is_refused(tmp_path: Path) -> None:
+    """Found by a review: a refused ``init --force`` had written the demo configuration through a
+    symbolic link into a shared file outside the folder, then deleted the link."""
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("logging: {level: info}\n")
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s1" / "jobgate.yaml").symlink_to(shared)
+    refused = jobgate(tmp_path, "init", "--force", "s1", check=False)
+    assert refused.returncode == 1 and "symbolic link" in refused.stderr
+    assert shared.read_text() == "logging: {level: info}\n" and (tmp_path / "s1" / "jobgate.yaml").is_symlink()
+    (tmp_path / "s2").mkdir()
+    (tmp_path / "s2" / "definitions").write_text("not a folder\n")
+    refused = jobgate(tmp_path, "init", "s2", check=False)
+    assert refused.returncode == 1 and "not a folder" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "s2").iterdir()) == ["definitions"]
+
+
+def test_a_made_folder_stays_when_its_output_cannot_be_written(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.cli.test_cli import ENV
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobgate", "init", "site"], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader went away (`| head -0`): printing the summary fails
+    proc.wait(60)
+    assert (tmp_path / "site" / "jobgate.yaml").is_file() and (tmp_path / "site" / "jobgate.db").is_file()

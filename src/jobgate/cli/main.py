@@ -88,11 +88,16 @@ def init(ctx: click.Context, directory: Path, force: bool, production: bool) -> 
         shipped.refuse_four_eyes_folder(
             target, "`init --force` would replace it with the demo's configuration, which has four eyes off"
         )
-    with shipped.restored_on_failure(directory, [target] if production else shipped.written_by_init(directory)):
-        _init(app, directory, target, production)
+    written = [target] if production else shipped.written_by_init(directory)
+    shipped.refuse_links(directory, written)
+    with shipped.restored_on_failure(directory, written):
+        report = _init(app, directory, target, production)
+    report()
 
 
-def _init(app: AppContext, directory: Path, target: Path, production: bool) -> None:
+def _init(app: AppContext, directory: Path, target: Path, production: bool) -> Callable[[], None]:
+    """Make the folder; what to print once it is made (printed after: an output pipe closed
+    while printing must not undo a folder that was made, as a review's ``| head -1`` did)."""
     from jobgate.cli import shipped
     from jobgate.evidence import keys as evidence_keys
 
@@ -106,17 +111,21 @@ def _init(app: AppContext, directory: Path, target: Path, production: bool) -> N
         app.config_path = str(target)
         engine = app.engine()
         key = evidence_keys.ensure(engine.config)
-        if app.json_output:
-            render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": []})
-            return
-        render.out.print(f"initialised {directory.resolve()} (production: four eyes on, nothing applied)")
-        render.out.print(f"  database   {engine.store.safe_url}")
-        render.out.print(
-            f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)"
-        )
-        render.out.print("next: put definitions in definitions/, `jobgate apply definitions/ --by YOU`, and have")
-        render.out.print("      a second person run `jobgate definitions approve JOB --by THEM`")
-        return
+
+        def production_report() -> None:
+            if app.json_output:
+                made = {"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": []}
+                render.emit_json(made)
+                return
+            render.out.print(f"initialised {directory.resolve()} (production: four eyes on, nothing applied)")
+            render.out.print(f"  database   {engine.store.safe_url}")
+            render.out.print(
+                f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)"
+            )
+            render.out.print("next: put definitions in definitions/, `jobgate apply definitions/ --by YOU`, and have")
+            render.out.print("      a second person run `jobgate definitions approve JOB --by THEM`")
+
+        return production_report
     with resources.as_file(demo) as src:
         shutil.copy(src / CONFIG_FILENAME, target)
         _name_database(target, app.database)
@@ -132,19 +141,24 @@ def _init(app: AppContext, directory: Path, target: Path, production: bool) -> N
     applied = _apply(app, files, approve_as=_actor(None), applied_by=SHIPPED, spare_decisions=True)
     engine = app.engine()
     key = evidence_keys.ensure(engine.config)  # anchors and bundles are signed from the start
-    if app.json_output:
-        render.emit_json({"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": applied})
-        return
-    render.out.print(f"initialised {directory.resolve()}")
-    render.out.print(f"  database   {engine.store.safe_url}")
-    spared = [a["job_definition_id"] for a in applied if not a["approved"]]
-    render.out.print(
-        f"  applied    {len(applied)} definitions, {len(applied) - len(spared)} approved by {_actor(None)}"
-    )
-    if spared:
-        render.out.print(f"  left as an admin decided (revoked, suspended or retired): {', '.join(spared)}")
-    render.out.print(f"  evidence   key {key.key_id} at {engine.config.evidence_key_path} (signs anchors and bundles)")
-    render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
+
+    def report() -> None:
+        if app.json_output:
+            made = {"directory": str(directory.resolve()), "database": engine.store.safe_url, "applied": applied}
+            render.emit_json(made)
+            return
+        render.out.print(f"initialised {directory.resolve()}")
+        render.out.print(f"  database   {engine.store.safe_url}")
+        spared = [a["job_definition_id"] for a in applied if not a["approved"]]
+        approved = len(applied) - len(spared)
+        render.out.print(f"  applied    {len(applied)} definitions, {approved} approved by {_actor(None)}")
+        if spared:
+            render.out.print(f"  left as an admin decided (revoked, suspended or retired): {', '.join(spared)}")
+        where = engine.config.evidence_key_path
+        render.out.print(f"  evidence   key {key.key_id} at {where} (signs anchors and bundles)")
+        render.out.print(f"next: cd {directory} && jobgate submit demo-hello --param name=you && jobgate worker")
+
+    return report
 
 
 def _name_database(config_file: Path, url: str | None) -> None:

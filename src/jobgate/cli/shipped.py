@@ -11,7 +11,8 @@ configuration with four eyes on by the demo's, without. So the shortcut covers o
   stays as the admin left it;
 - folders without four eyes: a folder whose ``jobgate.yaml`` turns four eyes on is refused.
 
-And a refused ``init --force`` puts back every file it had overwritten.
+And a refused ``init --force`` puts back every file it had overwritten; it writes through no
+symbolic link, and what it prints is printed once the folder is made.
 """
 
 from __future__ import annotations
@@ -78,6 +79,21 @@ def refuse_four_eyes_folder(config_file: Path, consequence: str) -> None:
         )
 
 
+def refuse_links(directory: Path, written: Sequence[Path]) -> None:
+    """Refuse, before anything is written, a file ``init`` would write that is a symbolic link
+    (it would write through it, to a file outside the folder, which a failure could not put
+    back: a review's shared configuration was overwritten that way), and a ``definitions`` that
+    is not a folder."""
+    folder = directory / DEFINITIONS
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ValidationError(f"{folder} is not a folder of this one (a file or a link)", field="directory")
+    for path in written:
+        if path.is_symlink():
+            raise ValidationError(
+                f"{path} is a symbolic link: `init --force` writes no file through one", field="directory"
+            )
+
+
 @contextlib.contextmanager
 def restored_on_failure(directory: Path, overwritten: Sequence[Path]) -> Iterator[None]:
     """What a failed ``init`` made is taken away again and what it overwrote is put back: a
@@ -97,6 +113,6 @@ def restored_on_failure(directory: Path, overwritten: Sequence[Path]) -> Iterato
         for path in overwritten:
             if path in saved:
                 path.write_bytes(saved[path])
-            elif path.parent.is_dir():
+            elif path.parent.is_dir() and not path.is_symlink():
                 path.unlink(missing_ok=True)
         raise
