@@ -93,3 +93,48 @@ def test_a_gate_closing_write_waits_without_holding_the_claims_up(
     with engine.store.read() as tx:
         assert all(a.active for a in tx.approvals_list("default", job))
         assert not any(a.active for a in tx.approvals_list("default", other))
+
+
+def test_an_automatic_safe_mode_switch_waits_for_the_gates_however_long(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a regression review: a run's safe_mode_on_failure switch, refused after the
+    gates' patience while a worker held them, was lost (logged, never tried again)."""
+    from jobgate.service import safemode
+    from jobgate.store.sql import claims
+
+    monkeypatch.setattr(claims, "GATES_PATIENCE_S", 0.2)
+    switched: list[object] = []
+    with engine.store.write() as slow_worker:
+        connection(slow_worker).execute(text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": claims._GATES_LOCK})
+        automatic = threading.Thread(
+            target=lambda: switched.append(
+                safemode.activate(engine, "default", actor="worker-x", reason="run failed", patient=True)
+            ),
+            daemon=True,
+        )
+        automatic.start()
+        automatic.join(1.0)  # five times the patience a person's switch gets
+        assert automatic.is_alive() and not switched
+    automatic.join(30)
+    assert switched
+    with engine.store.read() as tx:
+        current = tx.safe_mode_current("default")
+    assert current is not None and current.active
+
+
+def test_anchoring_goes_on_while_a_seal_writer_is_open(engine: Engine) -> None:
+    """Found by a regression review: the anchoring job's attempt failed (SealWritersBusy)
+    whenever a transaction writing seals stayed open; it anchors what is chained instead."""
+    from jobgate.evidence import anchors
+
+    job = define(engine)
+    run = engine.submit(SubmitRequest(job, request_id="a1")).run.job_run_id
+    with running_worker(engine):
+        wait_all(engine, [run], RunStatus.COMPLETED, timeout=30)
+    later = engine.clock.now() + timedelta(hours=2)  # past the anchoring window
+    with engine.store.write() as open_writer:
+        connection(open_writer).execute(text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": SEAL_WRITERS})
+        with engine.store.write() as tx:
+            made = anchors.anchor_configured(tx, engine.config, "default", later)
+    assert made  # the window's entries anchored; the run's seal waits for a later batch and window

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import MalformedRecordError, ValidationError
 from jobgate.core.records import Anchor, AuditFilter
 from jobgate.evidence.sinks import AnchorSink, sink_for
+from jobgate.store.errors import SealWritersBusy
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -98,7 +100,11 @@ def anchor_due(
     Runs inside the caller's transaction."""
     made: list[Anchor] = []
     # Seals still waiting for the leader's batch are chained first: the anchor then covers them.
-    tx.seals_chain(tenant_id, now)
+    # While a transaction writing seals is still open the batch is put off (SealWritersBusy):
+    # the anchor covers what is chained, and the seals go into a later window (a regression
+    # review found the anchoring job failing its attempt instead).
+    with contextlib.suppress(SealWritersBusy):
+        tx.seals_chain(tenant_id, now)
     # The chain's head stays locked: an entry committing meanwhile waits, and is then recorded
     # after the anchored window (``audit_append``), never inside a window already anchored.
     tx.anchors.head_lock(tenant_id)

@@ -50,8 +50,13 @@ def history(engine: Engine, tenant_id: str, limit: int = 100) -> list[SafeModePe
         return tx.safe_mode_periods(tenant_id, limit=limit)
 
 
-def activate(engine: Engine, tenant_id: str, *, actor: str, reason: str, now: datetime | None = None) -> SafeModePeriod:
-    return switch(engine, tenant_id, True, actor=actor, reason=reason, now=now)[0]
+def activate(
+    engine: Engine, tenant_id: str, *, actor: str, reason: str, now: datetime | None = None, patient: bool = False
+) -> SafeModePeriod:
+    """``patient``: wait for the admission gates as long as a worker's transaction holds them
+    (an automatic switch, which nobody is there to repeat); a person's is refused after
+    ``claims.GATES_PATIENCE_S`` and may try again."""
+    return switch(engine, tenant_id, True, actor=actor, reason=reason, now=now, patient=patient)[0]
 
 
 def deactivate(
@@ -61,12 +66,19 @@ def deactivate(
 
 
 def switch(
-    engine: Engine, tenant_id: str, on: bool, *, actor: str, reason: str, now: datetime | None = None
+    engine: Engine,
+    tenant_id: str,
+    on: bool,
+    *,
+    actor: str,
+    reason: str,
+    now: datetime | None = None,
+    patient: bool = False,
 ) -> tuple[SafeModePeriod, str | None]:
     """Switch safe mode on (the configured actions, recorded with the period, bind every
     trigger from this commit on) or off (they stop binding); then the configured
     SAFE_MODE_JOB runs for the switch. Returns the period and that run's id."""
-    period = _switch(engine, tenant_id, on, actor=actor, reason=reason, now=now)
+    period = _switch(engine, tenant_id, on, actor=actor, reason=reason, now=now, patient=patient)
     return period, run_safe_mode_job(engine, period, "activate" if on else "deactivate", actor=actor)
 
 
@@ -104,7 +116,7 @@ def after_settled(engine: Engine, changes: Iterable[RunChange], *, actor: str) -
             continue
         reason = f"run {change.job_run_id} failed its last attempt (retry policy strategy safe_mode_on_failure)"
         try:
-            activate(engine, change.tenant_id, actor=actor, reason=reason)
+            activate(engine, change.tenant_id, actor=actor, reason=reason, patient=True)
         except ConflictError:
             continue  # already on: its period stands
         except Exception:
@@ -112,7 +124,7 @@ def after_settled(engine: Engine, changes: Iterable[RunChange], *, actor: str) -
 
 
 def _switch(
-    engine: Engine, tenant_id: str, on: bool, *, actor: str, reason: str, now: datetime | None
+    engine: Engine, tenant_id: str, on: bool, *, actor: str, reason: str, now: datetime | None, patient: bool = False
 ) -> SafeModePeriod:
     reason = reason.strip()
     if not reason:
@@ -125,7 +137,7 @@ def _switch(
     now = now or engine.clock.now()
     with engine.store.write() as tx:
         if on:
-            tx.gates_closing()  # no claim decides on the state before this switch while it is made
+            tx.gates_closing(patient=patient)  # no claim decides on the state before this switch meanwhile
             period = tx.safe_mode_activate(tenant_id, actor, reason, now, engine.config.safe_mode.actions())
         else:
             period = tx.safe_mode_deactivate(tenant_id, actor, reason, now)
@@ -202,5 +214,5 @@ def activate_automatically(ctx: Any, host: Host) -> dict[str, Any]:
     current = status(engine, tenant)
     if current is not None and current.active:
         return {"tenant_id": tenant, "activation": current.activation, "already_active": True}
-    period, job_run = switch(engine, tenant, True, actor=actor, reason=reason)
+    period, job_run = switch(engine, tenant, True, actor=actor, reason=reason, patient=True)
     return {"tenant_id": tenant, "activation": period.activation, "already_active": False, "safe_mode_job": job_run}

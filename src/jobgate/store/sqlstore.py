@@ -649,8 +649,8 @@ class StoreTx:
             self.chains_learned.claimed.append(batch.chains)
         return batch
 
-    def gates_closing(self) -> None:
-        claims.gates_closing(self._conn)
+    def gates_closing(self, *, patient: bool = False) -> None:
+        claims.gates_closing(self._conn, patient=patient)
 
     def gates_shared(self) -> None:
         """Take the gates' lock shared, once per transaction, before any row is locked: a

@@ -74,7 +74,7 @@ def gates_shared(conn: Connection) -> None:
         driver.owe(conn, _GATES_SHARED)  # with the transaction's next statement, before it locks a row
 
 
-def gates_closing(conn: Connection) -> None:
+def gates_closing(conn: Connection, *, patient: bool = False) -> None:
     """Serialise a gate-closing write with the claims deciding attempts (PostgreSQL).
 
     Under READ COMMITTED a claim's candidate read sees the approvals and safe-mode periods as of
@@ -89,7 +89,8 @@ def gates_closing(conn: Connection) -> None:
     PostgreSQL queues every claim behind it, and a worker's transaction can hold the shared side
     for long (a slow completion effect, a paused worker: a review's froze the cluster behind
     the seal batch's lock the same way). Past ``GATES_PATIENCE_S`` the write is refused
-    (``GatesBusy``: 503, exit 69) with nothing stored."""
+    (``GatesBusy``: 503, exit 69) with nothing stored; ``patient`` (an automatic switch that
+    nobody would repeat) goes on asking until it is granted."""
     if conn.dialect.name != "postgresql":
         return
     deadline = time.monotonic() + GATES_PATIENCE_S
@@ -101,7 +102,7 @@ def gates_closing(conn: Connection) -> None:
         except psycopg.errors.LockNotAvailable:
             driver.execute(conn, "ROLLBACK TO SAVEPOINT jobgate_gates")
             driver.execute(conn, "RELEASE SAVEPOINT jobgate_gates")
-            if time.monotonic() >= deadline:
+            if not patient and time.monotonic() >= deadline:
                 raise GatesBusy(
                     f"a worker's transaction has held the admission gates for over {GATES_PATIENCE_S} s"
                     " (a slow completion effect, a paused worker); nothing was changed: try again",
