@@ -423,3 +423,20 @@ def test_applying_an_earlier_versions_content_makes_it_current_with_its_own_sche
     assert stored(engine).schedule.cron == "0 2 * * *"  # v1's own schedule again
     same = engine.apply_definitions([parse_definition(SEED_15, "test", engine.config)], applied_by="ada")[0]
     assert (same.version, same.created, same.reverted) == (1, False, False)
+
+
+def test_an_approved_version_made_current_again_runs_its_schedule(engine: Engine) -> None:
+    """Found by a regression review: v1 approved, v2 applied (waiting), v1 applied again: v1's
+    own schedule stayed 'paused: unapproved' though its content's approval stands."""
+    job = apply(engine)
+    approvals.approve(engine, "default", job, actor="bob")
+    assert stored(engine).state == "active"
+    apply(engine, schedule_expression="0 4 * * *")
+    assert stored(engine).state == "paused: unapproved"
+    apply(engine)  # v1 again
+    item = stored(engine)
+    assert item.schedule.cron == "0 2 * * *" and item.state == "active"
+    set_paused(engine, "default", item.schedule.schedule_id, True, actor="op", now=engine.clock.now())
+    apply(engine, schedule_expression="0 4 * * *")
+    apply(engine)
+    assert stored(engine).schedule.paused  # an operator's pause stays theirs

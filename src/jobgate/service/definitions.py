@@ -150,8 +150,14 @@ class Definitions:
                 field="schedule_expression",
                 source=definition.job_definition_id,
             ) from None
-        _, pause_reason = pause_after_edit(existing, asked=False, unapproved=True)  # an operator's pause stays theirs
-        wanted = replace(wanted, paused=True)
+        # A new version waits for its approval; an earlier version made current again runs on the
+        # approval its content already has (a regression review found it waiting for one given).
+        approved = any(
+            a.active and a.digest == definition.digest
+            for a in tx.approvals_list(tenant_id, definition.job_definition_id)
+        )
+        paused, pause_reason = pause_after_edit(existing, asked=False, unapproved=not approved)  # an operator's stays
+        wanted = replace(wanted, paused=paused)
         if existing is not None:
             wanted = windows_after_edit(existing.schedule, wanted, now)
         made = tx.schedule_put(wanted, watermark=now, source=OWNED_SOURCE, now=now, pause_reason=pause_reason)
@@ -161,7 +167,11 @@ class Definitions:
             settle_owed_before_edit(tx, existing, wanted, now)
         after = canonical_json(schedule_document(wanted)).decode()
         reason = f"version of {definition.job_definition_id}; " + (
-            "paused until approved" if pause_reason == PAUSED_UNAPPROVED else "kept paused (paused by an operator)"
+            "paused until approved"
+            if pause_reason == PAUSED_UNAPPROVED
+            else "kept paused (paused by an operator)"
+            if paused
+            else "its content approved already"
         )
         tx.change_record(
             tenant_id, name, ScheduleChange(now, "created" if made else "updated", before, after, True, actor, reason)
