@@ -58,3 +58,24 @@ def test_locks_show_holder_token_and_whether_they_are_held(engine: Engine) -> No
     }
     assert [r.info.name for r in cluster.locks(engine, prefix="batch:")] == ["batch:2026-06-25T18"]
     assert cluster.locks(engine, prefix="b%") == []  # the prefix is literal, not a pattern
+
+
+def test_a_silent_worker_that_still_holds_a_lease_stays_stale(engine: Engine) -> None:
+    """Found by a regression review: a worker paused with a long lease was called gone (and
+    doctor green) while its run waited for the lease to expire."""
+    from helpers import define
+    from jobgate.service.submission import SubmitRequest
+    from jobgate.store.base import RunsClaim
+
+    run = engine.submit(SubmitRequest(define(engine))).run
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        tx.worker_heartbeat(WorkerBeat("w-frozen", "h2", 12, 8, ("default",), now - cluster.GONE_AFTER * 2))
+        claimed = tx.runs_claim(RunsClaim("w-frozen", ("default",), 1, now, now + timedelta(hours=1)))
+    assert [r.job_run_id for r in claimed.runs()] == [run.job_run_id]
+    every = {r.info.worker_id: r.state for r in cluster.workers(engine, include_stopped=True)}
+    assert every == {"w-frozen": "stale"}
+    later = now + timedelta(hours=2)  # its lease expired: gone
+    with engine.store.read() as tx:
+        (info,) = tx.workers_list()
+    assert cluster.worker_state(info, later) == "gone"

@@ -3,9 +3,11 @@
 A worker heartbeats every few seconds; one whose last heartbeat is older than ``stale_after``
 (three missed beats by default) is shown as stale: its host died, it was SIGKILLed, or it
 hangs. Its runs are not touched by this: the rescuer recovers them when their leases expire.
-One silent for longer than ``GONE_AFTER`` is gone: it ended without stopping (nothing but a
-clean stop marks a worker stopped), and is listed with the stopped ones, not as a warning
-forever (a review found a SIGKILLed worker keeping ``doctor`` amber for good).
+One silent for longer than ``GONE_AFTER`` whose run leases have all expired is gone: it ended
+without stopping (nothing but a clean stop marks a worker stopped), and is listed with the
+stopped ones, not as a warning forever (a review found a SIGKILLed worker keeping ``doctor``
+amber for good); while it still holds a lease (a long one) it stays stale: its runs are not
+back in the queue yet.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def worker_state(info: WorkerInfo, now: datetime, stale_after: timedelta = STALE
     silent = now - info.heartbeat_at
     if silent <= stale_after:
         return "alive"
-    return "stale" if silent <= max(GONE_AFTER, stale_after) else "gone"
+    holds_runs = info.leases_until is not None and info.leases_until > now  # returned only at expiry
+    return "stale" if silent <= max(GONE_AFTER, stale_after) or holds_runs else "gone"
 
 
 def workers(engine: Engine, *, include_stopped: bool = False, stale_after: timedelta = STALE_AFTER) -> list[WorkerRow]:

@@ -208,6 +208,9 @@ class WorkerInfo:
     heartbeat_at: datetime
     stopped_at: datetime | None
     capabilities: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The latest expiry of the run leases it holds (None: it holds none): a silent worker's
+    # runs return to the queue only then.
+    leases_until: datetime | None = None
 
 
 __all__ = [

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, func, select, update
 from jobgate.core.states import RunStatus
 from jobgate.store import codec
 from jobgate.store.base import WorkerBeat, WorkerInfo
+from jobgate.store.sql.predicates import IS_LEASED
 from jobgate.store.tables import job_runs, workers
 
 
@@ -37,7 +38,13 @@ def worker_stopped(conn: Connection, worker_id: str, now_us: int) -> None:
 
 
 def workers_list(conn: Connection) -> list[WorkerInfo]:
-    rows = conn.execute(select(workers).order_by(workers.c.heartbeat_at.desc())).mappings()
+    leases = (
+        select(func.max(job_runs.c.lease_expires_at))
+        .where(IS_LEASED, job_runs.c.lease_owner == workers.c.worker_id)
+        .scalar_subquery()
+        .label("leases_until")
+    )
+    rows = conn.execute(select(workers, leases).order_by(workers.c.heartbeat_at.desc())).mappings()
     return [
         WorkerInfo(
             r["worker_id"],
@@ -49,6 +56,7 @@ def workers_list(conn: Connection) -> list[WorkerInfo]:
             codec.from_us(r["heartbeat_at"]),
             codec.opt_dt(r["stopped_at"]),
             codec.loads(r["capabilities"]) if r["capabilities"] else {},
+            codec.opt_dt(r["leases_until"]),
         )
         for r in rows
     ]
