@@ -17,6 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobgate.run_log import Interleaving, append_line
+
 if TYPE_CHECKING:
     from jobgate.store.sqlstore import StoreTx
 
@@ -117,6 +119,7 @@ class ExecutionContext:
         self._cancelled = cancelled
         self.effects: list[Effect] = []
         self._log_sink: Any = None  # the attempt's captured output (``runtime.executors.capture``)
+        self._run_log: Interleaving | None = None
         self._store_effects: list[StoreEffect] = []  # jobgate's own jobs' (``service.host.Host``)
         self.lock_provider: LockProvider | None = None  # set by the worker
 
@@ -226,11 +229,19 @@ class ExecutionContext:
         """One line in the run's log (``jobgate runs log``, the API, the console), as print() and
         ``logging`` in the handler's thread also are."""
         text = line.rstrip("\n") + "\n"
-        if self._log_sink is not None:
-            self._log_sink.line(text)
-            return
-        with self.log_path.open("a", encoding="utf-8", errors="backslashreplace") as fh:  # a file name's lone
-            fh.write(text)  # surrogate is written as its escape, not a failure of the attempt
+        # A run log that cannot be written does not turn into another outcome of the attempt.
+        with contextlib.suppress(OSError):
+            if self._log_sink is not None:
+                self._log_sink.line(text)
+                return
+            append_line(self.log_path, text, self.run_log)  # a lone surrogate is written as its escape
+
+    @property
+    def run_log(self) -> Interleaving:
+        """This attempt's place in the run's log, shared by its writers (``jobgate.run_log``)."""
+        if self._run_log is None:
+            self._run_log = Interleaving(self.payload.attempt)
+        return self._run_log
 
 
 def add_store_effect(ctx: ExecutionContext, effect: StoreEffect) -> None:

@@ -14,6 +14,7 @@ from runtime_support import running_worker, wait_status
 from helpers import define
 from jobgate.core.models import JobRun
 from jobgate.core.states import RunStatus
+from jobgate.run_log import Interleaving, append_line
 from jobgate.runtime.executors import capture
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
@@ -123,16 +124,24 @@ def test_a_runners_output_after_another_attempts_lines_is_headed_again(tmp_path:
     path = tmp_path / "run.log"
     path.write_text("[jobgate] starting runner sh (run r, attempt 1)\n")
     read_end, write_end = os.pipe()
-    with path.open("ab", buffering=0) as log, os.fdopen(read_end, "rb", buffering=0) as pipe:
-        output = _Output(pipe, log, capture.MAX_ATTEMPT_LOG_BYTES, 1)
+    with path.open("ab+", buffering=0) as log, os.fdopen(read_end, "rb", buffering=0) as pipe:
+        first = Interleaving(1)
+        first.wrote(log.fileno())  # its start line is its own
+        output = _Output(pipe, log, capture.MAX_ATTEMPT_LOG_BYTES, first)
         os.write(write_end, b"runner line 1\n")
         output.copy(5)
         later = capture.AttemptLog(lambda: path, 2)
         later.line("attempt 2 line")
         later.close()
-        os.write(write_end, b"runner line 2\n")
+        os.write(write_end, b"runner line 2\nrunner progress: ")
+        output.copy(5)
+        second = capture.AttemptLog(lambda: path, 3)  # another attempt, while a line is unfinished
+        second.line("attempt 3 line")
+        second.close()
+        os.write(write_end, b"done\n")
         output.copy(5)
         os.close(write_end)
+        append_line(path, "[jobgate] runner sh exited with code 0\n", first)  # ctx.log's own line: the same
     assert path.read_text().splitlines() == [
         "[jobgate] starting runner sh (run r, attempt 1)",
         "runner line 1",
@@ -140,4 +149,42 @@ def test_a_runners_output_after_another_attempts_lines_is_headed_again(tmp_path:
         "attempt 2 line",
         "[jobgate] attempt 1, continued",
         "runner line 2",
+        "runner progress: ",
+        "[jobgate] attempt 3",
+        "attempt 3 line",
+        "[jobgate] attempt 1, continued",
+        "done",
+        "[jobgate] runner sh exited with code 0",
     ]
+
+
+def test_an_unfinished_line_interrupted_by_another_attempt_is_headed_when_it_ends(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    first, second = capture.AttemptLog(lambda: path, 1), capture.AttemptLog(lambda: path, 2)
+    first.line("attempt 1 start")
+    first.write("attempt 1 progress: ")  # print(..., end="")
+    second.line("attempt 2 start")
+    second.line("attempt 2 end")
+    second.close()
+    first.write("done\n")
+    first.close()
+    assert path.read_text().splitlines() == [
+        "[jobgate] attempt 1",
+        "attempt 1 start",
+        "[jobgate] attempt 2",
+        "attempt 2 start",
+        "attempt 2 end",
+        "[jobgate] attempt 1, continued",
+        "attempt 1 progress: done",
+    ]
+
+
+def test_a_log_that_cannot_be_written_does_not_change_the_outcome(engine: Engine) -> None:
+    """Found by a regression review: ``ctx.log`` raised into the handler when the run's log
+    could not be opened (the attempt failed with IsADirectoryError)."""
+    job = define(engine, handler="engine_handlers:log_and_succeed")
+    run = engine.submit(SubmitRequest(job)).run
+    (Path(engine.config.data_dir) / "runs" / run.job_run_id / "run.log").mkdir(parents=True)
+    with running_worker(engine):
+        done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
+    assert done.status is RunStatus.COMPLETED

@@ -254,3 +254,10 @@ def surrogate_result(ctx: ExecutionContext) -> dict[str, Any]:
 def unstorable_failure(ctx: ExecutionContext) -> None:
     """A failure whose code and message hold what a store refuses (NUL, a lone surrogate)."""
     raise NonRetryableError("bad byte \x00 in caf" + b"\xe9".decode("utf-8", "surrogateescape"), error_code="CODE\x00X")
+
+
+def log_and_succeed(ctx: ExecutionContext) -> dict[str, Any]:
+    """Writes to its run's log (print and ``ctx.log``), then succeeds."""
+    print("printed")
+    ctx.log("logged")
+    return {"ok": True}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import sys
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from jobgate.context import ExecutionContext
+from jobgate.run_log import Interleaving
 
 MAX_ATTEMPT_LOG_BYTES = 10 << 20
 
@@ -38,31 +38,20 @@ _local = threading.local()
 _install_lock = threading.Lock()
 
 
-class Interleaving:
-    """Whether another attempt wrote to the run's log since this one last did. Attempts of one
-    run share its log; an attempt whose lease was taken back (its worker paused, then resumed)
-    may still write after the next attempt's header, and a review found its lines read as the
-    next attempt's. Such output is headed again, ``[jobgate] attempt N, continued``."""
-
-    def __init__(self, attempt: int) -> None:
-        self._attempt = attempt
-        self._end: int | None = None  # the log's size after this attempt's last write
-
-    def heading(self, fd: int) -> str:
-        """The line to write before this attempt's next output ('' when it follows its own)."""
-        if self._end is None or os.fstat(fd).st_size == self._end:
-            return ""
-        return f"[jobgate] attempt {self._attempt}, continued\n"
-
-    def wrote(self, fd: int) -> None:
-        self._end = os.fstat(fd).st_size
-
-
 class AttemptLog:
     """One attempt's share of the run log: opened at its first write (a silent handler costs no
-    file), headed by the attempt's number, capped at ``limit`` bytes."""
+    file), headed by the attempt's number, capped at ``limit`` bytes. Whole lines are written as
+    they end (an unfinished one waits for its end, or the close), each after its heading
+    (``run_log.Interleaving``), so output that another attempt's lines interrupted is headed
+    again and never joins their lines."""
 
-    def __init__(self, path: Callable[[], Path], attempt: int, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Callable[[], Path],
+        attempt: int,
+        limit: int | None = None,
+        interleaving: Interleaving | None = None,
+    ) -> None:
         self._path = path  # asked at the first write: finding it creates the run's folder
         self._attempt = attempt
         self._file: IO[str] | None = None
@@ -70,36 +59,41 @@ class AttemptLog:
         self.written = 0
         self.dropped = False
         self._line_start = True  # what was written last ended a line (or nothing was)
-        self._interleaving = Interleaving(attempt)
+        self._pending = ""  # an unfinished line: written when it ends, or at the close
+        self._interleaving = interleaving if interleaving is not None else Interleaving(attempt)
 
     def _open(self) -> IO[str]:
         if self._file is None:
             path = self._path()
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8", errors="backslashreplace")
-            self._file.write(f"[jobgate] attempt {self._attempt}\n")
-            self._file.flush()
-            self._interleaving.wrote(self._file.fileno())
+            self._file = path.open("a+", encoding="utf-8", errors="backslashreplace")  # read: its last byte
+            self._emit(f"[jobgate] attempt {self._attempt}\n")
         return self._file
+
+    def _emit(self, text: str) -> None:
+        assert self._file is not None
+        fd = self._file.fileno()
+        self._file.write(self._interleaving.heading(fd) + text)
+        self._file.flush()
+        self._interleaving.wrote(fd)
 
     def write(self, text: str) -> None:
         if self.dropped or not text:
             return
-        file = self._open()
-        if self._line_start:  # everything before is flushed: the file's size is what it holds
-            file.write(self._interleaving.heading(file.fileno()))
+        self._open()
         size = len(text.encode("utf-8", errors="replace"))
         if self.written + size > self._limit:
             self.dropped = True
-            file.write(dropped_note(self._limit))
-            file.flush()
+            self._emit(self._pending + dropped_note(self._limit))
+            self._pending = ""
             return
         self.written += size
-        file.write(text)
         self._line_start = text.endswith("\n")
-        if "\n" in text:
-            file.flush()
-            self._interleaving.wrote(file.fileno())
+        pending = self._pending + text
+        cut = pending.rfind("\n") + 1
+        if cut:
+            self._emit(pending[:cut])
+        self._pending = pending[cut:]
 
     def line(self, text: str) -> None:
         """``text`` as a line of its own: on a new line even after output that did not end one
@@ -109,7 +103,9 @@ class AttemptLog:
     def close(self) -> None:
         if self._file is not None:
             with contextlib.suppress(OSError):
-                self._file.flush()
+                if self._pending:
+                    self._emit(self._pending)
+                    self._pending = ""
                 self._file.close()
 
 
@@ -192,7 +188,8 @@ def install() -> None:
 def attempt_output(ctx: ExecutionContext) -> Iterator[AttemptLog]:
     """While the body runs, this thread's prints and log records are the attempt's log."""
     install()
-    log = AttemptLog(lambda: ctx.log_path, ctx.payload.attempt)  # not read before a write: it makes a folder
+    # not read before a write: it makes a folder
+    log = AttemptLog(lambda: ctx.log_path, ctx.payload.attempt, interleaving=ctx.run_log)
     _local.log = log
     ctx._log_sink = log
     try:

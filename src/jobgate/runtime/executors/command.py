@@ -46,6 +46,7 @@ from jobgate.core.decide import Outcome, OutcomeKind
 from jobgate.core.errors import ValidationError
 from jobgate.core.params import RESERVED, placeholders, render
 from jobgate.registry import RunnerSpec
+from jobgate.run_log import Interleaving
 from jobgate.runtime.executors import capture
 from jobgate.runtime.executors.base import Artifact, ExecutionResult, failure, log_best_effort, stopped
 from jobgate.runtime.executors.results import NotStorable, loads_strict, storable
@@ -238,7 +239,7 @@ class CommandExecutor:
             ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
             if plan.body is not None:
                 _write_private(plan.tmpfile, plan.body)
-            log = ctx.log_path.open("ab", buffering=0)  # each chunk reaches the file as it comes
+            log = ctx.log_path.open("ab+", buffering=0)  # each chunk as it comes; read: its last byte
         except OSError as exc:
             return failure(OutcomeKind.RETRYABLE_FAILURE, "WORKDIR_UNAVAILABLE", f"cannot prepare the attempt: {exc}")
         if ctx.is_cancelled():
@@ -269,7 +270,7 @@ class CommandExecutor:
             return failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
         assert process.stdout is not None  # stdout=PIPE
         running = _Running(process)
-        output = _Output(process.stdout, log, capture.MAX_ATTEMPT_LOG_BYTES, ctx.attempt)
+        output = _Output(process.stdout, log, capture.MAX_ATTEMPT_LOG_BYTES, ctx.run_log)
         with self._lock:
             self._running[id(ctx)] = (ctx, running)
         try:
@@ -319,7 +320,7 @@ class _Output:
     own thread: at most ``limit`` bytes an attempt, then one line saying the rest is not kept,
     the pipe drained all the same so the runner never blocks writing to it."""
 
-    def __init__(self, pipe: IO[bytes], log: IO[bytes], limit: int, attempt: int) -> None:
+    def __init__(self, pipe: IO[bytes], log: IO[bytes], limit: int, interleaving: Interleaving) -> None:
         self._pipe = pipe
         self._fd = pipe.fileno()
         self._poll = select.poll()  # not select(): a worker may hold descriptors past 1,024
@@ -329,9 +330,7 @@ class _Output:
         self._written = 0
         self._dropped = False
         self._ended = False  # every writer closed the pipe
-        self._interleaving = capture.Interleaving(attempt)  # the runner's start line is in the log already
-        with contextlib.suppress(OSError):
-            self._interleaving.wrote(log.fileno())
+        self._interleaving = interleaving  # the attempt's, shared with its ctx.log lines
 
     def copy(self, timeout: float) -> None:
         """Copy what arrives within ``timeout`` seconds (wait that long when nothing does)."""
