@@ -49,6 +49,20 @@ DOORS: dict[str, tuple[str, Role, Callable[[str], dict[str, Any]], str, str]] = 
         "reason",
         "job_runs",
     ),
+    "scope eco_number": (
+        "/api/v1/schedule",
+        Role.OPERATOR,
+        lambda t: {"job_definition_id": ACME_JOB, "params": {"n": "1"}, "scope": {"eco_number": t}},
+        "scope.eco_number",
+        "job_runs",
+    ),
+    "scope environment": (
+        "/api/v1/schedule",
+        Role.OPERATOR,
+        lambda t: {"job_definition_id": ACME_JOB, "params": {"n": "1"}, "scope": {"environment": t}},
+        "scope.environment",
+        "job_runs",
+    ),
     "safe-mode reason": (
         "/api/v1/safe-mode",
         Role.ADMIN,

@@ -5,6 +5,7 @@ door to the schema, and ``--version`` says which build this is."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -284,6 +285,11 @@ def test_a_database_named_without_a_configuration_says_the_built_in_one_applies(
         ("sqlite://relative.db", "not a host"),
         ("sqlite://user@host/x.db", "not a host"),
         ("sqlite:////tmp/x.db?x=1", "unknown SQLite option 'x'"),
+        ("sqlite:///x.db?timeout=abc", "timeout"),
+        ("sqlite:///x.db?timeout=nan", "timeout"),
+        ("sqlite:///x.db?check_same_thread=maybe", "unknown SQLite option"),
+        ("sqlite:///file:x.db?mode=memory&uri=true", "unknown SQLite option"),
+        ("sqlite:///file::memory:", "names a file"),
     ],
 )
 def test_a_malformed_sqlite_url_is_refused_naming_the_form(url: str, says: str) -> None:
@@ -310,10 +316,33 @@ def test_refusals_say_their_kind_a_typo_in_server_is_not_an_outage(tmp_path: Pat
     for args in (("definitions", "show", "nope"), ("next", "nope")):
         missing = jobgate(folder, *args, check=False)
         assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:"), (args, missing.stderr)
-    for server in ("notaurl", "ftp://host", "http://"):
+    for server in (
+        "notaurl",
+        "ftp://host",
+        "http://",
+        "http://[::1",
+        "http://127.0.0.1:1?x=1",
+        "http://a b",
+        "http://h:99999",
+    ):
         typo = jobgate(folder, "--server", server, "--token", "x", "runs", "list", check=False)
         assert typo.returncode == 1 and "configuration_error: --server" in typo.stderr, typo.stderr
     down = jobgate(folder, "--server", "http://127.0.0.1:1", "--token", "x", "runs", "list", check=False)
     assert down.returncode == 69 and "unavailable" in down.stderr
     quiet = jobgate(folder, "plugins", "verify")
     assert "no plugins to verify" in quiet.stdout
+
+
+def test_who_acts_is_refused_when_it_would_not_print_as_itself(tmp_path: Path) -> None:
+    """Found by a regression review: ``--by`` with a terminal escape was stored and printed raw."""
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    for args in (
+        ("safe-mode", "on", "--reason", "ok", "--by", "evil\x1b[2Jx"),
+        ("submit", "demo-hello", "--by", "a\u202eb"),
+        ("definitions", "approve", "demo-hello", "--by", "two\nlines"),
+    ):
+        refused = jobgate(folder, *args, check=False)
+        assert refused.returncode == 2 and "--by" in refused.stderr, (args, refused.stderr)
+    assert "off" in jobgate(folder, "safe-mode", "status").stdout
+    assert json.loads(jobgate(folder, "--json", "runs", "list").stdout) == []

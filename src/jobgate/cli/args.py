@@ -41,6 +41,26 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+class PersonName(click.ParamType):  # type: ignore[type-arg]
+    """``--by``: who acts, as the record and every listing will print it. Text that would not
+    print as itself (a terminal escape, a direction override, a line break) is refused: a
+    review's ``--by $'evil\\x1b[2J'`` was stored and printed raw."""
+
+    name = "name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from jobgate.core.params import UNREADABLE, readable_value
+
+        if not isinstance(value, str):
+            return value
+        if not value.strip() or len(value) > 200 or not readable_value(value):
+            self.fail(f"1 to 200 characters; {UNREADABLE}", param, ctx)
+        return value
+
+
+PERSON = PersonName()
+
+
 @contextlib.contextmanager
 def new_output(path: Path, field: str, *, mode: int = 0o644) -> Iterator[IO[bytes]]:
     """The file a command writes, created (exclusively, with ``mode``) before the command reads

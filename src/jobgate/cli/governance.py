@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import tenant_option
+from jobgate.cli.args import PERSON, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.main import definitions
 from jobgate.core.canonical import isoformat_utc
@@ -23,7 +23,9 @@ from jobgate.service import approvals, audit
 @click.option("--note", help="why it is approved (recorded)")
 @click.option("--digest", help="the content digest you reviewed: refused if the current version differs")
 @click.option("--code-digest", help="the code digest you reviewed: refused if the code here differs")
-@click.option("--by", "by", help="who approves (default: the OS user); four eyes compares it with the applier")
+@click.option(
+    "--by", "by", type=PERSON, help="who approves (default: the OS user); four eyes compares it with the applier"
+)
 @tenant_option()
 @pass_app
 def approve(

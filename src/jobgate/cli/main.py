@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import FiniteFloat, parse_params, tenant_option
+from jobgate.cli.args import PERSON, FiniteFloat, parse_params, tenant_option
 from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
@@ -278,7 +278,9 @@ def _decided_against(engine: Any, loaded: Sequence[Any]) -> set[tuple[str, str]]
     help="an importable module (or package) whose @jobgate.job functions to apply; repeatable",
 )
 @click.option("--approve", is_flag=True, help="also approve each definition's content and code, as you (an admin)")
-@click.option("--by", "by", help="who applies (default: the OS user); four eyes keeps them from approving it")
+@click.option(
+    "--by", "by", type=PERSON, help="who applies (default: the OS user); four eyes keeps them from approving it"
+)
 @pass_app
 def apply(app: AppContext, paths: tuple[Path, ...], modules: tuple[str, ...], approve: bool, by: str | None) -> None:
     """Load definition files or folders, and jobs declared in Python modules (--module); all
@@ -395,7 +397,7 @@ def definitions_show(app: AppContext, job: str, tenant: str) -> None:
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="a declared parameter")
 @click.option("--request-id", help="idempotency: the same request id always maps to the same run")
 @click.option("--reason", help="why this run is requested (recorded with the trigger)")
-@click.option("--by", "requested_by", default=None, help="who requests it (default: $USER)")
+@click.option("--by", "requested_by", type=PERSON, default=None, help="who requests it (default: $USER)")
 @tenant_option()
 @click.option(
     "--count",
@@ -550,7 +552,7 @@ def _actor(requested_by: str | None) -> str:
 @runs.command("cancel")
 @click.argument("run_id")
 @click.option("--reason")
-@click.option("--by", "requested_by")
+@click.option("--by", "requested_by", type=PERSON)
 @pass_app
 def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Cancel a pending run (not yet started)."""
@@ -561,7 +563,7 @@ def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: 
 @runs.command("stop")
 @click.argument("run_id")
 @click.option("--reason")
-@click.option("--by", "requested_by")
+@click.option("--by", "requested_by", type=PERSON)
 @pass_app
 def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Stop a running run: SIGTERM, then kill after the runner's grace period."""
@@ -575,7 +577,7 @@ def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: st
 
 @runs.command("retry")
 @click.argument("run_id")
-@click.option("--by", "requested_by")
+@click.option("--by", "requested_by", type=PERSON)
 @pass_app
 def runs_retry(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """A new run for a terminal run (at most one per source run; asking again returns it).
@@ -641,7 +643,7 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:
 
 @dlq.command("requeue")
 @click.argument("run_id")
-@click.option("--by", "requested_by")
+@click.option("--by", "requested_by", type=PERSON)
 @pass_app
 def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """One more attempt for a dead-lettered or escalated run (same idempotency key)."""
@@ -656,7 +658,7 @@ def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
 @dlq.command("close")
 @click.argument("run_id")
 @click.option("--note", required=True, help="why nothing more is to run (recorded and audited)")
-@click.option("--by", "requested_by")
+@click.option("--by", "requested_by", type=PERSON)
 @pass_app
 def dlq_close(app: AppContext, run_id: str, note: str, requested_by: str | None) -> None:
     """Close a run's open dead letter without another attempt (its workflow ended, the work was

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import parse_params, tenant_option
+from jobgate.cli.args import PERSON, parse_params, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import RunRequest
@@ -42,7 +42,7 @@ def requests_group() -> None:
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE")
 @click.option("--title", required=True)
 @click.option("--reason", required=True)
-@click.option("--by", "actor", help="who proposes (default: you)")
+@click.option("--by", "actor", type=PERSON, help="who proposes (default: you)")
 @tenant_option()
 @pass_app
 def propose(
@@ -85,7 +85,7 @@ def show(app: AppContext, request_id: str, tenant: str) -> None:
 
 @requests_group.command("test")
 @click.argument("request_id")
-@click.option("--by", "actor", help="who reviews (default: you)")
+@click.option("--by", "actor", type=PERSON, help="who reviews (default: you)")
 @tenant_option()
 @pass_app
 def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> None:
@@ -101,7 +101,7 @@ def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> No
 @requests_group.command("approve")
 @click.argument("request_id")
 @click.option("--note")
-@click.option("--by", "actor", help="who approves (default: you; never the proposer)")
+@click.option("--by", "actor", type=PERSON, help="who approves (default: you; never the proposer)")
 @tenant_option()
 @pass_app
 def approve(app: AppContext, request_id: str, note: str | None, actor: str | None, tenant: str) -> None:
@@ -112,7 +112,7 @@ def approve(app: AppContext, request_id: str, note: str | None, actor: str | Non
 @requests_group.command("reject")
 @click.argument("request_id")
 @click.option("--note", required=True, help="what the proposer should know")
-@click.option("--by", "actor", help="who rejects (default: you)")
+@click.option("--by", "actor", type=PERSON, help="who rejects (default: you)")
 @tenant_option()
 @pass_app
 def reject(app: AppContext, request_id: str, note: str, actor: str | None, tenant: str) -> None:

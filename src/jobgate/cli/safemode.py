@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import tenant_option
+from jobgate.cli.args import PERSON, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import SafeModePeriod
@@ -55,7 +55,7 @@ def status(app: AppContext, tenant: str) -> None:
 
 @safe_mode.command("on")
 @click.option("--reason", required=True, help="why (recorded with the activation)")
-@click.option("--by", "actor", help="who (default: the OS user)")
+@click.option("--by", "actor", type=PERSON, help="who (default: the OS user)")
 @tenant_option()
 @pass_app
 def on(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
@@ -65,7 +65,7 @@ def on(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
 
 @safe_mode.command("off")
 @click.option("--reason", required=True, help="why (recorded with the deactivation)")
-@click.option("--by", "actor", help="who (default: the OS user)")
+@click.option("--by", "actor", type=PERSON, help="who (default: the OS user)")
 @tenant_option()
 @pass_app
 def off(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:

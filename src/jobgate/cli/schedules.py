@@ -17,7 +17,7 @@ import click
 from rich.progress import Progress
 
 from jobgate.cli import render
-from jobgate.cli.args import FiniteFloat, tenant_option
+from jobgate.cli.args import PERSON, FiniteFloat, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
@@ -197,7 +197,7 @@ def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
 @click.option(
     "--every", "every_seconds", type=FiniteFloat(-1e9, 1e9), required=True, help="the proposed interval in seconds"
 )
-@click.option("--by", "source", required=True, help="who recommends it (e.g. the DSAIL recommender)")
+@click.option("--by", "source", type=PERSON, required=True, help="who recommends it (e.g. the DSAIL recommender)")
 @click.option("--reason")
 @tenant_option()
 @pass_app
@@ -338,7 +338,7 @@ def events() -> None:
     help="the source's event id (event_id in the API): a second emit of it is a no-op",
 )
 @click.option("--data", default="{}", show_default=True, help="a JSON object, or @file.json")
-@click.option("--by", "requested_by", help="who posts it (default: $USER)")
+@click.option("--by", "requested_by", type=PERSON, help="who posts it (default: $USER)")
 @tenant_option()
 @pass_app
 def events_emit(
@@ -447,7 +447,7 @@ def _policy_fires(app: AppContext, fires: list[triggers.PolicyFire], line: str) 
 @click.option("--to", "end", required=True, help="ISO 8601 instant, exclusive")
 @click.option("--schedule", "schedule_id", help="which of JOB's schedules gives the slots")
 @click.option("--dry-run", is_flag=True, help="list the slots and their existing runs; store nothing")
-@click.option("--by", "requested_by", help="who requests it (default: $USER)")
+@click.option("--by", "requested_by", type=PERSON, help="who requests it (default: $USER)")
 @tenant_option()
 @pass_app
 def backfill_command(

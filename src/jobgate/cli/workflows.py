@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import parse_params, tenant_option
+from jobgate.cli.args import PERSON, parse_params, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotReadyError
@@ -90,7 +90,7 @@ def workflows_group() -> None:
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE")
 @click.option("--key", "client_key", help="idempotency: the same key always finds the same workflow run")
 @click.option("--reason", help="why (recorded with the start and in the audit log)")
-@click.option("--by", "actor", help="who starts it (default: you)")
+@click.option("--by", "actor", type=PERSON, help="who starts it (default: you)")
 @tenant_option()
 @click.option("--wait", is_flag=True, help="wait until the workflow ends (a worker must be running)")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1, 86_400), help="seconds")
@@ -197,7 +197,7 @@ def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str |
 
 @workflows_group.command("cancel")
 @click.argument("workflow_run_id")
-@click.option("--by", "actor", help="who cancels (default: you)")
+@click.option("--by", "actor", type=PERSON, help="who cancels (default: you)")
 @tenant_option(default=None, help="only if it belongs to this tenant")
 @pass_app
 def cancel(app: AppContext, workflow_run_id: str, actor: str | None, tenant: str | None) -> None:

@@ -161,6 +161,28 @@ _BY_STATUS: dict[int, type[JobgateError]] = {
 SHORT_ID_SCAN = 1000  # through a server, a short id is looked for among this many newest runs
 
 
+def _server_url(url: str) -> bool:
+    """Whether ``url`` names a server: http(s), a host, a port in range, no query, fragment or
+    space (a review's ``http://[::1``, ``...?x=1`` and ``:99999`` were internal errors or an
+    'unreachable server')."""
+    import httpx
+
+    if "://" not in url or any(ch.isspace() for ch in url):
+        return False
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError):
+        return False
+    return (
+        parsed.scheme in ("http", "https")
+        and bool(parsed.host)
+        and (port is None or 0 < port < 65536)
+        and not parsed.query
+        and not parsed.fragment
+    )
+
+
 class RemoteRuns:
     """Over HTTP with a bearer token; the server's rules (roles, tenant, quota) apply."""
 
@@ -177,9 +199,7 @@ class RemoteRuns:
 
         self._transport_error = httpx.TransportError
         self._named_as = named_as  # what an unreachable server is called: the Python API's ``url``, the CLI's option
-        parsed = httpx.URL(url) if "://" in url else None
-        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-            # a typo is not an unreachable server: a configuration error (exit 1), not exit 69
+        if not _server_url(url):  # a typo is not an unreachable server: a configuration error, not exit 69
             raise ConfigurationError(f"{url[:200]!r} is not a server's URL (http://HOST:PORT)", field=named_as)
         self.http = httpx.Client(
             base_url=url.rstrip("/"),

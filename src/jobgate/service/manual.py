@@ -111,6 +111,8 @@ def submit_manual_many(
     """``submit_manual`` for several runs, created in one transaction. A repeat of an earlier
     request (its idempotency key) gets its run back before anything else is asked (the quota,
     the gates: nothing new would run); the same key with a different request is a conflict."""
+    for name, value in (("environment", scope.environment), ("region", scope.region), *scope.keys):
+        check_text(value, f"scope.{name}")  # printed with the run as its caller wrote it
     fingerprints: list[str] = []
     for ask in asks:
         if ask.idempotency_key is not None and not CLIENT_KEY.fullmatch(ask.idempotency_key):

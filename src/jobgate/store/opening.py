@@ -50,11 +50,10 @@ def database_url(value: str) -> str:
     return value
 
 
-# What SQLite's driver takes in a URL's query (Python's sqlite3.connect and its URI filenames);
-# anything else was passed on and only warned about, or failed as an internal error.
-_SQLITE_QUERY = frozenset(
-    {"timeout", "check_same_thread", "cached_statements", "detect_types", "uri", "mode", "cache", "immutable", "nolock"}
-)
+# What a SQLite URL may say besides its file: how long to wait for a locked file. The driver's
+# other options were passed on unchecked (a review's ``?timeout=abc`` or ``?uri=true`` with an
+# in-memory ``file:`` name were internal errors); jobgate sets the file's pragmas itself.
+_SQLITE_QUERY = frozenset({"timeout"})
 
 
 def _check_sqlite(value: str) -> None:
@@ -74,6 +73,19 @@ def _check_sqlite(value: str) -> None:
     if unknown:
         raise ConfigurationError(
             f"unknown SQLite option {unknown[0]!r} in the URL (known: {', '.join(sorted(_SQLITE_QUERY))})",
+            field="--db",
+        )
+    timeout = url.query.get("timeout")
+    if timeout is not None:
+        try:
+            seconds = float(timeout if isinstance(timeout, str) else timeout[-1])
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= 3600:
+            raise ConfigurationError("the URL's timeout is seconds to wait for a locked file (0-3600)", field="--db")
+    if ":memory:" in url.database:
+        raise ConfigurationError(
+            f"a SQLite URL names a file (a database in memory would be gone when the command ends): {form}",
             field="--db",
         )
 
