@@ -986,3 +986,32 @@ def test_a_leader_passes_again_before_its_lease_needs_renewing(engine: Engine) -
     assert standby._sleep_seconds() == 1.0
     patient = Scheduler(engine, owner="patient", lease=timedelta(seconds=30), max_sleep=timedelta(seconds=1))
     assert patient._sleep_seconds() == 1.0  # a long lease: the tick's own rate
+
+
+def test_a_backfill_in_year_1_west_of_utc_lists_its_slots_and_names_a_param_it_cannot_render(
+    engine: Engine,
+) -> None:
+    """Found by a regression review: west of UTC, year 1's first hours are year 0 locally: a
+    cron's slots were refused as reaching past the calendar, and a magic param crashed."""
+    job = define(engine, params=[{"name": "d", "pattern": "[0-9-]{7,10}"}])
+    engine.clock = FakeClock(T0 + HOUR)
+    add(engine, Schedule("ny", job, ScheduleKind.CRON, T0, cron="0 2 * * *", timezone="America/New_York"))
+    start, end = datetime(1, 1, 1, 0, 0, 1, tzinfo=UTC), datetime(1, 1, 4, tzinfo=UTC)
+    found = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="ny", start=start, end=end, dry_run=True
+    )
+    assert len(found) == 3 and all(s.fire_at.astimezone().year == 1 for s in found)
+    first_day = datetime(1, 1, 1, tzinfo=UTC)
+    add(engine, Schedule("iv", job, ScheduleKind.INTERVAL, first_day, every=HOUR, timezone="America/New_York",
+                         params={"d": "{{current_date}}"}))  # fmt: skip
+    with pytest.raises(ValidationError) as refused:
+        backfill(engine, tenant_id="default", job_definition_id=job, schedule_id="iv", start=start, end=end)
+    assert refused.value.field == "params.d" and "outside the years 1 to 9999" in refused.value.message
+    add(engine, Schedule("month", job, ScheduleKind.INTERVAL, first_day, every=HOUR, params={"d": "{{current_month}}"}))
+    made = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="month", start=start, end=first_day + 2 * HOUR
+    )
+    with engine.store.read() as tx:
+        run = tx.run_get(made[0].job_run_id, "default")
+    assert run is not None and run.params["d"] == "0001-01"
+    assert count(engine, "job_runs") == len(made)

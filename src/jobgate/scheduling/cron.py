@@ -82,7 +82,13 @@ def fire_times(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[dat
     text = expand(expression)
     minute, hour = text.split(" ")[:2]
     fixed = not minute.startswith("*") and not hour.startswith("*")  # Debian cron's distinction
-    walls = _Walls(text, _first_wall(after.astimezone(zone), zone))
+    try:
+        first = _first_wall(after.astimezone(zone), zone)
+    except OverflowError:  # ``after`` is before the zone's year 1 (west of UTC) or past its 9999
+        if after.year > 1:
+            return
+        first = datetime.min  # every local time of the calendar's first day is after it
+    walls = _Walls(text, first)
     last = after.astimezone(UTC)
     for wall in walls:
         for at in _instants(wall, zone, fixed, walls):

@@ -44,9 +44,14 @@ def render(
             return isoformat_utc(window.start) if window is not None else ""
         if name == "window_end":
             return isoformat_utc(window.end) if window is not None else ""
-        local = fire_at.astimezone(zone).date()
+        try:
+            local = fire_at.astimezone(zone).date()
+        except OverflowError:
+            raise ValidationError(
+                "the fire's local date is outside the years 1 to 9999", field=f"params.{param}"
+            ) from None
         if name == "current_month":
-            return local.strftime("%Y-%m")
+            return f"{local.year:04d}-{local.month:02d}"  # strftime leaves years before 1000 unpadded
         if name == "current_date":
             return local.isoformat()
         if local == date.min:  # yesterday
