@@ -24,6 +24,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._closing = False
+        self.refused = 0  # connections reset while cut: how often the client tried
         threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
 
     def _accept(self) -> None:
@@ -33,6 +34,7 @@ class TcpProxy:
             except OSError:
                 return
             if not self._open.is_set():
+                self.refused += 1
                 client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 client.close()  # a reset: what a client sees of a server that is not there
                 continue

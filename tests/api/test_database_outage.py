@@ -136,3 +136,21 @@ def test_a_run_stream_outlasts_a_short_outage_and_ends_cleanly_at_a_long_one(
         proxy.restore()
     assert "Traceback" not in caplog.text
     assert "Exception in ASGI application" not in caplog.text
+    said = [r for r in caplog.records if getattr(r, "action", None) == "stream_database_unavailable"]
+    assert len(said) == 2  # once per outage, not at every poll
+
+
+def test_a_worker_says_a_database_outage_once_not_at_every_turn(
+    outage_world: World, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a regression review: an embedded worker logged a full traceback ten times a
+    second while the database was away."""
+    from tests.runtime.runtime_support import running_worker
+
+    with caplog.at_level(logging.WARNING), running_worker(outage_world.engine):
+        proxy.cut()
+        wait_until(lambda: proxy.refused >= 20, timeout=60, what="the worker to try again and again")
+        proxy.restore()
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "turn_failed"]
+    assert len(failed) <= 2 and all(r.exc_info is None for r in failed)
+    assert "Traceback" not in caplog.text

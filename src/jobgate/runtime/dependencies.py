@@ -49,6 +49,7 @@ from jobgate.health import probes, rules
 from jobgate.health.rules import Change, Check, State
 from jobgate.runtime.loops import LoopThread
 from jobgate.service.engine import Engine
+from jobgate.store.errors import is_transient
 
 log = logging.getLogger("jobgate.dependencies")
 
@@ -93,8 +94,12 @@ class DependencyMonitor:
         worker's first claim), then check in the background (``runtime.loops``)."""
         try:
             self._scan(self.engine.clock.now())
-        except Exception:
-            log.warning("dependency monitor: definitions not read; retrying", exc_info=True)
+        except Exception as exc:  # a database away is one line; anything else keeps its traceback
+            log.warning(
+                "dependency monitor: definitions not read (%s); retrying",
+                type(exc).__name__,
+                exc_info=not is_transient(exc),
+            )
         self._loop = LoopThread(self, self.engine.clock).start()
 
     def stop(self) -> None:

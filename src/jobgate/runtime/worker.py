@@ -197,16 +197,27 @@ class Worker:
         self._heartbeat(now, first=True)  # registered, and what it can run probed, before its first claim
         self._next_beat = now + self.settings.heartbeat_interval
         self.dependencies.start()
+        database_away = False  # a passing database error is said once, not at every turn
         try:
             while True:
                 try:
                     if self._turn():
                         break
-                except Exception:
+                except Exception as exc:
                     # A failed read or an executor that cannot be built must not kill the worker:
                     # its running runs would wait for their leases to expire and each lose an attempt.
-                    log.exception("worker loop turn failed; continuing", extra={"action": "turn_failed"})
+                    if not is_transient(exc):
+                        log.exception("worker loop turn failed; continuing", extra={"action": "turn_failed"})
+                    elif not database_away:  # once per outage: the cycle's own warning says the rest
+                        log.warning(
+                            "worker loop turn failed: database unavailable (%s); continuing",
+                            type(exc).__name__,
+                            extra={"action": "turn_failed"},
+                        )
+                    database_away = is_transient(exc)
                     time.sleep(0.1)
+                    continue
+                database_away = False
         finally:
             st = self.stats
             n = max(st.cycles, 1)
@@ -969,8 +980,8 @@ class Worker:
         """A pass of the cluster's rescuer, if this worker leads it (``rescuer.Rescuer``)."""
         try:
             return self._rescuer.step(now)
-        except Exception:
-            log.exception("rescuer sweep failed")
+        except Exception as exc:  # a database away is one line; anything else keeps its traceback
+            log.warning("rescuer sweep failed (%s)", type(exc).__name__, exc_info=not is_transient(exc))
             return self.settings.rescue_interval
 
     def _heartbeat(self, now: datetime, *, first: bool = False) -> None:
@@ -988,8 +999,8 @@ class Worker:
                 advertisement = self._capabilities.take_ready()
                 self._capabilities.start_refresh()
             self._unrunnable = self._unrunnable | self._capabilities.unrunnable
-        except Exception:
-            log.warning("capability probe failed", exc_info=True)
+        except Exception as exc:  # a database away is one line; anything else keeps its traceback
+            log.warning("capability probe failed (%s)", type(exc).__name__, exc_info=not is_transient(exc))
         try:
             with self.engine.store.write() as tx:
                 tx.worker_heartbeat(
@@ -997,7 +1008,7 @@ class Worker:
                         self.worker_id, socket.gethostname(), os.getpid(), s.concurrency, s.queues, now, advertisement
                     )
                 )
-        except Exception:
+        except Exception as exc:
             if advertisement is not None:
                 self._capabilities.unwritten()
-            log.warning("heartbeat not recorded", exc_info=True)
+            log.warning("heartbeat not recorded (%s)", type(exc).__name__, exc_info=not is_transient(exc))

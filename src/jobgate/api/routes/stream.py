@@ -127,13 +127,16 @@ async def _look(state: ServerState, caller: Principal, job_run_id: str) -> Obser
     except Exception as exc:
         if not database_unavailable(exc):
             raise
-        log.warning(
-            "run stream of %s: the database is unavailable (%s); looking again at the next poll",
-            job_run_id,
-            type(exc).__name__,
-            extra={"action": "stream_database_unavailable", "job_run_id": job_run_id},
-        )
         return None
+
+
+def _say_away(job_run_id: str) -> None:
+    """Once per outage and stream (a review's streams logged it at every poll)."""
+    log.warning(
+        "run stream of %s: the database is unavailable; looking again at each poll",
+        job_run_id,
+        extra={"action": "stream_database_unavailable", "job_run_id": job_run_id},
+    )
 
 
 async def _run_events(
@@ -147,7 +150,9 @@ async def _run_events(
     yield f"retry: {int(settings.stream_retry.total_seconds() * 1000)}\n\n"
     first = await _look(state, caller, job_run_id)
     if first is None:
+        _say_away(job_run_id)
         return  # the client reconnects after the retry delay, resuming where it was
+    away = False
     observed = first
     if observed.run is None:
         yield frame("gone", {"job_run_id": job_run_id})
@@ -187,7 +192,11 @@ async def _run_events(
             return  # the client reconnects (to another node, or after the restart) with its last id
         latest = await _look(state, caller, job_run_id)
         if latest is None:
+            if not away:
+                _say_away(job_run_id)
+            away = True
             continue  # nothing new to say; the heartbeat decides whether the stream goes on
+        away = False
         observed = latest
         if observed.run is None:
             yield frame("gone", {"job_run_id": job_run_id})
