@@ -136,6 +136,13 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
+def escape_last_resort() -> None:
+    """A one-shot command configures no handler: its warnings go to Python's last-resort
+    handler, which wrote a reason's line break as a forged second line. It escapes them too."""
+    if logging.lastResort is not None:
+        logging.lastResort.setFormatter(TextFormatter("%(message)s"))
+
+
 _HANDLER_NAME = "jobgate"
 
 

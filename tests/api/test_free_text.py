@@ -141,3 +141,20 @@ def test_a_text_log_line_cannot_be_split_by_a_message() -> None:
         logging.getLogger().removeHandler(handler)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1 and "\\x0a2026-12-06" in lines[0] and "\\x1b[2J" in lines[0]
+
+
+def test_a_stated_requester_on_cancel_and_an_embedded_actor_are_checked(world: World, tmp_path: Any) -> None:
+    """Found by a regression review: seed 000's ``/cancel`` folded a stated requester with line
+    breaks into the audit reason; ``jobgate.connect(actor=...)`` stored any text as who acted."""
+    import jobgate
+    from jobgate.core.errors import ValidationError
+
+    run = world.new_run()
+    admin = world.headers("acme", Role.ADMIN)
+    refused = world.client.post(
+        "/api/v1/cancel", json={"job_run_id": run.job_run_id, "requested_by": "bob\nFAKE: approved"}, headers=admin
+    )
+    assert refused.status_code == 422 and refused.json()["field"] == "requested_by"
+    with pytest.raises(ValidationError) as bad_actor:
+        jobgate.connect(str(tmp_path / "none.db"), actor="evil\x1b[2J\nfake")
+    assert bad_actor.value.field == "actor"

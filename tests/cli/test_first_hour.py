@@ -285,8 +285,8 @@ def test_a_database_named_without_a_configuration_says_the_built_in_one_applies(
         ("sqlite://relative.db", "not a host"),
         ("sqlite://user@host/x.db", "not a host"),
         ("sqlite:////tmp/x.db?x=1", "unknown SQLite option 'x'"),
-        ("sqlite:///x.db?timeout=abc", "timeout"),
-        ("sqlite:///x.db?timeout=nan", "timeout"),
+        ("sqlite:///x.db?timeout=5", "unknown SQLite option 'timeout'"),
+        ("sqlite:///x.db?timeout=5&timeout=6", "unknown SQLite option 'timeout'"),
         ("sqlite:///x.db?check_same_thread=maybe", "unknown SQLite option"),
         ("sqlite:///file:x.db?mode=memory&uri=true", "unknown SQLite option"),
         ("sqlite:///file::memory:", "names a file"),
@@ -302,10 +302,10 @@ def test_a_malformed_sqlite_url_is_refused_naming_the_form(url: str, says: str) 
     assert refused.value.field == "--db" and says in refused.value.message
 
 
-def test_a_sqlite_url_with_a_drivers_option_is_taken(tmp_path: Path) -> None:
+def test_a_sqlite_url_names_its_file_only(tmp_path: Path) -> None:
     from jobgate.store.opening import database_url
 
-    assert database_url("sqlite:///jobs.db?timeout=5") == "sqlite:///jobs.db?timeout=5"
+    assert database_url("sqlite:///jobs.db") == "sqlite:///jobs.db"
     refused = jobgate(tmp_path, "--db", "sqlite:///", "runs", "list", check=False)
     assert refused.returncode == 1 and "internal" not in refused.stderr and "names a file" in refused.stderr
 
@@ -324,9 +324,12 @@ def test_refusals_say_their_kind_a_typo_in_server_is_not_an_outage(tmp_path: Pat
         "http://127.0.0.1:1?x=1",
         "http://a b",
         "http://h:99999",
+        "http://127.0.0.1:1/?",
+        "http://ops:S3cret@127.0.0.1:1",
     ):
         typo = jobgate(folder, "--server", server, "--token", "x", "runs", "list", check=False)
         assert typo.returncode == 1 and "configuration_error: --server" in typo.stderr, typo.stderr
+        assert "S3cret" not in typo.stderr  # what was typed is not repeated: it may hold a password
     down = jobgate(folder, "--server", "http://127.0.0.1:1", "--token", "x", "runs", "list", check=False)
     assert down.returncode == 69 and "unavailable" in down.stderr
     quiet = jobgate(folder, "plugins", "verify")

@@ -201,6 +201,11 @@ def test_startup_load_is_apply_once_per_content(engine: Engine, tmp_path: Path) 
     assert changed.created == 1
     assert stored_versions(engine, "export-payroll") == [1, 2]
     assert not approvals.status(engine, "default", "export-payroll").approved  # edited: approve again
+    path.write_text(SEED_SCENARIO)  # the first content back: v1 is current again, and approved
+    back = load_at_startup(engine, applied_by="ops")
+    assert (back.created, len(back.reverted), back.unchanged) == (0, 1, 0)
+    assert "export-payroll v1 current again, 0 unchanged" in back.summary()
+    assert approvals.status(engine, "default", "export-payroll").approved
 
 
 def test_an_unregistered_runner_refuses_the_whole_load(engine: Engine, tmp_path: Path) -> None:

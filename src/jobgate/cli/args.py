@@ -61,6 +61,20 @@ class PersonName(click.ParamType):  # type: ignore[type-arg]
 PERSON = PersonName()
 
 
+def os_user() -> str:
+    """Who acts when ``--by`` is left out: the OS user, held to ``--by``'s rule (a review's
+    ``LOGNAME`` with a line break and a terminal escape was stored and printed as it was)."""
+    import getpass
+
+    from jobgate.core.errors import ValidationError
+    from jobgate.core.params import readable_value
+
+    name = getpass.getuser()
+    if not name.strip() or len(name) > 200 or not readable_value(name):
+        raise ValidationError("the OS user's name would not print as itself: name who acts with --by", field="--by")
+    return name
+
+
 @contextlib.contextmanager
 def new_output(path: Path, field: str, *, mode: int = 0o644) -> Iterator[IO[bytes]]:
     """The file a command writes, created (exclusively, with ``mode``) before the command reads

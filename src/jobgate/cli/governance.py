@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 from datetime import timedelta
 from typing import Any
 
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, tenant_option
+from jobgate.cli.args import PERSON, os_user, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.cli.main import definitions
 from jobgate.core.canonical import isoformat_utc
@@ -43,7 +42,7 @@ def approve(
     from jobgate.plugins.admission import admit as admit_plugins
 
     admit_plugins(app.config().plugins)  # the code approved may be an admitted plugin's, found as apply finds it
-    actor = by or getpass.getuser()
+    actor = by or os_user()
     a = approvals.approve(app.engine(), tenant, job, actor=actor, note=note, digest=digest, code_digest=code_digest)
     data = {
         "job_definition_id": job,
@@ -71,7 +70,7 @@ def approve(
 @pass_app
 def revoke(app: AppContext, job: str, reason: str | None, tenant: str) -> None:
     """Revoke JOB's approval: new triggers are refused, runs not yet started are cancelled."""
-    done = approvals.revoke(app.engine(), tenant, job, actor=getpass.getuser(), reason=reason)
+    done = approvals.revoke(app.engine(), tenant, job, actor=os_user(), reason=reason)
     if app.json_output:
         render.emit_json(
             {

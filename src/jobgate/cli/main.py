@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, FiniteFloat, parse_params, tenant_option
+from jobgate.cli.args import PERSON, FiniteFloat, os_user, parse_params, tenant_option
 from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
@@ -544,9 +544,8 @@ def runs_log(app: AppContext, run_id: str, tail: int | None, follow: bool) -> No
 
 
 def _actor(requested_by: str | None) -> str:
-    import getpass
 
-    return requested_by or getpass.getuser()
+    return requested_by or os_user()
 
 
 @runs.command("cancel")

@@ -8,13 +8,12 @@ definitions with Python handlers, which the API refuses.
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import new_output, tenant_option
+from jobgate.cli.args import new_output, os_user, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 
 TENANT = tenant_option(help="the tenant whose registry it is")
@@ -36,7 +35,7 @@ def publish(app: AppContext, pack: str, definitions: tuple[str, ...], tenant: st
     from jobgate.core.packs import parse_ref
     from jobgate.packs import registry
 
-    done = registry.publish(app.engine(), tenant, parse_ref(pack, "PACK"), definitions, actor=getpass.getuser())
+    done = registry.publish(app.engine(), tenant, parse_ref(pack, "PACK"), definitions, actor=os_user())
     if app.json_output:
         render.emit_json({"pack": done.record.ref.key, "digest": done.record.digest, "created": done.created})
         return
@@ -78,7 +77,7 @@ def export_command(app: AppContext, file: Path, tenant: str) -> None:
 
     engine = app.engine()
     with new_output(file, "FILE") as out:
-        data = registry.export_seed(engine, tenant, actor=getpass.getuser())
+        data = registry.export_seed(engine, tenant, actor=os_user())
         out.write(data)
     from jobgate.evidence import keys as evidence_keys
 
@@ -105,7 +104,7 @@ def import_command(app: AppContext, file: Path, tenant: str) -> None:
 
     admit_plugins(app.config().plugins)  # as apply: a carried definition may name an admitted plugin's handler
     engine = app.engine()
-    done = registry.import_seed(engine, tenant, file.read_bytes(), actor=getpass.getuser())
+    done = registry.import_seed(engine, tenant, file.read_bytes(), actor=os_user())
     # Approved now: by the archive's approvals, or already here (the same digest approved before).
     keys = [(tenant, str(d["job_definition_id"]), str(d["digest"])) for d in done.definitions]
     with engine.store.read(tenant_id=tenant) as tx:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import getpass
 from typing import Any
 
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, parse_params, tenant_option
+from jobgate.cli.args import PERSON, os_user, parse_params, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import RunRequest
@@ -51,7 +50,7 @@ def propose(
     made = requests.propose(
         app.engine(),
         tenant_id=tenant,
-        requester=actor or getpass.getuser(),
+        requester=actor or os_user(),
         job_definition_id=job,
         params=parse_params(params),
         title=title,
@@ -90,7 +89,7 @@ def show(app: AppContext, request_id: str, tenant: str) -> None:
 @pass_app
 def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> None:
     """Dry run: every admission check, nothing stored or executed."""
-    _, verdict = requests.test(app.engine(), tenant, request_id, actor=actor or getpass.getuser())
+    _, verdict = requests.test(app.engine(), tenant, request_id, actor=actor or os_user())
     if app.json_output:
         render.emit_json(verdict.as_dict())
         return
@@ -105,7 +104,7 @@ def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> No
 @tenant_option()
 @pass_app
 def approve(app: AppContext, request_id: str, note: str | None, actor: str | None, tenant: str) -> None:
-    done = requests.approve(app.engine(), tenant, request_id, actor=actor or getpass.getuser(), note=note)
+    done = requests.approve(app.engine(), tenant, request_id, actor=actor or os_user(), note=note)
     render.emit_json(_row(done)) if app.json_output else print(f"{request_id} approved: run {done.job_run_id}")
 
 
@@ -116,5 +115,5 @@ def approve(app: AppContext, request_id: str, note: str | None, actor: str | Non
 @tenant_option()
 @pass_app
 def reject(app: AppContext, request_id: str, note: str, actor: str | None, tenant: str) -> None:
-    done = requests.reject(app.engine(), tenant, request_id, actor=actor or getpass.getuser(), note=note)
+    done = requests.reject(app.engine(), tenant, request_id, actor=actor or os_user(), note=note)
     render.emit_json(_row(done)) if app.json_output else print(f"{request_id} rejected")

@@ -168,6 +168,9 @@ def undecodable_argument(argv: list[str]) -> str | None:
 
 def main() -> None:
     from jobgate.cli import render
+    from jobgate.logs import escape_last_resort
+
+    escape_last_resort()
 
     refused = undecodable_argument(sys.argv[1:])
     if refused is not None:
@@ -185,6 +188,13 @@ def main() -> None:
         render.err.print(f"error: {exc.code}: {exc}", markup=False)
         sys.exit(EX_UNAVAILABLE if isinstance(exc, UnavailableError) else 1)
     except Exception as exc:  # no stack trace for users; the type and first line are enough to report
+        from jobgate.store.errors import is_transient
+
+        if is_transient(exc):  # a locked file, a database away: try again later, not a bug
+            cause = getattr(exc, "orig", None) or exc
+            line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            render.err.print(f"error: unavailable: database: {line}", markup=False)
+            sys.exit(EX_UNAVAILABLE)
         first = (str(exc).splitlines() or [""])[0]
         render.err.print(f"error: internal: {type(exc).__name__}: {first}", markup=False)
         sys.exit(70)

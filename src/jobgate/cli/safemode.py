@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import getpass
 from typing import Any
 
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, tenant_option
+from jobgate.cli.args import PERSON, os_user, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.records import SafeModePeriod
@@ -60,7 +59,7 @@ def status(app: AppContext, tenant: str) -> None:
 @pass_app
 def on(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
     """Activate safe mode (refused if it is on already)."""
-    _say(app, safemode.activate(app.engine(), tenant, actor=actor or getpass.getuser(), reason=reason))
+    _say(app, safemode.activate(app.engine(), tenant, actor=actor or os_user(), reason=reason))
 
 
 @safe_mode.command("off")
@@ -70,7 +69,7 @@ def on(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
 @pass_app
 def off(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
     """Deactivate safe mode (refused if it is off)."""
-    _say(app, safemode.deactivate(app.engine(), tenant, actor=actor or getpass.getuser(), reason=reason))
+    _say(app, safemode.deactivate(app.engine(), tenant, actor=actor or os_user(), reason=reason))
 
 
 @safe_mode.command("history")

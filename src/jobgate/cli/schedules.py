@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ import click
 from rich.progress import Progress
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, FiniteFloat, tenant_option
+from jobgate.cli.args import PERSON, FiniteFloat, os_user, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
@@ -143,7 +142,7 @@ def schedules_add(
     schedule = service.schedule_from_document(doc, now=now, source="cli")
     warnings: list[str] = []
     (created,) = service.put_schedules(
-        app.engine(), [schedule], source="cli", now=now, actor=getpass.getuser(),
+        app.engine(), [schedule], source="cli", now=now, actor=os_user(),
         allow_pending=allow_pending, warnings=warnings,
     )  # fmt: skip
     _warn(app, warnings)
@@ -181,7 +180,7 @@ def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
             raise ValidationError(exc.message, field=exc.field, source=f"{path}: {exc.source}") from None
     warnings: list[str] = []
     created = service.put_schedules(
-        app.engine(), items, source=str(path.name), now=now, actor=getpass.getuser(),
+        app.engine(), items, source=str(path.name), now=now, actor=os_user(),
         allow_pending=allow_pending, warnings=warnings,
     )  # fmt: skip
     _warn(app, warnings)
@@ -277,7 +276,7 @@ def schedules_resume(app: AppContext, schedule_id: str, tenant: str) -> None:
 
 def _pause(app: AppContext, schedule_id: str, tenant: str, paused: bool) -> None:
     engine = app.engine()
-    changed = service.set_paused(engine, tenant, schedule_id, paused, now=engine.clock.now(), actor=getpass.getuser())
+    changed = service.set_paused(engine, tenant, schedule_id, paused, now=engine.clock.now(), actor=os_user())
     word = "paused" if paused else "resumed"
     line = f"schedule {schedule_id} {word}" if changed else f"schedule {schedule_id} was already {word}"
     _say(app, {"schedule_id": schedule_id, "paused": paused, "changed": changed}, line)
@@ -288,7 +287,7 @@ def _pause(app: AppContext, schedule_id: str, tenant: str, paused: bool) -> None
 @tenant_option()
 @pass_app
 def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
-    service.delete(app.engine(), tenant, schedule_id, now=app.engine().clock.now(), actor=getpass.getuser())
+    service.delete(app.engine(), tenant, schedule_id, now=app.engine().clock.now(), actor=os_user())
     _say(app, {"schedule_id": schedule_id, "deleted": True}, f"schedule {schedule_id} deleted")
 
 
@@ -352,7 +351,7 @@ def events_emit(
         event_id=event_id,
         data=document,
         tenant_id=tenant,
-        actor=requested_by or getpass.getuser(),
+        actor=requested_by or os_user(),
     )
     rows = [
         {
@@ -397,9 +396,7 @@ def facts() -> None:
 @pass_app
 def facts_record(app: AppContext, name: str, value: float, source: str, tenant: str) -> None:
     """Record NAME = VALUE; a policy whose condition becomes true with it fires (once per episode)."""
-    fires = triggers.record_fact(
-        app.engine(), tenant_id=tenant, name=name, value=value, source=source, actor=getpass.getuser()
-    )
+    fires = triggers.record_fact(app.engine(), tenant_id=tenant, name=name, value=value, source=source, actor=os_user())
     _policy_fires(app, fires, f"{name} = {value:g} recorded")
 
 
@@ -421,7 +418,7 @@ def alerts_post(app: AppContext, name: str, status: str, data: str, tenant: str)
         name=name,
         firing=status == "firing",
         data=_json_object(data),
-        actor=getpass.getuser(),
+        actor=os_user(),
     )
     _policy_fires(app, fires, f"alert {name} {status}")
 
@@ -472,7 +469,7 @@ def backfill_command(
             end=service.parse_instant(end, field="--to"),
             schedule_id=schedule_id,
             dry_run=dry_run,
-            actor=requested_by or getpass.getuser(),
+            actor=requested_by or os_user(),
             progress=lambda n: bar.advance(task, n),
         )
     rows = [

@@ -110,6 +110,7 @@ def load_definitions_at_start(engine: Engine) -> None:
             "definitions": len(loaded.results),
             "new_versions": loaded.created,
             "unchanged_versions": loaded.unchanged,
+            "reverted_versions": [f"{r.job_definition_id} v{r.version}" for r in loaded.reverted],
         },
     )
 

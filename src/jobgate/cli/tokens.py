@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 from datetime import timedelta
 from typing import Any
 
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import tenant_option
+from jobgate.cli.args import os_user, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotFoundError, ValidationError
@@ -69,7 +68,7 @@ def create(
         app.engine(),
         tenant_id=tenant,
         role=role,
-        actor=getpass.getuser(),
+        actor=os_user(),
         label=label,
         jobs=list(jobs) or None,
         expires_in=None if expires_in_days is None else timedelta(days=expires_in_days),
@@ -109,7 +108,7 @@ def revoke(app: AppContext, token_id: str | None, tenant: str, principal: str | 
         raise ValidationError("give a token id, or --principal NAME", field="token_id")
     if token_id is not None and principal is not None:
         raise ValidationError("give a token id or --principal, not both", field="token_id")
-    actor = getpass.getuser()
+    actor = os_user()
     if principal is not None:
         gone = service.revoke_principal(app.engine(), tenant, principal, actor=actor)
         if not gone:  # exit 1: a script off-boarding someone must see that nothing was revoked

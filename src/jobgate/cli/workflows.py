@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 import time
 from typing import Any
 
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, parse_params, tenant_option
+from jobgate.cli.args import PERSON, os_user, parse_params, tenant_option
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.canonical import isoformat_utc
 from jobgate.core.errors import NotReadyError
@@ -108,7 +107,7 @@ def start(
 ) -> None:
     """Start a workflow run of WORKFLOW; prints its id (or, with --wait, its final status)."""
     engine = app.engine()
-    who = actor or getpass.getuser()
+    who = actor or os_user()
     record, created = workflow_service.start_workflow(
         engine,
         StartWorkflow(
@@ -202,9 +201,7 @@ def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str |
 @pass_app
 def cancel(app: AppContext, workflow_run_id: str, actor: str | None, tenant: str | None) -> None:
     """Cancel pending steps and stop running ones."""
-    record = workflow_service.cancel_workflow(
-        app.engine(), workflow_run_id, actor=actor or getpass.getuser(), tenant_id=tenant
-    )
+    record = workflow_service.cancel_workflow(app.engine(), workflow_run_id, actor=actor or os_user(), tenant_id=tenant)
     render.emit_json(
         {"workflow_run_id": record.workflow_run_id, "status": record.status.value}
     ) if app.json_output else print(f"{workflow_run_id} {record.status.value}")

@@ -270,8 +270,11 @@ def connect(
     command line). The database must exist at this version's schema (``jobgate init`` or
     ``jobgate migrate`` make it)."""
     from jobgate.config import CONFIG_FILENAME, default_config, load_config
+    from jobgate.core.params import check_text
     from jobgate.service.engine import Engine
     from jobgate.store.opening import database_url, open_store
+
+    check_text(actor, "actor")  # who acts is printed with every record it makes
 
     if config is None and Path(CONFIG_FILENAME).is_file():
         config = CONFIG_FILENAME

@@ -167,7 +167,7 @@ def _server_url(url: str) -> bool:
     'unreachable server')."""
     import httpx
 
-    if "://" not in url or any(ch.isspace() for ch in url):
+    if "://" not in url or any(ch.isspace() or ch in "?#" for ch in url):
         return False
     try:
         parsed = httpx.URL(url)
@@ -177,9 +177,8 @@ def _server_url(url: str) -> bool:
     return (
         parsed.scheme in ("http", "https")
         and bool(parsed.host)
+        and not parsed.userinfo  # the token says who asks; user info replaced the bearer header
         and (port is None or 0 < port < 65536)
-        and not parsed.query
-        and not parsed.fragment
     )
 
 
@@ -200,7 +199,11 @@ class RemoteRuns:
         self._transport_error = httpx.TransportError
         self._named_as = named_as  # what an unreachable server is called: the Python API's ``url``, the CLI's option
         if not _server_url(url):  # a typo is not an unreachable server: a configuration error, not exit 69
-            raise ConfigurationError(f"{url[:200]!r} is not a server's URL (http://HOST:PORT)", field=named_as)
+            # not repeated: what was typed may hold a password (user:pass@)
+            raise ConfigurationError(
+                "not a server's URL: http(s)://HOST[:PORT][/PATH], no user or password, query or fragment",
+                field=named_as,
+            )
         self.http = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},

@@ -32,7 +32,8 @@ from jobgate.service.engine import Engine
 
 @dataclass(frozen=True)
 class StartupLoad:
-    """What a start-up load stored: per definition, a new version or unchanged."""
+    """What a start-up load stored: per definition, a new version, an earlier version current
+    again (its content was in the folder), or unchanged."""
 
     folders: tuple[Path, ...]
     results: tuple[ApplyResult, ...]
@@ -42,15 +43,21 @@ class StartupLoad:
         return sum(1 for r in self.results if r.created)
 
     @property
+    def reverted(self) -> list[ApplyResult]:
+        return [r for r in self.results if r.reverted]
+
+    @property
     def unchanged(self) -> int:
-        return len(self.results) - self.created
+        return len(self.results) - self.created - len(self.reverted)
 
     def summary(self) -> str:
-        """The one log line of a start-up load."""
+        """The one log line of a start-up load (a restart that made an earlier version current
+        again says which: a review's said 'unchanged' while one of its schedules switched on)."""
         where = ", ".join(str(f) for f in self.folders) or "no folder"
+        again = "".join(f", {r.job_definition_id} v{r.version} current again" for r in self.reverted)
         return (
             f"definitions loaded at start-up from {where}: {len(self.results)} "
-            f"({self.created} new versions awaiting approval, {self.unchanged} unchanged)"
+            f"({self.created} new versions awaiting approval{again}, {self.unchanged} unchanged)"
         )
 
 

@@ -50,10 +50,11 @@ def database_url(value: str) -> str:
     return value
 
 
-# What a SQLite URL may say besides its file: how long to wait for a locked file. The driver's
-# other options were passed on unchecked (a review's ``?timeout=abc`` or ``?uri=true`` with an
-# in-memory ``file:`` name were internal errors); jobgate sets the file's pragmas itself.
-_SQLITE_QUERY = frozenset({"timeout"})
+# A SQLite URL names its file and nothing else: the driver's options were passed on unchecked
+# (a review's ``?timeout=abc`` and ``?uri=true`` with an in-memory ``file:`` name were internal
+# errors), and a ``timeout`` was overridden anyway: jobgate sets the file's pragmas and waits up
+# to 30 s for a locked file itself.
+_SQLITE_QUERY: frozenset[str] = frozenset()
 
 
 def _check_sqlite(value: str) -> None:
@@ -72,17 +73,10 @@ def _check_sqlite(value: str) -> None:
     unknown = sorted(set(url.query) - _SQLITE_QUERY)
     if unknown:
         raise ConfigurationError(
-            f"unknown SQLite option {unknown[0]!r} in the URL (known: {', '.join(sorted(_SQLITE_QUERY))})",
+            f"unknown SQLite option {unknown[0]!r} in the URL: a SQLite URL names its file only (jobgate sets"
+            " the file's settings, and waits up to 30 s for a locked file)",
             field="--db",
         )
-    timeout = url.query.get("timeout")
-    if timeout is not None:
-        try:
-            seconds = float(timeout if isinstance(timeout, str) else timeout[-1])
-        except ValueError:
-            seconds = -1.0
-        if not 0 <= seconds <= 3600:
-            raise ConfigurationError("the URL's timeout is seconds to wait for a locked file (0-3600)", field="--db")
     if ":memory:" in url.database:
         raise ConfigurationError(
             f"a SQLite URL names a file (a database in memory would be gone when the command ends): {form}",

@@ -21,6 +21,7 @@ from jobgate.api.routes.runs import ensure_may_use, visible_run
 from jobgate.api.routes.workflows import get_workflow
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.models import Scope
+from jobgate.core.params import check_text
 from jobgate.service import control, manual
 from jobgate.service.tokens import Principal
 from jobgate.views.schemas import CancelIn, CancelOut, ScheduleIn, ScheduleOut, WorkflowRunOut
@@ -74,6 +75,7 @@ def cancel_job(body: CancelIn, caller: Caller, state: State) -> CancelOut:
     run = visible_run(state, caller, body.job_run_id)
     check_run_access(RUN_CONTROL, caller, run)
     reason = body.reason
+    check_text(body.requested_by, "requested_by")  # folded into the reason: one line, printable
     if body.requested_by:
         reason = f"{reason or 'cancelled'} (stated by {body.requested_by})"
     done = control.cancel_run(
