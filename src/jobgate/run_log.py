@@ -20,14 +20,15 @@ class Interleaving:
         self.attempt = attempt
         self._end: int | None = None  # the log's size after this attempt's last write
 
-    def heading(self, fd: int) -> str:
+    def heading(self, fd: int, *, own_line: bool = False) -> str:
         """What to write before this attempt's next output: '' when it follows its own, the
         continued header when another attempt wrote since, a line break first when the file
-        ends mid-line (another writer's unfinished line)."""
+        ends mid-line (another writer's unfinished line; or its own, before ``own_line`` text:
+        a runner's exit line after its output's unfinished last line)."""
         size = os.fstat(fd).st_size
-        if size == self._end:
-            return ""
         broken = "\n" if size and os.pread(fd, 1, size - 1) != b"\n" else ""
+        if size == self._end:
+            return broken if own_line else ""
         if self._end is None:
             return broken  # its first write: its own header (if any) follows
         return f"{broken}[jobgate] attempt {self.attempt}, continued\n"
@@ -40,6 +41,6 @@ def append_line(path: os.PathLike[str] | str, text: str, interleaving: Interleav
     """Append ``text`` to the run's log at ``path`` for this attempt (``ctx.log`` outside a
     captured handler: a command runner's own lines)."""
     with open(path, "a+", encoding="utf-8", errors="backslashreplace") as fh:
-        fh.write(interleaving.heading(fh.fileno()) + text)
+        fh.write(interleaving.heading(fh.fileno(), own_line=True) + text)
         fh.flush()
         interleaving.wrote(fh.fileno())

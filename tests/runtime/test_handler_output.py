@@ -188,3 +188,38 @@ def test_a_log_that_cannot_be_written_does_not_change_the_outcome(engine: Engine
     with running_worker(engine):
         done = wait_status(engine, run.job_run_id, RunStatus.COMPLETED)
     assert done.status is RunStatus.COMPLETED
+
+
+def test_a_line_that_never_ends_reaches_the_log_as_it_grows_and_whole(tmp_path: Path) -> None:
+    """Found by a regression review: an unfinished line was rebuilt and searched whole at every
+    write (a progress bar of 80,000 dots took minutes) and showed nothing until it ended."""
+    path = tmp_path / "run.log"
+    log = capture.AttemptLog(lambda: path, 1)
+    for _ in range(4 * capture.PENDING_LIMIT // 64):
+        log.write("." * 64)
+    assert path.stat().st_size >= 3 * capture.PENDING_LIMIT  # written as it grows, not at the end
+    log.write("done\n")
+    log.close()
+    assert path.read_text() == "[jobgate] attempt 1\n" + "." * (4 * capture.PENDING_LIMIT) + "done\n"
+
+
+def test_a_runners_exit_line_starts_a_line_after_its_unfinished_output(tmp_path: Path) -> None:
+    import os
+
+    from jobgate.runtime.executors.command import _Output
+
+    path = tmp_path / "run.log"
+    mine = Interleaving(1)
+    append_line(path, "[jobgate] starting runner py (run r, attempt 1)\n", mine)
+    read_end, write_end = os.pipe()
+    with path.open("ab+", buffering=0) as log, os.fdopen(read_end, "rb", buffering=0) as pipe:
+        output = _Output(pipe, log, capture.MAX_ATTEMPT_LOG_BYTES, mine)
+        os.write(write_end, b"progress no newline")
+        output.copy(5)
+        os.close(write_end)
+    append_line(path, "[jobgate] runner py exited with code 3\n", mine)
+    assert path.read_text().splitlines() == [
+        "[jobgate] starting runner py (run r, attempt 1)",
+        "progress no newline",
+        "[jobgate] runner py exited with code 3",
+    ]

@@ -511,3 +511,22 @@ def test_a_requeue_and_a_retry_racing_never_both_win(engine: Engine) -> None:
         for t in threads:
             t.join(30)
         assert len(wins) == 1, (rid, wins)
+
+
+def test_a_workers_own_rescuer_leaves_its_expired_leases_to_it(engine: Engine) -> None:
+    """Found by a regression review: cut from the database past its leases, a worker's own
+    rescuer dead-lettered its runs as LEASE_EXPIRED as the database came back, then refused the
+    successes the same worker was holding. The worker sweeping is alive: its leases are its own
+    to settle; another worker's rescuer takes them back only if it dies."""
+    from jobgate.store.base import RunsClaim
+
+    run = engine.submit(SubmitRequest(define(engine), request_id="held")).run
+    now = engine.clock.now()
+    with engine.store.write() as tx:
+        claimed = tx.runs_claim(RunsClaim("worker-me", ("default",), 1, now, now + timedelta(seconds=1))).runs()
+    assert [r.job_run_id for r in claimed] == [run.job_run_id]
+    later = now + timedelta(seconds=5)  # its lease expired while the worker could not renew it
+    assert rescuer.sweep(engine, later, spare_owner="worker-me") == rescuer.SweepResult(0, 0, 0)
+    assert get_run(engine, run.job_run_id).lease_owner == "worker-me"
+    assert rescuer.sweep(engine, later, spare_owner="worker-other").released == 1  # claimed, not started
+    assert get_run(engine, run.job_run_id).lease_owner is None  # another's rescuer takes it back

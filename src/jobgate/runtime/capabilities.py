@@ -28,6 +28,7 @@ from jobgate.core.models import DEFAULT_QUEUE, DefinitionStatus
 from jobgate.runtime.dispatch import Dispatcher
 from jobgate.service.engine import Engine
 from jobgate.store.base import StoredDefinition
+from jobgate.store.errors import is_transient
 
 log = logging.getLogger("jobgate.worker")
 
@@ -94,8 +95,8 @@ class CapabilityProbe:
     def _refresh_apart(self) -> None:
         try:
             made = self.refresh()
-        except Exception:
-            log.warning("capability probe failed", exc_info=True)
+        except Exception as exc:  # a database away is one line; anything else keeps its traceback
+            log.warning("capability probe failed (%s)", type(exc).__name__, exc_info=not is_transient(exc))
             return
         if made is not None:
             with self._lock:

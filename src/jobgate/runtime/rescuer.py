@@ -56,11 +56,22 @@ class SweepResult:
     queue_expired: int
 
 
-def sweep(engine: Engine, now: datetime, *, limit: int = 500, facts: AttemptFacts | None = None) -> SweepResult:
+def sweep(
+    engine: Engine,
+    now: datetime,
+    *,
+    limit: int = 500,
+    facts: AttemptFacts | None = None,
+    spare_owner: str | None = None,
+) -> SweepResult:
     """One pass; returns how many runs it moved. Cheap when there is nothing to do (three reads
-    of small partial indexes). ``facts``: the admission facts cache of the caller (a worker's)."""
+    of small partial indexes). ``facts``: the admission facts cache of the caller (a worker's).
+    ``spare_owner``: the worker running this sweep, whose own expired leases are left to it: it
+    is alive (it is sweeping) and holds those runs' outcomes, which it writes once the database
+    answers again (a regression review's worker, cut from the database past its leases, had its
+    own rescuer dead-letter four runs whose handlers had succeeded)."""
     with engine.store.read() as tx:
-        expired = tx.runs_lease_expired(now, limit)
+        expired = [r for r in tx.runs_lease_expired(now, limit) if spare_owner is None or r.lease_owner != spare_owner]
         queued = tx.runs_queue_expired(now, limit)
         held = tx.runs_held(limit)
     if held:
@@ -269,6 +280,7 @@ class Rescuer:
         self.maximum_run_age = maximum_run_age
         self.maximum_age_interval = maximum_age_interval
         self._facts = facts
+        self._owner = owner  # the worker this rescuer runs in
         self._lease = Lease(engine.store, RESCUER_LOCK, owner, max(3 * interval, timedelta(seconds=3)))
         self._next_age_check: datetime | None = None
         self._next_seal_batch: datetime | None = None
@@ -277,7 +289,7 @@ class Rescuer:
         if self._lease.hold(now) is None:
             return self.interval
         try:
-            sweep(self.engine, now, facts=self._facts)
+            sweep(self.engine, now, facts=self._facts, spare_owner=self._owner)
             if self._next_age_check is None or now >= self._next_age_check:
                 self._next_age_check = now + self.maximum_age_interval
                 close_overdue(self.engine, now, self.maximum_run_age)

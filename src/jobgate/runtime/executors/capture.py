@@ -26,6 +26,9 @@ from jobgate.context import ExecutionContext
 from jobgate.run_log import Interleaving
 
 MAX_ATTEMPT_LOG_BYTES = 10 << 20
+# An unfinished line is written once it is this long (characters): what never ends a line (a
+# progress bar) still reaches the log as it grows, and is never rebuilt whole at every write.
+PENDING_LIMIT = 64 << 10
 
 
 def dropped_note(limit: int) -> str:
@@ -59,7 +62,8 @@ class AttemptLog:
         self.written = 0
         self.dropped = False
         self._line_start = True  # what was written last ended a line (or nothing was)
-        self._pending = ""  # an unfinished line: written when it ends, or at the close
+        self._pending: list[str] = []  # an unfinished line, in pieces: written when it ends, or at the close
+        self._pending_size = 0
         self._interleaving = interleaving if interleaving is not None else Interleaving(attempt)
 
     def _open(self) -> IO[str]:
@@ -84,16 +88,21 @@ class AttemptLog:
         size = len(text.encode("utf-8", errors="replace"))
         if self.written + size > self._limit:
             self.dropped = True
-            self._emit(self._pending + dropped_note(self._limit))
-            self._pending = ""
+            self._emit("".join(self._pending) + dropped_note(self._limit))
+            self._pending, self._pending_size = [], 0
             return
         self.written += size
         self._line_start = text.endswith("\n")
-        pending = self._pending + text
-        cut = pending.rfind("\n") + 1
+        cut = text.rfind("\n") + 1  # only the new text is searched: a long unfinished line stays linear
         if cut:
-            self._emit(pending[:cut])
-        self._pending = pending[cut:]
+            self._emit("".join(self._pending) + text[:cut])
+            self._pending, self._pending_size = ([text[cut:]], len(text) - cut) if cut < len(text) else ([], 0)
+            return
+        self._pending.append(text)
+        self._pending_size += len(text)
+        if self._pending_size >= PENDING_LIMIT:  # a progress bar without line breaks: shown as it grows
+            self._emit("".join(self._pending))
+            self._pending, self._pending_size = [], 0
 
     def line(self, text: str) -> None:
         """``text`` as a line of its own: on a new line even after output that did not end one
@@ -104,8 +113,8 @@ class AttemptLog:
         if self._file is not None:
             with contextlib.suppress(OSError):
                 if self._pending:
-                    self._emit(self._pending)
-                    self._pending = ""
+                    self._emit("".join(self._pending))
+                    self._pending, self._pending_size = [], 0
                 self._file.close()
 
 
