@@ -153,4 +153,6 @@ def test_a_worker_says_a_database_outage_once_not_at_every_turn(
         proxy.restore()
     failed = [r for r in caplog.records if getattr(r, "action", None) == "turn_failed"]
     assert len(failed) <= 2 and all(r.exc_info is None for r in failed)
+    loops = [r.getMessage().split(":")[0] for r in caplog.records if getattr(r, "action", None) == "loop_failed"]
+    assert len(loops) == len(set(loops))  # each background loop says it once per outage
     assert "Traceback" not in caplog.text

@@ -76,12 +76,13 @@ class LoopThread:
                     self._count(failed=False)
                 except Exception as exc:
                     if is_transient(exc):  # a dropped session or a deadlock: a passing error, one line
-                        log.warning(
-                            "%s: pass failed: database unavailable (%s); trying again",
-                            self.loop.name,
-                            type(exc).__name__,
-                            extra={"action": "loop_failed"},
-                        )
+                        if not self._failing:  # once until a pass succeeds, not at every pass of an outage
+                            log.warning(
+                                "%s: pass failed: database unavailable (%s); trying again",
+                                self.loop.name,
+                                type(exc).__name__,
+                                extra={"action": "loop_failed"},
+                            )
                     else:
                         log.exception("%s: pass failed; trying again", self.loop.name, extra={"action": "loop_failed"})
                     self._count(failed=True)
