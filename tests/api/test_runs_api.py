@@ -254,3 +254,22 @@ def test_a_retry_meets_the_priority_ceiling_of_the_askers_role(ceilinged: World)
     refused = w.client.post(f"{RUNS}/{done.job_run_id}/retry", headers=w.headers("acme", Role.ACTIVATOR))
     assert refused.status_code == 403 and count(w.engine, "job_runs") == 1
     assert w.client.post(f"{RUNS}/{done.job_run_id}/retry", headers=admin(w)).status_code == 201
+
+
+def test_a_log_read_slice_after_slice_cuts_no_character(world: World) -> None:
+    """Found by a review: a character at a slice's boundary (a 1 MiB read) came back as two
+    replacement characters when a pager read the log slice after slice."""
+    run = world.new_run()
+    text = "€" * 5000 + "\n"
+    world.log_for(run, text)
+    read, offset = "", 0
+    while True:
+        part = world.client.get(
+            f"/api/v1/runs/{run.job_run_id}/log", params={"offset": offset, "limit": 1001}, headers=admin(world)
+        )
+        assert part.status_code == 200
+        read += part.text
+        offset = int(part.headers["X-Log-End"])
+        if offset >= int(part.headers["X-Log-Size"]):
+            break
+    assert read == text

@@ -223,3 +223,14 @@ def test_a_runners_exit_line_starts_a_line_after_its_unfinished_output(tmp_path:
         "progress no newline",
         "[jobgate] runner py exited with code 3",
     ]
+
+
+def test_the_cap_counts_what_the_file_holds(tmp_path: Path) -> None:
+    """Found by a review: undecodable output was counted one byte a character but written as a
+    six-byte escape, so the 10 MiB cap let about 60 MiB through."""
+    path = tmp_path / "run.log"
+    log = capture.AttemptLog(lambda: path, 1, limit=100)
+    log.write("\udcff" * 50 + "\n")  # 300 bytes as the file holds it
+    log.close()
+    kept = path.read_text(errors="replace")
+    assert "\\udcff" not in kept and "passed 100 bytes" in kept

@@ -89,7 +89,25 @@ def read_log(
             return LogSlice(kept.decode("utf-8", "replace"), size - len(kept), size, size)
         fh.seek(min(offset, size))
         data = fh.read(limit)
+        if min(offset, size) + len(data) < size:
+            data = _whole_characters(data)  # the next slice starts where this one's last character ended
         return LogSlice(data.decode("utf-8", "replace"), min(offset, size), min(offset, size) + len(data), size)
+
+
+_LEADS = ((5, 0b110), (4, 0b1110), (3, 0b11110))  # the lead bytes of 2, 3 and 4-byte characters
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` without a UTF-8 character cut at its end (a review's '€' at a 1 MiB boundary was
+    read as two replacement characters by a pager reading slice after slice)."""
+    lead = len(data) - 1
+    while lead >= 0 and len(data) - lead <= 4 and data[lead] & 0xC0 == 0x80:
+        lead -= 1
+    if lead < 0 or len(data) - lead > 4:
+        return data  # not UTF-8 here: kept as it is (replacement characters)
+    first = data[lead]
+    width = next((n for n, (shift, mark) in enumerate(_LEADS, start=2) if first >> shift == mark), 1)
+    return data[:lead] if lead + width > len(data) else data
 
 
 def open_artifact(config: JobgateConfig, run: JobRun) -> tuple[BinaryIO, int, str]:

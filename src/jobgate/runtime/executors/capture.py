@@ -85,7 +85,7 @@ class AttemptLog:
         if self.dropped or not text:
             return
         self._open()
-        size = len(text.encode("utf-8", errors="replace"))
+        size = len(text.encode("utf-8", errors="backslashreplace"))  # as the file will hold it
         if self.written + size > self._limit:
             self.dropped = True
             self._emit("".join(self._pending) + dropped_note(self._limit))
