@@ -16,7 +16,7 @@ workers do not send a hundred identical sweep queries every second.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -56,6 +56,10 @@ class SweepResult:
     queue_expired: int
 
 
+def _spared(run: JobRun, owner: str | None, runs: Collection[str] | None) -> bool:
+    return owner is not None and run.lease_owner == owner and (runs is None or run.job_run_id in runs)
+
+
 def sweep(
     engine: Engine,
     now: datetime,
@@ -63,15 +67,18 @@ def sweep(
     limit: int = 500,
     facts: AttemptFacts | None = None,
     spare_owner: str | None = None,
+    spared: Collection[str] | None = None,
 ) -> SweepResult:
     """One pass; returns how many runs it moved. Cheap when there is nothing to do (three reads
     of small partial indexes). ``facts``: the admission facts cache of the caller (a worker's).
-    ``spare_owner``: the worker running this sweep, whose own expired leases are left to it: it
-    is alive (it is sweeping) and holds those runs' outcomes, which it writes once the database
-    answers again (a regression review's worker, cut from the database past its leases, had its
-    own rescuer dead-letter four runs whose handlers had succeeded)."""
+    ``spare_owner`` and ``spared``: the worker running this sweep and the runs it still holds
+    (running, or their outcomes not yet written): their expired leases are left to it, as it is
+    alive (it is sweeping) and writes those outcomes once the database answers again (a regression
+    review's worker, cut from the database past its leases, had its own rescuer dead-letter four
+    runs whose handlers had succeeded). A run it gave up (``spared`` None: every run it leased)
+    is taken back as any other."""
     with engine.store.read() as tx:
-        expired = [r for r in tx.runs_lease_expired(now, limit) if spare_owner is None or r.lease_owner != spare_owner]
+        expired = [r for r in tx.runs_lease_expired(now, limit) if not _spared(r, spare_owner, spared)]
         queued = tx.runs_queue_expired(now, limit)
         held = tx.runs_held(limit)
     if held:
@@ -274,6 +281,7 @@ class Rescuer:
         interval: timedelta,
         maximum_run_age: timedelta,
         maximum_age_interval: timedelta,
+        held: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self.engine = engine
         self.interval = interval
@@ -281,6 +289,7 @@ class Rescuer:
         self.maximum_age_interval = maximum_age_interval
         self._facts = facts
         self._owner = owner  # the worker this rescuer runs in
+        self._held = held  # the runs it still holds (running, or outcomes not yet written)
         self._lease = Lease(engine.store, RESCUER_LOCK, owner, max(3 * interval, timedelta(seconds=3)))
         self._next_age_check: datetime | None = None
         self._next_seal_batch: datetime | None = None
@@ -289,7 +298,7 @@ class Rescuer:
         if self._lease.hold(now) is None:
             return self.interval
         try:
-            sweep(self.engine, now, facts=self._facts, spare_owner=self._owner)
+            sweep(self.engine, now, facts=self._facts, spare_owner=self._owner, spared=self._held())
             if self._next_age_check is None or now >= self._next_age_check:
                 self._next_age_check = now + self.maximum_age_interval
                 close_overdue(self.engine, now, self.maximum_run_age)

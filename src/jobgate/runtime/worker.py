@@ -167,6 +167,7 @@ class Worker:
             interval=self.settings.rescue_interval,
             maximum_run_age=self.settings.maximum_run_age,
             maximum_age_interval=self.settings.maximum_age_interval,
+            held=self._held_runs,
         )
         self._pending_since: datetime | None = None
         self._abandoned_threads = 0
@@ -975,6 +976,12 @@ class Worker:
             tx.runs_apply(changes)
         log.info("released %d claimed runs on shutdown", len(changes), extra={"action": "released_on_shutdown"})
         self._buffer = []
+
+    def _held_runs(self) -> set[str]:
+        """The runs this worker still answers for: running (or their outcomes not yet written)
+        and claimed; its own rescuer leaves their expired leases to it."""
+        held = {run_id for run_id, flight in self._running.items() if not flight.abandoned}
+        return held | {r.job_run_id for r in self._buffer}
 
     def _rescue(self, now: datetime) -> timedelta:
         """A pass of the cluster's rescuer, if this worker leads it (``rescuer.Rescuer``)."""
