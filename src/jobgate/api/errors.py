@@ -33,7 +33,7 @@ from jobgate.core.errors import (
 )
 from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
 from jobgate.service.tokens import Unauthenticated
-from jobgate.store.errors import is_transient
+from jobgate.store.errors import driver_says, is_transient
 
 log = logging.getLogger("jobgate.api")
 
@@ -251,8 +251,7 @@ def _database_unavailable(request: Request, exc: Exception) -> Response:
     """The database refused or dropped the connection, or the pool had none to give: a passing
     condition, not a bug. 503 with Retry-After, and one warning line without the traceback
     (the driver's first line says what happened; the statement is not logged)."""
-    cause = getattr(exc, "orig", None) or exc
-    first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    first_line = driver_says(exc)
     log.warning(
         "database unavailable on %s %s: %s",
         request.method,

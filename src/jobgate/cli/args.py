@@ -41,6 +41,17 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+NAME_RULE = "1 to 200 characters, none a control or invisible one (line break, escape, direction override)"
+
+
+def printable_name(name: str) -> bool:
+    """Whether ``name`` may stand for who acts: not blank, at most 200 characters, and printing
+    as itself (``core.params.readable_value``)."""
+    from jobgate.core.params import readable_value
+
+    return bool(name.strip()) and len(name) <= 200 and readable_value(name)
+
+
 class PersonName(click.ParamType):  # type: ignore[type-arg]
     """``--by``: who acts, as the record and every listing will print it. Text that would not
     print as itself (a terminal escape, a direction override, a line break) is refused: a
@@ -49,12 +60,10 @@ class PersonName(click.ParamType):  # type: ignore[type-arg]
     name = "name"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from jobgate.core.params import UNREADABLE, readable_value
-
         if not isinstance(value, str):
             return value
-        if not value.strip() or len(value) > 200 or not readable_value(value):
-            self.fail(f"1 to 200 characters; {UNREADABLE}", param, ctx)
+        if not printable_name(value):
+            self.fail(NAME_RULE, param, ctx)
         return value
 
 
@@ -67,10 +76,9 @@ def os_user() -> str:
     import getpass
 
     from jobgate.core.errors import ValidationError
-    from jobgate.core.params import readable_value
 
     name = getpass.getuser()
-    if not name.strip() or len(name) > 200 or not readable_value(name):
+    if not printable_name(name):
         raise ValidationError("the OS user's name would not print as itself: name who acts with --by", field="--by")
     return name
 

@@ -188,12 +188,10 @@ def main() -> None:
         render.err.print(f"error: {exc.code}: {exc}", markup=False)
         sys.exit(EX_UNAVAILABLE if isinstance(exc, UnavailableError) else 1)
     except Exception as exc:  # no stack trace for users; the type and first line are enough to report
-        from jobgate.store.errors import is_transient
+        from jobgate.store.errors import driver_says, is_transient
 
         if is_transient(exc):  # a locked file, a database away: try again later, not a bug
-            cause = getattr(exc, "orig", None) or exc
-            line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-            render.err.print(f"error: unavailable: database: {line}", markup=False)
+            render.err.print(f"error: unavailable: database: {driver_says(exc)}", markup=False)
             sys.exit(EX_UNAVAILABLE)
         first = (str(exc).splitlines() or [""])[0]
         render.err.print(f"error: internal: {type(exc).__name__}: {first}", markup=False)

@@ -33,6 +33,13 @@ def is_transient(exc: BaseException) -> bool:
     return _transient_driver_error(exc)
 
 
+def driver_says(exc: BaseException) -> str:
+    """The first line of what the driver said (SQLAlchemy's wrapper adds the statement and its
+    parameters below it: never shown or logged), or the error's class when it said nothing."""
+    cause = getattr(exc, "orig", None) or exc
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+
+
 def _transient_driver_error(err: BaseException | None) -> bool:
     code = getattr(err, "sqlstate", None)
     if code:

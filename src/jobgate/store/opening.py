@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from jobgate.core.errors import ConfigurationError, JobgateError, NotReadyError, UnavailableError
+from jobgate.store.errors import driver_says
 from jobgate.store.migrate import HEAD
 from jobgate.store.sqlstore import Store
 
@@ -149,7 +150,7 @@ def _unreachable(store_url: str, exc: DBAPIError) -> JobgateError:
         if parsed.get_backend_name() == "sqlite"
         else f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database}"
     )
-    cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    cause = driver_says(exc)
     if parsed.get_backend_name() == "sqlite" and parsed.database and Path(parsed.database).is_dir():
         return ConfigurationError(f"{where} is a folder, not a database file", field="--db")
     if parsed.get_backend_name() == "sqlite" and cause in _NOT_SQLITE:
