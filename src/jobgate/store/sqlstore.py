@@ -97,6 +97,7 @@ from jobgate.store.sql import leases as run_leases
 from jobgate.store.sql import packs as pack_rows
 from jobgate.store.sql import seals as record_seals
 from jobgate.store.sql.ahead import ReadAhead
+from jobgate.store.sql.governance_cache import GovernanceCache, Learned
 
 
 def prepare_chained(known: run_chains.Chains | None, changes: Sequence[RunChange]) -> run_changes.PreparedChanges:
@@ -123,8 +124,13 @@ class StoreTx:
         notify: bool = False,
         chains: run_chains.Chains | None = None,
         snapshots: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
+        governance: GovernanceCache | None = None,
     ) -> None:
         self._conn = conn
+        # SQLite: a submission's first reads kept by the process while the rows stand; what
+        # this transaction reads is kept once it commits (``store.sql.governance_cache``).
+        self._governance = governance
+        self.governance_learned = Learned()
         self._chains = chains  # the store's known history chains (``store.sql.chains``), writers only
         self.chains_learned = run_chains.Pending.empty()  # committed into them with the transaction
         # Snapshots this store saw stored by a committed transaction, and those this one stores
@@ -145,10 +151,12 @@ class StoreTx:
         if not name.isidentifier():
             raise ValueError(f"not a savepoint name: {name!r}")
         updates, claimed = dict(self.chains_learned.updates), len(self.chains_learned.claimed)
+        readings = len(self.governance_learned.readings)
         driver.execute(self._conn, f"SAVEPOINT {name}")
         try:
             yield
         except BaseException:
+            del self.governance_learned.readings[readings:]  # read inside the part undone
             try:
                 driver.execute(self._conn, f"ROLLBACK TO SAVEPOINT {name}")
                 driver.execute(self._conn, f"RELEASE SAVEPOINT {name}")
@@ -198,10 +206,14 @@ class StoreTx:
 
     def read_ahead(self, tenant_id: str, job_definition_id: str) -> None:
         """Read a definition's current version, its approvals and its tenant's safe mode in one
-        round trip (``store.sql.ahead``), for the submission about to ask for them. PostgreSQL
-        only: SQLite's reads are of a local file and wait on nothing."""
+        round trip (``store.sql.ahead``), for the submission about to ask for them. SQLite's
+        reads are of a local file and wait on nothing: there the process keeps them while
+        nothing they read changes (``store.sql.governance_cache``)."""
         if self._conn.dialect.name == "postgresql":
             self._ahead.read(self._conn, tenant_id, job_definition_id)
+        elif self._governance is not None:
+            reading = self._governance.read(self._conn, tenant_id, job_definition_id, self.governance_learned)
+            self._ahead.keep_reading(reading)
 
     # seals (``core.seals``): chained in batches by the leader, verified record by record
     def seals_chain(self, tenant_id: str, at: datetime) -> list[Batch]:
@@ -1091,6 +1103,7 @@ class Store:
         # millisecond spent more CPU asking than writing (py-spy: 84 % of a request thread's time).
         self._write_turn = threading.Lock() if self.dialect == "sqlite" else None
         self._kept_writer: Connection | None = None  # SQLite: the connection the turns share
+        self._governance = GovernanceCache() if self.dialect == "sqlite" else None
         self._chains = run_chains.Chains()
         self._snapshots: set[tuple[str, str]] = set()  # (tenant, snapshot id) seen stored, committed
         if migrate:
@@ -1136,9 +1149,12 @@ class Store:
                 notify=self.notify,
                 chains=self._chains,
                 snapshots=self._snapshots,
+                governance=self._governance,
             )
             yield tx
         self._chains.commit(tx.chains_learned)  # committed: what it learned holds
+        if self._governance is not None:
+            self._governance.keep(tx.governance_learned)
         if tx.snapshots_learned:
             self._snapshots |= tx.snapshots_learned
 
@@ -1185,7 +1201,16 @@ class Store:
     def read(self, tenant_id: str | None = None) -> Iterator[StoreTx]:
         with self._reader.begin() as conn:
             self._scope(conn, tenant_id)
-            yield StoreTx(conn, skip_locked=self.skip_locked, ordered_ids=self.ordered_ids, notify=self.notify)
+            tx = StoreTx(
+                conn,
+                skip_locked=self.skip_locked,
+                ordered_ids=self.ordered_ids,
+                notify=self.notify,
+                governance=self._governance,
+            )
+            yield tx
+        if self._governance is not None:  # what a committed state showed
+            self._governance.keep(tx.governance_learned)
 
     def _scope(self, conn: Connection, tenant_id: str | None) -> None:
         if tenant_id is None or self.dialect != "postgresql":

@@ -412,6 +412,16 @@ schedule_changes = Table(
     Index("ix_schedule_changes_schedule", "tenant_id", "schedule_id", "id"),
 )
 
+# One row: a value the triggers of migration 0033 set to a new random number with every change to
+# definitions, their heads, approvals and safe-mode periods (SQLite; ``store.sql.governance_cache``).
+governance_epoch = Table(
+    "governance_epoch",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("epoch", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="one_row"),
+)
+
 # Safe mode (seed 000 §39-40), per tenant: one row per activation, closed by its deactivation.
 # The open row, if any, is the current state; the rows together are its history.
 safe_mode_periods = Table(

@@ -25,6 +25,7 @@ from jobgate.core.records import SafeModePeriod
 from jobgate.store import codec
 from jobgate.store.base import RetiredRun, StoredDefinition
 from jobgate.store.sql import definitions, driver, governance, retention, runs, safemode
+from jobgate.store.sql.governance_cache import Reading
 
 
 @dataclass
@@ -52,6 +53,13 @@ class ReadAhead:
         self.definitions[pair] = definitions.current_of(found_definition)
         self.approvals[pair] = [tuple(r.values()) for r in found_approvals]
         self.safe_modes[tenant_id] = safemode.current_of(found_period)
+
+    def keep_reading(self, reading: Reading) -> None:
+        """What ``read`` reads, as kept by the process (SQLite, ``governance_cache``)."""
+        pair = (reading.tenant_id, reading.job_definition_id)
+        self.definitions[pair] = reading.definition
+        self.approvals[pair] = list(reading.approvals)
+        self.safe_modes[reading.tenant_id] = reading.safe_mode
 
     def holders(self, conn: Connection, run: JobRun) -> dict[str, JobRun]:
         """``runs.holders`` of one unstored run, and, in the same round trip, the runs retention

@@ -1,0 +1,102 @@
+"""SQLite: a submission's first reads kept by the process, valid while nothing they read changed.
+
+Every submission reads its definition's current version, its active approvals and its
+tenant's safe mode (``store.sql.ahead``): on SQLite three statements and the definition's
+content parsed again, a tenth of a single submission's time, for rows that change a few times
+a day. The triggers of migration 0033 give one value, ``governance_epoch``, a new random number
+in the same transaction as any change to those rows, made by any process or by hand. A reading
+is kept with the value it was made under, and handed out again only to a transaction that reads
+the same value: the rows that admit a run are then those that transaction would have read. A
+random value, not a count: a database file restored from a copy brings back an older state with
+the value it had then, where a count could meet again a number it reached by other changes.
+
+Only what committed is kept: a transaction's readings are offered when it ends and kept after
+its commit (``Learned`` / ``keep``), so a reading of rows a transaction itself changed and then
+rolled back is never handed to another.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from jobgate.core.records import SafeModePeriod
+from jobgate.store.base import StoredDefinition
+from jobgate.store.sql import definitions, driver, governance, safemode
+
+_EPOCH = "SELECT epoch FROM governance_epoch WHERE id = 1"
+_LIMIT = 4096  # definitions kept; past it the cache starts again (a deployment has far fewer)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A definition's current version, its active approvals and its tenant's safe mode, read
+    together under one value of the epoch."""
+
+    epoch: int | None
+    tenant_id: str
+    job_definition_id: str
+    definition: StoredDefinition | None
+    approvals: tuple[tuple[Any, ...], ...]
+    safe_mode: SafeModePeriod | None
+
+
+@dataclass
+class Learned:
+    """What one transaction read: kept once it has committed."""
+
+    readings: list[Reading] = field(default_factory=list)
+
+
+class GovernanceCache:
+    """A process's readings, by (tenant, definition), all under one value of the epoch."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._epoch: int | None = None
+        self._readings: dict[tuple[str, str], Reading] = {}
+
+    def read(self, conn: Connection, tenant_id: str, job_definition_id: str, learned: Learned) -> Reading:
+        """The reading ``conn``'s transaction would make now: the kept one when the epoch it
+        reads is the one it was made under, else made here (and offered to ``learned``)."""
+        found = driver.rows_sql(conn, _EPOCH, ())
+        epoch = int(found[0][0]) if found else None  # its row deleted by hand: nothing is kept
+        with self._lock:
+            kept = self._readings.get((tenant_id, job_definition_id)) if self._epoch == epoch else None
+        if kept is not None:
+            return kept
+        found_definition, found_approvals, found_period = driver.returning_each(
+            conn,
+            [
+                definitions.current_query(tenant_id, job_definition_id),
+                governance.active_query(tenant_id, job_definition_id),
+                safemode.current_query(tenant_id),
+            ],
+        )
+        reading = Reading(
+            epoch,
+            tenant_id,
+            job_definition_id,
+            definitions.current_of(found_definition),
+            tuple(tuple(r.values()) for r in found_approvals),
+            safemode.current_of(found_period),
+        )
+        if epoch is not None:
+            learned.readings.append(reading)
+        return reading
+
+    def keep(self, learned: Learned) -> None:
+        """Keep a committed transaction's readings. Readings under another epoch than those kept
+        replace them all: the epoch has no order, and the latest committed reading is the best
+        guess of what the next transaction reads."""
+        if not learned.readings:
+            return
+        with self._lock:
+            for reading in learned.readings:
+                if reading.epoch != self._epoch or len(self._readings) >= _LIMIT:
+                    self._readings.clear()
+                    self._epoch = reading.epoch
+                self._readings[(reading.tenant_id, reading.job_definition_id)] = reading
