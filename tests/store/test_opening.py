@@ -20,6 +20,8 @@ BAD = [
     ("postgresql://u:s3cret@127.0.0.1/x?sslmode=bogus", "sslmode must be one of"),
     ("postgresql://u:s3cret@127.0.0.1/x?foo=bar", "does not know: foo"),
     ("postgresql://u:s3cret@127.0.0.1/x?connect_timeout=x", "connect_timeout must be a whole number"),
+    ("postgresql://u:s3cret@127.0.0.1/x?keepalives_idle=1.5", "keepalives_idle must be a whole number"),
+    ("postgresql://u:s3cret@127.0.0.1/x?keepalives_count=-1", "keepalives_count must be a whole number"),
     ("mysql://u:s3cret@db/jobs", "unsupported database 'mysql'"),
     # libpq's host list, which SQLAlchemy cannot read: the form that works is named
     ("postgresql://u:s3cret@h1:5432,h2:5433/x", "?host=HOST1:PORT1&host=HOST2:PORT2"),

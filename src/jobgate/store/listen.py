@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from jobgate.store.keepalive import keepalives
+
 APPLICATION_NAME = "jobgate-pubsub-listen"
 CHANNEL_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # an unquoted identifier: safe in LISTEN
 
@@ -40,7 +42,7 @@ class ChannelListener:
         import psycopg  # PostgreSQL deployments only: a SQLite process never loads the driver
 
         self._conn: Any = psycopg.connect(
-            conninfo, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME
+            conninfo, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME, **keepalives(conninfo)
         )
         try:
             self._conn.execute(f"LISTEN {channel}")

@@ -14,6 +14,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from jobgate.store.keepalive import keepalives
+
 log = logging.getLogger("jobgate.notify")
 
 CHANNEL = "jobgate_runs"
@@ -65,7 +67,11 @@ class PgChangeWatcher:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(
-                    self._conninfo, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME
+                    self._conninfo,
+                    autocommit=True,
+                    connect_timeout=5,
+                    application_name=APPLICATION_NAME,
+                    **keepalives(self._conninfo),
                 ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._signal()  # whatever was committed while nobody listened

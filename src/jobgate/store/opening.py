@@ -18,6 +18,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from jobgate.core.errors import ConfigurationError, JobgateError, NotReadyError, UnavailableError
 from jobgate.store.errors import driver_says
+from jobgate.store.keepalive import PG_KEEPALIVES
 from jobgate.store.migrate import HEAD
 from jobgate.store.sqlstore import Store
 
@@ -126,9 +127,10 @@ def _check_postgresql(value: str) -> None:
     sslmode = options.get("sslmode")
     if sslmode is not None and sslmode not in _SSLMODES:
         raise ConfigurationError(f"sslmode must be one of {', '.join(_SSLMODES)}", field="--db")
-    timeout = options.get("connect_timeout")
-    if timeout is not None and not str(timeout).isdigit():
-        raise ConfigurationError("connect_timeout must be a whole number of seconds", field="--db")
+    for name in ("connect_timeout", *PG_KEEPALIVES):
+        value = options.get(name)
+        if value is not None and not str(value).isdigit():
+            raise ConfigurationError(f"{name} must be a whole number", field="--db")
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -73,6 +73,7 @@ from jobgate.store.base import (
     WorkerBeat,
     WorkerInfo,
 )
+from jobgate.store.keepalive import keepalives
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import CHANNEL, NOTIFY_SQL, PgChangeWatcher
 from jobgate.store.sql import chains as run_chains
@@ -1077,7 +1078,8 @@ class Store:
             options = (f"{parsed.query.get('options', '')} -c {TENANT_SETTING}=*").strip()
             parsed = parsed.set(drivername="postgresql+psycopg").update_query_dict({"options": options})
             url = parsed.render_as_string(hide_password=False)
-            connect: dict[str, Any] = {"prepare_threshold": NEVER}
+            libpq_url = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+            connect: dict[str, Any] = {"prepare_threshold": NEVER, **keepalives(libpq_url)}
             if "connect_timeout" not in parsed.query:  # a database that never answers fails in time
                 connect["connect_timeout"] = CONNECT_TIMEOUT_S
             pool = {"pool_size": 10, "max_overflow": 10, "connect_args": connect}
