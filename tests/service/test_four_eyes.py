@@ -135,6 +135,11 @@ def test_a_request_runs_exactly_the_version_its_test_saw(engine: Engine) -> None
     with pytest.raises(ConflictError) as changed:
         requests.approve(engine, "default", req.request_id, actor="dave")
     assert "test it again" in changed.value.message and count(engine, "job_runs") == 0
+    (refused,) = audit.search(engine, AuditFilter(tenant_id="default", action="request.refused"))
+    assert refused.event.actor == "dave" and refused.event.target_id == req.request_id
+    assert refused.event.reason == "definition_changed"
+    assert refused.event.payload["request_saw"]["version"] == 1 and refused.event.payload["current"]["version"] == 2
+    assert requests.get(engine, "default", req.request_id).status == "pending"
     tested, verdict = requests.test(engine, "default", req.request_id, actor="dave")
     assert verdict.admissible and tested.version == 2
     define(engine, job_definition_id="payroll", description="v3, applied after the test")

@@ -242,6 +242,16 @@ def approve(
         engine.admission.record_refusal(_submission(request, actor=actor), exc, actor=actor, now=now)
         raise
     if request.digest is not None and request.digest != digest:
+        # A second person's approval refused: on the record, as a four-eyes refusal is.
+        seen = {"digest": request.digest, "version": request.version}
+        audit.record_now(
+            engine,
+            audit.event(
+                tenant_id, actor, "request.refused", "request", request_id, now, reason="definition_changed",
+                payload={"rule": "definition_changed", "requested_by": request.requested_by, "request_saw": seen,
+                         "current": {"digest": digest, "version": version}},
+            ),
+        )  # fmt: skip
         raise ConflictError(
             f"{request.job_definition_id} changed since this request was "
             f"{'tested' if request.tested_at is not None else 'proposed'}: the request saw "
