@@ -7,6 +7,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -107,6 +108,61 @@ def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
     assert [get_run(engine, i).attempt for i in ids] == [1, 1, 1]
 
 
+def test_a_file_that_cannot_take_writes_at_settlement_keeps_the_outcomes(engine: Engine) -> None:
+    """The database file refusing writes while attempts end (a full disk, a read-only remount:
+    here SQLite's own ``SQLITE_READONLY``, from ``query_only`` on the process's writing
+    connection), then taking them again: the worker keeps the settlements and writes them (a
+    lasting error made it give the runs up to the rescuer, which ran each again)."""
+    if engine.store.dialect != "sqlite":
+        pytest.skip("the file's refusal is SQLite's")
+    job = define(engine, handler="engine_handlers:sleep", params=SECONDS)
+    ids = [
+        engine.submit(SubmitRequest(job, params={"seconds": "0.5"}, request_id=f"r{i}")).run.job_run_id
+        for i in range(3)
+    ]
+    with engine.store.write() as tx:
+        writing = connection(tx).connection.dbapi_connection  # the one the process's turns share
+
+    def refuse_writes(refused: bool) -> None:
+        with engine.store._write_turn:  # between two turns: the connection is idle
+            writing.execute(f"PRAGMA query_only = {'ON' if refused else 'OFF'}")  # type: ignore[union-attr]
+
+    with running_worker(engine) as worker:
+        wait_until(lambda: all(get_run(engine, i).status is RunStatus.RUNNING for i in ids), what="all running")
+        refuse_writes(True)
+        wait_until(
+            lambda: sorted(run_id for _, run_id in list(worker._pending)) == sorted(ids),
+            what="the three attempts to end, their settlements held",
+            last=lambda: [run_id for _, run_id in list(worker._pending)],
+        )
+        failed = worker._cycle_failures
+        wait_until(
+            lambda: worker._cycle_failures >= max(failed + 1, 4),
+            what="the worker's cycles to fail writing them, more than three in a row",
+            last=lambda: worker._cycle_failures,
+        )
+        refuse_writes(False)
+        wait_until(lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="done")
+        assert worker.stale_writes_refused == 0
+    assert [get_run(engine, i).attempt for i in ids] == [1, 1, 1]
+
+
+def test_sqlites_own_full_disk_and_io_errors_are_passing(tmp_path: Path) -> None:
+    """Judged by SQLite's result code: a full file (``max_page_count`` reached, as a full disk
+    says it) is passing; a missing table is not."""
+    conn = sqlite3.connect(tmp_path / "full.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (b BLOB)")
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError) as full:
+        for _ in range(100):
+            conn.execute("INSERT INTO t VALUES (zeroblob(4000))")
+    with pytest.raises(sqlite3.OperationalError) as missing:
+        conn.execute("SELECT * FROM nowhere")
+    conn.close()
+    assert full.value.sqlite_errorcode == sqlite3.SQLITE_FULL and is_transient(full.value)
+    assert not is_transient(missing.value)
+
+
 def test_passing_errors_are_told_from_lasting_ones(engine: Engine) -> None:
     with pytest.raises(Exception) as lasting, engine.store.write() as tx:
         connection(tx).execute(text("INSERT INTO locks (name) VALUES (NULL)"))
@@ -122,6 +178,8 @@ def test_passing_errors_are_told_from_lasting_ones(engine: Engine) -> None:
         (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
         (psycopg.OperationalError("server closed the connection unexpectedly"), True),
         (sqlite3.OperationalError("database is locked"), True),
+        (sqlite3.OperationalError("database or disk is full"), True),
+        (sqlite3.OperationalError("disk I/O error"), True),
         (sqlite3.OperationalError("no such table: audit_log"), False),
         (psycopg.errors.UndefinedTable('relation "audit_log" does not exist'), False),
         (psycopg.errors.StringDataRightTruncation("value too long for type character varying(64)"), False),

@@ -9,9 +9,11 @@ trace, SQL or exception text ever reaches a client.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import uuid
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -302,4 +304,9 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(PoolTimeout, _database_error)
+    # The drivers' own errors, unwrapped: the hot path's statements go through the driver's
+    # cursor, and SQLite's write lock is asked for in SQLAlchemy's begin event (a file that
+    # refuses writes or stays locked fails there).
+    app.add_exception_handler(sqlite3.Error, _database_error)
+    app.add_exception_handler(psycopg.Error, _database_error)
     app.add_exception_handler(Exception, _internal_error)

@@ -1,7 +1,8 @@
 """Which database errors are passing: worth the same write again after a pause.
 
-A restarted server, a dropped or killed session, a deadlock or serialization failure, or a
-locked SQLite file say nothing about the data: the same transaction may succeed in a moment.
+A restarted server, a dropped or killed session, a deadlock or serialization failure, a locked
+SQLite file or a full disk say nothing about the data: the same transaction may succeed in a
+moment.
 Anything else (a constraint, a bad value) will fail the same way every time and must not be
 retried blindly.
 """
@@ -46,10 +47,32 @@ def _transient_driver_error(err: BaseException | None) -> bool:
         return code in _TRANSIENT_CODES or code[:2] in _TRANSIENT_CLASSES
     if isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
         return True  # no SQLSTATE: the connection itself failed
-    if isinstance(err, sqlite3.OperationalError):
-        # SQLite's OperationalError also says "no such table"; only a busy file is passing.
-        return "locked" in str(err) or "busy" in str(err)
+    if isinstance(err, sqlite3.Error):
+        code = getattr(err, "sqlite_errorcode", None)
+        if code is not None:
+            return code & 0xFF in _SQLITE_PASSING
+        # An error made without SQLite's code (a test's, a wrapper's): read its words.
+        return isinstance(err, sqlite3.OperationalError) and any(w in str(err) for w in _SQLITE_PASSING_WORDS)
     return False
+
+
+# SQLite's primary result codes that say nothing about the data: the file is busy or locked,
+# memory ran out, the file or its disk cannot take the write now (full, read-only, an I/O error,
+# cannot be opened), the WAL's locks raced. A full disk freed a moment later must not cost a run
+# its outcome (a worker kept the settlement of a success and wrote it when space came back, where
+# a lasting error made it give the run up to the rescuer, which ran it again). Everything else
+# (no such table, a constraint, a corrupt file) fails the same way every time.
+_SQLITE_PASSING = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_NOMEM,
+    sqlite3.SQLITE_READONLY,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PROTOCOL,
+}
+_SQLITE_PASSING_WORDS = ("locked", "busy", "disk is full", "disk I/O error", "readonly database", "unable to open")
 
 
 class SealWritersBusy(UnavailableError):

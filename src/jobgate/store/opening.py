@@ -128,8 +128,8 @@ def _check_postgresql(value: str) -> None:
     if sslmode is not None and sslmode not in _SSLMODES:
         raise ConfigurationError(f"sslmode must be one of {', '.join(_SSLMODES)}", field="--db")
     for name in ("connect_timeout", *PG_KEEPALIVES):
-        value = options.get(name)
-        if value is not None and not str(value).isdigit():
+        given = options.get(name)
+        if given is not None and not str(given).isdigit():
             raise ConfigurationError(f"{name} must be a whole number", field="--db")
 
 
