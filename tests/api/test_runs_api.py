@@ -124,6 +124,19 @@ def test_list_filters_and_pages_without_repeats(world: World) -> None:
     assert naive.status_code == 400 and naive.json()["field"] == "created_from"
 
 
+@pytest.mark.parametrize("number", ["2026", "1700000000", "1e9", "-5", " 12.5 "])
+@pytest.mark.parametrize(
+    ("path", "field"), [(RUNS, "created_from"), (RUNS, "created_to"), ("/api/v1/audit", "at_from")]
+)
+def test_a_bare_number_is_not_an_instant(world: World, path: str, field: str, number: str) -> None:
+    """Read as seconds since 1970, ``created_from=2026`` meant a moment in 1970: refused."""
+    refused = world.client.get(path, params={field: number}, headers=admin(world))
+    assert refused.status_code == 422 and refused.json()["field"] == field
+    assert "ISO 8601" in refused.json()["message"]
+    written = world.client.get(path, params={field: "2026-01-01T00:00:00Z"}, headers=admin(world))
+    assert written.status_code == 200
+
+
 def test_cancel_is_for_pending_runs_and_stop_for_running_ones(world: World) -> None:
     running = world.running_run()  # claims every due run, so the pending one is made after
     pending = world.new_run()

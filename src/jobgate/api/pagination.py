@@ -11,9 +11,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BeforeValidator
 
 from jobgate.api.errors import BadRequest
 
@@ -89,6 +92,20 @@ def page_in_memory(
     page = ordered[:limit]
     more = len(ordered) > limit
     return page, (encode([key(page[-1])]) if more and page else None)
+
+
+def _written_instant(value: Any) -> Any:
+    """A query instant is written as a date and time: pydantic alone reads a bare number as
+    seconds since 1970, so ``created_from=2026`` meant 00:33:46 on 1 January 1970."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
+        raise ValueError("give an ISO 8601 date and time with its timezone (e.g. 2026-01-01T00:00:00Z), not a number")
+    return value
+
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+# A query parameter's instant: ISO 8601 text, never a bare number (``aware`` then asks its zone).
+Instant = Annotated[datetime | None, BeforeValidator(_written_instant)]
 
 
 def aware(value: datetime | None, field: str) -> datetime | None:

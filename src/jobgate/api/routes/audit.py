@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -33,8 +32,8 @@ def list_audit(
     action: Annotated[str | None, Query(pattern=NAME)] = None,
     target_type: Annotated[str | None, Query(pattern=NAME)] = None,
     target_id: Annotated[str | None, Query(max_length=200)] = None,
-    at_from: datetime | None = None,
-    at_to: datetime | None = None,
+    at_from: pagination.Instant = None,
+    at_to: pagination.Instant = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$", description="the last seq seen")] = None,
 ) -> Page[AuditEntryOut]:

@@ -11,7 +11,6 @@ it has a list: another tenant's run, or a run of a definition the token may not 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response
@@ -100,8 +99,8 @@ def list_runs(
     job_definition_id: Annotated[str | None, Query(max_length=200)] = None,
     job_class: Annotated[str | None, Query(max_length=64)] = None,
     trigger_type: Annotated[str | None, Query(max_length=32)] = None,
-    created_from: datetime | None = None,
-    created_to: datetime | None = None,
+    created_from: pagination.Instant = None,
+    created_to: pagination.Instant = None,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
     cursor: Annotated[str | None, Query(max_length=400, pattern=pagination.CURSOR_PATTERN)] = None,
 ) -> Page[RunOut]:
