@@ -88,3 +88,11 @@ class GatesBusy(UnavailableError):
     admission gates exclusively in time: a worker's transaction held them (``claims.gates_closing``)."""
 
     code = "gates_busy"
+
+
+class DatabaseFileReplaced(UnavailableError):
+    """The SQLite file this process opened is no longer at its path (deleted, or another file
+    moved there): what the process wrote now would be written to a file nobody else sees and
+    lost when it ends. Every transaction is refused until the process is restarted."""
+
+    code = "database_file_replaced"

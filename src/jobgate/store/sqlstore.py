@@ -73,6 +73,7 @@ from jobgate.store.base import (
     WorkerBeat,
     WorkerInfo,
 )
+from jobgate.store.errors import DatabaseFileReplaced
 from jobgate.store.keepalive import keepalives
 from jobgate.store.migrate import upgrade
 from jobgate.store.notify import CHANNEL, NOTIFY_SQL, PgChangeWatcher
@@ -913,6 +914,17 @@ CONNECT_TIMEOUT_S = 10  # PostgreSQL: seconds to open a connection (the URL's co
 NEVER = 2**62  # executions of one statement before psycopg prepares it unasked
 
 
+def _identity(file: Path | None) -> tuple[int, int] | None:
+    """The (device, inode) of a file, or None when there is none at the path."""
+    if file is None:
+        return None
+    try:
+        found = file.stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _dbapi_in_transaction(conn: Connection) -> bool:
     """Whether the driver's connection under ``conn`` still has a transaction open (its rollback
     failed); a connection that cannot say is taken as still in one."""
@@ -1106,10 +1118,29 @@ class Store:
         self._write_turn = threading.Lock() if self.dialect == "sqlite" else None
         self._kept_writer: Connection | None = None  # SQLite: the connection the turns share
         self._governance = GovernanceCache() if self.dialect == "sqlite" else None
+        file = parsed.database if self.dialect == "sqlite" and parsed.database != ":memory:" else None
+        self._file = Path(file) if file else None
+        self._file_identity: tuple[int, int] | None = None  # (device, inode) of the file opened
         self._chains = run_chains.Chains()
         self._snapshots: set[tuple[str, str]] = set()  # (tenant, snapshot id) seen stored, committed
         if migrate:
             self.migrate()
+        self._file_identity = _identity(self._file)
+
+    def check_file(self) -> None:
+        """Refuse to go on (``DatabaseFileReplaced``) when the SQLite file opened is no longer
+        at its path: a server whose file was deleted kept acknowledging runs written only to
+        the deleted file, and ``/readyz`` said ready. A stat a transaction (about a microsecond)."""
+        if self._file is None:
+            return
+        now = _identity(self._file)
+        if self._file_identity is None:
+            self._file_identity = now  # opened before the file was made (a new database)
+        elif now != self._file_identity:
+            raise DatabaseFileReplaced(
+                "the database file was removed or replaced while this process had it open: what it"
+                " writes now would be lost; restart the process"
+            )
 
     @property
     def safe_url(self) -> str:
@@ -1176,6 +1207,7 @@ class Store:
             with self._writer.begin() as conn:
                 yield conn
             return
+        self.check_file()
         if not self._write_turn.acquire(timeout=WRITE_LOCK_TIMEOUT_S):
             raise sqlite3.OperationalError("database is locked")
         try:
@@ -1201,6 +1233,7 @@ class Store:
 
     @contextlib.contextmanager
     def read(self, tenant_id: str | None = None) -> Iterator[StoreTx]:
+        self.check_file()
         with self._reader.begin() as conn:
             self._scope(conn, tenant_id)
             tx = StoreTx(
