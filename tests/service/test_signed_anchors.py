@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
-from tests.helpers import make_config
+from tests.helpers import config_document, make_config
 
 from jobgate.cli import cli
 from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import digest
+from jobgate.core.errors import ConfigurationError
 from jobgate.evidence import anchors, sinks
 from jobgate.evidence import keys as evidence_keys
 from jobgate.governance import signing
+from jobgate.service import doctor
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
@@ -184,3 +186,55 @@ def test_an_entry_recorded_later_than_its_writer_read_the_clock_is_anchored_afte
     assert made.created_at == switch.event.at
     result = _verify(keyed, sink)
     assert result.ok, result.problem
+
+
+def test_a_trusted_key_under_the_signing_keys_own_id_is_refused_if_it_is_another_key(
+    keyed: Engine, tmp_path: Path
+) -> None:
+    """After a rotation the old public key was listed under the id the new key also took: it
+    was silently replaced by the new one, and every anchor the old key signed failed as if its
+    content had changed. Refused, naming the entry; the same key listed there stays fine."""
+    current = evidence_keys.published(keyed.config)[0]["public_key"]
+    other = signing.generate("other").public_b64
+    path = keyed.config.evidence_key_path
+    clash = make_config(tmp_path, evidence={"signing_key": str(path), "trusted_keys": {"evidence": other}})
+    for use in (evidence_keys.trusted_keys, evidence_keys.published):
+        with pytest.raises(ConfigurationError) as refused:
+            use(clash)
+        assert refused.value.field == "evidence.trusted_keys.evidence" and "signing_key_id" in refused.value.message
+    (check,) = [c for c in doctor.run_checks(Engine(keyed.store, clash)) if c.name == "evidence key"]
+    assert check.level is doctor.Level.RED and "evidence.trusted_keys.evidence" in check.detail
+    same = make_config(tmp_path, evidence={"signing_key": str(path), "trusted_keys": {"evidence": current}})
+    assert set(evidence_keys.trusted_keys(same)) == {"evidence"}
+
+
+def test_a_new_key_under_an_id_that_signed_anchors_is_refused(keyed: Engine, tmp_path: Path, database_url: str) -> None:
+    sink = _world(keyed, tmp_path)
+    old_public = evidence_keys.published(keyed.config)[0]["public_key"]
+    key_file = keyed.config.evidence_key_path
+    key_file.rename(tmp_path / "old.key")  # the old key taken off the host
+    config_file = tmp_path / "jobgate.yaml"
+    config_file.write_text(json.dumps(config_document(tmp_path)))
+    runner = CliRunner()
+    base = ["--config", str(config_file), "--db", database_url]
+    refused = runner.invoke(cli, [*base, "keys", "evidence", "--create"])
+    assert refused.exit_code == 1 and not key_file.exists()
+    said = str(refused.exception)
+    assert "signed 2 anchor(s)" in said and "evidence.signing_key_id" in said
+    rotated = config_document(
+        tmp_path, evidence={"signing_key_id": "evidence-2", "trusted_keys": {"evidence": old_public}}
+    )
+    config_file.write_text(json.dumps(rotated))
+    created = runner.invoke(cli, [*base, "keys", "evidence", "--create"])
+    assert created.exit_code == 0, created.output
+    assert key_file.exists()
+    assert _verify(Engine(keyed.store, make_config(tmp_path, evidence=rotated["evidence"])), sink).ok
+
+
+def test_a_signature_that_fails_says_a_rotation_may_be_why(keyed: Engine, tmp_path: Path) -> None:
+    _world(keyed, tmp_path)
+    path = keyed.config.evidence_key_path
+    path.unlink()
+    evidence_keys.create(keyed.config)  # another key under the same id, made behind the CLI's back
+    problem = _verify(keyed).problem or ""
+    assert "does not match its content" in problem and "evidence.trusted_keys" in problem

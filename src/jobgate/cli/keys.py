@@ -18,7 +18,7 @@ import yaml
 from jobgate.cli import render
 from jobgate.cli.args import new_output
 from jobgate.cli.context import AppContext, pass_app
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import NotReadyError, ValidationError
 from jobgate.definitions import definition_files
 from jobgate.definitions.schema import content_digest
 from jobgate.documents import parse_json, parse_yaml, read_text
@@ -44,6 +44,7 @@ def evidence(app: AppContext, create: bool) -> None:
 
     config = app.config()
     if create and evidence_keys.signer_for(config) is None:
+        _refuse_a_signing_key_id_taken(app, config.evidence.signing_key_id)
         evidence_keys.create(config)
         render.err.print(f"evidence key created at {config.evidence_key_path} (owner-only)", markup=False)
     published = evidence_keys.published(config)
@@ -53,6 +54,24 @@ def evidence(app: AppContext, create: bool) -> None:
             field="evidence.signing_key",
         )
     render.records(app.json_output, "evidence keys", published, columns=["key_id", "algorithm", "status", "public_key"])
+
+
+def _refuse_a_signing_key_id_taken(app: AppContext, key_id: str) -> None:
+    """A new key under an id that signed anchors already would make each of them fail
+    verification as if its content had changed: the new key takes a new id."""
+    try:
+        engine = app.engine()
+    except NotReadyError:  # no database yet (or none at this schema): nothing was signed in it
+        return
+    with engine.store.read() as tx:
+        signed = tx.anchors.signed_by(key_id)
+    if signed:
+        raise ValidationError(
+            f"the key id {key_id!r} signed {signed} anchor(s) with the key that was here; a new key under the"
+            f" same id would make them fail verification. Keep the old public key in evidence.trusted_keys as"
+            f" {key_id!r}, give the new key another evidence.signing_key_id (e.g. {key_id}-2), then create it",
+            field="evidence.signing_key_id",
+        )
 
 
 @keys.command("generate")

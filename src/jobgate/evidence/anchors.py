@@ -366,7 +366,11 @@ def _signature_problem(a: Anchor, keys: Mapping[str, Ed25519PublicKey], unsigned
         known = ", ".join(sorted(keys)) or "none"
         return f"is signed by {a.key_id!r}, which is not a trusted evidence key (trusted: {known})"
     if not _signed(key, a.signature, anchor_message(a)):
-        return f"has a signature by {a.key_id!r} that does not match its content"
+        return (
+            f"has a signature by {a.key_id!r} that does not match its content (or the key now named"
+            f" {a.key_id!r} is not the one that signed it: after a rotation the old key keeps its id in"
+            " evidence.trusted_keys, and the new key takes another)"
+        )
     return None
 
 

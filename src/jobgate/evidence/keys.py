@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.governance import signing
 
 
@@ -58,15 +58,35 @@ def trusted_keys(config: Any) -> dict[str, Ed25519PublicKey]:
     out = {
         k: signing.public_key(v, field=f"evidence.trusted_keys.{k}") for k, v in config.evidence.trusted_keys.items()
     }
-    signer = signer_for(config)
+    signer = _signer_apart_from_trusted(config)
     if signer is not None:
         out[signer.key_id] = signing.public_key(signer.public_b64, field="evidence.signing_key")
     return out
 
 
+def _signer_apart_from_trusted(config: Any) -> Signer | None:
+    """The signing key, refused when a trusted key of the same id is another key: a rotated key
+    listed under the id the new key took was silently replaced by it, and every anchor the old
+    key signed then failed verification as if its content had changed."""
+    signer = signer_for(config)
+    if signer is None:
+        return None
+    kept = config.evidence.trusted_keys.get(signer.key_id)
+    field = f"evidence.trusted_keys.{signer.key_id}"
+    if kept is not None and signing.public_key(kept, field=field).public_bytes_raw() != base64.b64decode(
+        signer.public_b64
+    ):
+        raise ConfigurationError(
+            f"names the key id {signer.key_id!r} the signing key uses (evidence.signing_key_id), but another key:"
+            " a rotated key keeps its id here, and the new key takes another signing_key_id",
+            field=field,
+        )
+    return signer
+
+
 def published(config: Any) -> list[dict[str, str]]:
     """The public keys as published: current first, then the rotated ones still trusted."""
-    signer = signer_for(config)
+    signer = _signer_apart_from_trusted(config)
     keys = []
     if signer is not None:
         keys.append(

@@ -17,7 +17,7 @@ from enum import StrEnum
 from jobgate.core.capabilities import Capability, advertised
 from jobgate.core.errors import JobgateError
 from jobgate.core.records import LockInfo
-from jobgate.evidence.keys import signer_for
+from jobgate.evidence.keys import signer_for, trusted_keys
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.cluster import GONE_AFTER, SCHEDULER_LEADER, STALE_AFTER, lock_state, worker_state
 from jobgate.service.engine import Engine
@@ -273,8 +273,9 @@ def run_checks(engine: Engine, *, tenant_id: str | None = None, embedded_worker:
 def _evidence_key_check(engine: Engine, signed_by: str | None) -> Check:
     try:
         signer = signer_for(engine.config)
+        trusted_keys(engine.config)  # a trusted key under the signing key's own id is refused
     except JobgateError as exc:
-        return judge_evidence_key(None, exc.message, 0, signed_by)
+        return judge_evidence_key(None, f"{exc.field}: {exc.message}" if exc.field else exc.message, 0, signed_by)
     trusted = len(engine.config.evidence.trusted_keys)
     return judge_evidence_key(None if signer is None else signer.key_id, None, trusted, signed_by)
 

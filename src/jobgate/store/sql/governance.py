@@ -601,6 +601,12 @@ def anchor_last(conn: Connection, tenant_id: str, mode: str | None = None) -> An
     return None if row is None else _anchor(row)
 
 
+def anchors_signed_by(conn: Connection, key_id: str) -> int:
+    """How many anchors, of every tenant, carry a signature by ``key_id``."""
+    q = select(func.count()).select_from(anchors).where(N.key_id == key_id, N.signature.is_not(None))
+    return int(conn.execute(q).scalar_one())
+
+
 def anchor_put(conn: Connection, a: Anchor) -> bool:
     """Insert; False when that position is taken (another anchorer won: the caller retries)."""
     row = (
