@@ -460,6 +460,12 @@ def test_a_period_names_the_runs_retention_deleted(period: tuple[Engine, str, li
     forged = _resign(bundle, {"seals.json": (json.dumps(kept, indent=2, sort_keys=True) + "\n").encode()})
     result = verify_bundle(forged, public_keys=keys())
     assert not result.ok and any(gone[0] in p and "no tombstone" in p for p in result.problems), result.problems
+    # a review: the listing taken out, its tombstone kept, passed as complete
+    unlisted = [r for r in listed if r["job_run_id"] != gone[0]]
+    forged = _resign(bundle, {"retired.json": (json.dumps(unlisted, indent=2, sort_keys=True) + "\n").encode()})
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok
+    assert any(gone[0] in p and "neither in the bundle nor listed" in p for p in result.problems), result.problems
 
 
 def test_a_workflow_bundle_names_its_steps_runs_retention_deleted(database_url: str, tmp_path: Path) -> None:

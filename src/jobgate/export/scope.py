@@ -325,6 +325,10 @@ def check_contents(
     for gone in listed_retired:
         _check_retired(gone, present, trails, entries, out)
     accounted = present | {str(g["job_run_id"]) for g in listed_retired}
+    for kind, rid in sorted(k for k in trails if k[0] == seals.RUN and k[1] not in accounted):
+        # a run's seal is exported with its run or its retirement: a re-signed bundle that left
+        # the run (or its listing as retired) out and kept the seal is not complete
+        out.problems.append(f"seals.json: {kind} {rid} is sealed but neither in the bundle nor listed as retired")
     scope = _scope_of(files)
     exported = scope.get("workflow_run_id")  # a workflow's bundle: the workflow and all its steps' runs
     if exported and f"workflows/{exported}.json" not in files:
