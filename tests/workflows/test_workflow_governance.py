@@ -3,8 +3,10 @@ configuration never wedges a running workflow, and races and repeats stay exactl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,11 +16,11 @@ from sqlalchemy import text
 from support import coordinating, jobs, lines, start, view, wait_workflow, workflow
 
 from helpers import count, define, make_config
-from jobgate.core.errors import ConflictError
+from jobgate.core.errors import ConflictError, GovernanceRefusal
 from jobgate.core.models import Scope
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
-from jobgate.service import control
+from jobgate.service import approvals, control, safemode
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.service.workflow_replay import replay_workflow
@@ -28,7 +30,7 @@ from jobgate.service.workflows import (
     cancel_workflow,
     start_workflow,
 )
-from jobgate.store.sqlstore import Store
+from jobgate.store.sqlstore import Store, StoreTx
 from jobgate.testing import FakeClock, connection
 
 
@@ -411,3 +413,64 @@ def test_the_run_of_a_step_being_stopped_cannot_be_requeued(engine: Engine, mark
     with pytest.raises(ConflictError) as info:
         control.requeue_run(engine, run_id, actor="op")
     assert info.value.field == "workflow_run_id"
+
+
+def _committed_just_before_the_start_is_stored(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, change: Callable[[], object]
+) -> None:
+    """``change`` commits between a start's (read-only) checks and the write that stores it:
+    the next write transaction of the engine runs it first, once."""
+    real_write = engine.store.write
+    pending = [change]
+
+    @contextlib.contextmanager
+    def write(tenant_id: str | None = None) -> Iterator[StoreTx]:
+        if pending:
+            monkeypatch.setattr(engine.store, "write", real_write)
+            pending.pop()()
+        with real_write(tenant_id) as tx:
+            yield tx
+
+    monkeypatch.setattr(engine.store, "write", write)
+
+
+def test_a_revocation_committed_while_a_workflow_starts_refuses_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}])
+    revoke = lambda: approvals.revoke(engine, "default", wf, actor="root")  # noqa: E731
+    _committed_just_before_the_start_is_stored(engine, monkeypatch, revoke)
+    with pytest.raises(GovernanceRefusal) as refused:
+        start(engine, wf)
+    assert refused.value.code == "definition_not_approved"
+    assert count(engine, "workflow_runs") == 0
+    with engine.store.read() as tx:
+        reasons = [
+            r[0] for r in connection(tx).execute(text("SELECT reason FROM audit_log WHERE action = 'run.refused'"))
+        ]
+    assert reasons == ["definition_not_approved"]
+
+
+def test_safe_mode_switched_while_a_workflow_starts_binds_the_period_in_force(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(
+        tmp_path,
+        profiles={"default": {"replay_sample_size": 5}},
+        safe_mode={"profile_overrides": {"replay_sample_size": 50}},
+    )
+    engine = Engine(Store(database_url), config)
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}])
+    before = start(engine, wf)
+    switch_on = lambda: safemode.activate(engine, "default", actor="ops", reason="incident")  # noqa: E731
+    _committed_just_before_the_start_is_stored(engine, monkeypatch, switch_on)
+    during = start(engine, wf)
+    with engine.store.read() as tx:
+        snapshots = {
+            r[0]: r[1]
+            for r in connection(tx).execute(text("SELECT workflow_run_id, config_snapshot_id FROM workflow_runs"))
+        }
+    assert snapshots[during] != snapshots[before]  # safe mode's overrides bound
+    engine.store.dispose()

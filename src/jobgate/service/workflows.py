@@ -216,50 +216,104 @@ def start_workflow(
             workflow_run_id, 2, None, RunStatus.CREATED.value, RunStatus.SCHEDULED.value, "admitted", actor, now
         ),
     ]
-    with engine.store.write() as tx:
-        tx.snapshot_put(snapshot, now)
-        if not tx.workflow_insert(record, steps, transitions):
-            again = tx.workflow_by_key(existing_key)
-            assert again is not None
-            return again, False
-        tx.outbox_append(
-            [
-                (
-                    None,
-                    tenant,
-                    events.workflow_changed(
-                        events.EventType.WORKFLOW_STARTED,
-                        workflow_run_id=workflow_run_id,
-                        tenant_id=tenant,
-                        job_definition_id=definition.job_definition_id,
-                        job_class=str(definition.job_class),
-                        status=RunStatus.SCHEDULED.value,
-                        error_code=None,
-                        now=now,
-                    ),
-                )
-            ],
-            now,
-        )
-        audit.record(
-            tx,
-            audit.event(
+    try:
+        with engine.store.write() as tx:
+            if request.trigger_run_id is None:
+                moved = _safe_mode_moved(engine, tx, definition, submit, now, policy, period)
+                if moved is not None:  # the run binds the safe-mode period in force now
+                    snapshot = engine.pipeline.resolve_config(definition, request.scope, moved.period, policy)
+                    record = replace(
+                        record, config_snapshot_id=snapshot.config_snapshot_id, config_digest=snapshot.config_digest
+                    )
+            return _insert_started(tx, request, record, steps, transitions, snapshot, existing_key, pinned, actor, now)
+    except GovernanceRefusal as exc:
+        engine.admission.record_refusal(submit, exc, actor=actor, now=now)
+        raise
+
+
+class _Moved(NamedTuple):
+    period: Any  # the tenant's safe-mode period in force now (None: off)
+
+
+def _safe_mode_moved(
+    engine: Engine,
+    tx: StoreTx,
+    definition: JobDefinition,
+    submit: SubmitRequest,
+    now: datetime,
+    policy: Any,
+    period: Any,
+) -> _Moved | None:
+    """The admission rule again in the transaction that stores the workflow run: a revocation or
+    safe mode switched on that committed after the (read-only) checks refuses it too
+    (``GovernanceRefusal``). When the safe-mode period changed meanwhile and still admits the
+    start, the period now in force (its overrides bind the snapshot)."""
+    _, again = engine.admission.check(tx, definition, submit, now, moment=Moment.TRIGGER, batch=AdmissionBatch(policy))
+    if (None if again is None else again.activation) == (None if period is None else period.activation):
+        return None
+    return _Moved(again)
+
+
+def _insert_started(
+    tx: StoreTx,
+    request: StartWorkflow,
+    record: WorkflowRecord,
+    steps: list[StepRecord],
+    transitions: list[WorkflowTransition],
+    snapshot: Any,
+    existing_key: str,
+    pinned: Any,
+    actor: str,
+    now: datetime,
+) -> tuple[WorkflowRecord, bool]:
+    """Store a started workflow run with its steps, transitions, event and audit entry (or find
+    the one a concurrent start with the same key stored first)."""
+    tenant = record.tenant_id
+    workflow_run_id = record.workflow_run_id
+    definition_id, definition_digest = record.job_definition_id, record.definition_digest
+    tx.snapshot_put(snapshot, now)
+    if not tx.workflow_insert(record, steps, transitions):
+        again = tx.workflow_by_key(existing_key)
+        assert again is not None
+        return again, False
+    tx.outbox_append(
+        [
+            (
+                None,
                 tenant,
-                actor,
-                "workflow.started",
-                "workflow",
-                workflow_run_id,
-                now,
-                reason=request.reason,
-                payload={
-                    "job_definition_id": definition.job_definition_id,
-                    "definition_digest": definition.digest,
-                    "config_digest": snapshot.config_digest,
-                    "idempotency_key": existing_key,
-                    "step_definitions": pinned,
-                },
-            ),
-        )
+                events.workflow_changed(
+                    events.EventType.WORKFLOW_STARTED,
+                    workflow_run_id=workflow_run_id,
+                    tenant_id=tenant,
+                    job_definition_id=definition_id,
+                    job_class=record.job_class,
+                    status=RunStatus.SCHEDULED.value,
+                    error_code=None,
+                    now=now,
+                ),
+            )
+        ],
+        now,
+    )
+    audit.record(
+        tx,
+        audit.event(
+            tenant,
+            actor,
+            "workflow.started",
+            "workflow",
+            workflow_run_id,
+            now,
+            reason=request.reason,
+            payload={
+                "job_definition_id": definition_id,
+                "definition_digest": definition_digest,
+                "config_digest": snapshot.config_digest,
+                "idempotency_key": existing_key,
+                "step_definitions": pinned,
+            },
+        ),
+    )
     return record, True
 
 
