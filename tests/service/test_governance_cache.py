@@ -161,3 +161,50 @@ def test_kept_reads_never_change_a_verdict(
     finally:
         here.store.dispose()
         there.store.dispose()
+
+
+def test_a_dropped_trigger_turns_keeping_off(site: tuple[Engine, str], caplog: pytest.LogCaptureFixture) -> None:
+    """A trigger dropped by hand (or with a table a tool rebuilt) no longer moves the epoch: the
+    process notices the schema change, counts the triggers, and reads the rows from then on."""
+    engine, job = site
+    assert _verdict(engine, job) == "admitted"
+    _by_hand(engine, "DROP TRIGGER governance_epoch_definition_approvals_update")
+    _by_hand(engine, f"{REVOKE} WHERE job_definition_id = '{job}'")
+    with caplog.at_level("WARNING", logger="jobgate.store"):
+        assert _verdict(engine, job) == "definition_not_approved"
+    assert "governance_epoch is missing" in caplog.text
+    _by_hand(engine, f"{UNREVOKE} WHERE job_definition_id = '{job}'")
+    assert _verdict(engine, job) == "admitted"
+
+
+def test_each_database_starts_with_its_own_epoch(tmp_path: Path) -> None:
+    """Two files migrated afresh (or one restored from a copy made before the epoch existed and
+    migrated again) never share a first value a process could have kept readings under."""
+    epochs = set()
+    for name in ("a", "b", "c"):
+        store = Store(f"sqlite:///{tmp_path / name}.db")
+        with store.read() as tx:
+            epochs.add(connection(tx).exec_driver_sql("SELECT epoch FROM governance_epoch").scalar_one())
+        store.dispose()
+    assert len(epochs) == 3
+
+
+def test_a_relative_file_is_the_same_file_after_the_process_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sqlite:///jobgate.db`` names the file in the directory the store was opened in; a
+    handler's ``os.chdir`` later refused every transaction (the file looked replaced) and a
+    connection opened afterwards would have made a new database there."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    engine = Engine(Store("sqlite:///jobgate.db"), make_config(tmp_path))
+    try:
+        job = define(engine)
+        assert _verdict(engine, job) == "admitted"
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        assert _verdict(engine, job) == "admitted"
+        assert count(engine, "job_runs") == 2
+        assert not (tmp_path / "elsewhere" / "jobgate.db").exists()
+    finally:
+        engine.store.dispose()

@@ -1056,9 +1056,15 @@ class Store:
     """A database jobgate runs on. Thread-safe: each transaction takes its own pooled connection."""
 
     def __init__(self, url: str, *, synchronous: str = "FULL", migrate: bool = True) -> None:
-        self.url = url
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
+            # The file as it is named now: a relative path read after the process changed its
+            # working directory (a handler's chdir) named another file, a new empty database
+            # for each connection opened later.
+            parsed = parsed.set(database=str(Path(parsed.database).absolute()))
+            url = parsed.render_as_string(hide_password=False)
+        self.url = url
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)

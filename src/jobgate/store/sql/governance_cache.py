@@ -17,6 +17,7 @@ rolled back is never handed to another.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,16 @@ from jobgate.core.records import SafeModePeriod
 from jobgate.store.base import StoredDefinition
 from jobgate.store.sql import definitions, driver, governance, safemode
 
-_EPOCH = "SELECT epoch FROM governance_epoch WHERE id = 1"
+# The epoch, and the schema's version: a trigger dropped (by hand, or with a table a tool rebuilt)
+# changes the schema, and the triggers are counted again before anything more is kept.
+_EPOCH = "SELECT epoch, (SELECT schema_version FROM pragma_schema_version) FROM governance_epoch WHERE id = 1"
+_WATCHED = ("definitions", "definition_heads", "definition_approvals", "safe_mode_periods")
+TRIGGERS = tuple(f"governance_epoch_{t}_{e}" for t in _WATCHED for e in ("insert", "update", "delete"))
+_TRIGGERS = (
+    f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({', '.join('?' for _ in TRIGGERS)})"
+)
+log = logging.getLogger("jobgate.store")
+
 _LIMIT = 4096  # definitions kept; past it the cache starts again (a deployment has far fewer)
 
 
@@ -36,7 +46,7 @@ class Reading:
     """A definition's current version, its active approvals and its tenant's safe mode, read
     together under one value of the epoch."""
 
-    epoch: int | None
+    epoch: tuple[int, int] | None  # (the epoch, the schema's version), None: not to be kept
     tenant_id: str
     job_definition_id: str
     definition: StoredDefinition | None
@@ -56,14 +66,18 @@ class GovernanceCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._epoch: int | None = None
+        self._epoch: tuple[int, int] | None = None
         self._readings: dict[tuple[str, str], Reading] = {}
+        self._schema: int | None = None  # the schema version whose triggers were counted
+        self._triggers_whole = False
 
     def read(self, conn: Connection, tenant_id: str, job_definition_id: str, learned: Learned) -> Reading:
         """The reading ``conn``'s transaction would make now: the kept one when the epoch it
         reads is the one it was made under, else made here (and offered to ``learned``)."""
         found = driver.rows_sql(conn, _EPOCH, ())
-        epoch = int(found[0][0]) if found else None  # its row deleted by hand: nothing is kept
+        epoch: tuple[int, int] | None = None  # its row deleted by hand: nothing is kept
+        if found and self._triggers_in_place(conn, int(found[0][1])):
+            epoch = (int(found[0][0]), int(found[0][1]))
         with self._lock:
             kept = self._readings.get((tenant_id, job_definition_id)) if self._epoch == epoch else None
         if kept is not None:
@@ -87,6 +101,18 @@ class GovernanceCache:
         if epoch is not None:
             learned.readings.append(reading)
         return reading
+
+    def _triggers_in_place(self, conn: Connection, schema: int) -> bool:
+        """Whether every trigger that moves the epoch exists, counted once a schema version."""
+        if schema != self._schema:
+            whole = int(driver.rows_sql(conn, _TRIGGERS, TRIGGERS)[0][0]) == len(TRIGGERS)
+            if not whole and (self._triggers_whole or self._schema is None):
+                log.warning(
+                    "a trigger of governance_epoch is missing (dropped by hand, or with a table a tool"
+                    " rebuilt): governance rows are read for every submission until it is created again"
+                )
+            self._schema, self._triggers_whole = schema, whole
+        return self._triggers_whole
 
     def keep(self, learned: Learned) -> None:
         """Keep a committed transaction's readings. Readings under another epoch than those kept
