@@ -69,10 +69,12 @@ def test_an_attempt_whose_lease_was_taken_commits_no_effect(ledger: Engine) -> N
     assert worker.stale_writes_refused + worker.lease_losses >= 1
 
 
-@pytest.mark.parametrize("fail_with", ["exception", "interrupt"])
+@pytest.mark.parametrize("fail_with", ["exception", "interrupt", "owndatabase"])
 def test_an_effect_that_fails_undoes_itself_and_the_attempt_is_retried(ledger: Engine, fail_with: str) -> None:
     """An effect raising KeyboardInterrupt (not an Exception) killed the worker's loop: the
-    process exited 0 and the run stayed RUNNING until its lease expired."""
+    process exited 0 and the run stayed RUNNING until its lease expired. One whose own SQLite
+    file could not be opened (an error that is passing when jobgate's database says it) stalled
+    every settlement of the worker until the leases expired, the other runs' successes lost."""
     engine = ledger
     job = ledger_job(engine)
     run = engine.submit(SubmitRequest(job, params={"fail_effect_on": "1", "fail_with": fail_with})).run

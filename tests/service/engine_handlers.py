@@ -159,6 +159,10 @@ def ledger(ctx: ExecutionContext) -> dict[str, Any]:
         if ctx.params.get("fail_effect_on") == str(attempt):
             if ctx.params.get("fail_with") == "interrupt":  # what is not an Exception, from handler code
                 raise KeyboardInterrupt("the effect interrupted itself")
+            if ctx.params.get("fail_with") == "owndatabase":  # the handler's own SQLite file is not there
+                import sqlite3
+
+                sqlite3.connect("file:/nonexistent-jobgate-dir/side.db?mode=rw", uri=True).execute("SELECT 1")
             raise ValueError("the ledger refused the entry")
         insert = text("INSERT INTO test_effects (job_run_id, attempt) VALUES (:r, :a)")
         conn.execute(insert, {"r": run_id, "a": attempt})

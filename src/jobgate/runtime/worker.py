@@ -73,6 +73,10 @@ _SETTLED_LOG = {
 }
 
 
+class _EffectFailed(Exception):
+    """A completion effect (handler code) raised: its cause is what it raised."""
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     queues: tuple[str, ...] = ("default",)
@@ -649,16 +653,22 @@ class Worker:
             record = self._effects[run_id]
             try:
                 with tx.savepoint("jobgate_effect"):
-                    matched = tx.runs_apply([change])
+                    matched = tx.runs_apply([change])  # jobgate's own write: its errors go on as they are
                     if matched:
-                        for effect in record.effects:
-                            effect(tx.effect_connection())
-                        for store_effect in record.store_effects:
-                            store_effect(tx)
+                        try:
+                            for effect in record.effects:
+                                effect(tx.effect_connection())
+                            for store_effect in record.store_effects:
+                                store_effect(tx)
+                        except BaseException as raised:
+                            raise _EffectFailed() from raised
                 out += matched
-            except BaseException as exc:  # an effect is handler code: whatever it raises fails its attempt
-                if isinstance(exc, Exception) and is_transient(exc):
-                    raise  # the whole turn is retried: nothing is lost
+            except _EffectFailed as effect:
+                # An effect is handler code: whatever it raises fails its attempt, whatever it says
+                # (a handler's own database, full or missing, is not jobgate's). Were jobgate's
+                # database the one failing, the settlement written next fails too, and the whole
+                # turn is retried with its effects (nothing is lost).
+                exc = effect.__cause__ or effect
                 log.warning(
                     "run %s: its completion effect failed (%s); the attempt is retried",
                     run_id,
