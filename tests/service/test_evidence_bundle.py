@@ -732,3 +732,22 @@ def test_a_manifest_cannot_state_its_way_out_of_the_age_rule() -> None:
         legacy = ContentCheck([], [])
         _anchoring_claim({}, None, stamped=False, out=legacy)
         assert not legacy.problems and legacy.notes  # a bundle exported before manifests said it
+
+
+def test_a_definitions_bundle_missing_a_run_its_audit_entries_name_does_not_verify(
+    period: tuple[Engine, str, list[str]],
+) -> None:
+    """A review: a definition's bundle re-signed without one run (its file and its seals) verified
+    ok, although the entries about that run were still in audit.json."""
+    from jobgate.export.scope import ExportScope
+
+    engine, job, ids = period
+    bundle = build_bundle(engine, ExportScope(job_definition_id=job))
+    assert verify_bundle(bundle, public_keys=keys()).ok
+    forged = _resign(bundle, _without(zipfile.ZipFile(io.BytesIO(bundle)), {f"runs/{ids[1]}.json"}))
+    result = verify_bundle(forged, public_keys=keys())
+    assert not result.ok
+    assert any(
+        p.startswith("audit.json:") and f"about run {ids[1]}" in p and "neither in the bundle" in p
+        for p in result.problems
+    ), result.problems

@@ -325,6 +325,14 @@ def check_contents(
     for gone in listed_retired:
         _check_retired(gone, present, trails, entries, out)
     accounted = present | {str(g["job_run_id"]) for g in listed_retired}
+    for seq, e in sorted(entries.items()):
+        # the entries about a run are exported with it: one whose run is gone from a re-signed
+        # bundle (its file and its seals) still names it
+        if e["target_type"] == "run" and str(e["target_id"]) not in accounted:
+            out.problems.append(
+                f"audit.json: entry {seq} ({e['action']}) is about run {e['target_id']}, which is neither in the"
+                " bundle nor listed as retired"
+            )
     for kind, rid in sorted(k for k in trails if k[0] == seals.RUN and k[1] not in accounted):
         # a run's seal is exported with its run or its retirement: a re-signed bundle that left
         # the run (or its listing as retired) out and kept the seal is not complete
