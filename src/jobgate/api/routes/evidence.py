@@ -5,7 +5,7 @@ and the evidence bundle of a run, a workflow run, a definition or a period — t
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -73,8 +73,8 @@ def evidence_bundle(
     job_run_id: Annotated[str | None, Query(pattern=RECORD_ID)] = None,
     workflow_run_id: Annotated[str | None, Query(pattern=RECORD_ID)] = None,
     job_definition_id: Annotated[str | None, Query(pattern=RECORD_ID)] = None,
-    start: Annotated[datetime | None, Query(alias="from", description="runs created at or after")] = None,
-    end: Annotated[datetime | None, Query(alias="to", description="... and before")] = None,
+    start: Annotated[pagination.Instant, Query(alias="from", description="runs created at or after")] = None,
+    end: Annotated[pagination.Instant, Query(alias="to", description="... and before")] = None,
 ) -> Response:
     """The signed evidence bundle of one run, one workflow run, a definition (within a period
     when ``from``/``to`` are given) or a period, in the caller's tenant: check it anywhere with
