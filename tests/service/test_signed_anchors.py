@@ -238,3 +238,34 @@ def test_a_signature_that_fails_says_a_rotation_may_be_why(keyed: Engine, tmp_pa
     evidence_keys.create(keyed.config)  # another key under the same id, made behind the CLI's back
     problem = _verify(keyed).problem or ""
     assert "does not match its content" in problem and "evidence.trusted_keys" in problem
+
+
+def test_a_rotation_that_leaves_the_old_key_in_place_is_refused_and_a_named_new_file_is_made(
+    keyed: Engine, tmp_path: Path, database_url: str
+) -> None:
+    """A review followed the guide's rotation with the old key's file left where it was: the
+    old key went on signing, now as 'evidence-2', and nothing said so. And ``--create`` could
+    not make a key at a new ``evidence.signing_key`` path (it said the file did not exist)."""
+    _world(keyed, tmp_path)
+    old_public = evidence_keys.published(keyed.config)[0]["public_key"]
+    config_file = tmp_path / "jobgate.yaml"
+    kept = {"signing_key_id": "evidence-2", "trusted_keys": {"evidence": old_public}}
+    config_file.write_text(json.dumps(config_document(tmp_path, evidence=kept)))
+    runner = CliRunner()
+    base = ["--config", str(config_file), "--db", database_url]
+    refused = runner.invoke(cli, [*base, "keys", "evidence", "--create"])
+    assert refused.exit_code != 0 and "holds the key trusted as 'evidence'" in str(refused.exception)
+    (check,) = [
+        c
+        for c in doctor.run_checks(Engine(keyed.store, make_config(tmp_path, evidence=kept)))
+        if c.name == "evidence key"
+    ]
+    assert check.level is doctor.Level.RED
+    new_file = tmp_path / "keys" / "evidence-2.key"
+    named = {**kept, "signing_key": str(new_file)}
+    config_file.write_text(json.dumps(config_document(tmp_path, evidence=named)))
+    created = runner.invoke(cli, [*base, "--json", "keys", "evidence", "--create"])
+    assert created.exit_code == 0, created.output
+    assert new_file.exists() and keyed.config.evidence_key_path.exists()  # the old file untouched
+    listed = {k["key_id"]: k["public_key"] for k in json.loads(created.stdout)}
+    assert listed["evidence"] == old_public and listed["evidence-2"] != old_public

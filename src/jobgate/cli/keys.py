@@ -43,7 +43,7 @@ def evidence(app: AppContext, create: bool) -> None:
     from jobgate.evidence import keys as evidence_keys
 
     config = app.config()
-    if create and evidence_keys.signer_for(config) is None:
+    if create and not config.evidence_key_path.exists():  # also where evidence.signing_key names a new file
         _refuse_a_signing_key_id_taken(app, config.evidence.signing_key_id)
         evidence_keys.create(config)
         render.err.print(f"evidence key created at {config.evidence_key_path} (owner-only)", markup=False)

@@ -71,11 +71,19 @@ def _signer_apart_from_trusted(config: Any) -> Signer | None:
     signer = signer_for(config)
     if signer is None:
         return None
+    public = base64.b64decode(signer.public_b64)
+    for key_id, trusted in sorted(config.evidence.trusted_keys.items()):
+        same = signing.public_key(trusted, field=f"evidence.trusted_keys.{key_id}").public_bytes_raw() == public
+        if key_id != signer.key_id and same:
+            raise ConfigurationError(
+                f"{config.evidence_key_path} holds the key trusted as {key_id!r}, not a new one: a rotated key"
+                " leaves the signing key's file (keep it offline), then `jobgate keys evidence --create` makes"
+                f" the new key for {signer.key_id!r}",
+                field="evidence.signing_key",
+            )
     kept = config.evidence.trusted_keys.get(signer.key_id)
     field = f"evidence.trusted_keys.{signer.key_id}"
-    if kept is not None and signing.public_key(kept, field=field).public_bytes_raw() != base64.b64decode(
-        signer.public_b64
-    ):
+    if kept is not None and signing.public_key(kept, field=field).public_bytes_raw() != public:
         raise ConfigurationError(
             f"names the key id {signer.key_id!r} the signing key uses (evidence.signing_key_id), but another key:"
             " a rotated key keeps its id here, and the new key takes another signing_key_id",
