@@ -52,8 +52,9 @@ def test_a_database_file_removed_under_the_server_is_refused_not_written_to(
     world: World, tmp_path: Path, how: str
 ) -> None:
     """Deleted (or another file moved to its path), the file the server opened is one nobody
-    else sees: a run acknowledged there is lost. Every request that needs the database is 503,
-    ``/readyz`` is red, and nothing is acknowledged."""
+    else sees: a run acknowledged there is lost. Every request that needs the database is 503
+    (no Retry-After: only a restart cures it), ``/readyz`` is red and ``/healthz`` too, so a
+    supervisor restarts the process; nothing is acknowledged."""
     store = world.engine.store
     if store.dialect != "sqlite":
         pytest.skip("a database file is SQLite's")
@@ -70,6 +71,9 @@ def test_a_database_file_removed_under_the_server_is_refused_not_written_to(
     posted = world.client.post("/api/v1/runs", json=body, headers=headers)
     assert posted.status_code == 503 and posted.json()["error"] == "database_file_replaced"
     assert "restart" in posted.json()["message"] and str(path) not in posted.text
+    assert "Retry-After" not in posted.headers  # a restart alone cures it, not a retry
+    alive = world.client.get("/healthz")  # a supervisor restarts it
+    assert alive.status_code == 503 and "restart" in alive.json()["status"]
     assert world.client.get("/api/v1/runs", headers=headers).status_code == 503
     ready = world.client.get("/readyz")
     assert ready.status_code == 503

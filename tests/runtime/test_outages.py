@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -239,3 +240,31 @@ def test_pooled_connections_ended_while_idle_are_replaced_without_a_failed_trans
         assert kill_other_sessions(engine) >= 2  # the idle ones beside the one that ends them
         with engine.store.read() as tx:  # at once: the ended sessions may not have said so yet
             assert connection(tx).exec_driver_sql("SELECT 1").scalar_one() == 1
+
+
+def test_a_worker_whose_database_file_was_moved_away_says_so_once_and_goes_on_when_it_is_back(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A review: a worker whose SQLite file was removed logged a traceback ten times a second.
+    One line now; the file moved back, it works again (the same file: the same device and inode)."""
+    if engine.store.dialect != "sqlite":
+        pytest.skip("a database file is SQLite's")
+    path = Path(str(engine.store.url).removeprefix("sqlite:///"))
+    job = define(engine, handler="engine_handlers:sleep", params=SECONDS)
+    with running_worker(engine), caplog.at_level(logging.WARNING):
+        first = engine.submit(SubmitRequest(job, params={"seconds": "0"})).run
+        wait_until(lambda: get_run(engine, first.job_run_id).status is RunStatus.COMPLETED, what="a first run")
+        path.rename(tmp_path / "aside.db")
+        try:
+            wait_until(
+                lambda: any(getattr(r, "action", None) == "turn_failed" for r in caplog.records),
+                what="the worker to notice",
+            )
+            time.sleep(0.5)  # real time: turns go on failing, every 0.1 s, while the file is away
+            failures = [r for r in caplog.records if getattr(r, "action", None) == "turn_failed"]
+        finally:
+            (tmp_path / "aside.db").rename(path)
+        run = engine.submit(SubmitRequest(job, params={"seconds": "0"})).run
+        wait_until(lambda: get_run(engine, run.job_run_id).status is RunStatus.COMPLETED, what="the run to complete")
+    assert len(failures) == 1 and failures[0].levelno == logging.WARNING and not failures[0].exc_info
+    assert "removed or replaced" in failures[0].getMessage()

@@ -33,7 +33,7 @@ from jobgate.core import transitions
 from jobgate.core.audit import AuditEvent
 from jobgate.core.capabilities import HOST_FIELDS
 from jobgate.core.decide import Outcome, OutcomeKind
-from jobgate.core.errors import JobgateError, NonRetryableError, ValidationError
+from jobgate.core.errors import JobgateError, NonRetryableError, UnavailableError, ValidationError
 from jobgate.core.governance import Verdict
 from jobgate.core.models import JobRun
 from jobgate.core.policies import RetryPolicy
@@ -211,15 +211,16 @@ class Worker:
                 except Exception as exc:
                     # A failed read or an executor that cannot be built must not kill the worker:
                     # its running runs would wait for their leases to expire and each lose an attempt.
-                    if not is_transient(exc):
+                    away = is_transient(exc) or isinstance(exc, UnavailableError)
+                    if not away:
                         log.exception("worker loop turn failed; continuing", extra={"action": "turn_failed"})
                     elif not database_away:  # once per outage: the cycle's own warning says the rest
                         log.warning(
                             "worker loop turn failed: database unavailable (%s); continuing",
-                            type(exc).__name__,
+                            exc.message if isinstance(exc, UnavailableError) else type(exc).__name__,
                             extra={"action": "turn_failed"},
                         )
-                    database_away = is_transient(exc)
+                    database_away = away
                     time.sleep(0.1)
                     continue
                 database_away = False

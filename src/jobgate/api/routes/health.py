@@ -24,6 +24,7 @@ from jobgate.api.metrics import TenantRuns
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.buildinfo import build_info
 from jobgate.service import doctor
+from jobgate.store.errors import DatabaseFileReplaced
 from jobgate.telemetry.metrics import SchedulerMetrics
 from jobgate.views.schemas import CheckOut, HealthOut, ReadyOut
 
@@ -35,13 +36,19 @@ LOOP_FAILING_AFTER = 3  # failed passes in a row that make a live loop amber on 
 READY_SECONDS = 5.0  # /readyz answers red after this long without the database's answer
 
 
-@router.get("/healthz", response_model=HealthOut)
+@router.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
 @allow(PUBLIC)
-async def healthz(state: State) -> HealthOut:
+async def healthz(state: State) -> HealthOut | JSONResponse:
     """Alive, and whether the pub/sub subscriber holds its connection (no database call). On
     the event loop itself, not the thread pool: requests waiting on a stalled database hold
     every pool thread, and a liveness probe queued behind them made a supervisor restart a
-    process that was only waiting (found by a review)."""
+    process that was only waiting (found by a review). Not alive (503) once the SQLite file it
+    opened was removed or replaced: only a restart cures that (one stat, no database call)."""
+    try:
+        state.engine.store.check_file()
+    except DatabaseFileReplaced:
+        body = HealthOut(status="database file removed or replaced: restart", pubsub=state.pubsub())
+        return JSONResponse(body.model_dump(mode="json"), status_code=503)
     return HealthOut(status="ok", pubsub=state.pubsub())
 
 
