@@ -18,7 +18,7 @@ from tests.helpers import config_document, make_config
 from jobgate.cli import cli
 from jobgate.core.audit import AuditEvent
 from jobgate.core.canonical import digest
-from jobgate.core.errors import ConfigurationError
+from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.evidence import anchors, sinks
 from jobgate.evidence import keys as evidence_keys
 from jobgate.governance import signing
@@ -269,3 +269,49 @@ def test_a_rotation_that_leaves_the_old_key_in_place_is_refused_and_a_named_new_
     assert new_file.exists() and keyed.config.evidence_key_path.exists()  # the old file untouched
     listed = {k["key_id"]: k["public_key"] for k in json.loads(created.stdout)}
     assert listed["evidence"] == old_public and listed["evidence-2"] != old_public
+
+
+def test_an_anchor_is_not_signed_by_a_key_that_breaks_the_chain(keyed: Engine, tmp_path: Path) -> None:
+    """A review: the old key went on signing under a new id (signing_key_id changed first), and
+    a process on the old configuration signed with the new key under the old id; either way an
+    id stood for two keys, or a key for two ids. Refused at signing, nothing anchored."""
+    sink = _world(keyed, tmp_path)
+    old = evidence_keys.signer_for(keyed.config)
+    assert old is not None
+    other = signing.generate("x")
+    with keyed.store.write() as tx:
+        tx.audit_append([AuditEvent("default", "a", "test.fact", "test", "late", T0 + timedelta(hours=3))])
+    later = T0 + timedelta(hours=6)
+    for signer, field in (
+        (evidence_keys.Signer("evidence", other.private_b64), "evidence.signing_key_id"),  # another key, same id
+        (evidence_keys.Signer("evidence-2", old.private_b64), "evidence.signing_key"),  # the same key, a new id
+    ):
+        with pytest.raises(ValidationError) as refused, keyed.store.write() as tx:
+            anchors.anchor_due(tx, "default", now=later, window=WINDOW, sink=sink, signer=signer)
+        assert refused.value.field == field, refused.value.message
+        with keyed.store.read() as tx:
+            assert len(tx.anchors.of("default")) == 2
+    with keyed.store.write() as tx:  # a new key under a new id: a rotation
+        made = anchors.anchor_due(
+            tx,
+            "default",
+            now=later,
+            window=WINDOW,
+            sink=sink,
+            signer=evidence_keys.Signer("evidence-2", other.private_b64),
+        )
+    assert made and made[0].key_id == "evidence-2"
+
+
+def test_a_new_key_is_refused_while_an_id_that_signed_anchors_is_not_trusted(
+    keyed: Engine, tmp_path: Path, database_url: str
+) -> None:
+    _world(keyed, tmp_path)
+    keyed.config.evidence_key_path.rename(tmp_path / "old.key")
+    config_file = tmp_path / "jobgate.yaml"
+    config_file.write_text(json.dumps(config_document(tmp_path, evidence={"signing_key_id": "evidence-2"})))
+    refused = CliRunner().invoke(
+        cli, ["--config", str(config_file), "--db", database_url, "keys", "evidence", "--create"]
+    )
+    assert refused.exit_code == 1 and not keyed.config.evidence_key_path.exists()
+    assert "anchors signed as 'evidence' would no longer verify" in str(refused.exception)

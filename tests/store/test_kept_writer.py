@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from jobgate.store.errors import DatabaseFileReplaced
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
 
@@ -99,3 +100,17 @@ def test_dispose_closes_the_kept_connection(tmp_path: Path) -> None:
     store.dispose()
     with pytest.raises(sqlite3.ProgrammingError):
         kept.execute("SELECT 1")
+
+
+def test_a_write_is_not_committed_to_a_file_removed_meanwhile(store: Store, tmp_path: Path) -> None:
+    """A review: a write that waited for its turn while the file was removed was acknowledged
+    (to the deleted file). The file is looked at again before the commit: rolled back, refused."""
+    path = tmp_path / "kept.db"
+    with pytest.raises(DatabaseFileReplaced), store.write() as tx:
+        connection(tx).exec_driver_sql("INSERT INTO scratch VALUES (1)")
+        path.rename(tmp_path / "aside.db")  # removed while the write is under way
+    (tmp_path / "aside.db").rename(path)
+    assert _count(store) == 0
+    with store.write() as tx:  # the same file back: writes go on
+        connection(tx).exec_driver_sql("INSERT INTO scratch VALUES (2)")
+    assert _count(store) == 1

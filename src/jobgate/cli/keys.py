@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -44,7 +45,7 @@ def evidence(app: AppContext, create: bool) -> None:
 
     config = app.config()
     if create and not config.evidence_key_path.exists():  # also where evidence.signing_key names a new file
-        _refuse_a_signing_key_id_taken(app, config.evidence.signing_key_id)
+        _refuse_a_rotation_that_breaks_verification(app, config.evidence.signing_key_id, config.evidence.trusted_keys)
         evidence_keys.create(config)
         render.err.print(f"evidence key created at {config.evidence_key_path} (owner-only)", markup=False)
     published = evidence_keys.published(config)
@@ -56,15 +57,25 @@ def evidence(app: AppContext, create: bool) -> None:
     render.records(app.json_output, "evidence keys", published, columns=["key_id", "algorithm", "status", "public_key"])
 
 
-def _refuse_a_signing_key_id_taken(app: AppContext, key_id: str) -> None:
+def _refuse_a_rotation_that_breaks_verification(app: AppContext, key_id: str, trusted: Mapping[str, str]) -> None:
     """A new key under an id that signed anchors already would make each of them fail
-    verification as if its content had changed: the new key takes a new id."""
+    verification as if its content had changed: the new key takes a new id. And the ids that
+    signed anchors stay trusted (their public keys in ``evidence.trusted_keys``), or every anchor
+    they signed fails verification once their key is gone."""
     try:
         engine = app.engine()
     except NotReadyError:  # no database yet (or none at this schema): nothing was signed in it
         return
     with engine.store.read() as tx:
         signed = tx.anchors.signed_by(key_id)
+        signers = tx.anchors.signers()
+    untrusted = [k for k in signers if k != key_id and k not in trusted]
+    if untrusted:
+        raise ValidationError(
+            f"anchors signed as {untrusted[0]!r} would no longer verify: list its public key in evidence.trusted_keys"
+            f" as {untrusted[0]!r} (jobgate keys evidence showed it) before making a new key",
+            field="evidence.trusted_keys",
+        )
     if signed:
         raise ValidationError(
             f"the key id {key_id!r} signed {signed} anchor(s) with the key that was here; a new key under the"

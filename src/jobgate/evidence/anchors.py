@@ -33,6 +33,7 @@ from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.errors import MalformedRecordError, ValidationError
 from jobgate.core.records import Anchor, AuditFilter
 from jobgate.evidence.sinks import AnchorSink, sink_for
+from jobgate.governance import signing
 from jobgate.store.errors import SealWritersBusy
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ def _store(
         sink=sink.name,
     )
     if signer is not None:
+        _refuse_a_key_that_breaks_the_chain(previous, signer)
         anchor = replace(anchor, key_id=signer.key_id, signature=signer.sign(anchor_message(anchor)))
     elif previous is not None and previous.signature is not None:
         raise ValidationError(
@@ -354,6 +356,30 @@ def _keyless_problem(a: Anchor) -> str | None:
         f"is signed by {a.key_id!r}, and no evidence key is available to check it: restore the key file"
         " (jobgate keys evidence shows where it is expected) or list its public key in evidence.trusted_keys"
     )
+
+
+def _refuse_a_key_that_breaks_the_chain(previous: Anchor | None, signer: Signer) -> None:
+    """An id stands for one key, and a new key takes a new id: the previous anchor, signed under
+    the signer's id, must be by the signer's key (another key now named so would make every
+    anchor the first one signed fail verification), and, signed under another id, must not be by
+    the signer's key (the old key left in place signing under the new id: no rotation happened)."""
+    if previous is None or previous.signature is None or previous.key_id is None:
+        return
+    mine = _signed(signing.public_key(signer.public_b64, field="evidence.signing_key"), previous.signature,
+                   anchor_message(previous))  # fmt: skip
+    if previous.key_id == signer.key_id and not mine:
+        raise ValidationError(
+            f"anchor {previous.anchor_seq} was signed as {signer.key_id!r} by another key than the one now named so:"
+            f" a new key takes a new evidence.signing_key_id (the old one stays trusted under {signer.key_id!r})",
+            field="evidence.signing_key_id",
+        )
+    if previous.key_id != signer.key_id and mine:
+        raise ValidationError(
+            f"the key signing as {signer.key_id!r} is the one that signed anchor {previous.anchor_seq} as"
+            f" {previous.key_id!r}: a rotation makes a new key (move the old key's file away, keep it offline,"
+            " then jobgate keys evidence --create)",
+            field="evidence.signing_key",
+        )
 
 
 def _signature_problem(a: Anchor, keys: Mapping[str, Ed25519PublicKey], unsigned_before: int) -> str | None:

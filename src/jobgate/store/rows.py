@@ -58,6 +58,10 @@ class AnchorRows:
         """Insert; False when that position is taken (another anchorer won: the caller retries)."""
         return governance.anchor_put(self._conn, a)
 
+    def signers(self) -> list[str]:
+        """The key ids that signed anchors (every tenant's)."""
+        return governance.anchor_signers(self._conn)
+
     def signed_by(self, key_id: str) -> int:
         """How many anchors (every tenant's) a key id has signed."""
         return governance.anchors_signed_by(self._conn, key_id)

@@ -1217,12 +1217,14 @@ class Store:
         if not self._write_turn.acquire(timeout=WRITE_LOCK_TIMEOUT_S):
             raise sqlite3.OperationalError("database is locked")
         try:
+            self.check_file()  # again: removed while this write waited for its turn
             kept = self._kept_writer
             if kept is None or kept.closed or kept.invalidated:
                 kept = self._kept_writer = self._writer.connect()
             try:
                 with kept.begin():
                     yield kept
+                    self.check_file()  # and once more before the commit: rolled back, unacknowledged
             except BaseException:
                 if kept.invalidated or _dbapi_in_transaction(kept):
                     self._drop_kept_writer()

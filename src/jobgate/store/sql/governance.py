@@ -601,6 +601,12 @@ def anchor_last(conn: Connection, tenant_id: str, mode: str | None = None) -> An
     return None if row is None else _anchor(row)
 
 
+def anchor_signers(conn: Connection) -> list[str]:
+    """The key ids that signed anchors, of every tenant."""
+    q = select(N.key_id).where(N.key_id.is_not(None), N.signature.is_not(None)).distinct()
+    return sorted(str(k) for k in conn.execute(q).scalars())
+
+
 def anchors_signed_by(conn: Connection, key_id: str) -> int:
     """How many anchors, of every tenant, carry a signature by ``key_id``."""
     q = select(func.count()).select_from(anchors).where(N.key_id == key_id, N.signature.is_not(None))
