@@ -115,6 +115,23 @@ def test_an_anchor_takes_its_position_once(engine: Engine) -> None:
         assert tx.anchors.last("default", "other") is None
 
 
+def test_the_keys_that_signed_anchors_are_counted_by_id_across_tenants(engine: Engine) -> None:
+    """What a key rotation asks before a new key is made (``jobgate keys evidence --create``)."""
+    from dataclasses import replace
+
+    with engine.store.write() as tx:
+        assert tx.anchors.signers() == [] and tx.anchors.signed_by("key-1") == 0
+        tx.audit_append([_event(n) for n in range(1, 4)])
+        tx.audit_append([_event(1, tenant="tenant-b")])
+        tx.anchors.put(_anchor(1, 1, 1))
+        tx.anchors.put(replace(_anchor(2, 2, 2, mode="direct"), key_id="key-2"))
+        tx.anchors.put(replace(_anchor(3, 3, 3, mode="direct"), key_id=None, signature=None))  # unsigned
+        tx.anchors.put(_anchor(1, 1, 1, tenant="tenant-b"))
+        assert tx.anchors.signers() == ["key-1", "key-2"]
+        assert tx.anchors.signed_by("key-1") == 2 and tx.anchors.signed_by("key-2") == 1
+        assert tx.anchors.signed_by("key-3") == 0
+
+
 def test_the_entries_an_anchor_covers_are_read_by_position_and_time(engine: Engine) -> None:
     with engine.store.write() as tx:
         entries = tx.audit_append([_event(n) for n in range(1, 6)])
