@@ -7,7 +7,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -64,6 +64,33 @@ def test_sessions_killed_again_and_again_mid_run_lose_nothing(engine: Engine) ->
     assert [get_run(engine, i).attempt for i in ids] == [1] * len(ids)  # no attempt lost to the outage
 
 
+def _through_an_outage_at_settlement(
+    engine: Engine, ids: list[str], outage: Callable[[bool], None], *, failures: int
+) -> None:
+    """With a worker running the runs ``ids``: ``outage(True)`` once all run, wait until every
+    attempt has ended with its settlement held and the worker's cycles writing them have failed
+    ``failures`` times in a row, ``outage(False)``, and check every run completed on its first
+    attempt, no write refused as stale."""
+    with running_worker(engine) as worker:
+        wait_until(lambda: all(get_run(engine, i).status is RunStatus.RUNNING for i in ids), what="all running")
+        outage(True)
+        wait_until(
+            lambda: sorted(run_id for _, run_id in list(worker._pending)) == sorted(ids),
+            what="the attempts to end, their settlements held",
+            last=lambda: [run_id for _, run_id in list(worker._pending)],
+        )
+        failed = worker._cycle_failures
+        wait_until(
+            lambda: worker._cycle_failures >= max(failed + 1, failures),
+            what=f"the worker's cycles to fail writing them, {failures} in a row",
+            last=lambda: worker._cycle_failures,
+        )
+        outage(False)
+        wait_until(lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="done")
+        assert worker.stale_writes_refused == 0
+    assert [get_run(engine, i).attempt for i in ids] == [1] * len(ids)
+
+
 def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,27 +113,10 @@ def test_a_database_outage_at_settlement_keeps_the_outcomes_and_uses_no_attempt(
             yield tx
 
     monkeypatch.setattr(engine.store, "write", write)
-    with running_worker(engine) as worker:
-        wait_until(lambda: all(get_run(engine, i).status is RunStatus.RUNNING for i in ids), what="all running")
-        outage.set()
-        # The attempts end meanwhile; nothing can be written. The worker holds the three
-        # settlements, and its cycles writing them keep failing (three in a row is when it would
-        # write them one by one, were the error not a passing one).
-        wait_until(
-            lambda: sorted(run_id for _, run_id in list(worker._pending)) == sorted(ids),
-            what="the three attempts to end, their settlements held",
-            last=lambda: [run_id for _, run_id in list(worker._pending)],
-        )
-        failed = worker._cycle_failures
-        wait_until(
-            lambda: worker._cycle_failures >= max(failed + 1, 3),
-            what="the worker's cycles to fail writing them, three in a row",
-            last=lambda: worker._cycle_failures,
-        )
-        outage.clear()
-        wait_until(lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="done")
-        assert worker.stale_writes_refused == 0
-    assert [get_run(engine, i).attempt for i in ids] == [1, 1, 1]
+    # The attempts end meanwhile; nothing can be written. The worker holds the three settlements,
+    # and its cycles writing them keep failing (three in a row is when it would write them one by
+    # one, were the error not a passing one).
+    _through_an_outage_at_settlement(engine, ids, lambda on: outage.set() if on else outage.clear(), failures=3)
 
 
 def test_a_file_that_cannot_take_writes_at_settlement_keeps_the_outcomes(engine: Engine) -> None:
@@ -128,24 +138,7 @@ def test_a_file_that_cannot_take_writes_at_settlement_keeps_the_outcomes(engine:
         with engine.store._write_turn:  # between two turns: the connection is idle
             writing.execute(f"PRAGMA query_only = {'ON' if refused else 'OFF'}")  # type: ignore[union-attr]
 
-    with running_worker(engine) as worker:
-        wait_until(lambda: all(get_run(engine, i).status is RunStatus.RUNNING for i in ids), what="all running")
-        refuse_writes(True)
-        wait_until(
-            lambda: sorted(run_id for _, run_id in list(worker._pending)) == sorted(ids),
-            what="the three attempts to end, their settlements held",
-            last=lambda: [run_id for _, run_id in list(worker._pending)],
-        )
-        failed = worker._cycle_failures
-        wait_until(
-            lambda: worker._cycle_failures >= max(failed + 1, 4),
-            what="the worker's cycles to fail writing them, more than three in a row",
-            last=lambda: worker._cycle_failures,
-        )
-        refuse_writes(False)
-        wait_until(lambda: all(get_run(engine, i).status is RunStatus.COMPLETED for i in ids), timeout=30, what="done")
-        assert worker.stale_writes_refused == 0
-    assert [get_run(engine, i).attempt for i in ids] == [1, 1, 1]
+    _through_an_outage_at_settlement(engine, ids, refuse_writes, failures=4)  # more than three in a row
 
 
 def test_sqlites_own_full_disk_and_io_errors_are_passing(tmp_path: Path) -> None:
