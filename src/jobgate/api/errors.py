@@ -35,7 +35,7 @@ from jobgate.core.errors import (
 )
 from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
 from jobgate.service.tokens import Unauthenticated
-from jobgate.store.errors import DatabaseFileReplaced, driver_says, is_transient
+from jobgate.store.errors import driver_says, is_transient
 
 log = logging.getLogger("jobgate.api")
 
@@ -114,7 +114,7 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
     if status == 401 and _is_console(request):  # a page or its form: sign in (again) first
         return RedirectResponse("/login", status_code=303)
     headers = {"WWW-Authenticate": _challenge(request)} if status == 401 else None
-    if status == 503 and not isinstance(exc, DatabaseFileReplaced):  # that one a restart alone cures
+    if status == 503 and getattr(exc, "passes", True):
         headers = {"Retry-After": RETRY_AFTER_SECONDS}
     # ``field`` names a field of the request; ``source`` (which definition, which schedule)
     # is context for people and goes into the message.

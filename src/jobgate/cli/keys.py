@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -45,7 +44,7 @@ def evidence(app: AppContext, create: bool) -> None:
 
     config = app.config()
     if create and not config.evidence_key_path.exists():  # also where evidence.signing_key names a new file
-        _refuse_a_rotation_that_breaks_verification(app, config.evidence.signing_key_id, config.evidence.trusted_keys)
+        evidence_keys.refuse_a_rotation_that_breaks_verification(config, _anchor_signers(app))
         evidence_keys.create(config)
         render.err.print(f"evidence key created at {config.evidence_key_path} (owner-only)", markup=False)
     published = evidence_keys.published(config)
@@ -57,32 +56,14 @@ def evidence(app: AppContext, create: bool) -> None:
     render.records(app.json_output, "evidence keys", published, columns=["key_id", "algorithm", "status", "public_key"])
 
 
-def _refuse_a_rotation_that_breaks_verification(app: AppContext, key_id: str, trusted: Mapping[str, str]) -> None:
-    """A new key under an id that signed anchors already would make each of them fail
-    verification as if its content had changed: the new key takes a new id. And the ids that
-    signed anchors stay trusted (their public keys in ``evidence.trusted_keys``), or every anchor
-    they signed fails verification once their key is gone."""
+def _anchor_signers(app: AppContext) -> dict[str, int]:
+    """How many anchors each key id signed in this deployment's database (none without one)."""
     try:
         engine = app.engine()
     except NotReadyError:  # no database yet (or none at this schema): nothing was signed in it
-        return
+        return {}
     with engine.store.read() as tx:
-        signed = tx.anchors.signed_by(key_id)
-        signers = tx.anchors.signers()
-    untrusted = [k for k in signers if k != key_id and k not in trusted]
-    if untrusted:
-        raise ValidationError(
-            f"anchors signed as {untrusted[0]!r} would no longer verify: list its public key in evidence.trusted_keys"
-            f" as {untrusted[0]!r} (jobgate keys evidence showed it) before making a new key",
-            field="evidence.trusted_keys",
-        )
-    if signed:
-        raise ValidationError(
-            f"the key id {key_id!r} signed {signed} anchor(s) with the key that was here; a new key under the"
-            f" same id would make them fail verification. Keep the old public key in evidence.trusted_keys as"
-            f" {key_id!r}, give the new key another evidence.signing_key_id (e.g. {key_id}-2), then create it",
-            field="evidence.signing_key_id",
-        )
+        return tx.anchors.signers()
 
 
 @keys.command("generate")

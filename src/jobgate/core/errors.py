@@ -50,6 +50,7 @@ class UnavailableError(JobgateError):
     why. Command lines exit 69 (EX_UNAVAILABLE) for it, not 70 (an internal error)."""
 
     code = "unavailable"
+    passes = True  # a try later may succeed (the API says when: Retry-After); False: only a restart cures it
 
 
 class NotFoundError(JobgateError):

@@ -12,6 +12,7 @@ After a rotation the old public keys stay trusted through ``evidence.trusted_key
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,29 @@ def published(config: Any) -> list[dict[str, str]]:
         if signer is None or key_id != signer.key_id:
             keys.append({"key_id": key_id, "algorithm": "Ed25519", "public_key": public, "status": "trusted"})
     return keys
+
+
+def refuse_a_rotation_that_breaks_verification(config: Any, signers: Mapping[str, int]) -> None:
+    """Before a new key is made (``signers``: how many anchors each key id signed). A new key
+    under an id that signed anchors already would make each of them fail verification as if its
+    content had changed: the new key takes a new id. And the ids that signed anchors stay trusted
+    (their public keys in ``evidence.trusted_keys``), or every anchor they signed fails
+    verification once their key is gone."""
+    key_id = config.evidence.signing_key_id
+    untrusted = [k for k in sorted(signers) if k != key_id and k not in config.evidence.trusted_keys]
+    if untrusted:
+        raise ValidationError(
+            f"anchors signed as {untrusted[0]!r} would no longer verify: list its public key in evidence.trusted_keys"
+            f" as {untrusted[0]!r} (jobgate keys evidence showed it) before making a new key",
+            field="evidence.trusted_keys",
+        )
+    if signers.get(key_id):
+        raise ValidationError(
+            f"the key id {key_id!r} signed {signers[key_id]} anchor(s) with the key that was here; a new key under"
+            f" the same id would make them fail verification. Keep the old public key in evidence.trusted_keys as"
+            f" {key_id!r}, give the new key another evidence.signing_key_id (e.g. {key_id}-2), then create it",
+            field="evidence.signing_key_id",
+        )
 
 
 def create(config: Any) -> Signer:

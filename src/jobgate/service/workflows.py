@@ -22,7 +22,7 @@ from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Moment
 from jobgate.core.idempotency import client_request_key
-from jobgate.core.models import JobDefinition, Scope, TriggerType
+from jobgate.core.models import ConfigSnapshot, JobDefinition, Scope, TriggerType
 from jobgate.core.params import check_text
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
 from jobgate.core.states import RunStatus
@@ -219,39 +219,20 @@ def start_workflow(
     try:
         with engine.store.write() as tx:
             if request.trigger_run_id is None:
-                moved = _safe_mode_moved(engine, tx, definition, submit, now, policy, period)
-                if moved is not None:  # the run binds the safe-mode period in force now
-                    snapshot = engine.pipeline.resolve_config(definition, request.scope, moved.period, policy)
-                    record = replace(
-                        record, config_snapshot_id=snapshot.config_snapshot_id, config_digest=snapshot.config_digest
-                    )
+                # Judged again under the write: a revocation or safe mode switched on that
+                # committed after the read-only checks refuses it too, and the run binds the
+                # safe-mode period in force now (its overrides, in the snapshot).
+                _, period = engine.admission.check(
+                    tx, definition, submit, now, moment=Moment.TRIGGER, batch=AdmissionBatch(policy)
+                )
+                snapshot = engine.pipeline.resolve_config(definition, request.scope, period, policy)
+                record = replace(
+                    record, config_snapshot_id=snapshot.config_snapshot_id, config_digest=snapshot.config_digest
+                )
             return _insert_started(tx, request, record, steps, transitions, snapshot, existing_key, pinned, actor, now)
     except GovernanceRefusal as exc:
         engine.admission.record_refusal(submit, exc, actor=actor, now=now)
         raise
-
-
-class _Moved(NamedTuple):
-    period: Any  # the tenant's safe-mode period in force now (None: off)
-
-
-def _safe_mode_moved(
-    engine: Engine,
-    tx: StoreTx,
-    definition: JobDefinition,
-    submit: SubmitRequest,
-    now: datetime,
-    policy: Any,
-    period: Any,
-) -> _Moved | None:
-    """The admission rule again in the transaction that stores the workflow run: a revocation or
-    safe mode switched on that committed after the (read-only) checks refuses it too
-    (``GovernanceRefusal``). When the safe-mode period changed meanwhile and still admits the
-    start, the period now in force (its overrides bind the snapshot)."""
-    _, again = engine.admission.check(tx, definition, submit, now, moment=Moment.TRIGGER, batch=AdmissionBatch(policy))
-    if (None if again is None else again.activation) == (None if period is None else period.activation):
-        return None
-    return _Moved(again)
 
 
 def _insert_started(
@@ -260,7 +241,7 @@ def _insert_started(
     record: WorkflowRecord,
     steps: list[StepRecord],
     transitions: list[WorkflowTransition],
-    snapshot: Any,
+    snapshot: ConfigSnapshot,
     existing_key: str,
     pinned: Any,
     actor: str,
@@ -276,25 +257,7 @@ def _insert_started(
         again = tx.workflow_by_key(existing_key)
         assert again is not None
         return again, False
-    tx.outbox_append(
-        [
-            (
-                None,
-                tenant,
-                events.workflow_changed(
-                    events.EventType.WORKFLOW_STARTED,
-                    workflow_run_id=workflow_run_id,
-                    tenant_id=tenant,
-                    job_definition_id=definition_id,
-                    job_class=record.job_class,
-                    status=RunStatus.SCHEDULED.value,
-                    error_code=None,
-                    now=now,
-                ),
-            )
-        ],
-        now,
-    )
+    _publish(tx, record, events.EventType.WORKFLOW_STARTED, RunStatus.SCHEDULED, None, now)
     audit.record(
         tx,
         audit.event(
@@ -854,6 +817,28 @@ def _stop_runs(tx: StoreTx, decided: Plan, actor: str, now: datetime) -> None:
             control.request_stop(tx, run, actor=actor, reason="workflow stopped", now=now)
 
 
+def _publish(
+    tx: StoreTx,
+    record: WorkflowRecord,
+    event_type: events.EventType,
+    status: RunStatus,
+    error_code: str | None,
+    now: datetime,
+) -> None:
+    """The workflow run's event in the outbox, delivered after the transaction commits."""
+    event = events.workflow_changed(
+        event_type,
+        workflow_run_id=record.workflow_run_id,
+        tenant_id=record.tenant_id,
+        job_definition_id=record.job_definition_id,
+        job_class=record.job_class,
+        status=status.value,
+        error_code=error_code,
+        now=now,
+    )
+    tx.outbox_append([(None, record.tenant_id, event)], now)
+
+
 def _announce(tx: StoreTx, record: WorkflowRecord, decided: Plan, now: datetime) -> None:
     """An event and an audit entry when the workflow ends (the transitions hold the rest)."""
     for change in decided.changes:
@@ -861,25 +846,7 @@ def _announce(tx: StoreTx, record: WorkflowRecord, decided: Plan, now: datetime)
             continue
         final = decided.state
         code = final.error_code if final is not None else change.error_code
-        tx.outbox_append(
-            [
-                (
-                    None,
-                    record.tenant_id,
-                    events.workflow_changed(
-                        _TERMINAL_EVENTS[change.to_status],
-                        workflow_run_id=record.workflow_run_id,
-                        tenant_id=record.tenant_id,
-                        job_definition_id=record.job_definition_id,
-                        job_class=record.job_class,
-                        status=change.to_status.value,
-                        error_code=code,
-                        now=now,
-                    ),
-                )
-            ],
-            now,
-        )
+        _publish(tx, record, _TERMINAL_EVENTS[change.to_status], change.to_status, code, now)
         audit.record(
             tx,
             audit.event(

@@ -96,3 +96,4 @@ class DatabaseFileReplaced(UnavailableError):
     lost when it ends. Every transaction is refused until the process is restarted."""
 
     code = "database_file_replaced"
+    passes = False

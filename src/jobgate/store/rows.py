@@ -58,13 +58,9 @@ class AnchorRows:
         """Insert; False when that position is taken (another anchorer won: the caller retries)."""
         return governance.anchor_put(self._conn, a)
 
-    def signers(self) -> list[str]:
-        """The key ids that signed anchors (every tenant's)."""
+    def signers(self) -> dict[str, int]:
+        """How many anchors (every tenant's) each key id signed."""
         return governance.anchor_signers(self._conn)
-
-    def signed_by(self, key_id: str) -> int:
-        """How many anchors (every tenant's) a key id has signed."""
-        return governance.anchors_signed_by(self._conn, key_id)
 
     def entries(self, tenant_id: str, first_seq: int, last_seq: int) -> list[AuditEntry]:
         return governance.audit_range(self._conn, tenant_id, first_seq, last_seq)

@@ -1053,16 +1053,19 @@ TENANT_SETTING = "jobgate.tenant"  # read by the row-level security policies (mi
 
 
 class Store:
-    """A database jobgate runs on. Thread-safe: each transaction takes its own pooled connection."""
+    """A database jobgate runs on. Thread-safe: each transaction takes its own pooled connection,
+    but a SQLite process's writes, which take turns, share one (``_writing``)."""
 
     def __init__(self, url: str, *, synchronous: str = "FULL", migrate: bool = True) -> None:
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
+        self._file: Path | None = None  # SQLite: the database file, by its absolute path
         if self.dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
             # The file as it is named now: a relative path read after the process changed its
             # working directory (a handler's chdir) named another file, a new empty database
             # for each connection opened later.
-            parsed = parsed.set(database=str(Path(parsed.database).absolute()))
+            self._file = Path(parsed.database).absolute()
+            parsed = parsed.set(database=str(self._file))
             url = parsed.render_as_string(hide_password=False)
         self.url = url
         if self.dialect == "sqlite":
@@ -1124,14 +1127,11 @@ class Store:
         self._write_turn = threading.Lock() if self.dialect == "sqlite" else None
         self._kept_writer: Connection | None = None  # SQLite: the connection the turns share
         self._governance = GovernanceCache() if self.dialect == "sqlite" else None
-        file = parsed.database if self.dialect == "sqlite" and parsed.database != ":memory:" else None
-        self._file = Path(file) if file else None
-        self._file_identity: tuple[int, int] | None = None  # (device, inode) of the file opened
         self._chains = run_chains.Chains()
         self._snapshots: set[tuple[str, str]] = set()  # (tenant, snapshot id) seen stored, committed
         if migrate:
             self.migrate()
-        self._file_identity = _identity(self._file)
+        self._file_identity = _identity(self._file)  # (device, inode) of the file opened
 
     def check_file(self) -> None:
         """Refuse to go on (``DatabaseFileReplaced``) when the SQLite file opened is no longer
@@ -1181,15 +1181,7 @@ class Store:
         """
         with self._writing() as conn:
             self._scope(conn, tenant_id)
-            tx = StoreTx(
-                conn,
-                skip_locked=self.skip_locked,
-                ordered_ids=self.ordered_ids,
-                notify=self.notify,
-                chains=self._chains,
-                snapshots=self._snapshots,
-                governance=self._governance,
-            )
+            tx = self._tx(conn, chains=self._chains, snapshots=self._snapshots)
             yield tx
         self._chains.commit(tx.chains_learned)  # committed: what it learned holds
         if self._governance is not None:
@@ -1217,14 +1209,13 @@ class Store:
         if not self._write_turn.acquire(timeout=WRITE_LOCK_TIMEOUT_S):
             raise sqlite3.OperationalError("database is locked")
         try:
-            self.check_file()  # again: removed while this write waited for its turn
             kept = self._kept_writer
             if kept is None or kept.closed or kept.invalidated:
                 kept = self._kept_writer = self._writer.connect()
             try:
                 with kept.begin():
                     yield kept
-                    self.check_file()  # and once more before the commit: rolled back, unacknowledged
+                    self.check_file()  # again before the commit (removed meanwhile: rolled back)
             except BaseException:
                 if kept.invalidated or _dbapi_in_transaction(kept):
                     self._drop_kept_writer()
@@ -1232,28 +1223,44 @@ class Store:
         finally:
             self._write_turn.release()
 
-    def _drop_kept_writer(self) -> None:
+    def _drop_kept_writer(self, *, broken: bool = True) -> None:
         conn, self._kept_writer = self._kept_writer, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # already broken: closing is best effort
-                conn.invalidate()
-                conn.close()
+        if conn is None:
+            return
+        if not broken:
+            conn.close()
+            return
+        with contextlib.suppress(Exception):  # already broken: closing is best effort
+            conn.invalidate()
+            conn.close()
 
     @contextlib.contextmanager
     def read(self, tenant_id: str | None = None) -> Iterator[StoreTx]:
         self.check_file()
         with self._reader.begin() as conn:
             self._scope(conn, tenant_id)
-            tx = StoreTx(
-                conn,
-                skip_locked=self.skip_locked,
-                ordered_ids=self.ordered_ids,
-                notify=self.notify,
-                governance=self._governance,
-            )
+            tx = self._tx(conn)
             yield tx
         if self._governance is not None:  # what a committed state showed
             self._governance.keep(tx.governance_learned)
+
+    def _tx(
+        self,
+        conn: Connection,
+        *,
+        chains: run_chains.Chains | None = None,
+        snapshots: set[tuple[str, str]] | None = None,
+    ) -> StoreTx:
+        """A transaction's operations on this store (``chains``, ``snapshots``: a writer's)."""
+        return StoreTx(
+            conn,
+            skip_locked=self.skip_locked,
+            ordered_ids=self.ordered_ids,
+            notify=self.notify,
+            chains=chains,
+            snapshots=frozenset() if snapshots is None else snapshots,
+            governance=self._governance,
+        )
 
     def _scope(self, conn: Connection, tenant_id: str | None) -> None:
         if tenant_id is None or self.dialect != "postgresql":
@@ -1301,9 +1308,7 @@ class Store:
     def dispose(self) -> None:
         if self._write_turn is not None and self._write_turn.acquire(timeout=DISPOSE_WAIT_S):
             try:  # the kept writer is checked out: the pool's dispose would leave it open
-                conn, self._kept_writer = self._kept_writer, None
-                if conn is not None:
-                    conn.close()
+                self._drop_kept_writer(broken=False)
             finally:
                 self._write_turn.release()
         self._writer.dispose()

@@ -601,16 +601,15 @@ def anchor_last(conn: Connection, tenant_id: str, mode: str | None = None) -> An
     return None if row is None else _anchor(row)
 
 
-def anchor_signers(conn: Connection) -> list[str]:
-    """The key ids that signed anchors, of every tenant."""
-    q = select(N.key_id).where(N.key_id.is_not(None), N.signature.is_not(None)).distinct()
-    return sorted(str(k) for k in conn.execute(q).scalars())
-
-
-def anchors_signed_by(conn: Connection, key_id: str) -> int:
-    """How many anchors, of every tenant, carry a signature by ``key_id``."""
-    q = select(func.count()).select_from(anchors).where(N.key_id == key_id, N.signature.is_not(None))
-    return int(conn.execute(q).scalar_one())
+def anchor_signers(conn: Connection) -> dict[str, int]:
+    """How many anchors, of every tenant, each key id signed."""
+    q = (
+        select(N.key_id, func.count())
+        .where(N.key_id.is_not(None), N.signature.is_not(None))
+        .group_by(N.key_id)
+        .order_by(N.key_id)
+    )
+    return {str(key_id): int(n) for key_id, n in conn.execute(q)}
 
 
 def anchor_put(conn: Connection, a: Anchor) -> bool:
