@@ -177,6 +177,33 @@ def test_a_dropped_trigger_turns_keeping_off(site: tuple[Engine, str], caplog: p
     assert _verdict(engine, job) == "admitted"
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "SELECT 1",  # moves nothing
+        "UPDATE governance_epoch SET epoch = epoch WHERE id = 1",  # writes the row, the same value
+        "UPDATE governance_epoch SET epoch = random() WHERE id = 2",  # another row
+    ],
+)
+def test_a_trigger_created_again_with_another_body_turns_keeping_off(
+    site: tuple[Engine, str], caplog: pytest.LogCaptureFixture, body: str
+) -> None:
+    """A trigger of the same name whose body no longer moves the epoch is as good as none: the
+    process reads the triggers' text at the schema change and reads the rows from then on."""
+    engine, job = site
+    assert _verdict(engine, job) == "admitted"
+    name = "governance_epoch_definition_approvals_update"
+    _by_hand(engine, f"DROP TRIGGER {name}")
+    _by_hand(engine, f"CREATE TRIGGER {name} AFTER UPDATE ON definition_approvals BEGIN {body}; END")
+    with caplog.at_level("WARNING", logger="jobgate.store"):
+        assert _verdict(engine, job) == "admitted"  # read under the schema as it is now
+        _by_hand(engine, f"{REVOKE} WHERE job_definition_id = '{job}'")  # the epoch stays
+        assert _verdict(engine, job) == "definition_not_approved"
+    assert "not as migration 0033 made it" in caplog.text
+    _by_hand(engine, f"{UNREVOKE} WHERE job_definition_id = '{job}'")
+    assert _verdict(engine, job) == "admitted"
+
+
 def test_each_database_starts_with_its_own_epoch(tmp_path: Path) -> None:
     """Two files migrated afresh (or one restored from a copy made before the epoch existed and
     migrated again) never share a first value a process could have kept readings under."""

@@ -28,13 +28,26 @@ from jobgate.core.records import SafeModePeriod
 from jobgate.store.base import StoredDefinition
 from jobgate.store.sql import definitions, driver, governance, safemode
 
-# The epoch, and the schema's version: a trigger dropped (by hand, or with a table a tool rebuilt)
-# changes the schema, and the triggers are counted again before anything more is kept.
+# The epoch, and the schema's version: a trigger dropped or created again (by hand, or with a
+# table a tool rebuilt) changes the schema, and the triggers are read again before anything more
+# is kept.
 _EPOCH = "SELECT epoch, (SELECT schema_version FROM pragma_schema_version) FROM governance_epoch WHERE id = 1"
 _WATCHED = ("definitions", "definition_heads", "definition_approvals", "safe_mode_periods")
-TRIGGERS = tuple(f"governance_epoch_{t}_{e}" for t in _WATCHED for e in ("insert", "update", "delete"))
+
+
+def _trigger_sql(table: str, event: str) -> str:
+    """The text migration 0033 created a trigger with, as SQLite keeps it in ``sqlite_master``."""
+    return (
+        f"CREATE TRIGGER governance_epoch_{table}_{event} AFTER {event.upper()} ON {table} "
+        "BEGIN UPDATE governance_epoch SET epoch = random() WHERE id = 1; END"
+    )
+
+
+# Each trigger by name with its whole text: one of the same name that does something else (a
+# body that no longer moves the epoch, or moves it only sometimes) is as good as none.
+TRIGGERS = {f"governance_epoch_{t}_{e}": _trigger_sql(t, e) for t in _WATCHED for e in ("insert", "update", "delete")}
 _TRIGGERS = (
-    f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({', '.join('?' for _ in TRIGGERS)})"
+    f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ({', '.join('?' for _ in TRIGGERS)})"
 )
 log = logging.getLogger("jobgate.store")
 
@@ -103,13 +116,16 @@ class GovernanceCache:
         return reading
 
     def _triggers_in_place(self, conn: Connection, schema: int) -> bool:
-        """Whether every trigger that moves the epoch exists, counted once a schema version."""
+        """Whether every trigger that moves the epoch exists as the migration made it, read once
+        a schema version."""
         if schema != self._schema:
-            whole = int(driver.rows_sql(conn, _TRIGGERS, TRIGGERS)[0][0]) == len(TRIGGERS)
+            found = dict(driver.rows_sql(conn, _TRIGGERS, tuple(TRIGGERS)))
+            whole = found == TRIGGERS
             if not whole and (self._triggers_whole or self._schema is None):
                 log.warning(
-                    "a trigger of governance_epoch is missing (dropped by hand, or with a table a tool"
-                    " rebuilt): governance rows are read for every submission until it is created again"
+                    "a trigger of governance_epoch is missing or not as migration 0033 made it (dropped"
+                    " or changed by hand, or with a table a tool rebuilt): governance rows are read for"
+                    " every submission until it is created again as it was"
                 )
             self._schema, self._triggers_whole = schema, whole
         return self._triggers_whole
