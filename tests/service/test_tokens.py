@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from jobgate.core.records import AuditFilter
 from jobgate.core.tokens import Role
 from jobgate.service import tokens
 from jobgate.service.engine import Engine
+from jobgate.store.sqlstore import StoreTx
 from jobgate.testing import connection
 
 
@@ -220,3 +223,54 @@ def test_revoking_a_principal_revokes_their_tokens_and_what_they_minted(engine: 
     gone = tokens.revoke_principal(engine, "acme", "ldap:eve", actor="ada")
     assert sorted(gone) == sorted(t.stored.token_id for t in (own, for_svc, from_own))
     assert tokens.authenticate(engine, f"Bearer {other.token}").actor == "ada"
+
+
+def test_a_token_revoked_after_its_request_was_authenticated_mints_nothing(engine: Engine) -> None:
+    """Found by a review: a mint authenticated a moment before its token was revoked still
+    stored a token no revocation had seen, an admin credential for ever. The minter is judged
+    again under the write that stores the new token."""
+    leaked = tokens.create(engine, tenant_id="acme", role="admin", actor="ada")
+    minter = tokens.authenticate(engine, f"Bearer {leaked.token}")
+    tokens.revoke(engine, "acme", leaked.stored.token_id, actor="bob")
+    stored, created = count(engine, "api_tokens"), _created_entries(engine)
+    with pytest.raises(tokens.Unauthenticated):
+        tokens.create(engine, tenant_id="acme", role="admin", actor=minter.actor, minted_by=minter)
+    assert count(engine, "api_tokens") == stored
+    assert _created_entries(engine) == created
+
+
+def _created_entries(engine: Engine) -> int:
+    with engine.store.read() as tx:
+        return len(tx.audit_list(AuditFilter(tenant_id="acme", action="token.created")))
+
+
+def test_a_mint_committed_while_its_minter_is_being_revoked_is_revoked_too(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The revocation read the tokens minted so far, then a mint by the same token committed,
+    then the revocation committed: the new token stayed valid. The revocation reads the log
+    again once it holds every token it revokes (a mint waits for those rows, or is found)."""
+    if engine.store.dialect != "postgresql":
+        pytest.skip("SQLite's write transactions do not overlap: a mint commits before or after")
+    leaked = tokens.create(engine, tenant_id="acme", role="admin", actor="ada")
+    minter = tokens.authenticate(engine, f"Bearer {leaked.token}")
+    read_once, minted = threading.Event(), threading.Event()
+    reading = tokens._minted_with
+
+    def read_then_let_the_mint_commit(tx: StoreTx, tenant_id: str) -> dict[str, list[str]]:
+        found = reading(tx, tenant_id)
+        if not read_once.is_set():
+            read_once.set()
+            assert minted.wait(30)
+        return found
+
+    monkeypatch.setattr(tokens, "_minted_with", read_then_let_the_mint_commit)
+    with ThreadPoolExecutor(1) as pool:
+        revoking = pool.submit(tokens.revoke, engine, "acme", leaked.stored.token_id, actor="bob")
+        assert read_once.wait(30)
+        child = tokens.create(engine, tenant_id="acme", role="admin", actor=minter.actor, minted_by=minter)
+        minted.set()
+        gone = revoking.result(30)
+    assert gone == [leaked.stored.token_id, child.stored.token_id]
+    with pytest.raises(tokens.Unauthenticated):
+        tokens.authenticate(engine, f"Bearer {child.token}")

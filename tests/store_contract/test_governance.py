@@ -207,6 +207,9 @@ def test_a_token_is_stored_and_found_by_its_id(engine: Engine) -> None:
         assert tx.token_get("tok-1") == _token("tok-1")
         assert tx.token_get("tok-2") == every_job
         assert tx.token_get("tok-unknown") is None
+    with engine.store.write() as tx:  # read to act on its authority: the row held to the commit
+        assert tx.token_get("tok-1", lock=True) == _token("tok-1")
+        assert tx.token_get("tok-unknown", lock=True) is None
 
 
 def test_tokens_list_gives_a_tenants_tokens_oldest_first(engine: Engine) -> None:

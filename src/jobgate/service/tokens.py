@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from jobgate.core import tokens as rules
+from jobgate.core.audit import AuditEvent
 from jobgate.core.errors import JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Person, folded
 from jobgate.core.params import check_text
@@ -178,6 +179,8 @@ def create(
         minted_by=lineage,
     )
     with engine.store.write() as tx:
+        if minted_by is not None and minted_by.credential.startswith("token:"):
+            _minter_still_valid(tx, minted_by.credential.removeprefix("token:"), now)
         tx.token_put(stored)
         payload = {
             "role": valid_role.value,
@@ -198,6 +201,19 @@ def create(
         extra={"action": "token_created", "token_id": token_id},
     )
     return CreatedToken(rules.compose(token_id, secret), stored)
+
+
+def _minter_still_valid(tx: StoreTx, token_id: str, now: datetime) -> None:
+    """The minting token judged again under the write that stores what it mints: a request
+    authenticated a moment before its token was revoked (or expired) would otherwise store a
+    token the revocation never saw, as valid as ever. The row is locked (PostgreSQL) until the
+    mint commits, so a revocation either waits for it and finds its child (``_revoke_with_minted``)
+    or commits first and is read here."""
+    minter = tx.token_get(token_id, lock=True)
+    if minter is None or minter.revoked_at is not None:
+        raise refused(f"token {token_id} revoked or gone before what it minted was stored")
+    if minter.expires_at is not None and minter.expires_at <= now:
+        raise refused(f"token {token_id} expired before what it minted was stored")
 
 
 def authenticate(engine: Engine, authorization: str | None, *, now: datetime | None = None) -> Principal:
@@ -288,26 +304,47 @@ def _revoke_with_minted(
 ) -> list[str]:
     """Revoke ``token_ids`` and, breadth first, the tokens the audit log says were minted with
     any of them (its ``token.created`` entries name the minting credential: chained, so no
-    database edit hides a child). Each revocation is an audit entry naming why."""
+    database edit hides a child). Each revocation is an audit entry naming why.
+
+    A mint commits only while its minter's row is unchanged (``_minter_still_valid`` locks it):
+    once every token found is revoked here, a mint by one of them either committed before and is
+    found by reading the log again, or waits and is refused. So the log is read until a reading
+    finds no child not yet revoked (on SQLite, whose writes do not overlap, the second reading
+    finds nothing new). The audit entries are appended last: the chain's head, locked by an
+    append, is taken after the tokens' rows, in the order a mint takes them (no deadlock)."""
+    revoked: list[str] = []
+    events: list[AuditEvent] = []
+    seen: set[str] = set()
+    queue: deque[tuple[str, str | None]] = deque((t, because) for t in token_ids)
+    minted = _minted_with(tx, tenant_id)
+    while queue:
+        while queue:
+            token_id, why = queue.popleft()
+            if token_id in seen:
+                continue
+            seen.add(token_id)
+            if tx.token_revoke(tenant_id, token_id, actor, now):
+                payload = None if why is None else {"with": why}
+                events.append(audit.event(tenant_id, actor, "token.revoked", "token", token_id, now, payload=payload))
+                revoked.append(token_id)
+            queue.extend((child, f"token {token_id}") for child in minted.get(token_id, ()))
+        minted = _minted_with(tx, tenant_id)
+        queue.extend(
+            (child, f"token {parent}") for parent in seen for child in minted.get(parent, ()) if child not in seen
+        )
+    if events:
+        audit.record(tx, *events)
+    return revoked
+
+
+def _minted_with(tx: StoreTx, tenant_id: str) -> dict[str, list[str]]:
+    """The tokens minted with each token of the tenant, as its ``token.created`` entries say."""
     minted: dict[str, list[str]] = {}
     for entry in tx.audit_list(AuditFilter(tenant_id=tenant_id, action="token.created", limit=1_000_000)):
         parent = entry.event.payload.get(MINTED_WITH)
         if isinstance(parent, str) and parent.startswith("token:"):
             minted.setdefault(parent.removeprefix("token:"), []).append(entry.event.target_id)
-    revoked: list[str] = []
-    seen: set[str] = set()
-    queue: deque[tuple[str, str | None]] = deque((t, because) for t in token_ids)
-    while queue:
-        token_id, why = queue.popleft()
-        if token_id in seen:
-            continue
-        seen.add(token_id)
-        if tx.token_revoke(tenant_id, token_id, actor, now):
-            payload = None if why is None else {"with": why}
-            audit.record(tx, audit.event(tenant_id, actor, "token.revoked", "token", token_id, now, payload=payload))
-            revoked.append(token_id)
-        queue.extend((child, f"token {token_id}") for child in minted.get(token_id, ()))
-    return revoked
+    return minted
 
 
 def bootstrap(engine: Engine, *, tenant_id: str, path: Path | None = None) -> CreatedToken | None:

@@ -490,8 +490,8 @@ class StoreTx:
         tokens.token_put(self._conn, t)
         self._reseal("token", t.tenant_id, token_id=t.token_id)
 
-    def token_get(self, token_id: str) -> StoredToken | None:
-        return tokens.token_get(self._conn, token_id)
+    def token_get(self, token_id: str, *, lock: bool = False) -> StoredToken | None:
+        return tokens.token_get(self._conn, token_id, lock=lock)
 
     def tokens_list(self, tenant_id: str | None) -> list[StoredToken]:
         return tokens.tokens_list(self._conn, tenant_id)

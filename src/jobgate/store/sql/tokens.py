@@ -54,14 +54,21 @@ def token_put(conn: Connection, t: StoredToken) -> None:
     )
 
 
-def token_get(conn: Connection, token_id: str) -> StoredToken | None:
+def token_get(conn: Connection, token_id: str, *, lock: bool = False) -> StoredToken | None:
     """A token by id: every authenticated request asks, so the statement is built once and
-    run straight through the driver (``driver.first``)."""
-    row = driver.first(conn, _BY_ID, {"token_id": token_id})
+    run straight through the driver (``driver.first``).
+
+    ``lock`` (a write transaction about to act on the token's authority, as minting does):
+    PostgreSQL keeps the row from changing until this transaction ends, and a revocation
+    already changing it is waited for and its outcome read. SQLite's write transactions do not
+    overlap: the row read is the row as it stays."""
+    locked = lock and conn.dialect.name == "postgresql"
+    row = driver.first(conn, _BY_ID_LOCKED if locked else _BY_ID, {"token_id": token_id})
     return None if row is None else _from_row(row)
 
 
 _BY_ID = select(api_tokens).where(T.token_id == bindparam("token_id"))
+_BY_ID_LOCKED = _BY_ID.with_for_update(read=True)
 
 
 def tokens_list(conn: Connection, tenant_id: str | None) -> list[StoredToken]:
