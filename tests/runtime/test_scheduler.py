@@ -13,6 +13,7 @@ from tests.helpers import count, make_config
 
 from jobgate.core.errors import ValidationError
 from jobgate.core.models import DefinitionStatus, TriggerType
+from jobgate.core.records import AuditFilter
 from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
@@ -323,6 +324,30 @@ def test_backfill_makes_one_run_per_slot_and_nothing_on_a_second_request(engine:
     assert not any(s.created for s in again)
     assert [s.job_run_id for s in again] == [s.job_run_id for s in first]
     assert count(engine, "job_runs") == 5
+
+
+def test_every_backfilled_run_is_audited_with_who_asked_and_the_range(engine: Engine) -> None:
+    """Found by a review: a refused backfill was audited, a successful one (a person's request
+    that can make thousands of runs) wrote nothing. One entry a run made, committed with it;
+    none for slots that had their run already."""
+    job = define(engine)
+    add(engine, hourly(job), watermark=T0 + 100 * HOUR)
+    made = backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 3 * HOUR,
+        actor="ada",
+    )  # fmt: skip
+    backfill(
+        engine, tenant_id="default", job_definition_id=job, schedule_id="hourly", start=T0, end=T0 + 4 * HOUR,
+        actor="bob",
+    )  # fmt: skip
+    with engine.store.read() as tx:
+        entries = tx.audit_list(AuditFilter(tenant_id="default", action="run.backfilled"))
+    assert [(e.event.target_id, e.event.actor) for e in entries[:3]] == [(s.job_run_id, "ada") for s in made]
+    assert [e.event.actor for e in entries] == ["ada", "ada", "ada", "bob"]  # the repeated slots: nothing
+    assert all(
+        "backfill 2026" in (e.event.reason or "") and "schedule hourly" in (e.event.reason or "") for e in entries
+    )
+    assert count(engine, "job_runs") == 4
 
 
 def test_an_edit_committed_while_a_tick_plans_makes_its_plan_stale(

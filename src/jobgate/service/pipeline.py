@@ -339,9 +339,10 @@ class Pipeline:
                 raise RefusedSubmission(exc, licensed[0].request) from None
         for snapshot in {p.snapshot.config_snapshot_id: p.snapshot for p in prepared}.values():
             tx.snapshot_put(snapshot, now)
-        # The runs of manual triggers append an entry each: with one tenant's, its chain head
-        # travels with the insert (locked after the runs' keys, as every path takes them).
-        manual_tenants = {p.create.run.tenant_id for p in prepared if p.create.run.trigger_type is TriggerType.MANUAL}
+        # The runs a person asked for (manual triggers, backfills) append an entry each: with one
+        # tenant's, its chain head travels with the insert (locked after the runs' keys, as every
+        # path takes them).
+        manual_tenants = {p.create.run.tenant_id for p in prepared if p.create.run.trigger_type in REQUESTED}
         audited = next(iter(manual_tenants)) if len(manual_tenants) == 1 else None
         made = tx.runs_create([p.create for p in prepared], audited=audited)
         if licensed:
@@ -356,7 +357,7 @@ class Pipeline:
         manual = [
             manual_scheduling_event(p, run, now)
             for p, (run, created) in zip(prepared, made, strict=True)
-            if created and run.trigger_type is TriggerType.MANUAL
+            if created and run.trigger_type in REQUESTED
         ]
         if manual:
             tx.audit_append(manual)
@@ -447,12 +448,17 @@ def existing_results(tx: StoreTx, prepared: Sequence[PreparedSubmission]) -> dic
 
 
 RETRIED = "run.retried"
+BACKFILLED = "run.backfilled"
+# Trigger types a person asks for, one run at a time or a range of slots at once: each run they
+# make is a material action (seed §49), audited with the run.
+REQUESTED = frozenset({TriggerType.MANUAL, TriggerType.BACKFILL})
 
 
 def manual_scheduling_event(prepared: PreparedSubmission, run: JobRun, now: datetime) -> AuditEvent:
     """Seed §49: manual scheduling is a material action, audited with the run it made. A retry
-    (seed 001) is that one entry too, as ``run.retried`` naming its source run: committed with
-    the run, so exactly one per retry created, none when the insert found the retry there."""
+    (seed 001) is that one entry too, as ``run.retried`` naming its source run, and a backfilled
+    slot's run as ``run.backfilled`` (its reason names the range and the schedule): committed with
+    the run, so exactly one per run created, none when the insert found the run there."""
     payload: dict[str, object] = {
         "job_definition_id": run.job_definition_id,
         "definition_digest": run.definition_digest,
@@ -464,7 +470,13 @@ def manual_scheduling_event(prepared: PreparedSubmission, run: JobRun, now: date
     event = AuditEvent(
         tenant_id=run.tenant_id,
         actor=run.requested_by or SYSTEM_ACTOR,
-        action="run.scheduled_manually" if run.retry_of is None else RETRIED,
+        action=(
+            RETRIED
+            if run.retry_of is not None
+            else BACKFILLED
+            if run.trigger_type is TriggerType.BACKFILL
+            else "run.scheduled_manually"
+        ),
         target_type="run",
         target_id=run.job_run_id,
         at=now,
