@@ -97,8 +97,9 @@ def test_apply_a_seed_file_all_or_nothing(folder: Path) -> None:
     out = jobgate(folder, "schedules", "apply", str(seed)).stdout
     assert "2 schedules applied (2 new)" in out
     assert set(listed(folder)) == {"monthly", "hourly-window"}
-    # Re-applying updates, never duplicates; a bad entry refuses the whole file.
-    assert "(0 new)" in jobgate(folder, "schedules", "apply", str(seed)).stdout
+    # Re-applying updates, never duplicates (as given: nothing written); a bad entry refuses the
+    # whole file.
+    assert "(0 new, 2 unchanged)" in jobgate(folder, "schedules", "apply", str(seed)).stdout
     seed.write_text(seed.read_text() + "  - id: broken\n    job: demo-window\n    cron: nonsense\n")
     proc = jobgate(folder, "schedules", "apply", str(seed), check=False)
     assert proc.returncode == 1 and "broken" in proc.stderr and "cron" in proc.stderr

@@ -25,7 +25,7 @@ from jobgate.core.errors import ConfigurationError, ValidationError
 from jobgate.scheduling import magic
 from jobgate.service import approvals
 from jobgate.service.engine import Engine
-from jobgate.service.schedules import put_schedules, schedule_from_document
+from jobgate.service.schedules import PutOutcome, put_schedules, schedule_from_document
 from jobgate.service.startup import load_at_startup
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
@@ -175,7 +175,7 @@ def test_seed_schedule_file_is_stored_for_the_seed_scenario(engine: Engine, tmp_
     approvals.approve(engine, "default", "export-payroll", actor="admin")
     now = engine.clock.now()
     item = schedule_from_document(seed_schedule_entry(), now=now, source="schedules.yaml")
-    assert put_schedules(engine, [item], source="schedules.yaml", now=now, actor="ops") == [True]
+    assert put_schedules(engine, [item], source="schedules.yaml", now=now, actor="ops") == [PutOutcome.CREATED]
     with engine.store.read() as tx:
         stored = tx.schedule_get("default", "monthly-payroll")
     assert stored is not None

@@ -17,7 +17,7 @@ from jobgate.core.records import AuditFilter
 from jobgate.runtime.scheduler import LEADER_LOCK, Scheduler
 from jobgate.scheduling.model import MisfirePolicy, OverlapPolicy, Schedule, ScheduleKind, check_schedule
 from jobgate.service.engine import Engine
-from jobgate.service.schedules import backfill, put_schedules, recommend_interval
+from jobgate.service.schedules import PutOutcome, backfill, put_schedules, recommend_interval
 from jobgate.store.base import RunCreate, RunFilter
 from jobgate.testing import FakeClock, connection
 from jobgate.views.schemas import RunOut
@@ -324,6 +324,29 @@ def test_backfill_makes_one_run_per_slot_and_nothing_on_a_second_request(engine:
     assert not any(s.created for s in again)
     assert [s.job_run_id for s in again] == [s.job_run_id for s in first]
     assert count(engine, "job_runs") == 5
+
+
+def test_a_schedule_given_again_as_it_is_stored_is_left_untouched(engine: Engine) -> None:
+    """Found by a review: adding the same schedule again said "updated" and moved its
+    ``updated_at``. Given as stored, from the same source: nothing written, nothing recorded;
+    any difference (a field, the source) is an update."""
+    job = define(engine)
+    when = [T0, T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR]
+    ops = {"source": "cli", "actor": "ops"}
+    assert put_schedules(engine, [hourly(job)], now=when[0], **ops) == [PutOutcome.CREATED]
+    assert put_schedules(engine, [hourly(job)], now=when[1], **ops) == [PutOutcome.UNCHANGED]
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "hourly")
+        assert stored is not None and stored.updated_at == when[0]
+        assert [c.field for c in tx.changes_list("default", "hourly")] == ["created"]
+    assert put_schedules(engine, [hourly(job)], now=when[2], source="api", actor="ops") == [PutOutcome.UPDATED]
+    assert put_schedules(engine, [hourly(job, timezone="Europe/Oslo")], now=when[3], source="api", actor="ops") == [
+        PutOutcome.UPDATED
+    ]
+    with engine.store.read() as tx:
+        stored = tx.schedule_get("default", "hourly")
+        assert stored is not None and stored.updated_at == when[3]
+        assert [c.field for c in tx.changes_list("default", "hourly")] == ["created", "updated"]
 
 
 def test_every_backfilled_run_is_audited_with_who_asked_and_the_range(engine: Engine) -> None:

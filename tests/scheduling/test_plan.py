@@ -350,8 +350,31 @@ def test_a_rhythm_near_the_end_of_the_calendar_has_no_slots_past_it() -> None:
     late = datetime(9998, 12, 31, tzinfo=UTC)
     every = check_schedule(Schedule("g", "job", ScheduleKind.INTERVAL, late, every=timedelta(days=36600)))
     assert [s.fire_at for s in next_fires(every, late - HOUR, 3)] == [late]
-    window_ = check_schedule(Schedule("w", "job", ScheduleKind.BATCH_WINDOW, late, every=timedelta(days=36600)))
-    assert next_fires(window_, late - HOUR, 3) == []
+    never = Schedule("w", "job", ScheduleKind.BATCH_WINDOW, late, every=timedelta(days=36600))
+    assert next_fires(never, late - HOUR, 3) == []
+
+
+@pytest.mark.parametrize(
+    ("anchor", "every"),
+    [
+        (datetime(9999, 12, 31, 23, tzinfo=UTC), HOUR),  # found by a review: stored, then "internal error"
+        (datetime(9998, 12, 31, tzinfo=UTC), timedelta(days=36600)),
+        (T0, timedelta(days=3_000_000)),
+    ],
+)
+def test_a_batch_window_whose_first_window_closes_past_the_calendar_is_refused(
+    anchor: datetime, every: timedelta
+) -> None:
+    """Its first window would close after year 9999: it could never fire. Refused naming the
+    anchor; one stored before this rule plans nothing and raises nothing, however long behind."""
+    never = Schedule("w", "job", ScheduleKind.BATCH_WINDOW, anchor, every=every)
+    with pytest.raises(ValidationError) as refused:
+        check_schedule(never)
+    assert refused.value.field == "anchor" and "could never fire" in refused.value.message
+    for watermark in (anchor - HOUR, datetime(1, 1, 2, tzinfo=UTC)):
+        done = plan(never, watermark=watermark, now=datetime(9999, 12, 31, 23, 59, tzinfo=UTC))
+        assert done.fires == () and done.misses == ()
+    assert next_fires(never, anchor - HOUR, 3) == []
 
 
 def test_a_new_window_length_starts_where_the_last_closed_window_ended() -> None:

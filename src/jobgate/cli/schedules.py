@@ -141,15 +141,21 @@ def schedules_add(
     doc["tenant"] = doc.pop("tenant", "default")
     schedule = service.schedule_from_document(doc, now=now, source="cli")
     warnings: list[str] = []
-    (created,) = service.put_schedules(
+    (outcome,) = service.put_schedules(
         app.engine(), [schedule], source="cli", now=now, actor=os_user(),
         allow_pending=allow_pending, warnings=warnings,
     )  # fmt: skip
     _warn(app, warnings)
+    said = {"created": "added", "updated": "updated", "unchanged": "unchanged (already stored as given)"}
     _say(
         app,
-        {"schedule_id": schedule_id, "created": created, "warnings": warnings},
-        f"schedule {schedule_id} {'added' if created else 'updated'}",
+        {
+            "schedule_id": schedule_id,
+            "created": outcome is service.PutOutcome.CREATED,
+            "outcome": outcome.value,
+            "warnings": warnings,
+        },
+        f"schedule {schedule_id} {said[outcome.value]}",
     )
 
 
@@ -179,15 +185,20 @@ def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
         except ValidationError as exc:
             raise ValidationError(exc.message, field=exc.field, source=f"{path}: {exc.source}") from None
     warnings: list[str] = []
-    created = service.put_schedules(
+    outcomes = service.put_schedules(
         app.engine(), items, source=str(path.name), now=now, actor=os_user(),
         allow_pending=allow_pending, warnings=warnings,
     )  # fmt: skip
     _warn(app, warnings)
+    new = sum(o is service.PutOutcome.CREATED for o in outcomes)
+    same = sum(o is service.PutOutcome.UNCHANGED for o in outcomes)
     _say(
         app,
-        [{"schedule_id": s.schedule_id, "created": c} for s, c in zip(items, created, strict=True)],
-        f"{len(items)} schedules applied ({sum(created)} new)",
+        [
+            {"schedule_id": s.schedule_id, "created": o is service.PutOutcome.CREATED, "outcome": o.value}
+            for s, o in zip(items, outcomes, strict=True)
+        ],
+        f"{len(items)} schedules applied ({new} new" + (f", {same} unchanged)" if same else ")"),
     )
 
 

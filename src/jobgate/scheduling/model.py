@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -131,6 +131,24 @@ def zone_problem(name: str) -> str | None:
     return None
 
 
+def _check_first_slot(s: Schedule) -> None:
+    """A timed schedule whose first slot lies past the calendar's last instant (year 9999) could
+    never fire: an interval's first slot is its anchor, a batch window's the end of its first
+    window (the anchor plus ``every``)."""
+    assert s.every is not None
+    if s.kind is not ScheduleKind.BATCH_WINDOW:
+        return
+    try:
+        s.anchor.astimezone(UTC) + s.every
+    except OverflowError:
+        raise ValidationError(
+            "the first window (the anchor plus 'every') would close after the calendar's last instant"
+            " (year 9999): the schedule could never fire",
+            field="anchor",
+            source=s.schedule_id,
+        ) from None
+
+
 def check_schedule(s: Schedule) -> Schedule:
     """Refuse a schedule that cannot plan, naming the field; return it (cron text normalised)."""
     if not s.schedule_id or not s.schedule_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
@@ -169,6 +187,7 @@ def check_schedule(s: Schedule) -> Schedule:
             )
         if s.every is None or s.every < timedelta(seconds=1):
             raise ValidationError("needs 'every' of at least one second", field="every", source=s.schedule_id)
+        _check_first_slot(s)
     else:
         if s.cron is not None or s.every is not None:
             raise ValidationError(

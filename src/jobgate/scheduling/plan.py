@@ -262,7 +262,10 @@ def _skip_beyond(
     assert schedule.every is not None
     every, anchor = schedule.every, schedule.anchor.astimezone(UTC)
     lowest = 0 if schedule.kind is not ScheduleKind.BATCH_WINDOW else 1  # a window fires when it closes
-    first_k = lowest if watermark < anchor + lowest * every else (watermark - anchor) // every + 1
+    lowest_at = _nth(anchor, lowest, every)
+    if lowest_at is None:  # its first slot is past the calendar: nothing to count
+        return watermark
+    first_k = lowest if watermark < lowest_at else (watermark - anchor) // every + 1
     # Only late slots are kept to ``keep`` (the on-time ones, within the grace, all run); a paused
     # schedule's are all kept as late.
     late_to = end if schedule.paused else min(end, now - schedule.misfire_grace - _INSTANT)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import MINYEAR, UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from jobgate.core.canonical import canonical_json, isoformat_utc
@@ -258,6 +259,14 @@ def fire_request(
     )
 
 
+class PutOutcome(StrEnum):
+    """What storing a schedule did."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"  # the same schedule, from the same source: nothing written
+
+
 def put_schedules(
     engine: Engine,
     items: Sequence[Schedule],
@@ -267,10 +276,10 @@ def put_schedules(
     actor: str = "system",
     allow_pending: bool = False,
     warnings: list[str] | None = None,
-) -> list[bool]:
-    """Store every schedule or none (one transaction). Returns, per schedule, whether it was
-    created (False: updated). Each creation, and each update that changes what the schedule is,
-    is recorded with ``actor`` in its changes.
+) -> list[PutOutcome]:
+    """Store every schedule or none (one transaction). Returns, per schedule, what was done.
+    Each creation, and each update that changes what the schedule is, is recorded with
+    ``actor`` in its changes; a schedule given again as it is stored is left untouched.
 
     A schedule that could never fire is refused before anything is written, naming the field:
     an unknown definition, params its definition would refuse. One whose definition (content or
@@ -296,7 +305,7 @@ def put_schedules(
             )
         if waiting is not None and warnings is not None:
             warnings.append(f"schedule {s.schedule_id} is stored paused ({PAUSED_UNAPPROVED}): {waiting.reason}")
-    created: list[bool] = []
+    outcomes: list[PutOutcome] = []
     with engine.store.write() as tx:
         for s in items:
             unapproved = pending[(s.tenant_id, s.schedule_id)] is not None
@@ -306,6 +315,13 @@ def put_schedules(
                 s = windows_after_edit(before.schedule, _keep_anchor(s, before.schedule, now), now)
             paused, pause_reason = pause_after_edit(before, asked=s.paused, unapproved=unapproved)
             s = replace(s, paused=paused)
+            if before is not None and (before.schedule, before.source, before.pause_reason) == (
+                s,
+                source,
+                pause_reason if paused else None,
+            ):
+                outcomes.append(PutOutcome.UNCHANGED)
+                continue
             made = tx.schedule_put(s, watermark=now, source=source, now=now, pause_reason=pause_reason)
             if before is not None:
                 notes = settle_owed_before_edit(tx, before, s, now)
@@ -320,17 +336,18 @@ def put_schedules(
             if old != new:
                 action = "created" if made else "updated"
                 tx.change_record(s.tenant_id, s.schedule_id, ScheduleChange(now, action, old, new, True, actor, source))
-            created.append(made)
-    for s, made in zip(items, created, strict=True):
-        log.info(
-            "schedule %s %s for %s by %s",
-            s.schedule_id,
-            "created" if made else "updated",
-            s.job_definition_id,
-            actor,
-            extra={"action": "schedule_created" if made else "schedule_updated", "schedule_id": s.schedule_id},
-        )
-    return created
+            outcomes.append(PutOutcome.CREATED if made else PutOutcome.UPDATED)
+    for s, outcome in zip(items, outcomes, strict=True):
+        if outcome is not PutOutcome.UNCHANGED:
+            log.info(
+                "schedule %s %s for %s by %s",
+                s.schedule_id,
+                outcome.value,
+                s.job_definition_id,
+                actor,
+                extra={"action": f"schedule_{outcome.value}", "schedule_id": s.schedule_id},
+            )
+    return outcomes
 
 
 class Pending(NamedTuple):

@@ -102,7 +102,7 @@ def add_schedule(body: ScheduleCreateIn, response: Response, caller: Caller, sta
         state.engine, [schedule], source="api", now=now, actor=caller.actor,
         allow_pending=body.allow_pending, warnings=warnings,
     )  # fmt: skip
-    if not created:
+    if created is not schedules.PutOutcome.CREATED:
         response.status_code = 200
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
         stored = tx.schedule_get(caller.tenant_id, schedule.schedule_id)
