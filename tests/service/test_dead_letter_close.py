@@ -60,3 +60,19 @@ def test_a_close_without_a_reason_or_of_another_tenant_changes_nothing(letter: t
     with engine.store.read() as tx:
         assert tx.dead_letter_open_for(run) is not None
     assert count(engine, "audit_log") == before
+
+
+def test_a_closed_dead_letter_is_never_requeued_and_its_run_never_runs_again(letter: tuple[Engine, str]) -> None:
+    """Found by a review: a letter closed "no more attempts" was requeued (CLI and API) and its
+    run ran again. A dead-lettered run whose letter is closed is refused a requeue, nothing
+    written; an open letter still requeues."""
+    engine, run = letter
+    control.close_dead_letter(engine, run, actor="ops", note="no more attempts")
+    before = (count(engine, "audit_log"), count(engine, "run_transitions"), count(engine, "dead_letters"))
+    with pytest.raises(ConflictError) as refused:
+        control.requeue_run(engine, run, actor="ops")
+    assert refused.value.field == "status" and "closed" in refused.value.message
+    assert (count(engine, "audit_log"), count(engine, "run_transitions"), count(engine, "dead_letters")) == before
+    with engine.store.read() as tx:
+        found = tx.run_get(run)
+    assert found is not None and found.status is RunStatus.DEAD_LETTERED and found.attempt == 1

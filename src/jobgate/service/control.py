@@ -133,6 +133,7 @@ def request_stop(tx: StoreTx, run: JobRun, *, actor: str, reason: str | None, no
 
 
 MAX_CLOSE_NOTE = 2000
+DEAD_LETTER_CLOSED = "run.dead_letter_closed"  # its audit entry: the letter closed, nothing more to run
 
 
 def close_dead_letter(
@@ -164,11 +165,20 @@ def close_dead_letter(
         audit.record(
             tx,
             audit.event(
-                run.tenant_id, actor, "run.dead_letter_closed", "run", run.job_run_id, now, reason=note,
+                run.tenant_id, actor, DEAD_LETTER_CLOSED, "run", run.job_run_id, now, reason=note,
                 payload={"dead_letter_id": letter.dead_letter_id},
             ),
         )  # fmt: skip
     return replace(letter, resolved_at=now, resolution=resolution)
+
+
+def _letter_closed(tx: StoreTx, run: JobRun) -> bool:
+    """Whether someone closed the run's dead letter (``close_dead_letter``): decided that nothing
+    more is to run. Its audit entry says so; a closed letter leaves its run as it ended for good."""
+    closed = AuditFilter(
+        tenant_id=run.tenant_id, target_type="run", target_id=run.job_run_id, action=DEAD_LETTER_CLOSED, limit=1
+    )
+    return bool(tx.audit_list(closed))
 
 
 def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:
@@ -196,6 +206,12 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
                 f"run was retried as {retried[0].job_run_id} ({retried[0].status.value}): requeue or retry that run",
                 field="job_run_id",
             )
+        letter = tx.dead_letter_open_for(job_run_id)
+        if letter is None and _letter_closed(tx, run):
+            raise ConflictError(
+                "the run's dead letter was closed (no more attempts); a closed letter is not requeued",
+                field="status",
+            )
         if run.workflow_run_id is not None:
             check_step_requeue(tx, run)
         refusal = engine.admission.requeue_refusal(tx, run, actor=actor, now=now, policy=policy)
@@ -203,7 +219,6 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
             change = transitions.requeued(run, actor=actor, now=now)
             if not tx.runs_apply([change]):
                 raise ConflictError("run changed state while being requeued; try again", field="status")
-            letter = tx.dead_letter_open_for(job_run_id)
             if letter is not None:
                 tx.dead_letter_resolve(letter.dead_letter_id, f"requeued by {actor}", now)
             audit.record(tx, audit.event(run.tenant_id, actor, "run.requeued", "run", run.job_run_id, now))
