@@ -47,3 +47,45 @@ def test_late_result_of_an_abandoned_attempt_is_discarded(database_url: str, tmp
         assert [(a.attempt, a.outcome) for a in attempts(engine, rid)] == [(1, "execution_timeout"), (2, "succeeded")]
     finally:
         engine.store.dispose()
+
+
+def test_a_retry_never_starts_while_the_attempt_that_ignored_its_stop_still_runs(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Found by a review: an attempt past its timeout that ignored its stop was abandoned after
+    the grace and its retry started at once, beside the old code: one run executing twice at
+    the same time. The run stays held until the code returns; then the attempt ends as timed
+    out (its late result void) and the retry runs. The marker file is the code's own record."""
+    config = make_config(
+        tmp_path, timeout_policies=[{"timeout_policy_id": "one_second", "execution_timeout_seconds": 1}]
+    )
+    engine = Engine(Store(database_url), config)
+    marker = tmp_path / "marker.txt"
+    try:
+        job = define(
+            engine,
+            handler="engine_handlers:deaf_first_attempt",
+            retry_policy="test_fixed_v1",
+            timeout_policy="one_second",
+            params=[{"name": "marker", "pattern": "/[A-Za-z0-9_./-]{1,300}"}, {"name": "seconds"}],
+        )
+        rid = engine.submit(SubmitRequest(job, params={"marker": str(marker), "seconds": "4"})).run.job_run_id
+        worker = Worker(
+            engine,
+            WorkerSettings(
+                concurrency=2, stop_grace=timedelta(milliseconds=100), poll_interval=timedelta(milliseconds=20)
+            ),
+        )
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            run = wait_status(engine, rid, RunStatus.COMPLETED, timeout=30)
+        finally:
+            worker.stop()
+            assert worker.wait_stopped(15)
+            thread.join(5)
+        assert marker.read_text().split("\n")[:4] == ["start 1", "end 1", "start 2", "end 2"]
+        assert run.result == {"attempt": 2}
+        assert [(a.attempt, a.outcome) for a in attempts(engine, rid)] == [(1, "execution_timeout"), (2, "succeeded")]
+    finally:
+        engine.store.dispose()

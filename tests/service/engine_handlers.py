@@ -146,6 +146,22 @@ def stubborn_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
     return {"attempt": ctx.attempt}
 
 
+def deaf_first_attempt(ctx: ExecutionContext) -> dict[str, Any]:
+    """Attempt 1 ignores its stop for ``seconds``; each attempt appends ``start N`` and ``end N``
+    to the file ``marker``: an independent record of when each attempt's code ran."""
+    marker = Path(ctx.params["marker"])
+
+    def mark(what: str) -> None:
+        with marker.open("a") as out:
+            out.write(f"{what} {ctx.attempt}\n")
+
+    mark("start")
+    if ctx.attempt == 1:
+        time.sleep(float(ctx.params["seconds"]))  # the job's work: it does not hear the stop
+    mark("end")
+    return {"attempt": ctx.attempt}
+
+
 def ledger(ctx: ExecutionContext) -> dict[str, Any]:
     """Records its run in ``test_effects`` through the completing transaction (exactly once).
 

@@ -124,6 +124,9 @@ class _InFlight:
     started_at: datetime
     interrupt: OutcomeKind | None = None  # why we stopped it: STOPPED, EXECUTION_TIMEOUT, or shutdown
     interrupted_at: datetime | None = None
+    # It ignored its stop past the grace: still running, so the run stays held (its lease renewed,
+    # no retry) until the code returns; whatever it returns then, the attempt ends as stopped.
+    overdue: bool = False
     abandoned: bool = False
     span: Any = None  # the attempt's OpenTelemetry span, when tracing is on
 
@@ -807,6 +810,8 @@ class Worker:
     def _settle(self, flight: _InFlight, result: ExecutionResult, now: datetime) -> None:
         run = flight.run
         outcome = result.outcome
+        if flight.overdue:  # a result past the stop's grace is void: the attempt ends as interrupted
+            outcome = Outcome(OutcomeKind.STOPPED, outcome.error_code, outcome.error_message)
         if flight.interrupt is OutcomeKind.EXECUTION_TIMEOUT and outcome.kind is not OutcomeKind.SUCCEEDED:
             outcome = Outcome(
                 OutcomeKind.EXECUTION_TIMEOUT,
@@ -924,35 +929,53 @@ class Worker:
         ).start()
 
     def _enforce_deadlines(self, now: datetime, shutdown_deadline: datetime | None) -> None:
+        shutting_down = shutdown_deadline is not None and now >= shutdown_deadline
         for flight in list(self._running.values()):
-            if flight.abandoned:
+            if flight.abandoned or (flight.overdue and not shutting_down):
                 continue
             timeout = flight.run.execution_timeout
             if timeout is not None and now - flight.started_at >= timeout:
                 self._interrupt(flight, OutcomeKind.EXECUTION_TIMEOUT, now)
-            if shutdown_deadline is not None and now >= shutdown_deadline:
+            if shutting_down:
                 self._interrupt(flight, OutcomeKind.RETRYABLE_FAILURE, now)
-            # An executor that ignores its stop is abandoned after the grace period: the attempt
-            # is settled now (unless its lease was lost: then it is not ours to settle), the
-            # thread keeps its slot until it returns, and its eventual result is discarded.
-            if flight.interrupted_at is not None:
-                grace = grace_for(flight.executor, self.settings.stop_grace)
-                if now - flight.interrupted_at > grace + timedelta(seconds=1):
-                    log.error(
-                        "run %s: executor ignored stop for %s; abandoning its thread",
-                        flight.run.job_run_id,
-                        grace,
-                        extra=self._run_fields(
-                            flight.run.job_run_id, action="executor_abandoned", attempt=flight.run.attempt
-                        ),
-                    )
-                    if flight.interrupt is OutcomeKind.LEASE_EXPIRED:
-                        self._running.pop(flight.run.job_run_id, None)
-                        self._end_span(flight, "lease_lost", "LEASE_EXPIRED")
-                    else:
-                        self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
-                    flight.abandoned = True
-                    self._abandoned_threads += 1
+            if flight.interrupted_at is None:
+                continue
+            grace = grace_for(flight.executor, self.settings.stop_grace)
+            if now - flight.interrupted_at <= grace + timedelta(seconds=1) and not (flight.overdue and shutting_down):
+                continue
+            if flight.interrupt is OutcomeKind.LEASE_EXPIRED or shutting_down:
+                # Not ours to hold any more (another worker owns the run), or this process is
+                # leaving (its threads end with it): the attempt is settled now unless its lease
+                # was lost, the thread keeps its slot until it returns, its result is discarded.
+                log.error(
+                    "run %s: executor ignored stop for %s; abandoning its thread",
+                    flight.run.job_run_id,
+                    grace,
+                    extra=self._run_fields(
+                        flight.run.job_run_id, action="executor_abandoned", attempt=flight.run.attempt
+                    ),
+                )
+                if flight.interrupt is OutcomeKind.LEASE_EXPIRED:
+                    self._running.pop(flight.run.job_run_id, None)
+                    self._end_span(flight, "lease_lost", "LEASE_EXPIRED")
+                else:
+                    flight.overdue = True
+                    self._settle(flight, ExecutionResult(Outcome(OutcomeKind.STOPPED)), now)
+                flight.abandoned = True
+                self._abandoned_threads += 1
+            else:
+                # Its code still runs: a retry now (here or on another worker) would run the run
+                # twice at once. The run stays held, its lease renewed, until the code returns;
+                # the attempt then ends as the interrupt says, whatever the code returned.
+                log.error(
+                    "run %s: executor ignored stop for %s; the run is held until its code returns",
+                    flight.run.job_run_id,
+                    grace,
+                    extra=self._run_fields(
+                        flight.run.job_run_id, action="executor_overdue", attempt=flight.run.attempt
+                    ),
+                )
+                flight.overdue = True
 
     def _check_stop_requests(self) -> None:
         """Stop the attempts a user asked to stop, and stop as lost those whose run is no longer
