@@ -349,3 +349,33 @@ def test_who_acts_is_refused_when_it_would_not_print_as_itself(tmp_path: Path) -
         assert refused.returncode == 2 and "--by" in refused.stderr, (args, refused.stderr)
     assert "off" in jobgate(folder, "safe-mode", "status").stdout
     assert json.loads(jobgate(folder, "--json", "runs", "list").stdout) == []
+
+
+def test_the_demo_runners_run_the_python_that_ran_init_whatever_the_path(tmp_path: Path) -> None:
+    """Found by a review: the demo's runners said ``binary: python3``, looked up on the PATH of
+    each worker and bound (its bytes) into the approved code digest: activating a virtual
+    environment after ``jobgate demo`` held every runner run as ``code_changed``. ``init`` names
+    the Python that ran it; another ``python3`` first on the PATH is never run."""
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    config = (folder / "jobgate.yaml").read_text()
+    assert "binary: python3" not in config and f"binary: {json.dumps(sys.executable)}" in config
+    other = tmp_path / "otherbin"
+    other.mkdir()
+    stranger = other / "python3"
+    stranger.write_text(f"#!/bin/sh\ntouch {tmp_path / 'stranger-ran'}\nexit 1\n")
+    stranger.chmod(0o755)
+    env = {**ENV, "PATH": f"{other}:{ENV.get('PATH', '')}"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobgate", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    made = run("--json", "submit", "demo-report")
+    assert made.returncode == 0, made.stderr
+    run_id = json.loads(made.stdout)["job_run_id"]
+    assert run("worker", "--exit-when-idle").returncode == 0
+    shown = json.loads(run("--json", "runs", "show", run_id).stdout)
+    assert shown["run"]["status"] == "COMPLETED", shown["run"]
+    assert not (tmp_path / "stranger-ran").exists()

@@ -50,16 +50,16 @@ def demo(ctx: click.Context, directory: Path, timeout: float) -> None:
         ctx.invoke(init, directory=directory, force=False)
     else:
         from jobgate.cli import shipped
-        from jobgate.cli.main import SHIPPED, _apply
+        from jobgate.cli.main import SHIPPED, _actor, _apply
 
         shipped.refuse_four_eyes_folder(
             directory / CONFIG_FILENAME, "the demo approves its definitions as one person; give it a folder of its own"
         )
         app.config_path = str(directory / CONFIG_FILENAME)
-        # The demo's files as shipped (nothing else of the folder's), approved by the demo's
-        # admin unless an admin here decided otherwise.
+        # The demo's files as shipped (nothing else of the folder's), approved by whoever runs
+        # the demo (as `init` does) unless an admin here decided otherwise.
         files, _ = shipped.unchanged_definitions(directory)
-        _apply(app, files, approve_as="demo", applied_by=SHIPPED, spare_decisions=True)
+        _apply(app, files, approve_as=_actor(None), applied_by=SHIPPED, spare_decisions=True)
     app.config_path = str(directory / CONFIG_FILENAME)
     engine = app.engine()
     evidence_keys.ensure(engine.config)

@@ -129,6 +129,7 @@ def _init(app: AppContext, directory: Path, target: Path, production: bool) -> C
     with resources.as_file(demo) as src:
         shutil.copy(src / CONFIG_FILENAME, target)
         _name_database(target, app.database)
+        _pin_interpreter(target)
         shutil.copy(src / "demo-runs.yaml", directory / "demo-runs.yaml")
         shutil.copy(src / "schedules.yaml", directory / "schedules.yaml")
         shutil.copytree(src / "definitions", directory / "definitions", dirs_exist_ok=True)
@@ -180,6 +181,18 @@ def _name_database(config_file: Path, url: str | None) -> None:
     else:
         lines.insert(0, f"database: {json.dumps(url)}   # given to `jobgate init --db`\n")
     config_file.write_text("".join(lines), encoding="utf-8")
+
+
+def _pin_interpreter(config_file: Path) -> None:
+    """Name the Python that runs jobgate as the demo's runners' binary. A bare ``python3`` is
+    looked up on the ``PATH`` of whoever runs a worker, and its bytes are bound into the code
+    digest the definitions are approved with: activating a virtual environment (or any other
+    ``PATH``) after ``init`` would then hold every runner run as ``code_changed``."""
+    if not sys.executable or not Path(sys.executable).is_absolute():
+        return
+    pinned = f"binary: {json.dumps(sys.executable)}   # the Python that ran `jobgate init`"
+    text = config_file.read_text(encoding="utf-8")
+    config_file.write_text(text.replace("binary: python3\n", pinned + "\n"), encoding="utf-8")
 
 
 # Who applies the definitions jobgate ships (the demo's): the package, not the person approving.
