@@ -534,3 +534,34 @@ def test_a_workflow_escalated_by_the_sla_monitor_starts_nothing_more_and_stops_i
         assert findings == []
     finally:
         store.dispose()
+
+
+def test_waiting_on_a_workflow_names_a_step_a_gate_holds(
+    engine: Engine, marker: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a review: ``workflows start --wait`` waited its whole timeout on a step held by
+    ``code_changed`` and then asked "is a worker running?". A held step waits for a person: the
+    wait says so at once, and its timeout names the step and the gate."""
+    from sqlalchemy import text
+
+    from jobgate.cli.workflows import _wait
+    from jobgate.core.errors import NotReadyError
+    from jobgate.testing import connection
+
+    j = jobs(engine)
+    wid = start(engine, workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}]))
+    advance(engine, wid)  # the coordinator makes the step's run; no worker takes it
+    [step] = view(engine, wid).steps
+    assert step.job_run_id is not None
+    with engine.store.write() as tx:  # as the attempt-start check holds a run whose code changed
+        connection(tx).execute(
+            text(
+                "UPDATE job_runs SET status = 'HELD', hold_reason = 'code_changed', held_at = 1 WHERE job_run_id = :r"
+            ),
+            {"r": step.job_run_id},
+        )
+    with pytest.raises(NotReadyError) as waited:
+        _wait(engine, wid, 0.3)
+    assert f"step a held: run {step.job_run_id}, held by code_changed" in waited.value.message
+    assert "worker" not in waited.value.message
+    assert capsys.readouterr().err.count("warning: step a is held") == 1

@@ -134,16 +134,42 @@ def start(
 
 
 def _wait(engine: Any, workflow_run_id: str, timeout: float) -> WorkflowView:
+    """Wait for the workflow to end. A step whose run a gate holds (a revoked approval, changed
+    code, safe mode) waits for a person, not a worker: said at once, and named if time runs out."""
     deadline = time.monotonic() + timeout
+    told: set[tuple[str, str]] = set()
     while True:
         view = workflow_service.workflow_view(engine, workflow_run_id)
         if view.record.status not in WORKFLOW_ACTIVE:
             return view
+        held = _held_steps(engine, view)
+        for step in held:
+            if step not in told:
+                told.add(step)
+                click.echo(f"warning: step {step[0]} is held: {step[1]}", err=True)
         if time.monotonic() > deadline:
+            why = "; ".join(f"step {name} held: {reason}" for name, reason in held) or "is a worker running?"
             raise NotReadyError(  # the workflow is not done yet: nothing asked was invalid
-                f"still {view.record.status.value} after {timeout:g} s (is a worker running?)", field="timeout"
+                f"still {view.record.status.value} after {timeout:g} s ({why})", field="timeout"
             )
         time.sleep(0.1)
+
+
+def _held_steps(engine: Any, view: WorkflowView) -> list[tuple[str, str]]:
+    """The steps whose run is HELD, each with what holds it."""
+    held = {
+        s.job_run_id: s.step_id
+        for s in view.steps
+        if s.job_run_id is not None and view.run_statuses.get(s.job_run_id) == RunStatus.HELD.value
+    }
+    if not held:
+        return []
+    with engine.store.read() as tx:
+        runs = tx.runs_get(list(held))
+    return [
+        (held[r.job_run_id], f"run {r.job_run_id}, held by {r.hold_reason or 'a gate'} (see `jobgate runs show`)")
+        for r in runs
+    ]
 
 
 @workflows_group.command("list")
