@@ -565,3 +565,17 @@ def test_waiting_on_a_workflow_names_a_step_a_gate_holds(
     assert f"step a held: run {step.job_run_id}, held by code_changed" in waited.value.message
     assert "worker" not in waited.value.message
     assert capsys.readouterr().err.count("warning: step a is held") == 1
+
+
+@pytest.mark.parametrize("key", ["a b/c", "caf\u00e9", "", "x" * 201, "tab\there"])
+def test_a_workflow_start_meets_the_idempotency_key_rule_a_run_meets(engine: Engine, key: str) -> None:
+    """Found by a review: ``POST /runs`` refused a key with spaces or outside ASCII (422), ``POST
+    /workflows`` and ``workflows start --key`` stored it. One rule for every start; nothing stored."""
+    from jobgate.core.idempotency import CLIENT_KEY_RULE
+
+    j = jobs(engine)
+    wf = workflow(engine, [{"id": "a", "job": j["record"], "params": {"name": "a"}}])
+    with pytest.raises(ValidationError) as refused:
+        start_workflow(engine, StartWorkflow(wf, client_key=key), actor="ada")
+    assert refused.value.field == "Idempotency-Key" and refused.value.message == CLIENT_KEY_RULE
+    assert count(engine, "workflow_runs") == 0 and count(engine, "job_runs") == 0
