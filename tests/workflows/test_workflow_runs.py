@@ -14,6 +14,7 @@ from support import coordinating, jobs, lines, start, view, wait_workflow, workf
 from helpers import count, define
 from jobgate.core.errors import ConflictError, GovernanceRefusal, ValidationError
 from jobgate.core.models import Scope
+from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
 from jobgate.runtime.coordinator import WorkflowCoordinator
 from jobgate.service import workflows as workflow_service
@@ -370,8 +371,13 @@ def test_revoking_the_workflows_approval_refuses_its_next_step(engine: Engine, m
     assert done.record.status is RunStatus.FAILED and done.record.error_code == "approval_revoked"
     assert ran(marker) == ["a"]  # a finished; b never ran
     assert [s.status for s in done.steps] == ["COMPLETED", "FAILED"]
-    # The refused start of b is on the record, once, as a refusal at preparation would be.
+    # The refused start of b is on the record, once, as a refusal at preparation would be, and
+    # against the workflow, whose approval was revoked (b's own definition is approved still:
+    # found by a review, the entry named b's definition).
     assert count(engine, "audit_log", "action = 'run.refused' AND reason = 'approval_revoked'") == 1
+    with engine.store.read() as tx:
+        [entry] = tx.audit_list(AuditFilter(tenant_id="default", action="run.refused"))
+    assert (entry.event.target_type, entry.event.target_id) == ("definition", wf)
 
 
 @pytest.mark.parametrize(

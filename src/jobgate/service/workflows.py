@@ -655,7 +655,10 @@ def _refuse_starts(
             field=refusal.field,
         )
         refused[f"refused:{start.step_id}"] = RunOutcome(RunStatus.FAILED, None, exc.code, exc.message)
-        refusals[(start.step_id, start.compensation)] = (_step_request(record, start), exc)
+        # Audited against the workflow's definition, whose approval (or state) refused it: the
+        # step's own definition may well be approved still.
+        as_workflow = replace(_step_request(record, start), job_definition_id=record.job_definition_id)
+        refusals[(start.step_id, start.compensation)] = (as_workflow, exc)
     return refused
 
 
