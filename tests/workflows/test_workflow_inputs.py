@@ -132,6 +132,33 @@ def test_a_refused_start_stores_and_runs_nothing(engine: Engine, marker: Path) -
     assert marker.read_text() == ""  # step a never ran
 
 
+def test_a_proposal_of_a_workflow_that_could_never_start_is_refused(engine: Engine) -> None:
+    """Found by a review: a four-eyes proposal of a workflow whose step would refuse the value
+    it passes was stored pending (the same value proposed for the job alone was refused), and
+    the second person was handed a request no approval could run. Checked as at a start."""
+    from jobgate.service import requests
+
+    strict = define(
+        engine,
+        handler="workflow_handlers:record",
+        params=[{"name": "name", "required": True, "pattern": "[a-z]{1,8}"}],
+    )
+    wf = workflow(engine, [{"id": "a", "job": strict, "params": {"name": "${params.x}"}}], params=[{"name": "x"}])
+    before = count(engine, "run_requests")
+    with pytest.raises(ValidationError) as refused:
+        requests.propose(
+            engine, tenant_id="default", requester="alice", job_definition_id=wf, params={"x": "BAD123"},
+            title="t", reason="r",
+        )  # fmt: skip
+    assert refused.value.field == "workflow.steps.a.params.name"
+    assert count(engine, "run_requests") == before
+    made = requests.propose(
+        engine, tenant_id="default", requester="alice", job_definition_id=wf, params={"x": "good"},
+        title="t", reason="r",
+    )  # fmt: skip
+    assert made.status == "pending" and count(engine, "run_requests") == before + 1
+
+
 def test_a_schedule_of_a_workflow_whose_every_fire_would_be_refused_is_refused(engine: Engine) -> None:
     """A schedule that could never fire is refused when stored: for a workflow, what its steps
     would be given is checked as at a start (found by a review: it was stored and each fire

@@ -80,9 +80,13 @@ def propose(
     check_text(reason, "reason", lines=True)
     with engine.store.read(tenant_id=tenant_id) as tx:
         definition = engine.definition(tx, tenant_id, job_definition_id)
-    if definition.status is DefinitionStatus.RETIRED:  # retirement is final: it could never be approved
-        raise ConflictError(f"{job_definition_id} is retired: it never runs again", field="job_definition_id")
-    validate_params(definition.params, params, source=job_definition_id)  # a proposal that could never run
+        if definition.status is DefinitionStatus.RETIRED:  # retirement is final: it could never be approved
+            raise ConflictError(f"{job_definition_id} is retired: it never runs again", field="job_definition_id")
+        # A proposal that could never run is refused now, not handed to a second person: its
+        # params, and for a workflow what its steps would be given, as a start checks them.
+        valid = validate_params(definition.params, params, source=job_definition_id)
+        if "workflow" in definition.content:
+            engine.definitions.check_workflow_inputs(tx, definition, tenant_id, valid)
     now = engine.clock.now()
     request = RunRequest(
         request_id=f"TGREQ-{uuid.uuid4().hex[:20]}",
