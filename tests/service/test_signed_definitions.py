@@ -147,3 +147,23 @@ def test_re_signing_with_a_new_key_keeps_the_version_and_its_approval(database_u
     run = engine.submit(SubmitRequest("rotated", scope=Scope(), requested_by="ada"), actor="ada").run
     assert run.definition_version == 1
     store.dispose()
+
+
+def test_keys_verify_checks_every_file_and_says_what_is_required(tmp_path: Path) -> None:
+    """Found by a review: in the demo folder, ``keys verify definitions/`` said every unsigned
+    file was refused because "signatures are required here" (they were not), then stopped at
+    the scenario file, leaving the files after it unchecked."""
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    out = jobgate(folder, "keys", "generate", "--key-id", "ops", "--out", "ops.key")
+    public = out.stdout.strip().splitlines()[-1].split(": ", 1)[1]
+    config = folder / "jobgate.yaml"
+    config.write_text(config.read_text() + f"\nsigning:\n  trust_roots:\n    ops: {public}\n")
+    definitions = sorted((folder / "definitions").iterdir())
+    last = [p for p in definitions if p.suffix in (".yaml", ".yml") and "job_definition_id" in p.read_text()][-1]
+    jobgate(folder, "keys", "sign", str(last), "--key-id", "ops", "--key", "ops.key")
+    checked = jobgate(folder, "keys", "verify", "definitions", check=False)
+    assert checked.returncode == 1 and "signatures are required here" not in checked.stdout
+    assert f"ok      {last.relative_to(folder)}" in checked.stdout or f"ok      {last}" in checked.stdout
+    assert "skipped" in checked.stdout and "scenario files are not signed" in checked.stdout
+    assert "signatures are not required here" in checked.stdout

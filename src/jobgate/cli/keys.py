@@ -109,12 +109,28 @@ def sign(paths: tuple[Path, ...], key_id: str, key_file: Path) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @pass_app
 def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
-    """Check each file's signature against the configured trust roots (exit 1 on any failure)."""
-    roots = app.config().signing.roots()
+    """Check each definition file's signature against the configured trust roots (exit 1 when one
+    is not signed by a trust root). Scenario files (never signed) are listed as skipped; every
+    file is checked, whatever came before."""
+    signing_config = app.config().signing
+    roots = signing_config.roots()
     failed = 0
     checked: list[dict[str, object]] = []
     for path in definition_files(paths):
-        _, document = _document(path)
+        try:
+            _, document = _document(path)
+        except ValidationError as exc:
+            checked.append({"file": str(path), "ok": None, "signed_by": None, "problem": exc.message})
+            if not app.json_output:
+                print(f"skipped {path}: {exc.message}")
+            continue
+        if document.get("signature") is None and not signing_config.require_signed_definitions:
+            failed += 1
+            problem = "not signed (signatures are not required here: it would be applied unsigned)"
+            checked.append({"file": str(path), "ok": False, "signed_by": None, "problem": problem})
+            if not app.json_output:
+                print(f"UNSIGNED {path}: {problem}")
+            continue
         try:
             key_id = signing.verify(
                 content_digest(document), document.get("signature"), roots, what=str(document["job_definition_id"])
