@@ -167,3 +167,6 @@ def test_keys_verify_checks_every_file_and_says_what_is_required(tmp_path: Path)
     assert f"ok      {last.relative_to(folder)}" in checked.stdout or f"ok      {last}" in checked.stdout
     assert "skipped" in checked.stdout and "scenario files are not signed" in checked.stdout
     assert "signatures are not required here" in checked.stdout
+    signed = jobgate(folder, "keys", "sign", "definitions", "--key-id", "ops", "--key", "ops.key")
+    assert "skipped" in signed.stdout  # the scenario file, and every definition signed
+    assert jobgate(folder, "keys", "verify", "definitions").returncode == 0
