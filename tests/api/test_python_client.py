@@ -49,6 +49,7 @@ def test_a_client_submits_waits_on_the_stream_and_gets_the_servers_refusals(
     assert "role" in str(denied.value)
 
 
+@pytest.mark.filterwarnings("ignore:no jobgate.yaml beside the database")  # the defaults, as meant
 def test_connect_submits_into_the_database_and_waits_for_a_worker(world: World) -> None:
     url = world.engine.store.url
     with jobgate.connect(url, tenant="acme", actor="app:billing") as jg:
@@ -89,6 +90,7 @@ def test_wait_follows_the_stream_again_when_it_ends_before_the_run(
         assert done.status == "COMPLETED" and cut == [run.job_run_id]
 
 
+@pytest.mark.filterwarnings("ignore:no jobgate.yaml beside the database")  # the defaults, as meant
 def test_the_client_refuses_a_key_or_status_it_cannot_send_naming_it(world: World) -> None:
     """An empty key was dropped (every call a new run), a key with a newline or an accent failed
     inside the HTTP library; a status in lower case raised a bare ValueError."""
@@ -119,6 +121,31 @@ def test_connect_reads_the_working_folders_configuration_as_the_commands_do(
         run = jg.submit("demo-hello", {"name": "bob"})
     listed = {r["job_run_id"]: r for r in json.loads(cli(folder, "--json", "runs", "list", "--wide").stdout)}
     assert run.config_digest == listed[json.loads(by_command)["job_run_id"]]["config_digest"]
+
+
+def test_connect_from_another_folder_reads_the_configuration_beside_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: ``jobgate.connect("first-job/jobgate.db")`` from the parent folder used
+    the built-in defaults, silently: another snapshot than the folder's commands bind, and the
+    folder's named retry policy refused as unknown. The file beside the database is read; with
+    none anywhere, a warning says the defaults are used."""
+    from tests.cli.test_cli import jobgate as cli
+
+    cli(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    monkeypatch.chdir(tmp_path)
+    by_command = cli(folder, "--json", "submit", "demo-hello", "--param", "name=ada", "--request-id", "a").stdout
+    with jobgate.connect("site/jobgate.db") as jg:
+        assert jg.engine.config.path is not None and Path(jg.engine.config.path) == folder / "jobgate.yaml"
+        run = jg.submit("demo-hello", {"name": "bob"})
+        jg.submit("demo-flaky", {})  # its retry policy is the folder's
+    listed = {r["job_run_id"]: r for r in json.loads(cli(folder, "--json", "runs", "list", "--wide").stdout)}
+    assert run.config_digest == listed[json.loads(by_command)["job_run_id"]]["config_digest"]
+    (tmp_path / "bare").mkdir()
+    (folder / "jobgate.db").rename(tmp_path / "bare" / "jobgate.db")
+    with pytest.warns(UserWarning, match="built-in defaults"), jobgate.connect("bare/jobgate.db") as jg:
+        assert jg.engine.config.path is None
 
 
 def test_an_unreachable_server_is_named_as_the_python_api_calls_it() -> None:

@@ -264,20 +264,43 @@ def connect(
     tenant: str = DEFAULT_TENANT,
 ) -> Embedded:
     """The jobgate database at ``database`` (a URL, or a SQLite file's path), with the
-    configuration in ``config`` (a ``jobgate.yaml``; by default the one in the working folder,
-    as every ``jobgate`` command reads it, else the built-in defaults: a run bound to defaults
-    the folder's configuration does not hold would differ from the same run submitted by the
-    command line). The database must exist at this version's schema (``jobgate init`` or
-    ``jobgate migrate`` make it)."""
-    from jobgate.config import CONFIG_FILENAME, default_config, load_config
+    configuration in ``config`` (a ``jobgate.yaml``). By default: the ``jobgate.yaml`` beside a
+    SQLite database (the folder ``jobgate init`` made), else the one in the working folder, as
+    every ``jobgate`` command reads it; with neither, the built-in defaults and a warning (a run
+    bound to defaults the folder's configuration does not hold differs from the same run
+    submitted by the command line, and names its configuration cannot resolve are refused).
+    The database must exist at this version's schema (``jobgate init`` or ``jobgate migrate``
+    make it)."""
+    from jobgate.config import default_config, load_config
     from jobgate.core.params import check_text
     from jobgate.service.engine import Engine
     from jobgate.store.opening import database_url, open_store
 
     check_text(actor, "actor")  # who acts is printed with every record it makes
 
-    if config is None and Path(CONFIG_FILENAME).is_file():
-        config = CONFIG_FILENAME
+    url = database_url(database)
+    if config is None:
+        config = _configuration_of(url)
     settings = load_config(str(config)) if config is not None else default_config(Path.cwd())
-    store = open_store(database_url(database), synchronous=settings.sqlite.synchronous)
+    store = open_store(url, synchronous=settings.sqlite.synchronous)
     return Embedded(Engine(store, settings), actor=actor, tenant=tenant)
+
+
+def _configuration_of(url: str) -> Path | None:
+    """The ``jobgate.yaml`` a database is used with when none is named: beside its SQLite file,
+    else in the working folder; None (and a warning) when there is neither."""
+    import warnings
+
+    from jobgate.config import CONFIG_FILENAME
+    from jobgate.store.opening import sqlite_file
+
+    found = sqlite_file(url)
+    for candidate in ([found.parent / CONFIG_FILENAME] if found is not None else []) + [Path(CONFIG_FILENAME)]:
+        if candidate.is_file():
+            return candidate
+    warnings.warn(
+        f"no {CONFIG_FILENAME} beside the database or in the working folder: jobgate's built-in defaults are used"
+        " (name the folder's file with config=)",
+        stacklevel=3,
+    )
+    return None
