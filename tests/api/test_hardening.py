@@ -110,7 +110,7 @@ def test_inputs_the_database_cannot_hold_are_refused_not_500(world: World, reque
         str(method), str(url), json=body[0] if body else None, headers=world.headers("acme", Role.ADMIN)
     )
     assert response.status_code in (400, 422), response.text
-    assert set(response.json()) <= {"error", "message", "field"}
+    assert set(response.json()) <= {"error", "message", "field", "source"}
     assert count(world.engine, "job_runs") == 0 and count(world.engine, "schedules") == 0
 
 

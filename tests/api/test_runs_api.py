@@ -70,7 +70,7 @@ def test_refused_creates_name_the_field_and_store_nothing(
     response = world.client.post(RUNS, json=body, headers=admin(world))
     assert response.status_code == status, response.text
     assert field in response.json().get("field", ""), response.json()
-    assert set(response.json()) <= {"error", "message", "field"}
+    assert set(response.json()) <= {"error", "message", "field", "source"}
     assert count(world.engine, "job_runs") == 0 and count(world.engine, "outbox") == 0
 
 

@@ -251,6 +251,12 @@ def test_the_cli_through_a_server_prints_what_it_prints_locally(served: Served) 
         assert jobgate(served.folder, *remote, *command).stdout == jobgate(served.folder, *command).stdout
     refused = jobgate(served.folder, *remote, "runs", "cancel", run_id, check=False)
     assert refused.returncode == 1 and "only a pending run can be cancelled" in refused.stderr
+    # a refusal naming what it is about and the field reads the same line (found by a review:
+    # through the server the definition came after the field)
+    bad = ("submit", "count-up", "-p", "steps=x/y")
+    there, here = jobgate(served.folder, *remote, *bad, check=False), jobgate(served.folder, *bad, check=False)
+    assert there.returncode == here.returncode == 1
+    assert there.stderr == here.stderr and "count-up: params.steps: " in here.stderr
     missing = jobgate(served.folder, *remote, "runs", "show", "TGJOBRUN-nope", check=False)
     assert missing.returncode == 1 and "not_found" in missing.stderr
     local_only = jobgate(served.folder, *remote, "dlq", "list", check=False)

@@ -44,6 +44,7 @@ class ErrorBody(BaseModel):
     error: str
     message: str
     field: str | None = None
+    source: str | None = None  # what the refusal is about (a definition, a file), its message's first words
 
 
 class Forbidden(JobgateError):
@@ -99,10 +100,12 @@ def status_for(exc: JobgateError) -> int:
     return 400
 
 
-def body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+def body(code: str, message: str, field: str | None = None, source: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"error": code, "message": message}
     if field:
         out["field"] = field
+    if source:
+        out["source"] = source
     return out
 
 
@@ -122,7 +125,7 @@ def _jobgate_error(request: Request, exc: Exception) -> Response:
     page = _console_page(request, status, exc.code, message, exc.field)
     if page is not None:
         return page
-    return JSONResponse(body(exc.code, message, exc.field), status_code=status, headers=headers)
+    return JSONResponse(body(exc.code, message, exc.field, exc.source), status_code=status, headers=headers)
 
 
 def _console_page(request: Request, status: int, code: str, message: str, field: str | None) -> Response | None:

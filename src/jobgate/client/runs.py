@@ -144,8 +144,8 @@ class LocalRuns:
 class RemoteError(JobgateError):
     """A refusal the server sent back, with its code (shown as ``error: <code>: <message>``)."""
 
-    def __init__(self, code: str, message: str, field: str | None) -> None:
-        super().__init__(message, field=field)
+    def __init__(self, code: str, message: str, field: str | None, source: str | None = None) -> None:
+        super().__init__(message, field=field, source=source)
         self.code = code
 
 
@@ -252,12 +252,17 @@ class RemoteRuns:
         try:
             body = response.json()
             code, message, field = body["error"], body["message"], body.get("field")
-        except (ValueError, KeyError, TypeError):
-            code, message, field = "http_error", f"HTTP {response.status_code}", None
+            source = body.get("source")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            code, message, field, source = "http_error", f"HTTP {response.status_code}", None, None
+        if isinstance(source, str) and isinstance(message, str) and message.startswith(f"{source}: "):
+            message = message.removeprefix(f"{source}: ")  # said again as the local error says it
+        else:
+            source = None
         kind = _BY_STATUS.get(response.status_code)
         if kind is not None:
-            raise kind(message, field=field)
-        raise RemoteError(code, message, field)
+            raise kind(message, field=field, source=source)
+        raise RemoteError(code, message, field, source)
 
     @contextlib.contextmanager
     def stream_lines(self, run_id: str) -> Iterator[Iterator[str]]:
