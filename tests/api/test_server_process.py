@@ -221,6 +221,26 @@ def test_an_existing_bootstrap_token_file_is_refused(tmp_path: Path) -> None:
     assert tokens == []  # nothing created by the refused start
 
 
+def test_a_bootstrap_token_file_on_a_database_with_tokens_is_answered(tmp_path: Path) -> None:
+    """Found by a review: on a database that had tokens, ``--bootstrap-token-file`` wrote nothing
+    and said nothing, and whoever polled for the file waited for ever."""
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    jobgate(folder, "tokens", "create", "--role", "admin")
+    log = folder / "serve.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jobgate", "serve", "--port", str(free_port()), "--bootstrap-token-file", "t"],
+            cwd=folder, env=ENV, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "not a first start" in log.read_text(), timeout=60, what="the notice", poll=0.1)
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert "no admin token was written to t" in log.read_text() and not (folder / "t").exists()
+
+
 def test_a_dangling_symlink_at_the_bootstrap_token_file_is_refused_before_any_token(tmp_path: Path) -> None:
     jobgate(tmp_path, "init", "site")
     folder = tmp_path / "site"

@@ -84,6 +84,14 @@ def serve(
             markup=False,
         )
         render.err.print(made.token, markup=False)
+    elif bootstrap_token_file is not None and not no_auth:
+        # Only a first start (no token at all) makes one: say so, or whoever waits for the file
+        # waits for ever.
+        render.err.print(
+            f"not a first start: tokens exist already, so no admin token was written to {bootstrap_token_file}"
+            " (make one with `jobgate tokens create --role admin`)",
+            markup=False,
+        )
     loops = ", ".join(n for n, on in (("worker", options.worker), ("scheduler", options.scheduler)) if on) or "no loops"
     auth = "no auth (loopback only)" if no_auth else "bearer tokens"
     logging.getLogger("jobgate.cli").info(
