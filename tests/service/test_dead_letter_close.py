@@ -72,6 +72,11 @@ def test_a_closed_dead_letter_is_never_requeued_and_its_run_never_runs_again(let
     with pytest.raises(ConflictError) as refused:
         control.requeue_run(engine, run, actor="ops")
     assert refused.value.field == "status" and "closed" in refused.value.message
+    runs = count(engine, "job_runs")
+    with pytest.raises(ConflictError) as not_retried:  # nor as a new run (a regression review's variant)
+        control.retry_run(engine, run, actor="ops")
+    assert not_retried.value.field == "status" and "closed" in not_retried.value.message
+    assert count(engine, "job_runs") == runs
     assert (count(engine, "audit_log"), count(engine, "run_transitions"), count(engine, "dead_letters")) == before
     with engine.store.read() as tx:
         found = tx.run_get(run)

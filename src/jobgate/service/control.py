@@ -172,9 +172,10 @@ def close_dead_letter(
     return replace(letter, resolved_at=now, resolution=resolution)
 
 
-def _letter_closed(tx: StoreTx, run: JobRun) -> bool:
+def letter_closed(tx: StoreTx, run: JobRun) -> bool:
     """Whether someone closed the run's dead letter (``close_dead_letter``): decided that nothing
-    more is to run. Its audit entry says so; a closed letter leaves its run as it ended for good."""
+    more is to run. Its audit entry says so; a closed letter leaves its run as it ended for good:
+    neither requeued nor retried."""
     closed = AuditFilter(
         tenant_id=run.tenant_id, target_type="run", target_id=run.job_run_id, action=DEAD_LETTER_CLOSED, limit=1
     )
@@ -207,7 +208,7 @@ def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str |
                 field="job_run_id",
             )
         letter = tx.dead_letter_open_for(job_run_id)
-        if letter is None and _letter_closed(tx, run):
+        if letter is None and letter_closed(tx, run):
             raise ConflictError(
                 "the run's dead letter was closed (no more attempts); a closed letter is not requeued",
                 field="status",

@@ -62,6 +62,12 @@ def retry(
         refusal = retry_refusal(source.status)
         if refusal is not None:
             raise ConflictError(refusal, field="status")
+        from jobgate.service.control import letter_closed  # control retries through here: imported late
+
+        if letter_closed(tx, source):
+            raise ConflictError(
+                "the run's dead letter was closed (no more attempts); a closed letter is not retried", field="status"
+            )
         if source.workflow_run_id is not None:  # its workflow owns its effects (and their undoing)
             raise ConflictError(
                 f"run is a step of workflow run {source.workflow_run_id}: a retry would run it outside its"
