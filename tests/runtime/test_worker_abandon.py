@@ -6,7 +6,7 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
-from runtime_support import attempts, wait_status
+from runtime_support import attempts, wait_status, wait_until
 
 from helpers import define, make_config
 from jobgate.core.states import RunStatus
@@ -87,5 +87,54 @@ def test_a_retry_never_starts_while_the_attempt_that_ignored_its_stop_still_runs
         assert marker.read_text().split("\n")[:4] == ["start 1", "end 1", "start 2", "end 2"]
         assert run.result == {"attempt": 2}
         assert [(a.attempt, a.outcome) for a in attempts(engine, rid)] == [(1, "execution_timeout"), (2, "succeeded")]
+    finally:
+        engine.store.dispose()
+
+
+def test_a_stop_asked_while_a_timed_out_attempt_still_runs_ends_the_run_cancelled(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Found by a regression review: an attempt stopped for its timeout whose code ran on was
+    held; a user's ``runs stop`` meanwhile was never seen (only flights not yet interrupted were
+    asked), and when the code returned the run was retried. The user's stop wins: CANCELLED, no
+    second attempt."""
+    from jobgate.service import control
+
+    config = make_config(
+        tmp_path, timeout_policies=[{"timeout_policy_id": "one_second", "execution_timeout_seconds": 1}]
+    )
+    engine = Engine(Store(database_url), config)
+    marker = tmp_path / "marker.txt"
+    try:
+        job = define(
+            engine,
+            handler="engine_handlers:deaf_first_attempt",
+            retry_policy="test_fixed_v1",
+            timeout_policy="one_second",
+            params=[{"name": "marker", "pattern": "/[A-Za-z0-9_./-]{1,300}"}, {"name": "seconds"}],
+        )
+        rid = engine.submit(SubmitRequest(job, params={"marker": str(marker), "seconds": "4"})).run.job_run_id
+        worker = Worker(
+            engine,
+            WorkerSettings(
+                concurrency=2,
+                stop_grace=timedelta(milliseconds=100),
+                poll_interval=timedelta(milliseconds=20),
+                stop_check_interval=timedelta(milliseconds=50),
+            ),
+        )
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_until(lambda: any(f.overdue for f in list(worker._running.values())), timeout=15, what="overdue")
+            control.stop_run(engine, rid, actor="ops", reason="stop it")
+            run = wait_status(engine, rid, RunStatus.CANCELLED, timeout=20)
+        finally:
+            worker.stop()
+            assert worker.wait_stopped(15)
+            thread.join(5)
+        assert run.attempt == 1 and marker.read_text().split("\n")[:2] == ["start 1", "end 1"]
+        assert [a.attempt for a in attempts(engine, rid)] == [1]
+        assert "start 2" not in marker.read_text()
     finally:
         engine.store.dispose()

@@ -813,11 +813,14 @@ class Worker:
         if flight.overdue:  # a result past the stop's grace is void: the attempt ends as interrupted
             outcome = Outcome(OutcomeKind.STOPPED, outcome.error_code, outcome.error_message)
         if flight.interrupt is OutcomeKind.EXECUTION_TIMEOUT and outcome.kind is not OutcomeKind.SUCCEEDED:
-            outcome = Outcome(
-                OutcomeKind.EXECUTION_TIMEOUT,
-                "EXECUTION_TIMEOUT",
-                f"attempt exceeded its execution timeout of {run.execution_timeout}",
-            )
+            if self._stop_requested(run):  # a user's stop since, not yet seen: their intent wins
+                outcome = Outcome(OutcomeKind.STOPPED, outcome.error_code, outcome.error_message)
+            else:
+                outcome = Outcome(
+                    OutcomeKind.EXECUTION_TIMEOUT,
+                    "EXECUTION_TIMEOUT",
+                    f"attempt exceeded its execution timeout of {run.execution_timeout}",
+                )
         elif flight.interrupt is OutcomeKind.RETRYABLE_FAILURE and outcome.kind is not OutcomeKind.SUCCEEDED:
             # Shut down past the grace period: the attempt did not fail, the worker left. It is
             # handed back, not counted, and the run waits for the next worker.
@@ -915,8 +918,12 @@ class Worker:
         return settling_policy(self.engine.config, run)
 
     # ------------------------------------------------------------------ stops, timeouts, shutdown
-    def _interrupt(self, flight: _InFlight, why: OutcomeKind, now: datetime) -> None:
+    def _interrupt(self, flight: _InFlight, why: OutcomeKind, now: datetime, *, overriding: bool = False) -> None:
+        """Stop the attempt for ``why``. ``overriding``: a user's stop, or the run taken away,
+        says how an attempt already stopped for its timeout ends (its stop was sent already)."""
         if flight.interrupt is not None:
+            if overriding and flight.interrupt is OutcomeKind.EXECUTION_TIMEOUT:
+                flight.interrupt = why
             return
         flight.interrupt = why
         flight.interrupted_at = now
@@ -982,7 +989,13 @@ class Worker:
         this worker's (escalated by the SLA monitor, closed by the rescuer): their result is void
         and their fenced settlement would be refused; noticing here rather than at the next lease
         renewal stops the work within ``stop_check_interval``."""
-        flights = {rid: f for rid, f in self._running.items() if f.interrupt is None}
+        # A timed-out attempt is still looked at: its code may run on past the stop's grace (the
+        # run held meanwhile), and a user's stop, or the run taken away, says how it ends.
+        flights = {
+            rid: f
+            for rid, f in self._running.items()
+            if not f.abandoned and f.interrupt in (None, OutcomeKind.EXECUTION_TIMEOUT)
+        }
         if not flights:
             return
         with self.engine.store.read() as tx:
@@ -995,9 +1008,9 @@ class Worker:
                 rid,
                 extra=self._run_fields(rid, action="lease_lost", attempt=flights[rid].run.attempt),
             )
-            self._interrupt(flights[rid], OutcomeKind.LEASE_EXPIRED, now)
+            self._interrupt(flights[rid], OutcomeKind.LEASE_EXPIRED, now, overriding=True)
         for rid in wanted - taken:
-            self._interrupt(flights[rid], OutcomeKind.STOPPED, now)
+            self._interrupt(flights[rid], OutcomeKind.STOPPED, now, overriding=True)
 
     def _release_buffer(self, now: datetime) -> None:
         if not self._buffer:
