@@ -204,6 +204,29 @@ def test_a_trigger_created_again_with_another_body_turns_keeping_off(
     assert _verdict(engine, job) == "admitted"
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "CREATE TRIGGER zz_pin AFTER UPDATE ON governance_epoch"
+        " BEGIN UPDATE governance_epoch SET epoch = 42 WHERE id = 1; END",
+        "CREATE TRIGGER zz_pin AFTER UPDATE ON definition_approvals BEGIN UPDATE GOVERNANCE_EPOCH SET epoch = 42; END",
+    ],
+)
+def test_another_trigger_naming_the_epoch_turns_keeping_off(
+    site: tuple[Engine, str], caplog: pytest.LogCaptureFixture, extra: str
+) -> None:
+    """Found by a regression review: every trigger of migration 0033 in place, and one more that
+    sets the epoch back to a value it had: a revocation by hand left the kept reading served."""
+    engine, job = site
+    _by_hand(engine, "UPDATE governance_epoch SET epoch = 42 WHERE id = 1")
+    _by_hand(engine, extra)
+    with caplog.at_level("WARNING", logger="jobgate.store"):
+        assert _verdict(engine, job) == "admitted"
+        _by_hand(engine, f"{REVOKE} WHERE job_definition_id = '{job}'")  # the epoch moves, and is pinned back
+        assert _verdict(engine, job) == "definition_not_approved"
+    assert "another trigger names it" in caplog.text
+
+
 def test_each_database_starts_with_its_own_epoch(tmp_path: Path) -> None:
     """Two files migrated afresh (or one restored from a copy made before the epoch existed and
     migrated again) never share a first value a process could have kept readings under."""

@@ -44,10 +44,12 @@ def _trigger_sql(table: str, event: str) -> str:
 
 
 # Each trigger by name with its whole text: one of the same name that does something else (a
-# body that no longer moves the epoch, or moves it only sometimes) is as good as none.
+# body that no longer moves the epoch, or moves it only sometimes) is as good as none, and so is
+# any other trigger that names the epoch (one that sets it back to a value it had pins it).
 TRIGGERS = {f"governance_epoch_{t}_{e}": _trigger_sql(t, e) for t in _WATCHED for e in ("insert", "update", "delete")}
 _TRIGGERS = (
-    f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ({', '.join('?' for _ in TRIGGERS)})"
+    f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND (name IN ({', '.join('?' for _ in TRIGGERS)})"
+    " OR lower(tbl_name) = 'governance_epoch' OR lower(sql) LIKE '%governance_epoch%')"
 )
 log = logging.getLogger("jobgate.store")
 
@@ -116,16 +118,16 @@ class GovernanceCache:
         return reading
 
     def _triggers_in_place(self, conn: Connection, schema: int) -> bool:
-        """Whether every trigger that moves the epoch exists as the migration made it, read once
-        a schema version."""
+        """Whether every trigger that moves the epoch exists as the migration made it, and no
+        other names it, read once a schema version."""
         if schema != self._schema:
             found = dict(driver.rows_sql(conn, _TRIGGERS, tuple(TRIGGERS)))
             whole = found == TRIGGERS
             if not whole and (self._triggers_whole or self._schema is None):
                 log.warning(
-                    "a trigger of governance_epoch is missing or not as migration 0033 made it (dropped"
-                    " or changed by hand, or with a table a tool rebuilt): governance rows are read for"
-                    " every submission until it is created again as it was"
+                    "a trigger of governance_epoch is missing or not as migration 0033 made it, or another"
+                    " trigger names it (dropped, changed or added by hand, or with a table a tool rebuilt):"
+                    " governance rows are read for every submission until the triggers are as they were"
                 )
             self._schema, self._triggers_whole = schema, whole
         return self._triggers_whole
