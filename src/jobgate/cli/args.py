@@ -125,4 +125,5 @@ _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 def tenant_option(*, default: str | None = "default", help: str | None = None) -> Callable[[_Command], _Command]:
     """The ``--tenant`` option of every command: one rule for what it accepts."""
-    return click.option("--tenant", default=default, show_default=default is not None, help=help, callback=_tenant_name)
+    said = help or ("the tenant acted in" if default is not None else "only this tenant's (default: every tenant's)")
+    return click.option("--tenant", default=default, show_default=default is not None, help=said, callback=_tenant_name)

@@ -146,10 +146,12 @@ def audit_group() -> None:
 
 @audit_group.command("list")
 @tenant_option()
-@click.option("--actor")
-@click.option("--action")
+@click.option("--actor", help="only entries by this actor")
+@click.option("--action", help="only entries of this action (e.g. run.refused)")
 @click.option("--target", help="a target id (run, definition, request, token ...)")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1, 100_000), help="at most this many entries"
+)
 @click.option(
     "--after",
     "after_seq",

@@ -70,6 +70,7 @@ def _anchor_signers(app: AppContext) -> dict[str, int]:
 @click.option("--key-id", required=True, help="the name the trust root will have")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="private key file")
 def generate(key_id: str, out: Path) -> None:
+    """Make an Ed25519 key pair: the private key in --out (owner-only), the public key printed for trust roots."""
     pair = signing.generate(key_id)
     with new_output(out, "--out", mode=signing.PRIVATE_KEY_MODE) as file:
         file.write(signing.private_key_file(pair))
@@ -87,8 +88,14 @@ def _document(path: Path) -> tuple[str, dict[str, object]]:
 
 @keys.command("sign")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--key-id", required=True)
-@click.option("--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--key-id", required=True, help="the key's id, as the trust roots name it")
+@click.option(
+    "--key",
+    "key_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="the private key file (from keys generate)",
+)
 def sign(paths: tuple[Path, ...], key_id: str, key_file: Path) -> None:
     """Sign each definition file's content digest; the file keeps everything else as written."""
     private = key_file.read_text(encoding="ascii").strip()
@@ -155,8 +162,14 @@ def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
 
 @keys.command("sign-licence")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--key-id", required=True)
-@click.option("--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--key-id", required=True, help="the key's id, as the licence trust roots name it")
+@click.option(
+    "--key",
+    "key_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="the private key file of a licence trust root",
+)
 def sign_licence(path: Path, key_id: str, key_file: Path) -> None:
     """Sign a licence file (JSON: licence_id, holder, permissions, expires_at,
     max_concurrent_runs) for ``trust_gates.licence``."""

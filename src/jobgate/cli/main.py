@@ -352,6 +352,7 @@ def definitions() -> None:
 @tenant_option()
 @pass_app
 def definitions_list(app: AppContext, tenant: str) -> None:
+    """List the definitions: current version, class, status and digest (`definitions approval JOB`: its approval)."""
     with app.engine().store.read() as tx:
         items = tx.definitions_list(tenant)
     if app.json_output:
@@ -380,6 +381,7 @@ def definitions_list(app: AppContext, tenant: str) -> None:
 @tenant_option()
 @pass_app
 def definitions_show(app: AppContext, job: str, tenant: str) -> None:
+    """Show a definition: its content, digests, versions and approval."""
     with app.engine().store.read() as tx:
         versions = tx.definition_versions(tenant, job)
     if not versions:
@@ -474,10 +476,21 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--status", multiple=True, type=click.Choice([s.value for s in RunStatus], case_sensitive=False))
+@click.option(
+    "--status",
+    multiple=True,
+    type=click.Choice([s.value for s in RunStatus], case_sensitive=False),
+    help="only runs in this status (repeatable)",
+)
 @click.option("--job", help="only runs of this definition")
 @click.option("--class", "job_class", help="only runs of this job class")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="at most this many runs, newest first",
+)
 @tenant_option()
 @click.option("--wide", is_flag=True, help="full run ids and every column (the default fits 80 columns)")
 @pass_app
@@ -563,8 +576,10 @@ def _actor(requested_by: str | None) -> str:
 
 @runs.command("cancel")
 @click.argument("run_id")
-@click.option("--reason")
-@click.option("--by", "requested_by", type=PERSON)
+@click.option("--reason", help="why, recorded with the cancellation")
+@click.option(
+    "--by", "requested_by", type=PERSON, help="who asks (default: your login name), recorded with the cancellation"
+)
 @pass_app
 def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Cancel a pending run (not yet started)."""
@@ -574,8 +589,8 @@ def runs_cancel(app: AppContext, run_id: str, reason: str | None, requested_by: 
 
 @runs.command("stop")
 @click.argument("run_id")
-@click.option("--reason")
-@click.option("--by", "requested_by", type=PERSON)
+@click.option("--reason", help="why, recorded with the stop")
+@click.option("--by", "requested_by", type=PERSON, help="who asks (default: your login name), recorded with the stop")
 @pass_app
 def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: str | None) -> None:
     """Stop a running run: SIGTERM, then kill after the runner's grace period."""
@@ -589,7 +604,7 @@ def runs_stop(app: AppContext, run_id: str, reason: str | None, requested_by: st
 
 @runs.command("retry")
 @click.argument("run_id")
-@click.option("--by", "requested_by", type=PERSON)
+@click.option("--by", "requested_by", type=PERSON, help="who asks (default: your login name), recorded with the retry")
 @pass_app
 def runs_retry(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """A new run for a terminal run (at most one per source run; asking again returns it).
@@ -643,6 +658,7 @@ def dlq() -> None:
 @click.option("--wide", is_flag=True, help="full run ids and every column (the default fits 80 columns)")
 @pass_app
 def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:
+    """List the dead letters still open (--all: resolved ones too)."""
     with app.engine().store.read() as tx:
         letters = tx.dead_letters_list(tenant, open_only=not show_all)
     if app.json_output:
@@ -655,7 +671,9 @@ def dlq_list(app: AppContext, show_all: bool, tenant: str, wide: bool) -> None:
 
 @dlq.command("requeue")
 @click.argument("run_id")
-@click.option("--by", "requested_by", type=PERSON)
+@click.option(
+    "--by", "requested_by", type=PERSON, help="who requeues (default: your login name), recorded with the requeue"
+)
 @pass_app
 def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
     """One more attempt for a dead-lettered or escalated run (same idempotency key)."""
@@ -670,7 +688,9 @@ def dlq_requeue(app: AppContext, run_id: str, requested_by: str | None) -> None:
 @dlq.command("close")
 @click.argument("run_id")
 @click.option("--note", required=True, help="why nothing more is to run (recorded and audited)")
-@click.option("--by", "requested_by", type=PERSON)
+@click.option(
+    "--by", "requested_by", type=PERSON, help="who closes it (default: your login name), recorded with the close"
+)
 @pass_app
 def dlq_close(app: AppContext, run_id: str, note: str, requested_by: str | None) -> None:
     """Close a run's open dead letter without another attempt (its workflow ended, the work was

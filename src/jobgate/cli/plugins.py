@@ -28,7 +28,13 @@ def plugins() -> None:
 @plugins.command("sign")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--key-id", required=True, help="the trust root's name in plugins.trust_roots")
-@click.option("--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--key",
+    "key_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="the private key file (from keys generate)",
+)
 @click.option("--name", help="the plugin's name when it differs from the folder's (an entry point's name)")
 def sign(folder: Path, key_id: str, key_file: Path, name: str | None) -> None:
     """Sign every file of the plugin package FOLDER (FILE.sig beside each; existing ones replaced)."""

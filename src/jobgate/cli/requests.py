@@ -38,15 +38,16 @@ def requests_group() -> None:
 
 @requests_group.command("propose")
 @click.argument("job")
-@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE")
-@click.option("--title", required=True)
-@click.option("--reason", required=True)
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="a parameter of the run (repeatable)")
+@click.option("--title", required=True, help="a short title, shown to the approver")
+@click.option("--reason", required=True, help="why the run is needed, shown to the approver")
 @click.option("--by", "actor", type=PERSON, help="who proposes (default: you)")
 @tenant_option()
 @pass_app
 def propose(
     app: AppContext, job: str, params: tuple[str, ...], title: str, reason: str, actor: str | None, tenant: str
 ) -> None:
+    """Propose a run for a second person to approve (four eyes); nothing runs until then."""
     made = requests.propose(
         app.engine(),
         tenant_id=tenant,
@@ -60,10 +61,11 @@ def propose(
 
 
 @requests_group.command("list")
-@click.option("--status", type=click.Choice(["pending", "approved", "rejected"]))
+@click.option("--status", type=click.Choice(["pending", "approved", "rejected"]), help="only requests in this state")
 @tenant_option()
 @pass_app
 def list_requests(app: AppContext, status: str | None, tenant: str) -> None:
+    """List run requests, newest first."""
     rows = [_row(r) for r in requests.listed(app.engine(), tenant, status=status)]
     render.records(
         app.json_output,
@@ -78,6 +80,7 @@ def list_requests(app: AppContext, status: str | None, tenant: str) -> None:
 @tenant_option()
 @pass_app
 def show(app: AppContext, request_id: str, tenant: str) -> None:
+    """Show a run request: what it asks, who proposed and decided it."""
     row = _row(requests.get(app.engine(), tenant, request_id))
     render.emit_json(row) if app.json_output else render.table(request_id, ["field", "value"], list(row.items()))
 
@@ -99,11 +102,12 @@ def test(app: AppContext, request_id: str, actor: str | None, tenant: str) -> No
 
 @requests_group.command("approve")
 @click.argument("request_id")
-@click.option("--note")
+@click.option("--note", help="why it is approved, recorded with the approval")
 @click.option("--by", "actor", type=PERSON, help="who approves (default: you; never the proposer)")
 @tenant_option()
 @pass_app
 def approve(app: AppContext, request_id: str, note: str | None, actor: str | None, tenant: str) -> None:
+    """Approve a request as the second person: its run is created and admitted like any other."""
     done = requests.approve(app.engine(), tenant, request_id, actor=actor or os_user(), note=note)
     render.emit_json(_row(done)) if app.json_output else print(f"{request_id} approved: run {done.job_run_id}")
 
@@ -115,5 +119,6 @@ def approve(app: AppContext, request_id: str, note: str | None, actor: str | Non
 @tenant_option()
 @pass_app
 def reject(app: AppContext, request_id: str, note: str, actor: str | None, tenant: str) -> None:
+    """Reject a request, saying why; nothing runs."""
     done = requests.reject(app.engine(), tenant, request_id, actor=actor or os_user(), note=note)
     render.emit_json(_row(done)) if app.json_output else print(f"{request_id} rejected")

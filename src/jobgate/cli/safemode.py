@@ -74,7 +74,9 @@ def off(app: AppContext, reason: str, actor: str | None, tenant: str) -> None:
 
 @safe_mode.command("history")
 @tenant_option()
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1, 10_000), help="at most this many periods"
+)
 @pass_app
 def history(app: AppContext, tenant: str, limit: int) -> None:
     """Every activation and deactivation, oldest first."""

@@ -45,6 +45,7 @@ def schedules() -> None:
 @tenant_option()
 @pass_app
 def schedules_list(app: AppContext, tenant: str) -> None:
+    """List the schedules: rhythm, state and how far each is planned (`jobgate next` lists fires)."""
     with app.engine().store.read() as tx:
         items = tx.schedules_list(tenant)
     rows = [
@@ -120,10 +121,35 @@ def _when(s: Schedule) -> str:
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA timezone of the cron expression")
 @click.option("--anchor", help="ISO 8601 instant the interval or windows count from")
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="may use {{current_date}} etc.")
-@click.option("--misfire", default="fire_once", show_default=True, type=click.Choice(["fire_once", "fire_all", "skip"]))
-@click.option("--grace-seconds", "misfire_grace_seconds", type=float, default=60, show_default=True)
-@click.option("--max-catchup", type=int, default=100, show_default=True)
-@click.option("--overlap", default="allow", show_default=True, type=click.Choice(["allow", "forbid", "replace"]))
+@click.option(
+    "--misfire",
+    default="fire_once",
+    show_default=True,
+    type=click.Choice(["fire_once", "fire_all", "skip"]),
+    help="what late slots do after downtime: one run, each its run, or none",
+)
+@click.option(
+    "--grace-seconds",
+    "misfire_grace_seconds",
+    type=float,
+    default=60,
+    show_default=True,
+    help="how late a slot may fire and still count as on time, in seconds",
+)
+@click.option(
+    "--max-catchup",
+    type=int,
+    default=100,
+    show_default=True,
+    help="after downtime, at most this many late slots fire under fire_all",
+)
+@click.option(
+    "--overlap",
+    default="allow",
+    show_default=True,
+    type=click.Choice(["allow", "forbid", "replace"]),
+    help="a fire while the previous run still runs: run beside it, skip, or replace it",
+)
 @tenant_option()
 @click.option("--allow-pending", is_flag=True, help="store it paused until its definition is approved")
 @pass_app
@@ -208,7 +234,7 @@ def schedules_apply(app: AppContext, path: Path, allow_pending: bool) -> None:
     "--every", "every_seconds", type=FiniteFloat(-1e9, 1e9), required=True, help="the proposed interval in seconds"
 )
 @click.option("--by", "source", type=PERSON, required=True, help="who recommends it (e.g. the DSAIL recommender)")
-@click.option("--reason")
+@click.option("--reason", help="why this interval is recommended")
 @tenant_option()
 @pass_app
 def schedules_recommend(
@@ -251,7 +277,7 @@ def schedules_changes(app: AppContext, schedule_id: str, tenant: str) -> None:
 @schedules.command("misses")
 @click.argument("schedule_id")
 @click.option("--reason", type=click.Choice([r.value for r in MissReason]), help="only misses for this reason")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="at most this many misses")
 @click.option("--after", help="only misses after this instant (the last one of the previous page)")
 @tenant_option()
 @pass_app
@@ -274,6 +300,7 @@ def schedules_misses(
 @tenant_option()
 @pass_app
 def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
+    """Pause a schedule: its slots are recorded as paused misses and never run."""
     _pause(app, schedule_id, tenant, True)
 
 
@@ -282,6 +309,7 @@ def schedules_pause(app: AppContext, schedule_id: str, tenant: str) -> None:
 @tenant_option()
 @pass_app
 def schedules_resume(app: AppContext, schedule_id: str, tenant: str) -> None:
+    """Resume a paused schedule: its slots fire again from now (those of the pause stay missed, paused)."""
     _pause(app, schedule_id, tenant, False)
 
 
@@ -298,13 +326,15 @@ def _pause(app: AppContext, schedule_id: str, tenant: str, paused: bool) -> None
 @tenant_option()
 @pass_app
 def schedules_delete(app: AppContext, schedule_id: str, tenant: str) -> None:
+    """Delete a schedule and its misses (its changes and audit entries stay); a definition's own
+    schedule is changed by applying the definition."""
     service.delete(app.engine(), tenant, schedule_id, now=app.engine().clock.now(), actor=os_user())
     _say(app, {"schedule_id": schedule_id, "deleted": True}, f"schedule {schedule_id} deleted")
 
 
 @click.command("next")
 @click.argument("job")
-@click.option("--count", default=5, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--count", default=5, show_default=True, type=click.IntRange(1, 1000), help="how many fires to list")
 @tenant_option()
 @pass_app
 def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
@@ -418,11 +448,18 @@ def alerts() -> None:
 
 @alerts.command("post")
 @click.argument("name")
-@click.option("--status", type=click.Choice(["firing", "resolved"]), default="firing", show_default=True)
+@click.option(
+    "--status",
+    type=click.Choice(["firing", "resolved"]),
+    default="firing",
+    show_default=True,
+    help="the alert's state: firing starts an episode, resolved ends it",
+)
 @click.option("--data", default="{}", show_default=True, help="a JSON object (numeric fields become facts), or @file")
 @tenant_option()
 @pass_app
 def alerts_post(app: AppContext, name: str, status: str, data: str, tenant: str) -> None:
+    """Post an alert (firing or resolved): alert schedules fire on its episodes."""
     fires = triggers.post_alert(
         app.engine(),
         tenant_id=tenant,
@@ -530,7 +567,13 @@ def _json_object(data: str) -> dict[str, Any]:
 
 
 @click.command("scheduler")
-@click.option("--lease-seconds", type=FiniteFloat(1, 3600), default=10, show_default=True)
+@click.option(
+    "--lease-seconds",
+    type=FiniteFloat(1, 3600),
+    default=10,
+    show_default=True,
+    help="how long leadership is held between renewals, in seconds",
+)
 @click.option("--once", is_flag=True, help="one pass (fire what is due), then exit")
 @click.option("--migrate", "migrate_first", is_flag=True, help="bring an older database's schema up to date first")
 @click.option("--redis-url", metavar="URL", help="subscribe to pub/sub triggers here (over the config's pubsub.url)")

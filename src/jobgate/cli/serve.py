@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port", default=8080, show_default=True, type=click.IntRange(1, 65535), help="the TCP port to listen on"
+)
 @click.option("--db", "database", metavar="URL", help="database URL (same as the global --db)")
 @click.option("--no-worker", is_flag=True, help="do not execute runs in this process")
 @click.option("--no-scheduler", is_flag=True, help="do not fire schedules from this process")

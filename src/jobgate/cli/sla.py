@@ -51,7 +51,9 @@ def check_command(app: AppContext) -> None:
 @click.option("--phase", type=click.Choice([p.value for p in Phase]), help="only reminders or only breaches")
 @click.option("--kind", type=click.Choice([k.value for k in DeadlineKind]), help="only this deadline kind")
 @click.option("--subject", "subject_id", help="only this run or workflow run")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="at most this many breaches"
+)
 @pass_app
 def breaches_command(
     app: AppContext, tenant: str, phase: str | None, kind: str | None, subject_id: str | None, limit: int

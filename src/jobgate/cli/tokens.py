@@ -40,7 +40,7 @@ def _record(t: StoredToken) -> dict[str, Any]:
 
 @tokens.command("create")
 @tenant_option()
-@click.option("--role", required=True, type=click.Choice([r.value for r in Role]))
+@click.option("--role", required=True, type=click.Choice([r.value for r in Role]), help="what the token may do")
 @click.option("--job", "jobs", multiple=True, help="limit the token to this definition (repeatable)")
 @click.option("--label", default="", help="what the token is for")
 @click.option(

@@ -86,7 +86,9 @@ def workflows_group() -> None:
 
 @workflows_group.command("start")
 @click.argument("workflow")
-@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE")
+@click.option(
+    "--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="a parameter of the workflow (repeatable)"
+)
 @click.option("--key", "client_key", help="idempotency: the same key always finds the same workflow run")
 @click.option("--reason", help="why (recorded with the start and in the audit log)")
 @click.option("--by", "actor", type=PERSON, help="who starts it (default: you)")
@@ -173,12 +175,19 @@ def _held_steps(engine: Any, view: WorkflowView) -> list[tuple[str, str]]:
 
 
 @workflows_group.command("list")
-@click.option("--status", type=click.Choice([s.value for s in WORKFLOW_STATUSES], case_sensitive=False))
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in WORKFLOW_STATUSES], case_sensitive=False),
+    help="only workflow runs in this status",
+)
 @click.option("--workflow", "job_definition_id", help="only runs of this workflow definition")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(1, 10_000), help="at most this many workflow runs"
+)
 @tenant_option()
 @pass_app
 def list_workflows(app: AppContext, status: str | None, job_definition_id: str | None, limit: int, tenant: str) -> None:
+    """List workflow runs, newest first."""
     engine = app.engine()
     with engine.store.read() as tx:
         found = tx.workflows_list(
@@ -199,6 +208,7 @@ def list_workflows(app: AppContext, status: str | None, job_definition_id: str |
 @tenant_option(default=None, help="only if it belongs to this tenant")
 @pass_app
 def show(app: AppContext, workflow_run_id: str, transitions: bool, tenant: str | None) -> None:
+    """Show a workflow run: its steps, their runs and outputs (--transitions: every state change)."""
     view = workflow_service.workflow_view(app.engine(), workflow_run_id, tenant)
     if app.json_output:
         out = _summary(view)
