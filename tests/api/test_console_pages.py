@@ -253,6 +253,16 @@ def test_the_admin_page_switches_safe_mode_with_a_reason(world: World) -> None:
     assert forged.status_code == 403
     period = safemode.status(world.engine, "acme")
     assert period is not None and period.active
+    # Found by a review: any value but "true", or none, switched safe mode off. Read as the API
+    # reads it: "TRUE" is on; an unreadable or missing value is refused, naming the field.
+    csrf = _csrf(admin.get("/admin").text)
+    still = admin.post("/admin/safe-mode", data={"csrf": csrf, "active": "TRUE", "reason": "still on"})
+    assert still.status_code == 409  # read as on: it is on already (read as off, it was switched off)
+    for data in ({"active": "maybe"}, {}):
+        refused = admin.post("/admin/safe-mode", data={"csrf": csrf, "reason": "meant on", **data})
+        assert refused.status_code == 422 and "active" in refused.text, data
+        period = safemode.status(world.engine, "acme")
+        assert period is not None and period.active
 
 
 def test_a_schedule_page_shows_its_next_fires_in_its_zone_and_pauses_for_operators(world: World) -> None:

@@ -163,7 +163,10 @@ async def switch_safe_mode(request: Request) -> Response:
     caller, state = whole_tenant(caller_of(request)), state_of(request)
 
     def switch() -> object:
-        body = SafeModeIn(active=form.get("active") == "true", reason=form.get("reason", "").strip())
+        # Read as the API reads it: "TRUE" switches on, a missing or unreadable value is refused
+        # naming the field (anything but "true" switched safe mode off, found by a review).
+        given = {"active": form["active"]} if "active" in form else {}
+        body = SafeModeIn.model_validate({**given, "reason": form.get("reason", "").strip()})
         return safemode_routes.switch_safe_mode(body, caller, state)
 
     return await act(
