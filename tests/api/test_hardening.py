@@ -19,7 +19,7 @@ from tests.runtime.test_event_triggers import subscribe
 from jobgate.api.app import create_app
 from jobgate.api.server_state import ServerState
 from jobgate.core.tokens import Role
-from jobgate.service import tokens
+from jobgate.service import safemode, tokens
 from jobgate.service.engine import Engine
 from jobgate.store.sqlstore import Store
 from jobgate.testing import connection
@@ -276,7 +276,14 @@ def test_no_auth_serves_only_this_machines_programs(engine: Engine) -> None:
     assert client.get(f"{API}/runs", headers={"Host": "evil.example:8080"}).status_code == 403
     cross_site = client.post(f"{API}/tokens", json={"role": "admin"}, headers={"Origin": "https://evil.example"})
     assert cross_site.status_code == 403 and count(engine, "api_tokens") == 0
-    assert client.get(f"{API}/runs", headers={"Origin": "http://localhost:3000"}).status_code == 200
+    assert client.get(f"{API}/runs", headers={"Origin": "http://127.0.0.1:8080"}).status_code == 200  # its own
+    # A page on another local port is another site (found by a review: it switched safe mode on
+    # through the console's form, which has no CSRF token without sign-in).
+    for other in ("http://localhost:3000", "http://127.0.0.1:3000", "http://localhost:8080", "null"):
+        forged = client.post("/admin/safe-mode", data={"active": "true", "reason": "x"}, headers={"Origin": other})
+        assert forged.status_code == 403, other
+        assert client.get(f"{API}/runs", headers={"Origin": other}).status_code == 403, other
+    assert safemode.status(engine, "default") is None
 
 
 def test_a_limited_token_reaches_no_other_definition_through_a_workflow(world: World) -> None:

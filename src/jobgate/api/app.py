@@ -167,7 +167,10 @@ def _host_name(value: str) -> str:
 class _LoopbackCallersOnly:
     """``--no-auth`` trusts whoever can reach the port, so it must be only this machine's own
     programs: a request naming another ``Host`` (DNS rebinding) or sent by a web page of
-    another ``Origin`` (cross-site requests from a browser) is refused with 403."""
+    another ``Origin`` (cross-site requests from a browser) is refused with 403. Another origin
+    is any but the server's own, scheme aside: a page served on another local port (a dev
+    server, a notebook) is another site, and without sign-in the console's forms carry no CSRF
+    token (found by a review: such a page switched safe mode on)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -177,8 +180,9 @@ class _LoopbackCallersOnly:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
             host = _host_name(headers.get("host", ""))
             origin = headers.get("origin")
-            origin_host = _host_name(origin.split("://", 1)[-1]) if origin else None
-            if host not in LOOPBACK_NAMES or (origin_host is not None and origin_host not in LOOPBACK_NAMES):
+            own = headers.get("host", "").strip().lower()
+            foreign = origin is not None and origin.split("://", 1)[-1].strip().rstrip("/").lower() != own
+            if host not in LOOPBACK_NAMES or foreign:
                 message = "without authentication only this machine's own programs may call (Host and Origin)"
                 response = JSONResponse(errors.body("forbidden", message), status_code=403)
                 await response(scope, receive, send)
