@@ -148,6 +148,10 @@ def test_console_route_matrix(world: World, method: str, path: str) -> None:
             assert got.status_code != 403 and got.status_code < 500, (role, got.status_code, got.text[:300])
         else:
             assert got.status_code == 403, (role, got.status_code, got.text[:300])
+        # Whatever the route answers (a page, a download, a refusal): never kept, never sniffed
+        # (found by a review: the evidence bundle's download had neither).
+        assert got.headers.get("cache-control") == "no-store", (role, method, path)
+        assert got.headers.get("x-content-type-options") == "nosniff", (role, method, path)
         if "{" in path and role in rule.roles:
             theirs, theirs_csrf = _client(world, role, "other")
             if method == "GET":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, TypeVar
+from typing import Annotated
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Header, Query, Request
@@ -25,7 +25,7 @@ from jobgate.api.routes import runs as run_routes
 from jobgate.api.routes import sla as sla_routes
 from jobgate.api.routes import stream as stream_routes
 from jobgate.console import chart
-from jobgate.console.pages import PAGE_HEADERS, act, allowed, caller_of, form_instant, render, state_of
+from jobgate.console.pages import act, allowed, caller_of, form_instant, render, state_of
 from jobgate.core.errors import JobgateError, NotFoundError
 from jobgate.core.models import JobRun
 from jobgate.core.runs import bound_of
@@ -37,7 +37,6 @@ from jobgate.views.runs import run_detail_view
 from jobgate.views.schemas import RunActionIn, RunOut
 
 router = APIRouter(include_in_schema=False)
-MAX_REASON = 500
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -211,7 +210,7 @@ def run_log(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> PlainTextResponse:
     """The API's log read (``X-Log-End`` says where to read next), for the run page's script."""
-    return _as_page(run_routes.run_log(job_run_id, caller_of(request), state_of(request), tail=None, offset=offset))
+    return run_routes.run_log(job_run_id, caller_of(request), state_of(request), tail=None, offset=offset)
 
 
 @router.get("/runs/{job_run_id}/artifact", response_class=StreamingResponse)
@@ -219,18 +218,7 @@ def run_log(
 @console
 def run_artifact(request: Request, job_run_id: str) -> StreamingResponse:
     """The API's artifact download (its recorded SHA-256 in ``X-Artifact-SHA256``)."""
-    return _as_page(run_routes.run_artifact(job_run_id, caller_of(request), state_of(request)))
-
-
-R = TypeVar("R", bound=Response)
-
-
-def _as_page(response: R) -> R:
-    """A signed-in download with a page's headers (found by a review: a run's log and artifact
-    could be kept by the browser and sniffed as another type, where every page says no-store
-    and nosniff)."""
-    response.headers.update(PAGE_HEADERS)
-    return response
+    return run_routes.run_artifact(job_run_id, caller_of(request), state_of(request))
 
 
 @router.get("/runs/{job_run_id}/events", response_class=StreamingResponse)
@@ -251,9 +239,10 @@ async def _act_on_run(
 ) -> Response:
     """One of the run page's forms (its CSRF token checked before this runs): the API handler
     with the form's reason; then the run's page — a retry's lands on the new run."""
-    reason = (await form_of(request)).get("reason", "").strip()[:MAX_REASON] or None
+    # Whole, as the API takes it: a longer one is refused naming the field, never cut short.
+    reason = (await form_of(request)).get("reason", "").strip() or None
     return await act(
-        lambda: handler(RunActionIn(reason=reason)),
+        lambda: handler(RunActionIn.model_validate({"reason": reason})),
         done=lambda done: f"/runs/{done.job_run_id}",
         again=lambda message, status: _run_page(request, job_run_id, message=message, status=status),
         what=what,
