@@ -172,3 +172,16 @@ def test_manual_scheduling_is_audited_with_the_run(engine: Engine) -> None:
     ).run.job_run_id
     (entry,) = audit.search(engine, AuditFilter(tenant_id="default", action="run.scheduled_manually"))
     assert (entry.event.target_id, entry.event.actor, entry.event.reason) == (run_id, "ada", "month end")
+
+
+def test_a_revocation_reason_longer_than_any_face_takes_is_refused_not_cut(engine: Engine) -> None:
+    """Found by a review of the console: its revoke form cut a reason at 2,000 characters without
+    a word. The limit is the service's, for every face: refused naming the field, nothing done."""
+    from jobgate.core.errors import ValidationError
+
+    job = define(engine)
+    entries = count(engine, "audit_log")
+    with pytest.raises(ValidationError) as refused:
+        approvals.revoke(engine, "default", job, actor="ops", reason="x" * (approvals.MAX_REVOKE_REASON + 1))
+    assert refused.value.field == "reason" and count(engine, "audit_log") == entries
+    assert approvals.status(engine, "default", job).approved

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobgate.client.runs import LocalRuns, RemoteRuns, Submission
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
-from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE
+from jobgate.core.idempotency import check_client_key
 from jobgate.core.models import DEFAULT_TENANT
 from jobgate.core.params import number_text
 from jobgate.core.states import RunStatus
@@ -101,8 +101,7 @@ class _Runs:
         ``idempotency_key`` a repeat returns the same run, and the same key with other
         parameters is a ``ConflictError``."""
         job_id = job if isinstance(job, str) else job.job_definition_id
-        if idempotency_key is not None and not CLIENT_KEY.fullmatch(idempotency_key):  # "" is no key: say so
-            raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")
+        check_client_key(idempotency_key)  # before anything is sent
         made = self._runs.submit(
             Submission(job_id, _params(params), reason, idempotency_key), tenant=self._tenant, actor=self._actor
         )

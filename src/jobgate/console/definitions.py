@@ -21,7 +21,7 @@ from jobgate.api.forms import form_of
 from jobgate.api.routes import definitions as definition_routes
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.console.pages import act, allowed, caller_of, render, state_of
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import NotFoundError
 from jobgate.views.schemas import ApproveIn, refuse_nul
 
 router = APIRouter(include_in_schema=False)
@@ -115,9 +115,6 @@ async def approve(request: Request, job_definition_id: str) -> Response:
     )
 
 
-MAX_REVOKE_REASON = 2000  # as the API's revoke takes it
-
-
 @router.post("/definitions/{job_definition_id}/revoke")
 @allow(ADMIN)
 @console
@@ -128,8 +125,6 @@ async def revoke(request: Request, job_definition_id: str) -> Response:
 
     def revoke() -> object:
         refuse_nul(reason, "reason")  # what the API's body models refuse, refused on this form too
-        if reason is not None and len(reason) > MAX_REVOKE_REASON:  # the API's limit, never cut short
-            raise ValidationError(f"at most {MAX_REVOKE_REASON} characters", field="reason")
         return definition_routes.revoke_approval(job_definition_id, caller, state, reason)
 
     return await act(

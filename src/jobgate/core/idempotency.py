@@ -15,11 +15,21 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from jobgate.core.canonical import digest, isoformat_utc
+from jobgate.core.errors import ValidationError
 from jobgate.core.models import JsonObject, Trigger, TriggerType
 
 RUN_ID_PREFIX = "TGJOBRUN-"
 CLIENT_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # a caller's Idempotency-Key: visible ASCII, no spaces
 CLIENT_KEY_RULE = "1-200 visible ASCII characters"
+
+
+def check_client_key(key: str | None) -> None:
+    """A caller's idempotency key, as every start judges it (a run, a workflow, through any
+    face): none, or ``CLIENT_KEY``; "" is no key and is said so."""
+    if key is not None and not CLIENT_KEY.fullmatch(key):
+        raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")
+
+
 # A definition's ``idempotency_policy`` (seed 000 §12 "idempotency method"): ``trigger`` (the
 # default) keys a run by its trigger's identity as above; ``window`` keys a run that has an
 # execution window by the window alone, so a scheduled fire, a backfill and a manual run of the

@@ -249,9 +249,14 @@ def status(engine: Engine, tenant_id: str, job_definition_id: str) -> ApprovalSt
     return ApprovalStatus(job_definition_id, stored.version, stored.digest, mine, history, code, problem, changed)
 
 
+MAX_REVOKE_REASON = 2000  # a revocation's reason, from any face
+
+
 def revoke(engine: Engine, tenant_id: str, job_definition_id: str, *, actor: str, reason: str | None = None) -> Revoked:
     """Revoke every active approval of the definition and cancel its runs not yet started."""
     check_text(reason, "reason", lines=True)
+    if reason is not None and len(reason) > MAX_REVOKE_REASON:  # kept whole or refused, never cut
+        raise ValidationError(f"at most {MAX_REVOKE_REASON} characters", field="reason")
     now = engine.clock.now()
     with engine.store.write() as tx:
         tx.gates_closing()  # no claim decides on this approval while it is being revoked

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
-from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE, client_request_key
+from jobgate.core.idempotency import check_client_key, client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
 from jobgate.core.params import UNREADABLE, check_text, readable_value
 from jobgate.core.trace import TRACEPARENT_KEY, parse_traceparent
@@ -115,8 +115,7 @@ def submit_manual_many(
         check_text(value, f"scope.{name}")  # printed with the run as its caller wrote it
     fingerprints: list[str] = []
     for ask in asks:
-        if ask.idempotency_key is not None and not CLIENT_KEY.fullmatch(ask.idempotency_key):
-            raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")
+        check_client_key(ask.idempotency_key)
         check_text(ask.reason, "reason", lines=True)
         check_text(ask.stated_requester, "requested_by")
         fingerprints.append(request_digest(ask.job_definition_id, ask.params, scope))

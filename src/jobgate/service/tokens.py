@@ -209,11 +209,19 @@ def _minter_still_valid(tx: StoreTx, token_id: str, now: datetime) -> None:
     token the revocation never saw, as valid as ever. The row is locked (PostgreSQL) until the
     mint commits, so a revocation either waits for it and finds its child (``_revoke_with_minted``)
     or commits first and is read here."""
-    minter = tx.token_get(token_id, lock=True)
-    if minter is None or minter.revoked_at is not None:
-        raise refused(f"token {token_id} revoked or gone before what it minted was stored")
-    if minter.expires_at is not None and minter.expires_at <= now:
-        raise refused(f"token {token_id} expired before what it minted was stored")
+    ended = _ended(tx.token_get(token_id, lock=True), now)
+    if ended is not None:
+        raise refused(f"token {token_id} {ended} before what it minted was stored")
+
+
+def _ended(stored: StoredToken | None, now: datetime) -> str | None:
+    """Why a token no longer stands (``revoked or gone``, ``expired``), or None: one rule for a
+    request's authentication, a console session and a mint judged again under its write."""
+    if stored is None or stored.revoked_at is not None:
+        return "revoked or gone"
+    if stored.expires_at is not None and stored.expires_at <= now:
+        return "expired"
+    return None
 
 
 def authenticate(engine: Engine, authorization: str | None, *, now: datetime | None = None) -> Principal:
@@ -227,11 +235,9 @@ def authenticate(engine: Engine, authorization: str | None, *, now: datetime | N
         stored = tx.token_get(token_id)
     if stored is None or not rules.secret_matches(secret, stored.secret_hash):
         raise refused(f"token {token_id} unknown or wrong secret")
-    now = now or engine.clock.now()
-    if stored.revoked_at is not None:
-        raise refused(f"token {token_id} revoked")
-    if stored.expires_at is not None and stored.expires_at <= now:
-        raise refused(f"token {token_id} expired")
+    ended = _ended(stored, now or engine.clock.now())
+    if ended is not None:
+        raise refused(f"token {token_id} {ended}")
     return Principal(
         f"token:{stored.token_id}",
         stored.tenant_id,
@@ -247,11 +253,9 @@ def check_still_valid(engine: Engine, token_id: str, *, now: datetime | None = N
     """A console session of a token ends when the token does: revoked, expired or gone."""
     with engine.store.read() as tx:
         stored = tx.token_get(token_id)
-    now = now or engine.clock.now()
-    if stored is None or stored.revoked_at is not None:
-        raise refused(f"a session of token {token_id}, revoked or gone")
-    if stored.expires_at is not None and stored.expires_at <= now:
-        raise refused(f"a session of token {token_id}, expired")
+    ended = _ended(stored, now or engine.clock.now())
+    if ended is not None:
+        raise refused(f"a session of token {token_id}, {ended}")
 
 
 def refused(reason: str) -> Unauthenticated:

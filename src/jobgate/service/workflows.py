@@ -21,7 +21,7 @@ from jobgate.core import events, transitions
 from jobgate.core.canonical import digest
 from jobgate.core.errors import ConflictError, GovernanceRefusal, JobgateError, NotFoundError, ValidationError
 from jobgate.core.governance import Moment
-from jobgate.core.idempotency import CLIENT_KEY, CLIENT_KEY_RULE, client_request_key
+from jobgate.core.idempotency import check_client_key, client_request_key
 from jobgate.core.models import ConfigSnapshot, JobDefinition, Scope, TriggerType
 from jobgate.core.params import check_text
 from jobgate.core.records import StepRecord, WorkflowRecord, WorkflowTransition, WorkflowUpdate
@@ -123,8 +123,7 @@ def start_workflow(
     """Start a workflow run, or find the one this request already started. Refusals store nothing.
     ``quota``: asked before a new workflow run is started (the API's daily run quota), never for
     a repeat, which is answered first."""
-    if request.client_key is not None and not CLIENT_KEY.fullmatch(request.client_key):
-        raise ValidationError(CLIENT_KEY_RULE, field="Idempotency-Key")  # as a run's key is judged
+    check_client_key(request.client_key)  # as a run's key is judged
     check_text(request.reason, "reason", lines=True)
     check_text(request.requested_by, "requested_by")
     now = engine.clock.now()

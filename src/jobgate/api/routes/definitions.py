@@ -172,7 +172,7 @@ def revoke_approval(
     job_definition_id: str,
     caller: Caller,
     state: State,
-    reason: Annotated[str | None, Query(max_length=2000)] = None,
+    reason: Annotated[str | None, Query(max_length=approvals.MAX_REVOKE_REASON)] = None,
 ) -> RevokedOut:
     """Revoke: new triggers are refused, runs not yet started are cancelled (409 if none active)."""
     ensure_may_use(caller, job_definition_id)
