@@ -14,7 +14,7 @@ from tests.runtime.runtime_support import running_worker, wait_status
 from jobgate.core.errors import ConflictError, NotFoundError, ValidationError
 from jobgate.core.records import AuditFilter
 from jobgate.core.states import RunStatus
-from jobgate.service import audit, control
+from jobgate.service import audit, control, retries
 from jobgate.service.engine import Engine
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.sqlstore import Store
@@ -81,3 +81,20 @@ def test_a_closed_dead_letter_is_never_requeued_and_its_run_never_runs_again(let
     with engine.store.read() as tx:
         found = tx.run_get(run)
     assert found is not None and found.status is RunStatus.DEAD_LETTERED and found.attempt == 1
+
+
+def test_a_retry_prepared_before_the_letter_closed_is_refused_when_stored(letter: tuple[Engine, str]) -> None:
+    """Found by a review of the fix above: the retry asked whether the letter was closed in its
+    read transaction only, so a close committed between that read and the retry's write was not
+    seen. The retry's store asks again under the source run's lock: refused, nothing written."""
+    engine, run = letter
+    with engine.store.read() as tx:
+        source = tx.run_get(run)
+    assert source is not None
+    prepared = retries.retry_request(source, actor="ops", role=None, schedule_id=None)  # what retry() read
+    control.close_dead_letter(engine, run, actor="ops", note="no more attempts")  # committed meanwhile
+    before = tuple(count(engine, t) for t in ("job_runs", "audit_log", "run_transitions", "dead_letters"))
+    with pytest.raises(ConflictError) as refused:
+        engine.submit(prepared, actor="ops")
+    assert refused.value.field == "status" and "closed" in refused.value.message
+    assert tuple(count(engine, t) for t in ("job_runs", "audit_log", "run_transitions", "dead_letters")) == before

@@ -18,6 +18,7 @@ from jobgate.core.states import RunStatus, TransitionReason
 from jobgate.service import audit
 from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
+from jobgate.service.letters import DEAD_LETTER_CLOSED, letter_closed
 from jobgate.store.sqlstore import StoreTx
 
 
@@ -133,7 +134,6 @@ def request_stop(tx: StoreTx, run: JobRun, *, actor: str, reason: str | None, no
 
 
 MAX_CLOSE_NOTE = 2000
-DEAD_LETTER_CLOSED = "run.dead_letter_closed"  # its audit entry: the letter closed, nothing more to run
 
 
 def close_dead_letter(
@@ -170,16 +170,6 @@ def close_dead_letter(
             ),
         )  # fmt: skip
     return replace(letter, resolved_at=now, resolution=resolution)
-
-
-def letter_closed(tx: StoreTx, run: JobRun) -> bool:
-    """Whether someone closed the run's dead letter (``close_dead_letter``): decided that nothing
-    more is to run. Its audit entry says so; a closed letter leaves its run as it ended for good:
-    neither requeued nor retried."""
-    closed = AuditFilter(
-        tenant_id=run.tenant_id, target_type="run", target_id=run.job_run_id, action=DEAD_LETTER_CLOSED, limit=1
-    )
-    return bool(tx.audit_list(closed))
 
 
 def requeue_run(engine: Engine, job_run_id: str, *, actor: str, tenant_id: str | None = None) -> JobRun:

@@ -45,6 +45,7 @@ from jobgate.service import gates, policies
 from jobgate.service.admission import Admission, AdmissionBatch
 from jobgate.service.definitions import Definitions
 from jobgate.service.group_commit import GroupCommit, InFlight
+from jobgate.service.letters import letter_closed
 from jobgate.service.snapshots import resolve_snapshot
 from jobgate.service.submission import (
     SYSTEM_ACTOR,
@@ -435,6 +436,11 @@ def settle_retry_sources(tx: StoreTx, fresh: Sequence[PreparedSubmission], now: 
             why = "is gone" if source is None else f"was requeued meanwhile ({refusal})"
             raise ConflictError(f"run {retry.retry_of} {why}: its retry is not made", field="status")
         letter = tx.dead_letter_open_for(source.job_run_id)
+        if letter is None and letter_closed(tx, source):  # closed after the retry was prepared
+            raise ConflictError(
+                f"run {retry.retry_of}'s dead letter was closed (no more attempts): its retry is not made",
+                field="status",
+            )
         if letter is not None:
             tx.dead_letter_resolve(letter.dead_letter_id, f"retried as {retry.job_run_id} by {retry.requested_by}", now)
 

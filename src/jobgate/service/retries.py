@@ -25,6 +25,7 @@ from jobgate.core.models import DefinitionStatus, JobRun, Scope, TriggerType
 from jobgate.scheduling.records import StoredSchedule
 from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
+from jobgate.service.letters import letter_closed
 from jobgate.service.submission import SubmitRequest
 from jobgate.store.base import RetiredRun, StoredDefinition
 
@@ -62,8 +63,6 @@ def retry(
         refusal = retry_refusal(source.status)
         if refusal is not None:
             raise ConflictError(refusal, field="status")
-        from jobgate.service.control import letter_closed  # control retries through here: imported late
-
         if letter_closed(tx, source):
             raise ConflictError(
                 "the run's dead letter was closed (no more attempts); a closed letter is not retried", field="status"
