@@ -117,11 +117,18 @@ def test_unmapped_wrong_status_and_malformed_messages_are_ignored_and_store_noth
         broker.publish(f"{prefix}R1", completion("R1", "failed"))  # on_status defaults to [success]
         broker.publish(f"{prefix}R1", "not json")
         broker.publish(f"{prefix}R1", json.dumps({"result_name": "R1"}))  # no status
-        broker.publish(f"{prefix}R1", json.dumps({"result_name": job, "status": "success"}))  # names a definition
+        broker.publish(f"{prefix}{job}", json.dumps({"result_name": job, "status": "success"}))  # names a definition
+        broker.publish(f"{prefix}R2", completion("R1"))  # R1's name on another channel
         done = source.stats.wait(
             lambda s: (
-                (s["ignored.unmapped"], s["ignored.status"], s["ignored.not_json"], s["ignored.bad_message"])
-                == (2, 1, 1, 1)
+                (
+                    s["ignored.unmapped"],
+                    s["ignored.status"],
+                    s["ignored.not_json"],
+                    s["ignored.bad_message"],
+                    s["ignored.other_channel"],
+                )
+                == (2, 1, 1, 1, 1)
             ),
             WAIT,
         )

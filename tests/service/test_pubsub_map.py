@@ -71,6 +71,18 @@ def test_the_message_is_only_a_lookup_key() -> None:
     assert judge(m, json.dumps({"result_name": "MASK_V001", "status": "a\nb"})).ignored == "bad_message"
     # The channel's suffix stands in only when the message has no result_name.
     assert judge(m, json.dumps({"status": "success"}), channel_result="MASK_V001").fire
+    assert judge(m, _msg("MASK_V001", "success"), channel_result="MASK_V001").fire
+
+
+@pytest.mark.parametrize("named", ["MASK_V001", "mask_v001", "", 7, None])
+def test_a_message_naming_another_result_than_its_channel_fires_nothing(named: object) -> None:
+    """Found by a review: a message published on another pipeline's channel fired MASK_V001's
+    jobs by naming it in its body, past a broker ACL that kept the publisher to its own channel."""
+    m = mapping(ENTRY)
+    body = json.dumps({"result_name": named, "status": "success", "timestamp": "2026-12-07T01:05:00Z"})
+    verdict = judge(m, body, channel_result="OTHER")
+    # a null result_name is none: the channel's own stands in (unmapped here)
+    assert not verdict.fire and verdict.ignored == ("unmapped" if named is None else "other_channel")
 
 
 def test_only_declared_whitelisted_fields_reach_the_job() -> None:

@@ -84,7 +84,7 @@ class Verdict:
 
     completion: Completion | None
     fire: tuple[Subscription, ...] = ()
-    ignored: str | None = None  # not_json, bad_message, unmapped, status, expired, undated
+    ignored: str | None = None  # not_json, bad_message, other_channel, unmapped, status, expired, undated
 
 
 def load_map(path: Path) -> PubSubMap:
@@ -143,7 +143,9 @@ def judge(
     mapping: PubSubMap, raw: bytes | str, *, channel_result: str | None = None, not_before: datetime | None = None
 ) -> Verdict:
     """Pure: which subscriptions one message fires. ``channel_result`` is the channel's own
-    ``<result_name>`` suffix, used only when the message carries none.
+    ``<result_name>`` suffix, used when the message carries none; a message naming another
+    result than its channel is ignored (``other_channel``): a broker's ACL that lets a publisher
+    write to its own channel alone must also keep it from firing another pipeline's jobs.
 
     ``not_before`` (a polling key read while retention retires finished runs): a completion
     from before it fires nothing (``expired``), nor does one without a readable timestamp
@@ -155,6 +157,9 @@ def judge(
         return Verdict(None, ignored="not_json")
     if not isinstance(message, dict):
         return Verdict(None, ignored="not_json")
+    named = message.get("result_name")
+    if channel_result is not None and named is not None and named != channel_result:
+        return Verdict(None, ignored="other_channel")
     completion = read_completion(message, channel_result)
     if completion is None:
         return Verdict(None, ignored="bad_message")
