@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.api.conftest import ACME_JOB, World
-from tests.helpers import count
+from tests.helpers import count, define
 
 from jobgate.core.tokens import Role
 
@@ -210,6 +210,36 @@ def test_the_daily_quota_refuses_with_429_and_stores_nothing(engine_with_quota: 
     assert (usage["used"], usage["limit"], usage["tenant_id"]) == (2, 2, "acme")
     other = w.client.get("/api/v1/quotas/usage", headers=w.headers("other", Role.CONSUMER)).json()
     assert other["used"] == 0  # no count leaks across tenants
+
+
+@pytest.mark.parametrize(
+    ("route", "used", "allowed"),
+    [
+        ("/api/v1/workflows", 1, False),  # two steps on top of one run: three
+        ("/api/v1/workflows", 0, True),  # two steps: exactly the quota
+        (RUNS, 0, False),  # the workflow fired as a job: its run and its two steps
+    ],
+)
+def test_a_workflow_counts_every_step_against_the_daily_quota(
+    engine_with_quota: World, route: str, used: int, allowed: bool
+) -> None:
+    """Found by a review: a workflow start counted one run against the quota and then made one
+    a step, taking a tenant at 29 of 30 to 31 (a hundred steps, 129). Its steps count, and a
+    start that would go past the quota is refused whole: nothing stored."""
+    w = engine_with_quota
+    steps = [{"id": "one", "job": ACME_JOB, "params": {"n": "1"}}, {"id": "two", "job": ACME_JOB, "params": {"n": "2"}}]
+    define(w.engine, job_definition_id="acme-two", tenant_id="acme", handler=None, workflow={"steps": steps})
+    for _ in range(used):
+        assert w.client.post(RUNS, json={"job_definition_id": ACME_JOB}, headers=admin(w)).status_code == 201
+    before = (count(w.engine, "job_runs"), count(w.engine, "workflow_runs"), count(w.engine, "audit_log"))
+    answer = w.client.post(route, json={"job_definition_id": "acme-two"}, headers=admin(w))
+    if allowed:
+        assert answer.status_code == 201, answer.text
+        return
+    assert answer.status_code == 429 and answer.json()["error"] == "quota_exceeded", answer.text
+    made = 2 if route == RUNS else 1  # fired as a job, its own run besides
+    assert f"would create {made + 1}" in answer.json()["message"]
+    assert (count(w.engine, "job_runs"), count(w.engine, "workflow_runs"), count(w.engine, "audit_log")) == before
 
 
 def test_seed_schedule_and_cancel_contract(world: World) -> None:

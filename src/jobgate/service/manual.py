@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from jobgate.core.canonical import digest
-from jobgate.core.errors import ConflictError, QuotaExceededError, ValidationError
+from jobgate.core.errors import ConflictError, NotFoundError, QuotaExceededError, ValidationError
 from jobgate.core.idempotency import check_client_key, client_request_key
 from jobgate.core.models import JobRun, Scope, TriggerType
 from jobgate.core.params import UNREADABLE, check_text, readable_value
@@ -31,6 +31,7 @@ from jobgate.service.engine import Engine
 from jobgate.service.pipeline import same_params
 from jobgate.service.submission import SubmitRequest, SubmitResult
 from jobgate.store.sqlstore import StoreTx
+from jobgate.workflows.spec import workflow_spec_of
 
 
 def utc_day(now: datetime) -> tuple[datetime, datetime]:
@@ -52,16 +53,39 @@ def request_digest(job_definition_id: str, params: Mapping[str, str], scope: Sco
     return digest({"job_definition_id": job_definition_id, "params": dict(params), "scope": scope.as_dict()})
 
 
-def check_daily_quota(engine: Engine, tenant_id: str, adding: int = 1) -> None:
-    """Refuse (429) when ``adding`` more runs would take the tenant past ``server.daily_run_quota``
-    runs created today (an event fires every schedule subscribed to it: one request, many runs)."""
+def check_daily_quota(engine: Engine, tenant_id: str, starting: Sequence[str] = (), *, adding: int = 0) -> None:
+    """Refuse (429) when the runs a request would create take the tenant past
+    ``server.daily_run_quota`` runs created today: one for each definition it starts
+    (``starting``, one entry a run: an event fires every schedule subscribed to it), and a
+    workflow's steps with it; ``adding`` runs more (a workflow started directly makes its steps
+    alone). A request that would go past is refused whole."""
     quota = engine.config.server.daily_run_quota
     if quota is None:
         return
+    runs = adding + runs_started(engine, tenant_id, starting)
     used, _, _ = runs_created_today(engine, tenant_id)
-    if used + adding > quota:
-        more = "" if adding == 1 else f"; this request would create {adding}"
+    if used + runs > quota:
+        more = "" if runs == 1 else f"; this request would create {runs}"
         raise QuotaExceededError(f"tenant {tenant_id} created {used} runs today{more}; the daily quota is {quota}")
+
+
+def runs_started(engine: Engine, tenant_id: str, starting: Sequence[str]) -> int:
+    """The runs starting each of these definitions creates: one, and a workflow's every step
+    (its steps are runs too, made as the workflow goes). A definition not found counts one: its
+    start is refused later, naming it."""
+    if not starting:
+        return 0
+    runs = len(starting)
+    with engine.store.read(tenant_id=tenant_id) as tx:
+        for job_definition_id in set(starting):
+            try:
+                definition = engine.definition(tx, tenant_id, job_definition_id)
+            except NotFoundError:
+                continue
+            if "workflow" in definition.content:
+                steps = len(workflow_spec_of(definition.content, job_definition_id).steps)
+                runs += steps * starting.count(job_definition_id)
+    return runs
 
 
 def submit_manual(
@@ -122,7 +146,7 @@ def submit_manual_many(
     repeats = _repeats(engine, scope.tenant_id, asks, fingerprints)
     fresh = [i for i in range(len(asks)) if i not in repeats]
     if fresh and quota:
-        check_daily_quota(engine, scope.tenant_id, len(fresh))
+        check_daily_quota(engine, scope.tenant_id, [asks[i].job_definition_id for i in fresh])
     requests = [_request(asks[i], fingerprints[i], scope, actor, role) for i in fresh]
     made = dict(zip(fresh, engine.submit_many(requests, actor=actor) if requests else [], strict=True))
     for i, result in made.items():

@@ -81,7 +81,7 @@ def retry(
     if quota and tenant_id is not None:
         from jobgate.service.manual import check_daily_quota
 
-        check_daily_quota(engine, tenant_id)
+        check_daily_quota(engine, tenant_id, [source.job_definition_id])
     result = engine.submit(retry_request(source, actor=actor, role=role, schedule_id=schedule_id), actor=actor)
     return result.run, result.created
 

@@ -118,7 +118,7 @@ def emit_event(
         if (s.job_definition_id, slot) not in had_run and recorded[s.schedule_id] is None and not s.paused
     ]
     if quota and fresh:
-        check_daily_quota(engine, tenant_id, len({s.job_definition_id for s in fresh}))
+        check_daily_quota(engine, tenant_id, list({s.job_definition_id: None for s in fresh}))
     now = engine.clock.now()
     out: list[EventFire] = []
     for schedule in subscribed:

@@ -118,11 +118,11 @@ def spec_for(definition: JobDefinition) -> WorkflowSpec:
 
 # ---------------------------------------------------------------------- start
 def start_workflow(
-    engine: Engine, request: StartWorkflow, *, actor: str, quota: Callable[[], None] | None = None
+    engine: Engine, request: StartWorkflow, *, actor: str, quota: Callable[[int], None] | None = None
 ) -> tuple[WorkflowRecord, bool]:
     """Start a workflow run, or find the one this request already started. Refusals store nothing.
-    ``quota``: asked before a new workflow run is started (the API's daily run quota), never for
-    a repeat, which is answered first."""
+    ``quota``: asked, with the number of its steps (each a run), before a new workflow run is
+    started (the API's daily run quota), never for a repeat, which is answered first."""
     check_client_key(request.client_key)  # as a run's key is judged
     check_text(request.reason, "reason", lines=True)
     check_text(request.requested_by, "requested_by")
@@ -153,8 +153,6 @@ def start_workflow(
                     field="idempotency_key",
                 )
             return found, False
-        if quota is not None:
-            quota()
         definition = engine.definition(tx, tenant, request.job_definition_id, request.definition_version)
         if not is_workflow(definition):
             raise ValidationError(
@@ -162,6 +160,8 @@ def start_workflow(
                 field="job_definition_id",
             )
         spec = spec_for(definition)
+        if quota is not None:
+            quota(len(spec.steps))
         policy = engine.admission.scheduler_policy(actor=actor, now=now)
         period = None
         try:

@@ -92,8 +92,8 @@ def approve_request(request_id: str, caller: Caller, state: State, body: Decisio
     """Create the run of the version the last dry run saw and link it (403 for the proposer, or
     anyone whose token minted or was minted by the proposer's; 403 when a gate refuses; 409 when
     the definition changed since the test)."""
-    visible_request(state, caller, request_id)
-    manual.check_daily_quota(state.engine, caller.tenant_id)  # an approval creates a run: it counts
+    asked = visible_request(state, caller, request_id)
+    manual.check_daily_quota(state.engine, caller.tenant_id, [asked.job_definition_id])  # an approval creates a run
     note = None if body is None else body.note
     return RequestOut.of(
         requests.approve(

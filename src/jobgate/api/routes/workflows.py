@@ -66,7 +66,7 @@ def start_workflow(
             traceparent=parse_traceparent(traceparent),
         ),
         actor=caller.actor,
-        quota=lambda: manual.check_daily_quota(state.engine, caller.tenant_id),  # a workflow's runs count
+        quota=lambda steps: manual.check_daily_quota(state.engine, caller.tenant_id, adding=steps),  # its steps
     )
     if not created:
         response.status_code = 200
