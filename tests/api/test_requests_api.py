@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import ACME_JOB, World
+from tests.api.conftest import ACME_JOB, SHARED_JOB, World
 from tests.helpers import count, define
 
 from jobgate.core.records import AuditFilter
@@ -136,3 +136,26 @@ def test_define_approve_run_edit_refused_reapprove_through_the_api(world: World)
     assert len(revoked["cancelled_runs"]) == 2  # every approval revoked: neither run had started
     assert world.client.post(f"{API}/runs", json=run, headers=admin).status_code == 403
     assert count(world.engine, "job_runs") == 2
+
+
+def test_a_limited_token_pages_through_its_own_definitions_requests(world: World) -> None:
+    """Found by a review: the list was cut to ``limit`` before the requests of definitions a
+    limited token may not use were dropped, and had no cursor: a page of newer requests for
+    other definitions hid every one of its own, for good. Filtered in the query, paged by cursor."""
+    shared = str(propose(world, job=SHARED_JOB)["request_id"])
+    newer = [str(propose(world)["request_id"]) for _ in range(3)]
+    limited = tokens.create(world.engine, tenant_id="acme", role="operator", actor="t", jobs=[SHARED_JOB])
+    page = world.client.get(f"{API}/requests?limit=1", headers={"Authorization": f"Bearer {limited.token}"}).json()
+    assert [r["request_id"] for r in page["items"]] == [shared]
+    seen: list[str] = []
+    cursor = None
+    op = world.headers("acme", Role.OPERATOR)
+    for _ in range(4):
+        query = "" if cursor is None else f"&cursor={cursor}"
+        page = world.client.get(f"{API}/requests?limit=2{query}", headers=op).json()
+        seen += [r["request_id"] for r in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted([shared, *newer]) and len(seen) == 4  # each once, none skipped
+    assert world.client.get(f"{API}/requests?cursor=x", headers=op).status_code == 400

@@ -13,6 +13,7 @@ second approve finds the run the first one made and records the decision.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -132,10 +133,25 @@ def get(engine: Engine, tenant_id: str, request_id: str, *, visible_to: str | No
 
 
 def listed(
-    engine: Engine, tenant_id: str, *, status: str | None = None, requested_by: str | None = None, limit: int = 100
+    engine: Engine,
+    tenant_id: str,
+    *,
+    status: str | None = None,
+    requested_by: str | None = None,
+    job_definition_ids: Collection[str] | None = None,
+    before: tuple[datetime, str] | None = None,
+    limit: int = 100,
 ) -> list[RunRequest]:
+    """A tenant's requests, newest first, from ``before`` (a page's last: created, id) on."""
     with engine.store.read(tenant_id=tenant_id) as tx:
-        return tx.requests_list(tenant_id, status=status, requested_by=requested_by, limit=limit)
+        return tx.requests_list(
+            tenant_id,
+            status=status,
+            requested_by=requested_by,
+            job_definition_ids=job_definition_ids,
+            before=before,
+            limit=limit,
+        )
 
 
 def dry_run(engine: Engine, request: RunRequest, *, version: int | None = None) -> Verdict:

@@ -16,7 +16,7 @@ import functools
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -302,11 +302,18 @@ class StoreTx:
         *,
         status: str | None = None,
         requested_by: str | None = None,
+        job_definition_ids: Collection[str] | None = None,
         before: tuple[datetime, str] | None = None,
         limit: int = 100,
     ) -> list[RunRequest]:
         return governance.requests_list(
-            self._conn, tenant_id, status=status, requested_by=requested_by, before=before, limit=limit
+            self._conn,
+            tenant_id,
+            status=status,
+            requested_by=requested_by,
+            job_definition_ids=job_definition_ids,
+            before=before,
+            limit=limit,
         )
 
     def request_tested(

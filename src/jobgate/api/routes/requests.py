@@ -65,10 +65,22 @@ def list_requests(
     state: State,
     status: Literal["pending", "approved", "rejected"] | None = None,
     limit: Annotated[int, Query(ge=1, le=pagination.MAX_LIMIT)] = 100,
+    cursor: str | None = None,
 ) -> Page[RequestOut]:
-    """Newest first: a consumer's own, anyone else's tenant's."""
-    found = requests.listed(state.engine, caller.tenant_id, status=status, requested_by=_own_only(caller), limit=limit)
-    return Page[RequestOut](items=[RequestOut.of(r) for r in found if caller.may_use(r.job_definition_id)])
+    """Newest first: a consumer's own, anyone else's tenant's (a token limited to some
+    definitions: theirs); ``next_cursor`` fetches the next page."""
+    found = requests.listed(
+        state.engine,
+        caller.tenant_id,
+        status=status,
+        requested_by=_own_only(caller),
+        job_definition_ids=caller.jobs,
+        before=pagination.decode_time_key(cursor),
+        limit=limit,
+    )
+    last = found[-1] if len(found) == limit else None
+    next_cursor = None if last is None else pagination.encode_time_key(last.created_at, last.request_id)
+    return Page[RequestOut](items=[RequestOut.of(r) for r in found], next_cursor=next_cursor)
 
 
 @router.get("/requests/{request_id}", response_model=RequestOut)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -463,14 +463,19 @@ def requests_list(
     *,
     status: str | None = None,
     requested_by: str | None = None,
+    job_definition_ids: Collection[str] | None = None,
     before: tuple[datetime, str] | None = None,
     limit: int = 100,
 ) -> list[RunRequest]:
+    """Newest first. ``job_definition_ids``: only requests of these (a token limited to some
+    definitions), filtered here so that a page is full of what its reader may see."""
     q = select(run_requests).where(R.tenant_id == tenant_id)
     if status is not None:
         q = q.where(R.status == status)
     if requested_by is not None:
         q = q.where(R.requested_by == requested_by)
+    if job_definition_ids is not None:
+        q = q.where(R.job_definition_id.in_(sorted(job_definition_ids)))
     if before is not None:
         at = codec.to_us(before[0])
         q = q.where((R.created_at < at) | ((R.created_at == at) & (R.request_id < before[1])))
