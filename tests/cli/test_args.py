@@ -70,6 +70,31 @@ def test_a_local_command_through_a_server_names_where_the_server_came_from(
     assert f"({named} is set)" in refused.message
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["submit", "job-a", "--tenant", "default"],
+        ["submit", "job-a", "--tenant", "acme"],
+        ["runs", "list", "--tenant", "default"],
+    ],
+)
+def test_a_tenant_written_out_through_a_server_is_refused_whichever_it_names(command: list[str]) -> None:
+    """Found by a review: through ``--server`` the token decides the tenant, and ``--tenant``
+    was refused only when it differed from the default's name: ``--tenant default`` with
+    another tenant's token acted in that other tenant, silently. A ``--tenant`` written out is
+    refused, whatever it names, before anything is sent."""
+    from click.testing import CliRunner
+
+    from jobgate.cli.root import cli
+
+    result = CliRunner().invoke(cli, ["--server", "http://127.0.0.1:9", "--token", "t", *command])
+    refused = result.exception
+    assert isinstance(refused, ValidationError) and refused.field == "--tenant"
+    without = [word for word in command if word not in ("--tenant", command[-1])]
+    unrefused = CliRunner().invoke(cli, ["--server", "http://127.0.0.1:9", "--token", "t", *without]).exception
+    assert not (isinstance(unrefused, ValidationError) and unrefused.field == "--tenant")  # it got to the server
+
+
 def _commands(group: Any, ctx: Any, path: str = "jobgate") -> Iterator[tuple[str, Any]]:
     import click
 

@@ -120,6 +120,15 @@ def _tenant_name(_ctx: click.Context, _param: click.Parameter, value: str | None
     return value
 
 
+def given(name: str) -> bool:
+    """Whether the running command's option ``name`` was written on its command line (or in
+    the environment), not left at its default: ``--tenant default`` is then told from no
+    ``--tenant``."""
+    ctx = click.get_current_context(silent=True)
+    source = None if ctx is None else ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 

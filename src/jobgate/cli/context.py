@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import click
 
 from jobgate.core.errors import ValidationError
-from jobgate.core.models import DEFAULT_TENANT  # loaded with the package already
 
 if TYPE_CHECKING:  # imported where used: ``jobgate --help`` loads none of them
     from jobgate.client.runs import RunsClient
@@ -92,9 +91,10 @@ class AppContext:
             self._engine = Engine(store, config)
         return self._engine
 
-    def runs_client(self, *, requested_by: str | None = None, tenant: str = DEFAULT_TENANT) -> RunsClient:
+    def runs_client(self, *, requested_by: str | None = None, tenant_given: bool = False) -> RunsClient:
         """The local database, or the server given with ``--server`` (whose token decides
-        the tenant and who asks, so ``--by`` and ``--tenant`` are refused there)."""
+        the tenant and who asks, so ``--by`` and ``--tenant`` are refused there: a ``--tenant``
+        written out, its default's name included, would otherwise be silently another's)."""
         from jobgate.client.runs import LocalRuns, RemoteRuns
 
         if not self.server:
@@ -103,7 +103,7 @@ class AppContext:
             raise ValidationError("give the server's bearer token (or set $JOBGATE_TOKEN)", field="--token")
         if requested_by:
             raise ValidationError("through --server the token is who asks; leave --by out", field="--by")
-        if tenant != DEFAULT_TENANT:
+        if tenant_given:
             raise ValidationError("through --server the token decides the tenant; leave --tenant out", field="--tenant")
         return RemoteRuns(self.server, self.token, named_as=self.server_named_as)
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from jobgate.cli import render
-from jobgate.cli.args import PERSON, FiniteFloat, os_user, parse_params, tenant_option
+from jobgate.cli.args import PERSON, FiniteFloat, given, os_user, parse_params, tenant_option
 from jobgate.cli.context import NO_CONFIG, AppContext, pass_app
 from jobgate.client.runs import Submission
 from jobgate.config import CONFIG_FILENAME
@@ -435,7 +435,7 @@ def submit(
     """Submit a manual trigger for JOB; prints the run id."""
     from rich.progress import Progress
 
-    client = app.runs_client(requested_by=requested_by, tenant=tenant)
+    client = app.runs_client(requested_by=requested_by, tenant_given=given("tenant"))
     who = _actor(requested_by)
     values = parse_params(params)
     if count == 1:
@@ -505,7 +505,7 @@ def runs_list(
 ) -> None:
     """Runs, newest first. Tables show the end of each run id; every command taking a RUN_ID
     takes that end too (through --server, looked for among the newest 1,000 runs)."""
-    items = app.runs_client(tenant=tenant).list(
+    items = app.runs_client(tenant_given=given("tenant")).list(
         tenant=tenant,
         statuses=[RunStatus(s.upper()) for s in status],
         job=job,
