@@ -137,6 +137,7 @@ async def enforce(request: Request) -> None:
     check_role(rule, principal)
     await check_tenant_claims(request, principal)
     check_query(request, route)
+    await check_no_body(request, route)
 
 
 async def identify(server: Any, request: Request) -> tuple[Principal, str]:
@@ -218,6 +219,32 @@ def check_query(request: Request, route: Any) -> None:
             raise BadRequest(f"this route has no query parameter {name!r} (it takes: {known})", field=name)
         if name not in repeatable and len(request.query_params.getlist(name)) > 1:
             raise BadRequest(f"the query parameter {name!r} takes one value; it is given more than once", field=name)
+
+
+def _takes_body(dependant: Any) -> bool:
+    """Whether a route reads a body: a declared body model, or the request itself (a raw upload)."""
+    return bool(dependant.body_params) or any(_takes_body(sub) for sub in dependant.dependencies)
+
+
+_BODY_TAKEN: dict[int, bool] = {}
+_NO_BODY = (b"", b"{}")
+
+
+async def check_no_body(request: Request, route: Any) -> None:
+    """A body sent to a route that takes none is refused (400, ``body``) unless it is empty or
+    ``{}``: its reason or note would otherwise be dropped without a word, and bad JSON pass as
+    good (found by a review: a retry's ``{"reason": …}`` was answered 201 and kept nowhere)."""
+    if request.method not in ("POST", "PUT", "PATCH", "DELETE") or is_console(request):
+        return
+    key = id(route)
+    takes = _BODY_TAKEN.get(key)
+    if takes is None:
+        dependant = route.dependant
+        takes = _BODY_TAKEN[key] = dependant.request_param_name is not None or _takes_body(dependant)
+    if takes:
+        return
+    if b"".join((await request.body()).split()) not in _NO_BODY:
+        raise BadRequest("this route takes no body; send none (or {})", field="body")
 
 
 # Where a body or a query may claim a tenant: the top level, a scope or a schedule, each document.

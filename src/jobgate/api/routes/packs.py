@@ -139,6 +139,12 @@ IMPORT_PATH = "/api/v1/import/offline-seed"
     IMPORT_PATH.removeprefix("/api/v1"),
     response_model=ImportOut,
     responses={409: {"description": "pack_identity_digest_conflict"}, 503: {"description": "no trust root"}},
+    openapi_extra={  # read as raw bytes by the handler, so declared here for the document
+        "requestBody": {
+            "required": True,
+            "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
 )
 @allow(ADMIN)
 async def import_offline_seed(request: Request, caller: WholeTenant, state: State) -> Any:
