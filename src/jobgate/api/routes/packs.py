@@ -142,7 +142,7 @@ IMPORT_PATH = "/api/v1/import/offline-seed"
     openapi_extra={  # read as raw bytes by the handler, so declared here for the document
         "requestBody": {
             "required": True,
-            "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
         }
     },
 )
