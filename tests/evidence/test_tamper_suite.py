@@ -811,24 +811,25 @@ def test_a_record_changed_and_sealed_again_is_caught(copies: Copies, name: str, 
     assert _expected(names, world.ids) in error, f"{name}: the message does not name {names}\n{out}"
 
 
-EXPORTED_RESEALS = [
-    t
-    for t in RESEAL_TAMPERS
-    if t[0]
-    in (
-        "dead letter rewritten as a success",
-        "run requester",
-        "letter deleted, run made a success, sealed without values",
-    )
-]
+# What the offline check says of each: the forged latest seal does not follow from the earlier
+# ones, or (a requeue nobody made, then an ending sealed by the published rules: found by a
+# review, the bundle checked the requeue's audit entry only while the run had not ended again)
+# the requeue has no audit entry.
+EXPORTED_SAYS = {
+    "dead letter rewritten as a success": "earlier",
+    "run requester": "earlier",
+    "letter deleted, run made a success, sealed without values": "earlier",
+    "requeue forged, then a success": "no run.requeued audit entry",
+}
+EXPORTED_RESEALS = [t for t in RESEAL_TAMPERS if t[0] in EXPORTED_SAYS]
 
 
 @pytest.mark.parametrize(("name", "tamper", "names"), EXPORTED_RESEALS, ids=[t[0] for t in EXPORTED_RESEALS])
 def test_an_export_of_a_record_sealed_again_is_refused_offline(
     copies: Copies, tmp_path: Path, name: str, tamper: Any, names: str
 ) -> None:
-    """The bundle carries every seal of each record and the values they kept: read offline by
-    the same rules, the forged latest seal does not follow from the ones before it."""
+    """The bundle carries every seal of each record and the values they kept, and the audit
+    entries about it: read offline by the same rules as the database's check."""
     world = copies.fresh()
     copies.tamper(lambda conn: tamper(conn, world.ids))
     base = ["--config", str(world.config_file), "--db", world.url]
@@ -839,7 +840,46 @@ def test_an_export_of_a_record_sealed_again_is_refused_offline(
     assert exported.exit_code == 0, exported.output
     checked = CliRunner().invoke(cli, ["evidence", "verify", str(bundle), "--allow-unsigned"])
     assert checked.exit_code == 1, f"{name}: the bundle verifies\n{checked.output}"
-    assert f"runs/{run}.json" in checked.output and "earlier" in checked.output, checked.output
+    assert f"runs/{run}.json" in checked.output and EXPORTED_SAYS[name] in checked.output, checked.output
+
+
+# Found by a review: a definition's bundle verified an approval revoked (or made) behind the
+# audit log that ``audit verify --records`` refused: it never asked the approval's entries.
+EXPORTED_APPROVALS = {
+    "approval revoked behind the audit log": "with no definition.approval_revoked audit entry",
+    "approval inserted whole with its own seal": "approval 9999: approved_by mallory with no definition.approved",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTED_APPROVALS))
+def test_a_definitions_bundle_asks_each_approvals_audit_entries(copies: Copies, tmp_path: Path, name: str) -> None:
+    _, tamper, _ = next(t for t in RESEAL_TAMPERS if t[0] == name)
+    world = copies.fresh()
+    copies.tamper(lambda conn: tamper(conn, world.ids))
+    base = ["--config", str(world.config_file), "--db", world.url]
+    assert CliRunner().invoke(cli, [*base, "audit", "seal"]).exit_code == 0
+    bundle = tmp_path / "definition.zip"
+    definition = str(world.ids["definition"])
+    exported = CliRunner().invoke(cli, [*base, "evidence", "export", "--definition", definition, "--out", str(bundle)])
+    assert exported.exit_code == 0, exported.output
+    checked = CliRunner().invoke(cli, ["evidence", "verify", str(bundle), "--allow-unsigned"])
+    assert checked.exit_code == 1 and EXPORTED_APPROVALS[name] in checked.output, checked.output
+
+
+def test_an_untouched_definitions_bundle_verifies(copies: Copies, tmp_path: Path) -> None:
+    world = copies.fresh()
+    base = ["--config", str(world.config_file), "--db", world.url]
+    bundle = tmp_path / "definition.zip"
+    for definition in (str(world.ids["definition"]), "spare"):  # spare's approval was revoked, as jobgate does
+        assert (
+            CliRunner()
+            .invoke(cli, [*base, "evidence", "export", "--definition", definition, "--out", str(bundle)])
+            .exit_code
+            == 0
+        )
+        checked = CliRunner().invoke(cli, ["evidence", "verify", str(bundle), "--allow-unsigned"])
+        assert checked.exit_code == 0, checked.output
+        bundle.unlink()
 
 
 @pytest.mark.parametrize(("name", "tamper", "names"), SINK_TAMPERS, ids=[t[0] for t in SINK_TAMPERS])

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobgate.core.canonical import isoformat_utc
+from jobgate.core.encoding import from_us
 from jobgate.core.errors import ValidationError
 from jobgate.evidence import keys as evidence_keys
 from jobgate.evidence.timestamping import TimestampTrust, authority_for
@@ -44,6 +45,7 @@ def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
     now = engine.clock.now()
     with engine.store.read() as tx:  # read before the files: an anchor made meanwhile only proves more
         anchored = [a.last_seq for a in tx.anchors.of(scope.tenant_id) if a.mode == "batch"]
+        began = tx.audit_log_began()
     files = bundle_files(engine, scope)
     manifest = {
         "format": FORMAT,
@@ -55,6 +57,9 @@ def build_bundle(engine: Engine, scope: ExportScope) -> bytes:
         "exported_at": isoformat_utc(now),
         "anchored_through": max(anchored, default=0),
         "anchor_window_seconds": engine.config.evidence.anchor_window.total_seconds(),
+        # When the deployment's audit log began: a revocation dated before it (a database from
+        # before the log) has no entry to find; every later one must have its entry here.
+        "audit_log_began": None if began is None else isoformat_utc(from_us(began)),
         "files": {name: "sha256:" + hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
     }
     files["manifest.json"] = json_file(manifest)

@@ -320,6 +320,7 @@ def check_contents(
             rid = seals.record_id(spec, row)
             _check_record(f"{file}: {rid}", kind, seals.row_parts(spec, row), sealed.get((kind, rid)), out)
             _check_trail(f"{file}: {rid}", seal_trails.row_trail(kind, _sealed(trails, kind, rid), _content), out)
+    _check_approvals_audited(approvals, entries, _log_began(manifest or {}, out), out)
     present = {n.removeprefix("runs/").removesuffix(".json") for n in files if n.startswith("runs/")}
     listed_retired = _load(files, "retired.json")
     for gone in listed_retired:
@@ -494,7 +495,7 @@ def _check_trail(where: str, problem: seal_trails.TrailProblem | None, out: Cont
 def _requeues(entries: Mapping[int, Mapping[str, Any]], rid: str) -> list[tuple[str, int]]:
     """The ``run.requeued`` audit entries of run ``rid`` in the bundle: (actor, time in µs)."""
     return [
-        (str(e["actor"]), to_us(datetime.fromisoformat(str(e["at"]).replace("Z", "+00:00"))))
+        (str(e["actor"]), _entry_us(e))
         for e in entries.values()
         if e["action"] == seal_trails.RUN_REQUEUED_ACTION and e["target_id"] == rid
     ]
@@ -516,6 +517,9 @@ def _check_run(
     if s is None or s["extent"] is None or parts.extent is None or parts.extent <= s["extent"]:
         ended = seal_trails.run_ended(row["status"], (t["to_status"] for t in transitions))
         _check_record(where, seals.RUN, parts, s, out, ended=ended)
+        # requeued and ended again: its requeue is still one an operator made (found by a review)
+        if (n := seal_trails.unaudited_requeue(transitions, requeues)) is not None:
+            out.problems.append(_unaudited_requeue(where, transitions, n))
         return
     extent = int(s["extent"])
     if row["status"] in seal_trails.RUN_ENDED:
@@ -528,11 +532,54 @@ def _check_run(
     elif seals.run_parts(row, transitions[:extent], doc["dead_letters"]).history != s["history"]:
         out.problems.append(f"{where}: its history differs from its seal #{s['id']} (within the transitions it covers)")
     elif (n := seal_trails.unaudited_requeue(transitions, requeues)) is not None:
-        out.problems.append(
-            f"{where}: transition {n + 1}: a requeue by {transitions[n]['actor']} with no run.requeued audit entry"
-        )
+        out.problems.append(_unaudited_requeue(where, transitions, n))
     else:
         out.notes.append(f"{where}: requeued after its seal #{s['id']} and not ended since: not sealed yet")
+
+
+def _log_began(manifest: Mapping[str, Any], out: ContentCheck) -> int | None:
+    """When the deployment's audit log began, as the manifest states it (µs), or None (a bundle
+    exported before manifests stated it: revocations are then not judged by their entries)."""
+    stated = manifest.get("audit_log_began")
+    if stated is None:
+        out.notes.append("manifest.json states no audit_log_began: approvals' revocations not matched to entries")
+        return None
+    try:
+        return to_us(_instant(stated))
+    except (ValueError, TypeError, OverflowError):
+        out.problems.append("manifest.json: its audit_log_began is unreadable")
+        return None
+
+
+def _check_approvals_audited(
+    approvals: Sequence[Mapping[str, Any]],
+    entries: Mapping[int, Mapping[str, Any]],
+    log_began: int | None,
+    out: ContentCheck,
+) -> None:
+    """Each approval's making and revocation accounted for by its audit entry, in the bundle
+    (``seal_trails.AUDITED_CHANGES``), as ``audit verify --records`` asks of the database: an
+    approval revoked or inserted by a database write and sealed by the published rules is none
+    jobgate made (found by a review: the bundle verified what the database check refused)."""
+    for rule in seal_trails.AUDITED_CHANGES["approval"]:
+        audited: dict[str, list[tuple[str, int, Any]]] = {}
+        for _, e in sorted(entries.items()):
+            if e["action"] == rule.action:
+                audited.setdefault(str(e["target_id"]), []).append((str(e["actor"]), _entry_us(e), e["payload"]))
+        for i in seal_trails.unaudited(rule, approvals, audited, log_began):
+            row = approvals[i]
+            out.problems.append(
+                f"approvals.json: approval {row.get('approval_id')}: {rule.by} {row.get(rule.by)}"
+                f" with no {rule.action} audit entry of it"
+            )
+
+
+def _entry_us(e: Mapping[str, Any]) -> int:
+    return to_us(datetime.fromisoformat(str(e["at"]).replace("Z", "+00:00")))
+
+
+def _unaudited_requeue(where: str, transitions: Sequence[Mapping[str, Any]], n: int) -> str:
+    return f"{where}: transition {n + 1}: a requeue by {transitions[n]['actor']} with no run.requeued audit entry"
 
 
 def _check_record(
