@@ -117,7 +117,8 @@ def sweep(
     for run in queued:
         changes.append(transitions.settled(_queue_timeout(run, now), run, now=now))
     with engine.store.write() as tx:
-        done = tx.runs_apply(changes)
+        free = tx.runs_lock_free([c.job_run_id for c in changes])  # one still being settled: next pass
+        done = tx.runs_apply([c for c in changes if c.job_run_id in free])
         _audit_ends(engine, tx, done, [*expired, *queued], now)
     safemode.after_settled(engine, done, actor=RESCUER)
     moved = {c.job_run_id for c in done}

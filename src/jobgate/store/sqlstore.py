@@ -621,6 +621,9 @@ class StoreTx:
     def run_lock(self, job_run_id: str) -> JobRun | None:
         return runs.run_lock(self._conn, job_run_id, lock_rows=self._skip_locked)
 
+    def runs_lock_free(self, job_run_ids: Sequence[str]) -> set[str]:
+        return runs.runs_lock_free(self._conn, job_run_ids, lock_rows=self._skip_locked)
+
     def runs_get(self, job_run_ids: Sequence[str]) -> list[JobRun]:
         return runs.runs_by_ids(self._conn, job_run_ids)
 
@@ -918,6 +921,14 @@ class StoreTx:
 WRITE_LOCK_TIMEOUT_S = 30.0
 DISPOSE_WAIT_S = 5.0  # SQLite: how long disposing waits for a write in progress to end
 CONNECT_TIMEOUT_S = 10  # PostgreSQL: seconds to open a connection (the URL's connect_timeout wins)
+# PostgreSQL ends a session whose transaction has sent nothing for this long, rolling it back:
+# a process paused (SIGSTOP, a debugger, a VM frozen) inside a transaction otherwise held its row
+# locks for as long as it stayed paused, and the tenant's audit chain head among them stopped
+# every other worker and submission of the cluster (found by a review: 47 s, then released only
+# by SIGCONT). Above the longest wait jobgate makes inside a transaction (an anchor's
+# timestamping authority, then its HTTP sink: 10 s each by default); a completion effect (user
+# code) must not sit longer between its statements. The URL's ``options`` may set another.
+IDLE_IN_TRANSACTION_MS = 30_000
 NEVER = 2**62  # executions of one statement before psycopg prepares it unasked
 
 
@@ -1103,7 +1114,10 @@ class Store:
             # thousands of rows in seconds, and an idempotency lookup (``= ANY`` of keys)
             # planned as a scan of a near-empty table took 280 ms per batch on 35,000 runs until
             # autovacuum's next ANALYZE (measured: bulk submit fell from 4,500 to 550 runs/s).
-            options = (f"{parsed.query.get('options', '')} -c {TENANT_SETTING}=*").strip()
+            options = (
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+                f" {parsed.query.get('options', '')} -c {TENANT_SETTING}=*"
+            )
             parsed = parsed.set(drivername="postgresql+psycopg").update_query_dict({"options": options})
             url = parsed.render_as_string(hide_password=False)
             libpq_url = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
