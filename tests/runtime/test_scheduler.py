@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -1063,3 +1064,38 @@ def test_a_backfill_in_year_1_west_of_utc_lists_its_slots_and_names_a_param_it_c
         run = tx.run_get(made[0].job_run_id, "default")
     assert run is not None and run.params["d"] == "0001-01"
     assert count(engine, "job_runs") == len(made)
+
+
+def _windows(engine: Engine) -> list[list[str]]:
+    with engine.store.read() as tx:
+        rows = connection(tx).execute(text('SELECT "trigger" FROM job_runs')).all()
+    return sorted(json.loads(r[0])["window"] for r in rows)
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_windows_new_length_covers_the_time_from_the_last_closed_window(engine: Engine, behind: bool) -> None:
+    """Found by a review: 10-minute windows shortened to 2 minutes at 00:25 began at 00:20 (the
+    end of the last closed window) but the watermark moved to the edit, so [00:20, 00:22) and
+    [00:22, 00:24) never ran, nothing recorded them, and a later anchor kept backfill from them.
+    The new grid is owed from where it begins: its windows closed meanwhile run late (by the
+    misfire policy), none is left out and none overlaps. ``behind``: no scheduler ran before
+    the edit (the old grid's owed windows are recorded ``edited``, as an edit records them)."""
+    job = helpers.define(engine, trigger_type="batch_window")
+    ten = Schedule(
+        "win", job, ScheduleKind.BATCH_WINDOW, T0, every=timedelta(minutes=10), misfire=MisfirePolicy.FIRE_ALL
+    )
+    add(engine, ten)
+    s = Scheduler(engine, owner="a")
+    if not behind:
+        assert s.tick(T0 + timedelta(minutes=25)).fired == 2  # [00:00, 00:10) and [00:10, 00:20)
+    put_schedules(engine, [replace(ten, every=timedelta(minutes=2))], source="cli", now=T0 + timedelta(minutes=25))
+    assert s.tick(T0 + timedelta(minutes=25, seconds=1)).fired == 2  # [00:20, 00:22) and [00:22, 00:24), late
+    assert s.tick(T0 + timedelta(minutes=26, seconds=1)).fired == 1  # [00:24, 00:26), on time
+    hhmm = [[w[0][11:16], w[1][11:16]] for w in _windows(engine)]
+    new = [["00:20", "00:22"], ["00:22", "00:24"], ["00:24", "00:26"]]
+    assert hhmm == ([] if behind else [["00:00", "00:10"], ["00:10", "00:20"]]) + new
+    with engine.store.read() as tx:
+        misses = tx.misses_list("default", "win")
+    assert misses == (
+        [(T0 + timedelta(minutes=10), "edited"), (T0 + timedelta(minutes=20), "edited")] if behind else []
+    )
