@@ -22,6 +22,7 @@ from tests.helpers import count, make_config
 
 from jobgate.config import JobgateConfig, build_config, load_config
 from jobgate.core.errors import ConfigurationError, ValidationError
+from jobgate.definitions import load_definitions
 from jobgate.scheduling import magic
 from jobgate.service import approvals
 from jobgate.service.engine import Engine
@@ -201,10 +202,20 @@ def test_startup_load_is_apply_once_per_content(engine: Engine, tmp_path: Path) 
     assert changed.created == 1
     assert stored_versions(engine, "export-payroll") == [1, 2]
     assert not approvals.status(engine, "default", "export-payroll").approved  # edited: approve again
-    path.write_text(SEED_SCENARIO)  # the first content back: v1 is current again, and approved
+    # The first content back, as a host whose folder was not updated has it: found by a review,
+    # its restart made v1 current again for the whole cluster, approved code and all. The current
+    # version stays, and the load says so; an apply rolls back on purpose.
+    path.write_text(SEED_SCENARIO)
     back = load_at_startup(engine, applied_by="ops")
-    assert (back.created, len(back.reverted), back.unchanged) == (0, 1, 0)
-    assert "export-payroll v1 current again, 0 unchanged" in back.summary()
+    assert (back.created, len(back.reverted), len(back.stale), back.unchanged) == (0, 0, 1, 0)
+    (warning,) = back.warnings()
+    assert "holds version 1's content; version 2 stays current" in warning and "jobgate apply" in warning
+    with engine.store.read() as tx:
+        head = tx.definition_get("default", "export-payroll")
+    assert head is not None and head.version == 2
+    assert not approvals.status(engine, "default", "export-payroll").approved  # v2 still waits
+    (rolled,) = engine.apply_definitions(load_definitions([path.parent], engine.config), applied_by="ops")
+    assert (rolled.version, rolled.reverted) == (1, True)
     assert approvals.status(engine, "default", "export-payroll").approved
 
 

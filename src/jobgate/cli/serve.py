@@ -112,7 +112,8 @@ def load_definitions_at_start(engine: Engine) -> None:
     """The configured ``definitions:`` folders, applied once (``service.startup``); an invalid
     file or a missing configured folder raises, naming it, and the process exits non-zero."""
     loaded = startup.load_at_startup(engine)
-    logging.getLogger("jobgate.cli").info(
+    log = logging.getLogger("jobgate.cli")
+    log.info(
         "%s",
         loaded.summary(),
         extra={
@@ -120,9 +121,11 @@ def load_definitions_at_start(engine: Engine) -> None:
             "definitions": len(loaded.results),
             "new_versions": loaded.created,
             "unchanged_versions": loaded.unchanged,
-            "reverted_versions": [f"{r.job_definition_id} v{r.version}" for r in loaded.reverted],
+            "stale_files": [f"{r.job_definition_id} v{r.older}" for r in loaded.stale],
         },
     )
+    for line in loaded.warnings():
+        log.warning("%s", line, extra={"action": "definition_file_stale"})
 
 
 @click.command("doctor")

@@ -39,6 +39,7 @@ class ApplyResult:
     created: bool
     source: str | None
     reverted: bool = False  # an older version is current again (its content applied again)
+    older: int | None = None  # the content was this older version's, and the current one stayed
 
 
 _BUILT_LIMIT = 1024  # versions kept built per process; emptied when full
@@ -64,10 +65,12 @@ class Definitions:
         progress: Callable[[int], None] | None = None,
         applied_by: str = SYSTEM_ACTOR,
         applied_lineage: tuple[str, ...] = (),
+        revert: bool = True,
     ) -> list[ApplyResult]:
         """Store every definition or none: one transaction for the whole load. ``applied_by``
         (and who minted their credential, ``applied_lineage``) is recorded with each new version:
-        four eyes keeps them from approving it."""
+        four eyes keeps them from approving it. ``revert`` False: an older version's content
+        leaves the current version as it is (a start-up load: ``ApplyResult.older``)."""
         for item in loaded:
             check_executable(item, self.config.worker.trusted_handlers)
         now = self.clock.now()
@@ -90,6 +93,7 @@ class Definitions:
                         now=now,
                         applied_by=applied_by,
                         applied_lineage=applied_lineage,
+                        revert=revert,
                     )
                 )
                 out.append(
@@ -100,6 +104,7 @@ class Definitions:
                         result.created,
                         item.source,
                         reverted=result.reverted,
+                        older=result.older,
                     )
                 )
                 if result.created or result.reverted:  # the current version changed: its own schedule too

@@ -58,10 +58,16 @@ class Engine:
         progress: Callable[[int], None] | None = None,
         applied_by: str = SYSTEM_ACTOR,
         applied_lineage: tuple[str, ...] = (),
+        revert: bool = True,
     ) -> list[ApplyResult]:
         """Store every definition or none (``service.definitions``)."""
         return self.definitions.apply(
-            loaded, tenant_id=tenant_id, progress=progress, applied_by=applied_by, applied_lineage=applied_lineage
+            loaded,
+            tenant_id=tenant_id,
+            progress=progress,
+            applied_by=applied_by,
+            applied_lineage=applied_lineage,
+            revert=revert,
         )
 
     def definition(

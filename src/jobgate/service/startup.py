@@ -4,8 +4,10 @@
 ``jobgate serve`` and ``jobgate scheduler`` read every definition and scenario file in those
 folders once, when they start, and store them through the same door as ``jobgate apply``: all or
 nothing, the same content makes no new version, a changed file makes a new version that runs only
-once an admin approved it. Loading is not approving (seed 004, "Scenario approval"), so nothing
-here approves anything; and a file edited after start-up changes nothing until the next start.
+once an admin approved it, and an older version's content leaves the current version as it is
+(a host restarting with a stale folder does not roll the cluster back; ``jobgate apply`` does).
+Loading is not approving (seed 004, "Scenario approval"), so nothing here approves anything; and
+a file edited after start-up changes nothing until the next start.
 
 A folder written in ``definitions:`` that does not exist, or one invalid file (a scenario naming
 a runner this host does not register, say), refuses the start with the file and the field, and
@@ -47,18 +49,31 @@ class StartupLoad:
         return [r for r in self.results if r.reverted]
 
     @property
+    def stale(self) -> list[ApplyResult]:
+        """Definitions whose file holds an older version's content: the current version stayed."""
+        return [r for r in self.results if r.older is not None]
+
+    @property
     def unchanged(self) -> int:
-        return len(self.results) - self.created - len(self.reverted)
+        return len(self.results) - self.created - len(self.reverted) - len(self.stale)
 
     def summary(self) -> str:
-        """The one log line of a start-up load (a restart that made an earlier version current
-        again says which: a review's said 'unchanged' while one of its schedules switched on)."""
+        """The one log line of a start-up load."""
         where = ", ".join(str(f) for f in self.folders) or "no folder"
-        again = "".join(f", {r.job_definition_id} v{r.version} current again" for r in self.reverted)
         return (
             f"definitions loaded at start-up from {where}: {len(self.results)} "
-            f"({self.created} new versions awaiting approval{again}, {self.unchanged} unchanged)"
+            f"({self.created} new versions awaiting approval, {self.unchanged} unchanged)"
         )
+
+    def warnings(self) -> list[str]:
+        """One line per definition whose file is an older version's content: a host with a stale
+        folder does not roll the cluster back when it restarts (found by a review: it made v1
+        current again over v3, approved code and all); ``jobgate apply`` rolls back on purpose."""
+        return [
+            f"definition {r.job_definition_id}: {r.source or 'its file'} holds version {r.older}'s content;"
+            f" version {r.version} stays current (apply the file with jobgate apply to roll back to it)"
+            for r in self.stale
+        ]
 
 
 def folders_to_load(configured: tuple[Path, ...], *, explicit: bool, source: str) -> tuple[Path, ...]:
@@ -84,5 +99,5 @@ def load_at_startup(engine: Engine, *, applied_by: str | None = None) -> Startup
     except ValidationError as exc:
         approvals.record_load_refusal(engine, DEFAULT_TENANT, exc, actor=actor)
         raise
-    results = engine.apply_definitions(loaded, applied_by=actor) if loaded else []
+    results = engine.apply_definitions(loaded, applied_by=actor, revert=False) if loaded else []
     return StartupLoad(folders, tuple(results))

@@ -59,6 +59,9 @@ class DefinitionPut:
     now: datetime
     applied_by: str | None = None
     applied_lineage: tuple[str, ...] = ()
+    # An older version's content makes that version current again (a roll back); False keeps
+    # the current version and says so (``DefinitionPutResult.older``).
+    revert: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class DefinitionPutResult:
     # The head now points at an older version stored before (its content applied again): not
     # a new version, but the current one changed.
     reverted: bool = False
+    older: int | None = None  # the older version the content was, kept from current (``revert`` False)
 
 
 @dataclass(frozen=True)

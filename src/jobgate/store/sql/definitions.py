@@ -99,6 +99,12 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
             D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id, D.digest == p.digest
         )
     ).first()
+    if same_digest is not None and not p.revert and head is not None:
+        # An older version's content where no roll back was asked for (a process loading a stale
+        # folder at start-up): the current version stays, and its status.
+        stored = definition_get(conn, p.tenant_id, p.job_definition_id, head.current_version)
+        assert stored is not None
+        return DefinitionPutResult(stored, created=False, older=same_digest.version)
     if same_digest is not None:
         # Reverting to content stored before: point the head back at that version.
         version = same_digest.version
