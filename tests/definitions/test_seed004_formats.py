@@ -208,6 +208,9 @@ def test_startup_load_is_apply_once_per_content(engine: Engine, tmp_path: Path) 
     path.write_text(SEED_SCENARIO)
     back = load_at_startup(engine, applied_by="ops")
     assert (back.created, len(back.reverted), len(back.stale), back.unchanged) == (0, 0, 1, 0)
+    assert (
+        "1 (0 new versions awaiting approval, 0 unchanged, 1 older than the current version (kept))" in back.summary()
+    )
     (warning,) = back.warnings()
     assert "holds version 1's content; version 2 stays current" in warning and "jobgate apply" in warning
     with engine.store.read() as tx:

@@ -60,9 +60,10 @@ class StartupLoad:
     def summary(self) -> str:
         """The one log line of a start-up load."""
         where = ", ".join(str(f) for f in self.folders) or "no folder"
+        older = f", {len(self.stale)} older than the current version (kept)" if self.stale else ""
         return (
             f"definitions loaded at start-up from {where}: {len(self.results)} "
-            f"({self.created} new versions awaiting approval, {self.unchanged} unchanged)"
+            f"({self.created} new versions awaiting approval, {self.unchanged} unchanged{older})"
         )
 
     def warnings(self) -> list[str]:
