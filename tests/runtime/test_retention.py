@@ -31,6 +31,7 @@ def _ready_to_retire(engine: Engine, tmp_path: Path) -> datetime:
     while publish_once(engine.store, [], engine.clock):
         pass
     later = engine.clock.now() + timedelta(days=2)
+    audit.seal_pending(engine, engine.clock.now())  # as the leader does: every seal chained, then anchored
     with engine.store.write() as tx:
         anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a"))
     return later
@@ -64,6 +65,7 @@ def test_only_finished_delivered_anchored_runs_go_and_the_deletion_is_audited(
         waiting = submit(engine, job)
         later = engine.clock.now() + timedelta(days=2)
         assert retire(engine, "default", now=later).deleted == 0  # nothing anchored yet: nothing goes
+        audit.seal_pending(engine, engine.clock.now())
         with engine.store.write() as tx:
             sink = sinks.FileSink(tmp_path / "anchors.jsonl")
             anchors.anchor_due(tx, "default", now=later, window=timedelta(hours=1), sink=sink)
@@ -531,5 +533,31 @@ def test_a_retry_whose_source_was_retired_still_names_it_as_its_parent(database_
         assert found.parents == [] and [g.job_run_id for g in found.retired_parents] == [source]
         shown = LocalRuns(engine).lineage(retry.job_run_id, "parents")
         assert shown.edges == [] and [(e.job_run_id, e.status) for e in shown.retired] == [(source, "CANCELLED")]
+    finally:
+        store.dispose()
+
+
+def test_a_run_with_an_entry_or_seal_after_the_last_anchor_waits_for_the_next(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Found by a review: a dead letter closed after the run's end was anchored wrote an audit
+    entry and a seal no anchor covered, and retention deleted the run two seconds later (it
+    looked at the run's end alone), against "every audit entry about them is already under an
+    anchor". The run waits until an anchor covers them; then it goes."""
+    store = Store(database_url)
+    engine = Engine(store, make_config(tmp_path, retention={"finished_runs_days": 1}))
+    try:
+        job = define(engine, handler="engine_handlers:fail_final")
+        dead = submit(engine, job)
+        with running_worker(engine):
+            wait_status(engine, dead, RunStatus.DEAD_LETTERED)
+        later = _ready_to_retire(engine, tmp_path)
+        control.close_dead_letter(engine, dead, actor="ops", note="done by hand")  # after the anchor
+        assert retire(engine, "default", now=later, dry_run=True).deleted == 0
+        assert retire(engine, "default", now=later).deleted == 0
+        with engine.store.read() as tx:
+            assert tx.run_get(dead) is not None
+        again = _ready_to_retire(engine, tmp_path)  # chained and anchored: everything about it covered
+        assert retire(engine, "default", now=again).deleted == 1
     finally:
         store.dispose()

@@ -17,6 +17,7 @@ from jobgate.core.errors import ValidationError
 from jobgate.core.states import RunStatus
 from jobgate.evidence import anchors, sinks
 from jobgate.runtime.outbox import publish_once
+from jobgate.service import audit
 from jobgate.service.engine import Engine
 from jobgate.service.retention import passes, retire
 from jobgate.service.submission import SubmitRequest
@@ -110,6 +111,7 @@ def _submit(engine: Engine, job: str) -> str:
 
 
 def _anchor(engine: Engine, tmp_path: Path, at: datetime) -> None:
+    audit.seal_pending(engine, engine.clock.now())  # as the leader does: every seal chained, then anchored
     with engine.store.write() as tx:
         anchors.anchor_due(tx, "default", now=at, window=timedelta(hours=1), sink=sinks.FileSink(tmp_path / "a.jsonl"))
 

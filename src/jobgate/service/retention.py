@@ -65,49 +65,71 @@ class RetentionPass:
     scope: RetireScope
 
 
-def passes(settings: RetentionSettings, now: datetime, bound: datetime | None) -> list[RetentionPass]:
+def passes(
+    settings: RetentionSettings,
+    now: datetime,
+    bound: datetime | None,
+    anchored_through: tuple[int, int] | None = None,
+) -> list[RetentionPass]:
     """The passes the configuration asks for (seed 000 §57 by record type): one per job class
     with a retention of its own, then every other class under ``finished_runs_days``; each
-    cutoff no later than ``bound`` (what is already under an anchor). Pure."""
+    cutoff no later than ``bound`` (what is already under an anchor), and each run's every audit
+    entry and seal under it (``anchored_through``: the last entry and seal it covers). Pure."""
     letters = None if settings.resolved_dead_letters is None else now - settings.resolved_dead_letters
 
     def cutoff(keep: timedelta) -> datetime:
         return now - keep if bound is None else min(now - keep, bound)
 
     out = [
-        RetentionPass(f"retention.job_classes.{name}", cutoff(keep), RetireScope((name,), (), letters))
+        RetentionPass(
+            f"retention.job_classes.{name}", cutoff(keep), RetireScope((name,), (), letters, anchored_through)
+        )
         for name, keep in sorted(settings.job_classes.items())
     ]
     if settings.finished_runs is not None:
-        others = RetireScope(None, tuple(sorted(settings.job_classes)), letters)
+        others = RetireScope(None, tuple(sorted(settings.job_classes)), letters, anchored_through)
         out.append(RetentionPass("retention.finished_runs_days", cutoff(settings.finished_runs), others))
     return out
 
 
-def anchored_bound(engine: Engine, tenant_id: str) -> tuple[bool, datetime | None]:
-    """Whether anything of the tenant may go yet, and up to when: the end of its last anchored
-    window, and the earliest entry not yet under an anchor (one stamped before the window's end
-    may have committed after the anchor was taken). A tenant with a log and no anchor: nothing."""
+@dataclass(frozen=True)
+class AnchoredBound:
+    """What retention may take of a tenant: whether anything yet (``allowed``), runs ended before
+    ``bound`` (the end of its last anchored window, or the earliest entry not yet under an
+    anchor: one stamped before the window's end may have committed after the anchor was taken),
+    and whose every audit entry and seal the anchor covers (``through``: its last entry, the last
+    seal chained by then; None without an anchor)."""
+
+    allowed: bool
+    bound: datetime | None
+    through: tuple[int, int] | None = None
+
+
+def anchored_bound(engine: Engine, tenant_id: str) -> AnchoredBound:
+    """A tenant with a log and no anchor: nothing may go."""
     with engine.store.read() as tx:
         anchored = tx.anchors.last(tenant_id, "batch")
         has_log = tx.audit_head(tenant_id)[0] > 0
         pending = None if anchored is None else tx.anchors.first_after(tenant_id, anchored.last_seq)
+        through = None
+        if anchored is not None:
+            through = (anchored.last_seq, tx.seals_chained_through(tenant_id, anchored.last_seq))
     if has_log and anchored is None:
-        return False, None
+        return AnchoredBound(False, None)
     bounds: list[datetime] = []
     if anchored is not None:
         bounds.append(anchored.window_end)
     if pending is not None:
         bounds.append(pending.event.at)
-    return True, min(bounds) if bounds else None
+    return AnchoredBound(True, min(bounds) if bounds else None, through)
 
 
 def retire(engine: Engine, tenant_id: str, *, now: datetime | None = None, dry_run: bool = False) -> Retired:
     """Every pass of the configured retention for ``tenant_id``; ``cutoff`` in the answer is the
     last pass's (the ``finished_runs_days`` pass when that is set), ``deleted`` the total."""
     now = now or engine.clock.now()
-    allowed, bound = anchored_bound(engine, tenant_id)
-    planned = passes(engine.config.retention, now, bound) if allowed else []
+    anchored = anchored_bound(engine, tenant_id)
+    planned = passes(engine.config.retention, now, anchored.bound, anchored.through) if anchored.allowed else []
     if not planned:
         return Retired(tenant_id, None, 0)
     rules = tuple(RuleRetired(p.rule, p.cutoff, _run_pass(engine, tenant_id, p, now, dry_run)) for p in planned)

@@ -161,6 +161,9 @@ class RetireScope:
     job_classes: tuple[str, ...] | None = None
     except_classes: tuple[str, ...] = ()
     letters_resolved_before: datetime | None = None
+    # What an anchor covers (its last audit entry, the last seal chained by then): a run with an
+    # entry or a seal past it (its letter closed, sealed again, after it ended) waits for the next.
+    anchored_through: tuple[int, int] | None = None
 
 
 ANY_RUN = RetireScope()  # a retention pass over every class

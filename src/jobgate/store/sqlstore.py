@@ -233,6 +233,9 @@ class StoreTx:
     def seals_verify(self, tenant_id: str, log_began: int | None = None) -> RecordsReport:
         return record_seals.verify_records(self._conn, tenant_id, log_began)
 
+    def seals_chained_through(self, tenant_id: str, seq: int) -> int:
+        return record_seals.seals_chained_through(self._conn, tenant_id, seq)
+
     def audit_log_began(self) -> int | None:
         """When the deployment's audit log began (µs): read unscoped, it sees every tenant's."""
         return record_seals.audit_log_began(self._conn)

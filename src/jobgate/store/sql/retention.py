@@ -52,6 +52,18 @@ def _retirable(
         ~active_workflow,
         ~open_retry,  # a retry still to finish names it as its source (its lineage, its pinned version)
     ]
+    if scope.anchored_through is not None:
+        from jobgate.store.tables import audit_log, record_seals
+
+        last_seq, last_seal = scope.anchored_through
+        a, s = audit_log.c, record_seals.c
+        later_entry = exists().where(
+            and_(a.tenant_id == tenant_id, a.target_type == "run", a.target_id == r.job_run_id, a.seq > last_seq)
+        )
+        later_seal = exists().where(
+            and_(s.tenant_id == tenant_id, s.kind == "run", s.record_id == r.job_run_id, s.id > last_seal)
+        )
+        clauses += [~later_entry, ~later_seal]  # everything about it under an anchor (found by a review)
     if scope.job_classes is not None:
         clauses.append(r.job_class.in_(scope.job_classes))
     if scope.except_classes:

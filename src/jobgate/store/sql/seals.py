@@ -377,13 +377,16 @@ def batch_entries(conn: Connection, tenant_id: str) -> list[BatchEntry]:
     return out
 
 
-def _last_chained(conn: Connection, tenant_id: str) -> int:
-    """The last seal id a batch of the tenant chained. An entry that does not read as a batch
-    jobgate wrote (edited in the database) is passed over for the one before it: verification
-    names it (``batch_entries``), and counting or chaining must not crash on it (a review's
-    edit made ``audit verify --records`` and the leader's chaining exit with a KeyError)."""
+def _last_chained(conn: Connection, tenant_id: str, through_seq: int | None = None) -> int:
+    """The last seal id a batch of the tenant chained (``through_seq``: a batch entry at or
+    before that audit entry). An entry that does not read as a batch jobgate wrote (edited in the
+    database) is passed over for the one before it: verification names it (``batch_entries``),
+    and counting or chaining must not crash on it (a review's edit made ``audit verify
+    --records`` and the leader's chaining exit with a KeyError)."""
     a = audit_log.c
     q = select(a.payload).where(a.tenant_id == tenant_id, a.action == BATCH_ACTION).order_by(a.seq.desc())
+    if through_seq is not None:
+        q = q.where(a.seq <= through_seq)
     latest = conn.execute(q.limit(1)).scalar()  # the common case: one row read
     if latest is None:
         return 0
@@ -397,6 +400,12 @@ def _last_chained(conn: Connection, tenant_id: str) -> int:
         except (ValueError, KeyError, TypeError):
             continue
     return 0
+
+
+def seals_chained_through(conn: Connection, tenant_id: str, seq: int) -> int:
+    """The last seal id chained by a batch entry at or before audit entry ``seq``: with ``seq``
+    the last one an anchor covers, every seal up to it is under that anchor."""
+    return _last_chained(conn, tenant_id, seq)
 
 
 def seal_tenants(conn: Connection) -> list[str]:
