@@ -986,6 +986,36 @@ def test_bytes_in_a_text_column_are_named_not_a_crash(copies: Copies, statement:
     assert error, out
 
 
+@pytest.mark.parametrize(
+    ("statement", "column"),
+    [
+        ("UPDATE job_runs SET error_code = X'ff' WHERE job_run_id = '{dead}'", "error_code"),
+        ("UPDATE job_runs SET error_message = X'41' WHERE job_run_id = '{dead}'", "error_message"),  # valid UTF-8
+        ("UPDATE run_transitions SET actor = X'00ff' WHERE job_run_id = '{dead}'", "actor"),
+    ],
+)
+def test_bytes_in_a_text_column_are_named_by_every_command_that_shows_the_run(
+    copies: Copies, tmp_path: Path, statement: str, column: str
+) -> None:
+    """Found by a review: a byte value in a run's text column made ``runs show``, ``runs list``
+    and ``replay`` exit 70 ("internal"), and ``GET /runs`` answer 500; valid UTF-8 bytes passed
+    unnoticed. Each names the record and the column, exit 1."""
+    world = copies.fresh()
+    if not world.url.startswith("sqlite"):
+        pytest.skip("PostgreSQL refuses bytes in a text column")
+    copies.tamper(lambda conn: conn.execute(text(statement.format(**world.ids))))
+    run = str(world.ids["dead"])
+    listed = [] if statement.startswith("UPDATE run_transitions") else [["runs", "list"]]  # it shows no transition
+    for command in (["runs", "show", run], *listed, ["replay", run], ["evidence", "export", run]):
+        if command[0] == "evidence":
+            command += ["--out", str(tmp_path / "bundle.zip")]
+        result = CliRunner().invoke(cli, ["--config", str(world.config_file), "--db", world.url, *command])
+        if result.exception is not None and not isinstance(result.exception, SystemExit | JobgateError):
+            raise result.exception  # a crash: what the user would see as "internal"
+        said = result.output + str(result.exception)
+        assert result.exit_code == 1 and run in said and column in said, (command, said)
+
+
 EVIDENCE_TABLES = (
     "job_runs",
     "run_transitions",

@@ -211,3 +211,26 @@ def test_the_binding_is_sealed_and_a_run_without_one_still_replays(engine: Engin
     found = [f for r in audit.verify_records(engine, ["default"]) for f in r.findings]
     assert found and found[0].record_id == run_id, found
     assert found[0].part == "history" and "transitions was changed" in found[0].message()
+
+
+def test_a_simulation_that_differs_says_it_is_one_and_names_both_values(engine: Engine) -> None:
+    """Found by a review: ``replay --simulate`` against a policy cut to one attempt printed
+    "MISMATCH at transitions[5]: RETRY_WAIT -> DISPATCHED is not a legal move" with no
+    simulation note (a match had one) and without what the replayed run was at that point."""
+    from dataclasses import replace
+
+    flaky = define(engine, handler="engine_handlers:fail_until", retry_policy="test_fixed_v1", params=OK_ON)
+    run_id = submit(engine, flaky, ok_on="2")
+    with running_worker(engine):
+        wait_status(engine, run_id, RunStatus.COMPLETED)
+    original = engine.config
+    once = replace(original.retry_policies["test_fixed_v1"], max_attempts=1)
+    engine.config = replace(original, retry_policies={**original.retry_policies, "test_fixed_v1": once})
+    try:
+        simulated = replay(engine, run_id, simulation=True)
+    finally:
+        engine.config = original
+    assert not simulated.match and simulated.simulation
+    assert any(n.startswith("simulation:") for n in simulated.notes)
+    where = str(simulated.first_difference)
+    assert "recorded " in where and "replayed, the run is " in where, where

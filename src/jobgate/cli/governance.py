@@ -390,7 +390,8 @@ def replay_command(app: AppContext, run_id: str, simulate: bool) -> None:
     else:
         kind = "simulation" if simulate else "audit replay"
         verdict = "MATCH" if report.match else f"MISMATCH at {report.first_difference}"
-        print(f"{run_id} ({kind}): {verdict}\n  original {report.original_hash}\n  replay   {report.replay_hash}")
+        replayed = report.replay_hash or "(none: it stopped at the difference)"
+        print(f"{run_id} ({kind}): {verdict}\n  original {report.original_hash}\n  replay   {replayed}")
         bound = report.binding or {}
         target = bound.get("target") or {}
         if target:

@@ -6,6 +6,8 @@ parse messages, because the code, field and source are attributes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class JobgateError(Exception):
     """Base class: ``code`` is stable and machine-readable, the message is for people."""
@@ -117,3 +119,14 @@ class RetryableError(Exception):
     def __init__(self, message: str, *, error_code: str = "RETRYABLE") -> None:
         super().__init__(message)
         self.error_code = error_code
+
+
+def refuse_bytes(values: Mapping[str, object], source: str) -> None:
+    """Refuse a record read with bytes where jobgate writes text (``MalformedRecordError``,
+    naming the column): SQLite stores whatever a direct write gives a column, and such a value
+    crashed every command and route that showed it (found by a review: ``runs show``, ``runs
+    list``, ``replay``, ``GET /runs`` answered "internal"). Asked where records are shown,
+    replayed or exported, not on the worker's path (PostgreSQL refuses bytes in text)."""
+    for name, value in values.items():
+        if isinstance(value, bytes | bytearray | memoryview):
+            raise MalformedRecordError("holds bytes, not text", field=name, source=source)

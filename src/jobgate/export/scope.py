@@ -26,7 +26,7 @@ from jobgate.core import merkle, seal_trails, seals
 from jobgate.core.audit import AuditEntry, AuditEvent, entry_hash
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.encoding import to_us
-from jobgate.core.errors import NotFoundError, ValidationError
+from jobgate.core.errors import NotFoundError, ValidationError, refuse_bytes
 from jobgate.core.records import AuditFilter
 from jobgate.definitions.schema import content_digest
 from jobgate.evidence import anchors
@@ -145,6 +145,13 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         ids = _run_ids(tx, scope)
         rows = tx.evidence
         runs = rows.raw_runs(ids)
+        for r in runs:  # JSON has no bytes: named, not a crash (a direct write to a SQLite file)
+            rid = str(r["row"]["job_run_id"])
+            refuse_bytes(r["row"], f"run {rid}")
+            for i, t in enumerate(r["transitions"], start=1):
+                refuse_bytes(t, f"transition {i} of run {rid}")
+            for letter in r["dead_letters"]:
+                refuse_bytes(letter, f"a dead letter of run {rid}")
         workflow_ids = sorted({str(r["row"]["workflow_run_id"]) for r in runs if r["row"]["workflow_run_id"]})
         if scope.workflow_run_id and scope.workflow_run_id not in workflow_ids:
             workflow_ids.append(scope.workflow_run_id)
@@ -172,6 +179,9 @@ def bundle_files(engine: Engine, scope: ExportScope) -> dict[str, bytes]:
         ]
         jobs = sorted({job for job, _ in bound})
         approvals = [row for job in jobs for row in rows.raw_rows("approval", tenant, {"job_definition_id": job})]
+        for kind, kept in (("definition", definitions), ("snapshot", snapshots), ("approval", approvals)):
+            for row in kept:
+                refuse_bytes(row, f"{kind} {seals.record_id(seals.SPECS[kind], row)}")
         retired = _retired_in(tx, scope, ids)
         records = (
             [(seals.RUN, str(r["row"]["job_run_id"])) for r in runs]

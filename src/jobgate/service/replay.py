@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobgate.core.canonical import digest, isoformat_utc
 from jobgate.core.decide import Outcome, OutcomeKind, decide
-from jobgate.core.errors import JobgateError
+from jobgate.core.errors import JobgateError, refuse_bytes
 from jobgate.core.idempotency import retry_run_id
 from jobgate.core.lineage import retry_source
 from jobgate.core.models import ExecutionWindow, ExecutorSpec, JobRun, Transition, Trigger, TriggerType
@@ -124,15 +124,20 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         else:
             stored = tx.definition_get(run.tenant_id, run.job_definition_id, run.definition_version)
         snapshot = tx.snapshot_get(run.config_snapshot_id)
+    refuse_bytes(vars(run), f"run {job_run_id}")
+    for i, t in enumerate(transitions, start=1):
+        refuse_bytes(vars(t), f"transition {i} of run {job_run_id}")
     original = run_hash(run, transitions)
+    notes: list[str] = []
 
-    def differs(where: str) -> ReplayReport:
-        return ReplayReport(job_run_id, False, original, None, where, simulation, _binding(transitions))
+    def differs(where: str) -> ReplayReport:  # with the notes so far (a simulation says it is one)
+        return ReplayReport(job_run_id, False, original, None, where, simulation, _binding(transitions), tuple(notes))
 
     if stored is None:
         return differs("definition_version: the version the run names is not stored")
     bound = _binding(transitions)
-    notes: list[str] = []
+    if simulation:
+        notes.append("simulation: today's definition, configuration and policies, not the record")
     if simulation:  # today's definition, configuration and policies: what the run would do now
         try:
             definition = engine.definitions.build(stored)
@@ -140,7 +145,6 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
             return differs(f"definition: today's configuration refuses it ({exc.code}: {exc.message})")
         snapshot = resolve_snapshot(engine.config, definition.config_profile, run.tenant_id)
         policy, timeout = policies_for(engine.config, definition)
-        notes.append("simulation: today's definition, configuration and policies, not the record")
     else:
         # An audit replay reads the record alone (seed §53: no live condition): the stored
         # content checked against its digest, the policies and the target as the run bound them.
@@ -174,11 +178,16 @@ def replay(engine: Engine, job_run_id: str, *, tenant_id: str | None = None, sim
         run_id=_retry_id(trigger_doc, run.tenant_id),
     )
     replayed = list(first)
-    state = {"status": RunStatus.SCHEDULED, "attempt": 0, "max": rebuilt.max_attempts, "error": None}
+    state: dict[str, Any] = {"status": RunStatus.SCHEDULED, "attempt": 0, "max": rebuilt.max_attempts, "error": None}
     for t in transitions[len(first) :]:
+        was: RunStatus = state["status"]
         step = _replay_step(t, state, policy, rebuilt.idempotency_key)
         if step is None:
-            return differs(f"transitions[{len(replayed)}]: {t.from_status} -> {t.to_status} is not a legal move")
+            recorded = f"{None if t.from_status is None else t.from_status.value} -> {t.to_status.value}"
+            return differs(
+                f"transitions[{len(replayed)}]: recorded {recorded}; replayed, the run is {was.value} there,"
+                f" and {was.value} -> {t.to_status.value} is not a legal move"
+            )
         replayed.append(step)
     final = rebuilt.evolve(
         status=state["status"], attempt=state["attempt"], max_attempts=state["max"], error_code=state["error"]

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobgate.core.audit import AuditEntry
-from jobgate.core.errors import ValidationError
+from jobgate.core.errors import ValidationError, refuse_bytes
 from jobgate.core.lineage import RETRY_EDGE
 from jobgate.core.models import Attempt, DeadLetter, JobRun, Transition
 from jobgate.core.records import Approval, RunRequest, StoredToken
@@ -132,6 +132,7 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, run: JobRun) -> RunOut:
+        refuse_bytes(vars(run), f"run {run.job_run_id}")
         slot = parse_slot(run.slot)
         return cls(
             job_run_id=run.job_run_id,
@@ -188,6 +189,7 @@ class TransitionOut(BaseModel):
 
     @classmethod
     def of(cls, sequence: int, t: Transition) -> TransitionOut:
+        refuse_bytes(vars(t), f"transition {sequence} of run {t.job_run_id}")
         return cls(
             sequence=sequence,
             from_status=None if t.from_status is None else t.from_status.value,
@@ -236,6 +238,7 @@ class DeadLetterOut(BaseModel):
 
     @classmethod
     def of(cls, d: DeadLetter) -> DeadLetterOut:
+        refuse_bytes(vars(d), f"dead letter {d.dead_letter_id} of run {d.job_run_id}")
         return cls(
             dead_letter_id=d.dead_letter_id,
             job_run_id=d.job_run_id,
