@@ -181,6 +181,10 @@ def test_log_tail_and_range(world: World) -> None:
     assert tail.text == "line 99\nline 100\n"
     part = world.client.get(f"{RUNS}/{run.job_run_id}/log", params={"offset": 7, "limit": 7}, headers=h)
     assert part.text == "line 2\n" and part.headers["X-Log-End"] == "14"
+    # found by a review: tail with offset read the tail and ignored the offset, silently
+    for both in ({"tail": 3, "offset": 1}, {"tail": 3, "limit": 5}, {"tail": 3, "offset": 0}):
+        refused = world.client.get(f"{RUNS}/{run.job_run_id}/log", params=both, headers=h)
+        assert refused.status_code == 400 and refused.json()["field"] == "tail", refused.text
 
 
 def test_artifact_download_never_leaves_the_run_folder(world: World, tmp_path: Path) -> None:

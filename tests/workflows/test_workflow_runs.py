@@ -250,7 +250,7 @@ def test_a_client_key_reused_for_other_parameters_is_refused_and_starts_nothing(
     for params in ({"who": "bob"}, {"who": "ada", "n": "2"}, {"who": "ada", "unknown": "x"}):
         with pytest.raises(ConflictError) as info:
             start_workflow(engine, StartWorkflow(wf, params=params, client_key="k-2"), actor="t")
-        assert info.value.field == "idempotency_key" and first.workflow_run_id in info.value.message
+        assert info.value.field == "Idempotency-Key" and first.workflow_run_id in info.value.message
     assert count(engine, "workflow_runs") == 1
 
 

@@ -144,13 +144,13 @@ def start_workflow(
         if found is not None:  # the same request again: the workflow run it started, whatever changed since
             if found.job_definition_id != request.job_definition_id:
                 raise ConflictError(
-                    "this key already started a workflow run of another definition", field="idempotency_key"
+                    "this key already started a workflow run of another definition", field="Idempotency-Key"
                 )
             if not _same_start(engine, tx, found, request):
                 raise ConflictError(
                     f"this key already started workflow run {found.workflow_run_id} with other parameters or"
                     " scope: use a new key for a new request",
-                    field="idempotency_key",
+                    field="Idempotency-Key",
                 )
             return found, False
         definition = engine.definition(tx, tenant, request.job_definition_id, request.definition_version)

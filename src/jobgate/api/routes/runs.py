@@ -18,6 +18,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from jobgate.api import pagination
 from jobgate.api.access import READ, RUN, RUN_CONTROL, allow, check_run_access, principal
+from jobgate.api.errors import BadRequest
 from jobgate.api.responses import json_reply, repeated
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
@@ -245,11 +246,16 @@ def run_log(
     caller: Caller,
     state: State,
     tail: Annotated[int | None, Query(ge=1, le=run_files.MAX_TAIL_LINES)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1, le=run_files.MAX_READ)] = run_files.MAX_READ,
+    offset: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=run_files.MAX_READ)] = None,
 ) -> PlainTextResponse:
     """The run's log as text: the last ``tail`` lines, or ``limit`` bytes from ``offset``.
-    ``X-Log-End`` is the offset to ask for next; ``X-Log-Size`` the file's size."""
+    ``X-Log-End`` is the offset to ask for next; ``X-Log-Size`` the file's size. ``tail`` with
+    ``offset`` or ``limit`` is refused (400): one of them would be ignored."""
+    if tail is not None and (offset is not None or limit is not None):
+        raise BadRequest("tail reads the last lines; offset and limit read bytes: give one or the other", field="tail")
+    offset = 0 if offset is None else offset
+    limit = run_files.MAX_READ if limit is None else limit
     run = visible_run(state, caller, job_run_id)
     part = run_files.read_log(state.engine.config, run, tail_lines=tail, offset=offset, limit=limit)
     headers = {"X-Log-Offset": str(part.offset), "X-Log-End": str(part.end), "X-Log-Size": str(part.size)}
