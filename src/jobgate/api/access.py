@@ -219,6 +219,10 @@ def check_query(request: Request, route: Any) -> None:
             raise BadRequest(f"this route has no query parameter {name!r} (it takes: {known})", field=name)
         if name not in repeatable and len(request.query_params.getlist(name)) > 1:
             raise BadRequest(f"the query parameter {name!r} takes one value; it is given more than once", field=name)
+        if not is_console(request) and "" in request.query_params.getlist(name):
+            # ``?job_definition_id=$JOB`` with the variable unset listed every run as if unfiltered
+            # (found by a review); a console form's empty choice means "any" and is its own.
+            raise BadRequest(f"the query parameter {name!r} is empty: leave it out to not use it", field=name)
 
 
 def _takes_body(dependant: Any) -> bool:
