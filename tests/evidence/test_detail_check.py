@@ -35,3 +35,29 @@ def test_a_shown_artifact_or_hold_that_the_row_does_not_have_is_refused() -> Non
     held = _doc(status="HELD", hold_reason="safe_mode", held_at=5)
     held["detail"] = _shown(status="HELD", hold_reason="approval_revoked", held_at="1970-01-01T00:00:00.000005Z")
     assert detail_problems("runs/x.json", held) == ["runs/x.json: detail.run.hold_reason differs from the sealed row"]
+
+
+def test_a_shown_transitions_number_and_a_shown_letters_run_and_class_are_checked() -> None:
+    """Found by a review: a re-signed bundle's detail could renumber a transition and show its
+    dead letter under another run or job class, unnoticed (no sealed column holds them)."""
+    sealed_t = {"from_status": None, "to_status": "CREATED", "attempt": 0, "reason": "created", "actor": "ada",
+                "at": 0, "detail": None}  # fmt: skip
+    shown_t = {"sequence": 1, "from_status": None, "to_status": "CREATED", "attempt": 0, "reason": "created",
+               "actor": "ada", "at": "1970-01-01T00:00:00Z", "detail": {}}  # fmt: skip
+    letter = {"dead_letter_id": "TGDL-1", "reason": "x", "last_error_code": None, "attempts": 0, "resolved_at": None}
+    doc = _doc(status="DEAD_LETTERED", job_class="MAINTENANCE_JOB")
+    doc["transitions"], doc["dead_letters"] = [sealed_t], [letter]
+    shown_letter = {**letter, "job_run_id": RID, "job_class": "MAINTENANCE_JOB"}
+    doc["detail"] = {**_shown(status="DEAD_LETTERED", job_class="MAINTENANCE_JOB"), "transitions": [shown_t],
+                     "dead_letter": shown_letter}  # fmt: skip
+    assert detail_problems("runs/x.json", doc) == []
+    for change, named in (
+        ({"transitions": [{**shown_t, "sequence": 7}]}, "detail.transitions[1].sequence"),
+        ({"dead_letter": {**shown_letter, "job_run_id": "TGJOBRUN-2"}}, "detail.dead_letter.job_run_id"),
+        ({"dead_letter": {**shown_letter, "job_class": "REPLAY_JOB"}}, "detail.dead_letter.job_class"),
+    ):
+        forged = {**doc, "detail": {**doc["detail"], **change}}
+        assert any(named in p for p in detail_problems("runs/x.json", forged)), (
+            named,
+            detail_problems("runs/x.json", forged),
+        )

@@ -102,6 +102,8 @@ def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
     else:
         for i, (t, s) in enumerate(zip(shown, sealed, strict=True), start=1):
             key = _first_difference(s, t) if isinstance(t, dict) else "transition"
+            if key is None and t.get("sequence") != i:  # numbered by its place, as the API numbers it
+                key = "sequence"
             if key is not None:
                 problems.append(f"{name}: detail.transitions[{i}].{key} differs from the sealed transition {i}")
                 break
@@ -113,11 +115,20 @@ def detail_problems(name: str, doc: Mapping[str, Any]) -> list[str]:
         found = next((d for d in doc["dead_letters"] if d.get("dead_letter_id") == letter.get("dead_letter_id")), None)
         if found is None:
             problems.append(f"{name}: detail.dead_letter is not among the sealed dead letters")
-        elif (key := _first_difference(found, letter)) is not None:
+        elif (key := _first_difference(found, letter) or _letter_of_run(doc["row"], letter)) is not None:
             problems.append(f"{name}: detail.dead_letter.{key} differs from the sealed dead letter")
     elif letter is not None:
         problems.append(f"{name}: detail.dead_letter is not an object")
     return problems
+
+
+def _letter_of_run(row: Mapping[str, Any], letter: Mapping[str, Any]) -> str | None:
+    """The shown letter's values its sealed row does not hold, which are its run's: the run and
+    its job class (found by a review: a re-signed bundle could show any)."""
+    for key in ("job_run_id", "job_class"):
+        if key in letter and letter[key] != row.get(key):
+            return key
+    return None
 
 
 def _attempt_problems(name: str, shown: Any, job_run_id: Any, transitions: Sequence[Mapping[str, Any]]) -> list[str]:
