@@ -131,6 +131,15 @@ def test_unknown_run_is_a_clear_error(folder: Path) -> None:
     assert proc.returncode == 1 and "not_found" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_audit_proof_refuses_as_the_api_does(folder: Path) -> None:
+    """Found by a review: ``audit proof 999`` said validation_error where the API says 404; one
+    rule now (``anchors.proof_of``): no such entry, or not anchored yet, each not_found."""
+    beyond = jobgate(folder, "audit", "proof", "999999", check=False)
+    assert beyond.returncode == 1 and "not_found" in beyond.stderr and "no audit entry 999999" in beyond.stderr
+    waiting = jobgate(folder, "audit", "proof", "1", check=False)
+    assert waiting.returncode == 1 and "not_found" in waiting.stderr and "not anchored yet" in waiting.stderr
+
+
 @pytest.mark.parametrize(
     ("option", "bounds"),
     [

@@ -398,7 +398,8 @@ def test_a_command_naming_a_retired_run_says_it_was_retired(database_url: str, t
     import pytest
 
     from jobgate.core.errors import NotFoundError
-    from jobgate.export.bundles import run_scope
+    from jobgate.export.bundles import build_bundle, run_scope
+    from jobgate.export.scope import ExportScope
     from jobgate.service import control
     from jobgate.service.absent import no_run
     from jobgate.service.replay import replay
@@ -419,6 +420,8 @@ def test_a_command_naming_a_retired_run_says_it_was_retired(database_url: str, t
             lambda: retries.retry(engine, run, actor="ada", tenant_id="default"),
             lambda: control.cancel_run(engine, run, actor="ada", reason="x", tenant_id="default"),
             lambda: run_scope(engine, run, "default"),
+            # as the API builds it (found by a review: GET /evidence said only "no run")
+            lambda: build_bundle(engine, ExportScope(tenant_id="default", job_run_id=run)),
         )
         for ask in asks:
             with pytest.raises(NotFoundError) as refused:

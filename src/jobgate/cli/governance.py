@@ -353,9 +353,7 @@ def audit_proof(app: AppContext, seq: int, tenant: str) -> None:
     from jobgate.evidence import anchors
 
     with app.engine().store.read() as tx:
-        proof = anchors.inclusion_proof(tx, tenant, seq)
-    if proof is None:
-        raise ValidationError(f"entry {seq} of {tenant} is not anchored yet (or does not exist)", field="seq")
+        proof = anchors.proof_of(tx, tenant, seq)
     render.emit_json(proof)
 
 

@@ -30,7 +30,7 @@ from cryptography.exceptions import InvalidSignature
 from jobgate.core import merkle
 from jobgate.core.audit import GENESIS, AuditEntry, first_broken
 from jobgate.core.canonical import digest, isoformat_utc
-from jobgate.core.errors import MalformedRecordError, ValidationError
+from jobgate.core.errors import MalformedRecordError, NotFoundError, ValidationError
 from jobgate.core.records import Anchor, AuditFilter
 from jobgate.evidence.sinks import AnchorSink, sink_for
 from jobgate.governance import signing
@@ -500,6 +500,19 @@ def inclusion_proof(tx: StoreTx, tenant_id: str, seq: int) -> dict[str, Any] | N
                 "anchor": record_of(a),
             }
     return None
+
+
+def proof_of(tx: StoreTx, tenant_id: str, seq: int) -> dict[str, Any]:
+    """``inclusion_proof``, or the refusal that says why there is none (``NotFoundError``, field
+    ``seq``): no such entry in the tenant's chain, or not under an anchor yet. One rule for the
+    CLI's ``audit proof`` and the API's ``GET /audit/{seq}/proof`` (a review found them apart)."""
+    head, _ = tx.audit_head(tenant_id)
+    if not 1 <= seq <= head:
+        raise NotFoundError(f"no audit entry {seq} in tenant {tenant_id} (the chain holds {head})", field="seq")
+    found = inclusion_proof(tx, tenant_id, seq)
+    if found is None:
+        raise NotFoundError(f"entry {seq} is not anchored yet: the next anchor covers it", field="seq")
+    return found
 
 
 # ---------------------------------------------------------------------------- as the deployment configures it

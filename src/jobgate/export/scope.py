@@ -34,6 +34,7 @@ from jobgate.evidence import keys as evidence_keys
 from jobgate.evidence.timestamping import TimestampTrust
 from jobgate.export.detail_check import detail_problems
 from jobgate.governance import signing
+from jobgate.service.absent import no_run
 from jobgate.service.engine import Engine
 from jobgate.store.base import RetiredRun, RunFilter
 from jobgate.store.sqlstore import StoreTx
@@ -113,8 +114,8 @@ def entry_doc(e: AuditEntry) -> dict[str, Any]:
 def _run_ids(tx: StoreTx, scope: ExportScope) -> list[str]:
     if scope.job_run_id:
         run = tx.run_get(scope.job_run_id, scope.tenant_id)
-        if run is None:
-            raise NotFoundError(f"no run {scope.job_run_id!r} in tenant {scope.tenant_id}", field="job_run_id")
+        if run is None:  # a retired run is named as one, whichever door asked (CLI or API)
+            raise no_run(tx, scope.job_run_id, scope.tenant_id)
         return [run.job_run_id]
     if scope.workflow_run_id:
         if tx.workflow_get(scope.workflow_run_id, scope.tenant_id) is None:

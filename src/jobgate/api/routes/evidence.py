@@ -14,7 +14,6 @@ from pydantic import BaseModel
 from jobgate.api import pagination
 from jobgate.api.access import AUDIT, WholeTenant, allow
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError
 from jobgate.evidence import anchors
 from jobgate.export.bundles import build_bundle
 from jobgate.export.scope import ExportScope
@@ -41,13 +40,7 @@ def audit_proof(seq: int, caller: WholeTenant, state: State) -> InclusionProofOu
     """The proof that entry ``seq`` of the caller's tenant is in an anchored Merkle root (its
     window's batch anchor, else a direct anchor of that entry); 404 while no anchor covers it."""
     with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
-        head, _ = tx.audit_head(caller.tenant_id)
-        if not 1 <= seq <= head:
-            raise NotFoundError(f"no audit entry {seq} (the chain holds {head})", field="seq")
-        found = anchors.inclusion_proof(tx, caller.tenant_id, seq)
-    if found is None:
-        raise NotFoundError(f"entry {seq} is not anchored yet: the next anchor covers it", field="seq")
-    return InclusionProofOut(**found)
+        return InclusionProofOut(**anchors.proof_of(tx, caller.tenant_id, seq))
 
 
 def _filename(scope: ExportScope) -> str:
