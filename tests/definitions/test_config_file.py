@@ -365,3 +365,14 @@ def test_a_zone_is_refused_by_one_rule_at_every_door(tmp_path: Path, zone: str) 
             Schedule("s", "job", ScheduleKind.CRON, datetime(2026, 1, 1, tzinfo=UTC), cron="0 1 * * *", timezone=zone)
         )
     assert refused_schedule.value.field == "timezone"
+
+
+def test_two_anchor_sinks_are_refused_naming_the_url(tmp_path: Path) -> None:
+    """Found by a review: with both a file and an HTTP sink set, anchors went to the URL alone
+    and the file was never written, silently."""
+    both = {"evidence": {"anchor_sink": "anchors.jsonl", "anchor_sink_url": "https://sink.example/anchors"}}
+    with pytest.raises(ConfigurationError) as refused:
+        build_config(both, base_dir=tmp_path, path=None)
+    assert refused.value.field == "evidence.anchor_sink_url" and "not both" in refused.value.message
+    one = build_config({"evidence": {"anchor_sink_url": "https://sink.example/anchors"}}, base_dir=tmp_path, path=None)
+    assert one.evidence.anchor_sink_url == "https://sink.example/anchors"

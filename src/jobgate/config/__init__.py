@@ -825,6 +825,10 @@ def _evidence(r: Reader, value: Any, base_dir: Path) -> EvidenceSettings:
     url = None
     if spec.get("anchor_sink_url") is not None:
         url = r.http_url(spec["anchor_sink_url"], "evidence.anchor_sink_url")
+        if sink is not None:  # one sink is written and read: the file would be silently unused
+            r.fail(
+                "evidence.anchor_sink_url", "name one anchor sink: anchor_sink (a file) or anchor_sink_url, not both"
+            )
     key = None if spec.get("signing_key") is None else base_dir / r.string(spec["signing_key"], "evidence.signing_key")
     key_id = (
         "evidence" if spec.get("signing_key_id") is None else r.name(spec["signing_key_id"], "evidence.signing_key_id")
