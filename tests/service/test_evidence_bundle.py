@@ -751,3 +751,33 @@ def test_a_definitions_bundle_missing_a_run_its_audit_entries_name_does_not_veri
         p.startswith("audit.json:") and f"about run {ids[1]}" in p and "neither in the bundle" in p
         for p in result.problems
     ), result.problems
+
+
+def test_after_a_rotation_the_current_key_alone_verifies_a_bundle(
+    period: tuple[Engine, str, list[str]], tmp_path: Path
+) -> None:
+    """Found by a review: after the documented rotation, a bundle checked with the current key
+    alone failed every anchor the earlier key signed ("not a trust root"), though the bundle's
+    keys.json, under the manifest the current key signed, lists that key as still trusted."""
+    engine, job, _ = period
+    new = signing.generate("evidence-2027")
+    new_file = tmp_path / "evidence-2027.key"
+    new_file.write_text(new.private_b64)
+    rotated = Engine(
+        engine.store,
+        make_config(
+            tmp_path / "rotated",
+            evidence={
+                "signing_key": str(new_file),
+                "signing_key_id": new.key_id,
+                "trusted_keys": {KEY.key_id: KEY.public_b64},
+            },
+        ),
+    )
+    from jobgate.export.scope import ExportScope
+
+    bundle = build_bundle(rotated, ExportScope(job_definition_id=job))
+    result = verify_bundle(bundle, public_keys={new.key_id: new.public_b64})
+    assert result.ok and result.signed_by == new.key_id and result.anchors_checked > 0, result.problems
+    rogue = signing.generate("evidence-2027")  # the same id, another key: the manifest is not its
+    assert not verify_bundle(bundle, public_keys={rogue.key_id: rogue.public_b64}).ok
