@@ -484,3 +484,17 @@ def test_counting_a_long_outages_slots_plans_as_walking_them(
     with mock.patch.object(plan_module, "_skip_beyond", lambda schedule, watermark, *rest: watermark):
         walked = plan(s, watermark=T0, now=now, paused=spans)
     assert counted == walked
+
+
+def test_a_safe_mode_schedules_next_fires_are_shown_while_safe_mode_is_on() -> None:
+    """Found by a review: ``jobgate next`` listed none for a safe-mode schedule while safe mode
+    was on and it fired every two seconds. Off: none; on: its activation's grid from then on."""
+    every = Schedule("sm", "job", ScheduleKind.SAFE_MODE, T0, every=HOUR)
+    assert next_fires(every, T0 + 2.5 * HOUR, 3) == []  # safe mode off
+    on = T0 + 2 * HOUR
+    assert [s.fire_at for s in next_fires(every, T0 + 2.5 * HOUR, 3, safe_mode_since=on)] == [
+        T0 + 3 * HOUR,
+        T0 + 4 * HOUR,
+        T0 + 5 * HOUR,
+    ]
+    assert [s.fire_at for s in next_fires(every, on - HOUR, 1, safe_mode_since=on)] == [on]  # its activation

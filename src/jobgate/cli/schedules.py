@@ -342,12 +342,14 @@ def next_command(app: AppContext, job: str, count: int, tenant: str) -> None:
     schedule's are marked: they are recorded as missed, not run)."""
     with app.engine().store.read() as tx:
         items = [i for i in tx.schedules_list(tenant) if i.schedule.job_definition_id == job]
+        period = tx.safe_mode_current(tenant)
     if not items:
         raise NotFoundError(f"no schedule for {job!r}", field="job")
     now = app.engine().clock.now()
+    since = None if period is None else period.activated_at
     rows = []
     for i in items:
-        for slot in next_fires(i.schedule, max(now, i.watermark), count):
+        for slot in next_fires(i.schedule, max(now, i.watermark), count, safe_mode_since=since):
             rows.append(
                 {
                     "schedule_id": i.schedule.schedule_id,

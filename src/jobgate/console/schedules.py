@@ -43,9 +43,12 @@ def _schedule_page(
     stored = operation_routes.visible_schedule(state, caller, schedule_id)
     now = state.engine.clock.now()
     zone = stored.schedule.zone
+    with state.engine.store.read(tenant_id=caller.tenant_id) as tx:
+        period = tx.safe_mode_current(caller.tenant_id)  # a safe-mode schedule's fires: while it is on
+    since = None if period is None else period.activated_at
     fires = [
         {"local": s.fire_at.astimezone(zone), "utc": s.fire_at, "window": s.window}
-        for s in next_fires(stored.schedule, max(now, stored.watermark), NEXT)
+        for s in next_fires(stored.schedule, max(now, stored.watermark), NEXT, safe_mode_since=since)
     ]
     misses = operation_routes.schedule_misses(schedule_id, caller, state, reason=None, limit=50).items
     item = operation_routes.schedule_out(stored)  # the schedule itself: any of a tenant's, not one of its first 500

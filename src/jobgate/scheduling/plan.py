@@ -412,12 +412,17 @@ def _fire(schedule: Schedule, slot: Slot, *, late: bool) -> Fire:
     )
 
 
-def next_fires(schedule: Schedule, after: datetime, count: int) -> list[Slot]:
-    """The next ``count`` slots after ``after`` (for ``jobgate next``); none for a safe-mode
-    schedule, whose slots exist only once safe mode is activated."""
+def next_fires(
+    schedule: Schedule, after: datetime, count: int, *, safe_mode_since: datetime | None = None
+) -> list[Slot]:
+    """The next ``count`` slots after ``after`` (for ``jobgate next``). A safe-mode schedule's
+    slots exist only while safe mode is on: counted from its activation (``safe_mode_since``),
+    none while it is off (found by a review: none were shown while it was on either)."""
     out: list[Slot] = []
     if schedule.kind is ScheduleKind.SAFE_MODE:
-        return out
+        if safe_mode_since is None:
+            return out
+        schedule = replace(schedule, anchor=safe_mode_since)
     for slot in slots(schedule, after, _END_OF_TIME):
         out.append(slot)
         if len(out) >= count:
