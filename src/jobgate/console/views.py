@@ -173,7 +173,7 @@ def _run_page(request: Request, job_run_id: str, *, message: str | None = None, 
     run = run_routes.visible_run(state, caller, job_run_id)
     detail = run_detail_view(state.engine, job_run_id, caller.tenant_id)
     try:
-        log = run_routes.run_log(job_run_id, caller, state, tail=run_files.MAX_TAIL_LINES, offset=0)
+        log = run_routes.run_log(job_run_id, caller, state, tail=run_files.MAX_TAIL_LINES)
         log_text, log_end = bytes(log.body).decode("utf-8", errors="replace"), log.headers["X-Log-End"]
     except NotFoundError:  # no log written yet: the script reads it from the start once there is one
         log_text, log_end = "", "0"
