@@ -306,3 +306,41 @@ def test_console_refusals_made_before_a_page_runs_are_pages(world: World) -> Non
     assert after.status_code == 303 and after.headers["location"] == "/login"
     anonymous = _fresh_client(world).get("/no-such-page", headers=html)
     assert anonymous.status_code == 404 and "Sign in" in anonymous.text
+
+
+def test_a_directory_session_follows_the_directory_and_mints_nothing_beyond_it(
+    ldap_world: World, tmp_path: Path
+) -> None:
+    """Found by a review: a person removed from the directory (and from its admin group) kept
+    an admin console session for its eight hours, and minted admin tokens that never expired
+    with it. A directory session asks the directory again (as a sign-in is remembered, for
+    ``cache_seconds``): another group, another role; gone, no session. What it mints ends with it."""
+    import ldap3
+    from tests.api.test_ldap import _use
+    from tests.ldap_directory import PEOPLE, group_dn
+
+    w = ldap_world
+    assert w.directory is not None
+    _use(w, tmp_path, ldap={"cache_seconds": 0})  # the directory decides every time
+    client = _fresh_client(w)
+    assert _sign_in(client, method="ldap", username="alice", password=USERS["alice"][0]).status_code == 303
+    admin = client.get("/admin")
+    assert admin.status_code == 200
+    csrf = re.search(r'name="csrf" value="([^"]+)"', admin.text)
+    assert csrf is not None
+    made = client.post("/admin/tokens", data={"csrf": csrf.group(1), "role": "operator", "label": "x"})
+    assert made.status_code in (200, 201, 303), made.text
+    with w.engine.store.read() as tx:
+        minted = [t for t in tx.tokens_list("acme") if t.label == "x"]
+    assert minted and all(t.expires_at is not None for t in minted)  # no longer than the session
+    member = f"uid=alice,{PEOPLE}"
+    with w.directory.root() as conn:
+        conn.modify(group_dn("jobgate-admins"), {"member": [(ldap3.MODIFY_DELETE, [member])]})
+    try:
+        assert client.get("/admin").status_code == 403  # a consumer now: the group is gone
+    finally:
+        with w.directory.root() as conn:
+            conn.modify(group_dn("jobgate-admins"), {"member": [(ldap3.MODIFY_ADD, [member])]})
+    assert client.get("/admin").status_code == 200
+    _use(w, tmp_path, ldap={"cache_seconds": 0, "user_base": f"ou=gone,{PEOPLE}"})  # no longer found
+    assert client.get("/").status_code in (303, 401)

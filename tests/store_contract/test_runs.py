@@ -457,3 +457,33 @@ def test_runs_retired_in_slots_is_empty_for_slots_no_retired_run_held(engine: En
     with engine.store.read() as tx:
         assert tx.runs_retired_in_slots("default", []) == {}
         assert tx.runs_retired_in_slots("default", [(JOB, "TGEVENT-e1")]) == {}
+
+
+def test_runs_lock_free_takes_the_stored_runs_no_other_transaction_holds(engine: Engine) -> None:
+    """The rescuer's lock (``runs_lock_free``): the stored runs among those asked; on
+    PostgreSQL a run another open transaction holds is left out, never waited for."""
+    import threading
+
+    a, b = make(engine, 2)
+    with engine.store.write() as tx:
+        assert tx.runs_lock_free([a.job_run_id, b.job_run_id, "TGJOBRUN-none"]) == {a.job_run_id, b.job_run_id}
+        assert tx.runs_lock_free([]) == set()
+    if engine.store.dialect != "postgresql":
+        return  # SQLite: one writer at a time holds the whole file
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with engine.store.write() as tx:
+            tx.run_lock(a.job_run_id)
+            locked.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with engine.store.write() as tx:
+            assert tx.runs_lock_free([a.job_run_id, b.job_run_id]) == {b.job_run_id}
+    finally:
+        release.set()
+        holder.join(10)

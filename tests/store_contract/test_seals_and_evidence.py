@@ -116,6 +116,23 @@ def test_batch_entries_record_each_batchs_range_of_seals(engine: Engine) -> None
     assert entries[0].after == 0 and entries[1].after == entries[0].last_id < entries[1].last_id
 
 
+def test_the_seals_chained_through_an_entry_are_its_last_batchs(engine: Engine) -> None:
+    """``seals_chained_through``: the last seal id a batch entry at or before an audit entry
+    chained (what an anchor covering that entry covers of the seals; retention asks it)."""
+    complete(engine)
+    with engine.store.write() as tx:
+        (first,) = tx.seals_chain("default", T0)
+    complete(engine)
+    with engine.store.write() as tx:
+        (second,) = tx.seals_chain("default", T0)
+        entries = tx.evidence.batch_entries("default")
+        assert tx.seals_chained_through("default", first.seq - 1) == 0
+        assert tx.seals_chained_through("default", first.seq) == entries[0].last_id
+        assert tx.seals_chained_through("default", second.seq - 1) == entries[0].last_id
+        assert tx.seals_chained_through("default", second.seq) == entries[1].last_id
+        assert tx.seals_chained_through("tenant-b", second.seq) == 0
+
+
 def test_an_exported_run_recomputes_to_its_seal_and_its_proof_to_the_batch_root(engine: Engine) -> None:
     done = complete(engine)
     lettered = dead_letter(engine)

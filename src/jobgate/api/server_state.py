@@ -7,7 +7,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from jobgate.api.metrics import HttpMetrics
 from jobgate.core.tokens import TOKEN_PREFIX, Role
 from jobgate.identity import sessions
 from jobgate.identity.authenticator import Authenticator
+from jobgate.identity.ldap import PREFIX as LDAP_PREFIX
 from jobgate.identity.oidc_flow import CodeFlow
 from jobgate.service import tokens
 from jobgate.service.engine import Engine
@@ -98,6 +99,11 @@ class ServerState:
             raise tokens.refused("a console session signed out")
         if principal.credential.startswith("token:"):
             tokens.check_still_valid(self.engine, principal.credential.removeprefix("token:"))
+        elif (directory := self.authenticator.ldap) is not None and principal.credential.startswith(LDAP_PREFIX):
+            # The person as the directory has them now: gone, or in no mapped group, ends the
+            # session; a changed group changes the role it acts with.
+            now = directory.still_member(principal)
+            principal = replace(principal, role=now.role, display_name=now.display_name)
         return principal, str(payload.get("csrf", ""))
 
     def end_session(self, cookie: str | None) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -78,10 +80,17 @@ def _signed_in(request: Request, principal: Principal, *, bounded: bool = False)
     a provider's JWT) that expires; the session ends with it, never ``session_hours`` later."""
     state = state_of(request)
     lifetime = state.authenticator.settings.session.total_seconds()
+    now = state.engine.clock.now()
     if bounded and principal.expires_at is not None:
-        lifetime = min(lifetime, (principal.expires_at - state.engine.clock.now()).total_seconds())
+        lifetime = min(lifetime, (principal.expires_at - now).total_seconds())
         if lifetime < 1:
             return _login_page(request, FAILED, status=401)
+    elif not bounded:
+        # A directory session, or one from the provider's page, lasts its session_hours, and
+        # what it mints lasts no longer (found by a review: a directory session minted tokens
+        # that never expired; a provider-page session could mint none once the ID token it
+        # signed in with expired, minutes in).
+        principal = replace(principal, expires_at=now + timedelta(seconds=lifetime))
     value = state.signer("session").dumps(sessions.session_payload(principal), lifetime)
     response = RedirectResponse("/", status_code=303)
     _cookie(response, request, sessions.SESSION_COOKIE, value, int(lifetime))

@@ -100,6 +100,39 @@ class LdapDirectory:
                 self._cache[key] = (now + self.settings.cache.total_seconds(), principal)
         return principal
 
+    def still_member(self, principal: Principal) -> Principal:
+        """The directory's answer now for a person signed in earlier (a console session): found
+        again by the service account (no password asked), with the role their groups give now,
+        remembered for ``cache`` like a sign-in. ``Unauthenticated`` when the entry is gone or in
+        no mapped group: a person removed from the directory, or from its groups, keeps no
+        console session (found by a review: one kept it for its eight hours, and minted admin
+        tokens with it). ``IdentityProviderUnavailable`` when the directory does not answer."""
+        uid = (principal.name or "").removeprefix(PREFIX)
+        if not uid or principal.name == uid:
+            raise refused("a directory session names no directory user")
+        key = f"session\0{uid}"
+        now = self._clock()
+        with self._cache_lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        if not self._turns.acquire(timeout=self.settings.timeout.total_seconds()):
+            raise IdentityProviderUnavailable()
+        try:
+            found = self._find(uid)
+        except DirectoryDown as exc:
+            log.warning("LDAP %s: %s", self.settings.url, exc, extra={"action": "idp_unreachable"})
+            raise IdentityProviderUnavailable() from None
+        finally:
+            self._turns.release()
+        if found is None:
+            raise refused(f"LDAP user {uid!r} is no longer in the directory")
+        current = principal_of(found[0], found[1], self.settings, fallback_uid=uid)
+        if self.settings.cache.total_seconds() > 0:
+            with self._cache_lock:
+                self._cache[key] = (now + self.settings.cache.total_seconds(), current)
+        return current
+
     def _ask_directory(self, username: str, password: str) -> Principal:
         if not self._turns.acquire(timeout=self.settings.timeout.total_seconds()):
             log.warning("LDAP %s: every connection busy", self.settings.url, extra={"action": "idp_busy"})

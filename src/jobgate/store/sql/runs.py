@@ -402,15 +402,17 @@ def run_lock(conn: Connection, job_run_id: str, *, lock_rows: bool) -> JobRun | 
 
 
 def runs_lock_free(conn: Connection, job_run_ids: Sequence[str], *, lock_rows: bool) -> set[str]:
-    """Of ``job_run_ids``, the runs whose rows this transaction could lock at once, now locked
-    until it ends (PostgreSQL, ``SKIP LOCKED``; SQLite's one writer holds them all already). A
+    """Of ``job_run_ids``, the stored runs whose rows this transaction could lock at once, now
+    locked until it ends (PostgreSQL, ``SKIP LOCKED``; SQLite's one writer holds them all). A
     run another transaction holds is left for a later pass: a rescuer waiting on a settlement
     whose completion effect outlasts its lease stalled the whole worker it runs in (found by a
     review: 1,414 runs waited 15 s behind one effect)."""
-    if not lock_rows or not job_run_ids:
-        return set(job_run_ids)
+    if not job_run_ids:
+        return set()
     c = job_runs.c
-    q = select(c.job_run_id).where(c.job_run_id.in_(sorted(set(job_run_ids)))).with_for_update(skip_locked=True)
+    q = select(c.job_run_id).where(c.job_run_id.in_(sorted(set(job_run_ids))))
+    if lock_rows:
+        q = q.with_for_update(skip_locked=True)
     return {str(r[0]) for r in conn.execute(q)}
 
 
