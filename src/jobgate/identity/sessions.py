@@ -10,8 +10,10 @@ reads it), SameSite=Strict (no other site's page sends it), and Secure behind HT
 A session of a jobgate token names the token: every request checks it is still valid, so a
 revoked token ends its sessions at once. A session of a pasted credential that expires (a token,
 a provider's JWT) ends with it (``console.signin``). A directory session, or one from the
-provider's sign-in page, lasts ``auth.session_hours`` (the provider is not asked again within
-it). Signing out ends a session on the server too: its id (``session_id``) is stored as ended
+provider's sign-in page, lasts ``auth.session_hours``, and what it mints expires with it; a
+directory session is asked of the directory again (``LdapDirectory.still_member``): gone, it
+ends; in another group, it takes that group's role. Signing out ends a session on the server
+too: its id (``session_id``) is stored as ended
 until the cookie would have expired, and a copy of the cookie presented afterwards opens nothing.
 """
 
