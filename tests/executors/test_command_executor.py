@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -437,3 +438,57 @@ def test_a_runner_runs_when_the_worker_holds_descriptors_past_1024(tmp_path: Pat
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert result.outcome.kind is OutcomeKind.SUCCEEDED and "past 1024" in read_log(ctx)
+
+
+# -- the approved binary ------------------------------------------------------------------------
+
+
+def test_the_approved_binary_is_the_one_that_runs_even_when_swapped_after_its_read(tmp_path: Path) -> None:
+    """Found by a review: a runner's binary swapped (a rename) between the attempt's gate and
+    the process's start ran as approved (120 of 300 runs on SQLite). The executor reads the
+    binary once, checks its digest against the approval's, and executes that very file (its
+    descriptor): the swapped-in file never runs, and a binary changed before the read is refused."""
+    tool, bad = tmp_path / "tool", tmp_path / "bad"
+    shutil.copy2(shutil.which("true") or "/bin/true", tool)  # exits 0
+    shutil.copy2(shutil.which("false") or "/bin/false", bad)  # exits 1: it must never be what runs
+    approved = "sha256:" + hashlib.sha256(tool.read_bytes()).hexdigest()
+    runner = RunnerSpec(name="swap", binary=str(tool), args=())
+
+    class SwappedAfterTheRead(CommandExecutor):
+        def _verified(self, binary: str) -> int | None:
+            fd = super()._verified(binary)
+            os.replace(bad, tool)  # the race: the path now names other bytes
+            return fd
+
+    done = SwappedAfterTheRead(runner, None, {}, binary_sha256=approved).execute(make_context(tmp_path / "a"))
+    assert done.outcome.kind is OutcomeKind.SUCCEEDED, done.outcome
+    refused = CommandExecutor(runner, None, {}, binary_sha256=approved).execute(make_context(tmp_path / "b"))
+    assert refused.outcome.kind is OutcomeKind.RETRYABLE_FAILURE and refused.outcome.error_code == "RUNNER_CODE_CHANGED"
+
+
+def test_a_script_is_checked_just_before_it_starts(tmp_path: Path) -> None:
+    """A script is started from its path (its interpreter reads it by it, and it may name
+    itself by it), its bytes checked just before: a changed script does not start."""
+    marker, script = tmp_path / "marker", tmp_path / "job.sh"
+    script.write_text(f'#!/bin/sh\necho GOOD >> "{marker}"\n')
+    script.chmod(0o755)
+    approved = "sha256:" + hashlib.sha256(script.read_bytes()).hexdigest()
+    runner = RunnerSpec(name="sh", binary=str(script), args=())
+    assert (
+        CommandExecutor(runner, None, {}, binary_sha256=approved).execute(make_context(tmp_path / "a")).outcome.kind
+        is OutcomeKind.SUCCEEDED
+    )
+    script.write_text(f'#!/bin/sh\necho BAD >> "{marker}"\n')
+    refused = CommandExecutor(runner, None, {}, binary_sha256=approved).execute(make_context(tmp_path / "b"))
+    assert refused.outcome.error_code == "RUNNER_CODE_CHANGED" and marker.read_text() == "GOOD\n"
+
+
+def test_an_approved_python_runner_runs_from_its_descriptor(tmp_path: Path) -> None:
+    """The interpreter started through its descriptor finds its own library (argv[0] is kept)."""
+    binary = os.path.realpath(sys.executable)
+    approved = "sha256:" + hashlib.sha256(Path(binary).read_bytes()).hexdigest()
+    runner = RunnerSpec(name="py", binary=binary, args=("-c", WRITE_MARKER, "out.txt", "ok"))
+    ctx = make_context(tmp_path)
+    result = CommandExecutor(runner, None, {}, binary_sha256=approved).execute(ctx)
+    assert result.outcome.kind is OutcomeKind.SUCCEEDED, read_log(ctx)
+    assert (ctx.workdir / "out.txt").read_text() == "ok"

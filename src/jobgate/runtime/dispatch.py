@@ -103,8 +103,25 @@ class Dispatcher:
         spec = definition.executor
         if spec.kind == "command" and spec.runner:
             body = definition.content.get("body")
-            return CommandExecutor(self._runner(spec.runner), body if isinstance(body, str) else None, dict(run.params))
+            return CommandExecutor(
+                self._runner(spec.runner),
+                body if isinstance(body, str) else None,
+                dict(run.params),
+                binary_sha256=self._approved_binary(run),
+            )
         return self._shared(definition)
+
+    def _approved_binary(self, run: JobRun) -> str | None:
+        """The runner binary's digest the run's approval holds (its active approval of the run's
+        content), read at each attempt: a re-approval of changed code counts at once. None for
+        an approval made before code was approved (it names no binary)."""
+        with self.engine.store.read(tenant_id=run.tenant_id) as tx:
+            approvals = tx.approvals_list(run.tenant_id, run.job_definition_id)
+        current = [a for a in approvals if a.active and a.digest == run.definition_digest and a.code_identity]
+        if not current:
+            return None
+        newest = max(current, key=lambda a: a.approved_at)  # the one the gate judged by
+        return (newest.code_identity or {}).get("binary_sha256")
 
     def check(self, definition: JobDefinition) -> None:
         """Whether this host can execute ``definition``, by the same resolution an attempt

@@ -159,7 +159,16 @@ class CommandExecutor:
     the log's directory are created if missing, since the process must start in one.
     """
 
-    def __init__(self, runner: RunnerSpec, body_template: str | None, param_values: dict[str, str]) -> None:
+    def __init__(
+        self,
+        runner: RunnerSpec,
+        body_template: str | None,
+        param_values: dict[str, str],
+        *,
+        binary_sha256: str | None = None,
+    ) -> None:
+        """``binary_sha256``: the binary's digest the run's approval holds; the process then
+        executes the very file whose bytes were read and found to be it (``_verified``)."""
         clash = sorted(RESERVED & param_values.keys())
         if clash:
             raise ValidationError("is a reserved template name", field=f"params.{clash[0]}", source=runner.name)
@@ -174,6 +183,7 @@ class CommandExecutor:
         self.runner = runner
         self.body_template = body_template
         self.param_values = dict(param_values)
+        self.binary_sha256 = binary_sha256
         self._lock = threading.Lock()
         self._running: dict[int, tuple[ExecutionContext, _Running]] = {}
 
@@ -233,6 +243,39 @@ class CommandExecutor:
         artifact_path = None if artifact is None else _inside(workdir, artifact)
         return _Plan(workdir, [binary, *args], env, body, tmpfile, artifact_path)
 
+    def _verified(self, binary: str) -> int | None:
+        """A descriptor of ``binary`` whose bytes, read through it, are the approved ones (a
+        compiled binary; None for a script, checked and started from its path; None when no
+        digest is bound). A binary swapped by a rename after this read is not the file the
+        descriptor names; one found changed is a retryable failure, and the next attempt's gate
+        holds the run as ``code_changed``."""
+        if self.binary_sha256 is None:
+            return None
+        fd = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            h = hashlib.sha256()
+            first = b""
+            while block := os.read(fd, 1 << 20):
+                first = first or block[:2]
+                h.update(block)
+        except OSError:
+            os.close(fd)
+            raise
+        if "sha256:" + h.hexdigest() != self.binary_sha256:
+            os.close(fd)
+            raise _Refused(
+                OutcomeKind.RETRYABLE_FAILURE,
+                "RUNNER_CODE_CHANGED",
+                f"runner {self.runner.name}: {binary} is not the binary its approval names (changed since the gate)",
+            )
+        if first == b"#!":
+            # A script is read again by its interpreter, by the path it is started from, and
+            # scripts name themselves by it ($0: a pyenv shim picks its program so): started
+            # from its path, checked just before (the window is this function's return).
+            os.close(fd)
+            return None
+        return fd
+
     def _run(self, ctx: ExecutionContext, plan: _Plan) -> ExecutionResult:
         try:
             plan.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -248,9 +291,15 @@ class CommandExecutor:
         log_best_effort(
             ctx, f"[jobgate] starting runner {self.runner.name} (run {ctx.job_run_id}, attempt {ctx.attempt})"
         )
+        verified: int | None = None
         try:
+            verified = self._verified(plan.argv[0])
             process = subprocess.Popen(
                 plan.argv,
+                # The file the digest was read from, not its path again: a binary swapped since
+                # the attempt's gate (or since the read) is not what runs (found by a review).
+                executable=None if verified is None else f"/proc/self/fd/{verified}",
+                pass_fds=() if verified is None else (verified,),
                 shell=False,
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,
@@ -259,6 +308,10 @@ class CommandExecutor:
                 cwd=plan.workdir,
                 env=plan.env,
             )
+        except _Refused as refused:
+            log.close()
+            log_best_effort(ctx, f"[jobgate] runner refused: {refused}")
+            return ExecutionResult(refused.outcome)
         except FileNotFoundError:
             log.close()
             return failure(OutcomeKind.NON_RETRYABLE_FAILURE, "RUNNER_BINARY_NOT_FOUND", f"{plan.argv[0]} not found")
@@ -268,6 +321,9 @@ class CommandExecutor:
         except OSError as exc:  # fork/exec resource limits: worth another try later
             log.close()
             return failure(OutcomeKind.RETRYABLE_FAILURE, "RUNNER_START_FAILED", f"{plan.argv[0]}: {exc}")
+        finally:
+            if verified is not None:
+                os.close(verified)  # the child has its own copy of the descriptor
         assert process.stdout is not None  # stdout=PIPE
         running = _Running(process)
         output = _Output(process.stdout, log, capture.MAX_ATTEMPT_LOG_BYTES, ctx.run_log)
