@@ -426,3 +426,22 @@ def test_a_console_forms_empty_choice_still_means_any(world: World) -> None:
     for url in ("/requests?job=", "/runs?status="):
         page = client.get(url)
         assert page.status_code == 200, page.text
+
+
+def test_bytes_in_a_runs_text_column_are_refused_before_a_stream_starts(world: World) -> None:
+    """Found by a regression review: the SSE stream of a run holding bytes in a text column (a
+    direct write to a SQLite file) answered 200 and dropped the connection mid-response; the
+    run's GET answered the named refusal. The stream refuses it the same way, before starting."""
+    if world.engine.store.dialect != "sqlite":
+        pytest.skip("PostgreSQL refuses bytes in a text column")
+    run = world.new_run("acme")
+    with world.engine.store.write() as tx:
+        connection(tx).exec_driver_sql(
+            "UPDATE job_runs SET error_message = X'fffe' WHERE job_run_id = ?", (run.job_run_id,)
+        )
+    admin = world.headers("acme", Role.ADMIN)
+    shown = world.client.get(f"/api/v1/runs/{run.job_run_id}", headers=admin)
+    streamed = world.client.get(f"/api/v1/runs/{run.job_run_id}/stream", headers=admin)
+    for answer in (shown, streamed):
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["error"] == "record_malformed" and answer.json()["field"] == "error_message"

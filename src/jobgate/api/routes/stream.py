@@ -38,7 +38,7 @@ from jobgate.api.access import READ, allow, caller_of_request, principal
 from jobgate.api.errors import BadRequest, database_unavailable
 from jobgate.api.routes.runs import visible_run
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import QuotaExceededError
+from jobgate.core.errors import QuotaExceededError, refuse_bytes
 from jobgate.core.models import JobRun, Transition
 from jobgate.identity.errors import IdentityProviderUnavailable, TenantMissing
 from jobgate.service import tokens
@@ -84,7 +84,12 @@ def _observe(state: ServerState, tenant_id: str, job_run_id: str) -> Observed:
 
 def _first_look(state: ServerState, caller: Principal, job_run_id: str) -> Observed:
     visible_run(state, caller, job_run_id)
-    return _observe(state, caller.tenant_id, job_run_id)
+    observed = _observe(state, caller.tenant_id, job_run_id)
+    if observed.run is not None:  # a record no write made is refused before the stream starts
+        refuse_bytes(vars(observed.run), f"run {job_run_id}")
+        for i, t in enumerate(observed.transitions, start=1):
+            refuse_bytes(vars(t), f"transition {i} of run {job_run_id}")
+    return observed
 
 
 def _queue(observed: Observed) -> dict[str, Any]:
