@@ -202,9 +202,10 @@ def test_startup_load_is_apply_once_per_content(engine: Engine, tmp_path: Path) 
     assert changed.created == 1
     assert stored_versions(engine, "export-payroll") == [1, 2]
     assert not approvals.status(engine, "default", "export-payroll").approved  # edited: approve again
-    # The first content back, as a host whose folder was not updated has it: found by a review,
-    # its restart made v1 current again for the whole cluster, approved code and all. The current
-    # version stays, and the load says so; an apply rolls back on purpose.
+    # v2 approved, then the first content back, as a host whose folder was not updated has it:
+    # found by a review, its restart made v1 current again for the whole cluster, approved code
+    # and all. The approved current version stays, and the load says so; an apply rolls back.
+    approvals.approve(engine, "default", "export-payroll", actor="admin")
     path.write_text(SEED_SCENARIO)
     back = load_at_startup(engine, applied_by="ops")
     assert (back.created, len(back.reverted), len(back.stale), back.unchanged) == (0, 0, 1, 0)
@@ -216,10 +217,27 @@ def test_startup_load_is_apply_once_per_content(engine: Engine, tmp_path: Path) 
     with engine.store.read() as tx:
         head = tx.definition_get("default", "export-payroll")
     assert head is not None and head.version == 2
-    assert not approvals.status(engine, "default", "export-payroll").approved  # v2 still waits
     (rolled,) = engine.apply_definitions(load_definitions([path.parent], engine.config), applied_by="ops")
     assert (rolled.version, rolled.reverted) == (1, True)
     assert approvals.status(engine, "default", "export-payroll").approved
+
+
+def test_a_file_restored_after_an_edit_nobody_approved_is_current_again_at_start_up(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Found by a regression review of the rule above: an edit nobody approved (v2), then the
+    file restored to the approved v1, left v2 current and the definition refused until someone
+    applied by hand. Nothing approved is displaced by going back to v1: it is current again."""
+    engine = Engine(engine.store, seed_config(tmp_path))
+    path = scenario(tmp_path, "export-payroll.yaml", SEED_SCENARIO)
+    load_at_startup(engine, applied_by="ops")
+    approvals.approve(engine, "default", "export-payroll", actor="admin")
+    path.write_text(SEED_SCENARIO.replace("Payroll export by period", "Payroll export, by period"))
+    assert load_at_startup(engine, applied_by="ops").created == 1  # v2, never approved
+    path.write_text(SEED_SCENARIO)
+    back = load_at_startup(engine, applied_by="ops")
+    assert (len(back.reverted), len(back.stale), back.warnings()) == (1, 0, [])
+    assert approvals.status(engine, "default", "export-payroll").approved  # v1, as approved
 
 
 def test_an_unregistered_runner_refuses_the_whole_load(engine: Engine, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from jobgate.core.models import ConfigSnapshot, DefinitionStatus
 from jobgate.store import codec
 from jobgate.store.base import DefinitionPut, DefinitionPutResult, StoredDefinition
 from jobgate.store.sql import driver
-from jobgate.store.tables import config_snapshots, definition_heads, definitions
+from jobgate.store.tables import config_snapshots, definition_approvals, definition_heads, definitions
 
 D = definitions.c
 H = definition_heads.c
@@ -35,6 +35,21 @@ def _stored(r: Mapping[str, Any] | RowMapping, head_version: int, status: str) -
         applied_lineage=() if r["applied_lineage"] is None else tuple(codec.loads(r["applied_lineage"])),
         content_text=r["content"] if isinstance(r["content"], str) else None,
     )
+
+
+def _approved_now(conn: Connection, p: DefinitionPut, version: int) -> bool:
+    """Whether ``version`` of the definition has an approval not revoked."""
+    a = definition_approvals.c
+    current = select(D.digest).where(
+        D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id, D.version == version
+    )
+    q = select(a.approval_id).where(
+        a.tenant_id == p.tenant_id,
+        a.job_definition_id == p.job_definition_id,
+        a.digest == current.scalar_subquery(),
+        a.revoked_at.is_(None),
+    )
+    return conn.execute(q.limit(1)).first() is not None
 
 
 def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
@@ -99,9 +114,11 @@ def definition_put(conn: Connection, p: DefinitionPut) -> DefinitionPutResult:
             D.tenant_id == p.tenant_id, D.job_definition_id == p.job_definition_id, D.digest == p.digest
         )
     ).first()
-    if same_digest is not None and not p.revert and head is not None:
+    if same_digest is not None and not p.revert and head is not None and _approved_now(conn, p, head.current_version):
         # An older version's content where no roll back was asked for (a process loading a stale
-        # folder at start-up): the current version stays, and its status.
+        # folder at start-up) does not displace an approved current version, nor its status. An
+        # unapproved one (an edit nobody approved, then the file restored) it does: nothing
+        # approved is rolled back (found by a regression review: the definition stayed stuck).
         stored = definition_get(conn, p.tenant_id, p.job_definition_id, head.current_version)
         assert stored is not None
         return DefinitionPutResult(stored, created=False, older=same_digest.version)
