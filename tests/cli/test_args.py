@@ -148,3 +148,17 @@ def test_the_configuration_names_tenants_by_the_same_rule(tmp_path: Any, section
     with pytest.raises(ConfigurationError) as err:
         build_config(section, base_dir=tmp_path, path=None)
     assert err.value.field == field and "1-64 letters" in err.value.message
+
+
+@pytest.mark.parametrize("option", ["--job", "--class"])
+def test_an_empty_runs_filter_is_refused_not_read_as_absent(tmp_path: Any, option: str) -> None:
+    """Found by a regression review: ``runs list --job "$JOB"`` with the variable unset listed
+    every run, where the API refuses ``?job_definition_id=``. The same rule at every door."""
+    from click.testing import CliRunner
+
+    from jobgate.cli.root import cli
+
+    db = ["--db", f"sqlite:///{tmp_path}/x.db"]
+    assert CliRunner().invoke(cli, [*db, "migrate"]).exit_code == 0
+    result = CliRunner().invoke(cli, [*db, "runs", "list", option, " "])
+    assert isinstance(result.exception, ValidationError) and result.exception.field in ("job", "job_class")

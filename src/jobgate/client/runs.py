@@ -103,6 +103,7 @@ class LocalRuns:
     def list(
         self, *, tenant: str, statuses: Sequence[RunStatus], job: str | None, job_class: str | None, limit: int
     ) -> list[RunOut]:
+        _named_filters(job, job_class)
         wanted = RunFilter(
             tenant_id=tenant, statuses=tuple(statuses), job_definition_id=job, job_class=job_class, limit=limit
         )
@@ -291,6 +292,7 @@ class RemoteRuns:
     def list(
         self, *, tenant: str, statuses: Sequence[RunStatus], job: str | None, job_class: str | None, limit: int
     ) -> list[RunOut]:
+        _named_filters(job, job_class)
         params: dict[str, Any] = {"status": [s.value for s in statuses], "limit": min(limit, 500)}
         if job:
             params["job_definition_id"] = job
@@ -340,3 +342,11 @@ def _segment(value: str) -> str:
     if not value or any(c in value for c in "/?#%\\") or value in (".", ".."):
         raise ValidationError("not a run id", field="run_id")
     return value
+
+
+def _named_filters(job: str | None, job_class: str | None) -> None:
+    """A filter given empty is refused, naming it, at every door (the API's ``?job_definition_id=``
+    is 400): ``--job "$JOB"`` with the variable unset listed every run (found by a review)."""
+    for name, value in (("job", job), ("job_class", job_class)):
+        if value is not None and not value.strip():
+            raise ValidationError("is empty: leave it out to list runs of every one", field=name)
