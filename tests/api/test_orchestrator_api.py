@@ -453,3 +453,25 @@ def test_a_seed_schedule_may_wait_for_its_scenarios_approval(world: World) -> No
     entry = {"id": "waiting", "scenario": name, "schedule": "0 2 1 * *", "params": {"period": "2026-01"}}
     made = world.client.post("/schedules", json={**entry, "allow_pending": True}, headers=admin(world))
     assert made.status_code == 201 and made.json()["enabled"] is False, made.text
+
+
+@pytest.mark.parametrize("prefix", ["", "/api/orchestrator"])
+def test_with_four_eyes_a_seed_approval_names_what_was_reviewed(world: World, prefix: str) -> None:
+    """Found by a review: with four eyes on, the seed route approved whatever was loaded when
+    the second person clicked (``{}``): a version applied after their review passed as reviewed.
+    The checksum they reviewed is then required; nothing is approved without it."""
+    from dataclasses import replace
+
+    name = load_scenario(world)
+    config = world.engine.config
+    world.engine.config = replace(config, governance=replace(config.governance, four_eyes=True))
+    try:
+        for body in ({}, None):
+            refused = world.client.post(f"{prefix}/scenarios/{name}/approve", json=body, headers=admin(world))
+            assert refused.status_code == 422 and refused.json()["field"] == "sha256", refused.text
+        assert world.client.get(f"{prefix}/scenarios/{name}/approval", headers=admin(world)).json()["approval"] is None
+        pinned = world.digest(name).removeprefix("sha256:")
+        named = world.client.post(f"{prefix}/scenarios/{name}/approve", json={"sha256": pinned}, headers=admin(world))
+        assert named.status_code == 200, named.text
+    finally:
+        world.engine.config = config

@@ -19,7 +19,7 @@ from jobgate.api.routes.orchestrator.jobs import job_out
 from jobgate.api.routes.orchestrator.paths import PREFIX
 from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.server_state import ServerState, server_state
-from jobgate.core.errors import NotFoundError
+from jobgate.core.errors import NotFoundError, ValidationError
 from jobgate.core.models import Scope
 from jobgate.service import approvals, manual
 from jobgate.service.tokens import Principal
@@ -119,9 +119,13 @@ def approve_scenario(
 ) -> ScenarioApprovalOut:
     """Approve the content jobgate has loaded now (and the code it runs): no checksum is taken
     from the caller, so only real loaded content can be blessed; a ``sha256`` sent with it pins
-    what the reviewer saw (409 if the loaded content differs, nothing stored). Four eyes applies
-    as on ``/api/v1/definitions/{id}/approve``."""
+    what the reviewer saw (409 if the loaded content differs, nothing stored), and is required
+    with four eyes. Four eyes applies as on ``/api/v1/definitions/{id}/approve``."""
     pinned = None if body is None or body.sha256 is None else "sha256:" + body.sha256.removeprefix("sha256:")
+    if pinned is None and state.engine.config.governance.four_eyes:
+        # The second person approves what they reviewed, not whatever is loaded when they click:
+        # a version applied meanwhile passed as reviewed (found by a review).
+        raise ValidationError("with four eyes, name the sha256 of the content you reviewed", field="sha256")
     with seed_names(job_definition_id="name", digest="sha256"):
         ensure_may_use(caller, name)
         a = approvals.approve(
