@@ -445,3 +445,17 @@ def test_bytes_in_a_runs_text_column_are_refused_before_a_stream_starts(world: W
     for answer in (shown, streamed):
         assert answer.status_code == 409, answer.text
         assert answer.json()["error"] == "record_malformed" and answer.json()["field"] == "error_message"
+
+
+@pytest.mark.parametrize("path", ["/etc/shadow", "../secret.txt", "a/../../b", "C:\\\\x"])
+def test_an_api_definitions_code_path_stays_inside_the_deployment(world: World, path: str) -> None:
+    """Found by a review: through the API, ``code: [/etc/shadow]`` told an admin whether any file
+    of the server existed, and its SHA-256 once approved. A code path over the API is relative
+    to the deployment's folder, without '..'; nothing is stored when it is not."""
+    doc = {"job_definition_id": "leak", "job_class": "MAINTENANCE_JOB", "runner": "py", "body": "x", "code": [path]}
+    before = count(world.engine, "definitions")
+    answer = world.client.post(
+        "/api/v1/definitions", json={"definitions": [doc]}, headers=world.headers("acme", Role.ADMIN)
+    )
+    assert answer.status_code == 422 and answer.json()["field"] == "definitions[0].code[0]", answer.text
+    assert count(world.engine, "definitions") == before

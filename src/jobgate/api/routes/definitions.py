@@ -8,6 +8,7 @@ tenant is refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -90,6 +91,7 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         job = document.get("job_definition_id")
         if isinstance(job, str) and not caller.may_use(job):
             raise Forbidden("this token may not change that definition", field=f"definitions[{i}].job_definition_id")
+        _code_inside_the_deployment(document.get("code"), f"definitions[{i}].code")
         if names_raw_handler(document):
             # Code to import is the operator's choice, made in files on the server; over the
             # API a definition names a target or runner the configuration already declares.
@@ -119,6 +121,23 @@ def apply_definitions(body: DefinitionsApplyIn, caller: Caller, state: State) ->
         )
         for a in applied
     ]
+
+
+def _code_inside_the_deployment(code: Any, field: str) -> None:
+    """Over the API, a definition's ``code:`` files are named inside the deployment's folder:
+    relative, no ``..``. An absolute path let an admin learn whether any file of the server
+    exists, and its SHA-256 once approved (found by a review); the operator names others in
+    files on the host (``jobgate apply``). Packages and distributions are named, not pathed."""
+    if not isinstance(code, list):
+        return
+    for j, entry in enumerate(code):
+        if not isinstance(entry, str) or entry.partition(":")[0] in ("package", "distribution"):
+            continue
+        path = PurePosixPath(entry)
+        if path.is_absolute() or ".." in path.parts or "\\" in entry:
+            raise ValidationError(
+                "over the API a code path is relative to the deployment's folder, without '..'", field=f"{field}[{j}]"
+            )
 
 
 @router.post("/definitions/{job_definition_id}/approve", response_model=ApprovalOut)
