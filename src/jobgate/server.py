@@ -165,6 +165,7 @@ class ApiServer:
             port=self.options.port,
             log_level=self.options.log_level,
             log_config=None,  # uvicorn's records go to the process's handler (jobgate.logs): one format
+            forwarded_allow_ips=list(self.engine.config.server.trusted_proxies),  # whose X-Forwarded-* count
             timeout_graceful_shutdown=max(5, int(self.engine.config.worker.shutdown_grace / timedelta(seconds=1))),
             access_log=False,
         )

@@ -283,3 +283,32 @@ def test_the_cli_through_a_server_prints_what_it_prints_locally(served: Served) 
     assert local_only.returncode == 1 and "--server" in local_only.stderr
     bad_token = jobgate(served.folder, "--server", served.url, "--token", "nope", "runs", "list", check=False)
     assert bad_token.returncode == 1 and "unauthenticated" in bad_token.stderr
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_tls_proxy_on_another_host_is_believed_only_when_named(tmp_path: Path, trusted: bool) -> None:
+    """Found by a review: behind a TLS proxy that was not on this machine (deploy/'s Compose and
+    Kubernetes set-ups), the session cookie was never Secure: uvicorn believes X-Forwarded-Proto
+    from 127.0.0.1 alone. ``server.trusted_proxies`` names the proxies whose word counts. The
+    "other host" here is 127.0.0.2 (a loopback address, so the test stays on this machine)."""
+    jobgate(tmp_path, "init", "site")
+    folder = tmp_path / "site"
+    if trusted:
+        (folder / "jobgate.yaml").write_text(
+            (folder / "jobgate.yaml").read_text() + "\nserver:\n  trusted_proxies: ['127.0.0.2']\n"
+        )
+    port = free_port()
+    proc = start(folder, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, folder / "serve.log")
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as proxy:
+            page = proxy.get(f"{url}/login", headers={"X-Forwarded-Proto": "https"})
+        cookie = page.headers.get("set-cookie", "")
+        assert cookie and (("Secure" in cookie) is trusted), cookie
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -376,3 +376,14 @@ def test_two_anchor_sinks_are_refused_naming_the_url(tmp_path: Path) -> None:
     assert refused.value.field == "evidence.anchor_sink_url" and "not both" in refused.value.message
     one = build_config({"evidence": {"anchor_sink_url": "https://sink.example/anchors"}}, base_dir=tmp_path, path=None)
     assert one.evidence.anchor_sink_url == "https://sink.example/anchors"
+
+
+def test_trusted_proxies_are_addresses_or_networks(tmp_path: Path) -> None:
+    ok = build_config(
+        {"server": {"trusted_proxies": ["10.0.0.0/8", "192.0.2.7", "fd00::1"]}}, base_dir=tmp_path, path=None
+    )
+    assert ok.server.trusted_proxies == ("10.0.0.0/8", "192.0.2.7", "fd00::1")
+    assert build_config({}, base_dir=tmp_path, path=None).server.trusted_proxies == ("127.0.0.1",)
+    with pytest.raises(ConfigurationError) as refused:
+        build_config({"server": {"trusted_proxies": ["proxy.example"]}}, base_dir=tmp_path, path=None)
+    assert refused.value.field == "server.trusted_proxies[0]"

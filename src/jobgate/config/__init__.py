@@ -14,6 +14,7 @@ Relative paths (``data_dir``, ``definitions``, ``events.jsonl_path``, a relative
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -123,6 +124,7 @@ _SERVER_KEYS = (
     "stream_retry_ms",
     "stream_max_seconds",
     "streams_per_token",
+    "trusted_proxies",
 )
 MAXIMUM_RUN_AGE_LIMIT = timedelta(days=30)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -285,6 +287,9 @@ class ServerSettings:
     stream_retry: timedelta = timedelta(seconds=2)
     stream_max: timedelta = timedelta(hours=1)  # a stream then ends; the client resumes by Last-Event-ID
     streams_per_token: int = 20  # open run streams one token may hold on one server
+    # The proxies whose X-Forwarded-Proto/-For are believed (addresses or networks): behind a TLS
+    # proxy on another host the session cookie is Secure only when its HTTPS is believed.
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1",)
 
 
 @dataclass(frozen=True)
@@ -977,6 +982,14 @@ def _server(r: Reader, value: Any) -> ServerSettings:
     tenant = d.tenant
     if spec.get("tenant") is not None:
         tenant = r.tenant(spec["tenant"], "server.tenant")
+    proxies = d.trusted_proxies
+    if spec.get("trusted_proxies") is not None:
+        proxies = tuple(r.strings(spec["trusted_proxies"], "server.trusted_proxies"))
+        for i, entry in enumerate(proxies):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                r.fail(join("server.trusted_proxies", i), "an IP address or network (10.0.0.0/8), not a name")
     return ServerSettings(
         tenant=tenant,
         max_body_bytes=body,
@@ -989,6 +1002,7 @@ def _server(r: Reader, value: Any) -> ServerSettings:
         streams_per_token=d.streams_per_token
         if spec.get("streams_per_token") is None
         else r.integer(spec["streams_per_token"], "server.streams_per_token", minimum=1, maximum=10_000),
+        trusted_proxies=proxies,
     )
 
 
