@@ -321,3 +321,39 @@ def test_a_log_read_slice_after_slice_cuts_no_character(world: World) -> None:
         if offset >= int(part.headers["X-Log-Size"]):
             break
     assert read == text
+
+
+def test_concurrent_requests_never_take_a_tenant_past_its_daily_quota(engine_with_quota: World) -> None:
+    """Found by a regression review: the quota was counted in a read before the creating
+    transaction, so requests arriving together each saw room (ten at once at a quota of five
+    were all created). Counting and storing are one step of the tenant's, across processes on
+    PostgreSQL (an advisory lock): of six at once at a quota of two, two are created."""
+    import threading
+
+    from jobgate.core.errors import QuotaExceededError
+    from jobgate.core.models import Scope
+    from jobgate.service import manual
+
+    w = engine_with_quota
+    start = threading.Barrier(6)
+    made: list[str] = []
+    refused: list[Exception] = []
+
+    def ask(i: int) -> None:
+        start.wait(10)
+        try:
+            result = manual.submit_manual(
+                w.engine, scope=Scope("acme"), actor="ada", job_definition_id=ACME_JOB,
+                params={"n": str(i)}, reason=None, idempotency_key=None,
+            )  # fmt: skip
+            made.append(result.run.job_run_id)
+        except QuotaExceededError as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert (len(made), len(refused)) == (2, 4)
+    assert count(w.engine, "job_runs") == 2

@@ -78,11 +78,15 @@ def retry(
         schedule_id = schedule_of(source, tx.run_trigger(source.job_run_id))
         if require_schedule:
             check_schedule(schedule_id, None if schedule_id is None else tx.schedule_get(source.tenant_id, schedule_id))
+    request = retry_request(source, actor=actor, role=role, schedule_id=schedule_id)
     if quota and tenant_id is not None:
-        from jobgate.service.manual import check_daily_quota
+        from jobgate.service.manual import check_daily_quota, quota_turn
 
-        check_daily_quota(engine, tenant_id, [source.job_definition_id])
-    result = engine.submit(retry_request(source, actor=actor, role=role, schedule_id=schedule_id), actor=actor)
+        with quota_turn(engine, tenant_id):  # counted and stored as one step of the tenant's
+            check_daily_quota(engine, tenant_id, [source.job_definition_id])
+            result = engine.submit(request, actor=actor)
+    else:
+        result = engine.submit(request, actor=actor)
     return result.run, result.created
 
 

@@ -11,6 +11,7 @@ configuration), so an event delivered twice makes each run once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -31,7 +32,7 @@ from jobgate.scheduling.records import StoredSchedule
 from jobgate.service import audit
 from jobgate.service.admission import AdmissionBatch, refusal_event
 from jobgate.service.engine import Engine
-from jobgate.service.manual import check_daily_quota
+from jobgate.service.manual import check_daily_quota, quota_turn
 from jobgate.service.schedules import fire_request
 from jobgate.service.submission import EventOrigin, PreparedSubmission, SubmitRequest
 
@@ -117,33 +118,39 @@ def emit_event(
         for s in subscribed
         if (s.job_definition_id, slot) not in had_run and recorded[s.schedule_id] is None and not s.paused
     ]
-    if quota and fresh:
-        check_daily_quota(engine, tenant_id, list({s.job_definition_id: None for s in fresh}))
-    now = engine.clock.now()
-    out: list[EventFire] = []
-    for schedule in subscribed:
-        if (run_id := had_run.get((schedule.job_definition_id, slot))) is not None:  # delivered before
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, run_id, False, None))
-            continue
-        if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
-            why = f"recorded {recorded[schedule.schedule_id]} when first delivered"
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, why))
-            continue
-        if schedule.paused:
-            _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.PAUSED, event_id=event_id))
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, "paused"))
-            continue
-        try:
-            result = engine.submit(_request(schedule, event_type, event_id, data, actor, now, origin), actor=actor)
-        except JobgateError as exc:
-            log.warning("event %s %s: schedule %s refused: %s", event_type, event_id, schedule.schedule_id, exc)
-            _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.REFUSED))
-            out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, str(exc)))
-            continue
-        other = None if result.created else _received_with_other_data(engine, result.run.job_run_id, event_type, data)
-        out.append(
-            EventFire(schedule.schedule_id, schedule.job_definition_id, result.run.job_run_id, result.created, other)
-        )
+    # counted and stored as one step of the tenant's (``manual.quota_turn``)
+    with quota_turn(engine, tenant_id) if quota and fresh else contextlib.nullcontext():
+        if quota and fresh:
+            check_daily_quota(engine, tenant_id, list({s.job_definition_id: None for s in fresh}))
+        now = engine.clock.now()
+        out: list[EventFire] = []
+        for schedule in subscribed:
+            if (run_id := had_run.get((schedule.job_definition_id, slot))) is not None:  # delivered before
+                out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, run_id, False, None))
+                continue
+            if recorded[schedule.schedule_id] is not None:  # the event was recorded, not run: again a no-op
+                why = f"recorded {recorded[schedule.schedule_id]} when first delivered"
+                out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, why))
+                continue
+            if schedule.paused:
+                _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.PAUSED, event_id=event_id))
+                out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, "paused"))
+                continue
+            try:
+                result = engine.submit(_request(schedule, event_type, event_id, data, actor, now, origin), actor=actor)
+            except JobgateError as exc:
+                log.warning("event %s %s: schedule %s refused: %s", event_type, event_id, schedule.schedule_id, exc)
+                _record(engine, schedule, Miss(schedule.schedule_id, now, MissReason.REFUSED))
+                out.append(EventFire(schedule.schedule_id, schedule.job_definition_id, None, False, str(exc)))
+                continue
+            other = (
+                None if result.created else _received_with_other_data(engine, result.run.job_run_id, event_type, data)
+            )
+            out.append(
+                EventFire(
+                    schedule.schedule_id, schedule.job_definition_id, result.run.job_run_id, result.created, other
+                )
+            )
     conflicts = [f for f in out if f.refused in (OTHER_DATA, OTHER_TYPE)]
     if conflicts and not any(f.created for f in out):
         raise _received_before(event_id, conflicts[0].job_run_id, conflicts[0].refused)

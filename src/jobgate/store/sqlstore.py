@@ -1150,6 +1150,8 @@ class Store:
         # millisecond spent more CPU asking than writing (py-spy: 84 % of a request thread's time).
         self._write_turn = threading.Lock() if self.dialect == "sqlite" else None
         self._kept_writer: Connection | None = None  # SQLite: the connection the turns share
+        self._turns: dict[str, threading.Lock] = {}  # ``turn``'s locks, by name
+        self._turns_lock = threading.Lock()
         self._governance = GovernanceCache() if self.dialect == "sqlite" else None
         self._chains = run_chains.Chains()
         self._snapshots: set[tuple[str, str]] = set()  # (tenant, snapshot id) seen stored, committed
@@ -1321,6 +1323,28 @@ class Store:
             conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
             return PgChangeWatcher(conninfo, on_change)
         return PollingChangeWatcher()
+
+    @contextlib.contextmanager
+    def turn(self, name: str) -> Iterator[None]:
+        """One holder at a time of the lock ``name``: among this process's threads, and on
+        PostgreSQL among every process of the database (a session advisory lock on a connection
+        of its own, outside any transaction, so the server's idle-transaction bound never ends
+        it). For a decision a later write depends on (a tenant's daily quota: counted, then the
+        runs stored, and only then the next caller counts)."""
+        with self._turns_lock:
+            local = self._turns.setdefault(name, threading.Lock())
+        with local:
+            if self.dialect != "postgresql":
+                yield
+                return
+            with self._writer.connect() as conn:
+                conn.exec_driver_sql("SELECT pg_advisory_lock(hashtext(%(n)s))", {"n": name})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.exec_driver_sql("SELECT pg_advisory_unlock(hashtext(%(n)s))", {"n": name})
+                    conn.commit()
 
     def checkpoint(self) -> None:
         """Copy committed WAL pages into the database file without blocking readers or writers."""

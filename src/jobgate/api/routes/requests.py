@@ -105,13 +105,13 @@ def approve_request(request_id: str, caller: Caller, state: State, body: Decisio
     anyone whose token minted or was minted by the proposer's; 403 when a gate refuses; 409 when
     the definition changed since the test)."""
     asked = visible_request(state, caller, request_id)
-    manual.check_daily_quota(state.engine, caller.tenant_id, [asked.job_definition_id])  # an approval creates a run
     note = None if body is None else body.note
-    return RequestOut.of(
-        requests.approve(
+    with manual.quota_turn(state.engine, caller.tenant_id):  # an approval creates a run: it counts
+        manual.check_daily_quota(state.engine, caller.tenant_id, [asked.job_definition_id])
+        approved = requests.approve(
             state.engine, caller.tenant_id, request_id, actor=caller.actor, note=note, approver=caller.person
         )
-    )
+    return RequestOut.of(approved)
 
 
 @router.post("/requests/{request_id}/reject", response_model=RequestOut)

@@ -19,6 +19,7 @@ from jobgate.api.routes.runs import ensure_may_use
 from jobgate.api.server_state import ServerState, server_state
 from jobgate.core.errors import NotFoundError
 from jobgate.core.models import Scope
+from jobgate.core.records import WorkflowRecord
 from jobgate.core.trace import parse_traceparent
 from jobgate.service import manual
 from jobgate.service import workflows as workflow_service
@@ -53,7 +54,17 @@ def start_workflow(
 ) -> WorkflowRunOut:
     """Start a workflow run of an approved workflow definition."""
     ensure_may_use(caller, body.job_definition_id)
-    record, created = workflow_service.start_workflow(
+    with manual.quota_turn(state.engine, caller.tenant_id):  # counted and started as one step
+        record, created = _start(body, caller, state, idempotency_key, traceparent)
+    if not created:
+        response.status_code = 200
+    return WorkflowRunOut.of(workflow_service.workflow_view(state.engine, record.workflow_run_id, caller.tenant_id))
+
+
+def _start(
+    body: WorkflowStartIn, caller: Principal, state: ServerState, key: str | None, traceparent: str | None
+) -> tuple[WorkflowRecord, bool]:
+    return workflow_service.start_workflow(
         state.engine,
         StartWorkflow(
             job_definition_id=body.job_definition_id,
@@ -61,16 +72,13 @@ def start_workflow(
             scope=Scope(tenant_id=caller.tenant_id),
             requested_by=caller.actor,
             reason=body.reason,
-            client_key=idempotency_key,
+            client_key=key,
             role=caller.role.value,
             traceparent=parse_traceparent(traceparent),
         ),
         actor=caller.actor,
         quota=lambda steps: manual.check_daily_quota(state.engine, caller.tenant_id, adding=steps),  # its steps
     )
-    if not created:
-        response.status_code = 200
-    return WorkflowRunOut.of(workflow_service.workflow_view(state.engine, record.workflow_run_id, caller.tenant_id))
 
 
 @router.get("/workflows", response_model=Page[WorkflowRunOut])
