@@ -136,3 +136,18 @@ def tenant_option(*, default: str | None = "default", help: str | None = None) -
     """The ``--tenant`` option of every command: one rule for what it accepts."""
     said = help or ("the tenant acted in" if default is not None else "only this tenant's (default: every tenant's)")
     return click.option("--tenant", default=default, show_default=default is not None, help=said, callback=_tenant_name)
+
+
+def signing_key_options(
+    *, key_id: str, key: str = "the private key file (from keys generate)"
+) -> Callable[[_Command], _Command]:
+    """``--key-id`` and ``--key`` of every command that signs: the same two options, each
+    command saying whose key it wants."""
+
+    def apply(command: _Command) -> _Command:
+        command = click.option(
+            "--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help=key
+        )(command)
+        return click.option("--key-id", required=True, help=key_id)(command)
+
+    return apply

@@ -16,7 +16,7 @@ import click
 import yaml
 
 from jobgate.cli import render
-from jobgate.cli.args import new_output
+from jobgate.cli.args import new_output, signing_key_options
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import NotReadyError, ValidationError
 from jobgate.definitions import definition_files
@@ -88,14 +88,7 @@ def _document(path: Path) -> tuple[str, dict[str, object]]:
 
 @keys.command("sign")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--key-id", required=True, help="the key's id, as the trust roots name it")
-@click.option(
-    "--key",
-    "key_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="the private key file (from keys generate)",
-)
+@signing_key_options(key_id="the key's id, as the trust roots name it")
 def sign(paths: tuple[Path, ...], key_id: str, key_file: Path) -> None:
     """Sign each definition file's content digest; the file keeps everything else as written."""
     private = key_file.read_text(encoding="ascii").strip()
@@ -162,13 +155,8 @@ def verify(app: AppContext, paths: tuple[Path, ...]) -> None:
 
 @keys.command("sign-licence")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--key-id", required=True, help="the key's id, as the licence trust roots name it")
-@click.option(
-    "--key",
-    "key_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="the private key file of a licence trust root",
+@signing_key_options(
+    key_id="the key's id, as the licence trust roots name it", key="the private key file of a licence trust root"
 )
 def sign_licence(path: Path, key_id: str, key_file: Path) -> None:
     """Sign a licence file (JSON: licence_id, holder, permissions, expires_at,

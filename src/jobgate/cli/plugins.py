@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from jobgate.cli import render
+from jobgate.cli.args import signing_key_options
 from jobgate.cli.context import AppContext, pass_app
 from jobgate.core.errors import ValidationError
 from jobgate.core.job_kinds import CATALOG
@@ -27,14 +28,7 @@ def plugins() -> None:
 
 @plugins.command("sign")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--key-id", required=True, help="the trust root's name in plugins.trust_roots")
-@click.option(
-    "--key",
-    "key_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="the private key file (from keys generate)",
-)
+@signing_key_options(key_id="the trust root's name in plugins.trust_roots")
 @click.option("--name", help="the plugin's name when it differs from the folder's (an entry point's name)")
 def sign(folder: Path, key_id: str, key_file: Path, name: str | None) -> None:
     """Sign every file of the plugin package FOLDER (FILE.sig beside each; existing ones replaced)."""
